@@ -1,0 +1,12 @@
+"""Barnraise engine: everything that runs without a GUI.
+
+Packages, bottom to top (each may import only those below it):
+
+- ``util``    small dependency-free helpers: errors root, named background tasks, base58, wire messages.
+- ``config``  per-user directories following each platform's conventions.
+- ``net``     peer identity, authenticated TLS connections, framing, RPC and streams, the Host.
+- ``api``     (later) the contract shared with the desktop app.
+- ``cli``     the ``barnraise`` command line.
+
+``core`` never imports Qt or ``app``; the desktop app imports only ``core.api``.
+"""

@@ -1,0 +1,8 @@
+"""Small helpers with no knowledge of networking or training.
+
+- ``errors``  the root of Barnraise's exception hierarchy.
+- ``tasks``   ``BackgroundTasks``: named asyncio tasks with an owner that cancels and awaits them.
+- ``base58``  base58btc encoding (Bitcoin alphabet), used for printable PeerIDs.
+- ``wire``    ``WireMessage``: small typed dataclasses that travel as msgpack arrays, validated on decode.
+- ``msgpack_codec``  msgpack packing and unpacking with Barnraise's conventions.
+"""

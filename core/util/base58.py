@@ -1,0 +1,30 @@
+"""Base58btc (the Bitcoin alphabet), as used by multibase and libp2p PeerIDs."""
+
+from __future__ import annotations
+
+ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_INDEX = {char: value for value, char in enumerate(ALPHABET)}
+
+
+def b58encode(data: bytes) -> str:
+    """Encode bytes; each leading zero byte becomes a leading ``1``."""
+    zeros = len(data) - len(data.lstrip(b"\0"))
+    number = int.from_bytes(data, "big")
+    digits: list[str] = []
+    while number:
+        number, rest = divmod(number, 58)
+        digits.append(ALPHABET[rest])
+    return "1" * zeros + "".join(reversed(digits))
+
+
+def b58decode(text: str) -> bytes:
+    """Decode a base58btc string; raises ``ValueError`` on a character outside the alphabet."""
+    number = 0
+    for position, char in enumerate(text):
+        value = _INDEX.get(char)
+        if value is None:
+            raise ValueError(f"invalid base58 character {char!r} at position {position}")
+        number = number * 58 + value
+    zeros = len(text) - len(text.lstrip("1"))
+    body = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
+    return b"\0" * zeros + body

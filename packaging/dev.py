@@ -1,0 +1,114 @@
+"""Set up a virtual environment inside the checkout, then run the main job or the test suite.
+
+Usage (from the repository root, with Python 3.11 or newer):
+
+    python3 packaging/dev.py run     # set up .venv, then run the main job
+    python3 packaging/dev.py test    # set up .venv, then lint, type-check, check layers, run tests
+    python3 packaging/dev.py setup   # only set up .venv
+
+Only the standard library is used here, so the same script works on Linux, macOS and Windows.
+The environment is rebuilt only when pyproject.toml, the constraints file or this script change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+CONSTRAINTS = ROOT / "packaging" / "constraints.txt"
+STAMP = VENV / ".barnraise-setup"
+# torch is installed first and on its own: on these machines its CPU wheel is cached, and asking for
+# the exact version keeps pip from resolving a CUDA build with gigabytes of dependencies.
+TORCH = "torch==2.13.0"
+
+
+def _venv_bin(name: str) -> Path:
+    scripts = VENV / ("Scripts" if os.name == "nt" else "bin")
+    suffix = ".exe" if os.name == "nt" else ""
+    return scripts / f"{name}{suffix}"
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256()
+    for path in (ROOT / "pyproject.toml", CONSTRAINTS, Path(__file__)):
+        digest.update(path.read_bytes() if path.exists() else b"-")
+    digest.update(sys.version.encode())
+    return digest.hexdigest()
+
+
+def _run(cmd: list[str | Path], **kwargs: object) -> int:
+    printable = " ".join(str(part) for part in cmd)
+    print(f"$ {printable}", flush=True)
+    return subprocess.call([str(part) for part in cmd], cwd=ROOT, **kwargs)  # type: ignore[call-overload]
+
+
+def setup() -> None:
+    if sys.version_info < (3, 11):  # noqa: UP036 - this script must explain itself on old Pythons
+        sys.exit(f"Barnraise needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
+    python = _venv_bin("python")
+    wanted = _fingerprint()
+    if python.exists() and STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    if not python.exists():
+        print(f"Creating a virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    constraints = ["-c", CONSTRAINTS] if CONSTRAINTS.exists() else []
+    steps = [
+        [*pip, TORCH],
+        [*pip, *constraints, "-e", ".[dev]"],
+    ]
+    for step in steps:
+        if _run(step) != 0:
+            sys.exit("Setting up the environment failed (see pip's output above).")
+    STAMP.write_text(wanted)
+
+
+def run_main(extra: list[str]) -> int:
+    return _run([_venv_bin("barnraise"), "demo", *extra])
+
+
+def run_tests(extra: list[str]) -> int:
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONDONTWRITEBYTECODE="1")
+    python = _venv_bin("python")
+    checks: list[tuple[str, list[str | Path]]] = [
+        ("ruff lint", [python, "-m", "ruff", "check", "."]),
+        ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
+        ("mypy (strict, core/)", [python, "-m", "mypy"]),
+        ("import contracts", [_venv_bin("lint-imports")]),
+        ("pytest", [python, "-m", "pytest", *extra]),
+    ]
+    failed = []
+    for name, cmd in checks:
+        print(f"\n=== {name} ===", flush=True)
+        if _run(cmd, env=env) != 0:
+            failed.append(name)
+    print()
+    if failed:
+        print(f"FAILED: {', '.join(failed)}")
+        return 1
+    print("All checks passed.")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"run", "test", "setup"}:
+        print(__doc__)
+        return 2
+    setup()
+    command, extra = argv[0], argv[1:]
+    if command == "run":
+        return run_main(extra)
+    if command == "test":
+        return run_tests(extra)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
