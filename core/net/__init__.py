@@ -1,0 +1,38 @@
+"""Peer identity, authenticated connections and RPC.
+
+- ``peer_id``      PeerID: libp2p-style identity multihash of the Ed25519 public key, base58btc.
+- ``identity``     Identity: the private key, loaded from or created in a 0600 file.
+- ``address``      PeerAddress: multiaddr-style (and short ``host:port@PeerID``) addresses, relays.
+- ``certificate``  TLS certificates carrying an identity proof; the public network root.
+- ``tls``          SSL contexts (TLS 1.3, mutual certificates) and reading the proven PeerID.
+- ``frames``       the frame format and an incremental, I/O-free decoder.
+- ``hello``        the first message of each connection (version, window, listen addresses).
+- ``stream``       Stream: messages and raw data both ways inside a call, credit flow control.
+- ``rpc``          Method/StreamMethod, CallContext and the Router of handlers.
+- ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
+- ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
+- ``config``       NetConfig: limits and timeouts.
+- ``errors``       the error hierarchy, including RPC errors rebuilt from wire codes.
+"""
+
+from core.net.address import PeerAddress
+from core.net.config import NetConfig
+from core.net.host import Host, StreamCall
+from core.net.identity import Identity
+from core.net.peer_id import PeerID
+from core.net.rpc import CallContext, Method, StreamMethod
+from core.net.stream import EndOfStream, Stream
+
+__all__ = [
+    "CallContext",
+    "EndOfStream",
+    "Host",
+    "Identity",
+    "Method",
+    "NetConfig",
+    "PeerAddress",
+    "PeerID",
+    "Stream",
+    "StreamCall",
+    "StreamMethod",
+]

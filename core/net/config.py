@@ -1,0 +1,47 @@
+"""Settings of the networking layer, with the reason for each default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.util.errors import ConfigError
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Limits and timeouts of a Host. All sizes in bytes, all times in seconds."""
+
+    max_frame_bytes: int = 8 * MiB
+    """Hard limit on one frame; a longer frame closes the connection before anything is allocated."""
+    stream_chunk_bytes: int = 1 * MiB
+    """Raw stream data is cut into frames of this size: large enough to keep per-frame work negligible."""
+    stream_window_bytes: int = 16 * MiB
+    """How much stream data a peer may send us before we acknowledge it (per stream)."""
+    dial_timeout: float = 10.0
+    handshake_timeout: float = 10.0
+    """TLS handshake plus the hello exchange; a peer that sends nothing is dropped after this."""
+    call_timeout: float = 30.0
+    """Default deadline of a call when the caller gives none."""
+    idle_timeout: float = 120.0
+    """A connection with no calls and no traffic for this long is closed."""
+    close_grace: float = 2.0
+    """On close, how long running handlers may finish before they are cancelled."""
+    max_concurrent_calls: int = 512
+    """Calls a peer may have running at once on one connection; more are refused as busy."""
+    max_pending_handshakes: int = 256
+    """Inbound connections still handshaking at once; beyond it new ones are dropped."""
+
+    def __post_init__(self) -> None:
+        if self.max_frame_bytes < 64 * 1024:
+            raise ConfigError("max_frame_bytes must be at least 64 KiB")
+        if not 4096 <= self.stream_chunk_bytes <= self.max_frame_bytes:
+            raise ConfigError("stream_chunk_bytes must be between 4 KiB and max_frame_bytes")
+        if self.stream_window_bytes < self.stream_chunk_bytes:
+            raise ConfigError("stream_window_bytes must be at least one chunk")
+        for name in ("dial_timeout", "handshake_timeout", "call_timeout", "idle_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        if self.max_concurrent_calls < 1 or self.max_pending_handshakes < 1:
+            raise ConfigError("concurrency limits must be at least 1")

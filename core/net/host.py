@@ -1,0 +1,413 @@
+"""The Host: a peer's presence on the network.
+
+It listens, dials (one connection per peer, reused; concurrent dials to one peer share one attempt),
+authenticates every connection, serves the Router's handlers, closes idle connections and, on
+``close()``, shuts everything down without leaving tasks or sockets behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeAlias
+
+from core.net.address import PeerAddress
+from core.net.certificate import issue_credentials
+from core.net.config import NetConfig
+from core.net.connection import CallStream, Connection
+from core.net.errors import (
+    AddressError,
+    DeadlineExceededError,
+    DialError,
+    HandshakeError,
+    InvalidRequestError,
+    NetError,
+    PeerIdMismatchError,
+)
+from core.net.hello import AGENT, PROTOCOL_VERSION, Hello
+from core.net.identity import Identity
+from core.net.peer_id import PeerID
+from core.net.rpc import Method, Req, Resp, Router, StreamMethod
+from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
+from core.util.errors import WireFormatError
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+Target: TypeAlias = PeerAddress | PeerID | str
+
+
+class _Unwrapped(asyncio.Protocol):
+    """Holds a fresh TCP connection, not reading, until TLS takes it over."""
+
+    def __init__(self, host: Host | None = None) -> None:
+        self._host = host
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()  # the ClientHello must wait in the socket for start_tls
+        if self._host is not None:
+            self._host._on_inbound(transport)
+
+
+class StreamCall(Generic[Resp]):
+    """A streaming call in progress: its ``stream`` and its typed final ``result()``."""
+
+    def __init__(self, stream: CallStream, method: StreamMethod[Any, Resp]) -> None:
+        self.stream = stream
+        self._method = method
+
+    async def result(self) -> Resp:
+        return _decode_response(
+            self._method.response, self._method.name, await self.stream.result()
+        )
+
+
+def _decode_response(cls: type[Resp], name: str, raw: Any) -> Resp:
+    try:
+        return cls.from_wire(raw)
+    except WireFormatError as exc:
+        raise InvalidRequestError(f"malformed response to {name}: {exc}", remote=True) from None
+
+
+class Host:
+    """Listens, dials, authenticates and serves calls for one identity."""
+
+    def __init__(self, identity: Identity, config: NetConfig | None = None) -> None:
+        self.identity = identity
+        self.peer_id = identity.peer_id
+        self.config = config or NetConfig()
+        self.router = Router()
+        credentials = issue_credentials(identity)
+        self._server_ctx = server_context(credentials)
+        self._client_ctx = client_context(credentials)
+        self._connections: dict[PeerID, list[Connection]] = {}
+        self._dials: dict[PeerID, asyncio.Task[Connection]] = {}
+        self._tasks = BackgroundTasks(f"host-{self.peer_id.short()}")
+        self._servers: list[asyncio.Server] = []
+        self._pending_handshakes = 0
+        self._closed = False
+        self.listen_addresses: list[PeerAddress] = []
+        self.peerstore: dict[PeerID, list[PeerAddress]] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self, listen: Sequence[str] = ("/ip4/127.0.0.1/tcp/0",)) -> None:
+        """Listen on each address (port 0 picks a free port); start the idle sweeper."""
+        loop = asyncio.get_running_loop()
+        for text in listen:
+            address = PeerAddress.parse(text)
+            if address.is_relayed or address.host is None or address.port is None:
+                raise AddressError(f"cannot listen on {text!r}: not a host and port")
+            try:
+                server = await loop.create_server(
+                    lambda: _Unwrapped(self), address.host, address.port
+                )
+            except OSError as exc:
+                raise NetError(f"cannot listen on {text}: {exc.strerror or exc}") from None
+            self._servers.append(server)
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                self.listen_addresses.append(PeerAddress.tcp(host, port, self.peer_id))
+        self._tasks.spawn("idle-sweeper", self._sweep_idle())
+
+    async def close(self) -> None:
+        """Stop listening, close every connection, and wait until nothing of ours is left."""
+        if self._closed:
+            return
+        self._closed = True
+        for server in self._servers:
+            server.close()
+        await self._tasks.close()
+        connections = [conn for conns in self._connections.values() for conn in conns]
+        await asyncio.gather(
+            *(conn.close("the peer is shutting down") for conn in connections),
+            return_exceptions=True,
+        )
+        for server in self._servers:
+            await server.wait_closed()
+
+    async def __aenter__(self) -> Host:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def addresses(self) -> list[PeerAddress]:
+        """Where others can dial us, each ending in our PeerID."""
+        return list(self.listen_addresses)
+
+    def connections(self, peer: PeerID | None = None) -> list[Connection]:
+        if peer is not None:
+            return list(self._connections.get(peer, ()))
+        return [conn for conns in self._connections.values() for conn in conns]
+
+    def add_addresses(self, peer: PeerID, addresses: Sequence[PeerAddress]) -> None:
+        """Remember where ``peer`` can be dialed, so calls can name it by PeerID alone."""
+        known = self.peerstore.setdefault(peer, [])
+        for given in addresses:
+            if given.peer_id not in (None, peer):
+                raise AddressError(f"{given} does not belong to {peer}")
+            address = given.with_peer(peer)
+            if address not in known:
+                known.append(address)
+
+    # ---- calls -----------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        target: Target,
+        method: Method[Req, Resp],
+        request: Req,
+        *,
+        timeout: float | None = None,
+    ) -> Resp:
+        """Call a typed unary method; ``timeout`` covers dialing too."""
+        raw = await self.call_raw(target, method.name, request.to_wire(), timeout=timeout)
+        return _decode_response(method.response, method.name, raw)
+
+    async def call_raw(
+        self, target: Target, method: str, request: Any, *, timeout: float | None = None
+    ) -> Any:
+        timeout = self.config.call_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        conn = await self._connect_within(target, timeout)
+        return await conn.call(method, request, timeout=max(1e-3, timeout - (loop.time() - start)))
+
+    @asynccontextmanager
+    async def open_stream(
+        self,
+        target: Target,
+        method: StreamMethod[Req, Resp],
+        request: Req,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[StreamCall[Resp]]:
+        """Open a streaming call; leaving the block before the result came cancels it."""
+        timeout = self.config.call_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        conn = await self._connect_within(target, timeout)
+        remaining = max(1e-3, timeout - (loop.time() - start))
+        stream = conn.open_stream(method.name, request.to_wire(), timeout=remaining)
+        try:
+            yield StreamCall(stream, method)
+        finally:
+            if not stream.done:
+                stream.cancel()
+
+    async def _connect_within(self, target: Target, timeout: float) -> Connection:
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.connect(target)
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"could not connect to {target} within {timeout:g} s"
+            ) from None
+
+    # ---- connecting ------------------------------------------------------------------------------
+
+    async def connect(self, target: Target) -> Connection:
+        """A usable connection to the peer, reusing one if it exists."""
+        peer, addresses = self._resolve(target)
+        for conn in self._connections.get(peer, ()):
+            if conn.is_usable:
+                return conn
+        if self._closed:
+            raise DialError("this host is closed")
+        dial = self._dials.get(peer)
+        if dial is None:
+            dial = self._tasks.spawn(f"dial-{peer.short()}", self._dial_any(peer, addresses))
+            self._dials[peer] = dial
+            dial.add_done_callback(lambda _: self._dials.pop(peer, None))
+        # shielded: a caller that gives up must not cancel a dial others are waiting for
+        return await asyncio.shield(dial)
+
+    def _resolve(self, target: Target) -> tuple[PeerID, list[PeerAddress]]:
+        if isinstance(target, str):
+            target = PeerAddress.parse(target)
+        if isinstance(target, PeerID):
+            peer = target
+            addresses = list(self.peerstore.get(peer, ()))
+        else:
+            peer = target.require_peer()
+            addresses = [target] + [a for a in self.peerstore.get(peer, ()) if a != target]
+        if peer == self.peer_id:
+            raise DialError("a peer cannot dial itself")
+        if not addresses and not self._connections.get(peer):
+            raise DialError(f"no known address for {peer}")
+        return peer, addresses
+
+    async def _dial_any(self, peer: PeerID, addresses: list[PeerAddress]) -> Connection:
+        errors: list[str] = []
+        for address in addresses:
+            try:
+                return await self._dial(address, peer)
+            except PeerIdMismatchError:
+                if len(addresses) == 1:
+                    raise
+                errors.append(f"{address}: another peer answers there")
+            except NetError as exc:
+                errors.append(f"{address}: {exc}")
+        raise DialError(f"could not connect to {peer}: " + "; ".join(errors))
+
+    async def _dial(self, address: PeerAddress, expected: PeerID) -> Connection:
+        if address.is_relayed or address.host is None or address.port is None:
+            raise DialError(f"{address}: relayed addresses cannot be dialed yet")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.config.dial_timeout):
+                transport, _ = await loop.create_connection(_Unwrapped, address.host, address.port)
+        except TimeoutError:
+            raise DialError(f"no answer within {self.config.dial_timeout:g} s") from None
+        except OSError as exc:
+            raise DialError(exc.strerror or str(exc)) from None
+        assert isinstance(transport, asyncio.Transport)
+        conn = self._new_connection(initiator=True, transport=transport)
+        try:
+            tls = await loop.start_tls(
+                transport,
+                conn,
+                self._client_ctx,
+                server_hostname=SERVER_NAME,
+                ssl_handshake_timeout=self.config.handshake_timeout,
+                ssl_shutdown_timeout=self.config.close_grace,
+            )
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            transport.abort()
+            raise HandshakeError(f"TLS handshake failed: {exc}") from None
+        assert tls is not None
+        try:
+            peer = authenticated_peer(tls.get_extra_info("ssl_object"))
+            if peer != expected:
+                raise PeerIdMismatchError(
+                    f"dialed {expected} at {address.host}:{address.port} but met {peer} there; "
+                    "the address is stale or belongs to someone else"
+                )
+            conn.attach(tls, peer)
+            await conn.wait_ready()
+        except BaseException as exc:
+            conn.abort(f"dial failed: {exc}", level=logging.DEBUG, transport=tls)
+            raise
+        self._register(conn)
+        return conn
+
+    def _on_inbound(self, transport: asyncio.Transport) -> None:
+        if self._closed:
+            transport.abort()
+            return
+        if self._pending_handshakes >= self.config.max_pending_handshakes:
+            log.warning(
+                "dropping a connection from %s: %d handshakes already pending",
+                transport.get_extra_info("peername"),
+                self._pending_handshakes,
+            )
+            transport.abort()
+            return
+        self._pending_handshakes += 1
+        where = transport.get_extra_info("peername")
+        task = self._tasks.spawn(f"accept-{where}", self._accept(transport))
+        task.add_done_callback(self._handshake_done)
+
+    def _handshake_done(self, _: asyncio.Task[None]) -> None:
+        self._pending_handshakes -= 1
+
+    async def _accept(self, transport: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        where = transport.get_extra_info("peername")
+        conn = self._new_connection(initiator=False, transport=transport)
+        try:
+            tls = await loop.start_tls(
+                transport,
+                conn,
+                self._server_ctx,
+                server_side=True,
+                ssl_handshake_timeout=self.config.handshake_timeout,
+                ssl_shutdown_timeout=self.config.close_grace,
+            )
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            log.warning("dropped a connection from %s: TLS handshake failed: %s", where, exc)
+            transport.abort()
+            return
+        assert tls is not None
+        try:
+            peer = authenticated_peer(tls.get_extra_info("ssl_object"))
+        except HandshakeError as exc:
+            conn.abort(f"identity check failed: {exc}", transport=tls)
+            return
+        try:
+            conn.attach(tls, peer)
+            await conn.wait_ready()
+        except HandshakeError:
+            return  # wait_ready logged and closed it
+        except BaseException:
+            conn.abort("the host is closing", level=logging.DEBUG, transport=tls)
+            raise
+        self._register(conn)
+
+    def _new_connection(self, *, initiator: bool, transport: asyncio.Transport) -> Connection:
+        peername = transport.get_extra_info("peername")
+        return Connection(
+            config=self.config,
+            router=self.router,
+            initiator=initiator,
+            remote_address=(str(peername[0]), int(peername[1])) if peername else None,
+            hello=self._hello_for,
+            on_closed=self._on_closed,
+        )
+
+    def _hello_for(self, conn: Connection) -> Hello:
+        observed = PeerAddress.from_socket_address(conn.remote_address)
+        return Hello(
+            protocol=PROTOCOL_VERSION,
+            agent=AGENT,
+            window=self.config.stream_window_bytes,
+            listen=[str(address) for address in self.listen_addresses],
+            observed=str(observed) if observed else None,
+        )
+
+    def _register(self, conn: Connection) -> None:
+        assert conn.peer is not None
+        assert conn.remote_hello is not None
+        if conn.is_closed:
+            return
+        if self._closed:
+            conn.abort("the host is closing", level=logging.DEBUG)
+            return
+        self._connections.setdefault(conn.peer, []).append(conn)
+        learned = []
+        for text in conn.remote_hello.listen:
+            try:
+                address = PeerAddress.parse(text)
+            except AddressError:
+                continue
+            if address.peer_id == conn.peer:
+                learned.append(address)
+        if learned:
+            self.add_addresses(conn.peer, learned)
+        log.debug("connected to %r", conn)
+
+    def _on_closed(self, conn: Connection) -> None:
+        if conn.peer is None:
+            return
+        conns = self._connections.get(conn.peer)
+        if conns and conn in conns:
+            conns.remove(conn)
+            if not conns:
+                del self._connections[conn.peer]
+
+    async def _sweep_idle(self) -> None:
+        limit = self.config.idle_timeout
+        interval = max(0.05, min(limit / 4, 15.0))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in self.connections():
+                if conn.is_usable and conn.idle_for(now) >= limit:
+                    self._tasks.spawn(f"close-idle-{conn.peer}", conn.close("idle"))
