@@ -1,0 +1,46 @@
+"""Shared fixtures: isolated user directories and started Hosts that are checked for leaks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from core.net import Host, Identity, NetConfig
+from tests.support.leaks import assert_no_leaks, open_fd_count
+
+# Short timeouts so that failure paths finish quickly in tests.
+FAST = NetConfig(
+    dial_timeout=2.0,
+    handshake_timeout=2.0,
+    call_timeout=10.0,
+    close_grace=0.5,
+)
+
+MakeHost = Callable[..., Awaitable[Host]]
+
+
+@pytest.fixture
+def barnraise_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "barnraise-home"
+    monkeypatch.setenv("BARNRAISE_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+async def make_host() -> AsyncIterator[MakeHost]:
+    """Start Hosts on loopback; at the end close them all and fail on leaked tasks or sockets."""
+    baseline = open_fd_count()
+    made: list[Host] = []
+
+    async def make(config: NetConfig = FAST, identity: Identity | None = None) -> Host:
+        host = Host(identity or Identity.generate(), config)
+        made.append(host)
+        await host.start()
+        return host
+
+    yield make
+    for host in made:
+        await host.close()
+    await assert_no_leaks(baseline)

@@ -1,0 +1,146 @@
+"""Dialing, connection reuse, idle timeouts and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+
+from core.net import CallContext, Host, Identity, NetConfig, PeerAddress
+from core.net.errors import ConnectionClosedError, DialError, PeerIdMismatchError, UnavailableError
+from tests.conftest import FAST, MakeHost
+
+
+async def echo(ctx: CallContext, request: Any) -> Any:
+    return request
+
+
+async def test_handshake_authenticates_both_sides(make_host: MakeHost) -> None:
+    a, b = await make_host(), await make_host()
+    conn = await b.connect(a.addresses[0])
+    assert conn.peer == a.peer_id
+    await asyncio.sleep(0.05)
+    (inbound,) = a.connections()
+    assert inbound.peer == b.peer_id
+    assert conn._transport is not None
+    assert conn._transport.get_extra_info("ssl_object").version() == "TLSv1.3"
+
+
+async def test_dialing_a_peer_id_that_is_not_there_fails_clearly(make_host: MakeHost) -> None:
+    a, b = await make_host(), await make_host()
+    impostor = Identity.generate().peer_id
+    wrong = a.addresses[0].with_peer(impostor)
+    with pytest.raises(PeerIdMismatchError, match=f"dialed {impostor}.*but met {a.peer_id}"):
+        await b.connect(wrong)
+    assert b.connections() == []
+
+
+async def test_connections_are_reused_and_concurrent_dials_coalesce(make_host: MakeHost) -> None:
+    a, b = await make_host(), await make_host()
+    a.router.add_raw("test.echo", echo)
+    conns = await asyncio.gather(*(b.connect(a.addresses[0]) for _ in range(10)))
+    assert len({id(c) for c in conns}) == 1
+    await b.call_raw(a.peer_id, "test.echo", 1)
+    assert len(b.connections(a.peer_id)) == 1
+
+
+async def test_peers_learn_listen_addresses_from_hello(make_host: MakeHost) -> None:
+    a, b = await make_host(), await make_host()
+    await b.connect(a.addresses[0])
+    await asyncio.sleep(0.05)
+    assert a.peerstore[b.peer_id] == b.addresses
+    assert a.connections()[0].remote_hello is not None
+    observed = a.connections()[0].remote_hello.observed  # what b saw of a
+    assert observed is not None
+    assert observed.startswith("/ip4/127.0.0.1/tcp/")
+
+
+async def test_idle_connections_close_and_calls_redial(make_host: MakeHost) -> None:
+    config = NetConfig(idle_timeout=0.3, close_grace=0.5)
+    a, b = await make_host(config), await make_host(config)
+    a.router.add_raw("test.echo", echo)
+    await b.call_raw(a.addresses[0], "test.echo", 1)
+    first = b.connections(a.peer_id)[0]
+    await asyncio.sleep(1.0)
+    assert first.is_closed
+    assert b.connections(a.peer_id) == []
+    assert await b.call_raw(a.peer_id, "test.echo", 2) == 2  # redials via the peerstore
+
+
+async def test_dial_errors_are_clear(make_host: MakeHost) -> None:
+    b = await make_host()
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    ghost = Identity.generate().peer_id
+    with pytest.raises(DialError, match="could not connect"):
+        await b.connect(PeerAddress.tcp("127.0.0.1", port, ghost))
+    with pytest.raises(DialError, match="no known address"):
+        await b.connect(Identity.generate().peer_id)
+    with pytest.raises(DialError, match="cannot dial itself"):
+        await b.connect(b.addresses[0])
+    relayed = PeerAddress.parse(f"relay:{ghost}/{Identity.generate().peer_id}")
+    with pytest.raises(DialError, match="relayed addresses cannot be dialed yet"):
+        await b.connect(relayed)
+
+
+async def test_calls_in_flight_fail_when_the_peer_goes_away(make_host: MakeHost) -> None:
+    server = Host(Identity.generate(), FAST)
+    await server.start()
+    client = await make_host()
+    started = asyncio.Event()
+
+    async def hang(ctx: CallContext, request: Any) -> Any:
+        started.set()
+        await asyncio.sleep(30)
+
+    server.router.add_raw("test.hang", hang)
+    call = asyncio.create_task(client.call_raw(server.addresses[0], "test.hang", None))
+    await asyncio.wait_for(started.wait(), 5)
+    await server.close()
+    with pytest.raises(ConnectionClosedError) as failed:
+        await asyncio.wait_for(call, 5)
+    assert isinstance(failed.value, UnavailableError)
+    assert str(server.peer_id) in str(failed.value)
+
+
+async def test_graceful_close_lets_short_calls_finish(make_host: MakeHost) -> None:
+    server = Host(Identity.generate(), NetConfig(close_grace=2.0))
+    await server.start()
+    client = await make_host()
+    started = asyncio.Event()
+
+    async def brief(ctx: CallContext, request: Any) -> Any:
+        started.set()
+        await asyncio.sleep(0.3)
+        return "finished"
+
+    server.router.add_raw("test.brief", brief)
+    call = asyncio.create_task(client.call_raw(server.addresses[0], "test.brief", None))
+    await asyncio.wait_for(started.wait(), 5)
+    await server.close()
+    assert await call == "finished"
+
+
+async def test_no_tasks_or_sockets_left_after_heavy_use(make_host: MakeHost) -> None:
+    hosts = [await make_host() for _ in range(4)]
+    for host in hosts:
+        host.router.add_raw("test.echo", echo)
+    calls = [
+        a.call_raw(b.addresses[0], "test.echo", i)
+        for i, (a, b) in enumerate((a, b) for a in hosts for b in hosts if a is not b)
+    ]
+    assert len(await asyncio.gather(*calls)) == 12
+    # the make_host fixture closes all four and fails the test on any leaked task or descriptor
+
+
+async def test_a_closed_host_refuses_new_work(make_host: MakeHost) -> None:
+    host = Host(Identity.generate(), FAST)
+    await host.start()
+    other = await make_host()
+    await host.close()
+    await host.close()  # idempotent
+    with pytest.raises(DialError, match="closed"):
+        await host.connect(other.addresses[0])

@@ -1,0 +1,101 @@
+"""The project's shape: layout, the README's two commands, CI, and the import contracts."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_layout() -> None:
+    for name in ("app", "core", "resources", "tests", "packaging", "benchmarks"):
+        assert (ROOT / name).is_dir(), name
+    for name in ("pyproject.toml", "README.md", ".ci/run"):
+        assert (ROOT / name).is_file(), name
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "barnraise"
+    assert project["scripts"]["barnraise"] == "core.cli.main:main"
+    assert "torch==2.13.0" in project["dependencies"]
+
+
+def readme_commands() -> tuple[str, str]:
+    text = (ROOT / "README.md").read_text()
+    main = re.search(r"^\s*(python3? packaging/dev\.py run)\s*$", text, re.M)
+    test = re.search(r"^\s*(python3? packaging/dev\.py test)\s*$", text, re.M)
+    assert main, "the README must show the main command on a line of its own"
+    assert test, "the README must show the test command on a line of its own"
+    return main.group(1), test.group(1)
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    _, test_command = readme_commands()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"exec {test_command}" in ci
+    assert (ROOT / ".ci" / "run").stat().st_mode & 0o111
+
+
+def test_the_app_imports_without_torch_or_qt_side_effects() -> None:
+    code = "import app, core.api, sys; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def run_contracts(tree: Path) -> subprocess.CompletedProcess[str]:
+    lint_imports = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert lint_imports
+    return subprocess.run(
+        [lint_imports, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": str(Path(sys.executable).parent)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def fake_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A minimal copy of the package layout, so the contracts can be checked on planted imports."""
+    base = {
+        "core/__init__.py": "",
+        "core/api/__init__.py": "",
+        "core/cli/__init__.py": "",
+        "core/net/__init__.py": "",
+        "core/config/__init__.py": "",
+        "core/util/__init__.py": "",
+        "app/__init__.py": "",
+    }
+    for name, body in {**base, **files}.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    return tmp_path
+
+
+def test_contracts_pass_on_a_clean_tree(tmp_path: Path) -> None:
+    tree = fake_tree(
+        tmp_path, {"app/ok.py": "import core.api\n", "core/net/x.py": "import core.util\n"}
+    )
+    result = run_contracts(tree)
+    assert result.returncode == 0, result.stdout
+
+
+def test_contracts_catch_each_kind_of_violation(tmp_path: Path) -> None:
+    planted = {
+        "core/net/gui.py": "import PySide6\n",
+        "app/reach.py": "import core.net\n",
+        "core/api/heavy.py": "import torch\n",
+        "core/util/up.py": "import core.net\n",
+    }
+    result = run_contracts(fake_tree(tmp_path, planted))
+    assert result.returncode != 0
+    for broken in (
+        "core never imports Qt or the app BROKEN",
+        "the app reaches the engine only through core.api BROKEN",
+        "the GUI never imports torch (fast start), not even through core.api BROKEN",
+        "core layers point down BROKEN",
+    ):
+        assert broken in result.stdout, result.stdout
