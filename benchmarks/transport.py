@@ -3,7 +3,8 @@
     python benchmarks/transport.py --json out.json [--mbytes 400] [--calls 5000] [--repeats 3]
 
 The server runs in a second OS process. Streaming sends one float32 tensor of ``--mbytes`` MB over an
-authenticated TLS 1.3 connection into a preallocated tensor on the other side; raw TCP sends the same
+authenticated TLS 1.3 connection into a preallocated tensor on the other side (numpy arrays: the same
+memory a CPU torch tensor exposes through ``.numpy()``, without importing torch); raw TCP sends the same
 bytes over a plain blocking socket pair, the fastest loopback path this machine has. Runs alternate
 (raw, stream, raw, stream, ...) so that noise hits both alike; figures are medians, MB = 10^6 bytes.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch
+import numpy as np
 
 from core.net import Host, Identity, PeerAddress
 from core.net.config import MiB, NetConfig
@@ -45,18 +46,17 @@ async def serve(ready_line_prefix: str) -> None:
         return request
 
     async def prepare(ctx: Any, request: Any) -> Any:
-        target = torch.empty(int(request), dtype=torch.float32)
-        target.numpy().fill(0)  # touch every page before timing, as a long-lived buffer would be
+        target = np.empty(int(request), dtype=np.float32)
+        target.fill(0)  # touch every page before timing, as a long-lived buffer would be
         received["tensor"] = target
         return None
 
     async def sink(ctx: Any, request: Any, stream: Any) -> Any:
-        target = received["tensor"][: int(request)]
-        await stream.recv_data_into(target.numpy())
+        await stream.recv_data_into(received["tensor"][: int(request)])
         return int(request)
 
     async def digest(ctx: Any, request: Any) -> Any:
-        return zlib.crc32(received["tensor"].numpy().data)
+        return zlib.crc32(received["tensor"].data)
 
     host.router.add_raw("bench.prepare", prepare)
     host.router.add_raw("bench.echo", echo)
@@ -129,12 +129,12 @@ async def rpc_latencies(conn: Connection, calls: int) -> list[float]:
     return out
 
 
-async def stream_run(conn: Connection, tensor: torch.Tensor) -> float:
+async def stream_run(conn: Connection, tensor: np.ndarray[Any, Any]) -> float:
     start = time.perf_counter()
-    stream = conn.open_stream("bench.sink", tensor.numel(), timeout=300)
-    await stream.send_data(tensor.numpy())
+    stream = conn.open_stream("bench.sink", tensor.size, timeout=300)
+    await stream.send_data(tensor)
     await stream.result()
-    return tensor.numel() * 4 / (time.perf_counter() - start) / 1e6
+    return tensor.nbytes / (time.perf_counter() - start) / 1e6
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -144,8 +144,8 @@ def percentile(values: list[float], q: float) -> float:
 
 async def client(args: argparse.Namespace) -> dict[str, Any]:
     numel = int(args.mbytes * 1e6) // 4
-    tensor = torch.randn(numel, dtype=torch.float32)
-    payload = memoryview(tensor.numpy()).cast("B")
+    tensor = np.random.default_rng(0).standard_normal(numel, dtype=np.float32)
+    payload = memoryview(tensor).cast("B")
     expected_crc = zlib.crc32(payload)
     server, address = spawn("--serve")
     raw_server, raw_port = spawn("--raw-serve")
