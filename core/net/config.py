@@ -30,6 +30,8 @@ class NetConfig:
     """On close, how long running handlers may finish before they are cancelled."""
     max_concurrent_calls: int = 512
     """Calls a peer may have running at once on one connection; more are refused as busy."""
+    max_unsent_bytes: int = 64 * MiB
+    """Replies queued for a peer that does not read them; beyond this its connection is dropped."""
     max_pending_handshakes: int = 256
     """Inbound connections still handshaking at once; beyond it new ones are dropped."""
 
@@ -40,6 +42,8 @@ class NetConfig:
             raise ConfigError("stream_chunk_bytes must be between 4 KiB and max_frame_bytes")
         if self.stream_window_bytes < self.stream_chunk_bytes:
             raise ConfigError("stream_window_bytes must be at least one chunk")
+        if self.max_unsent_bytes < 4 * self.stream_chunk_bytes:
+            raise ConfigError("max_unsent_bytes must hold at least four stream chunks")
         for name in ("dial_timeout", "handshake_timeout", "call_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLAG_STREAM = 1
+PING_BYTES = 8
 
 
 class CallStream(Stream):
@@ -128,6 +129,16 @@ class Connection(asyncio.BufferedProtocol):
         self._close_level = logging.INFO
         self.remote_going_away = False
         self.last_activity = self._loop.time()
+        self._control: dict[Kind, Callable[[Frame], None]] = {
+            Kind.HELLO: self._on_hello,
+            Kind.OPEN: self._on_open,
+            Kind.RESULT: self._on_reply,
+            Kind.ERROR: self._on_reply,
+            Kind.CANCEL: self._on_cancel,
+            Kind.PING: self._on_ping,
+            Kind.PONG: self._on_pong,
+            Kind.GOAWAY: self._on_goaway,
+        }
 
     # ---- identity and state ----------------------------------------------------------------------
 
@@ -275,28 +286,30 @@ class Connection(asyncio.BufferedProtocol):
             stream = self._stream_for(frame.call_id)
             if stream is not None:  # frames for a call that just ended are dropped
                 stream.on_frame(frame)
-        elif kind is Kind.OPEN:
-            self._on_open(frame)
-        elif kind is Kind.RESULT or kind is Kind.ERROR:
-            self._on_reply(frame)
-        elif kind is Kind.CANCEL:
-            incoming = self._incoming.get(frame.call_id)
-            if incoming is not None and incoming.task is not None:
-                incoming.cancelled_by_peer = True
-                incoming.task.cancel()
-                # a task cancelled before its first step never runs its finally: clean up here
-                self._drop_incoming(frame.call_id, CallCancelledError("cancelled by the caller"))
-        elif kind is Kind.PING:
-            self._send_if_open(Kind.PONG, 0, bytes(frame.payload))
-        elif kind is Kind.PONG:
-            waiter = self._pings.pop(bytes(frame.payload), None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        elif kind is Kind.HELLO:
-            self._on_hello(frame)
-        elif kind is Kind.GOAWAY:
-            self.remote_going_away = True
-            log.debug("%s is going away: %s", self._describe(), unpack(frame.payload))
+            return
+        self._control[kind](frame)
+
+    def _on_cancel(self, frame: Frame) -> None:
+        incoming = self._incoming.get(frame.call_id)
+        if incoming is not None and incoming.task is not None:
+            incoming.cancelled_by_peer = True
+            incoming.task.cancel()
+            # a task cancelled before its first step never runs its finally: clean up here
+            self._drop_incoming(frame.call_id, CallCancelledError("cancelled by the caller"))
+
+    def _on_ping(self, frame: Frame) -> None:
+        if len(frame.payload) != PING_BYTES:  # echoing arbitrary sizes would amplify abuse
+            raise ProtocolViolation(f"a ping carries {PING_BYTES} bytes, not {len(frame.payload)}")
+        self._send_if_open(Kind.PONG, 0, bytes(frame.payload))
+
+    def _on_pong(self, frame: Frame) -> None:
+        waiter = self._pings.pop(bytes(frame.payload), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _on_goaway(self, frame: Frame) -> None:
+        self.remote_going_away = True
+        log.debug("%s is going away: %s", self._describe(), unpack(frame.payload))
 
     def _on_hello(self, frame: Frame) -> None:
         if self.remote_hello is not None:
@@ -442,6 +455,12 @@ class Connection(asyncio.BufferedProtocol):
             raise ConnectionClosedError(f"connection to {self._describe()} is closed")
         transport.write(HEADER.pack(len(payload), kind, call_id) + payload)
         self.last_activity = self._loop.time()
+        # Replies and control frames do not wait for the peer to read; a peer that never reads
+        # would otherwise make us buffer without limit. (Stream data waits in drain() instead.)
+        if transport.get_write_buffer_size() > self.config.max_unsent_bytes:
+            self.abort(
+                f"the peer is not reading: over {self.config.max_unsent_bytes} bytes waiting to be sent"
+            )
 
     def _write_data(self, call_id: int, data: memoryview) -> None:
         transport = self._transport
@@ -563,7 +582,7 @@ class Connection(asyncio.BufferedProtocol):
 
     async def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time to the peer in seconds."""
-        token = os.urandom(8)
+        token = os.urandom(PING_BYTES)
         waiter = self._loop.create_future()
         self._pings[token] = waiter
         start = self._loop.time()

@@ -8,6 +8,7 @@ with ``remote=True`` and the responding ``peer`` attached. Tracebacks never cros
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from core.util.errors import BarnraiseError
@@ -128,20 +129,22 @@ class StreamClosedError(RpcError):
     code = "cancelled"
 
 
-_BY_CODE: dict[str, type[RpcError]] = {
-    cls.code: cls
-    for cls in (
-        RemoteInternalError,
-        UnknownMethodError,
-        InvalidRequestError,
-        NotFoundError,
-        PermissionDeniedError,
-        ResourceExhaustedError,
-        DeadlineExceededError,
-        CallCancelledError,
-        UnavailableError,
-    )
-}
+_BY_CODE = MappingProxyType(
+    {
+        cls.code: cls
+        for cls in (
+            RemoteInternalError,
+            UnknownMethodError,
+            InvalidRequestError,
+            NotFoundError,
+            PermissionDeniedError,
+            ResourceExhaustedError,
+            DeadlineExceededError,
+            CallCancelledError,
+            UnavailableError,
+        )
+    }
+)
 
 
 def error_from_code(code: str, message: str, peer: PeerID | None) -> RpcError:

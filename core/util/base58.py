@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_INDEX = {char: value for value, char in enumerate(ALPHABET)}
+_INDEX = MappingProxyType({char: value for value, char in enumerate(ALPHABET)})
 
 
 def b58encode(data: bytes) -> str:

@@ -14,6 +14,7 @@ from core.net.config import MiB
 from core.net.frames import HEADER, Kind, encode_frame
 from core.util.msgpack_codec import pack
 from tests.conftest import MakeHost
+from tests.support.leaks import wait_until
 from tests.support.rawpeer import close_writer, connect_tls, hello_frame, read_until_closed
 
 QUICK = NetConfig(handshake_timeout=0.5, dial_timeout=2.0, close_grace=0.5, max_frame_bytes=1 * MiB)
@@ -167,5 +168,49 @@ async def test_stream_window_violations_close_the_connection(
             writer.write(chunk)
         await read_until_closed(reader, timeout=5.0)
     assert "more stream data than its window allows" in caplog.text
+    await close_writer(writer)
+    await still_serving(server, bystander)
+
+
+async def test_a_peer_that_never_reads_its_replies_is_dropped(
+    make_host: MakeHost, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = NetConfig(
+        max_unsent_bytes=4 * MiB,
+        stream_chunk_bytes=256 * 1024,
+        handshake_timeout=2.0,
+        close_grace=0.5,
+    )
+    server, bystander = await make_host(config), await make_host(config)
+
+    async def big(ctx: CallContext, request: Any) -> Any:
+        return bytes(1024 * 1024)
+
+    async def echo_(ctx: CallContext, request: Any) -> Any:
+        return request
+
+    server.router.add_raw("test.big", big)
+    server.router.add_raw("test.echo", echo_)
+    assert await bystander.call_raw(server.addresses[0], "test.echo", 1) == 1
+    _, writer = await connect_tls(server)
+    with caplog.at_level(logging.WARNING, logger="core.net"):
+        writer.write(hello_frame())
+        for call_id in range(1, 400, 2):  # 200 MB of replies requested, none read
+            writer.write(encode_frame(Kind.OPEN, call_id, pack(["test.big", 10, 0, None])))
+        await writer.drain()
+        await wait_until(lambda: "the peer is not reading" in caplog.text, timeout=10)
+    writer.transport.abort()
+    await still_serving(server, bystander)
+
+
+async def test_oversized_ping_is_a_violation(
+    make_host: MakeHost, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, bystander = await server_and_bystander(make_host)
+    reader, writer = await connect_tls(server)
+    with caplog.at_level(logging.WARNING, logger="core.net"):
+        writer.write(hello_frame() + encode_frame(Kind.PING, 0, bytes(100_000)))
+        await read_until_closed(reader)
+    assert "a ping carries 8 bytes" in caplog.text
     await close_writer(writer)
     await still_serving(server, bystander)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 
 
 def open_fd_count() -> int | None:
@@ -26,3 +27,10 @@ async def assert_no_leaks(fd_baseline: int | None, *, within: float = 2.0) -> No
         await asyncio.sleep(0.02)
     assert not tasks, f"tasks left running: {[t.get_name() for t in tasks]}"
     assert fds_ok, f"file descriptors leaked: {fd_baseline} before, {fds} after"
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``condition`` (state outside our control, such as log records) until it holds."""
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110 - nothing to wait on but the condition itself
+            await asyncio.sleep(0.02)
