@@ -67,7 +67,16 @@ def setup() -> None:
     for step in steps:
         if _run(step) != 0:
             sys.exit("Setting up the environment failed (see pip's output above).")
+    _compile_bytecode()
     STAMP.write_text(wanted)
+
+
+def _compile_bytecode() -> None:
+    """Precompile our sources, as an installed package would be: every process starts faster.
+
+    (An editable install leaves them uncompiled, and PYTHONDONTWRITEBYTECODE stops imports from
+    caching bytecode.)"""
+    subprocess.call([_venv_bin("python"), "-m", "compileall", "-q", "core", "app"], cwd=ROOT)
 
 
 def run_main(extra: list[str]) -> int:

@@ -64,6 +64,7 @@ def fake_tree(tmp_path: Path, files: dict[str, str]) -> Path:
         "core/api/__init__.py": "",
         "core/cli/__init__.py": "",
         "core/net/__init__.py": "",
+        "core/dht/__init__.py": "",
         "core/config/__init__.py": "",
         "core/util/__init__.py": "",
         "app/__init__.py": "",
@@ -89,6 +90,7 @@ def test_contracts_catch_each_kind_of_violation(tmp_path: Path) -> None:
         "app/reach.py": "import core.net\n",
         "core/api/heavy.py": "import torch\n",
         "core/util/up.py": "import core.net\n",
+        "core/dht/model.py": "import torch\n",
     }
     result = run_contracts(fake_tree(tmp_path, planted))
     assert result.returncode != 0
@@ -97,5 +99,6 @@ def test_contracts_catch_each_kind_of_violation(tmp_path: Path) -> None:
         "the app reaches the engine only through core.api BROKEN",
         "the GUI never imports torch (fast start), not even through core.api BROKEN",
         "core layers point down BROKEN",
+        "the DHT and everything below it never import torch BROKEN",
     ):
         assert broken in result.stdout, result.stdout

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from core.cli import demo, identity
+from core.cli import demo, dht, identity
 from core.util.errors import BarnraiseError
 
 VERSION = "0.1.0"
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     identity.register(commands)
     demo.register(commands)
+    dht.register(commands)
     return parser
 
 

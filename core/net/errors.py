@@ -87,6 +87,12 @@ class InvalidRequestError(RpcError):
     code = "invalid_argument"
 
 
+class MalformedResponseError(RpcError):
+    """The peer answered with something that is not a valid response (raised locally, never sent)."""
+
+    code = "malformed_response"
+
+
 class NotFoundError(RpcError):
     code = "not_found"
 

@@ -23,7 +23,7 @@ from core.net.errors import (
     DeadlineExceededError,
     DialError,
     HandshakeError,
-    InvalidRequestError,
+    MalformedResponseError,
     NetError,
     PeerIdMismatchError,
 )
@@ -70,7 +70,7 @@ def _decode_response(cls: type[Resp], name: str, raw: Any) -> Resp:
     try:
         return cls.from_wire(raw)
     except WireFormatError as exc:
-        raise InvalidRequestError(f"malformed response to {name}: {exc}", remote=True) from None
+        raise MalformedResponseError(f"malformed response to {name}: {exc}", remote=True) from None
 
 
 class Host:
@@ -222,7 +222,9 @@ class Host:
             raise DialError("this host is closed")
         dial = self._dials.get(peer)
         if dial is None:
-            dial = self._tasks.spawn(f"dial-{peer.short()}", self._dial_any(peer, addresses))
+            dial = self._tasks.spawn(
+                f"dial-{peer.short()}", self._dial_any(peer, addresses), awaited=True
+            )
             self._dials[peer] = dial
             dial.add_done_callback(lambda _: self._dials.pop(peer, None))
         # shielded: a caller that gives up must not cancel a dial others are waiting for

@@ -28,7 +28,9 @@ class PeerID:
         if len(raw) != len(_PREFIX) + _KEY_LEN or not raw.startswith(_PREFIX):
             raise PeerIdError("not an Ed25519 PeerID (expected an identity multihash of 38 bytes)")
         self._raw = raw
-        self._text = b58encode(raw)
+        self._text: str | None = (
+            None  # base58 is costly and most PeerIDs off the wire are never printed
+        )
 
     @classmethod
     def from_public_bytes(cls, public_key: bytes) -> PeerID:
@@ -67,7 +69,7 @@ class PeerID:
 
     def short(self) -> str:
         """The last characters, enough to tell peers apart in logs."""
-        return f"…{self._text[-6:]}"
+        return f"…{str(self)[-6:]}"
 
     # wire conversion, so PeerID can be a WireMessage field
     def to_wire(self) -> bytes:
@@ -80,10 +82,12 @@ class PeerID:
         return cls(obj)
 
     def __str__(self) -> str:
+        if self._text is None:
+            self._text = b58encode(self._raw)
         return self._text
 
     def __repr__(self) -> str:
-        return f"PeerID({self._text})"
+        return f"PeerID({self})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PeerID) and other._raw == self._raw

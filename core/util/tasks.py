@@ -25,15 +25,25 @@ class BackgroundTasks:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
 
-    def spawn(self, name: str, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Start ``coro`` as a task named ``"<owner>/<name>"`` and keep track of it."""
+    def spawn(
+        self, name: str, coro: Coroutine[Any, Any, T], *, awaited: bool = False
+    ) -> asyncio.Task[T]:
+        """Start ``coro`` as a task named ``"<owner>/<name>"`` and keep track of it.
+
+        A task that fails is logged, unless ``awaited``: then someone awaits it and gets the error.
+        """
         if self._closed:
             coro.close()
             raise RuntimeError(f"{self.owner} is closed; cannot start task {name!r}")
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.owner}/{name}")
         self._tasks.add(task)
-        task.add_done_callback(self._on_done)
+        task.add_done_callback(self._on_awaited_done if awaited else self._on_done)
         return task
+
+    def _on_awaited_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # the awaiting code reports it; this only marks it retrieved
 
     def _on_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

@@ -22,16 +22,33 @@ from typing import Any, ClassVar, TypeVar, cast
 from core.util.errors import WireFormatError
 
 M = TypeVar("M", bound="WireMessage")
-_Decode = Callable[[Any, str], Any]
+_Decode = Callable[[Any], Any]
 _Encode = Callable[[Any], Any]
+
+
+class _FieldError(WireFormatError):
+    """A decoding failure deep inside a message; the path to it is filled in on the way out."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.parts: list[str] = []
+
+    def at(self, part: str) -> _FieldError:
+        self.parts.append(part)
+        return self
+
+    def final(self, root: str) -> WireFormatError:
+        path = root + "".join(reversed(self.parts))
+        return WireFormatError(f"{path}: {self.reason}")
 
 
 def _identity(value: Any) -> Any:
     return value
 
 
-def _fail(path: str, expected: str, value: Any) -> WireFormatError:
-    return WireFormatError(f"{path}: expected {expected}, got {type(value).__name__}")
+def _fail(expected: str, value: Any) -> _FieldError:
+    return _FieldError(f"expected {expected}, got {type(value).__name__}")
 
 
 class _Codec:
@@ -50,6 +67,7 @@ class _Codec:
             no_default = field.default is dataclasses.MISSING
             if no_default and field.default_factory is dataclasses.MISSING:
                 self.required = len(self.names)
+        self.count = len(self.names)
 
     def encode(self, message: WireMessage) -> list[Any]:
         out = []
@@ -58,18 +76,22 @@ class _Codec:
             out.append(value if encode is None else encode(value))
         return out
 
-    def decode(self, obj: Any, path: str) -> WireMessage:
+    def decode(self, obj: Any) -> WireMessage:
         if not isinstance(obj, list | tuple):
-            raise _fail(path, f"{self.cls.__name__} (an array)", obj)
+            raise _fail(f"{self.cls.__name__} (an array)", obj)
         if len(obj) < self.required:
-            raise WireFormatError(
-                f"{path}: {self.cls.__name__} needs at least {self.required} fields, got {len(obj)}"
+            raise _FieldError(
+                f"{self.cls.__name__} needs at least {self.required} fields, got {len(obj)}"
             )
-        kwargs = {
-            name: decode(value, f"{path}.{name}")
-            for name, decode, value in zip(self.names, self.decoders, obj, strict=False)
-        }
-        return self.cls(**kwargs)
+        values = []
+        index = 0
+        try:
+            fields = zip(self.decoders, obj[: self.count], strict=False)  # older peers send fewer
+            for index, (decode, value) in enumerate(fields):  # noqa: B007
+                values.append(decode(value))
+        except _FieldError as exc:
+            raise exc.at(f".{self.names[index]}") from None
+        return self.cls(*values)
 
 
 def _codec_for(cls: type[WireMessage]) -> _Codec:
@@ -92,39 +114,46 @@ class WireMessage:
 
     @classmethod
     def from_wire(cls: type[M], obj: Any) -> M:
-        return cast(M, _codec_for(cls).decode(obj, cls.__name__))
+        try:
+            return cast(M, _codec_for(cls).decode(obj))
+        except _FieldError as exc:
+            raise exc.final(cls.__name__) from None
 
 
 def _scalar(expected: type, name: str) -> _Decode:
-    def decode(value: Any, path: str) -> Any:
+    def decode(value: Any) -> Any:
         if type(value) is not expected:
-            raise _fail(path, name, value)
+            raise _fail(name, value)
         return value
 
     return decode
 
 
-def _decode_int(value: Any, path: str) -> Any:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _fail(path, "int", value)
+def _decode_int(value: Any) -> Any:
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _fail("int", value)
     return value
 
 
-def _decode_float(value: Any, path: str) -> Any:
+def _decode_float(value: Any) -> Any:
+    if type(value) is float:
+        return value
     if not isinstance(value, int | float) or isinstance(value, bool):
-        raise _fail(path, "float", value)
+        raise _fail("float", value)
     return float(value)
 
 
-def _decode_bytes(value: Any, path: str) -> Any:
+def _decode_bytes(value: Any) -> Any:
+    if type(value) is bytes:
+        return value
     if not isinstance(value, bytes | bytearray | memoryview):
-        raise _fail(path, "bytes", value)
+        raise _fail("bytes", value)
     return bytes(value)
 
 
 def _converters(tp: Any) -> tuple[_Decode, _Encode]:  # noqa: PLR0911, PLR0912 - one branch per type
     if tp is Any or tp is object:
-        return _identity_decode, _identity
+        return _identity, _identity
     if tp is bool:
         return _scalar(bool, "bool"), _identity
     if tp is int:
@@ -149,8 +178,8 @@ def _converters(tp: Any) -> tuple[_Decode, _Encode]:  # noqa: PLR0911, PLR0912 -
     if isinstance(tp, type) and issubclass(tp, WireMessage):
         message_cls = tp
 
-        def decode_message(value: Any, path: str) -> Any:
-            return _codec_for(message_cls).decode(value, path)
+        def decode_message(value: Any) -> Any:
+            return _codec_for(message_cls).decode(value)
 
         return decode_message, _encode_via_method
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -158,20 +187,14 @@ def _converters(tp: Any) -> tuple[_Decode, _Encode]:  # noqa: PLR0911, PLR0912 -
     if isinstance(tp, type) and callable(getattr(tp, "from_wire", None)):
         custom = tp
 
-        def decode_custom(value: Any, path: str) -> Any:
+        def decode_custom(value: Any) -> Any:
             try:
                 return custom.from_wire(value)  # type: ignore[attr-defined]
-            except WireFormatError as exc:
-                raise WireFormatError(f"{path}: {exc}") from None
-            except (TypeError, ValueError) as exc:
-                raise WireFormatError(f"{path}: invalid {custom.__name__}: {exc}") from None
+            except (WireFormatError, TypeError, ValueError) as exc:
+                raise _FieldError(f"invalid {custom.__name__}: {exc}") from None
 
         return decode_custom, _encode_via_method
     raise TypeError(f"unsupported wire field type {tp!r}")
-
-
-def _identity_decode(value: Any, path: str) -> Any:
-    return value
 
 
 def _encode_via_method(value: Any) -> Any:
@@ -184,15 +207,15 @@ def _union(args: tuple[Any, ...]) -> tuple[_Decode, _Encode]:
     pairs = [_converters(arg) for arg in options]
     names = " | ".join(getattr(arg, "__name__", repr(arg)) for arg in args)
 
-    def decode(value: Any, path: str) -> Any:
+    def decode(value: Any) -> Any:
         if value is None and optional:
             return None
         for option_decode, _ in pairs:
             try:
-                return option_decode(value, path)
-            except WireFormatError:
+                return option_decode(value)
+            except _FieldError:
                 continue
-        raise _fail(path, names, value)
+        raise _fail(names, value)
 
     encoders = [encode for _, encode in pairs]
     if all(encode is _identity for encode in encoders):
@@ -210,11 +233,21 @@ def _union(args: tuple[Any, ...]) -> tuple[_Decode, _Encode]:
 
 def _sequence(item_tp: Any, kind: type) -> tuple[_Decode, _Encode]:
     item_decode, item_encode = _converters(item_tp)
+    scalar = item_tp if item_tp in (str, bytes, bool) else None
 
-    def decode(value: Any, path: str) -> Any:
+    def decode(value: Any) -> Any:
         if not isinstance(value, list | tuple):
-            raise _fail(path, "array", value)
-        return kind(item_decode(item, f"{path}[{i}]") for i, item in enumerate(value))
+            raise _fail("array", value)
+        if scalar is not None and all(type(item) is scalar for item in value):
+            return kind(value)  # the common case, checked without a call per item
+        out = []
+        index = 0
+        try:
+            for index, item in enumerate(value):  # noqa: B007
+                out.append(item_decode(item))
+        except _FieldError as exc:
+            raise exc.at(f"[{index}]") from None
+        return kind(out)
 
     if item_encode is _identity:
         return decode, _identity
@@ -224,13 +257,17 @@ def _sequence(item_tp: Any, kind: type) -> tuple[_Decode, _Encode]:
 def _fixed_tuple(item_tps: tuple[Any, ...]) -> tuple[_Decode, _Encode]:
     pairs = [_converters(tp) for tp in item_tps]
 
-    def decode(value: Any, path: str) -> Any:
+    def decode(value: Any) -> Any:
         if not isinstance(value, list | tuple) or len(value) != len(pairs):
-            raise _fail(path, f"array of {len(pairs)}", value)
-        return tuple(
-            d(item, f"{path}[{i}]")
-            for i, ((d, _), item) in enumerate(zip(pairs, value, strict=True))
-        )
+            raise _fail(f"array of {len(pairs)}", value)
+        out = []
+        index = 0
+        try:
+            for index, ((item_decode, _), item) in enumerate(zip(pairs, value, strict=True)):  # noqa: B007
+                out.append(item_decode(item))
+        except _FieldError as exc:
+            raise exc.at(f"[{index}]") from None
+        return tuple(out)
 
     return decode, lambda value: [e(item) for (_, e), item in zip(pairs, value, strict=True)]
 
@@ -239,13 +276,20 @@ def _mapping(key_tp: Any, value_tp: Any) -> tuple[_Decode, _Encode]:
     key_decode, key_encode = _converters(key_tp)
     value_decode, value_encode = _converters(value_tp)
 
-    def decode(value: Any, path: str) -> Any:
+    def decode(value: Any) -> Any:
         if not isinstance(value, dict):
-            raise _fail(path, "map", value)
-        return {
-            key_decode(k, f"{path}<key>"): value_decode(v, f"{path}[{k!r}]")
-            for k, v in value.items()
-        }
+            raise _fail("map", value)
+        out = {}
+        for k, v in value.items():
+            try:
+                decoded_key = key_decode(k)
+            except _FieldError as exc:
+                raise exc.at("<key>") from None
+            try:
+                out[decoded_key] = value_decode(v)
+            except _FieldError as exc:
+                raise exc.at(f"[{k!r}]") from None
+        return out
 
     if key_encode is _identity and value_encode is _identity:
         return decode, _identity
@@ -253,10 +297,10 @@ def _mapping(key_tp: Any, value_tp: Any) -> tuple[_Decode, _Encode]:
 
 
 def _enum(enum_cls: type[enum.Enum]) -> tuple[_Decode, _Encode]:
-    def decode(value: Any, path: str) -> Any:
+    def decode(value: Any) -> Any:
         try:
             return enum_cls(value)
         except (ValueError, TypeError):
-            raise WireFormatError(f"{path}: {value!r} is not a valid {enum_cls.__name__}") from None
+            raise _FieldError(f"{value!r} is not a valid {enum_cls.__name__}") from None
 
     return decode, lambda value: value.value

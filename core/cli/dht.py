@@ -1,0 +1,114 @@
+"""``barnraise dht``: a standalone DHT node, what an organizer's backbone server runs.
+
+It prints its full dialable address on the first line of standard output (other nodes and peers pass
+it to ``--initial-peers``) and runs until interrupted. With ``--stdio-api`` it also takes JSON commands
+on standard input, one per line, and answers on standard output (see ``dht_stdio``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.cli.dht_stdio import serve_stdio
+from core.config.paths import UserDirs
+from core.dht import DHTConfig, DHTNode, HostTransport
+from core.net import Host, Identity, NetConfig
+
+log = logging.getLogger(__name__)
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "dht",
+        help="run a standalone DHT node (a backbone server)",
+        description=__doc__,
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default: any free port)"
+    )
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--identity", type=Path, metavar="PATH", help="identity key file to use")
+    who.add_argument(
+        "--new-identity",
+        action="store_true",
+        help="use a fresh throwaway identity (tests, local swarms)",
+    )
+    parser.add_argument(
+        "--initial-peers",
+        nargs="*",
+        default=[],
+        metavar="ADDR",
+        help="full addresses of nodes to join",
+    )
+    parser.add_argument(
+        "--client",
+        action="store_true",
+        help="client mode: query and store, serve nothing (behind NAT)",
+    )
+    parser.add_argument(
+        "--stdio-api",
+        action="store_true",
+        help="take JSON commands on stdin, one per line (scripts)",
+    )
+    parser.set_defaults(run=run)
+
+
+def _identity(args: argparse.Namespace) -> Identity:
+    if args.new_identity:
+        return Identity.generate()
+    return Identity.load_or_create(args.identity or UserDirs.default().identity_file)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    identity = _identity(args)
+    listen = (
+        f"/ip6/{args.host}/tcp/{args.port}"
+        if ":" in args.host
+        else f"/ip4/{args.host}/tcp/{args.port}"
+    )
+    host = Host(identity, NetConfig())
+    node = DHTNode(HostTransport(host), DHTConfig(client_mode=args.client))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(
+            NotImplementedError
+        ):  # Windows: Ctrl-C arrives as KeyboardInterrupt
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        await host.start([] if args.client else [listen])
+        await node.start(args.initial_peers)
+        address = host.addresses[0] if host.addresses else f"(client) /p2p/{host.peer_id}"
+        print(address, flush=True)
+        if args.host in ("0.0.0.0", "::"):
+            log.warning(
+                "listening on all interfaces: others must dial your public address, port %s",
+                host.addresses[0].port if host.addresses else "?",
+            )
+        if args.stdio_api:
+            await serve_stdio(node, stop)
+        else:
+            await stop.wait()
+    finally:
+        await node.close()
+        await host.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        sys.stdout.flush()

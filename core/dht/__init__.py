@@ -1,0 +1,34 @@
+"""The Kademlia DHT: the swarm's shared notebook of expiring, optionally owned records.
+
+- ``ids``          160-bit node and key ids, XOR distance.
+- ``routing``      RoutingTable: k-buckets that split, replacement caches.
+- ``records``      StoredValue, ValueWithExpiration, owner markers and the signed payload.
+- ``storage``      RecordStore: expiry, newer-wins, dictionaries merged per subkey.
+- ``validation``   RecordRules (sizes, expirations, owner signatures) and RecordSchema.
+- ``messages``     the ping / find / store wire messages.
+- ``transport``    DHTTransport, and HostTransport over real connections.
+- ``memory``       MemoryNetwork: thousands of nodes in one process, for simulations and tests.
+- ``traversal``    iterative alpha-parallel lookups, batched across keys, with hop counts.
+- ``maintenance``  Penalties: eviction of silent contacts, bans for nodes that answer garbage.
+- ``node``         DHTNode: store/get (and batched forms), serving, caching, republish, refresh.
+- ``config``       DHTConfig.
+
+Nothing here imports torch.
+"""
+
+from core.dht.config import DHTConfig
+from core.dht.node import DHTError, DHTNode
+from core.dht.records import InvalidRecord, ValueWithExpiration, owner_marker
+from core.dht.transport import HostTransport
+from core.dht.validation import RecordSchema
+
+__all__ = [
+    "DHTConfig",
+    "DHTError",
+    "DHTNode",
+    "HostTransport",
+    "InvalidRecord",
+    "RecordSchema",
+    "ValueWithExpiration",
+    "owner_marker",
+]

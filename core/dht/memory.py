@@ -1,0 +1,100 @@
+"""An in-memory network of DHT nodes, to simulate large swarms in one process.
+
+Requests and responses still go through their wire encoding (msgpack and back), so validation is the
+same as on real connections; only sockets, TLS and scheduling delays are missing. Nodes can be taken
+down to simulate churn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, TypeVar
+
+from core.dht.messages import (
+    FindRequest,
+    FindResponse,
+    PingRequest,
+    PingResponse,
+    StoreRequest,
+    StoreResponse,
+)
+from core.dht.routing import Contact
+from core.dht.transport import Caller, Handlers
+from core.net.address import PeerAddress
+from core.net.errors import DialError
+from core.net.identity import Identity
+from core.net.peer_id import PeerID
+from core.util.msgpack_codec import pack, unpack
+from core.util.wire import WireMessage
+
+M = TypeVar("M", bound=WireMessage)
+
+
+def _through_the_wire(message: M) -> M:
+    return type(message).from_wire(unpack(pack(message.to_wire())))
+
+
+class MemoryNetwork:
+    """Delivers DHT requests between ``MemoryTransport``s by direct calls."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[PeerID, Handlers] = {}
+        self.down: set[PeerID] = set()
+        self.calls: Counter[str] = Counter()
+
+    def transport(self, identity: Identity | None = None) -> MemoryTransport:
+        return MemoryTransport(self, identity or Identity.generate())
+
+    def register(self, peer: PeerID, handlers: Handlers) -> None:
+        self._handlers[peer] = handlers
+
+    def unregister(self, peer: PeerID) -> None:
+        self._handlers.pop(peer, None)
+
+    async def deliver(
+        self, sender: MemoryTransport, target: PeerID, kind: str, request: Any
+    ) -> Any:
+        self.calls[kind] += 1
+        handlers = self._handlers.get(target)
+        if handlers is None or target in self.down:
+            raise DialError(f"{target} is not reachable")
+        caller = Caller(sender.identity.peer_id, tuple(sender.addresses()))
+        await asyncio.sleep(0)  # let other lookups interleave, as on a real network
+        handler = getattr(handlers, f"on_{kind}")
+        response = await handler(caller, _through_the_wire(request))
+        return _through_the_wire(response)
+
+
+class MemoryTransport:
+    def __init__(self, network: MemoryNetwork, identity: Identity) -> None:
+        self._network = network
+        self._identity = identity
+        self._address = PeerAddress.tcp("10.0.0.1", 1, identity.peer_id)
+
+    @property
+    def identity(self) -> Identity:
+        return self._identity
+
+    def addresses(self) -> list[PeerAddress]:
+        return [self._address]
+
+    async def ping(self, contact: Contact, request: PingRequest, timeout: float) -> PingResponse:
+        response: PingResponse = await self._network.deliver(self, contact.peer_id, "ping", request)
+        return response
+
+    async def find(self, contact: Contact, request: FindRequest, timeout: float) -> FindResponse:
+        response: FindResponse = await self._network.deliver(self, contact.peer_id, "find", request)
+        return response
+
+    async def store(self, contact: Contact, request: StoreRequest, timeout: float) -> StoreResponse:
+        response: StoreResponse = await self._network.deliver(
+            self, contact.peer_id, "store", request
+        )
+        return response
+
+    def serve(self, handlers: Handlers) -> None:
+        self._network.register(self._identity.peer_id, handlers)
+
+    def unserve(self) -> None:
+        self._network.unregister(self._identity.peer_id)

@@ -1,0 +1,100 @@
+"""Rules every record must pass, on store (by the node asked to keep it) and on get (by the reader).
+
+``RecordRules`` checks sizes and expirations, then ownership (owned keys and subkeys need their owner's
+signature), then any ``RecordSchema`` whose key matches. A reader applies the same rules to what other
+nodes return, so a node that tampers with a record cannot make anyone believe it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from core.dht.records import (
+    InvalidRecord,
+    StoredValue,
+    check_subkey,
+    required_signer,
+    signing_payload,
+)
+from core.util.errors import WireFormatError
+from core.util.msgpack_codec import pack, unpack
+from core.util.wire import WireMessage
+
+
+@dataclass(frozen=True)
+class RecordSchema:
+    """The shape of a well-known record type, matched by its key.
+
+    ``key`` is either a string prefix or a predicate. ``value`` is the ``WireMessage`` type every value
+    must decode to. ``subkeys`` says whether the records use none, any, or only owned subkeys (one entry
+    per peer that only that peer can write, as progress reports need).
+    """
+
+    name: str
+    key: str | Callable[[Any], bool]
+    value: type[WireMessage] | None = None
+    subkeys: Literal["none", "any", "owned"] = "any"
+
+    def matches(self, key: Any) -> bool:
+        if callable(self.key):
+            return self.key(key)
+        return isinstance(key, str) and key.startswith(self.key)
+
+    def check(self, key: Any, subkey: Any, data: bytes) -> None:
+        if self.subkeys == "none" and subkey is not None:
+            raise InvalidRecord(f"{self.name} records take no subkeys")
+        if self.subkeys == "owned" and required_signer(None, subkey) is None:
+            raise InvalidRecord(f"{self.name} records need an owned subkey ([owner:<PeerID>])")
+        if self.value is not None:
+            try:
+                self.value.from_wire(unpack(data))
+            except WireFormatError as exc:
+                raise InvalidRecord(f"{self.name} value does not match its schema: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_key_bytes: int
+    max_value_bytes: int
+    max_expiration_ahead: float
+
+
+class RecordRules:
+    """Size, expiration, ownership and schema checks, in that order."""
+
+    def __init__(self, limits: Limits, schemas: Sequence[RecordSchema] = ()) -> None:
+        self.limits = limits
+        self.schemas: list[RecordSchema] = list(schemas)
+
+    def add_schema(self, schema: RecordSchema) -> None:
+        self.schemas.append(schema)
+
+    def check(self, key: Any, subkey: Any, value: StoredValue, now: float) -> None:
+        """Raise ``InvalidRecord`` unless a node may keep (or a reader may trust) this value."""
+        limits = self.limits
+        if len(pack(key)) > limits.max_key_bytes:
+            raise InvalidRecord(f"key longer than {limits.max_key_bytes} bytes")
+        check_subkey(subkey)
+        if subkey is not None and len(pack(subkey)) > limits.max_key_bytes:
+            raise InvalidRecord(f"subkey longer than {limits.max_key_bytes} bytes")
+        if len(value.data) > limits.max_value_bytes:
+            raise InvalidRecord(
+                f"value of {len(value.data)} bytes exceeds {limits.max_value_bytes}"
+            )
+        if value.expiration > now + limits.max_expiration_ahead:
+            raise InvalidRecord(
+                f"expiration {value.expiration - now:.0f} s ahead; at most "
+                f"{limits.max_expiration_ahead:.0f} s are allowed"
+            )
+        signer = required_signer(key, subkey)
+        if signer is not None:
+            if value.signature is None:
+                raise InvalidRecord(f"the record is owned by {signer} but carries no signature")
+            payload = signing_payload(key, subkey, value.data, value.expiration)
+            if not signer.verify(value.signature, payload):
+                raise InvalidRecord(f"the record's signature is not {signer}'s")
+        for schema in self.schemas:
+            if schema.matches(key):
+                schema.check(key, subkey, value.data)
