@@ -5,12 +5,19 @@
 - ``records``      StoredValue, ValueWithExpiration, owner markers and the signed payload.
 - ``storage``      RecordStore: expiry, newer-wins, dictionaries merged per subkey.
 - ``validation``   RecordRules (sizes, expirations, owner signatures) and RecordSchema.
-- ``messages``     the ping / find / store wire messages.
+- ``messages``     the ping / find / store wire messages and their size limits.
 - ``transport``    DHTTransport, and HostTransport over real connections.
 - ``memory``       MemoryNetwork: thousands of nodes in one process, for simulations and tests.
 - ``traversal``    iterative alpha-parallel lookups, batched across keys, with hop counts.
+- ``state``        NodeState: what a node's parts share; DHTStats.
+- ``contacts``     ContactBook: who enters and leaves the routing table.
 - ``maintenance``  Penalties: eviction of silent contacts, bans for nodes that answer garbage.
-- ``node``         DHTNode: store/get (and batched forms), serving, caching, republish, refresh.
+- ``lookups``      Lookups: seeding, requesting and validating for the traversal.
+- ``replication``  Replicator: copies on the nearest nodes, caching along the lookup path.
+- ``serving``      RequestServer: answering ping, find and store.
+- ``merging``      combining copies of a record by the storage rules.
+- ``batching``     Coalescer: concurrent calls served by one shared traversal.
+- ``node``         DHTNode: store/get and batched forms, bootstrap, republish, refresh.
 - ``config``       DHTConfig.
 
 Nothing here imports torch.

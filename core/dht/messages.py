@@ -15,6 +15,11 @@ from core.net.peer_id import PeerID
 from core.net.rpc import Method
 from core.util.wire import WireMessage
 
+MAX_KEYS_PER_REQUEST = 256
+"""Keys one find may ask about; more is refused (bounds the work one request can cause)."""
+MAX_ITEMS_PER_STORE = 256
+"""Records one store may carry; senders split larger batches."""
+
 
 @dataclass(frozen=True, slots=True)
 class NodeRef(WireMessage):

@@ -35,8 +35,8 @@ from core.net.peer_id import PeerID
 Answer = tuple[FoundRecord | None, list[Contact]]
 Query = Callable[[Contact, list[int]], Coroutine[Any, Any, list[Answer]]]
 """Ask one node about several targets; raises on any failure (the caller handles penalties)."""
-Accept = Callable[[int, FoundRecord], FoundRecord | None]
-"""Validate a record found for a target; None rejects it (and should penalise its sender)."""
+Accept = Callable[[int, FoundRecord, Contact], FoundRecord | None]
+"""Validate a record a contact returned for a target; None rejects it (the contact lied)."""
 
 
 class QueryFailed(Exception):
@@ -233,7 +233,7 @@ def _deliver(
         own = search.candidates[candidate.contact.peer_id]
         record = found
         if found is not None and accept is not None:
-            record = accept(search.target, found)
+            record = accept(search.target, found, candidate.contact)
             if record is None:  # a tampered record: trust nothing else from that answer either
                 search.on_failure(own)
                 continue

@@ -69,7 +69,7 @@ class Stream:
         """Send one msgpack-able value."""
         payload = pack(message)
         await self._acquire(len(payload))
-        self._conn._write_frame(Kind.MSG, self.call_id, payload)
+        self._conn.write_frame(Kind.MSG, self.call_id, payload)
         await self._conn.drain()
 
     async def send_data(self, data: Buffer) -> None:
@@ -79,7 +79,7 @@ class Stream:
         for offset in range(0, len(view), chunk):
             piece = view[offset : offset + chunk]
             await self._acquire(len(piece))
-            self._conn._write_data(self.call_id, piece)
+            self._conn.write_data(self.call_id, piece)
             await self._conn.drain()
 
     def end(self) -> None:
@@ -87,7 +87,7 @@ class Stream:
         if self._sent_end or self._error is not None:
             return
         self._sent_end = True
-        self._conn._write_frame(Kind.END, self.call_id)
+        self._conn.write_frame(Kind.END, self.call_id)
 
     async def _acquire(self, n: int) -> None:
         if self._sent_end:
@@ -186,7 +186,7 @@ class Stream:
     def _grant(self, n: int) -> None:
         self._unacked += n
         if self._unacked >= self._recv_window // 4 and self._error is None:
-            self._conn._send_if_open(Kind.CREDIT, self.call_id, pack(self._unacked))
+            self._conn.send_if_open(Kind.CREDIT, self.call_id, pack(self._unacked))
             self._unacked = 0
 
     def _raise_if_failed(self) -> None:

@@ -1,0 +1,118 @@
+"""Running lookups for a node: seeds from the routing table, requests, and checking what comes back."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from core.dht.contacts import ContactBook
+from core.dht.ids import id_to_bytes
+from core.dht.messages import FindRequest, FoundRecord, NodeRef
+from core.dht.records import InvalidRecord
+from core.dht.routing import Contact
+from core.dht.state import NodeState
+from core.dht.traversal import Answer, QueryFailed, Search, run_searches
+from core.net.address import PeerAddress
+from core.net.errors import AddressError, MalformedResponseError, NetError
+
+log = logging.getLogger(__name__)
+
+
+class Lookups:
+    def __init__(self, state: NodeState, contacts: ContactBook) -> None:
+        self._state = state
+        self._contacts = contacts
+
+    async def run(
+        self,
+        targets: list[int],
+        *,
+        want_values: bool,
+        stop_on_value: bool,
+        keys: dict[int, Any] | None = None,
+        locate: bool = False,
+    ) -> list[Search]:
+        """Search for every target at once; ``keys`` (id -> key) lets found records be validated."""
+        state, config = self._state, self._state.config
+        searches = [Search(t, config.k, config.alpha, stop_on_value, locate) for t in targets]
+        seeds: dict[Any, Contact] = {}
+        now = state.clock.monotonic()
+        for target in targets:
+            state.table.touch(target, now)
+            for contact in state.table.nearest(target, config.k):
+                seeds[contact.peer_id] = contact
+
+        async def query(contact: Contact, batch: list[int]) -> list[Answer]:
+            return await self._query(contact, batch, want_values)
+
+        def accept(target: int, record: FoundRecord, sender: Contact) -> FoundRecord | None:
+            assert keys is not None
+            checked = self._validated(keys[target], record)
+            if checked is None:
+                self._contacts.garbage(sender, "it returned a record that breaks the rules")
+            return checked
+
+        await run_searches(
+            searches, list(seeds.values()), query, accept if keys else None, config.lookup_timeout
+        )
+        return searches
+
+    async def _query(self, contact: Contact, targets: list[int], want_values: bool) -> list[Answer]:
+        state = self._state
+        request = FindRequest(
+            [id_to_bytes(t) for t in targets], want_values, state.config.client_mode
+        )
+        state.stats.sent["find"] += 1
+        try:
+            response = await state.transport.find(contact, request, state.config.rpc_timeout)
+        except MalformedResponseError as exc:
+            self._contacts.garbage(contact, str(exc))
+            raise QueryFailed from None
+        except NetError as exc:
+            self._contacts.failed(contact, exc)
+            raise QueryFailed from None
+        if len(response.results) != len(targets):
+            self._contacts.garbage(contact, "a find answer of the wrong length")
+            raise QueryFailed
+        self._contacts.alive(contact)
+        answers: list[Answer] = []
+        for result in response.results:
+            nearest = []
+            for ref in result.nearest[: state.config.k]:
+                peer_contact = self._contact_from_ref(ref)
+                if peer_contact is not None:
+                    nearest.append(peer_contact)
+            answers.append((result.record if want_values else None, nearest))
+        return answers
+
+    def _contact_from_ref(self, ref: NodeRef) -> Contact | None:
+        if ref.peer == self._state.identity.peer_id or self._contacts.penalties.is_banned(ref.peer):
+            return None
+        known = self._state.table.get(ref.peer)
+        if known is not None:
+            return known
+        addresses = []
+        for text in ref.addresses[:8]:
+            try:
+                address = PeerAddress.parse(text)
+            except AddressError:
+                continue
+            if address.peer_id == ref.peer:
+                addresses.append(address)
+        return self._contacts.make(ref.peer, tuple(addresses)) if addresses else None
+
+    def _validated(self, key: Any, found: FoundRecord) -> FoundRecord | None:
+        """``found`` if every value in it passes the rules for ``key``; None (a liar) otherwise."""
+        state = self._state
+        now = state.clock.time()
+        try:
+            if found.plain is not None and found.plain.expiration > now:
+                state.rules.check(key, None, found.plain.stored(), now)
+            for entry in found.subkeys:
+                if entry.value.expiration > now:
+                    state.rules.check(key, entry.subkey, entry.value.stored(), now)
+        except InvalidRecord as exc:
+            state.stats.refused_records += 1
+            log.info("a node returned an invalid record for %r: %s", key, exc)
+            return None
+        return found
