@@ -36,3 +36,33 @@ def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
         assert result[key] > 0
     assert result["stream_integrity_ok"] is True
     assert result["tls"][1] == "TLSv1.3"
+
+
+def test_dht_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
+    out = tmp_path / "dht.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "dht.py"),
+            "--nodes",
+            "4",
+            "--ops",
+            "5",
+            "--settle",
+            "0.2",
+            "--no-hivemind",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    result = json.loads(out.read_text())
+    assert result["node_start_ms"]["n"] == 4
+    for row in ("store", "get", "get_latest"):
+        assert result["sequential"][row]["ok"] == 5
+        assert result["sequential"][row]["mean_ms"] > 0
+    for row in ("store", "get"):
+        assert result["concurrent"][row]["ok"] == 5
+        assert result["concurrent"][row]["wall_s"] > 0

@@ -1,0 +1,50 @@
+"""Swarms of DHT nodes on real loopback connections, in one process."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from core.dht import DHTConfig, DHTNode, HostTransport
+from core.net import Host, NetConfig
+from tests.conftest import MakeHost
+
+FAST_DHT = DHTConfig(rpc_timeout=2.0, lookup_timeout=10.0)
+QUIET_NET = NetConfig(dial_timeout=2.0, handshake_timeout=2.0, call_timeout=10.0, close_grace=0.2)
+
+MakeSwarm = Callable[..., Awaitable[list[DHTNode]]]
+
+
+@pytest.fixture
+async def make_swarm(make_host: MakeHost) -> AsyncIterator[MakeSwarm]:
+    """``await make_swarm(n)``: n DHT nodes, each bootstrapped from up to three earlier ones."""
+    nodes: list[DHTNode] = []
+
+    async def make(
+        count: int,
+        config: DHTConfig = FAST_DHT,
+        *,
+        seed: int = 0,
+        join: list[DHTNode] | None = None,
+    ) -> list[DHTNode]:
+        rng = random.Random(seed)
+        made: list[DHTNode] = []
+        for _ in range(count):
+            host: Host = await make_host(QUIET_NET)
+            node = DHTNode(HostTransport(host), config)
+            pool = (join or []) + made
+            initial = [
+                str(n.state.transport.addresses()[0]) for n in rng.sample(pool, min(3, len(pool)))
+            ]
+            await node.start(initial)
+            made.append(node)
+            nodes.append(node)
+        for node in made:
+            await node.wait_bootstrapped()
+        return made
+
+    yield make
+    for node in nodes:
+        await node.close()

@@ -1,0 +1,104 @@
+"""Local record storage under a fake clock."""
+
+from __future__ import annotations
+
+from core.dht.records import StoredValue
+from core.dht.storage import RecordStore
+from core.util.clock import FakeClock
+
+
+def value(data: bytes, expires_in: float, clock: FakeClock) -> StoredValue:
+    return StoredValue(data, clock.time() + expires_in)
+
+
+def test_values_expire() -> None:
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    assert store.store(1, "k", None, value(b"v", 10, clock))
+    clock.advance(9.9)
+    assert store.get(1) is not None
+    clock.advance(0.2)
+    assert store.get(1) is None
+    assert len(store) == 0
+
+
+def test_newer_wins_and_older_is_refused() -> None:
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    assert store.store(1, "k", None, value(b"old", 10, clock))
+    assert store.store(1, "k", None, value(b"new", 20, clock))
+    assert not store.store(1, "k", None, value(b"older", 15, clock))
+    record = store.get(1)
+    assert record is not None
+    assert record.plain is not None
+    assert record.plain.data == b"new"
+
+
+def test_an_identical_copy_is_accepted_without_change() -> None:
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    copy = value(b"v", 10, clock)
+    assert store.store(1, "k", None, copy)
+    assert store.store(1, "k", None, copy)  # republishing is harmless
+    assert not store.store(1, "k", None, StoredValue(b"other", copy.expiration))
+
+
+def test_a_refused_store_does_not_shorten_the_kept_value() -> None:
+    """hivemind 1.1.12 evicts the kept value when a refused, earlier-expiring store's time passes."""
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    assert store.store(1, "k", None, value(b"new", 100, clock))
+    assert not store.store(1, "k", None, value(b"old", 1, clock))
+    clock.advance(1.5)
+    record = store.get(1)
+    assert record is not None
+    assert record.plain is not None
+    assert record.plain.data == b"new"
+
+
+def test_subkeys_merge_and_expire_one_by_one() -> None:
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    assert store.store(1, "k", "a", value(b"a1", 10, clock))
+    assert store.store(1, "k", "b", value(b"b1", 20, clock))
+    assert not store.store(1, "k", "a", value(b"a0", 5, clock))
+    assert store.store(1, "k", "a", value(b"a2", 15, clock))
+    record = store.get(1)
+    assert record is not None
+    assert {s: v.data for s, v in record.subkeys.items()} == {"a": b"a2", "b": b"b1"}
+    assert record.expiration == clock.time() + 20
+    clock.advance(16)
+    record = store.get(1)
+    assert record is not None
+    assert set(record.subkeys) == {"b"}
+
+
+def test_plain_and_dictionary_values_replace_each_other_only_when_newer() -> None:
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    assert store.store(1, "k", None, value(b"plain", 10, clock))
+    assert not store.store(1, "k", "s", value(b"sub", 5, clock))
+    assert store.store(1, "k", "s", value(b"sub", 15, clock))
+    record = store.get(1)
+    assert record is not None
+    assert record.plain is None
+    assert set(record.subkeys) == {"s"}
+    assert not store.store(1, "k", None, value(b"plain2", 12, clock))  # dictionary lives to 15
+    assert store.store(1, "k", None, value(b"plain3", 30, clock))
+    record = store.get(1)
+    assert record is not None
+    assert record.plain is not None
+    assert not record.subkeys
+
+
+def test_expired_values_are_refused_and_full_stores_evict_the_soonest() -> None:
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=2)
+    assert not store.store(1, "k", None, value(b"late", -1, clock))
+    assert store.store(1, "a", None, value(b"a", 10, clock))
+    assert store.store(2, "b", None, value(b"b", 20, clock))
+    assert store.store(3, "c", None, value(b"c", 30, clock))  # evicts "a", the soonest to expire
+    assert store.get(1) is None
+    assert store.get(2) is not None
+    assert store.get(3) is not None
+    assert not store.store(4, "d", None, value(b"d", 5, clock))  # expires before everything held
