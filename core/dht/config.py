@@ -17,6 +17,9 @@ class DHTConfig:
     """Requests a lookup keeps in flight per key."""
     replicas: int = 20
     """Nodes that keep a copy of each record (the k nearest), so losing many nodes loses no record."""
+    store_quorum: int = 3
+    """``store`` returns once this many nodes (at most ``replicas``) hold the record; the other copies
+    are placed in the background (so the caller does not wait for the slowest of twenty connections)."""
     depth_modulo: int = 5
     """Buckets far from us may split at depths that are not multiples of this (shorter lookups)."""
     rpc_timeout: float = 3.0
@@ -41,6 +44,8 @@ class DHTConfig:
     def __post_init__(self) -> None:
         if self.k < 1 or self.alpha < 1 or self.replicas < 1:
             raise ConfigError("k, alpha and replicas must be at least 1")
+        if self.store_quorum < 1:
+            raise ConfigError("store_quorum must be at least 1")
         if self.depth_modulo < 1:
             raise ConfigError("depth_modulo must be at least 1")
         for name in ("rpc_timeout", "lookup_timeout", "max_expiration_ahead", "refresh_interval"):

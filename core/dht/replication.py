@@ -32,52 +32,100 @@ class Replicator:
         self._lookups = lookups
 
     async def replicate(self, prepared: list[Prepared]) -> list[bool]:
-        """Send each record to the nodes nearest its key (and keep it, if we are one of them)."""
+        """Send each record to the nodes nearest its key (and keep it, if we are one of them).
+
+        Returns once every record is held by ``store_quorum`` nodes, or once all attempts are over;
+        the remaining copies keep going out in the background.
+        """
         state = self._state
         targets = list(dict.fromkeys(kid for kid, *_ in prepared))
         lookups = await self._lookups.run(
             targets, want_values=False, stop_on_value=False, locate=True
         )
         searches = {search.target: search for search in lookups}
-        accepted = [False] * len(prepared)
         # per key: the nodes still to try, nearest first, and how many copies are still wanted
         queue = {kid: [c.contact for c in searches[kid].nearest_known()] for kid in targets}
         wanted = dict.fromkeys(targets, state.config.replicas)
-        self._keep_locally(prepared, queue, wanted, accepted)
-        tried: set[tuple[int, PeerID]] = set()
-        for _ in range(3):  # the nodes that fail are replaced by the next ones, at most twice
-            plan = _plan(prepared, queue, wanted, tried)
-            if not plan:
-                break
-            sends = [self.send(contact, indices, prepared) for contact, indices in plan.values()]
-            outcomes = await asyncio.gather(*sends)
-            failed: set[PeerID] = set()
-            for (contact, indices), answers in zip(plan.values(), outcomes, strict=True):
-                if answers is None:
-                    failed.add(contact.peer_id)
-                    continue
-                for index, ok in zip(indices, answers, strict=True):
-                    accepted[index] = accepted[index] or ok
-                    tried.add((prepared[index][0], contact.peer_id))
-            if not failed:
-                break
-            for kid in targets:
-                queue[kid] = [c for c in queue[kid] if c.peer_id not in failed]
-        return accepted
+        progress = _Progress(len(prepared), min(state.config.store_quorum, state.config.replicas))
+        self._keep_locally(prepared, queue, wanted, progress)
+        if progress.decided.done():
+            return progress.accepted
+        placing = state.tasks.spawn("replicate", self._place(prepared, queue, wanted, progress))
+        try:
+            await asyncio.shield(progress.decided)
+        except asyncio.CancelledError:
+            if not placing.done():
+                placing.cancel()
+            raise
+        return list(progress.accepted)
+
+    async def _place(
+        self,
+        prepared: list[Prepared],
+        queue: dict[int, list[Contact]],
+        wanted: dict[int, int],
+        progress: _Progress,
+    ) -> None:
+        try:
+            tried: set[tuple[int, PeerID]] = set()
+            for _ in range(3):  # the nodes that fail are replaced by the next ones, at most twice
+                plan = _plan(prepared, queue, wanted, tried)
+                if not plan:
+                    return
+                failed: set[PeerID] = set()
+                await asyncio.gather(
+                    *(
+                        self._send_and_count(
+                            contact,
+                            indices,
+                            prepared,
+                            progress=progress,
+                            tried=tried,
+                            failed=failed,
+                        )
+                        for contact, indices in plan.values()
+                    )
+                )
+                if not failed:
+                    return
+                for kid, contacts in list(queue.items()):
+                    queue[kid] = [c for c in contacts if c.peer_id not in failed]
+        finally:
+            progress.finish()
+
+    async def _send_and_count(
+        self,
+        contact: Contact,
+        indices: list[int],
+        prepared: list[Prepared],
+        *,
+        progress: _Progress,
+        tried: set[tuple[int, PeerID]],
+        failed: set[PeerID],
+    ) -> None:
+        answers = await self.send(contact, indices, prepared)
+        if answers is None:
+            failed.add(contact.peer_id)
+            return
+        for index, ok in zip(indices, answers, strict=True):
+            tried.add((prepared[index][0], contact.peer_id))
+            if ok:
+                progress.held(index)
 
     def _keep_locally(
         self,
         prepared: list[Prepared],
         queue: dict[int, list[Contact]],
         wanted: dict[int, int],
-        accepted: list[bool],
+        progress: _Progress,
     ) -> None:
         state = self._state
         if state.config.client_mode:
             return
         for index, (kid, key, subkey, value) in enumerate(prepared):
             if self._belongs_here(kid, queue[kid]):
-                accepted[index] = state.storage.store(kid, key, subkey, value) or accepted[index]
+                if state.storage.store(kid, key, subkey, value):
+                    progress.held(index)
                 wanted[kid] = state.config.replicas - 1
 
     def _belongs_here(self, kid: int, nearest: list[Contact]) -> bool:
@@ -142,6 +190,29 @@ class Replicator:
                 f"cache-{nearest.contact.peer_id.short()}",
                 self.send(nearest.contact, list(range(len(values))), values, in_cache=True),
             )
+
+
+class _Progress:
+    """How many nodes hold each record of a batch, and whether the caller may stop waiting."""
+
+    def __init__(self, count: int, quorum: int) -> None:
+        self.accepted = [False] * count
+        self._copies = [0] * count
+        self._short = count  # records still below the quorum
+        self._quorum = quorum
+        self.decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def held(self, index: int) -> None:
+        self.accepted[index] = True
+        self._copies[index] += 1
+        if self._copies[index] == self._quorum:
+            self._short -= 1
+            if self._short == 0:
+                self.finish()
+
+    def finish(self) -> None:
+        if not self.decided.done():
+            self.decided.set_result(None)
 
 
 def _plan(

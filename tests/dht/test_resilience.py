@@ -59,6 +59,7 @@ async def test_owners_republish_after_the_holders_leave(make_swarm: MakeSwarm) -
     owner = nodes[0]
     assert await owner.store("kept-alive", "v", soon())
     kid = key_id("kept-alive")
+    await wait_until(lambda: sum(n.storage.get(kid) is not None for n in nodes) == 2)
     holders = [n for n in nodes if n is not owner and n.storage.get(kid) is not None]
     assert holders
     for node in holders:
@@ -75,17 +76,29 @@ async def test_idle_buckets_are_refreshed(make_swarm: MakeSwarm) -> None:
     await wait_until(lambda: nodes[2].state.stats.sent["find"] > before + 2, timeout=5)
 
 
+class Slow(RequestServer):
+    """Answers finds after a pause, so that other nodes' answers arrive first."""
+
+    async def on_find(self, caller: Caller, request: FindRequest) -> FindResponse:
+        await asyncio.sleep(0.3)
+        return await super().on_find(caller, request)
+
+
 async def test_values_found_are_cached_along_the_path(make_swarm: MakeSwarm) -> None:
     nodes = await make_swarm(20, replace(FAST_DHT, replicas=2))
     kid = key_id("popular")
     assert await nodes[0].store("popular", "v", soon())
-    holders = {n.peer_id for n in nodes if n.storage.get(kid) is not None}
-    reader = next(n for n in nodes if n.peer_id not in holders and n is not nodes[0])
+    # store() returns at the quorum; wait until both copies are placed
+    await wait_until(lambda: sum(n.storage.get(kid) is not None for n in nodes) == 2)
+    holders = [n for n in nodes if n.storage.get(kid) is not None]
+    for holder in holders:  # nodes without the value answer first, so the lookup passes them
+        holder.state.transport.unserve()
+        holder.state.transport.serve(Slow(holder.state, holder.contacts))
+    reader = next(n for n in nodes if n not in holders and n is not nodes[0])
     assert (await reader.get("popular")) is not None
     assert reader.state.cache.get(kid) is not None
-    await wait_until(
-        lambda: any(n.state.cache.get(kid) is not None for n in nodes if n is not reader), timeout=3
-    )
+    others = [n for n in nodes if n is not reader and n not in holders]
+    await wait_until(lambda: any(n.state.cache.get(kid) is not None for n in others), timeout=3)
 
 
 class Tamperer(RequestServer):
