@@ -82,8 +82,7 @@ class IncomingCalls:
             return
         stream = None
         if streaming:
-            assert conn.remote_hello is not None
-            stream = Stream(conn, call_id, send_window=conn.remote_hello.window)
+            stream = Stream(conn, call_id, send_window=conn.peer_window)
         incoming = _Incoming(method, stream)
         self._calls[call_id] = incoming
         conn.calls_changed()

@@ -111,8 +111,7 @@ class OutgoingCalls:
 
     def open_stream(self, method: str, request: Any, timeout: float) -> CallStream:
         call_id = self._open(method, request, timeout, streaming=True)
-        assert self._conn.remote_hello is not None
-        stream = CallStream(self._conn, call_id, send_window=self._conn.remote_hello.window)
+        stream = CallStream(self._conn, call_id, send_window=self._conn.peer_window)
         self._register(call_id, method, timeout, stream)
         return stream
 
@@ -163,6 +162,12 @@ class OutgoingCalls:
         if outgoing.stream is not None:
             outgoing.stream.fail(error or StreamClosedError("the call has finished"))
         self._conn.calls_changed()
+
+    def peer_window_known(self, window: int) -> None:
+        """The peer's hello arrived: streams opened before it may use its whole window."""
+        for outgoing in self._calls.values():
+            if outgoing.stream is not None:
+                outgoing.stream.widen(window)
 
     def fail_all(self, error: RpcError) -> None:
         for call_id in list(self._calls):

@@ -53,6 +53,7 @@ class Connection(asyncio.BufferedProtocol):
         initiator: bool,
         remote_address: tuple[str, int] | None,
         hello: Callable[[Connection], Hello],
+        on_hello: Callable[[Connection], None],
         on_closed: Callable[[Connection], None],
     ) -> None:
         self.config = config
@@ -61,7 +62,9 @@ class Connection(asyncio.BufferedProtocol):
         self.peer: PeerID | None = None
         self.remote_hello: Hello | None = None
         self._make_hello = hello
+        self._on_hello_received = on_hello
         self._on_closed = on_closed
+        self._hello_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(
             config.max_frame_bytes, self._on_frame, allocate=self._allocate
@@ -104,9 +107,14 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def is_usable(self) -> bool:
-        """True while new calls may be opened on this connection."""
+        """True while new calls may be opened on this connection.
+
+        The dialing side may call before the peer's hello arrives: the peer reads our hello first,
+        so requests can follow it at once, saving a round trip on every new connection.
+        """
+        greeted = self.remote_hello is not None or (self.initiator and self._transport is not None)
         return (
-            self.remote_hello is not None
+            greeted
             and not self.closing
             and not self._lost
             and not self.remote_going_away
@@ -139,6 +147,13 @@ class Connection(asyncio.BufferedProtocol):
             self._no_calls.clear()
         else:
             self._no_calls.set()
+
+    @property
+    def peer_window(self) -> int:
+        """Stream bytes the peer accepts before granting more: one chunk until its hello tells."""
+        if self.remote_hello is not None:
+            return self.remote_hello.window
+        return self.config.stream_chunk_bytes
 
     def describe(self) -> str:
         peer = str(self.peer) if self.peer else "an unauthenticated peer"
@@ -223,6 +238,9 @@ class Connection(asyncio.BufferedProtocol):
         for ping in self._pings.values():
             if not ping.done():
                 ping.set_exception(error)
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+            self._hello_timer = None
         if not self._hello_future.done():
             self._hello_future.set_exception(HandshakeError(f"handshake failed: {reason}"))
             self._hello_future.exception()  # retrieved here; wait_ready re-raises it if anyone waits
@@ -241,6 +259,10 @@ class Connection(asyncio.BufferedProtocol):
         chunk = self.config.stream_chunk_bytes
         transport.set_write_buffer_limits(high=4 * chunk, low=chunk)
         self.write_frame(Kind.HELLO, 0, pack(self._make_hello(self).to_wire()))
+        if self.initiator:  # the accepting side waits for our hello in wait_ready(); we use a timer
+            self._hello_timer = self._loop.call_later(
+                self.config.handshake_timeout, self._hello_overdue
+            )
         early, self._early = self._early, []
         for frame in early:
             if self._lost:
@@ -249,6 +271,11 @@ class Connection(asyncio.BufferedProtocol):
                 self._dispatch(frame)
             except (ProtocolViolation, WireFormatError) as exc:
                 self.abort(f"protocol violation: {exc}", level=logging.WARNING)
+
+    def _hello_overdue(self) -> None:
+        self._hello_timer = None
+        if self.remote_hello is None and not self._lost:
+            self.abort(f"no hello within {self.config.handshake_timeout:g} s")
 
     async def wait_ready(self) -> Hello:
         """Wait for the peer's hello; closes the connection if it does not come in time."""
@@ -318,6 +345,11 @@ class Connection(asyncio.BufferedProtocol):
             raise ProtocolViolation(f"stream window {hello.window} is smaller than one chunk")
         self.remote_hello = hello
         self._hello_future.set_result(hello)
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+            self._hello_timer = None
+        self.outgoing.peer_window_known(hello.window)
+        self._on_hello_received(self)
 
     def _stream_for(self, call_id: int) -> Stream | None:
         if self.is_ours(call_id):

@@ -292,10 +292,10 @@ class Host:
                     "the address is stale or belongs to someone else"
                 )
             conn.attach(tls, peer)
-            await conn.wait_ready()
         except BaseException as exc:
             conn.abort(f"dial failed: {exc}", level=logging.DEBUG, transport=tls)
             raise
+        # no waiting for the peer's hello: our first request follows our hello at once
         self._register(conn)
         return conn
 
@@ -360,6 +360,7 @@ class Host:
             initiator=initiator,
             remote_address=(str(peername[0]), int(peername[1])) if peername else None,
             hello=self._hello_for,
+            on_hello=self._learn_addresses,
             on_closed=self._on_closed,
         )
 
@@ -375,13 +376,18 @@ class Host:
 
     def _register(self, conn: Connection) -> None:
         assert conn.peer is not None
-        assert conn.remote_hello is not None
         if conn.is_closed:
             return
         if self._closed:
             conn.abort("the host is closing", level=logging.DEBUG)
             return
         self._connections.setdefault(conn.peer, []).append(conn)
+        log.debug("connected to %r", conn)
+
+    def _learn_addresses(self, conn: Connection) -> None:
+        """The peer's hello says where it listens: remember it for dialing it by PeerID later."""
+        assert conn.peer is not None
+        assert conn.remote_hello is not None
         learned = []
         for text in conn.remote_hello.listen:
             try:
@@ -392,7 +398,6 @@ class Host:
                 learned.append(address)
         if learned:
             self.add_addresses(conn.peer, learned)
-        log.debug("connected to %r", conn)
 
     def _on_closed(self, conn: Connection) -> None:
         if conn.peer is None:

@@ -247,6 +247,15 @@ class Stream:
         self._inbox.append((kind, payload))
         self._wake()
 
+    def widen(self, window: int) -> None:
+        """The peer's real window became known (it was assumed to be one chunk until then)."""
+        extra = window - self._send_window
+        if extra > 0:
+            self._send_window = window
+            self._send_credit += extra
+            if self._credit_waiter is not None and not self._credit_waiter.done():
+                self._credit_waiter.set_result(None)
+
     def fail(self, error: BaseException) -> None:
         """The call is over (finished, cancelled or the connection died): wake everyone."""
         if self._error is None:

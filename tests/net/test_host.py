@@ -144,3 +144,70 @@ async def test_a_closed_host_refuses_new_work(make_host: MakeHost) -> None:
     await host.close()  # idempotent
     with pytest.raises(DialError, match="closed"):
         await host.connect(other.addresses[0])
+
+
+async def test_first_request_does_not_wait_for_the_peers_hello(make_host: MakeHost) -> None:
+    """A server that says hello only after the first request: a client waiting for it would hang."""
+    from core.net.certificate import issue_credentials
+    from core.net.frames import Frame, FrameDecoder, Kind, encode_frame
+    from core.net.tls import server_context
+    from core.util.msgpack_codec import pack, unpack
+    from tests.support.rawpeer import hello_frame
+
+    identity = Identity.generate()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def late_hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        frames: list[Frame] = []
+        decoder = FrameDecoder(1 << 20, frames.append)
+        while not any(f.kind is Kind.OPEN for f in frames):
+            data = await reader.read(65536)
+            if not data:
+                return  # the client gave up
+            decoder.feed(data)
+        opened = next(f for f in frames if f.kind is Kind.OPEN)
+        method, _, _, request = unpack(opened.payload)
+        writer.write(
+            hello_frame() + encode_frame(Kind.RESULT, opened.call_id, pack([method, request]))
+        )
+        await writer.drain()
+
+    server = await asyncio.start_server(
+        late_hello, "127.0.0.1", 0, ssl=server_context(issue_credentials(identity))
+    )
+    try:
+        client = await make_host()
+        target = PeerAddress.tcp("127.0.0.1", server.sockets[0].getsockname()[1], identity.peer_id)
+        assert await client.call_raw(target, "echo", 7, timeout=5) == ["echo", 7]
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_server_that_never_says_hello_is_dropped(make_host: MakeHost) -> None:
+    from core.net.certificate import issue_credentials
+    from core.net.tls import server_context
+
+    identity = Identity.generate()
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # completes TLS, then says nothing
+
+    mute_server = await asyncio.start_server(
+        mute, "127.0.0.1", 0, ssl=server_context(issue_credentials(identity))
+    )
+    try:
+        port = mute_server.sockets[0].getsockname()[1]
+        client = await make_host(NetConfig(handshake_timeout=0.5, close_grace=0.2))
+        target = PeerAddress.tcp("127.0.0.1", port, identity.peer_id)
+        with pytest.raises(ConnectionClosedError, match=r"no hello within 0\.5 s"):
+            await client.call_raw(target, "anything", None, timeout=5)
+    finally:
+        for writer in accepted:
+            writer.close()
+        mute_server.close()
+        await mute_server.wait_closed()
