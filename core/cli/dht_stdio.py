@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 from core.dht import DHTNode, ValueWithExpiration
 from core.util.errors import BarnraiseError, ConfigError
 from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
 
 
 def _plain(value: ValueWithExpiration | None) -> Any:
@@ -70,6 +73,17 @@ async def serve_stdio(node: DHTNode, stop: asyncio.Event) -> None:
             answer({"id": reply_id, "ok": True, "result": await _execute(node, command)})
         except (BarnraiseError, KeyError, TypeError, ValueError) as exc:
             answer({"id": reply_id, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        except (
+            Exception
+        ) as exc:  # a bug: still answer, or the script on the other end waits forever
+            log.exception("command %r failed", command.get("op"))
+            answer(
+                {
+                    "id": reply_id,
+                    "ok": False,
+                    "error": f"internal error: {type(exc).__name__}: {exc}",
+                }
+            )
 
     reading = asyncio.ensure_future(reader.readline())
     stopping = asyncio.ensure_future(stop.wait())
