@@ -13,7 +13,7 @@ from core.dht.routing import Contact
 from core.dht.state import NodeState
 from core.dht.traversal import Answer, QueryFailed, Search, run_searches
 from core.net.address import PeerAddress
-from core.net.errors import AddressError, MalformedResponseError, NetError
+from core.net.errors import MalformedResponseError, NetError
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +91,7 @@ class Lookups:
         known = self._state.table.get(ref.peer)
         if known is not None:
             return known
-        addresses = []
-        for text in ref.addresses[:8]:
-            try:
-                address = PeerAddress.parse(text)
-            except AddressError:
-                continue
-            if address.peer_id == ref.peer:
-                addresses.append(address)
+        addresses = PeerAddress.of_peer(ref.peer, ref.addresses[:8])
         return self._contacts.make(ref.peer, tuple(addresses)) if addresses else None
 
     def _validated(self, key: Any, found: FoundRecord) -> FoundRecord | None:

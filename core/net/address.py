@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from core.net.errors import AddressError, PeerIdError
@@ -58,6 +59,19 @@ class PeerAddress:
             return cls.tcp(str(address[0]), int(address[1]))
         except AddressError:
             return None
+
+    @classmethod
+    def of_peer(cls, peer: PeerID, texts: Iterable[str]) -> list[PeerAddress]:
+        """The addresses among ``texts`` that parse and name ``peer`` (others are skipped)."""
+        found = []
+        for text in texts:
+            try:
+                address = cls.parse(text)
+            except AddressError:
+                continue
+            if address.peer_id == peer:
+                found.append(address)
+        return found
 
     @property
     def is_relayed(self) -> bool:

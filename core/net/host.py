@@ -388,14 +388,7 @@ class Host:
         """The peer's hello says where it listens: remember it for dialing it by PeerID later."""
         assert conn.peer is not None
         assert conn.remote_hello is not None
-        learned = []
-        for text in conn.remote_hello.listen:
-            try:
-                address = PeerAddress.parse(text)
-            except AddressError:
-                continue
-            if address.peer_id == conn.peer:
-                learned.append(address)
+        learned = PeerAddress.of_peer(conn.peer, conn.remote_hello.listen)
         if learned:
             self.add_addresses(conn.peer, learned)
 

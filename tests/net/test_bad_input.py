@@ -105,15 +105,20 @@ async def test_forged_identity_is_refused(
     await still_serving(server, bystander)
 
 
-async def test_silent_tcp_peer_is_dropped_after_the_handshake_timeout(
-    make_host: MakeHost, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    "sends", [b"", b"GET / HTTP/1.1\r\nHost: example\r\n\r\n"], ids=["silent", "plaintext"]
+)
+async def test_peers_that_never_complete_tls_are_dropped(
+    make_host: MakeHost, caplog: pytest.LogCaptureFixture, sends: bytes
 ) -> None:
+    """A peer that connects and sends nothing (dropped at the handshake timeout) or plain text."""
     server, bystander = await server_and_bystander(make_host)
     address = server.addresses[0]
     assert address.host is not None
     assert address.port is not None
     with caplog.at_level(logging.WARNING, logger="core.net"):
         reader, writer = await asyncio.open_connection(address.host, address.port)
+        writer.write(sends)
         assert await read_until_closed(reader, timeout=3.0) == b""
     assert "TLS handshake failed" in caplog.text
     await close_writer(writer)
@@ -128,22 +133,6 @@ async def test_peer_silent_after_tls_is_dropped(
         reader, writer = await connect_tls(server)
         await read_until_closed(reader, timeout=3.0)  # the server's hello, then nothing, then close
     assert "no hello within 0.5 s" in caplog.text
-    await close_writer(writer)
-    await still_serving(server, bystander)
-
-
-async def test_plaintext_and_tls_garbage_are_dropped(
-    make_host: MakeHost, caplog: pytest.LogCaptureFixture
-) -> None:
-    server, bystander = await server_and_bystander(make_host)
-    address = server.addresses[0]
-    assert address.host is not None
-    assert address.port is not None
-    with caplog.at_level(logging.WARNING, logger="core.net"):
-        reader, writer = await asyncio.open_connection(address.host, address.port)
-        writer.write(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
-        await read_until_closed(reader, timeout=3.0)
-    assert "TLS handshake failed" in caplog.text
     await close_writer(writer)
     await still_serving(server, bystander)
 
