@@ -1,0 +1,30 @@
+"""Decentralized averaging (DeDLOC's communication layer).
+
+- ``averager``        Averager and PendingRound: the API (average, or prepare then run).
+- ``matchmaking``     forming groups through the DHT (leaders, followers, redirects, adaptive waiting).
+- ``allreduce``       one member's side of a load-balanced butterfly all-reduce.
+- ``reducer``         PartReducer: averaging one part chunk by chunk, excluding senders that fail.
+- ``load_balancing``  the DeDLOC linear program and whole-element part sizes.
+- ``codecs``          none, float16, uniform 8-bit and blockwise 8-bit chunk encodings.
+- ``tensors``         TensorSet (in-place float32 views) and the chunk layout.
+- ``moshpit``         group rounds over a grid of keys, and choosing the group size.
+- ``state``           sharing and downloading the full state from several donors.
+- ``registry``        rounds in progress by group id.
+- ``result``          AveragingResult: what a round really averaged.
+- ``messages``        wire messages; ``config``: AveragerConfig.
+"""
+
+from core.averaging.averager import Averager, PendingRound
+from core.averaging.codecs import Codec
+from core.averaging.config import AveragerConfig
+from core.averaging.matchmaking import MatchmakingError
+from core.averaging.result import AveragingResult
+
+__all__ = [
+    "Averager",
+    "AveragerConfig",
+    "AveragingResult",
+    "Codec",
+    "MatchmakingError",
+    "PendingRound",
+]

@@ -1,0 +1,276 @@
+"""One member's side of a butterfly all-reduce (reduce-scatter, then all-gather), chunk by chunk.
+
+The concatenated vector is cut into one part per member, sized by the load-balancing program; member j
+reduces part j. Every member with data opens one stream to each other reducer (the sender always dials,
+so members behind NAT take part) and sends that reducer its chunks of the part; on the same stream the
+reducer returns each averaged chunk as soon as it is ready, so reducing one chunk overlaps receiving the
+next. Members that reduce nothing (client mode) or have no data (auxiliary) follow the same rules with
+a zero share or a zero weight.
+
+Nothing is copied on the way: chunks are views of the caller's tensors, and uncompressed results are
+received straight into them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from core.averaging.codecs import Codec, decode, encode, encoded_size
+from core.averaging.config import AveragerConfig
+from core.averaging.load_balancing import equal_plan, solve, split
+from core.averaging.messages import REDUCE, GroupSpec, ReduceRequest, ReduceSummary
+from core.averaging.reducer import PartReducer
+from core.averaging.result import AveragingResult
+from core.averaging.tensors import Span, TensorSet, layout, schema_hash
+from core.net.errors import InvalidRequestError, NetError, PermissionDeniedError
+from core.net.stream import Stream
+from core.util.tasks import BackgroundTasks
+
+if TYPE_CHECKING:
+    from core.net.host import Host
+    from core.net.rpc import CallContext
+
+log = logging.getLogger(__name__)
+
+
+def chunk_elements(config: AveragerConfig) -> int:
+    return max(1024, config.chunk_bytes // 4)
+
+
+class AllReduce:
+    """A round, from this member's point of view."""
+
+    def __init__(
+        self,
+        host: Host,
+        group: GroupSpec,
+        index: int,
+        tensors: TensorSet,
+        *,
+        weight: float,
+        config: AveragerConfig,
+    ) -> None:
+        self.host = host
+        self.group = group
+        self.index = index
+        self.tensors = tensors
+        self.me = group.members[index]
+        self.weight = 0.0 if self.me.auxiliary else float(weight)
+        self.config = config
+        self.codec = config.codec
+        self.chunk = chunk_elements(config)
+        members = group.members
+        capacities = [m.capacity() for m in members]
+        wire_bytes = (
+            encoded_size(self.codec.resolve(tensors.total), tensors.total) if tensors.total else 0
+        )
+        known = any(c.upload or c.download for c in capacities)
+        self.plan = solve(capacities, wire_bytes) if known else equal_plan(capacities)
+        self.parts = split(tensors.total, self.plan.shares)
+        self.spans = layout(tensors.sizes, self.parts, self.chunk, self.codec)
+        self.schema = schema_hash(tensors.sizes, self.codec, self.chunk)
+        self.receivers = [i for i, m in enumerate(members) if not m.auxiliary]
+        self.reducer: PartReducer | None = None
+        if self.parts[index] > 0:
+            self.reducer = PartReducer(
+                self.spans[index], set(self.receivers), len(self.receivers), config.sender_timeout
+            )
+        self.result = AveragingResult(
+            group.group_id, [m.peer for m in members], index, tensors.total
+        )
+        self._tasks = BackgroundTasks(f"allreduce-{group.group_id.hex()[:8]}")
+        self._averaged: list[tuple[int, int]] = []
+
+    # ---- running ---------------------------------------------------------------------------------
+
+    async def run(self) -> AveragingResult:
+        started = time.monotonic()
+        work = []
+        for part, spans in enumerate(self.spans):
+            if not spans:
+                continue
+            if part == self.index:
+                work.append(self._local_part())
+            elif not self.me.auxiliary:
+                work.append(self._remote_part(part))
+        try:
+            async with asyncio.timeout(self.config.allreduce_timeout):
+                await asyncio.gather(*work)
+                if self.reducer is not None:
+                    await self._reducer_served()
+        except TimeoutError:
+            self.result.errors.append(
+                f"the all-reduce did not finish within {self.config.allreduce_timeout:g} s"
+            )
+        finally:
+            if self.reducer is not None:
+                self.reducer.fail("the round is over")
+                for sender, reason in self.reducer.excluded.items():
+                    self.result.excluded.setdefault(self.group.members[sender].peer, reason)
+            await self._tasks.close()
+        if not self.me.auxiliary:
+            self._account_missing()
+            self.tensors.commit()
+        else:
+            self.result.averaged_elements = self.result.total_elements
+        self.result.seconds = time.monotonic() - started
+        return self.result
+
+    async def _reducer_served(self) -> None:
+        """Wait until every chunk of our part is finished (its receivers are served by the handler)."""
+        assert self.reducer is not None
+        await self.reducer.wait_finished()
+
+    async def _local_part(self) -> None:
+        """Our own part: contribute our data directly, then take the averages like everyone."""
+        reducer = self.reducer
+        assert reducer is not None
+        spans = self.spans[self.index]
+        if self.me.auxiliary or self.weight <= 0:
+            reducer.contributes_nothing(self.index)
+        else:
+            for i, span in enumerate(spans):
+                reducer.contribute(self.index, i, self.tensors.view(span), self.weight)
+        if self.me.auxiliary:
+            return
+        for i, span in enumerate(spans):
+            outcome = await reducer.result(i)
+            self._apply(span, outcome.weight, outcome.values)
+            reducer.taken(i)
+
+    async def _remote_part(self, part: int) -> None:
+        reducer_info = self.group.members[part]
+        spans = self.spans[part]
+        request = ReduceRequest(self.group.group_id, self.index, part, self.weight, self.schema)
+        received = 0
+        try:
+            async with self.host.open_stream(
+                reducer_info.peer, REDUCE, request, timeout=self.config.allreduce_timeout
+            ) as call:
+                sending = None
+                if self.weight > 0:
+                    sending = self._tasks.spawn(f"send-{part}", self._send_part(call.stream, spans))
+                for i, span in enumerate(spans):
+                    async with asyncio.timeout(self.config.reducer_timeout):
+                        header = await call.stream.recv_message()
+                    if not (isinstance(header, list) and len(header) == 2 and header[0] == i):
+                        raise InvalidRequestError(f"unexpected chunk header {header!r}")
+                    weight = float(header[1])
+                    if weight > 0:
+                        await self._receive_into(call.stream, span)
+                    self._apply(span, weight, None)
+                    received = i + 1
+                if sending is not None:
+                    await sending
+                summary = await call.result()
+                for sender, reason in summary.excluded.items():
+                    if 0 <= sender < len(self.group.members):
+                        self.result.excluded.setdefault(self.group.members[sender].peer, reason)
+        except (NetError, TimeoutError) as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else str(exc)
+            self.result.errors.append(
+                f"part {part} (reducer {reducer_info.peer.short()}): {reason}"
+            )
+            log.info(
+                "averaging part %d with %s failed after %d chunks: %s",
+                part,
+                reducer_info.peer,
+                received,
+                reason,
+            )
+
+    async def _send_part(self, stream: Stream, spans: list[Span]) -> None:
+        for span in spans:
+            await stream.send_data(encode(span.codec, self.tensors.view(span)))
+
+    async def _receive_into(self, stream: Stream, span: Span) -> None:
+        view = self.tensors.view(span)
+        if span.codec is Codec.NONE:
+            await stream.recv_data_into(view.data)  # straight into the tensor
+            return
+        buffer = bytearray(encoded_size(span.codec, span.count))
+        await stream.recv_data_into(buffer)
+        decode(span.codec, buffer, span.count, out=view)
+
+    def _apply(self, span: Span, weight: float, values: np.ndarray | None) -> None:
+        """Record a chunk's outcome (and copy the reducer's own values in, for our own part)."""
+        if weight <= 0:
+            return  # nothing averaged: the local values stay, and _account_missing reports the range
+        if values is not None:
+            self.tensors.view(span)[:] = values
+        self.result.averaged_elements += span.count
+        self._averaged.append((span.start, span.end))
+        low = self.result.group_weight
+        self.result.group_weight = weight if low == 0 else min(low, weight)
+
+    def _account_missing(self) -> None:
+        covered = sorted(self._averaged)
+        missing = []
+        position = 0
+        for start, end in covered:
+            if start > position:
+                missing.append((position, start))
+            position = max(position, end)
+        if position < self.tensors.total:
+            missing.append((position, self.tensors.total))
+        self.result.missing = _merge(missing)
+
+    # ---- serving our part to the others ----------------------------------------------------------
+
+    async def serve(
+        self, ctx: CallContext, request: ReduceRequest, stream: Stream
+    ) -> ReduceSummary:
+        """A member's stream of its chunks of our part: reduce them and send the averages back."""
+        reducer = self.reducer
+        members = self.group.members
+        if reducer is None or request.part != self.index:
+            raise InvalidRequestError("this peer reduces no such part in that group")
+        if not 0 <= request.sender < len(members) or members[request.sender].peer != ctx.peer:
+            raise PermissionDeniedError("the caller is not that member of the group")
+        if request.schema != self.schema:
+            raise InvalidRequestError("tensor shapes, codec or chunk size differ from this peer's")
+        sender = request.sender
+        spans = self.spans[self.index]
+        if members[sender].auxiliary or request.weight <= 0:
+            reducer.contributes_nothing(sender)
+        else:
+            self._tasks.spawn(f"take-{sender}", self._take(stream, sender, spans, request.weight))
+        if not members[sender].auxiliary:
+            for i in range(len(spans)):
+                outcome = await reducer.result(i)
+                await stream.send([i, outcome.weight])
+                if outcome.weight > 0:
+                    await stream.send_data(outcome.data)
+                reducer.taken(i)
+        return ReduceSummary(len(spans), dict(reducer.excluded))
+
+    async def _take(self, stream: Stream, sender: int, spans: list[Span], weight: float) -> None:
+        reducer = self.reducer
+        assert reducer is not None
+        try:
+            for i, span in enumerate(spans):
+                if span.codec is Codec.NONE:
+                    values = np.empty(span.count, dtype=np.float32)
+                    await stream.recv_data_into(values.data)
+                    reducer.contribute(sender, i, values, weight)
+                else:
+                    buffer = bytearray(encoded_size(span.codec, span.count))
+                    await stream.recv_data_into(buffer)
+                    reducer.contribute_encoded(sender, i, buffer, span.codec, weight)
+        except (NetError, ValueError) as exc:
+            reducer.exclude(sender, f"its stream failed: {exc}")
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif end > start:
+            merged.append((start, end))
+    return merged

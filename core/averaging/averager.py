@@ -1,0 +1,128 @@
+"""The averager: what the training loop calls to average tensors with peers.
+
+    result = await averager.average(tensors, weight=samples, round_key="grads.17")
+
+or in two steps, so that finding a group overlaps with computing:
+
+    pending = await averager.prepare("grads.17")      # matchmaking now
+    ...                                                # finish the local batch
+    result = await pending.run(tensors, weight=samples)  # all-reduce when ready
+
+``tensors`` are averaged in place (torch tensors or numpy arrays), weighted by ``weight``; ``result`` says
+exactly what was averaged (see ``AveragingResult``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from core.averaging.allreduce import AllReduce
+from core.averaging.config import AveragerConfig
+from core.averaging.matchmaking import Matchmaker
+from core.averaging.messages import REDUCE, GroupSpec, MemberInfo, ReduceRequest, ReduceSummary
+from core.averaging.registry import RoundRegistry
+from core.averaging.result import AveragingResult
+from core.averaging.tensors import TensorSet
+from core.dht import DHTNode
+from core.net.host import Host
+from core.net.rpc import CallContext
+from core.net.stream import Stream
+from core.util.errors import BarnraiseError
+
+
+class PendingRound:
+    """A group found for one round, waiting for this member to start its all-reduce."""
+
+    def __init__(self, averager: Averager, group: GroupSpec) -> None:
+        self.group = group
+        self._averager = averager
+        peers = [m.peer for m in group.members]
+        self.index = peers.index(averager.host.peer_id)
+        self._used = False
+
+    @property
+    def size(self) -> int:
+        return len(self.group.members)
+
+    async def run(self, tensors: Sequence[Any], weight: float = 1.0) -> AveragingResult:
+        """Average ``tensors`` in place with the group (once)."""
+        if self._used:
+            raise BarnraiseError("this round has already been run")
+        self._used = True
+        averager = self._averager
+        runner = AllReduce(
+            averager.host,
+            self.group,
+            self.index,
+            TensorSet(tensors),
+            weight=weight,
+            config=averager.config,
+        )
+        averager.registry.start(self.group.group_id, runner)
+        try:
+            return await runner.run()
+        finally:
+            averager.registry.end(self.group.group_id)
+
+    def cancel(self) -> None:
+        """Do not run this round; members waiting on us give up at their timeouts."""
+        self._used = True
+        self._averager.registry.end(self.group.group_id)
+
+
+class Averager:
+    def __init__(
+        self, host: Host, dht: DHTNode, prefix: str = "avg", config: AveragerConfig | None = None
+    ) -> None:
+        self.host = host
+        self.dht = dht
+        self.prefix = prefix
+        self.config = config or AveragerConfig()
+        self.registry = RoundRegistry()
+        self.matchmaker = Matchmaker(
+            host, dht, prefix, self.config, registry=self.registry, info=self.member_info
+        )
+        host.router.add_stream(REDUCE, self._on_reduce)
+
+    def member_info(self) -> MemberInfo:
+        config = self.config
+        return MemberInfo(
+            self.host.peer_id,
+            [] if config.client_mode else [str(a) for a in self.host.addresses],
+            config.compute,
+            config.upload,
+            config.download,
+            config.client_mode,
+            config.auxiliary,
+        )
+
+    async def prepare(self, round_key: str = "", *, timeout: float | None = None) -> PendingRound:
+        """Find a group for ``round_key``; raises ``MatchmakingError`` if none forms in time."""
+        timeout = self.config.max_matchmaking_time if timeout is None else timeout
+        group = await self.matchmaker.form_group(round_key or "default", timeout)
+        return PendingRound(self, group)
+
+    async def average(
+        self,
+        tensors: Sequence[Any],
+        *,
+        weight: float = 1.0,
+        round_key: str = "",
+        timeout: float | None = None,
+    ) -> AveragingResult:
+        """Find a group and average ``tensors`` with it, in place."""
+        pending = await self.prepare(round_key, timeout=timeout)
+        return await pending.run(tensors, weight)
+
+    async def _on_reduce(
+        self, ctx: CallContext, request: ReduceRequest, stream: Stream
+    ) -> ReduceSummary:
+        runner = await self.registry.wait(request.group_id, self.config.reducer_timeout)
+        return await runner.serve(ctx, request, stream)
+
+    async def close(self) -> None:
+        self.matchmaker.close()
+        self.host.router.remove(REDUCE.name)
+        await asyncio.sleep(0)

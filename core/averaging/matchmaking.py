@@ -1,0 +1,285 @@
+"""Forming groups through the DHT.
+
+Every peer looking for a group declares itself under the round's key, in a subkey only it can write
+(``[owner:<PeerID>]``), with the time it stops waiting. Peers are ordered by (that time, PeerID): each
+one tries to join the best candidate strictly better than itself, and leads (waits for followers) when
+there is none. Because the order is total and everyone only ever waits on someone better, two leaders
+never wait on each other. A leader that discovers a better one sends its followers there and follows it
+too. A leader closes its group when it reaches the target size, or at its deadline with at least the
+minimum size; it draws a random group id and sends every member the same ordered member list.
+
+How long a leader waits adapts: twice the recent time groups took to form, between the configured bounds.
+Different rounds use different keys, and group ids keep rounds apart on the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.averaging.config import AveragerConfig
+from core.averaging.messages import JOIN, GroupSpec, JoinRequest, JoinResponse, MemberInfo
+from core.averaging.registry import RoundRegistry
+from core.dht import DHTNode, owner_marker
+from core.dht.records import InvalidRecord, owner_of
+from core.net.address import PeerAddress
+from core.net.errors import NetError, PermissionDeniedError
+from core.net.host import Host
+from core.net.peer_id import PeerID
+from core.net.rpc import CallContext
+from core.util.errors import BarnraiseError
+
+log = logging.getLogger(__name__)
+
+
+class MatchmakingError(BarnraiseError):
+    """No group with enough members formed in time."""
+
+
+@dataclass
+class _Candidate:
+    order: tuple[float, bytes]
+    peer: PeerID
+    addresses: list[PeerAddress]
+
+
+@dataclass
+class _Follower:
+    info: MemberInfo
+    answer: asyncio.Future[JoinResponse]
+
+
+@dataclass
+class _Search:
+    round_key: str
+    deadline: float
+    """Wall-clock time this peer stops waiting as a leader."""
+    order: tuple[float, bytes]
+    followers: list[_Follower] = field(default_factory=list)
+    following: PeerID | None = None
+    group: GroupSpec | None = None
+    closed: bool = False
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Matchmaker:
+    def __init__(
+        self,
+        host: Host,
+        dht: DHTNode,
+        prefix: str,
+        config: AveragerConfig,
+        *,
+        registry: RoundRegistry,
+        info: Callable[[], MemberInfo],
+    ) -> None:
+        self._host = host
+        self._dht = dht
+        self._prefix = prefix
+        self._config = config
+        self._registry = registry
+        self._info = info
+        self._searches: dict[str, _Search] = {}
+        self._typical: float | None = None  # moving average of how long groups took to form
+        if not config.client_mode:
+            host.router.add(JOIN, self._on_join)
+
+    def close(self) -> None:
+        if not self._config.client_mode:
+            self._host.router.remove(JOIN.name)
+        for search in list(self._searches.values()):
+            self._disband(search, "the peer is shutting down", None)
+
+    def patience(self) -> float:
+        """How long a leader waits for a full group, from how long groups have been taking."""
+        config = self._config
+        if self._typical is None:
+            return config.min_matchmaking_time
+        return min(config.max_matchmaking_time, max(config.min_matchmaking_time, 2 * self._typical))
+
+    def _key(self, round_key: str) -> str:
+        return f"{self._prefix}.group.{round_key}"
+
+    async def form_group(self, round_key: str, timeout: float) -> GroupSpec:
+        """Find a group for ``round_key`` within ``timeout`` seconds; ``MatchmakingError`` otherwise."""
+        if round_key in self._searches:
+            raise MatchmakingError(f"already looking for a group for {round_key!r}")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        clock = self._dht.state.clock
+        deadline = clock.time() + min(timeout, self.patience())
+        me = self._host.peer_id
+        search = _Search(round_key, deadline, (deadline, me.to_bytes()))
+        self._searches[round_key] = search
+        info = self._info()
+        try:
+            await self._dht.store(
+                self._key(round_key),
+                [deadline, self._config.client_mode, info.addresses],
+                deadline + 2 * self._config.request_timeout,
+                subkey=owner_marker(me),
+            )
+            group = await self._find(search, info, started + timeout)
+        finally:
+            search.closed = True
+            if search.group is None:
+                self._disband(search, "the leader gave up", None)
+            del self._searches[round_key]
+        took = loop.time() - started
+        self._typical = took if self._typical is None else 0.7 * self._typical + 0.3 * took
+        self._registry.expect(group.group_id)
+        return group
+
+    async def _find(self, search: _Search, info: MemberInfo, give_up: float) -> GroupSpec:
+        loop = asyncio.get_running_loop()
+        tried: set[PeerID] = set()
+        hint: PeerID | None = None
+        poll = 0.02
+        while search.group is None and loop.time() < give_up:
+            better = await self._better_candidates(search, tried)
+            if hint is not None:
+                better.sort(key=lambda c: c.peer != hint)
+                hint = None
+            if better:
+                leader = better[0]
+                if search.followers:
+                    self._disband(search, "a better leader was found", leader.peer)
+                answer = await self._join(search, info, leader, give_up)
+                if answer is not None and answer.group is not None and search.group is None:
+                    return answer.group
+                tried.add(leader.peer)
+                if answer is not None and answer.redirect is not None:
+                    hint = answer.redirect
+                    tried.discard(answer.redirect)
+                continue
+            if self._ready_to_close(search):
+                return self._close_group(search, info)
+            search.changed.clear()
+            try:
+                async with asyncio.timeout(min(poll, max(0.0, give_up - loop.time()))):
+                    await search.changed.wait()
+            except TimeoutError:
+                poll = min(poll * 1.5, 0.5)
+        if search.group is not None:
+            return search.group
+        found = 1 + len(search.followers)
+        raise MatchmakingError(
+            f"found {found} of the {self._config.min_group_size} peers needed for "
+            f"{search.round_key!r} in time"
+        )
+
+    async def _better_candidates(self, search: _Search, tried: set[PeerID]) -> list[_Candidate]:
+        """Candidates to follow, best first: strictly better ones, or any at all for a client
+        (a client cannot be dialed, so it never leads)."""
+        client = self._config.client_mode
+        candidates = await self._candidates(search)
+        return [c for c in candidates if (client or c.order < search.order) and c.peer not in tried]
+
+    def _ready_to_close(self, search: _Search) -> bool:
+        if self._config.client_mode:
+            return False
+        size = 1 + len(search.followers)
+        target = self._config.target_group_size
+        if target is not None and size >= target:
+            return True
+        expired = self._dht.state.clock.time() >= search.deadline
+        return expired and size >= self._config.min_group_size
+
+    async def _candidates(self, search: _Search) -> list[_Candidate]:
+        found = await self._dht.get(self._key(search.round_key), latest=True)
+        if found is None or not isinstance(found.value, dict):
+            return []
+        now = self._dht.state.clock.time()
+        candidates = []
+        for subkey, entry in found.value.items():
+            candidate = _parse_declaration(subkey, entry.value, now)
+            if candidate is not None and candidate.peer != self._host.peer_id:
+                candidates.append(candidate)
+        candidates.sort(key=lambda c: c.order)
+        return candidates
+
+    async def _join(
+        self, search: _Search, info: MemberInfo, leader: _Candidate, give_up: float
+    ) -> JoinResponse | None:
+        loop = asyncio.get_running_loop()
+        search.following = leader.peer
+        try:
+            if leader.addresses:
+                self._host.add_addresses(leader.peer, leader.addresses)
+            remaining = max(0.05, give_up - loop.time())
+            request = JoinRequest(search.round_key, info, self._dht.state.clock.time() + remaining)
+            return await self._host.call(leader.peer, JOIN, request, timeout=remaining)
+        except NetError as exc:
+            log.debug("joining %s failed: %s", leader.peer, exc)
+            return None
+        finally:
+            search.following = None
+
+    def _close_group(self, search: _Search, info: MemberInfo) -> GroupSpec:
+        members = [info] + [f.info for f in search.followers]
+        group = GroupSpec(os.urandom(16), search.round_key, members)
+        self._registry.expect(group.group_id)
+        search.group = group
+        for follower in search.followers:
+            if not follower.answer.done():
+                follower.answer.set_result(JoinResponse(group))
+        search.followers = []
+        search.changed.set()
+        return group
+
+    def _disband(self, search: _Search, reason: str, redirect: PeerID | None) -> None:
+        for follower in search.followers:
+            if not follower.answer.done():
+                follower.answer.set_result(JoinResponse(None, reason, redirect))
+        search.followers = []
+
+    async def _on_join(self, ctx: CallContext, request: JoinRequest) -> JoinResponse:
+        if request.info.peer != ctx.peer:
+            raise PermissionDeniedError("a peer may only join as itself")
+        search = self._searches.get(request.round_key)
+        if search is None or search.closed or search.group is not None:
+            return JoinResponse(None, "not looking for a group for that round")
+        if search.following is not None:
+            return JoinResponse(None, "following another leader", search.following)
+        target = self._config.target_group_size
+        if target is not None and 1 + len(search.followers) >= target:
+            return JoinResponse(None, "the group is full")
+        follower = _Follower(request.info, asyncio.get_running_loop().create_future())
+        search.followers.append(follower)
+        search.changed.set()
+        wait = max(0.0, request.deadline - self._dht.state.clock.time())
+        try:
+            async with asyncio.timeout(wait):
+                return await follower.answer
+        except TimeoutError:
+            if follower in search.followers:
+                search.followers.remove(follower)
+            return JoinResponse(None, "no group formed before the follower's deadline")
+        except asyncio.CancelledError:
+            if follower in search.followers:
+                search.followers.remove(follower)
+            raise
+
+
+def _parse_declaration(subkey: Any, value: Any, now: float) -> _Candidate | None:
+    """A peer's declaration, or None if it is malformed, stale or from a client (who cannot lead)."""
+    try:
+        peer = owner_of(subkey)
+    except InvalidRecord:
+        return None
+    if peer is None or not (isinstance(value, list) and len(value) == 3):
+        return None
+    deadline, client, addresses = value
+    if not isinstance(deadline, int | float) or client is not False or deadline < now:
+        return None
+    if not isinstance(addresses, list):
+        return None
+    return _Candidate(
+        (float(deadline), peer.to_bytes()),
+        peer,
+        PeerAddress.of_peer(peer, [a for a in addresses if isinstance(a, str)]),
+    )

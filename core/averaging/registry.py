@@ -1,0 +1,52 @@
+"""Rounds this peer takes part in, by group id, so that incoming part streams find their reducer.
+
+A member learns its group at the end of matchmaking, but its all-reduce may start a little later (the
+step-by-step form waits for a trigger), so streams from faster members wait here for it, briefly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from core.net.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from core.averaging.allreduce import AllReduce
+
+
+class RoundRegistry:
+    def __init__(self) -> None:
+        self._rounds: dict[bytes, asyncio.Future[AllReduce]] = {}
+
+    def expect(self, group_id: bytes) -> None:
+        if group_id not in self._rounds:
+            self._rounds[group_id] = asyncio.get_running_loop().create_future()
+
+    def start(self, group_id: bytes, runner: AllReduce) -> None:
+        self.expect(group_id)
+        future = self._rounds[group_id]
+        if not future.done():
+            future.set_result(runner)
+
+    def end(self, group_id: bytes) -> None:
+        future = self._rounds.pop(group_id, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    async def wait(self, group_id: bytes, timeout: float) -> AllReduce:
+        future = self._rounds.get(group_id)
+        if future is None:
+            raise NotFoundError("no such averaging group here")
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            raise NotFoundError("this peer did not start that round in time") from None
+        except asyncio.CancelledError:
+            if future.cancelled():  # the round ended here; our own cancellation propagates
+                raise NotFoundError("that round is over here") from None
+            raise
+
+    def __len__(self) -> int:
+        return len(self._rounds)

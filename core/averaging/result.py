@@ -1,0 +1,54 @@
+"""What a round of averaging actually did, told honestly.
+
+A round never claims success for values it did not average: ``complete`` is True only when every part
+was averaged over every member that was expected to contribute. Otherwise ``missing`` lists the ranges
+of the concatenated vector that kept their local values, and ``excluded`` names the members whose data
+were left out of some average, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.net.peer_id import PeerID
+
+
+@dataclass
+class AveragingResult:
+    group_id: bytes
+    members: list[PeerID]
+    index: int
+    total_elements: int
+    averaged_elements: int = 0
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    excluded: dict[PeerID, str] = field(default_factory=dict)
+    group_weight: float = 0.0
+    """The total weight the averages were taken over (the smallest seen, if parts differ)."""
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return (
+            self.averaged_elements == self.total_elements
+            and not self.missing
+            and not self.excluded
+            and not self.errors
+        )
+
+    @property
+    def averaged_fraction(self) -> float:
+        return self.averaged_elements / self.total_elements if self.total_elements else 1.0
+
+    def summary(self) -> str:
+        if self.complete:
+            return f"averaged all {self.total_elements} values over {len(self.members)} peers"
+        parts = [f"averaged {self.averaged_fraction:.1%} of {self.total_elements} values"]
+        if self.missing:
+            parts.append(f"{len(self.missing)} ranges kept local values")
+        if self.excluded:
+            parts.append(
+                "left out: " + ", ".join(f"{p.short()} ({why})" for p, why in self.excluded.items())
+            )
+        parts.extend(self.errors)
+        return "; ".join(parts)
