@@ -67,14 +67,19 @@ async def worker(args: argparse.Namespace) -> None:
     while line := await reader.readline():
         command = json.loads(line)
         op = command["op"]
-        if op == "prepare":
+        if op == "load":  # before the timed part, as the reference harness does
             tensor = tensor_for(args.seed, command["round"], args.index, args.numel)
+            reply = {}
+        elif op == "prepare":
             pending = await averager.prepare(f"round-{command['round']}", timeout=60)
             reply: dict[str, Any] = {"matched": pending.size}
         elif op == "run":
-            assert pending is not None and tensor is not None
+            assert pending is not None
+            assert tensor is not None
+            cpu = time.process_time()
             result = await pending.run([tensor])
             reply = {
+                "cpu_s": time.process_time() - cpu,
                 "complete": result.complete,
                 "summary": result.summary(),
                 "group_size": len(result.members),
@@ -107,7 +112,8 @@ class Peer:
         self.proc = proc
 
     async def ask(self, **command: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         self.proc.stdin.write((json.dumps(command) + "\n").encode())
         line = await self.proc.stdout.readline()
         if not line:
@@ -167,6 +173,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.sleep(1.0)
     try:
         for round_index in range(args.rounds):
+            await asyncio.gather(*(p.ask(op="load", round=round_index) for p in peers))
             t0 = time.perf_counter()
             matched = await asyncio.gather(*(p.ask(op="prepare", round=round_index) for p in peers))
             t1 = time.perf_counter()
@@ -183,6 +190,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     "rel_rms_err": max(c["rel_rms_err"] for c in checks),
                     "max_abs_err_vs_mean": max(c["max_abs_err_vs_mean"] for c in checks),
                     "reported_complete": all(o["complete"] for o in outcomes),
+                    "cpu_s_per_peer": [round(o["cpu_s"], 3) for o in outcomes],
                     "summaries": sorted({o["summary"] for o in outcomes}),
                 }
             )

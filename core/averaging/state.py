@@ -1,0 +1,283 @@
+"""Sharing the full state (tensors plus metadata) so that a peer that fell behind can catch up.
+
+Donors announce themselves in the DHT with the version (epoch) of their state. A downloader picks the
+newest version, asks its donors for the state's layout, splits the bytes into ranges and fetches them
+from several donors at once (so that late joiners do not all load one donor). A donor that fails
+mid-range costs only the rest of that range, which another donor serves: the download resumes where it
+stopped. Each donor serves a snapshot taken when the version was first asked for, so the bytes of one
+version never change under a download.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from core.averaging.messages import STATE_HEADER, STATE_RANGE, Empty, StateHeader, StateRequest
+from core.dht import DHTNode, owner_marker
+from core.dht.records import InvalidRecord, owner_of
+from core.net.address import PeerAddress
+from core.net.errors import NetError, NotFoundError
+from core.net.host import Host
+from core.net.peer_id import PeerID
+from core.net.rpc import CallContext
+from core.net.stream import Stream
+from core.util.errors import BarnraiseError
+
+log = logging.getLogger(__name__)
+
+StateProvider = Callable[[], tuple[int, dict[str, Any], Sequence[Any]]]
+"""Returns (version, metadata, tensors) of the current state."""
+
+
+class StateDownloadError(BarnraiseError):
+    """No donor could provide the state."""
+
+
+@dataclass
+class DownloadedState:
+    version: int
+    metadata: dict[str, Any]
+    tensors: list[np.ndarray]
+    donors: list[PeerID]
+
+
+@dataclass
+class _Snapshot:
+    header: StateHeader
+    data: np.ndarray  # uint8, the tensors' bytes one after another
+    last_used: float
+
+
+class StateSharing:
+    def __init__(
+        self, host: Host, dht: DHTNode, prefix: str, *, keep_seconds: float = 120.0
+    ) -> None:
+        self._host = host
+        self._dht = dht
+        self._key = f"{prefix}.state"
+        self._provider: StateProvider | None = None
+        self._snapshot: _Snapshot | None = None
+        self._keep = keep_seconds
+
+    # ---- donor side ------------------------------------------------------------------------------
+
+    def serve(self, provider: StateProvider) -> None:
+        self._provider = provider
+        self._host.router.add(STATE_HEADER, self._on_header)
+        self._host.router.add_stream(STATE_RANGE, self._on_range)
+
+    def stop_serving(self) -> None:
+        self._provider = None
+        self._snapshot = None
+        self._host.router.remove(STATE_HEADER.name)
+        self._host.router.remove(STATE_RANGE.name)
+
+    async def announce(self, version: int, ttl: float = 60.0) -> bool:
+        """Tell the DHT we can give state ``version``; call again before ``ttl`` runs out."""
+        value = [version, [str(a) for a in self._host.addresses]]
+        return await self._dht.store(
+            self._key, value, time.time() + ttl, subkey=owner_marker(self._host.peer_id)
+        )
+
+    def _current(self) -> _Snapshot:
+        if self._provider is None:
+            raise NotFoundError("this peer shares no state")
+        version, metadata, tensors = self._provider()
+        now = time.monotonic()
+        held = self._snapshot
+        if (
+            held is not None
+            and held.header.version == version
+            and now - held.last_used < self._keep
+        ):
+            held.last_used = now
+            return held
+        arrays = [_as_array(t) for t in tensors]
+        data = (
+            np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
+            if arrays
+            else np.zeros(0, np.uint8)
+        )
+        header = StateHeader(
+            version,
+            metadata,
+            [list(a.shape) for a in arrays],
+            [a.dtype.str for a in arrays],
+            int(data.size),
+        )
+        self._snapshot = _Snapshot(header, data, now)
+        return self._snapshot
+
+    async def _on_header(self, ctx: CallContext, request: Empty) -> StateHeader:
+        return self._current().header
+
+    async def _on_range(self, ctx: CallContext, request: StateRequest, stream: Stream) -> Empty:
+        snapshot = self._snapshot or self._current()
+        if not 0 <= request.start <= request.end <= snapshot.data.size:
+            raise NotFoundError("that range is outside the state")
+        snapshot.last_used = time.monotonic()
+        await stream.send_data(snapshot.data[request.start : request.end].data)
+        return Empty()
+
+    # ---- downloader side -------------------------------------------------------------------------
+
+    async def donors(self) -> list[tuple[int, PeerID, list[PeerAddress]]]:
+        """Donors from the DHT, newest version first."""
+        found = await self._dht.get(self._key, latest=True)
+        donors = []
+        if found is not None and isinstance(found.value, dict):
+            for subkey, entry in found.value.items():
+                try:
+                    peer = owner_of(subkey)
+                except InvalidRecord:
+                    continue
+                value = entry.value
+                if (
+                    peer is None
+                    or peer == self._host.peer_id
+                    or not isinstance(value, list)
+                    or len(value) != 2
+                ):
+                    continue
+                version, addresses = value
+                if isinstance(version, int) and isinstance(addresses, list):
+                    donors.append(
+                        (
+                            version,
+                            peer,
+                            PeerAddress.of_peer(peer, [a for a in addresses if isinstance(a, str)]),
+                        )
+                    )
+        donors.sort(key=lambda d: (-d[0], d[1].to_bytes()))
+        return donors
+
+    async def download(
+        self, *, timeout: float = 60.0, max_donors: int = 3, range_bytes: int = 8 << 20
+    ) -> DownloadedState:
+        """The newest state any donor has, fetched from up to ``max_donors`` donors at once."""
+        async with asyncio.timeout(timeout):
+            donors = await self.donors()
+            if not donors:
+                raise StateDownloadError("no peer announces a state to download")
+            newest = donors[0][0]
+            candidates = [
+                (peer, addresses) for version, peer, addresses in donors if version == newest
+            ]
+            for peer, addresses in candidates:
+                if addresses:
+                    self._host.add_addresses(peer, addresses)
+            return await self._fetch(
+                newest, candidates[: max(1, max_donors)], candidates, range_bytes
+            )
+
+    async def _fetch(
+        self,
+        version: int,
+        chosen: list[tuple[PeerID, list[PeerAddress]]],
+        everyone: list[tuple[PeerID, list[PeerAddress]]],
+        range_bytes: int,
+    ) -> DownloadedState:
+        header, reasons = None, []
+        for peer, _ in everyone:
+            try:
+                header = await self._host.call(peer, STATE_HEADER, Empty())
+            except NetError as exc:
+                reasons.append(f"{peer.short()}: {exc}")
+                continue
+            if header.version == version:
+                break
+            header = None
+        if header is None:
+            raise StateDownloadError("no donor answered: " + "; ".join(reasons))
+        job = _Download(self._host, header, range_bytes)
+        chosen_peers = [peer for peer, _ in chosen]
+        await job.run(chosen_peers, [peer for peer, _ in everyone if peer not in chosen_peers])
+        return DownloadedState(header.version, dict(header.metadata), job.tensors(), job.used)
+
+
+class _Download:
+    """One download: byte ranges handed to donors, and handed back when a donor fails."""
+
+    def __init__(self, host: Host, header: StateHeader, range_bytes: int) -> None:
+        self._host = host
+        self.header = header
+        self.data = np.empty(header.total_bytes, dtype=np.uint8)
+        self.ranges: deque[tuple[int, int]] = deque(
+            (start, min(start + range_bytes, header.total_bytes))
+            for start in range(0, header.total_bytes, range_bytes)
+        )
+        self.used: list[PeerID] = []
+        self.failed: set[PeerID] = set()
+        self.reasons: list[str] = []
+
+    async def run(self, active: list[PeerID], spare: list[PeerID]) -> None:
+        while self.ranges:
+            await asyncio.gather(*(self._worker(peer) for peer in active))
+            if not self.ranges:
+                return
+            active = [peer for peer in active if peer not in self.failed]
+            if not active:
+                if not spare:
+                    raise StateDownloadError("every donor failed: " + "; ".join(self.reasons))
+                active = [spare.pop(0)]
+
+    def _failed(self, peer: PeerID, reason: str) -> None:
+        self.failed.add(peer)
+        self.reasons.append(f"{peer.short()}: {reason}")
+
+    async def _worker(self, peer: PeerID) -> None:
+        try:
+            theirs = await self._host.call(peer, STATE_HEADER, Empty())
+        except NetError as exc:
+            self._failed(peer, str(exc))
+            return
+        if theirs != self.header:  # another snapshot: its bytes would not fit ours
+            self._failed(peer, "its state differs")
+            return
+        while self.ranges:
+            start, end = self.ranges.popleft()
+            got = 0
+            try:
+                async with self._host.open_stream(
+                    peer, STATE_RANGE, StateRequest(start, end)
+                ) as call:
+                    while start + got < end:
+                        chunk = await call.stream.recv_data()
+                        self.data[start + got : start + got + len(chunk)] = np.frombuffer(
+                            chunk, np.uint8
+                        )
+                        got += len(chunk)
+                    await call.result()
+            except NetError as exc:
+                self.ranges.appendleft((start + got, end))  # resume where this donor stopped
+                self._failed(peer, str(exc))
+                log.info("state donor %s failed after %d bytes: %s", peer, got, exc)
+                return
+            if peer not in self.used:
+                self.used.append(peer)
+
+    def tensors(self) -> list[np.ndarray]:
+        out = []
+        offset = 0
+        for shape, dtype in zip(self.header.shapes, self.header.dtypes, strict=True):
+            count = int(np.prod(shape)) if shape else 1
+            size = count * np.dtype(dtype).itemsize
+            out.append(
+                self.data[offset : offset + size].view(np.dtype(dtype)).reshape(shape).copy()
+            )
+            offset += size
+        return out
+
+
+def _as_array(tensor: Any) -> np.ndarray:
+    if isinstance(tensor, np.ndarray):
+        return np.ascontiguousarray(tensor)
+    return np.ascontiguousarray(tensor.detach().to("cpu").numpy())
