@@ -3,8 +3,9 @@
     python benchmarks/allreduce.py --peers 4 --numel 10000000 --rounds 3 --compression none --json out.json
 
 Every peer is its own OS process (a DHT node, a Host and an Averager) holding one float32 tensor of
-``--numel`` random values. Each round is timed in two phases, as ``../shared/bench/hivemind_ref.py avg``
-does: matchmaking (until every peer has its group) and the all-reduce (from the trigger until every peer
+``--numel`` random values (one torch thread per peer: the peers share this machine's cores, where
+real peers would each have their own). Each round is timed in two phases, as
+``../shared/bench/hivemind_ref.py avg`` does: matchmaking (until every peer has its group) and the all-reduce (from the trigger until every peer
 has its result). Each peer then compares its result with the exact mean of all peers' inputs:
 ``rel_rms_err`` is 0 for an exact average and about 1 when nothing was averaged. ``averaging_complete``
 needs both a small error on every peer and every peer's own report of a complete round.
@@ -43,6 +44,11 @@ def tensor_for(seed: int, round_index: int, peer: int, numel: int) -> np.ndarray
 
 
 async def worker(args: argparse.Namespace) -> None:
+    import torch
+
+    # Each peer process stands for a machine of its own, but four of them share this machine's two
+    # cores: one torch thread each keeps their codec kernels from fighting over the cores.
+    torch.set_num_threads(1)
     from core.averaging import Averager, AveragerConfig, Codec
     from core.dht import DHTConfig, DHTNode, HostTransport
     from core.net import Host, Identity

@@ -157,12 +157,7 @@ class AllReduce:
                     sending = self._tasks.spawn(f"send-{part}", self._send_part(call.stream, spans))
                 for i, span in enumerate(spans):
                     async with asyncio.timeout(self.config.reducer_timeout):
-                        header = await call.stream.recv_message()
-                    if not (isinstance(header, list) and len(header) == 2 and header[0] == i):
-                        raise InvalidRequestError(f"unexpected chunk header {header!r}")
-                    weight = float(header[1])
-                    if weight > 0:
-                        await self._receive_into(call.stream, span)
+                        weight = await self._receive_chunk(call.stream, i, span)
                     self._apply(span, weight, None)
                     received = i + 1
                 if sending is not None:
@@ -188,14 +183,25 @@ class AllReduce:
         for span in spans:
             await stream.send_data(encode(span.codec, self.tensors.view(span)))
 
-    async def _receive_into(self, stream: Stream, span: Span) -> None:
+    async def _receive_chunk(self, stream: Stream, index: int, span: Span) -> float:
+        """An averaged chunk (data, then ``[index, weight]``) or ``[index, 0]`` if it was not averaged.
+
+        Uncompressed data lands straight in the tensor: the weight comes after it for that reason.
+        """
         view = self.tensors.view(span)
-        if span.codec is Codec.NONE:
-            await stream.recv_data_into(view.data)  # straight into the tensor
-            return
-        buffer = bytearray(encoded_size(span.codec, span.count))
-        await stream.recv_data_into(buffer)
-        decode(span.codec, buffer, span.count, out=view)
+        raw = span.codec is Codec.NONE
+        buffer = view.data if raw else bytearray(encoded_size(span.codec, span.count))
+        got_data, trailer = await stream.recv_data_or_message(buffer)
+        if got_data:
+            trailer = await stream.recv_message()
+        if not (isinstance(trailer, list) and len(trailer) == 2 and trailer[0] == index):
+            raise InvalidRequestError(f"unexpected chunk trailer {trailer!r}")
+        weight = float(trailer[1])
+        if got_data != (weight > 0):
+            raise InvalidRequestError("a chunk's data and its weight disagree")
+        if got_data and not raw:
+            decode(span.codec, buffer, span.count, out=view)
+        return weight
 
     def _apply(self, span: Span, weight: float, values: np.ndarray | None) -> None:
         """Record a chunk's outcome (and copy the reducer's own values in, for our own part)."""
@@ -243,9 +249,9 @@ class AllReduce:
         if not members[sender].auxiliary:
             for i in range(len(spans)):
                 outcome = await reducer.result(i)
-                await stream.send([i, outcome.weight])
                 if outcome.weight > 0:
                     await stream.send_data(outcome.data)
+                await stream.send([i, outcome.weight])
                 reducer.taken(i)
         return ReduceSummary(len(spans), dict(reducer.excluded))
 
@@ -254,16 +260,30 @@ class AllReduce:
         assert reducer is not None
         try:
             for i, span in enumerate(spans):
+                data = await _receive_exactly(stream, encoded_size(span.codec, span.count))
                 if span.codec is Codec.NONE:
-                    values = np.empty(span.count, dtype=np.float32)
-                    await stream.recv_data_into(values.data)
-                    reducer.contribute(sender, i, values, weight)
+                    reducer.contribute(sender, i, np.frombuffer(data, dtype=np.float32), weight)
                 else:
-                    buffer = bytearray(encoded_size(span.codec, span.count))
-                    await stream.recv_data_into(buffer)
-                    reducer.contribute_encoded(sender, i, buffer, span.codec, weight)
+                    reducer.contribute_encoded(sender, i, data, span.codec, weight)
         except (NetError, ValueError) as exc:
             reducer.exclude(sender, f"its stream failed: {exc}")
+
+
+async def _receive_exactly(stream: Stream, size: int) -> memoryview:
+    """The next ``size`` bytes: the frame's own buffer when one frame holds them (no copy)."""
+    first = await stream.recv_data()
+    if len(first) == size:
+        return first
+    buffer = bytearray(size)
+    buffer[: len(first)] = first
+    filled = len(first)
+    while filled < size:
+        more = await stream.recv_data()
+        if filled + len(more) > size:
+            raise InvalidRequestError("a chunk arrived longer than its span")
+        buffer[filled : filled + len(more)] = more
+        filled += len(more)
+    return memoryview(buffer)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.averaging.allreduce import AllReduce
+from core.averaging.codecs import warm_up
 from core.averaging.config import AveragerConfig
 from core.averaging.matchmaking import Matchmaker
 from core.averaging.messages import REDUCE, GroupSpec, MemberInfo, ReduceRequest, ReduceSummary
@@ -26,6 +27,7 @@ from core.averaging.registry import RoundRegistry
 from core.averaging.result import AveragingResult
 from core.averaging.tensors import TensorSet
 from core.dht import DHTNode
+from core.net.address import PeerAddress
 from core.net.host import Host
 from core.net.rpc import CallContext
 from core.net.stream import Stream
@@ -81,6 +83,7 @@ class Averager:
         self.prefix = prefix
         self.config = config or AveragerConfig()
         self.registry = RoundRegistry()
+        warm_up(self.config.codec)
         self.matchmaker = Matchmaker(
             host, dht, prefix, self.config, registry=self.registry, info=self.member_info
         )
@@ -102,7 +105,31 @@ class Averager:
         """Find a group for ``round_key``; raises ``MatchmakingError`` if none forms in time."""
         timeout = self.config.max_matchmaking_time if timeout is None else timeout
         group = await self.matchmaker.form_group(round_key or "default", timeout)
-        return PendingRound(self, group)
+        pending = PendingRound(self, group)
+        await self._connect_ahead(group)
+        return pending
+
+    async def _connect_ahead(self, group: GroupSpec) -> None:
+        """Open the connections the all-reduce will use now, so that it starts without handshakes."""
+        me = self.host.peer_id
+        if self.config.auxiliary:
+            return  # an auxiliary peer only answers
+        targets = []
+        for member in group.members:
+            if member.peer == me or member.client:
+                continue
+            addresses = PeerAddress.of_peer(member.peer, member.addresses)
+            if addresses:
+                self.host.add_addresses(member.peer, addresses)
+            targets.append(member.peer)
+        if targets:
+            try:
+                async with asyncio.timeout(self.config.request_timeout):
+                    await asyncio.gather(
+                        *(self.host.connect(peer) for peer in targets), return_exceptions=True
+                    )
+            except TimeoutError:
+                pass  # the all-reduce will try again and report whoever stays unreachable
 
     async def average(
         self,

@@ -1,9 +1,13 @@
 """How tensor chunks travel: raw float32, float16, or 8 bits per value (uniform or per block).
 
-All codecs are vectorized numpy (no per-element Python) and written against numpy 2.4's rules: every
-dtype is explicit and nothing relies on deprecated casting. ``Codec.AUTO`` picks per tensor by size:
-small tensors go as float16, large ones as blockwise 8-bit (whose per-block scales keep the error of
-each block proportional to that block's own range).
+Inputs and outputs are numpy float32 arrays. The work is vectorized (no per-element Python): float16
+and blockwise 8-bit run on torch's kernels over the same memory (``torch.from_numpy`` shares it), which
+convert about 60 and 4 times faster than numpy's; uniform 8-bit stays in numpy, which is faster there.
+Everything is written against numpy 2.4's rules (explicit dtypes, no deprecated casting); torch is
+imported on first use, so averaging without these codecs needs no torch.
+
+``Codec.AUTO`` picks per tensor by size: small tensors go as float16, large ones as blockwise 8-bit
+(whose per-block scales keep the error of each block proportional to that block's own range).
 
 Error bounds (what ``max_abs_error`` returns and the tests check): none 0; float16 half a float16 step
 (relative 2^-11) for values within +/-65504; uniform 8-bit (max-min)/510; blockwise 8-bit, per block,
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -63,7 +68,7 @@ def encode(codec: Codec, values: F32) -> bytes | memoryview:
     if codec is Codec.NONE:
         return values.data.cast("B")
     if codec is Codec.FP16:
-        return np.clip(values, -_FP16_MAX, _FP16_MAX).astype(np.float16).tobytes()
+        return _encode_fp16(values)
     if codec is Codec.UINT8:
         return _encode_uniform(values)
     if codec is Codec.BLOCKWISE8:
@@ -76,25 +81,19 @@ def decode(
 ) -> F32:
     """Decode ``count`` values; raises ``WireFormatError`` if ``data`` has the wrong size."""
     result = out if out is not None else np.empty(count, dtype=np.float32)
+    _expect(data, encoded_size(codec, count), codec)
     if codec is Codec.NONE:
-        _expect(data, count * 4, codec)
         result[:] = np.frombuffer(data, dtype=np.float32, count=count)
     elif codec is Codec.FP16:
-        _expect(data, count * 2, codec)
-        result[:] = np.frombuffer(data, dtype=np.float16, count=count)
+        halves = _writable(np.frombuffer(data, dtype=np.float16, count=count))
+        _torch().from_numpy(result).copy_(_torch().from_numpy(halves))
     elif codec is Codec.UINT8:
-        _expect(data, _HEADER.size + count, codec)
         low, step = _HEADER.unpack_from(data, 0)
         codes = np.frombuffer(data, dtype=np.uint8, count=count, offset=_HEADER.size)
         np.multiply(codes, np.float32(step), out=result, casting="unsafe")
         result += np.float32(low)
     elif codec is Codec.BLOCKWISE8:
-        blocks = -(-count // BLOCK)
-        _expect(data, blocks * 4 + count, codec)
-        scales = np.frombuffer(data, dtype=np.float32, count=blocks)
-        codes = np.frombuffer(data, dtype=np.int8, count=count, offset=blocks * 4)
-        per_value = np.repeat(scales, BLOCK)[:count]
-        np.multiply(codes, per_value, out=result, casting="unsafe")
+        _decode_blockwise(data, count, result)
     else:
         raise ValueError(f"cannot decode {codec!r}")
     return result
@@ -142,16 +141,64 @@ def _encode_uniform(values: F32) -> bytes:
     return _HEADER.pack(low, step) + payload
 
 
-def _encode_blockwise(values: F32) -> bytes:
+def warm_up(codec: Codec) -> None:
+    """Import what ``codec`` needs now, not in the middle of the first round (torch takes seconds)."""
+    if codec in (Codec.FP16, Codec.BLOCKWISE8, Codec.AUTO):
+        _torch()
+
+
+def _torch() -> Any:
+    import torch  # noqa: PLC0415 - imported on first use: plain averaging needs no torch
+
+    return torch
+
+
+def _writable(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """torch shares only writable memory; read-only input (bytes) is copied."""
+    return array if array.flags.writeable else array.copy()
+
+
+def _encode_fp16(values: F32) -> memoryview:
+    torch = _torch()
+    source = torch.from_numpy(_writable(values))
+    halves = torch.clamp(source, -_FP16_MAX, _FP16_MAX).to(torch.float16)
+    encoded: npt.NDArray[np.float16] = halves.numpy()
+    return encoded.data.cast("B")
+
+
+def _encode_blockwise(values: F32) -> memoryview:
+    torch = _torch()
     count = values.size
     blocks = -(-count // BLOCK)
-    padded = np.zeros(blocks * BLOCK, dtype=np.float32)
-    padded[:count] = values
-    grid = padded.reshape(blocks, BLOCK)
-    scales = (np.abs(grid).max(axis=1) / np.float32(127.0)).astype(np.float32)
-    safe = np.where(scales > 0, scales, np.float32(1.0)).astype(np.float32)
-    codes = np.rint(grid / safe[:, None])
-    np.clip(codes, -127, 127, out=codes)
-    head: bytes = scales.tobytes()
-    body: bytes = codes.astype(np.int8).reshape(-1)[:count].tobytes()
-    return head + body
+    out = np.empty(blocks * 4 + count, dtype=np.uint8)
+    if count == 0:
+        return out.data
+    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32)
+    padded[:count] = torch.from_numpy(_writable(values))
+    grid = padded.view(blocks, BLOCK)
+    scales = grid.abs().amax(dim=1).div_(127.0)
+    codes = grid.div(scales.clamp_min(1e-38).unsqueeze(1)).round_().clamp_(-127, 127).to(torch.int8)
+    torch.from_numpy(out[: blocks * 4].view(np.float32)).copy_(scales)
+    torch.from_numpy(out[blocks * 4 :].view(np.int8)).copy_(codes.view(-1)[:count])
+    return out.data
+
+
+def _decode_blockwise(data: bytes | bytearray | memoryview, count: int, result: F32) -> None:
+    torch = _torch()
+    blocks = -(-count // BLOCK)
+    if count == 0:
+        return
+    scales = torch.from_numpy(_writable(np.frombuffer(data, dtype=np.float32, count=blocks)))
+    codes = torch.from_numpy(
+        _writable(np.frombuffer(data, dtype=np.int8, count=count, offset=blocks * 4))
+    )
+    target = torch.from_numpy(result)
+    whole = (count // BLOCK) * BLOCK
+    if whole:
+        torch.mul(
+            codes[:whole].view(-1, BLOCK),
+            scales[: whole // BLOCK].unsqueeze(1),
+            out=target[:whole].view(-1, BLOCK),
+        )
+    if whole < count:
+        torch.mul(codes[whole:], scales[-1], out=target[whole:])

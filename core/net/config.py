@@ -30,6 +30,10 @@ class NetConfig:
     """On close, how long running handlers may finish before they are cancelled."""
     max_concurrent_calls: int = 512
     """Calls a peer may have running at once on one connection; more are refused as busy."""
+    socket_buffer_bytes: int | None = 4 * MiB
+    """Kernel send and receive buffers per connection (None: the OS default and its autotuning).
+    Large fixed buffers keep bulk streams flowing from their first byte and spare asyncio copies of
+    data the kernel could not take yet; the OS may cap them (net.core.wmem_max / rmem_max)."""
     max_unsent_bytes: int = 64 * MiB
     """Replies queued for a peer that does not read them; beyond this its connection is dropped."""
     max_pending_handshakes: int = 256

@@ -8,7 +8,9 @@ authenticates every connection, serves the Router's handlers, closes idle connec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -353,6 +355,12 @@ class Host:
         self._register(conn)
 
     def _new_connection(self, *, initiator: bool, transport: asyncio.Transport) -> Connection:
+        size = self.config.socket_buffer_bytes
+        sock = transport.get_extra_info("socket")
+        if size and sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
         peername = transport.get_extra_info("peername")
         return Connection(
             config=self.config,

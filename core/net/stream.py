@@ -159,6 +159,35 @@ class Stream:
                 filled += self._posted_done
                 self._posted = None
 
+    async def recv_data_or_message(self, destination: Buffer) -> tuple[bool, Any]:
+        """Fill ``destination`` with the next raw bytes, unless a message comes first.
+
+        Returns ``(True, None)`` once the data is in ``destination`` (received straight into it when
+        nothing was queued), or ``(False, message)`` when a message came before any data.
+        """
+        dest = as_bytes_view(destination)
+        if not self._inbox:
+            self._posted = dest
+            self._posted_reserved = self._posted_done = 0
+            try:
+                while not self._inbox and self._posted_done < len(dest):
+                    self._raise_if_failed()
+                    await self._wait()
+            finally:
+                done = self._posted_done
+                self._posted = None
+            if done == len(dest):
+                return True, None
+            if done:
+                raise StreamUsageError(f"a message came after {done} of {len(dest)} bytes")
+        kind, item = await self._next_item()
+        if kind is Kind.MSG:
+            self._inbox.popleft()
+            self._consumed(len(item))
+            return False, unpack(item)
+        await self.recv_data_into(dest)
+        return True, None
+
     async def _next_item(self) -> tuple[Kind, Any]:
         while not self._inbox:
             self._raise_if_failed()
