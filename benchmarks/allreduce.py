@@ -3,12 +3,13 @@
     python benchmarks/allreduce.py --peers 4 --numel 10000000 --rounds 3 --compression none --json out.json
 
 Every peer is its own OS process (a DHT node, a Host and an Averager) holding one float32 tensor of
-``--numel`` random values (one torch thread per peer: the peers share this machine's cores, where
-real peers would each have their own). Each round is timed in two phases, as
-``../shared/bench/hivemind_ref.py avg`` does: matchmaking (until every peer has its group) and the all-reduce (from the trigger until every peer
-has its result). Each peer then compares its result with the exact mean of all peers' inputs:
-``rel_rms_err`` is 0 for an exact average and about 1 when nothing was averaged. ``averaging_complete``
-needs both a small error on every peer and every peer's own report of a complete round.
+``--numel`` random values. The peers share this machine's cores where real peers would each have their
+own, so each uses one torch thread. Each round is timed in two phases, as
+``../shared/bench/hivemind_ref.py avg`` does: matchmaking (until every peer has its group), then the
+all-reduce (from the trigger until every peer has its result). Each peer then compares its result with
+the exact mean of all peers' inputs: ``rel_rms_err`` is 0 for an exact average and about 1 when nothing
+was averaged. ``averaging_complete`` needs both a small error on every peer and every peer's own report
+of a complete round.
 
 Unless ``--no-hivemind`` is given, the reference harness runs next with the same arguments in
 ``.venv-hivemind``, and ``comparison`` holds the ratios (goal: one third or less).
