@@ -81,7 +81,7 @@ class AllReduce:
                 self.spans[index], set(self.receivers), len(self.receivers), config.sender_timeout
             )
         self.result = AveragingResult(
-            group.group_id, [m.peer for m in members], index, tensors.total
+            group.group_id, [m.peer for m in members], index, tensors.total, parts=list(self.parts)
         )
         self._tasks = BackgroundTasks(f"allreduce-{group.group_id.hex()[:8]}")
         self._averaged: list[tuple[int, int]] = []
@@ -154,15 +154,26 @@ class AllReduce:
             ) as call:
                 sending = None
                 if self.weight > 0:
-                    sending = self._tasks.spawn(f"send-{part}", self._send_part(call.stream, spans))
-                for i, span in enumerate(spans):
-                    async with asyncio.timeout(self.config.reducer_timeout):
-                        weight = await self._receive_chunk(call.stream, i, span)
-                    self._apply(span, weight, None)
-                    received = i + 1
-                if sending is not None:
-                    await sending
-                summary = await call.result()
+                    sending = self._tasks.spawn(
+                        f"send-{part}", self._send_part(call.stream, spans), awaited=True
+                    )
+                try:
+                    for i, span in enumerate(spans):
+                        async with asyncio.timeout(self.config.reducer_timeout):
+                            weight, included = await self._receive_chunk(call.stream, i, span)
+                        if weight > 0 and not included and self.weight > 0:
+                            # told per chunk: known even if the reducer dies before its summary
+                            self.result.excluded.setdefault(
+                                self.me.peer, f"reducer {part} averaged chunk {i} without our data"
+                            )
+                        self._apply(span, weight, None)
+                        received = i + 1
+                    # The summary first: a reducer that left us out closes the stream while we may
+                    # still be sending, and what it says about us matters more than that error.
+                    summary = await call.result()
+                finally:
+                    if sending is not None and not sending.done():
+                        sending.cancel()
                 for sender, reason in summary.excluded.items():
                     if 0 <= sender < len(self.group.members):
                         self.result.excluded.setdefault(self.group.members[sender].peer, reason)
@@ -183,8 +194,9 @@ class AllReduce:
         for span in spans:
             await stream.send_data(encode(span.codec, self.tensors.view(span)))
 
-    async def _receive_chunk(self, stream: Stream, index: int, span: Span) -> float:
-        """An averaged chunk (data, then ``[index, weight]``) or ``[index, 0]`` if it was not averaged.
+    async def _receive_chunk(self, stream: Stream, index: int, span: Span) -> tuple[float, bool]:
+        """An averaged chunk: data, then ``[index, weight, whether our data is in it]``; no data and
+        weight 0 if the chunk was not averaged.
 
         Uncompressed data lands straight in the tensor: the weight comes after it for that reason.
         """
@@ -194,14 +206,20 @@ class AllReduce:
         got_data, trailer = await stream.recv_data_or_message(buffer)
         if got_data:
             trailer = await stream.recv_message()
-        if not (isinstance(trailer, list) and len(trailer) == 2 and trailer[0] == index):
+        if not (
+            isinstance(trailer, list)
+            and len(trailer) == 3
+            and trailer[0] == index
+            and isinstance(trailer[1], (int, float))
+            and isinstance(trailer[2], bool)
+        ):
             raise InvalidRequestError(f"unexpected chunk trailer {trailer!r}")
         weight = float(trailer[1])
         if got_data != (weight > 0):
             raise InvalidRequestError("a chunk's data and its weight disagree")
         if got_data and not raw:
             decode(span.codec, buffer, span.count, out=view)
-        return weight
+        return weight, trailer[2]
 
     def _apply(self, span: Span, weight: float, values: np.ndarray | None) -> None:
         """Record a chunk's outcome (and copy the reducer's own values in, for our own part)."""
@@ -251,7 +269,7 @@ class AllReduce:
                 outcome = await reducer.result(i)
                 if outcome.weight > 0:
                     await stream.send_data(outcome.data)
-                await stream.send([i, outcome.weight])
+                await stream.send([i, outcome.weight, sender in outcome.included])
                 reducer.taken(i)
         return ReduceSummary(len(spans), dict(reducer.excluded))
 

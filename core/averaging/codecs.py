@@ -117,12 +117,14 @@ def max_abs_error(codec: Codec, values: F32) -> float:
         return 0.0
     if codec is Codec.FP16:
         return float(np.max(np.abs(values))) * 2.0**-11 + 2.0**-24
+    # A float32 scale in the subnormal range is itself coarse: up to 255 codes times its spacing.
+    tiny = 256 * float(np.finfo(np.float32).smallest_subnormal)
     if codec is Codec.UINT8:
-        return (float(values.max()) - float(values.min())) / 510.0 * 1.0001
+        return (float(values.max()) - float(values.min())) / 510.0 * 1.0001 + tiny
     if codec is Codec.BLOCKWISE8:
         padded = np.zeros(-(-values.size // BLOCK) * BLOCK, dtype=np.float32)
         padded[: values.size] = np.abs(values)
-        return float(padded.reshape(-1, BLOCK).max(axis=1).max()) / 254.0 * 1.0001
+        return float(padded.reshape(-1, BLOCK).max(axis=1).max()) / 254.0 * 1.0001 + tiny
     raise ValueError(f"no bound for {codec!r}")
 
 
@@ -177,7 +179,9 @@ def _encode_blockwise(values: F32) -> memoryview:
     padded[:count] = torch.from_numpy(_writable(values))
     grid = padded.view(blocks, BLOCK)
     scales = grid.abs().amax(dim=1).div_(127.0)
-    codes = grid.div(scales.clamp_min(1e-38).unsqueeze(1)).round_().clamp_(-127, 127).to(torch.int8)
+    # An all-zero block has scale 0; divide it by 1 instead (a clamp would skew tiny nonzero blocks).
+    divisor = torch.where(scales > 0, scales, torch.ones_like(scales)).unsqueeze(1)
+    codes = grid.div(divisor).round_().clamp_(-127, 127).to(torch.int8)
     torch.from_numpy(out[: blocks * 4].view(np.float32)).copy_(scales)
     torch.from_numpy(out[blocks * 4 :].view(np.int8)).copy_(codes.view(-1)[:count])
     return out.data

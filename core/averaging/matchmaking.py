@@ -117,12 +117,7 @@ class Matchmaker:
         self._searches[round_key] = search
         info = self._info()
         try:
-            await self._dht.store(
-                self._key(round_key),
-                [deadline, self._config.client_mode, info.addresses],
-                deadline + 2 * self._config.request_timeout,
-                subkey=owner_marker(me),
-            )
+            await self._declare(search, info)
             group = await self._find(search, info, started + timeout)
         finally:
             search.closed = True
@@ -133,6 +128,28 @@ class Matchmaker:
         self._typical = took if self._typical is None else 0.7 * self._typical + 0.3 * took
         self._registry.expect(group.group_id)
         return group
+
+    async def _declare(self, search: _Search, info: MemberInfo) -> None:
+        await self._dht.store(
+            self._key(search.round_key),
+            [search.deadline, self._config.client_mode, info.addresses],
+            search.deadline + 2 * self._config.request_timeout,
+            subkey=owner_marker(self._host.peer_id),
+        )
+
+    async def _renew(self, search: _Search, info: MemberInfo, give_up: float) -> None:
+        """Our deadline passed without enough members: declare a later one and keep looking.
+
+        Others ignore declarations whose deadline has passed, so without this a peer that was early
+        (or a round whose peers declared slowly) would wait alone and unseen. The later deadline also
+        ranks us behind the peers still waiting, so we join them rather than lead.
+        """
+        loop = asyncio.get_running_loop()
+        clock = self._dht.state.clock
+        remaining = max(0.0, give_up - loop.time())
+        search.deadline = clock.time() + min(remaining, self.patience())
+        search.order = (search.deadline, self._host.peer_id.to_bytes())
+        await self._declare(search, info)
 
     async def _find(self, search: _Search, info: MemberInfo, give_up: float) -> GroupSpec:
         loop = asyncio.get_running_loop()
@@ -158,6 +175,10 @@ class Matchmaker:
                 continue
             if self._ready_to_close(search):
                 return self._close_group(search, info)
+            if not self._config.client_mode and self._dht.state.clock.time() >= search.deadline:
+                await self._renew(search, info, give_up)
+                poll = 0.02
+                continue
             search.changed.clear()
             try:
                 async with asyncio.timeout(min(poll, max(0.0, give_up - loop.time()))):

@@ -26,7 +26,8 @@ class ChunkResult:
     """The encoded average (empty when ``weight`` is 0)."""
     values: F32 | None
     """The average as the reducer applies it to itself (decoded, so identical to what others get)."""
-    included: int
+    included: frozenset[int]
+    """The senders whose data went into the average (each receiver is told whether it was one)."""
 
 
 @dataclass
@@ -143,7 +144,7 @@ class PartReducer:
         """Give up (the round timed out): unfinished chunks are reported as not averaged."""
         for chunk in self._chunks:
             if chunk.done is not None and not chunk.done.done():
-                chunk.done.set_result(ChunkResult(0.0, b"", None, 0))
+                chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -167,14 +168,14 @@ class PartReducer:
         assert chunk.done is not None
         weight = chunk.weight
         if weight <= 0 or chunk.sum is None:
-            chunk.done.set_result(ChunkResult(0.0, b"", None, 0))
+            chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
             return
         average = chunk.sum
         average /= np.float32(weight)
         codec = chunk.span.codec
         data = encode(codec, average)
         values = average if codec is Codec.NONE else decode(codec, data, average.size)
-        chunk.done.set_result(ChunkResult(weight, data, values, len(chunk.got)))
+        chunk.done.set_result(ChunkResult(weight, data, values, frozenset(chunk.got)))
 
     def _arm(self) -> None:
         if self._timer is not None:

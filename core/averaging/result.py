@@ -22,6 +22,8 @@ class AveragingResult:
     averaged_elements: int = 0
     missing: list[tuple[int, int]] = field(default_factory=list)
     excluded: dict[PeerID, str] = field(default_factory=dict)
+    parts: list[int] = field(default_factory=list)
+    """How many values each member reduced (the load-balancing plan, in member order)."""
     group_weight: float = 0.0
     """The total weight the averages were taken over (the smallest seen, if parts differ)."""
     errors: list[str] = field(default_factory=list)

@@ -70,3 +70,11 @@ def test_wrong_sizes_are_refused(codec: Codec) -> None:
         decode(codec, data[:-1], 100)
     with pytest.raises(WireFormatError, match="expected"):
         decode(codec, data, 101)
+
+
+@pytest.mark.parametrize("codec", CONCRETE)
+def test_subnormal_values_stay_within_the_bound(codec: Codec) -> None:
+    tiny = np.finfo(np.float32).smallest_subnormal
+    values = np.array([tiny, 0.0, -3 * tiny, 1000 * tiny], dtype=np.float32)
+    restored = decode(codec, encode(codec, values), values.size)
+    assert float(np.max(np.abs(restored - values))) <= max_abs_error(codec, values)

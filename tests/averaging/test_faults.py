@@ -1,0 +1,226 @@
+"""Members that die or stall at every stage of a round: the others finish, and say exactly what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from core.averaging import Averager, AveragingResult
+from core.averaging.allreduce import AllReduce
+from tests.averaging.conftest import QUICK, MakeAveragers
+
+SIZE = 4
+SHAPE = (4096 * 12,)  # 12 chunks of 4096 values: failures can land between chunks
+
+
+def inputs() -> list[np.ndarray]:
+    return [np.full(SHAPE, float(i + 1), dtype=np.float32) for i in range(SIZE)]
+
+
+async def kill(averager: Averager) -> None:
+    await averager.close()
+    await averager.dht.close()
+    await averager.host.close()
+
+
+def check_honest(
+    result: AveragingResult, values: np.ndarray, own: float, allowed: set[float]
+) -> None:
+    """Every value is its own original or one of the allowed means, and ``missing`` is exactly the
+    ranges that kept the original."""
+    assert not result.complete
+    kept = np.isclose(values, own)
+    valid = kept.copy()
+    for mean in allowed:
+        valid |= np.isclose(values, mean)
+    assert valid.all(), (
+        f"neither {own} nor one of {allowed}: {np.unique(values[~valid])[:5]} {result}"
+    )
+    reported = np.zeros(values.size, dtype=bool)
+    for start, end in result.missing:
+        reported[start:end] = True
+    if own not in allowed:
+        np.testing.assert_array_equal(reported, kept)
+
+
+async def run_round(
+    averagers: list[Averager], victim: int, before_run: Callable[[], Awaitable[None]] | None = None
+) -> tuple[list[AveragingResult | BaseException], list[np.ndarray], float]:
+    pending = await asyncio.gather(*(a.prepare("faulty", timeout=10) for a in averagers))
+    if before_run is not None:
+        await before_run()
+    tensors = inputs()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    outcomes = await asyncio.gather(
+        *(
+            p.run([t])
+            for i, (p, t) in enumerate(zip(pending, tensors, strict=True))
+            if i != victim or before_run is None
+        ),
+        return_exceptions=True,
+    )
+    return list(outcomes), tensors, loop.time() - started
+
+
+ALL = sum(range(1, SIZE + 1)) / SIZE  # 2.5
+
+
+async def test_a_member_that_dies_before_sending(make_averagers: MakeAveragers) -> None:
+    averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
+    victim = 3
+    outcomes, tensors, took = await run_round(averagers, victim, lambda: kill(averagers[victim]))
+    survivors = (1 + 2 + 3) / 3
+    assert took < QUICK.allreduce_timeout
+    for index, outcome in enumerate(outcomes):
+        assert isinstance(outcome, AveragingResult)
+        check_honest(outcome, tensors[index], float(index + 1), {survivors})
+        assert averagers[victim].host.peer_id in outcome.excluded or outcome.errors
+        assert outcome.missing  # the victim's own part could not be averaged
+
+
+@pytest.fixture
+def sabotage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[str, Any, Callable[..., Awaitable[Any]]], None]:
+    """Replace an AllReduce method for one member only (the others keep the real one)."""
+
+    def install(name: str, victim_peer: Any, replacement: Callable[..., Awaitable[Any]]) -> None:
+        original = getattr(AllReduce, name)
+
+        async def dispatch(self: AllReduce, *args: Any, **kwargs: Any) -> Any:
+            if self.me.peer == victim_peer:
+                return await replacement(self, original, *args, **kwargs)
+            return await original(self, *args, **kwargs)
+
+        monkeypatch.setattr(AllReduce, name, dispatch)
+
+    return install
+
+
+async def test_a_member_that_dies_while_sending(
+    make_averagers: MakeAveragers, sabotage: Any
+) -> None:
+    averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
+    victim = averagers[3]
+
+    async def send_a_little_then_die(
+        self: AllReduce, original: Any, stream: Any, spans: list[Any]
+    ) -> None:
+        await stream.send_data(self.tensors.view(spans[0]))  # one chunk, then the machine goes away
+        await asyncio.sleep(0.05)
+        await self.host.close()
+
+    sabotage("_send_part", victim.host.peer_id, send_a_little_then_die)
+    outcomes, tensors, took = await run_round(averagers, -1)
+    assert took < QUICK.allreduce_timeout
+    survivors = (1 + 2 + 3) / 3
+    for index in range(3):
+        outcome = outcomes[index]
+        assert isinstance(outcome, AveragingResult)
+        check_honest(outcome, tensors[index], float(index + 1), {ALL, survivors})
+        assert victim.host.peer_id in outcome.excluded or outcome.errors
+
+
+async def test_a_reducer_that_dies_midway(make_averagers: MakeAveragers, sabotage: Any) -> None:
+    averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
+    victim = averagers[2]
+
+    async def serve_a_little_then_die(
+        self: AllReduce, original: Any, ctx: Any, request: Any, stream: Any
+    ) -> Any:
+        reducer = self.reducer
+        spans = self.spans[self.index]
+        self._tasks.spawn("take", self._take(stream, request.sender, spans, request.weight))
+        outcome = await reducer.result(0)
+        await stream.send_data(outcome.data)
+        await stream.send([0, outcome.weight, request.sender in outcome.included])
+        await self.host.close()
+        await asyncio.sleep(30)
+
+    sabotage("serve", victim.host.peer_id, serve_a_little_then_die)
+    outcomes, tensors, took = await run_round(averagers, -1)
+    assert took < QUICK.allreduce_timeout
+    for index in (0, 1, 3):
+        outcome = outcomes[index]
+        assert isinstance(outcome, AveragingResult)
+        # the victim also stops sending its own data once its host is gone
+        check_honest(outcome, tensors[index], float(index + 1), {ALL, (1 + 2 + 4) / 3})
+        assert any("reducer" in error for error in outcome.errors)
+        assert outcome.averaged_elements > 0
+
+
+async def test_a_sender_that_is_too_slow_is_left_out(
+    make_averagers: MakeAveragers, sabotage: Any
+) -> None:
+    averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
+    victim = averagers[1]
+
+    async def dawdle(self: AllReduce, original: Any, stream: Any, spans: list[Any]) -> None:
+        await asyncio.sleep(QUICK.sender_timeout * 3)
+        await original(self, stream, spans)
+
+    sabotage("_send_part", victim.host.peer_id, dawdle)
+    outcomes, tensors, took = await run_round(averagers, -1)
+    assert took < QUICK.allreduce_timeout
+    without_victim = (1 + 3 + 4) / 3
+    for index, outcome in enumerate(outcomes):
+        assert isinstance(outcome, AveragingResult)
+        assert not outcome.complete
+        reason = outcome.excluded[victim.host.peer_id]
+        if index == 1:  # the victim learns it from the first averaged chunk that lacks its data
+            assert "without our data" in reason
+        else:
+            assert "no data for chunk 0" in reason
+            check_honest(outcome, tensors[index], float(index + 1), {ALL, without_victim})
+
+
+async def test_a_reducer_that_is_too_slow_is_given_up_on(
+    make_averagers: MakeAveragers, sabotage: Any
+) -> None:
+    averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
+    victim = averagers[0]
+
+    async def stall(self: AllReduce, original: Any, ctx: Any, request: Any, stream: Any) -> Any:
+        await asyncio.sleep(QUICK.reducer_timeout * 2)
+        return await original(self, ctx, request, stream)
+
+    sabotage("serve", victim.host.peer_id, stall)
+    outcomes, tensors, took = await run_round(averagers, -1)
+    assert took < QUICK.allreduce_timeout
+    for index in (1, 2, 3):
+        outcome = outcomes[index]
+        assert isinstance(outcome, AveragingResult)
+        check_honest(outcome, tensors[index], float(index + 1), {ALL})
+        assert any("timed out" in error for error in outcome.errors)
+
+
+async def test_memory_stays_bounded_when_rounds_keep_failing(make_averagers: MakeAveragers) -> None:
+    config = replace(QUICK, target_group_size=3, sender_timeout=0.2, reducer_timeout=0.4)
+    averagers = await make_averagers(3, config)
+    tracemalloc.start()
+    try:
+        sizes = []
+        for round_index in range(8):
+            pending = await asyncio.gather(
+                *(a.prepare(f"fail.{round_index}", timeout=5) for a in averagers)
+            )
+            pending[2].cancel()  # one member never runs: every round fails
+            tensors = [np.ones(40000, np.float32) for _ in range(2)]
+            results = await asyncio.gather(
+                *(p.run([t]) for p, t in zip(pending[:2], tensors, strict=True))
+            )
+            assert not any(r.complete for r in results)
+            assert all(len(a.registry) == 0 for a in averagers)
+            gc.collect()
+            sizes.append(tracemalloc.get_traced_memory()[0])
+        assert sizes[-1] - sizes[2] < 2_000_000, sizes  # no growth from round to round
+    finally:
+        tracemalloc.stop()

@@ -1,0 +1,140 @@
+"""Group rounds on a grid reach the global mean; state downloads survive a donor that leaves."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from core.averaging.messages import StateRequest
+from core.averaging.moshpit import Grid, moshpit_average
+from core.averaging.state import StateDownloadError, StateSharing
+from core.net.rpc import CallContext
+from core.net.stream import Stream
+from tests.averaging.conftest import QUICK, MakeAveragers
+
+
+async def test_sixteen_peers_on_a_4x4_grid_reach_the_exact_weighted_mean_in_two_rounds(
+    make_averagers: MakeAveragers,
+) -> None:
+    averagers = await make_averagers(16, replace(QUICK, target_group_size=4, min_group_size=4))
+    grid = Grid(2, 4)
+    rng = np.random.default_rng(5)
+    tensors = [[rng.standard_normal(3000).astype(np.float32)] for _ in range(16)]
+    weights = [float(1 + i % 5) for i in range(16)]
+    expected = sum(w * t[0] for t, w in zip(tensors, weights, strict=True)) / sum(weights)
+    outcomes = await asyncio.gather(
+        *(
+            moshpit_average(
+                a, t, grid=grid, coords=(i // 4, i % 4), weight=w, base_key="m", timeout=15
+            )
+            for i, (a, t, w) in enumerate(zip(averagers, tensors, weights, strict=True))
+        )
+    )
+    for outcome, mine in zip(outcomes, tensors, strict=True):
+        assert outcome.complete
+        assert [len(r.members) for r in outcome.results] == [4, 4]
+        assert outcome.weight == pytest.approx(sum(weights))
+        np.testing.assert_allclose(mine[0], expected, atol=1e-5)
+    # round one mixed everyone: each second-round group held one member of every first-round group
+    first_groups = {o.results[0].group_id for o in outcomes}
+    for group_id in {o.results[1].group_id for o in outcomes}:
+        members = [o for o in outcomes if o.results[1].group_id == group_id]
+        assert {o.results[0].group_id for o in members} == first_groups
+
+
+def state(seed: int = 3) -> tuple[int, dict[str, Any], list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    tensors = [
+        rng.standard_normal((500, 900)).astype(np.float32),
+        np.arange(10, dtype=np.int64),
+        np.array(3.5, dtype=np.float64),
+    ]
+    return 7, {"epoch": 7, "optimizer": "lamb"}, tensors
+
+
+async def test_state_comes_from_several_donors_and_resumes_when_one_leaves(
+    make_averagers: MakeAveragers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    averagers = await make_averagers(4)
+    donors = [StateSharing(a.host, a.dht, "test") for a in averagers[:3]]
+    quitter = donors[0]
+    original = StateSharing._on_range
+
+    async def serve_half_then_leave(
+        self: StateSharing, ctx: CallContext, request: StateRequest, stream: Stream
+    ) -> Any:
+        if self is not quitter:
+            return await original(self, ctx, request, stream)
+        snapshot = self._current()
+        middle = (request.start + request.end) // 2
+        await stream.send_data(snapshot.data[request.start : middle].data)
+        await asyncio.sleep(0.05)
+        await self._host.close()
+        await asyncio.sleep(30)
+        return None
+
+    # before serve(): the handler is bound when it is registered
+    monkeypatch.setattr(StateSharing, "_on_range", serve_half_then_leave)
+    for donor in donors:
+        donor.serve(state)
+        assert await donor.announce(7)
+    downloader = StateSharing(averagers[3].host, averagers[3].dht, "test")
+    got = await downloader.download(timeout=30, max_donors=3, range_bytes=256 * 1024)
+    version, metadata, tensors = state()
+    assert got.version == version
+    assert got.metadata == metadata
+    for mine, theirs in zip(got.tensors, tensors, strict=True):
+        assert mine.dtype == theirs.dtype
+        np.testing.assert_array_equal(mine, theirs)
+    assert quitter._host.peer_id not in got.donors
+    assert len(got.donors) >= 1
+
+
+async def test_no_donor_is_a_clear_error(make_averagers: MakeAveragers) -> None:
+    (averager,) = await make_averagers(1)
+    with pytest.raises(StateDownloadError, match="no peer announces a state"):
+        await StateSharing(averager.host, averager.dht, "nobody").download(timeout=5)
+
+
+async def test_the_freshest_state_wins(make_averagers: MakeAveragers) -> None:
+    averagers = await make_averagers(4)
+    versions = [5, 9, 5]
+    for averager, version in zip(averagers, versions, strict=False):
+        donor = StateSharing(averager.host, averager.dht, "test")
+        donor.serve(lambda v=version: (v, {"epoch": v}, [np.full(1000, v, np.float32)]))
+        assert await donor.announce(version)
+    got = await StateSharing(averagers[3].host, averagers[3].dht, "test").download(timeout=10)
+    assert got.version == 9
+    assert got.metadata == {"epoch": 9}
+    np.testing.assert_array_equal(got.tensors[0], np.full(1000, 9, np.float32))
+    assert got.donors == [averagers[1].host.peer_id]
+
+
+async def test_a_failure_only_touches_its_own_group(make_averagers: MakeAveragers) -> None:
+    """8 peers on a 2x4 grid: round 0 forms groups {0..3} and {4..7}; peer 2 dies after matchmaking."""
+    averagers = await make_averagers(8, replace(QUICK, target_group_size=4, min_group_size=2))
+    grid = Grid(2, 4)
+    coords = [(i % 4, i // 4) for i in range(8)]
+    keys = [grid.key("g", 0, c) for c in coords]
+    assert len(set(keys)) == 2
+    pending = await asyncio.gather(
+        *(a.prepare(k, timeout=10) for a, k in zip(averagers, keys, strict=True))
+    )
+    victim = 2
+    await averagers[victim].close()
+    await averagers[victim].host.close()
+    tensors = [[np.full(5000, float(i), np.float32)] for i in range(8)]
+    results = await asyncio.gather(
+        *(p.run(t) for i, (p, t) in enumerate(zip(pending, tensors, strict=True)) if i != victim)
+    )
+    by_peer = dict(zip([i for i in range(8) if i != victim], results, strict=True))
+    for i in range(4, 8):
+        assert by_peer[i].complete, by_peer[i].summary()
+        np.testing.assert_allclose(tensors[i][0], (4 + 5 + 6 + 7) / 4)
+    for i in (0, 1, 3):
+        assert not by_peer[i].complete
+        assert by_peer[i].missing
