@@ -66,3 +66,60 @@ def test_dht_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
     for row in ("store", "get"):
         assert result["concurrent"][row]["ok"] == 5
         assert result["concurrent"][row]["wall_s"] > 0
+
+
+def test_allreduce_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
+    out = tmp_path / "allreduce.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "allreduce.py"),
+            "--peers",
+            "3",
+            "--numel",
+            "200000",
+            "--rounds",
+            "1",
+            "--compression",
+            "uint8",
+            "--no-hivemind",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
+    result = json.loads(out.read_text())
+    assert result["averaging_complete"] is True
+    assert result["allreduce_s_median"] > 0
+    assert result["matchmaking_s_median"] > 0
+    assert 0 <= result["rounds"][0]["rel_rms_err"] < 0.05  # 8-bit, not exact, but averaged
+
+
+def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
+    out = tmp_path / "load_balancing.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "load_balancing.py"),
+            "--numel",
+            "150000",
+            "--rounds",
+            "1",
+            "--unit",
+            "4e6",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    result = json.loads(out.read_text())
+    assert result["averaging_complete"] is True
+    for key in ("balanced_s", "equal_parts_s", "plain_s", "speedup", "predicted_speedup"):
+        assert result[key] > 0
+    # the program hands the fast auxiliary peer the whole vector; equal shares give everyone a fifth
+    assert result["balanced_parts_by_peer"] == [0, 0, 0, 0, 150000]
+    assert result["equal_parts_by_peer"] == [30000] * 5

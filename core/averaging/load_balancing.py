@@ -84,6 +84,10 @@ def solve(
     return solution
 
 
+SLIVER = 1e-5
+"""Shares below this fraction of the vector are dropped (and the rest scaled up to cover it)."""
+
+
 class _Program:
     def __init__(self, peers: Sequence[PeerCapacity], size: float, batch: float | None) -> None:
         self.peers = list(peers)
@@ -180,30 +184,57 @@ class _Program:
                 matrix[index, column] += value
         return matrix
 
+    def utilization(self) -> np.ndarray:
+        """Objective: the sum over peers of their traffic as fractions of their link speeds."""
+        n, peers = self.n, self.peers
+        cost = np.zeros(self.count)
+        for i, p in enumerate(peers):
+            for j in range(n):
+                if i == j:
+                    continue
+                if p.upload > 0:  # i sends to j
+                    cost[self.a(i, j)] += 1.0 / p.upload
+                    cost[self.g(i, j)] += 1.0 / p.upload
+                if p.download > 0:  # i receives from j
+                    cost[self.a(j, i)] += 1.0 / p.download
+                    cost[self.g(j, i)] += 1.0 / p.download
+        return cost
+
     def solve(self) -> Plan | None:
-        """Three solves in order: the fastest rounds (the paper's objective), then among those the
-        fastest communication (it matters for latency even when compute is the bottleneck), then the
-        most even split of the reduction."""
+        """Four solves, each keeping the optimum of the ones before: the fastest rounds (the paper's
+        objective); then the fastest communication (it matters for latency even when compute is the
+        bottleneck); then the least use of everyone's links (when the slowest links set the pace, many
+        plans tie, and this one hands the work to the peers with the most capacity to spare, such as
+        an auxiliary peer on a fast link); then the most even split of the reduction."""
         rows, bounds = self.constraints()
         matrix = self._matrix(rows, self.count)
+        b = np.asarray(bounds, dtype=float)
         limits = self.variable_bounds()
         x: np.ndarray | None = None
         best_xi = 0.0
-        for goal in (self.xi, self.xc, self.t):
-            objective = np.zeros(self.count)
-            objective[goal] = -1.0
-            result = linprog(objective, A_ub=matrix, b_ub=bounds, bounds=limits, method="highs")
+        goals: list[tuple[np.ndarray, bool]] = []
+        for index in (self.xi, self.xc):
+            goal = np.zeros(self.count)
+            goal[index] = -1.0
+            goals.append((goal, False))
+        goals.append((self.utilization(), True))
+        last = np.zeros(self.count)
+        last[self.t] = -1.0
+        goals.append((last, False))
+        for number, (objective, minimizing) in enumerate(goals):
+            result = linprog(objective, A_ub=matrix, b_ub=b, bounds=limits, method="highs")
             if result.status != 0 or result.x is None:
                 break
             x = np.asarray(result.x)
-            value = float(x[goal])
-            if goal == self.xi:
-                if value <= 0:
+            value = float(objective @ x)
+            if number == 0:
+                if -value <= 0:
                     return None
-                best_xi = value
-            # keep this optimum (less a hair for round-off) while optimising the next goal
-            low, high = limits[goal]
-            limits = [*limits[:goal], (max(low, value * (1 - 1e-7)), high), *limits[goal + 1 :]]
+                best_xi = -value
+            # keep this optimum (give or take a hair for round-off) while optimising the next goal
+            slack = abs(value) * 1e-7 + (1e-12 if minimizing else 0.0)
+            matrix = np.vstack([matrix, objective])
+            b = np.append(b, value + slack)
         if x is None:
             return None
         return self._plan(x, best_xi)
@@ -217,6 +248,9 @@ class _Program:
         total = sum(rates)
         if total <= 0:
             return equal_plan(self.peers)
+        # slivers are round-off let through by the tolerance each stage keeps, not real work
+        rates = [rate if rate >= SLIVER * total else 0.0 for rate in rates]
+        total = sum(rates)
         shares = tuple(rate / total for rate in rates)
         contributes = tuple(float(x[self.c0 + i]) for i in range(self.n))
         return Plan(shares, contributes, xi)

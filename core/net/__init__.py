@@ -11,6 +11,7 @@
 - ``rpc``          Method/StreamMethod, CallContext and the Router of handlers.
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
+- ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
 - ``config``       NetConfig: limits and timeouts.
 - ``errors``       the error hierarchy, including RPC errors rebuilt from wire codes.
 """

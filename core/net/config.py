@@ -38,6 +38,10 @@ class NetConfig:
     """Replies queued for a peer that does not read them; beyond this its connection is dropped."""
     max_pending_handshakes: int = 256
     """Inbound connections still handshaking at once; beyond it new ones are dropped."""
+    upload_limit: float | None = None
+    download_limit: float | None = None
+    """Bytes per second over all connections (None: unlimited); ``Host.set_bandwidth_limits``
+    changes them while running."""
 
     def __post_init__(self) -> None:
         if self.max_frame_bytes < 64 * 1024:
@@ -51,5 +55,9 @@ class NetConfig:
         for name in ("dial_timeout", "handshake_timeout", "call_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        for name in ("upload_limit", "download_limit"):
+            limit = getattr(self, name)
+            if limit is not None and not limit > 0:
+                raise ConfigError(f"{name} must be a positive number of bytes per second, or None")
         if self.max_concurrent_calls < 1 or self.max_pending_handshakes < 1:
             raise ConfigError("concurrency limits must be at least 1")

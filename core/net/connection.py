@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from core.net.bandwidth import BandwidthLimits
 from core.net.calls_in import IncomingCalls
 from core.net.calls_out import CallStream, OutgoingCalls
 from core.net.errors import (
@@ -50,6 +51,7 @@ class Connection(asyncio.BufferedProtocol):
         *,
         config: NetConfig,
         router: Router,
+        bandwidth: BandwidthLimits | None = None,
         initiator: bool,
         remote_address: tuple[str, int] | None,
         hello: Callable[[Connection], Hello],
@@ -57,6 +59,8 @@ class Connection(asyncio.BufferedProtocol):
         on_closed: Callable[[Connection], None],
     ) -> None:
         self.config = config
+        self.bandwidth = bandwidth or BandwidthLimits()
+        self._read_paused_until = 0.0
         self.initiator = initiator
         self.remote_address = remote_address
         self.peer: PeerID | None = None
@@ -203,6 +207,19 @@ class Connection(asyncio.BufferedProtocol):
             self._decoder.buffer_updated(nbytes)
         except (ProtocolViolation, WireFormatError) as exc:
             self.abort(f"protocol violation: {exc}", level=logging.WARNING)
+            return
+        wait = self.bandwidth.download.take(nbytes)
+        if wait > 0 and self._transport is not None and not self._read_paused_until:
+            # Over the download limit: stop reading until the debt is repaid (TCP slows the sender).
+            self._read_paused_until = self._loop.time() + wait
+            self._transport.pause_reading()
+            self._loop.call_later(wait, self._resume_reading)
+
+    def _resume_reading(self) -> None:
+        self._read_paused_until = 0.0
+        transport = self._transport
+        if transport is not None and not self._lost and not transport.is_closing():
+            transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         self._set_reason("the peer closed the connection", logging.DEBUG)
@@ -370,6 +387,10 @@ class Connection(asyncio.BufferedProtocol):
             self.abort(
                 f"the peer is not reading: over {self.config.max_unsent_bytes} bytes waiting to be sent"
             )
+
+    async def pace_upload(self, size: int) -> None:
+        """Wait as long as the upload limit requires before ``size`` bytes of stream data go out."""
+        await self.bandwidth.upload.acquire(size)
 
     def write_data(self, call_id: int, data: memoryview) -> None:
         transport = self._transport

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeAlias
 
 from core.net.address import PeerAddress
+from core.net.bandwidth import BandwidthLimits
 from core.net.certificate import issue_credentials
 from core.net.config import NetConfig
 from core.net.connection import CallStream, Connection
@@ -94,6 +95,11 @@ class Host:
         self._closed = False
         self.listen_addresses: list[PeerAddress] = []
         self.peerstore: dict[PeerID, list[PeerAddress]] = {}
+        self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
+
+    def set_bandwidth_limits(self, upload: float | None, download: float | None) -> None:
+        """Bytes per second over all connections, effective at once (None: unlimited)."""
+        self.bandwidth.set(upload, download)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -365,6 +371,7 @@ class Host:
         return Connection(
             config=self.config,
             router=self.router,
+            bandwidth=self.bandwidth,
             initiator=initiator,
             remote_address=(str(peername[0]), int(peername[1])) if peername else None,
             hello=self._hello_for,

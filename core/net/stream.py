@@ -79,6 +79,7 @@ class Stream:
         for offset in range(0, len(view), chunk):
             piece = view[offset : offset + chunk]
             await self._acquire(len(piece))
+            await self._conn.pace_upload(len(piece))
             self._conn.write_data(self.call_id, piece)
             await self._conn.drain()
 

@@ -47,6 +47,19 @@ def test_heterogeneous_links_shift_work_to_the_fast() -> None:
     assert sum(plan.shares) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("unit", [2.5e6, 4e6])
+def test_when_slow_links_set_the_pace_the_spare_capacity_of_the_fastest_is_used(
+    unit: float,
+) -> None:
+    """4:2:1:1 trainers and an auxiliary peer at 8: many plans are equally fast (the slow links
+    bind), and the tie goes to the peer with the most capacity to spare, never to a slow one."""
+    links = [PeerCapacity(1.0, s * unit, s * unit) for s in (4, 2, 1, 1)]
+    helper = PeerCapacity(0.0, 8 * unit, 8 * unit, auxiliary=True)
+    plan = solve([*links, helper], vector_bytes=8e6)
+    assert plan.shares == pytest.approx([0, 0, 0, 0, 1])
+    assert 1 / plan.rounds_per_second == pytest.approx(8e6 / unit)  # the slowest link's own bytes
+
+
 def test_the_solution_is_identical_in_another_process() -> None:
     peers = [
         PeerCapacity(1.0, 400.0, 350.0),

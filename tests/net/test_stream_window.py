@@ -28,6 +28,9 @@ class FakeConnection:
     async def drain(self) -> None:
         pass
 
+    async def pace_upload(self, size: int) -> None:
+        pass
+
 
 async def test_provisional_window_then_widen() -> None:
     chunk = 64 * 1024
