@@ -43,7 +43,9 @@ class TokenBucket:
 
     def set_rate(self, rate: float | None) -> None:
         if rate is not None and not rate > 0:
-            raise ConfigError(f"a bandwidth limit must be a positive number of bytes/s, not {rate!r}")
+            raise ConfigError(
+                f"a bandwidth limit must be a positive number of bytes/s, not {rate!r}"
+            )
         self._refill()
         self._rate = None if rate is None else float(rate)
         self._tokens = min(self._tokens, self._capacity())
