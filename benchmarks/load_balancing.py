@@ -54,6 +54,7 @@ async def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)  # five peers share this machine's cores
     from core.averaging import Averager, AveragerConfig
+    from core.averaging.load_balancing import PlanCache
     from core.dht import DHTConfig, DHTNode, HostTransport
     from core.net import Host, Identity, NetConfig
 
@@ -69,6 +70,7 @@ async def worker(args: argparse.Namespace) -> None:
     tensor = np.zeros(args.numel, dtype=np.float32)
     pending = None
     averager: Averager | None = None
+    plans = PlanCache()
     while line := await reader.readline():
         command = json.loads(line)
         op = command["op"]
@@ -92,6 +94,9 @@ async def worker(args: argparse.Namespace) -> None:
                 reducer_timeout=120.0,
             )
             averager = Averager(host, dht, f"lb-{command['mode']}", config)
+            # one cache for the whole run, as one long-lived averager would have: a group seen
+            # before reuses its plan (the first round of each split pays the solve; lp_solve_ms)
+            averager.plans = plans
         elif op == "load":
             if not args.aux:
                 tensor = tensor_for(args.seed, command["round"], args.index, args.numel)
@@ -191,6 +196,23 @@ def predicted_seconds(speeds: list[float], aux: list[bool], parts: list[int], nu
     return worst
 
 
+def lp_solve_ms(speeds: list[float], aux: list[bool], vector_bytes: int) -> float:
+    """How long one member takes to solve this group's program (what a new group costs)."""
+    from core.averaging.load_balancing import PeerCapacity, solve
+
+    peers = [
+        PeerCapacity(0.0 if a else 1.0, speed, speed, auxiliary=a)
+        for speed, a in zip(speeds, aux, strict=True)
+    ]
+    solve(peers, vector_bytes)  # imports and first-call costs
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        solve(peers, vector_bytes)
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times) * 1000, 1)
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     trainer_speeds = [float(x) for x in args.speeds.split(",")]
     speeds = [s * args.unit for s in trainer_speeds] + [args.aux_speed * args.unit]
@@ -261,6 +283,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         result["equal_predicted_s"] / result["balanced_predicted_s"], 3
     )
     result["speedup_over_plain"] = round(result["plain_s"] / result["balanced_s"], 3)
+    result["lp_solve_ms"] = lp_solve_ms(speeds, aux, args.numel * 4)
     result["averaging_complete"] = all(
         r["reported_complete"] and r["max_abs_err_vs_mean"] < 1e-4 for r in rounds
     )

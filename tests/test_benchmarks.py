@@ -120,6 +120,8 @@ def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
     assert result["averaging_complete"] is True
     for key in ("balanced_s", "equal_parts_s", "plain_s", "speedup", "predicted_speedup"):
         assert result[key] > 0
-    # the program hands the fast auxiliary peer the whole vector; equal shares give everyone a fifth
-    assert result["balanced_parts_by_peer"] == [0, 0, 0, 0, 150000]
+    # the program spares the two slow links; equal shares give everyone a fifth
+    balanced = result["balanced_parts_by_peer"]
+    assert balanced[2] == balanced[3] == 0
+    assert sum(balanced) == 150000
     assert result["equal_parts_by_peer"] == [30000] * 5

@@ -23,7 +23,7 @@ import numpy as np
 
 from core.averaging.codecs import Codec, decode, encode, encoded_size
 from core.averaging.config import AveragerConfig
-from core.averaging.load_balancing import PeerCapacity, equal_plan, solve, split
+from core.averaging.load_balancing import PeerCapacity, PlanCache, split
 from core.averaging.messages import REDUCE, GroupSpec, ReduceRequest, ReduceSummary
 from core.averaging.reducer import PartReducer
 from core.averaging.result import AveragingResult
@@ -43,17 +43,22 @@ PIPELINE_FILL_SECONDS = 0.05
 MIN_CHUNK_BYTES = 64 * 1024
 
 
-def chunk_elements(config: AveragerConfig, capacities: Sequence[PeerCapacity] = ()) -> int:
+def chunk_elements(
+    config: AveragerConfig, capacities: Sequence[PeerCapacity] = (), reducers: int = 1
+) -> int:
     """Values per chunk: ``config.chunk_bytes``, smaller when a member announced a slow link.
 
-    Until a reducer has every member's first chunk, nothing comes back; on a 2.5 MB/s link a 1 MiB
-    chunk costs 0.4 s of that wait per round. Chunks that take ~50 ms on the slowest announced link
-    keep it short. Every member computes the same size from the same group list.
+    Until a reducer has every member's first chunk, nothing comes back, and after the last one the
+    last averages still have to travel; a slow member feeds all reducers at once, so each of its
+    streams moves at its link speed over the number of reducers. On a 2.5 MB/s link a 1 MiB chunk
+    costs 0.4 s of waiting per round; chunks that take ~50 ms on each stream of the slowest announced
+    link keep that short. Every member computes the same size from the same group list.
     """
     size = config.chunk_bytes
     links = [min(c.upload, c.download) for c in capacities if c.upload > 0 and c.download > 0]
     if links:
-        size = min(size, max(MIN_CHUNK_BYTES, int(min(links) * PIPELINE_FILL_SECONDS)))
+        per_stream = min(links) / max(1, reducers)
+        size = min(size, max(MIN_CHUNK_BYTES, int(per_stream * PIPELINE_FILL_SECONDS)))
     return max(1024, size // 4)
 
 
@@ -69,6 +74,7 @@ class AllReduce:
         *,
         weight: float,
         config: AveragerConfig,
+        plans: PlanCache | None = None,
     ) -> None:
         self.host = host
         self.group = group
@@ -80,13 +86,12 @@ class AllReduce:
         self.codec = config.codec
         members = group.members
         capacities = [m.capacity() for m in members]
-        self.chunk = chunk_elements(config, capacities)
         wire_bytes = (
             encoded_size(self.codec.resolve(tensors.total), tensors.total) if tensors.total else 0
         )
-        known = any(c.upload or c.download for c in capacities)
-        self.plan = solve(capacities, wire_bytes) if known else equal_plan(capacities)
+        self.plan = (plans or PlanCache()).plan(capacities, wire_bytes)
         self.parts = split(tensors.total, self.plan.shares)
+        self.chunk = chunk_elements(config, capacities, sum(1 for p in self.parts if p > 0))
         self.spans = layout(tensors.sizes, self.parts, self.chunk, self.codec)
         self.schema = schema_hash(tensors.sizes, self.codec, self.chunk)
         self.receivers = [i for i, m in enumerate(members) if not m.auxiliary]
@@ -197,6 +202,7 @@ class AllReduce:
             self.result.errors.append(
                 f"part {part} (reducer {reducer_info.peer.short()}): {reason}"
             )
+            self.result.failed_reducers.append(reducer_info.peer)
             log.info(
                 "averaging part %d with %s failed after %d chunks: %s",
                 part,

@@ -21,6 +21,7 @@ from typing import Any
 from core.averaging.allreduce import AllReduce
 from core.averaging.codecs import warm_up
 from core.averaging.config import AveragerConfig
+from core.averaging.load_balancing import PlanCache
 from core.averaging.matchmaking import Matchmaker
 from core.averaging.messages import REDUCE, GroupSpec, MemberInfo, ReduceRequest, ReduceSummary
 from core.averaging.registry import RoundRegistry
@@ -61,12 +62,15 @@ class PendingRound:
             TensorSet(tensors),
             weight=weight,
             config=averager.config,
+            plans=averager.plans,
         )
         averager.registry.start(self.group.group_id, runner)
         try:
-            return await runner.run()
+            result = await runner.run()
         finally:
             averager.registry.end(self.group.group_id)
+        averager.observe(result)
+        return result
 
     def cancel(self) -> None:
         """Do not run this round; members waiting on us give up at their timeouts."""
@@ -83,11 +87,26 @@ class Averager:
         self.prefix = prefix
         self.config = config or AveragerConfig()
         self.registry = RoundRegistry()
+        self.plans = PlanCache()
         warm_up(self.config.codec)
         self.matchmaker = Matchmaker(
             host, dht, prefix, self.config, registry=self.registry, info=self.member_info
         )
         host.router.add_stream(REDUCE, self._on_reduce)
+        self._failure_rate = 0.0
+
+    @property
+    def failure_rate(self) -> float:
+        """The share of other members that failed a round, averaged over recent rounds (DeDLOC
+        Appendix C's p, which sets the Moshpit group size)."""
+        return self._failure_rate
+
+    def observe(self, result: AveragingResult) -> None:
+        others = len(result.members) - 1
+        if others <= 0:
+            return
+        failed = len(result.failed_members() - {self.host.peer_id})
+        self._failure_rate = 0.8 * self._failure_rate + 0.2 * min(1.0, failed / others)
 
     def member_info(self) -> MemberInfo:
         config = self.config

@@ -18,10 +18,14 @@ the surrogate ``xi`` (averaging rounds per second). Maximise ``xi`` subject to:
 
 Peer i then reduces a share proportional to ``min_j g[i][j]``. Every member solves the same program from
 the same inputs with ``scipy.optimize.linprog(method="highs")``, which is deterministic, and rounds the
-shares the same way. Among optimal strategies it prefers the most even one (a second solve that keeps
-``xi`` at its optimum and maximises the smallest ``r_i``), so equal peers get equal parts. Without a batch
-size (plain averaging) every non-auxiliary member contributes (``c_i = 1``) and the compute constraint
-is left out; auxiliary peers never contribute and need no result.
+shares the same way. Among optimal strategies it prefers, in order, the fastest communication and then
+the split that gives every peer able to help the same fraction of what it could reduce alone (see
+``_Program.solve``), so equal peers get equal parts and spare capacity is used, not one peer loaded.
+Without a batch size (plain averaging) every non-auxiliary member contributes (``c_i = 1``) and the
+compute constraint is left out; auxiliary peers never contribute and need no result.
+
+A group of 16 takes about 0.3 s to solve here, inside the event loop; ``PlanCache`` keeps recent plans,
+since a collaboration's members announce the same capacities round after round.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ class _Program:
         self.c0, self.m0, self.r0 = 2 * n * n, 2 * n * n + n, 2 * n * n + 2 * n
         self.xi = 2 * n * n + 3 * n
         self.xc = self.xi + 1  # the communication rate alone
-        self.t = self.xi + 2  # the smallest effective rate among peers able to reduce
+        self.t = self.xi + 2  # the max-min level of the final split
         self.count = self.xi + 3
         self.size = size
         self.batch = batch if batch and sum(p.compute for p in peers) > 0 else None
@@ -131,9 +135,6 @@ class _Program:
         bounds.append(0.0)
         for i in receivers:  # xc <= sum_j g[j][i] / P (g[i][i], the part i reduces itself, is free)
             rows.append({self.xc: 1.0, **{self.g(j, i): -1.0 / self.size for j in range(n)}})
-            bounds.append(0.0)
-        for i in self.able():  # t <= r_i
-            rows.append({self.t: 1.0, self.r0 + i: -1.0})
             bounds.append(0.0)
         for i, p in enumerate(peers):
             up = {self.a(i, j): 1.0 for j in range(n) if j != i}
@@ -186,10 +187,9 @@ class _Program:
 
     def utilization(self) -> np.ndarray:
         """Objective: the sum over peers of their traffic as fractions of their link speeds."""
-        n, peers = self.n, self.peers
         cost = np.zeros(self.count)
-        for i, p in enumerate(peers):
-            for j in range(n):
+        for i, p in enumerate(self.peers):
+            for j in range(self.n):
                 if i == j:
                     continue
                 if p.upload > 0:  # i sends to j
@@ -200,43 +200,87 @@ class _Program:
                     cost[self.g(j, i)] += 1.0 / p.download
         return cost
 
+    def _optimum(
+        self,
+        matrix: np.ndarray,
+        bounds: np.ndarray,
+        limits: list[tuple[float, float | None]],
+        objective: np.ndarray,
+    ) -> np.ndarray | None:
+        result = linprog(objective, A_ub=matrix, b_ub=bounds, bounds=limits, method="highs")
+        if result.status != 0 or result.x is None:
+            return None
+        return np.asarray(result.x)
+
     def solve(self) -> Plan | None:
-        """Four solves, each keeping the optimum of the ones before: the fastest rounds (the paper's
-        objective); then the fastest communication (it matters for latency even when compute is the
-        bottleneck); then the least use of everyone's links (when the slowest links set the pace, many
-        plans tie, and this one hands the work to the peers with the most capacity to spare, such as
-        an auxiliary peer on a fast link); then the most even split of the reduction."""
-        rows, bounds = self.constraints()
+        """The paper's objective, then tie-breaks, each solve keeping the optima before it:
+
+        1. the fastest rounds (``xi``);
+        2. the fastest communication (it matters for latency even when compute is the bottleneck);
+        3. the least use of everyone's links, each counted as a fraction of its speed: when the
+           slowest links set the pace many plans tie, and this one sends the work where it costs the
+           least, usually to one fast peer. (Spreading it over every peer with spare capacity is as
+           fast in the program, but measured 4-11 % slower: each extra reducer adds its own
+           pipeline fill and drain on the slow links; ``benchmarks/load_balancing.py``);
+        4. for each peer able to reduce, the most it could reduce on its own (one solve each), then
+           the split that gives each of them the same fraction of that, as large as possible
+           (max-min): equal peers get equal shares whatever their order.
+        """
+        rows, bound_list = self.constraints()
         matrix = self._matrix(rows, self.count)
-        b = np.asarray(bounds, dtype=float)
+        bounds = np.asarray(bound_list, dtype=float)
         limits = self.variable_bounds()
-        x: np.ndarray | None = None
         best_xi = 0.0
-        goals: list[tuple[np.ndarray, bool]] = []
-        for index in (self.xi, self.xc):
-            goal = np.zeros(self.count)
-            goal[index] = -1.0
-            goals.append((goal, False))
-        goals.append((self.utilization(), True))
-        last = np.zeros(self.count)
-        last[self.t] = -1.0
-        goals.append((last, False))
-        for number, (objective, minimizing) in enumerate(goals):
-            result = linprog(objective, A_ub=matrix, b_ub=b, bounds=limits, method="highs")
-            if result.status != 0 or result.x is None:
+        x: np.ndarray | None = None
+        for number, index in enumerate((self.xi, self.xc)):
+            objective = np.zeros(self.count)
+            objective[index] = -1.0
+            found = self._optimum(matrix, bounds, limits, objective)
+            if found is None:
                 break
-            x = np.asarray(result.x)
-            value = float(objective @ x)
+            x = found
+            value = float(x[index])
             if number == 0:
-                if -value <= 0:
+                if value <= 0:
                     return None
-                best_xi = -value
-            # keep this optimum (give or take a hair for round-off) while optimising the next goal
-            slack = abs(value) * 1e-7 + (1e-12 if minimizing else 0.0)
-            matrix = np.vstack([matrix, objective])
-            b = np.append(b, value + slack)
+                best_xi = value
+            # keep this optimum (less a hair for round-off) while optimising the next goal
+            low, high = limits[index]
+            limits[index] = (max(low, value * (1 - 1e-7)), high)
         if x is None:
             return None
+        usage = self.utilization()
+        found = self._optimum(matrix, bounds, limits, usage)
+        if found is not None:
+            x = found
+            least = float(usage @ x)
+            matrix = np.vstack([matrix, usage])
+            bounds = np.append(bounds, least * (1 + 1e-7) + 1e-12)
+        alone: dict[int, float] = {}
+        for i in self.able():
+            objective = np.zeros(self.count)
+            objective[self.r0 + i] = -1.0
+            found = self._optimum(matrix, bounds, limits, objective)
+            alone[i] = float(found[self.r0 + i]) if found is not None else 0.0
+        top = max(alone.values(), default=0.0)
+        helpers = {i: rate / top for i, rate in alone.items() if top > 0 and rate > SLIVER * top}
+        if helpers:
+            rows_t = []
+            for i, weight in helpers.items():  # t * weight_i <= r_i
+                row = np.zeros(self.count)
+                row[self.t] = weight
+                row[self.r0 + i] = -1.0
+                rows_t.append(row)
+            objective = np.zeros(self.count)
+            objective[self.t] = -1.0
+            found = self._optimum(
+                np.vstack([matrix, *rows_t]),
+                np.concatenate([bounds, np.zeros(len(rows_t))]),
+                limits,
+                objective,
+            )
+            if found is not None:
+                x = found
         return self._plan(x, best_xi)
 
     def _plan(self, x: np.ndarray, xi: float) -> Plan:
@@ -254,6 +298,27 @@ class _Program:
         shares = tuple(rate / total for rate in rates)
         contributes = tuple(float(x[self.c0 + i]) for i in range(self.n))
         return Plan(shares, contributes, xi)
+
+
+class PlanCache:
+    """The last few plans, by their inputs (an Averager holds one)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._plans: dict[tuple[tuple[PeerCapacity, ...], float, float | None], Plan] = {}
+
+    def plan(
+        self, peers: Sequence[PeerCapacity], vector_bytes: float, batch_size: float | None = None
+    ) -> Plan:
+        key = (tuple(peers), float(vector_bytes), batch_size)
+        found = self._plans.pop(key, None)
+        if found is None:
+            known = any(p.upload > 0 or p.download > 0 for p in peers)
+            found = solve(peers, vector_bytes, batch_size) if known else equal_plan(peers)
+        self._plans[key] = found  # most recent last
+        while len(self._plans) > self._size:
+            del self._plans[next(iter(self._plans))]
+        return found
 
 
 def split(total: int, shares: Sequence[float], min_part: int = 0) -> list[int]:

@@ -15,6 +15,7 @@ the larger size winning ties. Without failures that is m = n, one group, as DeDL
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,8 @@ class Grid:
             raise ValueError(f"coordinates need {self.dims} dimensions, got {len(coords)}")
         dim = round_index % self.dims
         rest = ".".join(str(c) for i, c in enumerate(coords) if i != dim)
-        return f"{base}.d{dim}.{rest or 'all'}"
+        # the grid's shape is part of the key: peers that chose different grids never mix
+        return f"{base}.{self.dims}x{self.size}.d{dim}.{rest or 'all'}"
 
     def advance(self, coords: Sequence[int], round_index: int, position: int) -> tuple[int, ...]:
         """Coordinates after a round in which the peer had ``position`` in its group."""
@@ -76,18 +78,41 @@ class MoshpitOutcome:
         return bool(self.results) and all(r.complete for r in self.results)
 
 
+def grid_for(peers: int, failure_rate: float) -> Grid:
+    """The grid for ``peers`` peers whose groups have the size ``choose_group_size`` picks."""
+    return Grid.for_peers(peers, choose_group_size(peers, min(failure_rate, 0.99)))
+
+
+def starting_coords(grid: Grid, seed: bytes) -> tuple[int, ...]:
+    """Initial coordinates from a peer's id: spread evenly, and the same every time for that peer."""
+    digest = hashlib.sha256(seed).digest()
+    return tuple(digest[i] % grid.size for i in range(grid.dims))
+
+
 async def moshpit_average(
     averager: Averager,
     tensors: Sequence[Any],
     *,
-    grid: Grid,
-    coords: Sequence[int],
+    grid: Grid | None = None,
+    coords: Sequence[int] | None = None,
+    peers: int | None = None,
     weight: float = 1.0,
     base_key: str = "moshpit",
     rounds: int | None = None,
     timeout: float | None = None,
 ) -> MoshpitOutcome:
-    """Average ``tensors`` in place over ``rounds`` (default ``grid.dims``) group rounds."""
+    """Average ``tensors`` in place over ``rounds`` (default ``grid.dims``) group rounds.
+
+    Without a ``grid``, one is chosen for ``peers`` peers from the failure rate this averager has
+    observed; without ``coords``, they come from the peer's id. Every peer of a run must use the same
+    grid: pass one explicitly when peers may have seen different failure rates.
+    """
+    if grid is None:
+        if peers is None:
+            raise ValueError("moshpit_average needs a grid or the number of peers")
+        grid = grid_for(peers, averager.failure_rate)
+    if coords is None:
+        coords = starting_coords(grid, averager.host.peer_id.to_bytes())
     outcome = MoshpitOutcome(tuple(coords), weight)
     for round_index in range(grid.dims if rounds is None else rounds):
         key = grid.key(base_key, round_index, outcome.coords)

@@ -27,7 +27,13 @@ class AveragingResult:
     group_weight: float = 0.0
     """The total weight the averages were taken over (the smallest seen, if parts differ)."""
     errors: list[str] = field(default_factory=list)
+    failed_reducers: list[PeerID] = field(default_factory=list)
+    """Members whose part could not be fetched from them (they died, stalled or refused)."""
     seconds: float = 0.0
+
+    def failed_members(self) -> set[PeerID]:
+        """Everyone who let this round down: left out as a sender, or failed as a reducer."""
+        return set(self.excluded) | set(self.failed_reducers)
 
     @property
     def complete(self) -> bool:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core.averaging.codecs import Codec
-from core.averaging.moshpit import Grid, choose_group_size
+from core.averaging.moshpit import Grid, choose_group_size, grid_for, starting_coords
 from core.averaging.tensors import TensorSet, layout, schema_hash
 
 
@@ -63,3 +63,12 @@ def test_grid_keys_group_peers_that_share_all_other_coordinates() -> None:
     assert Grid.for_peers(16, 4) == Grid(2, 4)
     with pytest.raises(ValueError, match="dimensions"):
         grid.key("g", 0, (1,))
+    assert grid.key("g", 0, (1, 3)) != Grid(2, 5).key("g", 0, (1, 3))  # other grids never mix
+
+
+def test_the_grid_follows_the_observed_failure_rate() -> None:
+    assert grid_for(16, 0.0) == Grid(1, 16)  # no failures: one group of everyone
+    assert grid_for(16, 0.2) == Grid(2, 4)
+    coords = starting_coords(Grid(2, 4), b"peer")
+    assert coords == starting_coords(Grid(2, 4), b"peer")
+    assert all(0 <= c < 4 for c in coords)

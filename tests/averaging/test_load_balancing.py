@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.averaging.load_balancing import PeerCapacity, solve, split
+from core.averaging.load_balancing import PeerCapacity, PlanCache, solve, split
 
 TRAINER = PeerCapacity(compute=1.0, upload=100.0, download=100.0)
 
@@ -48,16 +49,32 @@ def test_heterogeneous_links_shift_work_to_the_fast() -> None:
 
 
 @pytest.mark.parametrize("unit", [2.5e6, 4e6])
-def test_when_slow_links_set_the_pace_the_spare_capacity_of_the_fastest_is_used(
-    unit: float,
-) -> None:
+def test_when_slow_links_set_the_pace_the_work_goes_to_spare_capacity(unit: float) -> None:
     """4:2:1:1 trainers and an auxiliary peer at 8: many plans are equally fast (the slow links
-    bind), and the tie goes to the peer with the most capacity to spare, never to a slow one."""
+    bind); the slow peers reduce nothing, the work goes where it uses the least link capacity (the
+    fastest trainer and the helper tie there, and split it), whatever the member order."""
     links = [PeerCapacity(1.0, s * unit, s * unit) for s in (4, 2, 1, 1)]
     helper = PeerCapacity(0.0, 8 * unit, 8 * unit, auxiliary=True)
     plan = solve([*links, helper], vector_bytes=8e6)
-    assert plan.shares == pytest.approx([0, 0, 0, 0, 1])
+    assert plan.shares == pytest.approx([0.5, 0, 0, 0, 0.5])
+    faster_helper = replace(helper, upload=16 * unit, download=16 * unit)
+    assert solve([*links, faster_helper], vector_bytes=8e6).shares == pytest.approx([0, 0, 0, 0, 1])
     assert 1 / plan.rounds_per_second == pytest.approx(8e6 / unit)  # the slowest link's own bytes
+    backwards = solve([helper, *links[::-1]], vector_bytes=8e6)
+    assert backwards.shares == pytest.approx(plan.shares[::-1])
+
+
+def test_plans_are_cached_by_their_inputs() -> None:
+    cache = PlanCache(size=2)
+    peers = [TRAINER, PeerCapacity(1.0, 300.0, 300.0)]
+    first = cache.plan(peers, 1e6)
+    assert cache.plan(list(peers), 1e6) is first
+    assert cache.plan(peers, 2e6) is not first
+    cache.plan(peers, 3e6)  # evicts the oldest (1e6)
+    assert cache.plan(peers, 1e6) is not first
+    assert cache.plan(peers, 1e6).shares == first.shares
+    unknown = [PeerCapacity(1.0, 0.0, 0.0)] * 3
+    assert cache.plan(unknown, 1e6).shares == pytest.approx([1 / 3] * 3)
 
 
 def test_the_solution_is_identical_in_another_process() -> None:

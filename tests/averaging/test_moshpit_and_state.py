@@ -46,6 +46,26 @@ async def test_sixteen_peers_on_a_4x4_grid_reach_the_exact_weighted_mean_in_two_
         assert {o.results[0].group_id for o in members} == first_groups
 
 
+async def test_without_a_grid_the_group_size_comes_from_the_failure_rate(
+    make_averagers: MakeAveragers,
+) -> None:
+    averagers = await make_averagers(4, replace(QUICK, target_group_size=4, min_group_size=4))
+    tensors = [[np.full(2000, float(i), np.float32)] for i in range(4)]
+    outcomes = await asyncio.gather(
+        *(
+            moshpit_average(a, t, peers=4, base_key="auto", timeout=10)
+            for a, t in zip(averagers, tensors, strict=True)
+        )
+    )
+    for outcome, mine in zip(outcomes, tensors, strict=True):
+        assert outcome.complete  # no failures seen: one group of all four, one round
+        assert [len(r.members) for r in outcome.results] == [4]
+        np.testing.assert_allclose(mine[0], 1.5)
+    assert all(a.failure_rate == 0.0 for a in averagers)
+    with pytest.raises(ValueError, match="grid or the number of peers"):
+        await moshpit_average(averagers[0], tensors[0])
+
+
 def state(seed: int = 3) -> tuple[int, dict[str, Any], list[np.ndarray]]:
     rng = np.random.default_rng(seed)
     tensors = [
@@ -138,3 +158,6 @@ async def test_a_failure_only_touches_its_own_group(make_averagers: MakeAverager
     for i in (0, 1, 3):
         assert not by_peer[i].complete
         assert by_peer[i].missing
+        assert averagers[victim].host.peer_id in by_peer[i].failed_members()
+        assert averagers[i].failure_rate == pytest.approx(0.2 * 1 / 3)  # one of three others
+    assert averagers[4].failure_rate == 0.0
