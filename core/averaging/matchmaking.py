@@ -9,6 +9,9 @@ too. A leader closes its group when it reaches the target size, or at its deadli
 minimum size; it draws a random group id and sends every member the same ordered member list.
 
 How long a leader waits adapts: twice the recent time groups took to form, between the configured bounds.
+A peer still looking past its deadline keeps its declaration alive in the DHT with the same rank (a
+rank that changed mid-search would let two peers chase each other), and others keep counting it as a
+candidate until the DHT drops it: on a loaded machine declarations can arrive after their deadline.
 Different rounds use different keys, and group ids keep rounds apart on the wire.
 """
 
@@ -63,6 +66,8 @@ class _Search:
     following: PeerID | None = None
     group: GroupSpec | None = None
     closed: bool = False
+    expires: float = 0.0
+    """When our declaration leaves the DHT (extended while we keep looking)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -130,34 +135,32 @@ class Matchmaker:
         return group
 
     async def _declare(self, search: _Search, info: MemberInfo) -> None:
+        """Publish (or extend) our declaration; the deadline in it, and so our rank, never changes."""
+        now = self._dht.state.clock.time()
+        search.expires = max(search.deadline, now) + 2 * self._config.request_timeout
         await self._dht.store(
             self._key(search.round_key),
             [search.deadline, self._config.client_mode, info.addresses],
-            search.deadline + 2 * self._config.request_timeout,
+            search.expires,
             subkey=owner_marker(self._host.peer_id),
         )
 
-    async def _renew(self, search: _Search, info: MemberInfo, give_up: float) -> None:
-        """Our deadline passed without enough members: declare a later one and keep looking.
+    async def _find(self, search: _Search, info: MemberInfo, give_up: float) -> GroupSpec:
+        """Join the best better candidate, or lead; until a group forms or ``give_up``.
 
-        Others ignore declarations whose deadline has passed, so without this a peer that was early
-        (or a round whose peers declared slowly) would wait alone and unseen. The later deadline also
-        ranks us behind the peers still waiting, so we join them rather than lead.
+        Ranks are fixed for the whole search, so the peer ranked first never follows anyone and
+        everyone converges on it (or on whoever it follows). A candidate that refused us is tried again
+        a little later: it may have been busy following someone and be leading again.
         """
         loop = asyncio.get_running_loop()
         clock = self._dht.state.clock
-        remaining = max(0.0, give_up - loop.time())
-        search.deadline = clock.time() + min(remaining, self.patience())
-        search.order = (search.deadline, self._host.peer_id.to_bytes())
-        await self._declare(search, info)
-
-    async def _find(self, search: _Search, info: MemberInfo, give_up: float) -> GroupSpec:
-        loop = asyncio.get_running_loop()
-        tried: set[PeerID] = set()
+        tried: dict[PeerID, float] = {}
         hint: PeerID | None = None
         poll = 0.02
         while search.group is None and loop.time() < give_up:
-            better = await self._better_candidates(search, tried)
+            now = loop.time()
+            tried = {peer: until for peer, until in tried.items() if until > now}
+            better = await self._better_candidates(search, set(tried))
             if hint is not None:
                 better.sort(key=lambda c: c.peer != hint)
                 hint = None
@@ -166,19 +169,28 @@ class Matchmaker:
                 if search.followers:
                     self._disband(search, "a better leader was found", leader.peer)
                 answer = await self._join(search, info, leader, give_up)
+                log.debug(
+                    "%s %s: join %s -> %s",
+                    self._host.peer_id.short(),
+                    search.round_key,
+                    leader.peer.short(),
+                    "group" if answer and answer.group else (answer.reason if answer else "failed"),
+                )
                 if answer is not None and answer.group is not None and search.group is None:
                     return answer.group
-                tried.add(leader.peer)
+                tried[leader.peer] = loop.time() + max(0.5, self.patience())
                 if answer is not None and answer.redirect is not None:
                     hint = answer.redirect
-                    tried.discard(answer.redirect)
+                    tried.pop(answer.redirect, None)
                 continue
             if self._ready_to_close(search):
                 return self._close_group(search, info)
-            if not self._config.client_mode and self._dht.state.clock.time() >= search.deadline:
-                await self._renew(search, info, give_up)
-                poll = 0.02
-                continue
+            if (
+                not self._config.client_mode
+                and clock.time() > search.expires - self._config.request_timeout
+            ):
+                # still looking past our deadline: stay visible (same rank) until we give up
+                await self._declare(search, info)
             search.changed.clear()
             try:
                 async with asyncio.timeout(min(poll, max(0.0, give_up - loop.time()))):
@@ -214,10 +226,9 @@ class Matchmaker:
         found = await self._dht.get(self._key(search.round_key), latest=True)
         if found is None or not isinstance(found.value, dict):
             return []
-        now = self._dht.state.clock.time()
         candidates = []
         for subkey, entry in found.value.items():
-            candidate = _parse_declaration(subkey, entry.value, now)
+            candidate = _parse_declaration(subkey, entry.value)
             if candidate is not None and candidate.peer != self._host.peer_id:
                 candidates.append(candidate)
         candidates.sort(key=lambda c: c.order)
@@ -286,8 +297,13 @@ class Matchmaker:
             raise
 
 
-def _parse_declaration(subkey: Any, value: Any, now: float) -> _Candidate | None:
-    """A peer's declaration, or None if it is malformed, stale or from a client (who cannot lead)."""
+def _parse_declaration(subkey: Any, value: Any) -> _Candidate | None:
+    """A peer's declaration, or None if it is malformed or from a client (who cannot lead).
+
+    A declaration whose deadline has passed still counts until the DHT drops it: its peer is most
+    likely still looking (it renews), and a slow DHT must not hide every peer from every other.
+    Joining one that has given up costs one quick refusal.
+    """
     try:
         peer = owner_of(subkey)
     except InvalidRecord:
@@ -295,7 +311,7 @@ def _parse_declaration(subkey: Any, value: Any, now: float) -> _Candidate | None
     if peer is None or not (isinstance(value, list) and len(value) == 3):
         return None
     deadline, client, addresses = value
-    if not isinstance(deadline, int | float) or client is not False or deadline < now:
+    if not isinstance(deadline, int | float) or client is not False:
         return None
     if not isinstance(addresses, list):
         return None
