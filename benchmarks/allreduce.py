@@ -19,26 +19,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+import numpy as np
+from harness import (
+    ROOT,
+    PeerProcess,
+    add_reference_options,
+    commands,
+    emit,
+    precompile,
+    reply,
+    run_reference,
+    side_by_side,
+    stop_all,
+    tensor_for,
+)
+
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-
 COMPRESSION = {"none": "NONE", "fp16": "FP16", "uint8": "UINT8", "blockwise8": "BLOCKWISE8"}
-
-
-def tensor_for(seed: int, round_index: int, peer: int, numel: int) -> np.ndarray:
-    return np.random.default_rng([seed, round_index, peer]).standard_normal(numel, dtype=np.float32)
 
 
 # ---- a peer (worker process) ---------------------------------------------------------------------
@@ -65,27 +71,23 @@ async def worker(args: argparse.Namespace) -> None:
         allreduce_timeout=120.0,
     )
     averager = Averager(host, dht, "bench", config)
-    print(json.dumps({"address": str(host.addresses[0])}), flush=True)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    reply({"address": str(host.addresses[0])})
     tensor: np.ndarray | None = None
     pending = None
-    while line := await reader.readline():
-        command = json.loads(line)
+    async for command in commands():
         op = command["op"]
+        answer: dict[str, Any] = {}
         if op == "load":  # before the timed part, as the reference harness does
             tensor = tensor_for(args.seed, command["round"], args.index, args.numel)
-            reply = {}
         elif op == "prepare":
             pending = await averager.prepare(f"round-{command['round']}", timeout=60)
-            reply: dict[str, Any] = {"matched": pending.size}
+            answer = {"matched": pending.size}
         elif op == "run":
             assert pending is not None
             assert tensor is not None
             cpu = time.process_time()
             result = await pending.run([tensor])
-            reply = {
+            answer = {
                 "cpu_s": time.process_time() - cpu,
                 "complete": result.complete,
                 "summary": result.summary(),
@@ -99,13 +101,13 @@ async def worker(args: argparse.Namespace) -> None:
             before = tensor_for(args.seed, command["round"], args.index, args.numel)
             spread = float(np.sqrt(np.mean((before - reference) ** 2)))
             error = float(np.sqrt(np.mean((tensor - reference) ** 2)))
-            reply = {
+            answer = {
                 "rel_rms_err": error / max(spread, 1e-12),
                 "max_abs_err_vs_mean": float(np.max(np.abs(tensor - reference))),
             }
         else:
             break
-        print(json.dumps(reply), flush=True)
+        reply(answer)
     await averager.close()
     await dht.close()
     await host.close()
@@ -114,23 +116,8 @@ async def worker(args: argparse.Namespace) -> None:
 # ---- the driver ----------------------------------------------------------------------------------
 
 
-class Peer:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    async def ask(self, **command: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write((json.dumps(command) + "\n").encode())
-        line = await self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("a peer exited")
-        return dict(json.loads(line))
-
-
-async def start_peer(args: argparse.Namespace, index: int, join: str | None) -> tuple[Peer, str]:
+async def start_peer(args: argparse.Namespace, index: int, join: str | None) -> PeerProcess:
     command = [
-        sys.executable,
         __file__,
         "--worker",
         "--index",
@@ -146,16 +133,7 @@ async def start_peer(args: argparse.Namespace, index: int, join: str | None) -> 
     ]
     if join:
         command += ["--join", join]
-    proc = await asyncio.create_subprocess_exec(
-        *command,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        cwd=ROOT,
-        limit=1 << 20,
-    )
-    assert proc.stdout is not None
-    hello = json.loads(await proc.stdout.readline())
-    return Peer(proc), str(hello["address"])
+    return await PeerProcess.start(command)
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -169,13 +147,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "compression": args.compression,
         "rounds": [],
     }
-    peers: list[Peer] = []
     started = time.perf_counter()
-    first, address = await start_peer(args, 0, None)
-    peers.append(first)
+    peers = [await start_peer(args, 0, None)]
     for index in range(1, args.peers):
-        peer, _ = await start_peer(args, index, address)
-        peers.append(peer)
+        peers.append(await start_peer(args, index, peers[0].address))
     result["setup_s"] = round(time.perf_counter() - started, 2)
     await asyncio.sleep(1.0)
     try:
@@ -207,10 +182,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     finally:
-        for peer in peers:
-            if peer.proc.stdin is not None:
-                peer.proc.stdin.close()
-        await asyncio.gather(*(p.proc.wait() for p in peers))
+        await stop_all(peers)
     rounds = result["rounds"]
     worst = max(r["rel_rms_err"] for r in rounds)
     result["averaging_complete"] = worst < 0.25 and all(r["reported_complete"] for r in rounds)
@@ -228,36 +200,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_hivemind(args: argparse.Namespace) -> dict[str, Any] | None:
-    python, harness = Path(args.hivemind_python), Path(args.hivemind_ref)
     if args.compression not in ("none", "fp16", "uint8"):
-        return None
-    if not python.exists() or not harness.exists():
-        print(f"hivemind reference skipped: {python} or {harness} is missing", file=sys.stderr)
-        return None
-    out = ROOT / ".hivemind-avg.json"
-    command = [
-        str(python),
-        str(harness),
-        "--json",
-        str(out),
-        "avg",
-        "--peers",
-        str(args.peers),
-        "--numel",
-        str(args.numel),
-        "--rounds",
-        str(args.rounds),
-        "--compression",
-        args.compression,
-    ]
-    try:
-        subprocess.run(command, check=False, capture_output=True, timeout=900)
-        return dict(json.loads(out.read_text()))
-    except (subprocess.TimeoutExpired, OSError, ValueError) as exc:
-        print(f"hivemind reference failed: {exc}", file=sys.stderr)
-        return None
-    finally:
-        out.unlink(missing_ok=True)
+        return None  # the reference has no blockwise codec
+    argv = ["avg", "--peers", str(args.peers), "--numel", str(args.numel)]
+    argv += ["--rounds", str(args.rounds), "--compression", args.compression]
+    return run_reference(args.hivemind_python, args.hivemind_ref, argv)
 
 
 def main() -> None:
@@ -270,13 +217,7 @@ def main() -> None:
     parser.add_argument("--compression", choices=sorted(COMPRESSION), default="none")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--no-hivemind", action="store_true")
-    parser.add_argument(
-        "--hivemind-python", default=str(ROOT / ".venv-hivemind" / "bin" / "python")
-    )
-    parser.add_argument(
-        "--hivemind-ref", default=str(ROOT.parent / "shared" / "bench" / "hivemind_ref.py")
-    )
+    add_reference_options(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--join", help=argparse.SUPPRESS)
@@ -284,26 +225,17 @@ def main() -> None:
     if args.worker:
         asyncio.run(worker(args))
         return
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "core")], check=True)
+    precompile()
     result = asyncio.run(bench(args))
     if not args.no_hivemind:
         reference = bench_hivemind(args)
         result["hivemind"] = reference
         if reference is not None:
             result["comparison"] = {
-                field: {
-                    "barnraise": result[field],
-                    "hivemind": reference.get(field),
-                    "ratio": round(result[field] / reference[field], 3)
-                    if reference.get(field)
-                    else None,
-                }
+                field: side_by_side(result[field], reference.get(field))
                 for field in ("allreduce_s_median", "matchmaking_s_median")
             }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,14 @@ import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, add_reference_options, emit, precompile, run_reference, side_by_side
+
 HEADLINE_ROWS = [
     ("node_start_ms", "mean_ms"),
     ("sequential.store", "mean_ms"),
@@ -237,32 +237,9 @@ async def bench_barnraise(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_hivemind(args: argparse.Namespace) -> dict[str, Any] | None:
-    python, harness = Path(args.hivemind_python), Path(args.hivemind_ref)
-    if not python.exists() or not harness.exists():
-        print(f"hivemind reference skipped: {python} or {harness} is missing", file=sys.stderr)
-        return None
-    out = ROOT / ".hivemind-dht.json"
-    command = [
-        str(python),
-        str(harness),
-        "--json",
-        str(out),
-        "dht",
-        "--nodes",
-        str(args.nodes),
-        "--ops",
-        str(args.ops),
-        "--bootstrap-peers",
-        str(args.bootstrap_peers),
-    ]
-    try:
-        subprocess.run(command, check=False, capture_output=True, timeout=900)
-        return dict(json.loads(out.read_text()))
-    except (subprocess.TimeoutExpired, OSError, ValueError) as exc:
-        print(f"hivemind reference failed: {exc}", file=sys.stderr)
-        return None
-    finally:
-        out.unlink(missing_ok=True)
+    argv = ["dht", "--nodes", str(args.nodes), "--ops", str(args.ops)]
+    argv += ["--bootstrap-peers", str(args.bootstrap_peers)]
+    return run_reference(args.hivemind_python, args.hivemind_ref, argv)
 
 
 def lookup(result: dict[str, Any], path: str, field: str) -> float | None:
@@ -276,12 +253,9 @@ def lookup(result: dict[str, Any], path: str, field: str) -> float | None:
 def compare(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
     table = {}
     for path, field in HEADLINE_ROWS:
-        a, b = lookup(ours, path, field), lookup(theirs, path, field)
-        table[f"{path}.{field}"] = {
-            "barnraise": a,
-            "hivemind": b,
-            "ratio": round(a / b, 3) if a is not None and b else None,
-        }
+        table[f"{path}.{field}"] = side_by_side(
+            lookup(ours, path, field), lookup(theirs, path, field)
+        )
     return table
 
 
@@ -295,26 +269,17 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--no-hivemind", action="store_true", help="measure Barnraise only")
-    parser.add_argument(
-        "--hivemind-python", default=str(ROOT / ".venv-hivemind" / "bin" / "python")
-    )
-    parser.add_argument(
-        "--hivemind-ref", default=str(ROOT.parent / "shared" / "bench" / "hivemind_ref.py")
-    )
+    add_reference_options(parser)
     args = parser.parse_args()
     # every node is a fresh process: give it compiled bytecode, as an installed package has
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "core")], check=True)
+    precompile()
     result = asyncio.run(bench_barnraise(args))
     if not args.no_hivemind:
         reference = bench_hivemind(args)
         result["hivemind"] = reference
         if reference is not None:
             result["comparison"] = compare(result, reference)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

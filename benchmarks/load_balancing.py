@@ -23,27 +23,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import numpy as np
+from harness import ROOT, PeerProcess, commands, emit, precompile, reply, stop_all, tensor_for
 
-import numpy as np  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 MODES = ("balanced", "equal", "plain")
 """``plain``: the four trainers alone, equal shares (the auxiliary peer sits out)."""
-
-
-def tensor_for(seed: int, round_index: int, peer: int, numel: int) -> np.ndarray:
-    return np.random.default_rng([seed, round_index, peer]).standard_normal(numel, dtype=np.float32)
 
 
 # ---- a peer (worker process) ---------------------------------------------------------------------
@@ -63,18 +57,14 @@ async def worker(args: argparse.Namespace) -> None:
     await host.start()
     dht = DHTNode(HostTransport(host), DHTConfig())
     await dht.start([args.join] if args.join else [])
-    print(json.dumps({"address": str(host.addresses[0])}), flush=True)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    reply({"address": str(host.addresses[0])})
     tensor = np.zeros(args.numel, dtype=np.float32)
     pending = None
     averager: Averager | None = None
     plans = PlanCache()
-    while line := await reader.readline():
-        command = json.loads(line)
+    async for command in commands():
         op = command["op"]
-        reply: dict[str, Any] = {}
+        answer: dict[str, Any] = {}
         if op == "mode":
             # one averager at a time holds the all-reduce handler of this host
             if averager is not None:
@@ -106,7 +96,7 @@ async def worker(args: argparse.Namespace) -> None:
         elif op == "run":
             assert pending is not None
             result = await pending.run([tensor])
-            reply = {
+            answer = {
                 "complete": result.complete,
                 "summary": result.summary(),
                 "parts": result.parts,
@@ -118,10 +108,10 @@ async def worker(args: argparse.Namespace) -> None:
                     tensor_for(args.seed, command["round"], p, args.numel)
                     for p in range(args.trainers)
                 ) / np.float32(args.trainers)
-                reply = {"max_abs_err_vs_mean": float(np.max(np.abs(tensor - reference)))}
+                answer = {"max_abs_err_vs_mean": float(np.max(np.abs(tensor - reference)))}
         else:
             break
-        print(json.dumps(reply), flush=True)
+        reply(answer)
     if averager is not None:
         await averager.close()
     await dht.close()
@@ -131,28 +121,15 @@ async def worker(args: argparse.Namespace) -> None:
 # ---- the driver ----------------------------------------------------------------------------------
 
 
-class Peer:
-    def __init__(self, proc: asyncio.subprocess.Process, speed: float, aux: bool) -> None:
-        self.proc = proc
-        self.speed = speed
-        self.aux = aux
-        self.peer_id = ""
-
-    async def ask(self, **command: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write((json.dumps(command) + "\n").encode())
-        line = await self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("a peer exited")
-        return dict(json.loads(line))
+class Peer(PeerProcess):
+    speed = 0.0
+    aux = False
 
 
 async def start_peer(
     args: argparse.Namespace, index: int, speed: float, aux: bool, join: str | None
-) -> tuple[Peer, str]:
+) -> Peer:
     command = [
-        sys.executable,
         __file__,
         "--worker",
         "--index",
@@ -172,12 +149,9 @@ async def start_peer(
         command.append("--aux")
     if join:
         command += ["--join", join]
-    proc = await asyncio.create_subprocess_exec(
-        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT
-    )
-    assert proc.stdout is not None
-    hello = json.loads(await proc.stdout.readline())
-    return Peer(proc, speed, aux), str(hello["address"])
+    peer = await Peer.start(command)
+    peer.speed, peer.aux = speed, aux
+    return peer
 
 
 def predicted_seconds(speeds: list[float], aux: list[bool], parts: list[int], numel: int) -> float:
@@ -218,12 +192,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     speeds = [s * args.unit for s in trainer_speeds] + [args.aux_speed * args.unit]
     aux = [False] * len(trainer_speeds) + [True]
     peers: list[Peer] = []
-    address = None
     for index, (speed, auxiliary) in enumerate(zip(speeds, aux, strict=True)):
-        peer, here = await start_peer(args, index, speed, auxiliary, address)
-        peer.peer_id = here.rsplit("/", 1)[-1]
-        address = address or here
-        peers.append(peer)
+        join = peers[0].address if peers else None
+        peers.append(await start_peer(args, index, speed, auxiliary, join))
     await asyncio.sleep(1.0)
     result: dict[str, Any] = {
         "benchmark": "load_balancing",
@@ -267,10 +238,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 result["rounds"].append(entry)
                 print(f"  round {round_index} {mode}: {took:.3f} s", file=sys.stderr, flush=True)
     finally:
-        for peer in peers:
-            if peer.proc.stdin is not None:
-                peer.proc.stdin.close()
-        await asyncio.gather(*(p.proc.wait() for p in peers))
+        await stop_all(peers)
     rounds = result["rounds"]
     fields = (("balanced", "balanced_s"), ("equal", "equal_parts_s"), ("plain", "plain_s"))
     for mode, field in fields:
@@ -315,12 +283,8 @@ def main() -> None:
     if args.worker:
         asyncio.run(worker(args))
         return
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "core")], check=True)
-    result = asyncio.run(bench(args))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    precompile()
+    emit(asyncio.run(bench(args)), args.json)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import socket
 import statistics
@@ -27,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
+from harness import emit
 
 from core.net import Host, Identity, PeerAddress
 from core.net.config import MiB, NetConfig
@@ -223,11 +223,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5000, help="timed RPC round trips")
     parser.add_argument("--repeats", type=int, default=5, help="stream and raw runs each")
     args = parser.parse_args()
-    result = asyncio.run(client(args))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    emit(asyncio.run(client(args)), args.json)
 
 
 if __name__ == "__main__":
