@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from core.averaging.allreduce import AllReduce
-from core.averaging.codecs import warm_up
+from core.averaging.codecs import Codec, warm_up
 from core.averaging.config import AveragerConfig
 from core.averaging.load_balancing import PlanCache
 from core.averaging.matchmaking import Matchmaker
@@ -49,8 +50,14 @@ class PendingRound:
     def size(self) -> int:
         return len(self.group.members)
 
-    async def run(self, tensors: Sequence[Any], weight: float = 1.0) -> AveragingResult:
-        """Average ``tensors`` in place with the group (once)."""
+    async def run(
+        self, tensors: Sequence[Any], weight: float = 1.0, *, codec: Codec | None = None
+    ) -> AveragingResult:
+        """Average ``tensors`` in place with the group (once).
+
+        ``codec`` overrides the configured one for this round (every member must pass the same,
+        e.g. ``Codec.NONE`` for parameters that must not lose precision).
+        """
         if self._used:
             raise BarnraiseError("this round has already been run")
         self._used = True
@@ -61,7 +68,7 @@ class PendingRound:
             self.index,
             TensorSet(tensors),
             weight=weight,
-            config=averager.config,
+            config=averager.config if codec is None else replace(averager.config, codec=codec),
             plans=averager.plans,
         )
         averager.registry.start(self.group.group_id, runner)
@@ -120,10 +127,15 @@ class Averager:
             config.auxiliary,
         )
 
-    async def prepare(self, round_key: str = "", *, timeout: float | None = None) -> PendingRound:
-        """Find a group for ``round_key``; raises ``MatchmakingError`` if none forms in time."""
+    async def prepare(
+        self, round_key: str = "", *, timeout: float | None = None, target_size: int | None = None
+    ) -> PendingRound:
+        """Find a group for ``round_key``; raises ``MatchmakingError`` if none forms in time.
+
+        ``target_size`` closes the group early at that many members (never above the config's).
+        """
         timeout = self.config.max_matchmaking_time if timeout is None else timeout
-        group = await self.matchmaker.form_group(round_key or "default", timeout)
+        group = await self.matchmaker.form_group(round_key or "default", timeout, target_size)
         pending = PendingRound(self, group)
         await self._connect_ahead(group)
         return pending
@@ -157,10 +169,12 @@ class Averager:
         weight: float = 1.0,
         round_key: str = "",
         timeout: float | None = None,
+        target_size: int | None = None,
+        codec: Codec | None = None,
     ) -> AveragingResult:
         """Find a group and average ``tensors`` with it, in place."""
-        pending = await self.prepare(round_key, timeout=timeout)
-        return await pending.run(tensors, weight)
+        pending = await self.prepare(round_key, timeout=timeout, target_size=target_size)
+        return await pending.run(tensors, weight, codec=codec)
 
     async def _on_reduce(
         self, ctx: CallContext, request: ReduceRequest, stream: Stream

@@ -68,6 +68,8 @@ class _Search:
     closed: bool = False
     expires: float = 0.0
     """When our declaration leaves the DHT (extended while we keep looking)."""
+    target: int | None = None
+    """Close at this many members (the config's target, or fewer when the caller knows better)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -109,8 +111,14 @@ class Matchmaker:
     def _key(self, round_key: str) -> str:
         return f"{self._prefix}.group.{round_key}"
 
-    async def form_group(self, round_key: str, timeout: float) -> GroupSpec:
-        """Find a group for ``round_key`` within ``timeout`` seconds; ``MatchmakingError`` otherwise."""
+    async def form_group(
+        self, round_key: str, timeout: float, target_size: int | None = None
+    ) -> GroupSpec:
+        """Find a group for ``round_key`` within ``timeout`` seconds; ``MatchmakingError`` otherwise.
+
+        ``target_size`` lowers the configured target for this round (e.g. to the number of peers
+        known to be ready), so that a leader closes as soon as they have all joined.
+        """
         if round_key in self._searches:
             raise MatchmakingError(f"already looking for a group for {round_key!r}")
         loop = asyncio.get_running_loop()
@@ -119,6 +127,10 @@ class Matchmaker:
         deadline = clock.time() + min(timeout, self.patience())
         me = self._host.peer_id
         search = _Search(round_key, deadline, (deadline, me.to_bytes()))
+        target = self._config.target_group_size
+        if target_size is not None:
+            target = max(self._config.min_group_size, min(target or target_size, target_size))
+        search.target = target
         self._searches[round_key] = search
         info = self._info()
         try:
@@ -216,7 +228,7 @@ class Matchmaker:
         if self._config.client_mode:
             return False
         size = 1 + len(search.followers)
-        target = self._config.target_group_size
+        target = search.target
         if target is not None and size >= target:
             return True
         expired = self._dht.state.clock.time() >= search.deadline
@@ -277,7 +289,7 @@ class Matchmaker:
             return JoinResponse(None, "not looking for a group for that round")
         if search.following is not None:
             return JoinResponse(None, "following another leader", search.following)
-        target = self._config.target_group_size
+        target = search.target
         if target is not None and 1 + len(search.followers) >= target:
             return JoinResponse(None, "the group is full")
         follower = _Follower(request.info, asyncio.get_running_loop().create_future())

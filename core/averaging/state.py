@@ -278,6 +278,6 @@ class _Download:
 
 
 def _as_array(tensor: Any) -> np.ndarray:
-    if isinstance(tensor, np.ndarray):
-        return np.ascontiguousarray(tensor)
-    return np.ascontiguousarray(tensor.detach().to("cpu").numpy())
+    array = tensor if isinstance(tensor, np.ndarray) else tensor.detach().to("cpu").numpy()
+    # not np.ascontiguousarray: it turns 0-d arrays (e.g. an optimizer's step count) into 1-d ones
+    return array if array.flags.c_contiguous else array.copy(order="C")

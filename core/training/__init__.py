@@ -1,0 +1,1 @@
+"""(map written as the package grows)"""

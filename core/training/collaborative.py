@@ -1,0 +1,357 @@
+"""CollaborativeOptimizer: many peers train as if they were one large-batch run (DeDLOC).
+
+Each trainer calls ``await opt.step(batch_size, loss)`` after every backward pass. The optimizer adds
+the gradients (times the batch size) to its accumulators and tells the collaboration how far it is. When
+the samples reported by all peers at the current epoch reach the target batch size, every ready peer
+averages its mean gradient weighted by its samples, and every peer applies the same optimizer step:
+the average of per-peer means weighted by samples is the mean gradient over all samples of the epoch.
+Every ``average_state_every`` epochs the parameters and optimizer statistics are averaged too (without
+a lossy codec), which pulls back together peers that missed a round. A peer that finds the
+collaboration at a newer epoch downloads the state from up-to-date peers and drops its unshared
+samples. With ``delay_parameter_updates`` the averaging and the step run while the next batch is
+computed (gradients one step stale, as in DeDLOC's delayed updates).
+
+Torch work runs on the training thread through the bridge; everything else runs on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from core.averaging import Averager, AveragingResult, Codec, MatchmakingError
+from core.averaging.state import StateDownloadError, StateSharing
+from core.training.bridge import TrainingBridge
+from core.training.local import LocalWork
+from core.training.progress import CollaborationView, PeerProgress, ProgressBoard
+from core.training.state import TrainingState
+from core.util.errors import BarnraiseError
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CollaborativeConfig:
+    target_batch_size: int
+    """Samples per collaborative step (one epoch)."""
+    mode: str = "trainer"
+    """trainer, or client (no incoming connections); auxiliary peers use ``AuxiliaryPeer``."""
+    average_state_every: int = 5
+    delay_parameter_updates: bool = False
+    clip_norm: float | None = None
+    matchmaking_time: float = 5.0
+    """How long a ready peer waits for the others to join its averaging round."""
+    averaging_timeout: float = 60.0
+    refresh_interval: float = 0.25
+    """How often the others' progress is read while the target is still far."""
+    near_fraction: float = 0.75
+    """From this share of the target on, progress is published and read at every step."""
+    state_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.target_batch_size < 1:
+            raise ValueError("target_batch_size must be at least 1")
+        if self.mode not in ("trainer", "client"):
+            raise ValueError("mode must be trainer or client")
+        if self.average_state_every < 0:
+            raise ValueError("average_state_every must be 0 (never) or more")
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """What one collaborative step did, for logs and statistics."""
+
+    epoch: int
+    """The epoch that was finished."""
+    samples: int
+    """Our samples in it."""
+    group_size: int
+    averaged: bool
+    """True when the gradient round averaged everything it should have."""
+    summary: str
+    seconds: float
+
+
+class CollaborativeOptimizer:
+    def __init__(
+        self,
+        state: TrainingState,
+        *,
+        averager: Averager,
+        sharing: StateSharing,
+        board: ProgressBoard,
+        bridge: TrainingBridge,
+        config: CollaborativeConfig,
+    ) -> None:
+        self.state = state
+        self.averager = averager
+        self.sharing = sharing
+        self.board = board
+        self.bridge = bridge
+        self.config = config
+        self.reports: list[EpochReport] = []
+        self._peer = str(averager.host.peer_id)
+        self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
+        self.local = LocalWork(state, config.clip_norm)
+        self._samples = 0
+        self._loss_sum = 0.0
+        self._mini_steps = 0
+        self._last = (-1, 0.0, 0, 0)  # epoch, loss sum, mini-steps, samples of the last finished
+        self._speed = 0.0
+        self._last_step_at: float | None = None
+        self._epoch_started = time.time()
+        self._records: list[PeerProgress] = []
+        self._fetched_at = 0.0
+        self._samples_at_fetch = 0
+        self._publish_wanted = asyncio.Event()
+        self._snapshot = state.snapshot()
+        self._pending_update: asyncio.Task[None] | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Share our state, start reporting, and catch up if the collaboration is ahead."""
+        await self.bridge.run(self.local.zeros)
+        self.sharing.serve(lambda: self._snapshot)
+        await self.sharing.announce(self.epoch)
+        await self._publish()
+        await self._refresh()
+        self._tasks.spawn("publish", self._publish_loop())
+        self._tasks.spawn("refresh", self._refresh_loop())
+        if self.view().epoch > self.epoch:
+            await self.catch_up()
+
+    async def close(self) -> None:
+        if self._pending_update is not None:
+            await asyncio.gather(self._pending_update, return_exceptions=True)
+        await self._tasks.close()
+        self.sharing.stop_serving()
+
+    # ---- the training loop's side ----------------------------------------------------------------
+
+    async def step(self, batch_size: int, loss: float | None = None) -> EpochReport | None:
+        """Account for one microbatch whose gradients are in ``.grad``; steps when the collaboration
+        is ready. Returns the report of a finished epoch, or None."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        await self.bridge.run(self.local.accumulate, batch_size)
+        self._count(batch_size, loss)
+        if (
+            time.monotonic() - self._fetched_at > self.config.refresh_interval
+            or self._samples - self._samples_at_fetch >= self.config.target_batch_size / 16
+        ):
+            # a fast training loop outruns the background refresh: read as often as progress needs
+            await self._refresh()
+        if self._estimate() >= self.config.near_fraction * self.config.target_batch_size:
+            await self._publish()
+            await self._refresh()
+        else:
+            self._publish_wanted.set()
+        view = self.view()
+        if view.epoch > self.epoch:
+            await self.catch_up()
+            return None
+        if not view.ready:
+            return None
+        return await self._finish_epoch(view)
+
+    def view(self) -> CollaborationView:
+        return self.board.view(self._records, self._progress(), self.config.target_batch_size)
+
+    async def catch_up(self) -> None:
+        """Load the newest state from peers; our unshared samples are dropped."""
+        if self._pending_update is not None:
+            await self._pending_update
+        try:
+            downloaded = await self.sharing.download(timeout=self.config.state_timeout)
+        except StateDownloadError as exc:
+            log.warning("could not load the state from peers: %s", exc)
+            return
+        if downloaded.version <= self.epoch:
+            return
+        await self.bridge.run(self.local.load, downloaded.version, downloaded.tensors)
+        log.info("loaded epoch %d from %d peer(s)", downloaded.version, len(downloaded.donors))
+        self._reset_epoch()
+        await self._after_epoch_change()
+
+    # ---- accounting ------------------------------------------------------------------------------
+
+    def _count(self, batch_size: int, loss: float | None) -> None:
+        now = time.monotonic()
+        if self._last_step_at is not None and now > self._last_step_at:
+            rate = batch_size / (now - self._last_step_at)
+            self._speed = rate if self._speed == 0 else 0.8 * self._speed + 0.2 * rate
+        self._last_step_at = now
+        self._samples += batch_size
+        if loss is not None and math.isfinite(loss):
+            self._loss_sum += loss
+            self._mini_steps += 1
+
+    def _progress(self) -> PeerProgress:
+        last_epoch, last_loss, last_mini, last_samples = self._last
+        return PeerProgress(
+            self._peer,
+            self.epoch,
+            self._samples,
+            self._speed,
+            time.time(),
+            self.config.mode,
+            self._loss_sum,
+            self._mini_steps,
+            last_epoch,
+            last_loss,
+            last_mini,
+            last_samples,
+        )
+
+    def _estimate(self) -> float:
+        """Samples towards our epoch, others' extrapolated from their speed since they reported.
+
+        A peer whose last record is from the epoch before ours most likely stepped with us and has
+        not reported yet: it is counted at its speed since our epoch began. Without this, every peer
+        would count only itself at the start of an epoch and notice the others too late.
+        """
+        now = time.time()
+        total = float(self._samples)
+        for record in self._records:
+            if record.peer == self._peer or record.mode == "aux":
+                continue
+            speed = record.samples_per_second or self._speed  # unknown yet: assume ours
+            if speed == 0:
+                return math.inf  # nobody's speed is known yet: watch at every step
+            if record.epoch == self.epoch:
+                total += record.samples + speed * max(0.0, now - record.time)
+            elif record.epoch == self.epoch - 1:
+                total += speed * max(0.0, now - self._epoch_started)
+        return total
+
+    def _reset_epoch(self) -> None:
+        self._samples = 0
+        self._loss_sum = 0.0
+        self._mini_steps = 0
+        self._last_step_at = None
+        self._epoch_started = time.time()
+        self._samples_at_fetch = 0
+
+    # ---- publishing and reading progress ---------------------------------------------------------
+
+    async def _publish(self) -> None:
+        self._publish_wanted.clear()
+        try:
+            await self.board.publish(self._progress())
+        except BarnraiseError as exc:
+            log.debug("publishing progress failed: %s", exc)
+
+    async def _refresh(self) -> None:
+        try:
+            self._records = await self.board.fetch()
+        except BarnraiseError as exc:
+            log.debug("reading progress failed: %s", exc)
+        self._fetched_at = time.monotonic()
+        self._samples_at_fetch = self._samples
+
+    async def _publish_loop(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(10.0):  # keep the record alive while idle
+                    await self._publish_wanted.wait()
+            except TimeoutError:
+                pass
+            await self._publish()
+            await asyncio.sleep(self.config.refresh_interval)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.refresh_interval)
+            if time.monotonic() - self._fetched_at >= self.config.refresh_interval:
+                await self._refresh()
+
+    # ---- one collaborative step ------------------------------------------------------------------
+
+    async def _finish_epoch(self, view: CollaborationView) -> EpochReport:
+        started = time.monotonic()
+        epoch, samples = self.epoch, self._samples
+        if self._pending_update is not None:
+            await self._pending_update  # at most one delayed update in flight
+        grads = await self.bridge.run(self.local.mean_gradients, samples)
+        expected = len(view.trainers_at_epoch) + sum(
+            1 for p in view.peers if p.mode == "aux" and p.epoch == epoch
+        )
+        self._last = (epoch, self._loss_sum, self._mini_steps, samples)
+        self._reset_epoch()
+        update = self._average_and_apply(grads, samples, epoch, max(1, expected), started)
+        if self.config.delay_parameter_updates:
+            # the next batch is computed while this one is averaged; its gradients go to fresh
+            # accumulators and the step lands before the next epoch's own averaging
+            self.state.epoch = epoch + 1
+            task = self._tasks.spawn(f"update-{epoch}", update, awaited=True)
+            self._pending_update = task
+            await self._publish()
+            return EpochReport(epoch, samples, 0, True, "update in the background", 0.0)
+        self._pending_update = None
+        await update
+        return self.reports[-1]
+
+    async def _average_and_apply(
+        self, grads: list[torch.Tensor], samples: int, epoch: int, expected: int, started: float
+    ) -> None:
+        result = await self._average(grads, float(samples), f"grads.{epoch}", expected)
+        if result is not None and not result.complete:
+            log.warning("epoch %d: %s", epoch, result.summary())
+        await self.bridge.run(self.local.apply, grads)
+        self.state.epoch = epoch + 1
+        await self.bridge.run(self.state.set_learning_rate)
+        group = len(result.members) if result is not None else 1
+        summary = result.summary() if result is not None else "no group: local gradients only"
+        averaged = result is not None and result.complete
+        report = EpochReport(epoch, samples, group, averaged, summary, time.monotonic() - started)
+        self.reports.append(report)
+        every = self.config.average_state_every
+        if every and (epoch + 1) % every == 0:
+            await self._average_state(epoch + 1)
+        await self._after_epoch_change()
+
+    async def _average(
+        self, tensors: list[torch.Tensor], weight: float, round_key: str, expected: int,
+        codec: Codec | None = None,
+    ) -> AveragingResult | None:  # fmt: skip
+        try:
+            return await self.averager.average(
+                tensors,
+                weight=weight,
+                round_key=round_key,
+                timeout=self.config.matchmaking_time,
+                target_size=expected,
+                codec=codec,
+            )
+        except MatchmakingError as exc:
+            log.info("%s: %s", round_key, exc)
+            return None
+
+    async def _average_state(self, epoch: int) -> None:
+        tensors = await self.bridge.run(self.local.state_copies)
+        trainers = len([p for p in self.view().peers if p.mode != "aux"])
+        result = await self._average(tensors, 1.0, f"state.{epoch}", trainers, Codec.NONE)
+        if result is None:
+            return
+        if not result.complete:
+            log.warning("state averaging at epoch %d: %s", epoch, result.summary())
+        await self.bridge.run(self.local.write_state, tensors)
+
+    async def _after_epoch_change(self) -> None:
+        self._snapshot = await self.bridge.run(self.state.snapshot)
+        await self._publish()
+        try:
+            await self.sharing.announce(self.epoch)
+        except BarnraiseError as exc:
+            log.debug("announcing the state failed: %s", exc)

@@ -1,0 +1,164 @@
+"""Progress records in the DHT, and the collaboration's view built from them.
+
+Every peer publishes one signed record (a subkey only it can sign) under ``<prefix>.progress``: its
+epoch, the samples it has accumulated towards that epoch, its speed, the time, its mode, and the
+loss totals of its current and last finished epochs. From all fresh records a peer estimates where
+the collaboration stands: the newest epoch, the samples accumulated towards it, when the target batch
+will be reached, and who is alive. Records expire on their own when a peer disappears.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from core.dht import DHTNode, owner_marker
+from core.dht.records import InvalidRecord, owner_of
+
+log = logging.getLogger(__name__)
+
+MODES = ("trainer", "client", "aux")
+
+
+@dataclass(frozen=True)
+class PeerProgress:
+    """What one peer says about itself (also what this peer publishes)."""
+
+    peer: str
+    epoch: int
+    samples: int
+    """Samples accumulated towards ``epoch``'s step (not yet averaged)."""
+    samples_per_second: float
+    time: float
+    mode: str = "trainer"
+    loss_sum: float = 0.0
+    mini_steps: int = 0
+    """Loss totals of the microbatches accumulated in ``epoch`` so far."""
+    last_epoch: int = -1
+    last_loss_sum: float = 0.0
+    last_mini_steps: int = 0
+    last_samples: int = 0
+    """The same totals for the last epoch this peer finished (for the metrics of that epoch)."""
+
+    def to_wire(self) -> list[Any]:
+        return [
+            self.epoch,
+            self.samples,
+            self.samples_per_second,
+            self.time,
+            self.mode,
+            self.loss_sum,
+            self.mini_steps,
+            self.last_epoch,
+            self.last_loss_sum,
+            self.last_mini_steps,
+            self.last_samples,
+        ]
+
+    @classmethod
+    def from_wire(cls, peer: str, value: Any) -> PeerProgress | None:
+        """None for anything malformed: another peer's bad record must not stop us."""
+        try:
+            (
+                epoch,
+                samples,
+                sps,
+                when,
+                mode,
+                loss_sum,
+                mini,
+                last,
+                last_loss,
+                last_mini,
+                last_n,
+            ) = value
+            numbers = (sps, when, loss_sum, last_loss)
+            if mode not in MODES or not all(isinstance(x, int | float) for x in numbers):
+                return None
+            ints = (epoch, samples, mini, last, last_mini, last_n)
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in ints):
+                return None
+            if epoch < 0 or samples < 0 or sps < 0 or not math.isfinite(sps):
+                return None
+            return cls(
+                peer, epoch, samples, float(sps), float(when), mode, float(loss_sum), mini,
+                last, float(last_loss), last_mini, last_n,
+            )  # fmt: skip
+        except (TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class CollaborationView:
+    """Where the collaboration stands, as far as this peer can tell."""
+
+    epoch: int
+    """The newest epoch any fresh peer has reached."""
+    samples: int
+    """Samples accumulated towards ``epoch`` by the peers at it (reported, so a lower bound)."""
+    samples_per_second: float
+    """Summed speed of the trainers at ``epoch``."""
+    peers: list[PeerProgress]
+    """Every fresh record, this peer's own included."""
+    target: int
+
+    @property
+    def trainers_at_epoch(self) -> list[PeerProgress]:
+        return [p for p in self.peers if p.epoch == self.epoch and p.mode != "aux"]
+
+    @property
+    def ready(self) -> bool:
+        return self.samples >= self.target
+
+    def eta(self) -> float:
+        """Seconds until the target is reached at the current speed (inf when nobody trains)."""
+        missing = max(0, self.target - self.samples)
+        if missing == 0:
+            return 0.0
+        return missing / self.samples_per_second if self.samples_per_second > 0 else math.inf
+
+
+class ProgressBoard:
+    """Publishing our record and reading everyone's."""
+
+    def __init__(self, dht: DHTNode, prefix: str, *, ttl: float = 30.0) -> None:
+        self._dht = dht
+        self._key = f"{prefix}.progress"
+        self._ttl = ttl
+        self._me = str(dht.peer_id)
+
+    async def publish(self, progress: PeerProgress) -> bool:
+        expiration = progress.time + self._ttl
+        return await self._dht.store(
+            self._key, progress.to_wire(), expiration, subkey=owner_marker(self._dht.peer_id)
+        )
+
+    async def fetch(self) -> list[PeerProgress]:
+        found = await self._dht.get(self._key, latest=True)
+        if found is None or not isinstance(found.value, dict):
+            return []
+        records = []
+        for subkey, entry in found.value.items():
+            try:
+                owner = owner_of(subkey)
+            except InvalidRecord:
+                continue
+            if owner is None:
+                continue
+            record = PeerProgress.from_wire(str(owner), entry.value)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def view(
+        self, records: list[PeerProgress], mine: PeerProgress, target: int
+    ) -> CollaborationView:
+        """Combine fetched records with our own, fresher, one."""
+        peers = [r for r in records if r.peer != self._me] + [mine]
+        epoch = max(p.epoch for p in peers)
+        at_epoch = [p for p in peers if p.epoch == epoch and p.mode != "aux"]
+        samples = sum(p.samples for p in at_epoch)
+        speed = sum(p.samples_per_second for p in at_epoch)
+        return CollaborationView(epoch, samples, speed, peers, target)

@@ -1,0 +1,156 @@
+"""Trainer: the training loop of one peer (the nanoGPT-style loop, made collaborative).
+
+For each microbatch: take the next batch from the data iterator, forward and backward on the training
+thread (under autocast where a GPU allows it), then ``await optimizer.step(...)`` on the loop, which
+steps when the collaboration is ready. With fp16 the loss is scaled by a dynamic factor (halved on
+overflow, doubled after a run of clean microbatches) and the gradients are unscaled before they are
+accumulated, so the collaboration only ever sees true gradients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.training.bridge import TrainingBridge
+from core.training.collaborative import CollaborativeOptimizer, EpochReport
+from core.training.precision import Precision
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
+"""Computes the mean loss of one batch (the forward pass)."""
+
+
+@dataclass
+class _LossScale:
+    """Dynamic loss scaling for fp16 (bf16 and fp32 need none)."""
+
+    value: float = 2.0**15
+    clean: int = 0
+    grow_after: int = 1000
+
+    def unscale(self, parameters: list[torch.nn.Parameter]) -> bool:
+        """Divide gradients by the scale; False (and a smaller scale) if any is not finite."""
+        finite = True
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.div_(self.value)
+                finite = finite and bool(torch.isfinite(p.grad).all())
+        if not finite:
+            self.value = max(1.0, self.value / 2)
+            self.clean = 0
+            return False
+        self.clean += 1
+        if self.clean >= self.grow_after:
+            self.value *= 2
+            self.clean = 0
+        return True
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: CollaborativeOptimizer,
+        bridge: TrainingBridge,
+        batches: Iterator[Any],
+        loss_fn: LossFn,
+        *,
+        precision: Precision | None = None,
+        batch_size_of: Callable[[Any], int] | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.bridge = bridge
+        self.batches = batches
+        self.loss_fn = loss_fn
+        self.precision = precision
+        self._batch_size_of = batch_size_of or _leading_dimension
+        self._scale = (
+            _LossScale() if precision is not None and precision.dtype == torch.float16 else None
+        )
+        self.microbatches = 0
+        self.skipped = 0
+
+    async def run(
+        self,
+        *,
+        until_epoch: int | None = None,
+        stop: asyncio.Event | None = None,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+    ) -> None:
+        """Train until the collaboration reaches ``until_epoch`` or ``stop`` is set."""
+        while (until_epoch is None or self.optimizer.epoch < until_epoch) and not (
+            stop is not None and stop.is_set()
+        ):
+            outcome = await self.bridge.run(self._microbatch)
+            if outcome == "end":
+                log.info("the data iterator is exhausted")
+                return
+            if outcome is None:
+                continue  # overflowed under fp16: nothing to accumulate
+            assert not isinstance(outcome, str)
+            size, loss = outcome
+            self.microbatches += 1
+            report = await self.optimizer.step(size, loss)
+            if report is not None and on_epoch is not None:
+                on_epoch(report)
+
+    def _microbatch(self) -> tuple[int, float] | str | None:
+        """Forward and backward of one batch (training thread); "end" when the data ran out."""
+        try:
+            batch = next(self.batches)
+        except StopIteration:  # it cannot cross into the loop's future, so it becomes a marker
+            return "end"
+        device = self.precision.device if self.precision is not None else None
+        if device is not None:
+            batch = _to_device(batch, device)
+        self.model.train()
+        context = (
+            self.precision.autocast() if self.precision is not None else contextlib.nullcontext()
+        )
+        with context:
+            loss = self.loss_fn(self.model, batch)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            self.skipped += 1
+            self.model.zero_grad(set_to_none=True)
+            log.warning("non-finite loss: microbatch skipped")
+            return None
+        if self._scale is not None:
+            (loss * self._scale.value).backward()  # type: ignore[no-untyped-call]
+            if not self._scale.unscale([p for p in self.model.parameters() if p.requires_grad]):
+                self.skipped += 1
+                self.model.zero_grad(set_to_none=True)
+                return None
+        else:
+            loss.backward()  # type: ignore[no-untyped-call]
+        return self._batch_size_of(batch), value
+
+
+def _leading_dimension(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0])
+    if isinstance(batch, dict):
+        return _leading_dimension(next(iter(batch.values())))
+    if isinstance(batch, list | tuple):
+        return _leading_dimension(batch[0])
+    raise TypeError(f"cannot tell the batch size of a {type(batch).__name__}")
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(_to_device(v, device) for v in batch)
+    return batch

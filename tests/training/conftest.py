@@ -1,0 +1,93 @@
+"""Collaborations of peers on real loopback connections, in one process.
+
+Each peer has its own Host, DHT node, averager, state sharing, progress board and training thread, as
+it would in its own engine; the model and optimizer come from the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+from core.averaging import Averager, AveragerConfig
+from core.averaging.state import StateSharing
+from core.dht import DHTConfig, DHTNode, HostTransport
+from core.net import NetConfig
+from core.training.bridge import TrainingBridge
+from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
+from core.training.progress import ProgressBoard
+from core.training.state import TrainingState
+from tests.conftest import MakeHost
+
+NET = NetConfig(dial_timeout=2.0, handshake_timeout=2.0, call_timeout=10.0, close_grace=0.2)
+AVERAGING = AveragerConfig(
+    min_group_size=1,
+    min_matchmaking_time=1.0,
+    max_matchmaking_time=4.0,
+    sender_timeout=2.0,
+    reducer_timeout=4.0,
+    allreduce_timeout=15.0,
+    request_timeout=2.0,
+)
+
+
+@dataclass
+class Peer:
+    optimizer: CollaborativeOptimizer
+    model: torch.nn.Module
+    bridge: TrainingBridge
+    dht: DHTNode
+    averager: Averager
+
+    @property
+    def address(self) -> str:
+        return str(self.averager.host.addresses[0])
+
+
+MakePeer = Callable[..., Awaitable[Peer]]
+
+
+@pytest.fixture
+async def make_peer(make_host: MakeHost) -> AsyncIterator[MakePeer]:
+    """``await make_peer(model, optimizer, config)``: a started collaborative peer; closed at the end."""
+    made: list[Peer] = []
+
+    async def make(
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        config: CollaborativeConfig,
+        *,
+        averaging: AveragerConfig = AVERAGING,
+        prefix: str = "collab",
+        start: bool = True,
+    ) -> Peer:
+        host = await make_host(NET)
+        dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=2.0))
+        await dht.start([made[0].address] if made else [])
+        if made:
+            await dht.wait_bootstrapped()
+        averager = Averager(host, dht, prefix, replace(averaging, compute=1.0))
+        bridge = TrainingBridge()
+        collaborative = CollaborativeOptimizer(
+            TrainingState(model, optimizer),
+            averager=averager,
+            sharing=StateSharing(host, dht, prefix),
+            board=ProgressBoard(dht, prefix),
+            bridge=bridge,
+            config=config,
+        )
+        peer = Peer(collaborative, model, bridge, dht, averager)
+        made.append(peer)
+        if start:
+            await collaborative.start()
+        return peer
+
+    yield make
+    for peer in reversed(made):
+        await peer.optimizer.close()
+        await peer.averager.close()
+        await peer.bridge.aclose()
+        await peer.dht.close()

@@ -1,0 +1,170 @@
+"""The collaborative optimizer on real loopback connections: equivalence with one large-batch run,
+epoch sizes, identical replicas, delayed updates, and late joiners."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from core.training.collaborative import CollaborativeConfig
+from core.training.trainer import Trainer
+from tests.training.conftest import MakePeer, Peer
+
+DIM, OUT, EXAMPLES = 32, 4, 8192
+TARGET, MICRO = 512, 16
+
+
+def dataset() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(EXAMPLES, DIM, generator=generator)
+    teacher = torch.randn(DIM, OUT, generator=generator) / DIM**0.5
+    return inputs, inputs @ teacher + 0.1 * torch.randn(EXAMPLES, OUT, generator=generator)
+
+
+def fresh_model() -> torch.nn.Module:
+    torch.manual_seed(7)  # the same initial weights everywhere (the "same seed")
+    return torch.nn.Sequential(torch.nn.Linear(DIM, 16), torch.nn.Tanh(), torch.nn.Linear(16, OUT))
+
+
+def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=0.02)
+
+
+def evaluate(model: torch.nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> float:
+    with torch.no_grad():
+        return float(torch.nn.functional.mse_loss(model(data[0]), data[1]))
+
+
+def mse(
+    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    _, inputs, targets = batch
+    return torch.nn.functional.mse_loss(model(inputs), targets)
+
+
+class Recorder:
+    """Each peer's own random walk over the shared examples, remembering which it used per epoch."""
+
+    def __init__(self, data: tuple[torch.Tensor, torch.Tensor], seed: int, peer: Peer) -> None:
+        self.data = data
+        self.generator = torch.Generator().manual_seed(seed)
+        self.peer = peer
+        self.used: dict[int, list[torch.Tensor]] = defaultdict(list)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        index = torch.randint(0, EXAMPLES, (MICRO,), generator=self.generator)
+        # read on the training thread between steps: the epoch cannot change under us
+        self.used[self.peer.optimizer.epoch].append(index)
+        return index, self.data[0][index], self.data[1][index]
+
+
+async def test_three_peers_match_one_large_batch_run(make_peer: MakePeer) -> None:
+    data = dataset()
+    config = CollaborativeConfig(target_batch_size=TARGET, average_state_every=5)
+    peers = []
+    for _ in range(3):
+        model = fresh_model()
+        peers.append(await make_peer(model, make_optimizer(model), config))
+    recorders = [Recorder(data, 100 + i, peer) for i, peer in enumerate(peers)]
+    epochs = 20
+    curves: list[list[float]] = [[] for _ in peers]
+
+    async def train(i: int) -> None:
+        peer = peers[i]
+        trainer = Trainer(peer.model, peer.optimizer, peer.bridge, recorders[i], mse)
+        await trainer.run(
+            until_epoch=epochs, on_epoch=lambda _: curves[i].append(evaluate(peer.model, data))
+        )
+
+    await asyncio.wait_for(asyncio.gather(*(train(i) for i in range(3))), timeout=150)
+
+    # every epoch was averaged by all three, and holds 1.0 to 1.2 times the target
+    for peer in peers:
+        assert [r.epoch for r in peer.optimizer.reports] == list(range(epochs))
+        assert all(r.group_size == 3 and r.averaged for r in peer.optimizer.reports)
+    sizes = [sum(sum(i.numel() for i in r.used[e]) for r in recorders) for e in range(epochs)]
+    for epoch, size in enumerate(sizes):
+        assert TARGET <= size <= 1.2 * TARGET, (
+            epoch,
+            sizes,
+            [[len(r.used[e]) for r in recorders] for e in range(epochs)],
+        )
+    for model in (p.model for p in peers[1:]):
+        for mine, theirs in zip(model.parameters(), peers[0].model.parameters(), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)
+
+    # one peer, one optimizer step per epoch over exactly the examples the collaboration used
+    single = fresh_model()
+    optimizer = make_optimizer(single)
+    reference = []
+    for epoch in range(epochs):
+        index = torch.cat([torch.cat(r.used[epoch]) for r in recorders])
+        optimizer.zero_grad()
+        mse(single, (index, data[0][index], data[1][index])).backward()
+        optimizer.step()
+        reference.append(evaluate(single, data))
+    assert reference[-1] < 0.5 * reference[0]  # it really trains
+    for epoch, (ours, theirs) in enumerate(zip(curves[0], reference, strict=True)):
+        assert abs(ours - theirs) <= 0.01 * theirs, (epoch, ours, theirs)
+
+
+@pytest.mark.parametrize("delayed", [True])
+async def test_delayed_updates_still_train_and_keep_replicas_equal(
+    make_peer: MakePeer, delayed: bool
+) -> None:
+    data = dataset()
+    config = CollaborativeConfig(
+        target_batch_size=TARGET, average_state_every=4, delay_parameter_updates=delayed
+    )
+    peers = []
+    for _ in range(2):
+        model = fresh_model()
+        peers.append(await make_peer(model, make_optimizer(model), config))
+    before = evaluate(peers[0].model, data)
+
+    async def train(i: int) -> None:
+        peer = peers[i]
+        walk = Recorder(data, 200 + i, peer)
+        await Trainer(peer.model, peer.optimizer, peer.bridge, walk, mse).run(until_epoch=12)
+
+    await asyncio.wait_for(asyncio.gather(*(train(i) for i in range(2))), timeout=120)
+    for peer in peers:
+        await peer.optimizer.close()  # lets the last delayed update land
+    assert evaluate(peers[0].model, data) < 0.6 * before
+    for mine, theirs in zip(peers[0].model.parameters(), peers[1].model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)
+
+
+async def test_a_late_joiner_loads_the_state_and_then_contributes(make_peer: MakePeer) -> None:
+    data = dataset()
+    config = CollaborativeConfig(target_batch_size=128, average_state_every=0)
+    first_model = fresh_model()
+    first = await make_peer(first_model, make_optimizer(first_model), config)
+    walk = Recorder(data, 1, first)
+    await Trainer(first_model, first.optimizer, first.bridge, walk, mse).run(until_epoch=3)
+    assert first.optimizer.epoch == 3
+
+    torch.manual_seed(99)  # different initial weights: only a download can make them equal
+    late_model = torch.nn.Sequential(
+        torch.nn.Linear(DIM, 16), torch.nn.Tanh(), torch.nn.Linear(16, OUT)
+    )
+    late = await make_peer(late_model, make_optimizer(late_model), config)  # start() catches up
+    assert late.optimizer.epoch == 3
+    for mine, theirs in zip(late_model.parameters(), first_model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+
+    async def train(peer: Peer, seed: int) -> None:
+        walk = Recorder(data, seed, peer)
+        await Trainer(peer.model, peer.optimizer, peer.bridge, walk, mse).run(until_epoch=5)
+
+    await asyncio.wait_for(asyncio.gather(train(first, 2), train(late, 3)), timeout=90)
+    late_reports = late.optimizer.reports
+    assert [r.epoch for r in late_reports] == [3, 4]
+    assert all(r.group_size == 2 and r.samples > 0 for r in late_reports)
