@@ -31,8 +31,9 @@ class Lamb(torch.optim.Optimizer):
 
     Per-parameter state (what ``state_dict()`` carries): ``step``, a 0-d float32 CPU tensor
     counting the updates applied to that parameter, and the Adam moments ``exp_avg`` and
-    ``exp_avg_sq``, tensors shaped like the parameter. Dense gradients only: a sparse gradient raises ``TrainingError``.
-    Settings after ``lr`` are keyword-only, so that a call cannot silently mix up two floats.
+    ``exp_avg_sq``, tensors shaped like the parameter. Dense gradients only: a sparse gradient
+    raises ``TrainingError``. Settings after ``lr`` are keyword-only, so that a call cannot
+    silently mix up two floats.
     """
 
     def __init__(

@@ -16,7 +16,9 @@ from core.averaging import Averager, AveragerConfig
 from core.averaging.state import StateSharing
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import NetConfig
+from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
+from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.progress import ProgressBoard
 from core.training.state import TrainingState
@@ -48,6 +50,48 @@ class Peer:
 
 
 MakePeer = Callable[..., Awaitable[Peer]]
+
+
+@dataclass
+class Aux:
+    peer: AuxiliaryPeer
+    bridge: TrainingBridge
+    dht: DHTNode
+    averager: Averager
+
+
+async def start_aux(
+    first: Peer,
+    make_host: MakeHost,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    config: AuxiliaryConfig,
+    checkpoints: CheckpointStore | None = None,
+    prefix: str = "collab",
+) -> Aux:
+    host = await make_host(NET)
+    dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=2.0))
+    await dht.start([first.address])
+    await dht.wait_bootstrapped()
+    averager = Averager(host, dht, prefix, replace(AVERAGING, auxiliary=True))
+    bridge = TrainingBridge()
+    aux = AuxiliaryPeer(
+        TrainingState(model, optimizer),
+        averager=averager,
+        sharing=StateSharing(host, dht, prefix),
+        board=ProgressBoard(dht, prefix),
+        bridge=bridge,
+        config=config,
+        checkpoints=checkpoints,
+    )
+    return Aux(aux, bridge, dht, averager)
+
+
+async def close_aux(aux: Aux) -> None:
+    await aux.averager.close()
+    await aux.bridge.aclose()
+    await aux.dht.close()
 
 
 @pytest.fixture

@@ -1,0 +1,144 @@
+"""AuxiliaryPeer: a peer without gradients that helps the collaboration (DeDLOC's auxiliary peers).
+
+It follows the progress records; when the trainers reach the target batch it joins their gradient
+round with weight 0, so that its (usually fast, dialable) link reduces a share of the vector. It
+aggregates everyone's progress into per-epoch metrics, and every ``checkpoint_every`` epochs it
+downloads the current state from the trainers and writes a checkpoint (never one whose loss is NaN).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from core.averaging import Averager, MatchmakingError
+from core.averaging.state import StateDownloadError, StateSharing
+from core.training.bridge import TrainingBridge
+from core.training.checkpoints import CheckpointStore
+from core.training.metrics import EpochMetrics, MetricsAggregator
+from core.training.progress import PeerProgress, ProgressBoard
+from core.training.state import TrainingState
+from core.util.errors import BarnraiseError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AuxiliaryConfig:
+    target_batch_size: int
+    matchmaking_time: float = 5.0
+    poll_interval: float = 0.1
+    checkpoint_every: int = 0
+    """Epochs between checkpoints; 0 writes none."""
+    state_timeout: float = 120.0
+
+
+class AuxiliaryPeer:
+    def __init__(
+        self,
+        state: TrainingState,
+        *,
+        averager: Averager,
+        sharing: StateSharing,
+        board: ProgressBoard,
+        bridge: TrainingBridge,
+        config: AuxiliaryConfig,
+        checkpoints: CheckpointStore | None = None,
+        on_metrics: Callable[[EpochMetrics], None] | None = None,
+    ) -> None:
+        if not averager.config.auxiliary:
+            raise ValueError("an auxiliary peer needs an averager configured with auxiliary=True")
+        self.state = state
+        self.averager = averager
+        self.sharing = sharing
+        self.board = board
+        self.bridge = bridge
+        self.config = config
+        self.checkpoints = checkpoints
+        self.on_metrics = on_metrics
+        self.epoch = 0
+        self.rounds_joined = 0
+        self.metrics: list[EpochMetrics] = []
+        self._aggregator = MetricsAggregator()
+        self._joined = -1
+        self._published_at = 0.0
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        zeros = [torch.zeros(p.shape, dtype=torch.float32) for p in self.state.parameters]
+        while stop is None or not stop.is_set():
+            try:
+                await self._tick(zeros)
+            except BarnraiseError as exc:
+                log.warning("auxiliary peer: %s", exc)
+            await asyncio.sleep(self.config.poll_interval)
+
+    async def _tick(self, zeros: list[torch.Tensor]) -> None:
+        records = await self.board.fetch()
+        mine = PeerProgress(str(self.averager.host.peer_id), self.epoch, 0, 0.0, time.time(), "aux")
+        view = self.board.view(records, mine, self.config.target_batch_size)
+        if view.epoch > self.epoch:
+            self.epoch = view.epoch
+            await self._publish()
+        elif time.monotonic() - self._published_at > 5.0:
+            await self._publish()
+        for metrics in self._aggregator.observe(view.peers, time.time()):
+            await self._report(metrics)
+        if view.ready and self._joined < view.epoch and view.trainers_at_epoch:
+            self._joined = view.epoch
+            expected = len(view.trainers_at_epoch) + 1
+            try:
+                result = await self.averager.average(
+                    zeros,
+                    weight=0.0,
+                    round_key=f"grads.{view.epoch}",
+                    timeout=self.config.matchmaking_time,
+                    target_size=expected,
+                )
+                self.rounds_joined += 1
+                log.debug("auxiliary round %d: %s", view.epoch, result.summary())
+            except MatchmakingError as exc:
+                log.info("auxiliary peer missed round %d: %s", view.epoch, exc)
+            self.epoch = view.epoch + 1
+            await self._publish()
+
+    async def _publish(self) -> None:
+        mine = PeerProgress(str(self.averager.host.peer_id), self.epoch, 0, 0.0, time.time(), "aux")
+        self._published_at = time.monotonic()
+        await self.board.publish(mine)
+
+    async def _report(self, metrics: EpochMetrics) -> None:
+        self.metrics.append(metrics)
+        if self.on_metrics is not None:
+            self.on_metrics(metrics)
+        every = self.config.checkpoint_every
+        if self.checkpoints is not None and every and (metrics.epoch + 1) % every == 0:
+            await self._checkpoint(metrics)
+
+    async def _checkpoint(self, metrics: EpochMetrics) -> None:
+        """Download the trainers' current state and save it (the store refuses a NaN loss)."""
+        assert self.checkpoints is not None
+        try:
+            downloaded = await self.sharing.download(timeout=self.config.state_timeout)
+        except StateDownloadError as exc:
+            log.warning("no checkpoint at epoch %d: %s", metrics.epoch + 1, exc)
+            return
+        await self.bridge.run(self.state.load, downloaded.version, downloaded.tensors)
+        store = self.checkpoints
+        loss = float("nan") if metrics.loss is None else metrics.loss
+        metadata = {"epoch": downloaded.version, "samples": metrics.samples}
+
+        def save() -> None:
+            store.save(
+                downloaded.version,
+                self.state.model.state_dict(),
+                self.state.optimizer.state_dict(),
+                metadata,
+                loss,
+            )
+
+        await self.bridge.run(save)

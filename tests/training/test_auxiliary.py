@@ -1,0 +1,93 @@
+"""An auxiliary peer on real loopback connections: it reduces in the trainers' rounds, aggregates
+their metrics and writes checkpoints any peer can start from."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import torch
+
+from core.training.auxiliary import AuxiliaryConfig
+from core.training.checkpoints import CheckpointStore
+from core.training.collaborative import CollaborativeConfig
+from core.training.trainer import Trainer
+from tests.conftest import MakeHost
+from tests.training.conftest import MakePeer, close_aux, start_aux
+from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
+
+
+async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
+    make_peer: MakePeer, make_host: MakeHost, tmp_path: Path
+) -> None:
+    data = dataset()
+    config = CollaborativeConfig(target_batch_size=256, average_state_every=0)
+    peers = []
+    for _ in range(2):
+        model = fresh_model()
+        peers.append(await make_peer(model, make_optimizer(model), config))
+    aux_model = fresh_model()
+    store = CheckpointStore(tmp_path / "checkpoints", keep=2)
+    aux = await start_aux(
+        peers[0],
+        make_host,
+        model=aux_model,
+        optimizer=make_optimizer(aux_model),
+        config=AuxiliaryConfig(target_batch_size=256, checkpoint_every=3),
+        checkpoints=store,
+    )
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.peer.run(stop))
+    losses: dict[int, list[float]] = {}
+
+    def loss_recording(i: int):  # type: ignore[no-untyped-def]
+        def compute(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            loss = mse(model, batch)
+            losses.setdefault(peers[i].optimizer.epoch, []).append(float(loss.detach()))
+            return loss
+
+        return compute
+
+    try:
+        await asyncio.sleep(0.5)  # the auxiliary peer announces itself before the first round
+
+        async def train(i: int) -> None:
+            walk = Recorder(data, 10 + i, peers[i])
+            trainer = Trainer(
+                peers[i].model, peers[i].optimizer, peers[i].bridge, walk, loss_recording(i)
+            )
+            await trainer.run(until_epoch=6)
+
+        await asyncio.wait_for(asyncio.gather(train(0), train(1)), timeout=120)
+        for _ in range(100):  # the last epoch's metrics come after a short grace
+            if len(aux.peer.metrics) >= 6:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await aux_task
+        await close_aux(aux)
+
+    # the auxiliary peer reduced in the trainers' rounds
+    assert aux.peer.rounds_joined >= 4
+    assert sum(r.group_size == 3 for r in peers[0].optimizer.reports) >= 4
+    # per-epoch loss = sum of losses / sum of mini-steps over both trainers
+    metrics = {m.epoch: m for m in aux.peer.metrics}
+    assert set(metrics) >= set(range(5))
+    for epoch in range(5):
+        expected = sum(losses[epoch]) / len(losses[epoch])
+        assert metrics[epoch].loss is not None
+        assert math.isclose(metrics[epoch].loss, expected, rel_tol=1e-6)
+        assert 256 <= metrics[epoch].samples <= 1.2 * 256
+    assert metrics[0].alive_peers == 2
+    # a checkpoint every 3 epochs (of the state current when it is taken; keep=2), the last one
+    # loadable into a fresh model that equals the trainers'
+    saved = store.list()
+    epochs = [CheckpointStore.load(p).epoch for p in saved]
+    assert len(epochs) == 2
+    assert 3 <= epochs[0] < epochs[1] == 6
+    fresh = fresh_model()
+    fresh.load_state_dict(CheckpointStore.load(saved[-1]).model)
+    for mine, theirs in zip(fresh.parameters(), peers[0].model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs)
