@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from core.cli import demo, dht, identity
+from core.cli import demo, dht, identity, peer, swarm
 from core.util.errors import BarnraiseError
 
 VERSION = "0.1.0"
@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     identity.register(commands)
     demo.register(commands)
     dht.register(commands)
+    peer.register(commands)
+    swarm.register(commands)
     return parser
 
 

@@ -1,1 +1,32 @@
-"""(map written as the package grows)"""
+"""Streamed training data for a small masked language model.
+
+- ``errors``     DataError: data that cannot be found, read or used as configured.
+- ``corpus``     write_demo_corpus: a deterministic synthetic English-like corpus in jsonl.gz shards.
+- ``tokenizer``  TextTokenizer, train_tokenizer, load_tokenizer: a local WordPiece vocabulary.
+- ``sources``    DataSource: shard URLs (paths, file://, http(s)://), weight, format, text field.
+- ``readers``    read_shard: one shard's texts, streamed with `datasets` (jsonl, parquet) or stdlib (text).
+- ``stream``     stream_texts: an endless mix of sources, shard order and shuffle buffer per seed.
+- ``batches``    mlm_batches: packing into [CLS] ... [SEP] sequences and BERT-style masking.
+- ``server``     ShardServer, ShardServerThread: serve a shard directory over HTTP on 127.0.0.1.
+"""
+
+from core.data.batches import mlm_batches
+from core.data.corpus import write_demo_corpus
+from core.data.errors import DataError
+from core.data.server import ShardServer, ShardServerThread
+from core.data.sources import DataSource
+from core.data.stream import stream_texts
+from core.data.tokenizer import TextTokenizer, load_tokenizer, train_tokenizer
+
+__all__ = [
+    "DataError",
+    "DataSource",
+    "ShardServer",
+    "ShardServerThread",
+    "TextTokenizer",
+    "load_tokenizer",
+    "mlm_batches",
+    "stream_texts",
+    "train_tokenizer",
+    "write_demo_corpus",
+]

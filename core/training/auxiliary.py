@@ -24,6 +24,7 @@ from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import PeerProgress, ProgressBoard
 from core.training.state import TrainingState
 from core.util.errors import BarnraiseError
+from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +68,22 @@ class AuxiliaryPeer:
         self._aggregator = MetricsAggregator()
         self._joined = -1
         self._published_at = 0.0
+        self._tasks = BackgroundTasks(f"auxiliary/{averager.host.peer_id.short()}")
+        self._checkpointing: asyncio.Task[None] | None = None
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         zeros = [torch.zeros(p.shape, dtype=torch.float32) for p in self.state.parameters]
-        while stop is None or not stop.is_set():
-            try:
-                await self._tick(zeros)
-            except BarnraiseError as exc:
-                log.warning("auxiliary peer: %s", exc)
-            await asyncio.sleep(self.config.poll_interval)
+        try:
+            while stop is None or not stop.is_set():
+                try:
+                    await self._tick(zeros)
+                except BarnraiseError as exc:
+                    log.warning("auxiliary peer: %s", exc)
+                await asyncio.sleep(self.config.poll_interval)
+            if self._checkpointing is not None:
+                await asyncio.gather(self._checkpointing, return_exceptions=True)
+        finally:
+            await self._tasks.close()
 
     async def _tick(self, zeros: list[torch.Tensor]) -> None:
         records = await self.board.fetch()
@@ -117,7 +125,14 @@ class AuxiliaryPeer:
             self.on_metrics(metrics)
         every = self.config.checkpoint_every
         if self.checkpoints is not None and every and (metrics.epoch + 1) % every == 0:
-            await self._checkpoint(metrics)
+            if self._checkpointing is not None and not self._checkpointing.done():
+                log.warning("checkpoint after epoch %d skipped: the last one is still being written",
+                            metrics.epoch)  # fmt: skip
+                return
+            # in the background: metrics and averaging rounds must not wait for a download
+            self._checkpointing = self._tasks.spawn(
+                f"checkpoint-{metrics.epoch + 1}", self._checkpoint(metrics)
+            )
 
     async def _checkpoint(self, metrics: EpochMetrics) -> None:
         """Download the trainers' current state and save it (the store refuses a NaN loss)."""

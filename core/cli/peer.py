@@ -1,0 +1,141 @@
+"""``barnraise peer`` and ``barnraise aux``: one peer of a project, as volunteers and organizers run it.
+
+    barnraise peer --manifest project.toml --initial-peers /ip4/…/tcp/…/p2p/…
+    barnraise aux  --manifest project.toml --checkpoint-every 10
+
+The peer prints one JSON line per event (ready with its address, each finished epoch; for ``aux``
+the collaboration's metrics per epoch) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
+cleanly after the current microbatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import secrets
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.config.paths import UserDirs
+from core.project import load_manifest
+
+if TYPE_CHECKING:
+    from core.training.runtime import PeerSettings
+
+
+def register(commands: Any) -> None:
+    for name, role_help in (
+        ("peer", "train with a project (a volunteer's peer)"),
+        ("aux", "help a project without training: averaging, metrics, checkpoints"),
+    ):
+        parser: argparse.ArgumentParser = commands.add_parser(
+            name, help=role_help, description=__doc__
+        )
+        parser.add_argument("--manifest", type=Path, required=True, help="the project's TOML file")
+        parser.add_argument(
+            "--initial-peers", nargs="*", default=None, metavar="ADDR", help="peers to join"
+        )
+        parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+        parser.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+        parser.add_argument(
+            "--data-base", default=None, help="URL or folder the manifest's relative data paths use"
+        )
+        parser.add_argument(
+            "--work-dir", type=Path, default=None, help="tokenizer copy, metrics, checkpoints"
+        )
+        parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+        parser.add_argument(
+            "--target-batch-size", type=int, default=None, help="override the manifest's"
+        )
+        parser.add_argument("--until-epoch", type=int, default=None, help=argparse.SUPPRESS)
+        if name == "peer":
+            parser.add_argument(
+                "--client", action="store_true", help="no incoming connections (behind NAT)"
+            )
+            parser.add_argument(
+                "--data-seed", type=int, default=None, help="this peer's data order"
+            )
+            parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
+            parser.add_argument("--from-checkpoint", type=Path, default=None)
+        else:
+            parser.add_argument("--checkpoint-every", type=int, default=10, help="0: none")
+            parser.add_argument("--keep-checkpoints", type=int, default=3)
+        parser.set_defaults(run=run, role=name)
+
+
+def _settings(args: argparse.Namespace) -> PeerSettings:
+    from core.training.runtime import PeerSettings  # noqa: PLC0415 - torch only for this command
+
+    manifest = load_manifest(args.manifest)
+    if args.target_batch_size is not None:
+        manifest = manifest.with_training(target_batch_size=args.target_batch_size)
+    listen = f"/ip6/{args.host}" if ":" in args.host else f"/ip4/{args.host}"
+    work_dir = args.work_dir or UserDirs.default().cache / "projects" / manifest.project.name
+    aux = args.role == "aux"
+    return PeerSettings(
+        manifest,
+        work_dir=work_dir,
+        role="aux" if aux else ("client" if args.client else "trainer"),
+        initial_peers=tuple(args.initial_peers or ()),
+        listen=f"{listen}/tcp/{args.port}",
+        data_base=args.data_base,
+        # without a seed of its own each peer picks one, so that no two walk the data alike
+        data_seed=0 if aux else (args.data_seed if args.data_seed is not None else _random_seed()),
+        device="cpu" if aux else args.device,
+        checkpoint_every=args.checkpoint_every if aux else 0,
+        keep_checkpoints=args.keep_checkpoints if aux else 3,
+        start_from=None if aux else args.from_checkpoint,
+        until_epoch=args.until_epoch,
+    )
+
+
+def _random_seed() -> int:
+    return secrets.randbelow(2**31)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    import torch  # noqa: PLC0415 - torch loads slowly; only training commands need it
+
+    from core.training.runtime import ProjectPeer  # noqa: PLC0415
+
+    settings = _settings(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C is a KeyboardInterrupt
+            loop.add_signal_handler(signum, stop.set)
+
+    def emit(event: dict[str, Any]) -> None:
+        print(json.dumps(event, default=str), flush=True)
+
+    peer = ProjectPeer(settings, emit)
+    try:
+        runner = asyncio.create_task(peer.run(stop), name="peer/run")
+        waiter = asyncio.create_task(stop.wait(), name="peer/stop")
+        done, _ = await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if runner in done:
+            waiter.cancel()
+            runner.result()
+        else:
+            # the trainer notices ``stop`` between microbatches; give it a moment, then cancel
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(runner, timeout=10)
+    finally:
+        await peer.close()
+    emit({"event": "stopped"})
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        sys.stdout.flush()

@@ -1,0 +1,220 @@
+"""``barnraise swarm``: a whole collaboration on this machine, the main job.
+
+    barnraise swarm --peers 3 --minutes 3
+
+Writes the demo corpus and trains its tokenizer (once, in the cache), serves the shards over a local
+HTTP server, starts an auxiliary/backbone peer and N trainer peers on loopback, each its own OS
+process as if on its own machine, and prints one line per epoch (epoch, loss, samples/s, peers) from
+the auxiliary peer's metrics. Ctrl-C, or the end of ``--minutes``, stops every process cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.config.paths import UserDirs
+from core.project import Manifest, load_manifest
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DEMO_MANIFEST = REPOSITORY / "resources" / "demo" / "project.toml"
+# Windows has no SIGTERM for children: they get CTRL_BREAK in their own process group
+_STOP_SIGNAL = getattr(signal, "CTRL_BREAK_EVENT", signal.SIGTERM)
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "swarm", help="run a whole collaboration on this machine (the demo)", description=__doc__
+    )
+    parser.add_argument("--peers", type=int, default=3, help="trainer peers (default 3)")
+    parser.add_argument(
+        "--minutes", type=float, default=0.0, help="stop after this long (0: never)"
+    )
+    parser.add_argument("--manifest", type=Path, default=DEMO_MANIFEST, help="default: the demo")
+    parser.add_argument("--work-dir", type=Path, default=None, help="corpus, logs, checkpoints")
+    parser.add_argument("--target-batch-size", type=int, default=None)
+    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.set_defaults(run=run)
+
+
+def prepare_demo_data(manifest: Manifest, root: Path) -> None:
+    """The shards and tokenizer the demo manifest names, written once under ``root``."""
+    # imported here: torch and datasets load slowly, and other commands never need them
+    from core.data import (  # noqa: PLC0415
+        DataSource,
+        load_tokenizer,
+        stream_texts,
+        train_tokenizer,
+        write_demo_corpus,
+    )
+
+    write_demo_corpus(root / "shards", shards=8, megabytes=4.0, seed=0)
+    tokenizer = root / manifest.data.tokenizer
+    if tokenizer.exists():
+        with contextlib.suppress(Exception):
+            load_tokenizer(tokenizer)
+            return
+    sources = [
+        DataSource(tuple(str(root / u) for u in s.urls), format=s.format, text_field=s.text_field)
+        for s in manifest.data.sources
+    ]
+    texts = stream_texts(sources, seed=0, shuffle_buffer=0)
+    sample = (next(texts) for _ in range(20_000))
+    train_tokenizer(sample, manifest.data.tokenizer_vocab_size, tokenizer)
+
+
+class _Child:
+    def __init__(self, name: str, proc: asyncio.subprocess.Process) -> None:
+        self.name = name
+        self.proc = proc
+
+    async def event(self) -> dict[str, Any] | None:
+        """The next JSON event on its stdout (None at its end); other lines are skipped."""
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    return event
+        return None
+
+    async def stop(self, grace: float = 15.0) -> None:
+        if self.proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(_STOP_SIGNAL)
+        try:
+            await asyncio.wait_for(self.proc.wait(), grace)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+
+
+async def _spawn(name: str, args: list[str], log_path: Path) -> _Child:
+    with log_path.open("ab") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "core.cli.main",
+            "--log-level",
+            "info",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            cwd=REPOSITORY,
+            # a process group of its own: Ctrl-C in the terminal reaches only the swarm, which then
+            # stops each child in order
+            start_new_session=os.name != "nt",
+            creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
+            limit=1 << 20,
+        )
+    return _Child(name, proc)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    if args.peers < 1:
+        print("barnraise swarm: --peers must be at least 1", file=sys.stderr)
+        return 2
+    manifest = load_manifest(args.manifest)
+    work = args.work_dir or UserDirs.default().cache / "swarm" / manifest.project.name
+    data_root = work / "data"
+    started = time.monotonic()
+    print(f"preparing the demo data in {data_root} …", flush=True)
+    await asyncio.to_thread(prepare_demo_data, manifest, data_root)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    from core.data import ShardServer  # noqa: PLC0415 - see prepare_demo_data
+
+    server = ShardServer(data_root)
+    base = await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    threads = max(1, (os.cpu_count() or 2) // (args.peers + 1))
+    common = ["--manifest", str(args.manifest), "--data-base", base, "--threads", str(threads)]
+    if args.target_batch_size:
+        common += ["--target-batch-size", str(args.target_batch_size)]
+    children: list[_Child] = []
+    try:
+        aux = await _spawn(
+            "aux",
+            [
+                "aux",
+                *common,
+                "--work-dir",
+                str(work / "aux"),
+                "--checkpoint-every",
+                str(args.checkpoint_every),
+            ],
+            work / "logs" / "aux.log",
+        )
+        children.append(aux)
+        ready = await asyncio.wait_for(aux.event(), 120)
+        if not ready or ready.get("event") != "ready":
+            print("barnraise swarm: the auxiliary peer did not start; see its log", file=sys.stderr)
+            return 1
+        address = str(ready["address"])
+        for i in range(args.peers):
+            peer_args = ["peer", *common, "--initial-peers", address, "--data-seed", str(i + 1)]
+            peer_args += ["--work-dir", str(work / f"peer-{i}")]
+            children.append(await _spawn(f"peer-{i}", peer_args, work / "logs" / f"peer-{i}.log"))
+        print(
+            f"{args.peers} trainer(s) and an auxiliary peer on loopback; data at {base}; "
+            f"logs in {work / 'logs'}",
+            flush=True,
+        )
+        await _follow(aux, stop, args.minutes * 60 if args.minutes else None, started)
+    finally:
+        await asyncio.gather(*(child.stop() for child in reversed(children)))
+        await server.close()
+    print("stopped", flush=True)
+    return 0
+
+
+async def _follow(aux: _Child, stop: asyncio.Event, seconds: float | None, started: float) -> None:
+    """Print the auxiliary peer's metrics, one line per epoch, until told to stop."""
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        while not stop.is_set():
+            left = None if seconds is None else seconds - (time.monotonic() - started)
+            if left is not None and left <= 0:
+                return
+            reading = asyncio.create_task(aux.event())
+            done, _ = await asyncio.wait(
+                {reading, stopping}, timeout=left, return_when="FIRST_COMPLETED"
+            )
+            if reading not in done:
+                reading.cancel()
+                continue
+            event = reading.result()
+            if event is None:
+                print("barnraise swarm: the auxiliary peer exited", file=sys.stderr)
+                return
+            if event.get("event") == "metrics":
+                loss = event.get("loss")
+                shown = f"{loss:.4f}" if isinstance(loss, float) else "   -  "
+                print(
+                    f"epoch {event['epoch']:>4}  loss {shown}  "
+                    f"samples/s {event['samples_per_second']:>8.1f}  peers {event['alive_peers']}",
+                    flush=True,
+                )
+    finally:
+        stopping.cancel()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,290 @@
+"""ProjectPeer: one peer of a project, built from its manifest (what ``barnraise peer`` and ``aux`` run).
+
+Builds the Host and DHT node, the averager (trainer, client or auxiliary), the model with the
+project's seed (so every peer starts from the same weights), the optimizer and schedule, the data
+stream (each peer walks the shards in its own order) and the tokenizer, then trains or helps until
+stopped. Events (ready, epoch, metrics) go to a callback; the CLI prints them as JSON lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.averaging import Averager, AveragerConfig, Codec
+from core.averaging.state import StateSharing
+from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
+from core.dht import DHTConfig, DHTNode, HostTransport
+from core.net import Host, Identity, NetConfig
+from core.project import Manifest
+from core.training.albert import AlbertConfig, AlbertMLM
+from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
+from core.training.bridge import TrainingBridge
+from core.training.checkpoints import CheckpointStore
+from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer, EpochReport
+from core.training.errors import TrainingError
+from core.training.lamb import Lamb
+from core.training.metrics import EpochMetrics, MetricsLog
+from core.training.precision import choose_precision
+from core.training.progress import ProgressBoard
+from core.training.schedule import albert_lr_lambda
+from core.training.state import TrainingState
+from core.training.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+ROLES = ("trainer", "client", "aux")
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PeerSettings:
+    manifest: Manifest
+    work_dir: Path
+    """Tokenizer copies, checkpoints and metrics unless placed elsewhere."""
+    role: str = "trainer"
+    initial_peers: tuple[str, ...] = ()
+    listen: str = "/ip4/127.0.0.1/tcp/0"
+    data_base: str | None = None
+    """Where the manifest's relative data URLs point (e.g. a local shard server)."""
+    data_seed: int = 0
+    """This peer's order over the shards (different on every peer)."""
+    device: str = "cpu"
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    start_from: Path | None = None
+    """A checkpoint to start from (any peer can)."""
+    until_epoch: int | None = None
+    identity: Identity | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise TrainingError(f"role must be one of {', '.join(ROLES)}, not {self.role!r}")
+
+
+def build_model(manifest: Manifest) -> AlbertMLM:
+    """The project's model with its initial weights (the same on every peer: seeded)."""
+    section = manifest.model
+    if section.kind != "albert-mlm":
+        raise TrainingError(f"unknown model kind {section.kind!r}")
+    config = AlbertConfig(
+        vocab_size=section.vocab_size,
+        embedding_size=section.embedding_size,
+        hidden_size=section.hidden_size,
+        num_layers=section.num_layers,
+        num_heads=section.num_heads,
+        intermediate_size=section.intermediate_size,
+        max_position=section.max_position,
+        dropout=section.dropout,
+    )
+    torch.manual_seed(manifest.training.seed)
+    return AlbertMLM(config)
+
+
+def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
+    t = manifest.training
+    params = [p for p in model.parameters() if p.requires_grad]
+    if t.optimizer == "lamb":
+        return Lamb(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+    if t.optimizer == "adam":
+        return torch.optim.Adam(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+    if t.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay
+        )
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, t.lr, momentum=t.betas[0], weight_decay=t.weight_decay)
+    raise TrainingError(f"unknown optimizer {t.optimizer!r}")
+
+
+def fetch_tokenizer(manifest: Manifest, data_base: str | None, work_dir: Path) -> TextTokenizer:
+    """The project's tokenizer: a local file, or a URL copied into ``work_dir`` once."""
+    where = manifest.resolve_url(manifest.data.tokenizer, data_base=data_base)
+    if where.startswith(("http://", "https://")):
+        local = work_dir / "tokenizer.json"
+        if not local.exists():
+            work_dir.mkdir(parents=True, exist_ok=True)
+            partial = local.with_suffix(".part")
+            with urllib.request.urlopen(where, timeout=30) as response, partial.open("wb") as out:
+                shutil.copyfileobj(response, out)
+            partial.replace(local)
+        return load_tokenizer(local)
+    return load_tokenizer(Path(where.removeprefix("file://")))
+
+
+def data_stream(
+    manifest: Manifest, tokenizer: TextTokenizer, *, data_base: str | None, seed: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    d = manifest.data
+    sources = [
+        DataSource(
+            tuple(manifest.resolve_url(u, data_base=data_base) for u in s.urls),
+            weight=s.weight,
+            format=s.format,
+            text_field=s.text_field,
+        )
+        for s in d.sources
+    ]
+    texts = stream_texts(sources, seed=seed, shuffle_buffer=d.shuffle_buffer)
+    return mlm_batches(
+        texts,
+        tokenizer,
+        seq_len=d.seq_len,
+        batch_size=manifest.training.microbatch_size,
+        mask_prob=d.mask_prob,
+        seed=seed,
+    )
+
+
+def mlm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    output = model(batch["input_ids"], batch["attention_mask"], batch["labels"])
+    assert output.loss is not None
+    loss: torch.Tensor = output.loss
+    return loss
+
+
+def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
+    a = manifest.averaging
+    return AveragerConfig(
+        target_group_size=a.target_group_size,
+        min_group_size=min(a.min_group_size, a.target_group_size),
+        min_matchmaking_time=min(1.0, a.matchmaking_time),
+        max_matchmaking_time=a.matchmaking_time,
+        codec=Codec[a.codec.upper()],
+        allreduce_timeout=a.allreduce_timeout,
+        compute=0.0 if role == "aux" else 1.0,
+        client_mode=role == "client",
+        auxiliary=role == "aux",
+    )
+
+
+class ProjectPeer:
+    def __init__(self, settings: PeerSettings, on_event: Callable[[Event], None]) -> None:
+        self.settings = settings
+        self.on_event = on_event
+        manifest = settings.manifest
+        self.prefix = manifest.project.name
+        self.host = Host(settings.identity or Identity.generate(), NetConfig())
+        self.dht = DHTNode(
+            HostTransport(self.host), DHTConfig(client_mode=settings.role == "client")
+        )
+        self.bridge = TrainingBridge()
+        self.averager: Averager | None = None
+        self.optimizer: CollaborativeOptimizer | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s, manifest = self.settings, self.settings.manifest
+        await self.host.start([] if s.role == "client" else [s.listen])
+        await self.dht.start(list(s.initial_peers or manifest.network.initial_peers))
+        self.averager = Averager(
+            self.host, self.dht, self.prefix, averager_config(manifest, s.role)
+        )
+        model = await self.bridge.run(build_model, manifest)
+        optimizer = build_optimizer(model, manifest)
+        t = manifest.training
+        state = TrainingState(
+            model, optimizer, lr_lambda=albert_lr_lambda(t.warmup_steps, t.total_steps)
+        )
+        if s.start_from is not None:
+            await self.bridge.run(_load_checkpoint, state, s.start_from)
+        sharing = StateSharing(self.host, self.dht, self.prefix)
+        board = ProgressBoard(self.dht, self.prefix)
+        address = str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
+        self.on_event({"event": "ready", "address": address, "role": s.role})
+        if s.role == "aux":
+            await self._run_aux(state, sharing, board, stop)
+        else:
+            await self._run_trainer(state, sharing, board, stop)
+
+    async def _run_trainer(
+        self, state: TrainingState, sharing: StateSharing, board: ProgressBoard, stop: asyncio.Event
+    ) -> None:
+        s, manifest = self.settings, self.settings.manifest
+        t = manifest.training
+        assert self.averager is not None
+        precision = choose_precision(torch.device(s.device), t.precision)
+        await self.bridge.run(state.model.to, precision.device)
+        tokenizer = await self.bridge.run(fetch_tokenizer, manifest, s.data_base, s.work_dir)
+        batches = data_stream(manifest, tokenizer, data_base=s.data_base, seed=s.data_seed)
+        self.optimizer = CollaborativeOptimizer(
+            state,
+            averager=self.averager,
+            sharing=sharing,
+            board=board,
+            bridge=self.bridge,
+            config=CollaborativeConfig(
+                target_batch_size=t.target_batch_size,
+                mode="client" if s.role == "client" else "trainer",
+                average_state_every=t.average_state_every,
+                delay_parameter_updates=t.delay_parameter_updates,
+                clip_norm=t.clip_norm or None,
+                matchmaking_time=manifest.averaging.matchmaking_time,
+                averaging_timeout=manifest.averaging.allreduce_timeout,
+            ),
+        )
+        await self.optimizer.start()
+        trainer = Trainer(
+            state.model, self.optimizer, self.bridge, batches, mlm_loss, precision=precision
+        )
+
+        def report(epoch: EpochReport) -> None:
+            self.on_event({"event": "epoch", **epoch.__dict__})
+
+        await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=report)
+
+    async def _run_aux(
+        self, state: TrainingState, sharing: StateSharing, board: ProgressBoard, stop: asyncio.Event
+    ) -> None:
+        s, manifest = self.settings, self.settings.manifest
+        assert self.averager is not None
+        metrics_log = MetricsLog(s.work_dir / "metrics.jsonl")
+        store = (
+            CheckpointStore(s.work_dir / "checkpoints", keep=s.keep_checkpoints)
+            if s.checkpoint_every
+            else None
+        )
+
+        def report(metrics: EpochMetrics) -> None:
+            metrics_log.write(metrics)
+            self.on_event({"event": "metrics", **metrics.__dict__})
+
+        aux = AuxiliaryPeer(
+            state,
+            averager=self.averager,
+            sharing=sharing,
+            board=board,
+            bridge=self.bridge,
+            config=AuxiliaryConfig(
+                target_batch_size=manifest.training.target_batch_size,
+                matchmaking_time=manifest.averaging.matchmaking_time,
+                checkpoint_every=s.checkpoint_every,
+            ),
+            checkpoints=store,
+            on_metrics=report,
+        )
+        await aux.run(stop)
+
+    async def close(self) -> None:
+        if self.optimizer is not None:
+            await self.optimizer.close()
+        if self.averager is not None:
+            await self.averager.close()
+        await self.bridge.aclose()
+        await self.dht.close()
+        await self.host.close()
+
+
+def _load_checkpoint(state: TrainingState, path: Path) -> None:
+    checkpoint = CheckpointStore.load(path)
+    state.model.load_state_dict(checkpoint.model)
+    state.optimizer.load_state_dict(checkpoint.optimizer)
+    state.epoch = checkpoint.epoch
+    state.set_learning_rate()

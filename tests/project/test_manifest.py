@@ -1,0 +1,367 @@
+"""The project manifest: the demo loads, and every kind of mistake names the file, key and reason."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.project import (
+    Manifest,
+    ManifestError,
+    SourceSection,
+    TrainingSection,
+    load_manifest,
+    parse_manifest,
+)
+from core.util.errors import BarnraiseError
+
+DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
+DELETE = object()
+
+
+def base() -> dict[str, Any]:
+    """A valid manifest, every section present."""
+    return {
+        "project": {"name": "test-project", "description": "for tests"},
+        "model": {"vocab_size": 512, "hidden_size": 64, "num_heads": 4, "max_position": 32},
+        "data": {
+            "seq_len": 32,
+            "tokenizer_vocab_size": 512,
+            "sources": [{"urls": ["shards/a.jsonl.gz", "https://example.org/b.jsonl.gz"]}],
+        },
+        "training": {"target_batch_size": 64, "microbatch_size": 8, "betas": [0.9, 0.98]},
+        "averaging": {"codec": "fp16", "target_group_size": 4, "min_group_size": 2},
+        "network": {"initial_peers": ["/ip4/127.0.0.1/tcp/31337/p2p/12D3KooWabc"]},
+    }
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string for the plain text used here
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def render(document: dict[str, Any]) -> str:
+    """Enough of a TOML writer for these tests: plain keys first, then tables, then table arrays."""
+    lines = [f"{k} = {toml_value(v)}" for k, v in document.items() if not isinstance(v, dict)]
+    for name, table in document.items():
+        if not isinstance(table, dict):
+            continue
+        lines.append(f"[{name}]")
+        arrays = {
+            k: v for k, v in table.items() if isinstance(v, list) and v and isinstance(v[0], dict)
+        }
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items() if k not in arrays]
+        for key, items in arrays.items():
+            for item in items:
+                lines.append(f"[[{name}.{key}]]")
+                lines += [f"{k} = {toml_value(v)}" for k, v in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def edited(edits: dict[str, Any]) -> dict[str, Any]:
+    """``base()`` with dotted keys set (numbers index arrays), or removed with ``DELETE``."""
+    document = copy.deepcopy(base())
+    for dotted, value in edits.items():
+        *parents, last = dotted.split(".")
+        node: Any = document
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        if value is DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return document
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "project.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_demo_manifest_loads() -> None:
+    manifest = load_manifest(DEMO)
+    assert manifest.project.name == "barnraise-demo"
+    assert manifest.model.kind == "albert-mlm"
+    assert manifest.data.seq_len <= manifest.model.max_position
+    assert manifest.data.tokenizer_vocab_size == manifest.model.vocab_size
+    (source,) = manifest.data.sources
+    assert source.urls == tuple(f"shards/shard-0000{i}.jsonl.gz" for i in range(8))
+    assert manifest.training.microbatch_size <= manifest.training.target_batch_size
+    assert manifest.averaging.codec == "fp16"
+    assert manifest.path == DEMO
+    assert manifest.resolve_url(source.urls[0]) == str(DEMO.parent / "shards/shard-00000.jsonl.gz")
+
+
+def test_omitted_sections_and_keys_take_their_defaults(tmp_path: Path) -> None:
+    text = '[project]\nname = "p"\n[[data.sources]]\nurls = ["a.txt"]\n'
+    manifest = load_manifest(write(tmp_path, text))
+    assert manifest.training == TrainingSection()
+    assert manifest.data.sources == (SourceSection(urls=("a.txt",)),)
+    assert manifest.model.max_position == manifest.data.seq_len == 128
+    assert manifest.network.initial_peers == ()
+
+
+def test_values_are_normalized(tmp_path: Path) -> None:
+    manifest = load_manifest(write(tmp_path, render(edited({"training.lr": 1, "training.eps": 1}))))
+    assert manifest.training.lr == 1.0
+    assert isinstance(manifest.training.lr, float)
+    assert manifest.training.betas == (0.9, 0.98)
+    assert isinstance(manifest.data.sources[0].urls, tuple)
+    hash(manifest.data)  # frozen all the way down
+
+
+def test_base_is_valid(tmp_path: Path) -> None:
+    load_manifest(write(tmp_path, render(base())))
+
+
+BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
+    # missing required
+    ("no name", {"project.name": DELETE}, "project.name", "required key is missing"),
+    ("no project", {"project": DELETE}, "project.name", "required key is missing"),
+    ("no sources", {"data.sources": DELETE}, "data.sources", "at least one [[data.sources]]"),
+    ("empty sources", {"data.sources": []}, "data.sources", "at least one"),
+    ("no urls", {"data.sources.0.urls": DELETE}, "data.sources[0].urls", "required key"),
+    # unknown keys, with a suggestion and the allowed keys
+    (
+        "typo in key",
+        {"training.target_batchsize": 8},
+        "training.target_batchsize",
+        (
+            "unknown key 'target_batchsize'; did you mean 'target_batch_size'? allowed: "
+            "target_batch_size, microbatch_size, optimizer"
+        ),
+    ),
+    ("typo in section", {"trainig": {"lr": 0.1}}, "trainig", "did you mean 'training'?"),
+    ("top-level key", {"name": "x"}, "name", "unknown section 'name'; allowed: project"),
+    ("source typo", {"data.sources.0.url": ["x"]}, "data.sources[0].url", "did you mean 'urls'?"),
+    ("unrelated key", {"model.colour": "red"}, "model.colour", "allowed: kind, vocab_size"),
+    # wrong types name what was expected and what was found
+    (
+        "string for int",
+        {"training.target_batch_size": "64"},
+        "training.target_batch_size",
+        "expected integer, got string '64'",
+    ),
+    ("float for int", {"model.num_layers": 4.0}, "model.num_layers", "expected integer, got float"),
+    ("bool for int", {"training.seed": True}, "training.seed", "expected integer, got boolean"),
+    ("string for float", {"training.lr": "fast"}, "training.lr", "expected number, got string"),
+    ("nan", {"training.lr": float("nan")}, "training.lr", "must be a finite number"),
+    (
+        "int for bool",
+        {"averaging.moshpit": 1},
+        "averaging.moshpit",
+        "expected boolean, got integer",
+    ),
+    ("int for str", {"project.name": 5}, "project.name", "expected string, got integer 5"),
+    (
+        "glob for urls",
+        {"data.sources.0.urls": "shards/*.jsonl.gz"},
+        "data.sources[0].urls",
+        "expected array of strings, got string",
+    ),
+    (
+        "int in urls",
+        {"data.sources.0.urls": ["a", 1]},
+        "data.sources[0].urls[1]",
+        "expected string",
+    ),
+    ("one beta", {"training.betas": [0.9]}, "training.betas", "expected array of 2 numbers"),
+    ("string beta", {"training.betas": ["a", 0.9]}, "training.betas[0]", "expected number"),
+    ("peers string", {"network.initial_peers": "/ip4/x"}, "network.initial_peers", "array of"),
+    ("section not a table", {"model": 3}, "model", "expected a table ([model]), got integer 3"),
+    ("first mistake first", {"project.name": "A", "data.seq_len": 0}, "project.name", "lower"),
+    ("table of sources", {"data.sources": {"urls": ["a"]}}, "data.sources", "array of tables"),
+    ("source not a table", {"data.sources": [1]}, "data.sources[0]", "expected a table"),
+    # out of range
+    ("bad name", {"project.name": "My Project"}, "project.name", "lowercase letters"),
+    ("long name", {"project.name": "a" * 65}, "project.name", "1 to 64"),
+    ("kind", {"model.kind": "gpt"}, "model.kind", "must be one of 'albert-mlm'; got 'gpt'"),
+    ("zero vocab", {"model.vocab_size": 0}, "model.vocab_size", "must be at least 1, got 0"),
+    ("dropout", {"model.dropout": 1.0}, "model.dropout", "must be in [0.0, 1.0), got 1.0"),
+    ("mask_prob", {"data.mask_prob": 0.0}, "data.mask_prob", "must be in (0.0, 1.0)"),
+    ("shuffle", {"data.shuffle_buffer": -1}, "data.shuffle_buffer", "at least 0"),
+    ("tokenizer", {"data.tokenizer": ""}, "data.tokenizer", "must not be empty"),
+    ("weight", {"data.sources.0.weight": 0}, "data.sources[0].weight", "greater than 0.0"),
+    ("format", {"data.sources.0.format": "csv"}, "data.sources[0].format", "'parquet'"),
+    ("scheme", {"data.sources.0.urls": ["ftp://h/a"]}, "data.sources[0].urls[0]", "'ftp'"),
+    ("empty url", {"data.sources.0.urls": ["a", " "]}, "data.sources[0].urls[1]", "not be empty"),
+    ("no urls at all", {"data.sources.0.urls": []}, "data.sources[0].urls", "not be empty"),
+    ("text_field", {"data.sources.0.text_field": ""}, "data.sources[0].text_field", "empty"),
+    ("optimizer", {"training.optimizer": "adagrad"}, "training.optimizer", "'lamb', 'adam'"),
+    ("lr", {"training.lr": 0}, "training.lr", "must be greater than 0.0, got 0.0"),
+    ("decay", {"training.weight_decay": -0.1}, "training.weight_decay", "at least 0.0"),
+    ("beta", {"training.betas": [0.9, 1.0]}, "training.betas[1]", "[0.0, 1.0)"),
+    ("eps", {"training.eps": 0}, "training.eps", "greater than 0.0"),
+    ("clip", {"training.clip_norm": -1}, "training.clip_norm", "at least 0.0"),
+    ("precision", {"training.precision": "fp8"}, "training.precision", "'bf16'"),
+    ("every", {"training.average_state_every": 0}, "training.average_state_every", "at least 1"),
+    ("seed", {"training.seed": -1}, "training.seed", "must be in [0, "),
+    ("codec", {"averaging.codec": "zip"}, "averaging.codec", "'blockwise8'"),
+    ("matchmaking", {"averaging.matchmaking_time": 0}, "averaging.matchmaking_time", "than 0.0"),
+    ("allreduce", {"averaging.allreduce_timeout": -1}, "averaging.allreduce_timeout", "than 0"),
+    ("peer", {"network.initial_peers": ["1.2.3.4:5"]}, "network.initial_peers[0]", "multiaddr"),
+    ("coordinator", {"network.coordinator_url": "ftp://x"}, "network.coordinator_url", "http(s)"),
+    # rules across keys and sections
+    ("seq_len", {"data.seq_len": 64}, "data.seq_len", "at most model.max_position (32), got 64"),
+    (
+        "tokenizer vocab",
+        {"data.tokenizer_vocab_size": 4096},
+        "data.tokenizer_vocab_size",
+        "must equal model.vocab_size (512), got 4096",
+    ),
+    ("heads", {"model.num_heads": 3}, "model.hidden_size", "divisible by model.num_heads (3)"),
+    (
+        "steps",
+        {"training.warmup_steps": 100, "training.total_steps": 100},
+        "training.total_steps",
+        "greater than training.warmup_steps (100), got 100",
+    ),
+    ("groups", {"averaging.min_group_size": 5}, "averaging.min_group_size", "at most averaging."),
+    (
+        "microbatch",
+        {"training.microbatch_size": 128},
+        "training.microbatch_size",
+        "at most training.target_batch_size (64), got 128",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("edits", "key", "reason"), [case[1:] for case in BROKEN], ids=[case[0] for case in BROKEN]
+)
+def test_mistakes_name_the_file_key_and_reason(
+    tmp_path: Path, edits: dict[str, Any], key: str, reason: str
+) -> None:
+    path = write(tmp_path, render(edited(edits)))
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    error = caught.value
+    assert error.path == path
+    assert error.key == key
+    assert reason in error.reason
+    assert str(error) == f"{path}: {key}: {error.reason}"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('[project]\nname = "p"\nseed =\n', 3),
+        ('[project]\nname = "p"\n[model\n', 3),
+        ('[project]\nname = "p"\nname = "q"\n', 3),
+        ('\n\n[project]\nname = "unterminated\n', 4),
+    ],
+    ids=["no value", "unclosed header", "duplicate key", "unterminated string"],
+)
+def test_syntax_errors_give_the_line(tmp_path: Path, text: str, line: int) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    assert caught.value.line == line
+    assert caught.value.key == ""
+    assert str(caught.value).startswith(f"{path}: invalid TOML at line {line}, column ")
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="no such file") as caught:
+        load_manifest(tmp_path / "missing.toml")
+    assert str(caught.value).startswith(str(tmp_path / "missing.toml"))
+    with pytest.raises(ManifestError, match="is a folder"):
+        load_manifest(tmp_path)
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b'[project]\nname = "\xff"\n')
+    with pytest.raises(ManifestError, match="not UTF-8"):
+        load_manifest(binary)
+
+
+def test_errors_from_text_and_their_kind() -> None:
+    with pytest.raises(ManifestError) as caught:
+        parse_manifest('[project]\nname = "Bad"\n')
+    assert str(caught.value).startswith("<manifest>: project.name: ")
+    assert isinstance(caught.value, BarnraiseError)
+    copied = pickle.loads(pickle.dumps(caught.value))
+    assert (copied.path, copied.key, copied.reason) == (None, "project.name", caught.value.reason)
+    with pytest.raises(ManifestError, match=r"training.lr: must be greater than 0.0"):
+        TrainingSection(lr=-1.0)
+
+
+@pytest.mark.parametrize(
+    ("url", "data_base", "expected"),
+    [
+        ("shards/a.jsonl.gz", None, "/srv/project/shards/a.jsonl.gz"),
+        ("./a.txt", None, "/srv/project/a.txt"),
+        ("https://example.org/a.gz", None, "https://example.org/a.gz"),
+        ("http://example.org/a.gz", "/elsewhere", "http://example.org/a.gz"),
+        ("file:///data/a.gz", None, "file:///data/a.gz"),
+        ("/data/a.gz", None, "/data/a.gz"),
+        ("/data/a.gz", "http://127.0.0.1:8000", "/data/a.gz"),
+        ("shards/a.gz", "http://127.0.0.1:8000/demo", "http://127.0.0.1:8000/demo/shards/a.gz"),
+        ("shards/a.gz", "http://127.0.0.1:8000/demo/", "http://127.0.0.1:8000/demo/shards/a.gz"),
+        ("my shard.gz", "https://h/d", "https://h/d/my%20shard.gz"),
+        ("shards/a.gz", "/mnt/cache", "/mnt/cache/shards/a.gz"),
+    ],
+)
+def test_resolve_url(url: str, data_base: str | None, expected: str) -> None:
+    manifest = parse_manifest(render(base()), path=Path("/srv/project/project.toml"))
+    assert manifest.resolve_url(url, data_base=data_base) == expected
+
+
+def test_resolve_url_without_a_manifest_file_keeps_relative_paths() -> None:
+    manifest = parse_manifest(render(base()))
+    assert manifest.resolve_url("shards/a.gz") == "shards/a.gz"
+    assert manifest.resolve_url("shards/a.gz", data_base="/d") == "/d/shards/a.gz"
+
+
+def test_with_training_revalidates(tmp_path: Path) -> None:
+    path = write(tmp_path, render(base()))
+    manifest = load_manifest(path)
+    bigger = manifest.with_training(target_batch_size=512, lr=1)
+    assert bigger.training.target_batch_size == 512
+    assert bigger.training.lr == 1.0
+    assert bigger.training.microbatch_size == manifest.training.microbatch_size
+    assert manifest.training.target_batch_size == 64  # the original is unchanged
+    assert isinstance(bigger, Manifest)
+    assert bigger.path == path
+
+    with pytest.raises(ManifestError) as caught:
+        manifest.with_training(target_batch_size=4)
+    assert str(caught.value) == (
+        f"{path}: training.microbatch_size: must be at most training.target_batch_size (4), got 8"
+    )
+    with pytest.raises(ManifestError, match=r"training.target_batch_size: expected integer"):
+        manifest.with_training(target_batch_size="512")
+    with pytest.raises(ManifestError, match="did you mean 'target_batch_size'"):
+        manifest.with_training(target_batchsize=512)
+
+
+def test_with_averaging_revalidates() -> None:
+    manifest = parse_manifest(render(base()))
+    assert manifest.with_averaging(codec="blockwise8").averaging.codec == "blockwise8"
+    with pytest.raises(ManifestError, match=r"averaging.min_group_size: must be at most"):
+        manifest.with_averaging(target_group_size=1)
+    with pytest.raises(ManifestError, match=r"averaging.codec: must be one of"):
+        manifest.with_averaging(codec="gzip")
+
+
+def test_the_package_does_not_import_torch() -> None:
+    # the layer contract: the manifest is read by processes (GUI, CLI) that must start fast
+    code = "import sys, core.project; sys.exit('torch' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
