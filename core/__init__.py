@@ -5,6 +5,11 @@ Packages, bottom to top (each may import only those below it):
 - ``util``    small dependency-free helpers: errors root, named background tasks, base58, wire messages.
 - ``config``  per-user directories following each platform's conventions.
 - ``net``     peer identity, authenticated TLS connections, framing, RPC and streams, the Host.
+- ``dht``     the Kademlia DHT: expiring, optionally owned records.
+- ``averaging`` matchmaking, load-balanced butterfly all-reduce, codecs, Moshpit groups, state sharing.
+- ``data``    streamed shards, shuffle and mixing, tokenizer, masked-LM batches, a local shard server.
+- ``project`` the project manifest (TOML) and its validation.
+- ``training`` the collaborative optimizer, auxiliary peers, LAMB, the demo model, the peer runtime.
 - ``api``     (later) the contract shared with the desktop app.
 - ``cli``     the ``barnraise`` command line.
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -125,3 +127,58 @@ def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
     assert balanced[2] == balanced[3] == 0
     assert sum(balanced) == 150000
     assert result["equal_parts_by_peer"] == [30000] * 5
+
+
+@pytest.mark.slow
+def test_swarm_benchmark_writes_its_fields(tmp_path: Path) -> None:
+    out = tmp_path / "swarm.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "swarm.py"),
+            "--peers",
+            "1",
+            "--seconds",
+            "4",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    result = json.loads(out.read_text())
+    assert result["plain"]["samples_per_s"] > 0
+    (run,) = result["runs"]
+    assert run["peers"] == 1
+    assert run["epochs"] >= 1
+    assert run["samples_per_s"] > 0
+    assert run["averaging_s_per_epoch_median"] is not None
+    assert 0 < run["ratio_to_plain"] < 2
+
+
+def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
+    out = tmp_path / "precision.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "precision.py"),
+            "--device",
+            "cpu",
+            "--steps",
+            "4",
+            "--microbatch",
+            "4",
+            "--accumulate",
+            "2",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["requested"] == "fp32"
+    assert run["samples_per_s"] > 0
+    assert run["skipped_microbatches"] == 0

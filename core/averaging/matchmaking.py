@@ -108,6 +108,9 @@ class Matchmaker:
             return config.min_matchmaking_time
         return min(config.max_matchmaking_time, max(config.min_matchmaking_time, 2 * self._typical))
 
+    def _join_margin(self) -> float:
+        return min(0.5, self._config.request_timeout / 4)
+
     def _key(self, round_key: str) -> str:
         return f"{self._prefix}.group.{round_key}"
 
@@ -256,7 +259,11 @@ class Matchmaker:
                 self._host.add_addresses(leader.peer, leader.addresses)
             remaining = max(0.05, give_up - loop.time())
             request = JoinRequest(search.round_key, info, self._dht.state.clock.time() + remaining)
-            return await self._host.call(leader.peer, JOIN, request, timeout=remaining)
+            # the leader answers a margin before our deadline (see _on_join), so we wait that much
+            # longer than the deadline: a group that includes us always reaches us
+            return await self._host.call(
+                leader.peer, JOIN, request, timeout=remaining + self._join_margin()
+            )
         except NetError as exc:
             log.debug("joining %s failed: %s", leader.peer, exc)
             return None
@@ -264,6 +271,7 @@ class Matchmaker:
             search.following = None
 
     def _close_group(self, search: _Search, info: MemberInfo) -> GroupSpec:
+        search.followers = [f for f in search.followers if not f.answer.done()]
         members = [info] + [f.info for f in search.followers]
         group = GroupSpec(os.urandom(16), search.round_key, members)
         self._registry.expect(group.group_id)
@@ -295,7 +303,9 @@ class Matchmaker:
         follower = _Follower(request.info, asyncio.get_running_loop().create_future())
         search.followers.append(follower)
         search.changed.set()
-        wait = max(0.0, request.deadline - self._dht.state.clock.time())
+        # answer "no group" a margin before the follower gives up: a follower that timed out on its
+        # side but was still counted here would be put in a group it never hears of
+        wait = max(0.0, request.deadline - self._dht.state.clock.time() - self._join_margin())
         try:
             async with asyncio.timeout(wait):
                 return await follower.answer

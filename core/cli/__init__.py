@@ -3,4 +3,7 @@
 - ``main``      argument parsing, logging set-up and dispatch to the subcommands.
 - ``identity``  ``barnraise identity``: print (creating on first use) this user's PeerID.
 - ``demo``      ``barnraise demo``: two peers on loopback exchange one authenticated call.
+- ``dht``       ``barnraise dht``: a standalone DHT node (``dht_stdio``: its JSON command interface).
+- ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest.
+- ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job).
 """

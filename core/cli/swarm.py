@@ -72,7 +72,7 @@ def prepare_demo_data(manifest: Manifest, root: Path) -> None:
     train_tokenizer(sample, manifest.data.tokenizer_vocab_size, tokenizer)
 
 
-class _Child:
+class ChildProcess:
     def __init__(self, name: str, proc: asyncio.subprocess.Process) -> None:
         self.name = name
         self.proc = proc
@@ -100,14 +100,16 @@ class _Child:
             await self.proc.wait()
 
 
-async def _spawn(name: str, args: list[str], log_path: Path) -> _Child:
+async def spawn_command(name: str, args: list[str], log_path: Path) -> ChildProcess:
+    """``barnraise ARGS`` as a child process, its stdout piped, its stderr appended to ``log_path``."""
+    os.makedirs(log_path.parent, exist_ok=True)
     with log_path.open("ab") as stderr:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "core.cli.main",
             "--log-level",
-            "info",
+            os.environ.get("BARNRAISE_SWARM_LOG_LEVEL", "info"),  # for debugging a swarm
             *args,
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
@@ -118,7 +120,7 @@ async def _spawn(name: str, args: list[str], log_path: Path) -> _Child:
             creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
             limit=1 << 20,
         )
-    return _Child(name, proc)
+    return ChildProcess(name, proc)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -141,13 +143,13 @@ async def _run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
-    threads = max(1, (os.cpu_count() or 2) // (args.peers + 1))
+    threads = max(1, (os.cpu_count() or 2) // args.peers)  # the auxiliary peer computes little
     common = ["--manifest", str(args.manifest), "--data-base", base, "--threads", str(threads)]
     if args.target_batch_size:
         common += ["--target-batch-size", str(args.target_batch_size)]
-    children: list[_Child] = []
+    children: list[ChildProcess] = []
     try:
-        aux = await _spawn(
+        aux = await spawn_command(
             "aux",
             [
                 "aux",
@@ -168,7 +170,9 @@ async def _run(args: argparse.Namespace) -> int:
         for i in range(args.peers):
             peer_args = ["peer", *common, "--initial-peers", address, "--data-seed", str(i + 1)]
             peer_args += ["--work-dir", str(work / f"peer-{i}")]
-            children.append(await _spawn(f"peer-{i}", peer_args, work / "logs" / f"peer-{i}.log"))
+            children.append(
+                await spawn_command(f"peer-{i}", peer_args, work / "logs" / f"peer-{i}.log")
+            )
         print(
             f"{args.peers} trainer(s) and an auxiliary peer on loopback; data at {base}; "
             f"logs in {work / 'logs'}",
@@ -182,7 +186,9 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _follow(aux: _Child, stop: asyncio.Event, seconds: float | None, started: float) -> None:
+async def _follow(
+    aux: ChildProcess, stop: asyncio.Event, seconds: float | None, started: float
+) -> None:
     """Print the auxiliary peer's metrics, one line per epoch, until told to stop."""
     stopping = asyncio.create_task(stop.wait())
     try:

@@ -29,17 +29,21 @@ _HTTP_TIMEOUT = 60.0  # seconds without data before a plain-text download counts
 _MAX_REASON = 300  # characters of an underlying error kept in our message
 
 
-def read_shard(url: str, *, fmt: str, text_field: str = "text") -> Iterator[str]:
+def read_shard(
+    url: str, *, fmt: str, text_field: str = "text", cache_dir: str | None = None
+) -> Iterator[str]:
     """Yield the texts of one shard in file order (empty texts included; callers filter).
 
     ``fmt`` is ``"jsonl"``, ``"parquet"`` or ``"text"``. Reading is lazy: nothing is opened until the
     first text is asked for, and a failure at any point raises ``DataError`` naming ``url``.
+    ``cache_dir`` is where `datasets` may put its bookkeeping (it caches no data when streaming);
+    None means its default, ``~/.cache/huggingface/datasets``.
     """
     try:
         if fmt == "text":
             yield from _read_text(url)
         elif fmt in ("jsonl", "parquet"):
-            yield from _read_with_datasets(url, fmt, text_field)
+            yield from _read_with_datasets(url, fmt, text_field, cache_dir)
         else:
             raise DataError(f"cannot read {url}: unknown format {fmt!r}")
     except DataError:
@@ -48,7 +52,9 @@ def read_shard(url: str, *, fmt: str, text_field: str = "text") -> Iterator[str]
         raise DataError(f"cannot read shard {url}: {_describe(exc)}") from exc
 
 
-def _read_with_datasets(url: str, fmt: str, text_field: str) -> Iterator[str]:
+def _read_with_datasets(
+    url: str, fmt: str, text_field: str, cache_dir: str | None
+) -> Iterator[str]:
     datasets = _import_datasets()
     options: dict[str, Any]
     if fmt == "jsonl":
@@ -57,13 +63,14 @@ def _read_with_datasets(url: str, fmt: str, text_field: str) -> Iterator[str]:
         import pyarrow.dataset  # noqa: PLC0415  (imported with datasets, only when reading parquet)
 
         # Without pre-buffering, pyarrow fetches one row group at a time instead of all of them.
-        scan = pyarrow.dataset.ParquetFragmentScanOptions(pre_buffer=True)
+        scan = pyarrow.dataset.ParquetFragmentScanOptions(pre_buffer=False)
         options = {"columns": [text_field], "fragment_scan_options": scan}
     dataset = datasets.load_dataset(
         "json" if fmt == "jsonl" else "parquet",
         data_files=[local_location(url)],
         split="train",
         streaming=True,
+        cache_dir=cache_dir,
         **options,
     )
     for example in dataset:

@@ -45,7 +45,7 @@ class ShardServer:
 
     @property
     def bytes_sent(self) -> int:
-        """Body bytes written to clients so far (HEAD requests and headers not counted)."""
+        """Body bytes handed to client connections so far (headers and HEAD answers not counted)."""
         return self._bytes_sent
 
     async def start(self, port: int = 0) -> str:
@@ -136,12 +136,14 @@ class ShardServer:
             chunk = await asyncio.to_thread(file.read, min(_CHUNK, remaining))
             if not chunk:  # the file shrank while we were sending it
                 break
+            # Counted before the write: the client can have the bytes before write() returns, and a
+            # count that runs ahead (by one chunk, for a client that hung up) errs on the safe side.
+            self._bytes_sent += len(chunk)
             try:
                 await response.write(chunk)
             except ConnectionError:
                 # Readers often stop early (fsspec probes files with a GET and hangs up); not an error.
                 return
-            self._bytes_sent += len(chunk)
             remaining -= len(chunk)
 
 

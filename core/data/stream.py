@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import tempfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -50,20 +51,21 @@ def stream_texts(
     for source in sources:
         if not isinstance(source, DataSource):
             raise DataError(f"expected a DataSource, got {type(source).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not _is_count(seed):
         raise DataError(f"the data seed must be a non-negative integer, got {seed!r}")
-    if (
-        isinstance(shuffle_buffer, bool)
-        or not isinstance(shuffle_buffer, int)
-        or shuffle_buffer < 0
-    ):
+    if not _is_count(shuffle_buffer):
         raise DataError(f"shuffle_buffer must be a non-negative integer, got {shuffle_buffer!r}")
     return _mix(sources, seed, shuffle_buffer)
 
 
 def _mix(sources: tuple[DataSource, ...], seed: int, shuffle_buffer: int) -> Iterator[str]:
+    # `datasets` leaves an empty lock file in its cache folder for every shard it opens, even when
+    # streaming; give it a folder of ours that goes away with the stream.
+    scratch = tempfile.TemporaryDirectory(prefix="barnraise-stream-", ignore_cleanup_errors=True)
     streams = [
-        _passes(source, seed=seed, index=index, shuffle_buffer=shuffle_buffer)
+        _passes(
+            source, seed=seed, index=index, shuffle_buffer=shuffle_buffer, cache_dir=scratch.name
+        )
         for index, source in enumerate(sources)
     ]
     weights = np.array([source.weight for source in sources], dtype=np.float64)
@@ -77,17 +79,18 @@ def _mix(sources: tuple[DataSource, ...], seed: int, shuffle_buffer: int) -> Ite
         # Close the readers now (open files and HTTP responses) rather than when collected.
         for stream in streams:
             stream.close()
+        scratch.cleanup()
 
 
 def _passes(
-    source: DataSource, *, seed: int, index: int, shuffle_buffer: int
+    source: DataSource, *, seed: int, index: int, shuffle_buffer: int, cache_dir: str
 ) -> Generator[str, None, None]:
     """Every text of one source, pass after pass, each pass in a new order."""
     for epoch in itertools.count():
         rng = np.random.default_rng([seed, index, epoch])
         order = [source.urls[int(i)] for i in rng.permutation(len(source.urls))]
         log.debug("source %d pass %d: shards in order %s", index, epoch, order)
-        texts: Iterator[str] = _texts_of(source, order)
+        texts: Iterator[str] = _texts_of(source, order, cache_dir)
         if shuffle_buffer > 0:
             texts = _buffer_shuffle(texts, shuffle_buffer, random.Random(int(rng.integers(2**63))))
         count = 0
@@ -98,9 +101,10 @@ def _passes(
             raise DataError(f"a whole pass over {_name(source)} found no text")
 
 
-def _texts_of(source: DataSource, urls: Iterable[str]) -> Iterator[str]:
+def _texts_of(source: DataSource, urls: Iterable[str], cache_dir: str) -> Iterator[str]:
     for url in urls:
-        for text in read_shard(url, fmt=source.format_of(url), text_field=source.text_field):
+        fmt = source.format_of(url)
+        for text in read_shard(url, fmt=fmt, text_field=source.text_field, cache_dir=cache_dir):
             if text.strip():
                 yield text
 
@@ -120,6 +124,10 @@ def _buffer_shuffle(items: Iterator[str], size: int, rng: random.Random) -> Iter
         buffer[slot] = item
     rng.shuffle(buffer)
     yield from buffer
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _name(source: DataSource) -> str:

@@ -1,1 +1,17 @@
-"""(map written as the package grows)"""
+"""Collaborative training (DeDLOC): many peers train one model as one large-batch run.
+
+- ``collaborative``  CollaborativeOptimizer: progress, readiness, gradient rounds, state averaging, catch-up.
+- ``local``          LocalWork: the optimizer's torch work (accumulate, mean gradient, apply, state copies).
+- ``progress``       PeerProgress records in the DHT, ProgressBoard, CollaborationView.
+- ``state``          TrainingState: model, optimizer and epoch as flat tensors; the epoch's learning rate.
+- ``auxiliary``      AuxiliaryPeer: reduces with weight 0, aggregates metrics, writes checkpoints.
+- ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
+- ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
+- ``bridge``         TrainingBridge: the one place where the training thread meets the event loop.
+- ``runtime``        ProjectPeer: a trainer, client or auxiliary peer built from a project manifest.
+- ``albert``         AlbertMLM: the demo's small ALBERT-style masked language model.
+- ``lamb``           the LAMB optimizer; ``schedule``: the ALBERT learning-rate schedule.
+- ``precision``      fp32 / bf16 / fp16 autocast per device, gradient clipping.
+- ``checkpoints``    CheckpointStore: atomic, last K kept, never a non-finite one.
+- ``errors``         TrainingError, CheckpointError.
+"""

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import torch
 
 from core.training.collaborative import CollaborativeConfig
 from core.training.trainer import Trainer
-from tests.training.conftest import MakePeer, Peer
+from tests.training.conftest import AVERAGING, MakePeer, Peer
 
 DIM, OUT, EXAMPLES = 32, 4, 8192
 TARGET, MICRO = 512, 16
@@ -168,3 +169,31 @@ async def test_a_late_joiner_loads_the_state_and_then_contributes(make_peer: Mak
     late_reports = late.optimizer.reports
     assert [r.epoch for r in late_reports] == [3, 4]
     assert all(r.group_size == 2 and r.samples > 0 for r in late_reports)
+
+
+async def test_a_client_mode_peer_trains_with_the_others(make_peer: MakePeer) -> None:
+    data = dataset()
+    trainer_config = CollaborativeConfig(target_batch_size=128, average_state_every=2)
+    client_config = CollaborativeConfig(target_batch_size=128, average_state_every=2, mode="client")
+    models = [fresh_model(), fresh_model()]
+    peers = [
+        await make_peer(models[0], make_optimizer(models[0]), trainer_config),
+        await make_peer(
+            models[1],
+            make_optimizer(models[1]),
+            client_config,
+            averaging=replace(AVERAGING, client_mode=True),
+        ),
+    ]
+
+    async def train(i: int) -> None:
+        walk = Recorder(data, 40 + i, peers[i])
+        await Trainer(peers[i].model, peers[i].optimizer, peers[i].bridge, walk, mse).run(
+            until_epoch=4
+        )
+
+    await asyncio.wait_for(asyncio.gather(train(0), train(1)), timeout=90)
+    for peer in peers:
+        assert all(r.group_size == 2 and r.averaged for r in peer.optimizer.reports)
+    for mine, theirs in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)

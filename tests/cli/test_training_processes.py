@@ -1,0 +1,176 @@
+"""The real training commands as OS processes on loopback: ``barnraise swarm`` shows falling loss
+and stops cleanly; a trainer killed with SIGKILL mid-epoch costs only its unshared samples."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
+from core.data import ShardServer
+from core.project import load_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="uses POSIX signals")
+
+
+def leftover(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(marker in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
+
+
+@pytest.mark.slow
+def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> None:
+    work = tmp_path / "swarm"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "core.cli.main",
+            "swarm",
+            "--peers",
+            "2",
+            "--minutes",
+            "1.2",
+            "--target-batch-size",
+            "64",
+            "--work-dir",
+            str(work),
+            "--checkpoint-every",
+            "5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines() if line.startswith("epoch")]
+    losses = [float(parts[3]) for parts in lines if parts[3] != "-"]
+    assert len(losses) >= 8, result.stdout
+    # the loss falls: the last epochs average clearly below the first ones
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.05, losses
+    assert all(int(parts[-1]) == 2 for parts in lines[1:]), result.stdout  # both peers alive
+    assert result.stdout.rstrip().endswith("stopped")
+    assert (work / "aux" / "metrics.jsonl").exists()
+    assert list((work / "aux" / "checkpoints").glob("checkpoint-*.pt"))
+    assert leftover(str(work)) == []
+
+
+class Proc:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.events: list[dict[str, Any]] = []
+
+    async def next_event(self, timeout: float = 60) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+            if not line:
+                raise AssertionError("the process exited")
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                self.events.append(event)
+                return dict(event)
+
+
+@pytest.fixture
+async def processes(tmp_path: Path) -> AsyncIterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        if p.proc.returncode is None:
+            p.proc.send_signal(signal.SIGTERM)
+    for p in started:
+        try:
+            await asyncio.wait_for(p.proc.wait(), 20)
+        except TimeoutError:
+            p.proc.kill()
+            await p.proc.wait()
+
+
+async def spawn(args: list[str], log: Path) -> Proc:
+    with log.open("ab") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "core.cli.main",
+            "--log-level",
+            "info",
+            *args,
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            limit=1 << 20,
+        )
+    return Proc(proc)
+
+
+@pytest.mark.slow
+async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
+    tmp_path: Path, processes: list[Proc]
+) -> None:
+    manifest = load_manifest(DEMO_MANIFEST)
+    data = tmp_path / "data"
+    await asyncio.to_thread(prepare_demo_data, manifest, data)
+    server = ShardServer(data)
+    base = await server.start()
+    try:
+        common = ["--manifest", str(DEMO_MANIFEST), "--data-base", base, "--threads", "1"]
+        common += ["--target-batch-size", "96"]
+        aux = await spawn(
+            ["aux", *common, "--work-dir", str(tmp_path / "aux"), "--checkpoint-every", "0"],
+            tmp_path / "aux.log",
+        )
+        processes.append(aux)
+        ready = await aux.next_event(120)
+        assert ready["event"] == "ready"
+        trainers = []
+        for i in range(3):
+            args = ["peer", *common, "--initial-peers", ready["address"], "--data-seed", str(i)]
+            trainer = await spawn(
+                [*args, "--work-dir", str(tmp_path / f"p{i}")], tmp_path / f"p{i}.log"
+            )
+            processes.append(trainer)
+            trainers.append(trainer)
+        for trainer in trainers:
+            assert (await trainer.next_event(120))["event"] == "ready"
+        # all three train together for two epochs
+        for trainer in trainers:
+            while (await trainer.next_event(120)).get("epoch", -1) < 1:
+                pass
+        # kill one in the middle of the next epoch
+        await asyncio.sleep(0.3)
+        victim = trainers[2]
+        victim.proc.send_signal(signal.SIGKILL)
+        await victim.proc.wait()
+        killed_at = max(e["epoch"] for e in victim.events if e.get("event") == "epoch")
+        # the two others finish the epoch the victim was in, and go on
+        for trainer in trainers[:2]:
+            while True:
+                event = await trainer.next_event(90)
+                if event.get("event") == "epoch" and event["epoch"] >= killed_at + 3:
+                    break
+        finished = {e["epoch"]: e for e in trainers[0].events if e.get("event") == "epoch"}
+        assert killed_at + 1 in finished  # the epoch the victim died in, finished without it
+        later = [finished[e] for e in range(killed_at + 2, killed_at + 4)]
+        assert all(e["group_size"] <= 3 for e in later)  # two trainers and the auxiliary peer
+        assert all(e["samples"] > 0 for e in later)
+    finally:
+        await server.close()
