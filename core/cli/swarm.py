@@ -143,7 +143,7 @@ async def _run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
-    threads = max(1, (os.cpu_count() or 2) // args.peers)  # the auxiliary peer computes little
+    threads = max(1, ((os.cpu_count() or 2) - 1) // args.peers)  # a core for loops and data
     common = ["--manifest", str(args.manifest), "--data-base", base, "--threads", str(threads)]
     if args.target_batch_size:
         common += ["--target-batch-size", str(args.target_batch_size)]

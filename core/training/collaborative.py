@@ -108,6 +108,7 @@ class CollaborativeOptimizer:
         self._epoch_started = time.time()
         self._records: list[PeerProgress] = []
         self._fetched_at = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
         self._samples_at_fetch = 0
         self._publish_wanted = asyncio.Event()
         self._snapshot = state.snapshot()
@@ -146,17 +147,19 @@ class CollaborativeOptimizer:
             raise ValueError("batch_size must be at least 1")
         await self.bridge.run(self.local.accumulate, batch_size)
         self._count(batch_size, loss)
-        if (
-            time.monotonic() - self._fetched_at > self.config.refresh_interval
-            or self._samples - self._samples_at_fetch >= self.config.target_batch_size / 16
-        ):
-            # a fast training loop outruns the background refresh: read as often as progress needs
-            await self._refresh()
         if self._estimate() >= self.config.near_fraction * self.config.target_batch_size:
-            await self._publish()
-            await self._refresh()
+            # close to the target: tell and ask at every microbatch (both at once)
+            await asyncio.gather(self._publish(), self._refresh())
         else:
             self._publish_wanted.set()
+            if (
+                time.monotonic() - self._fetched_at > self.config.refresh_interval
+                or self._samples - self._samples_at_fetch >= self.config.target_batch_size / 16
+            ):
+                # a fast loop outruns the periodic refresh: read now, in the background while the
+                # next microbatch computes; if the last read is still running, wait for it, so that
+                # microbatches faster than a read cannot run ahead of what we know
+                await self._refresh_soon()
         view = self.view()
         if view.epoch > self.epoch:
             await self.catch_up()
@@ -259,6 +262,12 @@ class CollaborativeOptimizer:
             log.debug("reading progress failed: %s", exc)
         self._fetched_at = time.monotonic()
         self._samples_at_fetch = self._samples
+
+    async def _refresh_soon(self) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            await asyncio.shield(self._refreshing)
+            return
+        self._refreshing = self._tasks.spawn("refresh-now", self._refresh())
 
     async def _publish_loop(self) -> None:
         while True:

@@ -4,6 +4,7 @@ epoch sizes, identical replicas, delayed updates, and late joiners."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
