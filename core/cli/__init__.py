@@ -6,4 +6,5 @@
 - ``dht``       ``barnraise dht``: a standalone DHT node (``dht_stdio``: its JSON command interface).
 - ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest.
 - ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job).
+- ``signals``   stopping long-running commands cleanly on Ctrl-C and SIGTERM.
 """

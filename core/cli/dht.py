@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 from core.cli.dht_stdio import serve_stdio
+from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
@@ -79,12 +77,7 @@ async def _run(args: argparse.Namespace) -> int:
     host = Host(identity, NetConfig())
     node = DHTNode(HostTransport(host), DHTConfig(client_mode=args.client))
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(
-            NotImplementedError
-        ):  # Windows: Ctrl-C arrives as KeyboardInterrupt
-            loop.add_signal_handler(signum, stop.set)
+    stop_on_signals(stop)
     try:
         await host.start([] if args.client else [listen])
         await node.start(args.initial_peers)
@@ -106,9 +99,4 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(_run(args))
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        sys.stdout.flush()
+    return run_command(lambda: _run(args))

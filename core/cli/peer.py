@@ -15,11 +15,10 @@ import asyncio
 import contextlib
 import json
 import secrets
-import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.project import load_manifest
 
@@ -106,10 +105,7 @@ async def _run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C is a KeyboardInterrupt
-            loop.add_signal_handler(signum, stop.set)
+    stop_on_signals(stop)
 
     def emit(event: dict[str, Any]) -> None:
         print(json.dumps(event, default=str), flush=True)
@@ -133,9 +129,4 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(_run(args))
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        sys.stdout.flush()
+    return run_command(lambda: _run(args))

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.project import Manifest, load_manifest
 
@@ -139,10 +140,7 @@ async def _run(args: argparse.Namespace) -> int:
     server = ShardServer(data_root)
     base = await server.start()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
+    stop_on_signals(stop)
     threads = max(1, ((os.cpu_count() or 2) - 1) // args.peers)  # a core for loops and data
     common = ["--manifest", str(args.manifest), "--data-base", base, "--threads", str(threads)]
     if args.target_batch_size:
@@ -220,7 +218,4 @@ async def _follow(
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(_run(args))
-    except KeyboardInterrupt:
-        return 130
+    return run_command(lambda: _run(args), interrupted=130)

@@ -15,7 +15,7 @@ import torch
 from core.averaging import Averager, AveragerConfig
 from core.averaging.state import StateSharing
 from core.dht import DHTConfig, DHTNode, HostTransport
-from core.net import NetConfig
+from core.net import Host, NetConfig
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
@@ -52,6 +52,16 @@ class Peer:
 MakePeer = Callable[..., Awaitable[Peer]]
 
 
+async def start_node(make_host: MakeHost, join: str | None) -> tuple[Host, DHTNode]:
+    """A started Host and DHT node, joined to ``join`` (the first peer's address) if given."""
+    host = await make_host(NET)
+    dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=2.0))
+    await dht.start([join] if join else [])
+    if join:
+        await dht.wait_bootstrapped()
+    return host, dht
+
+
 @dataclass
 class Aux:
     peer: AuxiliaryPeer
@@ -70,10 +80,7 @@ async def start_aux(
     checkpoints: CheckpointStore | None = None,
     prefix: str = "collab",
 ) -> Aux:
-    host = await make_host(NET)
-    dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=2.0))
-    await dht.start([first.address])
-    await dht.wait_bootstrapped()
+    host, dht = await start_node(make_host, first.address)
     averager = Averager(host, dht, prefix, replace(AVERAGING, auxiliary=True))
     bridge = TrainingBridge()
     aux = AuxiliaryPeer(
@@ -108,11 +115,7 @@ async def make_peer(make_host: MakeHost) -> AsyncIterator[MakePeer]:
         prefix: str = "collab",
         start: bool = True,
     ) -> Peer:
-        host = await make_host(NET)
-        dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=2.0))
-        await dht.start([made[0].address] if made else [])
-        if made:
-            await dht.wait_bootstrapped()
+        host, dht = await start_node(make_host, made[0].address if made else None)
         averager = Averager(host, dht, prefix, replace(averaging, compute=1.0))
         bridge = TrainingBridge()
         collaborative = CollaborativeOptimizer(

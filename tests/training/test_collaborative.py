@@ -117,8 +117,10 @@ async def test_three_peers_match_one_large_batch_run(make_peer: MakePeer) -> Non
         optimizer.step()
         reference.append(evaluate(single, data))
     assert reference[-1] < 0.5 * reference[0]  # it really trains
-    for epoch, (ours, theirs) in enumerate(zip(curves[0], reference, strict=True)):
-        assert abs(ours - theirs) <= 0.01 * theirs, (epoch, ours, theirs)
+    gaps = [abs(ours - theirs) / theirs for ours, theirs in zip(curves[0], reference, strict=True)]
+    print(f"largest relative gap between the loss curves: {max(gaps):.2e}")
+    for epoch, gap in enumerate(gaps):
+        assert gap <= 0.01, (epoch, curves[0][epoch], reference[epoch])
 
 
 @pytest.mark.parametrize("delayed", [True])
