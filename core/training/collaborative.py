@@ -348,8 +348,10 @@ class CollaborativeOptimizer:
             return None
 
     async def _average_state(self, epoch: int) -> None:
-        tensors = await self.bridge.run(self.local.state_copies)
         trainers = len([p for p in self.view().peers if p.mode != "aux"])
+        if trainers < 2:
+            return  # nobody to average with: waiting for a group would only cost the timeout
+        tensors = await self.bridge.run(self.local.state_copies)
         result = await self._average(tensors, 1.0, f"state.{epoch}", trainers, Codec.NONE)
         if result is None:
             return
