@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
+import shutil
 import tempfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
+import psutil
 
 from core.data.errors import DataError
 from core.data.readers import read_shard
@@ -58,10 +62,23 @@ def stream_texts(
     return _mix(sources, seed, shuffle_buffer)
 
 
+def _scratch_folder() -> tempfile.TemporaryDirectory[str]:
+    """A temporary folder named after this process; folders of processes that died without
+    cleaning up (SIGKILL, power loss) are removed on the way."""
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob("barnraise-stream-*-*"):
+        pid = stale.name.split("-")[2]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.TemporaryDirectory(
+        prefix=f"barnraise-stream-{os.getpid()}-", ignore_cleanup_errors=True
+    )
+
+
 def _mix(sources: tuple[DataSource, ...], seed: int, shuffle_buffer: int) -> Iterator[str]:
     # `datasets` leaves an empty lock file in its cache folder for every shard it opens, even when
     # streaming; give it a folder of ours that goes away with the stream.
-    scratch = tempfile.TemporaryDirectory(prefix="barnraise-stream-", ignore_cleanup_errors=True)
+    scratch = _scratch_folder()
     streams = [
         _passes(
             source, seed=seed, index=index, shuffle_buffer=shuffle_buffer, cache_dir=scratch.name

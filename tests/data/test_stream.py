@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,3 +153,25 @@ def test_bad_arguments_fail_at_once(kwargs: dict[str, object], message: str) -> 
     arguments: dict[str, object] = {"sources": [DataSource(urls=("a.txt",))], "seed": 0, **kwargs}
     with pytest.raises(DataError, match=message):
         stream_texts(**arguments)  # type: ignore[arg-type]  # not iterated: checks come first
+
+
+def test_scratch_folders_of_dead_processes_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    command = [sys.executable, "-c", "import os; print(os.getpid())"]
+    dead = subprocess.run(command, capture_output=True, text=True, check=True)
+    stale = tmp_path / f"barnraise-stream-{dead.stdout.strip()}-abc"
+    alive = tmp_path / f"barnraise-stream-{os.getpid()}-def"
+    for folder in (stale, alive):
+        folder.mkdir()
+        (folder / "x.lock").touch()
+    paths = write_shards(tmp_path, shard_texts(2, 3), ".jsonl")
+    texts = stream_texts([DataSource(tuple(str(p) for p in paths))], seed=0, shuffle_buffer=0)
+    next(texts)
+    assert not stale.exists()  # its process is gone
+    assert alive.exists()  # ours (another stream of this process) stays
+    mine = [p for p in tmp_path.glob(f"barnraise-stream-{os.getpid()}-*") if p != alive]
+    assert len(mine) == 1
+    texts.close()
+    assert not mine[0].exists()
