@@ -8,6 +8,7 @@
 - ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``bridge``         TrainingBridge: the one place where the training thread meets the event loop.
+- ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
 - ``runtime``        ProjectPeer: a trainer, client or auxiliary peer built from a project manifest.
 - ``albert``         AlbertMLM: the demo's small ALBERT-style masked language model.
 - ``lamb``           the LAMB optimizer; ``schedule``: the ALBERT learning-rate schedule.

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from core.averaging import Averager, MatchmakingError
-from core.averaging.state import StateDownloadError, StateSharing
-from core.training.bridge import TrainingBridge
+from core.averaging import MatchmakingError
+from core.averaging.state import StateDownloadError
 from core.training.checkpoints import CheckpointStore
+from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator
-from core.training.progress import PeerProgress, ProgressBoard
+from core.training.progress import PeerProgress
 from core.training.state import TrainingState
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
@@ -43,22 +43,20 @@ class AuxiliaryPeer:
     def __init__(
         self,
         state: TrainingState,
-        *,
-        averager: Averager,
-        sharing: StateSharing,
-        board: ProgressBoard,
-        bridge: TrainingBridge,
+        links: PeerLinks,
         config: AuxiliaryConfig,
+        *,
         checkpoints: CheckpointStore | None = None,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
     ) -> None:
+        averager = links.averager
         if not averager.config.auxiliary:
             raise ValueError("an auxiliary peer needs an averager configured with auxiliary=True")
         self.state = state
         self.averager = averager
-        self.sharing = sharing
-        self.board = board
-        self.bridge = bridge
+        self.sharing = links.sharing
+        self.board = links.board
+        self.bridge = links.bridge
         self.config = config
         self.checkpoints = checkpoints
         self.on_metrics = on_metrics

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from core.averaging import Averager, AveragingResult, Codec, MatchmakingError
-from core.averaging.state import StateDownloadError, StateSharing
-from core.training.bridge import TrainingBridge
+from core.averaging import AveragingResult, Codec, MatchmakingError
+from core.averaging.state import StateDownloadError
+from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.progress import CollaborationView, PeerProgress, ProgressBoard
+from core.training.progress import CollaborationView, PeerProgress
 from core.training.state import TrainingState
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
@@ -82,18 +82,14 @@ class CollaborativeOptimizer:
     def __init__(
         self,
         state: TrainingState,
-        *,
-        averager: Averager,
-        sharing: StateSharing,
-        board: ProgressBoard,
-        bridge: TrainingBridge,
+        links: PeerLinks,
         config: CollaborativeConfig,
     ) -> None:
         self.state = state
-        self.averager = averager
-        self.sharing = sharing
-        self.board = board
-        self.bridge = bridge
+        self.averager = averager = links.averager
+        self.sharing = links.sharing
+        self.board = links.board
+        self.bridge = links.bridge
         self.config = config
         self.reports: list[EpochReport] = []
         self._peer = str(averager.host.peer_id)

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from core.averaging import Averager, AveragerConfig, Codec
-from core.averaging.state import StateSharing
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
@@ -32,9 +31,9 @@ from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer, EpochReport
 from core.training.errors import TrainingError
 from core.training.lamb import Lamb
+from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsLog
 from core.training.precision import choose_precision
-from core.training.progress import ProgressBoard
 from core.training.schedule import albert_lr_lambda
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
@@ -195,17 +194,16 @@ class ProjectPeer:
         )
         if s.start_from is not None:
             await self.bridge.run(_load_checkpoint, state, s.start_from)
-        sharing = StateSharing(self.host, self.dht, self.prefix)
-        board = ProgressBoard(self.dht, self.prefix)
+        links = PeerLinks.create(self.averager, self.bridge)
         address = str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
         self.on_event({"event": "ready", "address": address, "role": s.role})
         if s.role == "aux":
-            await self._run_aux(state, sharing, board, stop)
+            await self._run_aux(state, links, stop)
         else:
-            await self._run_trainer(state, sharing, board, stop)
+            await self._run_trainer(state, links, stop)
 
     async def _run_trainer(
-        self, state: TrainingState, sharing: StateSharing, board: ProgressBoard, stop: asyncio.Event
+        self, state: TrainingState, links: PeerLinks, stop: asyncio.Event
     ) -> None:
         s, manifest = self.settings, self.settings.manifest
         t = manifest.training
@@ -216,10 +214,7 @@ class ProjectPeer:
         batches = data_stream(manifest, tokenizer, data_base=s.data_base, seed=s.data_seed)
         self.optimizer = CollaborativeOptimizer(
             state,
-            averager=self.averager,
-            sharing=sharing,
-            board=board,
-            bridge=self.bridge,
+            links,
             config=CollaborativeConfig(
                 target_batch_size=t.target_batch_size,
                 mode="client" if s.role == "client" else "trainer",
@@ -240,9 +235,7 @@ class ProjectPeer:
 
         await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=report)
 
-    async def _run_aux(
-        self, state: TrainingState, sharing: StateSharing, board: ProgressBoard, stop: asyncio.Event
-    ) -> None:
+    async def _run_aux(self, state: TrainingState, links: PeerLinks, stop: asyncio.Event) -> None:
         s, manifest = self.settings, self.settings.manifest
         assert self.averager is not None
         metrics_log = MetricsLog(s.work_dir / "metrics.jsonl")
@@ -258,10 +251,7 @@ class ProjectPeer:
 
         aux = AuxiliaryPeer(
             state,
-            averager=self.averager,
-            sharing=sharing,
-            board=board,
-            bridge=self.bridge,
+            links,
             config=AuxiliaryConfig(
                 target_batch_size=manifest.training.target_batch_size,
                 matchmaking_time=manifest.averaging.matchmaking_time,

@@ -13,14 +13,13 @@ import pytest
 import torch
 
 from core.averaging import Averager, AveragerConfig
-from core.averaging.state import StateSharing
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, NetConfig
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
-from core.training.progress import ProgressBoard
+from core.training.links import PeerLinks
 from core.training.state import TrainingState
 from tests.conftest import MakeHost
 
@@ -85,11 +84,8 @@ async def start_aux(
     bridge = TrainingBridge()
     aux = AuxiliaryPeer(
         TrainingState(model, optimizer),
-        averager=averager,
-        sharing=StateSharing(host, dht, prefix),
-        board=ProgressBoard(dht, prefix),
-        bridge=bridge,
-        config=config,
+        PeerLinks.create(averager, bridge),
+        config,
         checkpoints=checkpoints,
     )
     return Aux(aux, bridge, dht, averager)
@@ -119,12 +115,7 @@ async def make_peer(make_host: MakeHost) -> AsyncIterator[MakePeer]:
         averager = Averager(host, dht, prefix, replace(averaging, compute=1.0))
         bridge = TrainingBridge()
         collaborative = CollaborativeOptimizer(
-            TrainingState(model, optimizer),
-            averager=averager,
-            sharing=StateSharing(host, dht, prefix),
-            board=ProgressBoard(dht, prefix),
-            bridge=bridge,
-            config=config,
+            TrainingState(model, optimizer), PeerLinks.create(averager, bridge), config
         )
         peer = Peer(collaborative, model, bridge, dht, averager)
         made.append(peer)
