@@ -12,6 +12,7 @@
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
+- ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.
 - ``errors``       the error hierarchy, including RPC errors rebuilt from wire codes.
 """

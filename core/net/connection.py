@@ -29,6 +29,7 @@ from core.net.frames import HEADER, Frame, FrameDecoder, Kind
 from core.net.hello import PROTOCOL_VERSION, Hello
 from core.net.rpc import Router
 from core.net.stream import Stream
+from core.net.traffic import Traffic
 from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack, unpack
 
@@ -52,6 +53,7 @@ class Connection(asyncio.BufferedProtocol):
         config: NetConfig,
         router: Router,
         bandwidth: BandwidthLimits | None = None,
+        traffic: Traffic | None = None,
         initiator: bool,
         remote_address: tuple[str, int] | None,
         hello: Callable[[Connection], Hello],
@@ -60,6 +62,7 @@ class Connection(asyncio.BufferedProtocol):
     ) -> None:
         self.config = config
         self.bandwidth = bandwidth or BandwidthLimits()
+        self.traffic = traffic or Traffic()
         self._read_paused_until = 0.0
         self.initiator = initiator
         self.remote_address = remote_address
@@ -204,6 +207,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._aborted:
             return
         try:
+            self.traffic.received += nbytes
             self._decoder.buffer_updated(nbytes)
         except (ProtocolViolation, WireFormatError) as exc:
             self.abort(f"protocol violation: {exc}", level=logging.WARNING)
@@ -380,6 +384,7 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or self._lost or transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.describe()} is closed")
         transport.write(HEADER.pack(len(payload), kind, call_id) + payload)
+        self.traffic.sent += HEADER.size + len(payload)
         self.last_activity = self._loop.time()
         # Replies and control frames do not wait for the peer to read; a peer that never reads
         # would otherwise make us buffer without limit. (Stream data waits in drain() instead.)
@@ -398,6 +403,7 @@ class Connection(asyncio.BufferedProtocol):
             raise ConnectionClosedError(f"connection to {self.describe()} is closed")
         # TLS encrypts ``data`` inside this call, so the caller may reuse its buffer afterwards
         transport.writelines((HEADER.pack(len(data), Kind.DATA, call_id), data))
+        self.traffic.sent += HEADER.size + len(data)
         self.last_activity = self._loop.time()
 
     def send_if_open(self, kind: Kind, call_id: int, payload: bytes = b"") -> None:

@@ -35,6 +35,7 @@ from core.net.identity import Identity
 from core.net.peer_id import PeerID
 from core.net.rpc import Method, Req, Resp, Router, StreamMethod
 from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
+from core.net.traffic import Traffic
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 
@@ -96,6 +97,7 @@ class Host:
         self.listen_addresses: list[PeerAddress] = []
         self.peerstore: dict[PeerID, list[PeerAddress]] = {}
         self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
+        self.traffic = Traffic()
 
     def set_bandwidth_limits(self, upload: float | None, download: float | None) -> None:
         """Bytes per second over all connections, effective at once (None: unlimited)."""
@@ -372,6 +374,7 @@ class Host:
             config=self.config,
             router=self.router,
             bandwidth=self.bandwidth,
+            traffic=self.traffic,
             initiator=initiator,
             remote_address=(str(peername[0]), int(peername[1])) if peername else None,
             hello=self._hello_for,
