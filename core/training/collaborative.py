@@ -109,6 +109,8 @@ class CollaborativeOptimizer:
         self._publish_wanted = asyncio.Event()
         self._snapshot = state.snapshot()
         self._pending_update: asyncio.Task[None] | None = None
+        self._active = asyncio.Event()
+        self._active.set()
 
     @property
     def epoch(self) -> int:
@@ -125,6 +127,36 @@ class CollaborativeOptimizer:
         await self._refresh()
         self._tasks.spawn("publish", self._publish_loop())
         self._tasks.spawn("refresh", self._refresh_loop())
+        if self.view().epoch > self.epoch:
+            await self.catch_up()
+
+    @property
+    def speed(self) -> float:
+        """Our recent samples per second."""
+        return self._speed
+
+    @property
+    def paused(self) -> bool:
+        return not self._active.is_set()
+
+    async def pause(self) -> None:
+        """Step aside: tell the others we are paused (they stop counting on us) and stop polling.
+
+        Our accumulated samples stay; they count again if we resume within the same epoch."""
+        if self.paused:
+            return
+        self._active.clear()
+        self._speed = 0.0
+        self._last_step_at = None
+        await self._publish()
+
+    async def resume(self) -> None:
+        """Rejoin: report again, and load the newest state if the collaboration moved on."""
+        if not self.paused:
+            return
+        self._active.set()
+        self._last_step_at = None  # the pause is not slowness
+        await asyncio.gather(self._publish(), self._refresh())
         if self.view().epoch > self.epoch:
             await self.catch_up()
 
@@ -204,7 +236,7 @@ class CollaborativeOptimizer:
             self._samples,
             self._speed,
             time.time(),
-            self.config.mode,
+            self.config.mode if self._active.is_set() else "paused",
             self._loss_sum,
             self._mini_steps,
             last_epoch,
@@ -223,7 +255,7 @@ class CollaborativeOptimizer:
         now = time.time()
         total = float(self._samples)
         for record in self._records:
-            if record.peer == self._peer or record.mode == "aux":
+            if record.peer == self._peer or not record.training:
                 continue
             speed = record.samples_per_second or self._speed  # unknown yet: assume ours
             if speed == 0:
@@ -267,6 +299,7 @@ class CollaborativeOptimizer:
 
     async def _publish_loop(self) -> None:
         while True:
+            await self._active.wait()  # a paused peer's record may expire: nobody waits for it
             try:
                 async with asyncio.timeout(10.0):  # keep the record alive while idle
                     await self._publish_wanted.wait()
@@ -277,6 +310,7 @@ class CollaborativeOptimizer:
 
     async def _refresh_loop(self) -> None:
         while True:
+            await self._active.wait()  # paused: no polling, so the engine stays quiet
             await asyncio.sleep(self.config.refresh_interval)
             if time.monotonic() - self._fetched_at >= self.config.refresh_interval:
                 await self._refresh()
@@ -344,7 +378,7 @@ class CollaborativeOptimizer:
             return None
 
     async def _average_state(self, epoch: int) -> None:
-        trainers = len([p for p in self.view().peers if p.mode != "aux"])
+        trainers = len([p for p in self.view().peers if p.training])
         if trainers < 2:
             return  # nobody to average with: waiting for a group would only cost the timeout
         tensors = await self.bridge.run(self.local.state_copies)

@@ -11,3 +11,7 @@ class TrainingError(BarnraiseError):
 
 class CheckpointError(TrainingError):
     """A checkpoint cannot be written or read; the message names the file."""
+
+
+class Interrupted(TrainingError):
+    """The loop asked the training thread to stop what it was computing (a pause)."""

@@ -32,6 +32,10 @@ class LocalWork:
             torch.zeros_like(p, dtype=torch.float32) for p in self.state.parameters
         ]
 
+    def move_to(self, device: torch.device) -> None:
+        """Keep the accumulators where the parameters are (a pause moves both off the GPU)."""
+        self._accumulators = [acc.to(device) for acc in self._accumulators]
+
     def accumulate(self, batch_size: int) -> None:
         """Move this microbatch's gradients from ``.grad`` into the accumulators."""
         for p, acc in zip(self.state.parameters, self._accumulators, strict=True):

@@ -54,7 +54,7 @@ class MetricsAggregator:
                 record.last_mini_steps,
                 record.last_samples,
             )
-        trainers = [r for r in records if r.mode != "aux"]
+        trainers = [r for r in records if r.training]
         speed = sum(r.samples_per_second for r in trainers)
         newest = max((r.last_epoch for r in trainers), default=-1)
         done = []

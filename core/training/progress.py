@@ -19,7 +19,9 @@ from core.dht.records import InvalidRecord, owner_of
 
 log = logging.getLogger(__name__)
 
-MODES = ("trainer", "client", "aux")
+TRAINING_MODES = ("trainer", "client")
+MODES = (*TRAINING_MODES, "aux", "paused")
+"""A paused peer keeps its record (with its epoch) but counts neither samples nor speed."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,11 @@ class PeerProgress:
     last_mini_steps: int = 0
     last_samples: int = 0
     """The same totals for the last epoch this peer finished (for the metrics of that epoch)."""
+
+    @property
+    def training(self) -> bool:
+        """A trainer or client that is computing (not an auxiliary or a paused peer)."""
+        return self.mode in TRAINING_MODES
 
     def to_wire(self) -> list[Any]:
         return [
@@ -106,7 +113,7 @@ class CollaborationView:
 
     @property
     def trainers_at_epoch(self) -> list[PeerProgress]:
-        return [p for p in self.peers if p.epoch == self.epoch and p.mode != "aux"]
+        return [p for p in self.peers if p.epoch == self.epoch and p.training]
 
     @property
     def ready(self) -> bool:
@@ -158,7 +165,7 @@ class ProgressBoard:
         """Combine fetched records with our own, fresher, one."""
         peers = [r for r in records if r.peer != self._me] + [mine]
         epoch = max(p.epoch for p in peers)
-        at_epoch = [p for p in peers if p.epoch == epoch and p.mode != "aux"]
+        at_epoch = [p for p in peers if p.epoch == epoch and p.training]
         samples = sum(p.samples for p in at_epoch)
         speed = sum(p.samples_per_second for p in at_epoch)
         return CollaborationView(epoch, samples, speed, peers, target)

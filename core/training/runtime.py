@@ -4,6 +4,10 @@ Builds the Host and DHT node, the averager (trainer, client or auxiliary), the m
 project's seed (so every peer starts from the same weights), the optimizer and schedule, the data
 stream (each peer walks the shards in its own order) and the tokenizer, then trains or helps until
 stopped. Events (ready, epoch, metrics) go to a callback; the CLI prints them as JSON lines.
+
+The engine steers a trainer with ``pause`` / ``resume`` / ``set_threads``: a pause drops the current
+microbatch, tells the collaboration we stepped aside and gives the GPU's memory back (tensors moved
+to the CPU, the allocator's cache emptied); a resume moves them back and catches up if needed.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer, EpochReport
+from core.training.control import TrainingControl
 from core.training.errors import TrainingError
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
@@ -63,6 +68,8 @@ class PeerSettings:
     """A checkpoint to start from (any peer can)."""
     until_epoch: int | None = None
     identity: Identity | None = None
+    start_paused: bool = False
+    """Build everything but wait for ``resume`` before the first microbatch (the engine's way)."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -178,6 +185,11 @@ class ProjectPeer:
         self.bridge = TrainingBridge()
         self.averager: Averager | None = None
         self.optimizer: CollaborativeOptimizer | None = None
+        self.trainer: Trainer | None = None
+        self.control = TrainingControl(self.bridge, running=not settings.start_paused)
+        self._device = torch.device("cpu")
+        self._state: TrainingState | None = None
+        self._offloaded = False
 
     async def run(self, stop: asyncio.Event) -> None:
         s, manifest = self.settings, self.settings.manifest
@@ -192,6 +204,7 @@ class ProjectPeer:
         state = TrainingState(
             model, optimizer, lr_lambda=albert_lr_lambda(t.warmup_steps, t.total_steps)
         )
+        self._state = state
         if s.start_from is not None:
             await self.bridge.run(_load_checkpoint, state, s.start_from)
         links = PeerLinks.create(self.averager, self.bridge)
@@ -209,6 +222,7 @@ class ProjectPeer:
         t = manifest.training
         assert self.averager is not None
         precision = choose_precision(torch.device(s.device), t.precision)
+        self._device = precision.device
         await self.bridge.run(state.model.to, precision.device)
         tokenizer = await self.bridge.run(fetch_tokenizer, manifest, s.data_base, s.work_dir)
         batches = data_stream(manifest, tokenizer, data_base=s.data_base, seed=s.data_seed)
@@ -226,14 +240,94 @@ class ProjectPeer:
             ),
         )
         await self.optimizer.start()
-        trainer = Trainer(
-            state.model, self.optimizer, self.bridge, batches, mlm_loss, precision=precision
+        if not self.control.running:
+            await self.optimizer.pause()
+        self.trainer = trainer = Trainer(
+            state.model,
+            self.optimizer,
+            self.bridge,
+            batches,
+            mlm_loss,
+            precision=precision,
+            control=self.control,
         )
 
         def report(epoch: EpochReport) -> None:
             self.on_event({"event": "epoch", **epoch.__dict__})
 
-        await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=report)
+        try:
+            await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=report)
+        finally:
+            trainer.close()
+
+    # ---- steering by the engine ------------------------------------------------------------------
+
+    async def pause(self) -> None:
+        """Stop computing within one layer's time and give the device's memory back."""
+        self.control.pause()
+        await self.bridge.run(self._release)
+        if self.optimizer is not None:
+            await self.optimizer.pause()
+
+    async def resume(self, duty: float = 1.0) -> None:
+        """Go on from where the pause left off (at most the dropped microbatch is lost)."""
+        if self.control.running:
+            self.control.set_duty(duty)
+            return
+        if self._offloaded:
+            await self.bridge.run(self._move_state, self._device)
+            self._offloaded = False
+        if self.optimizer is not None:
+            await self.optimizer.resume()
+        self.control.resume(duty)
+
+    async def set_threads(self, threads: int) -> None:
+        """How many CPU threads torch may use (the scheduler leaves some cores to the user)."""
+        await self.bridge.run(torch.set_num_threads, max(1, threads))
+
+    def progress(self) -> dict[str, Any]:
+        """Where this peer and its collaboration stand, for the engine's statistics."""
+        trainer, optimizer = self.trainer, self.optimizer
+        out: dict[str, Any] = {
+            "samples": trainer.samples if trainer else 0,
+            "compute_seconds": trainer.compute_seconds if trainer else 0.0,
+            "bytes_sent": self.host.traffic.sent,
+            "bytes_received": self.host.traffic.received,
+        }
+        if optimizer is not None:
+            view = optimizer.view()
+            out.update(
+                epoch=optimizer.epoch,
+                collaboration_epoch=view.epoch,
+                peers=len([p for p in view.peers if p.training or p.mode == "paused"]),
+                collaboration_samples_per_second=view.samples_per_second,
+                samples_per_second=0.0 if optimizer.paused else optimizer.speed,
+            )
+        return out
+
+    def _release(self) -> None:
+        """On the training thread: drop gradients and move tensors off an accelerator."""
+        if self._state is None:
+            return
+        self._state.model.zero_grad(set_to_none=True)
+        if self._device.type != "cpu" and not self._offloaded:
+            self._move_state(torch.device("cpu"))
+            self._offloaded = True
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()
+        elif self._device.type == "mps":
+            torch.mps.empty_cache()
+
+    def _move_state(self, device: torch.device) -> None:
+        """Model, optimizer statistics and gradient accumulators to ``device`` (training thread)."""
+        assert self._state is not None
+        self._state.model.to(device)
+        for entry in self._state.optimizer.state.values():
+            for key, value in entry.items():
+                if isinstance(value, torch.Tensor):
+                    entry[key] = value.to(device)
+        if self.optimizer is not None:
+            self.optimizer.local.move_to(device)
 
     async def _run_aux(self, state: TrainingState, links: PeerLinks, stop: asyncio.Event) -> None:
         s, manifest = self.settings, self.settings.manifest

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ import torch
 
 from core.training.bridge import TrainingBridge
 from core.training.collaborative import CollaborativeOptimizer, EpochReport
+from core.training.control import TrainingControl
+from core.training.errors import Interrupted
 from core.training.precision import Precision
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class Trainer:
         *,
         precision: Precision | None = None,
         batch_size_of: Callable[[Any], int] | None = None,
+        control: TrainingControl | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -77,8 +81,15 @@ class Trainer:
         self._scale = (
             _LossScale() if precision is not None and precision.dtype == torch.float16 else None
         )
+        self.control = control
         self.microbatches = 0
         self.skipped = 0
+        self.interrupted = 0
+        self.samples = 0
+        """Samples whose gradients were accumulated (what the contribution ledger counts)."""
+        self.compute_seconds = 0.0
+        """Time spent computing those microbatches (interrupted ones are not counted)."""
+        self._hooks = bridge.watch(model) if control is not None else []
 
     async def run(
         self,
@@ -91,21 +102,46 @@ class Trainer:
         while (until_epoch is None or self.optimizer.epoch < until_epoch) and not (
             stop is not None and stop.is_set()
         ):
+            if self.control is not None:
+                await self.control.wait_running()
+                if stop is not None and stop.is_set():
+                    return
+            started = time.monotonic()
             outcome = await self.bridge.run(self._microbatch)
             if outcome == "end":
                 log.info("the data iterator is exhausted")
                 return
-            if outcome is None:
-                continue  # overflowed under fp16: nothing to accumulate
+            if outcome is None or outcome == "interrupted":
+                continue  # overflowed under fp16, or paused: nothing to accumulate
             assert not isinstance(outcome, str)
             size, loss = outcome
+            computed = time.monotonic() - started
             self.microbatches += 1
+            self.samples += size
+            self.compute_seconds += computed
             report = await self.optimizer.step(size, loss)
             if report is not None and on_epoch is not None:
                 on_epoch(report)
+            if self.control is not None:
+                await self.control.rest(computed)
+
+    def close(self) -> None:
+        """Remove the interrupt hooks from the model."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
 
     def _microbatch(self) -> tuple[int, float] | str | None:
-        """Forward and backward of one batch (training thread); "end" when the data ran out."""
+        """Forward and backward of one batch (training thread); "end" when the data ran out,
+        "interrupted" when a pause dropped it (its partial gradients are discarded)."""
+        try:
+            return self._forward_backward()
+        except Interrupted:
+            self.interrupted += 1
+            self.model.zero_grad(set_to_none=True)
+            return "interrupted"
+
+    def _forward_backward(self) -> tuple[int, float] | str | None:
         try:
             batch = next(self.batches)
         except StopIteration:  # it cannot cross into the loop's future, so it becomes a marker
