@@ -1,0 +1,218 @@
+"""The user's scheduling preferences: when Barnraise may use this computer, with BOINC-like defaults.
+
+Every field carries a one-line ``help`` in its metadata, which the GUI and ``barnraise ctl`` show.
+Values are TOML-friendly (bool, int, float, str) and checked in ``__post_init__``, so a
+``Preferences`` that exists is always usable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from core.scheduler.errors import PreferencesError
+from core.scheduler.window import format_hhmm, parse_hhmm
+
+CPU_WHEN_IN_USE = ("run", "throttle", "pause")
+
+_TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
+_FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+
+
+@dataclass(frozen=True)
+class Preferences:
+    contribute: bool = field(
+        default=False,
+        metadata={"help": "Contribute to the project; while off, Barnraise only waits."},
+    )
+    gpu_only_when_idle: bool = field(
+        default=True,
+        metadata={"help": "Use the GPU only when the keyboard and mouse have been idle a while."},
+    )
+    idle_minutes: float = field(
+        default=3.0,
+        metadata={"help": "Minutes without keyboard or mouse input before you count as away."},
+    )
+    cpu_when_in_use: str = field(
+        default="throttle",
+        metadata={
+            "help": "What CPU training does while you use the computer: run, throttle or pause."
+        },
+    )
+    in_use_cpu_fraction: float = field(
+        default=0.5,
+        metadata={
+            "help": "Share of the time CPU training computes while throttled (above 0, up to 1)."
+        },
+    )
+    run_on_battery: bool = field(
+        default=False,
+        metadata={"help": "Keep contributing when the computer runs on battery."},
+    )
+    leave_cores_free: int = field(
+        default=1,
+        metadata={
+            "help": "CPU cores left for your own programs (training always gets at least one)."
+        },
+    )
+    max_other_cpu_percent: float = field(
+        default=25.0,
+        metadata={
+            "help": "Wait while other programs use more CPU than this percent; 100 never waits."
+        },
+    )
+    window_start: str = field(
+        default="",
+        metadata={
+            "help": "Daily start time as HH:MM (24-hour); empty with window_end for any time."
+        },
+    )
+    window_end: str = field(
+        default="",
+        metadata={"help": "Daily end time as HH:MM; it may be past midnight, e.g. 22:00 to 07:00."},
+    )
+    monthly_network_cap_mb: float = field(
+        default=0.0,
+        metadata={"help": "Megabytes Barnraise may send and receive each month; 0 for no limit."},
+    )
+    min_free_memory_mb: float = field(
+        default=512.0,
+        metadata={"help": "Wait while less memory than this (MB) is available to other programs."},
+    )
+    max_gpu_temperature_c: float = field(
+        default=85.0,
+        metadata={"help": "Wait while the GPU is at least this hot (degrees Celsius)."},
+    )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _coerce(f.name, _kind(f), getattr(self, f.name)))
+        _check_at_least(self, "idle_minutes", 0.0)
+        _check_at_least(self, "leave_cores_free", 0)
+        _check_at_least(self, "monthly_network_cap_mb", 0.0)
+        _check_at_least(self, "min_free_memory_mb", 0.0)
+        if not 0.0 < self.in_use_cpu_fraction <= 1.0:
+            _fail("in_use_cpu_fraction", "must be above 0 and at most 1", self.in_use_cpu_fraction)
+        if not 0.0 <= self.max_other_cpu_percent <= 100.0:
+            _fail("max_other_cpu_percent", "must be between 0 and 100", self.max_other_cpu_percent)
+        if not 0.0 < self.max_gpu_temperature_c <= 150.0:
+            _fail(
+                "max_gpu_temperature_c",
+                "must be above 0 and at most 150",
+                self.max_gpu_temperature_c,
+            )
+        if self.cpu_when_in_use not in CPU_WHEN_IN_USE:
+            allowed = ", ".join(repr(v) for v in CPU_WHEN_IN_USE)
+            _fail("cpu_when_in_use", f"must be one of {allowed}", self.cpu_when_in_use)
+        self._check_window()
+
+    def _check_window(self) -> None:
+        for name in ("window_start", "window_end"):
+            text = getattr(self, name).strip()
+            if text:
+                try:
+                    minute = parse_hhmm(text)
+                except ValueError:
+                    _fail(name, "must be a time as HH:MM (24-hour), e.g. 09:00", text)
+                # stored in one spelling so that "9:00" and "09:00" compare equal
+                object.__setattr__(self, name, format_hhmm(minute))
+            else:
+                object.__setattr__(self, name, "")
+        if bool(self.window_start) != bool(self.window_end):
+            empty = "window_end" if self.window_start else "window_start"
+            raise PreferencesError(
+                "window_start and window_end must both be set or both be empty "
+                f"(window_start={self.window_start!r}, window_end={self.window_end!r})",
+                field=empty,
+            )
+
+    def to_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> Preferences:
+        """Preferences from a config file's table; missing keys keep their defaults."""
+        _check_known(d)
+        kwargs: dict[str, Any] = dict(d)
+        return cls(**kwargs)
+
+    def updated(self, changes: Mapping[str, object]) -> Preferences:
+        """A copy with ``changes`` applied, checked like ``from_dict``."""
+        _check_known(changes)
+        kwargs: dict[str, Any] = dict(changes)
+        return dataclasses.replace(self, **kwargs)
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, object]]:
+        """(name, help, default) for every preference, in declaration order."""
+        return [(f.name, str(f.metadata["help"]), f.default) for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def parse_value(cls, name: str, text: str) -> object:
+        """Convert a command-line string to ``name``'s type (ranges are checked by ``updated``)."""
+        _check_known({name: text})
+        kind = next(_kind(f) for f in dataclasses.fields(cls) if f.name == name)
+        word = text.strip()
+        if kind == "bool":
+            if word.lower() in _TRUE_WORDS:
+                return True
+            if word.lower() in _FALSE_WORDS:
+                return False
+            _fail(name, "takes true or false (also yes/no, on/off, 1/0)", text)
+        if kind == "int":
+            try:
+                return int(word)
+            except ValueError:
+                _fail(name, "takes a whole number", text)
+        if kind == "float":
+            try:
+                return float(word)
+            except ValueError:
+                _fail(name, "takes a number", text)
+        return text
+
+
+def _fail(name: str, requirement: str, value: object) -> NoReturn:
+    raise PreferencesError(f"{name} {requirement} (got {value!r})", field=name)
+
+
+def _check_known(d: Mapping[str, object]) -> None:
+    known = [f.name for f in dataclasses.fields(Preferences)]
+    unknown = sorted(str(key) for key in d if key not in known)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise PreferencesError(
+            f"unknown preference {names}; known preferences are: {', '.join(known)}",
+            field=unknown[0],
+        )
+
+
+def _kind(f: dataclasses.Field[Any]) -> str:
+    """The field's type name: "bool", "int", "float" or "str"."""
+    return f.type if isinstance(f.type, str) else f.type.__name__
+
+
+def _coerce(name: str, kind: str, value: object) -> object:
+    """``value`` as the field's type; ints become floats for float fields, bools never count as numbers."""
+    if kind == "bool" and not isinstance(value, bool):
+        _fail(name, "must be true or false", value)
+    if kind == "str" and not isinstance(value, str):
+        _fail(name, "must be text", value)
+    if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        _fail(name, "must be a whole number", value)
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            _fail(name, "must be a number", value)
+        if not math.isfinite(value):
+            _fail(name, "must be a finite number", value)
+        return float(value)
+    return value
+
+
+def _check_at_least(prefs: Preferences, name: str, lowest: float) -> None:
+    value = getattr(prefs, name)
+    if value < lowest:
+        _fail(name, f"must be {lowest:g} or more", value)
