@@ -1,0 +1,16 @@
+"""The contribution ledger: what this computer gave to each project, hour by hour.
+
+- ``contribution``  ``Contribution`` (amounts to add or totals read) and ``HourRow`` (one stored row).
+- ``ledger``        ``Ledger``: per project and UTC hour totals in SQLite, and the queries over them.
+- ``meter``         ``ContributionMeter``: sums the engine's deltas in memory between ledger writes.
+- ``schema``        opening the file safely (WAL, schema version, refusing files that are not ours).
+- ``buckets``       which UTC hour, local day and local month a moment belongs to.
+- ``errors``        ``LedgerError``.
+"""
+
+from core.stats.contribution import Contribution, HourRow
+from core.stats.errors import LedgerError
+from core.stats.ledger import Ledger
+from core.stats.meter import ContributionMeter
+
+__all__ = ["Contribution", "ContributionMeter", "HourRow", "Ledger", "LedgerError"]

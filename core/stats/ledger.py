@@ -1,0 +1,238 @@
+"""The contribution ledger: per project and per UTC hour, what this computer gave.
+
+One SQLite row per (project, hour_start) holds samples processed, compute seconds, epochs finished,
+averaging rounds joined and bytes sent and received; ``add`` increments the row of the hour in one
+short transaction, so a process killed at any moment loses no committed amount (see ``schema`` for
+the WAL durability promise and for how a file that is not ours is refused and left untouched).
+
+A ``Ledger`` is single-threaded: the engine uses it from its event-loop thread only, and SQLite's
+default same-thread check is kept to catch any other use.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from core.stats.buckets import (
+    day_label,
+    day_start,
+    hour_start,
+    local_day,
+    month_start,
+    require_finite,
+    require_offset,
+)
+from core.stats.contribution import Contribution, HourRow, validate_amounts
+from core.stats.errors import LedgerError
+from core.stats.schema import open_file, open_memory, transaction
+
+__all__ = ["Contribution", "HourRow", "Ledger"]
+
+_AMOUNT_COLUMNS = ("samples", "compute_seconds", "epochs", "rounds", "bytes_sent", "bytes_received")
+_SUMS = ", ".join(f"COALESCE(SUM({column}), 0)" for column in _AMOUNT_COLUMNS)
+_UPSERT = (
+    f"INSERT INTO hours (project, hour_start, {', '.join(_AMOUNT_COLUMNS)}) "
+    f"VALUES (?, ?, {', '.join('?' for _ in _AMOUNT_COLUMNS)}) "
+    "ON CONFLICT (project, hour_start) DO UPDATE SET "
+    + ", ".join(f"{column} = {column} + excluded.{column}" for column in _AMOUNT_COLUMNS)
+)
+
+
+class Ledger:
+    """Hourly contribution totals in a SQLite file; see the module docstring."""
+
+    def __init__(self, path: Path) -> None:
+        """Open the ledger at ``path``, creating its folder (0o700) and file if needed."""
+        self._label = str(path)
+        self._conn: sqlite3.Connection | None = open_file(path)
+
+    @classmethod
+    def in_memory(cls) -> Ledger:
+        """A ledger kept in memory only, for tests of callers."""
+        ledger = cls.__new__(cls)
+        ledger._label = ":memory:"
+        ledger._conn = open_memory()
+        return ledger
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(self, project: str, amounts: Contribution, *, when: float) -> None:
+        """Add ``amounts`` to ``project``'s row for the UTC hour containing ``when``.
+
+        Committed before returning. Empty amounts write nothing; invalid ones raise ``LedgerError``
+        and write nothing.
+        """
+        self.add_many([(project, amounts, when)])
+
+    def add_many(self, entries: Iterable[tuple[str, Contribution, float]]) -> None:
+        """Add several entries in one transaction: all of them are committed, or none."""
+        rows: list[tuple[Any, ...]] = []
+        # Validate everything before the transaction starts, so a bad entry writes nothing.
+        for project, amounts, when in entries:
+            _require_project(project)
+            validate_amounts(amounts)
+            require_finite(when, "the time of a contribution")
+            if amounts.is_empty():
+                continue
+            rows.append((project, hour_start(when), *_amount_values(amounts)))
+        if not rows:
+            return
+        conn = self._connection()
+        try:
+            with transaction(conn):
+                conn.executemany(_UPSERT, rows)
+        except sqlite3.Error as error:
+            raise LedgerError(
+                f"could not write to the contribution ledger {self._label}: {error}"
+            ) from error
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def totals(self, project: str | None = None) -> Contribution:
+        """Everything ever recorded, for one project or (``None``) all of them."""
+        where, params = _filter(project, [])
+        return _contribution(self._query_one(f"SELECT {_SUMS} FROM hours {where}", params))
+
+    def since(self, start: float, project: str | None = None) -> Contribution:
+        """The sum of the hours from the one containing ``start`` onwards."""
+        require_finite(start, "the start")
+        where, params = _filter(project, ["hour_start >= ?"], hour_start(start))
+        return _contribution(self._query_one(f"SELECT {_SUMS} FROM hours {where}", params))
+
+    def hours(self, project: str | None, start: float, end: float) -> list[HourRow]:
+        """Stored rows from the hour containing ``start`` up to (not including) ``end``.
+
+        Ordered by hour, then project; hours with nothing recorded are absent.
+        """
+        require_finite(start, "the start")
+        require_finite(end, "the end")
+        where, params = _filter(
+            project, ["hour_start >= ?", "hour_start < ?"], hour_start(start), end
+        )
+        columns = ", ".join(_AMOUNT_COLUMNS)
+        rows = self._query(
+            f"SELECT project, hour_start, {columns} FROM hours {where} "
+            "ORDER BY hour_start, project",
+            params,
+        )
+        return [HourRow(str(row[0]), int(row[1]), _contribution(row[2:])) for row in rows]
+
+    def daily(
+        self, project: str | None, days: int, *, now: float, utc_offset_seconds: int = 0
+    ) -> list[tuple[str, Contribution]]:
+        """The last ``days`` local days up to today, oldest first, as ("YYYY-MM-DD", amounts).
+
+        Days with nothing recorded are included with empty amounts. An hour counts for the local
+        day in which it starts; ``utc_offset_seconds`` is added to UTC to get local time.
+        """
+        if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+            raise LedgerError(f"the number of days must be a whole number >= 0, not {days!r}")
+        require_finite(now, "now")
+        require_offset(utc_offset_seconds)
+        today = local_day(now, utc_offset_seconds)
+        first = today - days + 1
+        where, params = _filter(
+            project,
+            ["hour_start >= ?", "hour_start < ?"],
+            day_start(first, utc_offset_seconds),
+            day_start(today + 1, utc_offset_seconds),
+        )
+        per_day = {day: Contribution() for day in range(first, today + 1)}
+        rows = self._query(
+            f"SELECT hour_start, {_SUMS} FROM hours {where} GROUP BY hour_start", params
+        )
+        for row in rows:
+            # Bucketing in Python: SQLite's integer division truncates toward zero, not down.
+            day = local_day(int(row[0]), utc_offset_seconds)
+            per_day[day] = per_day[day] + _contribution(row[1:])
+        return [(day_label(day), amounts) for day, amounts in per_day.items()]
+
+    def month_bytes(self, *, now: float, utc_offset_seconds: int = 0) -> int:
+        """Bytes sent plus received, all projects, since the current local month began."""
+        require_finite(now, "now")
+        require_offset(utc_offset_seconds)
+        row = self._query_one(
+            "SELECT COALESCE(SUM(bytes_sent + bytes_received), 0) FROM hours WHERE hour_start >= ?",
+            [month_start(now, utc_offset_seconds)],
+        )
+        return int(row[0])
+
+    def projects(self) -> list[str]:
+        """Every project with something recorded, in sorted order."""
+        rows = self._query("SELECT DISTINCT project FROM hours ORDER BY project", [])
+        return [str(row[0]) for row in rows]
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the database; later calls do nothing, and other methods raise ``LedgerError``."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LedgerError(f"the contribution ledger {self._label} is closed")
+        return self._conn
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        conn = self._connection()
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as error:
+            raise LedgerError(
+                f"could not read the contribution ledger {self._label}: {error}"
+            ) from error
+
+    def _query_one(self, sql: str, params: Sequence[Any]) -> Any:
+        return self._query(sql, params)[0]
+
+
+def _require_project(project: str) -> None:
+    if not isinstance(project, str) or not project.strip():
+        raise LedgerError(f"a contribution needs a project name, not {project!r}")
+
+
+def _amount_values(amounts: Contribution) -> Iterator[Any]:
+    return (getattr(amounts, column) for column in _AMOUNT_COLUMNS)
+
+
+def _contribution(values: Sequence[Any]) -> Contribution:
+    # int()/float(): callers always get the declared types, whatever SQLite's affinity returned.
+    samples, seconds, epochs, rounds, sent, received = values
+    return Contribution(
+        samples=int(samples),
+        compute_seconds=float(seconds),
+        epochs=int(epochs),
+        rounds=int(rounds),
+        bytes_sent=int(sent),
+        bytes_received=int(received),
+    )
+
+
+def _filter(project: str | None, conditions: list[str], *params: Any) -> tuple[str, list[Any]]:
+    """A WHERE clause from fixed ``conditions``, plus the project's when one is given."""
+    values = list(params)
+    if project is not None:
+        conditions = [*conditions, "project = ?"]
+        values.append(project)
+    if not conditions:
+        return "", values
+    return "WHERE " + " AND ".join(conditions), values
