@@ -10,7 +10,11 @@ Packages, bottom to top (each may import only those below it):
 - ``data``    streamed shards, shuffle and mixing, tokenizer, masked-LM batches, a local shard server.
 - ``project`` the project manifest (TOML) and its validation.
 - ``training`` the collaborative optimizer, auxiliary peers, LAMB, the demo model, the peer runtime.
-- ``api``     (later) the contract shared with the desktop app.
+- ``stats``   the contribution ledger (SQLite, per project and hour) and its meter.
+- ``scheduler`` the pure run/throttle/pause policy, preferences, and the sensors it decides from.
+- ``engine``  the long-running engine: scheduler loop, project runner, metering, events, settings file.
+- ``control`` the control API server, the one-engine-per-user lock, the engine daemon.
+- ``api``     the contract shared with the desktop app and ``barnraise ctl``: schema, events, client.
 - ``cli``     the ``barnraise`` command line.
 
 ``core`` never imports Qt or ``app``; the desktop app imports only ``core.api``.

@@ -1,6 +1,79 @@
-"""The contract between the engine and the desktop app (filled in by the engine-daemon work).
+"""The contract between the engine and its clients (the desktop app, ``barnraise ctl``).
 
-It will hold the versioned schema, typed events, the error hierarchy shown to users and the async
-client of the control API. The app imports nothing from ``core`` but this package, and this package
-imports neither Qt nor torch.
+- ``schema``    versioned dataclasses: EngineState, Progress, Statistics, Settings, ProjectInfo, requests.
+- ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors).
+- ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as.
+- ``codec``     dataclasses to JSON and back, checked against their type hints.
+- ``endpoint``  the engine's endpoint file (URL, token, pid) in the user's runtime directory.
+- ``client``    EngineClient: the typed async client.
+
+This package imports neither Qt nor torch nor the engine: the GUI imports it and nothing else of
+``core``, and both sides of the socket agree through it.
 """
+
+from core.api.client import EngineClient
+from core.api.endpoint import Endpoint, endpoint_path
+from core.api.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    EngineUnavailable,
+    Forbidden,
+    NotFound,
+    Unauthorized,
+    VersionMismatch,
+)
+from core.api.events import (
+    EpochFinished,
+    ErrorRaised,
+    Event,
+    PeersSeen,
+    ProgressUpdated,
+    ProjectsChanged,
+    StateChanged,
+)
+from core.api.schema import (
+    API_VERSION,
+    Amounts,
+    AttachRequest,
+    DayAmounts,
+    EngineState,
+    Progress,
+    ProjectInfo,
+    ProjectList,
+    SettingInfo,
+    Settings,
+    Statistics,
+)
+
+__all__ = [
+    "API_VERSION",
+    "Amounts",
+    "ApiError",
+    "AttachRequest",
+    "BadRequest",
+    "Conflict",
+    "DayAmounts",
+    "Endpoint",
+    "EngineClient",
+    "EngineState",
+    "EngineUnavailable",
+    "EpochFinished",
+    "ErrorRaised",
+    "Event",
+    "Forbidden",
+    "NotFound",
+    "PeersSeen",
+    "Progress",
+    "ProgressUpdated",
+    "ProjectInfo",
+    "ProjectList",
+    "ProjectsChanged",
+    "SettingInfo",
+    "Settings",
+    "StateChanged",
+    "Statistics",
+    "Unauthorized",
+    "VersionMismatch",
+    "endpoint_path",
+]

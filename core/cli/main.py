@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from core.cli import demo, dht, identity, peer, swarm
+from core.cli import ctl, demo, dht, engine, identity, peer, swarm
 from core.util.errors import BarnraiseError
 
 VERSION = "0.1.0"
@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     dht.register(commands)
     peer.register(commands)
     swarm.register(commands)
+    engine.register(commands)
+    ctl.register(commands)
     return parser
 
 

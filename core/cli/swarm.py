@@ -36,7 +36,9 @@ def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "swarm", help="run a whole collaboration on this machine (the demo)", description=__doc__
     )
-    parser.add_argument("--peers", type=int, default=3, help="trainer peers (default 3)")
+    parser.add_argument(
+        "--peers", type=int, default=3, help="trainer peers (default 3; 0: only the backbone)"
+    )
     parser.add_argument(
         "--minutes", type=float, default=0.0, help="stop after this long (0: never)"
     )
@@ -125,8 +127,8 @@ async def spawn_command(name: str, args: list[str], log_path: Path) -> ChildProc
 
 
 async def _run(args: argparse.Namespace) -> int:
-    if args.peers < 1:
-        print("barnraise swarm: --peers must be at least 1", file=sys.stderr)
+    if args.peers < 0:
+        print("barnraise swarm: --peers must be 0 or more", file=sys.stderr)
         return 2
     manifest = load_manifest(args.manifest)
     work = args.work_dir or UserDirs.default().cache / "swarm" / manifest.project.name
@@ -141,7 +143,7 @@ async def _run(args: argparse.Namespace) -> int:
     base = await server.start()
     stop = asyncio.Event()
     stop_on_signals(stop)
-    threads = max(1, ((os.cpu_count() or 2) - 1) // args.peers)  # a core for loops and data
+    threads = max(1, ((os.cpu_count() or 2) - 1) // max(1, args.peers))  # a core for loops, data
     common = ["--manifest", str(args.manifest), "--data-base", base, "--threads", str(threads)]
     if args.target_batch_size:
         common += ["--target-batch-size", str(args.target_batch_size)]
@@ -174,6 +176,12 @@ async def _run(args: argparse.Namespace) -> int:
         print(
             f"{args.peers} trainer(s) and an auxiliary peer on loopback; data at {base}; "
             f"logs in {work / 'logs'}",
+            flush=True,
+        )
+        # how an engine (``barnraise engine``) joins this swarm as one more trainer
+        print(
+            f"join with: barnraise ctl attach {args.manifest} --initial-peers {address} "
+            f"--data-base {base}",
             flush=True,
         )
         await _follow(aux, stop, args.minutes * 60 if args.minutes else None, started)

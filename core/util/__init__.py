@@ -5,4 +5,5 @@
 - ``base58``  base58btc encoding (Bitcoin alphabet), used for printable PeerIDs.
 - ``wire``    ``WireMessage``: small typed dataclasses that travel as msgpack arrays, validated on decode.
 - ``msgpack_codec``  msgpack packing and unpacking with Barnraise's conventions.
+- ``toml_write``  writing the small TOML files Barnraise keeps (tomllib only reads).
 """

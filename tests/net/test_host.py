@@ -211,3 +211,18 @@ async def test_a_server_that_never_says_hello_is_dropped(make_host: MakeHost) ->
             writer.close()
         mute_server.close()
         await mute_server.wait_closed()
+
+
+async def test_traffic_counts_what_both_sides_moved(make_host: MakeHost) -> None:
+    a, b = await make_host(), await make_host()
+    a.router.add_raw("test.echo", echo)
+    await b.connect(a.addresses[0])
+    await b.call_raw(a.peer_id, "test.echo", b"x" * 100_000)
+    await asyncio.sleep(0.05)
+    # 100 kB each way plus frames: what one side sent the other received
+    assert b.traffic.sent >= 100_000
+    assert a.traffic.received >= 100_000
+    assert a.traffic.sent >= 100_000
+    assert b.traffic.received >= 100_000
+    assert a.traffic.snapshot() == (a.traffic.sent, a.traffic.received)
+    assert b.traffic.sent == a.traffic.received

@@ -1,0 +1,183 @@
+"""EngineClient: the typed async client of the control API (used by ``barnraise ctl`` and the GUI).
+
+Every call sends the token and the API version; every answer is decoded into the schema's
+dataclasses, and every failure arrives as an ``ApiError`` subclass with a message for the user
+(``EngineUnavailable`` when nothing answers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import aiohttp
+
+from core.api.codec import decode, encode
+from core.api.endpoint import Endpoint, endpoint_path
+from core.api.errors import ApiError, EngineUnavailable, VersionMismatch, error_from_wire
+from core.api.events import Event
+from core.api.schema import (
+    API_VERSION,
+    AttachRequest,
+    EngineState,
+    ProjectInfo,
+    ProjectList,
+    SettingsUpdate,
+    SettingValue,
+    SnoozeRequest,
+    Statistics,
+)
+from core.api.schema import Settings as SettingsView
+from core.config.paths import UserDirs
+
+T = TypeVar("T")
+VERSION_HEADER = "X-Barnraise-Api"
+
+
+class EngineClient:
+    def __init__(self, endpoint: Endpoint, *, timeout: float = 15.0) -> None:
+        if endpoint.api_version != API_VERSION:
+            raise VersionMismatch(
+                f"the running engine speaks API version {endpoint.api_version}, this client "
+                f"{API_VERSION}; restart the engine after updating Barnraise"
+            )
+        self.endpoint = endpoint
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def discover(cls, dirs: UserDirs | None = None, **kwargs: Any) -> EngineClient:
+        """The client of the engine running for this user (``EngineUnavailable`` if none)."""
+        return cls(Endpoint.read(endpoint_path(dirs)), **kwargs)
+
+    async def __aenter__(self) -> EngineClient:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ---- reading -----------------------------------------------------------------------------------
+
+    async def state(self) -> EngineState:
+        return await self._call("GET", "/v1/state", EngineState)
+
+    async def settings(self) -> SettingsView:
+        return await self._call("GET", "/v1/settings", SettingsView)
+
+    async def statistics(self, project: str | None = None, days: int = 30) -> Statistics:
+        query = {"days": str(days)} | ({"project": project} if project else {})
+        return await self._call("GET", "/v1/statistics", Statistics, params=query)
+
+    async def projects(self) -> ProjectList:
+        return await self._call("GET", "/v1/projects", ProjectList)
+
+    # ---- commands ------------------------------------------------------------------------------------
+
+    async def start(self) -> EngineState:
+        """Opt in: contribute whenever the schedule allows (clears a pause and a snooze)."""
+        return await self._call("POST", "/v1/start", EngineState)
+
+    async def pause(self) -> EngineState:
+        return await self._call("POST", "/v1/pause", EngineState)
+
+    async def resume(self) -> EngineState:
+        return await self._call("POST", "/v1/resume", EngineState)
+
+    async def snooze(self, minutes: float) -> EngineState:
+        return await self._call("POST", "/v1/snooze", EngineState, body=SnoozeRequest(minutes))
+
+    async def set_settings(self, values: Mapping[str, SettingValue]) -> SettingsView:
+        body = SettingsUpdate(dict(values))
+        return await self._call("PATCH", "/v1/settings", SettingsView, body=body)
+
+    async def attach(self, request: AttachRequest) -> ProjectInfo:
+        return await self._call("POST", "/v1/projects", ProjectInfo, body=request)
+
+    async def detach(self, name: str) -> ProjectList:
+        return await self._call("DELETE", f"/v1/projects/{name}", ProjectList)
+
+    async def shutdown(self) -> None:
+        """Ask the engine to stop (it saves its state first)."""
+        await self._call("POST", "/v1/shutdown", None)
+
+    async def events(self, since: int | None = None) -> AsyncIterator[Event]:
+        """The event stream, in order; with ``since``, the kept backlog after that seq first."""
+        params = {} if since is None else {"since": str(since)}
+        try:
+            async with self._http().ws_connect(
+                f"{self.endpoint.url}/v1/events",
+                headers=self._headers(),
+                params=params,
+                heartbeat=30.0,
+            ) as ws:
+                async for message in ws:
+                    if message.type is aiohttp.WSMsgType.TEXT:
+                        yield Event.from_wire(json.loads(message.data))
+                    elif message.type is aiohttp.WSMsgType.ERROR:
+                        break
+        except aiohttp.WSServerHandshakeError as exc:
+            raise _handshake_error(exc) from None
+        except aiohttp.ClientConnectionError as exc:
+            raise EngineUnavailable(f"the engine at {self.endpoint.url} is gone: {exc}") from None
+
+    # ---- plumbing ------------------------------------------------------------------------------------
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.endpoint.token}", VERSION_HEADER: str(API_VERSION)}
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        kind: type[T] | None,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+    ) -> T:
+        try:
+            async with self._http().request(
+                method,
+                self.endpoint.url + path,
+                headers=self._headers(),
+                json=None if body is None else encode(body),
+                params=params,
+            ) as response:
+                try:
+                    payload = await response.json(content_type=None)
+                except (ValueError, aiohttp.ContentTypeError):
+                    payload = None
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            raise EngineUnavailable(
+                f"the engine at {self.endpoint.url} does not answer ({exc or type(exc).__name__})"
+            ) from None
+        if not isinstance(payload, dict):
+            raise ApiError(f"the engine sent a malformed answer (HTTP {response.status})")
+        if response.status >= 400 or "error" in payload:
+            error = payload.get("error") or {}
+            raise error_from_wire(
+                error.get("code"), error.get("message", f"HTTP {response.status}")
+            )
+        if kind is None:
+            return None  # type: ignore[return-value]
+        return decode(kind, payload.get("data"), kind.__name__)
+
+
+def _handshake_error(exc: aiohttp.WSServerHandshakeError) -> ApiError:
+    codes = {401: "unauthorized", 403: "forbidden", 426: "version_mismatch"}
+    return error_from_wire(
+        codes.get(exc.status, "internal"), f"event stream refused: {exc.message}"
+    )

@@ -1,0 +1,91 @@
+"""The errors that cross the control API, with the codes and HTTP statuses they travel as.
+
+The engine raises them (or maps its own ``BarnraiseError`` onto them); the server sends
+``{"error": {"code": ..., "message": ...}}``; the client raises the same class again, so the CLI and
+the GUI's one error presenter see one hierarchy whichever side of the socket the problem was on.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from core.util.errors import BarnraiseError
+
+
+class ApiError(BarnraiseError):
+    """A control API call failed; ``message`` is written for the user."""
+
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.code
+
+
+class BadRequest(ApiError):
+    """The request is malformed or a value is invalid (the message says which)."""
+
+    code = "bad_request"
+    status = 400
+
+
+class Unauthorized(ApiError):
+    """Missing or wrong token."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(ApiError):
+    """A browser page from another origin, or a foreign Host header (DNS rebinding)."""
+
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(ApiError):
+    code = "not_found"
+    status = 404
+
+
+class Conflict(ApiError):
+    """The request contradicts the engine's state (e.g. a project attached twice)."""
+
+    code = "conflict"
+    status = 409
+
+
+class VersionMismatch(ApiError):
+    """Client and engine speak different API versions."""
+
+    code = "version_mismatch"
+    status = 426
+
+
+class EngineUnavailable(ApiError):
+    """No engine answers (not started, crashed, or its endpoint file is stale)."""
+
+    code = "unavailable"
+    status = 503
+
+
+ERRORS: dict[str, type[ApiError]] = {
+    cls.code: cls
+    for cls in (
+        ApiError,
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        Conflict,
+        VersionMismatch,
+        EngineUnavailable,
+    )
+}
+
+
+def error_from_wire(code: object, message: object) -> ApiError:
+    """Rebuild an error the server sent; unknown codes become a plain ``ApiError``."""
+    cls = ERRORS.get(code, ApiError) if isinstance(code, str) else ApiError
+    return cls(str(message))

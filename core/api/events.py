@@ -1,0 +1,98 @@
+"""Typed events on the control API's websocket stream.
+
+Each event travels as ``{"seq": n, "time": t, "type": "<name>", "data": {...}}``; ``seq`` grows by one
+per event, so a client sees at once if it missed some (and can ask for the backlog with ``since``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core.api.codec import decode, encode
+from core.api.errors import BadRequest
+from core.api.schema import Progress, StateName
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    state: StateName
+    previous: StateName
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProgressUpdated:
+    project: str
+    progress: Progress
+
+
+@dataclass(frozen=True)
+class EpochFinished:
+    project: str
+    epoch: int
+    samples: int
+    """Our samples in it."""
+    group_size: int
+    averaged: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PeersSeen:
+    project: str
+    peers: int
+
+
+@dataclass(frozen=True)
+class ErrorRaised:
+    where: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ProjectsChanged:
+    projects: list[str]
+    active: str | None
+
+
+EventData = (
+    StateChanged | ProgressUpdated | EpochFinished | PeersSeen | ErrorRaised | ProjectsChanged
+)
+
+EVENT_TYPES: dict[str, type[Any]] = {
+    "state_changed": StateChanged,
+    "progress": ProgressUpdated,
+    "epoch_finished": EpochFinished,
+    "peers_seen": PeersSeen,
+    "error": ErrorRaised,
+    "projects_changed": ProjectsChanged,
+}
+_NAMES = {cls: name for name, cls in EVENT_TYPES.items()}
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    time: float
+    data: EventData
+
+    @property
+    def type(self) -> str:
+        return _NAMES[type(self.data)]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"seq": self.seq, "time": self.time, "type": self.type, "data": encode(self.data)}
+
+    @classmethod
+    def from_wire(cls, message: Any) -> Event:
+        if not isinstance(message, dict):
+            raise BadRequest("an event must be a JSON object")
+        kind = EVENT_TYPES.get(message.get("type"))  # type: ignore[arg-type]
+        if kind is None:
+            raise BadRequest(f"unknown event type {message.get('type')!r}")
+        seq, when = message.get("seq"), message.get("time")
+        if not isinstance(seq, int) or not isinstance(when, int | float):
+            raise BadRequest("an event needs an integer seq and a time")
+        return cls(seq, float(when), decode(kind, message.get("data"), f"event.{message['type']}"))

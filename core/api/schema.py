@@ -1,0 +1,148 @@
+"""The control API's schema, version 1: what the engine says about itself and what it accepts.
+
+Plain frozen dataclasses, encoded as JSON by ``core.api.codec``. Adding an optional field is
+compatible; renaming or removing one, or changing what a field means, needs ``API_VERSION`` + 1
+(every response carries the version, and the client refuses an engine that speaks another).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from core.api.errors import BadRequest
+
+API_VERSION = 1
+
+StateName = Literal["idle", "paused", "waiting", "starting", "running", "throttled", "error"]
+"""idle: no project; paused: by the user, a snooze, the battery or the network cap; waiting: for the
+user to leave, for other programs, memory or the time window; starting: joining the swarm;
+running / throttled: computing (throttled: part of the time); error: the project's peer failed."""
+
+SettingValue = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class Amounts:
+    """Contribution amounts (the ledger's columns)."""
+
+    samples: int = 0
+    compute_seconds: float = 0.0
+    epochs: int = 0
+    rounds: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
+@dataclass(frozen=True)
+class DayAmounts:
+    day: str
+    """Local date, YYYY-MM-DD."""
+    amounts: Amounts
+
+
+@dataclass(frozen=True)
+class Statistics:
+    project: str | None
+    """None: all projects together."""
+    totals: Amounts
+    today: Amounts
+    month_bytes: int
+    """Bytes sent and received this calendar month (what the network cap counts)."""
+    days: list[DayAmounts] = field(default_factory=list)
+    """The last N days, oldest first, days without work included."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How training goes right now (zeros and None before the first microbatch)."""
+
+    epoch: int | None = None
+    collaboration_epoch: int | None = None
+    samples_per_second: float = 0.0
+    collaboration_samples_per_second: float = 0.0
+    peers: int = 0
+    """Trainers of the collaboration we hear from (paused ones included), us included."""
+    session_samples: int = 0
+    """Samples this engine processed since it started."""
+
+
+@dataclass(frozen=True)
+class ProjectInfo:
+    name: str
+    description: str
+    manifest: str
+    """The engine's copy of the manifest."""
+    initial_peers: list[str] = field(default_factory=list)
+    data_base: str | None = None
+    device: str = "cpu"
+    active: bool = False
+    """The project this engine trains for (one at a time)."""
+
+
+@dataclass(frozen=True)
+class EngineState:
+    api_version: int
+    engine_version: str
+    pid: int
+    state: StateName
+    code: str
+    """The scheduler's machine-readable reason (e.g. ``user_active``, ``on_battery``)."""
+    reason: str
+    """The same in plain words, for the user."""
+    since: float
+    """Unix time of the last change of state."""
+    contribute: bool
+    """The user opted in."""
+    user_paused: bool
+    snoozed_until: float | None
+    project: ProjectInfo | None
+    progress: Progress
+    threads: int
+    duty: float
+    notes: list[str] = field(default_factory=list)
+    """What the sensors cannot tell, and why."""
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    name: str
+    help: str
+    default: SettingValue
+
+
+@dataclass(frozen=True)
+class Settings:
+    values: dict[str, SettingValue]
+    descriptions: list[SettingInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SettingsUpdate:
+    values: dict[str, SettingValue]
+
+
+@dataclass(frozen=True)
+class SnoozeRequest:
+    minutes: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.minutes <= 7 * 24 * 60:
+            raise BadRequest("minutes must be more than 0 and at most a week (10080)")
+
+
+@dataclass(frozen=True)
+class AttachRequest:
+    manifest: str
+    """A path on the engine's machine to the project's TOML manifest."""
+    initial_peers: list[str] = field(default_factory=list)
+    """Peers to join instead of the manifest's."""
+    data_base: str | None = None
+    """Where the manifest's relative data URLs point (a local shard server, say)."""
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class ProjectList:
+    projects: list[ProjectInfo]

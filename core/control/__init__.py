@@ -1,0 +1,18 @@
+"""The engine's control surface: what ``barnraise engine`` runs around the engine.
+
+- ``server``  ControlServer: the control API (HTTP + websocket events) on 127.0.0.1, token-guarded.
+- ``lock``    InstanceLock: one engine per user (an OS file lock that dies with its process).
+- ``daemon``  EngineDaemon: lock, engine, server and endpoint file, started in order, stopped in reverse.
+"""
+
+from core.control.daemon import EngineAlreadyRunning, EngineDaemon
+from core.control.lock import AlreadyRunning, InstanceLock
+from core.control.server import ControlServer
+
+__all__ = [
+    "AlreadyRunning",
+    "ControlServer",
+    "EngineAlreadyRunning",
+    "EngineDaemon",
+    "InstanceLock",
+]

@@ -1,0 +1,236 @@
+"""ControlServer: the engine's control API over HTTP and a websocket, on 127.0.0.1 only.
+
+Three gates before any handler runs: the ``Host`` header must name the loopback address we listen
+on (a page using DNS rebinding gets a foreign host name), a request carrying a browser ``Origin``
+is refused (no web page may drive the engine, even one that learned the port), and the bearer token
+must match (compared in constant time). Handlers are thin: decode the request with the schema, call
+the engine, encode the answer. Every error leaves as ``{"error": {"code", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from core.api.codec import decode, encode
+from core.api.errors import (
+    ApiError,
+    BadRequest,
+    Forbidden,
+    NotFound,
+    Unauthorized,
+    VersionMismatch,
+)
+from core.api.schema import API_VERSION, AttachRequest, ProjectList, SettingsUpdate, SnoozeRequest
+from core.engine import Engine
+from core.util.errors import BarnraiseError
+
+log = logging.getLogger(__name__)
+
+VERSION_HEADER = "X-Barnraise-Api"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ControlServer:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise BarnraiseError("the control API listens on the loopback address only")
+        self.engine = engine
+        self.host = host
+        self.port = port
+        self.token = token or secrets.token_urlsafe(32)
+        self._on_shutdown = on_shutdown
+        self._runner: web.AppRunner | None = None
+        self._sockets: set[web.WebSocketResponse] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application(middlewares=[self._guard], client_max_size=256 * 1024)
+        app.add_routes(
+            [
+                web.get("/v1/state", self._state),
+                web.get("/v1/settings", self._settings),
+                web.patch("/v1/settings", self._set_settings),
+                web.get("/v1/statistics", self._statistics),
+                web.get("/v1/projects", self._projects),
+                web.post("/v1/projects", self._attach),
+                web.delete("/v1/projects/{name}", self._detach),
+                web.post("/v1/start", self._start),
+                web.post("/v1/pause", self._pause),
+                web.post("/v1/resume", self._resume),
+                web.post("/v1/snooze", self._snooze),
+                web.post("/v1/shutdown", self._shutdown),
+                web.get("/v1/events", self._events),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=False)
+        await site.start()
+        server = site._server  # the bound port when 0 was asked for
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ---- the gates -------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            self._check(request)
+            return await handler(request)
+        except ApiError as exc:
+            return _error(exc)
+        except BarnraiseError as exc:  # the engine's own clear errors are the caller's problem
+            return _error(BadRequest(str(exc)))
+        except web.HTTPException as exc:
+            return _error(_http_error(exc))
+
+    def _check(self, request: web.Request) -> None:
+        host = request.headers.get("Host", "")
+        if host.rsplit(":", 1)[0].strip("[]") not in ("127.0.0.1", "::1", "localhost"):
+            raise Forbidden(f"requests must be addressed to the loopback address, not {host!r}")
+        if "Origin" in request.headers:
+            raise Forbidden("requests from web pages are refused")
+        supplied = request.headers.get("Authorization", "")
+        expected = f"Bearer {self.token}"
+        if not hmac.compare_digest(supplied.encode(), expected.encode()):
+            raise Unauthorized("a valid token is required (see the engine's endpoint file)")
+        version = request.headers.get(VERSION_HEADER)
+        if version is not None and version != str(API_VERSION):
+            raise VersionMismatch(f"this engine speaks API version {API_VERSION}, not {version}")
+
+    # ---- handlers --------------------------------------------------------------------------------
+
+    async def _state(self, request: web.Request) -> web.Response:
+        return _ok(self.engine.state())
+
+    async def _settings(self, request: web.Request) -> web.Response:
+        return _ok(self.engine.settings())
+
+    async def _set_settings(self, request: web.Request) -> web.Response:
+        update = decode(SettingsUpdate, await _body(request))
+        return _ok(await self.engine.set_preferences(update.values))
+
+    async def _statistics(self, request: web.Request) -> web.Response:
+        project = request.query.get("project") or None
+        try:
+            days = int(request.query.get("days", "30"))
+        except ValueError:
+            raise BadRequest("days must be a whole number") from None
+        return _ok(self.engine.statistics(project, days))
+
+    async def _projects(self, request: web.Request) -> web.Response:
+        return _ok(ProjectList(self.engine.projects()))
+
+    async def _attach(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.attach(decode(AttachRequest, await _body(request))))
+
+    async def _detach(self, request: web.Request) -> web.Response:
+        return _ok(ProjectList(await self.engine.detach(request.match_info["name"])))
+
+    async def _start(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.start_contributing())
+
+    async def _pause(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.pause())
+
+    async def _resume(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.resume())
+
+    async def _snooze(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.snooze(decode(SnoozeRequest, await _body(request)).minutes))
+
+    async def _shutdown(self, request: web.Request) -> web.Response:
+        if self._on_shutdown is not None:
+            asyncio.get_running_loop().call_soon(self._on_shutdown)
+        return _ok(None)
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        since_text = request.query.get("since")
+        try:
+            since = int(since_text) if since_text is not None else None
+        except ValueError:
+            raise BadRequest("since must be a whole number") from None
+        ws = web.WebSocketResponse(heartbeat=30.0)
+        await ws.prepare(request)
+        self._sockets.add(ws)
+        subscription = self.engine.events.subscribe(since)
+        reader = asyncio.create_task(_drain(ws), name="control/events-reader")
+        try:
+            while not ws.closed:
+                getter = asyncio.ensure_future(subscription.next())
+                done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    break  # the client went away
+                event = getter.result()
+                if event is None:
+                    break  # the engine stops, or this client fell too far behind
+                await ws.send_str(json.dumps(event.to_wire()))
+        finally:
+            subscription.close()
+            reader.cancel()
+            self._sockets.discard(ws)
+            await ws.close()
+        return ws
+
+
+async def _drain(ws: web.WebSocketResponse) -> None:
+    """Read (and ignore) what the client sends, so that its close is noticed."""
+    async for message in ws:
+        if message.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
+            break
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the request body must be JSON") from None
+
+
+def _ok(data: Any) -> web.Response:
+    return web.json_response({"api_version": API_VERSION, "data": encode(data)})
+
+
+def _error(exc: ApiError) -> web.Response:
+    if exc.status >= 500:
+        log.error("control API error: %s", exc.message)
+    body = {"api_version": API_VERSION, "error": {"code": exc.code, "message": exc.message}}
+    return web.json_response(body, status=exc.status)
+
+
+def _http_error(exc: web.HTTPException) -> ApiError:
+    if exc.status == 404:
+        return NotFound(f"no such API call: {exc.reason}")
+    if exc.status == 405:
+        return BadRequest("this API call does not take that method")
+    if exc.status == 413:
+        return BadRequest("the request is too large")
+    return ApiError(f"HTTP {exc.status}: {exc.reason}")

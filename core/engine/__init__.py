@@ -1,0 +1,17 @@
+"""The engine: the long-running service that contributes for one user.
+
+- ``engine``    Engine: ordered start and stop of its parts, the scheduler loop, commands, views.
+- ``config``    EngineConfig: folders and timings of one engine process.
+- ``store``     EngineFile: preferences, pause/snooze and attached projects in one TOML file.
+- ``projects``  ProjectSlot (an attached project) and ProjectRunner (its peer, started lazily).
+- ``metering``  Metering: the peer's running totals turned into ledger rows.
+- ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
+
+The GUI never imports this package; it talks to it through ``core.api`` and the control server.
+"""
+
+from core.engine.config import EngineConfig
+from core.engine.engine import Engine
+from core.engine.events import EventBus
+
+__all__ = ["Engine", "EngineConfig", "EventBus"]

@@ -1,0 +1,46 @@
+"""EngineConfig: how one engine process is set up (folders, timings); the user's choices live in
+``Preferences`` and the engine file instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.config.paths import UserDirs
+from core.util.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    dirs: UserDirs
+    headless: bool = False
+    """No user session: keyboard/mouse idleness does not apply (servers, power users' boxes)."""
+    tick_computing: float = 0.1
+    """How often conditions are read while training computes: bounds the time to notice the user."""
+    tick_resting: float = 1.0
+    """... and while it does not (a paused engine must stay quiet)."""
+    flush_interval: float = 10.0
+    """How often the contribution meter is written to the ledger (and at every epoch)."""
+    progress_interval: float = 2.0
+    stop_budget: float = 3.5
+    """Seconds the peer gets to stop when the engine shuts down (the whole stop must take < 5 s)."""
+
+    def __post_init__(self) -> None:
+        for name in ("tick_computing", "tick_resting", "flush_interval", "progress_interval"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"EngineConfig.{name} must be positive")
+
+    @property
+    def settings_file(self) -> Path:
+        return self.dirs.config / "engine.toml"
+
+    @property
+    def ledger_file(self) -> Path:
+        return self.dirs.data / "ledger.sqlite3"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.dirs.runtime / "engine.lock"
+
+    def work_dir(self, project: str) -> Path:
+        return self.dirs.cache / "projects" / project

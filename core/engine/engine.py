@@ -1,0 +1,470 @@
+"""Engine: the long-running service that contributes for one user.
+
+Builds its parts from one ``EngineConfig`` and starts them in dependency order — settings file,
+ledger, sensors, the scheduler loop, the active project's runner — and stops them in reverse.
+The scheduler loop reads the conditions, asks the pure policy what to do and carries the decision
+out (pause within one layer's compute, resume, throttle, threads). Commands (start, pause, resume,
+snooze, preferences, attach, detach) come from the control server; every change is published as a
+typed event, and contribution is metered into the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from core.api.errors import BadRequest, Conflict, NotFound
+from core.api.events import (
+    EpochFinished,
+    ErrorRaised,
+    PeersSeen,
+    ProgressUpdated,
+    ProjectsChanged,
+    StateChanged,
+)
+from core.api.schema import (
+    API_VERSION,
+    Amounts,
+    AttachRequest,
+    DayAmounts,
+    EngineState,
+    Progress,
+    ProjectInfo,
+    SettingInfo,
+    Settings,
+    SettingValue,
+    StateName,
+    Statistics,
+)
+from core.engine.config import EngineConfig
+from core.engine.events import EventBus
+from core.engine.metering import Metering
+from core.engine.projects import ProjectRunner, ProjectSlot
+from core.engine.store import EngineFile, EngineMemory
+from core.net import Identity
+from core.project.errors import ManifestError
+from core.scheduler import (
+    ConditionSampler,
+    Decision,
+    GpuSensor,
+    Preferences,
+    PreferencesError,
+    SystemSensor,
+    decide,
+    default_idle_sensor,
+)
+from core.stats import Contribution, Ledger
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+WAITING_CODES = frozenset({"user_active", "busy", "low_memory", "gpu_hot", "outside_window"})
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        sampler: ConditionSampler | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.events = EventBus(clock=clock)
+        self._clock = clock
+        self._sampler = sampler
+        self._file = EngineFile(config.settings_file)
+        self.memory = EngineMemory()
+        self.ledger: Ledger | None = None
+        self.metering: Metering | None = None
+        self.runner: ProjectRunner | None = None
+        self._identity: Identity | None = None
+        self._tasks = BackgroundTasks("engine")
+        self._wake = asyncio.Event()
+        self._apply_lock = asyncio.Lock()
+        self._decision: Decision | None = None
+        self._state: StateName = "paused"
+        self._code = "starting"
+        self._reason = "Starting"
+        self._since = clock()
+        self._notes: tuple[str, ...] = ()
+        self._threads = 0
+        self._peers_seen = -1
+        self._last_progress: Progress | None = None
+        self.stopped = asyncio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        dirs = self.config.dirs
+        for folder in (dirs.config, dirs.data, dirs.cache, dirs.runtime):
+            dirs.ensure(folder)
+        self.memory = self._file.load()
+        self.ledger = Ledger(self.config.ledger_file)
+        self.metering = Metering(self.ledger, clock=self._clock)
+        self._identity = Identity.load_or_create(dirs.identity_file)
+        if self._sampler is None:
+            self._sampler = ConditionSampler(
+                default_idle_sensor(), SystemSensor(), GpuSensor(), headless=self.config.headless
+            )
+        if self.memory.active is not None:
+            self._open_runner(self.memory.active)
+        self._tasks.spawn("scheduler", self._schedule_loop())
+        self._tasks.spawn("metering", self._metering_loop())
+
+    async def close(self) -> None:
+        """Stop training (dropping at most the current microbatch), write the ledger and settings."""
+        await self._tasks.close()
+        if self.runner is not None:
+            await self.runner.stop(self.config.stop_budget)
+            self._meter_runner()
+        if self.metering is not None:
+            with contextlib.suppress(Exception):
+                self.metering.flush_all()
+        if self.ledger is not None:
+            self.ledger.close()
+        if self._sampler is not None:
+            self._sampler.close()
+        with contextlib.suppress(Exception):
+            self._file.save(self.memory)
+        self.events.close()
+        self.stopped.set()
+
+    # ---- commands (from the control API) ---------------------------------------------------------
+
+    async def start_contributing(self) -> EngineState:
+        self.memory.preferences = self.memory.preferences.updated({"contribute": True})
+        self.memory.user_paused = False
+        self.memory.snoozed_until = None
+        return await self._changed()
+
+    async def pause(self) -> EngineState:
+        self.memory.user_paused = True
+        return await self._changed()
+
+    async def resume(self) -> EngineState:
+        self.memory.user_paused = False
+        self.memory.snoozed_until = None
+        return await self._changed()
+
+    async def snooze(self, minutes: float) -> EngineState:
+        self.memory.snoozed_until = self._clock() + minutes * 60.0
+        return await self._changed()
+
+    async def set_preferences(self, values: Mapping[str, SettingValue]) -> Settings:
+        try:
+            self.memory.preferences = self.memory.preferences.updated(values)
+        except PreferencesError as exc:
+            raise BadRequest(str(exc)) from None
+        await self._changed()
+        return self.settings()
+
+    async def attach(self, request: AttachRequest) -> ProjectInfo:
+        try:
+            slot = await asyncio.to_thread(
+                ProjectSlot.from_manifest,
+                _path(request.manifest),
+                initial_peers=tuple(request.initial_peers),
+                data_base=request.data_base,
+                device=request.device,
+            )
+        except ManifestError as exc:
+            raise BadRequest(str(exc)) from None
+        if any(s.name == slot.name for s in self.memory.projects):
+            raise Conflict(f"project {slot.name!r} is already attached; detach it first")
+        self.memory.projects.append(slot)
+        if self.memory.active is None:
+            self.memory.active = slot.name
+            self._open_runner(slot.name)
+        self._projects_changed()
+        await self._changed()
+        return self._project_info(slot)
+
+    async def detach(self, name: str) -> list[ProjectInfo]:
+        slot = self._slot(name)
+        if slot is None:
+            raise NotFound(f"no attached project is called {name!r}")
+        if self.memory.active == name:
+            runner, self.runner = self.runner, None
+            if runner is not None:
+                await runner.stop(self.config.stop_budget)
+                self._meter_runner(runner)
+            self.memory.active = None
+        self.memory.projects.remove(slot)
+        if self.memory.active is None and self.memory.projects:
+            self.memory.active = self.memory.projects[0].name
+            self._open_runner(self.memory.active)
+        self._projects_changed()
+        await self._changed()
+        return self.projects()
+
+    # ---- views -----------------------------------------------------------------------------------
+
+    def state(self) -> EngineState:
+        decision = self._decision
+        slot = self._slot(self.memory.active) if self.memory.active else None
+        return EngineState(
+            api_version=API_VERSION,
+            engine_version=VERSION,
+            pid=os.getpid(),
+            state=self._state,
+            code=self._code,
+            reason=self._reason,
+            since=self._since,
+            contribute=self.memory.preferences.contribute,
+            user_paused=self.memory.user_paused,
+            snoozed_until=self.memory.snoozed_until,
+            project=self._project_info(slot) if slot is not None else None,
+            progress=self._progress(),
+            threads=decision.threads if decision else 0,
+            duty=decision.duty if decision else 0.0,
+            notes=list(self._notes),
+            last_error=self.runner.error if self.runner is not None else None,
+        )
+
+    def settings(self) -> Settings:
+        return Settings(
+            values=dict(self.memory.preferences.to_dict()),  # type: ignore[arg-type]
+            descriptions=[
+                SettingInfo(name, help_text, default)  # type: ignore[arg-type]
+                for name, help_text, default in Preferences.describe()
+            ],
+        )
+
+    def projects(self) -> list[ProjectInfo]:
+        return [self._project_info(s) for s in self.memory.projects]
+
+    def statistics(self, project: str | None, days: int) -> Statistics:
+        if not 1 <= days <= 3660:
+            raise BadRequest("days must be between 1 and 3660")
+        if project is not None and project not in self._known_projects():
+            raise NotFound(f"no statistics for a project called {project!r}")
+        assert self.ledger is not None
+        assert self.metering is not None
+        self._meter_runner()
+        self.metering.flush_all()  # the answer comes from the ledger itself
+        now = self._clock()
+        offset = _utc_offset(now)
+        today = self.ledger.daily(project, 1, now=now, utc_offset_seconds=offset)
+        return Statistics(
+            project=project,
+            totals=_amounts(self.ledger.totals(project)),
+            today=_amounts(today[-1][1]) if today else Amounts(),
+            month_bytes=self.ledger.month_bytes(now=now, utc_offset_seconds=offset),
+            days=[
+                DayAmounts(day, _amounts(c))
+                for day, c in self.ledger.daily(project, days, now=now, utc_offset_seconds=offset)
+            ],
+        )
+
+    # ---- the scheduler loop ----------------------------------------------------------------------
+
+    async def _schedule_loop(self) -> None:
+        while True:
+            try:
+                await self._apply()
+            except Exception as exc:  # the loop must outlive one bad tick; say what happened
+                log.exception("scheduler tick failed")
+                self.events.publish(ErrorRaised("scheduler", str(exc) or type(exc).__name__))
+            computing = self.runner is not None and self.runner.computing
+            interval = self.config.tick_computing if computing else self.config.tick_resting
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
+            self._wake.clear()
+
+    async def _changed(self) -> EngineState:
+        """After a command: remember it, act on it now, and answer with the new state."""
+        self._file.save(self.memory)
+        await self._apply()
+        return self.state()
+
+    async def _apply(self) -> None:
+        async with self._apply_lock:
+            assert self._sampler is not None
+            assert self.metering is not None
+            now = self._clock()
+            if self.memory.snoozed_until is not None and self.memory.snoozed_until <= now:
+                self.memory.snoozed_until = None  # the snooze ended by itself
+                self._file.save(self.memory)
+            slot = self._slot(self.memory.active) if self.memory.active else None
+            conditions = self._sampler.sample(
+                uses_gpu=slot is not None and not slot.device.startswith("cpu"),
+                has_project=slot is not None,
+                user_paused=self.memory.user_paused,
+                snoozed_until=self.memory.snoozed_until,
+                network_mb_this_month=self.metering.month_bytes(now) / 1e6,
+            )
+            self._notes = conditions.notes
+            decision = decide(conditions, self.memory.preferences, _local(now))
+            await self._carry_out(decision)
+
+    async def _carry_out(self, decision: Decision) -> None:
+        runner = self.runner
+        state: StateName
+        code, reason = decision.code, decision.reason
+        if decision.action == "pause":
+            if runner is not None:
+                await runner.pause()
+            state = "idle" if code == "no_project" else (
+                "waiting" if code in WAITING_CODES else "paused"
+            )  # fmt: skip
+        else:
+            assert runner is not None  # the policy never runs without a project
+            runner.ensure_started()
+            if decision.threads != self._threads and runner.state == "ready":
+                await runner.set_threads(decision.threads)
+                self._threads = decision.threads
+            await runner.resume(decision.duty)
+            if runner.state == "failed":
+                state, code = "error", "peer_failed"
+                reason = f"Error: {runner.error} (trying again in a moment)"
+            elif runner.state != "ready":
+                state, reason = "starting", "Starting: joining the swarm"
+            else:
+                state = "running" if decision.action == "run" else "throttled"
+        self._decision = decision
+        if (state, code, reason) != (self._state, self._code, self._reason):
+            previous, self._state, self._code, self._reason = self._state, state, code, reason
+            self._since = self._clock()
+            log.info("%s: %s", state, reason)
+            self.events.publish(StateChanged(state, previous, code, reason))
+
+    # ---- metering and progress -------------------------------------------------------------------
+
+    async def _metering_loop(self) -> None:
+        assert self.metering is not None
+        flushed = time.monotonic()
+        while True:
+            await asyncio.sleep(self.config.progress_interval)
+            self._meter_runner()
+            self._report_progress()
+            if time.monotonic() - flushed >= self.config.flush_interval:
+                flushed = time.monotonic()
+                try:
+                    self.metering.flush_all()
+                except Exception as exc:  # the meter keeps what it could not write
+                    log.error("writing the ledger failed: %s", exc)
+                    self.events.publish(ErrorRaised("ledger", str(exc)))
+
+    def _meter_runner(self, runner: ProjectRunner | None = None) -> None:
+        runner = runner or self.runner
+        if runner is not None and self.metering is not None:
+            self.metering.observe(runner.slot.name, runner.peer, runner.progress())
+
+    def _report_progress(self) -> None:
+        if self.runner is None or self.runner.peer is None:
+            return
+        progress = self._progress()
+        if progress != self._last_progress:
+            self._last_progress = progress
+            self.events.publish(ProgressUpdated(self.runner.slot.name, progress))
+        if progress.peers != self._peers_seen:
+            self._peers_seen = progress.peers
+            self.events.publish(PeersSeen(self.runner.slot.name, progress.peers))
+
+    def _progress(self) -> Progress:
+        if self.runner is None:
+            return Progress()
+        p = self.runner.progress()
+        session = self.metering.session_samples if self.metering is not None else 0
+        return Progress(
+            epoch=p.get("epoch"),
+            collaboration_epoch=p.get("collaboration_epoch"),
+            samples_per_second=round(float(p.get("samples_per_second", 0.0)), 3),
+            collaboration_samples_per_second=round(
+                float(p.get("collaboration_samples_per_second", 0.0)), 3
+            ),
+            peers=int(p.get("peers", 0)),
+            session_samples=session,
+        )
+
+    def _on_peer_event(self, project: str, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "epoch":
+            if self.metering is not None:
+                rounds = 1 if int(event.get("group_size", 0)) > 1 else 0
+                self.metering.count(project, Contribution(epochs=1, rounds=rounds))
+            self.events.publish(
+                EpochFinished(
+                    project,
+                    int(event["epoch"]),
+                    int(event["samples"]),
+                    int(event["group_size"]),
+                    bool(event["averaged"]),
+                    float(event["seconds"]),
+                )
+            )
+        elif kind == "failed":
+            self.events.publish(ErrorRaised(f"project {project}", str(event.get("message"))))
+            self._wake.set()
+        elif kind == "ready":
+            self._wake.set()  # the trainer exists now: apply the decision (threads, state)
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _open_runner(self, name: str) -> None:
+        slot = self._slot(name)
+        assert slot is not None
+        assert self._identity is not None
+        self.runner = ProjectRunner(
+            slot,
+            work_dir=self.config.work_dir(slot.name),
+            identity=self._identity,
+            on_event=lambda event: self._on_peer_event(slot.name, event),
+        )
+        self._threads = 0
+
+    def _slot(self, name: str | None) -> ProjectSlot | None:
+        return next((s for s in self.memory.projects if s.name == name), None)
+
+    def _known_projects(self) -> set[str]:
+        known = {s.name for s in self.memory.projects}
+        if self.ledger is not None:
+            known.update(self.ledger.projects())
+        return known
+
+    def _project_info(self, slot: ProjectSlot) -> ProjectInfo:
+        return ProjectInfo(
+            name=slot.name,
+            description=slot.description,
+            manifest=str(slot.manifest),
+            initial_peers=list(slot.initial_peers),
+            data_base=slot.data_base,
+            device=slot.device,
+            active=slot.name == self.memory.active,
+        )
+
+    def _projects_changed(self) -> None:
+        self.events.publish(
+            ProjectsChanged([s.name for s in self.memory.projects], self.memory.active)
+        )
+
+
+def _amounts(c: Contribution) -> Amounts:
+    return Amounts(**dataclasses.asdict(c))
+
+
+def _local(now: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(now).astimezone()
+
+
+def _utc_offset(now: float) -> int:
+    offset = _local(now).utcoffset()
+    return int(offset.total_seconds()) if offset is not None else 0
+
+
+def _path(text: str) -> Any:
+    from pathlib import Path  # noqa: PLC0415 - kept local: the only use
+
+    if not text.strip():
+        raise BadRequest("the manifest path is empty")
+    return Path(text)

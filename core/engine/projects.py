@@ -1,0 +1,215 @@
+"""ProjectSlot and ProjectRunner: an attached project, and its peer running inside the engine.
+
+The engine remembers attached projects as slots (the manifest's path and how to join). The runner of
+the active one builds its peer the first time the scheduler says "run" (so an engine that was never
+asked to contribute never loads torch), then only pauses and resumes it: the model, the data
+position and the accumulated gradients stay in memory across pauses, as BOINC keeps a suspended task.
+A peer that fails is reported and rebuilt after a back-off on the next "run".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from core.net import Identity
+from core.project import Manifest, load_manifest
+from core.util.errors import BarnraiseError
+from core.util.tasks import BackgroundTasks
+
+if TYPE_CHECKING:
+    from core.training.runtime import ProjectPeer
+
+log = logging.getLogger(__name__)
+
+RunnerState = Literal["stopped", "starting", "ready", "failed"]
+
+
+@dataclass(frozen=True)
+class ProjectSlot:
+    name: str
+    description: str
+    manifest: Path
+    initial_peers: tuple[str, ...] = ()
+    data_base: str | None = None
+    device: str = "cpu"
+
+    @classmethod
+    def from_manifest(
+        cls,
+        path: Path,
+        *,
+        initial_peers: tuple[str, ...] = (),
+        data_base: str | None = None,
+        device: str = "cpu",
+    ) -> ProjectSlot:
+        """Validate the manifest now, so a bad file is refused when attached, not later."""
+        manifest = load_manifest(path)
+        return cls(
+            manifest.project.name,
+            manifest.project.description,
+            path.expanduser().absolute(),
+            initial_peers,
+            data_base,
+            device,
+        )
+
+    def to_table(self) -> dict[str, Any]:
+        table: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "manifest": str(self.manifest),
+            "initial_peers": list(self.initial_peers),
+            "device": self.device,
+        }
+        if self.data_base is not None:
+            table["data_base"] = self.data_base
+        return table
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any]) -> ProjectSlot:
+        return cls(
+            str(table["name"]),
+            str(table.get("description", "")),
+            Path(str(table["manifest"])),
+            tuple(str(p) for p in table.get("initial_peers", ())),
+            str(table["data_base"]) if "data_base" in table else None,
+            str(table.get("device", "cpu")),
+        )
+
+
+@dataclass
+class _Counters:
+    samples: int = 0
+    compute_seconds: float = 0.0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    progress: dict[str, Any] = field(default_factory=dict)
+
+
+class ProjectRunner:
+    """The peer of one project inside the engine (trainer or client role)."""
+
+    def __init__(
+        self,
+        slot: ProjectSlot,
+        *,
+        work_dir: Path,
+        identity: Identity,
+        on_event: Callable[[dict[str, Any]], None],
+        retry_after: float = 30.0,
+    ) -> None:
+        self.slot = slot
+        self.work_dir = work_dir
+        self.identity = identity
+        self.on_event = on_event
+        self.retry_after = retry_after
+        self.peer: ProjectPeer | None = None
+        self.state: RunnerState = "stopped"
+        self.error: str | None = None
+        self._failed_at = 0.0
+        self._stop = asyncio.Event()
+        self._tasks = BackgroundTasks(f"project/{slot.name}")
+        self._paused = True
+        self._duty = 1.0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def computing(self) -> bool:
+        """The peer exists, has its trainer, and is not paused."""
+        return self.state == "ready" and not self._paused
+
+    def ensure_started(self) -> None:
+        """Build and start the peer in the background unless it runs (or failed moments ago)."""
+        if self.state in ("starting", "ready"):
+            return
+        if self.state == "failed" and time.monotonic() - self._failed_at < self.retry_after:
+            return
+        self.state = "starting"
+        self.error = None
+        self._stop = asyncio.Event()
+        self._task = self._tasks.spawn("peer", self._run_peer())
+
+    async def _run_peer(self) -> None:
+        from core.training.runtime import (  # noqa: PLC0415 - torch loads only when training starts
+            PeerSettings,
+            ProjectPeer,
+        )
+
+        peer: ProjectPeer | None = None
+        try:
+            manifest: Manifest = await asyncio.to_thread(load_manifest, self.slot.manifest)
+            settings = PeerSettings(
+                manifest,
+                work_dir=self.work_dir,
+                role="trainer",
+                initial_peers=self.slot.initial_peers,
+                data_base=self.slot.data_base,
+                data_seed=secrets.randbelow(2**31),
+                device=self.slot.device,
+                identity=self.identity,
+                start_paused=True,
+            )
+            peer = self.peer = ProjectPeer(settings, self._on_peer_event)
+            if not self._paused:
+                await peer.resume(self._duty)
+            await peer.run(self._stop)
+            if not self._stop.is_set():
+                raise BarnraiseError("the peer stopped by itself (its data ran out?)")
+            self.state = "stopped"
+        except asyncio.CancelledError:
+            self.state = "stopped"
+            raise
+        except Exception as exc:  # any failure of the peer is reported, never silent
+            log.exception("the peer of %s failed", self.slot.name)
+            self.state = "failed"
+            self._failed_at = time.monotonic()
+            self.error = f"{type(exc).__name__}: {exc}" if not str(exc).strip() else str(exc)
+            self.on_event({"event": "failed", "message": self.error})
+        finally:
+            if peer is not None:
+                with contextlib.suppress(Exception):
+                    await peer.close()
+            self.peer = None
+
+    def _on_peer_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "ready":
+            self.state = "ready"
+        self.on_event(event)
+
+    async def pause(self) -> None:
+        self._paused = True
+        if self.peer is not None:
+            await self.peer.pause()
+
+    async def resume(self, duty: float) -> None:
+        self._paused = False
+        self._duty = duty
+        if self.peer is not None:
+            await self.peer.resume(duty)
+
+    async def set_threads(self, threads: int) -> None:
+        if self.peer is not None:
+            await self.peer.set_threads(threads)
+
+    def progress(self) -> dict[str, Any]:
+        """The peer's running totals and where training stands (empty before it exists)."""
+        return self.peer.progress() if self.peer is not None else {}
+
+    async def stop(self, timeout: float = 4.0) -> None:
+        """Stop the peer: drop the current microbatch, leave the swarm, free everything."""
+        self._stop.set()
+        if self.peer is not None:
+            self.peer.control.close()  # drops the microbatch in flight and wakes a paused loop
+        if self._task is not None and not self._task.done():
+            # a peer still joining the swarm, or mid-round, is cancelled after the grace
+            await asyncio.wait({self._task}, timeout=timeout)
+        await self._tasks.close()
+        self.state = "stopped"

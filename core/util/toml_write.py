@@ -1,0 +1,62 @@
+"""Writing TOML for Barnraise's own small files (the standard library only reads it).
+
+Covers what our settings need: tables of strings, booleans, integers, finite floats and lists of
+strings, plus arrays of such tables. Anything else is refused, so a value that would not read back
+the same never reaches the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core.util.errors import ConfigError
+
+
+def dumps(document: Mapping[str, Mapping[str, Any] | Sequence[Mapping[str, Any]]]) -> str:
+    """``{"table": {...}, "array": [{...}, ...]}`` as TOML text."""
+    lines: list[str] = []
+    for name, body in document.items():
+        _check_key(name)
+        if isinstance(body, Mapping):
+            lines.append(f"[{name}]")
+            lines.extend(_pairs(body, name))
+            lines.append("")
+        else:
+            for item in body:
+                lines.append(f"[[{name}]]")
+                lines.extend(_pairs(item, name))
+                lines.append("")
+    return "\n".join(lines)
+
+
+def _pairs(table: Mapping[str, Any], where: str) -> list[str]:
+    out = []
+    for key, value in table.items():
+        _check_key(key)
+        out.append(f"{key} = {_value(value, f'{where}.{key}')}")
+    return out
+
+
+def _value(value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: {value} cannot be written to TOML")
+        return repr(value)
+    if isinstance(value, str):
+        # JSON string escapes are valid TOML basic-string escapes
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return "[" + ", ".join(json.dumps(v, ensure_ascii=False) for v in value) + "]"
+    raise ConfigError(f"{where}: cannot write a {type(value).__name__} to TOML")
+
+
+def _check_key(key: str) -> None:
+    if not key or not all(c.isascii() and (c.isalnum() or c in "-_") for c in key):
+        raise ConfigError(f"{key!r} is not a plain TOML key")

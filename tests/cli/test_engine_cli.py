@@ -1,0 +1,81 @@
+"""``barnraise engine`` and ``barnraise ctl`` as the user runs them: separate processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "resources" / "demo" / "project.toml"
+
+
+def barnraise(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "core.cli.main", *args],
+        cwd=ROOT,
+        env=os.environ | {"BARNRAISE_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is POSIX")
+def test_engine_and_ctl_processes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "core.cli.main", "engine", "--headless"],
+        cwd=ROOT,
+        env=os.environ | {"BARNRAISE_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert engine.stdout is not None
+        assert engine.stdout.readline().startswith("engine ready at http://127.0.0.1:")
+
+        second = barnraise(home, "engine", "--headless")
+        assert second.returncode == 1
+        assert f"already running for this user (pid {engine.pid}" in second.stderr
+
+        attached = barnraise(home, "ctl", "attach", str(DEMO))
+        assert attached.returncode == 0, attached.stderr
+        assert "attached barnraise-demo" in attached.stdout
+        status = barnraise(home, "ctl", "status")
+        assert status.stdout.startswith("paused: Paused: contribution is off")
+        refused = barnraise(home, "ctl", "set", "idle_minutes=soon")
+        assert refused.returncode == 1
+        assert "idle_minutes" in refused.stderr
+        changed = barnraise(home, "ctl", "--json", "set", "idle_minutes=7")
+        assert '"idle_minutes": 7.0' in changed.stdout
+        snoozed = barnraise(home, "ctl", "snooze", "30")
+        assert "snoozed until" in snoozed.stdout  # (not opted in still comes first)
+        stats = barnraise(home, "ctl", "stats", "--days", "2")
+        assert stats.returncode == 0
+        assert "all projects: 0 samples" in stats.stdout
+
+        started = time.monotonic()
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(10) == 0
+        assert time.monotonic() - started < 5.0
+        assert not (home / "run" / "engine.json").exists()
+        # what the user set survived the stop
+        assert "idle_minutes = 7.0" in (home / "config" / "engine.toml").read_text()
+        gone = barnraise(home, "ctl", "status")
+        assert gone.returncode == 1
+        assert "no engine is running" in gone.stderr
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        for stream in (engine.stdout, engine.stderr):
+            if stream is not None:
+                stream.close()

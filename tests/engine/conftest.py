@@ -1,0 +1,57 @@
+"""An engine daemon in this process, on loopback, with scripted sensors and its own folders."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from core.api import Endpoint, EngineClient
+from core.config.paths import UserDirs
+from core.control import EngineDaemon
+from core.engine import EngineConfig
+from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
+from tests.support.leaks import assert_no_leaks, open_fd_count
+
+
+@dataclass
+class Running:
+    daemon: EngineDaemon
+    endpoint: Endpoint
+    client: EngineClient
+    idle: ScriptedIdleSensor
+    dirs: UserDirs
+
+
+def fast_config(root: Path, *, headless: bool = False) -> EngineConfig:
+    return EngineConfig(
+        UserDirs.under(root),
+        headless=headless,
+        tick_computing=0.05,
+        tick_resting=0.1,
+        progress_interval=0.2,
+        flush_interval=0.5,
+    )
+
+
+def scripted_sampler(idle: ScriptedIdleSensor) -> ConditionSampler:
+    return ConditionSampler(idle, SystemSensor(), GpuSensor(), headless=False)
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Running]:
+    """A started daemon whose user has been away an hour (so only the tests' commands matter)."""
+    baseline = open_fd_count()
+    idle = ScriptedIdleSensor(idle_seconds=3600.0)
+    config = fast_config(tmp_path / "home")
+    daemon = EngineDaemon(config, sampler=scripted_sampler(idle))
+    endpoint = await daemon.start()
+    client = EngineClient(endpoint)
+    try:
+        yield Running(daemon, endpoint, client, idle, config.dirs)
+    finally:
+        await client.close()
+        await daemon.stop()
+    await assert_no_leaks(baseline)

@@ -1,0 +1,124 @@
+"""An engine attached to a demo swarm, driven only through the control API.
+
+The swarm is an auxiliary peer (the backbone) in this process, with the demo's shards served over
+local HTTP; the engine's own peer is the only trainer. Pause stops the counting, resume continues it,
+a snooze ends by itself, and the user touching the keyboard pauses training within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from core.api import AttachRequest, EngineClient, EngineState
+from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
+from core.data import ShardServer
+from core.project import load_manifest
+from core.training.runtime import PeerSettings, ProjectPeer
+from tests.engine.conftest import Running
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("demo-data")
+    prepare_demo_data(load_manifest(DEMO_MANIFEST), root)
+    return root
+
+
+@pytest.fixture
+async def backbone(demo_data: Path, tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+    """(auxiliary peer address, shard server URL)"""
+    server = ShardServer(demo_data)
+    base = await server.start()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def on_event(event: dict[str, object]) -> None:
+        if event.get("event") == "ready" and not ready.done():
+            ready.set_result(str(event["address"]))
+
+    settings = PeerSettings(
+        load_manifest(DEMO_MANIFEST), work_dir=tmp_path / "aux", role="aux", data_base=base
+    )
+    aux = ProjectPeer(settings, on_event)
+    stop = asyncio.Event()
+    task = asyncio.create_task(aux.run(stop), name="test/aux")
+    try:
+        address = await asyncio.wait_for(asyncio.shield(ready), 60)
+        yield address, base
+    finally:
+        stop.set()
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        await aux.close()
+        await server.close()
+
+
+async def until(
+    client: EngineClient, check: Callable[[EngineState], bool], timeout: float = 60.0
+) -> EngineState:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = await client.state()
+        if check(state):
+            return state
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting; last state {state}")
+        await asyncio.sleep(0.1)
+
+
+async def test_engine_under_api_control_counts_only_while_running(
+    engine: Running, backbone: tuple[str, str]
+) -> None:
+    address, base = backbone
+    client = engine.client
+    await client.attach(AttachRequest(str(DEMO_MANIFEST), [address], base))
+    await client.set_settings({"max_other_cpu_percent": 100, "cpu_when_in_use": "pause"})
+    assert (await client.state()).state == "paused"  # not opted in yet: nothing runs
+
+    await client.start()
+    running = await until(client, lambda s: s.progress.session_samples > 0, timeout=120)
+    assert running.state == "running"
+    assert running.code == "running"
+
+    # pause: training stops, no more samples are counted
+    paused = await client.pause()
+    assert (paused.state, paused.code) == ("paused", "user_paused")
+    frozen = (await client.statistics(days=1)).totals.samples
+    session = (await client.state()).progress.session_samples
+    assert frozen == session > 0
+    await asyncio.sleep(1.5)
+    assert (await client.statistics(days=1)).totals.samples == frozen
+    assert (await client.state()).progress.session_samples == session
+
+    # resume: counting continues where it stopped
+    await client.resume()
+    await until(client, lambda s: s.progress.session_samples > session + 16)
+
+    # a snooze ends by itself
+    snoozed = await client.snooze(0.03)
+    assert snoozed.code == "snoozed"
+    during = (await client.statistics(days=1)).totals.samples
+    await until(client, lambda s: s.state == "running", timeout=10)
+    assert (await client.statistics(days=1)).totals.samples >= during
+    await until(client, lambda s: s.progress.session_samples > during + 16)
+
+    # the user returns: training waits within a second
+    engine.idle.user_input()
+    started = time.monotonic()
+    waiting = await until(client, lambda s: s.state == "waiting", timeout=5)
+    assert time.monotonic() - started < 1.0
+    assert waiting.reason == "Waiting: you are using the computer"
+
+    stats = await client.statistics(days=1)
+    assert stats.totals.samples > 0
+    assert stats.totals.compute_seconds > 0
+    assert stats.totals.bytes_sent > 0
+    assert stats.totals.bytes_received > 0
+    assert stats.today.samples == stats.totals.samples
