@@ -97,10 +97,11 @@ async def measure(seconds: float, home: Path) -> dict[str, Any]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the engine did not train")
                 await asyncio.sleep(0.5)
-            trained = (await client.state()).progress.session_samples
             paused = await client.pause()
             assert paused.state == "paused", paused
-            await asyncio.sleep(3)  # let the last round and the progress record settle
+            # let the last round, the progress record and the meter (read every 2 s) settle
+            await asyncio.sleep(3)
+            trained = (await client.state()).progress.session_samples
             after = await asyncio.to_thread(cpu_percent, engine.pid, seconds)
             print(f"paused after training: {after:.2f}% of one core", flush=True)
             samples_while_paused = (await client.state()).progress.session_samples - trained

@@ -182,3 +182,38 @@ def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
     assert run["requested"] == "fp32"
     assert run["samples_per_s"] > 0
     assert run["skipped_microbatches"] == 0
+
+
+@pytest.mark.slow
+def test_pause_latency_benchmark_writes_its_fields(tmp_path: Path) -> None:
+    out = tmp_path / "pause.json"
+    script = str(ROOT / "benchmarks" / "pause_latency.py")
+    subprocess.run(
+        [sys.executable, script, "--trials", "2", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    result = json.loads(out.read_text())
+    latency = result["pause_latency_ms"]
+    assert 0 < latency["p50"] <= latency["max"]
+    assert len(latency["all"]) == 2
+    assert result["microbatches_finished_after_pause"] == 0
+    assert result["gradients_left_after_pause"] == 0
+
+
+@pytest.mark.slow
+def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path) -> None:
+    out = tmp_path / "idle.json"
+    script = str(ROOT / "benchmarks" / "engine_idle.py")
+    subprocess.run(
+        [sys.executable, script, "--seconds", "2", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=400,
+    )
+    result = json.loads(out.read_text())
+    assert result["cpu_percent"] >= 0
+    assert set(result["phases"]) == {"never_started", "paused_after_training"}
+    assert result["samples_trained_before_pause"] >= 500
+    assert result["samples_while_paused"] == 0
