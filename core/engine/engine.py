@@ -91,7 +91,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._apply_lock = asyncio.Lock()
         self._decision: Decision | None = None
-        self._state: StateName = "paused"
+        self._state: StateName = "starting"
         self._code = "starting"
         self._reason = "Starting"
         self._since = clock()
