@@ -19,3 +19,5 @@ Packages, bottom to top (each may import only those below it):
 
 ``core`` never imports Qt or ``app``; the desktop app imports only ``core.api``.
 """
+
+__version__ = "0.1.0"

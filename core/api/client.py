@@ -20,6 +20,7 @@ from core.api.errors import ApiError, EngineUnavailable, VersionMismatch, error_
 from core.api.events import Event
 from core.api.schema import (
     API_VERSION,
+    VERSION_HEADER,
     AttachRequest,
     EngineState,
     ProjectInfo,
@@ -33,7 +34,6 @@ from core.api.schema import Settings as SettingsView
 from core.config.paths import UserDirs
 
 T = TypeVar("T")
-VERSION_HEADER = "X-Barnraise-Api"
 
 
 class EngineClient:

@@ -13,6 +13,8 @@ from typing import Literal
 from core.api.errors import BadRequest
 
 API_VERSION = 1
+VERSION_HEADER = "X-Barnraise-Api"
+"""The header carrying the API version of every request."""
 
 StateName = Literal["idle", "paused", "waiting", "starting", "running", "throttled", "error"]
 """idle: no project; paused: by the user, a snooze, the battery or the network cap; waiting: for the

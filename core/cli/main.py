@@ -7,10 +7,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from core import __version__
 from core.cli import ctl, demo, dht, engine, identity, peer, swarm
 from core.util.errors import BarnraiseError
 
-VERSION = "0.1.0"
+VERSION = __version__
 
 
 def build_parser() -> argparse.ArgumentParser:

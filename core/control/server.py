@@ -28,13 +28,19 @@ from core.api.errors import (
     Unauthorized,
     VersionMismatch,
 )
-from core.api.schema import API_VERSION, AttachRequest, ProjectList, SettingsUpdate, SnoozeRequest
+from core.api.schema import (
+    API_VERSION,
+    VERSION_HEADER,
+    AttachRequest,
+    ProjectList,
+    SettingsUpdate,
+    SnoozeRequest,
+)
 from core.engine import Engine
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)
 
-VERSION_HEADER = "X-Barnraise-Api"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

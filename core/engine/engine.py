@@ -18,8 +18,10 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+from core import __version__
 from core.api.errors import BadRequest, Conflict, NotFound
 from core.api.events import (
     EpochFinished,
@@ -65,7 +67,6 @@ from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
-VERSION = "0.1.0"
 WAITING_CODES = frozenset({"user_active", "busy", "low_memory", "gpu_hot", "outside_window"})
 
 
@@ -171,7 +172,7 @@ class Engine:
         try:
             slot = await asyncio.to_thread(
                 ProjectSlot.from_manifest,
-                _path(request.manifest),
+                _manifest_path(request.manifest),
                 initial_peers=tuple(request.initial_peers),
                 data_base=request.data_base,
                 device=request.device,
@@ -213,7 +214,7 @@ class Engine:
         slot = self._slot(self.memory.active) if self.memory.active else None
         return EngineState(
             api_version=API_VERSION,
-            engine_version=VERSION,
+            engine_version=__version__,
             pid=os.getpid(),
             state=self._state,
             code=self._code,
@@ -253,16 +254,13 @@ class Engine:
         self.metering.flush_all()  # the answer comes from the ledger itself
         now = self._clock()
         offset = _utc_offset(now)
-        today = self.ledger.daily(project, 1, now=now, utc_offset_seconds=offset)
+        days_amounts = self.ledger.daily(project, days, now=now, utc_offset_seconds=offset)
         return Statistics(
             project=project,
             totals=_amounts(self.ledger.totals(project)),
-            today=_amounts(today[-1][1]) if today else Amounts(),
+            today=_amounts(days_amounts[-1][1]),
             month_bytes=self.ledger.month_bytes(now=now, utc_offset_seconds=offset),
-            days=[
-                DayAmounts(day, _amounts(c))
-                for day, c in self.ledger.daily(project, days, now=now, utc_offset_seconds=offset)
-            ],
+            days=[DayAmounts(day, _amounts(c)) for day, c in days_amounts],
         )
 
     # ---- the scheduler loop ----------------------------------------------------------------------
@@ -458,13 +456,10 @@ def _local(now: float) -> datetime.datetime:
 
 
 def _utc_offset(now: float) -> int:
-    offset = _local(now).utcoffset()
-    return int(offset.total_seconds()) if offset is not None else 0
+    return time.localtime(now).tm_gmtoff
 
 
-def _path(text: str) -> Any:
-    from pathlib import Path  # noqa: PLC0415 - kept local: the only use
-
+def _manifest_path(text: str) -> Path:
     if not text.strip():
         raise BadRequest("the manifest path is empty")
     return Path(text)

@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -83,15 +83,6 @@ class ProjectSlot:
             str(table["data_base"]) if "data_base" in table else None,
             str(table.get("device", "cpu")),
         )
-
-
-@dataclass
-class _Counters:
-    samples: int = 0
-    compute_seconds: float = 0.0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    progress: dict[str, Any] = field(default_factory=dict)
 
 
 class ProjectRunner:
