@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.net import Host, Identity, NetConfig
+from core.net.gate import AccessGate
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
 # Short timeouts so that failure paths finish quickly in tests.
@@ -34,8 +35,12 @@ async def make_host() -> AsyncIterator[MakeHost]:
     baseline = open_fd_count()
     made: list[Host] = []
 
-    async def make(config: NetConfig = FAST, identity: Identity | None = None) -> Host:
-        host = Host(identity or Identity.generate(), config)
+    async def make(
+        config: NetConfig = FAST,
+        identity: Identity | None = None,
+        access: AccessGate | None = None,
+    ) -> Host:
+        host = Host(identity or Identity.generate(), config, access=access)
         made.append(host)
         await host.start()
         return host

@@ -18,6 +18,7 @@ from core.dht.records import (
     required_signer,
     signing_payload,
 )
+from core.net.peer_id import PeerID
 from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack, unpack
 from core.util.wire import WireMessage
@@ -36,13 +37,16 @@ class RecordSchema:
     key: str | Callable[[Any], bool]
     value: type[WireMessage] | None = None
     subkeys: Literal["none", "any", "owned"] = "any"
+    authorize: Callable[[PeerID | None, bytes], None] | None = None
+    """Further checks of the record's signer and bytes, e.g. that the value carries a valid access
+    pass bound to its signer (moderated projects); raises ``InvalidRecord`` to refuse."""
 
     def matches(self, key: Any) -> bool:
         if callable(self.key):
             return self.key(key)
         return isinstance(key, str) and key.startswith(self.key)
 
-    def check(self, key: Any, subkey: Any, data: bytes) -> None:
+    def check(self, key: Any, subkey: Any, data: bytes, signer: PeerID | None = None) -> None:
         if self.subkeys == "none" and subkey is not None:
             raise InvalidRecord(f"{self.name} records take no subkeys")
         if self.subkeys == "owned" and required_signer(None, subkey) is None:
@@ -52,6 +56,8 @@ class RecordSchema:
                 self.value.from_wire(unpack(data))
             except WireFormatError as exc:
                 raise InvalidRecord(f"{self.name} value does not match its schema: {exc}") from None
+        if self.authorize is not None:
+            self.authorize(signer, data)
 
 
 @dataclass(frozen=True)
@@ -97,4 +103,4 @@ class RecordRules:
                 raise InvalidRecord(f"the record's signature is not {signer}'s")
         for schema in self.schemas:
             if schema.matches(key):
-                schema.check(key, subkey, value.data)
+                schema.check(key, subkey, value.data, signer)

@@ -6,11 +6,14 @@
 - ``certificate``  TLS certificates carrying an identity proof; the public network root.
 - ``tls``          SSL contexts (TLS 1.3, mutual certificates) and reading the proven PeerID.
 - ``frames``       the frame format and an incremental, I/O-free decoder.
-- ``hello``        the first message of each connection (version, window, listen addresses).
+- ``hello``        the first message of each connection (version, window, listen addresses, pass).
+- ``passes``       AccessPass: a project's signed {user, peer key, expiry}; issuing and checking.
+- ``gate``         AccessGate: our pass, the revoked peer keys, and admitting peers by their pass.
 - ``stream``       Stream: messages and raw data both ways inside a call, credit flow control.
 - ``rpc``          Method/StreamMethod, CallContext and the Router of handlers.
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
-- ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
+- ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close; in moderated
+  projects it admits only peers with a valid pass, pushes our renewed pass, drops revoked peers.
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.

@@ -76,7 +76,10 @@ class OutgoingCalls:
     def _open(self, method: str, request: Any, timeout: float, streaming: bool) -> int:
         conn = self._conn
         if not conn.is_usable:
-            raise ConnectionClosedError(f"connection to {conn.describe()} is not accepting calls")
+            why = f": {conn.close_reason}" if conn.close_reason else ""
+            raise ConnectionClosedError(
+                f"connection to {conn.describe()} is not accepting calls{why}"
+            )
         payload = pack([method, timeout, FLAG_STREAM if streaming else 0, request])
         if len(payload) > conn.config.max_frame_bytes:
             raise FrameTooLargeError(

@@ -10,6 +10,7 @@ broken protocol) closes only this connection, with the reason logged; calls in f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from core.net.errors import (
 )
 from core.net.frames import HEADER, Frame, FrameDecoder, Kind
 from core.net.hello import PROTOCOL_VERSION, Hello
+from core.net.passes import AccessDenied, AccessPass
 from core.net.rpc import Router
 from core.net.stream import Stream
 from core.net.traffic import Traffic
@@ -59,6 +61,7 @@ class Connection(asyncio.BufferedProtocol):
         hello: Callable[[Connection], Hello],
         on_hello: Callable[[Connection], None],
         on_closed: Callable[[Connection], None],
+        admit: Callable[[Connection, Hello], None] | None = None,
     ) -> None:
         self.config = config
         self.bandwidth = bandwidth or BandwidthLimits()
@@ -71,6 +74,9 @@ class Connection(asyncio.BufferedProtocol):
         self._make_hello = hello
         self._on_hello_received = on_hello
         self._on_closed = on_closed
+        self._admit = admit
+        self.remote_pass: AccessPass | None = None
+        """The access pass the peer showed (moderated projects only)."""
         self._hello_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(
@@ -127,6 +133,11 @@ class Connection(asyncio.BufferedProtocol):
             and not self.remote_going_away
             and not self.outgoing.exhausted
         )
+
+    @property
+    def close_reason(self) -> str | None:
+        """Why the connection is closing or closed, once that is known."""
+        return self._close_reason
 
     @property
     def closing(self) -> bool:
@@ -286,7 +297,7 @@ class Connection(asyncio.BufferedProtocol):
             )
         early, self._early = self._early, []
         for frame in early:
-            if self._lost:
+            if self._lost or self._aborted:
                 return
             try:
                 self._dispatch(frame)
@@ -320,7 +331,7 @@ class Connection(asyncio.BufferedProtocol):
         return memoryview(bytearray(length)), False
 
     def _on_frame(self, frame: Frame) -> None:
-        if self._lost:
+        if self._lost or self._aborted:  # nothing after a refusal may reach a handler
             return
         if self.peer is None:
             self._early.append(frame)
@@ -351,7 +362,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def _on_goaway(self, frame: Frame) -> None:
         self.remote_going_away = True
-        log.debug("%s is going away: %s", self.describe(), unpack(frame.payload))
+        reason = unpack(frame.payload)
+        if isinstance(reason, dict) and isinstance(reason.get("refused"), str):
+            self._set_reason(f"{self.describe()} refused us: {reason['refused']}", logging.WARNING)
+            return
+        log.debug("%s is going away: %s", self.describe(), reason)
 
     def _on_hello(self, frame: Frame) -> None:
         if self.remote_hello is not None:
@@ -364,6 +379,12 @@ class Connection(asyncio.BufferedProtocol):
             )
         if hello.window < self.config.stream_chunk_bytes:
             raise ProtocolViolation(f"stream window {hello.window} is smaller than one chunk")
+        if self._admit is not None:
+            try:
+                self._admit(self, hello)
+            except AccessDenied as exc:
+                self.refuse(str(exc))
+                return
         self.remote_hello = hello
         self._hello_future.set_result(hello)
         if self._hello_timer is not None:
@@ -442,6 +463,20 @@ class Connection(asyncio.BufferedProtocol):
         for candidate in (self._transport, transport):
             if candidate is not None:
                 candidate.abort()
+
+    def refuse(self, reason: str) -> None:
+        """Tell the peer why it may not talk to us, then drop the connection (access control)."""
+        if self._lost or self._aborted:
+            return
+        self._set_reason(f"access refused: {reason}", logging.WARNING)
+        with contextlib.suppress(ConnectionClosedError):
+            self.send_if_open(Kind.GOAWAY, 0, pack({"refused": reason}))
+        self._closing = self._aborted = True
+        if not self._hello_future.done():
+            self._hello_future.set_exception(HandshakeError(f"access refused: {reason}"))
+            self._hello_future.exception()
+        if self._transport is not None:
+            self._transport.close()  # close, not abort: the GOAWAY above should reach the peer
 
     async def close(self, reason: str = "closed", *, grace: float | None = None) -> None:
         """Say goodbye, let running calls finish for a moment, then close."""

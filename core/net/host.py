@@ -30,10 +30,12 @@ from core.net.errors import (
     NetError,
     PeerIdMismatchError,
 )
+from core.net.gate import AccessGate
 from core.net.hello import AGENT, PROTOCOL_VERSION, Hello
 from core.net.identity import Identity
+from core.net.passes import AccessDenied
 from core.net.peer_id import PeerID
-from core.net.rpc import Method, Req, Resp, Router, StreamMethod
+from core.net.rpc import CallContext, Method, Req, Resp, Router, StreamMethod
 from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
 from core.net.traffic import Traffic
 from core.util.errors import WireFormatError
@@ -42,6 +44,9 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 Target: TypeAlias = PeerAddress | PeerID | str
+RENEW_PASS = "net.renew_pass"
+ACCESS_SWEEP_INTERVAL = 1.0
+"""Seconds between checks of connected peers' passes for expiry (cheap: no crypto)."""
 
 
 class _Unwrapped(asyncio.Protocol):
@@ -80,7 +85,13 @@ def _decode_response(cls: type[Resp], name: str, raw: Any) -> Resp:
 class Host:
     """Listens, dials, authenticates and serves calls for one identity."""
 
-    def __init__(self, identity: Identity, config: NetConfig | None = None) -> None:
+    def __init__(
+        self,
+        identity: Identity,
+        config: NetConfig | None = None,
+        *,
+        access: AccessGate | None = None,
+    ) -> None:
         self.identity = identity
         self.peer_id = identity.peer_id
         self.config = config or NetConfig()
@@ -98,6 +109,11 @@ class Host:
         self.peerstore: dict[PeerID, list[PeerAddress]] = {}
         self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
         self.traffic = Traffic()
+        self.access = access
+        if access is not None:
+            if access.me != self.peer_id:
+                raise ValueError("the access gate belongs to another identity")
+            self.router.add_raw(RENEW_PASS, self._on_renewed_pass)
 
     def set_bandwidth_limits(self, upload: float | None, download: float | None) -> None:
         """Bytes per second over all connections, effective at once (None: unlimited)."""
@@ -123,12 +139,17 @@ class Host:
                 host, port = sock.getsockname()[:2]
                 self.listen_addresses.append(PeerAddress.tcp(host, port, self.peer_id))
         self._tasks.spawn("idle-sweeper", self._sweep_idle())
+        if self.access is not None:
+            self.access.add_listener(self._access_changed)
+            self._tasks.spawn("access-sweeper", self._sweep_access())
 
     async def close(self) -> None:
         """Stop listening, close every connection, and wait until nothing of ours is left."""
         if self._closed:
             return
         self._closed = True
+        if self.access is not None:
+            self.access.remove_listener(self._access_changed)
         for server in self._servers:
             server.close()
         await self._tasks.close()
@@ -305,7 +326,10 @@ class Host:
         except BaseException as exc:
             conn.abort(f"dial failed: {exc}", level=logging.DEBUG, transport=tls)
             raise
-        # no waiting for the peer's hello: our first request follows our hello at once
+        # Open projects do not wait for the peer's hello (our first request follows our hello at
+        # once); in a moderated one the peer's pass is checked before anything is sent to it.
+        if self.access is not None:
+            await conn.wait_ready()
         self._register(conn)
         return conn
 
@@ -380,6 +404,7 @@ class Host:
             hello=self._hello_for,
             on_hello=self._learn_addresses,
             on_closed=self._on_closed,
+            admit=None if self.access is None else self._admit,
         )
 
     def _hello_for(self, conn: Connection) -> Hello:
@@ -390,7 +415,63 @@ class Host:
             window=self.config.stream_window_bytes,
             listen=[str(address) for address in self.listen_addresses],
             observed=str(observed) if observed else None,
+            extensions={} if self.access is None else {"pass": self.access.presented()},
         )
+
+    def _admit(self, conn: Connection, hello: Hello) -> None:
+        """Check the pass in the peer's hello (raises ``AccessDenied``; the connection refuses)."""
+        assert self.access is not None
+        assert conn.peer is not None
+        conn.remote_pass = self.access.admit(conn.peer, hello.extensions.get("pass"))
+
+    async def _on_renewed_pass(self, ctx: CallContext, raw: Any) -> bool:
+        """A connected peer shows its renewed pass; a pass that does not admit it ends the link."""
+        assert self.access is not None
+        try:
+            ctx.connection.remote_pass = self.access.admit(ctx.peer, raw)
+        except AccessDenied as exc:
+            ctx.connection.refuse(str(exc))
+            return False
+        return True
+
+    def _access_changed(self) -> None:
+        """Our pass or the revocations changed: show peers our pass, and recheck theirs."""
+        if self._closed:
+            return
+        self._recheck_access()
+        self._tasks.spawn("renew-pass", self._push_pass())
+
+    async def _push_pass(self) -> None:
+        assert self.access is not None
+        presented = self.access.presented()
+        if presented is None:
+            return
+        calls = [
+            conn.call(RENEW_PASS, presented, timeout=self.config.call_timeout)
+            for conn in self.connections()
+            if conn.is_usable and conn.remote_hello is not None
+        ]
+        for outcome in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(outcome, NetError):
+                log.debug("could not show a peer our renewed pass: %s", outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
+    def _recheck_access(self) -> None:
+        assert self.access is not None
+        for conn in self.connections():
+            if conn.remote_pass is None or conn.is_closed:
+                continue
+            try:
+                self.access.recheck(conn.remote_pass)
+            except AccessDenied as exc:
+                conn.refuse(str(exc))
+
+    async def _sweep_access(self) -> None:
+        """Passes expire with time alone: close links whose pass has run out."""
+        while True:
+            await asyncio.sleep(ACCESS_SWEEP_INTERVAL)
+            self._recheck_access()
 
     def _register(self, conn: Connection) -> None:
         assert conn.peer is not None

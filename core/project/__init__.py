@@ -3,7 +3,7 @@
 - ``manifest``    ``Manifest``, ``load_manifest`` and ``parse_manifest``: reading, cross-section checks,
   resolving data URLs, and re-validated overrides (``with_training``, ``with_averaging``).
 - ``sections``    one frozen dataclass per TOML section (``[project]``, ``[model]``, ``[data]`` with its
-  ``[[data.sources]]``, ``[training]``, ``[averaging]``, ``[network]``), each validating itself.
+  ``[[data.sources]]``, ``[training]``, ``[averaging]``, ``[network]``, ``[access]``), each validating itself.
 - ``validation``  the shared checks: TOML types from the annotations, ranges, choices, unknown keys.
 - ``errors``      ``ManifestError``: the file, the dotted key and the reason.
 
@@ -13,6 +13,7 @@ This package imports neither torch nor the training code: model settings are pla
 from core.project.errors import ManifestError
 from core.project.manifest import Manifest, load_manifest, parse_manifest
 from core.project.sections import (
+    AccessSection,
     AveragingSection,
     DataSection,
     ModelSection,
@@ -23,6 +24,7 @@ from core.project.sections import (
 )
 
 __all__ = [
+    "AccessSection",
     "AveragingSection",
     "DataSection",
     "Manifest",

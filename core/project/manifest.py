@@ -17,6 +17,7 @@ from urllib.parse import quote, urljoin
 
 from core.project.errors import ManifestError
 from core.project.sections import (
+    AccessSection,
     AveragingSection,
     DataSection,
     ModelSection,
@@ -35,7 +36,7 @@ class _Section(Protocol):
 
 SectionT = TypeVar("SectionT", bound=_Section)
 
-_SECTIONS = ("project", "model", "data", "training", "averaging", "network")
+_SECTIONS = ("project", "model", "data", "training", "averaging", "network", "access")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
@@ -48,6 +49,7 @@ class Manifest:
     training: TrainingSection
     averaging: AveragingSection
     network: NetworkSection
+    access: AccessSection = dataclasses.field(default_factory=AccessSection)
     path: Path | None = None
     """The file it was loaded from; relative data paths are resolved against its folder."""
 
@@ -67,6 +69,10 @@ class Manifest:
                 f"must equal model.vocab_size ({self.model.vocab_size}), "
                 f"got {self.data.tokenizer_vocab_size}",
             )
+        if self.access.moderated and not self.network.coordinator_url:
+            raise ManifestError(
+                self.path, "network.coordinator_url", "a moderated project needs its coordinator"
+            )
 
     def resolve_url(self, url: str, *, data_base: str | None = None) -> str:
         """Where ``url`` points: URLs and absolute paths as they are, relative paths joined to
@@ -85,6 +91,14 @@ class Manifest:
     def with_training(self, **changes: Any) -> Manifest:
         """A copy with some ``[training]`` values changed (e.g. from the command line), re-validated."""
         return self._with_section("training", changes)
+
+    def with_access(self, **changes: Any) -> Manifest:
+        """A copy with some ``[access]`` values changed, re-validated."""
+        return self._with_section("access", changes)
+
+    def with_network(self, **changes: Any) -> Manifest:
+        """A copy with some ``[network]`` values changed, re-validated."""
+        return self._with_section("network", changes)
 
     def with_averaging(self, **changes: Any) -> Manifest:
         """A copy with some ``[averaging]`` values changed, re-validated."""
@@ -149,6 +163,7 @@ def _build(document: Mapping[str, Any], path: Path | None) -> Manifest:
         training=_section(TrainingSection, _table(document, "training")),
         averaging=_section(AveragingSection, _table(document, "averaging")),
         network=_section(NetworkSection, _table(document, "network")),
+        access=_section(AccessSection, _table(document, "access")),
         path=path,
     )
 

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from core.net.errors import PeerIdError
+from core.net.peer_id import PeerID
 from core.project.validation import FieldCheck
 
 PROJECT_NAME = re.compile(r"[a-z0-9-]{1,64}")
@@ -20,6 +22,7 @@ OPTIMIZERS = ("lamb", "adam", "adamw", "sgd")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 CODECS = ("none", "fp16", "uint8", "blockwise8", "auto")
 URL_SCHEMES = ("file", "http", "https")
+ACCESS_MODES = ("open", "moderated")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -221,3 +224,45 @@ class NetworkSection:
         url = self.coordinator_url
         if url and not url.startswith(("http://", "https://")):
             check.fail("coordinator_url", f"must be empty or an http(s):// URL, got {url!r}")
+
+
+@dataclass(frozen=True)
+class AccessSection:
+    KEY: ClassVar[str] = "access"
+    mode: str = "open"
+    """``open``: anyone may join. ``moderated``: every peer shows a pass from the coordinator."""
+    project_key: str = ""
+    """The PeerID of the project's public key, which signs access passes (moderated projects)."""
+    allow_signup: bool = False
+    """Whether anyone may create an account at the coordinator, or only moderators."""
+    pass_lifetime: float = 900.0
+    """Seconds a pass stays valid; peers renew theirs at half its life."""
+    refresh_interval: float = 60.0
+    """Seconds between peers' checks with the coordinator: a ban reaches every peer within this."""
+
+    def __post_init__(self) -> None:
+        check = FieldCheck(self, self.KEY)
+        check.one_of("mode", ACCESS_MODES)
+        if self.project_key:
+            try:
+                PeerID.from_string(self.project_key)
+            except PeerIdError as exc:
+                check.fail("project_key", f"must be the PeerID of an Ed25519 key: {exc}")
+        elif self.mode == "moderated":
+            check.fail("project_key", "a moderated project needs the project's public key")
+        check.in_range("pass_lifetime", 10.0)
+        check.in_range("refresh_interval", 0.0, low_open=True)
+        if self.refresh_interval > self.pass_lifetime / 2:
+            check.fail(
+                "refresh_interval",
+                f"must be at most half of access.pass_lifetime ({self.pass_lifetime / 2:g}), "
+                f"got {self.refresh_interval:g}",
+            )
+
+    @property
+    def moderated(self) -> bool:
+        return self.mode == "moderated"
+
+    @property
+    def key(self) -> PeerID | None:
+        return PeerID.from_string(self.project_key) if self.project_key else None

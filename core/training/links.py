@@ -23,11 +23,12 @@ class PeerLinks:
 
     @classmethod
     def create(cls, averager: Averager, bridge: TrainingBridge) -> PeerLinks:
-        """Links under the averager's prefix (the project's name), on its Host and DHT node."""
+        """Links under the averager's prefix (the project's name), on its Host and DHT node; in a
+        moderated project (the Host has an access gate) progress records carry passes."""
         prefix = averager.prefix
         return cls(
             averager,
             StateSharing(averager.host, averager.dht, prefix),
-            ProgressBoard(averager.dht, prefix),
+            ProgressBoard(averager.dht, prefix, access=averager.host.access),
             bridge,
         )

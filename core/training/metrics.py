@@ -4,6 +4,10 @@ Each peer's record carries the loss totals of the last epoch it finished. The lo
 sum of all peers' losses over the sum of their mini-steps (so a fast peer weighs as much as its work);
 samples and speed are summed; alive peers are the trainers with fresh records. An epoch is reported
 once, a short grace after its first totals appear, so that slower peers' totals are included.
+
+Each report also lists every peer's part of the epoch (its samples, an estimate of its compute time,
+and in moderated projects the pass naming its user): what the coordinator's leaderboard counts, so the
+leaderboard and these metrics add up to the same samples.
 """
 
 from __future__ import annotations
@@ -13,7 +17,24 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from core.net.passes import AccessPass
 from core.training.progress import PeerProgress
+
+
+@dataclass(frozen=True)
+class PeerContribution:
+    """One peer's part of a completed epoch."""
+
+    peer: str
+    samples: int
+    compute_seconds: float
+    """Estimated as samples over the peer's reported speed."""
+    access: AccessPass | None = None
+    """The peer's pass (moderated projects): which user the samples belong to."""
+
+    @property
+    def username(self) -> str | None:
+        return None if self.access is None else self.access.username
 
 
 @dataclass(frozen=True)
@@ -25,15 +46,27 @@ class EpochMetrics:
     samples_per_second: float
     alive_peers: int
     time: float
+    contributions: tuple[PeerContribution, ...] = ()
+    """Per peer; their samples add up to ``samples``."""
+
+    def summary(self) -> dict[str, object]:
+        """The metrics as plain JSON values; contributions by user (passes left out)."""
+        data = asdict(self)
+        by_user: dict[str, int] = {}
+        for part in self.contributions:
+            name = part.username or part.peer
+            by_user[name] = by_user.get(name, 0) + part.samples
+        data["contributions"] = by_user
+        return data
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.summary(), sort_keys=True)
 
 
 @dataclass
 class _Totals:
     first_seen: float
-    by_peer: dict[str, tuple[float, int, int]] = field(default_factory=dict)
+    by_peer: dict[str, PeerProgress] = field(default_factory=dict)
 
 
 class MetricsAggregator:
@@ -49,11 +82,7 @@ class MetricsAggregator:
             if epoch <= self._reported or record.mode == "aux":
                 continue
             totals = self._pending.setdefault(epoch, _Totals(now))
-            totals.by_peer[record.peer] = (
-                record.last_loss_sum,
-                record.last_mini_steps,
-                record.last_samples,
-            )
+            totals.by_peer[record.peer] = record
         trainers = [r for r in records if r.training]
         speed = sum(r.samples_per_second for r in trainers)
         newest = max((r.last_epoch for r in trainers), default=-1)
@@ -73,11 +102,22 @@ class MetricsAggregator:
         self._reported = max(self._reported, epoch)
         for stale in [e for e in self._pending if e <= epoch]:
             del self._pending[stale]
-        loss_sum = sum(v[0] for v in totals.by_peer.values())
-        steps = sum(v[1] for v in totals.by_peer.values())
+        records = totals.by_peer.values()
+        loss_sum = sum(r.last_loss_sum for r in records)
+        steps = sum(r.last_mini_steps for r in records)
         loss = loss_sum / steps if steps and math.isfinite(loss_sum) else None
-        samples = sum(v[2] for v in totals.by_peer.values())
-        return EpochMetrics(epoch, loss, samples, round(speed, 1), alive, now)
+        parts = tuple(
+            PeerContribution(
+                r.peer,
+                r.last_samples,
+                r.last_samples / r.samples_per_second if r.samples_per_second > 0 else 0.0,
+                r.access,
+            )
+            for r in records
+            if r.last_samples > 0
+        )
+        samples = sum(part.samples for part in parts)
+        return EpochMetrics(epoch, loss, samples, round(speed, 1), alive, now, parts)
 
 
 class MetricsLog:

@@ -9,6 +9,7 @@ will be reached, and who is alive. Records expire on their own when a peer disap
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -16,11 +17,19 @@ from typing import Any
 
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
+from core.dht.validation import RecordSchema
+from core.net.gate import AccessGate
+from core.net.passes import AccessDenied, AccessPass
+from core.net.peer_id import PeerID
+from core.util.errors import WireFormatError
+from core.util.msgpack_codec import unpack
 
 log = logging.getLogger(__name__)
 
 TRAINING_MODES = ("trainer", "client")
 MODES = (*TRAINING_MODES, "aux", "paused")
+_WIRE_FIELDS = 11
+"""Fields of a progress record (epoch ... last_samples); a moderated project's pass follows them."""
 """A paused peer keeps its record (with its epoch) but counts neither samples nor speed."""
 
 
@@ -43,6 +52,12 @@ class PeerProgress:
     last_mini_steps: int = 0
     last_samples: int = 0
     """The same totals for the last epoch this peer finished (for the metrics of that epoch)."""
+    access: AccessPass | None = None
+    """The peer's pass in a moderated project: says which user the samples belong to."""
+
+    @property
+    def username(self) -> str | None:
+        return None if self.access is None else self.access.username
 
     @property
     def training(self) -> bool:
@@ -62,12 +77,17 @@ class PeerProgress:
             self.last_loss_sum,
             self.last_mini_steps,
             self.last_samples,
+            *([] if self.access is None else [self.access.to_wire()]),
         ]
 
     @classmethod
     def from_wire(cls, peer: str, value: Any) -> PeerProgress | None:
         """None for anything malformed: another peer's bad record must not stop us."""
         try:
+            access = None
+            if isinstance(value, list) and len(value) == _WIRE_FIELDS + 1:
+                # the pass was checked by the DHT's rules when the record was read
+                access = AccessPass.from_wire(value.pop())
             (
                 epoch,
                 samples,
@@ -91,10 +111,29 @@ class PeerProgress:
                 return None
             return cls(
                 peer, epoch, samples, float(sps), float(when), mode, float(loss_sum), mini,
-                last, float(last_loss), last_mini, last_n,
+                last, float(last_loss), last_mini, last_n, access,
             )  # fmt: skip
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, WireFormatError):
             return None
+
+
+def pass_carrying_schema(name: str, key: str, access: AccessGate) -> RecordSchema:
+    """Records under ``key`` must be signed by their peer and end with a pass that admits it."""
+
+    def authorize(signer: PeerID | None, data: bytes) -> None:
+        if signer is None:
+            raise InvalidRecord(f"{name} records must be signed by their peer")
+        try:
+            value = unpack(data)
+        except WireFormatError as exc:
+            raise InvalidRecord(f"{name} record: {exc}") from None
+        presented = value[-1] if isinstance(value, list) and value else None
+        try:
+            access.admit(signer, presented)
+        except AccessDenied as exc:
+            raise InvalidRecord(f"{name} record of {signer}: {exc}") from None
+
+    return RecordSchema(name, key, subkeys="owned", authorize=authorize)
 
 
 @dataclass(frozen=True)
@@ -128,15 +167,28 @@ class CollaborationView:
 
 
 class ProgressBoard:
-    """Publishing our record and reading everyone's."""
+    """Publishing our record and reading everyone's.
 
-    def __init__(self, dht: DHTNode, prefix: str, *, ttl: float = 30.0) -> None:
+    In a moderated project (``access`` given) every record carries its peer's pass, and this peer's
+    DHT refuses to keep or believe a progress record whose pass does not admit its signer.
+    """
+
+    def __init__(
+        self, dht: DHTNode, prefix: str, *, ttl: float = 30.0, access: AccessGate | None = None
+    ) -> None:
         self._dht = dht
         self._key = f"{prefix}.progress"
         self._ttl = ttl
         self._me = str(dht.peer_id)
+        self._access = access
+        if access is not None:
+            dht.rules.add_schema(pass_carrying_schema("progress", self._key, access))
 
     async def publish(self, progress: PeerProgress) -> bool:
+        if self._access is not None:
+            if self._access.own_pass is None:
+                raise AccessDenied("no access pass yet: cannot report progress")
+            progress = dataclasses.replace(progress, access=self._access.own_pass)
         expiration = progress.time + self._ttl
         return await self._dht.store(
             self._key, progress.to_wire(), expiration, subkey=owner_marker(self._dht.peer_id)

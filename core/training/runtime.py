@@ -27,6 +27,7 @@ from core.averaging import Averager, AveragerConfig, Codec
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
+from core.net.gate import AccessGate
 from core.project import Manifest
 from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
@@ -70,6 +71,10 @@ class PeerSettings:
     identity: Identity | None = None
     start_paused: bool = False
     """Build everything but wait for ``resume`` before the first microbatch (the engine's way)."""
+    access: AccessGate | None = None
+    """The gate holding this peer's pass (kept fresh by its owner); required in moderated projects."""
+    on_metrics: Callable[[EpochMetrics], None] | None = None
+    """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -178,7 +183,18 @@ class ProjectPeer:
         self.on_event = on_event
         manifest = settings.manifest
         self.prefix = manifest.project.name
-        self.host = Host(settings.identity or Identity.generate(), NetConfig())
+        access = settings.access
+        if manifest.access.moderated:
+            if access is None:
+                raise TrainingError(
+                    f"project {self.prefix} is moderated: log in to its coordinator to get a pass"
+                )
+            if access.project != self.prefix or access.project_key != manifest.access.key:
+                raise TrainingError(f"the access gate is not for project {self.prefix}")
+        elif access is not None:
+            raise TrainingError(f"project {self.prefix} is open: it takes no access gate")
+        identity = settings.identity or Identity.generate()
+        self.host = Host(identity, NetConfig(), access=access)
         self.dht = DHTNode(
             HostTransport(self.host), DHTConfig(client_mode=settings.role == "client")
         )
@@ -341,7 +357,9 @@ class ProjectPeer:
 
         def report(metrics: EpochMetrics) -> None:
             metrics_log.write(metrics)
-            self.on_event({"event": "metrics", **metrics.__dict__})
+            self.on_event({"event": "metrics", **metrics.summary()})
+            if s.on_metrics is not None:
+                s.on_metrics(metrics)
 
         aux = AuxiliaryPeer(
             state,
