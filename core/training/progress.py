@@ -117,8 +117,9 @@ class PeerProgress:
             return None
 
 
-def pass_carrying_schema(name: str, key: str, access: AccessGate) -> RecordSchema:
-    """Records under ``key`` must be signed by their peer and end with a pass that admits it."""
+def pass_carrying_schema(name: str, key: str, access: AccessGate, fields: int) -> RecordSchema:
+    """Records under ``key`` must be signed by their peer and be lists of ``fields`` values followed
+    by a pass that admits that peer."""
 
     def authorize(signer: PeerID | None, data: bytes) -> None:
         if signer is None:
@@ -127,7 +128,7 @@ def pass_carrying_schema(name: str, key: str, access: AccessGate) -> RecordSchem
             value = unpack(data)
         except WireFormatError as exc:
             raise InvalidRecord(f"{name} record: {exc}") from None
-        presented = value[-1] if isinstance(value, list) and value else None
+        presented = value[fields] if isinstance(value, list) and len(value) == fields + 1 else None
         try:
             access.admit(signer, presented)
         except AccessDenied as exc:
@@ -182,7 +183,7 @@ class ProgressBoard:
         self._me = str(dht.peer_id)
         self._access = access
         if access is not None:
-            dht.rules.add_schema(pass_carrying_schema("progress", self._key, access))
+            dht.rules.add_schema(pass_carrying_schema("progress", self._key, access, _WIRE_FIELDS))
 
     async def publish(self, progress: PeerProgress) -> bool:
         if self._access is not None:
@@ -207,8 +208,17 @@ class ProgressBoard:
             if owner is None:
                 continue
             record = PeerProgress.from_wire(str(owner), entry.value)
-            if record is not None:
-                records.append(record)
+            if record is None:
+                continue
+            if self._access is not None:
+                # records stored before a ban or an expiry are still in the DHT: ask again
+                if record.access is None:
+                    continue
+                try:
+                    self._access.recheck(record.access)
+                except AccessDenied:
+                    continue
+            records.append(record)
         return records
 
     def view(
