@@ -11,6 +11,12 @@
     barnraise ctl detach NAME
     barnraise ctl events [--since N]     follow the engine's events (Ctrl-C to stop)
     barnraise ctl shutdown               stop the engine
+    barnraise ctl login [--username U] [--password-stdin] [--signup]
+                                         log in at the active project's coordinator (asks for the
+                                         password without echoing it; --signup creates the account)
+    barnraise ctl logout                 end the session and forget it
+    barnraise ctl account                who is logged in, and until when the access pass is valid
+    barnraise ctl leaderboard [--limit N] [--me]   the project's top volunteers, or your own rank
 
 ``--json`` prints the API's answer as JSON instead of text.
 """
@@ -19,12 +25,23 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import getpass
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from core.api import AttachRequest, BadRequest, EngineClient, EngineState, Statistics
+from core.api import (
+    AccountInfo,
+    AttachRequest,
+    BadRequest,
+    EngineClient,
+    EngineState,
+    Leaderboard,
+    LeaderboardEntry,
+    MyRank,
+    Statistics,
+)
 from core.api.codec import encode
 from core.cli.signals import run_command
 from core.scheduler import Preferences, PreferencesError
@@ -42,6 +59,10 @@ ACTIONS = (
     "detach",
     "events",
     "shutdown",
+    "login",
+    "logout",
+    "account",
+    "leaderboard",
 )
 
 
@@ -62,6 +83,15 @@ def register(commands: Any) -> None:
     parser.add_argument("--device", default="cpu", help="attach: cpu, cuda, cuda:1, mps")
     parser.add_argument("--since", type=int, default=None, help="events: backlog after this seq")
     parser.add_argument("--count", type=int, default=0, help="events: stop after N (0: never)")
+    parser.add_argument("--username", default=None, help="login: the account's name")
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="login: read the password from the first line of standard input (for scripts)",
+    )
+    parser.add_argument("--signup", action="store_true", help="login: create the account first")
+    parser.add_argument("--limit", type=int, default=10, help="leaderboard: how many volunteers")
+    parser.add_argument("--me", action="store_true", help="leaderboard: your rank and history")
     parser.set_defaults(run=run)
 
 
@@ -102,6 +132,15 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
     if action == "events":
         await _follow(client, args)
         return None
+    if action == "login":
+        username, password = _credentials(args)
+        return await client.login(username, password, signup=args.signup)
+    if action == "logout":
+        return await client.logout()
+    if action == "account":
+        return await client.account()
+    if action == "leaderboard":
+        return await (client.my_rank() if args.me else client.leaderboard(args.limit))
     await client.shutdown()
     return None
 
@@ -116,6 +155,25 @@ async def _follow(client: EngineClient, args: argparse.Namespace) -> None:
         seen += 1
         if args.count and seen >= args.count:
             return
+
+
+def _credentials(args: argparse.Namespace) -> tuple[str, str]:
+    """The username and password, from the options, the terminal (no echo) or standard input."""
+    username = args.username or (args.values[0] if args.values else None)
+    if args.password_stdin:
+        if not username:
+            raise BadRequest(
+                "--password-stdin needs --username (standard input holds the password)"
+            )
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        username = username or input("Username: ").strip()
+        password = getpass.getpass(f"Password for {username}: ")
+        if args.signup and getpass.getpass("The same password again: ") != password:
+            raise BadRequest("the two passwords differ; nothing was sent")
+    if not username or not password:
+        raise BadRequest("a username and a password are needed to log in")
+    return username, password
 
 
 def _minutes(values: list[str]) -> float:
@@ -141,7 +199,13 @@ def _assignments(values: list[str]) -> dict[str, bool | int | float | str]:
     return out
 
 
-def _text(result: Any) -> str:
+def _text(result: Any) -> str:  # noqa: PLR0911 - one case per kind of answer
+    if isinstance(result, AccountInfo):
+        return _account_text(result)
+    if isinstance(result, Leaderboard):
+        return _leaderboard_text(result)
+    if isinstance(result, MyRank):
+        return _rank_text(result)
     if isinstance(result, EngineState):
         return _state_text(result)
     if isinstance(result, Statistics):
@@ -194,6 +258,71 @@ def _stats_text(s: Statistics) -> str:
     ]
     lines.extend(f"  {day.day}: {day.amounts.samples} samples" for day in s.days)
     return "\n".join(lines)
+
+
+def _account_text(a: AccountInfo) -> str:
+    if a.project is None:
+        return "no project is attached"
+    if a.coordinator is None:
+        return f"{a.project} is open to everyone: it has no coordinator and no accounts"
+    if a.logged_in:
+        lines = [f"logged in as {a.username} at {a.coordinator} ({a.project})"]
+    else:
+        needed = " (needed to take part)" if a.moderated else ""
+        lines = [f"not logged in at {a.coordinator}{needed}; log in with 'barnraise ctl login'"]
+    if a.pass_expires is not None:
+        lines.append(f"access pass valid until {_clock(a.pass_expires)}")
+    if a.error:
+        lines.append(f"warning: {a.error}")
+    return "\n".join(lines)
+
+
+def _leaderboard_text(b: Leaderboard) -> str:
+    t = b.totals
+    lines = [
+        (
+            f"{b.project}: {t.users} volunteer(s), {t.samples:,} samples, "
+            f"{t.compute_seconds / 3600:.1f} h of compute, {t.epochs} epoch(s)"
+        ),
+        f"{'rank':>4}  {'volunteer':<20} {'samples':>12} {'compute':>9}  devices  last seen",
+    ]
+    lines.extend(_entry_text(e) for e in b.users)
+    if not b.users:
+        lines.append("  (no contributions counted yet)")
+    return "\n".join(lines)
+
+
+def _entry_text(e: LeaderboardEntry, mark: str = " ") -> str:
+    seen = _clock(e.last_seen, dated=True) if e.last_seen else "-"
+    return (
+        f"{e.rank:>4}{mark} {e.username:<20} {e.samples:>12,} {e.compute_seconds / 3600:>7.1f} h"
+        f"  {e.active_devices:>2}/{e.devices:<4}  {seen}"
+    )
+
+
+def _rank_text(r: MyRank) -> str:
+    if r.rank is None:
+        head = f"{r.username}: no contribution counted yet in {r.project}"
+    else:
+        top = f" (percentile {r.percentile:.0f})" if r.percentile is not None else ""
+        head = (
+            f"{r.username}: rank {r.rank}{top} in {r.project}, {r.samples:,} samples, "
+            f"{r.compute_seconds / 3600:.1f} h of compute"
+        )
+    lines = [head]
+    me = LeaderboardEntry(r.rank or 0, r.username, r.samples, r.compute_seconds)
+    neighbours = [*r.above, *([me] if r.rank is not None else []), *r.below]
+    lines.extend(_entry_text(e, "*" if e is me else " ") for e in neighbours)
+    for label, days in (("last 7 days", r.history_7d), ("last 30 days", r.history_30d)):
+        total = sum(d.samples for d in days)
+        lines.append(f"{label}: {total:,} samples")
+    lines.extend(f"  {d.day}: {d.samples:,} samples" for d in r.history_7d)
+    return "\n".join(lines)
+
+
+def _clock(when: float, *, dated: bool = False) -> str:
+    moment = datetime.datetime.fromtimestamp(when)
+    return moment.strftime("%Y-%m-%d %H:%M" if dated else "%H:%M:%S")
 
 
 def run(args: argparse.Namespace) -> int:

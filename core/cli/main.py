@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from core import __version__
-from core.cli import ctl, demo, dht, engine, identity, peer, swarm
+from core.cli import coordinator, ctl, demo, dht, engine, identity, peer, swarm
 from core.util.errors import BarnraiseError
 
 VERSION = __version__
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     swarm.register(commands)
     engine.register(commands)
     ctl.register(commands)
+    coordinator.register(commands)
     return parser
 
 

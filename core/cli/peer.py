@@ -3,6 +3,10 @@
     barnraise peer --manifest project.toml --initial-peers /ip4/…/tcp/…/p2p/…
     barnraise aux  --manifest project.toml --checkpoint-every 10
 
+In a moderated project the peer logs in to the coordinator first (``--username``; the password from
+``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its access pass fresh; an auxiliary peer
+also reports each completed epoch's contributions there, for the leaderboard.
+
 The peer prints one JSON line per event (ready with its address, each finished epoch; for ``aux``
 the collaboration's metrics per epoch) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
 cleanly after the current microbatch.
@@ -13,13 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.cli.access import PASSWORD_VARIABLE, moderated_access, read_password
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
+from core.net.identity import Identity
 from core.project import load_manifest
 
 if TYPE_CHECKING:
@@ -51,6 +58,14 @@ def register(commands: Any) -> None:
             "--target-batch-size", type=int, default=None, help="override the manifest's"
         )
         parser.add_argument("--until-epoch", type=int, default=None, help=argparse.SUPPRESS)
+        parser.add_argument(
+            "--username", default=None, help="your account at a moderated project's coordinator"
+        )
+        parser.add_argument(
+            "--password-stdin",
+            action="store_true",
+            help=f"read the password from stdin (else ${PASSWORD_VARIABLE}, else a prompt)",
+        )
         if name == "peer":
             parser.add_argument(
                 "--client", action="store_true", help="no incoming connections (behind NAT)"
@@ -99,13 +114,34 @@ def _random_seed() -> int:
 async def _run(args: argparse.Namespace) -> int:
     import torch  # noqa: PLC0415 - torch loads slowly; only training commands need it
 
-    from core.training.runtime import ProjectPeer  # noqa: PLC0415
-
     settings = _settings(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     stop = asyncio.Event()
     stop_on_signals(stop)
+    if not settings.manifest.access.moderated:
+        return await _serve(settings, stop)
+    identity = Identity.generate()
+    password = read_password(args.password_stdin)
+    async with moderated_access(
+        settings.manifest, identity, args.username, password, report=args.role == "aux"
+    ) as access:
+        del password
+        reporter = access.reporter
+        settings = dataclasses.replace(
+            settings,
+            identity=identity,
+            access=access.gate,
+            initial_peers=settings.initial_peers or tuple(access.bootstrap),
+            on_metrics=None if reporter is None else (
+                lambda metrics: reporter.submit(metrics.contribution_report())
+            ),
+        )  # fmt: skip
+        return await _serve(settings, stop)
+
+
+async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:
+    from core.training.runtime import ProjectPeer  # noqa: PLC0415
 
     def emit(event: dict[str, Any]) -> None:
         print(json.dumps(event, default=str), flush=True)

@@ -6,6 +6,8 @@ Writes the demo corpus and trains its tokenizer (once, in the cache), serves the
 HTTP server, starts an auxiliary/backbone peer and N trainer peers on loopback, each its own OS
 process as if on its own machine, and prints one line per epoch (epoch, loss, samples/s, peers) from
 the auxiliary peer's metrics. Ctrl-C, or the end of ``--minutes``, stops every process cleanly.
+With ``--moderated`` it runs as a moderated project with a coordinator, accounts and access passes,
+and prints the leaderboard at the end (see ``core.cli.moderated``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.cli.access import PASSWORD_VARIABLE
+from core.cli.moderated import ORGANIZER, ModeratedSwarm, print_leaderboard, start_coordinator
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.project import Manifest, load_manifest
@@ -46,6 +50,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--work-dir", type=Path, default=None, help="corpus, logs, checkpoints")
     parser.add_argument("--target-batch-size", type=int, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument(
+        "--moderated",
+        action="store_true",
+        help="run it as a moderated project: a coordinator, accounts, passes, a leaderboard",
+    )
     parser.set_defaults(run=run)
 
 
@@ -103,9 +112,15 @@ class ChildProcess:
             await self.proc.wait()
 
 
-async def spawn_command(name: str, args: list[str], log_path: Path) -> ChildProcess:
-    """``barnraise ARGS`` as a child process, its stdout piped, its stderr appended to ``log_path``."""
+async def spawn_command(
+    name: str, args: list[str], log_path: Path, *, password: str | None = None
+) -> ChildProcess:
+    """``barnraise ARGS`` as a child process, its stdout piped, its stderr appended to ``log_path``
+    (``password``: handed over in the environment, for moderated projects)."""
     os.makedirs(log_path.parent, exist_ok=True)
+    env = None
+    if password is not None:
+        env = {**os.environ, PASSWORD_VARIABLE: password}
     with log_path.open("ab") as stderr:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -122,6 +137,7 @@ async def spawn_command(name: str, args: list[str], log_path: Path) -> ChildProc
             start_new_session=os.name != "nt",
             creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
             limit=1 << 20,
+            env=env,
         )
     return ChildProcess(name, proc)
 
@@ -143,8 +159,14 @@ async def _run(args: argparse.Namespace) -> int:
     base = await server.start()
     stop = asyncio.Event()
     stop_on_signals(stop)
+    moderated: ModeratedSwarm | None = None
+    manifest_path: Path = args.manifest
+    if args.moderated:
+        moderated = await start_coordinator(args.manifest, work)
+        manifest_path = moderated.manifest_path
+        print(f"coordinator at {moderated.service.url}; manifest {manifest_path}", flush=True)
     threads = max(1, ((os.cpu_count() or 2) - 1) // max(1, args.peers))  # a core for loops, data
-    common = ["--manifest", str(args.manifest), "--data-base", base, "--threads", str(threads)]
+    common = ["--manifest", str(manifest_path), "--data-base", base, "--threads", str(threads)]
     if args.target_batch_size:
         common += ["--target-batch-size", str(args.target_batch_size)]
     children: list[ChildProcess] = []
@@ -158,8 +180,10 @@ async def _run(args: argparse.Namespace) -> int:
                 str(work / "aux"),
                 "--checkpoint-every",
                 str(args.checkpoint_every),
+                *_login(moderated, ORGANIZER),
             ],
             work / "logs" / "aux.log",
+            password=_password(moderated, ORGANIZER),
         )
         children.append(aux)
         ready = await asyncio.wait_for(aux.event(), 120)
@@ -167,12 +191,7 @@ async def _run(args: argparse.Namespace) -> int:
             print("barnraise swarm: the auxiliary peer did not start; see its log", file=sys.stderr)
             return 1
         address = str(ready["address"])
-        for i in range(args.peers):
-            peer_args = ["peer", *common, "--initial-peers", address, "--data-seed", str(i + 1)]
-            peer_args += ["--work-dir", str(work / f"peer-{i}")]
-            children.append(
-                await spawn_command(f"peer-{i}", peer_args, work / "logs" / f"peer-{i}.log")
-            )
+        await _spawn_trainers(children, args.peers, common, address, work=work, moderated=moderated)
         print(
             f"{args.peers} trainer(s) and an auxiliary peer on loopback; data at {base}; "
             f"logs in {work / 'logs'}",
@@ -180,7 +199,7 @@ async def _run(args: argparse.Namespace) -> int:
         )
         # how an engine (``barnraise engine``) joins this swarm as one more trainer
         print(
-            f"join with: barnraise ctl attach {args.manifest} --initial-peers {address} "
+            f"join with: barnraise ctl attach {manifest_path} --initial-peers {address} "
             f"--data-base {base}",
             flush=True,
         )
@@ -188,8 +207,46 @@ async def _run(args: argparse.Namespace) -> int:
     finally:
         await asyncio.gather(*(child.stop() for child in reversed(children)))
         await server.close()
+        if moderated is not None:
+            try:
+                await print_leaderboard(moderated)
+            finally:
+                await moderated.service.close()
     print("stopped", flush=True)
     return 0
+
+
+async def _spawn_trainers(
+    children: list[ChildProcess],
+    count: int,
+    common: list[str],
+    address: str,
+    *,
+    work: Path,
+    moderated: ModeratedSwarm | None,
+) -> None:
+    """Start the trainers, each added to ``children`` at once (so a failure stops the others)."""
+    for i in range(count):
+        peer_args = ["peer", *common, "--initial-peers", address, "--data-seed", str(i + 1)]
+        peer_args += ["--work-dir", str(work / f"peer-{i}")]
+        user = moderated.user_for_peer(i) if moderated is not None else None
+        peer_args += _login(moderated, user)
+        children.append(
+            await spawn_command(
+                f"peer-{i}",
+                peer_args,
+                work / "logs" / f"peer-{i}.log",
+                password=_password(moderated, user),
+            )
+        )
+
+
+def _login(moderated: ModeratedSwarm | None, user: str | None) -> list[str]:
+    return [] if moderated is None or user is None else ["--username", user]
+
+
+def _password(moderated: ModeratedSwarm | None, user: str | None) -> str | None:
+    return None if moderated is None or user is None else moderated.passwords[user]
 
 
 async def _follow(

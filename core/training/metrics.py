@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from core.net.passes import AccessPass
+from core.net.passes import AccessPass, pass_to_text
 from core.training.progress import PeerProgress
 
 
@@ -61,6 +61,24 @@ class EpochMetrics:
 
     def to_json(self) -> str:
         return json.dumps(self.summary(), sort_keys=True)
+
+    def contribution_report(self) -> dict[str, object]:
+        """The coordinator's ``/contributions`` body for this epoch (peers with a pass only)."""
+        return {
+            "epoch": self.epoch,
+            "time": self.time,
+            "samples": self.samples,
+            "contributions": [
+                {
+                    "peer": part.peer,
+                    "pass": pass_to_text(part.access),
+                    "samples": part.samples,
+                    "compute_seconds": round(part.compute_seconds, 3),
+                }
+                for part in self.contributions
+                if part.access is not None
+            ],
+        }
 
 
 @dataclass

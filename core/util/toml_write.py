@@ -1,7 +1,7 @@
 """Writing TOML for Barnraise's own small files (the standard library only reads it).
 
-Covers what our settings need: tables of strings, booleans, integers, finite floats and lists of
-strings, plus arrays of such tables. Anything else is refused, so a value that would not read back
+Covers what our settings and manifests need: tables of strings, booleans, integers, finite floats
+and lists of these, arrays of such tables, and arrays of tables inside a table (``[[data.sources]]``). Anything else is refused, so a value that would not read back
 the same never reaches the disk.
 """
 
@@ -24,6 +24,12 @@ def dumps(document: Mapping[str, Mapping[str, Any] | Sequence[Mapping[str, Any]]
             lines.append(f"[{name}]")
             lines.extend(_pairs(body, name))
             lines.append("")
+            for key, items in body.items():
+                if _is_table_array(items):
+                    for item in items:
+                        lines.append(f"[[{name}.{key}]]")
+                        lines.extend(_pairs(item, f"{name}.{key}"))
+                        lines.append("")
         else:
             for item in body:
                 lines.append(f"[[{name}]]")
@@ -36,6 +42,8 @@ def _pairs(table: Mapping[str, Any], where: str) -> list[str]:
     out = []
     for key, value in table.items():
         _check_key(key)
+        if _is_table_array(value):
+            continue  # written after the table's own keys, as [[table.key]] sections
         out.append(f"{key} = {_value(value, f'{where}.{key}')}")
     return out
 
@@ -52,9 +60,17 @@ def _value(value: Any, where: str) -> str:
     if isinstance(value, str):
         # JSON string escapes are valid TOML basic-string escapes
         return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        return "[" + ", ".join(json.dumps(v, ensure_ascii=False) for v in value) + "]"
+    if isinstance(value, list | tuple) and all(
+        isinstance(v, str | int | float) and not isinstance(v, Mapping) for v in value
+    ):
+        return "[" + ", ".join(_value(v, where) for v in value) + "]"
     raise ConfigError(f"{where}: cannot write a {type(value).__name__} to TOML")
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list | tuple) and bool(value) and all(
+        isinstance(v, Mapping) for v in value
+    )
 
 
 def _check_key(key: str) -> None:

@@ -1,0 +1,92 @@
+"""Logging a headless peer (``barnraise peer`` / ``aux``) in to a moderated project.
+
+The password comes from ``--password-stdin``, else the ``BARNRAISE_PASSWORD`` environment variable,
+else a prompt when a terminal is attached; it is used once, for the login, and never stored or logged.
+The session then keeps the peer's pass fresh (a ``PassKeeper``) and, for an auxiliary peer, reports
+completed epochs to the coordinator (a ``ContributionReporter``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from core.account import AccountSession, CoordinatorClient, PassKeeper
+from core.account.errors import AccountError
+from core.account.reporter import ContributionReporter
+from core.net.gate import AccessGate
+from core.net.identity import Identity
+from core.project import Manifest
+from core.util.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PASSWORD_VARIABLE = "BARNRAISE_PASSWORD"
+
+
+@dataclass
+class PeerAccess:
+    gate: AccessGate
+    keeper: PassKeeper
+    reporter: ContributionReporter | None
+
+    @property
+    def bootstrap(self) -> list[str]:
+        """Entry peers the coordinator named with the pass."""
+        return [] if self.keeper.grant is None else list(self.keeper.grant.bootstrap)
+
+
+def read_password(from_stdin: bool) -> str:
+    """The password for a headless login, from stdin, the environment or a prompt."""
+    if from_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif PASSWORD_VARIABLE in os.environ:
+        password = os.environ[PASSWORD_VARIABLE]
+    elif sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+    else:
+        raise ConfigError(
+            f"a moderated project needs a password: pass --password-stdin or set {PASSWORD_VARIABLE}"
+        )
+    if not password:
+        raise ConfigError("the password is empty")
+    return password
+
+
+@asynccontextmanager
+async def moderated_access(
+    manifest: Manifest, identity: Identity, username: str | None, password: str, *, report: bool
+) -> AsyncIterator[PeerAccess]:
+    """Log in, get the first pass, keep it fresh while the block runs, then log out."""
+    key = manifest.access.key
+    if key is None or not manifest.network.coordinator_url:
+        raise ConfigError("the manifest names no project key or coordinator")
+    if not username:
+        raise ConfigError(
+            f"project {manifest.project.name} is moderated: give --username (and a password)"
+        )
+    gate = AccessGate(manifest.project.name, key, identity.peer_id)
+    async with CoordinatorClient(manifest.network.coordinator_url) as client:
+        session = AccountSession(client, await client.login(username, password))
+
+        def warn(exc: AccountError) -> None:
+            log.warning("access pass: %s", exc)
+
+        keeper = PassKeeper(session, gate, on_error=warn)
+        await keeper.start()
+        reporter = ContributionReporter(session) if report else None
+        try:
+            yield PeerAccess(gate, keeper, reporter)
+        finally:
+            if reporter is not None:
+                await reporter.close()
+            await keeper.close()
+            try:
+                await session.logout()
+            except AccountError as exc:
+                log.info("logout: %s", exc)
