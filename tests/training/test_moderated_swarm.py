@@ -1,0 +1,123 @@
+"""A moderated swarm end to end, in this process: a coordinator, an auxiliary peer logged in as the
+organizer, three trainers for two users. The leaderboard must credit each user exactly the samples
+their peers say they processed in the epochs the auxiliary peer saw completed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.account import CoordinatorClient
+from core.cli.access import moderated_access
+from core.cli.moderated import ORGANIZER, start_coordinator
+from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
+from core.data import ShardServer
+from core.net.identity import Identity
+from core.project import load_manifest
+from core.training.metrics import EpochMetrics
+from core.training.runtime import PeerSettings, ProjectPeer
+from tests.support.leaks import wait_until
+
+pytestmark = pytest.mark.slow
+
+USERS = ("alice", "bob", "alice")
+UNTIL_EPOCH = 6
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("demo-data")
+    prepare_demo_data(load_manifest(DEMO_MANIFEST), root)
+    return root
+
+
+async def test_the_leaderboard_matches_what_each_users_peers_processed(
+    demo_data: Path, tmp_path: Path
+) -> None:
+    swarm = await start_coordinator(DEMO_MANIFEST, tmp_path)
+    server = ShardServer(demo_data)
+    base = await server.start()
+    manifest = load_manifest(swarm.manifest_path).with_training(target_batch_size=64)
+    reported: list[EpochMetrics] = []
+    processed: dict[int, list[tuple[int, int]]] = defaultdict(list)  # peer -> (epoch, samples)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            identity = Identity.generate()
+            aux_access = await stack.enter_async_context(
+                moderated_access(
+                    manifest, identity, ORGANIZER, swarm.passwords[ORGANIZER], report=True
+                )
+            )
+            reporter = aux_access.reporter
+            assert reporter is not None
+
+            def on_metrics(metrics: EpochMetrics) -> None:
+                reported.append(metrics)
+                reporter.submit(metrics.contribution_report())
+
+            ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            def aux_event(event: dict[str, Any]) -> None:
+                if event.get("event") == "ready" and not ready.done():
+                    ready.set_result(str(event["address"]))
+
+            aux = ProjectPeer(
+                PeerSettings(
+                    manifest, work_dir=tmp_path / "aux", role="aux", data_base=base,
+                    identity=identity, access=aux_access.gate, on_metrics=on_metrics,
+                ),
+                aux_event,
+            )  # fmt: skip
+            stack.push_async_callback(aux.close)
+            aux_stop = asyncio.Event()
+            aux_task = asyncio.create_task(aux.run(aux_stop), name="test/aux")
+            address = await asyncio.wait_for(asyncio.shield(ready), 60)
+
+            trainers = []
+            for index, user in enumerate(USERS):
+                peer_id = Identity.generate()
+                access = await stack.enter_async_context(
+                    moderated_access(manifest, peer_id, user, swarm.passwords[user], report=False)
+                )
+
+                def on_event(event: dict[str, Any], index: int = index) -> None:
+                    if event.get("event") == "epoch":
+                        processed[index].append((int(event["epoch"]), int(event["samples"])))
+
+                peer = ProjectPeer(
+                    PeerSettings(
+                        manifest, work_dir=tmp_path / f"peer-{index}", data_base=base,
+                        initial_peers=(address,), data_seed=index + 1, identity=peer_id,
+                        access=access.gate, until_epoch=UNTIL_EPOCH,
+                    ),
+                    on_event,
+                )  # fmt: skip
+                stack.push_async_callback(peer.close)
+                trainers.append(asyncio.create_task(peer.run(asyncio.Event())))
+            await asyncio.wait_for(asyncio.gather(*trainers), 240)
+            # the auxiliary peer reports an epoch a moment after it completes
+            await wait_until(lambda: bool(reported) and reported[-1].epoch >= UNTIL_EPOCH - 2, 30)
+            aux_stop.set()
+            await asyncio.wait_for(aux_task, 20)
+        # leaving the block closed the reporter, which sent what was queued
+        async with CoordinatorClient(swarm.service.url) as client:
+            board = await client.leaderboard(limit=10)
+    finally:
+        await server.close()
+        await swarm.service.close()
+
+    epochs = {m.epoch for m in reported}
+    assert len(epochs) >= UNTIL_EPOCH - 2
+    expected: dict[str, int] = defaultdict(int)
+    for index, user in enumerate(USERS):
+        expected[user] += sum(n for epoch, n in processed[index] if epoch in epochs)
+    got = {entry["username"]: entry["samples"] for entry in board["users"]}
+    assert got == dict(expected)
+    assert sum(got.values()) == sum(m.samples for m in reported) == board["totals"]["samples"]
+    devices = {entry["username"]: entry["devices"] for entry in board["users"]}
+    assert devices == {"alice": 2, "bob": 1}
