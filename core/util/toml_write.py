@@ -1,8 +1,9 @@
 """Writing TOML for Barnraise's own small files (the standard library only reads it).
 
 Covers what our settings and manifests need: tables of strings, booleans, integers, finite floats
-and lists of these, arrays of such tables, and arrays of tables inside a table (``[[data.sources]]``). Anything else is refused, so a value that would not read back
-the same never reaches the disk.
+and lists of these, arrays of such tables, and arrays of tables inside a table
+(``[[data.sources]]``). Anything else is refused, so a value that would not read back the same never
+reaches the disk.
 """
 
 from __future__ import annotations

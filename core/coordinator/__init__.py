@@ -1,0 +1,51 @@
+"""The organizer's coordinator: accounts, the allowlist, access passes and the leaderboard.
+
+An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or inside
+``barnraise swarm --moderated``). It never imports torch or the training code.
+
+- ``service``      ``CoordinatorService``: the HTTP endpoints, pass signing, start and close.
+- ``http``         request bodies with size limits, bearer tokens, JSON answers, ``{"error"}`` replies.
+- ``store``        ``CoordinatorStore``: the one connection, the table helpers, ``add_user`` for set-up.
+- ``schema``       opening the database safely (WAL, ours or refused), tables, migrations.
+- ``accounts``     users, roles, the allowlist (invitations) and bans.
+- ``sessions``     session and rotating refresh tokens, stored only as SHA-256.
+- ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
+- ``reports``      reading the auxiliary peer's epoch report and checking each contribution's pass.
+- ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.
+- ``names``        username rules (NFC, case-folded key) and ``Password``, which never prints itself.
+- ``passwords``    scrypt hashes with their parameters, constant-time checks, re-hashing.
+- ``ratelimit``    ``LoginLimiter``: failures per name and per address, doubling waits (429).
+- ``errors``       refusals carrying their HTTP status; ``StoreError`` for the database file.
+"""
+
+from core.coordinator.accounts import MODERATOR, VOLUNTEER, User
+from core.coordinator.errors import CoordinatorError, StoreError
+from core.coordinator.names import Password, Username
+from core.coordinator.passwords import DEFAULT_PARAMS, ScryptParams
+from core.coordinator.ratelimit import LoginLimiter, LoginLimits
+from core.coordinator.service import (
+    API_VERSION,
+    DEFAULT_PORT,
+    CoordinatorService,
+    check_project_key,
+)
+from core.coordinator.store import CoordinatorStore
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_PARAMS",
+    "DEFAULT_PORT",
+    "MODERATOR",
+    "VOLUNTEER",
+    "CoordinatorError",
+    "CoordinatorService",
+    "CoordinatorStore",
+    "LoginLimiter",
+    "LoginLimits",
+    "Password",
+    "ScryptParams",
+    "StoreError",
+    "User",
+    "Username",
+    "check_project_key",
+]

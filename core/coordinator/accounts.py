@@ -1,0 +1,176 @@
+"""Accounts: users, their roles, the allowlist and bans, in the ``users`` table.
+
+A row without a password is an invitation: a moderator allowlisted the name, and whoever signs up
+under it first sets the password. ``allowlisted`` means a moderator vouched for the name; people who
+signed up by themselves (when the project allows it) are not allowlisted, and may log in only while
+sign-up stays open. A ban keeps the row (and its contributions) but refuses logins, sessions and
+passes; the peers that hold the user's passes are published as revoked.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from core.coordinator.errors import Conflict, Forbidden, NotFound
+from core.coordinator.names import Username
+from core.coordinator.schema import transaction
+
+VOLUNTEER = "volunteer"
+MODERATOR = "moderator"
+_COLUMNS = "key, name, role, allowlisted, banned, ban_reason, banned_at, created, password"
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    key: str
+    name: str
+    role: str
+    allowlisted: bool
+    banned: bool
+    ban_reason: str
+    banned_at: float | None
+    created: float
+    has_password: bool
+
+    @property
+    def moderator(self) -> bool:
+        return self.role == MODERATOR
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "username": self.name,
+            "role": self.role,
+            "allowlisted": self.allowlisted,
+            "signed_up": self.has_password,
+            "banned": self.banned,
+            "ban_reason": self.ban_reason,
+            "banned_at": self.banned_at,
+            "created": self.created,
+        }
+
+    def check_standing(self, *, allow_signup: bool) -> None:
+        """Raise ``Forbidden`` if this user may not take part now (banned, or not allowlisted
+        while sign-up is closed)."""
+        if self.banned:
+            reason = f": {self.ban_reason}" if self.ban_reason else ""
+            raise Forbidden(f"the account {self.name!r} is banned from this project{reason}")
+        if not (self.allowlisted or allow_signup):
+            raise Forbidden(
+                f"the account {self.name!r} is not on this project's allowlist; "
+                "ask a moderator to add it"
+            )
+
+
+class Accounts:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def get(self, key: str) -> User | None:
+        row = self._conn.execute(f"SELECT {_COLUMNS} FROM users WHERE key = ?", (key,)).fetchone()
+        return None if row is None else _user(row)
+
+    def require(self, username: Username) -> User:
+        user = self.get(username.key)
+        if user is None:
+            raise NotFound(f"there is no user {username.name!r}")
+        return user
+
+    def password_hash(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT password FROM users WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def all(self) -> list[User]:
+        rows = self._conn.execute(f"SELECT {_COLUMNS} FROM users ORDER BY key").fetchall()
+        return [_user(row) for row in rows]
+
+    def create(
+        self, username: Username, password_hash: str | None, now: float, *, allowlisted: bool
+    ) -> User:
+        """A new account; ``Conflict`` if the name (in any case) is taken."""
+        try:
+            with transaction(self._conn):
+                self._conn.execute(
+                    "INSERT INTO users (key, name, password, allowlisted, created) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (username.key, username.name, password_hash, int(allowlisted), now),
+                )
+        except sqlite3.IntegrityError:
+            raise Conflict(f"the name {username.name!r} is taken") from None
+        return self.require(username)
+
+    def claim_invitation(self, username: Username, password_hash: str) -> User:
+        """Set the password of an invited name (one without a password yet)."""
+        with transaction(self._conn):
+            claimed = self._conn.execute(
+                "UPDATE users SET password = ?, name = ? WHERE key = ? AND password IS NULL",
+                (password_hash, username.name, username.key),
+            ).rowcount
+        if not claimed:
+            raise Conflict(f"the name {username.name!r} is taken")
+        return self.require(username)
+
+    def allowlist(
+        self,
+        username: Username,
+        now: float,
+        *,
+        moderator: bool = False,
+        password_hash: str | None = None,
+    ) -> User:
+        """Add ``username`` to the allowlist, creating it if needed; ``moderator`` promotes it and a
+        ``password_hash`` replaces its password (an existing role is never lowered here)."""
+        with transaction(self._conn):
+            self._conn.execute(
+                "INSERT INTO users (key, name, created) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                (username.key, username.name, now),
+            )
+            self._conn.execute("UPDATE users SET allowlisted = 1 WHERE key = ?", (username.key,))
+            if moderator:
+                self._conn.execute(
+                    "UPDATE users SET role = ? WHERE key = ?", (MODERATOR, username.key)
+                )
+            if password_hash is not None:
+                self._conn.execute(
+                    "UPDATE users SET password = ? WHERE key = ?", (password_hash, username.key)
+                )
+        return self.require(username)
+
+    def set_password_hash(self, key: str, password_hash: str) -> None:
+        with transaction(self._conn):
+            self._conn.execute("UPDATE users SET password = ? WHERE key = ?", (password_hash, key))
+
+    def ban(self, username: Username, reason: str, now: float) -> User:
+        self.require(username)
+        with transaction(self._conn):
+            self._conn.execute(
+                "UPDATE users SET banned = 1, ban_reason = ?, banned_at = ? WHERE key = ?",
+                (reason, now, username.key),
+            )
+        return self.require(username)
+
+    def unban(self, username: Username) -> User:
+        self.require(username)
+        with transaction(self._conn):
+            self._conn.execute(
+                "UPDATE users SET banned = 0, ban_reason = '', banned_at = NULL WHERE key = ?",
+                (username.key,),
+            )
+        return self.require(username)
+
+
+def _user(row: tuple[Any, ...]) -> User:
+    key, name, role, allowlisted, banned, reason, banned_at, created, password = row
+    return User(
+        key=key,
+        name=name,
+        role=role,
+        allowlisted=bool(allowlisted),
+        banned=bool(banned),
+        ban_reason=reason,
+        banned_at=banned_at,
+        created=created,
+        has_password=password is not None,
+    )

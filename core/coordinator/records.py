@@ -1,0 +1,140 @@
+"""What peers did: passes handed out (per user and peer key) and contributions per finished epoch.
+
+``Passes`` remembers, for each (user, peer key), when it first got a pass and when its latest pass
+expires: enough to count a user's devices and to publish the peer keys of banned users while their
+passes could still admit them. ``Contributions`` stores each epoch the auxiliary peer reports and
+each peer's share in it; (epoch, peer) is the primary key, so a report sent twice counts once. The
+per-user totals and UTC-day rows the leaderboard reads are updated in the same transaction as the
+contribution they add, so they always agree with the contribution rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from core.coordinator.schema import transaction
+
+DAY = 86400.0
+
+
+def utc_day(when: float) -> int:
+    """Days since 1970-01-01 (UTC) of a Unix time."""
+    return int(when // DAY)
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """One peer's accepted share of an epoch, attributed to the user its pass names."""
+
+    peer: str
+    user_key: str
+    samples: int
+    compute_seconds: float
+
+
+class Passes:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def record(self, user_key: str, peer: str, issued: float, expires: float) -> None:
+        with transaction(self._conn):
+            self._conn.execute(
+                "INSERT INTO passes (user_key, peer, first_issued, expires) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (user_key, peer) DO UPDATE SET "
+                "expires = max(expires, excluded.expires)",
+                (user_key, peer, issued, expires),
+            )
+
+    def revoked(self, now: float) -> list[str]:
+        """Peer keys of banned users holding a pass that has not expired at ``now``."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT passes.peer FROM passes JOIN users ON users.key = passes.user_key "
+            "WHERE users.banned = 1 AND passes.expires > ? ORDER BY passes.peer",
+            (now,),
+        ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def devices(self, user_keys: Sequence[str]) -> dict[str, int]:
+        """How many peer keys got passes, per user."""
+        counts: dict[str, int] = {}
+        for chunk in _chunks(user_keys):
+            marks = ", ".join("?" for _ in chunk)
+            counts.update(
+                self._conn.execute(
+                    f"SELECT user_key, count(*) FROM passes WHERE user_key IN ({marks}) "
+                    "GROUP BY user_key",
+                    chunk,
+                ).fetchall()
+            )
+        return counts
+
+
+class Contributions:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def record(self, epoch: int, time: float, samples: int, counted: Iterable[Counted]) -> int:
+        """Store an epoch and its contributions; returns how many were new (not seen before)."""
+        day = utc_day(time)
+        added = 0
+        with transaction(self._conn):
+            self._conn.execute(
+                "INSERT INTO epochs (epoch, samples, time) VALUES (?, ?, ?) "
+                "ON CONFLICT (epoch) DO NOTHING",
+                (epoch, samples, time),
+            )
+            for item in counted:
+                inserted = self._conn.execute(
+                    "INSERT INTO contributions "
+                    "(epoch, peer, user_key, samples, compute_seconds, time) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (epoch, peer) DO NOTHING",
+                    (epoch, item.peer, item.user_key, item.samples, item.compute_seconds, time),
+                ).rowcount
+                if not inserted:
+                    continue
+                added += 1
+                self._conn.execute(
+                    "INSERT INTO totals (user_key, samples, compute_seconds, last_seen) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (user_key) DO UPDATE SET "
+                    "samples = samples + excluded.samples, "
+                    "compute_seconds = compute_seconds + excluded.compute_seconds, "
+                    "last_seen = max(last_seen, excluded.last_seen)",
+                    (item.user_key, item.samples, item.compute_seconds, time),
+                )
+                self._conn.execute(
+                    "INSERT INTO days (user_key, day, samples, compute_seconds) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (user_key, day) DO UPDATE SET "
+                    "samples = samples + excluded.samples, "
+                    "compute_seconds = compute_seconds + excluded.compute_seconds",
+                    (item.user_key, day, item.samples, item.compute_seconds),
+                )
+        return added
+
+    def active_devices(self, since: float, user_keys: Sequence[str]) -> dict[str, int]:
+        """Distinct peers with a contribution at or after ``since``, per user."""
+        counts: dict[str, int] = {}
+        for chunk in _chunks(user_keys):
+            marks = ", ".join("?" for _ in chunk)
+            counts.update(
+                self._conn.execute(
+                    "SELECT user_key, count(DISTINCT peer) FROM contributions "
+                    f"WHERE time >= ? AND user_key IN ({marks}) GROUP BY user_key",
+                    (since, *chunk),
+                ).fetchall()
+            )
+        return counts
+
+    def epoch_totals(self) -> tuple[int, int]:
+        """How many epochs were reported, and the samples the auxiliary peer counted in them."""
+        count, samples = self._conn.execute(
+            "SELECT count(*), COALESCE(sum(samples), 0) FROM epochs"
+        ).fetchone()
+        return int(count), int(samples)
+
+
+def _chunks(keys: Sequence[str], size: int = 500) -> Iterable[Sequence[str]]:
+    # SQLite limits bound parameters per statement; the leaderboard asks for up to 1000 users.
+    for start in range(0, len(keys), size):
+        yield keys[start : start + size]

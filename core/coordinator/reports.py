@@ -1,0 +1,139 @@
+"""Reading the auxiliary peer's epoch report and deciding which contributions count.
+
+Each contribution names a peer and carries that peer's access pass. It counts only if the pass is
+signed by the project key for this project, is bound to that very peer, was valid when the epoch
+ended (a pass that expired is forgiven for ``pass_lifetime`` seconds, the time a peer may have
+worked under it), and names a user who exists and is not banned. The user is the pass's, never the
+reporter's word: nobody can credit samples to someone else. A malformed entry is rejected with its
+reason and does not spoil the rest of the report; a malformed report as a whole is a 400.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.coordinator.accounts import User
+from core.coordinator.errors import BadRequest
+from core.coordinator.names import Username
+from core.coordinator.records import Counted
+from core.net.errors import PeerIdError
+from core.net.passes import AccessDenied, pass_from_text
+from core.net.peer_id import PeerID
+from core.util.errors import BarnraiseError, WireFormatError
+
+MAX_CONTRIBUTIONS = 10_000
+MAX_COUNT = 2**53
+"""Sample counts above this are not believable (and would lose precision in JSON)."""
+FUTURE_SLACK = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class EpochReport:
+    epoch: int
+    time: float
+    samples: int
+    contributions: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    counted: list[Counted]
+    rejected: list[dict[str, str]]
+
+
+def parse_report(body: Mapping[str, Any], now: float) -> EpochReport:
+    epoch = _count(body.get("epoch"), "epoch")
+    samples = _count(body.get("samples"), "samples")
+    when = _number(body.get("time"))
+    if when is None or when <= 0:
+        raise BadRequest("time must be the Unix time the epoch ended")
+    if when > now + FUTURE_SLACK:
+        raise BadRequest("the epoch's time is in the future; check the reporting peer's clock")
+    contributions = body.get("contributions")
+    if not isinstance(contributions, list):
+        raise BadRequest("contributions must be a list")
+    if len(contributions) > MAX_CONTRIBUTIONS:
+        raise BadRequest(f"at most {MAX_CONTRIBUTIONS} contributions per report")
+    return EpochReport(epoch, when, samples, contributions)
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """What a contribution is checked against."""
+
+    project: str
+    project_key: PeerID
+    pass_lifetime: float
+    user: Callable[[str], User | None]
+    """Looks a user up by key."""
+
+    def __call__(self, report: EpochReport) -> Verdicts:
+        """Split the report's contributions into those that count and those refused (with
+        reasons)."""
+        counted: list[Counted] = []
+        rejected: list[dict[str, str]] = []
+        seen: set[str] = set()
+        for entry in report.contributions:
+            shown = entry.get("peer") if isinstance(entry, dict) else None
+            shown = shown[:100] if isinstance(shown, str) else ""
+            try:
+                item = self._one(entry, report.time)
+                if item.peer in seen:
+                    raise BadRequest("the peer appears twice in this report")
+            except BarnraiseError as exc:
+                rejected.append({"peer": shown, "reason": str(exc)})
+                continue
+            seen.add(item.peer)
+            counted.append(item)
+        return Verdicts(counted, rejected)
+
+    def _one(self, entry: object, epoch_time: float) -> Counted:
+        if not isinstance(entry, dict):
+            raise BadRequest("a contribution must be an object")
+        raw_peer = entry.get("peer")
+        if not isinstance(raw_peer, str) or len(raw_peer) > 200:
+            raise BadRequest("peer must be a PeerID string")
+        try:
+            peer = PeerID.from_string(raw_peer)
+        except PeerIdError as exc:
+            raise BadRequest(f"not a PeerID: {exc}") from None
+        samples = _count(entry.get("samples"), "samples")
+        compute = _number(entry.get("compute_seconds"))
+        if compute is None or compute < 0:
+            raise BadRequest("compute_seconds must be a number of seconds, 0 or more")
+        text = entry.get("pass")
+        if not isinstance(text, str):
+            raise BadRequest("the contribution carries no access pass")
+        try:
+            access = pass_from_text(text)
+        except WireFormatError as exc:
+            raise BadRequest(f"a malformed access pass ({exc})") from None
+        if access.peer != peer:
+            raise AccessDenied(f"the pass of {access.username!r} belongs to another peer key")
+        # A peer may have worked under a pass that expired just before the epoch ended.
+        access.check(self.project, self.project_key, epoch_time, grace=self.pass_lifetime)
+        try:
+            owner = self.user(Username.parse(access.username).key)
+        except BadRequest:
+            owner = None
+        if owner is None:
+            raise AccessDenied(f"the pass names {access.username!r}, who has no account here")
+        if owner.banned:
+            raise AccessDenied(f"the account {owner.name!r} is banned")
+        return Counted(str(peer), owner.key, samples, compute)
+
+
+def _count(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_COUNT:
+        raise BadRequest(f"{name} must be a whole number, 0 or more")
+    return value
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float if it is a finite JSON number, else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

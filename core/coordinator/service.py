@@ -1,0 +1,356 @@
+"""CoordinatorService: the organizer's HTTP service for accounts, access passes and the leaderboard.
+
+Endpoints (JSON; see ``README`` and the issue 7 contract): ``GET /info``, ``POST /signup``,
+``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass``, ``GET /revocations``,
+``POST /contributions`` (moderators), ``GET /leaderboard``, ``GET /leaderboard/me``.
+
+Passes are signed with the project key for ``access.pass_lifetime`` seconds. Logins are slowed by a
+``LoginLimiter``; password hashing runs on worker threads (at most ``hash_concurrency`` at once, each
+scrypt check holding ~16 MiB), and everything else runs on the loop (see ``store``). A named
+background task forgets expired sessions and stale rate-limit entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from core.coordinator.accounts import User
+from core.coordinator.errors import BadRequest, Conflict, Forbidden, Unauthorized
+from core.coordinator.http import (
+    LARGE_BODY,
+    answer,
+    bearer,
+    errors_as_json,
+    json_body,
+    string_field,
+)
+from core.coordinator.names import Password, Username
+from core.coordinator.passwords import (
+    DEFAULT_PARAMS,
+    ScryptParams,
+    hash_password,
+    needs_rehash,
+    verify_password,
+)
+from core.coordinator.ratelimit import LoginLimiter, LoginLimits
+from core.coordinator.reports import Judge, parse_report
+from core.coordinator.sessions import MAX_TOKEN_CHARS, Tokens
+from core.coordinator.store import CoordinatorStore
+from core.net.errors import PeerIdError
+from core.net.identity import Identity
+from core.net.passes import issue_pass, pass_to_text
+from core.net.peer_id import PeerID
+from core.project import Manifest
+from core.util.clock import Clock, SystemClock
+from core.util.errors import ConfigError
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+API_VERSION = 1
+DEFAULT_PORT = 8470
+MAX_LEADERBOARD = 1000
+
+
+def check_project_key(manifest: Manifest, key: PeerID, source: str = "the given key") -> None:
+    """``ConfigError`` if the manifest names a project key other than ``key``."""
+    named = manifest.access.project_key
+    if named and named != str(key):
+        raise ConfigError(
+            f"the manifest names project key {named}, but {source} is {key}; "
+            "use the matching key file or fix access.project_key"
+        )
+
+
+class CoordinatorService:
+    def __init__(
+        self,
+        manifest: Manifest,
+        db_path: Path,
+        project_key: Identity,
+        bootstrap: Sequence[str] = (),
+        *,
+        scrypt_n: int = DEFAULT_PARAMS.n,
+        limits: LoginLimits | None = None,
+        clock: Clock | None = None,
+        sweep_interval: float = 600.0,
+        hash_concurrency: int = 4,
+    ) -> None:
+        check_project_key(manifest, project_key.peer_id)
+        self.manifest = manifest
+        self.db_path = db_path
+        self.project_key = project_key
+        self.bootstrap = list(bootstrap)
+        self.params = ScryptParams(n=scrypt_n)
+        self.clock: Clock = clock or SystemClock()
+        self.limiter = LoginLimiter(limits or LoginLimits(), self.clock.monotonic)
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._sweep_interval = sweep_interval
+        self._hashing = asyncio.Semaphore(hash_concurrency)
+        self._dummy_hash: str | None = None
+        self._store: CoordinatorStore | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks = BackgroundTasks("coordinator")
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def store(self) -> CoordinatorStore:
+        if self._store is None:
+            raise RuntimeError("the coordinator is not started")
+        return self._store
+
+    @property
+    def project(self) -> str:
+        return self.manifest.project.name
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        # Opened here, on the loop's thread, which is the only one that will use it.
+        self._store = CoordinatorStore(self.db_path)
+        app = web.Application(middlewares=[errors_as_json], client_max_size=LARGE_BODY)
+        app.add_routes(
+            [
+                web.get("/info", self._info),
+                web.post("/signup", self._signup),
+                web.post("/login", self._login),
+                web.post("/session/refresh", self._refresh),
+                web.post("/logout", self._logout),
+                web.post("/pass", self._pass),
+                web.get("/revocations", self._revocations),
+                web.post("/contributions", self._contributions),
+                web.get("/leaderboard", self._leaderboard),
+                web.get("/leaderboard/me", self._me),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        try:
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, host, port, reuse_address=False)
+            await site.start()
+        except OSError as exc:
+            await self.close()
+            raise ConfigError(f"the coordinator cannot listen on {host}:{port}: {exc}") from None
+        except BaseException:
+            await self.close()
+            raise
+        sockets = getattr(site._server, "sockets", None) or []  # the bound port when 0 was asked
+        self.host = host
+        self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        self._tasks.spawn("sweep", self._sweep())
+        log.info("coordinator for %s at %s", self.project, self.url)
+
+    async def close(self) -> None:
+        await self._tasks.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # ---- accounts ----------------------------------------------------------------------------
+
+    async def _info(self, request: web.Request) -> web.Response:
+        access = self.manifest.access
+        return answer(
+            {
+                "api": API_VERSION,
+                "project": self.project,
+                "project_key": str(self.project_key.peer_id),
+                "mode": access.mode,
+                "allow_signup": access.allow_signup,
+                "bootstrap": self.bootstrap,
+                "pass_lifetime": access.pass_lifetime,
+                "refresh_interval": access.refresh_interval,
+            }
+        )
+
+    async def _signup(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
+        username = Username.parse(body.get("username"))
+        password = Password.parse(body.get("password"))
+        accounts = self.store.accounts
+        existing = accounts.get(username.key)
+        if existing is None:
+            if not self.manifest.access.allow_signup:
+                raise Forbidden("sign-up is closed for this project; ask a moderator to invite you")
+            hashed = await self._hash(password)
+            user = accounts.create(username, hashed, self.clock.time(), allowlisted=False)
+        elif existing.has_password:
+            raise Conflict(f"the name {username.name!r} is taken")
+        else:  # an invitation: a moderator allowlisted the name without a password
+            existing.check_standing(allow_signup=True)
+            user = accounts.claim_invitation(username, await self._hash(password))
+        log.info("new account %r", user.name)
+        return answer({"username": user.name}, status=201)
+
+    async def _login(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
+        username = Username.parse(body.get("username"))
+        password = Password.parse(body.get("password"))
+        address = request.remote or "unknown"
+        self.limiter.begin(username.key, address)  # 429 here, before any password is checked
+        stored = self.store.accounts.password_hash(username.key)
+        if not await self._verify(password, stored):
+            raise Unauthorized("wrong username or password")
+        self.limiter.succeeded(username.key, address)
+        user = self._standing(username.key)
+        if stored is not None and needs_rehash(stored, self.params):
+            self.store.accounts.set_password_hash(user.key, await self._hash(password))
+        return answer(self._session(user, self.store.sessions.create(user.key, self.clock.time())))
+
+    async def _refresh(self, request: web.Request) -> web.Response:
+        refresh = string_field(await json_body(request), "refresh", max_chars=MAX_TOKEN_CHARS)
+        now = self.clock.time()
+        expired = Unauthorized("the refresh token is unknown or has expired; log in again")
+        owner = self.store.sessions.owner_of_refresh(refresh, now)
+        if owner is None:
+            raise expired
+        user = self._standing(owner)
+        rotated = self.store.sessions.rotate(refresh, now)
+        if rotated is None:
+            raise expired
+        return answer(self._session(user, rotated[1]))
+
+    async def _logout(self, request: web.Request) -> web.Response:
+        self.store.sessions.end(bearer(request))
+        return web.Response(status=204)
+
+    # ---- passes ------------------------------------------------------------------------------
+
+    async def _pass(self, request: web.Request) -> web.Response:
+        user = self._session_user(request)
+        raw_peer = string_field(await json_body(request), "peer", max_chars=200)
+        try:
+            peer = PeerID.from_string(raw_peer)
+        except PeerIdError as exc:
+            raise BadRequest(f"peer is not a PeerID: {exc}") from None
+        now = self.clock.time()
+        access = self.manifest.access
+        issued = issue_pass(
+            self.project_key,
+            self.project,
+            user.name,
+            peer,
+            issued=now,
+            lifetime=access.pass_lifetime,
+        )
+        self.store.passes.record(user.key, str(peer), issued.issued, issued.expires)
+        return answer(
+            {
+                "pass": pass_to_text(issued),
+                "expires": issued.expires,
+                "project_key": str(self.project_key.peer_id),
+                "bootstrap": self.bootstrap,
+                "revoked": self.store.passes.revoked(now),
+                "refresh_interval": access.refresh_interval,
+            }
+        )
+
+    async def _revocations(self, request: web.Request) -> web.Response:
+        now = self.clock.time()
+        return answer({"revoked": self.store.passes.revoked(now), "time": now})
+
+    # ---- contributions and the leaderboard ---------------------------------------------------
+
+    async def _contributions(self, request: web.Request) -> web.Response:
+        user = self._session_user(request)
+        if not user.moderator:
+            raise Forbidden("only a moderator account may report contributions")
+        report = parse_report(await json_body(request, LARGE_BODY), self.clock.time())
+        verdicts = Judge(
+            self.project,
+            self.project_key.peer_id,
+            self.manifest.access.pass_lifetime,
+            self.store.accounts.get,
+        )(report)
+        added = self.store.contributions.record(
+            report.epoch, report.time, report.samples, verdicts.counted
+        )
+        log.info(
+            "epoch %d: %d contributions accepted (%d new), %d rejected",
+            report.epoch,
+            len(verdicts.counted),
+            added,
+            len(verdicts.rejected),
+        )
+        return answer({"accepted": len(verdicts.counted), "rejected": verdicts.rejected})
+
+    async def _leaderboard(self, request: web.Request) -> web.Response:
+        text = request.query.get("limit", "10")
+        if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_LEADERBOARD:
+            raise BadRequest(f"limit must be a whole number from 1 to {MAX_LEADERBOARD}")
+        now = self.clock.time()
+        board = self.store.leaderboard
+        return answer({"time": now, "users": board.top(int(text), now), "totals": board.totals()})
+
+    async def _me(self, request: web.Request) -> web.Response:
+        user = self._session_user(request)
+        return answer(self.store.leaderboard.me(user.key, user.name, self.clock.time()))
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def _session_user(self, request: web.Request) -> User:
+        """The user whose live session the request carries, if they may take part now."""
+        key = self.store.sessions.user_of(bearer(request), self.clock.time())
+        if key is None:
+            raise Unauthorized("the session has expired or was ended; refresh it or log in again")
+        return self._standing(key)
+
+    def _standing(self, key: str) -> User:
+        user = self.store.accounts.get(key)
+        if user is None:
+            raise Unauthorized("wrong username or password")
+        user.check_standing(allow_signup=self.manifest.access.allow_signup)
+        return user
+
+    @staticmethod
+    def _session(user: User, tokens: Tokens) -> dict[str, Any]:
+        return {
+            "username": user.name,
+            "role": user.role,
+            "session": tokens.session,
+            "refresh": tokens.refresh,
+            "session_expires": tokens.session_expires,
+        }
+
+    async def _hash(self, password: Password) -> str:
+        async with self._hashing:
+            return await asyncio.to_thread(hash_password, password, self.params)
+
+    async def _verify(self, password: Password, stored: str | None) -> bool:
+        """Check ``password``; without an account (or a password) check a dummy hash instead, so
+        that the answer takes as long whether or not the name exists."""
+        if stored is None:
+            if self._dummy_hash is None:
+                self._dummy_hash = await self._hash(Password("no account has this password"))
+            await self._check(password, self._dummy_hash)
+            return False
+        return await self._check(password, stored)
+
+    async def _check(self, password: Password, stored: str) -> bool:
+        async with self._hashing:
+            return await asyncio.to_thread(verify_password, password, stored)
+
+    def sweep(self) -> int:
+        """Forget expired sessions and stale rate-limit entries; returns the sessions forgotten."""
+        forgotten = self.store.sessions.purge(self.clock.time())
+        self.limiter.sweep()
+        if forgotten:
+            log.info("forgot %d expired sessions", forgotten)
+        return forgotten
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_interval)
+            self.sweep()

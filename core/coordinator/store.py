@@ -1,0 +1,80 @@
+"""CoordinatorStore: the one SQLite connection and the tables' helpers that share it.
+
+The service owns one store and uses it only from its event loop's thread (SQLite's same-thread
+check stays on to catch any other use). Its statements are short, indexed and local, well under a
+millisecond each, so they run right on the loop: handing each one to a thread would cost more than
+it saves and would need a lock around the connection. The one slow step of an account, the scrypt
+hash, runs on a worker thread without touching the database.
+
+The management commands (and ``barnraise swarm --moderated``) open their own store on the same
+file: WAL lets them write while a service runs, and the service reads users afresh on every
+request, so a ban applies at once.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import TracebackType
+
+from core.coordinator.accounts import Accounts, User
+from core.coordinator.leaderboard import Leaderboard
+from core.coordinator.names import Password, Username
+from core.coordinator.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
+from core.coordinator.records import Contributions, Passes
+from core.coordinator.schema import open_database
+from core.coordinator.sessions import Sessions
+
+
+class CoordinatorStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn = open_database(path)
+        self.accounts = Accounts(self._conn)
+        self.sessions = Sessions(self._conn)
+        self.passes = Passes(self._conn)
+        self.contributions = Contributions(self._conn)
+        self.leaderboard = Leaderboard(self._conn, self.contributions, self.passes)
+
+    def add_user(
+        self,
+        name: str,
+        password: str | Password | None = None,
+        *,
+        moderator: bool = False,
+        params: ScryptParams = DEFAULT_PARAMS,
+        now: float | None = None,
+    ) -> User:
+        """Allowlist ``name`` (creating it if new); with a ``password`` the account is ready to log
+        in, without one it is an invitation to sign up. ``BadRequest`` for a bad name or password.
+        Synchronous: for set-up code and the management commands, not for the event loop."""
+        username = Username.parse(name)
+        if password is not None and not isinstance(password, Password):
+            password = Password.parse(password)
+        hashed = None if password is None else hash_password(password, params)
+        when = time.time() if now is None else now
+        return self.accounts.allowlist(username, when, moderator=moderator, password_hash=hashed)
+
+    def ban(self, name: str, reason: str = "", *, now: float | None = None) -> User:
+        when = time.time() if now is None else now
+        return self.accounts.ban(Username.parse(name), reason, when)
+
+    def unban(self, name: str) -> User:
+        return self.accounts.unban(Username.parse(name))
+
+    def users(self) -> list[User]:
+        return self.accounts.all()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> CoordinatorStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,94 @@
+"""Access passes: signed for the requested peer, refused to the banned, revoked when they are."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.net import Identity
+from core.net.gate import AccessGate
+from core.net.passes import AccessDenied, pass_from_text
+from tests.coordinator.conftest import PROJECT, Running
+
+
+async def test_a_pass_verifies_and_is_bound_to_the_requested_peer(coordinator: Running) -> None:
+    coordinator.add_user("alice")
+    session = (await coordinator.client.login("alice"))["session"]
+    peer = Identity.generate().peer_id
+    reply = await coordinator.client.post("/pass", {"peer": str(peer)}, token=session)
+    assert reply.status == 200
+    body = reply.body
+    assert set(body) == {
+        "pass",
+        "expires",
+        "project_key",
+        "bootstrap",
+        "revoked",
+        "refresh_interval",
+    }
+    assert body["project_key"] == str(coordinator.key.peer_id)
+    assert body["bootstrap"] == ["/ip4/127.0.0.1/tcp/4001/p2p/" + str(coordinator.key.peer_id)]
+    assert body["revoked"] == []
+    assert body["refresh_interval"] == 60.0
+    now = coordinator.clock.time()
+    access = pass_from_text(body["pass"])
+    access.check(PROJECT, coordinator.key.peer_id, now)
+    assert (access.username, access.peer) == ("alice", peer)
+    assert access.expires == body["expires"] == now + 600.0
+
+    # a gate on that peer accepts it; a gate on any other peer key refuses it
+    gate = AccessGate(PROJECT, coordinator.key.peer_id, peer, clock=coordinator.clock.time)
+    gate.set_pass(access)
+    assert gate.admit(peer, access.to_wire()) == access
+    other = Identity.generate().peer_id
+    with pytest.raises(AccessDenied, match="another peer key"):
+        gate.admit(other, access.to_wire())
+    # and it expires with its lifetime
+    with pytest.raises(AccessDenied, match="expired"):
+        access.check(PROJECT, coordinator.key.peer_id, now + 601.0)
+
+
+async def test_pass_refusals(coordinator: Running) -> None:
+    coordinator.add_user("bob")
+    client = coordinator.client
+    peer = str(Identity.generate().peer_id)
+    assert (await client.post("/pass", {"peer": peer})).status == 401
+    assert (await client.post("/pass", {"peer": peer}, token="made-up")).status == 401
+    session = (await client.login("bob"))["session"]
+    for bad in ["not-a-peer", "", "Qm" + "1" * 44, 12]:
+        reply = await client.post("/pass", {"peer": bad}, token=session)
+        assert reply.status == 400, bad
+    coordinator.clock.advance(24 * 3600 + 1)  # the session expired
+    assert (await client.post("/pass", {"peer": peer}, token=session)).status == 401
+
+
+async def test_a_banned_user_gets_no_pass_and_their_peers_are_revoked(coordinator: Running) -> None:
+    coordinator.add_user("mallory")
+    coordinator.add_user("alice")
+    client = coordinator.client
+    mallory = (await client.login("mallory"))["session"]
+    alice = (await client.login("alice"))["session"]
+    laptop, desktop = (str(Identity.generate().peer_id) for _ in range(2))
+    for peer in (laptop, desktop):
+        assert (await client.post("/pass", {"peer": peer}, token=mallory)).status == 200
+    alice_peer = str(Identity.generate().peer_id)
+    assert (await client.post("/pass", {"peer": alice_peer}, token=alice)).status == 200
+    assert (await client.get("/revocations")).body == {
+        "revoked": [],
+        "time": coordinator.clock.time(),
+    }
+
+    coordinator.service.store.ban("mallory", "cheating")
+    refused = await client.post("/pass", {"peer": laptop}, token=mallory)
+    assert refused.status == 403
+    assert "banned" in refused.body["error"]
+    revoked = (await client.get("/revocations")).body["revoked"]
+    assert revoked == sorted([laptop, desktop])  # peer keys only: no usernames are published
+    # the other users learn of it with their next pass
+    again = await client.post("/pass", {"peer": alice_peer}, token=alice)
+    assert again.body["revoked"] == revoked
+
+    # once the banned user's passes have expired there is nothing left to revoke
+    coordinator.clock.advance(601.0)
+    assert (await client.get("/revocations")).body["revoked"] == []
+    coordinator.service.store.unban("mallory")
+    assert (await client.post("/pass", {"peer": laptop}, token=mallory)).status == 200
