@@ -1,7 +1,9 @@
 """The contract between the engine and its clients (the desktop app, ``barnraise ctl``).
 
-- ``schema``    versioned dataclasses: EngineState, Progress, Statistics, Settings, ProjectInfo, requests.
-- ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors).
+- ``schema``    versioned dataclasses: EngineState, Progress, Statistics, Settings, ProjectInfo,
+  AccountInfo, Leaderboard, MyRank, requests.
+- ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors,
+  account changed).
 - ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as.
 - ``codec``     dataclasses to JSON and back, checked against their type hints.
 - ``endpoint``  the engine's endpoint file (URL, token, pid) in the user's runtime directory.
@@ -17,13 +19,18 @@ from core.api.errors import (
     ApiError,
     BadRequest,
     Conflict,
+    CoordinatorUnreachable,
     EngineUnavailable,
     Forbidden,
+    LoginRefused,
+    LoginRequired,
     NotFound,
+    TooManyAttempts,
     Unauthorized,
     VersionMismatch,
 )
 from core.api.events import (
+    AccountChanged,
     EpochFinished,
     ErrorRaised,
     Event,
@@ -34,10 +41,17 @@ from core.api.events import (
 )
 from core.api.schema import (
     API_VERSION,
+    AccountInfo,
     Amounts,
     AttachRequest,
     DayAmounts,
     EngineState,
+    HistoryDay,
+    Leaderboard,
+    LeaderboardEntry,
+    LeaderboardTotals,
+    LoginRequest,
+    MyRank,
     Progress,
     ProjectInfo,
     ProjectList,
@@ -48,11 +62,14 @@ from core.api.schema import (
 
 __all__ = [
     "API_VERSION",
+    "AccountChanged",
+    "AccountInfo",
     "Amounts",
     "ApiError",
     "AttachRequest",
     "BadRequest",
     "Conflict",
+    "CoordinatorUnreachable",
     "DayAmounts",
     "Endpoint",
     "EngineClient",
@@ -62,6 +79,14 @@ __all__ = [
     "ErrorRaised",
     "Event",
     "Forbidden",
+    "HistoryDay",
+    "Leaderboard",
+    "LeaderboardEntry",
+    "LeaderboardTotals",
+    "LoginRefused",
+    "LoginRequest",
+    "LoginRequired",
+    "MyRank",
     "NotFound",
     "PeersSeen",
     "Progress",
@@ -73,6 +98,7 @@ __all__ = [
     "Settings",
     "StateChanged",
     "Statistics",
+    "TooManyAttempts",
     "Unauthorized",
     "VersionMismatch",
     "endpoint_path",

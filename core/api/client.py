@@ -21,8 +21,12 @@ from core.api.events import Event
 from core.api.schema import (
     API_VERSION,
     VERSION_HEADER,
+    AccountInfo,
     AttachRequest,
     EngineState,
+    Leaderboard,
+    LoginRequest,
+    MyRank,
     ProjectInfo,
     ProjectList,
     SettingsUpdate,
@@ -104,6 +108,26 @@ class EngineClient:
 
     async def detach(self, name: str) -> ProjectList:
         return await self._call("DELETE", f"/v1/projects/{name}", ProjectList)
+
+    # ---- the account at the active project's coordinator ----------------------------------------------
+
+    async def account(self) -> AccountInfo:
+        return await self._call("GET", "/v1/account", AccountInfo)
+
+    async def login(self, username: str, password: str, *, signup: bool = False) -> AccountInfo:
+        """Log in (creating the account first with ``signup``); the engine keeps the session in
+        the OS keyring, never the password."""
+        body = LoginRequest(username, password, signup)
+        return await self._call("POST", "/v1/account/login", AccountInfo, body=body)
+
+    async def logout(self) -> AccountInfo:
+        return await self._call("POST", "/v1/account/logout", AccountInfo)
+
+    async def leaderboard(self, limit: int = 10) -> Leaderboard:
+        return await self._call("GET", "/v1/leaderboard", Leaderboard, params={"limit": str(limit)})
+
+    async def my_rank(self) -> MyRank:
+        return await self._call("GET", "/v1/leaderboard/me", MyRank)
 
     async def shutdown(self) -> None:
         """Ask the engine to stop (it saves its state first)."""

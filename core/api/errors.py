@@ -70,6 +70,35 @@ class EngineUnavailable(ApiError):
     status = 503
 
 
+class LoginRefused(ApiError):
+    """The coordinator refused the login or sign-up: wrong password, banned, not allowlisted, sign-up
+    closed or the name taken (the message says which)."""
+
+    code = "login_refused"
+    status = 403
+
+
+class LoginRequired(ApiError):
+    """The call needs a login at the project's coordinator (none yet, or it expired)."""
+
+    code = "login_required"
+    status = 403
+
+
+class TooManyAttempts(ApiError):
+    """The coordinator slows down logins after failures; the message says how long to wait."""
+
+    code = "too_many_attempts"
+    status = 429
+
+
+class CoordinatorUnreachable(ApiError):
+    """The project's coordinator does not answer or answers nonsense (the engine itself is fine)."""
+
+    code = "coordinator_unavailable"
+    status = 502
+
+
 ERRORS: dict[str, type[ApiError]] = {
     cls.code: cls
     for cls in (
@@ -81,6 +110,10 @@ ERRORS: dict[str, type[ApiError]] = {
         Conflict,
         VersionMismatch,
         EngineUnavailable,
+        LoginRefused,
+        LoginRequired,
+        TooManyAttempts,
+        CoordinatorUnreachable,
     )
 }
 

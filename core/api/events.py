@@ -11,7 +11,7 @@ from typing import Any
 
 from core.api.codec import decode, encode
 from core.api.errors import BadRequest
-from core.api.schema import Progress, StateName
+from core.api.schema import AccountInfo, Progress, StateName
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,21 @@ class ProjectsChanged:
     active: str | None
 
 
+@dataclass(frozen=True)
+class AccountChanged:
+    """A login, a logout, a renewed access pass, or a new problem with the account."""
+
+    account: AccountInfo
+
+
 EventData = (
-    StateChanged | ProgressUpdated | EpochFinished | PeersSeen | ErrorRaised | ProjectsChanged
+    StateChanged
+    | ProgressUpdated
+    | EpochFinished
+    | PeersSeen
+    | ErrorRaised
+    | ProjectsChanged
+    | AccountChanged
 )
 
 EVENT_TYPES: dict[str, type[Any]] = {
@@ -68,6 +81,7 @@ EVENT_TYPES: dict[str, type[Any]] = {
     "peers_seen": PeersSeen,
     "error": ErrorRaised,
     "projects_changed": ProjectsChanged,
+    "account_changed": AccountChanged,
 }
 _NAMES = {cls: name for name, cls in EVENT_TYPES.items()}
 

@@ -148,3 +148,88 @@ class AttachRequest:
 @dataclass(frozen=True)
 class ProjectList:
     projects: list[ProjectInfo]
+
+
+# ---- accounts and the leaderboard (the active project's coordinator) -----------------------------
+
+
+@dataclass(frozen=True)
+class LoginRequest:
+    username: str
+    password: str = field(repr=False)
+    signup: bool = False
+    """Create the account first (where the project lets volunteers sign up)."""
+
+    def __post_init__(self) -> None:
+        if not self.username.strip():
+            raise BadRequest("the username is empty")
+        if not self.password:
+            raise BadRequest("the password is empty")
+
+
+@dataclass(frozen=True)
+class AccountInfo:
+    """Who this engine is logged in as at the active project's coordinator."""
+
+    project: str | None
+    coordinator: str | None
+    """The coordinator's URL; None when the project has none (an open project without accounts)."""
+    username: str | None
+    logged_in: bool
+    pass_expires: float | None = None
+    """Unix time the current access pass runs out (moderated projects, while the peer runs)."""
+    error: str | None = None
+    """The last problem with the account (keyring, coordinator, a ban), in plain words."""
+    moderated: bool = False
+    """The project admits only peers with a pass: contributing needs a login."""
+
+
+@dataclass(frozen=True)
+class LeaderboardEntry:
+    rank: int
+    username: str
+    samples: int
+    compute_seconds: float
+    active_devices: int = 0
+    """Peers of this user with a contribution in the last 15 minutes."""
+    devices: int = 0
+    last_seen: float | None = None
+
+
+@dataclass(frozen=True)
+class LeaderboardTotals:
+    samples: int = 0
+    compute_seconds: float = 0.0
+    users: int = 0
+    epochs: int = 0
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    project: str
+    time: float
+    users: list[LeaderboardEntry]
+    totals: LeaderboardTotals
+
+
+@dataclass(frozen=True)
+class HistoryDay:
+    day: str
+    """UTC date, YYYY-MM-DD."""
+    samples: int = 0
+    compute_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MyRank:
+    project: str
+    username: str
+    rank: int | None
+    """None until the user's first counted contribution."""
+    percentile: float | None
+    samples: int = 0
+    compute_seconds: float = 0.0
+    above: list[LeaderboardEntry] = field(default_factory=list)
+    below: list[LeaderboardEntry] = field(default_factory=list)
+    history_7d: list[HistoryDay] = field(default_factory=list)
+    history_30d: list[HistoryDay] = field(default_factory=list)

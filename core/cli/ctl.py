@@ -159,7 +159,7 @@ async def _follow(client: EngineClient, args: argparse.Namespace) -> None:
 
 def _credentials(args: argparse.Namespace) -> tuple[str, str]:
     """The username and password, from the options, the terminal (no echo) or standard input."""
-    username = args.username or (args.values[0] if args.values else None)
+    username = args.username
     if args.password_stdin:
         if not username:
             raise BadRequest(

@@ -14,6 +14,7 @@ import logging
 import os
 from pathlib import Path
 
+from core.account import CredentialStore
 from core.api.endpoint import Endpoint, endpoint_path
 from core.api.errors import ApiError
 from core.api.schema import API_VERSION
@@ -38,9 +39,10 @@ class EngineDaemon:
         host: str = "127.0.0.1",
         port: int = 0,
         sampler: ConditionSampler | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.config = config
-        self.engine = Engine(config, sampler=sampler)
+        self.engine = Engine(config, sampler=sampler, credentials=credentials)
         self.shutdown_requested = asyncio.Event()
         self.server = ControlServer(
             self.engine, host=host, port=port, on_shutdown=self.shutdown_requested.set

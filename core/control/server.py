@@ -32,6 +32,7 @@ from core.api.schema import (
     API_VERSION,
     VERSION_HEADER,
     AttachRequest,
+    LoginRequest,
     ProjectList,
     SettingsUpdate,
     SnoozeRequest,
@@ -84,6 +85,11 @@ class ControlServer:
                 web.post("/v1/resume", self._resume),
                 web.post("/v1/snooze", self._snooze),
                 web.post("/v1/shutdown", self._shutdown),
+                web.get("/v1/account", self._account),
+                web.post("/v1/account/login", self._login),
+                web.post("/v1/account/logout", self._logout),
+                web.get("/v1/leaderboard", self._leaderboard),
+                web.get("/v1/leaderboard/me", self._my_rank),
                 web.get("/v1/events", self._events),
             ]
         )
@@ -176,6 +182,28 @@ class ControlServer:
         if self._on_shutdown is not None:
             asyncio.get_running_loop().call_soon(self._on_shutdown)
         return _ok(None)
+
+    async def _account(self, request: web.Request) -> web.Response:
+        return _ok(self.engine.account.info())
+
+    async def _login(self, request: web.Request) -> web.Response:
+        login = decode(LoginRequest, await _body(request))
+        return _ok(
+            await self.engine.account.login(login.username, login.password, signup=login.signup)
+        )
+
+    async def _logout(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.logout())
+
+    async def _leaderboard(self, request: web.Request) -> web.Response:
+        try:
+            limit = int(request.query.get("limit", "10"))
+        except ValueError:
+            raise BadRequest("limit must be a whole number") from None
+        return _ok(await self.engine.account.leaderboard(limit))
+
+    async def _my_rank(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.account.my_rank())
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         since_text = request.query.get("since")

@@ -4,6 +4,8 @@
 - ``config``    EngineConfig: folders and timings of one engine process.
 - ``store``     EngineFile: preferences, pause/snooze and attached projects in one TOML file.
 - ``projects``  ProjectSlot (an attached project) and ProjectRunner (its peer, started lazily).
+- ``account``   Account: the login at the active project's coordinator, the keyring, the leaderboard,
+  and the pass keeper whose AccessGate a moderated project's peer shows.
 - ``metering``  Metering: the peer's running totals turned into ledger rows.
 - ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
 

@@ -1,11 +1,12 @@
 """Engine: the long-running service that contributes for one user.
 
 Builds its parts from one ``EngineConfig`` and starts them in dependency order — settings file,
-ledger, sensors, the scheduler loop, the active project's runner — and stops them in reverse.
+ledger, sensors, the active project's account and runner, the scheduler loop — and stops them in
+reverse.
 The scheduler loop reads the conditions, asks the pure policy what to do and carries the decision
 out (pause within one layer's compute, resume, throttle, threads). Commands (start, pause, resume,
-snooze, preferences, attach, detach) come from the control server; every change is published as a
-typed event, and contribution is metered into the ledger.
+snooze, preferences, attach, detach, logout; logins go to ``account``) come from the control server;
+every change is published as a typed event, and contribution is metered into the ledger.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from core import __version__
+from core.account import CredentialStore
 from core.api.errors import BadRequest, Conflict, NotFound
 from core.api.events import (
+    AccountChanged,
     EpochFinished,
     ErrorRaised,
     PeersSeen,
@@ -33,6 +36,7 @@ from core.api.events import (
 )
 from core.api.schema import (
     API_VERSION,
+    AccountInfo,
     Amounts,
     AttachRequest,
     DayAmounts,
@@ -45,6 +49,7 @@ from core.api.schema import (
     StateName,
     Statistics,
 )
+from core.engine.account import Account
 from core.engine.config import EngineConfig
 from core.engine.events import EventBus
 from core.engine.metering import Metering
@@ -77,9 +82,11 @@ class Engine:
         *,
         sampler: ConditionSampler | None = None,
         clock: Callable[[], float] = time.time,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.config = config
         self.events = EventBus(clock=clock)
+        self.account = Account(credentials or CredentialStore(), on_change=self._account_changed)
         self._clock = clock
         self._sampler = sampler
         self._file = EngineFile(config.settings_file)
@@ -118,6 +125,7 @@ class Engine:
             )
         if self.memory.active is not None:
             self._open_runner(self.memory.active)
+        await self._follow_active()
         self._tasks.spawn("scheduler", self._schedule_loop())
         self._tasks.spawn("metering", self._metering_loop())
 
@@ -127,6 +135,7 @@ class Engine:
         if self.runner is not None:
             await self.runner.stop(self.config.stop_budget)
             self._meter_runner()
+        await self.account.close()
         if self.metering is not None:
             with contextlib.suppress(Exception):
                 self.metering.flush_all()
@@ -185,6 +194,7 @@ class Engine:
         if self.memory.active is None:
             self.memory.active = slot.name
             self._open_runner(slot.name)
+            await self._follow_active()
         self._projects_changed()
         await self._changed()
         return self._project_info(slot)
@@ -203,9 +213,20 @@ class Engine:
         if self.memory.active is None and self.memory.projects:
             self.memory.active = self.memory.projects[0].name
             self._open_runner(self.memory.active)
+        await self._follow_active()
         self._projects_changed()
         await self._changed()
         return self.projects()
+
+    async def logout(self) -> AccountInfo:
+        info = await self.account.logout()
+        runner = self.runner
+        if runner is not None and self.account.moderated and runner.state != "stopped":
+            await runner.stop(self.config.stop_budget)  # its pass is no longer ours to renew
+            self._meter_runner(runner)
+            self._open_runner(runner.slot.name)
+            self._wake.set()
+        return info
 
     # ---- views -----------------------------------------------------------------------------------
 
@@ -322,7 +343,9 @@ class Engine:
                 await runner.set_threads(decision.threads)
                 self._threads = decision.threads
             await runner.resume(decision.duty)
-            if runner.state == "failed":
+            if runner.state == "failed" and runner.needs_login:
+                state, code, reason = "error", "login_required", f"Not logged in: {runner.error}"
+            elif runner.state == "failed":
                 state, code = "error", "peer_failed"
                 reason = f"Error: {runner.error} (trying again in a moment)"
             elif runner.state != "ready":
@@ -418,8 +441,14 @@ class Engine:
             work_dir=self.config.work_dir(slot.name),
             identity=self._identity,
             on_event=lambda event: self._on_peer_event(slot.name, event),
+            account=self.account,
         )
         self._threads = 0
+
+    async def _follow_active(self) -> None:
+        """Point the account at the active project's coordinator (if any)."""
+        slot = self._slot(self.memory.active)
+        await self.account.select(slot.manifest if slot is not None else None)
 
     def _slot(self, name: str | None) -> ProjectSlot | None:
         return next((s for s in self.memory.projects if s.name == name), None)
@@ -440,6 +469,10 @@ class Engine:
             device=slot.device,
             active=slot.name == self.memory.active,
         )
+
+    def _account_changed(self, info: AccountInfo) -> None:
+        self.events.publish(AccountChanged(info))
+        self._wake.set()  # a peer waiting for a login may start now
 
     def _projects_changed(self) -> None:
         self.events.publish(

@@ -5,6 +5,10 @@ the active one builds its peer the first time the scheduler says "run" (so an en
 asked to contribute never loads torch), then only pauses and resumes it: the model, the data
 position and the accumulated gradients stay in memory across pauses, as BOINC keeps a suspended task.
 A peer that fails is reported and rebuilt after a back-off on the next "run".
+
+In a moderated project the runner first asks the engine's ``Account`` for a pass keeper, and hands
+its ``AccessGate`` to the peer; without a login the runner fails with a message saying how to log
+in (``needs_login``), waits for one, and starts on the next "run" after it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from core.account import AccountError, NotLoggedIn, PassKeeper
+from core.engine.account import Account
 from core.net import Identity
 from core.project import Manifest, load_manifest
 from core.util.errors import BarnraiseError
@@ -30,6 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RunnerState = Literal["stopped", "starting", "ready", "failed"]
+LOGIN_RETRY = 1.0
+"""Seconds between starts that fail for want of a login while the account says logged in."""
 
 
 @dataclass(frozen=True)
@@ -95,9 +103,11 @@ class ProjectRunner:
         work_dir: Path,
         identity: Identity,
         on_event: Callable[[dict[str, Any]], None],
+        account: Account | None = None,
         retry_after: float = 30.0,
     ) -> None:
         self.slot = slot
+        self.account = account
         self.work_dir = work_dir
         self.identity = identity
         self.on_event = on_event
@@ -105,6 +115,8 @@ class ProjectRunner:
         self.peer: ProjectPeer | None = None
         self.state: RunnerState = "stopped"
         self.error: str | None = None
+        self.needs_login = False
+        """The last start failed for want of a login at the project's coordinator."""
         self._failed_at = 0.0
         self._stop = asyncio.Event()
         self._tasks = BackgroundTasks(f"project/{slot.name}")
@@ -121,10 +133,17 @@ class ProjectRunner:
         """Build and start the peer in the background unless it runs (or failed moments ago)."""
         if self.state in ("starting", "ready"):
             return
-        if self.state == "failed" and time.monotonic() - self._failed_at < self.retry_after:
-            return
+        if self.state == "failed":
+            waited = time.monotonic() - self._failed_at
+            if self.needs_login:  # nothing changes until a login; then start (almost) at once
+                logged_in = self.account is not None and self.account.info().logged_in
+                if not logged_in or waited < LOGIN_RETRY:
+                    return
+            elif waited < self.retry_after:
+                return
         self.state = "starting"
         self.error = None
+        self.needs_login = False
         self._stop = asyncio.Event()
         self._task = self._tasks.spawn("peer", self._run_peer())
 
@@ -135,8 +154,13 @@ class ProjectRunner:
         )
 
         peer: ProjectPeer | None = None
+        keeper: PassKeeper | None = None
         try:
             manifest: Manifest = await asyncio.to_thread(load_manifest, self.slot.manifest)
+            if manifest.access.moderated:
+                if self.account is None:
+                    raise BarnraiseError(f"{self.slot.name} is moderated: it needs an account")
+                keeper = await self.account.open_access(manifest, self.identity.peer_id)
             settings = PeerSettings(
                 manifest,
                 work_dir=self.work_dir,
@@ -147,6 +171,7 @@ class ProjectRunner:
                 device=self.slot.device,
                 identity=self.identity,
                 start_paused=True,
+                access=keeper.gate if keeper is not None else None,
             )
             peer = self.peer = ProjectPeer(settings, self._on_peer_event)
             if not self._paused:
@@ -158,17 +183,26 @@ class ProjectRunner:
         except asyncio.CancelledError:
             self.state = "stopped"
             raise
+        except AccountError as exc:  # expected (no login, a ban, the coordinator down): no trace
+            log.warning("the peer of %s cannot start: %s", self.slot.name, exc)
+            self.needs_login = isinstance(exc, NotLoggedIn)
+            self._failed(str(exc))
         except Exception as exc:  # any failure of the peer is reported, never silent
             log.exception("the peer of %s failed", self.slot.name)
-            self.state = "failed"
-            self._failed_at = time.monotonic()
-            self.error = f"{type(exc).__name__}: {exc}" if not str(exc).strip() else str(exc)
-            self.on_event({"event": "failed", "message": self.error})
+            self._failed(f"{type(exc).__name__}: {exc}" if not str(exc).strip() else str(exc))
         finally:
             if peer is not None:
                 with contextlib.suppress(Exception):
                     await peer.close()
             self.peer = None
+            if keeper is not None and self.account is not None:
+                await self.account.close_access(keeper)
+
+    def _failed(self, message: str) -> None:
+        self.state = "failed"
+        self._failed_at = time.monotonic()
+        self.error = message
+        self.on_event({"event": "failed", "message": message})
 
     def _on_peer_event(self, event: dict[str, Any]) -> None:
         if event.get("event") == "ready":

@@ -69,8 +69,10 @@ def _value(value: Any, where: str) -> str:
 
 
 def _is_table_array(value: Any) -> bool:
-    return isinstance(value, list | tuple) and bool(value) and all(
-        isinstance(v, Mapping) for v in value
+    return (
+        isinstance(value, list | tuple)
+        and bool(value)
+        and all(isinstance(v, Mapping) for v in value)
     )
 
 

@@ -58,6 +58,8 @@ def test_engine_and_ctl_processes(tmp_path: Path) -> None:
         assert '"idle_minutes": 7.0' in changed.stdout
         snoozed = barnraise(home, "ctl", "snooze", "30")
         assert "snoozed until" in snoozed.stdout  # (not opted in still comes first)
+        account = barnraise(home, "ctl", "account")  # the demo is open: no coordinator, no keyring
+        assert "barnraise-demo is open to everyone" in account.stdout, account.stderr
         stats = barnraise(home, "ctl", "stats", "--days", "2")
         assert stats.returncode == 0
         assert "all projects: 0 samples" in stats.stdout

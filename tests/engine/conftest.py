@@ -1,4 +1,5 @@
-"""An engine daemon in this process, on loopback, with scripted sensors and its own folders."""
+"""An engine daemon in this process, on loopback, with scripted sensors, its own folders and an
+in-memory keyring (tests never touch the user's real one)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from core.account import CredentialStore
 from core.api import Endpoint, EngineClient
 from core.config.paths import UserDirs
 from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
+from tests.account.memory_keyring import MemoryKeyring
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
 
@@ -23,6 +26,7 @@ class Running:
     client: EngineClient
     idle: ScriptedIdleSensor
     dirs: UserDirs
+    keyring: MemoryKeyring
 
 
 def fast_config(root: Path, *, headless: bool = False) -> EngineConfig:
@@ -46,11 +50,14 @@ async def engine(tmp_path: Path) -> AsyncIterator[Running]:
     baseline = open_fd_count()
     idle = ScriptedIdleSensor(idle_seconds=3600.0)
     config = fast_config(tmp_path / "home")
-    daemon = EngineDaemon(config, sampler=scripted_sampler(idle))
+    keyring = MemoryKeyring()
+    daemon = EngineDaemon(
+        config, sampler=scripted_sampler(idle), credentials=CredentialStore(keyring)
+    )
     endpoint = await daemon.start()
     client = EngineClient(endpoint)
     try:
-        yield Running(daemon, endpoint, client, idle, config.dirs)
+        yield Running(daemon, endpoint, client, idle, config.dirs, keyring)
     finally:
         await client.close()
         await daemon.stop()

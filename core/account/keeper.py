@@ -1,0 +1,125 @@
+"""PassKeeper: keeps this peer's access pass fresh and its list of revoked peers current.
+
+``start`` fetches the first pass and hands it to the ``AccessGate`` (a peer without one cannot join
+a moderated swarm, so failing here is the caller's error to show). Then one named task renews the
+pass at half its remaining life and, every ``refresh_interval`` the coordinator names, reads the
+revocations (so a ban reaches this peer's connections within one interval). A failure that may pass
+(the coordinator down, the session to renew) is reported and retried with a growing delay; a refusal
+(this account banned or no longer allowlisted) is reported and ends the renewing: the pass runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from core.account.errors import AccessRefused, AccountError
+from core.account.replies import PassGrant
+from core.account.session import AccountSession
+from core.net.gate import AccessGate
+from core.net.passes import AccessDenied
+from core.net.peer_id import PeerID
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF = 60.0
+
+
+class PassKeeper:
+    def __init__(
+        self,
+        session: AccountSession,
+        gate: AccessGate,
+        *,
+        on_error: Callable[[AccountError], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.session = session
+        self.gate = gate
+        self.on_error = on_error
+        self.grant: PassGrant | None = None
+        self.error: AccountError | None = None
+        """The last failure, until the next success."""
+        self.refused: AccessRefused | None = None
+        """Set when the coordinator refused us for good; the keeper has stopped."""
+        self._clock = clock
+        self._renew_at = 0.0
+        self._tasks = BackgroundTasks(f"pass-keeper/{gate.project}")
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def expires(self) -> float | None:
+        return self.grant.access.expires if self.grant is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self) -> None:
+        """Fetch the first pass (raising the ``AccountError`` if we cannot), then keep it fresh."""
+        grant = await self.session.request_pass(self.gate.me)
+        self._apply(grant)
+        self._task = self._tasks.spawn("renew", self._run(grant.refresh_interval))
+
+    async def close(self) -> None:
+        await self._tasks.close()
+
+    def _apply(self, grant: PassGrant) -> None:
+        try:
+            self.gate.set_pass(grant.access)
+        except (
+            AccessDenied
+        ) as exc:  # e.g. the coordinator signs with another key than the manifest's
+            raise AccountError(f"the coordinator's pass does not admit this peer: {exc}") from None
+        self.gate.set_revoked(grant.revoked)
+        self.grant = grant
+        now = self._clock()
+        self._renew_at = now + max(0.0, grant.access.expires - now) / 2
+
+    async def _run(self, interval: float) -> None:
+        next_poll = self._clock() + interval
+        backoff = min(1.0, interval)
+        while True:
+            await asyncio.sleep(max(0.0, min(self._renew_at, next_poll) - self._clock()))
+            renewing = self._clock() >= self._renew_at
+            try:
+                if renewing:
+                    grant = await self.session.request_pass(self.gate.me)
+                    self._apply(grant)
+                    interval = grant.refresh_interval
+                else:
+                    self._revocations(await self.session.client.revocations())
+                next_poll = self._clock() + interval  # a grant carries the revocations too
+                backoff = min(1.0, interval)
+                self.error = None
+            except AccessRefused as exc:
+                self.refused = exc
+                self._report(exc, "stopped renewing the access pass")
+                return
+            except AccountError as exc:
+                now = self._clock()
+                delay = backoff
+                if renewing:  # try a few times more before the pass runs out
+                    delay = min(delay, max(0.5, ((self.expires or now) - now) / 4))
+                self._report(exc, f"will try again in {delay:.1f} s")
+                if renewing:
+                    self._renew_at = now + delay
+                else:
+                    next_poll = now + delay
+                backoff = min(backoff * 2, max(MAX_BACKOFF, interval))
+
+    def _revocations(self, revoked: frozenset[PeerID]) -> None:
+        self.gate.set_revoked(revoked)
+        if self.gate.me in revoked:
+            self._renew_at = (
+                self._clock()
+            )  # our own key: ask the coordinator now whether we are out
+
+    def _report(self, exc: AccountError, what: str) -> None:
+        self.error = exc
+        log.warning("access pass of %s: %s; %s", self.gate.project, exc, what)
+        if self.on_error is not None:
+            self.on_error(exc)

@@ -1,0 +1,329 @@
+"""Account: the volunteer's login at the active project's coordinator, as the engine holds it.
+
+It follows the active project (its manifest's ``network.coordinator_url``): one coordinator client,
+the session loaded from the OS keyring, and, while a moderated project's peer runs, the pass keeper
+and the ``AccessGate`` that peer shows others. Logins and new session secrets go to the keyring
+(a keyring that cannot be used leaves the login in memory until the engine stops, and says so).
+Every change of what ``info()`` says is handed to ``on_change`` (the engine publishes it as an
+event). Account errors leave as the control API's errors, with the coordinator's words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from core.account import (
+    AccessRefused,
+    AccountError,
+    AccountSession,
+    CoordinatorClient,
+    CoordinatorUnavailable,
+    CredentialStore,
+    KeyringUnavailable,
+    LoginFailed,
+    NotLoggedIn,
+    PassKeeper,
+    RateLimited,
+    SessionTokens,
+    SignupClosed,
+)
+from core.api.codec import decode
+from core.api.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    CoordinatorUnreachable,
+    LoginRefused,
+    LoginRequired,
+    TooManyAttempts,
+)
+from core.api.schema import AccountInfo, HistoryDay, Leaderboard, LeaderboardEntry, MyRank
+from core.net.gate import AccessGate
+from core.net.peer_id import PeerID
+from core.project import Manifest, ManifestError, load_manifest
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Account:
+    def __init__(
+        self,
+        store: CredentialStore,
+        *,
+        on_change: Callable[[AccountInfo], None],
+        timeout: float = 10.0,
+    ) -> None:
+        self._store = store
+        self._on_change = on_change
+        self._timeout = timeout
+        self.manifest: Manifest | None = None
+        self.session: AccountSession | None = None
+        self.keeper: PassKeeper | None = None
+        self._client: CoordinatorClient | None = None
+        self._error: str | None = None
+        self._last: AccountInfo | None = None
+        self._tasks = BackgroundTasks("account")
+        self._saving = asyncio.Lock()  # rotated secrets are written in the order they came
+        self._writes: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str | None:
+        return (self.manifest.network.coordinator_url or None) if self.manifest else None
+
+    @property
+    def moderated(self) -> bool:
+        return self.manifest is not None and self.manifest.access.moderated
+
+    # ---- following the active project ------------------------------------------------------------
+
+    async def select(self, manifest_path: Path | None) -> None:
+        """Follow the project whose manifest is at ``manifest_path`` (None: no project)."""
+        manifest = None
+        error = None
+        if manifest_path is not None:
+            try:
+                manifest = await asyncio.to_thread(load_manifest, manifest_path)
+            except ManifestError as exc:
+                error = str(exc)
+        old_url = self.url
+        self.manifest = manifest
+        if self.url != old_url:
+            await self._close_client()
+            self._error = None
+            if self.url is not None:
+                self._client = CoordinatorClient(self.url, timeout=self._timeout)
+                tokens = await self._load(self.url)
+                self.session = AccountSession(
+                    self._client, tokens, self._tokens_renewed, on_expired=self._expired
+                )
+        if error is not None:
+            self._error = error
+        self._publish()
+
+    async def close(self) -> None:
+        if self._writes:  # a rotated refresh secret must reach the keyring before we go
+            await asyncio.wait(self._writes, timeout=5.0)
+        await self._tasks.close()
+        await self._close_client()
+
+    # ---- commands --------------------------------------------------------------------------------
+
+    async def login(self, username: str, password: str, *, signup: bool = False) -> AccountInfo:
+        url, client, session = self._coordinator()
+        with _api_errors():
+            if signup:
+                await client.signup(username, password)
+            tokens = await client.login(username, password)
+        previous = session.tokens
+        session.replace(tokens)
+        if previous is not None:
+            with contextlib.suppress(AccountError):  # end the old session; it is gone here anyway
+                await client.logout(previous)
+        log.info("logged in to %s as %s", url, tokens.username)
+        self._error = None
+        try:
+            async with self._saving:
+                await asyncio.to_thread(self._store.save, url, tokens)
+        except KeyringUnavailable as exc:
+            self._error = f"logged in until the engine stops: {exc}"
+        self._publish()
+        return self.info()
+
+    async def logout(self) -> AccountInfo:
+        url, _, session = self._coordinator()
+        try:
+            await session.logout()
+        except AccountError as exc:  # the coordinator is down: the secrets are forgotten anyway
+            log.warning("the coordinator did not hear the logout: %s", exc)
+        session.replace(None)
+        self._error = None
+        with contextlib.suppress(KeyringUnavailable):  # nothing could have been saved then
+            async with self._saving:
+                await asyncio.to_thread(self._store.delete, url)
+        self._publish()
+        return self.info()
+
+    async def open_access(self, manifest: Manifest, me: PeerID) -> PassKeeper:
+        """Fetch a pass for ``me`` and keep it fresh (a moderated project's peer is starting)."""
+        key = manifest.access.key
+        session = self.session
+        if key is None or manifest.network.coordinator_url != self.url or session is None:
+            raise AccountError(f"the manifest of {manifest.project.name} changed; attach it again")
+        if session.tokens is None:
+            raise NotLoggedIn(
+                f"{manifest.project.name} admits only volunteers with an account; "
+                "log in with 'barnraise ctl login'"
+            )
+        gate = AccessGate(manifest.project.name, key, me)
+        keeper = PassKeeper(session, gate, on_error=self._keeper_failed)
+        await keeper.start()
+        gate.add_listener(self._publish)
+        self.keeper = keeper
+        self._publish()
+        return keeper
+
+    async def close_access(self, keeper: PassKeeper) -> None:
+        await keeper.close()
+        keeper.gate.remove_listener(self._publish)
+        if self.keeper is keeper:
+            self.keeper = None
+            self._publish()
+
+    # ---- views -----------------------------------------------------------------------------------
+
+    def info(self) -> AccountInfo:
+        session, keeper = self.session, self.keeper
+        error = self._error
+        if keeper is not None and keeper.error is not None:
+            error = str(keeper.error)
+        return AccountInfo(
+            project=self.manifest.project.name if self.manifest else None,
+            coordinator=self.url,
+            username=session.username if session else None,
+            logged_in=session is not None and session.tokens is not None,
+            pass_expires=keeper.expires if keeper is not None else None,
+            error=error,
+            moderated=self.moderated,
+        )
+
+    async def leaderboard(self, limit: int) -> Leaderboard:
+        if not 1 <= limit <= 1000:
+            raise BadRequest("limit must be between 1 and 1000")
+        _, client, _ = self._coordinator()
+        with _api_errors():
+            data = await client.leaderboard(limit)
+        assert self.manifest is not None
+        return _read(
+            Leaderboard,
+            {
+                "project": self.manifest.project.name,
+                "time": data.get("time"),
+                "users": [_pick(LeaderboardEntry, u) for u in data["users"]],
+                "totals": data["totals"],
+            },
+        )
+
+    async def my_rank(self) -> MyRank:
+        _, _, session = self._coordinator()
+        with _api_errors():
+            data = await session.leaderboard_me()
+        assert self.manifest is not None
+        history = data["history"]
+        return _read(
+            MyRank,
+            _pick(MyRank, data)
+            | {
+                "project": self.manifest.project.name,
+                "above": [_pick(LeaderboardEntry, u) for u in _list(data.get("above"))],
+                "below": [_pick(LeaderboardEntry, u) for u in _list(data.get("below"))],
+                "history_7d": [_pick(HistoryDay, d) for d in _list(history.get("7d"))],
+                "history_30d": [_pick(HistoryDay, d) for d in _list(history.get("30d"))],
+            },
+        )
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _coordinator(self) -> tuple[str, CoordinatorClient, AccountSession]:
+        if self.manifest is None:
+            raise Conflict("no project is attached: attach one first (barnraise ctl attach)")
+        if self.url is None or self._client is None or self.session is None:
+            raise Conflict(
+                f"{self.manifest.project.name} has no coordinator: it is open to everyone "
+                "and has no accounts or leaderboard"
+            )
+        return self.url, self._client, self.session
+
+    async def _load(self, url: str) -> SessionTokens | None:
+        try:
+            return await asyncio.to_thread(self._store.load, url)
+        except KeyringUnavailable as exc:
+            self._error = str(exc)
+            return None
+
+    def _tokens_renewed(self, tokens: SessionTokens) -> None:
+        self._write(tokens)
+
+    def _expired(self) -> None:
+        self._error = "the login expired: log in again (barnraise ctl login)"
+        self._write(None)
+        self._publish()
+
+    def _write(self, tokens: SessionTokens | None) -> None:
+        """Save (or, with None, forget) the login in the background, in order."""
+        url = self.url
+        if url is not None and not self._tasks.closed:
+            task = self._tasks.spawn("save-login", self._save(url, tokens))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+
+    async def _save(self, url: str, tokens: SessionTokens | None) -> None:
+        async with self._saving:
+            try:
+                if tokens is None:
+                    await asyncio.to_thread(self._store.delete, url)
+                else:
+                    await asyncio.to_thread(self._store.save, url, tokens)
+            except KeyringUnavailable as exc:
+                log.warning("could not update the saved login: %s", exc)
+
+    def _keeper_failed(self, exc: AccountError) -> None:
+        self._publish()
+
+    def _publish(self) -> None:
+        info = self.info()
+        if info != self._last:
+            self._last = info
+            self._on_change(info)
+
+    async def _close_client(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        self._client = None
+        self.session = None
+
+
+@contextlib.contextmanager
+def _api_errors() -> Iterator[None]:
+    """The account's errors as the control API's, with the coordinator's words."""
+    try:
+        yield
+    except (LoginFailed, AccessRefused, SignupClosed) as exc:
+        raise LoginRefused(str(exc)) from None
+    except NotLoggedIn as exc:
+        raise LoginRequired(str(exc)) from None
+    except RateLimited as exc:
+        raise TooManyAttempts(str(exc)) from None
+    except CoordinatorUnavailable as exc:
+        raise CoordinatorUnreachable(str(exc)) from None
+    except AccountError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _pick(cls: type[Any], data: object) -> Any:
+    """Keep the fields ``cls`` knows: a newer coordinator may say more."""
+    if not isinstance(data, dict):
+        return data
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _read(cls: type[T], data: object) -> T:
+    try:
+        return decode(cls, data)
+    except ApiError as exc:
+        raise CoordinatorUnreachable(
+            f"the coordinator sent a {cls.__name__} we cannot read: {exc}"
+        ) from None

@@ -1,0 +1,120 @@
+"""PassKeeper against a real coordinator: first pass, renewal, revocations, bans, outages.
+
+The project's passes live 12 s and peers check revocations every 0.2 s, so renewal (at half the
+remaining life) happens after about 6 s and a ban must show within a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from core.account import (
+    AccessRefused,
+    AccountError,
+    AccountSession,
+    CoordinatorClient,
+    CoordinatorUnavailable,
+    NotLoggedIn,
+    PassKeeper,
+)
+from core.net import Identity
+from core.net.gate import AccessGate
+from tests.account.coordinator import PASSWORD, PROJECT, Coordinator
+from tests.support.leaks import wait_until
+
+
+@pytest.fixture
+async def keeper(
+    coordinator: Coordinator, client: CoordinatorClient
+) -> AsyncIterator[tuple[PassKeeper, list[AccountError]]]:
+    """alice's keeper, started, with the errors it reported."""
+    session = AccountSession(client, await client.login("alice", PASSWORD))
+    gate = AccessGate(PROJECT, coordinator.key.peer_id, Identity.generate().peer_id)
+    errors: list[AccountError] = []
+    keeper = PassKeeper(session, gate, on_error=errors.append)
+    await keeper.start()
+    try:
+        yield keeper, errors
+    finally:
+        await keeper.close()
+
+
+async def test_the_pass_is_renewed_at_half_its_life(
+    keeper: tuple[PassKeeper, list[AccountError]], coordinator: Coordinator
+) -> None:
+    keeper_, errors = keeper
+    gate = keeper_.gate
+    first = gate.own_pass
+    assert first is not None
+    assert keeper_.expires == first.expires
+    changes: list[float] = []
+    gate.add_listener(lambda: changes.append(time.monotonic()))
+    started = time.monotonic()
+    await wait_until(lambda: gate.own_pass is not first, timeout=10)
+    renewed = gate.own_pass
+    assert renewed is not None
+    elapsed = time.monotonic() - started
+    remaining = first.expires - time.time() + elapsed
+    assert 0.4 * remaining <= elapsed <= 0.6 * remaining + 0.5  # at about half its remaining life
+    assert renewed.expires > first.expires
+    assert renewed.peer == gate.me
+    assert keeper_.running
+    assert errors == []
+
+
+async def test_a_ban_reaches_the_gate_within_one_refresh_and_stops_renewal(
+    keeper: tuple[PassKeeper, list[AccountError]],
+    coordinator: Coordinator,
+    client: CoordinatorClient,
+) -> None:
+    keeper_, errors = keeper
+    gate = keeper_.gate
+    coordinator.add_user("mallory")
+    mallory_peer = Identity.generate().peer_id
+    await client.request_pass(await client.login("mallory", PASSWORD), mallory_peer)
+
+    coordinator.ban("mallory")
+    banned_at = time.monotonic()
+    await wait_until(lambda: mallory_peer in gate.revoked, timeout=2)
+    assert time.monotonic() - banned_at < 0.2 + 0.3  # one refresh interval, plus a round trip
+    assert keeper_.running
+    assert errors == []
+
+    coordinator.ban("alice")  # our own account: renewing stops, the pass runs out by itself
+    await wait_until(lambda: not keeper_.running, timeout=2)
+    assert gate.me in gate.revoked
+    assert isinstance(keeper_.refused, AccessRefused)
+    assert [type(e) for e in errors] == [AccessRefused]
+    assert "banned" in str(errors[0])
+
+
+async def test_an_outage_is_reported_and_retried(
+    keeper: tuple[PassKeeper, list[AccountError]], coordinator: Coordinator
+) -> None:
+    keeper_, errors = keeper
+    await coordinator.service.close()
+    await wait_until(lambda: len(errors) >= 2, timeout=3)  # reported, and tried again
+    assert all(isinstance(e, CoordinatorUnavailable) for e in errors)
+    assert keeper_.running  # still trying: the coordinator may come back
+    assert isinstance(keeper_.error, CoordinatorUnavailable)
+
+
+async def test_a_keeper_that_cannot_get_a_pass_says_why(
+    coordinator: Coordinator, client: CoordinatorClient
+) -> None:
+    gate = AccessGate(PROJECT, coordinator.key.peer_id, Identity.generate().peer_id)
+    with pytest.raises(NotLoggedIn, match="log in"):
+        await PassKeeper(AccountSession(client, None), gate).start()
+    tokens = await client.login("alice", PASSWORD)
+    coordinator.ban("alice")
+    with pytest.raises(AccessRefused, match="banned"):
+        await PassKeeper(AccountSession(client, tokens), gate).start()
+    # a coordinator that signs with another key than the manifest names
+    other = AccessGate(PROJECT, Identity.generate().peer_id, gate.me)
+    coordinator.service.store.unban("alice")
+    with pytest.raises(AccountError, match="does not admit this peer"):
+        await PassKeeper(AccountSession(client, tokens), other).start()
+    assert gate.own_pass is None
