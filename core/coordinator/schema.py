@@ -1,9 +1,6 @@
-"""The coordinator's SQLite file: opening it safely, its tables, and one-transaction migrations.
-
-Like the contribution ledger, the file is checked by reading before anything is written: a file
-that is not SQLite, or another program's database, or one from a newer Barnraise is refused with a
-``StoreError`` naming it and is left untouched. ``PRAGMA application_id`` marks it as ours and
-``PRAGMA user_version`` is the schema version; each migration commits together with its version.
+"""The coordinator's SQLite tables and how its file is opened (``core.util.sqlite_file``, shared
+with the contribution ledger, refuses files that are not ours and runs each migration in one
+transaction). ``PRAGMA application_id`` marks the file as a coordinator's.
 
 WAL journal with ``synchronous=NORMAL``: readers (the management commands, a backup) never block the
 service, and a commit survives the process being killed.
@@ -14,17 +11,14 @@ case-folded name (``names.Username.key``).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 from core.coordinator.errors import StoreError
+from core.util.sqlite_file import SqliteFile, transaction
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
 
@@ -109,104 +103,18 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
+_FILE = SqliteFile(
+    "coordinator database",
+    APPLICATION_ID,
+    _MIGRATIONS,
+    StoreError,
+    busy_timeout=_BUSY_TIMEOUT_S,
+    foreign_keys=True,
+)
+
+__all__ = ["SCHEMA_VERSION", "open_database", "transaction"]
+
 
 def open_database(path: Path) -> sqlite3.Connection:
     """Open (creating if absent) the coordinator database at ``path``, at the current schema."""
-    _refuse_foreign_file(path)
-    _create_private(path)
-    try:
-        conn = sqlite3.connect(str(path), timeout=_BUSY_TIMEOUT_S, isolation_level=None)
-    except sqlite3.Error as error:
-        raise StoreError(f"cannot open the coordinator database {path}: {error}") from None
-    try:
-        _check_ours(conn, path)
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreError(f"the coordinator database {path} cannot use write-ahead logging")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        _migrate(conn, str(path))
-    except sqlite3.Error as error:
-        conn.close()
-        raise StoreError(f"the coordinator database {path} is unreadable: {error}") from None
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction: committed on success, rolled back on any exception."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            conn.rollback()
-        raise
-    conn.execute("COMMIT")
-
-
-def _migrate(conn: sqlite3.Connection, label: str) -> None:
-    with transaction(conn):
-        version = _user_version(conn)  # again, under the write lock
-        _refuse_newer(version, label)
-        for step in _MIGRATIONS[version:]:
-            for statement in step:
-                conn.execute(statement)
-        if version < SCHEMA_VERSION:
-            # PRAGMA takes no parameters; both values are our own integer constants.
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-
-
-def _refuse_foreign_file(path: Path) -> None:
-    try:
-        with path.open("rb") as file:
-            head = file.read(len(_SQLITE_MAGIC))
-    except FileNotFoundError:
-        return
-    except OSError as error:
-        raise StoreError(f"cannot read the coordinator database {path}: {error}") from None
-    if head and head != _SQLITE_MAGIC:
-        raise StoreError(
-            f"{path} is not a coordinator database (not SQLite); it was left untouched"
-        )
-
-
-def _create_private(path: Path) -> None:
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # SQLite gives its -wal and -shm files the main file's mode, so they stay private too.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    except OSError as error:
-        raise StoreError(f"cannot create the coordinator database {path}: {error}") from None
-    os.close(fd)
-
-
-def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
-    version = _user_version(conn)
-    _refuse_newer(version, str(path))
-    not_ours = StoreError(
-        f"{path} is another program's SQLite database, not a coordinator's; it was left untouched"
-    )
-    if version == 0:
-        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-            raise not_ours
-    elif conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
-        raise not_ours
-
-
-def _user_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-
-def _refuse_newer(version: int, label: str) -> None:
-    if version > SCHEMA_VERSION or version < 0:
-        raise StoreError(
-            f"the coordinator database {label} was written by a newer Barnraise (schema version "
-            f"{version}; this one reads up to {SCHEMA_VERSION})"
-        )
+    return _FILE.open(path)

@@ -6,4 +6,5 @@
 - ``wire``    ``WireMessage``: small typed dataclasses that travel as msgpack arrays, validated on decode.
 - ``msgpack_codec``  msgpack packing and unpacking with Barnraise's conventions.
 - ``toml_write``  writing the small TOML files Barnraise keeps (tomllib only reads).
+- ``sqlite_file``  opening our own SQLite files safely (refuse foreign ones, WAL, migrations).
 """

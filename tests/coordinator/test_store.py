@@ -80,7 +80,7 @@ def test_unicode_names_are_one_account_per_case_folded_form(tmp_path: Path) -> N
 def test_a_file_that_is_not_ours_is_refused_and_left_alone(tmp_path: Path) -> None:
     text = tmp_path / "notes.db"
     text.write_text("my notes")
-    with pytest.raises(StoreError, match="not SQLite"):
+    with pytest.raises(StoreError, match="not a SQLite database"):
         CoordinatorStore(text)
     assert text.read_text() == "my notes"
     other = tmp_path / "other.db"
