@@ -217,3 +217,19 @@ def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path) -> None:
     assert set(result["phases"]) == {"never_started", "paused_after_training"}
     assert result["samples_trained_before_pause"] >= 500
     assert result["samples_while_paused"] == 0
+
+
+def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
+    out = tmp_path / "access.json"
+    script = str(ROOT / "benchmarks" / "access.py")
+    subprocess.run(
+        [sys.executable, script, "--connections", "8", "--requests", "4", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(out.read_text())
+    assert result["connections"] == 8
+    assert result["moderated_to_open_ratio"] > 0
+    assert result["pass_check"]["new_pass_us"] > result["pass_check"]["seen_pass_us"] > 0
+    assert result["coordinator"]["login_ms"]["p50"] > 0
