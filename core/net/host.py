@@ -33,7 +33,7 @@ from core.net.errors import (
 from core.net.gate import AccessGate
 from core.net.hello import AGENT, PROTOCOL_VERSION, Hello
 from core.net.identity import Identity
-from core.net.passes import AccessDenied
+from core.net.passes import AccessDenied, AccessPass
 from core.net.peer_id import PeerID
 from core.net.rpc import CallContext, Method, Req, Resp, Router, StreamMethod
 from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
@@ -110,6 +110,8 @@ class Host:
         self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
         self.traffic = Traffic()
         self.access = access
+        self._shown_pass: AccessPass | None = None
+        """The pass of ours that connected peers last saw (pushed again only when it changes)."""
         if access is not None:
             if access.me != self.peer_id:
                 raise ValueError("the access gate belongs to another identity")
@@ -140,6 +142,7 @@ class Host:
                 self.listen_addresses.append(PeerAddress.tcp(host, port, self.peer_id))
         self._tasks.spawn("idle-sweeper", self._sweep_idle())
         if self.access is not None:
+            self._shown_pass = self.access.own_pass  # what our hellos carry from now on
             self.access.add_listener(self._access_changed)
             self._tasks.spawn("access-sweeper", self._sweep_access())
 
@@ -435,17 +438,16 @@ class Host:
         return True
 
     def _access_changed(self) -> None:
-        """Our pass or the revocations changed: show peers our pass, and recheck theirs."""
-        if self._closed:
+        """Our pass or the revocations changed: recheck peers' passes; show a renewed one of ours."""
+        if self._closed or self.access is None:
             return
         self._recheck_access()
-        self._tasks.spawn("renew-pass", self._push_pass())
+        own = self.access.own_pass
+        if own is not None and own is not self._shown_pass:  # not for a new revocation list
+            self._shown_pass = own
+            self._tasks.spawn("renew-pass", self._push_pass(own.to_wire()))
 
-    async def _push_pass(self) -> None:
-        assert self.access is not None
-        presented = self.access.presented()
-        if presented is None:
-            return
+    async def _push_pass(self, presented: list[object]) -> None:
         calls = [
             conn.call(RENEW_PASS, presented, timeout=self.config.call_timeout)
             for conn in self.connections()
