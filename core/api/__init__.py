@@ -8,13 +8,15 @@
 - ``codec``     dataclasses to JSON and back, checked against their type hints.
 - ``endpoint``  the engine's endpoint file (URL, token, pid) in the user's runtime directory.
 - ``client``    EngineClient: the typed async client.
+- ``protocol``  EngineApi: the calls as a Protocol (EngineClient and FakeEngine satisfy it).
+- ``fake``      FakeEngine: an in-memory engine with realistic data, for GUI tests and screenshots.
 
 This package imports neither Qt nor torch nor the engine: the GUI imports it and nothing else of
 ``core``, and both sides of the socket agree through it.
 """
 
 from core.api.client import EngineClient
-from core.api.endpoint import Endpoint, endpoint_path
+from core.api.endpoint import Endpoint, app_settings_path, endpoint_path, engine_output_path
 from core.api.errors import (
     ApiError,
     BadRequest,
@@ -31,6 +33,7 @@ from core.api.errors import (
 )
 from core.api.events import (
     AccountChanged,
+    CollaborationEpoch,
     EpochFinished,
     ErrorRaised,
     Event,
@@ -38,14 +41,18 @@ from core.api.events import (
     ProgressUpdated,
     ProjectsChanged,
     StateChanged,
+    UnknownEventType,
 )
+from core.api.protocol import EngineApi
 from core.api.schema import (
     API_VERSION,
     AccountInfo,
     Amounts,
     AttachRequest,
     DayAmounts,
+    Diagnostics,
     EngineState,
+    EpochPoint,
     HistoryDay,
     Leaderboard,
     LeaderboardEntry,
@@ -55,9 +62,12 @@ from core.api.schema import (
     Progress,
     ProjectInfo,
     ProjectList,
+    ProjectOffer,
+    ProjectOffers,
     SettingInfo,
     Settings,
     Statistics,
+    TrainingHistory,
 )
 
 __all__ = [
@@ -68,14 +78,18 @@ __all__ = [
     "ApiError",
     "AttachRequest",
     "BadRequest",
+    "CollaborationEpoch",
     "Conflict",
     "CoordinatorUnreachable",
     "DayAmounts",
+    "Diagnostics",
     "Endpoint",
+    "EngineApi",
     "EngineClient",
     "EngineState",
     "EngineUnavailable",
     "EpochFinished",
+    "EpochPoint",
     "ErrorRaised",
     "Event",
     "Forbidden",
@@ -93,13 +107,19 @@ __all__ = [
     "ProgressUpdated",
     "ProjectInfo",
     "ProjectList",
+    "ProjectOffer",
+    "ProjectOffers",
     "ProjectsChanged",
     "SettingInfo",
     "Settings",
     "StateChanged",
     "Statistics",
     "TooManyAttempts",
+    "TrainingHistory",
     "Unauthorized",
+    "UnknownEventType",
     "VersionMismatch",
+    "app_settings_path",
     "endpoint_path",
+    "engine_output_path",
 ]

@@ -8,6 +8,7 @@ dataclasses, and every failure arrives as an ``ApiError`` subclass with a messag
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -17,27 +18,33 @@ import aiohttp
 from core.api.codec import decode, encode
 from core.api.endpoint import Endpoint, endpoint_path
 from core.api.errors import ApiError, EngineUnavailable, VersionMismatch, error_from_wire
-from core.api.events import Event
+from core.api.events import Event, UnknownEventType
 from core.api.schema import (
     API_VERSION,
     VERSION_HEADER,
     AccountInfo,
     AttachRequest,
+    Diagnostics,
     EngineState,
     Leaderboard,
     LoginRequest,
     MyRank,
     ProjectInfo,
     ProjectList,
+    ProjectOffers,
     SettingsUpdate,
     SettingValue,
     SnoozeRequest,
     Statistics,
+    TrainingHistory,
 )
 from core.api.schema import Settings as SettingsView
 from core.config.paths import UserDirs
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+_CLEAN_CLOSE = frozenset({1000, 1001})
+"""Websocket close codes of an engine that ended the stream on purpose (normal, going away)."""
 
 
 class EngineClient:
@@ -83,6 +90,18 @@ class EngineClient:
 
     async def projects(self) -> ProjectList:
         return await self._call("GET", "/v1/projects", ProjectList)
+
+    async def offers(self) -> ProjectOffers:
+        """Projects the user could pick: demo swarms running on this computer, attached ones."""
+        return await self._call("GET", "/v1/projects/offers", ProjectOffers)
+
+    async def history(self) -> TrainingHistory:
+        """The active project's collaboration epochs (the loss curve), oldest first."""
+        return await self._call("GET", "/v1/history", TrainingHistory)
+
+    async def diagnostics(self) -> Diagnostics:
+        """Versions, folders and the engine log's last lines, for a bug report."""
+        return await self._call("GET", "/v1/diagnostics", Diagnostics)
 
     # ---- commands ------------------------------------------------------------------------------------
 
@@ -134,7 +153,11 @@ class EngineClient:
         await self._call("POST", "/v1/shutdown", None)
 
     async def events(self, since: int | None = None) -> AsyncIterator[Event]:
-        """The event stream, in order; with ``since``, the kept backlog after that seq first."""
+        """The event stream, in order; with ``since``, the kept backlog after that seq first.
+
+        It ends normally when the engine closes it (the engine stops, or drops a subscriber that fell
+        too far behind), and raises ``EngineUnavailable`` when the connection is lost without a
+        goodbye: the engine process died."""
         params = {} if since is None else {"since": str(since)}
         try:
             async with self._http().ws_connect(
@@ -145,13 +168,23 @@ class EngineClient:
             ) as ws:
                 async for message in ws:
                     if message.type is aiohttp.WSMsgType.TEXT:
-                        yield Event.from_wire(json.loads(message.data))
+                        try:
+                            event = Event.from_wire(json.loads(message.data), strict=False)
+                        except UnknownEventType as exc:  # from a newer engine: read on
+                            log.debug("skipped an event: %s", exc)
+                            continue
+                        yield event
                     elif message.type is aiohttp.WSMsgType.ERROR:
                         break
+                code = ws.close_code
         except aiohttp.WSServerHandshakeError as exc:
             raise _handshake_error(exc) from None
         except aiohttp.ClientConnectionError as exc:
             raise EngineUnavailable(f"the engine at {self.endpoint.url} is gone: {exc}") from None
+        if code not in _CLEAN_CLOSE:
+            raise EngineUnavailable(
+                f"the connection to the engine at {self.endpoint.url} was lost (close code {code})"
+            )
 
     # ---- plumbing ------------------------------------------------------------------------------------
 
@@ -197,7 +230,7 @@ class EngineClient:
             )
         if kind is None:
             return None  # type: ignore[return-value]
-        return decode(kind, payload.get("data"), kind.__name__)
+        return decode(kind, payload.get("data"), kind.__name__, strict=False)
 
 
 def _handshake_error(exc: aiohttp.WSServerHandshakeError) -> ApiError:

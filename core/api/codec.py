@@ -31,13 +31,17 @@ def encode(value: Any) -> Any:
     return value
 
 
-def decode(cls: type[T], data: Any, path: str = "") -> T:
-    """Rebuild ``cls`` from JSON data, checking every field."""
-    result: T = _decode(cls, data, path or cls.__name__)
+def decode(cls: type[T], data: Any, path: str = "", *, strict: bool = True) -> T:
+    """Rebuild ``cls`` from JSON data, checking every field.
+
+    ``strict`` refuses fields the dataclass does not have: right for requests the engine receives.
+    Clients decode answers with ``strict=False`` and drop such fields, so that a newer engine that
+    added an optional field (a compatible change, see ``schema``) does not break an older GUI."""
+    result: T = _decode(cls, data, path or cls.__name__, strict)
     return result
 
 
-def _decode(tp: Any, data: Any, path: str) -> Any:  # noqa: PLR0911, PLR0912 - one case per kind
+def _decode(tp: Any, data: Any, path: str, strict: bool) -> Any:  # noqa: PLR0911, PLR0912
     origin = get_origin(tp)
     if tp is Any:
         return data
@@ -50,7 +54,7 @@ def _decode(tp: Any, data: Any, path: str) -> Any:  # noqa: PLR0911, PLR0912 - o
             if arg is type(None):
                 continue
             try:
-                return _decode(arg, data, path)
+                return _decode(arg, data, path, strict)
             except BadRequest as exc:
                 errors.append(str(exc))
         raise BadRequest(errors[0] if errors else f"{path}: unexpected value")
@@ -63,30 +67,30 @@ def _decode(tp: Any, data: Any, path: str) -> Any:  # noqa: PLR0911, PLR0912 - o
         if not isinstance(data, list):
             raise BadRequest(f"{path}: expected a list, got {type(data).__name__}")
         (item,) = get_args(tp)[:1] or (Any,)
-        items = [_decode(item, v, f"{path}[{i}]") for i, v in enumerate(data)]
+        items = [_decode(item, v, f"{path}[{i}]", strict) for i, v in enumerate(data)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(data, dict):
             raise BadRequest(f"{path}: expected an object, got {type(data).__name__}")
         _, vt = get_args(tp) or (str, Any)
-        return {str(k): _decode(vt, v, f"{path}.{k}") for k, v in data.items()}
+        return {str(k): _decode(vt, v, f"{path}.{k}", strict) for k, v in data.items()}
     if dataclasses.is_dataclass(tp):
-        return _decode_dataclass(tp, data, path)
+        return _decode_dataclass(tp, data, path, strict)
     return _decode_scalar(tp, data, path)
 
 
-def _decode_dataclass(cls: Any, data: Any, path: str) -> Any:
+def _decode_dataclass(cls: Any, data: Any, path: str, strict: bool) -> Any:
     if not isinstance(data, dict):
         raise BadRequest(f"{path}: expected an object, got {type(data).__name__}")
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
-    if unknown:
+    if unknown and strict:
         raise BadRequest(f"{path}: unknown field(s) {', '.join(unknown)}")
     values = {}
     for name, field in fields.items():
         if name in data:
-            values[name] = _decode(hints[name], data[name], f"{path}.{name}")
+            values[name] = _decode(hints[name], data[name], f"{path}.{name}", strict)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise BadRequest(f"{path}: missing field {name}")
     try:

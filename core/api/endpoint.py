@@ -1,4 +1,5 @@
 """Where a running engine listens, and its token: one small private file in the runtime directory.
+(Also where its clients keep their own files: the started engine's output, the app's settings.)
 
 The engine writes ``engine.json`` (URL, token, pid, API version) readable only by the user (0600)
 when its control server is up, and removes it when it stops. Clients — ``barnraise ctl``, the GUI —
@@ -16,10 +17,23 @@ from core.api.errors import EngineUnavailable
 from core.config.paths import UserDirs
 
 ENDPOINT_FILE = "engine.json"
+OUTPUT_FILE = "engine-output.log"
+APP_SETTINGS_FILE = "app.ini"
 
 
 def endpoint_path(dirs: UserDirs | None = None) -> Path:
     return (dirs or UserDirs.default()).runtime / ENDPOINT_FILE
+
+
+def engine_output_path(dirs: UserDirs | None = None) -> Path:
+    """Where a launcher (the desktop app) sends the output of an engine it starts: what a crash
+    prints before the engine's own log could record it (an import error, a segfault)."""
+    return (dirs or UserDirs.default()).logs / OUTPUT_FILE
+
+
+def app_settings_path(dirs: UserDirs | None = None) -> Path:
+    """The desktop app's own settings (window geometry, what closing the window does)."""
+    return (dirs or UserDirs.default()).config / APP_SETTINGS_FILE
 
 
 @dataclass(frozen=True)

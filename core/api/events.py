@@ -11,7 +11,7 @@ from typing import Any
 
 from core.api.codec import decode, encode
 from core.api.errors import BadRequest
-from core.api.schema import AccountInfo, Progress, StateName
+from core.api.schema import AccountInfo, EpochPoint, Progress, StateName
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,14 @@ class AccountChanged:
     account: AccountInfo
 
 
+@dataclass(frozen=True)
+class CollaborationEpoch:
+    """The collaboration completed an epoch: one more point of the loss curve."""
+
+    project: str
+    point: EpochPoint
+
+
 EventData = (
     StateChanged
     | ProgressUpdated
@@ -72,6 +80,7 @@ EventData = (
     | ErrorRaised
     | ProjectsChanged
     | AccountChanged
+    | CollaborationEpoch
 )
 
 EVENT_TYPES: dict[str, type[Any]] = {
@@ -82,6 +91,7 @@ EVENT_TYPES: dict[str, type[Any]] = {
     "error": ErrorRaised,
     "projects_changed": ProjectsChanged,
     "account_changed": AccountChanged,
+    "collaboration_epoch": CollaborationEpoch,
 }
 _NAMES = {cls: name for name, cls in EVENT_TYPES.items()}
 
@@ -100,13 +110,22 @@ class Event:
         return {"seq": self.seq, "time": self.time, "type": self.type, "data": encode(self.data)}
 
     @classmethod
-    def from_wire(cls, message: Any) -> Event:
+    def from_wire(cls, message: Any, *, strict: bool = True) -> Event:
+        """Decode one event; ``strict=False`` (clients) ignores fields added by a newer engine.
+
+        An event type this side does not know raises ``UnknownEventType`` (a ``BadRequest``), so
+        that a client can skip it and read on."""
         if not isinstance(message, dict):
             raise BadRequest("an event must be a JSON object")
         kind = EVENT_TYPES.get(message.get("type"))  # type: ignore[arg-type]
         if kind is None:
-            raise BadRequest(f"unknown event type {message.get('type')!r}")
+            raise UnknownEventType(f"unknown event type {message.get('type')!r}")
         seq, when = message.get("seq"), message.get("time")
         if not isinstance(seq, int) or not isinstance(when, int | float):
             raise BadRequest("an event needs an integer seq and a time")
-        return cls(seq, float(when), decode(kind, message.get("data"), f"event.{message['type']}"))
+        path = f"event.{message['type']}"
+        return cls(seq, float(when), decode(kind, message.get("data"), path, strict=strict))
+
+
+class UnknownEventType(BadRequest):
+    """An event of a type added after this client was built (skipped, not fatal)."""

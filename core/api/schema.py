@@ -80,6 +80,8 @@ class ProjectInfo:
     device: str = "cpu"
     active: bool = False
     """The project this engine trains for (one at a time)."""
+    local_swarm: bool = False
+    """Joined through a ``barnraise swarm`` running on this computer (see ``AttachRequest``)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,9 @@ class AttachRequest:
     data_base: str | None = None
     """Where the manifest's relative data URLs point (a local shard server, say)."""
     device: str = "cpu"
+    local_swarm: bool = False
+    """Joined through a ``barnraise swarm`` on this computer: its addresses change every run, so
+    the engine reads them afresh from the running swarm each time the peer starts."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,8 @@ class AccountInfo:
     """The last problem with the account (keyring, coordinator, a ban), in plain words."""
     moderated: bool = False
     """The project admits only peers with a pass: contributing needs a login."""
+    allow_signup: bool = False
+    """The coordinator lets volunteers create their own account (else an organizer must)."""
 
 
 @dataclass(frozen=True)
@@ -233,3 +240,74 @@ class MyRank:
     below: list[LeaderboardEntry] = field(default_factory=list)
     history_7d: list[HistoryDay] = field(default_factory=list)
     history_30d: list[HistoryDay] = field(default_factory=list)
+
+
+# ---- the collaboration's training curve, offers of projects, diagnostics --------------------------
+
+
+@dataclass(frozen=True)
+class EpochPoint:
+    """One completed epoch of the whole collaboration, as this engine's peer saw it."""
+
+    epoch: int
+    time: float
+    """Unix time the epoch was seen complete."""
+    loss: float | None
+    """The collaboration's mean loss (sum of losses over sum of mini-steps); None if unknown."""
+    samples: int
+    """Samples in the epoch, all peers together."""
+    samples_per_second: float
+    peers: int
+    """Trainers alive at the end of the epoch."""
+
+
+@dataclass(frozen=True)
+class TrainingHistory:
+    project: str | None
+    """None when no project is active (then ``points`` is empty)."""
+    points: list[EpochPoint] = field(default_factory=list)
+    """Oldest first; the engine keeps a bounded number of the most recent."""
+
+
+OfferSource = Literal["local_swarm", "attached"]
+"""local_swarm: a ``barnraise swarm`` running on this computer; attached: already attached here."""
+
+
+@dataclass(frozen=True)
+class ProjectOffer:
+    """A project the user can pick on first run (or attach later)."""
+
+    name: str
+    description: str
+    manifest: str
+    """Path of the manifest on the engine's machine."""
+    source: OfferSource
+    initial_peers: list[str] = field(default_factory=list)
+    data_base: str | None = None
+    note: str = ""
+    """One line for the user: where it runs, how many peers, whether it needs an account."""
+    moderated: bool = False
+
+
+@dataclass(frozen=True)
+class ProjectOffers:
+    offers: list[ProjectOffer] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """What a bug report needs from the engine (never a token, a password or a key)."""
+
+    engine_version: str
+    api_version: int
+    pid: int
+    platform: str
+    python: str
+    started: float
+    """Unix time the engine started."""
+    paths: dict[str, str] = field(default_factory=dict)
+    """The engine's folders and files: config, data, cache, logs, settings file, ledger."""
+    torch: str | None = None
+    """torch's version once training loaded it, else None."""
+    log_tail: list[str] = field(default_factory=list)
+    """The last lines of the engine's log file."""

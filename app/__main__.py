@@ -1,0 +1,7 @@
+"""``python -m app``: the desktop app."""
+
+import sys
+
+from app.main import main
+
+sys.exit(main())

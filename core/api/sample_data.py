@@ -1,0 +1,243 @@
+"""Plausible data for ``FakeEngine``: a month of contribution, a leaderboard, a loss curve.
+
+Generated from a seed, so tests and screenshots see the same numbers on every run, and shaped like
+what a volunteer with one mid-range GPU would see after a few weeks (days off included).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import random
+from collections.abc import Iterable
+
+from core.api.schema import (
+    Amounts,
+    DayAmounts,
+    EpochPoint,
+    HistoryDay,
+    Leaderboard,
+    LeaderboardEntry,
+    LeaderboardTotals,
+    MyRank,
+    SettingInfo,
+    Statistics,
+)
+
+DAY = 86_400.0
+
+# Names from several scripts and countries, as a real project's volunteers would have.
+VOLUNTEER_NAMES = (
+    "amara", "li.wei", "sourav", "jóhanna", "kwame", "ananya", "mateus", "yuki", "fatima",
+    "olek", "ngozi", "tanvir", "ингрид", "carlos", "মিতা", "priya", "noah", "zeynep", "arjun",
+    "emma", "hiro", "lucía", "dmitri", "aiko", "samuel", "chen", "leila", "tomás", "farida",
+    "kofi", "ravi", "maja", "pablo", "sakura", "jonas", "amina", "ivan", "meera", "theo", "rosa",
+)  # fmt: skip
+
+
+def settings_descriptions() -> list[SettingInfo]:
+    """The engine's preferences with their help and defaults (kept equal to the real ones by a
+    test against ``core.scheduler.Preferences``)."""
+    rows: list[tuple[str, str, bool | int | float | str]] = [
+        ("contribute", "Contribute to the project; while off, Barnraise only waits.", False),
+        (
+            "gpu_only_when_idle",
+            "Use the GPU only when the keyboard and mouse have been idle a while.",
+            True,
+        ),
+        (
+            "idle_minutes",
+            "Minutes without keyboard or mouse input before you count as away.",
+            3.0,
+        ),
+        (
+            "cpu_when_in_use",
+            "What CPU training does while you use the computer: run, throttle or pause.",
+            "throttle",
+        ),
+        (
+            "in_use_cpu_fraction",
+            "Share of the time CPU training computes while throttled (above 0, up to 1).",
+            0.5,
+        ),
+        ("run_on_battery", "Keep contributing when the computer runs on battery.", False),
+        (
+            "leave_cores_free",
+            "CPU cores left for your own programs (training always gets at least one).",
+            1,
+        ),
+        (
+            "max_other_cpu_percent",
+            "Wait while other programs use more CPU than this percent; 100 never waits.",
+            25.0,
+        ),
+        (
+            "window_start",
+            "Daily start time as HH:MM (24-hour); empty with window_end for any time.",
+            "",
+        ),
+        (
+            "window_end",
+            "Daily end time as HH:MM; it may be past midnight, e.g. 22:00 to 07:00.",
+            "",
+        ),
+        (
+            "monthly_network_cap_mb",
+            "Megabytes Barnraise may send and receive each month; 0 for no limit.",
+            0.0,
+        ),
+        (
+            "min_free_memory_mb",
+            "Wait while less memory than this (MB) is available to other programs.",
+            512.0,
+        ),
+        (
+            "max_gpu_temperature_c",
+            "Wait while the GPU is at least this hot (degrees Celsius).",
+            85.0,
+        ),
+    ]
+    return [SettingInfo(name, text, default) for name, text, default in rows]
+
+
+def contribution_days(now: float, days: int, *, seed: int = 7) -> list[DayAmounts]:
+    """``days`` local days ending today, oldest first; about one day in four without work."""
+    rng = random.Random(seed)
+    today = _dt.datetime.fromtimestamp(now).date()
+    out = []
+    for back in range(days - 1, -1, -1):
+        day = today - _dt.timedelta(days=back)
+        worked = back == 0 or rng.random() > 0.25
+        if not worked:
+            out.append(DayAmounts(day.isoformat(), Amounts()))
+            continue
+        hours = rng.uniform(0.6, 7.5) if back else 2.4
+        speed = rng.uniform(240.0, 310.0)
+        samples = int(hours * 3600 * speed)
+        out.append(
+            DayAmounts(
+                day.isoformat(),
+                Amounts(
+                    samples=samples,
+                    compute_seconds=round(hours * 3600, 1),
+                    epochs=samples // 4096,
+                    rounds=samples // 4096,
+                    bytes_sent=int(hours * rng.uniform(55e6, 75e6)),
+                    bytes_received=int(hours * rng.uniform(60e6, 85e6)),
+                ),
+            )
+        )
+    return out
+
+
+def statistics(project: str | None, now: float, days: int, history: int = 90) -> Statistics:
+    """Statistics over ``days`` days; the totals cover a longer ``history``."""
+    everything = contribution_days(now, max(days, history))
+    shown = everything[-days:]
+    month = _dt.datetime.fromtimestamp(now).strftime("%Y-%m")
+    month_bytes = sum(
+        d.amounts.bytes_sent + d.amounts.bytes_received for d in everything if d.day[:7] == month
+    )
+    return Statistics(
+        project=project,
+        totals=_sum(d.amounts for d in everything),
+        today=shown[-1].amounts,
+        month_bytes=month_bytes,
+        days=shown,
+    )
+
+
+def _sum(items: Iterable[Amounts]) -> Amounts:
+    total = Amounts()
+    for a in items:
+        total = Amounts(
+            total.samples + a.samples,
+            total.compute_seconds + a.compute_seconds,
+            total.epochs + a.epochs,
+            total.rounds + a.rounds,
+            total.bytes_sent + a.bytes_sent,
+            total.bytes_received + a.bytes_received,
+        )
+    return total
+
+
+def loss_curve(now: float, epochs: int, *, seed: int = 3) -> list[EpochPoint]:
+    """A falling, slightly noisy masked-LM loss over ``epochs`` epochs ending now."""
+    rng = random.Random(seed)
+    points = []
+    for i in range(epochs):
+        loss = 4.2 + 4.1 * math.exp(-i / 45.0) + rng.gauss(0.0, 0.06)
+        peers = 3 + (i // 40) % 4
+        speed = peers * rng.uniform(70.0, 95.0)
+        points.append(
+            EpochPoint(
+                epoch=i,
+                time=now - (epochs - i) * 4096 / speed,
+                loss=round(loss, 4),
+                samples=4096 + rng.randrange(0, 300),
+                samples_per_second=round(speed, 1),
+                peers=peers,
+            )
+        )
+    return points
+
+
+def leaderboard(
+    project: str, you: str, your_samples: int, now: float
+) -> tuple[Leaderboard, MyRank]:
+    """The top of the board and the user's own place (seventh of forty)."""
+    rng = random.Random(11)
+    others = [
+        (name, int(your_samples * factor))
+        for name, factor in zip(
+            VOLUNTEER_NAMES,
+            [3.1, 2.4, 1.9, 1.6, 1.3, 1.05, 0.93, 0.8, 0.62, 0.55]
+            + [0.5 * 0.9**i for i in range(len(VOLUNTEER_NAMES) - 10)],
+            strict=True,
+        )
+    ]
+    rows = sorted([*others, (you, your_samples)], key=lambda r: -r[1])
+    entries = []
+    for rank, (name, samples) in enumerate(rows, start=1):
+        devices = 1 + rng.randrange(0, 3) if name != you else 1
+        entries.append(
+            LeaderboardEntry(
+                rank=rank,
+                username=name,
+                samples=samples,
+                compute_seconds=round(samples / rng.uniform(250.0, 900.0), 1),
+                active_devices=rng.randrange(0, devices + 1),
+                devices=devices,
+                last_seen=now - rng.uniform(0, 6 * 3600),
+            )
+        )
+    mine = next(e for e in entries if e.username == you)
+    index = mine.rank - 1
+    history = [
+        HistoryDay(d.day, d.amounts.samples, d.amounts.compute_seconds)
+        for d in contribution_days(now, 30)
+    ]
+    board = Leaderboard(
+        project=project,
+        time=now,
+        users=entries[:10],
+        totals=LeaderboardTotals(
+            samples=sum(e.samples for e in entries),
+            compute_seconds=round(sum(e.compute_seconds for e in entries), 1),
+            users=len(entries),
+            epochs=sum(e.samples for e in entries) // 4096,
+        ),
+    )
+    place = MyRank(
+        project=project,
+        username=you,
+        rank=mine.rank,
+        percentile=round(100.0 * (1 - index / len(entries)), 1),
+        samples=mine.samples,
+        compute_seconds=mine.compute_seconds,
+        above=entries[max(0, index - 2) : index],
+        below=entries[index + 1 : index + 3],
+        history_7d=history[-7:],
+        history_30d=history,
+    )
+    return board, place
