@@ -1,4 +1,17 @@
 """The Barnraise desktop app (PySide6). It talks to the engine only through ``core.api``.
 
-Empty for now: the pages, tray and engine client arrive with the desktop-app work.
+- ``main``          entry point: arguments, the App that owns everything, start and orderly quit.
+- ``window``        MainWindow: navigation, pages, the banner, what closing the window means.
+- ``tray``          Tray: the state icon by the clock, with pause, resume, snooze, open and quit.
+- ``instance``      SingleInstance: a second launch brings the open window forward.
+- ``settings``      AppSettings: geometry, last page, the close choice (QSettings, INI).
+- ``presets``       Light, Balanced and Maximum: scheduler preferences in one click.
+- ``wording``       numbers, sizes, times and events in plain words (pure functions).
+- ``errors``        the one error presenter: an API error as one sentence for the user.
+- ``diagnostics``   the "copy diagnostics" report.
+- ``theme``, ``icons``  the palette, the state colours, icons drawn in code.
+- ``engine/``       the engine side: supervisor, bridge (threads meet the loop here), store, local
+                    engines, the demo swarm, the fake connector.
+- ``pages/``        first run, dashboard, schedule, statistics, leaderboard, events.
+- ``widgets/``      switch, tiles and cards, charts, banner, login form.
 """

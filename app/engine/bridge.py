@@ -1,0 +1,199 @@
+"""EngineBridge: the one place where the Qt thread and the engine client's asyncio thread meet.
+
+The engine client is asynchronous (aiohttp); Qt wants its widgets touched from the main thread only.
+The bridge runs an asyncio loop on one thread of its own, with the ``EngineSupervisor`` on it, and
+crosses between the two in exactly two ways: the Qt side submits coroutines to the loop with
+``run_coroutine_threadsafe``; the loop side hands results back by emitting one queued signal whose
+slot runs on the Qt thread. Everything the rest of the app sees is Qt signals, on the Qt thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.engine.supervisor import Connector, EngineSupervisor, Status
+from core.api.errors import ApiError, EngineUnavailable
+from core.api.events import Event
+from core.api.protocol import EngineApi
+from core.api.schema import EngineState
+
+log = logging.getLogger(__name__)
+
+EngineCall = Callable[[EngineApi], Awaitable[Any]]
+
+
+class PendingCall(QObject):
+    """One call to the engine; its signals fire on the Qt thread, exactly one of the first two."""
+
+    succeeded = Signal(object)
+    failed = Signal(object)
+    """An ``ApiError`` (anything else the call raised is wrapped in one)."""
+    finished = Signal()
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+        self.result: Any = None
+        self.error: ApiError | None = None
+        self.done = False
+
+
+class EngineBridge(QObject):
+    statusChanged = Signal(str, str)
+    """(status, text): see ``supervisor.Status``."""
+    connected = Signal(object)
+    """EngineState, each time a connection (re)starts."""
+    eventReceived = Signal(object)
+    """Each ``Event`` of the engine's stream, in order."""
+    _posted = Signal(object)
+
+    def __init__(self, connector: Connector, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.connector = connector
+        self.status: Status = "connecting"
+        self.status_text = "Connecting to the engine…"
+        self._posted.connect(self._run_posted)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._supervisor: EngineSupervisor | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._pending: set[PendingCall] = set()
+
+    # ---- life --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._thread_main, args=(ready,), name="engine-bridge", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Cancel the supervisor and anything in flight, close the client, end the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if self._task is not None:
+            loop.call_soon_threadsafe(self._task.cancel)
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the engine bridge did not stop within %.0f s", timeout)
+        self._loop = self._thread = None
+
+    def _thread_main(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._supervisor = EngineSupervisor(self.connector, _Relay(self))
+        self._task = loop.create_task(self._supervisor.run(), name="app/engine-supervisor")
+        ready.set()
+        try:
+            loop.run_until_complete(self._guard(self._task))
+            # calls still in flight are cancelled, and their callers told
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+    async def _guard(self, task: asyncio.Task[None]) -> None:
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # the supervisor must never die silently: tell the user
+            log.exception("the engine supervisor failed")
+            self.post(lambda: self._set_status("failed", "Barnraise lost track of the engine."))
+
+    # ---- Qt side -----------------------------------------------------------------------------------
+
+    def call(self, what: str, call: EngineCall) -> PendingCall:
+        """Run ``call(client)`` on the loop; the answer arrives as the PendingCall's signals."""
+        pending = PendingCall(what)
+        self._pending.add(pending)
+        pending.finished.connect(lambda: self._pending.discard(pending))
+        loop, supervisor = self._loop, self._supervisor
+        if loop is None or supervisor is None:
+            self._finish(pending, None, EngineUnavailable("the app is shutting down"))
+            return pending
+        future = asyncio.run_coroutine_threadsafe(self._invoke(supervisor, call), loop)
+        future.add_done_callback(lambda f: self.post(lambda: self._settle(pending, f)))
+        return pending
+
+    def retry(self) -> None:
+        """After a stop or a failure: start (or look for) the engine again."""
+        if self._loop is not None and self._supervisor is not None:
+            self._loop.call_soon_threadsafe(self._supervisor.retry)
+
+    def leaving(self) -> None:
+        """The app is about to stop the engine on purpose: no restart, no alarm."""
+        if self._loop is not None and self._supervisor is not None:
+            self._loop.call_soon_threadsafe(self._supervisor.leaving)
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the Qt thread (callable from any thread)."""
+        self._posted.emit(fn)
+
+    @Slot(object)
+    def _run_posted(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def _set_status(self, status: Status, text: str) -> None:
+        self.status, self.status_text = status, text
+        self.statusChanged.emit(status, text)
+
+    def _settle(self, pending: PendingCall, future: concurrent.futures.Future[Any]) -> None:
+        if future.cancelled():
+            self._finish(pending, None, EngineUnavailable("the call was cancelled"))
+            return
+        error = future.exception()
+        if error is None:
+            self._finish(pending, future.result(), None)
+        elif isinstance(error, ApiError):
+            self._finish(pending, None, error)
+        else:
+            log.error("%s failed", pending.what, exc_info=error)
+            self._finish(pending, None, ApiError(f"{pending.what} failed: {error}"))
+
+    def _finish(self, pending: PendingCall, result: Any, error: ApiError | None) -> None:
+        pending.result, pending.error, pending.done = result, error, True
+        if error is None:
+            pending.succeeded.emit(result)
+        else:
+            pending.failed.emit(error)
+        pending.finished.emit()
+
+    # ---- loop side ---------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _invoke(supervisor: EngineSupervisor, call: EngineCall) -> Any:
+        client = supervisor.client
+        if client is None:
+            raise EngineUnavailable("not connected to the engine yet")
+        return await call(client)
+
+
+class _Relay:
+    """The supervisor's listener: hands everything to the Qt thread."""
+
+    def __init__(self, bridge: EngineBridge) -> None:
+        self._bridge = bridge
+
+    def status(self, status: Status, text: str) -> None:
+        self._bridge.post(lambda: self._bridge._set_status(status, text))
+
+    def connected(self, client: EngineApi, state: EngineState) -> None:
+        self._bridge.post(lambda: self._bridge.connected.emit(state))
+
+    def event(self, event: Event) -> None:
+        self._bridge.post(lambda: self._bridge.eventReceived.emit(event))

@@ -1,0 +1,9 @@
+"""The window's pages; each reads the EngineStore and sends commands through it.
+
+- ``first_run``    choose a project, log in or sign up, pick a preset; lands paused.
+- ``dashboard``    the contribute switch, the state and its reason, tiles, the loss curve.
+- ``schedule``     every scheduler preference with its explanation; presets; snooze.
+- ``statistics``   the ledger as charts (samples, compute hours, data per day) and totals.
+- ``leaderboard``  rank, percentile, neighbours, top 10, your 7 days; stale data marked.
+- ``events``       the engine's recent events and "copy diagnostics".
+"""

@@ -1,0 +1,331 @@
+"""First run: choose a project, log in or sign up, pick a preset — then the dashboard, still paused.
+
+Step 1 lists what the engine offers: a local demo swarm running on this computer, projects already
+attached; when it finds none it offers to start the local demo swarm, and any project can be joined
+from its manifest file. Step 2 appears when the project has a coordinator (accounts, leaderboard).
+Step 3 sets the scheduler preferences from a preset. Nothing starts computing: contributing is the
+dashboard's switch, as BOINC starts paused until the user opts in.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QHideEvent, QShowEvent
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QRadioButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.store import EngineStore
+from app.errors import explain
+from app.presets import DEFAULT_PRESET, PRESETS, preset
+from app.widgets.login_form import LoginForm
+from app.widgets.tiles import Card
+from core.api.errors import ApiError
+from core.api.schema import AccountInfo, AttachRequest, ProjectOffer
+
+STEPS = ("Choose a project", "Your account", "How much to give")
+
+
+class FirstRunPage(QWidget):
+    finished = Signal()
+    demoRequested = Signal()
+
+    def __init__(
+        self, store: EngineStore, *, can_start_demo: bool, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("page")
+        self.store = store
+        self.can_start_demo = can_start_demo
+        self.demo_starting = False
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(40, 28, 40, 24)
+        outer.addWidget(QLabel("Welcome to Barnraise", objectName="pageTitle"))
+        outer.addWidget(
+            QLabel(
+                "Barnraise lends your computer's idle time to a deep-learning model that many "
+                "volunteers train together. Three steps, and nothing runs until you switch it on.",
+                objectName="caption",
+                wordWrap=True,
+            )
+        )
+        self.step_label = QLabel("", objectName="stateWord")
+        outer.addWidget(self.step_label)
+        self.steps = QStackedWidget()
+        outer.addWidget(self.steps, 1)
+        self.error = QLabel("", objectName="inlineError", wordWrap=True)
+        self.error.hide()
+        outer.addWidget(self.error)
+        buttons = QHBoxLayout()
+        self.back_button = QPushButton("&Back")
+        self.back_button.setToolTip("Go back one step")
+        self.next_button = QPushButton("&Next", objectName="primary")
+        self.next_button.setToolTip("Go on to the next step")
+        self.next_button.setDefault(True)
+        buttons.addWidget(self.back_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.next_button)
+        outer.addLayout(buttons)
+
+        self.steps.addWidget(self._project_step())
+        self.steps.addWidget(self._account_step())
+        self.steps.addWidget(self._preset_step())
+        self.back_button.clicked.connect(self._back)
+        self.next_button.clicked.connect(self._next)
+        store.offersChanged.connect(self.show_offers)
+        store.accountChanged.connect(self._account_known)
+        self._poll = QTimer(self, interval=2000)
+        self._poll.timeout.connect(store.refresh_offers)
+        self._go(0)
+
+    # ---- step 1: the project ---------------------------------------------------------------------
+
+    def _project_step(self) -> QWidget:
+        page = QWidget()
+        box = QVBoxLayout(page)
+        box.setContentsMargins(0, 8, 0, 0)
+        box.addWidget(QLabel("Projects Barnraise found:"))
+        self.offer_list = QListWidget()
+        self.offer_list.setToolTip("The project your computer will help; pick one")
+        self.offer_list.setAccessibleName("Projects")
+        self.offer_list.setWordWrap(True)
+        self.offer_list.itemDoubleClicked.connect(lambda _: self._next())
+        self.offer_list.currentRowChanged.connect(lambda _: self._update_buttons())
+        box.addWidget(self.offer_list, 1)
+        self.no_offers = QLabel("", wordWrap=True)
+        box.addWidget(self.no_offers)
+        row = QHBoxLayout()
+        self.demo_button = QPushButton("Start the local &demo swarm")
+        self.demo_button.setToolTip(
+            "Run a small demo collaboration on this computer (two trainers and a backbone) and "
+            "join it: a safe way to see Barnraise work"
+        )
+        self.file_button = QPushButton("Open a project &file…")
+        self.file_button.setToolTip(
+            "Join a project from the manifest (.toml) its organizers publish"
+        )
+        row.addWidget(self.demo_button)
+        row.addWidget(self.file_button)
+        row.addStretch(1)
+        box.addLayout(row)
+        self.demo_button.clicked.connect(self._start_demo)
+        self.file_button.clicked.connect(self._open_file)
+        return page
+
+    def show_offers(self, offers: list[ProjectOffer]) -> None:
+        chosen = self.selected_offer()
+        self.offer_list.clear()
+        for offer in offers:
+            item = QListWidgetItem(f"{offer.name}\n{offer.note or offer.description}")
+            item.setData(Qt.ItemDataRole.UserRole, offer)
+            item.setToolTip(offer.description)
+            self.offer_list.addItem(item)
+            if chosen is not None and offer.manifest == chosen.manifest:
+                self.offer_list.setCurrentItem(item)
+        if self.offer_list.currentRow() < 0 and offers:
+            self.offer_list.setCurrentRow(0)
+        local = any(o.source == "local_swarm" for o in offers)
+        self.demo_button.setVisible(self.can_start_demo and not local)
+        self.demo_button.setEnabled(not self.demo_starting)
+        if offers:
+            self.no_offers.setText("")
+            self._poll.stop()
+        elif self.demo_starting:
+            self.no_offers.setText(
+                "Starting the local demo swarm… The first start writes its data and trains a "
+                "tokenizer, which takes a minute or two."
+            )
+        else:
+            self.no_offers.setText(
+                "No project found on this computer. Start the local demo swarm to try Barnraise, "
+                "or open the manifest file of a project you want to join."
+            )
+        self._update_buttons()
+
+    def selected_offer(self) -> ProjectOffer | None:
+        item = self.offer_list.currentItem()
+        offer = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        return offer if isinstance(offer, ProjectOffer) else None
+
+    def _start_demo(self) -> None:
+        self.demo_starting = True
+        self.demoRequested.emit()
+        self._poll.start()
+        self.show_offers(self.store.offers or [])
+
+    def demo_failed(self, message: str) -> None:
+        self.demo_starting = False
+        self._say(f"The demo swarm did not start: {message}")
+        self.show_offers(self.store.offers or [])
+
+    def _open_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a project manifest", "", "Project manifests (*.toml);;All files (*)"
+        )
+        if path:
+            self._attach(AttachRequest(manifest=path))
+
+    # ---- step 2: the account ---------------------------------------------------------------------
+
+    def _account_step(self) -> QWidget:
+        page = QWidget()
+        box = QVBoxLayout(page)
+        box.setContentsMargins(0, 8, 0, 0)
+        self.account_intro = QLabel("", wordWrap=True)
+        box.addWidget(self.account_intro)
+        card = Card()
+        self.login = LoginForm(self.store)
+        card.box.addWidget(self.login)
+        box.addWidget(card)
+        box.addStretch(1)
+        self.login.loggedIn.connect(lambda _: self._go(2))
+        return page
+
+    def _account_known(self, account: AccountInfo) -> None:
+        if account.moderated:
+            self.account_intro.setText(
+                "This project accepts contributions from its members only: log in, or create an "
+                "account if the project allows it. You can also skip this and log in later."
+            )
+        else:
+            self.account_intro.setText(
+                "Log in to have your contributions counted on the project's leaderboard, or skip "
+                "this step."
+            )
+
+    # ---- step 3: the preset ----------------------------------------------------------------------
+
+    def _preset_step(self) -> QWidget:
+        page = QWidget()
+        box = QVBoxLayout(page)
+        box.setContentsMargins(0, 8, 0, 0)
+        box.addWidget(QLabel("How much of this computer may Barnraise use?", wordWrap=True))
+        self.preset_buttons: dict[str, QRadioButton] = {}
+        for p in PRESETS:
+            card = Card()
+            button = QRadioButton(p.title)
+            button.setToolTip(p.summary)
+            summary = QLabel(p.summary, objectName="help", wordWrap=True)
+            card.box.addWidget(button)
+            card.box.addWidget(summary)
+            box.addWidget(card)
+            self.preset_buttons[p.key] = button
+        self.preset_buttons[DEFAULT_PRESET].setChecked(True)
+        box.addWidget(
+            QLabel(
+                "You can change every detail later on the Schedule page. Barnraise starts "
+                "paused: turn on Contribute on the dashboard when you are ready.",
+                objectName="caption",
+                wordWrap=True,
+            )
+        )
+        box.addStretch(1)
+        return page
+
+    def chosen_preset(self) -> str:
+        return next(k for k, b in self.preset_buttons.items() if b.isChecked())
+
+    # ---- moving between steps --------------------------------------------------------------------
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.store.refresh_offers()
+        if self.steps.currentIndex() == 0:
+            self._poll.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self._poll.stop()
+
+    def _go(self, index: int) -> None:
+        self.error.hide()
+        self.steps.setCurrentIndex(index)
+        self.step_label.setText(f"Step {index + 1} of {len(STEPS)}: {STEPS[index]}")
+        self.back_button.setVisible(index > 0)
+        if index == 0:
+            self.offer_list.setFocus()
+        elif index == 1:
+            self.login.username.setFocus()
+        else:
+            self.preset_buttons[self.chosen_preset()].setFocus()
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        index = self.steps.currentIndex()
+        self.next_button.setText(("&Next", "&Skip for now", "&Finish")[index])
+        if index == 0:
+            self.next_button.setEnabled(self.selected_offer() is not None)
+        else:
+            self.next_button.setEnabled(True)
+
+    def _back(self) -> None:
+        index = self.steps.currentIndex()
+        if index == 2 and not self._has_coordinator():
+            index = 1
+        self._go(max(0, index - 1))
+
+    def _next(self) -> None:
+        index = self.steps.currentIndex()
+        if index == 0:
+            offer = self.selected_offer()
+            if offer is None:
+                return
+            if offer.source == "attached":
+                self._after_attach()
+            else:
+                self._attach(
+                    AttachRequest(
+                        manifest=offer.manifest,
+                        initial_peers=list(offer.initial_peers),
+                        data_base=offer.data_base,
+                        local_swarm=offer.source == "local_swarm",
+                    )
+                )
+        elif index == 1:
+            self._go(2)
+        else:
+            self._finish()
+
+    def _attach(self, request: AttachRequest) -> None:
+        self._busy(True)
+        call = self.store.attach_request(request)
+        call.succeeded.connect(lambda _: self._after_attach())
+        call.failed.connect(lambda error: self._failed(error, "joining the project"))
+        call.finished.connect(lambda: self._busy(False))
+
+    def _after_attach(self) -> None:
+        call = self.store.refresh_account()
+        call.finished.connect(lambda: self._go(1 if self._has_coordinator() else 2))
+
+    def _has_coordinator(self) -> bool:
+        account = self.store.account
+        return account is not None and account.coordinator is not None
+
+    def _finish(self) -> None:
+        self._busy(True)
+        call = self.store.change_settings(preset(self.chosen_preset()).values)
+        call.succeeded.connect(lambda _: self.finished.emit())
+        call.failed.connect(lambda error: self._failed(error, "setting the preferences"))
+        call.finished.connect(lambda: self._busy(False))
+
+    def _failed(self, error: ApiError, doing: str) -> None:
+        self._say(explain(error, doing))
+
+    def _say(self, text: str) -> None:
+        self.error.setText(text)
+        self.error.show()
+
+    def _busy(self, busy: bool) -> None:
+        self.next_button.setEnabled(not busy)
+        self.back_button.setEnabled(not busy)
+        if not busy:
+            self._update_buttons()

@@ -1,0 +1,128 @@
+"""Statistics: the ledger as charts — samples, compute hours and data per day — and the totals.
+
+All from the engine's contribution ledger (this computer only, every project together), by local
+day, days without work included so the gaps show.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import wording
+from app.engine.store import EngineStore
+from app.widgets.charts import BarChart
+from app.widgets.tiles import StatTile
+from core.api.schema import Statistics
+
+PERIODS = ((7, "Last 7 days"), (30, "Last 30 days"), (90, "Last 90 days"))
+
+
+class StatisticsPage(QWidget):
+    def __init__(self, store: EngineStore, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("page")
+        self.store = store
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(24, 20, 24, 20)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Statistics", objectName="pageTitle"), 1)
+        self.period = QComboBox()
+        for days, text in PERIODS:
+            self.period.addItem(text, days)
+        self.period.setCurrentIndex(1)
+        self.period.setToolTip("How many days the charts show")
+        self.period.setAccessibleName("Period")
+        self.refresh = QPushButton("Refresh")
+        self.refresh.setToolTip("Read the statistics from the engine now")
+        top.addWidget(self.period)
+        top.addWidget(self.refresh)
+        outer.addLayout(top)
+        outer.addWidget(
+            QLabel(
+                "What this computer contributed, from its own ledger (every project together).",
+                objectName="caption",
+            )
+        )
+
+        tiles = QGridLayout()
+        self.samples = StatTile("Samples", "Training examples this computer processed, all time")
+        self.compute = StatTile("Compute time", "Time this computer spent training, all time")
+        self.sent = StatTile("Data sent", "Bytes sent to other peers, all time")
+        self.received = StatTile("Data received", "Bytes received from other peers, all time")
+        self.epochs = StatTile("Epochs", "Collaboration steps this computer took part in, all time")
+        for i, tile in enumerate(
+            (self.samples, self.compute, self.sent, self.received, self.epochs)
+        ):
+            tiles.addWidget(tile, 0, i)
+        outer.addLayout(tiles)
+
+        scroll = QScrollArea(widgetResizable=True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        body = QWidget(objectName="page")
+        charts = QVBoxLayout(body)
+        charts.setContentsMargins(0, 0, 8, 0)
+        self.samples_chart = BarChart(
+            "Samples per day", "Training examples this computer processed each day", "samples"
+        )
+        self.hours_chart = BarChart(
+            "Compute hours per day", "Hours this computer spent training each day", "hours"
+        )
+        self.data_chart = BarChart(
+            "Data per day, in MB", "Megabytes sent to and received from other peers each day", "MB"
+        )
+        for chart in (self.samples_chart, self.hours_chart, self.data_chart):
+            charts.addWidget(chart)
+        scroll.setWidget(body)
+        outer.addWidget(scroll, 1)
+
+        self.period.activated.connect(self._period_changed)
+        self.refresh.clicked.connect(store.refresh_statistics)
+        store.statisticsChanged.connect(self.show_statistics)
+        if store.statistics is not None:
+            self.show_statistics(store.statistics)
+
+    def _period_changed(self, index: int) -> None:
+        self.store.statistics_days = int(self.period.itemData(index))
+        self.store.refresh_statistics()
+
+    def show_statistics(self, statistics: Statistics) -> None:
+        totals, today = statistics.totals, statistics.today
+        self.samples.set(wording.count(totals.samples), f"{wording.count(today.samples)} today")
+        self.compute.set(
+            wording.duration(totals.compute_seconds),
+            f"{wording.duration(today.compute_seconds)} today",
+        )
+        self.sent.set(
+            wording.data_size(totals.bytes_sent), f"{wording.data_size(today.bytes_sent)} today"
+        )
+        self.received.set(
+            wording.data_size(totals.bytes_received),
+            f"{wording.data_size(today.bytes_received)} today",
+        )
+        self.epochs.set(wording.count(totals.epochs), f"{totals.rounds:,} averaging rounds")
+        days = statistics.days
+        labels = [d.day for d in days]
+        nothing = "nothing contributed in this period yet"
+        self.samples_chart.set_bars(
+            labels, {"samples": [d.amounts.samples for d in days]}, empty=nothing
+        )
+        self.hours_chart.set_bars(
+            labels, {"hours": [d.amounts.compute_seconds / 3600 for d in days]}, empty=nothing
+        )
+        self.data_chart.set_bars(
+            labels,
+            {
+                "sent": [d.amounts.bytes_sent / 1e6 for d in days],
+                "received": [d.amounts.bytes_received / 1e6 for d in days],
+            },
+            empty=nothing,
+        )

@@ -1,0 +1,50 @@
+"""AppSettings: what the window remembers that the engine need not know (QSettings, an INI file).
+
+Window geometry, the page last shown, and what closing the window should do (asked once). The file
+sits beside the engine's settings in the user's config folder, so ``BARNRAISE_HOME`` moves both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from PySide6.QtCore import QByteArray, QSettings
+
+CloseChoice = Literal["ask", "background", "quit"]
+
+
+class AppSettings:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._qs = QSettings(str(path), QSettings.Format.IniFormat)
+
+    @property
+    def close_choice(self) -> CloseChoice:
+        value = self._qs.value("window/close", "ask")
+        return value if value in ("background", "quit") else "ask"  # type: ignore[return-value]
+
+    @close_choice.setter
+    def close_choice(self, choice: CloseChoice) -> None:
+        self._qs.setValue("window/close", choice)
+        self._qs.sync()
+
+    @property
+    def geometry(self) -> QByteArray | None:
+        value = self._qs.value("window/geometry")
+        return value if isinstance(value, QByteArray) else None
+
+    @geometry.setter
+    def geometry(self, value: QByteArray) -> None:
+        self._qs.setValue("window/geometry", value)
+
+    @property
+    def last_page(self) -> str:
+        return str(self._qs.value("window/page", "dashboard"))
+
+    @last_page.setter
+    def last_page(self, key: str) -> None:
+        self._qs.setValue("window/page", key)
+
+    def sync(self) -> None:
+        self._qs.sync()

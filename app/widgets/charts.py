@@ -1,0 +1,205 @@
+"""LineChart and BarChart: the two QtCharts views the pages need, with empty states that say why.
+
+Both are read-only pictures; each carries an accessible description with the numbers it shows (a
+chart says nothing to a screen reader otherwise) and a tooltip explaining what it plots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCharts import (
+    QBarSeries,
+    QBarSet,
+    QCategoryAxis,
+    QChart,
+    QChartView,
+    QLineSeries,
+    QValueAxis,
+)
+from PySide6.QtCore import QMargins, QPointF, Qt
+from PySide6.QtGui import QColor, QCursor, QPainter, QPen
+from PySide6.QtWidgets import QToolTip, QWidget
+
+from app import wording
+from app.theme import ACCENT, MUTED
+
+SERIES_COLOURS = (ACCENT, "#3b6ea8", "#c98a0b")
+
+
+class _Chart(QChartView):
+    def __init__(self, title: str, explanation: str, parent: QWidget | None = None) -> None:
+        chart = QChart()
+        chart.setTitle(title)
+        chart.legend().hide()
+        chart.setMargins(QMargins(4, 4, 4, 4))
+        chart.setBackgroundRoundness(6)
+        super().__init__(chart, parent)
+        self.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.setToolTip(explanation)
+        self.setAccessibleName(title)
+        self.setMinimumHeight(200)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # a picture: nothing to operate
+        self.empty_text = ""
+
+    def _reset(self) -> QChart:
+        chart = self.chart()
+        chart.removeAllSeries()
+        for axis in chart.axes():
+            chart.removeAxis(axis)
+        return chart
+
+    def _say_empty(self, text: str) -> None:
+        self.empty_text = text
+        self.chart().setTitle(f"{self.accessibleName()} — {text}")
+        self.setAccessibleDescription(text)
+
+
+class LineChart(_Chart):
+    def __init__(
+        self,
+        title: str,
+        explanation: str,
+        x_title: str,
+        y_title: str,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(title, explanation, parent)
+        self.x_title, self.y_title = x_title, y_title
+        self.count = 0
+
+    def set_points(self, xs: Sequence[float], ys: Sequence[float | None], *, empty: str) -> None:
+        chart = self._reset()
+        pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+        self.count = len(pairs)
+        if not pairs:
+            self._say_empty(empty)
+            return
+        self.empty_text = ""
+        chart.setTitle(self.accessibleName())
+        series = QLineSeries()
+        series.setPen(QPen(QColor(ACCENT), 2))
+        series.replace([QPointF(float(x), float(y)) for x, y in pairs])
+        chart.addSeries(series)
+        x_axis, y_axis = QValueAxis(), QValueAxis()
+        x_axis.setTitleText(self.x_title)
+        y_axis.setTitleText(self.y_title)
+        x_axis.setLabelFormat("%d")
+        y_axis.setLabelFormat("%.2f")
+        low_x, high_x = pairs[0][0], pairs[-1][0]
+        x_axis.setRange(low_x, high_x if high_x > low_x else low_x + 1)
+        values = [y for _, y in pairs]
+        low, high = min(values), max(values)
+        pad = (high - low) * 0.08 or 0.5
+        y_axis.setRange(low - pad, high + pad)
+        x_axis.applyNiceNumbers()
+        y_axis.applyNiceNumbers()
+        for axis, side in (
+            (x_axis, Qt.AlignmentFlag.AlignBottom),
+            (y_axis, Qt.AlignmentFlag.AlignLeft),
+        ):
+            axis.setLabelsColor(QColor(MUTED))
+            chart.addAxis(axis, side)
+            series.attachAxis(axis)
+        last_x, last_y = pairs[-1]
+        self.setAccessibleDescription(
+            f"{len(pairs)} points; latest {self.y_title} {last_y:.3f} at {self.x_title} {last_x:.0f}"
+        )
+
+
+class BarChart(_Chart):
+    """Bars per day; the day labels follow the space (a week: "Mon 16"; a month: "16" upright;
+    longer: the range in the title), and hovering a bar shows its day and exact value."""
+
+    def __init__(
+        self, title: str, explanation: str, unit: str, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(title, explanation, parent)
+        self.unit = unit
+        self.days: list[str] = []
+        self.series: dict[str, list[float]] = {}
+        self.scale = 1.0
+
+    def set_bars(
+        self, days: Sequence[str], series: dict[str, Sequence[float]], *, empty: str
+    ) -> None:
+        """``days``: ISO dates, oldest first; ``series``: one value per day each."""
+        chart = self._reset()
+        self.days = list(days)
+        self.series = {name: list(values) for name, values in series.items()}
+        if not days or not any(any(v > 0 for v in vs) for vs in series.values()):
+            self._say_empty(empty)
+            return
+        self.empty_text = ""
+        top = max(max(vs) for vs in series.values())
+        self.scale, scaled = _scale(top)
+        title = f"{self.accessibleName()}, {scaled}" if scaled else self.accessibleName()
+        chart.setTitle(title)
+        bars = QBarSeries()
+        for colour, (name, values) in zip(SERIES_COLOURS, series.items(), strict=False):
+            bar_set = QBarSet(name)
+            bar_set.setColor(QColor(colour))
+            bar_set.setBorderColor(QColor(colour))
+            bar_set.append([float(v) / self.scale for v in values])
+            bars.append(bar_set)
+        bars.hovered.connect(self._hovered)
+        chart.addSeries(bars)
+        chart.legend().setVisible(len(series) > 1)
+        chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
+        x_axis = _day_axis(self.days)
+        x_axis.setLabelsColor(QColor(MUTED))
+        y_axis = QValueAxis()
+        y_axis.setLabelsColor(QColor(MUTED))
+        y_axis.setRange(0, top / self.scale * 1.1)
+        y_axis.applyNiceNumbers()
+        y_axis.setLabelFormat("%.0f" if top / self.scale >= 10 else "%.1f")
+        chart.addAxis(x_axis, Qt.AlignmentFlag.AlignBottom)
+        chart.addAxis(y_axis, Qt.AlignmentFlag.AlignLeft)
+        bars.attachAxis(x_axis)
+        bars.attachAxis(y_axis)
+        totals = ", ".join(
+            f"{name} total {sum(vs):,.1f} {self.unit}" for name, vs in series.items()
+        )
+        self.setAccessibleDescription(f"{len(days)} days; {totals}")
+
+    def describe_bar(self, index: int) -> str:
+        """ "Mon 16 Nov: 5,320,114 samples" (every series of that day)."""
+        day = wording.day_label(self.days[index], month=True)
+        values = [
+            f"{name} {vs[index]:,.1f}".rstrip("0").rstrip(".") for name, vs in self.series.items()
+        ]
+        return f"{day}: " + ", ".join(values) + f" {self.unit}"
+
+    def _hovered(self, status: bool, index: int, _bar_set: QBarSet) -> None:
+        if status:
+            QToolTip.showText(QCursor.pos(), self.describe_bar(index), self)
+        else:
+            QToolTip.hideText()
+
+
+def _scale(top: float) -> tuple[float, str]:
+    """Plot thousands or millions rather than "8054648" on an axis."""
+    if top >= 2e6:
+        return 1e6, "in millions"
+    if top >= 2e4:
+        return 1e3, "in thousands"
+    return 1.0, ""
+
+
+def _day_axis(days: list[str]) -> QCategoryAxis:
+    """An x axis with a label under some bars: every day for a week ("Mon 16"), else about eight
+    evenly spaced dates ("16 Nov"). Bars sit at 0, 1, 2 …; labels are not bound to a bar's width."""
+    axis = QCategoryAxis()
+    axis.setRange(-0.5, len(days) - 0.5)
+    axis.setLabelsPosition(QCategoryAxis.AxisLabelsPosition.AxisLabelsPositionOnValue)
+    axis.setGridLineVisible(False)
+    if len(days) <= 8:
+        marks = list(range(len(days)))
+    else:
+        step = -(-len(days) // 8)
+        marks = list(range(len(days) - 1, -1, -step))[::-1]  # the last day always labelled
+    for index in marks:
+        day = days[index]
+        label = wording.day_label(day) if len(days) <= 8 else wording.short_date(day)
+        axis.append(label, index)
+    return axis

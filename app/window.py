@@ -1,0 +1,334 @@
+"""MainWindow: navigation, pages, the banner, and what closing the window means.
+
+Three views share the window: "connecting" until the engine first answers, the first-run steps while
+no project is attached, and the pages with their navigation. The banner at the top carries what the
+user should know about the engine (restarted, stopped, cannot start) with the action that helps.
+
+Closing the window asks once whether Barnraise should keep contributing in the background (the tray
+icon stays) or quit; the answer is remembered and can be changed in the Settings menu.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.store import EngineStore
+from app.icons import app_icon
+from app.pages.dashboard import DashboardPage
+from app.pages.events import EventsPage
+from app.pages.first_run import FirstRunPage
+from app.pages.leaderboard import LeaderboardPage
+from app.pages.schedule import SchedulePage
+from app.pages.statistics import StatisticsPage
+from app.settings import AppSettings
+from app.widgets.banner import Banner
+from app.widgets.login_form import LoginForm
+
+PAGES = (
+    ("dashboard", "Dashboard", "Contribute switch, state and the loss curve"),
+    ("schedule", "Schedule", "When Barnraise may use this computer"),
+    ("statistics", "Statistics", "What this computer contributed, day by day"),
+    ("leaderboard", "Leaderboard", "Your place among the project's volunteers"),
+    ("events", "Events", "What the engine did recently, and diagnostics"),
+)
+Choice = Literal["background", "quit"]
+
+
+def ask_close(parent: QWidget, tray: bool) -> tuple[Choice | None, bool]:
+    """The one-time question; (None, _) when the user cancels the close."""
+    box = QMessageBox(parent)
+    box.setWindowTitle("Close Barnraise")
+    box.setIcon(QMessageBox.Icon.Question)
+    where = "the icon by the clock stays" if tray else "reopen Barnraise to see it again"
+    box.setText("Keep contributing in the background when the window is closed?")
+    box.setInformativeText(
+        f"Barnraise goes on following your schedule; {where}. Or quit, which stops contributing "
+        "until you open Barnraise again."
+    )
+    keep = box.addButton("Keep contributing", QMessageBox.ButtonRole.AcceptRole)
+    stop = box.addButton("Quit Barnraise", QMessageBox.ButtonRole.DestructiveRole)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    remember = QCheckBox("Remember my choice")
+    remember.setChecked(True)
+    box.setCheckBox(remember)
+    box.setDefaultButton(keep)
+    box.exec()
+    clicked = box.clickedButton()
+    if clicked is keep:
+        return "background", remember.isChecked()
+    if clicked is stop:
+        return "quit", remember.isChecked()
+    return None, False
+
+
+class MainWindow(QMainWindow):
+    quitRequested = Signal()
+    """The user wants Barnraise to stop contributing and close."""
+    backgroundRequested = Signal()
+    """The user closed the window and wants contribution to go on without it."""
+    demoRequested = Signal()
+
+    def __init__(
+        self,
+        store: EngineStore,
+        settings: AppSettings,
+        *,
+        tray_available: bool,
+        can_start_demo: bool,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.settings = settings
+        self.tray_available = tray_available
+        self.quitting = False
+        self.ask_close: Callable[[QWidget, bool], tuple[Choice | None, bool]] = ask_close
+        self.in_first_run = False
+        self.setWindowTitle("Barnraise")
+        self.setWindowIcon(app_icon())
+        self.resize(1100, 760)
+        self.setMinimumSize(960, 600)
+
+        self.root = QStackedWidget()
+        self.setCentralWidget(self.root)
+        self.connecting = self._connecting_view()
+        self.first_run = FirstRunPage(store, can_start_demo=can_start_demo)
+        self.main = QWidget()
+        self.root.addWidget(self.connecting)
+        self.root.addWidget(self.first_run)
+        self.root.addWidget(self.main)
+
+        self._build_main()
+        self.status_label = QLabel("")
+        self.statusBar().addPermanentWidget(self.status_label)
+        self._menus()
+
+        self.nav.currentRowChanged.connect(self._page_chosen)
+        self.first_run.finished.connect(self._first_run_done)
+        self.first_run.demoRequested.connect(self.demoRequested)
+        self.page["dashboard"].loginRequested.connect(self.open_login)  # type: ignore[attr-defined]
+        store.connectionChanged.connect(self._connection)
+        store.projectsChanged.connect(lambda _: self._choose_view())
+        store.accountChanged.connect(lambda _: self._status_line())
+        store.stateChanged.connect(lambda _: self._status_line())
+        store.engineError.connect(self._engine_error)
+        geometry = settings.geometry
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        self.show_page(settings.last_page)
+        self._connection(*store.connection)
+
+    def _build_main(self) -> None:
+        store = self.store
+        self.nav = QListWidget(objectName="nav")
+        self.nav.setFixedWidth(190)
+        self.nav.setToolTip("Pages (Ctrl+1 to Ctrl+5)")
+        self.nav.setAccessibleName("Pages")
+        self.pages = QStackedWidget()
+        self.page: dict[str, QWidget] = {
+            "dashboard": DashboardPage(store),
+            "schedule": SchedulePage(store),
+            "statistics": StatisticsPage(store),
+            "leaderboard": LeaderboardPage(store),
+            "events": EventsPage(store),
+        }
+        for key, title, tip in PAGES:
+            item = QListWidgetItem(title)
+            item.setToolTip(tip)
+            item.setData(Qt.ItemDataRole.UserRole, key)
+            self.nav.addItem(item)
+            self.pages.addWidget(self.page[key])
+        self.banner = Banner()
+        row = QHBoxLayout(self.main)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.nav)
+        column = QVBoxLayout()
+        column.setContentsMargins(12, 10, 12, 0)
+        column.addWidget(self.banner)
+        column.addWidget(self.pages, 1)
+        row.addLayout(column, 1)
+
+    # ---- views -------------------------------------------------------------------------------------
+
+    def _connecting_view(self) -> QWidget:
+        view = QWidget(objectName="page")
+        box = QVBoxLayout(view)
+        box.addStretch(1)
+        self.connecting_title = QLabel("Connecting to the engine…", objectName="pageTitle")
+        self.connecting_title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.connecting_text = QLabel("", wordWrap=True, objectName="caption")
+        self.connecting_text.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.retry_button = QPushButton("Try again", objectName="primary")
+        self.retry_button.setToolTip("Look for the engine again, starting it if needed")
+        self.retry_button.hide()
+        self.retry_button.clicked.connect(self.store.bridge.retry)
+        box.addWidget(self.connecting_title)
+        box.addWidget(self.connecting_text)
+        box.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignCenter)
+        box.addStretch(2)
+        return view
+
+    def _choose_view(self) -> None:
+        projects = self.store.projects
+        if self.in_first_run:
+            target: QWidget = self.first_run
+        elif self.store.state is None or projects is None:
+            target = self.connecting
+        elif not projects:
+            self.in_first_run = True
+            target = self.first_run
+        else:
+            target = self.main
+        if self.root.currentWidget() is not target:
+            self.root.setCurrentWidget(target)
+
+    def _first_run_done(self) -> None:
+        self.in_first_run = False
+        self.show_page("dashboard")
+        self._choose_view()
+
+    def show_page(self, key: str) -> None:
+        keys = [k for k, _, _ in PAGES]
+        self.nav.setCurrentRow(keys.index(key) if key in keys else 0)
+
+    def current_page(self) -> str:
+        return PAGES[max(0, self.nav.currentRow())][0]
+
+    def _page_chosen(self, row: int) -> None:
+        if row < 0:
+            return
+        key = PAGES[row][0]
+        self.pages.setCurrentWidget(self.page[key])
+        self.settings.last_page = key
+
+    def bring_to_front(self) -> None:
+        self.show()
+        self.setWindowState(self.windowState() & ~Qt.WindowState.WindowMinimized)
+        self.raise_()
+        self.activateWindow()
+
+    def open_login(self) -> None:
+        dialog = QDialog(self)
+        dialog.setWindowTitle("Log in")
+        box = QVBoxLayout(dialog)
+        form = LoginForm(self.store)
+        box.addWidget(form)
+        form.loggedIn.connect(lambda _: dialog.accept())
+        dialog.open()
+
+    # ---- engine connection and errors ------------------------------------------------------------
+
+    def _connection(self, status: str, text: str) -> None:
+        self.connecting_text.setText(text)
+        failed = status in ("failed", "stopped")
+        self.retry_button.setVisible(failed)
+        self.retry_button.setText("Start the engine" if status == "stopped" else "Try again")
+        if status == "connected":
+            if self.banner.isVisible() and self.banner.property("about") == "engine":
+                self.banner.show_message("info", "Connected to the engine again.")
+        elif status == "restarting":
+            self._engine_banner("warning", text, None)
+        elif status == "stopped":
+            self._engine_banner("warning", text, "Start the engine")
+        elif status == "failed":
+            self._engine_banner("error", text, "Try again")
+        self._status_line()
+        self._choose_view()
+
+    def _engine_banner(
+        self, level: Literal["warning", "error"], text: str, action: str | None
+    ) -> None:
+        self.banner.setProperty("about", "engine")
+        self.banner.show_message(
+            level,
+            text,
+            action=action,
+            on_action=self.store.bridge.retry,
+            tip="Start the engine again and reconnect",
+        )
+
+    def _engine_error(self, where: str, message: str) -> None:
+        self.banner.setProperty("about", "error")
+        self.banner.show_message("warning", f"{where[:1].upper()}{where[1:]}: {message}")
+
+    def _status_line(self) -> None:
+        status, text = self.store.connection
+        parts = [text if status != "connected" else "Engine connected"]
+        state = self.store.state
+        if status == "connected" and state is not None:
+            parts[0] = f"Engine {state.engine_version}, pid {state.pid}"
+        account = self.store.account
+        if account is not None and account.logged_in:
+            parts.append(f"logged in as {account.username}")
+        self.status_label.setText(" · ".join(parts))
+
+    # ---- menus and closing -----------------------------------------------------------------------
+
+    def _menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        quit_action = QAction("&Quit Barnraise", self)
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.setStatusTip("Stop contributing and close Barnraise")
+        quit_action.triggered.connect(self.quitRequested)
+        file_menu.addAction(quit_action)
+        view_menu = self.menuBar().addMenu("&View")
+        for index, (key, title, tip) in enumerate(PAGES, start=1):
+            action = QAction(title, self)
+            action.setShortcut(QKeySequence(f"Ctrl+{index}"))
+            action.setStatusTip(tip)
+            action.triggered.connect(lambda _=False, k=key: self.show_page(k))
+            view_menu.addAction(action)
+        settings_menu = self.menuBar().addMenu("&Settings")
+        self.background_action = QAction("&Keep contributing when the window is closed", self)
+        self.background_action.setCheckable(True)
+        self.background_action.setChecked(self.settings.close_choice == "background")
+        self.background_action.toggled.connect(
+            lambda on: setattr(self.settings, "close_choice", "background" if on else "quit")
+        )
+        settings_menu.addAction(self.background_action)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.quitting:
+            self.settings.geometry = self.saveGeometry()
+            self.settings.sync()
+            event.accept()
+            return
+        choice: Choice | None
+        if self.settings.close_choice == "ask":
+            choice, remember = self.ask_close(self, self.tray_available)
+            if choice is None:
+                event.ignore()
+                return
+            if remember:
+                self.settings.close_choice = choice
+                self.background_action.setChecked(choice == "background")
+        else:
+            choice = self.settings.close_choice  # type: ignore[assignment]
+        self.settings.geometry = self.saveGeometry()
+        self.settings.sync()
+        event.ignore()
+        if choice == "background":
+            if self.tray_available:
+                self.hide()
+            self.backgroundRequested.emit()
+        else:
+            self.quitRequested.emit()

@@ -1,0 +1,179 @@
+"""Numbers, sizes, times and events in the plain words the window shows.
+
+Pure functions (no Qt), so the wording is tested on its own: "1.84 M", "1.2 GB", "3 h 12 min",
+"5 min ago", "Mon 16".
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+
+from core.api.events import (
+    AccountChanged,
+    CollaborationEpoch,
+    EpochFinished,
+    ErrorRaised,
+    Event,
+    PeersSeen,
+    ProgressUpdated,
+    ProjectsChanged,
+    StateChanged,
+)
+
+STATE_WORDS = {
+    "idle": "Idle",
+    "paused": "Paused",
+    "waiting": "Waiting",
+    "starting": "Starting",
+    "running": "Contributing",
+    "throttled": "Contributing slowly",
+    "error": "Problem",
+}
+
+
+def count(n: float) -> str:
+    """A count for a tile: 987 → "987", 12345 → "12.3 k", 1843200 → "1.84 M"."""
+    if not math.isfinite(n):
+        return "–"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 10_000:
+        return f"{sign}{n:,.0f}"
+    for limit, suffix in ((1e6, "k"), (1e9, "M"), (1e12, "B")):
+        if n < limit:
+            scaled = n / (limit / 1000)
+            return f"{sign}{_three_digits(scaled)} {suffix}"
+    return f"{sign}{n / 1e12:,.0f} T"
+
+
+def _three_digits(x: float) -> str:
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def data_size(n_bytes: float) -> str:
+    """Decimal units, as network plans count them: 1_234_000_000 → "1.23 GB"."""
+    if n_bytes < 1000:
+        return f"{n_bytes:.0f} B"
+    for unit in ("kB", "MB", "GB", "TB"):
+        n_bytes /= 1000
+        if n_bytes < 1000 or unit == "TB":
+            return f"{_three_digits(n_bytes)} {unit}"
+    raise AssertionError("unreachable")
+
+
+def duration(seconds: float) -> str:
+    """ "45 s", "12 min", "3 h 12 min", "2 d 4 h"."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def hours(seconds: float) -> str:
+    """Compute time as hours with one decimal: 11520 → "3.2 h"."""
+    return f"{seconds / 3600:.1f} h"
+
+
+def clock(timestamp: float) -> str:
+    return _dt.datetime.fromtimestamp(timestamp).strftime("%H:%M")
+
+
+def moment(timestamp: float, now: float) -> str:
+    """When something happened: "14:02", "yesterday 14:02" or "3 Nov 14:02"."""
+    then = _dt.datetime.fromtimestamp(timestamp)
+    today = _dt.datetime.fromtimestamp(now).date()
+    days = (today - then.date()).days
+    if days == 0:
+        return then.strftime("%H:%M")
+    if days == 1:
+        return f"yesterday {then.strftime('%H:%M')}"
+    return f"{then.day} {then.strftime('%b %H:%M')}"
+
+
+def ago(timestamp: float, now: float) -> str:
+    """ "just now", "5 min ago", "3 h ago", "yesterday 14:02"."""
+    seconds = now - timestamp
+    if seconds < 45:
+        return "just now"
+    if seconds < 3600:
+        return f"{max(1, round(seconds / 60))} min ago"
+    if seconds < 6 * 3600:
+        return f"{seconds / 3600:.0f} h ago"
+    return moment(timestamp, now)
+
+
+def day_label(day: str, *, month: bool = False) -> str:
+    """ "2026-11-16" → "Mon 16" (chart categories), or "Mon 16 Nov" with ``month``."""
+    try:
+        date = _dt.date.fromisoformat(day)
+    except ValueError:
+        return day
+    label = f"{date.strftime('%a')} {date.day}"
+    return f"{label} {date.strftime('%b')}" if month else label
+
+
+def short_date(day: str) -> str:
+    """ "2026-11-16" → "16 Nov"."""
+    try:
+        date = _dt.date.fromisoformat(day)
+    except ValueError:
+        return day
+    return f"{date.day} {date.strftime('%b')}"
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case per type
+    """(kind, text) of one event for the event log."""
+    data = event.data
+    if isinstance(data, StateChanged):
+        return "State", data.reason  # the engine's reasons start with the state in words
+    if isinstance(data, EpochFinished):
+        shared = (
+            f"averaged with {data.group_size - 1} other peer(s)"
+            if data.averaged and data.group_size > 1
+            else "not averaged"
+        )
+        return "Epoch", (
+            f"Finished epoch {data.epoch} with {count(data.samples)} of our samples; {shared} "
+            f"({data.seconds:.1f} s)"
+        )
+    if isinstance(data, CollaborationEpoch):
+        loss = "unknown" if data.point.loss is None else f"{data.point.loss:.3f}"
+        return "Collaboration", (
+            f"Epoch {data.point.epoch} done by {data.point.peers} peer(s): loss {loss}, "
+            f"{count(data.point.samples)} samples"
+        )
+    if isinstance(data, PeersSeen):
+        return "Peers", f"{data.peers} peer(s) training on {data.project}"
+    if isinstance(data, ErrorRaised):
+        return "Error", f"{data.where}: {data.message}"
+    if isinstance(data, ProjectsChanged):
+        names = ", ".join(data.projects) or "none"
+        return "Projects", f"Projects: {names}; active: {data.active or 'none'}"
+    if isinstance(data, AccountChanged):
+        account = data.account
+        if account.error:
+            return "Account", f"Account problem: {account.error}"
+        if account.logged_in:
+            return "Account", f"Logged in as {account.username} at {account.coordinator}"
+        return "Account", "Logged out"
+    if isinstance(data, ProgressUpdated):
+        p = data.progress
+        return "Progress", f"{p.samples_per_second:.0f} samples/s, {p.peers} peer(s)"
+    return "Event", type(data).__name__
