@@ -3,20 +3,29 @@
 The engine client is asynchronous (aiohttp); Qt wants its widgets touched from the main thread only.
 The bridge runs an asyncio loop on one thread of its own, with the ``EngineSupervisor`` on it, and
 crosses between the two in exactly two ways: the Qt side submits coroutines to the loop with
-``run_coroutine_threadsafe``; the loop side hands results back by emitting one queued signal whose
-slot runs on the Qt thread. Everything the rest of the app sees is Qt signals, on the Qt thread.
+``run_coroutine_threadsafe``; the loop side puts callables on a thread-safe queue and wakes the Qt
+thread by writing one byte to a socket pair that a ``QSocketNotifier`` watches, and the Qt thread
+runs them. Everything the rest of the app sees is Qt signals, on the Qt thread.
+
+Why not a queued signal: the asyncio thread then makes no Qt call at all (PySide6 has had bugs with
+Python objects in signals sent from foreign threads), and a delivery is never run in the same
+turn it was posted, even from the Qt thread itself, so a caller always connects to a PendingCall's
+signals before they can fire.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
+import queue
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QSocketNotifier, Signal
 
 from app.engine.supervisor import Connector, EngineSupervisor, Status
 from core.api.errors import ApiError, EngineUnavailable
@@ -52,14 +61,18 @@ class EngineBridge(QObject):
     """EngineState, each time a connection (re)starts."""
     eventReceived = Signal(object)
     """Each ``Event`` of the engine's stream, in order."""
-    _posted = Signal(object)
 
     def __init__(self, connector: Connector, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.connector = connector
         self.status: Status = "connecting"
         self.status_text = "Connecting to the engine…"
-        self._posted.connect(self._run_posted)
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake_in, self._wake_out = socket.socketpair()
+        for end in (self._wake_in, self._wake_out):
+            end.setblocking(False)
+        self._notifier = QSocketNotifier(self._wake_in.fileno(), QSocketNotifier.Type.Read, self)
+        self._notifier.activated.connect(self._drain)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._supervisor: EngineSupervisor | None = None
         self._task: asyncio.Task[None] | None = None
@@ -77,16 +90,20 @@ class EngineBridge(QObject):
         ready.wait()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Cancel the supervisor and anything in flight, close the client, end the thread."""
+        """Cancel the supervisor and anything in flight, close the client, end the thread; calls
+        still waiting are told they failed."""
         loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if self._task is not None:
-            loop.call_soon_threadsafe(self._task.cancel)
-        thread.join(timeout)
-        if thread.is_alive():
-            log.warning("the engine bridge did not stop within %.0f s", timeout)
-        self._loop = self._thread = None
+        if loop is not None and thread is not None:
+            if self._task is not None:
+                loop.call_soon_threadsafe(self._task.cancel)
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("the engine bridge did not stop within %.0f s", timeout)
+            self._loop = self._thread = None
+        self._drain()
+        self._notifier.setEnabled(False)
+        for end in (self._wake_in, self._wake_out):
+            end.close()
 
     def _thread_main(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
@@ -141,12 +158,24 @@ class EngineBridge(QObject):
             self._loop.call_soon_threadsafe(self._supervisor.leaving)
 
     def post(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the Qt thread (callable from any thread)."""
-        self._posted.emit(fn)
+        """Run ``fn`` on the Qt thread, in a later turn of its event loop (from any thread)."""
+        self._inbox.put(fn)
+        with contextlib.suppress(BlockingIOError, OSError):  # full: a wake-up is pending anyway
+            self._wake_out.send(b"\0")
 
-    @Slot(object)
-    def _run_posted(self, fn: Callable[[], None]) -> None:
-        fn()
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while self._wake_in.recv(4096):
+                pass
+        while True:
+            try:
+                fn = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                fn()
+            except Exception:  # one bad delivery must not stop the others
+                log.exception("handling an answer from the engine failed")
 
     def _set_status(self, status: Status, text: str) -> None:
         self.status, self.status_text = status, text
