@@ -13,14 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QEventLoop, QTimer
-from PySide6.QtWidgets import QApplication, QSystemTrayIcon
+from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
+from PySide6.QtWidgets import QApplication, QSystemTrayIcon, QWidget
 
 from app.engine.bridge import EngineBridge
 from app.engine.demo import DemoSwarm
@@ -36,6 +37,8 @@ from app.window import MainWindow
 from core.api.endpoint import app_settings_path, endpoint_path, engine_output_path
 
 log = logging.getLogger(__name__)
+PROBE_VARIABLE = "BARNRAISE_STARTUP_PROBE"
+"""A file to append start-up moments to (window shown, first state shown), for the benchmark."""
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -54,7 +57,6 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="show the app with sample data from a fake engine (nothing is started)",
     )
     parser.add_argument("--settings", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--probe", type=Path, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -101,15 +103,19 @@ class App:
         self.window.demoRequested.connect(self.start_demo)
         self.instance.activated.connect(self.window.bring_to_front)
         self._probe_written: set[str] = set()
-        if args.probe is not None:
+        probe = os.environ.get(PROBE_VARIABLE)
+        self.probe = Path(probe) if probe else None
+        if self.probe is not None:
             self.store.stateChanged.connect(lambda _: self._probe("state_shown"))
 
     def start(self) -> None:
         if self.tray is not None:
             self.tray.show()
         if not (self.args.hidden and self.tray is not None):
+            if self.probe is not None:
+                self._first_paint = _FirstPaint(self.window, lambda: self._probe("window_shown"))
+                self.qapp.installEventFilter(self._first_paint)
             self.window.show()
-            QTimer.singleShot(0, lambda: self._probe("window_shown"))
         self.bridge.start()
         if self.args.demo:
             self.start_demo()
@@ -173,11 +179,32 @@ class App:
 
     def _probe(self, what: str) -> None:
         """Start-up timings for ``benchmarks/gui_startup.py`` (first time each only)."""
-        if self.args.probe is None or what in self._probe_written:
+        if self.probe is None or what in self._probe_written:
             return
         self._probe_written.add(what)
-        with self.args.probe.open("a", encoding="utf-8") as out:
+        with self.probe.open("a", encoding="utf-8") as out:
             out.write(json.dumps({"event": what, "time": time.time()}) + "\n")
+
+
+class _FirstPaint(QObject):
+    """Calls back once, when a widget of ``window`` is first painted (then removes itself)."""
+
+    def __init__(self, window: QWidget, callback: Callable[[], None]) -> None:
+        super().__init__()
+        self.window = window
+        self.callback: Callable[[], None] | None = callback
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            self.callback is not None
+            and event.type() == QEvent.Type.Paint
+            and isinstance(watched, QWidget)
+            and watched.window() is self.window
+        ):
+            callback, self.callback = self.callback, None
+            QApplication.instance().removeEventFilter(self)  # type: ignore[union-attr]
+            callback()
+        return False
 
 
 def _wait_for(signal_: object, seconds: float) -> None:

@@ -36,6 +36,8 @@ QLabel#tileTitle, QLabel#caption, QLabel#help {{ color: {MUTED}; }}
 QLabel#pageTitle {{ font-size: 16pt; font-weight: 600; color: {TEXT}; }}
 QLabel#stateWord {{ font-size: 15pt; font-weight: 600; }}
 QLabel#inlineError {{ color: {LOOK_COLOURS["error"]}; }}
+QLabel#freshness {{ color: {MUTED}; }}
+QLabel#freshness[stale="true"] {{ color: #8a5a00; font-weight: 600; }}
 QListWidget#nav {{
     background: {SURFACE}; border: none; border-right: 1px solid {BORDER}; font-size: 11pt;
     outline: none;

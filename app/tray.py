@@ -73,7 +73,7 @@ class Tray(QObject):
         if state is None or not connected:
             text = self.store.connection[1]
         else:
-            text = f"{wording.STATE_WORDS.get(state.state, state.state)}: {state.reason}"
+            text = wording.state_line(state.state, state.reason)
         self.status.setText(text)
         self.icon.setToolTip(f"Barnraise — {text}")
         has_project = bool(connected and state is not None and state.project is not None)

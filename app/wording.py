@@ -32,6 +32,15 @@ STATE_WORDS = {
 }
 
 
+def state_line(state: str, reason: str) -> str:
+    """The state in one line: the engine's reasons usually begin with it ("Waiting: …"), and then
+    are enough alone; otherwise the state word goes first."""
+    word = STATE_WORDS.get(state, state)
+    if reason.lower().startswith(word.lower().split()[0]) or reason.lower().startswith(state):
+        return reason
+    return f"{word}: {reason}"
+
+
 def count(n: float) -> str:
     """A count for a tile: 987 → "987", 12345 → "12.3 k", 1843200 → "1.84 M"."""
     if not math.isfinite(n):

@@ -2,7 +2,7 @@
 
 Usage (from the repository root, with Python 3.11 or newer):
 
-    python3 packaging/dev.py run     # set up .venv, then run the main job
+    python3 packaging/dev.py run     # set up .venv, then run the main job (the app on a desktop)
     python3 packaging/dev.py test    # set up .venv, then lint, type-check, check layers, run tests
     python3 packaging/dev.py setup   # only set up .venv
 
@@ -79,9 +79,20 @@ def _compile_bytecode() -> None:
     subprocess.call([_venv_bin("python"), "-m", "compileall", "-q", "core", "app"], cwd=ROOT)
 
 
+def has_display() -> bool:
+    """The same test as ``core.util.desktop`` (this script may not import the project)."""
+    if sys.platform in ("win32", "cygwin", "darwin"):
+        return True
+    return any(os.environ.get(v) for v in ("WAYLAND_DISPLAY", "DISPLAY", "QT_QPA_PLATFORM"))
+
+
 def run_main(extra: list[str]) -> int:
-    # the main job: a whole collaboration on this machine (an auxiliary peer and three trainers)
-    # for three minutes, printing one line per epoch; extra arguments replace these defaults
+    # The main job. On a desktop: the app, attached to a local demo swarm it starts (a backbone,
+    # two trainers and a coordinator on this machine) and stops when it quits. Without a display:
+    # that collaboration headless (an auxiliary peer and three trainers) for three minutes, one
+    # line per epoch. Extra arguments go to the app, or replace the swarm's defaults.
+    if has_display() and os.environ.get("BARNRAISE_HEADLESS") != "1":
+        return _run([_venv_bin("barnraise"), "app", "--demo", *extra])
     arguments = extra or ["--peers", "3", "--minutes", "3"]
     return _run([_venv_bin("barnraise"), "swarm", *arguments])
 

@@ -95,7 +95,7 @@ class EngineBridge(QObject):
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None:
             if self._task is not None:
-                loop.call_soon_threadsafe(self._task.cancel)
+                self._on_loop(self._task.cancel)
             thread.join(timeout)
             if thread.is_alive():
                 log.warning("the engine bridge did not stop within %.0f s", timeout)
@@ -140,22 +140,35 @@ class EngineBridge(QObject):
         self._pending.add(pending)
         pending.finished.connect(lambda: self._pending.discard(pending))
         loop, supervisor = self._loop, self._supervisor
-        if loop is None or supervisor is None:
-            self._finish(pending, None, EngineUnavailable("the app is shutting down"))
+        if loop is None or supervisor is None or loop.is_closed():
+            self.post(lambda: self._finish(pending, None, EngineUnavailable("not connected")))
             return pending
-        future = asyncio.run_coroutine_threadsafe(self._invoke(supervisor, call), loop)
+        coroutine = self._invoke(supervisor, call)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        except RuntimeError:  # the loop closed a moment ago (the app is quitting)
+            coroutine.close()
+            self.post(lambda: self._finish(pending, None, EngineUnavailable("not connected")))
+            return pending
         future.add_done_callback(lambda f: self.post(lambda: self._settle(pending, f)))
         return pending
 
     def retry(self) -> None:
         """After a stop or a failure: start (or look for) the engine again."""
-        if self._loop is not None and self._supervisor is not None:
-            self._loop.call_soon_threadsafe(self._supervisor.retry)
+        if self._supervisor is not None:
+            self._on_loop(self._supervisor.retry)
 
     def leaving(self) -> None:
         """The app is about to stop the engine on purpose: no restart, no alarm."""
-        if self._loop is not None and self._supervisor is not None:
-            self._loop.call_soon_threadsafe(self._supervisor.leaving)
+        if self._supervisor is not None:
+            self._on_loop(self._supervisor.leaving)
+
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop, unless the loop has ended (the supervisor may end on its own)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # it closed in between: nothing left to do
+                loop.call_soon_threadsafe(fn)
 
     def post(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the Qt thread, in a later turn of its event loop (from any thread)."""

@@ -122,8 +122,9 @@ class EngineSupervisor:
             await self._crashed(f"The engine could not be started: {exc}")
             return
         clean = await self._follow(client)
-        if await self._still_there(client):
-            return  # it only dropped the stream: read on from the last event
+        while await self._still_there(client):  # it only dropped the stream: read on
+            await asyncio.sleep(0.1)
+            clean = await self._follow(client)
         await self._drop_client()
         if self._leaving:
             return

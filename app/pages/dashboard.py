@@ -144,6 +144,8 @@ class DashboardPage(QWidget):
             self.notes.setText("")
             for button in (self.snooze_button, self.resume_button, self.login_button):
                 button.hide()
+            for tile in (self.speed, self.peers):  # live figures: unknown without the engine
+                tile.set("–", "no engine")
             return
         on = state.contribute and not state.user_paused
         self.switch.blockSignals(True)
@@ -157,9 +159,11 @@ class DashboardPage(QWidget):
         reason = "" if state.reason == word else f"{state.reason} · "
         self.reason.setText(f"{reason}since {since}" if reason else f"Since {since}")
         notes = list(state.notes)
+        if state.code == "not_opted_in":
+            notes.insert(0, "Turn on Contribute (top right) to start; your schedule decides when.")
         if state.last_error and state.state == "error" and state.last_error not in state.reason:
             notes.insert(0, state.last_error)
-        self.notes.setText("\n".join(f"Note: {n}" for n in notes))
+        self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
         paused_by_user = state.user_paused or state.snoozed_until is not None
         self.snooze_button.setVisible(on and state.snoozed_until is None)

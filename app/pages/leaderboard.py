@@ -52,7 +52,8 @@ class LeaderboardPage(QWidget):
         for widget in (self.who, self.logout_button, self.refresh_button):
             top.addWidget(widget)
         outer.addLayout(top)
-        self.freshness = QLabel("", objectName="caption", wordWrap=True)
+        self.freshness = QLabel("", objectName="freshness", wordWrap=True)
+        self.stale = False
         outer.addWidget(self.freshness)
 
         self.stack = QStackedWidget()
@@ -151,13 +152,17 @@ class LeaderboardPage(QWidget):
                 else "Fetching the leaderboard…"
             )
         elif snapshot.error:
+            reason = snapshot.error.rstrip(".")
             self.freshness.setText(
-                f"Could not refresh: {snapshot.error} Showing the leaderboard as of "
+                f"Could not refresh: {reason}. Showing the leaderboard as of "
                 f"{wording.moment(snapshot.fetched, now)} ({wording.ago(snapshot.fetched, now)})."
             )
         else:
             self.freshness.setText(f"Updated {wording.moment(snapshot.fetched, now)}")
-        self.freshness.setProperty("stale", bool(snapshot.error))
+        self.stale = bool(snapshot.error)
+        self.freshness.setProperty("stale", "true" if self.stale else "false")
+        self.freshness.style().unpolish(self.freshness)
+        self.freshness.style().polish(self.freshness)
         if snapshot.board is not None:
             board = snapshot.board
             you = snapshot.mine.username if snapshot.mine else None

@@ -133,6 +133,8 @@ class FakeEngine:
         self._reason = "Starting"
         self._since = now
         self.last_error: str | None = None
+        self.contributed = scenario == "contributing"
+        """Whether the ledger has a history (statistics); a first start has none."""
         if scenario == "contributing":
             offer = self.offered[0]
             self.projects_ = [self._info(offer, active=True)]
@@ -245,7 +247,7 @@ class FakeEngine:
         if not 1 <= days <= 3660:
             raise BadRequest("days must be between 1 and 3660")
         with self._lock:
-            if not self.projects_:
+            if not self.contributed:
                 return _empty_statistics(project, self._clock(), days)
             return sample_data.statistics(project, self._clock(), days)
 

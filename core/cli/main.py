@@ -1,23 +1,46 @@
-"""Entry point of the ``barnraise`` command."""
+"""Entry point of the ``barnraise`` command.
+
+Only the subcommand being run is imported (the coordinator alone pulls in aiohttp's server, torch
+comes with the peers): ``barnraise`` on a desktop hands over to the app without loading any of them,
+and ``barnraise ctl status`` answers quickly.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from core import __version__
-from core.cli import coordinator, ctl, demo, dht, engine, identity, peer, swarm
 from core.util.errors import BarnraiseError
 
 VERSION = __version__
 
+COMMANDS = {
+    "app": "core.cli.app",
+    "identity": "core.cli.identity",
+    "demo": "core.cli.demo",
+    "dht": "core.cli.dht",
+    "peer": "core.cli.peer",
+    "aux": "core.cli.peer",
+    "swarm": "core.cli.swarm",
+    "engine": "core.cli.engine",
+    "ctl": "core.cli.ctl",
+    "coordinator": "core.cli.coordinator",
+}
+"""Each command and the module whose ``register`` adds it (one module may add several)."""
+_OPTIONS_WITH_VALUES = frozenset({"--log-level"})
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or with ``only`` that one's module (a faster start)."""
     parser = argparse.ArgumentParser(
         prog="barnraise",
-        description="Barnraise: train one deep-learning model together, on volunteers' computers.",
+        description="Barnraise: train one deep-learning model together, on volunteers' computers. "
+        "Without a command it opens the desktop app (when there is a display).",
     )
     parser.add_argument("--version", action="version", version=f"barnraise {VERSION}")
     parser.add_argument(
@@ -27,26 +50,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="how much to log to stderr (default: warning)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    identity.register(commands)
-    demo.register(commands)
-    dht.register(commands)
-    peer.register(commands)
-    swarm.register(commands)
-    engine.register(commands)
-    ctl.register(commands)
-    coordinator.register(commands)
+    modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(name).register(commands)
     return parser
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The first word that is not an option (or an option's value)."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in _OPTIONS_WITH_VALUES:
+            skip = True
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments:
+        from core.cli.app import launch  # noqa: PLC0415 - the light path to the app
+        from core.util.desktop import display_available  # noqa: PLC0415
+
+        if display_available(os.environ)[0]:
+            return launch([])
+    parser = build_parser(_command_in(arguments))
+    args = parser.parse_args(arguments)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
     if args.command is None:
         parser.print_help()
+        if not arguments:
+            print("\nNo display was found, so the desktop app cannot open here.")
         return 0
     try:
         code: int = args.run(args)

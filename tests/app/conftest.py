@@ -6,6 +6,7 @@ closed, and the app's settings live in the test's temporary folder.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,11 @@ from app.window import MainWindow
 from core.api.fake import FakeEngine
 
 MakeStore = Callable[[FakeEngine], EngineStore]
+
+# without a display Qt aborts the whole run when the first QApplication is made; dev.py sets this,
+# a bare `pytest` should work too
+if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 @pytest.fixture

@@ -1,0 +1,236 @@
+"""A PNG of every page of the desktop app, with realistic data from the fake engine.
+
+    python benchmarks/screenshots.py OUTDIR [--width 1100 --height 760]
+
+Runs offscreen (unless QT_QPA_PLATFORM says otherwise): the real window, bridge and store, with a
+``FakeEngine`` on the far side. Writes one PNG per page and state (first run's three steps, the
+dashboard contributing, waiting and paused, schedule, statistics, the leaderboard logged in, stale
+and logged out, events, the engine-stopped banner, the tray menu and its four icons, the close
+question) and ``index.json`` listing them. Look at them after changing the GUI; keep them out of git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QPixmap
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+
+from app.engine.bridge import EngineBridge
+from app.engine.preview import FakeConnector
+from app.engine.store import EngineStore
+from app.icons import state_icon
+from app.settings import AppSettings
+from app.theme import apply_theme
+from app.tray import Tray
+from app.window import MainWindow
+from core.api.events import ErrorRaised
+from core.api.fake import FakeEngine
+
+
+class Shooter:
+    def __init__(self, out: Path, size: tuple[int, int]) -> None:
+        self.out = out
+        self.size = size
+        self.saved: list[dict[str, object]] = []
+        self.bridges: list[EngineBridge] = []
+
+    def wait(self, condition: Callable[[], bool], seconds: float = 10.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the window did not reach the state to photograph")
+            QApplication.processEvents()
+            time.sleep(0.01)
+
+    def settle(self, seconds: float = 0.4) -> None:
+        """Let layouts, charts and queued answers finish before the picture."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            QApplication.processEvents()
+            time.sleep(0.01)
+
+    def save(self, name: str, widget: QWidget | QPixmap, what: str) -> None:
+        picture = widget if isinstance(widget, QPixmap) else widget.grab()
+        path = self.out / f"{name}.png"
+        if not picture.save(str(path)):
+            raise OSError(f"could not write {path}")
+        self.saved.append(
+            {"file": path.name, "shows": what, "width": picture.width(), "height": picture.height()}
+        )
+        print(f"{path.name:32} {what}", flush=True)
+
+    def window(self, engine: FakeEngine) -> MainWindow:
+        bridge = EngineBridge(FakeConnector(engine))
+        self.bridges.append(bridge)
+        store = EngineStore(bridge)
+        bridge.start()
+        self.wait(
+            lambda: store.connected and store.projects is not None and store.settings is not None
+        )
+        settings = AppSettings(self.out / ".screenshots-app.ini")
+        window = MainWindow(store, settings, tray_available=True, can_start_demo=True)
+        window.resize(*self.size)
+        window.show()
+        self.settle(0.8)
+        return window
+
+    def close(self) -> None:
+        for bridge in self.bridges:
+            bridge.stop()
+
+
+def shoot(out: Path, size: tuple[int, int]) -> list[dict[str, object]]:
+    s = Shooter(out, size)
+    try:
+        _first_run(s)
+        _main_pages(s)
+        _leaderboard_states(s)
+        _tray_and_dialogs(s)
+    finally:
+        s.close()
+    return s.saved
+
+
+def _first_run(s: Shooter) -> None:
+    fresh = FakeEngine("fresh")
+    window = s.window(fresh)
+    first = window.first_run
+    s.wait(lambda: first.offer_list.count() > 0)
+    s.save("01-first-run-project", window, "first run, step 1: the local demo swarm is offered")
+    first.next_button.click()
+    s.wait(lambda: first.steps.currentIndex() == 1)
+    first.login.username.setText("robin")
+    s.settle()
+    s.save("02-first-run-account", window, "first run, step 2: log in or create an account")
+    first.login.password.setText("a long password")
+    first.login.signup_button.click()
+    s.wait(lambda: first.steps.currentIndex() == 2)
+    s.settle()
+    s.save("03-first-run-preset", window, "first run, step 3: Light, Balanced or Maximum")
+    first.next_button.click()
+    s.wait(lambda: window.root.currentWidget() is window.main)
+    s.settle(0.8)
+    s.save(
+        "04-dashboard-after-first-run", window, "dashboard after first run: paused until opted in"
+    )
+    window.hide()
+
+
+def _main_pages(s: Shooter) -> None:
+    fake = FakeEngine("contributing")
+    window = s.window(fake)
+    pages = (
+        ("dashboard", "05-dashboard", "dashboard: contributing, tiles, the loss curve"),
+        ("schedule", "06-schedule", "schedule: every preference with its explanation"),
+        ("statistics", "07-statistics", "statistics: samples, compute hours and data per day"),
+        ("leaderboard", "08-leaderboard", "leaderboard: rank, percentile, neighbours, top 10"),
+        ("events", "09-events", "events: the engine's recent events, copy diagnostics"),
+    )
+    for key, name, what in pages:
+        window.show_page(key)
+        s.settle(0.8)
+        s.save(name, window, what)
+    window.show_page("dashboard")
+    fake.set_condition("waiting", "user_active", "Waiting: you are using the computer")
+    s.settle(0.6)
+    s.save("10-dashboard-waiting", window, "dashboard: waiting while the user is at the computer")
+    fake.set_condition("paused", "on_battery", "Paused: on battery")
+    s.settle(0.6)
+    s.save("11-dashboard-on-battery", window, "dashboard: paused on battery")
+    fake.set_condition(None)
+    fake.emit(ErrorRaised("project barnraise-demo", "averaging round 150 lost 1 of 5 parts"))
+    s.settle(0.6)
+    s.save("12-dashboard-engine-warning", window, "a warning from the engine in the banner")
+    fake.shut_down = True
+    fake.end_streams()
+    s.wait(lambda: window.store.connection[0] == "stopped")
+    s.settle(0.4)
+    s.save("13-engine-stopped", window, "the engine was stopped: the banner offers to start it")
+    window.hide()
+
+
+def _leaderboard_states(s: Shooter) -> None:
+    fake = FakeEngine("contributing")
+    window = s.window(fake)
+    window.show_page("leaderboard")
+    s.settle(0.8)
+    fake.coordinator_down = True
+    window.store.refresh_leaderboard()
+    s.settle(0.8)
+    s.save("14-leaderboard-stale", window, "leaderboard: coordinator down, data marked as stale")
+    window.hide()
+    logged_out = FakeEngine("contributing")
+    logged_out.username = None
+    window = s.window(logged_out)
+    window.show_page("leaderboard")
+    s.settle(0.8)
+    s.save("15-leaderboard-login", window, "leaderboard: not logged in, the login form")
+    window.hide()
+
+
+def _tray_and_dialogs(s: Shooter) -> None:
+    fake = FakeEngine("contributing")
+    window = s.window(fake)
+    tray = Tray(
+        window.store, show_window=lambda: None, toggle_window=lambda: None, quit_app=lambda: None
+    )
+    s.settle(0.3)
+    tray.menu.adjustSize()
+    s.save("16-tray-menu", tray.menu.grab(), "the tray menu: state, pause, snooze, open, quit")
+    strip = QPixmap(4 * 72, 64)
+    strip.fill()
+    from PySide6.QtGui import QPainter
+
+    painter = QPainter(strip)
+    for i, look in enumerate(("contributing", "waiting", "paused", "error")):
+        painter.drawPixmap(i * 72 + 4, 0, state_icon(look).pixmap(64, 64))  # type: ignore[arg-type]
+    painter.end()
+    s.save("17-tray-icons", strip, "tray icon looks: contributing, waiting, paused, error")
+    box = QMessageBox(window)
+    box.setWindowTitle("Close Barnraise")
+    box.setText("Keep contributing in the background when the window is closed?")
+    box.setInformativeText(
+        "Barnraise goes on following your schedule; the icon by the clock stays. Or quit, which "
+        "stops contributing until you open Barnraise again."
+    )
+    box.addButton("Keep contributing", QMessageBox.ButtonRole.AcceptRole)
+    box.addButton("Quit Barnraise", QMessageBox.ButtonRole.DestructiveRole)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.show()
+    s.settle(0.3)
+    s.save("18-close-question", box, "closing the window: asked once")
+    box.hide()
+    window.hide()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--width", type=int, default=1100)
+    parser.add_argument("--height", type=int, default=760)
+    args = parser.parse_args()
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    qapp = QApplication(sys.argv[:1])
+    apply_theme(qapp)
+    QTimer.singleShot(0, lambda: None)
+    saved = shoot(args.outdir, (args.width, args.height))
+    (args.outdir / ".screenshots-app.ini").unlink(missing_ok=True)
+    index = {"benchmark": "screenshots", "platform": qapp.platformName(), "files": saved}
+    (args.outdir / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    print(f"{len(saved)} screenshots in {args.outdir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
