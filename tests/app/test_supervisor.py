@@ -15,6 +15,7 @@ from core.api.errors import EngineUnavailable, VersionMismatch
 from core.api.events import Event, PeersSeen
 from core.api.protocol import EngineApi
 from core.api.schema import API_VERSION, EngineState, Progress
+from tests.support.leaks import wait_until
 
 End = Literal["clean", "lost", "hang"]
 
@@ -148,9 +149,7 @@ async def test_attaches_to_a_running_engine_and_reads_its_backlog() -> None:
     supervisor, listener = make(Connector(found=engine))
     async with running(supervisor):
         await listener.until("connected")
-        async with asyncio.timeout(5):
-            while listener.events != [1, 2, 3]:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: listener.events == [1, 2, 3])
     assert listener.connections == [7]
     assert engine.since == [0]  # the kept backlog first: it fills the event log
     assert "connecting" in listener.kinds()
@@ -196,7 +195,8 @@ async def test_a_deliberate_stop_is_respected_until_the_user_asks() -> None:
         assert connector.launched == 0  # no resurrection of what the user stopped
         supervisor.retry()
         await listener.until("connected", 2)
-    assert "stopped" in text and "not contributing" in text
+    assert "stopped" in text
+    assert "not contributing" in text
     assert connector.launched == 1
 
 
@@ -204,9 +204,7 @@ async def test_a_dropped_stream_is_resumed_from_the_last_event() -> None:
     engine = Scripted(1, events=4, end="clean", stays=True)
     supervisor, listener = make(Connector(found=engine))
     async with running(supervisor):
-        async with asyncio.timeout(5):
-            while len(engine.since) < 2:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: len(engine.since) >= 2)
         engine.end = "hang"
     assert engine.since[:2] == [0, 4]
     assert "restarting" not in listener.kinds()

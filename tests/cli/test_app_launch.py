@@ -50,6 +50,7 @@ def _barnraise(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
 
 
@@ -88,7 +89,7 @@ def test_the_app_process_shows_its_window_and_quits_on_sigterm(tmp_path: Path) -
             time.sleep(0.05)
         assert seen == {"window_shown", "state_shown"}
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
