@@ -19,7 +19,9 @@ def barnraise() -> list[str]:
 
 
 def run(args: list[str], home: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, BARNRAISE_HOME=str(home))
+    # no display: without arguments barnraise would open the desktop app (test_app_launch.py)
+    hidden = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
+    env = {k: v for k, v in os.environ.items() if k not in hidden} | {"BARNRAISE_HOME": str(home)}
     return subprocess.run(
         barnraise() + args, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
