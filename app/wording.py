@@ -49,45 +49,46 @@ def count(n: float) -> str:
     n = abs(n)
     if n < 10_000:
         return f"{sign}{n:,.0f}"
-    for limit, suffix in ((1e6, "k"), (1e9, "M"), (1e12, "B")):
-        if n < limit:
-            scaled = n / (limit / 1000)
-            return f"{sign}{_three_digits(scaled)} {suffix}"
-    return f"{sign}{n / 1e12:,.0f} T"
+    return sign + _scaled(n, ((1e3, "k"), (1e6, "M"), (1e9, "B"), (1e12, "T")))
+
+
+def _scaled(n: float, units: tuple[tuple[float, str], ...]) -> str:
+    """Three significant digits in the largest unit that keeps the number under 1000 *after*
+    rounding (999,999 is "1.00 M", never "1000 k")."""
+    for i, (size, suffix) in enumerate(units):
+        text = _three_digits(n / size)
+        if float(text) < 1000 or i == len(units) - 1:
+            return f"{text} {suffix}"
+    raise AssertionError("unreachable")
 
 
 def _three_digits(x: float) -> str:
-    if x >= 100:
-        return f"{x:.0f}"
-    if x >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2f}"
+    for decimals, limit in ((2, 9.995), (1, 99.95)):
+        if x < limit:
+            return f"{x:.{decimals}f}"
+    return f"{x:.0f}"
 
 
 def data_size(n_bytes: float) -> str:
     """Decimal units, as network plans count them: 1_234_000_000 → "1.23 GB"."""
-    if n_bytes < 1000:
+    if n_bytes < 999.5:
         return f"{n_bytes:.0f} B"
-    for unit in ("kB", "MB", "GB", "TB"):
-        n_bytes /= 1000
-        if n_bytes < 1000 or unit == "TB":
-            return f"{_three_digits(n_bytes)} {unit}"
-    raise AssertionError("unreachable")
+    return _scaled(n_bytes, ((1e3, "kB"), (1e6, "MB"), (1e9, "GB"), (1e12, "TB")))
 
 
 def duration(seconds: float) -> str:
-    """ "45 s", "12 min", "3 h 12 min", "2 d 4 h"."""
+    """ "45 s", "12 min", "3 h 12 min", "2 d 4 h" (rounded before the unit is chosen)."""
     seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = int(seconds // 60)
+    if round(seconds) < 60:
+        return f"{round(seconds)} s"
+    minutes = round(seconds / 60)
     if minutes < 60:
         return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+    hours_, minutes = divmod(minutes, 60)
+    if hours_ < 48:
+        return f"{hours_} h {minutes} min" if minutes else f"{hours_} h"
+    days, hours_ = divmod(hours_, 24)
+    return f"{days} d {hours_} h" if hours_ else f"{days} d"
 
 
 def hours(seconds: float) -> str:
@@ -116,10 +117,10 @@ def ago(timestamp: float, now: float) -> str:
     seconds = now - timestamp
     if seconds < 45:
         return "just now"
-    if seconds < 3600:
+    if round(seconds / 60) < 60:
         return f"{max(1, round(seconds / 60))} min ago"
-    if seconds < 6 * 3600:
-        return f"{seconds / 3600:.0f} h ago"
+    if round(seconds / 3600) < 6:
+        return f"{round(seconds / 3600)} h ago"
     return moment(timestamp, now)
 
 

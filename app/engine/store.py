@@ -128,10 +128,10 @@ class EngineStore(QObject):
 
     def watch_leaderboard(self, on: bool) -> None:
         """The leaderboard page is (not) visible: refresh it now and then, or stop."""
-        if on:
+        if on and not self._board_timer.isActive():
             self.refresh_leaderboard()
             self._board_timer.start()
-        else:
+        elif not on:
             self._board_timer.stop()
 
     # ---- refreshing --------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ class EventsPage(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.table.setWordWrap(True)
         self.table.setAlternatingRowColors(True)
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table (arrows move between rows)
         self.table.setToolTip("The engine's recent events, newest first")
         self.table.setAccessibleName("Recent events")
         outer.addWidget(self.table, 1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
+    QButtonGroup,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -133,7 +134,9 @@ class FirstRunPage(QWidget):
                 self.offer_list.setCurrentItem(item)
         if self.offer_list.currentRow() < 0 and offers:
             self.offer_list.setCurrentRow(0)
-        local = any(o.source == "local_swarm" for o in offers)
+        # a demo swarm already attached is offered as "attached": it runs all the same
+        attached_demo = any(p.local_swarm for p in self.store.projects or [])
+        local = attached_demo or any(o.source == "local_swarm" for o in offers)
         self.demo_button.setVisible(self.can_start_demo and not local)
         self.demo_button.setEnabled(not self.demo_starting)
         if offers:
@@ -210,6 +213,9 @@ class FirstRunPage(QWidget):
         box.setContentsMargins(0, 8, 0, 0)
         box.addWidget(QLabel("How much of this computer may Barnraise use?", wordWrap=True))
         self.preset_buttons: dict[str, QRadioButton] = {}
+        # each button sits in its own card, so Qt's automatic exclusivity (same parent) does not
+        # apply: one group makes them a single choice
+        self.preset_group = QButtonGroup(self)
         for p in PRESETS:
             card = Card()
             button = QRadioButton(p.title)
@@ -219,6 +225,7 @@ class FirstRunPage(QWidget):
             card.box.addWidget(summary)
             box.addWidget(card)
             self.preset_buttons[p.key] = button
+            self.preset_group.addButton(button)
         self.preset_buttons[DEFAULT_PRESET].setChecked(True)
         box.addWidget(
             QLabel(

@@ -109,7 +109,13 @@ class LeaderboardPage(QWidget):
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
-        self.store.watch_leaderboard(True)
+        self._watch()
+
+    def _watch(self) -> None:
+        """Refresh now and then while shown, and only for a project that has a coordinator."""
+        account = self.store.account
+        has_board = account is not None and account.coordinator is not None
+        self.store.watch_leaderboard(self.isVisible() and has_board)
 
     def hideEvent(self, event: QHideEvent) -> None:
         super().hideEvent(event)
@@ -117,6 +123,7 @@ class LeaderboardPage(QWidget):
 
     def show_account(self, account: AccountInfo | None) -> None:
         has_board = account is not None and account.coordinator is not None
+        self._watch()
         self.logout_button.setVisible(bool(account and account.logged_in))
         self.refresh_button.setEnabled(has_board)
         if account is None:
@@ -202,6 +209,7 @@ def _table(explanation: str) -> QTableWidget:
     table.setToolTip(explanation)
     table.setAccessibleName(explanation)
     table.setAlternatingRowColors(True)
+    table.setTabKeyNavigation(False)  # Tab leaves the table (arrows move between cells)
     return table
 
 

@@ -114,6 +114,11 @@ class SchedulePage(QWidget):
         self.helps: dict[str, QLabel] = {}
         self._apply: dict[str, Callable[[SettingValue], None]] = {}
         self._built_for: tuple[str, ...] = ()
+        self._asked: dict[str, SettingValue] = {}
+        """Values sent (or waiting to be) whose answer has not come back yet."""
+        self._waiting: dict[str, SettingValue] = {}
+        self._waiting_name: str | None = None
+        self._in_flight = False
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(24, 20, 24, 20)
@@ -131,20 +136,7 @@ class SchedulePage(QWidget):
                 wordWrap=True,
             )
         )
-        preset_row = QHBoxLayout()
-        preset_row.addWidget(QLabel("Preset:"))
-        self.preset_buttons: dict[str, QPushButton] = {}
-        for p in PRESETS:
-            button = QPushButton(p.title)
-            button.setCheckable(True)  # checked: the preferences match it (shown, not a mode)
-            button.setToolTip(p.summary)
-            self.preset_buttons[p.key] = button
-            preset_row.addWidget(button)
-            button.clicked.connect(lambda _=False, values=p.values: self._send(dict(values), None))
-        self.preset_state = QLabel("", objectName="caption")
-        preset_row.addWidget(self.preset_state)
-        preset_row.addStretch(1)
-        outer.addLayout(preset_row)
+        outer.addLayout(self._preset_row())
         self.notice = QLabel("", objectName="caption", wordWrap=True)
         self.notice.hide()
         self.error = QLabel("", objectName="inlineError", wordWrap=True)
@@ -167,6 +159,22 @@ class SchedulePage(QWidget):
         store.statisticsChanged.connect(self._show_usage)
         if store.settings is not None:
             self.show_settings(store.settings)
+
+    def _preset_row(self) -> QHBoxLayout:
+        preset_row = QHBoxLayout()
+        preset_row.addWidget(QLabel("Preset:"))
+        self.preset_buttons: dict[str, QPushButton] = {}
+        for p in PRESETS:
+            button = QPushButton(p.title)
+            button.setCheckable(True)  # checked: the preferences match it (shown, not a mode)
+            button.setToolTip(p.summary)
+            self.preset_buttons[p.key] = button
+            preset_row.addWidget(button)
+            button.clicked.connect(lambda _=False, values=p.values: self._send(dict(values), None))
+        self.preset_state = QLabel("", objectName="caption")
+        preset_row.addWidget(self.preset_state)
+        preset_row.addStretch(1)
+        return preset_row
 
     # ---- building ----------------------------------------------------------------------------------
 
@@ -282,12 +290,16 @@ class SchedulePage(QWidget):
         row.addWidget(QLabel("and"))
         row.addWidget(self.window_end)
         row.addStretch(1)
-        text = "Daily hours when Barnraise may contribute; the end may be past midnight (22:00 and 07:00)."
+        text = (
+            " ".join(helps[name] for name in ("window_start", "window_end") if helps.get(name))
+            or "Daily hours when Barnraise may contribute."
+        )
         self._row(grid, "window_start", None, holder, text)
         holder.setToolTip(text)
         self.controls["window_end"] = self.window_end
         self.controls["window_start"] = self.window_start
         self.errors["window_end"] = self.errors["window_start"]
+        self.helps["window_end"] = self.helps["window_start"]  # one label explains the pair
         self.window_box.clicked.connect(self._send_window)
         self.window_start.editingFinished.connect(self._send_window)
         self.window_end.editingFinished.connect(self._send_window)
@@ -298,7 +310,7 @@ class SchedulePage(QWidget):
         self._build(settings)
         values = settings.values
         for name, apply in self._apply.items():
-            if name in values:
+            if name in values and name not in self._waiting:  # a newer value is on its way
                 widget = self.controls[name]
                 widget.blockSignals(True)
                 apply(values[name])
@@ -340,9 +352,15 @@ class SchedulePage(QWidget):
 
     # ---- sending -----------------------------------------------------------------------------------
 
+    def _current(self, name: str) -> SettingValue | None:
+        """What the engine will hold once the changes sent so far are in: the last value asked
+        for, else the engine's."""
+        if name in self._asked:
+            return self._asked[name]
+        return self.store.settings.values.get(name) if self.store.settings else None
+
     def _send_if_changed(self, name: str, value: SettingValue) -> None:
-        current = self.store.settings.values.get(name) if self.store.settings else None
-        if current is None or value != current:
+        if value != self._current(name):
             self._send({name: value}, name)
 
     def _send_window(self) -> None:
@@ -353,17 +371,38 @@ class SchedulePage(QWidget):
             start = end = ""
         self.window_start.setEnabled(self.window_box.isChecked())
         self.window_end.setEnabled(self.window_box.isChecked())
-        values = self.store.settings.values if self.store.settings else {}
-        if (values.get("window_start"), values.get("window_end")) != (start, end):
+        if (self._current("window_start"), self._current("window_end")) != (start, end):
             self._send({"window_start": start, "window_end": end}, "window_start")
 
     def _send(self, values: dict[str, SettingValue], name: str | None) -> None:
+        """One change at a time, in order: a change made while another is on its way waits for
+        it (merged with any other waiting one), so the last thing the user did is what stays."""
         for label in (*self.errors.values(), self.error, self.notice):
             label.hide()
+        self._asked.update(values)
+        if self._in_flight:
+            self._waiting.update(values)
+            self._waiting_name = name
+            return
+        self._in_flight = True
         call = self.store.change_settings(values)
-        call.failed.connect(lambda error: self._refused(error, name))
+        call.failed.connect(lambda error: self._refused(error, name, values))
+        call.finished.connect(self._sent)
 
-    def _refused(self, error: ApiError, name: str | None) -> None:
+    def _sent(self) -> None:
+        self._in_flight = False
+        if self._waiting:
+            values, self._waiting = self._waiting, {}
+            self._send(values, self._waiting_name)
+        elif self.store.settings is not None:
+            self._asked.clear()  # everything asked is answered: the engine's values rule again
+            self.show_settings(self.store.settings)
+
+    def _refused(
+        self, error: ApiError, name: str | None, values: dict[str, SettingValue] | None = None
+    ) -> None:
+        for refused in values or {}:
+            self._asked.pop(refused, None)
         label = self.errors.get(name) if name else None
         text = explain(error, "changing the preference")
         if label is None:

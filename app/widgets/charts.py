@@ -163,12 +163,18 @@ class BarChart(_Chart):
         self.setAccessibleDescription(f"{len(days)} days; {totals}")
 
     def describe_bar(self, index: int) -> str:
-        """ "Mon 16 Nov: 5,320,114 samples" (every series of that day)."""
+        """ "Mon 16 Nov: 5,320,114 samples"; with several series, each named: "…: sent 12.5 MB,
+        received 20 MB"."""
         day = wording.day_label(self.days[index], month=True)
-        values = [
-            f"{name} {vs[index]:,.1f}".rstrip("0").rstrip(".") for name, vs in self.series.items()
-        ]
-        return f"{day}: " + ", ".join(values) + f" {self.unit}"
+
+        def number(value: float) -> str:
+            return f"{value:,.1f}".removesuffix(".0")
+
+        if len(self.series) == 1:
+            (values,) = self.series.values()
+            return f"{day}: {number(values[index])} {self.unit}"
+        parts = [f"{name} {number(vs[index])} {self.unit}" for name, vs in self.series.items()]
+        return f"{day}: " + ", ".join(parts)
 
     def _hovered(self, status: bool, index: int, _bar_set: QBarSet) -> None:
         if status:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -260,7 +261,16 @@ class FakeEngine:
         await self._enter("offers")
         with self._lock:
             attached = [
-                ProjectOffer(p.name, p.description, p.manifest, "attached", p.initial_peers)
+                ProjectOffer(
+                    p.name,
+                    p.description,
+                    p.manifest,
+                    "attached",
+                    p.initial_peers,
+                    p.data_base,
+                    note="attached" + (", contributing to it" if p.active else ""),
+                    moderated=self._moderated(p.name),
+                )
                 for p in self.projects_
             ]
             fresh = [o for o in self.offered if all(o.name != p.name for p in self.projects_)]
@@ -489,8 +499,8 @@ class FakeEngine:
         elif self.user_paused:
             state, code, reason = "paused", "user_paused", "Paused by you"
         elif self.snoozed_until is not None:
-            end = time.strftime("%H:%M", time.localtime(self.snoozed_until))
-            state, code, reason = "paused", "snoozed", f"Snoozed until {end}"
+            state, code = "paused", "snoozed"
+            reason = f"Snoozed until {_moment_text(self.snoozed_until, now)}"
         elif self.condition is not None:
             state, code, reason = self.condition
         elif self._needs_login(active):
@@ -505,8 +515,11 @@ class FakeEngine:
                 self._publish(StateChanged(state, previous, code, reason))
 
     def _needs_login(self, project: ProjectInfo) -> bool:
-        offer = next((o for o in self.offered if o.name == project.name), None)
-        return offer is not None and offer.moderated and self.username is None
+        return self._moderated(project.name) and self.username is None
+
+    def _moderated(self, name: str) -> bool:
+        offer = next((o for o in self.offered if o.name == name), None)
+        return offer is not None and offer.moderated
 
     def _snapshot(self) -> EngineState:
         active = next((p for p in self.projects_ if p.name == self.active), None)
@@ -593,3 +606,20 @@ def _empty_statistics(project: str | None, now: float, days: int) -> Statistics:
     blank = sample_data.contribution_days(now, days)
     zeroed = [dataclasses.replace(d, amounts=Amounts()) for d in blank]
     return Statistics(project, Amounts(), Amounts(), 0, zeroed)
+
+
+def _moment_text(when: float, now: float) -> str:
+    """As the engine words a moment: "14:30", "tomorrow 14:30" or "Mon 3 Mar 14:30"."""
+    moment, today = time.localtime(when), time.localtime(now)
+    clock = time.strftime("%H:%M", moment)
+    days = (
+        datetime.date(moment.tm_year, moment.tm_mon, moment.tm_mday)
+        - datetime.date(today.tm_year, today.tm_mon, today.tm_mday)
+    ).days
+    if days == 0:
+        return clock
+    if days == 1:
+        return f"tomorrow {clock}"
+    return (
+        time.strftime("%a ", moment) + f"{moment.tm_mday} " + time.strftime("%b ", moment) + clock
+    )

@@ -70,7 +70,8 @@ async def test_start_restart_after_a_kill_and_respect_a_shutdown(home: Path) -> 
         await listener.until("connected", timeout=90)
         first = listener.connections[-1]
         assert ("connecting", "Starting the engine…") in listener.statuses
-        assert connector.process is not None and connector.process.pid == first
+        assert connector.process is not None
+        assert connector.process.pid == first
 
         os.kill(first, signal.SIGKILL)
         text = await listener.until("restarting", timeout=30)

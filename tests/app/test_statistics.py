@@ -1,0 +1,161 @@
+"""Statistics page: the engine's contribution ledger as tiles in words and bar charts by day.
+
+What is checked: the tiles carry the sample data's totals in plain words (counts, a duration, data
+sizes) with today's amounts under them; each chart has one bar per day with the engine's numbers and
+an accessible description with the totals; choosing another period reads that many days; without any
+contribution the charts say so; a bar describes itself by day and exact value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from app import wording
+from app.pages.statistics import StatisticsPage
+from app.window import MainWindow
+from core.api.fake import FakeEngine
+from core.api.schema import Statistics
+
+EMPTY = "nothing contributed in this period yet"
+
+
+def statistics_page(window: MainWindow) -> StatisticsPage:
+    window.show_page("statistics")
+    page = window.page["statistics"]
+    assert isinstance(page, StatisticsPage)
+    return page
+
+
+def engine_statistics(window: MainWindow) -> Statistics:
+    statistics = window.store.statistics
+    assert statistics is not None
+    return statistics
+
+
+def test_tiles_show_the_totals_in_words(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    page = statistics_page(make_window(fake))
+    qtbot.waitUntil(lambda: page.samples.value.text() != "–", timeout=10_000)
+    # the sample ledger: 264,293,157 samples, 967,610 s, 17.3 and 19.6 GB, 64,489 epochs
+    assert page.samples.value.text() == "264 M"
+    assert page.samples.caption.text() == "2.18 M today"
+    assert page.compute.value.text() == "11 d 4 h"
+    assert page.compute.caption.text() == "2 h 24 min today"
+    assert page.sent.value.text() == "17.3 GB"
+    assert page.sent.caption.text() == "149 MB today"
+    assert page.received.value.text() == "19.6 GB"
+    assert page.received.caption.text() == "145 MB today"
+    assert page.epochs.value.text() == "64.5 k"
+    assert page.epochs.caption.text() == "64,489 averaging rounds"
+    assert page.samples.accessibleDescription() == "264 M 2.18 M today"
+
+
+def test_each_chart_has_one_bar_per_day_and_describes_its_totals(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    window = make_window(fake)
+    page = statistics_page(window)
+    qtbot.waitUntil(lambda: len(page.samples_chart.days) == 30, timeout=10_000)
+    days = engine_statistics(window).days
+    names = [d.day for d in days]
+    samples = [d.amounts.samples for d in days]
+    hours = [d.amounts.compute_seconds / 3600 for d in days]
+    sent = [d.amounts.bytes_sent / 1e6 for d in days]
+    received = [d.amounts.bytes_received / 1e6 for d in days]
+    assert names == sorted(names)  # oldest first
+    assert len(set(names)) == 30
+    for chart in (page.samples_chart, page.hours_chart, page.data_chart):
+        assert chart.days == names, chart.accessibleName()
+        assert chart.empty_text == ""
+    assert page.samples_chart.series == {"samples": samples}
+    assert page.hours_chart.series == {"hours": pytest.approx(hours)}
+    assert page.data_chart.series == {
+        "sent": pytest.approx(sent),
+        "received": pytest.approx(received),
+    }
+    assert 0 in samples  # the days off are bars too, of height 0
+    assert page.samples_chart.accessibleDescription() == (
+        f"30 days; samples total {sum(samples):,.1f} samples"
+    )
+    assert page.hours_chart.accessibleDescription() == (
+        f"30 days; hours total {sum(hours):,.1f} hours"
+    )
+    assert page.data_chart.accessibleDescription() == (
+        f"30 days; sent total {sum(sent):,.1f} MB, received total {sum(received):,.1f} MB"
+    )
+    assert page.samples_chart.chart().title() == "Samples per day, in millions"
+
+
+def test_choosing_the_last_7_days_reads_7_days(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    window = make_window(fake)
+    page = statistics_page(window)
+    qtbot.waitUntil(lambda: len(page.samples_chart.days) == 30, timeout=10_000)
+    reads = fake.calls.count("statistics")
+    page.period.setFocus()
+    qtbot.keyClick(page.period, Qt.Key.Key_Up)  # from "Last 30 days" to the one above
+    assert page.period.currentText() == "Last 7 days"
+    qtbot.waitUntil(lambda: len(page.samples_chart.days) == 7, timeout=10_000)
+    assert fake.calls.count("statistics") > reads
+    assert window.store.statistics_days == 7
+    assert len(engine_statistics(window).days) == 7
+    assert page.hours_chart.days == page.samples_chart.days
+    assert len(page.data_chart.series["sent"]) == 7
+    assert page.samples_chart.accessibleDescription().startswith("7 days; ")
+
+
+def test_without_contribution_the_charts_say_so(
+    make_window: Callable[..., MainWindow], fresh: FakeEngine, qtbot: QtBot
+) -> None:
+    window = make_window(fresh)
+    page = window.page["statistics"]
+    assert isinstance(page, StatisticsPage)
+    qtbot.waitUntil(lambda: page.samples.value.text() != "–", timeout=10_000)
+    for chart in (page.samples_chart, page.hours_chart, page.data_chart):
+        assert chart.empty_text == EMPTY, chart.accessibleName()
+        assert chart.accessibleDescription() == EMPTY
+        assert chart.chart().title().endswith(f" — {EMPTY}")
+        assert chart.chart().series() == []
+        assert len(chart.days) == 30  # the days are known, there is nothing in them
+    assert page.samples.value.text() == "0"
+    assert page.compute.value.text() == "0 s"
+    assert page.sent.value.text() == "0 B"
+
+
+def test_a_bar_describes_its_day_and_exact_value(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    window = make_window(fake)
+    page = statistics_page(window)
+    qtbot.waitUntil(lambda: len(page.samples_chart.days) == 30, timeout=10_000)
+    days = engine_statistics(window).days
+    index = max(range(len(days)), key=lambda i: days[i].amounts.samples)
+    day = days[index]
+    text = page.samples_chart.describe_bar(index)
+    assert text.startswith(f"{wording.day_label(day.day, month=True)}: ")
+    assert f"{day.amounts.samples:,} " in text
+    assert text.endswith(" samples")
+    sent, received = day.amounts.bytes_sent / 1e6, day.amounts.bytes_received / 1e6
+    assert page.data_chart.describe_bar(index) == (
+        f"{wording.day_label(day.day, month=True)}: sent {sent:,.1f} MB, received {received:,.1f} MB"
+    )
+    off = next(i for i, d in enumerate(days) if d.amounts.samples == 0)
+    assert page.samples_chart.describe_bar(off).endswith(" 0 samples")
+
+
+def test_a_one_series_bar_names_its_unit_once(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    window = make_window(fake)
+    page = statistics_page(window)
+    qtbot.waitUntil(lambda: len(page.samples_chart.days) == 30, timeout=10_000)
+    day = engine_statistics(window).days[0]
+    assert page.samples_chart.describe_bar(0) == (
+        f"{wording.day_label(day.day, month=True)}: {day.amounts.samples:,} samples"
+    )
