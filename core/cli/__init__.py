@@ -5,6 +5,11 @@
 - ``demo``      ``barnraise demo``: two peers on loopback exchange one authenticated call.
 - ``dht``       ``barnraise dht``: a standalone DHT node (``dht_stdio``: its JSON command interface).
 - ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest.
-- ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job).
+- ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job);
+  it announces itself to engines on this computer (``core.project.local_swarm``).
+- ``moderated`` ``barnraise swarm --moderated``: its coordinator, accounts and moderated manifest.
+- ``engine``    ``barnraise engine``: the background engine (``core.control``), logging to a file.
+- ``ctl``       ``barnraise ctl``: drives the running engine through its control API.
+- ``ctl_text``  how ``barnraise ctl`` prints the engine's answers as text.
 - ``signals``   stopping long-running commands cleanly on Ctrl-C and SIGTERM.
 """

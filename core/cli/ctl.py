@@ -8,7 +8,13 @@
     barnraise ctl set NAME=VALUE ...     change preferences (e.g. idle_minutes=5 run_on_battery=yes)
     barnraise ctl stats [--days N]       contribution from the ledger
     barnraise ctl attach MANIFEST [--initial-peers ADDR ...] [--data-base URL] [--device cpu]
+    barnraise ctl attach --local-swarm [MANIFEST]
+                                         join the demo swarm running on this computer
+                                         ('barnraise swarm'), wherever it listens each run
     barnraise ctl detach NAME
+    barnraise ctl offers                 projects to pick: local demo swarms, attached projects
+    barnraise ctl history                the active project's loss curve, epoch by epoch
+    barnraise ctl diagnostics            versions, folders and the engine log's last lines
     barnraise ctl events [--since N]     follow the engine's events (Ctrl-C to stop)
     barnraise ctl shutdown               stop the engine
     barnraise ctl login [--username U] [--password-stdin] [--signup]
@@ -24,7 +30,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import getpass
 import json
 import sys
@@ -32,17 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from core.api import (
-    AccountInfo,
     AttachRequest,
     BadRequest,
     EngineClient,
-    EngineState,
-    Leaderboard,
-    LeaderboardEntry,
-    MyRank,
-    Statistics,
 )
 from core.api.codec import encode
+from core.cli.ctl_text import text
 from core.cli.signals import run_command
 from core.scheduler import Preferences, PreferencesError
 
@@ -63,6 +63,9 @@ ACTIONS = (
     "logout",
     "account",
     "leaderboard",
+    "offers",
+    "history",
+    "diagnostics",
 )
 
 
@@ -81,6 +84,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--initial-peers", nargs="*", default=[], metavar="ADDR")
     parser.add_argument("--data-base", default=None, help="attach: where relative data URLs point")
     parser.add_argument("--device", default="cpu", help="attach: cpu, cuda, cuda:1, mps")
+    parser.add_argument(
+        "--local-swarm",
+        action="store_true",
+        help="attach: join the demo swarm running on this computer (its addresses change each run)",
+    )
     parser.add_argument("--since", type=int, default=None, help="events: backlog after this seq")
     parser.add_argument("--count", type=int, default=0, help="events: stop after N (0: never)")
     parser.add_argument("--username", default=None, help="login: the account's name")
@@ -99,7 +107,7 @@ async def _run(args: argparse.Namespace) -> int:
     async with EngineClient.discover() as client:
         result = await _dispatch(client, args)
     if result is not None:
-        print(json.dumps(encode(result), indent=2) if args.json else _text(result))
+        print(json.dumps(encode(result), indent=2) if args.json else text(result))
     return 0
 
 
@@ -111,6 +119,9 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
         "pause": client.pause,
         "resume": client.resume,
         "settings": client.settings,
+        "offers": client.offers,
+        "history": client.history,
+        "diagnostics": client.diagnostics,
     }
     if action in simple:
         return await simple[action]()
@@ -121,14 +132,7 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
     if action == "stats":
         return await client.statistics(args.project, args.days)
     if action in ("attach", "detach"):
-        if len(values) != 1:
-            raise BadRequest(
-                f"{action} takes one {'manifest path' if action == 'attach' else 'name'}"
-            )
-        if action == "detach":
-            return await client.detach(values[0])
-        request = AttachRequest(values[0], list(args.initial_peers), args.data_base, args.device)
-        return await client.attach(request)
+        return await _attach_or_detach(client, args)
     if action == "events":
         await _follow(client, args)
         return None
@@ -143,6 +147,38 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
         return await (client.my_rank() if args.me else client.leaderboard(args.limit))
     await client.shutdown()
     return None
+
+
+async def _attach_or_detach(client: EngineClient, args: argparse.Namespace) -> Any:
+    action, values = args.action, args.values
+    if action == "attach" and args.local_swarm:
+        return await client.attach(await _local_swarm_request(client, values, args.device))
+    if len(values) != 1:
+        raise BadRequest(f"{action} takes one {'manifest path' if action == 'attach' else 'name'}")
+    if action == "detach":
+        return await client.detach(values[0])
+    request = AttachRequest(values[0], list(args.initial_peers), args.data_base, args.device)
+    return await client.attach(request)
+
+
+async def _local_swarm_request(
+    client: EngineClient, values: list[str], device: str
+) -> AttachRequest:
+    """Attach the demo swarm named by its manifest, or the only one running here."""
+    if len(values) > 1:
+        raise BadRequest("attach --local-swarm takes at most one manifest path")
+    if values:
+        return AttachRequest(values[0], device=device, local_swarm=True)
+    running = [o for o in (await client.offers()).offers if o.source == "local_swarm"]
+    if not running:
+        raise BadRequest(
+            "no demo swarm runs on this computer (or its project is attached already); "
+            "start one with 'barnraise swarm'"
+        )
+    if len(running) > 1:
+        names = ", ".join(f"{o.name} ({o.manifest})" for o in running)
+        raise BadRequest(f"several demo swarms run here: {names}; name one by its manifest")
+    return AttachRequest(running[0].manifest, device=device, local_swarm=True)
 
 
 async def _follow(client: EngineClient, args: argparse.Namespace) -> None:
@@ -197,132 +233,6 @@ def _assignments(values: list[str]) -> dict[str, bool | int | float | str]:
         except PreferencesError as exc:
             raise BadRequest(str(exc)) from None
     return out
-
-
-def _text(result: Any) -> str:  # noqa: PLR0911 - one case per kind of answer
-    if isinstance(result, AccountInfo):
-        return _account_text(result)
-    if isinstance(result, Leaderboard):
-        return _leaderboard_text(result)
-    if isinstance(result, MyRank):
-        return _rank_text(result)
-    if isinstance(result, EngineState):
-        return _state_text(result)
-    if isinstance(result, Statistics):
-        return _stats_text(result)
-    if hasattr(result, "values") and hasattr(result, "descriptions"):
-        return "\n".join(
-            f"{d.name} = {result.values.get(d.name)!r}\n    {d.help}" for d in result.descriptions
-        )
-    if hasattr(result, "projects"):
-        return "\n".join(f"{p.name}{' (active)' if p.active else ''}: {p.manifest}" for p in
-                         result.projects) or "no projects attached"  # fmt: skip
-    if hasattr(result, "name") and hasattr(result, "manifest"):
-        return f"attached {result.name}{' (active)' if result.active else ''}"
-    return str(result)
-
-
-def _state_text(s: EngineState) -> str:
-    lines = [f"{s.state}: {s.reason}"]
-    if s.project is not None:
-        p = s.progress
-        lines.append(f"project {s.project.name} ({s.project.device})")
-        if p.epoch is not None:
-            lines.append(
-                f"epoch {p.epoch} (collaboration {p.collaboration_epoch}), "
-                f"{p.samples_per_second:.1f} samples/s here, "
-                f"{p.collaboration_samples_per_second:.1f} in all, {p.peers} peer(s)"
-            )
-        lines.append(f"samples this session: {p.session_samples}")
-    if s.snoozed_until:
-        until = datetime.datetime.fromtimestamp(s.snoozed_until).strftime("%H:%M")
-        lines.append(f"snoozed until {until}")
-    if s.threads:
-        lines.append(f"threads {s.threads}, duty {s.duty:.0%}")
-    lines.extend(f"note: {n}" for n in s.notes)
-    if s.last_error:
-        lines.append(f"last error: {s.last_error}")
-    return "\n".join(lines)
-
-
-def _stats_text(s: Statistics) -> str:
-    t, d = s.totals, s.today
-    lines = [
-        (
-            f"{s.project or 'all projects'}: {t.samples} samples, {t.compute_seconds / 3600:.2f} h "
-            f"compute, {t.epochs} epochs, {t.rounds} rounds, {(t.bytes_sent + t.bytes_received) / 1e6:.1f}"
-            " MB moved"
-        ),
-        f"today: {d.samples} samples, {d.compute_seconds / 60:.1f} min",
-        f"this month: {s.month_bytes / 1e6:.1f} MB",
-    ]
-    lines.extend(f"  {day.day}: {day.amounts.samples} samples" for day in s.days)
-    return "\n".join(lines)
-
-
-def _account_text(a: AccountInfo) -> str:
-    if a.project is None:
-        return "no project is attached"
-    if a.coordinator is None:
-        return f"{a.project} is open to everyone: it has no coordinator and no accounts"
-    if a.logged_in:
-        lines = [f"logged in as {a.username} at {a.coordinator} ({a.project})"]
-    else:
-        needed = " (needed to take part)" if a.moderated else ""
-        lines = [f"not logged in at {a.coordinator}{needed}; log in with 'barnraise ctl login'"]
-    if a.pass_expires is not None:
-        lines.append(f"access pass valid until {_clock(a.pass_expires)}")
-    if a.error:
-        lines.append(f"warning: {a.error}")
-    return "\n".join(lines)
-
-
-def _leaderboard_text(b: Leaderboard) -> str:
-    t = b.totals
-    lines = [
-        (
-            f"{b.project}: {t.users} volunteer(s), {t.samples:,} samples, "
-            f"{t.compute_seconds / 3600:.1f} h of compute, {t.epochs} epoch(s)"
-        ),
-        f"{'rank':>4}  {'volunteer':<20} {'samples':>12} {'compute':>9}  devices  last seen",
-    ]
-    lines.extend(_entry_text(e) for e in b.users)
-    if not b.users:
-        lines.append("  (no contributions counted yet)")
-    return "\n".join(lines)
-
-
-def _entry_text(e: LeaderboardEntry, mark: str = " ") -> str:
-    seen = _clock(e.last_seen, dated=True) if e.last_seen else "-"
-    return (
-        f"{e.rank:>4}{mark} {e.username:<20} {e.samples:>12,} {e.compute_seconds / 3600:>7.1f} h"
-        f"  {e.active_devices:>2}/{e.devices:<4}  {seen}"
-    )
-
-
-def _rank_text(r: MyRank) -> str:
-    if r.rank is None:
-        head = f"{r.username}: no contribution counted yet in {r.project}"
-    else:
-        top = f" (percentile {r.percentile:.0f})" if r.percentile is not None else ""
-        head = (
-            f"{r.username}: rank {r.rank}{top} in {r.project}, {r.samples:,} samples, "
-            f"{r.compute_seconds / 3600:.1f} h of compute"
-        )
-    lines = [head]
-    me = LeaderboardEntry(r.rank or 0, r.username, r.samples, r.compute_seconds)
-    neighbours = [*r.above, *([me] if r.rank is not None else []), *r.below]
-    lines.extend(_entry_text(e, "*" if e is me else " ") for e in neighbours)
-    for label, days in (("last 7 days", r.history_7d), ("last 30 days", r.history_30d)):
-        total = sum(d.samples for d in days)
-        lines.append(f"{label}: {total:,} samples")
-    lines.extend(f"  {d.day}: {d.samples:,} samples" for d in r.history_7d)
-    return "\n".join(lines)
-
-
-def _clock(when: float, *, dated: bool = False) -> str:
-    moment = datetime.datetime.fromtimestamp(when)
-    return moment.strftime("%Y-%m-%d %H:%M" if dated else "%H:%M:%S")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.control import EngineDaemon
 from core.engine import EngineConfig
+from core.engine.config import ENGINE_LOG
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def register(commands: Any) -> None:
 def _log_to_file(dirs: UserDirs) -> logging.Handler:
     folder = dirs.ensure(dirs.logs)
     handler = logging.handlers.RotatingFileHandler(
-        folder / "engine.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8"
+        folder / ENGINE_LOG, maxBytes=2_000_000, backupCount=3, encoding="utf-8"
     )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)

@@ -6,11 +6,18 @@ report epochs) and two volunteers, and writes a moderated copy of the manifest t
 and the coordinator (relative data paths still resolve against the shard server's URL). Trainer
 peers log in as the volunteers in turn. At the end it prints the
 leaderboard and checks that its totals add up to the samples the auxiliary peer counted.
+
+The copy allows sign-up: it is a local demo, and anyone at this computer (the desktop app's user,
+joining through the engine) may create an account at its coordinator. Each run starts a new
+coordinator database, unless ``--keep-accounts`` (what the desktop app asks for): then the accounts
+made in earlier runs stay, so a volunteer who signed up logs in again, while the leaderboard still
+starts afresh (the collaboration counts its epochs from 0 again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import tomllib
 from dataclasses import dataclass, field
@@ -37,12 +44,17 @@ class ModeratedSwarm:
         return VOLUNTEERS[index % len(VOLUNTEERS)]
 
 
-async def start_coordinator(manifest_path: Path, work: Path) -> ModeratedSwarm:
-    """A fresh coordinator and accounts for this run, and the moderated manifest the peers use."""
-    key, document, database = await asyncio.to_thread(_prepare, manifest_path, work)
+async def start_coordinator(
+    manifest_path: Path, work: Path, *, keep_accounts: bool = False
+) -> ModeratedSwarm:
+    """A coordinator for this run (fresh, or with the last run's accounts), its accounts for the
+    swarm's own peers, and the moderated manifest the peers use."""
+    key, document, database = await asyncio.to_thread(_prepare, manifest_path, work, keep_accounts)
     service = CoordinatorService(_manifest(document, manifest_path), database, key)
     await service.start("127.0.0.1", 0)
     try:
+        if keep_accounts:
+            service.store.start_new_leaderboard()
         document["network"]["coordinator_url"] = service.url
         moderated = work / "moderated.toml"
         await asyncio.to_thread(_write, moderated, document)
@@ -55,16 +67,23 @@ async def start_coordinator(manifest_path: Path, work: Path) -> ModeratedSwarm:
     return ModeratedSwarm(service, moderated, passwords)
 
 
-def _prepare(manifest_path: Path, work: Path) -> tuple[Identity, dict[str, Any], Path]:
+def _prepare(
+    manifest_path: Path, work: Path, keep_accounts: bool
+) -> tuple[Identity, dict[str, Any], Path]:
     folder = work / "coordinator"
     folder.mkdir(parents=True, exist_ok=True)
     key = Identity.load_or_create(folder / "project-key.pem")
     database = folder / "coordinator.db"
-    for suffix in ("", "-wal", "-shm"):  # each demo run starts its own leaderboard
-        database.with_name(database.name + suffix).unlink(missing_ok=True)
+    if not keep_accounts:
+        for suffix in ("", "-wal", "-shm"):  # each demo run starts its own leaderboard
+            database.with_name(database.name + suffix).unlink(missing_ok=True)
     document = tomllib.loads(manifest_path.read_text(encoding="utf-8"))
     document.setdefault("access", {}).update(
-        mode="moderated", project_key=str(key.peer_id), refresh_interval=5.0, pass_lifetime=300.0
+        mode="moderated",
+        project_key=str(key.peer_id),
+        refresh_interval=5.0,
+        pass_lifetime=300.0,
+        allow_signup=True,
     )
     # the URL is not known before the service listens, and the service does not read it
     document.setdefault("network", {})["coordinator_url"] = "http://127.0.0.1:1"
@@ -72,8 +91,11 @@ def _prepare(manifest_path: Path, work: Path) -> tuple[Identity, dict[str, Any],
 
 
 def _write(path: Path, document: dict[str, Any]) -> None:
-    path.write_text(toml_write.dumps(document), encoding="utf-8")
-    load_manifest(path)  # the peers will: fail here, clearly, if it is not valid
+    # whole or not at all: an engine on this computer may be reading the previous run's copy
+    partial = path.with_name(f".{path.name}.part")
+    partial.write_text(toml_write.dumps(document), encoding="utf-8")
+    load_manifest(partial)  # the peers will: fail here, clearly, if it is not valid
+    os.replace(partial, path)
 
 
 async def print_leaderboard(swarm: ModeratedSwarm) -> None:

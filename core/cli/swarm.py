@@ -8,6 +8,11 @@ process as if on its own machine, and prints one line per epoch (epoch, loss, sa
 the auxiliary peer's metrics. Ctrl-C, or the end of ``--minutes``, stops every process cleanly.
 With ``--moderated`` it runs as a moderated project with a coordinator, accounts and access passes,
 and prints the leaderboard at the end (see ``core.cli.moderated``).
+
+Once its peers run, the swarm announces itself to the engine on this computer with a record in the
+user's runtime folder (``core.project.local_swarm``): the desktop app offers it on first run, and an
+engine attached with ``--local-swarm`` joins it wherever it listens this time. The record goes when
+the swarm stops.
 """
 
 from __future__ import annotations
@@ -28,7 +33,15 @@ from core.cli.access import PASSWORD_VARIABLE
 from core.cli.moderated import ORGANIZER, ModeratedSwarm, print_leaderboard, start_coordinator
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
-from core.project import Manifest, load_manifest
+from core.project import (
+    LocalSwarm,
+    LocalSwarmError,
+    Manifest,
+    load_manifest,
+    remove_swarm,
+    write_swarm,
+)
+from core.project.local_swarm import new_record
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DEMO_MANIFEST = REPOSITORY / "resources" / "demo" / "project.toml"
@@ -54,6 +67,11 @@ def register(commands: Any) -> None:
         "--moderated",
         action="store_true",
         help="run it as a moderated project: a coordinator, accounts, passes, a leaderboard",
+    )
+    parser.add_argument(
+        "--keep-accounts",
+        action="store_true",
+        help="with --moderated: keep the accounts made in earlier runs (the leaderboard restarts)",
     )
     parser.set_defaults(run=run)
 
@@ -143,8 +161,8 @@ async def spawn_command(
 
 
 async def _run(args: argparse.Namespace) -> int:
-    if args.peers < 0:
-        print("barnraise swarm: --peers must be 0 or more", file=sys.stderr)
+    if problem := _usage_problem(args):
+        print(f"barnraise swarm: {problem}", file=sys.stderr)
         return 2
     manifest = load_manifest(args.manifest)
     work = args.work_dir or UserDirs.default().cache / "swarm" / manifest.project.name
@@ -159,17 +177,19 @@ async def _run(args: argparse.Namespace) -> int:
     base = await server.start()
     stop = asyncio.Event()
     stop_on_signals(stop)
-    moderated: ModeratedSwarm | None = None
-    manifest_path: Path = args.manifest
-    if args.moderated:
-        moderated = await start_coordinator(args.manifest, work)
-        manifest_path = moderated.manifest_path
-        print(f"coordinator at {moderated.service.url}; manifest {manifest_path}", flush=True)
+    moderated = (
+        await _start_coordinator(args.manifest, work, args.keep_accounts)
+        if args.moderated
+        else None
+    )
+    manifest_path: Path = moderated.manifest_path if moderated is not None else args.manifest
     threads = max(1, ((os.cpu_count() or 2) - 1) // max(1, args.peers))  # a core for loops, data
     common = ["--manifest", str(manifest_path), "--data-base", base, "--threads", str(threads)]
     if args.target_batch_size:
         common += ["--target-batch-size", str(args.target_batch_size)]
     children: list[ChildProcess] = []
+    dirs = UserDirs.default()
+    announced: LocalSwarm | None = None
     try:
         aux = await spawn_command(
             "aux",
@@ -192,19 +212,20 @@ async def _run(args: argparse.Namespace) -> int:
             return 1
         address = str(ready["address"])
         await _spawn_trainers(children, args.peers, common, address, work=work, moderated=moderated)
-        print(
-            f"{args.peers} trainer(s) and an auxiliary peer on loopback; data at {base}; "
-            f"logs in {work / 'logs'}",
-            flush=True,
+        announced = _announce(
+            dirs,
+            manifest,
+            manifest_path=manifest_path,
+            address=address,
+            base=base,
+            children=children,
+            moderated=moderated is not None,
         )
-        # how an engine (``barnraise engine``) joins this swarm as one more trainer
-        print(
-            f"join with: barnraise ctl attach {manifest_path} --initial-peers {address} "
-            f"--data-base {base}",
-            flush=True,
-        )
+        _print_joining(len(children) - 1, work, manifest_path, address, base)
         await _follow(aux, stop, args.minutes * 60 if args.minutes else None, started)
     finally:
+        if announced is not None:  # first: nobody should try to join a swarm that is stopping
+            remove_swarm(dirs, announced)
         await asyncio.gather(*(child.stop() for child in reversed(children)))
         await server.close()
         if moderated is not None:
@@ -214,6 +235,66 @@ async def _run(args: argparse.Namespace) -> int:
                 await moderated.service.close()
     print("stopped", flush=True)
     return 0
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.peers < 0:
+        return "--peers must be 0 or more"
+    if args.keep_accounts and not args.moderated:
+        return "--keep-accounts goes with --moderated (an open swarm has no accounts)"
+    return None
+
+
+async def _start_coordinator(manifest: Path, work: Path, keep_accounts: bool) -> ModeratedSwarm:
+    moderated = await start_coordinator(manifest, work, keep_accounts=keep_accounts)
+    print(f"coordinator at {moderated.service.url}; manifest {moderated.manifest_path}", flush=True)
+    return moderated
+
+
+def _announce(
+    dirs: UserDirs,
+    manifest: Manifest,
+    *,
+    manifest_path: Path,
+    address: str,
+    base: str,
+    children: list[ChildProcess],
+    moderated: bool,
+) -> LocalSwarm | None:
+    """Tell engines on this computer where this swarm runs (see ``core.project.local_swarm``).
+
+    Without the record the swarm still works (``join with`` says how): a failure is a warning."""
+    record = new_record(
+        project=manifest.project.name,
+        description=manifest.project.description,
+        manifest=manifest_path,
+        initial_peers=[address],
+        data_base=base,
+        children=[child.proc.pid for child in children],
+        moderated=moderated,
+        trainers=len(children) - 1,  # all but the auxiliary peer
+    )
+    try:
+        write_swarm(dirs, record)
+    except LocalSwarmError as exc:
+        print(f"barnraise swarm: warning: {exc}; engines here will not find it", file=sys.stderr)
+        return None
+    return record
+
+
+def _print_joining(trainers: int, work: Path, manifest_path: Path, address: str, base: str) -> None:
+    print(
+        f"{trainers} trainer(s) and an auxiliary peer on loopback; data at {base}; "
+        f"logs in {work / 'logs'}",
+        flush=True,
+    )
+    # how an engine (``barnraise engine``) joins this swarm as one more trainer
+    print(
+        f"join with: barnraise ctl attach {manifest_path} --initial-peers {address} "
+        f"--data-base {base}",
+        flush=True,
+    )
+    print("or from an engine on this computer: barnraise ctl attach --local-swarm", flush=True)
 
 
 async def _spawn_trainers(

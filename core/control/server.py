@@ -34,6 +34,7 @@ from core.api.schema import (
     AttachRequest,
     LoginRequest,
     ProjectList,
+    ProjectOffers,
     SettingsUpdate,
     SnoozeRequest,
 )
@@ -78,6 +79,9 @@ class ControlServer:
                 web.patch("/v1/settings", self._set_settings),
                 web.get("/v1/statistics", self._statistics),
                 web.get("/v1/projects", self._projects),
+                web.get("/v1/projects/offers", self._offers),
+                web.get("/v1/history", self._history),
+                web.get("/v1/diagnostics", self._diagnostics),
                 web.post("/v1/projects", self._attach),
                 web.delete("/v1/projects/{name}", self._detach),
                 web.post("/v1/start", self._start),
@@ -159,6 +163,16 @@ class ControlServer:
 
     async def _projects(self, request: web.Request) -> web.Response:
         return _ok(ProjectList(self.engine.projects()))
+
+    async def _offers(self, request: web.Request) -> web.Response:
+        return _ok(ProjectOffers(await self.engine.offers()))
+
+    async def _history(self, request: web.Request) -> web.Response:
+        return _ok(self.engine.history())
+
+    async def _diagnostics(self, request: web.Request) -> web.Response:
+        # the token guards this very API: it is blotted out should it ever reach the log
+        return _ok(await self.engine.diagnostics([self.token]))
 
     async def _attach(self, request: web.Request) -> web.Response:
         return _ok(await self.engine.attach(decode(AttachRequest, await _body(request))))

@@ -22,7 +22,7 @@ from core.coordinator.leaderboard import Leaderboard
 from core.coordinator.names import Password, Username
 from core.coordinator.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
 from core.coordinator.records import Contributions, Passes
-from core.coordinator.schema import open_database
+from core.coordinator.schema import open_database, transaction
 from core.coordinator.sessions import Sessions
 
 
@@ -64,6 +64,14 @@ class CoordinatorStore:
 
     def users(self) -> list[User]:
         return self.accounts.all()
+
+    def start_new_leaderboard(self) -> None:
+        """Forget every contribution (epochs, per-user totals and days); accounts, sessions and
+        passes stay. For a collaboration that starts again from epoch 0 over the same accounts (the
+        local demo's ``--keep-accounts``): its epochs must not meet the last run's."""
+        with transaction(self._conn):
+            for table in ("contributions", "epochs", "totals", "days"):  # our own names, not input
+                self._conn.execute(f"DELETE FROM {table}")
 
     def close(self) -> None:
         self._conn.close()

@@ -6,6 +6,10 @@ and the ``AccessGate`` that peer shows others. Logins and new session secrets go
 (a keyring that cannot be used leaves the login in memory until the engine stops, and says so).
 Every change of what ``info()`` says is handed to ``on_change`` (the engine publishes it as an
 event). Account errors leave as the control API's errors, with the coordinator's words.
+
+Whether volunteers may sign up themselves is the coordinator's to say (``GET /info``): it is asked
+in the background whenever the coordinator changes, again and again with a growing pause while it
+does not answer; until it has answered, the manifest's ``access.allow_signup`` stands in.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+INFO_RETRY = (2.0, 60.0)
+"""Seconds before asking a silent coordinator for its project info again: first, and at most."""
 
 
 class Account:
@@ -74,6 +80,9 @@ class Account:
         self._tasks = BackgroundTasks("account")
         self._saving = asyncio.Lock()  # rotated secrets are written in the order they came
         self._writes: set[asyncio.Task[None]] = set()
+        self._signup: bool | None = None
+        """The coordinator's ``allow_signup``, once it has told us."""
+        self._asking: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str | None:
@@ -105,6 +114,10 @@ class Account:
                 self.session = AccountSession(
                     self._client, tokens, self._tokens_renewed, on_expired=self._expired
                 )
+                if not self._tasks.closed:
+                    self._asking = self._tasks.spawn(
+                        "coordinator-info", self._ask_info(self._client, self.url)
+                    )
         if error is not None:
             self._error = error
         self._publish()
@@ -193,7 +206,13 @@ class Account:
             pass_expires=keeper.expires if keeper is not None else None,
             error=error,
             moderated=self.moderated,
+            allow_signup=self._allow_signup(),
         )
+
+    def secrets(self) -> list[str]:
+        """The session and refresh secrets held now (to keep them out of diagnostics)."""
+        tokens = self.session.tokens if self.session is not None else None
+        return [] if tokens is None else [tokens.session, tokens.refresh]
 
     async def leaderboard(self, limit: int) -> Leaderboard:
         if not 1 <= limit <= 1000:
@@ -249,6 +268,28 @@ class Account:
             self._error = str(exc)
             return None
 
+    def _allow_signup(self) -> bool:
+        if self.url is None or self.manifest is None:
+            return False
+        if self._signup is not None:
+            return self._signup
+        return self.manifest.access.allow_signup
+
+    async def _ask_info(self, client: CoordinatorClient, url: str) -> None:
+        """Learn from the coordinator whether it lets volunteers sign up."""
+        pause, longest = INFO_RETRY
+        while True:
+            try:
+                info = await client.info()
+                break
+            except AccountError as exc:  # not up yet (a demo swarm starting), or unreachable
+                log.debug("the coordinator at %s did not say whether sign-up is open: %s", url, exc)
+            await asyncio.sleep(pause)
+            pause = min(longest, pause * 2)
+        if self.url == url:
+            self._signup = info.allow_signup
+            self._publish()
+
     def _tokens_renewed(self, tokens: SessionTokens) -> None:
         self._write(tokens)
 
@@ -285,6 +326,11 @@ class Account:
             self._on_change(info)
 
     async def _close_client(self) -> None:
+        asking, self._asking = self._asking, None
+        if asking is not None and not asking.done():
+            asking.cancel()  # it uses the client that closes now
+            await asyncio.gather(asking, return_exceptions=True)
+        self._signup = None
         if self._client is not None:
             await self._client.close()
         self._client = None

@@ -9,6 +9,8 @@ from pathlib import Path
 from core.config.paths import UserDirs
 from core.util.errors import ConfigError
 
+ENGINE_LOG = "engine.log"
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -24,9 +26,19 @@ class EngineConfig:
     progress_interval: float = 2.0
     stop_budget: float = 3.5
     """Seconds the peer gets to stop when the engine shuts down (the whole stop must take < 5 s)."""
+    swarm_interval: float = 5.0
+    """How often the records of demo swarms running on this computer are read (to offer and join
+    them, to notice one that stopped or was started again, and to leave their CPU use out of
+    "other programs'")."""
 
     def __post_init__(self) -> None:
-        for name in ("tick_computing", "tick_resting", "flush_interval", "progress_interval"):
+        for name in (
+            "tick_computing",
+            "tick_resting",
+            "flush_interval",
+            "progress_interval",
+            "swarm_interval",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"EngineConfig.{name} must be positive")
 
@@ -37,6 +49,11 @@ class EngineConfig:
     @property
     def ledger_file(self) -> Path:
         return self.dirs.data / "ledger.sqlite3"
+
+    @property
+    def engine_log(self) -> Path:
+        """Where ``barnraise engine`` logs (rotated); diagnostics show its last lines."""
+        return self.dirs.logs / ENGINE_LOG
 
     @property
     def lock_file(self) -> Path:

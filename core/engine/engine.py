@@ -7,27 +7,27 @@ The scheduler loop reads the conditions, asks the pure policy what to do and car
 out (pause within one layer's compute, resume, throttle, threads). Commands (start, pause, resume,
 snooze, preferences, attach, detach, logout; logins go to ``account``) come from the control server;
 every change is published as a typed event, and contribution is metered into the ledger.
+The collaboration's completed epochs become the loss curve (``history``); demo swarms running on
+this computer are followed (``local_swarms``) to offer them (``offers``), to join them wherever
+they listen, and to keep their CPU use out of "other programs'"; ``diagnostics`` answers bug reports.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from core import __version__
 from core.account import CredentialStore
 from core.api.errors import BadRequest, Conflict, NotFound
 from core.api.events import (
     AccountChanged,
-    EpochFinished,
     ErrorRaised,
     PeersSeen,
     ProgressUpdated,
@@ -37,37 +37,48 @@ from core.api.events import (
 from core.api.schema import (
     API_VERSION,
     AccountInfo,
-    Amounts,
     AttachRequest,
-    DayAmounts,
+    Diagnostics,
     EngineState,
     Progress,
     ProjectInfo,
-    SettingInfo,
+    ProjectOffer,
     Settings,
     SettingValue,
     StateName,
     Statistics,
+    TrainingHistory,
 )
 from core.engine.account import Account
 from core.engine.config import EngineConfig
+from core.engine.diagnostics import diagnostics
 from core.engine.events import EventBus
+from core.engine.history import History
+from core.engine.local_swarms import LocalSwarms
 from core.engine.metering import Metering
+from core.engine.offers import project_offers
+from core.engine.peer_events import PeerEvents
 from core.engine.projects import ProjectRunner, ProjectSlot
 from core.engine.store import EngineFile, EngineMemory
+from core.engine.swarm_follow import SwarmFollower
+from core.engine.views import (
+    progress_view,
+    project_info,
+    settings_view,
+    statistics_view,
+)
 from core.net import Identity
 from core.project.errors import ManifestError
 from core.scheduler import (
     ConditionSampler,
     Decision,
     GpuSensor,
-    Preferences,
     PreferencesError,
     SystemSensor,
     decide,
     default_idle_sensor,
 )
-from core.stats import Contribution, Ledger
+from core.stats import Ledger
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -93,10 +104,14 @@ class Engine:
         self.memory = EngineMemory()
         self.ledger: Ledger | None = None
         self.metering: Metering | None = None
+        self.curve: History | None = None
+        self.swarms = LocalSwarms(config.dirs)
         self.runner: ProjectRunner | None = None
+        self.started = clock()
         self._identity: Identity | None = None
         self._tasks = BackgroundTasks("engine")
         self._wake = asyncio.Event()
+        self._peer_events = PeerEvents(self.events, self._wake)
         self._apply_lock = asyncio.Lock()
         self._decision: Decision | None = None
         self._state: StateName = "starting"
@@ -115,19 +130,36 @@ class Engine:
         dirs = self.config.dirs
         for folder in (dirs.config, dirs.data, dirs.cache, dirs.runtime):
             dirs.ensure(folder)
+        self.started = self._clock()
         self.memory = self._file.load()
         self.ledger = Ledger(self.config.ledger_file)
         self.metering = Metering(self.ledger, clock=self._clock)
+        self.curve = History(self.ledger, on_error=self._ledger_failed)
+        self._peer_events.metering, self._peer_events.curve = self.metering, self.curve
         self._identity = Identity.load_or_create(dirs.identity_file)
+        await self.swarms.refresh()
         if self._sampler is None:
+            # a demo swarm on this computer is the collaboration we join, not a program to yield to
+            system = SystemSensor(
+                exclude=self.swarms.pids, exclude_every=self.config.swarm_interval
+            )
             self._sampler = ConditionSampler(
-                default_idle_sensor(), SystemSensor(), GpuSensor(), headless=self.config.headless
+                default_idle_sensor(), system, GpuSensor(), headless=self.config.headless
             )
         if self.memory.active is not None:
             self._open_runner(self.memory.active)
         await self._follow_active()
         self._tasks.spawn("scheduler", self._schedule_loop())
         self._tasks.spawn("metering", self._metering_loop())
+        follower = SwarmFollower(
+            self.swarms,
+            interval=self.config.swarm_interval,
+            active=lambda: self._slot(self.memory.active),
+            runner=lambda: self.runner,
+            follow_account=self._follow_active,
+            rebuild=self._rebuild_runner,
+        )
+        self._tasks.spawn("local-swarms", follower.run())
 
     async def close(self) -> None:
         """Stop training (dropping at most the current microbatch), write the ledger and settings."""
@@ -185,11 +217,14 @@ class Engine:
                 initial_peers=tuple(request.initial_peers),
                 data_base=request.data_base,
                 device=request.device,
+                local_swarm=request.local_swarm,
             )
         except ManifestError as exc:
             raise BadRequest(str(exc)) from None
         if any(s.name == slot.name for s in self.memory.projects):
             raise Conflict(f"project {slot.name!r} is already attached; detach it first")
+        if slot.local_swarm:
+            await self.swarms.refresh()  # so that the answer says where it joins now
         self.memory.projects.append(slot)
         if self.memory.active is None:
             self.memory.active = slot.name
@@ -222,10 +257,7 @@ class Engine:
         info = await self.account.logout()
         runner = self.runner
         if runner is not None and self.account.moderated and runner.state != "stopped":
-            await runner.stop(self.config.stop_budget)  # its pass is no longer ours to renew
-            self._meter_runner(runner)
-            self._open_runner(runner.slot.name)
-            self._wake.set()
+            await self._rebuild_runner(runner)  # its pass is no longer ours to renew
         return info
 
     # ---- views -----------------------------------------------------------------------------------
@@ -253,16 +285,29 @@ class Engine:
         )
 
     def settings(self) -> Settings:
-        return Settings(
-            values=dict(self.memory.preferences.to_dict()),  # type: ignore[arg-type]
-            descriptions=[
-                SettingInfo(name, help_text, default)  # type: ignore[arg-type]
-                for name, help_text, default in Preferences.describe()
-            ],
-        )
+        return settings_view(self.memory.preferences)
 
     def projects(self) -> list[ProjectInfo]:
         return [self._project_info(s) for s in self.memory.projects]
+
+    async def offers(self) -> list[ProjectOffer]:
+        """Demo swarms running on this computer first, then the attached projects."""
+        swarms = await self.swarms.refresh()
+        return await project_offers(
+            swarms, list(self.memory.projects), self.memory.active, now=self._clock()
+        )
+
+    def history(self) -> TrainingHistory:
+        """The active project's loss curve, oldest first."""
+        name = self.memory.active
+        if name is None or self.curve is None:
+            return TrainingHistory(None, [])
+        return TrainingHistory(name, self.curve.points(name))
+
+    async def diagnostics(self, secrets: list[str]) -> Diagnostics:
+        """For a bug report; ``secrets`` (the control token) and the login's are blotted out."""
+        hidden = [*secrets, *self.account.secrets()]
+        return await diagnostics(self.config, started=self.started, secrets=hidden)
 
     def statistics(self, project: str | None, days: int) -> Statistics:
         if not 1 <= days <= 3660:
@@ -273,16 +318,7 @@ class Engine:
         assert self.metering is not None
         self._meter_runner()
         self.metering.flush_all()  # the answer comes from the ledger itself
-        now = self._clock()
-        offset = _utc_offset(now)
-        days_amounts = self.ledger.daily(project, days, now=now, utc_offset_seconds=offset)
-        return Statistics(
-            project=project,
-            totals=_amounts(self.ledger.totals(project)),
-            today=_amounts(days_amounts[-1][1]),
-            month_bytes=self.ledger.month_bytes(now=now, utc_offset_seconds=offset),
-            days=[DayAmounts(day, _amounts(c)) for day, c in days_amounts],
-        )
+        return statistics_view(self.ledger, project, days, now=self._clock())
 
     # ---- the scheduler loop ----------------------------------------------------------------------
 
@@ -374,7 +410,7 @@ class Engine:
                     self.metering.flush_all()
                 except Exception as exc:  # the meter keeps what it could not write
                     log.error("writing the ledger failed: %s", exc)
-                    self.events.publish(ErrorRaised("ledger", str(exc)))
+                    self._ledger_failed(str(exc))
 
     def _meter_runner(self, runner: ProjectRunner | None = None) -> None:
         runner = runner or self.runner
@@ -395,40 +431,8 @@ class Engine:
     def _progress(self) -> Progress:
         if self.runner is None:
             return Progress()
-        p = self.runner.progress()
         session = self.metering.session_samples if self.metering is not None else 0
-        return Progress(
-            epoch=p.get("epoch"),
-            collaboration_epoch=p.get("collaboration_epoch"),
-            samples_per_second=round(float(p.get("samples_per_second", 0.0)), 3),
-            collaboration_samples_per_second=round(
-                float(p.get("collaboration_samples_per_second", 0.0)), 3
-            ),
-            peers=int(p.get("peers", 0)),
-            session_samples=session,
-        )
-
-    def _on_peer_event(self, project: str, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "epoch":
-            if self.metering is not None:
-                rounds = 1 if int(event.get("group_size", 0)) > 1 else 0
-                self.metering.count(project, Contribution(epochs=1, rounds=rounds))
-            self.events.publish(
-                EpochFinished(
-                    project,
-                    int(event["epoch"]),
-                    int(event["samples"]),
-                    int(event["group_size"]),
-                    bool(event["averaged"]),
-                    float(event["seconds"]),
-                )
-            )
-        elif kind == "failed":
-            self.events.publish(ErrorRaised(f"project {project}", str(event.get("message"))))
-            self._wake.set()
-        elif kind == "ready":
-            self._wake.set()  # the trainer exists now: apply the decision (threads, state)
+        return progress_view(self.runner.progress(), session)
 
     # ---- helpers ---------------------------------------------------------------------------------
 
@@ -440,15 +444,27 @@ class Engine:
             slot,
             work_dir=self.config.work_dir(slot.name),
             identity=self._identity,
-            on_event=lambda event: self._on_peer_event(slot.name, event),
+            on_event=lambda event: self._peer_events.handle(slot.name, event),
             account=self.account,
+            swarms=self.swarms,
         )
         self._threads = 0
 
     async def _follow_active(self) -> None:
         """Point the account at the active project's coordinator (if any)."""
         slot = self._slot(self.memory.active)
-        await self.account.select(slot.manifest if slot is not None else None)
+        manifest = slot.manifest if slot is not None else None
+        swarm = self.swarms.find(slot.name) if slot is not None and slot.local_swarm else None
+        # a demo swarm's manifest names its coordinator, which listens on a new port every run
+        await self.account.select(swarm.manifest if swarm is not None else manifest)
+
+    async def _rebuild_runner(self, runner: ProjectRunner) -> None:
+        """Stop the peer; the next "run" builds a new one from scratch."""
+        await runner.stop(self.config.stop_budget)
+        self._meter_runner(runner)
+        if self.runner is runner:
+            self._open_runner(runner.slot.name)
+        self._wake.set()
 
     def _slot(self, name: str | None) -> ProjectSlot | None:
         return next((s for s in self.memory.projects if s.name == name), None)
@@ -460,15 +476,11 @@ class Engine:
         return known
 
     def _project_info(self, slot: ProjectSlot) -> ProjectInfo:
-        return ProjectInfo(
-            name=slot.name,
-            description=slot.description,
-            manifest=str(slot.manifest),
-            initial_peers=list(slot.initial_peers),
-            data_base=slot.data_base,
-            device=slot.device,
-            active=slot.name == self.memory.active,
-        )
+        swarm = self.swarms.find(slot.name) if slot.local_swarm else None
+        return project_info(slot, active=slot.name == self.memory.active, swarm=swarm)
+
+    def _ledger_failed(self, message: str) -> None:
+        self.events.publish(ErrorRaised("ledger", message))
 
     def _account_changed(self, info: AccountInfo) -> None:
         self.events.publish(AccountChanged(info))
@@ -480,16 +492,8 @@ class Engine:
         )
 
 
-def _amounts(c: Contribution) -> Amounts:
-    return Amounts(**dataclasses.asdict(c))
-
-
 def _local(now: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(now).astimezone()
-
-
-def _utc_offset(now: float) -> int:
-    return time.localtime(now).tm_gmtoff
 
 
 def _manifest_path(text: str) -> Path:

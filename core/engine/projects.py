@@ -9,6 +9,11 @@ A peer that fails is reported and rebuilt after a back-off on the next "run".
 In a moderated project the runner first asks the engine's ``Account`` for a pass keeper, and hands
 its ``AccessGate`` to the peer; without a login the runner fails with a message saying how to log
 in (``needs_login``), waits for one, and starts on the next "run" after it.
+
+A ``local_swarm`` slot joins the demo swarm running on this computer (``barnraise swarm``): its
+manifest, initial peers and data URL are read afresh from the swarm's record every time the peer
+starts, because the swarm listens on new ports every run. When no such swarm runs, the start fails
+with a message saying how to start one (``swarm_missing``), and is tried again as soon as one runs.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from core.account import AccountError, NotLoggedIn, PassKeeper
 from core.engine.account import Account
+from core.engine.local_swarms import LocalSwarms
 from core.net import Identity
-from core.project import Manifest, load_manifest
+from core.project import LocalSwarm, Manifest, load_manifest
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 
@@ -37,7 +43,15 @@ log = logging.getLogger(__name__)
 
 RunnerState = Literal["stopped", "starting", "ready", "failed"]
 LOGIN_RETRY = 1.0
-"""Seconds between starts that fail for want of a login while the account says logged in."""
+"""Seconds between starts that fail for want of a login (or of the local swarm) while the account
+says logged in (or the swarm's record is there)."""
+SWARM_NOT_RUNNING = (
+    "the local demo swarm is not running; start it with 'barnraise swarm' or from the app"
+)
+
+
+class LocalSwarmMissing(BarnraiseError):
+    """A ``local_swarm`` project's swarm does not run on this computer."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,8 @@ class ProjectSlot:
     initial_peers: tuple[str, ...] = ()
     data_base: str | None = None
     device: str = "cpu"
+    local_swarm: bool = False
+    """Joins the demo swarm on this computer: where to join is read from its record, not kept."""
 
     @classmethod
     def from_manifest(
@@ -57,6 +73,7 @@ class ProjectSlot:
         initial_peers: tuple[str, ...] = (),
         data_base: str | None = None,
         device: str = "cpu",
+        local_swarm: bool = False,
     ) -> ProjectSlot:
         """Validate the manifest now, so a bad file is refused when attached, not later."""
         manifest = load_manifest(path)
@@ -64,9 +81,10 @@ class ProjectSlot:
             manifest.project.name,
             manifest.project.description,
             path.expanduser().absolute(),
-            initial_peers,
-            data_base,
+            () if local_swarm else initial_peers,  # a swarm's addresses last one run
+            None if local_swarm else data_base,
             device,
+            local_swarm,
         )
 
     def to_table(self) -> dict[str, Any]:
@@ -79,10 +97,15 @@ class ProjectSlot:
         }
         if self.data_base is not None:
             table["data_base"] = self.data_base
+        if self.local_swarm:
+            table["local_swarm"] = True
         return table
 
     @classmethod
     def from_table(cls, table: dict[str, Any]) -> ProjectSlot:
+        local_swarm = table.get("local_swarm", False)
+        if not isinstance(local_swarm, bool):
+            raise TypeError(f"projects.local_swarm must be true or false, not {local_swarm!r}")
         return cls(
             str(table["name"]),
             str(table.get("description", "")),
@@ -90,6 +113,7 @@ class ProjectSlot:
             tuple(str(p) for p in table.get("initial_peers", ())),
             str(table["data_base"]) if "data_base" in table else None,
             str(table.get("device", "cpu")),
+            local_swarm,
         )
 
 
@@ -104,10 +128,12 @@ class ProjectRunner:
         identity: Identity,
         on_event: Callable[[dict[str, Any]], None],
         account: Account | None = None,
+        swarms: LocalSwarms | None = None,
         retry_after: float = 30.0,
     ) -> None:
         self.slot = slot
         self.account = account
+        self.swarms = swarms
         self.work_dir = work_dir
         self.identity = identity
         self.on_event = on_event
@@ -117,6 +143,10 @@ class ProjectRunner:
         self.error: str | None = None
         self.needs_login = False
         """The last start failed for want of a login at the project's coordinator."""
+        self.swarm_missing = False
+        """The last start of a ``local_swarm`` slot found no swarm running."""
+        self.swarm: LocalSwarm | None = None
+        """The run of the local swarm the peer was started against (``local_swarm`` slots)."""
         self._failed_at = 0.0
         self._stop = asyncio.Event()
         self._tasks = BackgroundTasks(f"project/{slot.name}")
@@ -139,11 +169,17 @@ class ProjectRunner:
                 logged_in = self.account is not None and self.account.info().logged_in
                 if not logged_in or waited < LOGIN_RETRY:
                     return
+            elif self.swarm_missing:  # start as soon as the swarm's record shows up
+                seen = self.swarms is not None and self.swarms.find(self.slot.name) is not None
+                if not (seen and waited >= LOGIN_RETRY) and waited < self.retry_after:
+                    return
             elif waited < self.retry_after:
                 return
         self.state = "starting"
         self.error = None
         self.needs_login = False
+        self.swarm_missing = False
+        self.swarm = None
         self._stop = asyncio.Event()
         self._task = self._tasks.spawn("peer", self._run_peer())
 
@@ -156,17 +192,26 @@ class ProjectRunner:
         peer: ProjectPeer | None = None
         keeper: PassKeeper | None = None
         try:
-            manifest: Manifest = await asyncio.to_thread(load_manifest, self.slot.manifest)
+            path, initial_peers, data_base = await self._where_to_join()
+            manifest: Manifest = await asyncio.to_thread(load_manifest, path)
+            if manifest.project.name != self.slot.name:
+                raise BarnraiseError(
+                    f"{path} is now the manifest of {manifest.project.name!r}, not of "
+                    f"{self.slot.name!r}: detach the project and attach it again"
+                )
             if manifest.access.moderated:
                 if self.account is None:
                     raise BarnraiseError(f"{self.slot.name} is moderated: it needs an account")
+                if self.slot.local_swarm and self.account.url != manifest.network.coordinator_url:
+                    # a demo swarm's coordinator listens on a new port every run
+                    await self.account.select(path)
                 keeper = await self.account.open_access(manifest, self.identity.peer_id)
             settings = PeerSettings(
                 manifest,
                 work_dir=self.work_dir,
                 role="trainer",
-                initial_peers=self.slot.initial_peers,
-                data_base=self.slot.data_base,
+                initial_peers=initial_peers,
+                data_base=data_base,
                 data_seed=secrets.randbelow(2**31),
                 device=self.slot.device,
                 identity=self.identity,
@@ -183,9 +228,10 @@ class ProjectRunner:
         except asyncio.CancelledError:
             self.state = "stopped"
             raise
-        except AccountError as exc:  # expected (no login, a ban, the coordinator down): no trace
+        except (AccountError, LocalSwarmMissing) as exc:  # expected (no login, no swarm): no trace
             log.warning("the peer of %s cannot start: %s", self.slot.name, exc)
             self.needs_login = isinstance(exc, NotLoggedIn)
+            self.swarm_missing = isinstance(exc, LocalSwarmMissing)
             self._failed(str(exc))
         except Exception as exc:  # any failure of the peer is reported, never silent
             log.exception("the peer of %s failed", self.slot.name)
@@ -197,6 +243,16 @@ class ProjectRunner:
             self.peer = None
             if keeper is not None and self.account is not None:
                 await self.account.close_access(keeper)
+
+    async def _where_to_join(self) -> tuple[Path, tuple[str, ...], str | None]:
+        """The manifest, initial peers and data URL: the slot's, or the local swarm's run now."""
+        if not self.slot.local_swarm:
+            return self.slot.manifest, self.slot.initial_peers, self.slot.data_base
+        swarm = await self.swarms.find_fresh(self.slot.name) if self.swarms is not None else None
+        if swarm is None:
+            raise LocalSwarmMissing(SWARM_NOT_RUNNING)
+        self.swarm = swarm
+        return swarm.manifest, swarm.initial_peers, swarm.data_base
 
     def _failed(self, message: str) -> None:
         self.state = "failed"

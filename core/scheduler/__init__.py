@@ -13,6 +13,8 @@
 - ``idle_windows`` ``WindowsIdleSensor``: GetLastInputInfo.
 - ``idle_macos``   ``MacIdleSensor``: HIDIdleTime from ``ioreg``.
 - ``cpu_share``    ``CpuShareWindow``: other programs' CPU share, averaged over seconds.
+- ``excluded_cpu`` ``ExcludedCpu``: CPU time of processes that are not "other programs" (a local
+  demo swarm's), counted only between readings in which each process existed.
 - ``system``       ``SystemSensor``: battery, memory, CPU count and other programs' CPU use (psutil).
 - ``gpu``          ``GpuSensor``: GPU memory and temperature, only if torch is already loaded.
 - ``sampler``      ``ConditionSampler``: all sensors plus the engine's state into one ``Conditions``.
@@ -23,6 +25,7 @@ Nothing here imports torch or Qt; the GUI may import this package to show and ed
 from core.scheduler.conditions import Conditions, GpuState
 from core.scheduler.cpu_share import CpuSample, CpuShareWindow
 from core.scheduler.errors import PreferencesError
+from core.scheduler.excluded_cpu import ExcludedCpu, ProcessKey, ProcessTable
 from core.scheduler.gpu import GpuSensor
 from core.scheduler.idle import (
     FallbackIdleSensor,
@@ -50,6 +53,7 @@ __all__ = [
     "CpuShareWindow",
     "DailyWindow",
     "Decision",
+    "ExcludedCpu",
     "FallbackIdleSensor",
     "FixedIdleSensor",
     "GpuSensor",
@@ -60,6 +64,8 @@ __all__ = [
     "PolledIdleSensor",
     "Preferences",
     "PreferencesError",
+    "ProcessKey",
+    "ProcessTable",
     "Reading",
     "ScriptedIdleSensor",
     "SystemSensor",

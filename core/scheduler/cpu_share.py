@@ -1,9 +1,10 @@
 """Other programs' share of the machine's CPU, averaged over a sliding window of time.
 
-The sensor feeds it cumulative counters (machine-wide busy CPU-seconds and this process's own);
-the share is the difference of the two over the window, divided by the CPUs' capacity in that
-time. Averaging over seconds keeps one short spike (a browser tab loading) from flipping the
-decision back and forth.
+The sensor feeds it cumulative counters (machine-wide busy CPU-seconds, this process's own, and
+those of processes that are not "other programs", such as a demo swarm this engine joins; see
+``excluded_cpu``); the share is the busy time less the other two over the window, divided by the
+CPUs' capacity in that time. Averaging over seconds keeps one short spike (a browser tab loading)
+from flipping the decision back and forth.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ class CpuSample:
     """Machine-wide busy CPU-seconds since boot."""
     own: float
     """This process's CPU-seconds since it started."""
+    excluded: float = 0.0
+    """CPU-seconds of processes left out of "other programs", counted since the sensor started."""
 
 
 class CpuShareWindow:
@@ -48,7 +51,11 @@ class CpuShareWindow:
         span = sample.at - oldest.at
         if span < self._min_span:
             return None
-        other = (sample.busy - oldest.busy) - (sample.own - oldest.own)
+        other = (
+            (sample.busy - oldest.busy)
+            - (sample.own - oldest.own)
+            - (sample.excluded - oldest.excluded)
+        )
         percent = other / (span * max(1, cpu_count)) * 100.0
         # the counters tick in hundredths of a second on their own schedules; clamp that noise
         return min(100.0, max(0.0, percent))

@@ -3,19 +3,24 @@
 The engine polls this about four times a second, so a reading must stay well under a
 millisecond: CPU counters are read without waiting (``cpu_share`` does the averaging), and the
 battery, which can be slow to read on some laptops, is looked at only every few seconds.
+
+``exclude`` names processes whose CPU use is not "other programs'" (the engine passes those of demo
+swarms running on this computer, see ``excluded_cpu``); it is asked only every ``exclude_every``
+seconds.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
 
 import psutil
 
 from core.scheduler.cpu_share import CpuSample, CpuShareWindow
+from core.scheduler.excluded_cpu import ExcludedCpu
 from core.scheduler.sensor import Reading
 
 _MB = 1024 * 1024
@@ -47,10 +52,17 @@ class SystemSensor:
         window_seconds: float = 10.0,
         battery_every: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        exclude: Callable[[], Iterable[int]] | None = None,
+        exclude_every: float = 5.0,
     ) -> None:
         self._clock = clock
         self._process = psutil.Process()
         self._cpu = CpuShareWindow(window_seconds)
+        self._excluded = (
+            None
+            if exclude is None
+            else ExcludedCpu(exclude, refresh_every=exclude_every, clock=clock)
+        )
         self._battery_every = battery_every
         self._battery_at = -float("inf")
         self._battery = _Battery(None, None, "not read yet")
@@ -93,7 +105,8 @@ class SystemSensor:
         for counted_twice in ("guest", "guest_nice"):
             total -= getattr(times, counted_twice, 0.0)
         not_busy = sum(getattr(times, name, 0.0) for name in ("idle", "iowait", "steal"))
-        sample = CpuSample(self._clock(), total - not_busy, own.user + own.system)
+        excluded = self._excluded.sample() if self._excluded is not None else 0.0
+        sample = CpuSample(self._clock(), total - not_busy, own.user + own.system, excluded)
         percent = self._cpu.add(sample, os.cpu_count() or 1)
         return Reading(percent, None if percent is not None else "still measuring")
 

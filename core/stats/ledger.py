@@ -4,6 +4,8 @@ One SQLite row per (project, hour_start) holds samples processed, compute second
 averaging rounds joined and bytes sent and received; ``add`` increments the row of the hour in one
 short transaction, so a process killed at any moment loses no committed amount (see ``schema`` for
 the WAL durability promise and for how a file that is not ours is refused and left untouched).
+The same file keeps the collaboration's recent epochs, its loss curve (``add_epoch``, ``epochs``;
+see ``epochs``).
 
 A ``Ledger`` is single-threaded: the engine uses it from its event-loop thread only, and SQLite's
 default same-thread check is kept to catch any other use.
@@ -27,10 +29,11 @@ from core.stats.buckets import (
     require_offset,
 )
 from core.stats.contribution import Contribution, HourRow, validate_amounts
+from core.stats.epochs import EPOCHS_KEPT, EpochRow, add_epoch, read_epochs, validate_epoch
 from core.stats.errors import LedgerError
 from core.stats.schema import open_file, open_memory, transaction
 
-__all__ = ["Contribution", "HourRow", "Ledger"]
+__all__ = ["Contribution", "EpochRow", "HourRow", "Ledger"]
 
 _AMOUNT_COLUMNS = ("samples", "compute_seconds", "epochs", "rounds", "bytes_sent", "bytes_received")
 _SUMS = ", ".join(f"COALESCE(SUM({column}), 0)" for column in _AMOUNT_COLUMNS)
@@ -90,7 +93,36 @@ class Ledger:
                 f"could not write to the contribution ledger {self._label}: {error}"
             ) from error
 
+    def add_epoch(self, project: str, row: EpochRow, *, keep: int = EPOCHS_KEPT) -> None:
+        """Record one completed epoch of ``project``'s collaboration, keeping its newest ``keep``.
+
+        One transaction: the row and the pruning are committed together, or neither.
+        """
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise LedgerError(f"the number of epochs to keep must be at least 1, not {keep!r}")
+        validate_epoch(project, row)
+        conn = self._connection()
+        try:
+            with transaction(conn):
+                add_epoch(conn, project, row, keep)
+        except sqlite3.Error as error:
+            raise LedgerError(
+                f"could not write to the contribution ledger {self._label}: {error}"
+            ) from error
+
     # -- reading -------------------------------------------------------------------------------
+
+    def epochs(self, project: str, limit: int = EPOCHS_KEPT) -> list[EpochRow]:
+        """The newest ``limit`` epochs recorded for ``project``, oldest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise LedgerError(f"the number of epochs must be a whole number >= 0, not {limit!r}")
+        conn = self._connection()
+        try:
+            return read_epochs(conn, project, limit)
+        except sqlite3.Error as error:
+            raise LedgerError(
+                f"could not read the contribution ledger {self._label}: {error}"
+            ) from error
 
     def totals(self, project: str | None = None) -> Contribution:
         """Everything ever recorded, for one project or (``None``) all of them."""

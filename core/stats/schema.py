@@ -1,7 +1,9 @@
 """The ledger's SQLite schema and how its file is opened (``core.util.sqlite_file`` does the
 careful part: refusing files that are not ours, WAL, migrations in one transaction each).
 
-``PRAGMA application_id`` marks the file as a Barnraise ledger.
+``PRAGMA application_id`` marks the file as a Barnraise ledger. Schema versions: 1, the hourly
+``hours`` table; 2 adds ``epochs`` (the loss curve). A version-1 file is upgraded in place when it
+is opened, its rows kept.
 
 The journal is WAL with ``synchronous=NORMAL``: a transaction that has committed survives the
 process being killed at any moment (its pages are in the WAL, which the OS writes out on its own).
@@ -17,7 +19,7 @@ from pathlib import Path
 from core.stats.errors import LedgerError
 from core.util.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x42524E52  # "BRNR" in ASCII
 
 # Only one engine should use a ledger; if a second process holds the write lock, give up soon
@@ -42,6 +44,24 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         # Totals over all projects select by time alone.
         "CREATE INDEX hours_by_time ON hours (hour_start)",
+    ),
+    (
+        # Version 2: the collaboration's completed epochs (the loss curve), per project. Rows are
+        # kept in arrival order (the rowid), not keyed by epoch: a demo swarm that is started
+        # again counts its epochs from 0 once more, and both runs belong on the curve.
+        """
+        CREATE TABLE epochs (
+            id INTEGER PRIMARY KEY,
+            project TEXT NOT NULL,
+            epoch INTEGER NOT NULL,
+            time REAL NOT NULL,
+            loss REAL,
+            samples INTEGER NOT NULL,
+            samples_per_second REAL NOT NULL,
+            peers INTEGER NOT NULL
+        )
+        """,
+        "CREATE INDEX epochs_by_project ON epochs (project, id)",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

@@ -6,6 +6,7 @@
 - ``state``          TrainingState: model, optimizer and epoch as flat tensors; the epoch's learning rate.
 - ``auxiliary``      AuxiliaryPeer: reduces with weight 0, aggregates metrics, writes checkpoints.
 - ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
+- ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``bridge``         TrainingBridge: the one place where the training thread meets the event loop.
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.

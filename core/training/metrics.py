@@ -88,10 +88,13 @@ class _Totals:
 
 
 class MetricsAggregator:
-    def __init__(self, grace: float = 1.0) -> None:
+    def __init__(self, grace: float = 1.0, *, after_epoch: int = -1) -> None:
+        """``after_epoch``: epochs up to this one are never reported (a peer that joins late sets
+        it, so that lagging peers' records of long-finished epochs, whose totals it can no longer
+        see complete, do not become points of its curve)."""
         self.grace = grace
         self._pending: dict[int, _Totals] = {}
-        self._reported = -1
+        self._reported = after_epoch
 
     def observe(self, records: list[PeerProgress], now: float) -> list[EpochMetrics]:
         """Take fresh records; return the epochs that are now complete, oldest first."""

@@ -5,6 +5,10 @@ project's seed (so every peer starts from the same weights), the optimizer and s
 stream (each peer walks the shards in its own order) and the tokenizer, then trains or helps until
 stopped. Events (ready, epoch, metrics) go to a callback; the CLI prints them as JSON lines.
 
+Both trainers and auxiliary peers report the collaboration's completed epochs (``metrics``: the
+loss over all peers' mini-steps, samples, speed, alive peers); a trainer follows them with
+``curve``, from the records its optimizer fetched anyway.
+
 The engine steers a trainer with ``pause`` / ``resume`` / ``set_threads``: a pause drops the current
 microbatch, tells the collaboration we stepped aside and gives the GPU's memory back (tensors moved
 to the CPU, the allocator's cache emptied); a resume moves them back and catches up if needed.
@@ -35,14 +39,16 @@ from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer, EpochReport
 from core.training.control import TrainingControl
+from core.training.curve import follow_metrics
 from core.training.errors import TrainingError
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
-from core.training.metrics import EpochMetrics, MetricsLog
+from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
 from core.training.precision import choose_precision
 from core.training.schedule import albert_lr_lambda
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
+from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +209,7 @@ class ProjectPeer:
         self.optimizer: CollaborativeOptimizer | None = None
         self.trainer: Trainer | None = None
         self.control = TrainingControl(self.bridge, running=not settings.start_paused)
+        self._tasks = BackgroundTasks(f"peer/{self.prefix}")
         self._device = torch.device("cpu")
         self._state: TrainingState | None = None
         self._offloaded = False
@@ -258,6 +265,10 @@ class ProjectPeer:
         await self.optimizer.start()
         if not self.control.running:
             await self.optimizer.pause()
+        # epochs that ended before we joined (we caught up by now) are not ours to report, except
+        # the last one, so that a curve starts at once
+        aggregator = MetricsAggregator(after_epoch=self.optimizer.view().epoch - 2)
+        self._tasks.spawn("metrics", follow_metrics(self.optimizer.view, aggregator, self.on_event))
         self.trainer = trainer = Trainer(
             state.model,
             self.optimizer,
@@ -375,6 +386,7 @@ class ProjectPeer:
         await aux.run(stop)
 
     async def close(self) -> None:
+        await self._tasks.close()
         if self.optimizer is not None:
             await self.optimizer.close()
         if self.averager is not None:

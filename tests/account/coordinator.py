@@ -23,6 +23,7 @@ def manifest_text(
     pass_lifetime: float = 12.0,
     refresh_interval: float = 0.2,
     mode: str = "moderated",
+    allow_signup: bool = False,
 ) -> str:
     return f"""
 [project]
@@ -40,6 +41,7 @@ mode = "{mode}"
 project_key = "{project_key}"
 pass_lifetime = {pass_lifetime}
 refresh_interval = {refresh_interval}
+allow_signup = {"true" if allow_signup else "false"}
 """
 
 
@@ -68,10 +70,12 @@ class Coordinator:
 
 @contextlib.asynccontextmanager
 async def running_coordinator(
-    folder: Path, *, limits: LoginLimits | None = None
+    folder: Path, *, limits: LoginLimits | None = None, allow_signup: bool = False
 ) -> AsyncIterator[Coordinator]:
+    """``allow_signup`` is the coordinator's own setting; the manifest a volunteer gets from
+    ``manifest_file`` does not say it (as a copy that predates the change would not)."""
     key = Identity.generate()
-    manifest = parse_manifest(manifest_text(str(key.peer_id)))
+    manifest = parse_manifest(manifest_text(str(key.peer_id), allow_signup=allow_signup))
     service = CoordinatorService(
         manifest,
         folder / "coordinator.db",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -63,6 +64,18 @@ def test_engine_and_ctl_processes(tmp_path: Path) -> None:
         stats = barnraise(home, "ctl", "stats", "--days", "2")
         assert stats.returncode == 0
         assert "all projects: 0 samples" in stats.stdout
+        history = barnraise(home, "ctl", "history")
+        assert history.stdout.strip() == "barnraise-demo: no completed epoch seen yet"
+        offers = barnraise(home, "ctl", "offers")
+        assert offers.stdout.startswith("barnraise-demo (attached): attached, contributing to it")
+        diagnostics = barnraise(home, "ctl", "--json", "diagnostics")
+        assert diagnostics.returncode == 0, diagnostics.stderr
+        answer = json.loads(diagnostics.stdout)
+        assert answer["pid"] == engine.pid
+        assert answer["torch"] is None  # the engine never trained, so it never loaded torch
+        assert any("engine ready at" in line for line in answer["log_tail"])
+        token = json.loads((home / "run" / "engine.json").read_text())["token"]
+        assert token not in diagnostics.stdout
 
         started = time.monotonic()
         engine.send_signal(signal.SIGTERM)

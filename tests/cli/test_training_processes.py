@@ -55,6 +55,8 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> Non
             "5",
         ],
         cwd=ROOT,
+        # its own user folders: the swarm announces itself to engines there, not in the real ones
+        env=os.environ | {"BARNRAISE_HOME": str(tmp_path / "home")},
         capture_output=True,
         text=True,
         timeout=170,
@@ -71,6 +73,7 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> Non
     assert (work / "aux" / "metrics.jsonl").exists()
     assert list((work / "aux" / "checkpoints").glob("checkpoint-*.pt"))
     assert leftover(str(work)) == []
+    assert list((tmp_path / "home" / "run" / "swarms").iterdir()) == []  # its record went with it
 
 
 class Proc:

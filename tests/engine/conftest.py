@@ -3,9 +3,10 @@ in-memory keyring (tests never touch the user's real one)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
 from tests.account.memory_keyring import MemoryKeyring
+from tests.engine.standin import StandInPeer
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
 
@@ -37,6 +39,7 @@ def fast_config(root: Path, *, headless: bool = False) -> EngineConfig:
         tick_resting=0.1,
         progress_interval=0.2,
         flush_interval=0.5,
+        swarm_interval=0.2,
     )
 
 
@@ -62,3 +65,18 @@ async def engine(tmp_path: Path) -> AsyncIterator[Running]:
         await client.close()
         await daemon.stop()
     await assert_no_leaks(baseline)
+
+
+@pytest.fixture
+def peers(monkeypatch: pytest.MonkeyPatch) -> list[StandInPeer]:
+    """Every peer the engine builds is a ``StandInPeer``, listed here in order."""
+    from core.training import runtime
+
+    made: list[StandInPeer] = []
+
+    def make(settings: runtime.PeerSettings, on_event: Callable[[Any], None]) -> StandInPeer:
+        made.append(StandInPeer(settings, on_event))
+        return made[-1]
+
+    monkeypatch.setattr(runtime, "ProjectPeer", make)
+    return made

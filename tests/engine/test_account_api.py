@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from keyring.backends import fail
@@ -36,57 +35,12 @@ from core.cli.main import build_parser
 from core.engine.account import Account
 from core.net import Identity
 from core.net.passes import pass_to_text
-from core.training import runtime
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_coordinator
 from tests.account.memory_keyring import MemoryKeyring
 from tests.engine.conftest import Running
+from tests.engine.standin import StandInPeer
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
-
-
-class StandInPeer:
-    """Takes the place of ProjectPeer: records its settings, is ready at once, runs until told."""
-
-    def __init__(self, settings: runtime.PeerSettings, on_event: Callable[[Any], None]) -> None:
-        self.settings = settings
-        self.on_event = on_event
-        self.closed = False
-        self.control = self.Control()
-
-    class Control:
-        def close(self) -> None:
-            pass
-
-    async def run(self, stop: asyncio.Event) -> None:
-        self.on_event({"event": "ready", "address": "127.0.0.1:1"})
-        await stop.wait()
-
-    async def pause(self) -> None:
-        pass
-
-    async def resume(self, duty: float) -> None:
-        pass
-
-    async def set_threads(self, threads: int) -> None:
-        pass
-
-    def progress(self) -> dict[str, Any]:
-        return {}
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-@pytest.fixture
-def peers(monkeypatch: pytest.MonkeyPatch) -> list[StandInPeer]:
-    made: list[StandInPeer] = []
-
-    def make(settings: runtime.PeerSettings, on_event: Callable[[Any], None]) -> StandInPeer:
-        made.append(StandInPeer(settings, on_event))
-        return made[-1]
-
-    monkeypatch.setattr(runtime, "ProjectPeer", make)
-    return made
 
 
 @pytest.fixture
@@ -282,3 +236,27 @@ async def test_renewed_secrets_reach_the_keyring_and_no_keyring_still_logs_in(
     assert "keyrings.alt" in info.error
     await nowhere.close()
     assert seen[-1] == info
+
+
+async def test_whether_sign_up_is_open_comes_from_the_coordinator(
+    engine: Running, tmp_path: Path
+) -> None:
+    async with running_coordinator(tmp_path / "open", allow_signup=True) as open_signup:
+        # the volunteer's copy of the manifest says nothing about sign-up (so: closed)
+        manifest = open_signup.manifest_file(tmp_path)
+        assert "allow_signup = false" in manifest.read_text()
+        await engine.client.attach(AttachRequest(str(manifest)))
+        deadline = time.monotonic() + 10
+        while not (info := await engine.client.account()).allow_signup:
+            assert time.monotonic() < deadline, f"the engine never learned it: {info}"
+            await asyncio.sleep(0.05)
+        changes = [
+            e.data.account
+            for e in engine.daemon.engine.events.recent()
+            if isinstance(e.data, AccountChanged)
+        ]
+        assert changes[-1].allow_signup  # the GUI hears of it without asking
+        # an open project has no coordinator to ask: never open
+        await engine.client.detach(PROJECT)
+        await engine.client.attach(AttachRequest(str(DEMO)))
+        assert not (await engine.client.account()).allow_signup

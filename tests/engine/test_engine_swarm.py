@@ -2,6 +2,7 @@
 
 The swarm is an auxiliary peer (the backbone) in this process, with the demo's shards served over
 local HTTP; the engine's own peer is the only trainer. Pause stops the counting, resume continues it,
+the collaboration's completed epochs arrive as ``CollaborationEpoch`` events and in ``history()``,
 a snooze ends by itself, and the user touching the keyboard pauses training within a second.
 """
 
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from core.api import AttachRequest, EngineClient, EngineState
+from core.api import AttachRequest, CollaborationEpoch, EngineClient, EngineState, EpochPoint
 from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.data import ShardServer
 from core.project import load_manifest
@@ -78,6 +80,24 @@ async def test_engine_under_api_control_counts_only_while_running(
 ) -> None:
     address, base = backbone
     client = engine.client
+    curve: list[CollaborationEpoch] = []
+
+    async def follow() -> None:
+        async for event in client.events(since=0):
+            if isinstance(event.data, CollaborationEpoch):
+                curve.append(event.data)
+
+    follower = asyncio.create_task(follow(), name="test/events")
+    try:
+        await _drive(engine, address, base, curve)
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+
+
+async def _drive(engine: Running, address: str, base: str, curve: list[CollaborationEpoch]) -> None:
+    client = engine.client
     await client.attach(AttachRequest(str(DEMO_MANIFEST), [address], base))
     await client.set_settings({"max_other_cpu_percent": 100, "cpu_when_in_use": "pause"})
     assert (await client.state()).state == "paused"  # not opted in yet: nothing runs
@@ -101,6 +121,16 @@ async def test_engine_under_api_control_counts_only_while_running(
     await client.resume()
     await until(client, lambda s: s.progress.session_samples > session + 16)
 
+    # the collaboration completes epochs (256 samples each): each is a point of the loss curve,
+    # published as an event and kept in the history
+    point = await _first_finite_point(client)
+    assert point.samples >= 256  # the engine's peer is the only trainer: it did them all
+    deadline = time.monotonic() + 10
+    while not any(e.point == point for e in curve):
+        assert time.monotonic() < deadline, f"no CollaborationEpoch for {point}: {curve}"
+        await asyncio.sleep(0.1)
+    assert all(e.project == "barnraise-demo" for e in curve)
+
     # a snooze ends by itself
     snoozed = await client.snooze(0.03)
     assert snoozed.code == "snoozed"
@@ -122,3 +152,15 @@ async def test_engine_under_api_control_counts_only_while_running(
     assert stats.totals.bytes_sent > 0
     assert stats.totals.bytes_received > 0
     assert stats.today.samples == stats.totals.samples
+
+
+async def _first_finite_point(client: EngineClient, timeout: float = 150.0) -> EpochPoint:
+    deadline = time.monotonic() + timeout
+    while True:
+        history = await client.history()
+        assert history.project == "barnraise-demo"
+        finite = [p for p in history.points if p.loss is not None and math.isfinite(p.loss)]
+        if finite:
+            return finite[0]
+        assert time.monotonic() < deadline, f"no epoch with a loss in the history: {history}"
+        await asyncio.sleep(0.2)

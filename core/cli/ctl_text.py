@@ -1,0 +1,205 @@
+"""How ``barnraise ctl`` prints the engine's answers as text (``--json`` prints them as they are)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from core.api import (
+    AccountInfo,
+    Diagnostics,
+    EngineState,
+    Leaderboard,
+    LeaderboardEntry,
+    MyRank,
+    ProjectOffers,
+    Statistics,
+    TrainingHistory,
+)
+
+HISTORY_SHOWN = 20
+"""Epochs ``history`` prints as text (``--json`` gives them all)."""
+
+
+def text(result: Any) -> str:  # noqa: PLR0911 - one case per kind of answer
+    """An answer of the engine as the lines ``barnraise ctl`` prints."""
+    if isinstance(result, AccountInfo):
+        return _account_text(result)
+    if isinstance(result, Leaderboard):
+        return _leaderboard_text(result)
+    if isinstance(result, MyRank):
+        return _rank_text(result)
+    if isinstance(result, EngineState):
+        return _state_text(result)
+    if isinstance(result, Statistics):
+        return _stats_text(result)
+    if isinstance(result, ProjectOffers):
+        return _offers_text(result)
+    if isinstance(result, TrainingHistory):
+        return _history_text(result)
+    if isinstance(result, Diagnostics):
+        return _diagnostics_text(result)
+    if hasattr(result, "values") and hasattr(result, "descriptions"):
+        return "\n".join(
+            f"{d.name} = {result.values.get(d.name)!r}\n    {d.help}" for d in result.descriptions
+        )
+    if hasattr(result, "projects"):
+        return "\n".join(f"{p.name}{' (active)' if p.active else ''}: {p.manifest}" for p in
+                         result.projects) or "no projects attached"  # fmt: skip
+    if hasattr(result, "name") and hasattr(result, "manifest"):
+        joins = " (joins the demo swarm on this computer)" if result.local_swarm else ""
+        return f"attached {result.name}{' (active)' if result.active else ''}{joins}"
+    return str(result)
+
+
+def _offers_text(o: ProjectOffers) -> str:
+    if not o.offers:
+        return (
+            "nothing to offer: start a demo swarm with 'barnraise swarm', or attach a project's "
+            "manifest with 'barnraise ctl attach'"
+        )
+    lines = []
+    for offer in o.offers:
+        where = "running here" if offer.source == "local_swarm" else "attached"
+        lines.append(f"{offer.name} ({where}): {offer.note}")
+        lines.append(f"    {offer.manifest}")
+    return "\n".join(lines)
+
+
+def _history_text(h: TrainingHistory) -> str:
+    if h.project is None:
+        return "no project is attached"
+    if not h.points:
+        return f"{h.project}: no completed epoch seen yet"
+    shown = h.points[-HISTORY_SHOWN:]
+    lines = [f"{h.project}: {len(h.points)} epoch(s) seen" + (
+        f", the last {len(shown)} shown (--json for all)" if len(shown) < len(h.points) else ""
+    )]  # fmt: skip
+    lines.append(f"{'epoch':>6}  {'loss':>8}  {'samples':>8}  {'samples/s':>9}  peers  time")
+    for p in shown:
+        loss = f"{p.loss:.4f}" if p.loss is not None else "-"
+        lines.append(
+            f"{p.epoch:>6}  {loss:>8}  {p.samples:>8}  {p.samples_per_second:>9.1f}  "
+            f"{p.peers:>5}  {_clock(p.time, dated=True)}"
+        )
+    return "\n".join(lines)
+
+
+def _diagnostics_text(d: Diagnostics) -> str:
+    lines = [
+        (
+            f"engine {d.engine_version} (API {d.api_version}), pid {d.pid}, "
+            f"started {_clock(d.started, dated=True)}"
+        ),
+        f"platform: {d.platform}",
+        f"python: {d.python}",
+        f"torch: {d.torch or 'not loaded (the engine has not trained since it started)'}",
+        "paths:",
+        *(f"  {name}: {path}" for name, path in d.paths.items()),
+        f"the engine log's last {len(d.log_tail)} line(s):",
+        *(f"  {line}" for line in d.log_tail),
+    ]
+    return "\n".join(lines)
+
+
+def _state_text(s: EngineState) -> str:
+    lines = [f"{s.state}: {s.reason}"]
+    if s.project is not None:
+        p = s.progress
+        lines.append(f"project {s.project.name} ({s.project.device})")
+        if p.epoch is not None:
+            lines.append(
+                f"epoch {p.epoch} (collaboration {p.collaboration_epoch}), "
+                f"{p.samples_per_second:.1f} samples/s here, "
+                f"{p.collaboration_samples_per_second:.1f} in all, {p.peers} peer(s)"
+            )
+        lines.append(f"samples this session: {p.session_samples}")
+    if s.snoozed_until:
+        until = datetime.datetime.fromtimestamp(s.snoozed_until).strftime("%H:%M")
+        lines.append(f"snoozed until {until}")
+    if s.threads:
+        lines.append(f"threads {s.threads}, duty {s.duty:.0%}")
+    lines.extend(f"note: {n}" for n in s.notes)
+    if s.last_error:
+        lines.append(f"last error: {s.last_error}")
+    return "\n".join(lines)
+
+
+def _stats_text(s: Statistics) -> str:
+    t, d = s.totals, s.today
+    lines = [
+        (
+            f"{s.project or 'all projects'}: {t.samples} samples, {t.compute_seconds / 3600:.2f} h "
+            f"compute, {t.epochs} epochs, {t.rounds} rounds, {(t.bytes_sent + t.bytes_received) / 1e6:.1f}"
+            " MB moved"
+        ),
+        f"today: {d.samples} samples, {d.compute_seconds / 60:.1f} min",
+        f"this month: {s.month_bytes / 1e6:.1f} MB",
+    ]
+    lines.extend(f"  {day.day}: {day.amounts.samples} samples" for day in s.days)
+    return "\n".join(lines)
+
+
+def _account_text(a: AccountInfo) -> str:
+    if a.project is None:
+        return "no project is attached"
+    if a.coordinator is None:
+        return f"{a.project} is open to everyone: it has no coordinator and no accounts"
+    if a.logged_in:
+        lines = [f"logged in as {a.username} at {a.coordinator} ({a.project})"]
+    else:
+        needed = " (needed to take part)" if a.moderated else ""
+        lines = [f"not logged in at {a.coordinator}{needed}; log in with 'barnraise ctl login'"]
+    if a.pass_expires is not None:
+        lines.append(f"access pass valid until {_clock(a.pass_expires)}")
+    if a.error:
+        lines.append(f"warning: {a.error}")
+    return "\n".join(lines)
+
+
+def _leaderboard_text(b: Leaderboard) -> str:
+    t = b.totals
+    lines = [
+        (
+            f"{b.project}: {t.users} volunteer(s), {t.samples:,} samples, "
+            f"{t.compute_seconds / 3600:.1f} h of compute, {t.epochs} epoch(s)"
+        ),
+        f"{'rank':>4}  {'volunteer':<20} {'samples':>12} {'compute':>9}  devices  last seen",
+    ]
+    lines.extend(_entry_text(e) for e in b.users)
+    if not b.users:
+        lines.append("  (no contributions counted yet)")
+    return "\n".join(lines)
+
+
+def _entry_text(e: LeaderboardEntry, mark: str = " ") -> str:
+    seen = _clock(e.last_seen, dated=True) if e.last_seen else "-"
+    return (
+        f"{e.rank:>4}{mark} {e.username:<20} {e.samples:>12,} {e.compute_seconds / 3600:>7.1f} h"
+        f"  {e.active_devices:>2}/{e.devices:<4}  {seen}"
+    )
+
+
+def _rank_text(r: MyRank) -> str:
+    if r.rank is None:
+        head = f"{r.username}: no contribution counted yet in {r.project}"
+    else:
+        top = f" (percentile {r.percentile:.0f})" if r.percentile is not None else ""
+        head = (
+            f"{r.username}: rank {r.rank}{top} in {r.project}, {r.samples:,} samples, "
+            f"{r.compute_seconds / 3600:.1f} h of compute"
+        )
+    lines = [head]
+    me = LeaderboardEntry(r.rank or 0, r.username, r.samples, r.compute_seconds)
+    neighbours = [*r.above, *([me] if r.rank is not None else []), *r.below]
+    lines.extend(_entry_text(e, "*" if e is me else " ") for e in neighbours)
+    for label, days in (("last 7 days", r.history_7d), ("last 30 days", r.history_30d)):
+        total = sum(d.samples for d in days)
+        lines.append(f"{label}: {total:,} samples")
+    lines.extend(f"  {d.day}: {d.samples:,} samples" for d in r.history_7d)
+    return "\n".join(lines)
+
+
+def _clock(when: float, *, dated: bool = False) -> str:
+    moment = datetime.datetime.fromtimestamp(when)
+    return moment.strftime("%Y-%m-%d %H:%M" if dated else "%H:%M:%S")

@@ -1,0 +1,93 @@
+"""The engine's answers built from its parts: pure functions from what the engine holds to the
+API's dataclasses (statistics from the ledger, progress from the peer's totals, a project's info,
+the settings with their explanations, a finished epoch's event)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from core.api.events import EpochFinished
+from core.api.schema import (
+    Amounts,
+    DayAmounts,
+    Progress,
+    ProjectInfo,
+    SettingInfo,
+    Settings,
+    Statistics,
+)
+from core.engine.projects import ProjectSlot
+from core.project import LocalSwarm
+from core.scheduler import Preferences
+from core.stats import Contribution, Ledger
+
+
+def statistics_view(ledger: Ledger, project: str | None, days: int, *, now: float) -> Statistics:
+    """Totals, today, this month's traffic and ``days`` days, in the user's local days."""
+    offset = time.localtime(now).tm_gmtoff
+    days_amounts = ledger.daily(project, days, now=now, utc_offset_seconds=offset)
+    return Statistics(
+        project=project,
+        totals=_amounts(ledger.totals(project)),
+        today=_amounts(days_amounts[-1][1]),
+        month_bytes=ledger.month_bytes(now=now, utc_offset_seconds=offset),
+        days=[DayAmounts(day, _amounts(c)) for day, c in days_amounts],
+    )
+
+
+def progress_view(totals: Mapping[str, Any], session_samples: int) -> Progress:
+    """Where the peer and its collaboration stand, from the peer's ``progress()``."""
+    return Progress(
+        epoch=totals.get("epoch"),
+        collaboration_epoch=totals.get("collaboration_epoch"),
+        samples_per_second=round(float(totals.get("samples_per_second", 0.0)), 3),
+        collaboration_samples_per_second=round(
+            float(totals.get("collaboration_samples_per_second", 0.0)), 3
+        ),
+        peers=int(totals.get("peers", 0)),
+        session_samples=session_samples,
+    )
+
+
+def project_info(slot: ProjectSlot, *, active: bool, swarm: LocalSwarm | None) -> ProjectInfo:
+    """An attached project; a ``local_swarm`` one shows where its swarm listens this run."""
+    joined = swarm if slot.local_swarm else None
+    return ProjectInfo(
+        name=slot.name,
+        description=slot.description,
+        manifest=str(slot.manifest),
+        initial_peers=list(joined.initial_peers if joined else slot.initial_peers),
+        data_base=joined.data_base if joined else slot.data_base,
+        device=slot.device,
+        active=active,
+        local_swarm=slot.local_swarm,
+    )
+
+
+def settings_view(preferences: Preferences) -> Settings:
+    return Settings(
+        values=dict(preferences.to_dict()),  # type: ignore[arg-type]
+        descriptions=[
+            SettingInfo(name, help_text, default)  # type: ignore[arg-type]
+            for name, help_text, default in Preferences.describe()
+        ],
+    )
+
+
+def epoch_finished(project: str, event: Mapping[str, Any]) -> EpochFinished:
+    """The peer's ``epoch`` event (one step of its own) as the API's event."""
+    return EpochFinished(
+        project,
+        int(event["epoch"]),
+        int(event["samples"]),
+        int(event["group_size"]),
+        bool(event["averaged"]),
+        float(event["seconds"]),
+    )
+
+
+def _amounts(c: Contribution) -> Amounts:
+    return Amounts(**dataclasses.asdict(c))

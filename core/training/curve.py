@@ -1,0 +1,56 @@
+"""The collaboration's loss curve as a trainer peer follows it.
+
+Each completed epoch of the whole collaboration (loss = sum of all peers' losses over the sum of
+their mini-steps, samples, speed, alive trainers) is aggregated from the progress records the
+peer's optimizer fetches anyway, about once a second: following the curve adds no DHT traffic.
+Each is handed on as a ``metrics`` event, the same event an auxiliary peer emits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from core.training.metrics import EpochMetrics, MetricsAggregator
+from core.training.progress import CollaborationView
+
+log = logging.getLogger(__name__)
+
+METRICS_INTERVAL = 1.0
+"""Seconds between looks at the progress records for completed epochs."""
+
+
+def metrics_event(metrics: EpochMetrics) -> dict[str, Any]:
+    """A trainer's ``metrics`` event: one completed epoch of the whole collaboration."""
+    loss = metrics.loss
+    return {
+        "event": "metrics",
+        "epoch": metrics.epoch,
+        "loss": loss if loss is not None and math.isfinite(loss) else None,
+        "samples": metrics.samples,
+        "samples_per_second": metrics.samples_per_second,
+        "alive_peers": metrics.alive_peers,
+        "time": metrics.time,
+    }
+
+
+async def follow_metrics(
+    view: Callable[[], CollaborationView],
+    aggregator: MetricsAggregator,
+    emit: Callable[[dict[str, Any]], None],
+    *,
+    interval: float = METRICS_INTERVAL,
+) -> None:
+    """Emit each completed epoch found in ``view()``'s records (the optimizer's, already fetched:
+    this loop asks the DHT nothing), until cancelled."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            for metrics in aggregator.observe(view().peers, time.time()):
+                emit(metrics_event(metrics))
+        except Exception:  # one bad report must not end the curve for the rest of the run
+            log.exception("reporting the collaboration's metrics failed")

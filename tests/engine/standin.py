@@ -1,0 +1,44 @@
+"""A stand-in for the engine's peer: building a real one needs a swarm and data, and these tests
+look only at what the runner hands the peer (its settings) and when it builds or closes one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch loads only in the tests that build peers
+    from core.training import runtime
+
+
+class StandInPeer:
+    """Takes the place of ProjectPeer: records its settings, is ready at once, runs until told."""
+
+    def __init__(self, settings: runtime.PeerSettings, on_event: Callable[[Any], None]) -> None:
+        self.settings = settings
+        self.on_event = on_event
+        self.closed = False
+        self.control = self.Control()
+
+    class Control:
+        def close(self) -> None:
+            pass
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.on_event({"event": "ready", "address": "127.0.0.1:1"})
+        await stop.wait()
+
+    async def pause(self) -> None:
+        pass
+
+    async def resume(self, duty: float) -> None:
+        pass
+
+    async def set_threads(self, threads: int) -> None:
+        pass
+
+    def progress(self) -> dict[str, Any]:
+        return {}
+
+    async def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,184 @@
+"""The collaboration's loss curve through the control API: the peer's ``metrics`` events become
+``CollaborationEpoch`` events and ``history()`` points, kept in the ledger across restarts, and
+``barnraise ctl history`` prints them. (A real peer producing them: ``test_engine_swarm``.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import math
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.account import CredentialStore
+from core.api import (
+    AttachRequest,
+    CollaborationEpoch,
+    EngineClient,
+    EpochPoint,
+    ErrorRaised,
+    TrainingHistory,
+)
+from core.cli import ctl
+from core.cli.main import build_parser
+from core.control import EngineDaemon
+from core.engine import EngineConfig
+from core.scheduler import ScriptedIdleSensor
+from core.stats import Ledger
+from tests.account.memory_keyring import MemoryKeyring
+from tests.engine.conftest import Running, fast_config, scripted_sampler
+
+DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
+PROJECT = "barnraise-demo"
+T0 = 1_700_000_000.0
+
+
+def metrics(epoch: int, loss: float | None = 5.0, **changes: Any) -> dict[str, Any]:
+    """A trainer peer's ``metrics`` event, as ``core.training.runtime`` emits it."""
+    event = {
+        "event": "metrics",
+        "epoch": epoch,
+        "loss": loss,
+        "samples": 256 + epoch,
+        "samples_per_second": 80.5,
+        "alive_peers": 2,
+        "time": T0 + epoch,
+    }
+    return event | changes
+
+
+def peer_events(engine: Running | EngineDaemon) -> Callable[[dict[str, Any]], None]:
+    """Where the active project's peer hands its events (the runner's callback)."""
+    daemon = engine.daemon if isinstance(engine, Running) else engine
+    runner = daemon.engine.runner
+    assert runner is not None
+    return runner.on_event
+
+
+@contextlib.asynccontextmanager
+async def daemon_at(config: EngineConfig) -> AsyncIterator[tuple[EngineDaemon, EngineClient]]:
+    daemon = EngineDaemon(
+        config,
+        sampler=scripted_sampler(ScriptedIdleSensor(idle_seconds=3600.0)),
+        credentials=CredentialStore(MemoryKeyring()),
+    )
+    endpoint = await daemon.start()
+    client = EngineClient(endpoint)
+    try:
+        yield daemon, client
+    finally:
+        await client.close()
+        await daemon.stop()
+
+
+async def test_metrics_become_points_and_events_oldest_first(engine: Running) -> None:
+    client = engine.client
+    assert await client.history() == TrainingHistory(None, [])
+    received: list[CollaborationEpoch] = []
+
+    async def follow() -> None:
+        async for event in client.events(since=0):
+            if isinstance(event.data, CollaborationEpoch):
+                received.append(event.data)
+                if len(received) == 3:
+                    return
+
+    follower = asyncio.create_task(follow())
+    await client.attach(AttachRequest(str(DEMO)))
+    assert await client.history() == TrainingHistory(PROJECT, [])
+    feed = peer_events(engine)
+    feed(metrics(0, 8.5))
+    feed(metrics(1, math.nan))  # a diverged epoch: its loss is unknown, the epoch still counts
+    feed(metrics(1, 7.0))  # the same epoch again (a rebuilt peer): dropped
+    feed(metrics(2, "high"))  # malformed: ignored, nothing else breaks
+    feed({"event": "metrics", "epoch": 2})
+    feed(metrics(2, 6.25))
+    await asyncio.wait_for(follower, 10)
+
+    history = await client.history()
+    assert history.project == PROJECT
+    assert [(p.epoch, p.loss) for p in history.points] == [(0, 8.5), (1, None), (2, 6.25)]
+    assert history.points[0] == EpochPoint(0, T0, 8.5, 256, 80.5, 2)
+    assert [e.point for e in received] == history.points
+    assert {e.project for e in received} == {PROJECT}
+
+    await client.detach(PROJECT)
+    assert await client.history() == TrainingHistory(None, [])
+
+
+async def test_the_curve_survives_a_restart_and_a_repeated_epoch_is_dropped(
+    tmp_path: Path,
+) -> None:
+    config = fast_config(tmp_path / "home")
+    async with daemon_at(config) as (daemon, client):
+        await client.attach(AttachRequest(str(DEMO)))
+        feed = peer_events(daemon)
+        feed(metrics(4, 6.0))
+        feed(metrics(5, 5.5))
+        assert [p.epoch for p in (await client.history()).points] == [4, 5]
+
+    async with daemon_at(config) as (daemon, client):
+        assert [p.epoch for p in (await client.history()).points] == [4, 5]
+        feed = peer_events(daemon)
+        feed(metrics(5, 5.5))  # the new peer reports the last epoch it finds complete: known
+        feed(metrics(6, 5.25))
+        feed(metrics(0, 8.0))  # the collaboration was started afresh: a new run of the curve
+        points = (await client.history()).points
+        assert [(p.epoch, p.loss) for p in points] == [(4, 6.0), (5, 5.5), (6, 5.25), (0, 8.0)]
+        events = daemon.engine.events.recent()
+        published = [e.data.point.epoch for e in events if isinstance(e.data, CollaborationEpoch)]
+        assert published == [6, 0]
+
+    with Ledger(config.ledger_file) as ledger:
+        assert [r.epoch for r in ledger.epochs(PROJECT)] == [4, 5, 6, 0]
+
+
+async def test_a_ledger_that_cannot_be_written_loses_no_point_and_says_so(
+    engine: Running,
+) -> None:
+    await engine.client.attach(AttachRequest(str(DEMO)))
+    ledger = engine.daemon.engine.ledger
+    assert ledger is not None
+    ledger.close()  # stands in for a disk that refuses writes
+    peer_events(engine)(metrics(3, 4.0))
+    assert [p.epoch for p in (await engine.client.history()).points] == [3]
+    errors = [
+        e.data for e in engine.daemon.engine.events.recent() if isinstance(e.data, ErrorRaised)
+    ]
+    assert errors
+    assert errors[-1].where == "ledger"
+    assert "closed" in errors[-1].message
+
+
+async def test_ctl_history_prints_the_curve(
+    engine: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BARNRAISE_HOME", str(engine.dirs.config.parent))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+
+    async def ctl_run(*argv: str) -> str:
+        assert await ctl._run(build_parser().parse_args(["ctl", *argv])) == 0
+        return capsys.readouterr().out
+
+    assert "no project is attached" in await ctl_run("history")
+    await engine.client.attach(AttachRequest(str(DEMO)))
+    assert f"{PROJECT}: no completed epoch seen yet" in await ctl_run("history")
+    feed = peer_events(engine)
+    for epoch in range(25):
+        feed(metrics(epoch, None if epoch == 24 else 9.0 - epoch / 10))
+    out = (await ctl_run("history")).splitlines()
+    assert out[0] == f"{PROJECT}: 25 epoch(s) seen, the last 20 shown (--json for all)"
+    rows = [line.split() for line in out[2:]]
+    assert [int(r[0]) for r in rows] == list(range(5, 25))
+    assert rows[0][1] == "8.5000"
+    assert rows[-1][1] == "-"  # no loss known
+    as_json = json.loads(await ctl_run("--json", "history"))
+    assert as_json["project"] == PROJECT
+    assert len(as_json["points"]) == 25
+    assert as_json["points"][-1]["loss"] is None
