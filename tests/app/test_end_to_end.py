@@ -1,0 +1,150 @@
+"""End to end: the real window, the real engine (started by the app's own supervisor) and a real
+local demo swarm. First run offers the running swarm and joins it; the dashboard's switch turns
+contribution on — samples are counted in the ledger and shown — and off — they stop.
+
+The swarm is a backbone only (``barnraise swarm --peers 0``: an auxiliary peer and the shard
+server), so the engine's peer is the collaboration's one trainer. The Maximum preset is chosen so
+that the test's own CPU use never counts as "other programs are busy".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from app.engine.bridge import EngineBridge
+from app.engine.local import LocalEngines
+from app.engine.store import EngineStore
+from app.pages.dashboard import DashboardPage
+from app.settings import AppSettings
+from app.window import MainWindow
+from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
+from core.config.paths import UserDirs
+from core.project import load_manifest, running_swarms
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.name == "nt", reason="sends SIGINT")]
+ROOT = Path(__file__).resolve().parents[2]
+CLICK = Qt.MouseButton.LeftButton
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("BARNRAISE_HOME", str(home))
+    monkeypatch.setenv("BARNRAISE_SWARM_LOG_LEVEL", "warning")
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    return home
+
+
+@pytest.fixture
+def swarm(home: Path, tmp_path: Path, qtbot: QtBot) -> Iterator[subprocess.Popen[bytes]]:
+    """A backbone on loopback that announces itself in ``home``; stopped with Ctrl-C."""
+    work = tmp_path / "swarm"
+    prepare_demo_data(load_manifest(DEMO_MANIFEST), work / "data")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core.cli.main", "swarm", "--peers", "0", "--work-dir", str(work)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        qtbot.waitUntil(lambda: bool(running_swarms(UserDirs.under(home))), timeout=120_000)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture
+def window(
+    home: Path, swarm: subprocess.Popen[bytes], qtbot: QtBot, tmp_path: Path
+) -> Iterator[MainWindow]:
+    connector = LocalEngines(start_timeout=120)
+    bridge = EngineBridge(connector)
+    store = EngineStore(bridge, statistics_every_ms=2000)
+    window = MainWindow(
+        store, AppSettings(tmp_path / "app.ini"), tray_available=False, can_start_demo=False
+    )
+    window.ask_close = lambda *_: ("background", True)
+    qtbot.addWidget(window)
+    window.resize(1100, 760)
+    window.show()
+    bridge.start()
+    try:
+        yield window
+    finally:
+        engine = connector.process
+        if store.connected:
+            call = store.shutdown_engine()
+            qtbot.waitUntil(lambda: call.done, timeout=30_000)
+        connector.stop_child()
+        bridge.stop()
+        if engine is not None:
+            assert engine.poll() is not None, "the engine outlived the test"
+        shutil.rmtree(home / "cache" / "swarm", ignore_errors=True)
+
+
+def test_first_run_then_the_switch_starts_and_stops_the_counting(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    store, first = window.store, window.first_run
+    # the app started the engine, which found the running swarm
+    qtbot.waitUntil(lambda: window.root.currentWidget() is first, timeout=120_000)
+    qtbot.waitUntil(lambda: first.selected_offer() is not None, timeout=60_000)
+    offer = first.selected_offer()
+    assert offer is not None
+    assert offer.source == "local_swarm"
+    assert "on this computer" in offer.note
+    qtbot.mouseClick(first.next_button, CLICK)
+    # an open demo has no coordinator: straight from the project to the preset
+    qtbot.waitUntil(lambda: first.steps.currentIndex() == 2, timeout=60_000)
+    first.preset_buttons["maximum"].click()
+    qtbot.mouseClick(first.next_button, CLICK)
+    qtbot.waitUntil(lambda: window.root.currentWidget() is window.main, timeout=60_000)
+
+    page = window.page["dashboard"]
+    assert isinstance(page, DashboardPage)
+    assert store.state is not None
+    assert not page.switch.isChecked()
+    assert store.state.code == "not_opted_in"
+
+    qtbot.mouseClick(page.switch, CLICK)  # contribute: on
+    qtbot.waitUntil(
+        lambda: store.state is not None and store.state.progress.session_samples > 0,
+        timeout=180_000,
+    )
+    assert page.state_word.text() in ("Contributing", "Contributing slowly")
+
+    def counted() -> int:
+        store.refresh_statistics()
+        return store.statistics.today.samples if store.statistics is not None else 0
+
+    qtbot.waitUntil(lambda: counted() > 0, timeout=60_000)
+    qtbot.waitUntil(lambda: page.today.value.text() not in ("0", "–"), timeout=30_000)
+
+    qtbot.mouseClick(page.switch, CLICK)  # contribute: off
+    qtbot.waitUntil(lambda: page.state_word.text() == "Paused", timeout=30_000)
+    assert store.state is not None
+    assert store.state.code == "user_paused"
+    qtbot.wait(1500)  # the meter's last deltas after the pause (it reads the peer every 2 s)
+    before = counted()
+    qtbot.wait(4000)  # a paused engine must count nothing more
+    assert counted() == before
+    qtbot.waitUntil(
+        lambda: store.state is not None and store.state.progress.samples_per_second == 0
+    )
