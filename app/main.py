@@ -30,6 +30,7 @@ from app.engine.store import EngineStore
 from app.engine.supervisor import Connector
 from app.icons import app_icon
 from app.instance import SingleInstance
+from app.preflight import NO_USABLE_DISPLAY, display_problem
 from app.settings import AppSettings
 from app.theme import apply_theme
 from app.tray import Tray
@@ -217,6 +218,10 @@ def _wait_for(signal_: object, seconds: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    problem = display_problem()
+    if problem is not None:
+        print(f"barnraise: {problem}", file=sys.stderr, flush=True)
+        return NO_USABLE_DISPLAY
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -26,6 +26,7 @@ STAMP = VENV / ".barnraise-setup"
 # torch is installed first and on its own: on these machines its CPU wheel is cached, and asking for
 # the exact version keeps pip from resolving a CUDA build with gigabytes of dependencies.
 TORCH = "torch==2.13.0"
+NO_USABLE_DISPLAY = 3  # the app's exit status when Qt cannot use the display (app/preflight.py)
 
 
 def _venv_bin(name: str) -> Path:
@@ -92,7 +93,11 @@ def run_main(extra: list[str]) -> int:
     # that collaboration headless (an auxiliary peer and three trainers) for three minutes, one
     # line per epoch. Extra arguments go to the app, or replace the swarm's defaults.
     if has_display() and os.environ.get("BARNRAISE_HEADLESS") != "1":
-        return _run([_venv_bin("barnraise"), "app", "--demo", *extra])
+        code = _run([_venv_bin("barnraise"), "app", "--demo", *extra])
+        if code != NO_USABLE_DISPLAY:
+            return code
+        print("The app cannot open on this display (see above): running the demo headless.")
+        extra = []
     arguments = extra or ["--peers", "3", "--minutes", "3"]
     return _run([_venv_bin("barnraise"), "swarm", *arguments])
 
