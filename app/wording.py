@@ -92,7 +92,12 @@ def duration(seconds: float) -> str:
 
 
 def hours(seconds: float) -> str:
-    """Compute time as hours with one decimal: 11520 → "3.2 h"."""
+    """Compute time: hours with one decimal from an hour on (11520 → "3.2 h"), minutes below
+    (so a first session reads "25 min", not "0.4 h"), seconds below a minute."""
+    if round(seconds) < 60:
+        return f"{round(seconds)} s"
+    if round(seconds / 60) < 60:
+        return f"{round(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
 
 

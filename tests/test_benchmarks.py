@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,54 @@ def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
     assert result["moderated_to_open_ratio"] > 0
     assert result["pass_check"]["new_pass_us"] > result["pass_check"]["seen_pass_us"] > 0
     assert result["coordinator"]["login_ms"]["p50"] > 0
+
+
+def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
+    out = tmp_path / "shots"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "screenshots.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=180,
+        env=env,
+    )
+    index = json.loads((out / "index.json").read_text())
+    names = {entry["file"] for entry in index["files"]}
+    for page in ("first-run-project", "dashboard", "schedule", "statistics", "leaderboard"):
+        assert any(page in name for name in names), page
+    assert any("events" in name for name in names)
+    assert any("tray-menu" in name for name in names)
+    for entry in index["files"]:
+        picture = out / entry["file"]
+        assert picture.stat().st_size > 1000, entry
+        assert entry["width"] > 100
+        assert entry["height"] > 50
+
+
+@pytest.mark.slow
+def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "gui.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gui_startup.py"),
+            "--trials",
+            "1",
+            "--via",
+            "python",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=240,
+        env=env | {"QT_QPA_PLATFORM": "offscreen"},
+    )
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "gui_startup"
+    assert result["window_shown_s"] > 0
+    assert result["state_shown_s"] > 0
+    assert result["goal_s"] == 2.0
+    assert len(result["trials"]) == 1

@@ -10,7 +10,7 @@ dashboard's switch, as BOINC starts paused until the user opts in.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QHideEvent, QShowEvent
+from PySide6.QtGui import QHideEvent, QKeyEvent, QShowEvent
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFileDialog,
@@ -242,6 +242,17 @@ class FirstRunPage(QWidget):
         return next(k for k, b in self.preset_buttons.items() if b.isChecked())
 
     # ---- moving between steps --------------------------------------------------------------------
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Enter goes on, as in a dialog (a page has no default button): from the project list or
+        the preset choice — but on the account step Enter belongs to the login form (it logs in;
+        skipping takes the button)."""
+        enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+        on_account_step = self.steps.currentIndex() == 1
+        if enter and not on_account_step and self.next_button.isEnabled():
+            self._next()
+            return
+        super().keyPressEvent(event)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)

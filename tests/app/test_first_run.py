@@ -212,3 +212,30 @@ def test_choosing_maximum_applies_maximum(
     qtbot.waitUntil(lambda: window.root.currentWidget() is window.main, timeout=10_000)
     values = preset("maximum").values
     assert {name: fresh.values[name] for name in values} == values
+
+
+def test_enter_goes_on_from_the_list_and_the_presets_but_logs_in_from_the_form(
+    make_window: Callable[..., MainWindow], fresh: FakeEngine, qtbot: QtBot
+) -> None:
+    window = make_window(fresh)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=10_000)
+    page = window.first_run
+    qtbot.waitUntil(lambda: page.offer_list.count() > 0, timeout=10_000)
+    page.offer_list.setFocus()
+    qtbot.keyClick(page.offer_list, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: page.steps.currentIndex() == 1, timeout=10_000)
+    assert fresh.calls.count("attach") == 1
+    page.login.username.setText("sam")
+    page.login.password.setText("wrong")
+    qtbot.keyClick(page.login.password, Qt.Key.Key_Return)  # logs in, does not skip
+    qtbot.waitUntil(page.login.message.isVisible, timeout=10_000)
+    assert page.steps.currentIndex() == 1
+    page.login.password.setText("my password")
+    qtbot.keyClick(page.login.password, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: page.steps.currentIndex() == 2, timeout=10_000)
+    maximum = page.preset_buttons["maximum"]
+    maximum.click()
+    qtbot.keyClick(maximum, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.root.currentWidget() is window.main, timeout=10_000)
+    assert fresh.values["max_other_cpu_percent"] == 100.0
