@@ -22,7 +22,9 @@ class AppSettings:
     @property
     def close_choice(self) -> CloseChoice:
         value = self._qs.value("window/close", "ask")
-        return value if value in ("background", "quit") else "ask"  # type: ignore[return-value]
+        if value == "background":
+            return "background"
+        return "quit" if value == "quit" else "ask"
 
     @close_choice.setter
     def close_choice(self, choice: CloseChoice) -> None:

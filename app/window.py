@@ -138,7 +138,8 @@ class MainWindow(QMainWindow):
 
     def _build_main(self) -> None:
         store = self.store
-        self.nav = QListWidget(objectName="nav")
+        self.nav = QListWidget()
+        self.nav.setObjectName("nav")
         self.nav.setFixedWidth(190)
         self.nav.setToolTip("Pages (Ctrl+1 to Ctrl+5)")
         self.nav.setAccessibleName("Pages")
@@ -170,7 +171,8 @@ class MainWindow(QMainWindow):
     # ---- views -------------------------------------------------------------------------------------
 
     def _connecting_view(self) -> QWidget:
-        view = QWidget(objectName="page")
+        view = QWidget()
+        view.setObjectName("page")
         box = QVBoxLayout(view)
         box.addStretch(1)
         self.connecting_title = QLabel("Connecting to the engine…", objectName="pageTitle")
@@ -322,7 +324,7 @@ class MainWindow(QMainWindow):
                 self.settings.close_choice = choice
                 self.background_action.setChecked(choice == "background")
         else:
-            choice = self.settings.close_choice  # type: ignore[assignment]
+            choice = "background" if self.settings.close_choice == "background" else "quit"
         self.settings.geometry = self.saveGeometry()
         self.settings.sync()
         event.ignore()

@@ -155,7 +155,7 @@ def ordinal(n: int) -> str:
 
 def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case per type
     """(kind, text) of one event for the event log."""
-    data = event.data
+    data: object = event.data  # not narrowed to the known types: a newer engine may send others
     if isinstance(data, StateChanged):
         return "State", data.reason  # the engine's reasons start with the state in words
     if isinstance(data, EpochFinished):

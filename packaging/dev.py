@@ -108,7 +108,7 @@ def run_tests(extra: list[str]) -> int:
     checks: list[tuple[str, list[str | Path]]] = [
         ("ruff lint", [python, "-m", "ruff", "check", "."]),
         ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
-        ("mypy (strict, core/)", [python, "-m", "mypy"]),
+        ("mypy (strict, core/ and app/)", [python, "-m", "mypy"]),
         ("import contracts", [_venv_bin("lint-imports")]),
         ("pytest", [python, "-m", "pytest", *extra]),
     ]

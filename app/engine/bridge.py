@@ -94,8 +94,9 @@ class EngineBridge(QObject):
         still waiting are told they failed."""
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None:
-            if self._task is not None:
-                self._on_loop(self._task.cancel)
+            task = self._task
+            if task is not None:
+                self._on_loop(lambda: None if task.cancel() else None)
             thread.join(timeout)
             if thread.is_alive():
                 log.warning("the engine bridge did not stop within %.0f s", timeout)

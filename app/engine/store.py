@@ -19,6 +19,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine.bridge import EngineBridge, EngineCall, PendingCall
+from app.engine.supervisor import Status
 from core.api.errors import ApiError, LoginRequired
 from core.api.events import (
     AccountChanged,
@@ -249,7 +250,7 @@ class EngineStore(QObject):
         if self.connected:  # while disconnected the connection banner already says it all
             self.engineError.emit(what, error.message)
 
-    def _on_status(self, status: str, text: str) -> None:
+    def _on_status(self, status: Status, text: str) -> None:
         self.connection = (status, text)
         self.connectionChanged.emit(status, text)
 

@@ -146,7 +146,8 @@ class SchedulePage(QWidget):
 
         scroll = QScrollArea(widgetResizable=True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        self.body = QWidget(objectName="page")
+        self.body = QWidget()
+        self.body.setObjectName("page")
         self.body_box = QVBoxLayout(self.body)
         self.body_box.setContentsMargins(0, 8, 8, 8)
         scroll.setWidget(self.body)
@@ -185,8 +186,9 @@ class SchedulePage(QWidget):
         self._built_for = names
         while self.body_box.count():
             item = self.body_box.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+            old = item.widget() if item is not None else None
+            if old is not None:
+                old.deleteLater()
         self.controls.clear()
         self.errors.clear()
         self.helps.clear()
@@ -209,8 +211,9 @@ class SchedulePage(QWidget):
             whole = isinstance(d.default, int) and not isinstance(d.default, bool)
             self._add_control(grids[spec.group], d.name, spec, helps.get(d.name, ""), whole)
         for grid in grids.values():
-            if grid.count() == 0:  # an empty "Other" group
-                grid.parentWidget().hide()
+            holder = grid.parentWidget()
+            if grid.count() == 0 and holder is not None:  # an empty "Other" group
+                holder.hide()
         self.body_box.addStretch(1)
 
     def _row(

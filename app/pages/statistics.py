@@ -67,7 +67,8 @@ class StatisticsPage(QWidget):
 
         scroll = QScrollArea(widgetResizable=True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        body = QWidget(objectName="page")
+        body = QWidget()
+        body.setObjectName("page")
         charts = QVBoxLayout(body)
         charts.setContentsMargins(0, 0, 8, 0)
         self.samples_chart = BarChart(

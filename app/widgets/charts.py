@@ -118,7 +118,7 @@ class BarChart(_Chart):
         self.unit = unit
         self.days: list[str] = []
         self.series: dict[str, list[float]] = {}
-        self.scale = 1.0
+        self.divisor = 1.0
 
     def set_bars(
         self, days: Sequence[str], series: dict[str, Sequence[float]], *, empty: str
@@ -132,7 +132,7 @@ class BarChart(_Chart):
             return
         self.empty_text = ""
         top = max(max(vs) for vs in series.values())
-        self.scale, scaled = _scale(top)
+        self.divisor, scaled = _scale(top)
         title = f"{self.accessibleName()}, {scaled}" if scaled else self.accessibleName()
         chart.setTitle(title)
         bars = QBarSeries()
@@ -140,7 +140,7 @@ class BarChart(_Chart):
             bar_set = QBarSet(name)
             bar_set.setColor(QColor(colour))
             bar_set.setBorderColor(QColor(colour))
-            bar_set.append([float(v) / self.scale for v in values])
+            bar_set.append([float(v) / self.divisor for v in values])
             bars.append(bar_set)
         bars.hovered.connect(self._hovered)
         chart.addSeries(bars)
@@ -150,9 +150,9 @@ class BarChart(_Chart):
         x_axis.setLabelsColor(QColor(MUTED))
         y_axis = QValueAxis()
         y_axis.setLabelsColor(QColor(MUTED))
-        y_axis.setRange(0, top / self.scale * 1.1)
+        y_axis.setRange(0, top / self.divisor * 1.1)
         y_axis.applyNiceNumbers()
-        y_axis.setLabelFormat("%.0f" if top / self.scale >= 10 else "%.1f")
+        y_axis.setLabelFormat("%.0f" if top / self.divisor >= 10 else "%.1f")
         chart.addAxis(x_axis, Qt.AlignmentFlag.AlignBottom)
         chart.addAxis(y_axis, Qt.AlignmentFlag.AlignLeft)
         bars.attachAxis(x_axis)
