@@ -96,7 +96,11 @@ class EngineBridge(QObject):
         if loop is not None and thread is not None:
             task = self._task
             if task is not None:
-                self._on_loop(lambda: None if task.cancel() else None)
+
+                def cancel() -> None:
+                    task.cancel()
+
+                self._on_loop(cancel)
             thread.join(timeout)
             if thread.is_alive():
                 log.warning("the engine bridge did not stop within %.0f s", timeout)
