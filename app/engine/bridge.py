@@ -22,7 +22,7 @@ import logging
 import queue
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from PySide6.QtCore import QObject, QSocketNotifier, Signal
@@ -52,6 +52,8 @@ class PendingCall(QObject):
         self.result: Any = None
         self.error: ApiError | None = None
         self.done = False
+        self.coroutine: Coroutine[Any, Any, Any] | None = None
+        """Kept until settled, so that one the loop never ran can be closed."""
 
 
 class EngineBridge(QObject):
@@ -106,6 +108,11 @@ class EngineBridge(QObject):
                 log.warning("the engine bridge did not stop within %.0f s", timeout)
             self._loop = self._thread = None
         self._drain()
+        for pending in list(self._pending):  # whatever the loop never reached: say so
+            if not pending.done:
+                if pending.coroutine is not None:
+                    pending.coroutine.close()
+                self._finish(pending, None, EngineUnavailable("the app is shutting down"))
         self._notifier.setEnabled(False)
         for end in (self._wake_in, self._wake_out):
             end.close()
@@ -119,7 +126,9 @@ class EngineBridge(QObject):
         ready.set()
         try:
             loop.run_until_complete(self._guard(self._task))
-            # calls still in flight are cancelled, and their callers told
+            # calls submitted just now may still sit in the loop's ready queue as "create the
+            # task": one more turn creates them, then everything still in flight is cancelled
+            loop.run_until_complete(asyncio.sleep(0))
             pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
             for task in pending:
                 task.cancel()
@@ -148,7 +157,7 @@ class EngineBridge(QObject):
         if loop is None or supervisor is None or loop.is_closed():
             self.post(lambda: self._finish(pending, None, EngineUnavailable("not connected")))
             return pending
-        coroutine = self._invoke(supervisor, call)
+        coroutine = pending.coroutine = self._invoke(supervisor, call)
         try:
             future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         except RuntimeError:  # the loop closed a moment ago (the app is quitting)
@@ -214,6 +223,7 @@ class EngineBridge(QObject):
 
     def _finish(self, pending: PendingCall, result: Any, error: ApiError | None) -> None:
         pending.result, pending.error, pending.done = result, error, True
+        pending.coroutine = None
         if error is None:
             pending.succeeded.emit(result)
         else:

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from app.engine.supervisor import EngineStartFailed
-from core.api.client import EngineClient
 from core.api.endpoint import Endpoint, endpoint_path, engine_output_path
 from core.api.errors import ApiError, EngineUnavailable
 from core.api.protocol import EngineApi
@@ -45,7 +44,7 @@ class LocalEngines:
             endpoint = Endpoint.read(self.endpoint_file)
         except EngineUnavailable:
             return None
-        client = EngineClient(endpoint, timeout=5.0)  # VersionMismatch goes to the supervisor
+        client = _client(endpoint)  # VersionMismatch goes to the supervisor
         try:
             await client.state()
         except ApiError:  # a stale file from an engine that died
@@ -93,7 +92,7 @@ class LocalEngines:
             return None
         if endpoint.pid != pid:
             return None  # an older file, not yet replaced by our engine
-        client = EngineClient(endpoint, timeout=5.0)
+        client = _client(endpoint)
         try:
             await client.state()
         except ApiError:
@@ -130,6 +129,14 @@ class LocalEngines:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             process.wait()
+
+
+def _client(endpoint: Endpoint) -> EngineApi:
+    # imported here, on the bridge's thread: aiohttp takes a third of a second to load, which the
+    # window need not wait for
+    from core.api.client import EngineClient  # noqa: PLC0415
+
+    return EngineClient(endpoint, timeout=5.0)
 
 
 def _tail(path: Path, offset: int, limit: int = 600) -> str:

@@ -12,10 +12,12 @@
 - ``fake``      FakeEngine: an in-memory engine with realistic data, for GUI tests and screenshots.
 
 This package imports neither Qt nor torch nor the engine: the GUI imports it and nothing else of
-``core``, and both sides of the socket agree through it.
+``core``, and both sides of the socket agree through it. ``EngineClient`` is loaded on first use:
+it brings aiohttp (a third of a second), which the app's window need not wait for.
 """
 
-from core.api.client import EngineClient
+from typing import TYPE_CHECKING, Any
+
 from core.api.endpoint import Endpoint, app_settings_path, endpoint_path, engine_output_path
 from core.api.errors import (
     ApiError,
@@ -44,6 +46,9 @@ from core.api.events import (
     UnknownEventType,
 )
 from core.api.protocol import EngineApi
+
+if TYPE_CHECKING:
+    from core.api.client import EngineClient
 from core.api.schema import (
     API_VERSION,
     AccountInfo,
@@ -123,3 +128,11 @@ __all__ = [
     "endpoint_path",
     "engine_output_path",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EngineClient":
+        from core.api.client import EngineClient  # noqa: PLC0415 - see the module docstring
+
+        return EngineClient
+    raise AttributeError(f"module 'core.api' has no attribute {name!r}")

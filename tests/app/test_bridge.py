@@ -93,3 +93,30 @@ def test_stop_tells_waiting_calls_and_ends_the_thread(qtbot: QtBot, fake: FakeEn
     assert call.done
     assert isinstance(call.error, EngineUnavailable)
     assert not [t for t in threading.enumerate() if t.name == "engine-bridge"]
+
+
+def test_a_call_made_as_the_loop_ends_still_hears_back(qtbot: QtBot, fake: FakeEngine) -> None:
+    """A call submitted after the loop's last turn but before it closed would never run; stop()
+    must still settle it (it used to stay pending for ever)."""
+    bridge = EngineBridge(FakeConnector(fake))
+    bridge.start()
+    qtbot.waitUntil(lambda: bridge.status == "connected", timeout=5000)
+    loop, task = bridge._loop, bridge._task
+    assert loop is not None
+    assert task is not None
+    ending, go_on = threading.Event(), threading.Event()
+    close = loop.close
+
+    def held_close() -> None:  # the loop has run its last turn: hold it open a moment
+        ending.set()
+        go_on.wait(5)
+        close()
+
+    loop.close = held_close  # type: ignore[method-assign]
+    loop.call_soon_threadsafe(task.cancel)
+    assert ending.wait(5)
+    call = bridge.call("reading the state", lambda c: c.state())
+    go_on.set()
+    bridge.stop()
+    assert call.done
+    assert isinstance(call.error, EngineUnavailable)
