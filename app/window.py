@@ -11,11 +11,13 @@ icon stays) or quit; the answer is remembered and can be changed in the Settings
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QCheckBox,
     QDialog,
     QHBoxLayout,
@@ -52,30 +54,45 @@ PAGES = (
 Choice = Literal["background", "quit"]
 
 
+@dataclass
+class CloseQuestion:
+    """The one-time question asked when the window is first closed (built, not yet shown)."""
+
+    box: QMessageBox
+    keep: QAbstractButton
+    stop: QAbstractButton
+    remember: QCheckBox
+
+    @classmethod
+    def build(cls, parent: QWidget, tray: bool) -> CloseQuestion:
+        box = QMessageBox(parent)
+        box.setWindowTitle("Close Barnraise")
+        box.setIcon(QMessageBox.Icon.Question)
+        where = "the icon by the clock stays" if tray else "reopen Barnraise to see it again"
+        box.setText("Keep contributing in the background when the window is closed?")
+        box.setInformativeText(
+            f"Barnraise goes on following your schedule; {where}. Or quit, which stops "
+            "contributing until you open Barnraise again."
+        )
+        keep = box.addButton("Keep contributing", QMessageBox.ButtonRole.AcceptRole)
+        stop = box.addButton("Quit Barnraise", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        remember = QCheckBox("Remember my choice")
+        remember.setChecked(True)
+        box.setCheckBox(remember)
+        box.setDefaultButton(keep)
+        return cls(box, keep, stop, remember)
+
+
 def ask_close(parent: QWidget, tray: bool) -> tuple[Choice | None, bool]:
-    """The one-time question; (None, _) when the user cancels the close."""
-    box = QMessageBox(parent)
-    box.setWindowTitle("Close Barnraise")
-    box.setIcon(QMessageBox.Icon.Question)
-    where = "the icon by the clock stays" if tray else "reopen Barnraise to see it again"
-    box.setText("Keep contributing in the background when the window is closed?")
-    box.setInformativeText(
-        f"Barnraise goes on following your schedule; {where}. Or quit, which stops contributing "
-        "until you open Barnraise again."
-    )
-    keep = box.addButton("Keep contributing", QMessageBox.ButtonRole.AcceptRole)
-    stop = box.addButton("Quit Barnraise", QMessageBox.ButtonRole.DestructiveRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    remember = QCheckBox("Remember my choice")
-    remember.setChecked(True)
-    box.setCheckBox(remember)
-    box.setDefaultButton(keep)
-    box.exec()
-    clicked = box.clickedButton()
-    if clicked is keep:
-        return "background", remember.isChecked()
-    if clicked is stop:
-        return "quit", remember.isChecked()
+    """Ask the close question; (None, _) when the user cancels the close."""
+    question = CloseQuestion.build(parent, tray)
+    question.box.exec()
+    clicked = question.box.clickedButton()
+    if clicked is question.keep:
+        return "background", question.remember.isChecked()
+    if clicked is question.stop:
+        return "quit", question.remember.isChecked()
     return None, False
 
 

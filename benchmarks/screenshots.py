@@ -24,7 +24,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPixmap
-from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 from app.engine.bridge import EngineBridge
 from app.engine.preview import FakeConnector
@@ -33,7 +33,7 @@ from app.icons import state_icon
 from app.settings import AppSettings
 from app.theme import apply_theme
 from app.tray import Tray
-from app.window import MainWindow
+from app.window import CloseQuestion, MainWindow
 from core.api.events import ErrorRaised
 from core.api.fake import FakeEngine
 
@@ -197,16 +197,7 @@ def _tray_and_dialogs(s: Shooter) -> None:
         painter.drawPixmap(i * 72 + 4, 0, state_icon(look).pixmap(64, 64))  # type: ignore[arg-type]
     painter.end()
     s.save("17-tray-icons", strip, "tray icon looks: contributing, waiting, paused, error")
-    box = QMessageBox(window)
-    box.setWindowTitle("Close Barnraise")
-    box.setText("Keep contributing in the background when the window is closed?")
-    box.setInformativeText(
-        "Barnraise goes on following your schedule; the icon by the clock stays. Or quit, which "
-        "stops contributing until you open Barnraise again."
-    )
-    box.addButton("Keep contributing", QMessageBox.ButtonRole.AcceptRole)
-    box.addButton("Quit Barnraise", QMessageBox.ButtonRole.DestructiveRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
+    box = CloseQuestion.build(window, tray=True).box
     box.show()
     s.settle(0.3)
     s.save("18-close-question", box, "closing the window: asked once")

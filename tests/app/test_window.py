@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.engine.preview import FakeConnector
 from app.settings import AppSettings
-from app.window import Choice, MainWindow
+from app.window import Choice, MainWindow, ask_close
 from core.api.events import ErrorRaised
 from core.api.fake import FakeEngine
 
@@ -201,3 +201,30 @@ def test_an_error_event_after_connecting_shows_a_warning_but_the_backlog_does_no
     assert window.banner.close_button.isVisible()
     qtbot.mouseClick(window.banner.close_button, CLICK)
     assert not window.banner.isVisible()
+
+
+def test_the_real_close_question_answers_with_the_button_clicked(qtbot: QtBot) -> None:
+    """The dialog itself (the tests above replace it): keep, quit, cancel, and "remember"."""
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    for button, remember, expected in (
+        ("keep", True, ("background", True)),
+        ("stop", False, ("quit", False)),
+        (None, True, (None, False)),
+    ):
+
+        def answer(button: str | None = button, remember: bool = remember) -> None:
+            box = QApplication.activeModalWidget()
+            assert isinstance(box, QMessageBox)
+            check = box.checkBox()
+            assert check is not None
+            assert check.isChecked()  # remembering is the default
+            check.setChecked(remember)
+            if button is None:
+                box.reject()
+                return
+            wanted = "Keep contributing" if button == "keep" else "Quit Barnraise"
+            next(b for b in box.buttons() if b.text() == wanted).click()
+
+        QTimer.singleShot(200, answer)
+        assert ask_close(parent, True) == expected

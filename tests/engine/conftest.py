@@ -3,7 +3,11 @@ in-memory keyring (tests never touch the user's real one)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import io
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,7 +15,9 @@ from typing import Any
 import pytest
 
 from core.account import CredentialStore
-from core.api import Endpoint, EngineClient
+from core.api import Endpoint, EngineClient, EngineState
+from core.cli import ctl
+from core.cli.main import build_parser
 from core.config.paths import UserDirs
 from core.control import EngineDaemon
 from core.engine import EngineConfig
@@ -80,3 +86,33 @@ def peers(monkeypatch: pytest.MonkeyPatch) -> list[StandInPeer]:
 
     monkeypatch.setattr(runtime, "ProjectPeer", make)
     return made
+
+
+async def until(
+    client: EngineClient, check: Callable[[EngineState], bool], timeout: float = 20.0
+) -> EngineState:
+    """Poll the engine's state until ``check`` holds (it is the engine's to change, not ours)."""
+    deadline = time.monotonic() + timeout
+    while not check(state := await client.state()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting; last state {state}")
+        await asyncio.sleep(0.05)
+    return state
+
+
+CtlRun = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def ctl_run(
+    engine: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> CtlRun:
+    """``barnraise ctl ARGS`` against the test's engine (stdin as given); returns what it printed."""
+    monkeypatch.setenv("BARNRAISE_HOME", str(engine.dirs.config.parent))
+
+    async def run(*argv: str, stdin: str = "") -> str:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        assert await ctl._run(build_parser().parse_args(["ctl", *argv])) == 0
+        return str(capsys.readouterr().out)
+
+    return run

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
 import json
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,18 +24,15 @@ from core.api import (
     AttachRequest,
     Conflict,
     CoordinatorUnreachable,
-    EngineState,
     LoginRefused,
     LoginRequired,
 )
-from core.cli import ctl
-from core.cli.main import build_parser
 from core.engine.account import Account
 from core.net import Identity
 from core.net.passes import pass_to_text
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_coordinator
 from tests.account.memory_keyring import MemoryKeyring
-from tests.engine.conftest import Running
+from tests.engine.conftest import CtlRun, Running, until
 from tests.engine.standin import StandInPeer
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
@@ -49,17 +44,6 @@ async def coordinator(tmp_path: Path) -> AsyncIterator[Coordinator]:
         running.add_user("alice")
         running.add_user("mod", moderator=True)
         yield running
-
-
-async def until(
-    engine: Running, check: Callable[[EngineState], bool], timeout: float = 5.0
-) -> EngineState:
-    deadline = time.monotonic() + timeout
-    while not check(state := await engine.client.state()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting; last state {state}")
-        await asyncio.sleep(0.05)
-    return state
 
 
 async def test_login_leaderboard_and_logout_through_the_api(
@@ -116,13 +100,13 @@ async def test_a_moderated_project_waits_for_a_login_then_runs_with_a_pass(
     await client.attach(AttachRequest(str(coordinator.manifest_file(tmp_path))))
     await client.set_settings({"max_other_cpu_percent": 100, "cpu_when_in_use": "pause"})
     await client.start()
-    waiting = await until(engine, lambda s: s.code == "login_required")
+    waiting = await until(engine.client, lambda s: s.code == "login_required")
     assert waiting.state == "error"
     assert "barnraise ctl login" in waiting.reason
     assert peers == []  # no peer without a pass
 
     await client.login("alice", PASSWORD)
-    await until(engine, lambda s: s.state == "running")  # at once, not after the back-off
+    await until(engine.client, lambda s: s.state == "running")  # at once, not after the back-off
     (peer,) = peers
     gate = peer.settings.access
     assert gate is not None
@@ -135,25 +119,14 @@ async def test_a_moderated_project_waits_for_a_login_then_runs_with_a_pass(
 
     await client.logout()  # the peer leaves: its pass is no longer ours to renew
     assert peer.closed
-    await until(engine, lambda s: s.code == "login_required")
+    await until(engine.client, lambda s: s.code == "login_required")
     assert (await client.account()).pass_expires is None
 
 
 async def test_ctl_login_reads_the_password_from_stdin(
-    engine: Running,
-    coordinator: Coordinator,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    engine: Running, coordinator: Coordinator, tmp_path: Path, ctl_run: CtlRun
 ) -> None:
-    monkeypatch.setenv("BARNRAISE_HOME", str(engine.dirs.config.parent))
     await engine.client.attach(AttachRequest(str(coordinator.manifest_file(tmp_path))))
-
-    async def ctl_run(*argv: str, stdin: str = "") -> str:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        assert await ctl._run(build_parser().parse_args(["ctl", *argv])) == 0
-        return capsys.readouterr().out
-
     with pytest.raises(LoginRefused, match="wrong username or password"):
         await ctl_run("login", "--username", "alice", "--password-stdin", stdin="nope nope\n")
     out = await ctl_run("login", "--username", "alice", "--password-stdin", stdin=PASSWORD + "\n")

@@ -3,7 +3,6 @@ without loading torch to say which version it is."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform
@@ -18,10 +17,8 @@ from core import __version__
 from core.account import SessionTokens
 from core.api import API_VERSION
 from core.api.codec import encode
-from core.cli import ctl
-from core.cli.main import build_parser
 from core.engine.diagnostics import REDACTED, TAIL_BYTES, log_tail
-from tests.engine.conftest import Running
+from tests.engine.conftest import CtlRun, Running
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,13 +79,8 @@ async def test_the_login_secrets_are_hidden_too(
     assert answer.log_tail == [f"a {REDACTED} and a {REDACTED}"]
 
 
-async def test_ctl_diagnostics(
-    engine: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("BARNRAISE_HOME", str(engine.dirs.config.parent))
-    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-    assert await ctl._run(build_parser().parse_args(["ctl", "diagnostics"])) == 0
-    out = capsys.readouterr().out
+async def test_ctl_diagnostics(engine: Running, ctl_run: CtlRun) -> None:
+    out = await ctl_run("diagnostics")
     assert out.startswith(f"engine {__version__} (API {API_VERSION}), pid {os.getpid()}")
     assert f"  ledger: {engine.dirs.data / 'ledger.sqlite3'}" in out
     assert "the engine log's last 0 line(s):" in out  # no log file in this test

@@ -12,17 +12,17 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from core.api import AttachRequest, CollaborationEpoch, EngineClient, EngineState, EpochPoint
+from core.api import AttachRequest, CollaborationEpoch, EngineClient, EpochPoint
 from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.data import ShardServer
 from core.project import load_manifest
 from core.training.runtime import PeerSettings, ProjectPeer
-from tests.engine.conftest import Running
+from tests.engine.conftest import Running, until
 
 pytestmark = pytest.mark.slow
 
@@ -60,19 +60,6 @@ async def backbone(demo_data: Path, tmp_path: Path) -> AsyncIterator[tuple[str, 
             await asyncio.wait_for(task, 10)
         await aux.close()
         await server.close()
-
-
-async def until(
-    client: EngineClient, check: Callable[[EngineState], bool], timeout: float = 60.0
-) -> EngineState:
-    deadline = time.monotonic() + timeout
-    while True:
-        state = await client.state()
-        if check(state):
-            return state
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting; last state {state}")
-        await asyncio.sleep(0.1)
 
 
 async def test_engine_under_api_control_counts_only_while_running(

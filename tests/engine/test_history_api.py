@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import math
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from core.account import CredentialStore
 from core.api import (
@@ -25,14 +21,12 @@ from core.api import (
     ErrorRaised,
     TrainingHistory,
 )
-from core.cli import ctl
-from core.cli.main import build_parser
 from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.scheduler import ScriptedIdleSensor
 from core.stats import Ledger
 from tests.account.memory_keyring import MemoryKeyring
-from tests.engine.conftest import Running, fast_config, scripted_sampler
+from tests.engine.conftest import CtlRun, Running, fast_config, scripted_sampler
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 PROJECT = "barnraise-demo"
@@ -156,16 +150,7 @@ async def test_a_ledger_that_cannot_be_written_loses_no_point_and_says_so(
     assert "closed" in errors[-1].message
 
 
-async def test_ctl_history_prints_the_curve(
-    engine: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("BARNRAISE_HOME", str(engine.dirs.config.parent))
-    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-
-    async def ctl_run(*argv: str) -> str:
-        assert await ctl._run(build_parser().parse_args(["ctl", *argv])) == 0
-        return capsys.readouterr().out
-
+async def test_ctl_history_prints_the_curve(engine: Running, ctl_run: CtlRun) -> None:
     assert "no project is attached" in await ctl_run("history")
     await engine.client.attach(AttachRequest(str(DEMO)))
     assert f"{PROJECT}: no completed epoch seen yet" in await ctl_run("history")

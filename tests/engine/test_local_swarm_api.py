@@ -8,18 +8,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import io
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from core.api import AttachRequest, BadRequest, EngineState, ProjectOffer
-from core.cli import ctl
-from core.cli.main import build_parser
+from core.api import AttachRequest, BadRequest, ProjectOffer
 from core.engine import Engine
 from core.engine.projects import SWARM_NOT_RUNNING
 from core.engine.store import EngineFile
@@ -27,7 +23,7 @@ from core.net import Identity
 from core.project import LocalSwarm, SwarmProcess, remove_swarm, write_swarm
 from core.util.errors import ConfigError
 from tests.account.coordinator import manifest_text
-from tests.engine.conftest import Running, fast_config
+from tests.engine.conftest import CtlRun, Running, fast_config, until
 from tests.engine.standin import StandInPeer
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
@@ -60,17 +56,6 @@ def moderated_manifest(folder: Path, url: str) -> Path:
     path = folder / "moderated.toml"
     path.write_text(manifest_text(str(Identity.generate().peer_id), url), encoding="utf-8")
     return path
-
-
-async def until(
-    engine: Running, check: Callable[[EngineState], bool], timeout: float = 20.0
-) -> EngineState:
-    deadline = time.monotonic() + timeout
-    while not check(state := await engine.client.state()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting; last state {state}")
-        await asyncio.sleep(0.05)
-    return state
 
 
 async def test_running_swarms_are_offered_first_then_attached_projects(
@@ -133,16 +118,7 @@ async def test_running_swarms_are_offered_first_then_attached_projects(
     assert [o.source for o in (await client.offers()).offers] == ["attached"]
 
 
-async def test_ctl_offers_and_attach_local_swarm(
-    engine: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("BARNRAISE_HOME", str(engine.dirs.config.parent))
-    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-
-    async def ctl_run(*argv: str) -> str:
-        assert await ctl._run(build_parser().parse_args(["ctl", *argv])) == 0
-        return capsys.readouterr().out
-
+async def test_ctl_offers_and_attach_local_swarm(engine: Running, ctl_run: CtlRun) -> None:
     assert "nothing to offer" in await ctl_run("offers")
     with pytest.raises(BadRequest, match="no demo swarm runs on this computer"):
         await ctl_run("attach", "--local-swarm")
@@ -176,7 +152,7 @@ async def test_a_local_swarm_project_follows_the_swarm_from_run_to_run(
 
     await client.set_settings({"max_other_cpu_percent": 100, "cpu_when_in_use": "pause"})
     await client.start()
-    await until(engine, lambda s: s.state == "running")
+    await until(engine.client, lambda s: s.state == "running")
     assert peers[0].settings.initial_peers == first.initial_peers
     assert peers[0].settings.data_base == first.data_base
 
@@ -184,7 +160,7 @@ async def test_a_local_swarm_project_follows_the_swarm_from_run_to_run(
     second = dataclasses.replace(first, started=first.started + 60, initial_peers=("/ip4/new",))
     second = dataclasses.replace(second, data_base="http://127.0.0.1:4301/")
     write_swarm(engine.dirs, second)
-    await until(engine, lambda s: len(peers) == 2 and s.state == "running")
+    await until(engine.client, lambda s: len(peers) == 2 and s.state == "running")
     assert peers[0].closed
     assert (peers[1].settings.initial_peers, peers[1].settings.data_base) == (
         ("/ip4/new",),
@@ -194,7 +170,7 @@ async def test_a_local_swarm_project_follows_the_swarm_from_run_to_run(
 
     # the swarm stops: the peer leaves, and the state says how to start one
     remove_swarm(engine.dirs, second)
-    stopped = await until(engine, lambda s: s.state == "error")
+    stopped = await until(engine.client, lambda s: s.state == "error")
     assert peers[1].closed
     assert SWARM_NOT_RUNNING in stopped.reason
     assert stopped.last_error == SWARM_NOT_RUNNING
@@ -202,7 +178,7 @@ async def test_a_local_swarm_project_follows_the_swarm_from_run_to_run(
     # it runs again: joined as soon as it is seen (not after the 30 s back-off of other failures)
     third = dataclasses.replace(first, started=first.started + 120, initial_peers=("/ip4/third",))
     write_swarm(engine.dirs, third)
-    await until(engine, lambda s: len(peers) == 3 and s.state == "running", timeout=25.0)
+    await until(engine.client, lambda s: len(peers) == 3 and s.state == "running", timeout=25.0)
     assert peers[2].settings.initial_peers == ("/ip4/third",)
 
 
