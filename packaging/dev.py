@@ -8,6 +8,10 @@ Usage (from the repository root, with Python 3.11 or newer):
 
 Only the standard library is used here, so the same script works on Linux, macOS and Windows.
 The environment is rebuilt only when pyproject.toml, the constraints file or this script change.
+
+``test`` also runs the engine's tests on Python 3.12 (``second_python.py``), beside the main run;
+without extra arguments only. A machine without Python 3.12 skips that leg and says so, unless the
+CI variable is set (``.ci/run`` sets it): then its absence fails the run.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 import venv
 from pathlib import Path
+
+import second_python  # packaging/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -102,9 +109,51 @@ def run_main(extra: list[str]) -> int:
     return _run([_venv_bin("barnraise"), "swarm", *arguments])
 
 
+class SecondLeg:
+    """The tests on Python 3.12, set up and run on a thread while the main checks run."""
+
+    def __init__(self, interpreter: list[str], env: dict[str, str]) -> None:
+        log = VENV / f"tests-py{second_python.VERSION}.log"
+        self.leg = second_python.plan(ROOT, interpreter, CONSTRAINTS, log)
+        self.code: int | None = None
+        self._thread = threading.Thread(target=self._run, args=(env,), daemon=True)
+
+    def start(self) -> None:
+        print(f"(Python {second_python.VERSION}: {' '.join(self.leg.interpreter)};", end=" ")
+        print(f"its tests run beside the main checks, output in {self.leg.log})", flush=True)
+        self._thread.start()
+
+    def _run(self, env: dict[str, str]) -> None:
+        self.code = second_python.run_leg(self.leg, ROOT, TORCH, CONSTRAINTS, env)
+
+    def finish(self) -> int:
+        self._thread.join()
+        text = self.leg.log.read_text(errors="replace") if self.leg.log.exists() else ""
+        lines = text.splitlines()
+        # the whole log when it failed, else pytest's summary line
+        shown = lines if self.code != 0 else lines[-1:]
+        print("\n".join(shown), flush=True)
+        return 1 if self.code is None else self.code
+
+
+def _second_leg(extra: list[str], env: dict[str, str]) -> tuple[SecondLeg | None, str | None]:
+    """The 3.12 leg to run, or why none runs (an error in CI, a note elsewhere)."""
+    version = second_python.VERSION
+    if extra:
+        return None, None  # a focused run (-k, a path): the main leg only
+    interpreter = second_python.find_interpreter()
+    if interpreter is None:
+        why = f"Python {version} was not found (PATH, pyenv, py.exe, ${second_python.OVERRIDE})"
+        return None, why
+    return SecondLeg(interpreter, env), None
+
+
 def run_tests(extra: list[str]) -> int:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONDONTWRITEBYTECODE="1")
     python = _venv_bin("python")
+    second, missing = _second_leg(extra, env)
+    if second is not None:
+        second.start()
     checks: list[tuple[str, list[str | Path]]] = [
         ("ruff lint", [python, "-m", "ruff", "check", "."]),
         ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
@@ -117,6 +166,16 @@ def run_tests(extra: list[str]) -> int:
         print(f"\n=== {name} ===", flush=True)
         if _run(cmd, env=env) != 0:
             failed.append(name)
+    leg = f"pytest on Python {second_python.VERSION}"
+    if second is not None:
+        print(f"\n=== {leg} ({' '.join(second_python.TEST_PATHS)}) ===", flush=True)
+        if second.finish() != 0:
+            failed.append(leg)
+    elif missing is not None and os.environ.get("CI"):
+        print(f"\n=== {leg} ===\n{missing}: CI needs it.", flush=True)
+        failed.append(leg)
+    elif missing is not None:
+        print(f"\nNote: {missing}; that leg did not run.", flush=True)
     print()
     if failed:
         print(f"FAILED: {', '.join(failed)}")

@@ -70,9 +70,13 @@ class BackgroundTasks:
         self._closed = True
         current = asyncio.current_task()
         while True:
-            pending = [task for task in self._tasks if task is not current]
-            if not pending:
+            # A finished task leaves the set through its done-callback, which runs in a later turn
+            # of the loop. Never wait for that: since Python 3.12 an await over finished tasks
+            # (gather) returns without yielding, so a loop on the set alone would spin for ever.
+            running = [task for task in self._tasks if task is not current and not task.done()]
+            self._tasks.difference_update([task for task in self._tasks if task.done()])
+            if not running:
                 return
-            for task in pending:
+            for task in running:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.wait(running)
