@@ -81,12 +81,13 @@ class EngineDaemon:
             endpoint = Endpoint(server.url, server.token, os.getpid(), API_VERSION)
             endpoint.write(_endpoint_file(config))
         except BaseException:
-            # each failure to close is logged on its own; the error that stopped the start is the news
-            with contextlib.suppress(Exception):
-                if server is not None:
+            # each failure to close is logged; the error that stopped the opening is the news
+            closing = Closing()
+            if server is not None:
+                with closing.attempt("closing the control server"):
                     await server.close()
-            with contextlib.suppress(ShutdownIncomplete):
-                if engine is not None:
+            if engine is not None:
+                with contextlib.suppress(ShutdownIncomplete):  # its parts logged one by one
                     await engine.close()
             lock.release()
             raise

@@ -151,9 +151,8 @@ class Engine:
         try:
             await engine._begin()
         except BaseException:
-            with contextlib.suppress(
-                ShutdownIncomplete
-            ):  # each failure is logged; ours is the news
+            # each part that fails to close is logged; the error that stopped the opening is the news
+            with contextlib.suppress(ShutdownIncomplete):
                 await engine.close()
             raise
         return engine
