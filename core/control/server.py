@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,8 +36,6 @@ from core.api.schema import (
 from core.control.errors import api_error, http_error
 from core.engine import Engine
 from core.util.errors import BarnraiseError
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
