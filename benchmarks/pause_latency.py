@@ -64,17 +64,17 @@ async def measure(trials: int, device: str, root: Path) -> dict[str, Any]:
     idle = ScriptedIdleSensor(idle_seconds=3600.0)
     sampler = ConditionSampler(idle, SystemSensor(), GpuSensor(), headless=False)
     config = EngineConfig(UserDirs.under(root / "home"))
-    daemon = EngineDaemon(config, sampler=sampler)
+    daemon: EngineDaemon | None = None
     latencies: list[float] = []
     microbatch: list[float] = []
     late_microbatches = 0
     grads_left = 0
     try:
         address = await asyncio.wait_for(asyncio.shield(ready), 120)
-        await daemon.start()
+        daemon = await EngineDaemon.open(config, sampler=sampler)
         engine = daemon.engine
         await engine.attach(AttachRequest(str(DEMO_MANIFEST), [address], base, device))
-        await engine.set_preferences(
+        await engine.set_settings(
             {"max_other_cpu_percent": 100, "cpu_when_in_use": "pause", "contribute": True}
         )
         subscription = engine.events.subscribe()
@@ -113,7 +113,8 @@ async def measure(trials: int, device: str, root: Path) -> dict[str, Any]:
             )
         subscription.close()
     finally:
-        await daemon.stop()
+        if daemon is not None:
+            await daemon.stop()
         stop.set()
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(aux_task, 10)

@@ -4,8 +4,10 @@ One ``aiohttp.ClientSession`` per client (use it as an async context manager). E
 coordinator's answer onto the account errors: 401 on a login is ``LoginFailed`` but on a session
 call ``NotLoggedIn``, 403 is ``AccessRefused`` (or ``SignupClosed`` on a sign-up), 429 is
 ``RateLimited`` with the wait it asks for, and a refused connection, a timeout, a 5xx or a reply that
-is not the API's JSON is ``CoordinatorUnavailable``. Passwords go in request bodies only, never in
-URLs, messages or logs.
+is not the API's JSON is ``CoordinatorUnavailable``. The coordinator's words come with every
+error, and the error id it gives its own failures (``"id"``, also in its log) with a 5xx, so the
+organizer can find the failure. Passwords go in request bodies only, never in URLs, messages or
+logs.
 """
 
 from __future__ import annotations
@@ -180,9 +182,17 @@ def _json(text: str) -> object:
 
 
 def _error_text(data: object, status: int) -> str:
-    if isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"].strip():
-        return str(data["error"])[:500]
-    return f"the coordinator refused the request (HTTP {status})"
+    """The coordinator's words, and the id of its failure where it gave one."""
+    text = f"the coordinator refused the request (HTTP {status})"
+    if not isinstance(data, dict):
+        return text
+    if isinstance(data.get("error"), str) and data["error"].strip():
+        text = str(data["error"])[:500]
+    error_id = data.get("id")
+    named = isinstance(error_id, str) and error_id in text  # a coordinator of this version does
+    if isinstance(error_id, str) and error_id.isalnum() and len(error_id) <= 32 and not named:
+        text += f" (error id {error_id})"
+    return text
 
 
 def _retry_after(data: object, header: str | None) -> float:

@@ -4,7 +4,8 @@
   AccountInfo, Leaderboard, MyRank, requests.
 - ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors,
   account changed).
-- ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as.
+- ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as, and
+  the error id of the engine's own failures (``error_id``).
 - ``codec``     dataclasses to JSON and back, checked against their type hints.
 - ``endpoint``  the engine's endpoint file (URL, token, pid) in the user's runtime directory.
 - ``client``    EngineClient: the typed async client.
@@ -29,6 +30,7 @@ from core.api.errors import (
     LoginRefused,
     LoginRequired,
     NotFound,
+    StorageFailed,
     TooManyAttempts,
     Unauthorized,
     VersionMismatch,
@@ -119,6 +121,7 @@ __all__ = [
     "Settings",
     "StateChanged",
     "Statistics",
+    "StorageFailed",
     "TooManyAttempts",
     "TrainingHistory",
     "Unauthorized",

@@ -224,9 +224,10 @@ class EngineClient:
         if not isinstance(payload, dict):
             raise ApiError(f"the engine sent a malformed answer (HTTP {response.status})")
         if response.status >= 400 or "error" in payload:
-            error = payload.get("error") or {}
+            error = payload.get("error")
+            error = error if isinstance(error, dict) else {}
             raise error_from_wire(
-                error.get("code"), error.get("message", f"HTTP {response.status}")
+                error.get("code"), error.get("message", f"HTTP {response.status}"), error.get("id")
             )
         if kind is None:
             return None  # type: ignore[return-value]

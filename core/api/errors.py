@@ -1,8 +1,10 @@
 """The errors that cross the control API, with the codes and HTTP statuses they travel as.
 
-The engine raises them (or maps its own ``BarnraiseError`` onto them); the server sends
-``{"error": {"code": ..., "message": ...}}``; the client raises the same class again, so the CLI and
-the GUI's one error presenter see one hierarchy whichever side of the socket the problem was on.
+The engine raises its own errors; the control server's one table maps them onto these classes and
+sends ``{"error": {"code": ..., "message": ..., "id": ...}}``; the client raises the same class
+again, so the CLI and the GUI's one error presenter see one hierarchy whichever side of the socket
+the problem was on. ``id`` comes with the engine's own failures (``internal``, ``storage_failed``):
+the same id is in the engine's log, next to the traceback; the client keeps it as ``error_id``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ class ApiError(BarnraiseError):
 
     code: ClassVar[str] = "internal"
     status: ClassVar[int] = 500
+
+    def __init__(self, *args: object, error_id: str | None = None) -> None:
+        super().__init__(*args)
+        self.error_id = error_id
+        """Names the failure in the engine's log (failures of the engine itself only)."""
 
     @property
     def message(self) -> str:
@@ -61,6 +68,14 @@ class VersionMismatch(ApiError):
 
     code = "version_mismatch"
     status = 426
+
+
+class StorageFailed(ApiError):
+    """The engine cannot write or read its own files (disk full, permissions): not the caller's
+    fault; what was asked for may hold only until the engine stops (the message says)."""
+
+    code = "storage_failed"
+    status = 500
 
 
 class EngineUnavailable(ApiError):
@@ -109,6 +124,7 @@ ERRORS: dict[str, type[ApiError]] = {
         NotFound,
         Conflict,
         VersionMismatch,
+        StorageFailed,
         EngineUnavailable,
         LoginRefused,
         LoginRequired,
@@ -118,7 +134,7 @@ ERRORS: dict[str, type[ApiError]] = {
 }
 
 
-def error_from_wire(code: object, message: object) -> ApiError:
+def error_from_wire(code: object, message: object, error_id: object = None) -> ApiError:
     """Rebuild an error the server sent; unknown codes become a plain ``ApiError``."""
     cls = ERRORS.get(code, ApiError) if isinstance(code, str) else ApiError
-    return cls(str(message))
+    return cls(str(message), error_id=error_id if isinstance(error_id, str) else None)

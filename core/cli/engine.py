@@ -5,7 +5,8 @@
 One per user: a second start names the running one and exits. The control API listens on
 127.0.0.1; its URL and token are written to ``engine.json`` in the user's runtime directory (mode
 0600), where ``barnraise ctl`` and the desktop app find them. Logs go to stderr and to a rotating
-file in the user's log directory. SIGTERM or Ctrl-C stops it within 5 seconds, saving its state.
+file in the user's log directory. SIGTERM or Ctrl-C stops it within 5 seconds, saving its state;
+should the ledger or the settings fail to be written then, it says what failed and exits with 1.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from core.config.paths import UserDirs
 from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.engine.config import ENGINE_LOG
-
-log = logging.getLogger(__name__)
 
 
 def register(commands: Any) -> None:
@@ -62,18 +61,12 @@ async def _run(args: argparse.Namespace) -> int:
                 other.setLevel(max(other.level, logging.WARNING))
     stop = asyncio.Event()
     stop_on_signals(stop)
-    daemon = EngineDaemon(EngineConfig(dirs, headless=args.headless), port=args.port)
     try:
-        endpoint = await daemon.start()
-        print(f"engine ready at {endpoint.url} (pid {endpoint.pid})", flush=True)
-        waiter = asyncio.create_task(daemon.shutdown_requested.wait(), name="engine/shutdown")
-        stopper = asyncio.create_task(stop.wait(), name="engine/stop")
-        _, pending = await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        log.info("stopping")
+        config = EngineConfig(dirs, headless=args.headless)
+        daemon = await EngineDaemon.open(config, port=args.port)
+        print(f"engine ready at {daemon.endpoint.url} (pid {daemon.endpoint.pid})", flush=True)
+        await daemon.run(stop)  # ShutdownIncomplete: main prints what failed and exits with 1
     finally:
-        await daemon.stop()
         root.removeHandler(handler)
         handler.close()
     print("engine stopped", flush=True)

@@ -1,9 +1,12 @@
 """EngineDaemon: the ``barnraise engine`` process — one lock, one engine, one control server.
 
-Start order: the per-user lock (a second engine stops here and names the first), the engine (settings,
-ledger, sensors, scheduler, project), the control server, and last the endpoint file that tells
-clients where to connect. Stop runs the other way round, so no client is ever pointed at a server
-that is not there, and the ledger and settings are written before the lock is released.
+``await EngineDaemon.open(config)`` takes, in order, the per-user lock (a second engine stops here
+and names the first), the engine (settings, ledger, sensors, scheduler, project), the control
+server, and last the endpoint file that tells clients where to connect; if a step fails, what was
+opened is closed again, so a daemon always has all its parts. ``stop`` runs the other way round, so
+no client is ever pointed at a server that is not there, and the ledger and settings are written
+before the lock is released; every part is stopped even if another fails, and
+``ShutdownIncomplete`` then lists what failed (``barnraise engine`` says so and exits non-zero).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from core.api.errors import ApiError
 from core.api.schema import API_VERSION
 from core.control.lock import AlreadyRunning, InstanceLock
 from core.control.server import ControlServer
-from core.engine import Engine, EngineConfig
+from core.engine import Closing, Engine, EngineConfig, ShutdownIncomplete
 from core.scheduler import ConditionSampler
 from core.util.errors import BarnraiseError
 
@@ -32,64 +35,94 @@ class EngineAlreadyRunning(BarnraiseError):
 
 
 class EngineDaemon:
+    """Made by ``EngineDaemon.open`` (the constructor takes parts already started)."""
+
     def __init__(
         self,
+        config: EngineConfig,
+        *,
+        lock: InstanceLock,
+        engine: Engine,
+        server: ControlServer,
+        endpoint: Endpoint,
+        shutdown_requested: asyncio.Event,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.server = server
+        self.endpoint = endpoint
+        self.shutdown_requested = shutdown_requested
+        """Set when a client asks the engine to stop (``POST /v1/shutdown``)."""
+        self._lock = lock
+        self._stopped = False
+
+    @classmethod
+    async def open(
+        cls,
         config: EngineConfig,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
         sampler: ConditionSampler | None = None,
         credentials: CredentialStore | None = None,
-    ) -> None:
-        self.config = config
-        self.engine = Engine(config, sampler=sampler, credentials=credentials)
-        self.shutdown_requested = asyncio.Event()
-        self.server = ControlServer(
-            self.engine, host=host, port=port, on_shutdown=self.shutdown_requested.set
-        )
-        self._lock = InstanceLock(config.lock_file)
-        self._endpoint_file: Path = endpoint_path(config.dirs)
-        self._started: list[str] = []
-
-    async def start(self) -> Endpoint:
+    ) -> EngineDaemon:
+        lock = InstanceLock(config.lock_file)
         try:
-            self._lock.acquire()
+            lock.acquire()
         except AlreadyRunning:
-            raise EngineAlreadyRunning(self._describe_other()) from None
-        self._started.append("lock")
+            raise EngineAlreadyRunning(_describe_other(config)) from None
+        engine: Engine | None = None
+        server: ControlServer | None = None
         try:
-            await self.engine.start()
-            self._started.append("engine")
-            await self.server.start()
-            self._started.append("server")
-            endpoint = Endpoint(self.server.url, self.server.token, os.getpid(), API_VERSION)
-            endpoint.write(self._endpoint_file)
-            self._started.append("endpoint")
+            engine = await Engine.open(config, sampler=sampler, credentials=credentials)
+            shutdown_requested = asyncio.Event()
+            server = ControlServer(engine, host=host, port=port, on_shutdown=shutdown_requested.set)
+            await server.start()
+            endpoint = Endpoint(server.url, server.token, os.getpid(), API_VERSION)
+            endpoint.write(_endpoint_file(config))
         except BaseException:
-            await self.stop()
+            # each failure to close is logged; the error that stopped the opening is the news
+            closing = Closing()
+            if server is not None:
+                with closing.attempt("closing the control server"):
+                    await server.close()
+            if engine is not None:
+                with contextlib.suppress(ShutdownIncomplete):  # its parts logged one by one
+                    await engine.close()
+            lock.release()
             raise
-        log.info("engine ready at %s", self.server.url)
-        return endpoint
+        log.info("engine ready at %s", server.url)
+        return cls(
+            config,
+            lock=lock,
+            engine=engine,
+            server=server,
+            endpoint=endpoint,
+            shutdown_requested=shutdown_requested,
+        )
 
     async def stop(self) -> None:
-        while self._started:
-            part = self._started.pop()
-            try:
-                if part == "endpoint":
-                    with contextlib.suppress(FileNotFoundError):
-                        self._endpoint_file.unlink()
-                elif part == "server":
-                    await self.server.close()
-                elif part == "engine":
-                    await self.engine.close()
-                else:
-                    self._lock.release()
-            except Exception:  # one part failing to stop must not keep the others running
-                log.exception("stopping the %s failed", part)
+        """Stop in reverse order (once; a second call does nothing).
+
+        Raises ``ShutdownIncomplete`` listing every part that failed, the engine's included."""
+        if self._stopped:
+            return
+        self._stopped = True
+        closing = Closing()
+        with closing.attempt("removing the endpoint file"):
+            _endpoint_file(self.config).unlink(missing_ok=True)
+        with closing.attempt("closing the control server"):
+            await self.server.close()
+        try:
+            await self.engine.close()
+        except ShutdownIncomplete as exc:  # its parts were logged one by one
+            closing.failures.extend(exc.failures)
+        with closing.attempt("releasing the lock"):
+            self._lock.release()
+        closing.raise_if_failed()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Start, serve until ``stop`` or a shutdown request, then stop."""
-        await self.start()
+        """Serve until ``stop`` or a shutdown request, then stop."""
         try:
             waiters = {
                 asyncio.create_task(stop.wait(), name="daemon/stop"),
@@ -98,18 +131,24 @@ class EngineDaemon:
             _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
                 task.cancel()
+            log.info("stopping")
         finally:
             await self.stop()
 
-    def _describe_other(self) -> str:
-        try:
-            other = Endpoint.read(self._endpoint_file)
-        except ApiError:
-            return (
-                f"another Barnraise engine is already running for this user (it holds "
-                f"{self.config.lock_file}); use 'barnraise ctl status' or stop it first"
-            )
+
+def _endpoint_file(config: EngineConfig) -> Path:
+    return endpoint_path(config.dirs)
+
+
+def _describe_other(config: EngineConfig) -> str:
+    try:
+        other = Endpoint.read(_endpoint_file(config))
+    except ApiError:
         return (
-            f"a Barnraise engine is already running for this user (pid {other.pid}, control API at "
-            f"{other.url}); use 'barnraise ctl status', or stop it first"
+            f"another Barnraise engine is already running for this user (it holds "
+            f"{config.lock_file}); use 'barnraise ctl status' or stop it first"
         )
+    return (
+        f"a Barnraise engine is already running for this user (pid {other.pid}, control API at "
+        f"{other.url}); use 'barnraise ctl status', or stop it first"
+    )

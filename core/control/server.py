@@ -4,7 +4,10 @@ Three gates before any handler runs: the ``Host`` header must name the loopback 
 on (a page using DNS rebinding gets a foreign host name), a request carrying a browser ``Origin``
 is refused (no web page may drive the engine, even one that learned the port), and the bearer token
 must match (compared in constant time). Handlers are thin: decode the request with the schema, call
-the engine, encode the answer. Every error leaves as ``{"error": {"code", "message"}}``.
+the engine's method of the same name as the API call, encode the answer. Every error leaves as
+``{"error": {"code", "message"}}`` (with ``"id"`` for the engine's own failures), its status and
+code from the one table in ``errors``: an unexpected exception is a JSON 500 whose id is in the
+log with its traceback, never aiohttp's plain-text page.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,14 +22,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from core.api.codec import decode, encode
-from core.api.errors import (
-    ApiError,
-    BadRequest,
-    Forbidden,
-    NotFound,
-    Unauthorized,
-    VersionMismatch,
-)
+from core.api.errors import ApiError, BadRequest, Forbidden, Unauthorized, VersionMismatch
 from core.api.schema import (
     API_VERSION,
     VERSION_HEADER,
@@ -38,10 +33,9 @@ from core.api.schema import (
     SettingsUpdate,
     SnoozeRequest,
 )
+from core.control.errors import api_error, http_error
 from core.engine import Engine
 from core.util.errors import BarnraiseError
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -120,12 +114,10 @@ class ControlServer:
         try:
             self._check(request)
             return await handler(request)
-        except ApiError as exc:
-            return _error(exc)
-        except BarnraiseError as exc:  # the engine's own clear errors are the caller's problem
-            return _error(BadRequest(str(exc)))
-        except web.HTTPException as exc:
-            return _error(_http_error(exc))
+        except web.HTTPException as exc:  # aiohttp's own: no such route, wrong method, too large
+            return _error(http_error(exc))
+        except Exception as exc:  # the engine's errors by the table; the rest logged, with an id
+            return _error(api_error(exc, f"{request.method} {request.path}"))
 
     def _check(self, request: web.Request) -> None:
         host = request.headers.get("Host", "")
@@ -151,7 +143,7 @@ class ControlServer:
 
     async def _set_settings(self, request: web.Request) -> web.Response:
         update = decode(SettingsUpdate, await _body(request))
-        return _ok(await self.engine.set_preferences(update.values))
+        return _ok(await self.engine.set_settings(update.values))
 
     async def _statistics(self, request: web.Request) -> web.Response:
         project = request.query.get("project") or None
@@ -181,7 +173,7 @@ class ControlServer:
         return _ok(ProjectList(await self.engine.detach(request.match_info["name"])))
 
     async def _start(self, request: web.Request) -> web.Response:
-        return _ok(await self.engine.start_contributing())
+        return _ok(await self.engine.start())
 
     async def _pause(self, request: web.Request) -> web.Response:
         return _ok(await self.engine.pause())
@@ -198,13 +190,11 @@ class ControlServer:
         return _ok(None)
 
     async def _account(self, request: web.Request) -> web.Response:
-        return _ok(self.engine.account.info())
+        return _ok(self.engine.account())
 
     async def _login(self, request: web.Request) -> web.Response:
         login = decode(LoginRequest, await _body(request))
-        return _ok(
-            await self.engine.account.login(login.username, login.password, signup=login.signup)
-        )
+        return _ok(await self.engine.login(login.username, login.password, signup=login.signup))
 
     async def _logout(self, request: web.Request) -> web.Response:
         return _ok(await self.engine.logout())
@@ -214,10 +204,10 @@ class ControlServer:
             limit = int(request.query.get("limit", "10"))
         except ValueError:
             raise BadRequest("limit must be a whole number") from None
-        return _ok(await self.engine.account.leaderboard(limit))
+        return _ok(await self.engine.leaderboard(limit))
 
     async def _my_rank(self, request: web.Request) -> web.Response:
-        return _ok(await self.engine.account.my_rank())
+        return _ok(await self.engine.my_rank())
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         since_text = request.query.get("since")
@@ -268,17 +258,7 @@ def _ok(data: Any) -> web.Response:
 
 
 def _error(exc: ApiError) -> web.Response:
-    if exc.status >= 500:
-        log.error("control API error: %s", exc.message)
-    body = {"api_version": API_VERSION, "error": {"code": exc.code, "message": exc.message}}
-    return web.json_response(body, status=exc.status)
-
-
-def _http_error(exc: web.HTTPException) -> ApiError:
-    if exc.status == 404:
-        return NotFound(f"no such API call: {exc.reason}")
-    if exc.status == 405:
-        return BadRequest("this API call does not take that method")
-    if exc.status == 413:
-        return BadRequest("the request is too large")
-    return ApiError(f"HTTP {exc.status}: {exc.reason}")
+    error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.error_id is not None:
+        error["id"] = exc.error_id
+    return web.json_response({"api_version": API_VERSION, "error": error}, status=exc.status)

@@ -4,7 +4,8 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
 ``barnraise swarm --moderated``). It never imports torch or the training code.
 
 - ``service``      ``CoordinatorService``: the HTTP endpoints, pass signing, start and close.
-- ``http``         request bodies with size limits, bearer tokens, JSON answers, ``{"error"}`` replies.
+- ``http``         request bodies with size limits, bearer tokens, JSON answers, and the one table
+  from errors to status and code (``{"error", "code"}``; a 500 also carries a logged error ``id``).
 - ``store``        ``CoordinatorStore``: the one connection, the table helpers, ``add_user`` for set-up.
 - ``schema``       opening the database safely (WAL, ours or refused), tables, migrations.
 - ``accounts``     users, roles, the allowlist (invitations) and bans.
@@ -15,7 +16,7 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
 - ``names``        username rules (NFC, case-folded key) and ``Password``, which never prints itself.
 - ``passwords``    scrypt hashes with their parameters, constant-time checks, re-hashing.
 - ``ratelimit``    ``LoginLimiter``: failures per name and per address, doubling waits (429).
-- ``errors``       refusals carrying their HTTP status; ``StoreError`` for the database file.
+- ``errors``       refusals named for what they refuse; ``StoreError`` for the database file.
 """
 
 from core.coordinator.accounts import MODERATOR, VOLUNTEER, User

@@ -1,7 +1,8 @@
-"""The coordinator's refusals: each is a ``BarnraiseError`` that knows the HTTP status it answers.
+"""The coordinator's refusals, each a ``BarnraiseError`` named for what it refuses.
 
 The store raises them too (an unknown user, a taken name), so the management commands print the
-same plain words the HTTP API sends as ``{"error": ...}``.
+same plain words the HTTP API sends as ``{"error": ...}``; which status and code each answers with
+is said in one place, the table in ``http``.
 """
 
 from __future__ import annotations
@@ -12,39 +13,35 @@ from core.util.errors import BarnraiseError
 
 
 class CoordinatorError(BarnraiseError):
-    """A request the coordinator refuses; ``status`` is the HTTP status of the answer."""
-
-    status = 400
+    """A request the coordinator refuses."""
 
 
 class BadRequest(CoordinatorError):
-    status = 400
+    """The request is malformed or a value is invalid (the message says which)."""
 
 
 class Unauthorized(CoordinatorError):
-    status = 401
+    """No session, a wrong password, or a token that is unknown or has expired."""
 
 
 class Forbidden(CoordinatorError):
-    status = 403
+    """Banned, not allowlisted, sign-up closed, or not a moderator."""
 
 
 class NotFound(CoordinatorError):
-    status = 404
+    """No such user."""
 
 
 class Conflict(CoordinatorError):
-    status = 409
+    """The name is taken (or the request contradicts what the store holds)."""
 
 
 class TooLarge(CoordinatorError):
-    status = 413
+    """The request body is over the route's limit."""
 
 
 class TooManyAttempts(CoordinatorError):
     """Login attempts for a name or from an address are paused for ``retry_after`` seconds."""
-
-    status = 429
 
     def __init__(self, retry_after: float) -> None:
         # Retry-After is whole seconds; rounding up means a client that obeys it is let in.

@@ -1,15 +1,20 @@
 """The HTTP plumbing shared by the coordinator's handlers: bodies, bearer tokens, answers, errors.
 
-Every refusal leaves as ``{"error": "<plain words>"}`` with its status (``CoordinatorError.status``);
-aiohttp's own (no such path, wrong method) are reworded the same way, and anything unexpected is a
-500 whose details go only to the log. Bodies are read up to a per-route limit and never logged, as
-they may hold passwords.
+Every refusal leaves as ``{"error": "<plain words>", "code": "<code>"}`` with the status and code
+that ``ERROR_TABLE``, the one table, gives its class (the nearest in its MRO); aiohttp's own (no
+such path, wrong method, too large) are reworded the same way. A database that cannot be used
+(``StoreError``, ``sqlite3.Error``: disk full, permissions) is a ``storage_failed`` 500, and
+anything unexpected an ``internal`` 500: both carry a short random ``"id"``, also in the message,
+that is logged with the traceback, while the details stay in the log. Bodies are read up to a
+per-route limit and never logged, as they may hold passwords.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,7 +22,11 @@ from aiohttp import web
 
 from core.coordinator.errors import (
     BadRequest,
+    Conflict,
     CoordinatorError,
+    Forbidden,
+    NotFound,
+    StoreError,
     TooLarge,
     TooManyAttempts,
     Unauthorized,
@@ -31,39 +40,70 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SMALL_BODY = 4 * 1024
 LARGE_BODY = 1024 * 1024
 
+ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
+    CoordinatorError: (400, "bad_request"),
+    BadRequest: (400, "bad_request"),
+    Unauthorized: (401, "unauthorized"),
+    Forbidden: (403, "forbidden"),
+    NotFound: (404, "not_found"),
+    Conflict: (409, "conflict"),
+    TooLarge: (413, "too_large"),
+    TooManyAttempts: (429, "too_many_attempts"),
+    # the database is the coordinator's problem, never the caller's
+    StoreError: (500, "storage_failed"),
+    sqlite3.Error: (500, "storage_failed"),
+}
+"""Status and code of each error class; a class not found in an error's MRO is unexpected."""
+
+_AIOHTTP_WORDS = {
+    404: ("no such endpoint", "not_found"),
+    405: ("this endpoint does not take that method", "method_not_allowed"),
+    413: ("the request body is too large", "too_large"),
+}
+
 
 @web.middleware
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except CoordinatorError as exc:
-        return error_response(exc)
     except web.HTTPException as exc:
         return reworded(exc)
-    except Exception:
+    except Exception as exc:
         # Only the method and path: the body may hold a password.
-        log.exception("coordinator: %s %s failed", request.method, request.path)
-        return web.json_response({"error": "internal error in the coordinator"}, status=500)
+        return error_response(exc, f"{request.method} {request.path}")
 
 
-def error_response(exc: CoordinatorError) -> web.Response:
-    body: dict[str, Any] = {"error": str(exc)}
+def status_and_code(exc: BaseException) -> tuple[int, str]:
+    """What ``ERROR_TABLE`` says of ``exc``'s class or its nearest parent; else an internal 500."""
+    return next((ERROR_TABLE[c] for c in type(exc).__mro__ if c in ERROR_TABLE), (500, "internal"))
+
+
+def error_response(exc: Exception, where: str) -> web.Response:
+    """The answer to ``exc`` by ``ERROR_TABLE``; a 500 gets an error id, logged with its trace."""
+    status, code = status_and_code(exc)
+    if status >= 500:
+        return _failure(exc, where, code)
+    body: dict[str, Any] = {"error": str(exc), "code": code}
     headers: dict[str, str] = {}
     if isinstance(exc, TooManyAttempts):
         body["retry_after"] = exc.retry_after
         headers["Retry-After"] = str(exc.retry_after)
     elif isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return web.json_response(body, status=exc.status, headers=headers)
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _failure(exc: Exception, where: str, code: str) -> web.Response:
+    error_id = secrets.token_hex(4)
+    log.error("coordinator: %s failed (error id %s)", where, error_id, exc_info=exc)
+    what = "its database cannot be used" if code == "storage_failed" else "an internal error"
+    words = f"the coordinator failed: {what} (error id {error_id}); its log has the details"
+    return web.json_response({"error": words, "code": code, "id": error_id}, status=500)
 
 
 def reworded(exc: web.HTTPException) -> web.Response:
-    words = {
-        404: "no such endpoint",
-        405: "this endpoint does not take that method",
-        413: "the request body is too large",
-    }.get(exc.status, exc.reason)
-    return web.json_response({"error": words}, status=exc.status)
+    words, code = _AIOHTTP_WORDS.get(exc.status, (exc.reason, "http_error"))
+    return web.json_response({"error": words, "code": code}, status=exc.status)
 
 
 async def json_body(request: web.Request, limit: int = SMALL_BODY) -> dict[str, Any]:

@@ -1,12 +1,18 @@
 """The engine: the long-running service that contributes for one user.
 
-- ``engine``    Engine: ordered start and stop of its parts, the scheduler loop, commands, views.
+- ``engine``    Engine: built whole by ``Engine.open``, stopped by ``close``; the scheduler loop,
+  the commands (named as the API's calls), views.
+- ``parts``     EngineParts: settings file, identity, local swarms, ledger, metering, loss curve and
+  sensors, opened together (closed again if one fails); ``Closing`` collects what fails to stop.
+- ``errors``    the engine's own errors (invalid argument, unknown project, attached twice, no
+  coordinator, settings not saved) and ``ShutdownIncomplete``, which lists what failed to stop.
 - ``config``    EngineConfig: folders and timings of one engine process.
 - ``store``     EngineFile: preferences, pause/snooze and attached projects in one TOML file.
 - ``projects``  ProjectSlot (an attached project) and ProjectRunner (its peer, started lazily).
 - ``account``   Account: the login at the active project's coordinator, the keyring, the leaderboard,
   and the pass keeper whose AccessGate a moderated project's peer shows.
 - ``metering``  Metering: the peer's running totals turned into ledger rows.
+- ``progress``  ProgressMeter: the peer's totals metered now and then, progress and peers published.
 - ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
 - ``peer_events`` PeerEvents: the peer's events counted, recorded and published.
 - ``history``   History: the collaboration's loss curve per project (memory and the ledger's file).
@@ -17,11 +23,14 @@
 - ``diagnostics`` versions, folders and the log's last lines for a bug report (no secrets).
 - ``views``     the API's answers built from the engine's parts (statistics, progress, settings).
 
-The GUI never imports this package; it talks to it through ``core.api`` and the control server.
+The GUI never imports this package; it talks to it through ``core.api`` and the control server,
+whose one table (``core.control.errors``) turns the engine's errors into the API's.
 """
 
 from core.engine.config import EngineConfig
 from core.engine.engine import Engine
+from core.engine.errors import PartFailure, ShutdownIncomplete
 from core.engine.events import EventBus
+from core.engine.parts import Closing
 
-__all__ = ["Engine", "EngineConfig", "EventBus"]
+__all__ = ["Closing", "Engine", "EngineConfig", "EventBus", "PartFailure", "ShutdownIncomplete"]

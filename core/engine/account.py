@@ -5,7 +5,8 @@ the session loaded from the OS keyring, and, while a moderated project's peer ru
 and the ``AccessGate`` that peer shows others. Logins and new session secrets go to the keyring
 (a keyring that cannot be used leaves the login in memory until the engine stops, and says so).
 Every change of what ``info()`` says is handed to ``on_change`` (the engine publishes it as an
-event). Account errors leave as the control API's errors, with the coordinator's words.
+event). Account errors leave as they are (``LoginFailed``, ``RateLimited``, ...: the coordinator's
+words); the control server maps them onto the API's.
 
 Whether volunteers may sign up themselves is the coordinator's to say (``GET /info``): it is asked
 in the background whenever the coordinator changes, again and again with a growing pause while it
@@ -18,36 +19,25 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from core.account import (
-    AccessRefused,
     AccountError,
     AccountSession,
     CoordinatorClient,
     CoordinatorUnavailable,
     CredentialStore,
     KeyringUnavailable,
-    LoginFailed,
     NotLoggedIn,
     PassKeeper,
-    RateLimited,
     SessionTokens,
-    SignupClosed,
 )
 from core.api.codec import decode
-from core.api.errors import (
-    ApiError,
-    BadRequest,
-    Conflict,
-    CoordinatorUnreachable,
-    LoginRefused,
-    LoginRequired,
-    TooManyAttempts,
-)
+from core.api.errors import ApiError
 from core.api.schema import AccountInfo, HistoryDay, Leaderboard, LeaderboardEntry, MyRank
+from core.engine.errors import InvalidArgument, NoCoordinator
 from core.net.gate import AccessGate
 from core.net.peer_id import PeerID
 from core.project import Manifest, ManifestError, load_manifest
@@ -132,10 +122,9 @@ class Account:
 
     async def login(self, username: str, password: str, *, signup: bool = False) -> AccountInfo:
         url, client, session = self._coordinator()
-        with _api_errors():
-            if signup:
-                await client.signup(username, password)
-            tokens = await client.login(username, password)
+        if signup:
+            await client.signup(username, password)
+        tokens = await client.login(username, password)
         previous = session.tokens
         session.replace(tokens)
         if previous is not None:
@@ -216,10 +205,9 @@ class Account:
 
     async def leaderboard(self, limit: int) -> Leaderboard:
         if not 1 <= limit <= 1000:
-            raise BadRequest("limit must be between 1 and 1000")
+            raise InvalidArgument("limit must be between 1 and 1000")
         _, client, _ = self._coordinator()
-        with _api_errors():
-            data = await client.leaderboard(limit)
+        data = await client.leaderboard(limit)
         assert self.manifest is not None
         return _read(
             Leaderboard,
@@ -233,8 +221,7 @@ class Account:
 
     async def my_rank(self) -> MyRank:
         _, _, session = self._coordinator()
-        with _api_errors():
-            data = await session.leaderboard_me()
+        data = await session.leaderboard_me()
         assert self.manifest is not None
         history = data["history"]
         return _read(
@@ -253,9 +240,9 @@ class Account:
 
     def _coordinator(self) -> tuple[str, CoordinatorClient, AccountSession]:
         if self.manifest is None:
-            raise Conflict("no project is attached: attach one first (barnraise ctl attach)")
+            raise NoCoordinator("no project is attached: attach one first (barnraise ctl attach)")
         if self.url is None or self._client is None or self.session is None:
-            raise Conflict(
+            raise NoCoordinator(
                 f"{self.manifest.project.name} has no coordinator: it is open to everyone "
                 "and has no accounts or leaderboard"
             )
@@ -337,23 +324,6 @@ class Account:
         self.session = None
 
 
-@contextlib.contextmanager
-def _api_errors() -> Iterator[None]:
-    """The account's errors as the control API's, with the coordinator's words."""
-    try:
-        yield
-    except (LoginFailed, AccessRefused, SignupClosed) as exc:
-        raise LoginRefused(str(exc)) from None
-    except NotLoggedIn as exc:
-        raise LoginRequired(str(exc)) from None
-    except RateLimited as exc:
-        raise TooManyAttempts(str(exc)) from None
-    except CoordinatorUnavailable as exc:
-        raise CoordinatorUnreachable(str(exc)) from None
-    except AccountError as exc:
-        raise BadRequest(str(exc)) from None
-
-
 def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
@@ -369,7 +339,7 @@ def _pick(cls: type[Any], data: object) -> Any:
 def _read(cls: type[T], data: object) -> T:
     try:
         return decode(cls, data)
-    except ApiError as exc:
-        raise CoordinatorUnreachable(
+    except ApiError as exc:  # the codec's words for a shape it cannot read
+        raise CoordinatorUnavailable(
             f"the coordinator sent a {cls.__name__} we cannot read: {exc}"
         ) from None

@@ -1,12 +1,15 @@
 """Engine: the long-running service that contributes for one user.
 
-Builds its parts from one ``EngineConfig`` and starts them in dependency order — settings file,
-ledger, sensors, the active project's account and runner, the scheduler loop — and stops them in
-reverse.
+``await Engine.open(config)`` opens its parts (``parts``: settings file, ledger, identity, sensors)
+and then starts the active project's account and runner and the loops, so an engine never has a
+missing part; ``close`` stops them in reverse, each even if another fails, and raises
+``ShutdownIncomplete`` listing what failed.
 The scheduler loop reads the conditions, asks the pure policy what to do and carries the decision
-out (pause within one layer's compute, resume, throttle, threads). Commands (start, pause, resume,
-snooze, preferences, attach, detach, logout; logins go to ``account``) come from the control server;
-every change is published as a typed event, and contribution is metered into the ledger.
+out (pause within one layer's compute, resume, throttle, threads). Commands come from the control
+server under the names of the API's calls (``EngineApi``: start, pause, resume, snooze,
+set_settings, attach, detach, login, logout, ...) and fail with the engine's own errors
+(``errors``), which the server maps onto the API's; every change is published as a typed event,
+and contribution is metered into the ledger.
 The collaboration's completed epochs become the loss curve (``history``); demo swarms running on
 this computer are followed (``local_swarms``) to offer them (``offers``), to join them wherever
 they listen, and to keep their CPU use out of "other programs'"; ``diagnostics`` answers bug reports.
@@ -25,12 +28,9 @@ from pathlib import Path
 
 from core import __version__
 from core.account import CredentialStore
-from core.api.errors import BadRequest, Conflict, NotFound
 from core.api.events import (
     AccountChanged,
     ErrorRaised,
-    PeersSeen,
-    ProgressUpdated,
     ProjectsChanged,
     StateChanged,
 )
@@ -40,7 +40,8 @@ from core.api.schema import (
     AttachRequest,
     Diagnostics,
     EngineState,
-    Progress,
+    Leaderboard,
+    MyRank,
     ProjectInfo,
     ProjectOffer,
     Settings,
@@ -52,33 +53,26 @@ from core.api.schema import (
 from core.engine.account import Account
 from core.engine.config import EngineConfig
 from core.engine.diagnostics import diagnostics
+from core.engine.errors import (
+    AlreadyAttached,
+    InvalidArgument,
+    SettingsNotSaved,
+    ShutdownIncomplete,
+    UnknownProject,
+)
 from core.engine.events import EventBus
-from core.engine.history import History
-from core.engine.local_swarms import LocalSwarms
-from core.engine.metering import Metering
 from core.engine.offers import project_offers
+from core.engine.parts import Closing, EngineParts
 from core.engine.peer_events import PeerEvents
+from core.engine.progress import ProgressMeter
 from core.engine.projects import ProjectRunner, ProjectSlot
-from core.engine.store import EngineFile, EngineMemory
 from core.engine.swarm_follow import SwarmFollower
 from core.engine.views import (
-    progress_view,
     project_info,
     settings_view,
     statistics_view,
 )
-from core.net import Identity
-from core.project.errors import ManifestError
-from core.scheduler import (
-    ConditionSampler,
-    Decision,
-    GpuSensor,
-    PreferencesError,
-    SystemSensor,
-    decide,
-    default_idle_sensor,
-)
-from core.stats import Ledger
+from core.scheduler import ConditionSampler, Decision, decide
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -87,70 +81,89 @@ WAITING_CODES = frozenset({"user_active", "busy", "low_memory", "gpu_hot", "outs
 
 
 class Engine:
+    """Made by ``Engine.open`` (the constructor takes parts already opened)."""
+
     def __init__(
         self,
         config: EngineConfig,
+        parts: EngineParts,
         *,
-        sampler: ConditionSampler | None = None,
+        events: EventBus,
+        credentials: CredentialStore,
         clock: Callable[[], float] = time.time,
-        credentials: CredentialStore | None = None,
     ) -> None:
         self.config = config
-        self.events = EventBus(clock=clock)
-        self.account = Account(credentials or CredentialStore(), on_change=self._account_changed)
+        self.events = events
+        self._parts = parts
+        self._account = Account(credentials, on_change=self._account_changed)
         self._clock = clock
-        self._sampler = sampler
-        self._file = EngineFile(config.settings_file)
-        self.memory = EngineMemory()
-        self.ledger: Ledger | None = None
-        self.metering: Metering | None = None
-        self.curve: History | None = None
-        self.swarms = LocalSwarms(config.dirs)
+        self._sampler = parts.sampler
+        self._file = parts.file
+        self._identity = parts.identity
+        self.memory = parts.memory
+        self.ledger = parts.ledger
+        self.metering = parts.metering
+        self.curve = parts.curve
+        self.swarms = parts.swarms
         self.runner: ProjectRunner | None = None
+        """The active project's peer; None while no project is attached."""
         self.started = clock()
-        self._identity: Identity | None = None
         self._tasks = BackgroundTasks("engine")
         self._wake = asyncio.Event()
-        self._peer_events = PeerEvents(self.events, self._wake)
+        self._peer_events = PeerEvents(self.events, self._wake, parts.metering, parts.curve)
+        self._progress = ProgressMeter(config, parts.metering, events, lambda: self.runner)
         self._apply_lock = asyncio.Lock()
         self._decision: Decision | None = None
+        """The policy's last decision; None before the first tick."""
         self._state: StateName = "starting"
         self._code = "starting"
         self._reason = "Starting"
         self._since = clock()
         self._notes: tuple[str, ...] = ()
         self._threads = 0
-        self._peers_seen = -1
-        self._last_progress: Progress | None = None
         self.stopped = asyncio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        dirs = self.config.dirs
-        for folder in (dirs.config, dirs.data, dirs.cache, dirs.runtime):
-            dirs.ensure(folder)
-        self.started = self._clock()
-        self.memory = self._file.load()
-        self.ledger = Ledger(self.config.ledger_file)
-        self.metering = Metering(self.ledger, clock=self._clock)
-        self.curve = History(self.ledger, on_error=self._ledger_failed)
-        self._peer_events.metering, self._peer_events.curve = self.metering, self.curve
-        self._identity = Identity.load_or_create(dirs.identity_file)
-        await self.swarms.refresh()
-        if self._sampler is None:
-            # a demo swarm on this computer is the collaboration we join, not a program to yield to
-            system = SystemSensor(
-                exclude=self.swarms.pids, exclude_every=self.config.swarm_interval
-            )
-            self._sampler = ConditionSampler(
-                default_idle_sensor(), system, GpuSensor(), headless=self.config.headless
-            )
-        if self.memory.active is not None:
-            self._open_runner(self.memory.active)
+    @classmethod
+    async def open(
+        cls,
+        config: EngineConfig,
+        *,
+        sampler: ConditionSampler | None = None,
+        clock: Callable[[], float] = time.time,
+        credentials: CredentialStore | None = None,
+    ) -> Engine:
+        """Open the parts, follow the active project and start the loops.
+
+        If a step fails, what was opened is closed again and the step's error is raised."""
+        events = EventBus(clock=clock)
+
+        def ledger_failed(message: str) -> None:
+            events.publish(ErrorRaised("ledger", message))
+
+        parts = await EngineParts.open(
+            config, sampler=sampler, clock=clock, on_ledger_error=ledger_failed
+        )
+        engine = cls(
+            config, parts, events=events, credentials=credentials or CredentialStore(), clock=clock
+        )
+        try:
+            await engine._begin()
+        except BaseException:
+            # each part that fails to close is logged; the error that stopped the opening is the news
+            with contextlib.suppress(ShutdownIncomplete):
+                await engine.close()
+            raise
+        return engine
+
+    async def _begin(self) -> None:
+        slot = self._slot(self.memory.active)
+        if slot is not None:
+            self._open_runner(slot)
         await self._follow_active()
         self._tasks.spawn("scheduler", self._schedule_loop())
-        self._tasks.spawn("metering", self._metering_loop())
+        self._tasks.spawn("metering", self._progress.run())
         follower = SwarmFollower(
             self.swarms,
             interval=self.config.swarm_interval,
@@ -162,27 +175,29 @@ class Engine:
         self._tasks.spawn("local-swarms", follower.run())
 
     async def close(self) -> None:
-        """Stop training (dropping at most the current microbatch), write the ledger and settings."""
-        await self._tasks.close()
-        if self.runner is not None:
-            await self.runner.stop(self.config.stop_budget)
-            self._meter_runner()
-        await self.account.close()
-        if self.metering is not None:
-            with contextlib.suppress(Exception):
-                self.metering.flush_all()
-        if self.ledger is not None:
-            self.ledger.close()
-        if self._sampler is not None:
-            self._sampler.close()
-        with contextlib.suppress(Exception):
-            self._file.save(self.memory)
+        """Stop training (dropping at most the current microbatch), write the ledger and settings.
+
+        Every part is stopped even if another fails; each failure is logged with its traceback,
+        and ``ShutdownIncomplete`` lists them all once everything has stopped."""
+        closing = Closing()
+        with closing.attempt("stopping the engine's loops"):
+            await self._tasks.close()
+        runner = self.runner
+        if runner is not None:
+            with closing.attempt(f"stopping the peer of {runner.slot.name}"):
+                await runner.stop(self.config.stop_budget)
+            with closing.attempt(f"counting the last contribution to {runner.slot.name}"):
+                self._progress.meter(runner)
+        with closing.attempt("closing the account"):
+            await self._account.close()
+        self._parts.close(closing)
         self.events.close()
         self.stopped.set()
+        closing.raise_if_failed()
 
     # ---- commands (from the control API) ---------------------------------------------------------
 
-    async def start_contributing(self) -> EngineState:
+    async def start(self) -> EngineState:
         self.memory.preferences = self.memory.preferences.updated({"contribute": True})
         self.memory.user_paused = False
         self.memory.snoozed_until = None
@@ -201,34 +216,28 @@ class Engine:
         self.memory.snoozed_until = self._clock() + minutes * 60.0
         return await self._changed()
 
-    async def set_preferences(self, values: Mapping[str, SettingValue]) -> Settings:
-        try:
-            self.memory.preferences = self.memory.preferences.updated(values)
-        except PreferencesError as exc:
-            raise BadRequest(str(exc)) from None
+    async def set_settings(self, values: Mapping[str, SettingValue]) -> Settings:
+        self.memory.preferences = self.memory.preferences.updated(values)  # or PreferencesError
         await self._changed()
         return self.settings()
 
     async def attach(self, request: AttachRequest) -> ProjectInfo:
-        try:
-            slot = await asyncio.to_thread(
-                ProjectSlot.from_manifest,
-                _manifest_path(request.manifest),
-                initial_peers=tuple(request.initial_peers),
-                data_base=request.data_base,
-                device=request.device,
-                local_swarm=request.local_swarm,
-            )
-        except ManifestError as exc:
-            raise BadRequest(str(exc)) from None
+        slot = await asyncio.to_thread(  # a manifest that cannot be used: ManifestError
+            ProjectSlot.from_manifest,
+            _manifest_path(request.manifest),
+            initial_peers=tuple(request.initial_peers),
+            data_base=request.data_base,
+            device=request.device,
+            local_swarm=request.local_swarm,
+        )
         if any(s.name == slot.name for s in self.memory.projects):
-            raise Conflict(f"project {slot.name!r} is already attached; detach it first")
+            raise AlreadyAttached(f"project {slot.name!r} is already attached; detach it first")
         if slot.local_swarm:
             await self.swarms.refresh()  # so that the answer says where it joins now
         self.memory.projects.append(slot)
         if self.memory.active is None:
             self.memory.active = slot.name
-            self._open_runner(slot.name)
+            self._open_runner(slot)
             await self._follow_active()
         self._projects_changed()
         await self._changed()
@@ -237,26 +246,30 @@ class Engine:
     async def detach(self, name: str) -> list[ProjectInfo]:
         slot = self._slot(name)
         if slot is None:
-            raise NotFound(f"no attached project is called {name!r}")
+            raise UnknownProject(f"no attached project is called {name!r}")
         if self.memory.active == name:
             runner, self.runner = self.runner, None
             if runner is not None:
                 await runner.stop(self.config.stop_budget)
-                self._meter_runner(runner)
+                self._progress.meter(runner)
             self.memory.active = None
         self.memory.projects.remove(slot)
         if self.memory.active is None and self.memory.projects:
             self.memory.active = self.memory.projects[0].name
-            self._open_runner(self.memory.active)
+            self._open_runner(self.memory.projects[0])
         await self._follow_active()
         self._projects_changed()
         await self._changed()
         return self.projects()
 
+    async def login(self, username: str, password: str, *, signup: bool = False) -> AccountInfo:
+        """Log in at the active project's coordinator (signing up first with ``signup``)."""
+        return await self._account.login(username, password, signup=signup)
+
     async def logout(self) -> AccountInfo:
-        info = await self.account.logout()
+        info = await self._account.logout()
         runner = self.runner
-        if runner is not None and self.account.moderated and runner.state != "stopped":
+        if runner is not None and self._account.moderated and runner.state != "stopped":
             await self._rebuild_runner(runner)  # its pass is no longer ours to renew
         return info
 
@@ -277,7 +290,7 @@ class Engine:
             user_paused=self.memory.user_paused,
             snoozed_until=self.memory.snoozed_until,
             project=self._project_info(slot) if slot is not None else None,
-            progress=self._progress(),
+            progress=self._progress.progress(),
             threads=decision.threads if decision else 0,
             duty=decision.duty if decision else 0.0,
             notes=list(self._notes),
@@ -286,6 +299,16 @@ class Engine:
 
     def settings(self) -> Settings:
         return settings_view(self.memory.preferences)
+
+    def account(self) -> AccountInfo:
+        """The login at the active project's coordinator, as the engine holds it."""
+        return self._account.info()
+
+    async def leaderboard(self, limit: int = 10) -> Leaderboard:
+        return await self._account.leaderboard(limit)
+
+    async def my_rank(self) -> MyRank:
+        return await self._account.my_rank()
 
     def projects(self) -> list[ProjectInfo]:
         return [self._project_info(s) for s in self.memory.projects]
@@ -300,23 +323,21 @@ class Engine:
     def history(self) -> TrainingHistory:
         """The active project's loss curve, oldest first."""
         name = self.memory.active
-        if name is None or self.curve is None:
+        if name is None:
             return TrainingHistory(None, [])
         return TrainingHistory(name, self.curve.points(name))
 
     async def diagnostics(self, secrets: list[str]) -> Diagnostics:
         """For a bug report; ``secrets`` (the control token) and the login's are blotted out."""
-        hidden = [*secrets, *self.account.secrets()]
+        hidden = [*secrets, *self._account.secrets()]
         return await diagnostics(self.config, started=self.started, secrets=hidden)
 
     def statistics(self, project: str | None, days: int) -> Statistics:
         if not 1 <= days <= 3660:
-            raise BadRequest("days must be between 1 and 3660")
+            raise InvalidArgument("days must be between 1 and 3660")
         if project is not None and project not in self._known_projects():
-            raise NotFound(f"no statistics for a project called {project!r}")
-        assert self.ledger is not None
-        assert self.metering is not None
-        self._meter_runner()
+            raise UnknownProject(f"no statistics for a project called {project!r}")
+        self._progress.meter()
         self.metering.flush_all()  # the answer comes from the ledger itself
         return statistics_view(self.ledger, project, days, now=self._clock())
 
@@ -337,19 +358,24 @@ class Engine:
             self._wake.clear()
 
     async def _changed(self) -> EngineState:
-        """After a command: remember it, act on it now, and answer with the new state."""
-        self._file.save(self.memory)
+        """After a command: remember it, act on it now, and answer with the new state.
+
+        A settings file that cannot be written does not undo the command: it is carried out and
+        holds until the engine stops, and the caller learns that it was not saved."""
+        try:
+            self._file.save(self.memory)
+        except SettingsNotSaved as exc:
+            await self._apply()
+            raise SettingsNotSaved(f"{exc}; the change holds until the engine stops") from exc
         await self._apply()
         return self.state()
 
     async def _apply(self) -> None:
         async with self._apply_lock:
-            assert self._sampler is not None
-            assert self.metering is not None
             now = self._clock()
             if self.memory.snoozed_until is not None and self.memory.snoozed_until <= now:
                 self.memory.snoozed_until = None  # the snooze ended by itself
-                self._file.save(self.memory)
+                self._save_quietly()
             slot = self._slot(self.memory.active) if self.memory.active else None
             conditions = self._sampler.sample(
                 uses_gpu=slot is not None and not slot.device.startswith("cpu"),
@@ -395,57 +421,15 @@ class Engine:
             log.info("%s: %s", state, reason)
             self.events.publish(StateChanged(state, previous, code, reason))
 
-    # ---- metering and progress -------------------------------------------------------------------
-
-    async def _metering_loop(self) -> None:
-        assert self.metering is not None
-        flushed = time.monotonic()
-        while True:
-            await asyncio.sleep(self.config.progress_interval)
-            self._meter_runner()
-            self._report_progress()
-            if time.monotonic() - flushed >= self.config.flush_interval:
-                flushed = time.monotonic()
-                try:
-                    self.metering.flush_all()
-                except Exception as exc:  # the meter keeps what it could not write
-                    log.error("writing the ledger failed: %s", exc)
-                    self._ledger_failed(str(exc))
-
-    def _meter_runner(self, runner: ProjectRunner | None = None) -> None:
-        runner = runner or self.runner
-        if runner is not None and self.metering is not None:
-            self.metering.observe(runner.slot.name, runner.peer, runner.progress())
-
-    def _report_progress(self) -> None:
-        if self.runner is None or self.runner.peer is None:
-            return
-        progress = self._progress()
-        if progress != self._last_progress:
-            self._last_progress = progress
-            self.events.publish(ProgressUpdated(self.runner.slot.name, progress))
-        if progress.peers != self._peers_seen:
-            self._peers_seen = progress.peers
-            self.events.publish(PeersSeen(self.runner.slot.name, progress.peers))
-
-    def _progress(self) -> Progress:
-        if self.runner is None:
-            return Progress()
-        session = self.metering.session_samples if self.metering is not None else 0
-        return progress_view(self.runner.progress(), session)
-
     # ---- helpers ---------------------------------------------------------------------------------
 
-    def _open_runner(self, name: str) -> None:
-        slot = self._slot(name)
-        assert slot is not None
-        assert self._identity is not None
+    def _open_runner(self, slot: ProjectSlot) -> None:
         self.runner = ProjectRunner(
             slot,
             work_dir=self.config.work_dir(slot.name),
             identity=self._identity,
             on_event=lambda event: self._peer_events.handle(slot.name, event),
-            account=self.account,
+            account=self._account,
             swarms=self.swarms,
         )
         self._threads = 0
@@ -456,31 +440,33 @@ class Engine:
         manifest = slot.manifest if slot is not None else None
         swarm = self.swarms.find(slot.name) if slot is not None and slot.local_swarm else None
         # a demo swarm's manifest names its coordinator, which listens on a new port every run
-        await self.account.select(swarm.manifest if swarm is not None else manifest)
+        await self._account.select(swarm.manifest if swarm is not None else manifest)
 
     async def _rebuild_runner(self, runner: ProjectRunner) -> None:
         """Stop the peer; the next "run" builds a new one from scratch."""
         await runner.stop(self.config.stop_budget)
-        self._meter_runner(runner)
+        self._progress.meter(runner)
         if self.runner is runner:
-            self._open_runner(runner.slot.name)
+            self._open_runner(runner.slot)
         self._wake.set()
 
     def _slot(self, name: str | None) -> ProjectSlot | None:
         return next((s for s in self.memory.projects if s.name == name), None)
 
     def _known_projects(self) -> set[str]:
-        known = {s.name for s in self.memory.projects}
-        if self.ledger is not None:
-            known.update(self.ledger.projects())
-        return known
+        return {s.name for s in self.memory.projects} | set(self.ledger.projects())
 
     def _project_info(self, slot: ProjectSlot) -> ProjectInfo:
         swarm = self.swarms.find(slot.name) if slot.local_swarm else None
         return project_info(slot, active=slot.name == self.memory.active, swarm=swarm)
 
-    def _ledger_failed(self, message: str) -> None:
-        self.events.publish(ErrorRaised("ledger", message))
+    def _save_quietly(self) -> None:
+        """Save the settings from the scheduler loop: a failure is told, and the loop goes on."""
+        try:
+            self._file.save(self.memory)
+        except SettingsNotSaved as exc:
+            log.error("%s", exc)
+            self.events.publish(ErrorRaised("settings", str(exc)))
 
     def _account_changed(self, info: AccountInfo) -> None:
         self.events.publish(AccountChanged(info))
@@ -498,5 +484,5 @@ def _local(now: float) -> datetime.datetime:
 
 def _manifest_path(text: str) -> Path:
     if not text.strip():
-        raise BadRequest("the manifest path is empty")
+        raise InvalidArgument("the manifest path is empty")
     return Path(text)

@@ -21,23 +21,23 @@ from core.stats import Contribution
 
 
 class PeerEvents:
-    def __init__(self, events: EventBus, wake: asyncio.Event) -> None:
+    def __init__(
+        self, events: EventBus, wake: asyncio.Event, metering: Metering, curve: History
+    ) -> None:
         self._events = events
         self._wake = wake
-        self.metering: Metering | None = None
-        self.curve: History | None = None
-        """Both set once the engine has opened its ledger."""
+        self._metering = metering
+        self._curve = curve
 
     def handle(self, project: str, event: Mapping[str, Any]) -> None:
         kind = event.get("event")
         if kind == "epoch":
-            if self.metering is not None:
-                rounds = 1 if int(event.get("group_size", 0)) > 1 else 0
-                self.metering.count(project, Contribution(epochs=1, rounds=rounds))
+            rounds = 1 if int(event.get("group_size", 0)) > 1 else 0
+            self._metering.count(project, Contribution(epochs=1, rounds=rounds))
             self._events.publish(epoch_finished(project, event))
         elif kind == "metrics":
             point = point_from_event(event)
-            if point is not None and self.curve is not None and self.curve.record(project, point):
+            if point is not None and self._curve.record(project, point):
                 self._events.publish(CollaborationEpoch(project, point))
         elif kind == "failed":
             self._events.publish(ErrorRaised(f"project {project}", str(event.get("message"))))

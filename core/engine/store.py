@@ -3,17 +3,20 @@
 ``[preferences]`` (the scheduler's), ``[control]`` (a pause or snooze the user asked for, the
 active project) and ``[[projects]]`` (attached projects). Written atomically (temporary file, then
 rename), so a crash mid-write leaves the previous file. A damaged file is never overwritten: the
-engine refuses to start and says which file and why, so the user's settings are not lost.
+engine refuses to start and says which file and why, so the user's settings are not lost. A file
+that cannot be written (disk full, permissions) is a ``SettingsNotSaved``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.engine.errors import SettingsNotSaved
 from core.engine.projects import ProjectSlot
 from core.scheduler import Preferences, PreferencesError
 from core.util.errors import ConfigError
@@ -67,7 +70,14 @@ class EngineFile:
         }
         text = "# Barnraise engine settings (written by the engine; change them with 'barnraise ctl')\n"
         text += dumps(document)
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         partial = self.path.with_name(f".{self.path.name}.part")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, self.path)
+        except OSError as exc:  # disk full, permissions: the engine's problem, said as such
+            with contextlib.suppress(OSError):
+                partial.unlink()  # a half-written copy only takes space
+            raise SettingsNotSaved(
+                f"cannot write the engine's settings {self.path}: {exc}"
+            ) from exc

@@ -94,3 +94,33 @@ def test_engine_and_ctl_processes(tmp_path: Path) -> None:
         for stream in (engine.stdout, engine.stderr):
             if stream is not None:
                 stream.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is POSIX")
+def test_an_engine_that_cannot_save_on_its_way_out_says_so_and_fails(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "core.cli.main", "engine", "--headless"],
+        cwd=ROOT,
+        env=os.environ | {"BARNRAISE_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert engine.stdout is not None
+        assert engine.stdout.readline().startswith("engine ready at http://127.0.0.1:")
+        (home / "config" / ".engine.toml.part").mkdir()  # the settings cannot be written
+        engine.send_signal(signal.SIGTERM)
+        _, stderr = engine.communicate(timeout=30)
+        assert engine.returncode == 1
+        assert "saving the settings failed" in stderr
+        assert "may not have been written" in stderr
+        assert not (home / "run" / "engine.json").exists()  # everything else was stopped
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        for stream in (engine.stdout, engine.stderr):
+            if stream is not None:
+                stream.close()

@@ -85,7 +85,11 @@ async def test_login_refusals_say_little_to_strangers(coordinator: Running) -> N
     wrong = await client.post("/login", {"username": "alice", "password": "not the password"})
     unknown = await client.post("/login", {"username": "nobody", "password": PASSWORD})
     assert wrong.status == unknown.status == 401
-    assert wrong.body == unknown.body == {"error": "wrong username or password"}
+    assert (
+        wrong.body
+        == unknown.body
+        == {"error": "wrong username or password", "code": "unauthorized"}
+    )
     assert "Bearer" in wrong.headers["WWW-Authenticate"]
     coordinator.service.store.ban("alice", "spam")
     banned = await client.post("/login", {"username": "alice", "password": PASSWORD})
@@ -183,14 +187,20 @@ async def test_brute_force_logins_are_slowed_even_for_the_right_password(
 async def test_malformed_requests_get_plain_errors(coordinator: Running) -> None:
     client = coordinator.client
     bad_json = await client.request("POST", "/login", data=b"{not json")
-    assert (bad_json.status, bad_json.body) == (400, {"error": "the request body must be JSON"})
+    assert (bad_json.status, bad_json.body) == (
+        400,
+        {"error": "the request body must be JSON", "code": "bad_request"},
+    )
     not_object = await client.post("/login", ["alice", PASSWORD])
     assert not_object.status == 400
     huge = await client.post("/login", {"username": "a", "password": "p" * 10_000})
     assert huge.status == 413
     assert "too large" in huge.body["error"]
     nowhere = await client.get("/no/such/thing")
-    assert (nowhere.status, nowhere.body) == (404, {"error": "no such endpoint"})
+    assert (nowhere.status, nowhere.body) == (
+        404,
+        {"error": "no such endpoint", "code": "not_found"},
+    )
     wrong_method = await client.get("/login")
     assert wrong_method.status == 405
     assert "error" in wrong_method.body

@@ -6,6 +6,7 @@ import pytest
 
 from core.coordinator import LoginLimiter, LoginLimits
 from core.coordinator.errors import TooManyAttempts
+from core.coordinator.http import status_and_code
 from core.util.clock import FakeClock
 
 LIMITS = LoginLimits(
@@ -25,7 +26,7 @@ def test_failures_lead_to_doubling_waits() -> None:
     with pytest.raises(TooManyAttempts) as first:
         fail(limiter)
     assert first.value.retry_after == 2
-    assert first.value.status == 429
+    assert status_and_code(first.value) == (429, "too_many_attempts")
     clock.advance(2.0)
     fail(limiter)  # let in, and failed again: the wait doubles
     with pytest.raises(TooManyAttempts) as second:

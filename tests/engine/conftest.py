@@ -60,13 +60,12 @@ async def engine(tmp_path: Path) -> AsyncIterator[Running]:
     idle = ScriptedIdleSensor(idle_seconds=3600.0)
     config = fast_config(tmp_path / "home")
     keyring = MemoryKeyring()
-    daemon = EngineDaemon(
+    daemon = await EngineDaemon.open(
         config, sampler=scripted_sampler(idle), credentials=CredentialStore(keyring)
     )
-    endpoint = await daemon.start()
-    client = EngineClient(endpoint)
+    client = EngineClient(daemon.endpoint)
     try:
-        yield Running(daemon, endpoint, client, idle, config.dirs, keyring)
+        yield Running(daemon, daemon.endpoint, client, idle, config.dirs, keyring)
     finally:
         await client.close()
         await daemon.stop()

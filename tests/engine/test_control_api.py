@@ -166,9 +166,8 @@ async def test_malformed_requests_get_clear_errors(engine: Running) -> None:
 
 async def test_a_second_engine_names_the_first(engine: Running, tmp_path: Path) -> None:
     config = fast_config(tmp_path / "home")  # the same user folders as the running one
-    second = EngineDaemon(config, sampler=scripted_sampler(engine.idle))
     with pytest.raises(EngineAlreadyRunning, match=f"pid {os.getpid()}"):
-        await second.start()
+        await EngineDaemon.open(config, sampler=scripted_sampler(engine.idle))
     assert endpoint_path(engine.dirs).exists()  # the first one's endpoint is untouched
 
 

@@ -71,7 +71,7 @@ async def test_the_login_secrets_are_hidden_too(
     engine: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tokens = SessionTokens("alice", "session-secret-123", "refresh-secret-456", 0.0)
-    monkeypatch.setattr(engine.daemon.engine.account, "session", SimpleNamespace(tokens=tokens))
+    monkeypatch.setattr(engine.daemon.engine._account, "session", SimpleNamespace(tokens=tokens))
     log = engine.dirs.logs / "engine.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("a session-secret-123 and a refresh-secret-456\n", encoding="utf-8")

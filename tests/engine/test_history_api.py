@@ -57,13 +57,12 @@ def peer_events(engine: Running | EngineDaemon) -> Callable[[dict[str, Any]], No
 
 @contextlib.asynccontextmanager
 async def daemon_at(config: EngineConfig) -> AsyncIterator[tuple[EngineDaemon, EngineClient]]:
-    daemon = EngineDaemon(
+    daemon = await EngineDaemon.open(
         config,
         sampler=scripted_sampler(ScriptedIdleSensor(idle_seconds=3600.0)),
         credentials=CredentialStore(MemoryKeyring()),
     )
-    endpoint = await daemon.start()
-    client = EngineClient(endpoint)
+    client = EngineClient(daemon.endpoint)
     try:
         yield daemon, client
     finally:
@@ -137,9 +136,7 @@ async def test_a_ledger_that_cannot_be_written_loses_no_point_and_says_so(
     engine: Running,
 ) -> None:
     await engine.client.attach(AttachRequest(str(DEMO)))
-    ledger = engine.daemon.engine.ledger
-    assert ledger is not None
-    ledger.close()  # stands in for a disk that refuses writes
+    engine.daemon.engine.ledger.close()  # stands in for a disk that refuses writes
     peer_events(engine)(metrics(3, 4.0))
     assert [p.epoch for p in (await engine.client.history()).points] == [3]
     errors = [

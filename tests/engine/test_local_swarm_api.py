@@ -216,19 +216,19 @@ async def test_the_engine_leaves_local_swarms_out_of_other_programs_cpu(tmp_path
     sleeper = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "import time; time.sleep(60)"
     )
-    engine = Engine(fast_config(tmp_path / "home", headless=True))
+    config = fast_config(tmp_path / "home", headless=True)
     try:
         record = dataclasses.replace(
             swarm(), pids=(SwarmProcess.of(os.getpid()), SwarmProcess.of(sleeper.pid))
         )
-        write_swarm(engine.config.dirs, record)
-        await engine.start()
-        sampler = engine._sampler
-        assert sampler is not None
-        excluded = sampler._system._excluded  # white-box: the wiring is what is under test
-        assert excluded is not None
-        assert sorted(excluded._provider()) == sorted([os.getpid(), sleeper.pid])
+        write_swarm(config.dirs, record)
+        engine = await Engine.open(config)
+        try:
+            excluded = engine._sampler._system._excluded  # white-box: the wiring is under test
+            assert excluded is not None
+            assert sorted(excluded._provider()) == sorted([os.getpid(), sleeper.pid])
+        finally:
+            await engine.close()
     finally:
-        await engine.close()
         sleeper.kill()
         await sleeper.wait()

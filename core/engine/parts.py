@@ -1,0 +1,118 @@
+"""EngineParts: what the engine opens before it runs, opened together and closed together.
+
+``open`` makes the folders, reads the settings file, loads (or creates) the peer identity, reads
+the local swarms' records, and opens the ledger (with the metering and the loss curve built on it)
+and the condition sampler last, since they hold resources; should a step fail, what was opened is
+closed again, so an ``Engine`` is only ever made of parts that exist. ``close`` writes what the
+parts hold (the meters, the settings) and closes each part even if another fails, through
+``Closing``: every failure is logged with its traceback and listed in the ``ShutdownIncomplete``
+that the engine raises once everything is stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from core.engine.config import EngineConfig
+from core.engine.errors import PartFailure, ShutdownIncomplete
+from core.engine.history import History
+from core.engine.local_swarms import LocalSwarms
+from core.engine.metering import Metering
+from core.engine.store import EngineFile, EngineMemory
+from core.net import Identity
+from core.scheduler import ConditionSampler, GpuSensor, SystemSensor, default_idle_sensor
+from core.stats import Ledger
+
+log = logging.getLogger(__name__)
+
+
+class Closing:
+    """Failures met while stopping: each step runs in ``attempt``, and the next runs anyway."""
+
+    def __init__(self) -> None:
+        self.failures: list[PartFailure] = []
+
+    @contextlib.contextmanager
+    def attempt(self, part: str) -> Iterator[None]:
+        """Run a step; an ``Exception`` is logged with its traceback and recorded, not raised."""
+        try:
+            yield
+        except Exception as exc:
+            log.error("stopping the engine: %s failed", part, exc_info=exc)
+            self.failures.append(PartFailure(part, exc))
+
+    def raise_if_failed(self) -> None:
+        if self.failures:
+            raise ShutdownIncomplete(self.failures)
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    file: EngineFile
+    memory: EngineMemory
+    """The user's choices and attached projects, as read; the engine changes it in place."""
+    identity: Identity
+    swarms: LocalSwarms
+    ledger: Ledger
+    metering: Metering
+    curve: History
+    sampler: ConditionSampler
+
+    @classmethod
+    async def open(
+        cls,
+        config: EngineConfig,
+        *,
+        sampler: ConditionSampler | None = None,
+        clock: Callable[[], float] = time.time,
+        on_ledger_error: Callable[[str], None] | None = None,
+    ) -> EngineParts:
+        """Open every part; a ``sampler`` given is owned from here on (closed on failure too)."""
+        ledger: Ledger | None = None
+        try:
+            dirs = config.dirs
+            for folder in (dirs.config, dirs.data, dirs.cache, dirs.runtime):
+                dirs.ensure(folder)
+            file = EngineFile(config.settings_file)
+            memory = file.load()
+            identity = Identity.load_or_create(dirs.identity_file)
+            swarms = LocalSwarms(dirs)
+            await swarms.refresh()
+            ledger = Ledger(config.ledger_file)
+            if sampler is None:
+                # a demo swarm on this computer is the collaboration we join, not a program to yield to
+                system = SystemSensor(exclude=swarms.pids, exclude_every=config.swarm_interval)
+                sampler = ConditionSampler(
+                    default_idle_sensor(), system, GpuSensor(), headless=config.headless
+                )
+        except BaseException:
+            if ledger is not None:
+                ledger.close()
+            if sampler is not None:
+                sampler.close()
+            raise
+        return cls(
+            file=file,
+            memory=memory,
+            identity=identity,
+            swarms=swarms,
+            ledger=ledger,
+            metering=Metering(ledger, clock=clock),
+            curve=History(ledger, on_error=on_ledger_error),
+            sampler=sampler,
+        )
+
+    def close(self, closing: Closing) -> None:
+        """Write the meters and the settings, close the ledger and the sensors (each attempted)."""
+        with closing.attempt("writing the last contribution to the ledger"):
+            self.metering.flush_all()
+        with closing.attempt("closing the ledger"):
+            self.ledger.close()
+        with closing.attempt("closing the sensors"):
+            self.sampler.close()
+        with closing.attempt("saving the settings"):
+            self.file.save(self.memory)
