@@ -8,7 +8,7 @@ out (pause within one layer's compute, resume, throttle, threads). Commands (sta
 snooze, preferences, attach, detach, logout; logins go to ``account``) come from the control server;
 every change is published as a typed event, and contribution is metered into the ledger.
 The collaboration's completed epochs become the loss curve (``history``); demo swarms running on
-this computer are followed (``local_swarms``) to offer them (``offers``), to join them wherever
+this computer are followed (``core.swarm``) to offer them (``offers``), to join them wherever
 they listen, and to keep their CPU use out of "other programs'"; ``diagnostics`` answers bug reports.
 """
 
@@ -54,13 +54,11 @@ from core.engine.config import EngineConfig
 from core.engine.diagnostics import diagnostics
 from core.engine.events import EventBus
 from core.engine.history import History
-from core.engine.local_swarms import LocalSwarms
 from core.engine.metering import Metering
 from core.engine.offers import project_offers
 from core.engine.peer_events import PeerEvents
 from core.engine.projects import ProjectRunner, ProjectSlot
 from core.engine.store import EngineFile, EngineMemory
-from core.engine.swarm_follow import SwarmFollower
 from core.engine.views import (
     progress_view,
     project_info,
@@ -79,6 +77,7 @@ from core.scheduler import (
     default_idle_sensor,
 )
 from core.stats import Ledger
+from core.swarm import LocalSwarms, SwarmFollower
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -154,8 +153,9 @@ class Engine:
         follower = SwarmFollower(
             self.swarms,
             interval=self.config.swarm_interval,
-            active=lambda: self._slot(self.memory.active),
-            runner=lambda: self.runner,
+            followed=self._followed_swarm,
+            peer=lambda: self.runner,
+            joined=lambda runner: (runner.slot.name, runner.swarm),
             follow_account=self._follow_active,
             rebuild=self._rebuild_runner,
         )
@@ -457,6 +457,11 @@ class Engine:
         swarm = self.swarms.find(slot.name) if slot is not None and slot.local_swarm else None
         # a demo swarm's manifest names its coordinator, which listens on a new port every run
         await self.account.select(swarm.manifest if swarm is not None else manifest)
+
+    def _followed_swarm(self) -> str | None:
+        """The active project, when it joins the local swarm of that name."""
+        slot = self._slot(self.memory.active)
+        return slot.name if slot is not None and slot.local_swarm else None
 
     async def _rebuild_runner(self, runner: ProjectRunner) -> None:
         """Stop the peer; the next "run" builds a new one from scratch."""
