@@ -12,9 +12,6 @@ and prints the leaderboard at the end.
 Once its peers run, the swarm announces itself to the engine on this computer with a record in the
 user's runtime folder: the desktop app offers it on first run, and an engine attached with
 ``--local-swarm`` joins it wherever it listens this time. The record goes when the swarm stops.
-
-This module reads the arguments; the swarm itself is ``core.swarm`` (``LocalSwarmRun``), and what
-it prints is ``swarm_text``.
 """
 
 from __future__ import annotations
@@ -29,6 +26,9 @@ from core.cli.signals import run_command, stop_on_signals
 from core.cli.swarm_text import SwarmPrinter
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.run import LocalSwarmRun, SwarmOptions
+
+# the swarm itself is core.swarm (LocalSwarmRun); this module reads the arguments, and what the
+# swarm has to say is printed by swarm_text
 
 
 def register(commands: Any) -> None:
@@ -58,7 +58,7 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def options(args: argparse.Namespace) -> SwarmOptions:
+def _options(args: argparse.Namespace) -> SwarmOptions:
     return SwarmOptions(
         manifest=args.manifest,
         peers=args.peers,
@@ -77,7 +77,7 @@ async def _run(args: argparse.Namespace) -> int:
         return 2
     stop = asyncio.Event()
     stop_on_signals(stop)
-    code = await LocalSwarmRun(options(args), SwarmPrinter()).run(stop)
+    code = await LocalSwarmRun(_options(args), SwarmPrinter()).run(stop)
     if code == 0:
         print("stopped", flush=True)
     return code

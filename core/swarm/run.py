@@ -148,15 +148,9 @@ class LocalSwarmRun:
         common = ["--manifest", str(manifest_path), "--data-base", base, "--threads", str(threads)]
         if options.target_batch_size:
             common += ["--target-batch-size", str(options.target_batch_size)]
-        aux = await self._spawn(
-            "aux",
-            [
-                *("aux", *common, "--work-dir", str(work / "aux")),
-                *("--checkpoint-every", str(options.checkpoint_every)),
-            ],
-            work,
-            ORGANIZER,
-        )
+        aux_args = ["aux", *common, "--work-dir", str(work / "aux")]
+        aux_args += ["--checkpoint-every", str(options.checkpoint_every)]
+        aux = await self._spawn("aux", aux_args, work, ORGANIZER)
         try:
             ready = await asyncio.wait_for(aux.event(), READY_TIMEOUT)
         except TimeoutError:
