@@ -29,13 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import emit
 
 from core.api import AttachRequest, StateChanged
-from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.config.paths import UserDirs
 from core.control import EngineDaemon
 from core.data import ShardServer
 from core.engine import EngineConfig
 from core.project import load_manifest
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.training.runtime import PeerSettings, ProjectPeer
 
 

@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import emit
 
-from core.cli.swarm import DEMO_MANIFEST, ChildProcess, prepare_demo_data, spawn_command
 from core.data import ShardServer
 from core.project import load_manifest
+from core.swarm.children import ChildProcess, spawn_command
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 
 
 def plain_training(data: Path, seconds: float) -> dict[str, Any]:

@@ -3,17 +3,21 @@
 ``barnraise swarm --peers 2 --moderated --keep-accounts``: a backbone, two trainers and a coordinator
 on this computer, which announces itself so the engine offers it on first run. The app owns it: it
 stops it (politely, then firmly) when the app quits. Its output goes to a file beside the engine's.
+
+The swarm itself is ``core.swarm``, which the app cannot import (it reaches ``core`` only through
+``core.api``): the app starts it through the command line, detached (``core.api.detached``), and
+asks it to stop with ``STOP_SIGNAL``, on which the swarm stops its peers itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from core.api.detached import STOP_SIGNAL, kill_detached, start_detached
 
 DEMO_COMMAND = (
     sys.executable,
@@ -25,7 +29,6 @@ DEMO_COMMAND = (
     "--moderated",
     "--keep-accounts",
 )
-_STOP_SIGNAL = getattr(signal, "CTRL_BREAK_EVENT", signal.SIGTERM)
 
 
 class DemoSwarm:
@@ -43,19 +46,12 @@ class DemoSwarm:
         """Start it unless it runs (``OSError`` if it cannot be started at all)."""
         if self.running:
             return
-        self.output_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._offset = self.output_file.stat().st_size if self.output_file.exists() else 0
-        with self.output_file.open("ab") as output:
-            output.write(f"--- demo swarm started by the app at {time.ctime()}\n".encode())
-            output.flush()
-            self.process = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=os.name != "nt",
-                creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
-            )
+        self.process = start_detached(
+            self.command,
+            output=self.output_file,
+            header=f"--- demo swarm started by the app at {time.ctime()}",
+        )
 
     def failure(self) -> str | None:
         """Why it ended by itself, if it did (the last lines it printed)."""
@@ -77,13 +73,9 @@ class DemoSwarm:
         if process is None or process.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
-            process.send_signal(_STOP_SIGNAL)
+            process.send_signal(STOP_SIGNAL)
         try:
             process.wait(grace)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                if os.name != "nt":
-                    os.killpg(process.pid, signal.SIGKILL)  # its peers share its session
-                else:
-                    process.kill()
+            kill_detached(process)  # and what it started in its session
             process.wait()

@@ -1,22 +1,23 @@
 """LocalEngines: this user's engine on this computer — found through its endpoint file, or started
 as ``barnraise engine`` in a process of its own.
 
-The engine gets its own session (POSIX) or process group (Windows), so closing the app, or the app
-crashing, never takes the engine down with it; its output goes to a file in the log folder, so a
-crash that happens before its own log is open (an import error, a segfault) is still recorded.
+The engine is started detached (``core.api.detached``): its own session (POSIX) or process group
+(Windows), so closing the app, or the app crashing, never takes the engine down with it; its output
+goes to a file in the log folder, so a crash that happens before its own log is open (an import
+error, a segfault) is still recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from app.engine.supervisor import EngineStartFailed
+from core.api.detached import start_detached
 from core.api.endpoint import Endpoint, endpoint_path, engine_output_path
 from core.api.errors import ApiError, EngineUnavailable
 from core.api.protocol import EngineApi
@@ -53,19 +54,14 @@ class LocalEngines:
         return client
 
     async def launch(self) -> EngineApi:
-        self.output_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         offset = self.output_file.stat().st_size if self.output_file.exists() else 0
-        with self.output_file.open("ab") as output:
-            output.write(f"--- engine started by the app at {time.ctime()}\n".encode())
-            output.flush()
-            self.process = process = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=os.name != "nt",
-                creationflags=_windows_flags(),
-            )
+        # no console window of its own on Windows: the app has its window
+        self.process = process = start_detached(
+            self.command,
+            output=self.output_file,
+            header=f"--- engine started by the app at {time.ctime()}",
+            no_window=True,
+        )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             status = process.poll()
@@ -149,12 +145,3 @@ def _tail(path: Path, offset: int, limit: int = 600) -> str:
         return ""
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("---")]
     return " | ".join(lines)[-limit:]
-
-
-def _windows_flags() -> int:
-    if os.name != "nt":
-        return 0
-    # its own process group (Ctrl-C in the app's console does not reach it), and no console window
-    return int(getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)) | int(
-        getattr(subprocess, "CREATE_NO_WINDOW", 0)
-    )

@@ -3,7 +3,8 @@
 - ``errors``       AccountError and its cases (wrong password, rate limited, refused, sign-up
   closed, coordinator unavailable, not logged in, no keyring), in plain words.
 - ``replies``      SessionTokens, CoordinatorInfo, PassGrant: the coordinator's answers, checked.
-- ``client``       CoordinatorClient: the coordinator's HTTP API, one aiohttp session per client.
+- ``client``       CoordinatorClient: the coordinator's HTTP API, one aiohttp session per client;
+  ``PASSWORD_VARIABLE``, where a headless login may find its password.
 - ``session``      AccountSession: calls as a logged-in user, renewing the session on a 401.
 - ``keeper``       PassKeeper: fetches this peer's access pass, renews it, follows revocations.
 - ``credentials``  CredentialStore: session and refresh secrets in the OS keyring (never passwords).

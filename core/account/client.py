@@ -40,6 +40,10 @@ from core.account.replies import (
 )
 from core.net.peer_id import PeerID
 
+PASSWORD_VARIABLE = "BARNRAISE_PASSWORD"
+"""The environment variable a headless login (``barnraise peer|aux``) may take its password from; the
+local swarm hands its peers their passwords this way, never on a command line others can read."""
+
 ErrorMap = Mapping[int, type[AccountError]]
 SESSION_ERRORS: ErrorMap = {401: NotLoggedIn, 403: AccessRefused}
 

@@ -11,6 +11,8 @@
 - ``client``    EngineClient: the typed async client.
 - ``protocol``  EngineApi: the calls as a Protocol (EngineClient and FakeEngine satisfy it).
 - ``fake``      FakeEngine: an in-memory engine with realistic data, for GUI tests and screenshots.
+- ``detached``  starting a child detached from the app (the engine, the demo swarm): the helper of
+  ``core.util.detached``, named here for the app.
 
 This package imports neither Qt nor torch nor the engine: the GUI imports it and nothing else of
 ``core``, and both sides of the socket agree through it. ``EngineClient`` is loaded on first use:

@@ -5,9 +5,9 @@
 - ``demo``      ``barnraise demo``: two peers on loopback exchange one authenticated call.
 - ``dht``       ``barnraise dht``: a standalone DHT node (``dht_stdio``: its JSON command interface).
 - ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest.
-- ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job);
-  it announces itself to engines on this computer (``core.project.local_swarm``).
-- ``moderated`` ``barnraise swarm --moderated``: its coordinator, accounts and moderated manifest.
+- ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job),
+  ``--moderated`` with a coordinator; its arguments, the swarm itself being ``core.swarm``.
+- ``swarm_text`` SwarmPrinter: what ``barnraise swarm`` prints while it runs (epochs, leaderboard).
 - ``engine``    ``barnraise engine``: the background engine (``core.control``), logging to a file.
 - ``ctl``       ``barnraise ctl``: drives the running engine through its control API.
 - ``ctl_text``  how ``barnraise ctl`` prints the engine's answers as text.

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from core.account import AccountSession, CoordinatorClient, PassKeeper
+from core.account.client import PASSWORD_VARIABLE
 from core.account.errors import AccountError
 from core.account.reporter import ContributionReporter
 from core.net.gate import AccessGate
@@ -25,8 +26,6 @@ from core.project import Manifest
 from core.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-PASSWORD_VARIABLE = "BARNRAISE_PASSWORD"
 
 
 @dataclass

@@ -23,7 +23,8 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.cli.access import PASSWORD_VARIABLE, moderated_access, read_password
+from core.account.client import PASSWORD_VARIABLE
+from core.cli.access import moderated_access, read_password
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.identity import Identity

@@ -16,15 +16,14 @@
 - ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
 - ``peer_events`` PeerEvents: the peer's events counted, recorded and published.
 - ``history``   History: the collaboration's loss curve per project (memory and the ledger's file).
-- ``local_swarms`` LocalSwarms: the demo swarms running on this computer, as last read.
-- ``swarm_follow`` SwarmFollower: keeps the active project, and its account, on its swarm's
-  current run.
 - ``offers``    project offers: running local swarms first, then attached projects.
 - ``diagnostics`` versions, folders and the log's last lines for a bug report (no secrets).
 - ``views``     the API's answers built from the engine's parts (statistics, progress, settings).
 
-The GUI never imports this package; it talks to it through ``core.api`` and the control server,
-whose one table (``core.control.errors``) turns the engine's errors into the API's.
+Demo swarms running on this computer are read and followed with ``core.swarm`` (``LocalSwarms``,
+``SwarmFollower``). The GUI never imports this package; it talks to it through ``core.api`` and
+the control server, whose one table (``core.control.errors``) turns the engine's errors into the
+API's.
 """
 
 from core.engine.config import EngineConfig

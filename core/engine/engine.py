@@ -11,7 +11,7 @@ set_settings, attach, detach, login, logout, ...) and fail with the engine's own
 (``errors``), which the server maps onto the API's; every change is published as a typed event,
 and contribution is metered into the ledger.
 The collaboration's completed epochs become the loss curve (``history``); demo swarms running on
-this computer are followed (``local_swarms``) to offer them (``offers``), to join them wherever
+this computer are followed (``core.swarm``) to offer them (``offers``), to join them wherever
 they listen, and to keep their CPU use out of "other programs'"; ``diagnostics`` answers bug reports.
 """
 
@@ -66,13 +66,13 @@ from core.engine.parts import Closing, EngineParts
 from core.engine.peer_events import PeerEvents
 from core.engine.progress import ProgressMeter
 from core.engine.projects import ProjectRunner, ProjectSlot
-from core.engine.swarm_follow import SwarmFollower
 from core.engine.views import (
     project_info,
     settings_view,
     statistics_view,
 )
 from core.scheduler import ConditionSampler, Decision, decide
+from core.swarm import SwarmFollower
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -167,8 +167,9 @@ class Engine:
         follower = SwarmFollower(
             self.swarms,
             interval=self.config.swarm_interval,
-            active=lambda: self._slot(self.memory.active),
-            runner=lambda: self.runner,
+            followed=self._followed_swarm,
+            peer=lambda: self.runner,
+            joined=lambda runner: (runner.slot.name, runner.swarm),
             follow_account=self._follow_active,
             rebuild=self._rebuild_runner,
         )
@@ -441,6 +442,11 @@ class Engine:
         swarm = self.swarms.find(slot.name) if slot is not None and slot.local_swarm else None
         # a demo swarm's manifest names its coordinator, which listens on a new port every run
         await self._account.select(swarm.manifest if swarm is not None else manifest)
+
+    def _followed_swarm(self) -> str | None:
+        """The active project, when it joins the local swarm of that name."""
+        slot = self._slot(self.memory.active)
+        return slot.name if slot is not None and slot.local_swarm else None
 
     async def _rebuild_runner(self, runner: ProjectRunner) -> None:
         """Stop the peer; the next "run" builds a new one from scratch."""

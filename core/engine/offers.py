@@ -15,7 +15,8 @@ from pathlib import Path
 
 from core.api.schema import ProjectOffer
 from core.engine.projects import ProjectSlot
-from core.project import LocalSwarm, ManifestError, load_manifest
+from core.project import ManifestError, load_manifest
+from core.swarm import LocalSwarm
 
 
 async def project_offers(

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from core.engine.config import EngineConfig
 from core.engine.errors import PartFailure, ShutdownIncomplete
 from core.engine.history import History
-from core.engine.local_swarms import LocalSwarms
 from core.engine.metering import Metering
 from core.engine.store import EngineFile, EngineMemory
 from core.net import Identity
 from core.scheduler import ConditionSampler, GpuSensor, SystemSensor, default_idle_sensor
 from core.stats import Ledger
+from core.swarm import LocalSwarms
 
 log = logging.getLogger(__name__)
 

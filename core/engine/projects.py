@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from core.account import AccountError, NotLoggedIn, PassKeeper
 from core.engine.account import Account
-from core.engine.local_swarms import LocalSwarms
 from core.net import Identity
-from core.project import LocalSwarm, Manifest, load_manifest
+from core.project import Manifest, load_manifest
+from core.swarm import LocalSwarm, LocalSwarms
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 

@@ -20,9 +20,9 @@ from core.api.schema import (
     Statistics,
 )
 from core.engine.projects import ProjectSlot
-from core.project import LocalSwarm
 from core.scheduler import Preferences
 from core.stats import Contribution, Ledger
+from core.swarm import LocalSwarm
 
 
 def statistics_view(ledger: Ledger, project: str | None, days: int, *, now: float) -> Statistics:

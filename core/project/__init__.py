@@ -6,23 +6,11 @@
   ``[[data.sources]]``, ``[training]``, ``[averaging]``, ``[network]``, ``[access]``), each validating itself.
 - ``validation``  the shared checks: TOML types from the annotations, ranges, choices, unknown keys.
 - ``errors``      ``ManifestError``: the file, the dotted key and the reason.
-- ``local_swarm`` ``LocalSwarm``: the record a running ``barnraise swarm`` leaves in the runtime folder
-  (where to join it, its processes), and ``running_swarms``, which drops stale ones.
 
 This package imports neither torch nor the training code: model settings are plain values here.
 """
 
 from core.project.errors import ManifestError
-from core.project.local_swarm import (
-    LocalSwarm,
-    LocalSwarmError,
-    SwarmProcess,
-    find_swarm,
-    remove_swarm,
-    running_swarms,
-    swarm_pids,
-    write_swarm,
-)
 from core.project.manifest import Manifest, load_manifest, parse_manifest
 from core.project.sections import (
     AccessSection,
@@ -39,21 +27,13 @@ __all__ = [
     "AccessSection",
     "AveragingSection",
     "DataSection",
-    "LocalSwarm",
-    "LocalSwarmError",
     "Manifest",
     "ManifestError",
     "ModelSection",
     "NetworkSection",
     "ProjectSection",
     "SourceSection",
-    "SwarmProcess",
     "TrainingSection",
-    "find_swarm",
     "load_manifest",
     "parse_manifest",
-    "remove_swarm",
-    "running_swarms",
-    "swarm_pids",
-    "write_swarm",
 ]

@@ -34,7 +34,7 @@ ProcessKey = tuple[int, float]
 """A process: its pid and its start time."""
 
 START_TIME_TOLERANCE = 1.0
-"""Seconds two readings of a process's start time may differ (see ``core.project.local_swarm``)."""
+"""Seconds two readings of a process's start time may differ (see ``core.swarm.record``)."""
 
 
 class ProcessTable(Protocol):

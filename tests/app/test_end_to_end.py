@@ -27,9 +27,10 @@ from app.engine.store import EngineStore
 from app.pages.dashboard import DashboardPage
 from app.settings import AppSettings
 from app.window import MainWindow
-from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.config.paths import UserDirs
-from core.project import load_manifest, running_swarms
+from core.project import load_manifest
+from core.swarm import running_swarms
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.name == "nt", reason="sends SIGINT")]
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,10 +19,11 @@ import psutil
 import pytest
 
 from core.account import CoordinatorClient, LoginFailed
-from core.cli.moderated import start_coordinator
-from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.config.paths import UserDirs
-from core.project import load_manifest, running_swarms
+from core.project import load_manifest
+from core.swarm import running_swarms
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.swarm.moderated import start_coordinator
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,9 +17,9 @@ from typing import Any
 import psutil
 import pytest
 
-from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.data import ShardServer
 from core.project import load_manifest
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="uses POSIX signals")

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from core.api import AttachRequest, CollaborationEpoch, EngineClient, EpochPoint
-from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.data import ShardServer
 from core.project import load_manifest
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.training.runtime import PeerSettings, ProjectPeer
 from tests.engine.conftest import Running, until
 

@@ -20,7 +20,7 @@ from core.engine import Engine
 from core.engine.projects import SWARM_NOT_RUNNING
 from core.engine.store import EngineFile
 from core.net import Identity
-from core.project import LocalSwarm, SwarmProcess, remove_swarm, write_swarm
+from core.swarm import LocalSwarm, SwarmProcess, remove_swarm, write_swarm
 from core.util.errors import ConfigError
 from tests.account.coordinator import manifest_text
 from tests.engine.conftest import CtlRun, Running, fast_config, until

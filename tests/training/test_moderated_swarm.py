@@ -14,11 +14,11 @@ import pytest
 
 from core.account import CoordinatorClient
 from core.cli.access import moderated_access
-from core.cli.moderated import ORGANIZER, start_coordinator
-from core.cli.swarm import DEMO_MANIFEST, prepare_demo_data
 from core.data import ShardServer
 from core.net.identity import Identity
 from core.project import load_manifest
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.swarm.moderated import ORGANIZER, start_coordinator
 from core.training.metrics import EpochMetrics
 from core.training.runtime import PeerSettings, ProjectPeer
 from tests.support.leaks import wait_until

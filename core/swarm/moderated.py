@@ -1,15 +1,16 @@
-"""``barnraise swarm --moderated``: the local demo as a moderated project, with its coordinator.
+"""ModeratedSwarm: the local swarm run as a moderated project, with its own coordinator.
 
-The swarm makes a project key, starts the coordinator inside its own process (on loopback, on a port
-the system chooses), opens accounts for an organizer (a moderator, whom the auxiliary peer logs in as to
-report epochs) and two volunteers, and writes a moderated copy of the manifest that names the key
-and the coordinator (relative data paths still resolve against the shard server's URL). Trainer
-peers log in as the volunteers in turn. At the end it prints the
-leaderboard and checks that its totals add up to the samples the auxiliary peer counted.
+For ``barnraise swarm --moderated`` the swarm makes a project key, starts the coordinator inside
+its own process (on loopback, on a port the system chooses), opens accounts for an organizer (a
+moderator, whom the auxiliary peer logs in as to report epochs) and two volunteers, and writes a
+moderated copy of the manifest that names the key and the coordinator (relative data paths still
+resolve against the shard server's URL). Trainer peers log in as the volunteers in turn. At the end
+its ``standings`` are the leaderboard and whether its total adds up to the samples the auxiliary
+peer counted.
 
 The copy allows sign-up: it is a local demo, and anyone at this computer (the desktop app's user,
 joining through the engine) may create an account at its coordinator. Each run starts a new
-coordinator database, unless ``--keep-accounts`` (what the desktop app asks for): then the accounts
+coordinator database, unless ``keep_accounts`` (what the desktop app asks for): then the accounts
 made in earlier runs stay, so a volunteer who signed up logs in again, while the leaderboard still
 starts afresh (the collaboration counts its epochs from 0 again).
 """
@@ -98,24 +99,32 @@ def _write(path: Path, document: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-async def print_leaderboard(swarm: ModeratedSwarm) -> None:
+@dataclass(frozen=True)
+class Standings:
+    """The leaderboard at the end of a moderated run, and what the auxiliary peer counted."""
+
+    users: list[dict[str, Any]]
+    """The top volunteers as the coordinator ranks them (rank, username, samples, compute_seconds,
+    devices)."""
+    samples: int
+    """The leaderboard's total."""
+    epochs: int
+    """Epochs the auxiliary peer reported."""
+    counted: int
+    """Samples in those epochs, by the auxiliary peer's metrics."""
+
+    @property
+    def match(self) -> bool:
+        """Every sample the auxiliary peer counted is credited to someone, and nothing more."""
+        return self.counted == self.samples
+
+
+async def standings(swarm: ModeratedSwarm, *, limit: int = 10) -> Standings:
+    """Ask the swarm's coordinator for its leaderboard, as any volunteer would."""
     async with CoordinatorClient(swarm.service.url) as client:
-        board = await client.leaderboard(limit=10)
-    print("leaderboard (samples in completed epochs):", flush=True)
-    for entry in board["users"]:
-        print(
-            f"  #{entry['rank']:<3} {entry['username']:<12} {entry['samples']:>9} samples  "
-            f"{entry['compute_seconds']:>8.1f} s compute  {entry['devices']} device(s)",
-            flush=True,
-        )
-    totals = board["totals"]
+        board = await client.leaderboard(limit=limit)
     epochs, counted = swarm.service.store.contributions.epoch_totals()
-    verdict = "they match" if counted == totals["samples"] else "they DO NOT match"
-    print(
-        f"  total {totals['samples']} samples over {epochs} epochs; the auxiliary peer's metrics "
-        f"counted {counted}: {verdict}",
-        flush=True,
-    )
+    return Standings(list(board["users"]), int(board["totals"]["samples"]), epochs, counted)
 
 
 def _manifest(document: dict[str, Any], path: Path) -> Manifest:

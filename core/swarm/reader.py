@@ -1,14 +1,15 @@
-"""LocalSwarms: the demo swarms running on this computer, as the engine last read their records.
+"""LocalSwarms: the local swarms running on this computer, as the engine last read their records.
 
-``barnraise swarm`` announces itself in the user's runtime folder (``core.project.local_swarm``).
-The engine reads those records every ``swarm_interval`` seconds, off the loop, and uses the last
-reading to offer the swarms, to show where a ``local_swarm`` project joins now, and to name the
-processes the CPU sensor must not count as other programs' (the sensor asks only every few seconds).
-The runner reads the record afresh when it starts its peer: the swarm's ports change every run.
+A running ``barnraise swarm`` announces itself in the user's runtime folder (``record``). The engine
+reads those records every ``swarm_interval`` seconds, off the loop, and uses the last reading to
+offer the swarms, to show where a ``local_swarm`` project joins now, and to name the processes the
+CPU sensor must not count as other programs' (the sensor asks only every few seconds). The runner
+reads the record afresh when it starts its peer: the swarm's ports change every run.
 
 ``outdated`` tells the engine that the swarm a peer joined has stopped or was started again (a new
 run, new addresses): that peer is then rebuilt against the run that is there now, or fails with a
-message saying how to start one.
+message saying how to start one. A damaged record is warned about once per version of the file, not
+at every reading.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ from __future__ import annotations
 import asyncio
 
 from core.config.paths import UserDirs
-from core.project import LocalSwarm, running_swarms, swarm_pids
+from core.swarm.record import LocalSwarm, Warned, running_swarms, swarm_pids
 
 
 class LocalSwarms:
     def __init__(self, dirs: UserDirs) -> None:
         self._dirs = dirs
+        self._warned: Warned = set()
         self.records: list[LocalSwarm] = []
         """The last reading, oldest swarm first."""
 
     async def refresh(self) -> list[LocalSwarm]:
         """Read the records now (in a thread: stale ones are deleted, processes looked up)."""
-        self.records = await asyncio.to_thread(running_swarms, self._dirs)
+        self.records = await asyncio.to_thread(running_swarms, self._dirs, warned=self._warned)
         return self.records
 
     def find(self, project: str) -> LocalSwarm | None:

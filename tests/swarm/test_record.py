@@ -16,17 +16,18 @@ import psutil
 import pytest
 
 from core.config.paths import UserDirs
-from core.project import (
+from core.swarm import (
     LocalSwarm,
     LocalSwarmError,
     SwarmProcess,
     find_swarm,
+    new_record,
     remove_swarm,
     running_swarms,
+    swarm_file,
     swarm_pids,
     write_swarm,
 )
-from core.project.local_swarm import new_record, swarm_file
 
 
 @pytest.fixture
@@ -143,9 +144,10 @@ def test_a_damaged_record_is_skipped_with_a_warning_and_left_alone(
     write_swarm(dirs, good)
     damaged = swarm_file(dirs, "demo")
     damaged.write_text(text, encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="core.project.local_swarm"):
-        assert running_swarms(dirs) == [good]
-        assert running_swarms(dirs) == [good]
+    warned: set[tuple[str, int]] = set()  # what a reader that looks again and again keeps
+    with caplog.at_level(logging.WARNING, logger="core.swarm.record"):
+        assert running_swarms(dirs, warned=warned) == [good]
+        assert running_swarms(dirs, warned=warned) == [good]
     warnings = [r for r in caplog.records if "damaged swarm record" in r.getMessage()]
     assert len(warnings) == 1  # once per version of the file, not at every look
     assert str(damaged) in warnings[0].getMessage()

@@ -1,4 +1,4 @@
-"""LocalSwarm: the note a running ``barnraise swarm`` leaves for the engine on the same computer.
+"""LocalSwarm: the record a running local swarm leaves for the engine on the same computer.
 
 A demo swarm listens on ports the system picks, so its addresses change every run. Once its
 auxiliary peer is ready and its trainers are spawned, the swarm writes one small JSON record to
@@ -11,7 +11,9 @@ its peer), and to leave the swarm's processes out of "other programs' CPU use".
 A swarm killed without a chance to clean up leaves its record behind; ``running_swarms`` keeps only
 records whose swarm process still runs, and deletes the others. A process is named by its pid
 *and* its start time, because the system reuses pids: a record whose pid now belongs to some later
-process is stale too. A damaged record is skipped with a warning and left where it is.
+process is stale too. A damaged record is skipped with a warning and left where it is; a reader that
+looks again and again (the engine's ``LocalSwarms``) passes the same ``warned`` set each time, so
+that each version of a damaged file is warned about once.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ START_TIME_TOLERANCE = 1.0
 """Seconds two readings of one process's start time may differ by (the system derives it from its
 boot time, which clock adjustments move a little); a pid reused by another process starts later."""
 
-_warned: set[tuple[str, int]] = set()
-"""Damaged records already warned about (path, modification time): one warning per version."""
+Warned = set[tuple[str, int]]
+"""Damaged records already warned about, by path and modification time: one warning per version."""
 
 
 class LocalSwarmError(BarnraiseError):
@@ -179,15 +181,18 @@ def remove_swarm(dirs: UserDirs, swarm: LocalSwarm) -> None:
             path.unlink()
 
 
-def running_swarms(dirs: UserDirs) -> list[LocalSwarm]:
-    """The demo swarms running on this computer, oldest first; stale records are deleted."""
+def running_swarms(dirs: UserDirs, *, warned: Warned | None = None) -> list[LocalSwarm]:
+    """The demo swarms running on this computer, oldest first; stale records are deleted.
+
+    A damaged record is warned about unless ``warned`` already holds its version (it is added)."""
     folder = swarms_folder(dirs)
     try:
         paths = sorted(folder.glob("*.json"))
     except OSError as exc:
         log.warning("cannot look for local swarms in %s: %s", folder, exc)
         return []
-    found = [swarm for path in paths if (swarm := _read_running(path)) is not None]
+    warned = set() if warned is None else warned
+    found = [swarm for path in paths if (swarm := _read_running(path, warned)) is not None]
     return sorted(found, key=lambda s: s.started)
 
 
@@ -231,20 +236,20 @@ def new_record(
     )
 
 
-def _read_running(path: Path) -> LocalSwarm | None:
+def _read_running(path: Path, warned: Warned) -> LocalSwarm | None:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None  # removed by its swarm meanwhile
     except (OSError, UnicodeDecodeError) as exc:
-        _warn_damaged(path, str(exc))
+        _warn_damaged(path, str(exc), warned)
         return None
     try:
         swarm = LocalSwarm.from_json(text)
         if path.stem != swarm.project:
             raise LocalSwarmError(f"it names project {swarm.project!r}, not {path.stem!r}")
     except LocalSwarmError as exc:
-        _warn_damaged(path, str(exc))
+        _warn_damaged(path, str(exc), warned)
         return None
     if swarm.alive():
         return swarm
@@ -255,13 +260,13 @@ def _read_running(path: Path) -> LocalSwarm | None:
     return None
 
 
-def _warn_damaged(path: Path, reason: str) -> None:
+def _warn_damaged(path: Path, reason: str, warned: Warned) -> None:
     try:
         mark = (str(path), path.stat().st_mtime_ns)
     except OSError:
         mark = (str(path), 0)
-    if mark not in _warned:
-        _warned.add(mark)
+    if mark not in warned:
+        warned.add(mark)
         log.warning("skipping the damaged swarm record %s: %s", path, reason)
 
 

@@ -1,0 +1,63 @@
+"""SwarmPrinter: what ``barnraise swarm`` prints while its swarm runs (a ``SwarmOutput``).
+
+Progress and one line per epoch go to stdout, flushed at once (a terminal, a pipe, the desktop app's
+log file); problems go to stderr, prefixed with the command's name. Tests read the ``epoch`` and
+``join with:`` lines, so their shape is kept.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.swarm.moderated import Standings
+from core.swarm.run import Joining
+
+
+class SwarmPrinter:
+    def preparing(self, data_root: Path) -> None:
+        _say(f"preparing the demo data in {data_root} …")
+
+    def coordinator(self, url: str, manifest: Path) -> None:
+        _say(f"coordinator at {url}; manifest {manifest}")
+
+    def running(self, joining: Joining) -> None:
+        _say(
+            f"{joining.trainers} trainer(s) and an auxiliary peer on loopback; "
+            f"data at {joining.data_base}; logs in {joining.logs}"
+        )
+        # how an engine (``barnraise engine``) joins this swarm as one more trainer
+        _say(
+            f"join with: barnraise ctl attach {joining.manifest} "
+            f"--initial-peers {joining.address} --data-base {joining.data_base}"
+        )
+        _say("or from an engine on this computer: barnraise ctl attach --local-swarm")
+
+    def metrics(self, event: dict[str, Any]) -> None:
+        loss = event.get("loss")
+        shown = f"{loss:.4f}" if isinstance(loss, float) else "   -  "
+        _say(
+            f"epoch {event['epoch']:>4}  loss {shown}  "
+            f"samples/s {event['samples_per_second']:>8.1f}  peers {event['alive_peers']}"
+        )
+
+    def problem(self, message: str) -> None:
+        print(f"barnraise swarm: {message}", file=sys.stderr, flush=True)
+
+    def standings(self, standings: Standings) -> None:
+        _say("leaderboard (samples in completed epochs):")
+        for entry in standings.users:
+            _say(
+                f"  #{entry['rank']:<3} {entry['username']:<12} {entry['samples']:>9} samples  "
+                f"{entry['compute_seconds']:>8.1f} s compute  {entry['devices']} device(s)"
+            )
+        verdict = "they match" if standings.match else "they DO NOT match"
+        _say(
+            f"  total {standings.samples} samples over {standings.epochs} epochs; the auxiliary "
+            f"peer's metrics counted {standings.counted}: {verdict}"
+        )
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

@@ -1,0 +1,69 @@
+"""ChildProcess: one peer of the local swarm, a ``barnraise`` command in an OS process of its own.
+
+Each peer runs as if on its own machine: ``python -m core.cli.main peer|aux …`` from the checkout,
+detached (``core.util.detached``: its own session or process group, so Ctrl-C in the terminal
+reaches only the swarm, which then stops each child in order). Its stdout carries one JSON event per
+line (``ready``, ``epoch``, ``metrics``), read here; its stderr, its log, is appended to a file.
+``$BARNRAISE_SWARM_LOG_LEVEL`` sets how much the children log (``info`` unless set), for debugging
+a swarm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.account.client import PASSWORD_VARIABLE
+from core.util.detached import STOP_SIGNAL, start_detached_async
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+"""The checkout, where the children run ``-m core.cli.main`` from."""
+LOG_LEVEL_VARIABLE = "BARNRAISE_SWARM_LOG_LEVEL"
+STOP_GRACE = 15.0
+"""Seconds a child has to stop once asked, before it is killed."""
+
+
+class ChildProcess:
+    def __init__(self, name: str, proc: asyncio.subprocess.Process) -> None:
+        self.name = name
+        self.proc = proc
+
+    async def event(self) -> dict[str, Any] | None:
+        """The next JSON event on its stdout (None at its end); other lines are skipped."""
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    return event
+        return None
+
+    async def stop(self, grace: float = STOP_GRACE) -> None:
+        """Ask it to stop, and kill it if it has not within ``grace`` seconds."""
+        if self.proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(STOP_SIGNAL)
+        try:
+            await asyncio.wait_for(self.proc.wait(), grace)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+
+
+async def spawn_command(
+    name: str, args: list[str], log_path: Path, *, password: str | None = None
+) -> ChildProcess:
+    """``barnraise ARGS`` as a child process, its stdout piped, its stderr appended to ``log_path``
+    (``password``: handed over in the environment, for moderated projects)."""
+    env = None if password is None else {**os.environ, PASSWORD_VARIABLE: password}
+    level = os.environ.get(LOG_LEVEL_VARIABLE, "info")
+    command = [sys.executable, "-m", "core.cli.main", "--log-level", level, *args]
+    proc = await start_detached_async(command, output=log_path, cwd=REPOSITORY, env=env)
+    return ChildProcess(name, proc)

@@ -1,0 +1,47 @@
+"""The demo's data: the corpus shards and the tokenizer the demo manifest names, made once.
+
+``barnraise swarm`` serves them to its peers over a local HTTP server (``core.data.ShardServer``);
+tests and benchmarks that run the demo's peers themselves prepare them the same way. The corpus is
+generated deterministically (8 shards); the tokenizer is trained on it once and kept, unless the
+file there cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from core.project import Manifest
+
+DEMO_MANIFEST = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
+"""The demo project's manifest, in the checkout."""
+SHARDS = 8
+SHARD_MEGABYTES = 4.0
+TOKENIZER_SAMPLE = 20_000
+"""Texts the tokenizer is trained on."""
+
+
+def prepare_demo_data(manifest: Manifest, root: Path) -> None:
+    """The shards and tokenizer the demo manifest names, written once under ``root``."""
+    # imported here: torch and datasets load slowly, and the rest of the package never needs them
+    from core.data import (  # noqa: PLC0415
+        DataSource,
+        load_tokenizer,
+        stream_texts,
+        train_tokenizer,
+        write_demo_corpus,
+    )
+
+    write_demo_corpus(root / "shards", shards=SHARDS, megabytes=SHARD_MEGABYTES, seed=0)
+    tokenizer = root / manifest.data.tokenizer
+    if tokenizer.exists():
+        with contextlib.suppress(Exception):  # a damaged one is trained again below
+            load_tokenizer(tokenizer)
+            return
+    sources = [
+        DataSource(tuple(str(root / u) for u in s.urls), format=s.format, text_field=s.text_field)
+        for s in manifest.data.sources
+    ]
+    texts = stream_texts(sources, seed=0, shuffle_buffer=0)
+    sample = (next(texts) for _ in range(TOKENIZER_SAMPLE))
+    train_tokenizer(sample, manifest.data.tokenizer_vocab_size, tokenizer)
