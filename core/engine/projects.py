@@ -26,12 +26,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from core.account import AccountError, NotLoggedIn, PassKeeper
 from core.engine.account import Account
 from core.engine.local_swarms import LocalSwarms
 from core.net import Identity
+from core.policy import PeerStatus, RunnerState
 from core.project import LocalSwarm, Manifest, load_manifest
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RunnerState = Literal["stopped", "starting", "ready", "failed"]
 LOGIN_RETRY = 1.0
 """Seconds between starts that fail for want of a login (or of the local swarm) while the account
 says logged in (or the swarm's record is there)."""
@@ -153,6 +153,10 @@ class ProjectRunner:
         self._paused = True
         self._duty = 1.0
         self._task: asyncio.Task[None] | None = None
+
+    def status(self) -> PeerStatus:
+        """How the peer is, for the engine's state (``core.policy.outcome``)."""
+        return PeerStatus(self.state, self.error, self.needs_login)
 
     @property
     def computing(self) -> bool:

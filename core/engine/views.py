@@ -1,6 +1,6 @@
 """The engine's answers built from its parts: pure functions from what the engine holds to the
 API's dataclasses (statistics from the ledger, progress from the peer's totals, a project's info,
-the settings with their explanations, a finished epoch's event)."""
+a finished epoch's event). The settings' answer is ``core.api.settings``, shared with the fake."""
 
 from __future__ import annotations
 
@@ -15,13 +15,10 @@ from core.api.schema import (
     DayAmounts,
     Progress,
     ProjectInfo,
-    SettingInfo,
-    Settings,
     Statistics,
 )
 from core.engine.projects import ProjectSlot
 from core.project import LocalSwarm
-from core.scheduler import Preferences
 from core.stats import Contribution, Ledger
 
 
@@ -64,16 +61,6 @@ def project_info(slot: ProjectSlot, *, active: bool, swarm: LocalSwarm | None) -
         device=slot.device,
         active=active,
         local_swarm=slot.local_swarm,
-    )
-
-
-def settings_view(preferences: Preferences) -> Settings:
-    return Settings(
-        values=dict(preferences.to_dict()),  # type: ignore[arg-type]
-        descriptions=[
-            SettingInfo(name, help_text, default)  # type: ignore[arg-type]
-            for name, help_text, default in Preferences.describe()
-        ],
     )
 
 
