@@ -42,6 +42,8 @@ from core.project import (
     write_swarm,
 )
 from core.project.local_swarm import new_record
+from core.training.events import PeerEvent, PeerMetrics, PeerReady, from_json
+from core.util.errors import WireFormatError
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DEMO_MANIFEST = REPOSITORY / "resources" / "demo" / "project.toml"
@@ -107,14 +109,12 @@ class ChildProcess:
         self.name = name
         self.proc = proc
 
-    async def event(self) -> dict[str, Any] | None:
-        """The next JSON event on its stdout (None at its end); other lines are skipped."""
+    async def event(self) -> PeerEvent | None:
+        """The next peer event on its stdout (None at its end); other lines are skipped."""
         assert self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if isinstance(event, dict):
-                    return event
+            with contextlib.suppress(ValueError, WireFormatError):
+                return from_json(json.loads(line))
         return None
 
     async def stop(self, grace: float = 15.0) -> None:
@@ -207,10 +207,10 @@ async def _run(args: argparse.Namespace) -> int:
         )
         children.append(aux)
         ready = await asyncio.wait_for(aux.event(), 120)
-        if not ready or ready.get("event") != "ready":
+        if not isinstance(ready, PeerReady):
             print("barnraise swarm: the auxiliary peer did not start; see its log", file=sys.stderr)
             return 1
-        address = str(ready["address"])
+        address = ready.address
         await _spawn_trainers(children, args.peers, common, address, work=work, moderated=moderated)
         announced = _announce(
             dirs,
@@ -351,12 +351,12 @@ async def _follow(
             if event is None:
                 print("barnraise swarm: the auxiliary peer exited", file=sys.stderr)
                 return
-            if event.get("event") == "metrics":
-                loss = event.get("loss")
-                shown = f"{loss:.4f}" if isinstance(loss, float) else "   -  "
+            if isinstance(event, PeerMetrics):
+                loss = event.loss
+                shown = f"{loss:.4f}" if loss is not None else "   -  "
                 print(
-                    f"epoch {event['epoch']:>4}  loss {shown}  "
-                    f"samples/s {event['samples_per_second']:>8.1f}  peers {event['alive_peers']}",
+                    f"epoch {event.epoch:>4}  loss {shown}  "
+                    f"samples/s {event.samples_per_second:>8.1f}  peers {event.alive_peers}",
                     flush=True,
                 )
     finally:

@@ -34,6 +34,7 @@ from core.engine.local_swarms import LocalSwarms
 from core.net import Identity
 from core.policy import PeerStatus, RunnerState
 from core.project import LocalSwarm, Manifest, load_manifest
+from core.training.events import PeerEvent, PeerFailed, PeerReady
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 
@@ -126,7 +127,7 @@ class ProjectRunner:
         *,
         work_dir: Path,
         identity: Identity,
-        on_event: Callable[[dict[str, Any]], None],
+        on_event: Callable[[PeerEvent], None],
         account: Account | None = None,
         swarms: LocalSwarms | None = None,
         retry_after: float = 30.0,
@@ -262,10 +263,10 @@ class ProjectRunner:
         self.state = "failed"
         self._failed_at = time.monotonic()
         self.error = message
-        self.on_event({"event": "failed", "message": message})
+        self.on_event(PeerFailed(message))
 
-    def _on_peer_event(self, event: dict[str, Any]) -> None:
-        if event.get("event") == "ready":
+    def _on_peer_event(self, event: PeerEvent) -> None:
+        if isinstance(event, PeerReady):
             self.state = "ready"
         self.on_event(event)
 

@@ -20,6 +20,7 @@ from core.api.schema import (
 from core.engine.projects import ProjectSlot
 from core.project import LocalSwarm
 from core.stats import Contribution, Ledger
+from core.training.events import PeerEpoch
 
 
 def statistics_view(ledger: Ledger, project: str | None, days: int, *, now: float) -> Statistics:
@@ -64,15 +65,10 @@ def project_info(slot: ProjectSlot, *, active: bool, swarm: LocalSwarm | None) -
     )
 
 
-def epoch_finished(project: str, event: Mapping[str, Any]) -> EpochFinished:
-    """The peer's ``epoch`` event (one step of its own) as the API's event."""
+def epoch_finished(project: str, event: PeerEpoch) -> EpochFinished:
+    """The peer's ``PeerEpoch`` (one step of its own) as the API's event."""
     return EpochFinished(
-        project,
-        int(event["epoch"]),
-        int(event["samples"]),
-        int(event["group_size"]),
-        bool(event["averaged"]),
-        float(event["seconds"]),
+        project, event.epoch, event.samples, event.group_size, event.averaged, event.seconds
     )
 
 
