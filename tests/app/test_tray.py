@@ -84,6 +84,7 @@ def test_the_look_follows_the_engine(make_tray: MakeTray, fake: FakeEngine, qtbo
     qtbot.waitUntil(lambda: tray.look == "contributing", timeout=10_000)
     fake.set_conditions(on_battery=True)
     qtbot.waitUntil(lambda: tray.look == "paused", timeout=10_000)
+    fake.set_conditions()  # on mains again (a pause comes before the peer) but the peer fails
     fake.fail_peer("the project's peer failed to start")
     qtbot.waitUntil(lambda: tray.look == "error", timeout=10_000)
     assert state_is(store, "error", "peer_failed")
