@@ -359,12 +359,14 @@ class Engine:
                 self._threads = decision.threads
             await runner.resume(decision.duty)
         self._decision = decision
-        now = outcome(decision, runner.status() if runner is not None else None)
-        if now != self._outcome:
-            previous, self._outcome = self._outcome, now
+        result = outcome(decision, runner.status() if runner is not None else None)
+        if result != self._outcome:
+            previous, self._outcome = self._outcome, result
             self._since = self._clock()
-            log.info("%s: %s", now.state, now.reason)
-            self.events.publish(StateChanged(now.state, previous.state, now.code, now.reason))
+            log.info("%s: %s", result.state, result.reason)
+            self.events.publish(
+                StateChanged(result.state, previous.state, result.code, result.reason)
+            )
 
     # ---- metering and progress -------------------------------------------------------------------
 

@@ -434,8 +434,8 @@ class FakeEngine:
 
     def _snapshot(self) -> EngineState:
         active = self._active()
-        decision, now = self._decision, self._outcome
-        computing = now.state in ("running", "throttled")
+        decision, current = self._decision, self._outcome
+        computing = current.state in ("running", "throttled")
         progress = dataclasses.replace(
             self.progress,
             samples_per_second=self.progress.samples_per_second if computing else 0.0,
@@ -444,9 +444,9 @@ class FakeEngine:
             api_version=API_VERSION,
             engine_version="0.1.0",
             pid=4242,
-            state=now.state,
-            code=now.code,
-            reason=now.reason,
+            state=current.state,
+            code=current.code,
+            reason=current.reason,
             since=self._since,
             contribute=bool(self.values["contribute"]),
             user_paused=self.user_paused,
