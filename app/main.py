@@ -72,7 +72,7 @@ class App:
         self.connector: Connector
         if args.preview:
             from app.engine.preview import FakeConnector  # noqa: PLC0415 - only for --preview
-            from core.api.fake import FakeEngine  # noqa: PLC0415
+            from core.api.testing import FakeEngine  # noqa: PLC0415
 
             self.connector = FakeConnector(FakeEngine("contributing"))
             self.demo: DemoSwarm | None = None

@@ -36,6 +36,7 @@ from core.engine import EngineConfig
 from core.project import load_manifest
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.training.events import PeerReady
 from core.training.runtime import PeerSettings, ProjectPeer
 
 
@@ -57,7 +58,7 @@ async def measure(trials: int, device: str, root: Path) -> dict[str, Any]:
         PeerSettings(
             load_manifest(DEMO_MANIFEST), work_dir=root / "aux", role="aux", data_base=base
         ),
-        lambda e: ready.done() or e.get("event") != "ready" or ready.set_result(str(e["address"])),
+        lambda e: ready.done() or not isinstance(e, PeerReady) or ready.set_result(e.address),
     )
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop), name="bench/aux")

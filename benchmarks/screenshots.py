@@ -35,7 +35,7 @@ from app.theme import apply_theme
 from app.tray import Tray
 from app.window import CloseQuestion, MainWindow
 from core.api.events import ErrorRaised
-from core.api.fake import FakeEngine
+from core.api.testing import FakeEngine
 
 
 class Shooter:
@@ -142,13 +142,13 @@ def _main_pages(s: Shooter) -> None:
         s.settle(0.8)
         s.save(name, window, what)
     window.show_page("dashboard")
-    fake.set_condition("waiting", "user_active", "Waiting: you are using the computer")
+    fake.set_conditions(idle_seconds=20.0)  # at the computer: a GPU project waits
     s.settle(0.6)
     s.save("10-dashboard-waiting", window, "dashboard: waiting while the user is at the computer")
-    fake.set_condition("paused", "on_battery", "Paused: on battery")
+    fake.set_conditions(on_battery=True)
     s.settle(0.6)
     s.save("11-dashboard-on-battery", window, "dashboard: paused on battery")
-    fake.set_condition(None)
+    fake.set_conditions()
     fake.emit(ErrorRaised("project barnraise-demo", "averaging round 150 lost 1 of 5 parts"))
     s.settle(0.6)
     s.save("12-dashboard-engine-warning", window, "a warning from the engine in the banner")
@@ -165,7 +165,7 @@ def _leaderboard_states(s: Shooter) -> None:
     window = s.window(fake)
     window.show_page("leaderboard")
     s.settle(0.8)
-    fake.coordinator_down = True
+    fake.coordinator.down = True
     window.store.refresh_leaderboard()
     s.settle(0.8)
     s.save("14-leaderboard-stale", window, "leaderboard: coordinator down, data marked as stale")

@@ -34,6 +34,7 @@ from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.training.events import PeerEpoch, PeerMetrics, PeerReady
 
 
 def plain_training(data: Path, seconds: float) -> dict[str, Any]:
@@ -87,7 +88,7 @@ async def collaboration(peers: int, base: str, work: Path, seconds: float) -> di
     threads = max(1, ((os.cpu_count() or 2) - 1) // peers)  # a core for loops and data
     common = ["--manifest", str(DEMO_MANIFEST), "--data-base", base, "--threads", str(threads)]
     children: list[ChildProcess] = []
-    epochs: list[dict[str, Any]] = []
+    epochs: list[PeerEpoch] = []
     try:
         aux = await spawn_command(
             "aux",
@@ -96,11 +97,11 @@ async def collaboration(peers: int, base: str, work: Path, seconds: float) -> di
         )
         children.append(aux)
         ready = await asyncio.wait_for(aux.event(), 120)
-        if ready is None or ready.get("event") != "ready":
+        if not isinstance(ready, PeerReady):
             raise RuntimeError(f"the auxiliary peer did not start (see {work / 'aux.log'})")
         trainers = []
         for i in range(peers):
-            args = ["peer", *common, "--initial-peers", ready["address"], "--data-seed", str(i)]
+            args = ["peer", *common, "--initial-peers", ready.address, "--data-seed", str(i)]
             trainer = await spawn_command(
                 f"p{i}", [*args, "--work-dir", str(work / f"p{i}")], work / f"p{i}.log"
             )
@@ -109,16 +110,16 @@ async def collaboration(peers: int, base: str, work: Path, seconds: float) -> di
 
         async def watch(child: ChildProcess) -> None:
             while (event := await child.event()) is not None:
-                if event.get("event") == "epoch":
+                if isinstance(event, PeerEpoch):
                     epochs.append(event)
 
         watchers = [asyncio.create_task(watch(t)) for t in trainers]
-        metrics: list[dict[str, Any]] = []
+        metrics: list[PeerMetrics] = []
         first_at = None
         while True:
             event = await asyncio.wait_for(aux.event(), 300)
             assert event is not None, "the auxiliary peer exited"
-            if event.get("event") != "metrics":
+            if not isinstance(event, PeerMetrics):
                 continue
             now = time.perf_counter()
             if first_at is None:
@@ -132,18 +133,18 @@ async def collaboration(peers: int, base: str, work: Path, seconds: float) -> di
         elapsed = time.perf_counter() - first_at
     finally:
         await asyncio.gather(*(child.stop() for child in reversed(children)))
-    averaging = [e["seconds"] for e in epochs if e.get("seconds")]
+    averaging = [e.seconds for e in epochs if e.seconds]
     return {
         "peers": peers,
         "threads_per_process": threads,
         "epochs": len(metrics),
-        "samples_per_s": round(sum(m["samples"] for m in metrics) / elapsed, 1),
+        "samples_per_s": round(sum(m.samples for m in metrics) / elapsed, 1),
         "averaging_s_per_epoch_median": round(statistics.median(averaging), 3)
         if averaging
         else None,
-        "group_sizes": sorted({e["group_size"] for e in epochs}),
-        "loss_first": metrics[0]["loss"] if metrics else None,
-        "loss_last": metrics[-1]["loss"] if metrics else None,
+        "group_sizes": sorted({e.group_size for e in epochs}),
+        "loss_first": metrics[0].loss if metrics else None,
+        "loss_last": metrics[-1].loss if metrics else None,
     }
 
 

@@ -6,8 +6,8 @@ and no engine, to look at it or to try it out).
 
 from __future__ import annotations
 
-from core.api.fake import FakeEngine
 from core.api.protocol import EngineApi
+from core.api.testing import FakeEngine
 
 
 class FakeConnector:

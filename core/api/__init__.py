@@ -1,22 +1,26 @@
 """The contract between the engine and its clients (the desktop app, ``barnraise ctl``).
 
 - ``schema``    versioned dataclasses: EngineState, Progress, Statistics, Settings, ProjectInfo,
-  AccountInfo, Leaderboard, MyRank, requests.
+  AccountInfo, Leaderboard, MyRank, requests; state names and reason codes (from ``core.policy``).
 - ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors,
   account changed).
 - ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as, and
   the error id of the engine's own failures (``error_id``).
-- ``codec``     dataclasses to JSON and back, checked against their type hints.
+- ``codec``     dataclasses to JSON and back, checked against their type hints; unknown reason
+  codes from a newer engine read as ``"unknown"``.
+- ``settings``  settings_view: the preferences, with their descriptions, as the API's Settings.
 - ``endpoint``  the engine's endpoint file (URL, token, pid) in the user's runtime directory.
 - ``client``    EngineClient: the typed async client.
 - ``protocol``  EngineApi: the calls as a Protocol (EngineClient and FakeEngine satisfy it).
-- ``fake``      FakeEngine: an in-memory engine with realistic data, for GUI tests and screenshots.
 - ``detached``  starting a child detached from the app (the engine, the demo swarm): the helper of
   ``core.util.detached``, named here for the app.
+- ``testing``   (a subpackage, not exported here) FakeEngine: an in-memory engine with realistic
+  data, deciding with the real policy, for GUI tests, screenshots and ``barnraise app --preview``.
 
-This package imports neither Qt nor torch nor the engine: the GUI imports it and nothing else of
-``core``, and both sides of the socket agree through it. ``EngineClient`` is loaded on first use:
-it brings aiohttp (a third of a second), which the app's window need not wait for.
+This package imports neither Qt nor torch nor the engine (of ``core`` only ``config``, ``policy`` and
+``util``): the GUI imports it and nothing else of ``core``, and both sides of the socket agree
+through it. ``EngineClient`` is loaded on first use: it brings aiohttp (a third of a second), which
+the app's window need not wait for.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -50,6 +54,7 @@ from core.api.events import (
     UnknownEventType,
 )
 from core.api.protocol import EngineApi
+from core.policy import UNKNOWN_CODE, ReasonCode, StateName
 
 if TYPE_CHECKING:
     from core.api.client import EngineClient
@@ -81,6 +86,7 @@ from core.api.schema import (
 
 __all__ = [
     "API_VERSION",
+    "UNKNOWN_CODE",
     "AccountChanged",
     "AccountInfo",
     "Amounts",
@@ -119,9 +125,11 @@ __all__ = [
     "ProjectOffer",
     "ProjectOffers",
     "ProjectsChanged",
+    "ReasonCode",
     "SettingInfo",
     "Settings",
     "StateChanged",
+    "StateName",
     "Statistics",
     "StorageFailed",
     "TooManyAttempts",

@@ -3,6 +3,8 @@
 The schema's classes are plain frozen dataclasses; this turns them into JSON-ready dicts and rebuilds
 them from untrusted JSON, refusing anything whose shape does not match (a clear ``BadRequest``
 naming the path, e.g. ``project.initial_peers[2]``) instead of letting a wrong type travel further.
+A ``Literal`` field marked with ``Fallback`` (a list a newer engine may extend, like reason codes)
+reads a value this side does not know as the fallback when decoding tolerantly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from core.api.errors import BadRequest
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    """``Annotated[Literal[...], Fallback(value)]``: tolerant decoding (``strict=False``, the
+    clients') reads a string outside the ``Literal`` as ``value``, one of its members; strict
+    decoding still refuses it."""
+
+    value: str
 
 
 def encode(value: Any) -> Any:
@@ -45,6 +56,13 @@ def _decode(tp: Any, data: Any, path: str, strict: bool) -> Any:  # noqa: PLR091
     origin = get_origin(tp)
     if tp is Any:
         return data
+    if origin is typing.Annotated:
+        inner, *extras = get_args(tp)
+        fallback = next((e for e in extras if isinstance(e, Fallback)), None)
+        unknown = isinstance(data, str) and data not in get_args(inner)
+        if fallback is not None and not strict and get_origin(inner) is typing.Literal and unknown:
+            return fallback.value
+        return _decode(inner, data, path, strict)
     if origin is Union or origin is types.UnionType:
         args = get_args(tp)
         if data is None and type(None) in args:
@@ -82,7 +100,7 @@ def _decode(tp: Any, data: Any, path: str, strict: bool) -> Any:  # noqa: PLR091
 def _decode_dataclass(cls: Any, data: Any, path: str, strict: bool) -> Any:
     if not isinstance(data, dict):
         raise BadRequest(f"{path}: expected an object, got {type(data).__name__}")
-    hints = get_type_hints(cls)
+    hints = get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown and strict:

@@ -11,14 +11,15 @@ from typing import Any
 
 from core.api.codec import decode, encode
 from core.api.errors import BadRequest
-from core.api.schema import AccountInfo, EpochPoint, Progress, StateName
+from core.api.schema import AccountInfo, Code, EpochPoint, Progress
+from core.policy import StateName
 
 
 @dataclass(frozen=True)
 class StateChanged:
     state: StateName
     previous: StateName
-    code: str
+    code: Code
     reason: str
 
 

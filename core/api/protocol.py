@@ -1,8 +1,8 @@
 """EngineApi: the calls a client of the engine can make, as a typing Protocol.
 
-``EngineClient`` (HTTP + websocket to a real engine) and ``FakeEngine`` (in memory, for the GUI's
-tests and screenshots) both satisfy it, and the desktop app is written against it alone, so the
-same GUI code runs against either.
+``EngineClient`` (HTTP + websocket to a real engine) and ``FakeEngine`` (``core.api.testing``: in
+memory, for the GUI's tests, screenshots and ``--preview``) both satisfy it, and the desktop app is
+written against it alone, so the same GUI code runs against either.
 """
 
 from __future__ import annotations

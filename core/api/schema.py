@@ -8,18 +8,19 @@ compatible; renaming or removing one, or changing what a field means, needs ``AP
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
+from core.api.codec import Fallback
 from core.api.errors import BadRequest
+from core.policy import UNKNOWN_CODE, ReasonCode, StateName
 
 API_VERSION = 1
 VERSION_HEADER = "X-Barnraise-Api"
 """The header carrying the API version of every request."""
 
-StateName = Literal["idle", "paused", "waiting", "starting", "running", "throttled", "error"]
-"""idle: no project; paused: by the user, a snooze, the battery or the network cap; waiting: for the
-user to leave, for other programs, memory or the time window; starting: joining the swarm;
-running / throttled: computing (throttled: part of the time); error: the project's peer failed."""
+Code = Annotated[ReasonCode, Fallback(UNKNOWN_CODE)]
+"""A reason code (``core.policy.codes``, with ``StateName``). A code added by a newer engine reaches
+an older client as ``"unknown"``, with the engine's reason in words beside it."""
 
 SettingValue = bool | int | float | str
 
@@ -90,8 +91,8 @@ class EngineState:
     engine_version: str
     pid: int
     state: StateName
-    code: str
-    """The scheduler's machine-readable reason (e.g. ``user_active``, ``on_battery``)."""
+    code: Code
+    """The machine-readable reason (e.g. ``user_active``, ``on_battery``, ``peer_failed``)."""
     reason: str
     """The same in plain words, for the user."""
     since: float

@@ -44,7 +44,7 @@ from core.api import (
 from core.api.codec import encode
 from core.cli.ctl_text import text
 from core.cli.signals import run_command
-from core.scheduler import Preferences, PreferencesError
+from core.policy import Preferences, PreferencesError
 
 ACTIONS = (
     "status",

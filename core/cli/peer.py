@@ -29,6 +29,7 @@ from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.identity import Identity
 from core.project import load_manifest
+from core.training.events import PeerEvent, PeerStopped, to_json
 
 if TYPE_CHECKING:
     from core.training.runtime import PeerSettings
@@ -144,8 +145,8 @@ async def _run(args: argparse.Namespace) -> int:
 async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:
     from core.training.runtime import ProjectPeer  # noqa: PLC0415
 
-    def emit(event: dict[str, Any]) -> None:
-        print(json.dumps(event, default=str), flush=True)
+    def emit(event: PeerEvent) -> None:
+        print(json.dumps(to_json(event), default=str), flush=True)
 
     peer = ProjectPeer(settings, emit)
     try:
@@ -161,7 +162,7 @@ async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:
                 await asyncio.wait_for(runner, timeout=10)
     finally:
         await peer.close()
-    emit({"event": "stopped"})
+    emit(PeerStopped())
     return 0
 
 

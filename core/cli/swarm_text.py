@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from core.swarm.moderated import Standings
 from core.swarm.run import Joining
+from core.training.events import PeerMetrics
 
 
 class SwarmPrinter:
@@ -34,12 +34,11 @@ class SwarmPrinter:
         )
         _say("or from an engine on this computer: barnraise ctl attach --local-swarm")
 
-    def metrics(self, event: dict[str, Any]) -> None:
-        loss = event.get("loss")
-        shown = f"{loss:.4f}" if isinstance(loss, float) else "   -  "
+    def metrics(self, event: PeerMetrics) -> None:
+        shown = f"{event.loss:.4f}" if event.loss is not None else "   -  "
         _say(
-            f"epoch {event['epoch']:>4}  loss {shown}  "
-            f"samples/s {event['samples_per_second']:>8.1f}  peers {event['alive_peers']}"
+            f"epoch {event.epoch:>4}  loss {shown}  "
+            f"samples/s {event.samples_per_second:>8.1f}  peers {event.alive_peers}"
         )
 
     def problem(self, message: str) -> None:

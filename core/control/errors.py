@@ -48,8 +48,8 @@ from core.engine.errors import (
     SettingsNotSaved,
     UnknownProject,
 )
+from core.policy import PreferencesError
 from core.project import ManifestError
-from core.scheduler import PreferencesError
 from core.stats import LedgerError
 from core.util.errors import BarnraiseError
 

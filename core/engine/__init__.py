@@ -14,11 +14,13 @@
 - ``metering``  Metering: the peer's running totals turned into ledger rows.
 - ``progress``  ProgressMeter: the peer's totals metered now and then, progress and peers published.
 - ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
-- ``peer_events`` PeerEvents: the peer's events counted, recorded and published.
+- ``peer_events`` PeerEvents: the peer's typed events (``core.training.events``) counted, recorded
+  and published.
 - ``history``   History: the collaboration's loss curve per project (memory and the ledger's file).
 - ``offers``    project offers: running local swarms first, then attached projects.
 - ``diagnostics`` versions, folders and the log's last lines for a bug report (no secrets).
-- ``views``     the API's answers built from the engine's parts (statistics, progress, settings).
+- ``views``     the API's answers built from the engine's parts (statistics, progress, project info,
+  a finished epoch); the settings' answer is ``core.api.settings``.
 
 Demo swarms running on this computer are read and followed with ``core.swarm`` (``LocalSwarms``,
 ``SwarmFollower``). The GUI never imports this package; it talks to it through ``core.api`` and

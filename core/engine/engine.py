@@ -46,10 +46,10 @@ from core.api.schema import (
     ProjectOffer,
     Settings,
     SettingValue,
-    StateName,
     Statistics,
     TrainingHistory,
 )
+from core.api.settings import settings_view
 from core.engine.account import Account
 from core.engine.config import EngineConfig
 from core.engine.diagnostics import diagnostics
@@ -66,18 +66,13 @@ from core.engine.parts import Closing, EngineParts
 from core.engine.peer_events import PeerEvents
 from core.engine.progress import ProgressMeter
 from core.engine.projects import ProjectRunner, ProjectSlot
-from core.engine.views import (
-    project_info,
-    settings_view,
-    statistics_view,
-)
-from core.scheduler import ConditionSampler, Decision, decide
+from core.engine.views import project_info, statistics_view
+from core.policy import STARTING, Decision, decide, outcome
+from core.scheduler import ConditionSampler
 from core.swarm import SwarmFollower
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
-
-WAITING_CODES = frozenset({"user_active", "busy", "low_memory", "gpu_hot", "outside_window"})
 
 
 class Engine:
@@ -115,9 +110,7 @@ class Engine:
         self._apply_lock = asyncio.Lock()
         self._decision: Decision | None = None
         """The policy's last decision; None before the first tick."""
-        self._state: StateName = "starting"
-        self._code = "starting"
-        self._reason = "Starting"
+        self._outcome = STARTING
         self._since = clock()
         self._notes: tuple[str, ...] = ()
         self._threads = 0
@@ -283,9 +276,9 @@ class Engine:
             api_version=API_VERSION,
             engine_version=__version__,
             pid=os.getpid(),
-            state=self._state,
-            code=self._code,
-            reason=self._reason,
+            state=self._outcome.state,
+            code=self._outcome.code,
+            reason=self._outcome.reason,
             since=self._since,
             contribute=self.memory.preferences.contribute,
             user_paused=self.memory.user_paused,
@@ -391,14 +384,9 @@ class Engine:
 
     async def _carry_out(self, decision: Decision) -> None:
         runner = self.runner
-        state: StateName
-        code, reason = decision.code, decision.reason
         if decision.action == "pause":
             if runner is not None:
                 await runner.pause()
-            state = "idle" if code == "no_project" else (
-                "waiting" if code in WAITING_CODES else "paused"
-            )  # fmt: skip
         else:
             assert runner is not None  # the policy never runs without a project
             runner.ensure_started()
@@ -406,21 +394,15 @@ class Engine:
                 await runner.set_threads(decision.threads)
                 self._threads = decision.threads
             await runner.resume(decision.duty)
-            if runner.state == "failed" and runner.needs_login:
-                state, code, reason = "error", "login_required", f"Not logged in: {runner.error}"
-            elif runner.state == "failed":
-                state, code = "error", "peer_failed"
-                reason = f"Error: {runner.error} (trying again in a moment)"
-            elif runner.state != "ready":
-                state, reason = "starting", "Starting: joining the swarm"
-            else:
-                state = "running" if decision.action == "run" else "throttled"
         self._decision = decision
-        if (state, code, reason) != (self._state, self._code, self._reason):
-            previous, self._state, self._code, self._reason = self._state, state, code, reason
+        result = outcome(decision, runner.status() if runner is not None else None)
+        if result != self._outcome:
+            previous, self._outcome = self._outcome, result
             self._since = self._clock()
-            log.info("%s: %s", state, reason)
-            self.events.publish(StateChanged(state, previous, code, reason))
+            log.info("%s: %s", result.state, result.reason)
+            self.events.publish(
+                StateChanged(result.state, previous.state, result.code, result.reason)
+            )
 
     # ---- helpers ---------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """History: the collaboration's loss curve per project, as the engine's peer saw its epochs complete.
 
-The peer reports each completed epoch of the whole collaboration (``metrics`` events: loss over all
-peers' mini-steps, samples, speed, alive trainers). Each becomes an ``EpochPoint``: kept in memory
+The peer reports each completed epoch of the whole collaboration (``PeerMetrics`` events: loss over
+all peers' mini-steps, samples, speed, alive trainers). Each becomes an ``EpochPoint``: kept in memory
 for the API's answers and written to the ledger's file, where the newest ``EPOCHS_KEPT`` of each
 project survive restarts. A project's points are loaded from the ledger the first time they are
 asked for.
@@ -17,11 +17,11 @@ from __future__ import annotations
 import collections
 import logging
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from core.api.schema import EpochPoint
 from core.stats import EPOCHS_KEPT, EpochRow, Ledger, LedgerError
+from core.training.events import PeerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -73,44 +73,23 @@ class History:
         return points
 
 
-def point_from_event(event: Mapping[str, Any]) -> EpochPoint | None:
-    """The ``EpochPoint`` of a peer's ``metrics`` event; None (and a warning) if it is malformed."""
-    try:
-        epoch, samples, peers = (
-            _whole(event[name]) for name in ("epoch", "samples", "alive_peers")
-        )
-        when, speed = (_finite(event[name]) for name in ("time", "samples_per_second"))
-        loss = _loss(event.get("loss"))
-    except (KeyError, TypeError, ValueError) as exc:
-        log.warning("ignored a malformed metrics event %r: %s", dict(event), exc)
+def point_from_event(event: PeerMetrics) -> EpochPoint | None:
+    """The ``EpochPoint`` of a peer's metrics; None (and a warning) if a value is out of range.
+
+    The types were checked where the event was made (or read from JSON); its values are checked
+    here: counts of at least 0, a finite time, a finite speed of at least 0."""
+    counts = (event.epoch, event.samples, event.alive_peers)
+    if min(counts) < 0 or not math.isfinite(event.time):
+        log.warning("ignored a metrics event with impossible values: %r", event)
         return None
-    if speed < 0:
-        log.warning("ignored a metrics event with a negative speed: %r", dict(event))
+    if not math.isfinite(event.samples_per_second) or event.samples_per_second < 0:
+        log.warning("ignored a metrics event with an impossible speed: %r", event)
         return None
-    return EpochPoint(epoch, when, loss, samples, speed, peers)
-
-
-def _whole(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"expected a whole number >= 0, got {value!r}")
-    return value
-
-
-def _finite(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _loss(value: Any) -> float | None:
-    """A diverged collaboration's loss (inf, NaN) is as unknown as a missing one."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number or None for the loss, got {value!r}")
-    return float(value) if math.isfinite(value) else None
+    # a diverged collaboration's loss (inf, NaN) is as unknown as a missing one
+    loss = event.loss if event.loss is not None and math.isfinite(event.loss) else None
+    return EpochPoint(
+        event.epoch, event.time, loss, event.samples, event.samples_per_second, event.alive_peers
+    )
 
 
 def _row(point: EpochPoint) -> EpochRow:

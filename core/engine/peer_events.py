@@ -1,16 +1,15 @@
 """PeerEvents: what the engine does with the events of its project's peer.
 
-``epoch``: one step of our own, counted in the ledger (an averaging round joined when the group was
-more than us) and published. ``metrics``: a completed epoch of the whole collaboration, kept as a
-point of the loss curve and published. ``failed`` and ``ready``: published or acted on at once (the
-scheduler loop is woken, so the engine's state follows without waiting for the next tick).
+``PeerEpoch``: one step of our own, counted in the ledger (an averaging round joined when the group
+was more than us) and published. ``PeerMetrics``: a completed epoch of the whole collaboration, kept
+as a point of the loss curve and published. ``PeerFailed`` and ``PeerReady``: published or acted on
+at once (the scheduler loop is woken, so the engine's state follows without waiting for the next
+tick).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
 
 from core.api.events import CollaborationEpoch, ErrorRaised
 from core.engine.events import EventBus
@@ -18,6 +17,14 @@ from core.engine.history import History, point_from_event
 from core.engine.metering import Metering
 from core.engine.views import epoch_finished
 from core.stats import Contribution
+from core.training.events import (
+    PeerEpoch,
+    PeerEvent,
+    PeerFailed,
+    PeerMetrics,
+    PeerReady,
+    PeerStopped,
+)
 
 
 class PeerEvents:
@@ -29,18 +36,19 @@ class PeerEvents:
         self._metering = metering
         self._curve = curve
 
-    def handle(self, project: str, event: Mapping[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "epoch":
-            rounds = 1 if int(event.get("group_size", 0)) > 1 else 0
+    def handle(self, project: str, event: PeerEvent) -> None:
+        if isinstance(event, PeerEpoch):
+            rounds = 1 if event.group_size > 1 else 0
             self._metering.count(project, Contribution(epochs=1, rounds=rounds))
             self._events.publish(epoch_finished(project, event))
-        elif kind == "metrics":
+        elif isinstance(event, PeerMetrics):
             point = point_from_event(event)
             if point is not None and self._curve.record(project, point):
                 self._events.publish(CollaborationEpoch(project, point))
-        elif kind == "failed":
-            self._events.publish(ErrorRaised(f"project {project}", str(event.get("message"))))
+        elif isinstance(event, PeerFailed):
+            self._events.publish(ErrorRaised(f"project {project}", event.message))
             self._wake.set()
-        elif kind == "ready":
+        elif isinstance(event, PeerReady):
             self._wake.set()  # the trainer exists now: apply the decision (threads, state)
+        elif isinstance(event, PeerStopped):
+            pass  # the runner stopped it, and knows

@@ -26,13 +26,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from core.account import AccountError, NotLoggedIn, PassKeeper
 from core.engine.account import Account
 from core.net import Identity
+from core.policy import PeerStatus, RunnerState
 from core.project import Manifest, load_manifest
 from core.swarm import LocalSwarm, LocalSwarms
+from core.training.events import PeerEvent, PeerFailed, PeerReady
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RunnerState = Literal["stopped", "starting", "ready", "failed"]
 LOGIN_RETRY = 1.0
 """Seconds between starts that fail for want of a login (or of the local swarm) while the account
 says logged in (or the swarm's record is there)."""
@@ -126,7 +127,7 @@ class ProjectRunner:
         *,
         work_dir: Path,
         identity: Identity,
-        on_event: Callable[[dict[str, Any]], None],
+        on_event: Callable[[PeerEvent], None],
         account: Account | None = None,
         swarms: LocalSwarms | None = None,
         retry_after: float = 30.0,
@@ -153,6 +154,10 @@ class ProjectRunner:
         self._paused = True
         self._duty = 1.0
         self._task: asyncio.Task[None] | None = None
+
+    def status(self) -> PeerStatus:
+        """How the peer is, for the engine's state (``core.policy.outcome``)."""
+        return PeerStatus(self.state, self.error, self.needs_login)
 
     @property
     def computing(self) -> bool:
@@ -258,10 +263,10 @@ class ProjectRunner:
         self.state = "failed"
         self._failed_at = time.monotonic()
         self.error = message
-        self.on_event({"event": "failed", "message": message})
+        self.on_event(PeerFailed(message))
 
-    def _on_peer_event(self, event: dict[str, Any]) -> None:
-        if event.get("event") == "ready":
+    def _on_peer_event(self, event: PeerEvent) -> None:
+        if isinstance(event, PeerReady):
             self.state = "ready"
         self.on_event(event)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from core.engine.errors import SettingsNotSaved
 from core.engine.projects import ProjectSlot
-from core.scheduler import Preferences, PreferencesError
+from core.policy import Preferences, PreferencesError
 from core.util.errors import ConfigError
 from core.util.toml_write import dumps
 

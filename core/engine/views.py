@@ -1,6 +1,6 @@
 """The engine's answers built from its parts: pure functions from what the engine holds to the
 API's dataclasses (statistics from the ledger, progress from the peer's totals, a project's info,
-the settings with their explanations, a finished epoch's event)."""
+a finished epoch's event). The settings' answer is ``core.api.settings``, shared with the fake."""
 
 from __future__ import annotations
 
@@ -15,14 +15,12 @@ from core.api.schema import (
     DayAmounts,
     Progress,
     ProjectInfo,
-    SettingInfo,
-    Settings,
     Statistics,
 )
 from core.engine.projects import ProjectSlot
-from core.scheduler import Preferences
 from core.stats import Contribution, Ledger
 from core.swarm import LocalSwarm
+from core.training.events import PeerEpoch
 
 
 def statistics_view(ledger: Ledger, project: str | None, days: int, *, now: float) -> Statistics:
@@ -67,25 +65,10 @@ def project_info(slot: ProjectSlot, *, active: bool, swarm: LocalSwarm | None) -
     )
 
 
-def settings_view(preferences: Preferences) -> Settings:
-    return Settings(
-        values=dict(preferences.to_dict()),  # type: ignore[arg-type]
-        descriptions=[
-            SettingInfo(name, help_text, default)  # type: ignore[arg-type]
-            for name, help_text, default in Preferences.describe()
-        ],
-    )
-
-
-def epoch_finished(project: str, event: Mapping[str, Any]) -> EpochFinished:
-    """The peer's ``epoch`` event (one step of its own) as the API's event."""
+def epoch_finished(project: str, event: PeerEpoch) -> EpochFinished:
+    """The peer's ``PeerEpoch`` (one step of its own) as the API's event."""
     return EpochFinished(
-        project,
-        int(event["epoch"]),
-        int(event["samples"]),
-        int(event["group_size"]),
-        bool(event["averaged"]),
-        float(event["seconds"]),
+        project, event.epoch, event.samples, event.group_size, event.averaged, event.seconds
     )
 
 

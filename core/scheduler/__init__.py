@@ -1,11 +1,8 @@
-"""The engine's scheduling policy and the sensors it decides from.
+"""The sensors the engine's scheduling decides from, gathered into one ``Conditions``.
 
-- ``preferences``  ``Preferences``: the user's settings (when, how much), BOINC-like defaults, checked.
-- ``errors``       ``PreferencesError``: a setting that cannot be used, naming the field.
-- ``window``       ``DailyWindow``: the optional daily "HH:MM" to "HH:MM" hours, wrapping midnight.
-- ``conditions``   ``Conditions``, ``GpuState``: what the sensors saw; ``None`` is "cannot tell".
-- ``policy``       ``decide``: the pure run / throttle / pause ``Decision``, with a code and a reason.
-- ``wording``      numbers and times in the reasons' plain words.
+The rules themselves (preferences, conditions, ``decide``, reason codes and wording) are pure and
+live in ``core.policy``, which the fake engine shares; this package does the reading.
+
 - ``sensor``       ``Reading``, the ``IdleSensor`` protocol and ``PolledIdleSensor``, its base.
 - ``idle``         ``default_idle_sensor`` for this platform; fallback, fixed and scripted sensors.
 - ``idle_x11``     ``X11IdleSensor``: XScreenSaver through ctypes.
@@ -19,12 +16,10 @@
 - ``gpu``          ``GpuSensor``: GPU memory and temperature, only if torch is already loaded.
 - ``sampler``      ``ConditionSampler``: all sensors plus the engine's state into one ``Conditions``.
 
-Nothing here imports torch or Qt; the GUI may import this package to show and edit preferences.
+Nothing here imports torch or Qt.
 """
 
-from core.scheduler.conditions import Conditions, GpuState
 from core.scheduler.cpu_share import CpuSample, CpuShareWindow
-from core.scheduler.errors import PreferencesError
 from core.scheduler.excluded_cpu import ExcludedCpu, ProcessKey, ProcessTable
 from core.scheduler.gpu import GpuSensor
 from core.scheduler.idle import (
@@ -37,33 +32,22 @@ from core.scheduler.idle_logind import LogindIdleSensor
 from core.scheduler.idle_macos import MacIdleSensor
 from core.scheduler.idle_windows import WindowsIdleSensor
 from core.scheduler.idle_x11 import X11IdleSensor
-from core.scheduler.policy import Action, Decision, decide
-from core.scheduler.preferences import CPU_WHEN_IN_USE, Preferences
 from core.scheduler.sampler import ConditionSampler
 from core.scheduler.sensor import IdleSensor, PolledIdleSensor, Reading
 from core.scheduler.system import SystemSensor, SystemState, usable_cpu_count
-from core.scheduler.window import DailyWindow
 
 __all__ = [
-    "CPU_WHEN_IN_USE",
-    "Action",
     "ConditionSampler",
-    "Conditions",
     "CpuSample",
     "CpuShareWindow",
-    "DailyWindow",
-    "Decision",
     "ExcludedCpu",
     "FallbackIdleSensor",
     "FixedIdleSensor",
     "GpuSensor",
-    "GpuState",
     "IdleSensor",
     "LogindIdleSensor",
     "MacIdleSensor",
     "PolledIdleSensor",
-    "Preferences",
-    "PreferencesError",
     "ProcessKey",
     "ProcessTable",
     "Reading",
@@ -72,7 +56,6 @@ __all__ = [
     "SystemState",
     "WindowsIdleSensor",
     "X11IdleSensor",
-    "decide",
     "default_idle_sensor",
     "usable_cpu_count",
 ]

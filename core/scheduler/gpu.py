@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-from core.scheduler.conditions import GpuState
+from core.policy import GpuState
 from core.scheduler.sensor import Reading
 
 _MB = 1024 * 1024

@@ -6,7 +6,7 @@ only when the project trains on one, so neither adds notes that do not matter.
 
 from __future__ import annotations
 
-from core.scheduler.conditions import Conditions
+from core.policy import Conditions
 from core.scheduler.gpu import GpuSensor
 from core.scheduler.sensor import IdleSensor
 from core.scheduler.system import SystemSensor

@@ -16,10 +16,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from core.account.client import PASSWORD_VARIABLE
+from core.training.events import PeerEvent, from_json
 from core.util.detached import STOP_SIGNAL, start_detached_async
+from core.util.errors import WireFormatError
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 """The checkout, where the children run ``-m core.cli.main`` from."""
@@ -33,14 +34,12 @@ class ChildProcess:
         self.name = name
         self.proc = proc
 
-    async def event(self) -> dict[str, Any] | None:
-        """The next JSON event on its stdout (None at its end); other lines are skipped."""
+    async def event(self) -> PeerEvent | None:
+        """The next peer event on its stdout (None at its end); other lines are skipped."""
         assert self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if isinstance(event, dict):
-                    return event
+            with contextlib.suppress(ValueError, WireFormatError):
+                return from_json(json.loads(line))
         return None
 
     async def stop(self, grace: float = STOP_GRACE) -> None:

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core.config.paths import UserDirs
 from core.project import Manifest, load_manifest
@@ -26,6 +26,7 @@ from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.swarm.moderated import ORGANIZER, ModeratedSwarm, Standings, standings, start_coordinator
 from core.swarm.record import LocalSwarm, LocalSwarmError, new_record, remove_swarm, write_swarm
+from core.training.events import PeerMetrics, PeerReady
 
 if TYPE_CHECKING:
     from core.data import ShardServer
@@ -81,8 +82,8 @@ class SwarmOutput(Protocol):
     def running(self, joining: Joining) -> None:
         """Every peer has started."""
 
-    def metrics(self, event: dict[str, Any]) -> None:
-        """The auxiliary peer's metrics of one epoch (epoch, loss, samples_per_second, alive_peers)."""
+    def metrics(self, event: PeerMetrics) -> None:
+        """The auxiliary peer's metrics of one epoch."""
 
     def problem(self, message: str) -> None:
         """Something went wrong (the run may go on: a record that could not be written)."""
@@ -155,10 +156,10 @@ class LocalSwarmRun:
             ready = await asyncio.wait_for(aux.event(), READY_TIMEOUT)
         except TimeoutError:
             ready = None
-        if not ready or ready.get("event") != "ready":
+        if not isinstance(ready, PeerReady):
             self.output.problem("the auxiliary peer did not start; see its log")
             return None
-        address = str(ready["address"])
+        address = ready.address
         for i in range(options.peers):
             peer_args = ["peer", *common, "--initial-peers", address, "--data-seed", str(i + 1)]
             peer_args += ["--work-dir", str(work / f"peer-{i}")]
@@ -223,7 +224,7 @@ class LocalSwarmRun:
                 if event is None:
                     self.output.problem("the auxiliary peer exited")
                     return
-                if event.get("event") == "metrics":
+                if isinstance(event, PeerMetrics):
                     self.output.metrics(event)
         finally:
             stopping.cancel()

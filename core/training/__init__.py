@@ -11,9 +11,13 @@
 - ``bridge``         TrainingBridge: the one place where the training thread meets the event loop.
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
 - ``runtime``        ProjectPeer: a trainer, client or auxiliary peer built from a project manifest.
+- ``events``         PeerEvent: what a peer tells its owner (ready, epoch, metrics, failed, stopped),
+  typed, with the JSON lines ``barnraise peer`` prints; torch-free, the engine reads them.
 - ``albert``         AlbertMLM: the demo's small ALBERT-style masked language model.
 - ``lamb``           the LAMB optimizer; ``schedule``: the ALBERT learning-rate schedule.
 - ``precision``      fp32 / bf16 / fp16 autocast per device, gradient clipping.
 - ``checkpoints``    CheckpointStore: atomic, last K kept, never a non-finite one.
 - ``errors``         TrainingError, CheckpointError.
+
+This ``__init__`` imports nothing, so that the engine can read ``events`` without loading torch.
 """

@@ -3,7 +3,7 @@
 Each completed epoch of the whole collaboration (loss = sum of all peers' losses over the sum of
 their mini-steps, samples, speed, alive trainers) is aggregated from the progress records the
 peer's optimizer fetches anyway, about once a second: following the curve adds no DHT traffic.
-Each is handed on as a ``metrics`` event, the same event an auxiliary peer emits.
+Each is handed on as a ``PeerMetrics`` event, the same event an auxiliary peer emits.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
+from core.training.events import PeerEvent, PeerMetrics
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import CollaborationView
 
@@ -24,24 +24,25 @@ METRICS_INTERVAL = 1.0
 """Seconds between looks at the progress records for completed epochs."""
 
 
-def metrics_event(metrics: EpochMetrics) -> dict[str, Any]:
-    """A trainer's ``metrics`` event: one completed epoch of the whole collaboration."""
+def metrics_event(metrics: EpochMetrics, *, by_user: bool = False) -> PeerMetrics:
+    """The event of one completed epoch of the whole collaboration (a diverged loss as None);
+    ``by_user``: with the samples per user (an auxiliary peer's, which reports them)."""
     loss = metrics.loss
-    return {
-        "event": "metrics",
-        "epoch": metrics.epoch,
-        "loss": loss if loss is not None and math.isfinite(loss) else None,
-        "samples": metrics.samples,
-        "samples_per_second": metrics.samples_per_second,
-        "alive_peers": metrics.alive_peers,
-        "time": metrics.time,
-    }
+    return PeerMetrics(
+        epoch=metrics.epoch,
+        loss=loss if loss is not None and math.isfinite(loss) else None,
+        samples=metrics.samples,
+        samples_per_second=metrics.samples_per_second,
+        alive_peers=metrics.alive_peers,
+        time=metrics.time,
+        contributions=metrics.by_user() if by_user else {},
+    )
 
 
 async def follow_metrics(
     view: Callable[[], CollaborationView],
     aggregator: MetricsAggregator,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[PeerEvent], None],
     *,
     interval: float = METRICS_INTERVAL,
 ) -> None:

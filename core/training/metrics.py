@@ -52,12 +52,16 @@ class EpochMetrics:
     def summary(self) -> dict[str, object]:
         """The metrics as plain JSON values; contributions by user (passes left out)."""
         data = asdict(self)
+        data["contributions"] = self.by_user()
+        return data
+
+    def by_user(self) -> dict[str, int]:
+        """Samples per username (per peer for peers without one)."""
         by_user: dict[str, int] = {}
         for part in self.contributions:
             name = part.username or part.peer
             by_user[name] = by_user.get(name, 0) + part.samples
-        data["contributions"] = by_user
-        return data
+        return by_user
 
     def to_json(self) -> str:
         return json.dumps(self.summary(), sort_keys=True)

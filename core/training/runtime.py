@@ -3,7 +3,8 @@
 Builds the Host and DHT node, the averager (trainer, client or auxiliary), the model with the
 project's seed (so every peer starts from the same weights), the optimizer and schedule, the data
 stream (each peer walks the shards in its own order) and the tokenizer, then trains or helps until
-stopped. Events (ready, epoch, metrics) go to a callback; the CLI prints them as JSON lines.
+stopped. Events (``core.training.events``: ready, epoch, metrics) go to a callback; the CLI prints
+them as JSON lines.
 
 Both trainers and auxiliary peers report the collaboration's completed epochs (``metrics``: the
 loss over all peers' mini-steps, samples, speed, alive peers); a trainer follows them with
@@ -39,8 +40,9 @@ from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer, EpochReport
 from core.training.control import TrainingControl
-from core.training.curve import follow_metrics
+from core.training.curve import follow_metrics, metrics_event
 from core.training.errors import TrainingError
+from core.training.events import PeerEpoch, PeerEvent, PeerReady
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
@@ -53,7 +55,6 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 ROLES = ("trainer", "client", "aux")
-Event = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
 
 
 class ProjectPeer:
-    def __init__(self, settings: PeerSettings, on_event: Callable[[Event], None]) -> None:
+    def __init__(self, settings: PeerSettings, on_event: Callable[[PeerEvent], None]) -> None:
         self.settings = settings
         self.on_event = on_event
         manifest = settings.manifest
@@ -232,7 +233,7 @@ class ProjectPeer:
             await self.bridge.run(_load_checkpoint, state, s.start_from)
         links = PeerLinks.create(self.averager, self.bridge)
         address = str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
-        self.on_event({"event": "ready", "address": address, "role": s.role})
+        self.on_event(PeerReady(address, s.role))
         if s.role == "aux":
             await self._run_aux(state, links, stop)
         else:
@@ -280,7 +281,16 @@ class ProjectPeer:
         )
 
         def report(epoch: EpochReport) -> None:
-            self.on_event({"event": "epoch", **epoch.__dict__})
+            self.on_event(
+                PeerEpoch(
+                    epoch.epoch,
+                    epoch.samples,
+                    epoch.group_size,
+                    epoch.averaged,
+                    epoch.summary,
+                    epoch.seconds,
+                )
+            )
 
         try:
             await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=report)
@@ -368,7 +378,7 @@ class ProjectPeer:
 
         def report(metrics: EpochMetrics) -> None:
             metrics_log.write(metrics)
-            self.on_event({"event": "metrics", **metrics.summary()})
+            self.on_event(metrics_event(metrics, by_user=True))
             if s.on_metrics is not None:
                 s.on_metrics(metrics)
 

@@ -19,7 +19,7 @@ from app.engine.preview import FakeConnector
 from app.engine.store import EngineStore
 from app.settings import AppSettings
 from app.window import MainWindow
-from core.api.fake import FakeEngine
+from core.api.testing import FakeEngine
 
 MakeStore = Callable[[FakeEngine], EngineStore]
 

@@ -31,7 +31,7 @@ from pytestqt.qtbot import QtBot
 from app.pages.first_run import FirstRunPage
 from app.widgets.switch import ToggleSwitch
 from app.window import PAGES, MainWindow
-from core.api.fake import FakeEngine
+from core.api.testing import FakeEngine
 
 INTERACTIVE = (
     QAbstractButton,

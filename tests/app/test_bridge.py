@@ -14,8 +14,8 @@ from app.engine.bridge import EngineBridge, PendingCall
 from app.engine.preview import FakeConnector
 from core.api.errors import ApiError, EngineUnavailable, LoginRefused
 from core.api.events import PeersSeen
-from core.api.fake import FakeEngine
 from core.api.protocol import EngineApi
+from core.api.testing import FakeEngine
 
 
 @pytest.fixture

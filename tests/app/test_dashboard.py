@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 from app.pages.dashboard import DashboardPage
 from app.window import MainWindow
 from core.api.errors import EngineUnavailable
-from core.api.fake import FakeEngine
+from core.api.testing import FakeEngine
 
 
 def dashboard(window: MainWindow) -> DashboardPage:
@@ -39,11 +39,11 @@ def test_the_reason_is_the_engines_own_words(
     make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
 ) -> None:
     page = dashboard(make_window(fake))
-    fake.set_condition("waiting", "user_active", "Waiting: you are using the computer")
+    fake.set_conditions(idle_seconds=20.0)  # at the computer: a GPU project waits
     qtbot.waitUntil(lambda: page.state_word.text() == "Waiting")
     assert page.reason.text().startswith("Waiting: you are using the computer")
     assert page.epoch.caption.text() == "as of the pause"
-    fake.set_condition("paused", "on_battery", "Paused: on battery")
+    fake.set_conditions(on_battery=True)
     qtbot.waitUntil(lambda: page.reason.text().startswith("Paused: on battery"))
     assert page.state_word.text() == "Paused"
 

@@ -21,7 +21,7 @@ from app.pages.events import EventsPage
 from app.window import MainWindow
 from core.api.errors import EngineUnavailable
 from core.api.events import ErrorRaised, Event, ProgressUpdated
-from core.api.fake import DEMO, FakeEngine
+from core.api.testing import DEMO, FakeEngine
 
 CLICK = Qt.MouseButton.LeftButton
 TICKS = 3
@@ -73,7 +73,7 @@ def test_the_backlog_is_listed_newest_first_without_progress_ticks(
     add_ticks(fake)
     window = make_window(fake)
     page = events_page(window)
-    backlog = list(fake._recent)  # what the engine kept
+    backlog = list(fake.recent)  # what the engine kept
     qtbot.waitUntil(lambda: len(window.store.events) == len(backlog), timeout=10_000)
     plain = [e for e in backlog if not isinstance(e.data, ProgressUpdated)]
     assert len(backlog) - len(plain) == TICKS
@@ -95,7 +95,7 @@ def test_a_new_event_appears_at_the_top(
 ) -> None:
     window = make_window(fake)
     page = events_page(window)
-    qtbot.waitUntil(lambda: page.table.rowCount() == len(fake._recent), timeout=10_000)
+    qtbot.waitUntil(lambda: page.table.rowCount() == len(fake.recent), timeout=10_000)
     before = page.table.rowCount()
     fake.emit(ErrorRaised("project barnraise-demo", "the data server does not answer"))
     qtbot.waitUntil(lambda: page.table.rowCount() == before + 1, timeout=10_000)
@@ -111,7 +111,7 @@ def test_copy_diagnostics_puts_a_report_without_secrets_on_the_clipboard(
 ) -> None:
     window = make_window(fake)
     page = events_page(window)
-    qtbot.waitUntil(lambda: page.table.rowCount() == len(fake._recent), timeout=10_000)
+    qtbot.waitUntil(lambda: page.table.rowCount() == len(fake.recent), timeout=10_000)
     report = copy_and_read(page, qtbot)
     assert f"app version {diagnostics.app_version()}" in report
     assert "engine version 0.1.0, API 1, pid 4242" in report
@@ -122,7 +122,7 @@ def test_copy_diagnostics_puts_a_report_without_secrets_on_the_clipboard(
     assert "user sam; logged in True" in report
     assert re.search(r"\btokens?\b", report, re.IGNORECASE) is None
     assert re.search(r"\bpasswords?\b", report, re.IGNORECASE) is None
-    leaked = [p for p in fake.passwords.values() if p in report]
+    leaked = [p for p in fake.coordinator.passwords.values() if p in report]
     assert not leaked, f"passwords in the report: {leaked}"
     assert (
         page.copied.text()

@@ -19,8 +19,8 @@ from app.pages.dashboard import DashboardPage
 from app.pages.first_run import FirstRunPage
 from app.presets import preset
 from app.window import MainWindow
-from core.api import sample_data
-from core.api.fake import DEMO, FakeEngine
+from core.api.testing import DEMO, FakeEngine
+from core.policy import Preferences
 
 CLICK = Qt.MouseButton.LeftButton
 ACCOUNT_STEP, PRESET_STEP = 1, 2
@@ -83,7 +83,7 @@ def test_the_full_wizard_ends_on_the_dashboard_still_paused(
     log_in(page, qtbot, "newcomer", "a long new password", signup=True)
     qtbot.waitUntil(lambda: page.steps.currentIndex() == PRESET_STEP, timeout=10_000)
     assert fresh.username == "newcomer"
-    assert fresh.passwords["newcomer"] == "a long new password"
+    assert fresh.coordinator.passwords["newcomer"] == "a long new password"
     assert page.login.password.text() == ""  # the password is dropped once the engine answered
     assert page.next_button.text() == "&Finish"
 
@@ -94,7 +94,7 @@ def test_the_full_wizard_ends_on_the_dashboard_still_paused(
     assert page.chosen_preset() == "light"
     qtbot.mouseClick(page.next_button, CLICK)
     qtbot.waitUntil(lambda: window.root.currentWidget() is window.main, timeout=10_000)
-    defaults = {s.name: s.default for s in sample_data.settings_descriptions()}
+    defaults = Preferences().to_dict()
     assert fresh.values == {**defaults, **light.values}
     assert fresh.calls.count("set_settings") == 1
     assert window.current_page() == "dashboard"

@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 from app import wording
 from app.pages.leaderboard import LeaderboardPage
 from app.window import MainWindow
-from core.api.fake import FakeEngine
+from core.api.testing import FakeEngine
 
 CLICK = Qt.MouseButton.LeftButton
 
@@ -85,7 +85,7 @@ def test_a_failed_refresh_keeps_the_board_and_says_since_when(
     qtbot.waitUntil(lambda: page.rank.value.text() == "#7", timeout=10_000)
     fetched = window.store.board.fetched
     assert fetched is not None
-    fake.coordinator_down = True
+    fake.coordinator.down = True
     qtbot.mouseClick(page.refresh_button, CLICK)
     qtbot.waitUntil(lambda: page.freshness.text().startswith("Could not refresh"), timeout=10_000)
     text = page.freshness.text()
@@ -100,7 +100,7 @@ def test_a_failed_refresh_keeps_the_board_and_says_since_when(
     assert page.top.rowCount() == 10
     assert page.near.rowCount() == 5
 
-    fake.coordinator_down = False  # back: the next refresh clears the warning
+    fake.coordinator.down = False  # back: the next refresh clears the warning
     qtbot.mouseClick(page.refresh_button, CLICK)
     qtbot.waitUntil(lambda: page.freshness.text().startswith("Updated "), timeout=10_000)
     assert not is_stale(page)

@@ -20,13 +20,13 @@ from pytestqt.qtbot import QtBot
 from app.pages.schedule import SchedulePage
 from app.presets import preset
 from app.window import MainWindow
-from core.api import sample_data
 from core.api.errors import BadRequest
-from core.api.fake import FakeEngine
 from core.api.schema import Settings, SettingValue
+from core.api.testing import FakeEngine
+from core.policy import Preferences
 
 CLICK = Qt.MouseButton.LeftButton
-HELP = {s.name: s.help for s in sample_data.settings_descriptions()}
+HELP = {name: text for name, text, _ in Preferences.describe()}
 
 
 def schedule(window: MainWindow, qtbot: QtBot) -> SchedulePage:

@@ -17,8 +17,8 @@ from pytestqt.qtbot import QtBot
 from app import wording
 from app.pages.statistics import StatisticsPage
 from app.window import MainWindow
-from core.api.fake import FakeEngine
 from core.api.schema import Statistics
+from core.api.testing import FakeEngine
 
 EMPTY = "nothing contributed in this period yet"
 

@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 
 from app.engine.store import EngineStore
 from app.tray import Tray
-from core.api.fake import FakeEngine
+from core.api.testing import FakeEngine
 
 MakeStore = Callable[[FakeEngine], EngineStore]
 MakeTray = Callable[[FakeEngine], Tray]
@@ -78,13 +78,14 @@ def test_the_look_follows_the_engine(make_tray: MakeTray, fake: FakeEngine, qtbo
     tray = make_tray(fake)
     store = tray.store
     assert tray.look == "contributing"
-    fake.set_condition("waiting", "user_active", "Waiting: you are using the computer")
+    fake.set_conditions(idle_seconds=20.0)  # at the computer: a GPU project waits
     qtbot.waitUntil(lambda: tray.look == "waiting", timeout=10_000)
-    fake.set_condition(None)
+    fake.set_conditions()
     qtbot.waitUntil(lambda: tray.look == "contributing", timeout=10_000)
-    fake.set_condition("paused", "on_battery", "Paused: on battery")
+    fake.set_conditions(on_battery=True)
     qtbot.waitUntil(lambda: tray.look == "paused", timeout=10_000)
-    fake.set_condition("error", "peer_failed", "Problem: the project's peer failed to start")
+    fake.set_conditions()  # on mains again (a pause comes before the peer) but the peer fails
+    fake.fail_peer("the project's peer failed to start")
     qtbot.waitUntil(lambda: tray.look == "error", timeout=10_000)
     assert state_is(store, "error", "peer_failed")
 
@@ -110,7 +111,7 @@ def test_the_status_line_and_tooltip_say_the_engines_reason(
 ) -> None:
     tray = make_tray(fake)
     reason = "Waiting: other programs are busy (87% CPU)"
-    fake.set_condition("waiting", "busy", reason)
+    fake.set_conditions(other_cpu_percent=87.0)
     qtbot.waitUntil(lambda: reason in tray.status.text(), timeout=10_000)
     assert reason in tray.icon.toolTip()
     assert tray.icon.toolTip().startswith("Barnraise — ")

@@ -19,7 +19,7 @@ from app.engine.preview import FakeConnector
 from app.settings import AppSettings
 from app.window import Choice, MainWindow, ask_close
 from core.api.events import ErrorRaised
-from core.api.fake import FakeEngine
+from core.api.testing import FakeEngine
 
 CLICK = Qt.MouseButton.LeftButton
 
@@ -189,8 +189,8 @@ def test_an_error_event_after_connecting_shows_a_warning_but_the_backlog_does_no
     make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
 ) -> None:
     window = make_window(fake)
-    backlog = len(fake._recent)
-    assert any(isinstance(e.data, ErrorRaised) for e in fake._recent)  # an old error is kept
+    backlog = len(fake.recent)
+    assert any(isinstance(e.data, ErrorRaised) for e in fake.recent)  # an old error is kept
     qtbot.waitUntil(lambda: len(window.store.events) == backlog, timeout=10_000)
     assert not window.banner.isVisible()
 

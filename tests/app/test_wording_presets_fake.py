@@ -15,9 +15,9 @@ import pytest
 
 from app import wording
 from app.presets import DEFAULT_PRESET, PRESETS, current_preset
-from core.api import sample_data
-from core.api.fake import FakeEngine
-from core.scheduler import Conditions, Preferences, decide
+from core.api.settings import settings_view
+from core.api.testing import FakeEngine
+from core.policy import Conditions, Preferences, decide
 
 # ---- wording -------------------------------------------------------------------------------------
 
@@ -193,10 +193,12 @@ def test_the_presets_differ() -> None:
 # ---- the fake against the engine -------------------------------------------------------------------
 
 
-def test_the_fakes_preferences_are_the_engines() -> None:
-    described = [(s.name, s.help, s.default) for s in sample_data.settings_descriptions()]
+async def test_the_fakes_preferences_are_the_engines() -> None:
+    settings = await FakeEngine("fresh").settings()
+    assert settings == settings_view(Preferences())  # the engine's own answer
+    described = [(s.name, s.help, s.default) for s in settings.descriptions]
     assert described == Preferences.describe()
-    for info in sample_data.settings_descriptions():
+    for info in settings.descriptions:
         real = next(f for f in dataclasses.fields(Preferences) if f.name == info.name)
         assert type(info.default) is type(real.default), info.name
     assert FakeEngine("fresh").values == {**Preferences().to_dict()}

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from core.training.events import PeerEvent, PeerReady
+
 if TYPE_CHECKING:  # torch loads only in the tests that build peers
     from core.training import runtime
 
@@ -14,7 +16,9 @@ if TYPE_CHECKING:  # torch loads only in the tests that build peers
 class StandInPeer:
     """Takes the place of ProjectPeer: records its settings, is ready at once, runs until told."""
 
-    def __init__(self, settings: runtime.PeerSettings, on_event: Callable[[Any], None]) -> None:
+    def __init__(
+        self, settings: runtime.PeerSettings, on_event: Callable[[PeerEvent], None]
+    ) -> None:
         self.settings = settings
         self.on_event = on_event
         self.closed = False
@@ -25,7 +29,7 @@ class StandInPeer:
             pass
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.on_event({"event": "ready", "address": "127.0.0.1:1"})
+        self.on_event(PeerReady("127.0.0.1:1"))
         await stop.wait()
 
     async def pause(self) -> None:

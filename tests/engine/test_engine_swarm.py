@@ -21,6 +21,7 @@ from core.api import AttachRequest, CollaborationEpoch, EngineClient, EpochPoint
 from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.training.events import PeerEvent, PeerReady
 from core.training.runtime import PeerSettings, ProjectPeer
 from tests.engine.conftest import Running, until
 
@@ -41,9 +42,9 @@ async def backbone(demo_data: Path, tmp_path: Path) -> AsyncIterator[tuple[str, 
     base = await server.start()
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-    def on_event(event: dict[str, object]) -> None:
-        if event.get("event") == "ready" and not ready.done():
-            ready.set_result(str(event["address"]))
+    def on_event(event: PeerEvent) -> None:
+        if isinstance(event, PeerReady) and not ready.done():
+            ready.set_result(event.address)
 
     settings = PeerSettings(
         load_manifest(DEMO_MANIFEST), work_dir=tmp_path / "aux", role="aux", data_base=base

@@ -38,8 +38,8 @@ from core.api import (
 )
 from core.control.errors import ERROR_TABLE
 from core.engine import errors as engine_errors
+from core.policy import PreferencesError
 from core.project import ManifestError
-from core.scheduler import PreferencesError
 from core.stats import LedgerError
 from core.util.errors import BarnraiseError
 from tests.engine.conftest import Running

@@ -1,4 +1,4 @@
-"""The collaboration's loss curve through the control API: the peer's ``metrics`` events become
+"""The collaboration's loss curve through the control API: the peer's ``PeerMetrics`` events become
 ``CollaborationEpoch`` events and ``history()`` points, kept in the ledger across restarts, and
 ``barnraise ctl history`` prints them. (A real peer producing them: ``test_engine_swarm``.)"""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +26,7 @@ from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.scheduler import ScriptedIdleSensor
 from core.stats import Ledger
+from core.training.events import PeerEvent, PeerMetrics
 from tests.account.memory_keyring import MemoryKeyring
 from tests.engine.conftest import CtlRun, Running, fast_config, scripted_sampler
 
@@ -33,21 +35,20 @@ PROJECT = "barnraise-demo"
 T0 = 1_700_000_000.0
 
 
-def metrics(epoch: int, loss: float | None = 5.0, **changes: Any) -> dict[str, Any]:
-    """A trainer peer's ``metrics`` event, as ``core.training.runtime`` emits it."""
-    event = {
-        "event": "metrics",
-        "epoch": epoch,
-        "loss": loss,
-        "samples": 256 + epoch,
-        "samples_per_second": 80.5,
-        "alive_peers": 2,
-        "time": T0 + epoch,
-    }
-    return event | changes
+def metrics(epoch: int, loss: float | None = 5.0, **changes: Any) -> PeerMetrics:
+    """A trainer peer's metrics event, as ``core.training.curve`` emits it."""
+    event = PeerMetrics(
+        epoch=epoch,
+        loss=loss,
+        samples=256 + epoch,
+        samples_per_second=80.5,
+        alive_peers=2,
+        time=T0 + epoch,
+    )
+    return dataclasses.replace(event, **changes)
 
 
-def peer_events(engine: Running | EngineDaemon) -> Callable[[dict[str, Any]], None]:
+def peer_events(engine: Running | EngineDaemon) -> Callable[[PeerEvent], None]:
     """Where the active project's peer hands its events (the runner's callback)."""
     daemon = engine.daemon if isinstance(engine, Running) else engine
     runner = daemon.engine.runner
@@ -89,8 +90,9 @@ async def test_metrics_become_points_and_events_oldest_first(engine: Running) ->
     feed(metrics(0, 8.5))
     feed(metrics(1, math.nan))  # a diverged epoch: its loss is unknown, the epoch still counts
     feed(metrics(1, 7.0))  # the same epoch again (a rebuilt peer): dropped
-    feed(metrics(2, "high"))  # malformed: ignored, nothing else breaks
-    feed({"event": "metrics", "epoch": 2})
+    feed(metrics(2, 6.0, samples_per_second=-1.0))  # impossible: ignored, nothing else breaks
+    feed(metrics(2, 6.0, time=math.inf))
+    feed(metrics(2, 6.0, alive_peers=-1))
     feed(metrics(2, 6.25))
     await asyncio.wait_for(follower, 10)
 

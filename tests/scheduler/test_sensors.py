@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from core.policy import GpuState
 from core.scheduler import (
     ConditionSampler,
     CpuSample,
@@ -22,7 +23,6 @@ from core.scheduler import (
     FallbackIdleSensor,
     FixedIdleSensor,
     GpuSensor,
-    GpuState,
     LogindIdleSensor,
     MacIdleSensor,
     PolledIdleSensor,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from core.training.curve import metrics_event
+from core.training.events import PeerMetrics, to_json
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import PeerProgress
 
@@ -47,7 +48,8 @@ def test_epochs_before_the_floor_are_never_reported() -> None:
 
 def test_the_event_has_the_fields_the_engine_reads_and_no_infinite_loss() -> None:
     metrics = EpochMetrics(7, 3.25, 512, 120.5, 3, 1_700_000_000.0)
-    assert metrics_event(metrics) == {
+    assert metrics_event(metrics) == PeerMetrics(7, 3.25, 512, 120.5, 3, 1_700_000_000.0)
+    assert to_json(metrics_event(metrics)) == {
         "event": "metrics",
         "epoch": 7,
         "loss": 3.25,
@@ -55,6 +57,7 @@ def test_the_event_has_the_fields_the_engine_reads_and_no_infinite_loss() -> Non
         "samples_per_second": 120.5,
         "alive_peers": 3,
         "time": 1_700_000_000.0,
+        "contributions": {},
     }
-    assert metrics_event(EpochMetrics(8, math.inf, 512, 1.0, 3, 0.0))["loss"] is None
-    assert metrics_event(EpochMetrics(9, None, 512, 1.0, 3, 0.0))["loss"] is None
+    assert metrics_event(EpochMetrics(8, math.inf, 512, 1.0, 3, 0.0)).loss is None
+    assert metrics_event(EpochMetrics(9, None, 512, 1.0, 3, 0.0)).loss is None

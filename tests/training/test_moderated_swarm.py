@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from core.net.identity import Identity
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.swarm.moderated import ORGANIZER, start_coordinator
+from core.training.events import PeerEpoch, PeerEvent, PeerReady
 from core.training.metrics import EpochMetrics
 from core.training.runtime import PeerSettings, ProjectPeer
 from tests.support.leaks import wait_until
@@ -62,9 +62,9 @@ async def test_the_leaderboard_matches_what_each_users_peers_processed(
 
             ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-            def aux_event(event: dict[str, Any]) -> None:
-                if event.get("event") == "ready" and not ready.done():
-                    ready.set_result(str(event["address"]))
+            def aux_event(event: PeerEvent) -> None:
+                if isinstance(event, PeerReady) and not ready.done():
+                    ready.set_result(event.address)
 
             aux = ProjectPeer(
                 PeerSettings(
@@ -85,9 +85,9 @@ async def test_the_leaderboard_matches_what_each_users_peers_processed(
                     moderated_access(manifest, peer_id, user, swarm.passwords[user], report=False)
                 )
 
-                def on_event(event: dict[str, Any], index: int = index) -> None:
-                    if event.get("event") == "epoch":
-                        processed[index].append((int(event["epoch"]), int(event["samples"])))
+                def on_event(event: PeerEvent, index: int = index) -> None:
+                    if isinstance(event, PeerEpoch):
+                        processed[index].append((event.epoch, event.samples))
 
                 peer = ProjectPeer(
                     PeerSettings(

@@ -13,10 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from core.scheduler.errors import PreferencesError
-from core.scheduler.window import format_hhmm, parse_hhmm
+from core.policy.errors import PreferencesError
+from core.policy.window import format_hhmm, parse_hhmm
 
 CPU_WHEN_IN_USE = ("run", "throttle", "pause")
+
+PreferenceValue = bool | int | float | str
+"""The types a preference can have (the API's ``SettingValue`` is the same)."""
 
 _TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 _FALSE_WORDS = frozenset({"false", "no", "off", "0"})
@@ -129,8 +132,11 @@ class Preferences:
                 field=empty,
             )
 
-    def to_dict(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    def to_dict(self) -> dict[str, PreferenceValue]:
+        values: dict[str, PreferenceValue] = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+        }
+        return values
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> Preferences:
@@ -146,9 +152,12 @@ class Preferences:
         return dataclasses.replace(self, **kwargs)
 
     @classmethod
-    def describe(cls) -> list[tuple[str, str, object]]:
+    def describe(cls) -> list[tuple[str, str, PreferenceValue]]:
         """(name, help, default) for every preference, in declaration order."""
-        return [(f.name, str(f.metadata["help"]), f.default) for f in dataclasses.fields(cls)]
+        defaults = cls().to_dict()
+        return [
+            (f.name, str(f.metadata["help"]), defaults[f.name]) for f in dataclasses.fields(cls)
+        ]
 
     @classmethod
     def parse_value(cls, name: str, text: str) -> object:

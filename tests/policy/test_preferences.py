@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core.scheduler import Preferences, PreferencesError
+from core.policy import Preferences, PreferencesError
 from core.util.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""The scheduler's own error: preferences that cannot be used, with a message naming the setting."""
+"""The policy's own error: preferences that cannot be used, with a message naming the setting."""
 
 from __future__ import annotations
 

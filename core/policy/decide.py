@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from core.scheduler.conditions import Conditions
-from core.scheduler.preferences import Preferences
-from core.scheduler.window import DailyWindow
-from core.scheduler.wording import local_time, moment_text, number_text
+from core.policy.codes import PolicyCode
+from core.policy.conditions import Conditions
+from core.policy.preferences import Preferences
+from core.policy.window import DailyWindow
+from core.policy.wording import local_time, moment_text, number_text
 
 Action = Literal["run", "throttle", "pause"]
 
@@ -25,7 +26,7 @@ IN_USE_TEXT = "you are using the computer"
 @dataclass(frozen=True)
 class Decision:
     action: Action
-    code: str
+    code: PolicyCode
     """Machine-readable: ``running``, ``throttled``, ``user_active``, ``on_battery``, ..."""
     reason: str
     """For the user, in plain words: "Waiting: you are using the computer"."""
@@ -39,7 +40,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class _Pause:
-    code: str
+    code: PolicyCode
     reason: str
     until: float | None = None
 

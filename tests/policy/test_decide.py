@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from core.scheduler import Conditions, Decision, GpuState, Preferences, decide
-from core.scheduler.window import DailyWindow
-from core.scheduler.wording import moment_text, number_text
+from core.policy import Conditions, Decision, GpuState, PolicyCode, Preferences, decide
+from core.policy.window import DailyWindow
+from core.policy.wording import moment_text, number_text
 
 # a fixed zone, so that the expected clock times do not depend on the machine running the tests
 TZ = dt.timezone(dt.timedelta(hours=2))
@@ -369,6 +369,7 @@ def test_table_covers_every_code() -> None:
         "throttled",
         "running",
     }
+    assert codes == set(get_args(PolicyCode))  # the type names no code the policy never gives
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Plausible data for ``FakeEngine``: a month of contribution, a leaderboard, a loss curve.
+"""Plausible data for ``FakeEngine``: a calm computer, the demo project, a month of contribution, a
+leaderboard, a loss curve, and projects' info as an engine gives it.
 
 Generated from a seed, so tests and screenshots see the same numbers on every run, and shaped like
 what a volunteer with one mid-range GPU would see after a few weeks (days off included).
@@ -12,19 +13,88 @@ import random
 from collections.abc import Iterable
 
 from core.api.schema import (
+    API_VERSION,
     Amounts,
     DayAmounts,
+    Diagnostics,
     EpochPoint,
     HistoryDay,
     Leaderboard,
     LeaderboardEntry,
     LeaderboardTotals,
     MyRank,
-    SettingInfo,
+    Progress,
+    ProjectInfo,
+    ProjectOffer,
     Statistics,
 )
+from core.policy import Conditions, GpuState
 
 DAY = 86_400.0
+DEMO = "barnraise-demo"
+
+DEMO_OFFER = ProjectOffer(
+    name=DEMO,
+    description="A tiny ALBERT masked language model trained on the demo text shards.",
+    manifest="/home/you/.cache/barnraise/swarm/barnraise-demo/moderated.toml",
+    source="local_swarm",
+    initial_peers=["/ip4/127.0.0.1/tcp/40145/p2p/12D3KooWDemoBackbone"],
+    data_base="http://127.0.0.1:40146/",
+    note="2 trainers and a backbone on this computer since 09:12; needs an account",
+    moderated=True,
+)
+"""The local demo swarm, as a running ``barnraise swarm --moderated`` offers it."""
+
+PROGRESS = Progress(
+    epoch=149,
+    collaboration_epoch=149,
+    samples_per_second=286.4,
+    collaboration_samples_per_second=1312.9,
+    peers=5,
+    session_samples=96_512,
+)
+"""Training of the demo project, some weeks in."""
+
+
+def project_info(offer: ProjectOffer, *, active: bool, device: str) -> ProjectInfo:
+    """``offer`` once attached."""
+    return ProjectInfo(
+        name=offer.name,
+        description=offer.description,
+        manifest=offer.manifest,
+        initial_peers=list(offer.initial_peers),
+        data_base=offer.data_base,
+        device=device,
+        active=active,
+        local_swarm=offer.source == "local_swarm",
+    )
+
+
+def attached_offer(project: ProjectInfo, *, moderated: bool) -> ProjectOffer:
+    """An attached project among the offers, as the engine lists it after the running swarms."""
+    return ProjectOffer(
+        project.name,
+        project.description,
+        project.manifest,
+        "attached",
+        project.initial_peers,
+        project.data_base,
+        note="attached" + (", contributing to it" if project.active else ""),
+        moderated=moderated,
+    )
+
+
+CALM = Conditions(
+    idle_seconds=3600.0,
+    on_battery=False,
+    battery_percent=None,
+    other_cpu_percent=6.0,
+    available_memory_mb=9200.0,
+    cpu_count=8,
+    gpu=GpuState(free_mb=7400.0, total_mb=8192.0, temperature_c=64.0),
+)
+"""What the sensors of a desktop with a mid-range GPU see while its user is away: nothing stops
+training. (The engine's own part, project and pause, is filled in by the fake.)"""
 
 # Names from several scripts and countries, as a real project's volunteers would have.
 VOLUNTEER_NAMES = (
@@ -33,71 +103,6 @@ VOLUNTEER_NAMES = (
     "emma", "hiro", "lucía", "dmitri", "aiko", "samuel", "chen", "leila", "tomás", "farida",
     "kofi", "ravi", "maja", "pablo", "sakura", "jonas", "amina", "ivan", "meera", "theo", "rosa",
 )  # fmt: skip
-
-
-def settings_descriptions() -> list[SettingInfo]:
-    """The engine's preferences with their help and defaults (kept equal to the real ones by a
-    test against ``core.scheduler.Preferences``)."""
-    rows: list[tuple[str, str, bool | int | float | str]] = [
-        ("contribute", "Contribute to the project; while off, Barnraise only waits.", False),
-        (
-            "gpu_only_when_idle",
-            "Use the GPU only when the keyboard and mouse have been idle a while.",
-            True,
-        ),
-        (
-            "idle_minutes",
-            "Minutes without keyboard or mouse input before you count as away.",
-            3.0,
-        ),
-        (
-            "cpu_when_in_use",
-            "What CPU training does while you use the computer: run, throttle or pause.",
-            "throttle",
-        ),
-        (
-            "in_use_cpu_fraction",
-            "Share of the time CPU training computes while throttled (above 0, up to 1).",
-            0.5,
-        ),
-        ("run_on_battery", "Keep contributing when the computer runs on battery.", False),
-        (
-            "leave_cores_free",
-            "CPU cores left for your own programs (training always gets at least one).",
-            1,
-        ),
-        (
-            "max_other_cpu_percent",
-            "Wait while other programs use more CPU than this percent; 100 never waits.",
-            25.0,
-        ),
-        (
-            "window_start",
-            "Daily start time as HH:MM (24-hour); empty with window_end for any time.",
-            "",
-        ),
-        (
-            "window_end",
-            "Daily end time as HH:MM; it may be past midnight, e.g. 22:00 to 07:00.",
-            "",
-        ),
-        (
-            "monthly_network_cap_mb",
-            "Megabytes Barnraise may send and receive each month; 0 for no limit.",
-            0.0,
-        ),
-        (
-            "min_free_memory_mb",
-            "Wait while less memory than this (MB) is available to other programs.",
-            512.0,
-        ),
-        (
-            "max_gpu_temperature_c",
-            "Wait while the GPU is at least this hot (degrees Celsius).",
-            85.0,
-        ),
-    ]
-    return [SettingInfo(name, text, default) for name, text, default in rows]
 
 
 def contribution_days(now: float, days: int, *, seed: int = 7) -> list[DayAmounts]:
@@ -128,6 +133,12 @@ def contribution_days(now: float, days: int, *, seed: int = 7) -> list[DayAmount
             )
         )
     return out
+
+
+def no_statistics(project: str | None, now: float, days: int) -> Statistics:
+    """A first start's statistics: ``days`` days, all without work."""
+    blank = [DayAmounts(d.day, Amounts()) for d in contribution_days(now, days)]
+    return Statistics(project, Amounts(), Amounts(), 0, blank)
 
 
 def statistics(project: str | None, now: float, days: int, history: int = 90) -> Statistics:
@@ -241,3 +252,20 @@ def leaderboard(
         history_30d=history,
     )
     return board, place
+
+
+def diagnostics(started: float) -> Diagnostics:
+    return Diagnostics(
+        engine_version="0.1.0",
+        api_version=API_VERSION,
+        pid=4242,
+        platform="Linux-6.1-x86_64 (fake engine)",
+        python="3.11.7",
+        started=started,
+        paths={"logs": "/home/you/.local/state/barnraise/log"},
+        torch="2.13.0",
+        log_tail=[
+            "2026-11-22 09:12:03 INFO    core.engine.engine: running: Contributing",
+            "2026-11-22 09:40:17 INFO    core.engine.engine: waiting: Waiting: you are away",
+        ],
+    )

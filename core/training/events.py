@@ -1,0 +1,102 @@
+"""What a project's peer tells its owner: ready, one step of its own, an epoch of the collaboration,
+failed to start, stopped. One small frozen dataclass each, ``PeerEvent`` their union.
+
+Inside the engine they travel as these objects (``ProjectPeer`` and the runner emit them,
+``PeerEvents`` handles them); ``barnraise peer`` prints each as a JSON line (``to_json``:
+``{"event": "ready", ...}``) and ``barnraise swarm`` reads its children's lines back (``from_json``,
+which checks every field and ignores fields a newer peer adds).
+
+This module imports neither torch nor anything of ``core.training`` that does: the engine reads these
+events before (and without) loading torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.util.errors import WireFormatError
+from core.util.wire import WireMessage
+
+
+@dataclass(frozen=True)
+class PeerReady(WireMessage):
+    """The peer joined the swarm and built its model: training can begin."""
+
+    address: str
+    role: str = "trainer"
+
+
+@dataclass(frozen=True)
+class PeerEpoch(WireMessage):
+    """One collaborative step of this peer (``core.training.collaborative.EpochReport``)."""
+
+    epoch: int
+    """The epoch that was finished."""
+    samples: int
+    """Our samples in it."""
+    group_size: int
+    averaged: bool
+    """True when the gradient round averaged everything it should have."""
+    summary: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PeerMetrics(WireMessage):
+    """A completed epoch of the whole collaboration: one point of its loss curve."""
+
+    epoch: int
+    loss: float | None
+    """Σ loss / Σ mini-steps over all peers; None when no peer reported a finite one."""
+    samples: int
+    samples_per_second: float
+    alive_peers: int
+    time: float
+    contributions: dict[str, int] = field(default_factory=dict)
+    """Samples per user (an auxiliary peer's metrics only)."""
+
+
+@dataclass(frozen=True)
+class PeerFailed(WireMessage):
+    """The peer could not start, or stopped with an error (the engine's runner says so)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class PeerStopped(WireMessage):
+    """The peer left the swarm as asked (the last line ``barnraise peer`` prints)."""
+
+
+PeerEvent = PeerReady | PeerEpoch | PeerMetrics | PeerFailed | PeerStopped
+
+EVENT_NAMES: dict[type[PeerEvent], str] = {
+    PeerReady: "ready",
+    PeerEpoch: "epoch",
+    PeerMetrics: "metrics",
+    PeerFailed: "failed",
+    PeerStopped: "stopped",
+}
+_KINDS = {name: kind for kind, name in EVENT_NAMES.items()}
+
+
+def to_json(event: PeerEvent) -> dict[str, Any]:
+    """``{"event": name, field: value, ...}``, ready for ``json.dumps``."""
+    return {"event": EVENT_NAMES[type(event)], **dataclasses.asdict(event)}
+
+
+def from_json(data: object) -> PeerEvent:
+    """The event in a JSON object; ``WireFormatError`` naming the field if it is not one."""
+    if not isinstance(data, dict):
+        raise WireFormatError(f"a peer event is a JSON object, not {type(data).__name__}")
+    kind = _KINDS.get(data.get("event"))  # type: ignore[arg-type]
+    if kind is None:
+        raise WireFormatError(f"unknown peer event {data.get('event')!r}")
+    values = []
+    for f in dataclasses.fields(kind):
+        if f.name not in data:
+            break  # the rest must have defaults: the decoder says which one is missing if not
+        values.append(data[f.name])
+    return kind.from_wire(values)

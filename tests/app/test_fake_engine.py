@@ -1,0 +1,160 @@
+"""The FakeEngine's hooks against the real rules: scripted conditions are decided by the real policy,
+a scripted peer failure is worded as the engine words it, settings are checked by the real
+preferences (same messages), and its kept backlog says only what the engine would say.
+
+No window here: the fake's own API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from core.api import AttachRequest, BadRequest, StateChanged
+from core.api.testing import CALM, DEMO, FakeEngine
+from core.policy import PeerStatus, Preferences, PreferencesError, decide, outcome
+
+
+def fixed_clock(hour: int, minute: int = 0) -> Callable[[], float]:
+    moment = dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp()
+    return lambda: moment
+
+
+def engine_says(fake: FakeEngine, peer: PeerStatus, **changes: Any) -> tuple[str, str, str]:
+    """What the real policy and the engine's mapping make of the fake's project and ``changes``."""
+    active = next(p for p in fake.projects_ if p.active)
+    conditions = dataclasses.replace(CALM, uses_gpu=active.device != "cpu", **changes)
+    now = dt.datetime.fromtimestamp(fake._clock()).astimezone()
+    result = outcome(decide(conditions, Preferences.from_dict(fake.values), now), peer)
+    return result.state, result.code, result.reason
+
+
+async def said(fake: FakeEngine) -> tuple[str, str, str]:
+    state = await fake.state()
+    return state.state, state.code, state.reason
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"on_battery": True},
+        {"idle_seconds": 20.0},  # at the computer: the demo's GPU project waits
+        {"other_cpu_percent": 87.0},
+        {"available_memory_mb": 300.0},
+        {"gpu": dataclasses.replace(CALM.gpu, temperature_c=91.0) if CALM.gpu else None},
+        {"network_mb_this_month": 50.0},
+    ],
+    ids=["battery", "user", "busy", "memory", "hot", "network"],
+)
+async def test_scripted_conditions_are_decided_by_the_real_policy(changes: dict[str, Any]) -> None:
+    fake = FakeEngine("contributing", clock=fixed_clock(12))
+    assert await said(fake) == ("running", "running", "Contributing")
+    if "network_mb_this_month" in changes:
+        fake.values["monthly_network_cap_mb"] = 40.0
+    fake.set_conditions(**changes)
+    expected = engine_says(fake, PeerStatus("ready"), **changes)
+    assert await said(fake) == expected
+    assert expected[0] in ("paused", "waiting")
+    fake.set_conditions()
+    fake.values["monthly_network_cap_mb"] = 0.0
+    assert await said(fake) == ("running", "running", "Contributing")
+
+
+async def test_a_cpu_project_throttles_while_the_user_is_at_the_computer() -> None:
+    fresh = FakeEngine("fresh")
+    await fresh.attach(AttachRequest(fresh.offered[0].manifest))
+    fresh.username = "sam"
+    await fresh.start()
+    fresh.set_conditions(idle_seconds=5.0)
+    state = await fresh.state()
+    assert (state.state, state.code) == ("throttled", "throttled")
+    assert state.reason == "Running slowly: you are using the computer"
+    assert state.duty == Preferences().in_use_cpu_fraction  # the real decision's numbers
+    assert state.threads == CALM.cpu_count - Preferences().leave_cores_free
+
+
+async def test_a_scripted_peer_failure_is_worded_as_the_engine_words_it() -> None:
+    fake = FakeEngine("contributing")
+    fake.fail_peer("the data server does not answer")
+    peer = PeerStatus("failed", "the data server does not answer")
+    assert await said(fake) == engine_says(fake, peer)
+    assert (await fake.state()).code == "peer_failed"
+    fake.fail_peer(None)
+    assert (await fake.state()).state == "running"
+
+
+async def test_a_moderated_project_without_a_login_needs_one() -> None:
+    fake = FakeEngine("contributing")
+    await fake.logout()
+    state = await fake.state()
+    assert (state.state, state.code) == ("error", "login_required")
+    assert state.reason.startswith("Not logged in: ")
+    await fake.pause()  # a pause comes first: nothing would run anyway
+    assert (await fake.state()).code == "user_paused"
+
+
+async def test_every_state_change_is_published_once() -> None:
+    fake = FakeEngine("contributing")
+    before = len(fake.recent)
+    fake.set_conditions(on_battery=True)
+    fake.set_conditions(on_battery=True)  # the same again: no change, no event
+    fake.set_conditions()
+    changes = [e.data for e in fake.recent[before:] if isinstance(e.data, StateChanged)]
+    assert [(c.previous, c.state, c.code) for c in changes] == [
+        ("running", "paused", "on_battery"),
+        ("paused", "running", "running"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"idle_minutes": -1},
+        {"in_use_cpu_fraction": 0},
+        {"max_other_cpu_percent": 120.0},
+        {"cpu_when_in_use": "sometimes"},
+        {"window_start": "09:00"},
+        {"window_start": "25:00", "window_end": "07:00"},
+        {"run_on_battery": "yes"},
+        {"no_such_thing": 1},
+    ],
+)
+async def test_settings_are_refused_with_the_real_preferences_words(values: dict[str, Any]) -> None:
+    fake = FakeEngine("contributing")
+    before = dict(fake.values)
+    with pytest.raises(PreferencesError) as real:
+        Preferences.from_dict(before).updated(values)
+    with pytest.raises(BadRequest) as refused:
+        await fake.set_settings(values)
+    assert refused.value.message == str(real.value)
+    assert fake.values == before  # nothing of a refused change is kept
+
+
+async def test_settings_are_kept_as_the_engine_keeps_them() -> None:
+    fake = FakeEngine("contributing", clock=fixed_clock(12))
+    settings = await fake.set_settings({"window_start": "9:00", "window_end": "10:30"})
+    assert (settings.values["window_start"], settings.values["window_end"]) == ("09:00", "10:30")
+    assert type((await fake.set_settings({"idle_minutes": 7})).values["idle_minutes"]) is float
+    state = await fake.state()  # noon is outside 09:00-10:30
+    assert (state.state, state.code) == ("waiting", "outside_window")
+    assert state.reason == "Waiting: outside your hours (09:00–10:30)"
+
+
+async def test_the_backlog_says_only_what_the_engine_would() -> None:
+    fake = FakeEngine("contributing")
+    changes = [e.data for e in fake.recent if isinstance(e.data, StateChanged)]
+    assert [(c.state, c.code, c.reason) for c in changes] == [
+        ("starting", "running", "Starting: joining the swarm"),
+        ("running", "running", "Contributing"),
+        ("waiting", "user_active", "Waiting: you are using the computer"),
+        ("running", "running", "Contributing"),
+    ]
+    assert changes[0].previous == "starting"
+    for before, after in itertools.pairwise(changes):
+        assert after.previous == before.state
+    assert all(e.data.project == DEMO for e in fake.recent if hasattr(e.data, "project"))
