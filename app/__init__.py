@@ -1,6 +1,8 @@
 """The Barnraise desktop app (PySide6). It talks to the engine only through ``core.api``.
 
 - ``main``          entry point: arguments, the App that owns everything, start and orderly quit.
+- ``__main__``      ``python -m app`` (what ``barnraise app`` runs).
+- ``preflight``     before Qt starts: can it use this display? If not, which libraries are missing.
 - ``window``        MainWindow: navigation, pages, the banner, what closing the window means.
 - ``tray``          Tray: the state icon by the clock, with pause, resume, snooze, open and quit.
 - ``instance``      SingleInstance: a second launch brings the open window forward.

@@ -1,9 +1,12 @@
 """Barnraise engine: everything that runs without a GUI.
 
-Packages, bottom to top (each may import only those below it):
+Packages, bottom to top (each may import only those below it; ``pyproject.toml``'s import-linter
+contracts hold them to it):
 
 - ``util``    small dependency-free helpers: errors root, named background tasks, base58, wire messages.
 - ``config``  per-user directories following each platform's conventions.
+- ``policy``  the pure rules of contributing: preferences, conditions, ``decide``, state names and
+  reason codes, their wording (beside ``config``: imports only ``util``; the fake engine uses it too).
 - ``net``     peer identity, authenticated TLS connections, framing, RPC and streams, the Host.
 - ``dht``     the Kademlia DHT: expiring, optionally owned records.
 - ``averaging`` matchmaking, load-balanced butterfly all-reduce, codecs, Moshpit groups, state sharing.
@@ -11,11 +14,16 @@ Packages, bottom to top (each may import only those below it):
 - ``project`` the project manifest (TOML) and its validation.
 - ``training`` the collaborative optimizer, auxiliary peers, LAMB, the demo model, the peer runtime.
 - ``stats``   the contribution ledger (SQLite, per project and hour) and its meter.
-- ``scheduler`` the pure run/throttle/pause policy, preferences, and the sensors it decides from.
+- ``scheduler`` the sensors the policy decides from (idle, battery, load, memory, GPU), sampled.
+- ``account`` the coordinator client, login session, pass keeper, keyring credentials, reporter.
+- ``coordinator`` the organizer's service: accounts, allowlist, access passes, leaderboard.
+- ``swarm``   the local demo swarm (``barnraise swarm``): its record, reader and follower for the
+  engine, demo data, peer processes, the moderated set-up.
 - ``engine``  the long-running engine: scheduler loop, project runner, metering, events, settings file.
 - ``control`` the control API server, the one-engine-per-user lock, the engine daemon.
-- ``api``     the contract shared with the desktop app and ``barnraise ctl``: schema, events, client.
-- ``cli``     the ``barnraise`` command line.
+- ``api``     the contract shared with the desktop app and ``barnraise ctl``: schema, events, client
+  (outside the stack: it imports only ``util``, ``config`` and ``policy``, so both sides can).
+- ``cli``     the ``barnraise`` command line (``__main__``: ``python -m core`` runs it).
 
 ``core`` never imports Qt or ``app``; the desktop app imports only ``core.api``.
 """

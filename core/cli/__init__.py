@@ -12,4 +12,8 @@
 - ``ctl``       ``barnraise ctl``: drives the running engine through its control API.
 - ``ctl_text``  how ``barnraise ctl`` prints the engine's answers as text.
 - ``signals``   stopping long-running commands cleanly on Ctrl-C and SIGTERM.
+- ``access``    a headless peer's login to a moderated project (password from stdin, the environment
+  or a prompt) and the session that keeps its pass fresh.
+- ``coordinator`` ``barnraise coordinator``: an organizer's coordinator, and ``users`` to manage it.
+- ``app``       ``barnraise app`` (and ``barnraise`` alone on a desktop): hands over to the desktop app.
 """

@@ -9,6 +9,7 @@
 - ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``bridge``         TrainingBridge: the one place where the training thread meets the event loop.
+- ``control``        TrainingControl: carries the scheduler's run / throttle / pause to the loop.
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
 - ``runtime``        ProjectPeer: a trainer, client or auxiliary peer built from a project manifest.
 - ``events``         PeerEvent: what a peer tells its owner (ready, epoch, metrics, failed, stopped),
