@@ -62,7 +62,7 @@ def contract_modules() -> set[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     names: set[str] = set()
     for contract in config["contracts"]:
-        for field in ("source_modules", "forbidden_modules", "layers"):
+        for field in ("source_modules", "forbidden_modules", "layers", "ancestors"):
             for entry in contract.get(field, []):
                 names.update(part.strip() for part in entry.split("|"))
     return {n for n in names if n.split(".")[0] in ("core", "app")}
@@ -95,6 +95,8 @@ def test_contracts_catch_each_kind_of_violation(tmp_path: Path) -> None:
         "core/api/heavy.py": "import torch\n",
         "core/util/up.py": "import core.net\n",
         "core/dht/model.py": "import torch\n",
+        "core/net/one.py": "import core.net.two\n",
+        "core/net/two.py": "from core.net import one\n",
     }
     result = run_contracts(fake_tree(tmp_path, planted))
     assert result.returncode != 0
@@ -104,5 +106,6 @@ def test_contracts_catch_each_kind_of_violation(tmp_path: Path) -> None:
         "the GUI never imports torch (fast start), not even through core.api BROKEN",
         "core layers point down BROKEN",
         "the DHT and everything below it never import torch BROKEN",
+        "core.net's modules import one another without a cycle BROKEN",
     ):
         assert broken in result.stdout, result.stdout

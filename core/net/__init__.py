@@ -9,8 +9,13 @@
 - ``hello``        the first message of each connection (version, window, listen addresses, pass).
 - ``passes``       AccessPass: a project's signed {user, peer key, expiry}; issuing and checking.
 - ``gate``         AccessGate: our pass, the revoked peer keys, and admitting peers by their pass.
+- ``link``         Link and StreamLink: the protocols through which calls and streams use their
+  connection (so that none of them imports ``connection``: the package has no import cycle).
 - ``stream``       Stream: messages and raw data both ways inside a call, credit flow control.
 - ``rpc``          Method/StreamMethod, CallContext and the Router of handlers.
+- ``calls_in``     IncomingCalls: the calls the peer opens, checked, run as named tasks, answered once.
+- ``calls_out``    OutgoingCalls and CallStream: the calls we open, their ids, deadlines and outcomes.
+- ``lifecycle``    Phase and Event: a connection's life as one state, and its only legal transitions.
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close; in moderated
   projects it admits only peers with a valid pass, pushes our renewed pass, drops revoked peers.
@@ -18,6 +23,8 @@
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.
 - ``errors``       the error hierarchy, including RPC errors rebuilt from wire codes.
+- ``base_errors``  NetError and PeerIdError, apart so that ``peer_id`` and ``errors`` need not import
+  each other (``errors`` re-exports them).
 """
 
 from core.net.address import PeerAddress

@@ -31,7 +31,7 @@ from core.util.msgpack_codec import pack, unpack
 from core.util.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
-    from core.net.connection import Connection
+    from core.net.link import Link
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,11 @@ class _Incoming:
 class IncomingCalls:
     """Serves the calls the peer opens on one connection."""
 
-    def __init__(self, connection: Connection, router: Router) -> None:
-        self._conn = connection
+    def __init__(self, link: Link, router: Router) -> None:
+        self._conn = link
         self._router = router
         self._calls: dict[int, _Incoming] = {}
-        self.handlers = BackgroundTasks(f"calls-{'out' if connection.initiator else 'in'}")
+        self.handlers = BackgroundTasks(f"calls-{'out' if link.initiator else 'in'}")
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -78,7 +78,7 @@ class IncomingCalls:
         handler = self._router.get(method)
         refusal = self._refusal(method, handler, streaming)
         if refusal is not None or handler is None:
-            conn.reply_error(call_id, refusal or UnknownMethodError(method))
+            self._reply_error(call_id, refusal or UnknownMethodError(method))
             return
         stream = None
         if streaming:
@@ -130,7 +130,7 @@ class IncomingCalls:
             if not incoming.cancelled_by_peer:
                 raise
         except Exception as exc:
-            conn.reply_error(call_id, self._as_rpc_error(exc, incoming.method, scope.expired()))
+            self._reply_error(call_id, self._as_rpc_error(exc, incoming.method, scope.expired()))
         finally:
             self.drop(call_id, StreamClosedError("the call has finished"))
 
@@ -153,6 +153,9 @@ class IncomingCalls:
         for call_id in list(self._calls):
             self.drop(call_id, error)
         self.handlers.cancel_all()
+
+    def _reply_error(self, call_id: int, error: RpcError) -> None:
+        self._conn.send_if_open(Kind.ERROR, call_id, pack([error.code, error.message]))
 
     def _encode_result(self, result: Any) -> bytes:
         try:

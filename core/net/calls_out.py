@@ -26,14 +26,15 @@ from core.net.stream import Stream
 from core.util.msgpack_codec import pack, unpack
 
 if TYPE_CHECKING:
-    from core.net.connection import Connection
+    from core.net.link import Link
 
 
 class CallStream(Stream):
     """The caller's side of a streaming call: a ``Stream`` plus the call's final result."""
 
-    def __init__(self, connection: Connection, call_id: int, *, send_window: int) -> None:
-        super().__init__(connection, call_id, send_window=send_window)
+    def __init__(self, calls: OutgoingCalls, call_id: int, *, send_window: int) -> None:
+        super().__init__(calls.link, call_id, send_window=send_window)
+        self._calls = calls
         self.result_future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     async def result(self) -> Any:
@@ -42,7 +43,7 @@ class CallStream(Stream):
 
     def cancel(self) -> None:
         """Give up on the call; the remote handler is cancelled."""
-        self._conn.outgoing.abandon(self.call_id, CallCancelledError("cancelled by the caller"))
+        self._calls.abandon(self.call_id, CallCancelledError("cancelled by the caller"))
 
     @property
     def done(self) -> bool:
@@ -60,10 +61,10 @@ class _Outgoing:
 class OutgoingCalls:
     """Tracks the calls we made on one connection until each one ends."""
 
-    def __init__(self, connection: Connection) -> None:
-        self._conn = connection
+    def __init__(self, link: Link) -> None:
+        self.link = link
         self._calls: dict[int, _Outgoing] = {}
-        self._next_id = 1 if connection.initiator else 2
+        self._next_id = 1 if link.initiator else 2
         self.exhausted = False
 
     def __len__(self) -> int:
@@ -74,7 +75,7 @@ class OutgoingCalls:
         return outgoing.stream if outgoing is not None else None
 
     def _open(self, method: str, request: Any, timeout: float, streaming: bool) -> int:
-        conn = self._conn
+        conn = self.link
         if not conn.is_usable:
             why = f": {conn.close_reason}" if conn.close_reason else ""
             raise ConnectionClosedError(
@@ -100,7 +101,7 @@ class OutgoingCalls:
         future = stream.result_future if stream is not None else loop.create_future()
         timer = loop.call_later(timeout, self._on_deadline, call_id, timeout)
         self._calls[call_id] = _Outgoing(method, future, stream, timer)
-        self._conn.calls_changed()
+        self.link.calls_changed()
         return future
 
     async def call(self, method: str, request: Any, timeout: float) -> Any:
@@ -114,13 +115,13 @@ class OutgoingCalls:
 
     def open_stream(self, method: str, request: Any, timeout: float) -> CallStream:
         call_id = self._open(method, request, timeout, streaming=True)
-        stream = CallStream(self._conn, call_id, send_window=self._conn.peer_window)
+        stream = CallStream(self, call_id, send_window=self.link.peer_window)
         self._register(call_id, method, timeout, stream)
         return stream
 
     def on_reply(self, frame: Frame) -> None:
         call_id = frame.call_id
-        if not self._conn.is_ours(call_id) or call_id not in self._calls:
+        if not self.link.is_ours(call_id) or call_id not in self._calls:
             return  # the caller already gave up on it
         value = unpack(frame.payload)
         if frame.kind is Kind.RESULT:
@@ -129,14 +130,14 @@ class OutgoingCalls:
         well_formed = isinstance(value, list) and len(value) == 2
         if not (well_formed and all(isinstance(v, str) for v in value)):
             raise ProtocolViolation("malformed ERROR frame")
-        self.finish(call_id, error_from_code(value[0], value[1], self._conn.peer))
+        self.finish(call_id, error_from_code(value[0], value[1], self.link.peer))
 
     def _on_deadline(self, call_id: int, timeout: float) -> None:
         outgoing = self._calls.get(call_id)
         if outgoing is None:
             return
         outgoing.timer = None
-        where = self._conn.describe()
+        where = self.link.describe()
         error = DeadlineExceededError(
             f"{outgoing.method} on {where} did not finish within {timeout:.3g} s"
         )
@@ -146,7 +147,7 @@ class OutgoingCalls:
         """Stop waiting for a call we made and tell the peer to cancel its handler."""
         if call_id in self._calls:
             self.finish(call_id, error)
-            self._conn.send_if_open(Kind.CANCEL, call_id)
+            self.link.send_if_open(Kind.CANCEL, call_id)
 
     def finish(self, call_id: int, error: BaseException | None, value: Any = None) -> None:
         outgoing = self._calls.pop(call_id, None)
@@ -164,7 +165,7 @@ class OutgoingCalls:
                 outgoing.future.exception()
         if outgoing.stream is not None:
             outgoing.stream.fail(error or StreamClosedError("the call has finished"))
-        self._conn.calls_changed()
+        self.link.calls_changed()
 
     def peer_window_known(self, window: int) -> None:
         """The peer's hello arrived: streams opened before it may use its whole window."""

@@ -5,6 +5,9 @@ the peer opens go to ``IncomingCalls`` (``calls_in``), answers to our calls to `
 (``calls_out``), stream frames to their ``Stream``. Every failure of the peer (bad frame, oversized frame,
 broken protocol) closes only this connection, with the reason logged; calls in flight on it fail with
 ``ConnectionClosedError`` naming that reason.
+
+Its life is one ``Phase`` (``lifecycle``): every change goes through ``_advance``, and ``is_usable``,
+``closing`` and ``is_closed`` are read from it. The calls and streams it carries see it as a ``Link``.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from core.net.errors import (
     DeadlineExceededError,
     HandshakeError,
     ProtocolViolation,
-    RpcError,
 )
 from core.net.frames import HEADER, Frame, FrameDecoder, Kind
 from core.net.hello import PROTOCOL_VERSION, Hello
+from core.net.lifecycle import Event, Phase, accepts_new_calls, advance
 from core.net.passes import AccessDenied, AccessPass
 from core.net.rpc import Router
 from core.net.stream import Stream
@@ -93,12 +96,9 @@ class Connection(asyncio.BufferedProtocol):
         self._pings: dict[bytes, asyncio.Future[None]] = {}
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
-        self._closing = False  # no new calls either way
-        self._aborted = False  # dropped without goodbye; input is ignored from now on
-        self._lost = False
+        self._phase = Phase.HANDSHAKE
         self._close_reason: str | None = None
         self._close_level = logging.INFO
-        self.remote_going_away = False
         self.last_activity = self._loop.time()
         self._control: dict[Kind, Callable[[Frame], None]] = {
             Kind.HELLO: self._on_hello,
@@ -119,19 +119,24 @@ class Connection(asyncio.BufferedProtocol):
         return f"<Connection {peer} at {where} {'out' if self.initiator else 'in'}>"
 
     @property
+    def phase(self) -> Phase:
+        """Where the connection is in its life (the one state behind the views below)."""
+        return self._phase
+
+    def _advance(self, event: Event) -> Phase:
+        """Move the phase on ``event`` (the only place it changes); an impossible event raises."""
+        self._phase = advance(self._phase, event)
+        return self._phase
+
+    @property
     def is_usable(self) -> bool:
         """True while new calls may be opened on this connection.
 
         The dialing side may call before the peer's hello arrives: the peer reads our hello first,
         so requests can follow it at once, saving a round trip on every new connection.
         """
-        greeted = self.remote_hello is not None or (self.initiator and self._transport is not None)
         return (
-            greeted
-            and not self.closing
-            and not self._lost
-            and not self.remote_going_away
-            and not self.outgoing.exhausted
+            accepts_new_calls(self._phase, initiator=self.initiator) and not self.outgoing.exhausted
         )
 
     @property
@@ -142,11 +147,12 @@ class Connection(asyncio.BufferedProtocol):
     @property
     def closing(self) -> bool:
         """No new calls are accepted in either direction."""
-        return self._closing
+        return self._phase.closing
 
     @property
     def is_closed(self) -> bool:
-        return self._lost
+        """The transport is gone."""
+        return self._phase is Phase.CLOSED
 
     @property
     def active_calls(self) -> int:
@@ -210,12 +216,12 @@ class Connection(asyncio.BufferedProtocol):
     # ---- asyncio protocol ------------------------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._aborted:  # after a violation the decoder's state is meaningless: discard input
+        if self._phase.deaf:  # after a violation the decoder's state is meaningless
             return memoryview(bytearray(max(sizehint, 4096)))
         return self._decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._aborted:
+        if self._phase.deaf:
             return
         try:
             self.traffic.received += nbytes
@@ -233,7 +239,7 @@ class Connection(asyncio.BufferedProtocol):
     def _resume_reading(self) -> None:
         self._read_paused_until = 0.0
         transport = self._transport
-        if transport is not None and not self._lost and not transport.is_closing():
+        if transport is not None and not self.is_closed and not transport.is_closing():
             transport.resume_reading()
 
     def eof_received(self) -> bool | None:
@@ -251,10 +257,9 @@ class Connection(asyncio.BufferedProtocol):
                 waiter.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._lost:
+        if self.is_closed:
             return
-        self._lost = True
-        self._closing = True
+        self._advance(Event.LOST)
         if exc is not None:
             self._set_reason(f"connection lost: {exc}", logging.INFO)
         reason = self._close_reason or "the peer closed the connection"
@@ -285,8 +290,8 @@ class Connection(asyncio.BufferedProtocol):
         """Start talking on an authenticated TLS transport."""
         self._transport = transport
         self.peer = peer
-        if self._aborted:  # the peer broke the protocol before we finished checking who it is
-            transport.abort()
+        if self._advance(Event.ATTACHED) is Phase.ABORTED:
+            transport.abort()  # the peer broke the protocol before we finished checking who it is
             return
         chunk = self.config.stream_chunk_bytes
         transport.set_write_buffer_limits(high=4 * chunk, low=chunk)
@@ -297,7 +302,7 @@ class Connection(asyncio.BufferedProtocol):
             )
         early, self._early = self._early, []
         for frame in early:
-            if self._lost or self._aborted:
+            if self._phase.deaf:
                 return
             try:
                 self._dispatch(frame)
@@ -306,7 +311,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _hello_overdue(self) -> None:
         self._hello_timer = None
-        if self.remote_hello is None and not self._lost:
+        if self.remote_hello is None and not self.is_closed:
             self.abort(f"no hello within {self.config.handshake_timeout:g} s")
 
     async def wait_ready(self) -> Hello:
@@ -331,7 +336,7 @@ class Connection(asyncio.BufferedProtocol):
         return memoryview(bytearray(length)), False
 
     def _on_frame(self, frame: Frame) -> None:
-        if self._lost or self._aborted:  # nothing after a refusal may reach a handler
+        if self._phase.deaf:  # nothing after a refusal may reach a handler
             return
         if self.peer is None:
             self._early.append(frame)
@@ -361,7 +366,7 @@ class Connection(asyncio.BufferedProtocol):
             waiter.set_result(None)
 
     def _on_goaway(self, frame: Frame) -> None:
-        self.remote_going_away = True
+        self._advance(Event.GOAWAY)
         reason = unpack(frame.payload)
         if isinstance(reason, dict) and isinstance(reason.get("refused"), str):
             self._set_reason(f"{self.describe()} refused us: {reason['refused']}", logging.WARNING)
@@ -386,6 +391,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.refuse(str(exc))
                 return
         self.remote_hello = hello
+        self._advance(Event.HELLO)
         self._hello_future.set_result(hello)
         if self._hello_timer is not None:
             self._hello_timer.cancel()
@@ -402,7 +408,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def write_frame(self, kind: Kind, call_id: int, payload: bytes = b"") -> None:
         transport = self._transport
-        if transport is None or self._lost or transport.is_closing():
+        if transport is None or self._phase is Phase.CLOSED or transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.describe()} is closed")
         transport.write(HEADER.pack(len(payload), kind, call_id) + payload)
         self.traffic.sent += HEADER.size + len(payload)
@@ -420,7 +426,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def write_data(self, call_id: int, data: memoryview) -> None:
         transport = self._transport
-        if transport is None or self._lost or transport.is_closing():
+        if transport is None or self._phase is Phase.CLOSED or transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.describe()} is closed")
         # TLS encrypts ``data`` inside this call, so the caller may reuse its buffer afterwards
         transport.writelines((HEADER.pack(len(data), Kind.DATA, call_id), data))
@@ -428,15 +434,13 @@ class Connection(asyncio.BufferedProtocol):
         self.last_activity = self._loop.time()
 
     def send_if_open(self, kind: Kind, call_id: int, payload: bytes = b"") -> None:
-        if not self._lost and self._transport is not None and not self._transport.is_closing():
+        transport = self._transport
+        if self._phase is not Phase.CLOSED and transport is not None and not transport.is_closing():
             self.write_frame(kind, call_id, payload)
-
-    def reply_error(self, call_id: int, error: RpcError) -> None:
-        self.send_if_open(Kind.ERROR, call_id, pack([error.code, error.message]))
 
     async def drain(self) -> None:
         """Wait while the transport's send buffer is above its high-water mark."""
-        if self._lost:
+        if self.is_closed:
             raise ConnectionClosedError(f"connection to {self.describe()} is closed")
         if not self._write_paused:
             return
@@ -459,19 +463,19 @@ class Connection(asyncio.BufferedProtocol):
     ) -> None:
         """Drop the connection now. ``transport`` is for one not attached yet (failed checks)."""
         self._set_reason(reason, level)
-        self._closing = self._aborted = True
+        self._advance(Event.ABORT)
         for candidate in (self._transport, transport):
             if candidate is not None:
                 candidate.abort()
 
     def refuse(self, reason: str) -> None:
         """Tell the peer why it may not talk to us, then drop the connection (access control)."""
-        if self._lost or self._aborted:
+        if self._phase.deaf:
             return
         self._set_reason(f"access refused: {reason}", logging.WARNING)
         with contextlib.suppress(ConnectionClosedError):
             self.send_if_open(Kind.GOAWAY, 0, pack({"refused": reason}))
-        self._closing = self._aborted = True
+        self._advance(Event.ABORT)
         if not self._hello_future.done():
             self._hello_future.set_exception(HandshakeError(f"access refused: {reason}"))
             self._hello_future.exception()
@@ -481,11 +485,11 @@ class Connection(asyncio.BufferedProtocol):
     async def close(self, reason: str = "closed", *, grace: float | None = None) -> None:
         """Say goodbye, let running calls finish for a moment, then close."""
         grace = self.config.close_grace if grace is None else grace
-        if not self._lost:
+        if not self.is_closed:
             self._set_reason(reason, logging.DEBUG)
-            if not self._closing and self.remote_hello is not None:
-                self.send_if_open(Kind.GOAWAY, 0, pack(reason))
-            self._closing = True
+            if self._phase is Phase.OPEN or self._phase is Phase.PEER_LEAVING:
+                self.send_if_open(Kind.GOAWAY, 0, pack(reason))  # the peer knows us: say goodbye
+            self._advance(Event.CLOSE)
             if self.active_calls:
                 try:
                     async with asyncio.timeout(grace):

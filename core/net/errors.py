@@ -4,6 +4,9 @@
 is what a call raises; its ``code`` travels on the wire, so a handler that raises
 ``NotFoundError("no such key")`` makes the caller's ``await`` raise ``NotFoundError`` with that message,
 with ``remote=True`` and the responding ``peer`` attached. Tracebacks never cross the wire.
+
+``NetError`` and ``PeerIdError`` are defined in ``base_errors`` (see there why) and re-exported here:
+import every networking error from this module.
 """
 
 from __future__ import annotations
@@ -11,22 +14,41 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from core.util.errors import BarnraiseError
+from core.net.base_errors import NetError, PeerIdError
 
 if TYPE_CHECKING:
     from core.net.peer_id import PeerID
 
-
-class NetError(BarnraiseError):
-    """A networking failure on this side."""
+__all__ = [
+    "AddressError",
+    "CallCancelledError",
+    "ConnectionClosedError",
+    "DeadlineExceededError",
+    "DialError",
+    "FrameTooLargeError",
+    "HandshakeError",
+    "IdentityError",
+    "InvalidRequestError",
+    "MalformedResponseError",
+    "NetError",
+    "NotFoundError",
+    "PeerIdError",
+    "PeerIdMismatchError",
+    "PermissionDeniedError",
+    "ProtocolViolation",
+    "RemoteInternalError",
+    "ResourceExhaustedError",
+    "RpcError",
+    "StreamClosedError",
+    "UnavailableError",
+    "UnknownMethodError",
+    "error_from_code",
+    "peer_short",
+]
 
 
 class AddressError(NetError, ValueError):
     """An address string that cannot be parsed or dialed."""
-
-
-class PeerIdError(NetError, ValueError):
-    """A string or byte string that is not a valid PeerID."""
 
 
 class IdentityError(NetError):

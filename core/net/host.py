@@ -430,10 +430,12 @@ class Host:
     async def _on_renewed_pass(self, ctx: CallContext, raw: Any) -> bool:
         """A connected peer shows its renewed pass; a pass that does not admit it ends the link."""
         assert self.access is not None
+        conn = ctx.connection
+        assert isinstance(conn, Connection)  # our router serves only our connections
         try:
-            ctx.connection.remote_pass = self.access.admit(ctx.peer, raw)
+            conn.remote_pass = self.access.admit(ctx.peer, raw)
         except AccessDenied as exc:
-            ctx.connection.refuse(str(exc))
+            conn.refuse(str(exc))
             return False
         return True
 

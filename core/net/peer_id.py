@@ -10,7 +10,7 @@ from __future__ import annotations
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from core.net.errors import PeerIdError
+from core.net.base_errors import PeerIdError
 from core.util.base58 import b58decode, b58encode
 
 # identity multihash (code 0x00, 36 bytes) of protobuf PublicKey{Type: Ed25519 (1), Data: 32 bytes}

@@ -19,7 +19,7 @@ from core.util.errors import WireFormatError
 from core.util.wire import WireMessage
 
 if TYPE_CHECKING:
-    from core.net.connection import Connection
+    from core.net.link import Link
     from core.net.stream import Stream
 
 Req = TypeVar("Req", bound=WireMessage)
@@ -33,7 +33,8 @@ class CallContext:
     peer: PeerID
     """The caller, as proven by its TLS identity; never taken from the request."""
     method: str
-    connection: Connection
+    connection: Link
+    """The connection the call came on (its ``Connection``, seen as what calls need of it)."""
     deadline: float | None
     """Loop time (``loop.time()``) by which the caller stops waiting, if it set one."""
 

@@ -23,7 +23,7 @@ from core.util.msgpack_codec import pack, unpack
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from core.net.connection import Connection
+    from core.net.link import StreamLink
 
 
 class EndOfStream(StreamClosedError):
@@ -45,11 +45,11 @@ def as_bytes_view(data: Buffer) -> memoryview:
 class Stream:
     """One side of a bidirectional stream. Reading and writing may happen in different tasks."""
 
-    def __init__(self, connection: Connection, call_id: int, *, send_window: int) -> None:
-        self._conn = connection
+    def __init__(self, link: StreamLink, call_id: int, *, send_window: int) -> None:
+        self._conn = link
         self.call_id = call_id
-        self._chunk = connection.config.stream_chunk_bytes
-        self._recv_window = connection.config.stream_window_bytes
+        self._chunk = link.config.stream_chunk_bytes
+        self._recv_window = link.config.stream_window_bytes
         self._inbox: deque[tuple[Kind, Any]] = deque()
         self._inbox_bytes = 0
         self._unacked = 0

@@ -10,7 +10,7 @@ from core.net.stream import Stream
 
 
 class FakeConnection:
-    """Just enough of a Connection for a Stream: it records what would be sent."""
+    """A ``StreamLink`` (what a Stream needs of its connection) that records what would be sent."""
 
     def __init__(self, config: NetConfig) -> None:
         self.config = config
@@ -35,7 +35,7 @@ class FakeConnection:
 async def test_provisional_window_then_widen() -> None:
     chunk = 64 * 1024
     conn = FakeConnection(NetConfig(stream_chunk_bytes=chunk, stream_window_bytes=16 * chunk))
-    stream = Stream(conn, 1, send_window=chunk)  # type: ignore[arg-type]
+    stream = Stream(conn, 1, send_window=chunk)
     sending = asyncio.create_task(stream.send_data(bytes(5 * chunk)))
     await asyncio.sleep(0.05)
     assert conn.sent == [chunk]  # one chunk of credit, then it waits
