@@ -17,6 +17,7 @@
 - ``calls_out``    OutgoingCalls and CallStream: the calls we open, their ids, deadlines and outcomes.
 - ``lifecycle``    Phase and Event: a connection's life as one state, and its only legal transitions.
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
+- ``pings``        Pings: round-trip probes on one connection (a random token, echoed).
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close; in moderated
   projects it admits only peers with a valid pass, pushes our renewed pass, drops revoked peers.
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.

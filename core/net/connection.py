@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,6 @@ from core.net.calls_in import IncomingCalls
 from core.net.calls_out import CallStream, OutgoingCalls
 from core.net.errors import (
     ConnectionClosedError,
-    DeadlineExceededError,
     HandshakeError,
     ProtocolViolation,
 )
@@ -32,6 +30,7 @@ from core.net.frames import HEADER, Frame, FrameDecoder, Kind
 from core.net.hello import PROTOCOL_VERSION, Hello
 from core.net.lifecycle import Event, Phase, accepts_new_calls, advance
 from core.net.passes import AccessDenied, AccessPass
+from core.net.pings import Pings
 from core.net.rpc import Router
 from core.net.stream import Stream
 from core.net.traffic import Traffic
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
     from core.net.peer_id import PeerID
 
 log = logging.getLogger(__name__)
-
-PING_BYTES = 8
 
 __all__ = ["CallStream", "Connection"]
 
@@ -93,7 +90,7 @@ class Connection(asyncio.BufferedProtocol):
         self._closed_future: asyncio.Future[None] = self._loop.create_future()
         self._no_calls = asyncio.Event()
         self._no_calls.set()
-        self._pings: dict[bytes, asyncio.Future[None]] = {}
+        self.pings = Pings(self)
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._phase = Phase.HANDSHAKE
@@ -106,8 +103,8 @@ class Connection(asyncio.BufferedProtocol):
             Kind.RESULT: self.outgoing.on_reply,
             Kind.ERROR: self.outgoing.on_reply,
             Kind.CANCEL: self.incoming.on_cancel,
-            Kind.PING: self._on_ping,
-            Kind.PONG: self._on_pong,
+            Kind.PING: self.pings.on_ping,
+            Kind.PONG: self.pings.on_pong,
             Kind.GOAWAY: self._on_goaway,
         }
 
@@ -197,21 +194,7 @@ class Connection(asyncio.BufferedProtocol):
 
     async def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time to the peer in seconds."""
-        token = os.urandom(PING_BYTES)
-        waiter = self._loop.create_future()
-        self._pings[token] = waiter
-        start = self._loop.time()
-        try:
-            self.write_frame(Kind.PING, 0, token)
-            async with asyncio.timeout(timeout):
-                await waiter
-        except TimeoutError:
-            raise DeadlineExceededError(
-                f"no pong from {self.describe()} in {timeout:g} s"
-            ) from None
-        finally:
-            self._pings.pop(token, None)
-        return self._loop.time() - start
+        return await self.pings.ping(timeout)
 
     # ---- asyncio protocol ------------------------------------------------------------------------
 
@@ -272,9 +255,7 @@ class Connection(asyncio.BufferedProtocol):
             if not waiter.done():
                 waiter.set_exception(error)
         self._drain_waiters.clear()
-        for ping in self._pings.values():
-            if not ping.done():
-                ping.set_exception(error)
+        self.pings.fail_all(error)
         if self._hello_timer is not None:
             self._hello_timer.cancel()
             self._hello_timer = None
@@ -354,16 +335,6 @@ class Connection(asyncio.BufferedProtocol):
                 stream.on_frame(frame)
             return
         self._control[kind](frame)
-
-    def _on_ping(self, frame: Frame) -> None:
-        if len(frame.payload) != PING_BYTES:  # echoing arbitrary sizes would amplify abuse
-            raise ProtocolViolation(f"a ping carries {PING_BYTES} bytes, not {len(frame.payload)}")
-        self.send_if_open(Kind.PONG, 0, bytes(frame.payload))
-
-    def _on_pong(self, frame: Frame) -> None:
-        waiter = self._pings.pop(bytes(frame.payload), None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     def _on_goaway(self, frame: Frame) -> None:
         self._advance(Event.GOAWAY)

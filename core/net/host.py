@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -255,14 +256,20 @@ class Host:
         if self._closed:
             raise DialError("this host is closed")
         dial = self._dials.get(peer)
-        if dial is None:
+        # a finished dial whose done-callback has not run yet is over: its failure (or its
+        # connection, no longer usable above) must not answer a new attempt
+        if dial is None or dial.done():
             dial = self._tasks.spawn(
                 f"dial-{peer.short()}", self._dial_any(peer, addresses), awaited=True
             )
             self._dials[peer] = dial
-            dial.add_done_callback(lambda _: self._dials.pop(peer, None))
+            dial.add_done_callback(functools.partial(self._dial_done, peer))
         # shielded: a caller that gives up must not cancel a dial others are waiting for
         return await asyncio.shield(dial)
+
+    def _dial_done(self, peer: PeerID, dial: asyncio.Task[Connection]) -> None:
+        if self._dials.get(peer) is dial:  # not a newer dial to that peer, started meanwhile
+            del self._dials[peer]
 
     def _resolve(self, target: Target) -> tuple[PeerID, list[PeerAddress]]:
         if isinstance(target, str):

@@ -226,3 +226,21 @@ async def test_traffic_counts_what_both_sides_moved(make_host: MakeHost) -> None
     assert b.traffic.received >= 100_000
     assert a.traffic.snapshot() == (a.traffic.sent, a.traffic.received)
     assert b.traffic.sent == a.traffic.received
+
+
+async def test_a_finished_dial_does_not_answer_the_next_connect(make_host: MakeHost) -> None:
+    # A dial that failed stays in the table until its done-callback runs; a connect in between
+    # (since Python 3.12 an await need not yield, so this can happen) must dial again.
+    a, b = await make_host(), await make_host()
+
+    async def failed() -> Any:
+        raise DialError("an earlier attempt failed")
+
+    stale = asyncio.get_running_loop().create_task(failed())
+    with pytest.raises(DialError):
+        await stale
+    b._dials[a.peer_id] = stale
+    b.add_addresses(a.peer_id, a.addresses)
+    conn = await b.connect(a.peer_id)
+    assert conn.peer == a.peer_id
+    assert a.peer_id not in b._dials  # the new dial's own entry left with it; the stale one too
