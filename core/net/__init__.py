@@ -18,8 +18,9 @@
 - ``lifecycle``    Phase and Event: a connection's life as one state, and its only legal transitions.
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
 - ``pings``        Pings: round-trip probes on one connection (a random token, echoed).
-- ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close; in moderated
-  projects it admits only peers with a valid pass, pushes our renewed pass, drops revoked peers.
+- ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
+- ``host_access``  HostAccess: in moderated projects a Host admits only peers with a valid pass,
+  pushes our renewed pass, and drops peers whose pass is revoked or expired.
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.

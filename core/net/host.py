@@ -13,7 +13,7 @@ import functools
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeAlias
 
@@ -33,10 +33,10 @@ from core.net.errors import (
 )
 from core.net.gate import AccessGate
 from core.net.hello import AGENT, PROTOCOL_VERSION, Hello
+from core.net.host_access import RENEW_PASS, HostAccess
 from core.net.identity import Identity
-from core.net.passes import AccessDenied, AccessPass
 from core.net.peer_id import PeerID
-from core.net.rpc import CallContext, Method, Req, Resp, Router, StreamMethod
+from core.net.rpc import Method, Req, Resp, Router, StreamMethod
 from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
 from core.net.traffic import Traffic
 from core.util.errors import WireFormatError
@@ -45,9 +45,6 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 Target: TypeAlias = PeerAddress | PeerID | str
-RENEW_PASS = "net.renew_pass"
-ACCESS_SWEEP_INTERVAL = 1.0
-"""Seconds between checks of connected peers' passes for expiry (cheap: no crypto)."""
 
 
 class _Unwrapped(asyncio.Protocol):
@@ -111,12 +108,14 @@ class Host:
         self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
         self.traffic = Traffic()
         self.access = access
-        self._shown_pass: AccessPass | None = None
-        """The pass of ours that connected peers last saw (pushed again only when it changes)."""
+        self._access: HostAccess | None = None
         if access is not None:
             if access.me != self.peer_id:
                 raise ValueError("the access gate belongs to another identity")
-            self.router.add_raw(RENEW_PASS, self._on_renewed_pass)
+            self._access = HostAccess(
+                access, self.connections, self._spawn, self.config.call_timeout
+            )
+            self.router.add_raw(RENEW_PASS, self._access.on_renewed_pass)
 
     def set_bandwidth_limits(self, upload: float | None, download: float | None) -> None:
         """Bytes per second over all connections, effective at once (None: unlimited)."""
@@ -142,18 +141,16 @@ class Host:
                 host, port = sock.getsockname()[:2]
                 self.listen_addresses.append(PeerAddress.tcp(host, port, self.peer_id))
         self._tasks.spawn("idle-sweeper", self._sweep_idle())
-        if self.access is not None:
-            self._shown_pass = self.access.own_pass  # what our hellos carry from now on
-            self.access.add_listener(self._access_changed)
-            self._tasks.spawn("access-sweeper", self._sweep_access())
+        if self._access is not None:
+            self._access.start()
 
     async def close(self) -> None:
         """Stop listening, close every connection, and wait until nothing of ours is left."""
         if self._closed:
             return
         self._closed = True
-        if self.access is not None:
-            self.access.remove_listener(self._access_changed)
+        if self._access is not None:
+            self._access.stop()
         for server in self._servers:
             server.close()
         await self._tasks.close()
@@ -414,7 +411,7 @@ class Host:
             hello=self._hello_for,
             on_hello=self._learn_addresses,
             on_closed=self._on_closed,
-            admit=None if self.access is None else self._admit,
+            admit=None if self._access is None else self._access.admit,
         )
 
     def _hello_for(self, conn: Connection) -> Hello:
@@ -428,61 +425,11 @@ class Host:
             extensions={} if self.access is None else {"pass": self.access.presented()},
         )
 
-    def _admit(self, conn: Connection, hello: Hello) -> None:
-        """Check the pass in the peer's hello (raises ``AccessDenied``; the connection refuses)."""
-        assert self.access is not None
-        assert conn.peer is not None
-        conn.remote_pass = self.access.admit(conn.peer, hello.extensions.get("pass"))
-
-    async def _on_renewed_pass(self, ctx: CallContext, raw: Any) -> bool:
-        """A connected peer shows its renewed pass; a pass that does not admit it ends the link."""
-        assert self.access is not None
-        conn = ctx.connection
-        assert isinstance(conn, Connection)  # our router serves only our connections
-        try:
-            conn.remote_pass = self.access.admit(ctx.peer, raw)
-        except AccessDenied as exc:
-            conn.refuse(str(exc))
-            return False
-        return True
-
-    def _access_changed(self) -> None:
-        """Our pass or the revocations changed: recheck peers' passes; show a renewed one of ours."""
-        if self._closed or self.access is None:
-            return
-        self._recheck_access()
-        own = self.access.own_pass
-        if own is not None and own is not self._shown_pass:  # not for a new revocation list
-            self._shown_pass = own
-            self._tasks.spawn("renew-pass", self._push_pass(own.to_wire()))
-
-    async def _push_pass(self, presented: list[object]) -> None:
-        calls = [
-            conn.call(RENEW_PASS, presented, timeout=self.config.call_timeout)
-            for conn in self.connections()
-            if conn.is_usable and conn.remote_hello is not None
-        ]
-        for outcome in await asyncio.gather(*calls, return_exceptions=True):
-            if isinstance(outcome, NetError):
-                log.debug("could not show a peer our renewed pass: %s", outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-
-    def _recheck_access(self) -> None:
-        assert self.access is not None
-        for conn in self.connections():
-            if conn.remote_pass is None or conn.is_closed:
-                continue
-            try:
-                self.access.recheck(conn.remote_pass)
-            except AccessDenied as exc:
-                conn.refuse(str(exc))
-
-    async def _sweep_access(self) -> None:
-        """Passes expire with time alone: close links whose pass has run out."""
-        while True:
-            await asyncio.sleep(ACCESS_SWEEP_INTERVAL)
-            self._recheck_access()
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        if not self._closed:
+            self._tasks.spawn(name, coro)
+        else:
+            coro.close()
 
     def _register(self, conn: Connection) -> None:
         assert conn.peer is not None
