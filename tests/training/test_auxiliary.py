@@ -14,6 +14,7 @@ from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
+from tests.support.leaks import poll_until, wait_until
 from tests.training.conftest import MakePeer, close_aux, start_aux
 from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
 
@@ -50,7 +51,11 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         return compute
 
     try:
-        await asyncio.sleep(0.5)  # the auxiliary peer announces itself before the first round
+        # the auxiliary peer announces itself before the first round
+        me = str(aux.averager.host.peer_id)
+        await poll_until(
+            peers[0].optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen)
+        )
 
         async def train(i: int) -> None:
             walk = Recorder(data, 10 + i, peers[i])
@@ -60,10 +65,7 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
             await trainer.run(until_epoch=6)
 
         await asyncio.wait_for(asyncio.gather(train(0), train(1)), timeout=120)
-        for _ in range(100):  # the last epoch's metrics come after a short grace
-            if len(aux.peer.metrics) >= 6:
-                break
-            await asyncio.sleep(0.1)
+        await wait_until(lambda: len(aux.peer.metrics) >= 6)  # the last epoch's come a little later
     finally:
         stop.set()
         await aux_task
