@@ -15,6 +15,7 @@ import pytest
 from core.averaging import Averager, AveragingResult
 from core.averaging.allreduce import AllReduce
 from tests.averaging.conftest import QUICK, MakeAveragers
+from tests.support.leaks import HANG_GUARD
 
 SIZE = 4
 SHAPE = (4096 * 12,)  # 12 chunks of 4096 values: failures can land between chunks
@@ -56,7 +57,7 @@ async def run_round(
     """One round in which every member but ``victim`` runs; no survivor may have needed the round's
     whole ``allreduce_timeout``: each failure has its own, shorter timeout (or none, if a closed
     connection tells at once), and a round that waited for the whole of it says so in its errors."""
-    pending = await asyncio.gather(*(a.prepare("faulty", timeout=10) for a in averagers))
+    pending = await asyncio.gather(*(a.prepare("faulty", timeout=HANG_GUARD) for a in averagers))
     if before_run is not None:
         await before_run()
     tensors = inputs()
