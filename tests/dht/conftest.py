@@ -13,7 +13,9 @@ from core.util.clock import Clock
 from tests.conftest import MakeHost
 
 FAST_DHT = DHTConfig(rpc_timeout=2.0, lookup_timeout=10.0)
-QUIET_NET = NetConfig(dial_timeout=2.0, handshake_timeout=2.0, call_timeout=10.0, close_grace=0.2)
+# connecting on loopback takes milliseconds, and fails at once if nobody listens: the timeouts only
+# guard against a hang (a busy machine's TLS handshakes can take seconds)
+QUIET_NET = NetConfig(dial_timeout=20.0, handshake_timeout=20.0, call_timeout=10.0, close_grace=0.2)
 
 MakeSwarm = Callable[..., Awaitable[list[DHTNode]]]
 
