@@ -81,7 +81,9 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         expected = sum(losses[epoch]) / len(losses[epoch])
         assert metrics[epoch].loss is not None
         assert math.isclose(metrics[epoch].loss, expected, rel_tol=1e-6)
-        assert 256 <= metrics[epoch].samples <= 1.2 * 256
+        # at least the target, and less than twice it, which each of the two trainers filling the
+        # target on its own would make (the overshoot itself grows with the machine's load)
+        assert 256 <= metrics[epoch].samples < 2 * 256
     assert metrics[0].alive_peers == 2
     # a checkpoint every 3 epochs (of the state current when it is taken; keep=2), the last one
     # loadable into a fresh model that equals the trainers'
