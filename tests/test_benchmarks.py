@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# each script runs under its own subprocess timeout; the suite's default of 180 s would cut the
+# slower ones short on a busy machine, where they take several times longer
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
