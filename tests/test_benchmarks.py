@@ -1,4 +1,9 @@
-"""The benchmark scripts still run and write the fields the README quotes (not their values)."""
+"""The benchmark scripts still run and write the fields the README quotes (not their values).
+
+Only types and signs are checked: speeds, durations and ratios are what a benchmark measures, and on
+a busy machine they can be anything (a ratio measured during a burst of other work was 11.4, quiet
+it was 0.48).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# each script runs under its own subprocess timeout; the suite's default of 180 s would cut the
+# slower ones short on a busy machine, where they take several times longer
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
@@ -155,7 +163,7 @@ def test_swarm_benchmark_writes_its_fields(tmp_path: Path) -> None:
     assert run["epochs"] >= 1
     assert run["samples_per_s"] > 0
     assert run["averaging_s_per_epoch_median"] is not None
-    assert 0 < run["ratio_to_plain"] < 2
+    assert run["ratio_to_plain"] > 0
 
 
 def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
@@ -218,6 +226,7 @@ def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path) -> None:
     assert set(result["phases"]) == {"never_started", "paused_after_training"}
     assert result["samples_trained_before_pause"] >= 500
     assert result["samples_while_paused"] == 0
+    assert result["sensor_read_ms"] > 0
 
 
 def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
@@ -232,7 +241,9 @@ def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["connections"] == 8
     assert result["moderated_to_open_ratio"] > 0
-    assert result["pass_check"]["new_pass_us"] > result["pass_check"]["seen_pass_us"] > 0
+    # that a seen pass is cheaper is tests/net/test_access.py's to check, by counting verifications
+    assert result["pass_check"]["new_pass_us"] > 0
+    assert result["pass_check"]["seen_pass_us"] > 0
     assert result["coordinator"]["login_ms"]["p50"] > 0
 
 

@@ -1,7 +1,9 @@
 """PassKeeper against a real coordinator: first pass, renewal, revocations, bans, outages.
 
 The project's passes live 12 s and peers check revocations every 0.2 s, so renewal (at half the
-remaining life) happens after about 6 s and a ban must show within a fraction of a second.
+remaining life) happens after about 6 s and a ban shows at the next check. What is asserted is the
+order of events (renewed after half the life and before the end; the ban read by the first refresh
+after it), never how long something took: a busy machine is late, not wrong.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from core.account import (
     NotLoggedIn,
     PassKeeper,
 )
-from core.net import Identity
+from core.net import Identity, PeerID
 from core.net.gate import AccessGate
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator
 from tests.support.leaks import wait_until
@@ -50,25 +52,30 @@ async def test_the_pass_is_renewed_at_half_its_life(
     first = gate.own_pass
     assert first is not None
     assert keeper_.expires == first.expires
-    changes: list[float] = []
-    gate.add_listener(lambda: changes.append(time.monotonic()))
-    started = time.monotonic()
-    await wait_until(lambda: gate.own_pass is not first, timeout=10)
+    renewed_at: list[float] = []
+
+    def on_change() -> None:
+        if gate.own_pass is not first and not renewed_at:
+            renewed_at.append(time.time())
+
+    gate.add_listener(on_change)
+    await wait_until(lambda: bool(renewed_at))
     renewed = gate.own_pass
     assert renewed is not None
-    elapsed = time.monotonic() - started
-    remaining = first.expires - time.time() + elapsed
-    assert 0.4 * remaining <= elapsed <= 0.6 * remaining + 0.5  # at about half its remaining life
+    # not before half its life (the keeper got it after it was issued, and waits half of what was
+    # left), and before it ran out (a renewal that late would lock the peer out)
+    assert (first.issued + first.expires) / 2 <= renewed_at[0] < first.expires, renewed_at
     assert renewed.expires > first.expires
     assert renewed.peer == gate.me
     assert keeper_.running
     assert errors == []
 
 
-async def test_a_ban_reaches_the_gate_within_one_refresh_and_stops_renewal(
+async def test_a_ban_reaches_the_gate_at_the_next_refresh_and_stops_renewal(
     keeper: tuple[PassKeeper, list[AccountError]],
     coordinator: Coordinator,
     client: CoordinatorClient,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     keeper_, errors = keeper
     gate = keeper_.gate
@@ -76,15 +83,29 @@ async def test_a_ban_reaches_the_gate_within_one_refresh_and_stops_renewal(
     mallory_peer = Identity.generate().peer_id
     await client.request_pass(await client.login("mallory", PASSWORD), mallory_peer)
 
+    # counted in refreshes, not seconds: how many the keeper began after the ban before it knew
+    refreshes: list[None] = []
+    learned: list[int] = []
+    read = client.revocations
+
+    async def reading() -> frozenset[PeerID]:
+        refreshes.append(None)
+        return await read()
+
+    def on_change() -> None:
+        if mallory_peer in gate.revoked and not learned:
+            learned.append(len(refreshes))
+
+    monkeypatch.setattr(client, "revocations", reading)
+    gate.add_listener(on_change)
     coordinator.ban("mallory")
-    banned_at = time.monotonic()
-    await wait_until(lambda: mallory_peer in gate.revoked, timeout=2)
-    assert time.monotonic() - banned_at < 0.2 + 0.3  # one refresh interval, plus a round trip
+    await wait_until(lambda: bool(learned))
+    assert learned[0] <= 1  # the refresh under way at the ban, or else the next one
     assert keeper_.running
     assert errors == []
 
     coordinator.ban("alice")  # our own account: renewing stops, the pass runs out by itself
-    await wait_until(lambda: not keeper_.running, timeout=2)
+    await wait_until(lambda: not keeper_.running)
     assert gate.me in gate.revoked
     assert isinstance(keeper_.refused, AccessRefused)
     assert [type(e) for e in errors] == [AccessRefused]
@@ -96,7 +117,7 @@ async def test_an_outage_is_reported_and_retried(
 ) -> None:
     keeper_, errors = keeper
     await coordinator.service.close()
-    await wait_until(lambda: len(errors) >= 2, timeout=3)  # reported, and tried again
+    await wait_until(lambda: len(errors) >= 2)  # reported, and tried again
     assert all(isinstance(e, CoordinatorUnavailable) for e in errors)
     assert keeper_.running  # still trying: the coordinator may come back
     assert isinstance(keeper_.error, CoordinatorUnavailable)

@@ -86,7 +86,7 @@ async def test_start_restart_after_a_kill_and_respect_a_shutdown(home: Path) -> 
             await outside.shutdown()
         text = await listener.until("stopped", timeout=30)
         assert "not contributing" in text
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # an observation window: a restart would begin in it
         assert listener.kinds().count("connected") == 2
 
         supervisor.retry()  # the user clicks "Start the engine"

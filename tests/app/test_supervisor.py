@@ -15,7 +15,7 @@ from core.api.errors import EngineUnavailable, VersionMismatch
 from core.api.events import Event, PeersSeen
 from core.api.protocol import EngineApi
 from core.api.schema import API_VERSION, EngineState, Progress
-from tests.support.leaks import wait_until
+from tests.support.leaks import HANG_GUARD, wait_until
 
 End = Literal["clean", "lost", "hang"]
 
@@ -119,7 +119,7 @@ class Listener:
     def kinds(self) -> list[Status]:
         return [s for s, _ in self.statuses]
 
-    async def until(self, status: Status, count: int = 1, timeout: float = 10.0) -> str:
+    async def until(self, status: Status, count: int = 1, timeout: float = HANG_GUARD) -> str:
         async with asyncio.timeout(timeout):
             while self.kinds().count(status) < count:
                 self.changed.clear()
@@ -191,7 +191,7 @@ async def test_a_deliberate_stop_is_respected_until_the_user_asks() -> None:
     supervisor, listener = make(connector)
     async with running(supervisor):
         text = await listener.until("stopped")
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # an observation window: a restart (backoff 0) would come in it
         assert connector.launched == 0  # no resurrection of what the user stopped
         supervisor.retry()
         await listener.until("connected", 2)
@@ -218,7 +218,7 @@ async def test_a_crash_loop_gives_up_and_says_where_to_look() -> None:
     async with running(supervisor):
         text = await listener.until("failed")
         launched = connector.launched
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # an observation window: a restart (backoff 0) would come in it
         assert connector.launched == launched  # it waits for the user now
         supervisor.retry()
         await listener.until("connected", launched + 2)
@@ -272,7 +272,7 @@ async def test_leaving_ends_the_watch_without_a_restart() -> None:
     await listener.until("connected")
     supervisor.leaving()
     engine.release.set()
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(HANG_GUARD):
         await task
     assert connector.launched == 0
     assert engine.closed == 1

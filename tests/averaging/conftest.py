@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,8 +12,11 @@ from core.averaging import Averager, AveragerConfig
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import NetConfig
 from tests.conftest import MakeHost
+from tests.support.leaks import HANG_GUARD
 
-NET = NetConfig(dial_timeout=2.0, handshake_timeout=2.0, call_timeout=10.0, close_grace=0.2)
+# connecting on loopback takes milliseconds, and fails at once if nobody listens: the timeouts only
+# guard against a hang (a busy machine's TLS handshakes can take seconds)
+NET = NetConfig(dial_timeout=20.0, handshake_timeout=20.0, call_timeout=10.0, close_grace=0.2)
 QUICK = AveragerConfig(
     min_matchmaking_time=0.3,
     max_matchmaking_time=3.0,
@@ -22,6 +26,17 @@ QUICK = AveragerConfig(
     request_timeout=2.0,
     chunk_bytes=4096 * 4,
 )
+"""For rounds in which members fail: the others give up on them quickly."""
+PATIENT = replace(
+    QUICK,
+    max_matchmaking_time=20.0,
+    sender_timeout=10.0,
+    reducer_timeout=20.0,
+    allreduce_timeout=HANG_GUARD,
+    request_timeout=10.0,
+)
+"""For rounds in which every member is healthy: the timeouts only guard against a hang (on a busy
+machine, encoding, sending and finding each other take seconds, and that is no failure)."""
 
 MakeAveragers = Callable[..., Awaitable[list[Averager]]]
 

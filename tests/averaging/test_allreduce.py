@@ -10,7 +10,8 @@ import pytest
 
 from core.averaging import Averager, AveragingResult, Codec, MatchmakingError
 from core.averaging.codecs import max_abs_error
-from tests.averaging.conftest import QUICK, MakeAveragers, random_tensors
+from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers, random_tensors
+from tests.support.leaks import HANG_GUARD
 
 
 async def average_all(
@@ -23,7 +24,7 @@ async def average_all(
     return list(
         await asyncio.gather(
             *(
-                a.average(t, weight=w, round_key=key, timeout=10)
+                a.average(t, weight=w, round_key=key, timeout=HANG_GUARD)
                 for a, t, w in zip(averagers, tensors, weights, strict=True)
             )
         )
@@ -42,7 +43,7 @@ def mean_of(tensors: list[list[np.ndarray]], weights: list[float]) -> list[np.nd
 async def test_exact_mean_for_groups_of_one_to_eight(
     make_averagers: MakeAveragers, size: int
 ) -> None:
-    config = replace(QUICK, target_group_size=size, min_group_size=1 if size == 1 else 2)
+    config = replace(PATIENT, target_group_size=size, min_group_size=1 if size == 1 else 2)
     averagers = await make_averagers(size, config)
     tensors = [random_tensors(i) for i in range(size)]
     expected = mean_of(tensors, [1.0] * size)
@@ -55,7 +56,7 @@ async def test_exact_mean_for_groups_of_one_to_eight(
 
 
 async def test_weighted_mean_and_group_weight(make_averagers: MakeAveragers) -> None:
-    averagers = await make_averagers(4, replace(QUICK, target_group_size=4))
+    averagers = await make_averagers(4, replace(PATIENT, target_group_size=4))
     tensors = [random_tensors(10 + i) for i in range(4)]
     weights = [1.0, 2.0, 3.0, 10.0]
     expected = mean_of(tensors, weights)
@@ -74,9 +75,11 @@ async def test_clients_and_auxiliary_peers(
     trainers = 4
     size = trainers + auxiliaries
     configs = [
-        replace(QUICK, target_group_size=size, client_mode=i < clients) for i in range(trainers)
+        replace(PATIENT, target_group_size=size, client_mode=i < clients) for i in range(trainers)
     ]
-    configs += [replace(QUICK, target_group_size=size, auxiliary=True) for _ in range(auxiliaries)]
+    configs += [
+        replace(PATIENT, target_group_size=size, auxiliary=True) for _ in range(auxiliaries)
+    ]
     averagers = await make_averagers(size, configs=configs)
     tensors = [random_tensors(20 + i) for i in range(size)]
     expected = mean_of(tensors[:trainers], [1.0] * trainers)  # auxiliaries bring no data
@@ -95,7 +98,7 @@ async def test_clients_and_auxiliary_peers(
 async def test_codecs_stay_within_their_bounds_and_members_agree(
     make_averagers: MakeAveragers, codec: Codec
 ) -> None:
-    averagers = await make_averagers(3, replace(QUICK, target_group_size=3, codec=codec))
+    averagers = await make_averagers(3, replace(PATIENT, target_group_size=3, codec=codec))
     tensors = [random_tensors(30 + i, ((70000,), (500,))) for i in range(3)]
     expected = mean_of(tensors, [1.0] * 3)
     inputs = [[t.copy() for t in ts] for ts in tensors]
@@ -116,25 +119,26 @@ async def test_codecs_stay_within_their_bounds_and_members_agree(
 
 
 async def test_too_few_peers_fail_cleanly_within_the_timeout(make_averagers: MakeAveragers) -> None:
-    averagers = await make_averagers(2, replace(QUICK, min_group_size=3, target_group_size=3))
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    outcomes = await asyncio.gather(
-        *(a.average(random_tensors(0), round_key="lonely", timeout=1.5) for a in averagers),
-        return_exceptions=True,
-    )
+    # a matchmaker that ignored the 1.5 s asked for would wait its max_matchmaking_time, 120 s: the
+    # guard below is far above 1.5 s (a busy machine is slow, not hung) and far below that
+    config = replace(QUICK, min_group_size=3, target_group_size=3, max_matchmaking_time=120.0)
+    averagers = await make_averagers(2, config)
+    async with asyncio.timeout(HANG_GUARD):
+        outcomes = await asyncio.gather(
+            *(a.average(random_tensors(0), round_key="lonely", timeout=1.5) for a in averagers),
+            return_exceptions=True,
+        )
     assert all(isinstance(o, MatchmakingError) for o in outcomes), outcomes
     assert "of the 3 peers needed" in str(outcomes[0])
-    assert loop.time() - started < 4.0
 
 
 async def test_rounds_with_different_keys_never_mix(make_averagers: MakeAveragers) -> None:
-    averagers = await make_averagers(4, replace(QUICK, target_group_size=2))
+    averagers = await make_averagers(4, replace(PATIENT, target_group_size=2))
     tensors = [random_tensors(40 + i) for i in range(4)]
     keys = ["grads.1", "grads.2", "grads.1", "grads.2"]
     results = await asyncio.gather(
         *(
-            a.average(t, round_key=k, timeout=10)
+            a.average(t, round_key=k, timeout=HANG_GUARD)
             for a, t, k in zip(averagers, tensors, keys, strict=True)
         )
     )
@@ -148,8 +152,8 @@ async def test_rounds_with_different_keys_never_mix(make_averagers: MakeAverager
 
 
 async def test_matchmake_now_reduce_later(make_averagers: MakeAveragers) -> None:
-    averagers = await make_averagers(3, replace(QUICK, target_group_size=3))
-    pending = await asyncio.gather(*(a.prepare("step.7", timeout=10) for a in averagers))
+    averagers = await make_averagers(3, replace(PATIENT, target_group_size=3))
+    pending = await asyncio.gather(*(a.prepare("step.7", timeout=HANG_GUARD) for a in averagers))
     assert {p.group.group_id for p in pending} == {pending[0].group.group_id}
     tensors = [random_tensors(50 + i) for i in range(3)]
     expected = mean_of(tensors, [1.0] * 3)
@@ -161,11 +165,14 @@ async def test_matchmake_now_reduce_later(make_averagers: MakeAveragers) -> None
 
 async def test_leaders_that_start_apart_still_meet(make_averagers: MakeAveragers) -> None:
     """No target size: each leader waits its patience; late peers join the best leader, no deadlock."""
-    averagers = await make_averagers(5, replace(QUICK, target_group_size=None, min_group_size=2))
+    # a patience far above the 0.2 s over which they arrive, even on a busy machine: they start
+    # apart, but not so far apart that groups should form without the late ones
+    config = replace(PATIENT, target_group_size=None, min_group_size=2, min_matchmaking_time=2.0)
+    averagers = await make_averagers(5, config)
 
     async def late(averager: Averager, delay: float) -> AveragingResult:
         await asyncio.sleep(delay)
-        return await averager.average(random_tensors(60), round_key="open", timeout=6)
+        return await averager.average(random_tensors(60), round_key="open", timeout=HANG_GUARD)
 
     results = await asyncio.gather(*(late(a, 0.05 * i) for i, a in enumerate(averagers)))
     assert {r.group_id for r in results} == {results[0].group_id}
@@ -177,16 +184,16 @@ async def test_leaders_wait_longer_when_groups_are_slow_to_form(
     make_averagers: MakeAveragers,
 ) -> None:
     """A peer that arrives 1 s late: the early one keeps looking (visible) and then waits ~2x that."""
-    config = replace(QUICK, target_group_size=None, min_group_size=2, max_matchmaking_time=5.0)
+    config = replace(PATIENT, target_group_size=None, min_group_size=2, max_matchmaking_time=5.0)
     early, late_one = await make_averagers(2, config)
     assert early.matchmaker.patience() == config.min_matchmaking_time
 
     async def late() -> AveragingResult:
         await asyncio.sleep(1.0)
-        return await late_one.average(random_tensors(61), round_key="slow", timeout=6)
+        return await late_one.average(random_tensors(61), round_key="slow", timeout=HANG_GUARD)
 
     first, second = await asyncio.gather(
-        early.average(random_tensors(62), round_key="slow", timeout=6), late()
+        early.average(random_tensors(62), round_key="slow", timeout=HANG_GUARD), late()
     )
     assert first.group_id == second.group_id
     assert first.complete

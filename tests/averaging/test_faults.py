@@ -15,6 +15,7 @@ import pytest
 from core.averaging import Averager, AveragingResult
 from core.averaging.allreduce import AllReduce
 from tests.averaging.conftest import QUICK, MakeAveragers
+from tests.support.leaks import HANG_GUARD
 
 SIZE = 4
 SHAPE = (4096 * 12,)  # 12 chunks of 4096 values: failures can land between chunks
@@ -52,13 +53,14 @@ def check_honest(
 
 async def run_round(
     averagers: list[Averager], victim: int, before_run: Callable[[], Awaitable[None]] | None = None
-) -> tuple[list[AveragingResult | BaseException], list[np.ndarray], float]:
-    pending = await asyncio.gather(*(a.prepare("faulty", timeout=10) for a in averagers))
+) -> tuple[list[AveragingResult | BaseException], list[np.ndarray]]:
+    """One round in which every member but ``victim`` runs; no survivor may have needed the round's
+    whole ``allreduce_timeout``: each failure has its own, shorter timeout (or none, if a closed
+    connection tells at once), and a round that waited for the whole of it says so in its errors."""
+    pending = await asyncio.gather(*(a.prepare("faulty", timeout=HANG_GUARD) for a in averagers))
     if before_run is not None:
         await before_run()
     tensors = inputs()
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     outcomes = await asyncio.gather(
         *(
             p.run([t])
@@ -67,7 +69,10 @@ async def run_round(
         ),
         return_exceptions=True,
     )
-    return list(outcomes), tensors, loop.time() - started
+    for outcome in outcomes:
+        if isinstance(outcome, AveragingResult):
+            assert not [e for e in outcome.errors if "all-reduce did not finish" in e], outcome
+    return list(outcomes), tensors
 
 
 ALL = sum(range(1, SIZE + 1)) / SIZE  # 2.5
@@ -76,9 +81,8 @@ ALL = sum(range(1, SIZE + 1)) / SIZE  # 2.5
 async def test_a_member_that_dies_before_sending(make_averagers: MakeAveragers) -> None:
     averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
     victim = 3
-    outcomes, tensors, took = await run_round(averagers, victim, lambda: kill(averagers[victim]))
+    outcomes, tensors = await run_round(averagers, victim, lambda: kill(averagers[victim]))
     survivors = (1 + 2 + 3) / 3
-    assert took < QUICK.allreduce_timeout
     for index, outcome in enumerate(outcomes):
         assert isinstance(outcome, AveragingResult)
         check_honest(outcome, tensors[index], float(index + 1), {survivors})
@@ -115,12 +119,11 @@ async def test_a_member_that_dies_while_sending(
         self: AllReduce, original: Any, stream: Any, spans: list[Any]
     ) -> None:
         await stream.send_data(self.tensors.view(spans[0]))  # one chunk, then the machine goes away
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # (enough for that chunk to leave, if the machine lets it)
         await self.host.close()
 
     sabotage("_send_part", victim.host.peer_id, send_a_little_then_die)
-    outcomes, tensors, took = await run_round(averagers, -1)
-    assert took < QUICK.allreduce_timeout
+    outcomes, tensors = await run_round(averagers, -1)
     survivors = (1 + 2 + 3) / 3
     for index in range(3):
         outcome = outcomes[index]
@@ -143,11 +146,10 @@ async def test_a_reducer_that_dies_midway(make_averagers: MakeAveragers, sabotag
         await stream.send_data(outcome.data)
         await stream.send([0, outcome.weight, request.sender in outcome.included])
         await self.host.close()
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # hangs, as a handler of a machine that went away would
 
     sabotage("serve", victim.host.peer_id, serve_a_little_then_die)
-    outcomes, tensors, took = await run_round(averagers, -1)
-    assert took < QUICK.allreduce_timeout
+    outcomes, tensors = await run_round(averagers, -1)
     for index in (0, 1, 3):
         outcome = outcomes[index]
         assert isinstance(outcome, AveragingResult)
@@ -168,8 +170,7 @@ async def test_a_sender_that_is_too_slow_is_left_out(
         await original(self, stream, spans)
 
     sabotage("_send_part", victim.host.peer_id, dawdle)
-    outcomes, tensors, took = await run_round(averagers, -1)
-    assert took < QUICK.allreduce_timeout
+    outcomes, tensors = await run_round(averagers, -1)
     without_victim = (1 + 3 + 4) / 3
     for index, outcome in enumerate(outcomes):
         assert isinstance(outcome, AveragingResult)
@@ -193,8 +194,7 @@ async def test_a_reducer_that_is_too_slow_is_given_up_on(
         return await original(self, ctx, request, stream)
 
     sabotage("serve", victim.host.peer_id, stall)
-    outcomes, tensors, took = await run_round(averagers, -1)
-    assert took < QUICK.allreduce_timeout
+    outcomes, tensors = await run_round(averagers, -1)
     for index in (1, 2, 3):
         outcome = outcomes[index]
         assert isinstance(outcome, AveragingResult)

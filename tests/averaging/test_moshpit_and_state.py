@@ -14,13 +14,14 @@ from core.averaging.moshpit import Grid, moshpit_average
 from core.averaging.state import StateDownloadError, StateSharing
 from core.net.rpc import CallContext
 from core.net.stream import Stream
-from tests.averaging.conftest import QUICK, MakeAveragers
+from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
+from tests.support.leaks import HANG_GUARD
 
 
 async def test_sixteen_peers_on_a_4x4_grid_reach_the_exact_weighted_mean_in_two_rounds(
     make_averagers: MakeAveragers,
 ) -> None:
-    averagers = await make_averagers(16, replace(QUICK, target_group_size=4, min_group_size=4))
+    averagers = await make_averagers(16, replace(PATIENT, target_group_size=4, min_group_size=4))
     grid = Grid(2, 4)
     rng = np.random.default_rng(5)
     tensors = [[rng.standard_normal(3000).astype(np.float32)] for _ in range(16)]
@@ -29,7 +30,7 @@ async def test_sixteen_peers_on_a_4x4_grid_reach_the_exact_weighted_mean_in_two_
     outcomes = await asyncio.gather(
         *(
             moshpit_average(
-                a, t, grid=grid, coords=(i // 4, i % 4), weight=w, base_key="m", timeout=15
+                a, t, grid=grid, coords=(i // 4, i % 4), weight=w, base_key="m", timeout=HANG_GUARD
             )
             for i, (a, t, w) in enumerate(zip(averagers, tensors, weights, strict=True))
         )
@@ -49,11 +50,11 @@ async def test_sixteen_peers_on_a_4x4_grid_reach_the_exact_weighted_mean_in_two_
 async def test_without_a_grid_the_group_size_comes_from_the_failure_rate(
     make_averagers: MakeAveragers,
 ) -> None:
-    averagers = await make_averagers(4, replace(QUICK, target_group_size=4, min_group_size=4))
+    averagers = await make_averagers(4, replace(PATIENT, target_group_size=4, min_group_size=4))
     tensors = [[np.full(2000, float(i), np.float32)] for i in range(4)]
     outcomes = await asyncio.gather(
         *(
-            moshpit_average(a, t, peers=4, base_key="auto", timeout=10)
+            moshpit_average(a, t, peers=4, base_key="auto", timeout=HANG_GUARD)
             for a, t in zip(averagers, tensors, strict=True)
         )
     )
@@ -92,9 +93,9 @@ async def test_state_comes_from_several_donors_and_resumes_when_one_leaves(
         snapshot = self._current()
         middle = (request.start + request.end) // 2
         await stream.send_data(snapshot.data[request.start : middle].data)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # (enough for that half to leave, if the machine lets it)
         await self._host.close()
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # hangs, as a handler of a machine that went away would
         return None
 
     # before serve(): the handler is bound when it is registered
@@ -142,7 +143,7 @@ async def test_a_failure_only_touches_its_own_group(make_averagers: MakeAverager
     keys = [grid.key("g", 0, c) for c in coords]
     assert len(set(keys)) == 2
     pending = await asyncio.gather(
-        *(a.prepare(k, timeout=10) for a, k in zip(averagers, keys, strict=True))
+        *(a.prepare(k, timeout=HANG_GUARD) for a, k in zip(averagers, keys, strict=True))
     )
     victim = 2
     await averagers[victim].close()

@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from core.util.desktop import display_available
+from tests.support.leaks import wait_until_blocking
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,14 +80,13 @@ def test_the_app_process_shows_its_window_and_quits_on_sigterm(tmp_path: Path) -
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        seen: set[str] = set()
-        while time.monotonic() < deadline and seen != {"window_shown", "state_shown"}:
+
+        def shown() -> bool:
             assert proc.poll() is None, proc.communicate()
-            if probe.exists():
-                seen = {json.loads(line)["event"] for line in probe.read_text().splitlines()}
-            time.sleep(0.05)
-        assert seen == {"window_shown", "state_shown"}
+            lines = probe.read_text().splitlines() if probe.exists() else []
+            return {json.loads(line)["event"] for line in lines} == {"window_shown", "state_shown"}
+
+        wait_until_blocking(shown, timeout=60)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -34,42 +34,72 @@ def leftover(marker: str) -> list[psutil.Process]:
     return found
 
 
+def epoch_lines(shown: list[str]) -> list[list[str]]:
+    return [line.split() for line in shown if line.startswith("epoch")]
+
+
+def losses_in(lines: list[list[str]]) -> list[float]:
+    return [float(parts[3]) for parts in lines if parts[3] != "-"]
+
+
+EPOCHS = 15
+"""Epochs with a loss the swarm shows before the test stops it."""
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a busy machine trains slowly: the limit is only a hang guard
 def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> None:
     work = tmp_path / "swarm"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "core.cli.main",
-            "swarm",
-            "--peers",
-            "2",
-            "--minutes",
-            "1.2",
-            "--target-batch-size",
-            "64",
-            "--work-dir",
-            str(work),
-            "--checkpoint-every",
-            "5",
-        ],
-        cwd=ROOT,
-        # its own user folders: the swarm announces itself to engines there, not in the real ones
-        env=os.environ | {"BARNRAISE_HOME": str(tmp_path / "home")},
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line.split() for line in result.stdout.splitlines() if line.startswith("epoch")]
-    losses = [float(parts[3]) for parts in lines if parts[3] != "-"]
-    assert len(losses) >= 8, result.stdout
+    errors = tmp_path / "swarm-stderr.txt"
+    with errors.open("w") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "core.cli.main",
+                "swarm",
+                "--peers",
+                "2",
+                "--target-batch-size",
+                "64",
+                "--work-dir",
+                str(work),
+                "--checkpoint-every",
+                "5",
+            ],
+            cwd=ROOT,
+            # its own user folders: the swarm announces itself to engines there, not in the real ones
+            env=os.environ | {"BARNRAISE_HOME": str(tmp_path / "home")},
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    shown: list[str] = []
+    try:
+        # it trains until it has shown EPOCHS losses, however long that takes on this machine (not
+        # for a fixed time: how much gets done in a minute is a benchmark's figure), then it gets
+        # Ctrl-C, as from a user
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            shown.append(line)
+            if len(losses_in(epoch_lines(shown))) == EPOCHS:
+                proc.send_signal(signal.SIGINT)
+        returncode = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    stdout = "".join(shown)
+    assert returncode == 0, errors.read_text()[-3000:]
+    lines = epoch_lines(shown)
+    losses = losses_in(lines)
+    assert len(losses) >= EPOCHS, stdout
     # the loss falls: the last epochs average clearly below the first ones
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.05, losses
-    assert all(int(parts[-1]) == 2 for parts in lines[1:]), result.stdout  # both peers alive
-    assert result.stdout.rstrip().endswith("stopped")
+    assert all(int(parts[-1]) == 2 for parts in lines[1:]), stdout  # both peers alive
+    assert stdout.rstrip().endswith("stopped")
     assert (work / "aux" / "metrics.jsonl").exists()
     assert list((work / "aux" / "checkpoints").glob("checkpoint-*.pt"))
     assert leftover(str(work)) == []
@@ -126,6 +156,7 @@ async def spawn(args: list[str], log: Path) -> Proc:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # four training processes: a busy machine multiplies their time
 async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
     tmp_path: Path, processes: list[Proc]
 ) -> None:
@@ -158,7 +189,8 @@ async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
         for trainer in trainers:
             while (await trainer.next_event(120)).get("epoch", -1) < 1:
                 pass
-        # kill one in the middle of the next epoch
+        # kill one in the middle of the next epoch (where exactly does not matter: the epoch it died
+        # in is read from its own reports below)
         await asyncio.sleep(0.3)
         victim = trainers[2]
         victim.proc.send_signal(signal.SIGKILL)

@@ -9,17 +9,21 @@ import pytest
 
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, NetConfig
+from core.util.clock import Clock
 from tests.conftest import MakeHost
 
 FAST_DHT = DHTConfig(rpc_timeout=2.0, lookup_timeout=10.0)
-QUIET_NET = NetConfig(dial_timeout=2.0, handshake_timeout=2.0, call_timeout=10.0, close_grace=0.2)
+# connecting on loopback takes milliseconds, and fails at once if nobody listens: the timeouts only
+# guard against a hang (a busy machine's TLS handshakes can take seconds)
+QUIET_NET = NetConfig(dial_timeout=20.0, handshake_timeout=20.0, call_timeout=10.0, close_grace=0.2)
 
 MakeSwarm = Callable[..., Awaitable[list[DHTNode]]]
 
 
 @pytest.fixture
 async def make_swarm(make_host: MakeHost) -> AsyncIterator[MakeSwarm]:
-    """``await make_swarm(n)``: n DHT nodes, each bootstrapped from up to three earlier ones."""
+    """``await make_swarm(n)``: n DHT nodes, each bootstrapped from up to three earlier ones (all
+    reading ``clock`` if one is given)."""
     nodes: list[DHTNode] = []
 
     async def make(
@@ -28,12 +32,13 @@ async def make_swarm(make_host: MakeHost) -> AsyncIterator[MakeSwarm]:
         *,
         seed: int = 0,
         join: list[DHTNode] | None = None,
+        clock: Clock | None = None,
     ) -> list[DHTNode]:
         rng = random.Random(seed)
         made: list[DHTNode] = []
         for _ in range(count):
             host: Host = await make_host(QUIET_NET)
-            node = DHTNode(HostTransport(host), config)
+            node = DHTNode(HostTransport(host), config, clock=clock)
             pool = (join or []) + made
             initial = [
                 str(n.state.transport.addresses()[0]) for n in rng.sample(pool, min(3, len(pool)))

@@ -66,14 +66,14 @@ async def test_owners_republish_after_the_holders_leave(make_swarm: MakeSwarm) -
         await node.close()
         await host_of(node).close()
     others = [n for n in nodes if n is not owner and n not in holders]
-    await wait_until(lambda: any(n.storage.get(kid) is not None for n in others), timeout=5)
+    await wait_until(lambda: any(n.storage.get(kid) is not None for n in others))
 
 
 async def test_idle_buckets_are_refreshed(make_swarm: MakeSwarm) -> None:
     config = replace(FAST_DHT, refresh_interval=0.3, republish_interval=3600)
     nodes = await make_swarm(5, config)
     before = nodes[2].state.stats.sent["find"]
-    await wait_until(lambda: nodes[2].state.stats.sent["find"] > before + 2, timeout=5)
+    await wait_until(lambda: nodes[2].state.stats.sent["find"] > before + 2)
 
 
 class Slow(RequestServer):
@@ -98,7 +98,7 @@ async def test_values_found_are_cached_along_the_path(make_swarm: MakeSwarm) -> 
     assert (await reader.get("popular")) is not None
     assert reader.state.cache.get(kid) is not None
     others = [n for n in nodes if n is not reader and n not in holders]
-    await wait_until(lambda: any(n.state.cache.get(kid) is not None for n in others), timeout=3)
+    await wait_until(lambda: any(n.state.cache.get(kid) is not None for n in others))
 
 
 class Tamperer(RequestServer):

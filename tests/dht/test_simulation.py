@@ -6,6 +6,8 @@ import math
 import random
 import time
 
+import pytest
+
 from core.dht import DHTConfig, DHTNode
 from core.dht.ids import key_id
 from core.dht.memory import MemoryNetwork
@@ -26,6 +28,9 @@ async def build(network: MemoryNetwork, count: int, rng: random.Random) -> list[
     return nodes
 
 
+@pytest.mark.timeout(
+    600
+)  # CPU-bound: a busy machine multiplies its time (the limit is a hang guard)
 async def test_a_thousand_nodes() -> None:
     rng = random.Random(42)
     network = MemoryNetwork()

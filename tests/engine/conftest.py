@@ -3,10 +3,8 @@ in-memory keyring (tests never touch the user's real one)."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,7 @@ from core.engine import EngineConfig
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
 from tests.account.memory_keyring import MemoryKeyring
 from tests.engine.standin import StandInPeer
-from tests.support.leaks import assert_no_leaks, open_fd_count
+from tests.support.leaks import assert_no_leaks, open_fd_count, poll_until
 
 
 @dataclass
@@ -90,13 +88,11 @@ def peers(monkeypatch: pytest.MonkeyPatch) -> list[StandInPeer]:
 async def until(
     client: EngineClient, check: Callable[[EngineState], bool], timeout: float = 20.0
 ) -> EngineState:
-    """Poll the engine's state until ``check`` holds (it is the engine's to change, not ours)."""
-    deadline = time.monotonic() + timeout
-    while not check(state := await client.state()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting; last state {state}")
-        await asyncio.sleep(0.05)
-    return state
+    """Poll the engine's state until ``check`` holds (it is the engine's to change, not ours).
+
+    The deadline is generous, but stays below the 30 s after which the engine rebuilds a failed
+    peer, so that "at once, not after the back-off" is what a passing wait means."""
+    return await poll_until(client.state, check, timeout)
 
 
 CtlRun = Callable[..., Awaitable[str]]

@@ -6,7 +6,6 @@ tests see exactly what the runner hands the peer: the ``AccessGate`` holding a f
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
@@ -34,6 +33,7 @@ from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_co
 from tests.account.memory_keyring import MemoryKeyring
 from tests.engine.conftest import CtlRun, Running, until
 from tests.engine.standin import StandInPeer
+from tests.support.leaks import poll_until
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 
@@ -105,6 +105,7 @@ async def test_a_moderated_project_waits_for_a_login_then_runs_with_a_pass(
     assert "barnraise ctl login" in waiting.reason
     assert peers == []  # no peer without a pass
 
+    logged_in_at = time.time()
     await client.login("alice", PASSWORD)
     await until(engine.client, lambda s: s.state == "running")  # at once, not after the back-off
     (peer,) = peers
@@ -115,7 +116,10 @@ async def test_a_moderated_project_waits_for_a_login_then_runs_with_a_pass(
     assert gate.project_key == coordinator.key.peer_id
     account = await client.account()
     assert account.pass_expires == gate.own_pass.expires
-    assert 10 < account.pass_expires - time.time() <= 12
+    # a pass issued for this login, for the project's 12 s (not how much of them is left: a busy
+    # machine may take seconds to get here)
+    assert gate.own_pass.issued >= logged_in_at
+    assert account.pass_expires == pytest.approx(gate.own_pass.issued + 12)
 
     await client.logout()  # the peer leaves: its pass is no longer ours to renew
     assert peer.closed
@@ -219,10 +223,7 @@ async def test_whether_sign_up_is_open_comes_from_the_coordinator(
         manifest = open_signup.manifest_file(tmp_path)
         assert "allow_signup = false" in manifest.read_text()
         await engine.client.attach(AttachRequest(str(manifest)))
-        deadline = time.monotonic() + 10
-        while not (info := await engine.client.account()).allow_signup:
-            assert time.monotonic() < deadline, f"the engine never learned it: {info}"
-            await asyncio.sleep(0.05)
+        await poll_until(engine.client.account, lambda info: info.allow_signup)
         changes = [
             e.data.account
             for e in engine.daemon.engine.events.recent()

@@ -11,6 +11,7 @@ import pytest
 from core.net import CallContext, Host, Identity, NetConfig, PeerAddress
 from core.net.errors import ConnectionClosedError, DialError, PeerIdMismatchError, UnavailableError
 from tests.conftest import FAST, MakeHost
+from tests.support.leaks import HANG_GUARD, wait_until
 
 
 async def echo(ctx: CallContext, request: Any) -> Any:
@@ -21,7 +22,7 @@ async def test_handshake_authenticates_both_sides(make_host: MakeHost) -> None:
     a, b = await make_host(), await make_host()
     conn = await b.connect(a.addresses[0])
     assert conn.peer == a.peer_id
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: bool(a.connections()))  # a registers it once b's hello arrives
     (inbound,) = a.connections()
     assert inbound.peer == b.peer_id
     assert conn._transport is not None
@@ -49,7 +50,7 @@ async def test_connections_are_reused_and_concurrent_dials_coalesce(make_host: M
 async def test_peers_learn_listen_addresses_from_hello(make_host: MakeHost) -> None:
     a, b = await make_host(), await make_host()
     await b.connect(a.addresses[0])
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: b.peer_id in a.peerstore and bool(a.connections()))
     assert a.peerstore[b.peer_id] == b.addresses
     assert a.connections()[0].remote_hello is not None
     observed = a.connections()[0].remote_hello.observed  # what b saw of a
@@ -63,9 +64,7 @@ async def test_idle_connections_close_and_calls_redial(make_host: MakeHost) -> N
     a.router.add_raw("test.echo", echo)
     await b.call_raw(a.addresses[0], "test.echo", 1)
     first = b.connections(a.peer_id)[0]
-    await asyncio.sleep(1.0)
-    assert first.is_closed
-    assert b.connections(a.peer_id) == []
+    await wait_until(lambda: first.is_closed and not b.connections(a.peer_id))
     assert await b.call_raw(a.peer_id, "test.echo", 2) == 2  # redials via the peerstore
 
 
@@ -94,32 +93,32 @@ async def test_calls_in_flight_fail_when_the_peer_goes_away(make_host: MakeHost)
 
     async def hang(ctx: CallContext, request: Any) -> Any:
         started.set()
-        await asyncio.sleep(30)
+        await asyncio.sleep(3600)  # a call still in flight when the server goes away
 
     server.router.add_raw("test.hang", hang)
     call = asyncio.create_task(client.call_raw(server.addresses[0], "test.hang", None))
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(started.wait(), HANG_GUARD)
     await server.close()
     with pytest.raises(ConnectionClosedError) as failed:
-        await asyncio.wait_for(call, 5)
+        await asyncio.wait_for(call, HANG_GUARD)
     assert isinstance(failed.value, UnavailableError)
     assert str(server.peer_id) in str(failed.value)
 
 
 async def test_graceful_close_lets_short_calls_finish(make_host: MakeHost) -> None:
-    server = Host(Identity.generate(), NetConfig(close_grace=2.0))
+    server = Host(Identity.generate(), NetConfig(close_grace=HANG_GUARD))  # waits only for calls
     await server.start()
     client = await make_host()
     started = asyncio.Event()
 
     async def brief(ctx: CallContext, request: Any) -> Any:
         started.set()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # still running when the server starts closing
         return "finished"
 
     server.router.add_raw("test.brief", brief)
     call = asyncio.create_task(client.call_raw(server.addresses[0], "test.brief", None))
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(started.wait(), HANG_GUARD)
     await server.close()
     assert await call == "finished"
 
@@ -218,7 +217,8 @@ async def test_traffic_counts_what_both_sides_moved(make_host: MakeHost) -> None
     a.router.add_raw("test.echo", echo)
     await b.connect(a.addresses[0])
     await b.call_raw(a.peer_id, "test.echo", b"x" * 100_000)
-    await asyncio.sleep(0.05)
+    # b's last frames may still be on their way
+    await wait_until(lambda: a.traffic.received == b.traffic.sent)
     # 100 kB each way plus frames: what one side sent the other received
     assert b.traffic.sent >= 100_000
     assert a.traffic.received >= 100_000

@@ -7,6 +7,7 @@ import asyncio
 from core.net import NetConfig
 from core.net.frames import Kind
 from core.net.stream import Stream
+from tests.support.leaks import HANG_GUARD, wait_until
 
 
 class FakeConnection:
@@ -37,11 +38,11 @@ async def test_provisional_window_then_widen() -> None:
     conn = FakeConnection(NetConfig(stream_chunk_bytes=chunk, stream_window_bytes=16 * chunk))
     stream = Stream(conn, 1, send_window=chunk)
     sending = asyncio.create_task(stream.send_data(bytes(5 * chunk)))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: stream._credit_waiter is not None)
     assert conn.sent == [chunk]  # one chunk of credit, then it waits
     assert not sending.done()
     stream.widen(16 * chunk)  # the hello arrived with the real window
-    await asyncio.wait_for(sending, 1)
+    await asyncio.wait_for(sending, HANG_GUARD)
     assert sum(conn.sent) == 5 * chunk
     stream.widen(chunk)  # never narrows
     assert stream._send_window == 16 * chunk

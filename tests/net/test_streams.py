@@ -15,6 +15,7 @@ from core.net.errors import StreamClosedError
 from core.net.stream import StreamUsageError
 from core.util.wire import WireMessage
 from tests.conftest import MakeHost
+from tests.support.leaks import HANG_GUARD, wait_until
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,10 @@ async def test_slow_reader_holds_the_sender_back(make_host: MakeHost) -> None:
     stream = conn.open_stream("test.lazy", None)
     payload = bytes(8 * MiB)
     sending = asyncio.create_task(stream.send_data(payload))
-    await asyncio.sleep(0.5)
+    await wait_until(lambda: stream._credit_waiter is not None)  # out of credit, it waits
     assert not sending.done(), "8 MiB went out although the peer only granted 256 KiB"
     may_read.set()
-    await asyncio.wait_for(sending, 10)
+    await asyncio.wait_for(sending, HANG_GUARD)
     stream.end()
     assert await stream.result() == len(payload)
     assert buffered[0] <= 256 * 1024 + 64 * 1024
@@ -151,8 +152,8 @@ async def test_leaving_the_block_cancels_the_remote_handler(make_host: MakeHost)
     server.router.add_stream(UPLOAD, reader)
     async with client.open_stream(server.addresses[0], UPLOAD, Upload(10 * MiB)) as call:
         await call.stream.send_data(bytes(1024))
-        await asyncio.wait_for(started.wait(), 2.0)
-    await asyncio.wait_for(cancelled.wait(), 2.0)
+        await asyncio.wait_for(started.wait(), HANG_GUARD)
+    await asyncio.wait_for(cancelled.wait(), HANG_GUARD)
 
 
 async def test_cancel_before_the_handler_starts_frees_the_call(make_host: MakeHost) -> None:
@@ -162,12 +163,18 @@ async def test_cancel_before_the_handler_starts_frees_the_call(make_host: MakeHo
     async def never(ctx: CallContext, request: Any, stream: Stream) -> Any:
         ran.set()
 
+    async def echo(ctx: CallContext, request: Any) -> Any:
+        return request
+
     server.router.add_raw_stream("test.never", never)
+    server.router.add_raw("test.echo", echo)
     conn = await client.connect(server.addresses[0])
     stream = conn.open_stream("test.never", None)
     stream.cancel()  # OPEN and CANCEL leave in one write, before the handler task can start
-    await asyncio.sleep(0.2)
-    assert all(c.active_calls == 0 for c in server.connections())
+    # a call behind them on the same connection: once it is answered, the server has read both
+    assert await client.call_raw(server.peer_id, "test.echo", 1) == 1
+    assert client.connections(server.peer_id) == [conn]
+    await wait_until(lambda: all(c.active_calls == 0 for c in server.connections()))
 
 
 async def test_unary_and_stream_methods_are_not_confused(make_host: MakeHost) -> None:

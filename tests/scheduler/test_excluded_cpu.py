@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from core.scheduler import CpuSample, CpuShareWindow, ExcludedCpu, ProcessKey, SystemSensor
+from tests.support.leaks import wait_until_blocking
 
 
 class FakeTable:
@@ -145,7 +146,8 @@ def test_a_busy_child_of_an_excluded_process_is_not_another_program() -> None:
         leaving_out.read()
         used_before = cpu_seconds(busy)
         started = time.monotonic()
-        time.sleep(1.5)
+        # until the busy child has used a clear amount of CPU, however loaded the machine is
+        wait_until_blocking(lambda: cpu_seconds(busy) - used_before >= 0.5)
         with_it = plain.read().other_cpu_percent
         without_it = leaving_out.read().other_cpu_percent
         used = cpu_seconds(busy) - used_before
@@ -162,8 +164,6 @@ def test_a_busy_child_of_an_excluded_process_is_not_another_program() -> None:
     assert with_it is not None
     assert without_it is not None
     share = used / (span * (psutil.cpu_count() or 1)) * 100
-    # a busy loop gets a fair part of a core even on a loaded machine
-    assert share > 5.0, f"the busy process got only {share:.1f} % of the machine"
     # both sensors read the same counters at almost the same moments: they differ by its share
     # (the plain one may be clamped at 100 %, so only "at least half of it" is asserted)
     assert without_it <= with_it - share / 2, (with_it, without_it, share)

@@ -286,23 +286,13 @@ def test_system_sensor_gives_plausible_values() -> None:
     first = sensor.read()
     if first.other_cpu_percent is None:
         assert any("measuring" in note for note in first.notes)
-    time.sleep(0.25)
+    time.sleep(0.25)  # CPU use is measured over a span of time (at least 0.1 s)
     second = sensor.read()
     assert isinstance(second.other_cpu_percent, float)
     assert 0.0 <= second.other_cpu_percent <= 100.0
     assert second.available_memory_mb is not None
     assert second.available_memory_mb > 0
     assert second.cpu_count >= 1
-
-
-def test_system_sensor_is_cheap() -> None:
-    sensor = SystemSensor()
-    sensor.read()
-    started = time.perf_counter()
-    for _ in range(50):
-        sensor.read()
-    # the engine polls four times a second; a generous bound keeps slow CI machines green
-    assert (time.perf_counter() - started) / 50 < 0.005
 
 
 @pytest.mark.parametrize(

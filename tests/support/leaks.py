@@ -1,11 +1,24 @@
-"""Checks that a test left no asyncio tasks or open file descriptors behind."""
+"""Waiting for what a test started to settle: no asyncio tasks or open file descriptors left behind,
+and conditions that other tasks, threads or processes make true.
+
+Every wait has a deadline, and it is generous on purpose: it only guards against a hang. A busy
+machine (CI, a volunteer's laptop installing packages) is slow, not broken, so no test may depend on
+how quickly something happens; the waits return as soon as the condition holds.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+HANG_GUARD = 30.0
+"""Seconds a wait may take before the test fails: far above any expected wait, even under load."""
 
 
 def open_fd_count() -> int | None:
@@ -14,7 +27,7 @@ def open_fd_count() -> int | None:
     return None
 
 
-async def assert_no_leaks(fd_baseline: int | None, *, within: float = 2.0) -> None:
+async def assert_no_leaks(fd_baseline: int | None, *, within: float = HANG_GUARD) -> None:
     """Wait up to ``within`` seconds for tasks and descriptors to drain, then assert they did."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
@@ -29,8 +42,31 @@ async def assert_no_leaks(fd_baseline: int | None, *, within: float = 2.0) -> No
     assert fds_ok, f"file descriptors leaked: {fd_baseline} before, {fds} after"
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+async def wait_until(condition: Callable[[], bool], timeout: float = HANG_GUARD) -> None:
     """Poll ``condition`` (state outside our control, such as log records) until it holds."""
     async with asyncio.timeout(timeout):
         while not condition():  # noqa: ASYNC110 - nothing to wait on but the condition itself
             await asyncio.sleep(0.02)
+
+
+def wait_until_blocking(condition: Callable[[], bool], timeout: float = HANG_GUARD) -> None:
+    """``wait_until`` for a test that is not a coroutine (it waits on a child process, say)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting after {timeout:g} s")
+        time.sleep(0.02)
+
+
+async def poll_until(
+    read: Callable[[], Awaitable[T]], check: Callable[[T], bool], timeout: float = HANG_GUARD
+) -> T:
+    """Call ``read`` (an asynchronous query, such as an engine's state over its API) until ``check``
+    holds for what it returns, and return that; on timeout, fail showing the last answer."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check(value := await read()):
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up waiting after {timeout:g} s; the last answer: {value!r}")
+        await asyncio.sleep(0.05)
+    return value

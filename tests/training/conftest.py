@@ -23,7 +23,9 @@ from core.training.links import PeerLinks
 from core.training.state import TrainingState
 from tests.conftest import MakeHost
 
-NET = NetConfig(dial_timeout=2.0, handshake_timeout=2.0, call_timeout=10.0, close_grace=0.2)
+# connecting on loopback takes milliseconds, and fails at once if nobody listens: the timeouts only
+# guard against a hang (a busy machine's TLS handshakes can take seconds)
+NET = NetConfig(dial_timeout=20.0, handshake_timeout=20.0, call_timeout=10.0, close_grace=0.2)
 AVERAGING = AveragerConfig(
     min_group_size=1,
     min_matchmaking_time=1.0,

@@ -143,6 +143,9 @@ def test_dropout_is_active_only_in_training() -> None:
     assert not torch.allclose(model(ids).logits, model(ids).logits)
 
 
+@pytest.mark.timeout(
+    600
+)  # CPU-bound: a busy machine multiplies its time (the limit is a hang guard)
 def test_overfits_a_small_batch() -> None:
     model = make_model().train()
     ids = random_ids(4, 12, seed=5)

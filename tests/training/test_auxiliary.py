@@ -14,6 +14,7 @@ from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
+from tests.support.leaks import poll_until, wait_until
 from tests.training.conftest import MakePeer, close_aux, start_aux
 from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
 
@@ -50,7 +51,11 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         return compute
 
     try:
-        await asyncio.sleep(0.5)  # the auxiliary peer announces itself before the first round
+        # the auxiliary peer announces itself before the first round
+        me = str(aux.averager.host.peer_id)
+        await poll_until(
+            peers[0].optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen)
+        )
 
         async def train(i: int) -> None:
             walk = Recorder(data, 10 + i, peers[i])
@@ -60,10 +65,7 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
             await trainer.run(until_epoch=6)
 
         await asyncio.wait_for(asyncio.gather(train(0), train(1)), timeout=120)
-        for _ in range(100):  # the last epoch's metrics come after a short grace
-            if len(aux.peer.metrics) >= 6:
-                break
-            await asyncio.sleep(0.1)
+        await wait_until(lambda: len(aux.peer.metrics) >= 6)  # the last epoch's come a little later
     finally:
         stop.set()
         await aux_task
@@ -79,7 +81,9 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         expected = sum(losses[epoch]) / len(losses[epoch])
         assert metrics[epoch].loss is not None
         assert math.isclose(metrics[epoch].loss, expected, rel_tol=1e-6)
-        assert 256 <= metrics[epoch].samples <= 1.2 * 256
+        # at least the target, and less than twice it, which each of the two trainers filling the
+        # target on its own would make (the overshoot itself grows with the machine's load)
+        assert 256 <= metrics[epoch].samples < 2 * 256
     assert metrics[0].alive_peers == 2
     # a checkpoint every 3 epochs (of the state current when it is taken; keep=2), the last one
     # loadable into a fresh model that equals the trainers'

@@ -91,13 +91,17 @@ async def test_three_peers_match_one_large_batch_run(make_peer: MakePeer) -> Non
 
     await asyncio.wait_for(asyncio.gather(*(train(i) for i in range(3))), timeout=150)
 
-    # every epoch was averaged by all three, and holds 1.0 to 1.2 times the target
+    # every epoch was averaged by all three, and holds at least the target. Not much more: peers
+    # stop when their shared progress says the target is reached, so an epoch overshoots by what is
+    # computed while that news travels (about 1.1 times the target on a quiet machine, more under
+    # load); a peer that did not follow the others' progress would fill the target on its own (three
+    # times it), which the bound of twice the target catches on any machine.
     for peer in peers:
         assert [r.epoch for r in peer.optimizer.reports] == list(range(epochs))
         assert all(r.group_size == 3 and r.averaged for r in peer.optimizer.reports)
     sizes = [sum(sum(i.numel() for i in r.used[e]) for r in recorders) for e in range(epochs)]
     for epoch, size in enumerate(sizes):
-        assert TARGET <= size <= 1.2 * TARGET, (
+        assert TARGET <= size <= 2 * TARGET, (
             epoch,
             sizes,
             [[len(r.used[e]) for r in recorders] for e in range(epochs)],
