@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,9 +29,10 @@ def barnraise(home: Path, *args: str, timeout: float = 60) -> subprocess.Complet
     )
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is POSIX")
-def test_engine_and_ctl_processes(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+@contextlib.contextmanager
+def headless_engine(home: Path) -> Iterator[subprocess.Popen[str]]:
+    """``barnraise engine --headless`` for ``home``, once it says it is ready; killed if still
+    running afterwards."""
     engine = subprocess.Popen(
         [sys.executable, "-m", "core.cli.main", "engine", "--headless"],
         cwd=ROOT,
@@ -41,7 +44,20 @@ def test_engine_and_ctl_processes(tmp_path: Path) -> None:
     try:
         assert engine.stdout is not None
         assert engine.stdout.readline().startswith("engine ready at http://127.0.0.1:")
+        yield engine
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        for stream in (engine.stdout, engine.stderr):
+            if stream is not None:
+                stream.close()
 
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is POSIX")
+def test_engine_and_ctl_processes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with headless_engine(home) as engine:
         second = barnraise(home, "engine", "--headless")
         assert second.returncode == 1
         assert f"already running for this user (pid {engine.pid}" in second.stderr
@@ -86,29 +102,12 @@ def test_engine_and_ctl_processes(tmp_path: Path) -> None:
         gone = barnraise(home, "ctl", "status")
         assert gone.returncode == 1
         assert "no engine is running" in gone.stderr
-    finally:
-        if engine.poll() is None:
-            engine.kill()
-            engine.wait()
-        for stream in (engine.stdout, engine.stderr):
-            if stream is not None:
-                stream.close()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM is POSIX")
 def test_an_engine_that_cannot_save_on_its_way_out_says_so_and_fails(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "core.cli.main", "engine", "--headless"],
-        cwd=ROOT,
-        env=os.environ | {"BARNRAISE_HOME": str(home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert engine.stdout is not None
-        assert engine.stdout.readline().startswith("engine ready at http://127.0.0.1:")
+    with headless_engine(home) as engine:
         (home / "config" / ".engine.toml.part").mkdir()  # the settings cannot be written
         engine.send_signal(signal.SIGTERM)
         _, stderr = engine.communicate(timeout=30)
@@ -116,10 +115,3 @@ def test_an_engine_that_cannot_save_on_its_way_out_says_so_and_fails(tmp_path: P
         assert "saving the settings failed" in stderr
         assert "may not have been written" in stderr
         assert not (home / "run" / "engine.json").exists()  # everything else was stopped
-    finally:
-        if engine.poll() is None:
-            engine.kill()
-            engine.wait()
-        for stream in (engine.stdout, engine.stderr):
-            if stream is not None:
-                stream.close()

@@ -106,6 +106,27 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> Non
     assert list((tmp_path / "home" / "run" / "swarms").iterdir()) == []  # its record went with it
 
 
+@pytest.mark.slow
+def test_a_timed_swarm_stops_by_itself(tmp_path: Path) -> None:
+    # what the main job runs (``--minutes 3``), here a few seconds with the backbone alone
+    work = tmp_path / "swarm"
+    done = subprocess.run(
+        [sys.executable, "-m", "core.cli.main", "swarm", "--peers", "0", "--minutes", "0.05"]
+        + ["--work-dir", str(work)],
+        cwd=ROOT,
+        env=os.environ | {"BARNRAISE_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard: it ends a few seconds after its peer is up
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "0 trainer(s) and an auxiliary peer on loopback" in done.stdout
+    assert done.stdout.rstrip().endswith("stopped")
+    assert leftover(str(work)) == []
+    assert list((tmp_path / "home" / "run" / "swarms").iterdir()) == []
+
+
 class Proc:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
