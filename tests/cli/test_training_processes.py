@@ -110,9 +110,9 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> Non
 def test_a_timed_swarm_stops_by_itself(tmp_path: Path) -> None:
     # what the main job runs (``--minutes 3``), here a few seconds with the backbone alone
     work = tmp_path / "swarm"
+    command = ["swarm", "--peers", "0", "--minutes", "0.05", "--work-dir", str(work)]
     done = subprocess.run(
-        [sys.executable, "-m", "core.cli.main", "swarm", "--peers", "0", "--minutes", "0.05"]
-        + ["--work-dir", str(work)],
+        [sys.executable, "-m", "core.cli.main", *command],
         cwd=ROOT,
         env=os.environ | {"BARNRAISE_HOME": str(tmp_path / "home")},
         capture_output=True,
