@@ -98,7 +98,8 @@ class MetricsAggregator:
         see complete, do not become points of its curve)."""
         self.grace = grace
         self._pending: dict[int, _Totals] = {}
-        self._reported = after_epoch
+        # a record's epoch -1 means "none finished yet": never an epoch to report, whatever the floor
+        self._reported = max(-1, after_epoch)
 
     def observe(self, records: list[PeerProgress], now: float) -> list[EpochMetrics]:
         """Take fresh records; return the epochs that are now complete, oldest first."""

@@ -46,6 +46,16 @@ def test_epochs_before_the_floor_are_never_reported() -> None:
     assert [m.epoch for m in done] == [9]
 
 
+def test_a_record_of_no_finished_epoch_is_never_an_epoch() -> None:
+    # a trainer joining a fresh collaboration (epoch 0) sets the floor at -2; the records say
+    # last_epoch -1 until an epoch ends, and that is not an epoch of the curve
+    aggregator = MetricsAggregator(grace=0.0, after_epoch=-2)
+    fresh = [record("a", -1, 0.0, 0, 0), record("b", -1, 0.0, 0, 0)]
+    assert aggregator.observe(fresh, 1.0) == []
+    (first,) = aggregator.observe([record("a", 0, 4.0, 2, 32), record("b", 0, 2.0, 1, 16)], 2.0)
+    assert first.epoch == 0
+
+
 def test_the_event_has_the_fields_the_engine_reads_and_no_infinite_loss() -> None:
     metrics = EpochMetrics(7, 3.25, 512, 120.5, 3, 1_700_000_000.0)
     assert metrics_event(metrics) == PeerMetrics(7, 3.25, 512, 120.5, 3, 1_700_000_000.0)
