@@ -12,9 +12,10 @@ from core.net import Host, NetConfig
 from core.util.clock import Clock
 from tests.conftest import MakeHost
 
-FAST_DHT = DHTConfig(rpc_timeout=2.0, lookup_timeout=10.0)
 # connecting on loopback takes milliseconds, and fails at once if nobody listens: the timeouts only
-# guard against a hang (a busy machine's TLS handshakes can take seconds)
+# guard against a hang (a busy machine's TLS handshakes can take seconds: a node's first request to
+# a peer, which opens the connection, once took over 2 s beside two CPU-bound processes)
+FAST_DHT = DHTConfig(rpc_timeout=20.0, lookup_timeout=30.0)
 QUIET_NET = NetConfig(dial_timeout=20.0, handshake_timeout=20.0, call_timeout=10.0, close_grace=0.2)
 
 MakeSwarm = Callable[..., Awaitable[list[DHTNode]]]
