@@ -11,6 +11,7 @@ import pytest
 from core.dht import DHTConfig, DHTNode
 from core.dht.ids import key_id
 from core.dht.memory import MemoryNetwork
+from core.dht.traversal import Search
 
 N = 1000
 HOP_LIMIT = math.ceil(math.log2(N)) + 2
@@ -26,6 +27,22 @@ async def build(network: MemoryNetwork, count: int, rng: random.Random) -> list[
         await node.wait_bootstrapped()
         nodes.append(node)
     return nodes
+
+
+def where_it_went(
+    key: str, nodes: list[DHTNode], storer: DHTNode, getter: DHTNode, search: Search
+) -> str:
+    """Why a lookup missed a record: who holds it and whom the lookup asked, as ranks by distance."""
+    kid = key_id(key)
+    ranked = sorted(nodes, key=lambda n: n.state.node_id ^ kid)
+    rank = {n.peer_id: r for r, n in enumerate(ranked)}
+    holders = [r for r, n in enumerate(ranked) if n.state.storage.get(kid) is not None]
+    asked = sorted(rank[c.contact.peer_id] for c in search.nearest(search.k))
+    return (
+        f"{key} not found: held at ranks {holders}; stored by rank {rank[storer.peer_id]}, "
+        f"looked up by rank {rank[getter.peer_id]}, whose lookup heard from ranks {asked} "
+        f"(done={search.done}, {len(search.failed)} failed)"
+    )
 
 
 @pytest.mark.timeout(
@@ -53,14 +70,15 @@ async def test_a_thousand_nodes() -> None:
         # values: stored from random nodes, found from others, within the same hop limit
         expiration = time.time() + 600
         keys = [f"sim-{i}" for i in range(100)]
+        storers = [rng.choice(nodes) for _ in keys]
         for i, key in enumerate(keys):
-            assert await rng.choice(nodes).store(key, i, expiration)
+            assert await storers[i].store(key, i, expiration)
         for i, key in enumerate(keys):
             getter = rng.choice(nodes)
             searches = await getter.lookups.run(
                 [key_id(key)], want_values=True, stop_on_value=True, keys={key_id(key): key}
             )
-            assert searches[0].records, f"{key} not found"
+            assert searches[0].records, where_it_went(key, nodes, storers[i], getter, searches[0])
             assert searches[0].hops <= HOP_LIMIT
             found = await getter.get(key)
             assert found is not None
