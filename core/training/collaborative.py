@@ -26,6 +26,7 @@ import torch
 
 from core.averaging import AveragingResult, Codec, MatchmakingError
 from core.averaging.state import StateDownloadError
+from core.training.events import PeerEpoch
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.progress import CollaborationView, PeerProgress
@@ -63,21 +64,6 @@ class CollaborativeConfig:
             raise ValueError("average_state_every must be 0 (never) or more")
 
 
-@dataclass(frozen=True)
-class EpochReport:
-    """What one collaborative step did, for logs and statistics."""
-
-    epoch: int
-    """The epoch that was finished."""
-    samples: int
-    """Our samples in it."""
-    group_size: int
-    averaged: bool
-    """True when the gradient round averaged everything it should have."""
-    summary: str
-    seconds: float
-
-
 class CollaborativeOptimizer:
     def __init__(
         self,
@@ -91,7 +77,7 @@ class CollaborativeOptimizer:
         self.board = links.board
         self.bridge = links.bridge
         self.config = config
-        self.reports: list[EpochReport] = []
+        self.reports: list[PeerEpoch] = []
         self._peer = str(averager.host.peer_id)
         self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
         self.local = LocalWork(state, config.clip_norm)
@@ -168,7 +154,7 @@ class CollaborativeOptimizer:
 
     # ---- the training loop's side ----------------------------------------------------------------
 
-    async def step(self, batch_size: int, loss: float | None = None) -> EpochReport | None:
+    async def step(self, batch_size: int, loss: float | None = None) -> PeerEpoch | None:
         """Account for one microbatch whose gradients are in ``.grad``; steps when the collaboration
         is ready. Returns the report of a finished epoch, or None."""
         if batch_size < 1:
@@ -317,7 +303,7 @@ class CollaborativeOptimizer:
 
     # ---- one collaborative step ------------------------------------------------------------------
 
-    async def _finish_epoch(self, view: CollaborationView) -> EpochReport:
+    async def _finish_epoch(self, view: CollaborationView) -> PeerEpoch:
         started = time.monotonic()
         epoch, samples = self.epoch, self._samples
         if self._pending_update is not None:
@@ -336,7 +322,7 @@ class CollaborativeOptimizer:
             task = self._tasks.spawn(f"update-{epoch}", update, awaited=True)
             self._pending_update = task
             await self._publish()
-            return EpochReport(epoch, samples, 0, True, "update in the background", 0.0)
+            return PeerEpoch(epoch, samples, 0, True, "update in the background", 0.0)
         self._pending_update = None
         await update
         return self.reports[-1]
@@ -353,7 +339,7 @@ class CollaborativeOptimizer:
         group = len(result.members) if result is not None else 1
         summary = result.summary() if result is not None else "no group: local gradients only"
         averaged = result is not None and result.complete
-        report = EpochReport(epoch, samples, group, averaged, summary, time.monotonic() - started)
+        report = PeerEpoch(epoch, samples, group, averaged, summary, time.monotonic() - started)
         self.reports.append(report)
         every = self.config.average_state_every
         if every and (epoch + 1) % every == 0:

@@ -30,7 +30,7 @@ class PeerReady(WireMessage):
 
 @dataclass(frozen=True)
 class PeerEpoch(WireMessage):
-    """One collaborative step of this peer (``core.training.collaborative.EpochReport``)."""
+    """One collaborative step of this peer: what ``CollaborativeOptimizer.step`` returns at an epoch's end."""
 
     epoch: int
     """The epoch that was finished."""

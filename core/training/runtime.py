@@ -38,11 +38,11 @@ from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer, EpochReport
+from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.control import TrainingControl
 from core.training.curve import follow_metrics, metrics_event
 from core.training.errors import TrainingError
-from core.training.events import PeerEpoch, PeerEvent, PeerReady
+from core.training.events import PeerEvent, PeerReady
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
@@ -280,20 +280,8 @@ class ProjectPeer:
             control=self.control,
         )
 
-        def report(epoch: EpochReport) -> None:
-            self.on_event(
-                PeerEpoch(
-                    epoch.epoch,
-                    epoch.samples,
-                    epoch.group_size,
-                    epoch.averaged,
-                    epoch.summary,
-                    epoch.seconds,
-                )
-            )
-
         try:
-            await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=report)
+            await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
         finally:
             trainer.close()
 

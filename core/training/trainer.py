@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 from core.training.bridge import TrainingBridge
-from core.training.collaborative import CollaborativeOptimizer, EpochReport
+from core.training.collaborative import CollaborativeOptimizer
 from core.training.control import TrainingControl
 from core.training.errors import Interrupted
+from core.training.events import PeerEpoch
 from core.training.precision import Precision
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class Trainer:
         *,
         until_epoch: int | None = None,
         stop: asyncio.Event | None = None,
-        on_epoch: Callable[[EpochReport], None] | None = None,
+        on_epoch: Callable[[PeerEpoch], None] | None = None,
     ) -> None:
         """Train until the collaboration reaches ``until_epoch`` or ``stop`` is set."""
         while (until_epoch is None or self.optimizer.epoch < until_epoch) and not (
