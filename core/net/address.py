@@ -77,6 +77,10 @@ class PeerAddress:
     def is_relayed(self) -> bool:
         return self.relay_id is not None
 
+    def with_port(self, port: int) -> PeerAddress:
+        _check_port(port, str(self))
+        return PeerAddress(self.proto, self.host, port, self.peer_id, self.relay_id)
+
     def with_peer(self, peer_id: PeerID) -> PeerAddress:
         return PeerAddress(self.proto, self.host, self.port, peer_id, self.relay_id)
 

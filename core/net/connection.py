@@ -58,6 +58,7 @@ class Connection(asyncio.BufferedProtocol):
         traffic: Traffic | None = None,
         initiator: bool,
         remote_address: tuple[str, int] | None,
+        relayed_via: PeerID | None = None,
         hello: Callable[[Connection], Hello],
         on_hello: Callable[[Connection], None],
         on_closed: Callable[[Connection], None],
@@ -69,6 +70,8 @@ class Connection(asyncio.BufferedProtocol):
         self._read_paused_until = 0.0
         self.initiator = initiator
         self.remote_address = remote_address
+        self.relayed_via = relayed_via
+        """The relay whose circuit carries this connection (None: a direct connection)."""
         self.peer: PeerID | None = None
         self.remote_hello: Hello | None = None
         self._make_hello = hello
@@ -178,6 +181,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def describe(self) -> str:
         peer = str(self.peer) if self.peer else "an unauthenticated peer"
+        if self.relayed_via is not None:
+            return f"{peer} (through relay {self.relayed_via.short()})"
         if self.remote_address:
             return f"{peer} ({self.remote_address[0]}:{self.remote_address[1]})"
         return peer

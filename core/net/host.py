@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
+import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Coroutine, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeAlias
 
 from core.net.address import PeerAddress
+from core.net.advertise import Bound, advertised, interface_ips
 from core.net.bandwidth import BandwidthLimits
 from core.net.certificate import issue_credentials
 from core.net.config import NetConfig
 from core.net.connection import CallStream, Connection
+from core.net.dialing import DIAL_STAGGER, AllAttemptsFailed, dial_order, first_success
 from core.net.errors import (
     AddressError,
     DeadlineExceededError,
@@ -45,6 +50,42 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 Target: TypeAlias = PeerAddress | PeerID | str
+RelayDialer: TypeAlias = Callable[[PeerAddress], Awaitable[asyncio.Transport]]
+"""Opens a byte stream to a relayed address's peer, through its relay (``core.net.relay_client``)."""
+
+INTERFACES_TTL = 30.0
+"""Seconds the list of our interface addresses is reused before it is read again (laptops move)."""
+
+
+# Linux and macOS have SO_REUSEPORT; Windows has not (a punching socket there binds with
+# SO_REUSEADDR alone, and asyncio refuses reuse_port)
+_REUSE_PORT = True if hasattr(socket, "SO_REUSEPORT") else None
+_NO_IPV6 = {errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT}
+
+
+class _PortTaken(Exception):
+    def __init__(self, address: PeerAddress) -> None:
+        super().__init__(str(address))
+        self.address = address
+
+
+def _check_port_free(address: PeerAddress) -> None:
+    """Raise EADDRINUSE when someone listens on that port already.
+
+    Needed because our listeners set SO_REUSEPORT: a second process of the same user could then
+    bind the same port too and silently receive half of our connections. A socket bound without
+    it collides with any listener there.
+    """
+    if not address.port:
+        return
+    assert address.host is not None
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        if os.name != "nt":  # POSIX: reuse a port whose old connections linger in TIME_WAIT
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        probe.bind((address.host, address.port))
 
 
 class _Unwrapped(asyncio.Protocol):
@@ -104,6 +145,15 @@ class Host:
         self._pending_handshakes = 0
         self._closed = False
         self.listen_addresses: list[PeerAddress] = []
+        """Where our listeners are bound, as bound (wildcards included): ours, not for others."""
+        self._bound: list[Bound] = []
+        self._interfaces: tuple[float, list[str]] | None = None
+        self.confirmed_addresses: list[PeerAddress] = []
+        """Public addresses a reachability check proved others can dial (set by its owner)."""
+        self.relay_addresses: list[PeerAddress] = []
+        """``relay:<relay>/<us>`` addresses while relays hold reservations for us."""
+        self.relay_dialer: RelayDialer | None = None
+        """Set by the relay client; without it relayed addresses cannot be dialed."""
         self.peerstore: dict[PeerID, list[PeerAddress]] = {}
         self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
         self.traffic = Traffic()
@@ -123,26 +173,71 @@ class Host:
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self, listen: Sequence[str] = ("/ip4/127.0.0.1/tcp/0",)) -> None:
-        """Listen on each address (port 0 picks a free port); start the idle sweeper."""
-        loop = asyncio.get_running_loop()
-        for text in listen:
-            address = PeerAddress.parse(text)
+    async def start(
+        self, listen: Sequence[str] = ("/ip4/127.0.0.1/tcp/0",), *, port_fallback: bool = False
+    ) -> None:
+        """Listen on each address (port 0 picks a free port); start the idle sweeper.
+
+        With ``port_fallback`` a taken port is replaced by a free one (said in the log), the same
+        for every address; an IPv6 wildcard on a computer without IPv6 is skipped.
+        """
+        addresses = [PeerAddress.parse(text) for text in listen]
+        for address in addresses:
             if address.is_relayed or address.host is None or address.port is None:
-                raise AddressError(f"cannot listen on {text!r}: not a host and port")
-            try:
-                server = await loop.create_server(
-                    lambda: _Unwrapped(self), address.host, address.port
-                )
-            except OSError as exc:
-                raise NetError(f"cannot listen on {text}: {exc.strerror or exc}") from None
-            self._servers.append(server)
-            for sock in server.sockets:
-                host, port = sock.getsockname()[:2]
-                self.listen_addresses.append(PeerAddress.tcp(host, port, self.peer_id))
+                raise AddressError(f"cannot listen on {address}: not a host and port")
+        try:
+            await self._listen_all(addresses)
+        except _PortTaken as taken:
+            if not port_fallback:
+                raise NetError(f"cannot listen on {taken.address}: the port is taken") from None
+            self._close_listeners()
+            log.warning(
+                "port %s is taken (another peer on this computer?): listening on a free port instead",
+                taken.address.port,
+            )
+            await self._listen_all([a.with_port(0) for a in addresses])
         self._tasks.spawn("idle-sweeper", self._sweep_idle())
         if self._access is not None:
             self._access.start()
+
+    async def _listen_all(self, addresses: Sequence[PeerAddress]) -> None:
+        loop = asyncio.get_running_loop()
+        # every listener shares the first one's port (port 0 picks it once)
+        port: int | None = None
+        for given in addresses:
+            address = given.with_port(port) if port is not None and given.port == 0 else given
+            assert address.host is not None
+            assert address.port is not None
+            wildcard_v6 = address.host == "::"
+            try:
+                _check_port_free(address)
+                # SO_REUSEPORT lets a hole-punching socket bind our listening port (core.net.punch)
+                server = await loop.create_server(
+                    lambda: _Unwrapped(self),
+                    address.host,
+                    address.port,
+                    reuse_port=_REUSE_PORT,
+                )
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise _PortTaken(address) from None
+                if wildcard_v6 and self._servers and exc.errno in _NO_IPV6:
+                    log.debug("no IPv6 on this computer: listening on IPv4 only (%s)", exc)
+                    continue
+                raise NetError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+            self._servers.append(server)
+            for sock in server.sockets:
+                host, bound_port = sock.getsockname()[:2]
+                port = bound_port if port is None else port
+                self._bound.append(Bound(str(host), int(bound_port)))
+                self.listen_addresses.append(PeerAddress.tcp(host, bound_port, self.peer_id))
+
+    def _close_listeners(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        self._bound.clear()
+        self.listen_addresses.clear()
 
     async def close(self) -> None:
         """Stop listening, close every connection, and wait until nothing of ours is left."""
@@ -170,8 +265,29 @@ class Host:
 
     @property
     def addresses(self) -> list[PeerAddress]:
-        """Where others can dial us, each ending in our PeerID."""
-        return list(self.listen_addresses)
+        """Where others can dial us, best first, each ending in our PeerID (``core.net.advertise``).
+
+        Never a loopback, unspecified or link-local address, except from a Host that listens on
+        loopback alone (a swarm inside one computer).
+        """
+        return advertised(
+            self.peer_id,
+            self._bound,
+            interfaces=self._interface_ips,
+            confirmed=self.confirmed_addresses,
+            relays=self.relay_addresses,
+        )
+
+    @property
+    def listening_port(self) -> int | None:
+        """The port our listeners share (None when not listening)."""
+        return self._bound[0].port if self._bound else None
+
+    def _interface_ips(self) -> list[str]:
+        now = time.monotonic()
+        if self._interfaces is None or now - self._interfaces[0] > INTERFACES_TTL:
+            self._interfaces = (now, interface_ips())
+        return self._interfaces[1]
 
     def connections(self, peer: PeerID | None = None) -> list[Connection]:
         if peer is not None:
@@ -284,21 +400,45 @@ class Host:
         return peer, addresses
 
     async def _dial_any(self, peer: PeerID, addresses: list[PeerAddress]) -> Connection:
-        errors: list[str] = []
-        for address in addresses:
-            try:
-                return await self._dial(address, peer)
-            except PeerIdMismatchError:
-                if len(addresses) == 1:
-                    raise
-                errors.append(f"{address}: another peer answers there")
-            except NetError as exc:
-                errors.append(f"{address}: {exc}")
-        raise DialError(f"could not connect to {peer}: " + "; ".join(errors))
+        ordered = dial_order(addresses)
+        attempts: list[Callable[[], Awaitable[Connection]]] = [
+            functools.partial(self._dial, address, peer) for address in ordered
+        ]
+
+        async def discard(extra: Connection) -> None:
+            await extra.close("another address of this peer answered first")
+
+        try:
+            return await first_success(attempts, stagger=DIAL_STAGGER, discard=discard)
+        except AllAttemptsFailed as failed:
+            errors = failed.errors
+        if len(ordered) == 1 and isinstance(errors[0], PeerIdMismatchError):
+            raise errors[0]
+        reasons = []
+        for address, error in zip(ordered, errors, strict=True):
+            if isinstance(error, PeerIdMismatchError):
+                reasons.append(f"{address}: another peer answers there")
+            elif isinstance(error, NetError):
+                reasons.append(f"{address}: {error}")
+            else:
+                raise error  # not a network failure: a bug, or a cancellation
+        raise DialError(f"could not connect to {peer}: " + "; ".join(reasons))
 
     async def _dial(self, address: PeerAddress, expected: PeerID) -> Connection:
-        if address.is_relayed or address.host is None or address.port is None:
-            raise DialError(f"{address}: relayed addresses cannot be dialed yet")
+        transport = await self._open_transport(address)
+        where = "through relay " + str(address.relay_id) if address.is_relayed else None
+        return await self.secure_outbound(
+            transport, expected, where=where, relayed_via=address.relay_id
+        )
+
+    async def _open_transport(self, address: PeerAddress) -> asyncio.Transport:
+        """A byte stream to ``address``: a TCP connection, or a circuit through a relay."""
+        if address.is_relayed:
+            if self.relay_dialer is None:
+                raise DialError("this peer does not use relays")
+            return await self.relay_dialer(address)
+        if address.host is None or address.port is None:
+            raise DialError("not a host and port")
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.config.dial_timeout):
@@ -308,7 +448,28 @@ class Host:
         except OSError as exc:
             raise DialError(exc.strerror or str(exc)) from None
         assert isinstance(transport, asyncio.Transport)
-        conn = self._new_connection(initiator=True, transport=transport)
+        return transport
+
+    async def dial_fresh(self, address: PeerAddress, expected: PeerID) -> Connection:
+        """A new connection to ``address`` that no call of ours will reuse; the caller closes it.
+
+        For checks that must not ride on an existing connection (a reachability dial-back).
+        """
+        transport = await self._open_transport(address)
+        return await self.secure_outbound(transport, expected, register=False)
+
+    async def secure_outbound(
+        self,
+        transport: asyncio.Transport,
+        expected: PeerID,
+        *,
+        where: str | None = None,
+        relayed_via: PeerID | None = None,
+        register: bool = True,
+    ) -> Connection:
+        """Run TLS as the client over ``transport`` and prove that ``expected`` answers."""
+        loop = asyncio.get_running_loop()
+        conn = self._new_connection(initiator=True, transport=transport, relayed_via=relayed_via)
         try:
             tls = await loop.start_tls(
                 transport,
@@ -321,12 +482,16 @@ class Host:
         except (OSError, ssl.SSLError, TimeoutError) as exc:
             transport.abort()
             raise HandshakeError(f"TLS handshake failed: {exc}") from None
+        except BaseException:
+            transport.abort()  # cancelled (another address won the race): leave no socket behind
+            raise
         assert tls is not None
         try:
             peer = authenticated_peer(tls.get_extra_info("ssl_object"))
             if peer != expected:
+                at = where or conn.describe()
                 raise PeerIdMismatchError(
-                    f"dialed {expected} at {address.host}:{address.port} but met {peer} there; "
+                    f"dialed {expected} at {at} but met {peer} there; "
                     "the address is stale or belongs to someone else"
                 )
             conn.attach(tls, peer)
@@ -335,35 +500,50 @@ class Host:
             raise
         # Open projects do not wait for the peer's hello (our first request follows our hello at
         # once); in a moderated one the peer's pass is checked before anything is sent to it.
-        if self.access is not None:
-            await conn.wait_ready()
-        self._register(conn)
+        try:
+            if self.access is not None:
+                await conn.wait_ready()
+        except BaseException:
+            conn.abort("the dial was given up", level=logging.DEBUG)
+            raise
+        if register:
+            self._register(conn)
         return conn
 
     def _on_inbound(self, transport: asyncio.Transport) -> None:
+        self.accept_transport(transport)
+
+    def accept_transport(
+        self, transport: asyncio.Transport, *, relayed_via: PeerID | None = None
+    ) -> bool:
+        """Serve TLS over a new inbound byte stream (a TCP connection or a relay's circuit).
+
+        False when it was refused at once (closing, or too many handshakes pending).
+        """
         if self._closed:
             transport.abort()
-            return
+            return False
         if self._pending_handshakes >= self.config.max_pending_handshakes:
             log.warning(
                 "dropping a connection from %s: %d handshakes already pending",
-                transport.get_extra_info("peername"),
+                transport.get_extra_info("peername") or f"relay {relayed_via}",
                 self._pending_handshakes,
             )
             transport.abort()
-            return
+            return False
         self._pending_handshakes += 1
-        where = transport.get_extra_info("peername")
-        task = self._tasks.spawn(f"accept-{where}", self._accept(transport))
+        where = transport.get_extra_info("peername") or f"relay-{relayed_via}"
+        task = self._tasks.spawn(f"accept-{where}", self._accept(transport, relayed_via))
         task.add_done_callback(self._handshake_done)
+        return True
 
     def _handshake_done(self, _: asyncio.Task[None]) -> None:
         self._pending_handshakes -= 1
 
-    async def _accept(self, transport: asyncio.Transport) -> None:
+    async def _accept(self, transport: asyncio.Transport, relayed_via: PeerID | None) -> None:
         loop = asyncio.get_running_loop()
-        where = transport.get_extra_info("peername")
-        conn = self._new_connection(initiator=False, transport=transport)
+        where = transport.get_extra_info("peername") or f"relay {relayed_via}"
+        conn = self._new_connection(initiator=False, transport=transport, relayed_via=relayed_via)
         try:
             tls = await loop.start_tls(
                 transport,
@@ -377,9 +557,14 @@ class Host:
             log.warning("dropped a connection from %s: TLS handshake failed: %s", where, exc)
             transport.abort()
             return
+        except BaseException:
+            transport.abort()
+            raise
         assert tls is not None
         try:
             peer = authenticated_peer(tls.get_extra_info("ssl_object"))
+            if peer == self.peer_id:
+                raise HandshakeError("it is ourselves (our own address, dialed back)")
         except HandshakeError as exc:
             conn.abort(f"identity check failed: {exc}", transport=tls)
             return
@@ -393,19 +578,25 @@ class Host:
             raise
         self._register(conn)
 
-    def _new_connection(self, *, initiator: bool, transport: asyncio.Transport) -> Connection:
+    def _new_connection(
+        self, *, initiator: bool, transport: asyncio.Transport, relayed_via: PeerID | None = None
+    ) -> Connection:
         size = self.config.socket_buffer_bytes
         sock = transport.get_extra_info("socket")
-        if size and sock is not None:
+        if size and sock is not None and relayed_via is None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
-        peername = transport.get_extra_info("peername")
+        peername = transport.get_extra_info("peername") if relayed_via is None else None
+        # A relayed connection's bytes already cross our connection to the relay, which counts
+        # and paces them: counting or pacing them again here would charge them twice.
+        relayed = relayed_via is not None
         return Connection(
             config=self.config,
             router=self.router,
-            bandwidth=self.bandwidth,
-            traffic=self.traffic,
+            bandwidth=BandwidthLimits() if relayed else self.bandwidth,
+            traffic=Traffic() if relayed else self.traffic,
+            relayed_via=relayed_via,
             initiator=initiator,
             remote_address=(str(peername[0]), int(peername[1])) if peername else None,
             hello=self._hello_for,
@@ -420,7 +611,7 @@ class Host:
             protocol=PROTOCOL_VERSION,
             agent=AGENT,
             window=self.config.stream_window_bytes,
-            listen=[str(address) for address in self.listen_addresses],
+            listen=[str(address) for address in self.addresses],
             observed=str(observed) if observed else None,
             extensions={} if self.access is None else {"pass": self.access.presented()},
         )
