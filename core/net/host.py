@@ -155,6 +155,8 @@ class Host:
         self.relay_dialer: RelayDialer | None = None
         """Set by the relay client; without it relayed addresses cannot be dialed."""
         self.peerstore: dict[PeerID, list[PeerAddress]] = {}
+        self._offers: dict[str, object] = {}
+        self._connection_listeners: list[Callable[[Connection], None]] = []
         self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
         self.traffic = Traffic()
         self.access = access
@@ -289,6 +291,22 @@ class Host:
             self._interfaces = (now, interface_ips())
         return self._interfaces[1]
 
+    def offer(self, name: str, value: object) -> None:
+        """Tell every peer we greet from now on that we offer ``name`` (a hello extension).
+
+        Services announce themselves so (``relay``, ``dialback``); ``pass`` is reserved.
+        """
+        if name == "pass":
+            raise ValueError("the access pass is not an offer")
+        self._offers[name] = value
+
+    def withdraw(self, name: str) -> None:
+        self._offers.pop(name, None)
+
+    def on_connection(self, listener: Callable[[Connection], None]) -> None:
+        """Call ``listener`` with every new authenticated connection, either direction."""
+        self._connection_listeners.append(listener)
+
     def connections(self, peer: PeerID | None = None) -> list[Connection]:
         if peer is not None:
             return list(self._connections.get(peer, ()))
@@ -363,9 +381,9 @@ class Host:
     async def connect(self, target: Target) -> Connection:
         """A usable connection to the peer, reusing one if it exists."""
         peer, addresses = self._resolve(target)
-        for conn in self._connections.get(peer, ()):
-            if conn.is_usable:
-                return conn
+        usable = [conn for conn in self._connections.get(peer, ()) if conn.is_usable]
+        if usable:  # a direct connection before one through a relay
+            return min(usable, key=lambda conn: conn.relayed_via is not None)
         if self._closed:
             raise DialError("this host is closed")
         dial = self._dials.get(peer)
@@ -613,7 +631,9 @@ class Host:
             window=self.config.stream_window_bytes,
             listen=[str(address) for address in self.addresses],
             observed=str(observed) if observed else None,
-            extensions={} if self.access is None else {"pass": self.access.presented()},
+            extensions=dict(self._offers)
+            if self.access is None
+            else {**self._offers, "pass": self.access.presented()},
         )
 
     def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
@@ -631,6 +651,8 @@ class Host:
             return
         self._connections.setdefault(conn.peer, []).append(conn)
         log.debug("connected to %r", conn)
+        for listener in self._connection_listeners:
+            listener(conn)
 
     def _learn_addresses(self, conn: Connection) -> None:
         """The peer's hello says where it listens: remember it for dialing it by PeerID later."""
