@@ -48,7 +48,9 @@ ROLES: tuple[Role, ...] = ("inet", "pub", "r1", "r2", "h1", "h2")
 NAT_KINDS: tuple[NatKind, ...] = ("cone", "symmetric", "fullcone")
 FORWARDED_PORT = 4001
 # role "probe" is lab_unavailable's throwaway namespace; swept like the others if it was left
-NAME_RE = re.compile(r"^blab(?P<tag>[0-9a-f]{6})-(?P<pid>\d+)-(?P<role>inet|pub|r1|r2|h1|h2|probe)$")
+NAME_RE = re.compile(
+    r"^blab(?P<tag>[0-9a-f]{6})-(?P<pid>\d+)-(?P<role>inet|pub|r1|r2|h1|h2|probe)$"
+)
 
 # How long a spawned process gets between SIGTERM and SIGKILL at teardown.
 KILL_GRACE = 3.0
@@ -86,7 +88,10 @@ def _sysctl(ns: str, key: str, value: str) -> None:
 
 def list_namespaces() -> list[str]:
     """Every network namespace name on the machine (``ip netns list``)."""
-    out = _ip("netns", "list", check=False)
+    try:
+        out = _ip("netns", "list", check=False)
+    except FileNotFoundError:
+        return []  # no iproute2: no namespaces of ours either
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
@@ -179,9 +184,16 @@ def lab_unavailable() -> str | None:
         return f"the NAT lab needs Linux network namespaces (this is {sys.platform})"
     if os.geteuid() != 0:
         return "the NAT lab needs root (network namespaces, nftables)"
-    for tool, package in (("ip", "iproute2"), ("nft", "nftables"), ("tc", "iproute2")):
-        if shutil.which(tool) is None:
-            return f"`{tool}` is missing (apt-get install -y {package})"
+    tools = {"ip": "iproute2", "nft": "nftables", "tc": "iproute2"}
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        packages = " ".join(sorted({tools[tool] for tool in missing}))
+        return f"{', '.join(missing)} missing (apt-get install -y {packages})"
+    return _probe_namespace()
+
+
+def _probe_namespace() -> str | None:
+    """Create a throwaway namespace and load a NAT table into it; the error, if any."""
     probe = f"blab{secrets.token_hex(3)}-{os.getpid()}-probe"
     try:
         add = subprocess.run(

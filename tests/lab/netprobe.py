@@ -17,6 +17,7 @@ import select
 import socket
 import sys
 import time
+from collections.abc import Callable
 
 
 def out(text: str) -> None:
@@ -138,24 +139,19 @@ def tcp_flood(host: str, port: int) -> int:
 
 def main(argv: list[str]) -> int:
     mode, args = argv[0], argv[1:]
-    if mode == "tcp-server":
-        tcp_server(args[0], int(args[1]))
-    elif mode == "tcp-client":
-        return tcp_client(args[0], int(args[1]), float(args[2]))
-    elif mode == "tcp-punch":
-        return tcp_punch(int(args[0]), args[1], float(args[2]))
-    elif mode == "udp-reflector":
-        udp_reflector(args)
-    elif mode == "udp-mapped":
-        return udp_mapped(int(args[0]), args[1:])
-    elif mode == "tcp-rate":
-        return tcp_rate(int(args[0]), float(args[1]))
-    elif mode == "tcp-flood":
-        return tcp_flood(args[0], int(args[1]))
-    else:
+    modes: dict[str, Callable[[], int | None]] = {
+        "tcp-server": lambda: tcp_server(args[0], int(args[1])),
+        "tcp-client": lambda: tcp_client(args[0], int(args[1]), float(args[2])),
+        "tcp-punch": lambda: tcp_punch(int(args[0]), args[1], float(args[2])),
+        "udp-reflector": lambda: udp_reflector(args),
+        "udp-mapped": lambda: udp_mapped(int(args[0]), args[1:]),
+        "tcp-rate": lambda: tcp_rate(int(args[0]), float(args[1])),
+        "tcp-flood": lambda: tcp_flood(args[0], int(args[1])),
+    }
+    if mode not in modes:
         out(f"unknown mode {mode!r}")
         return 2
-    return 0
+    return modes[mode]() or 0
 
 
 if __name__ == "__main__":
