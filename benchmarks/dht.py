@@ -78,7 +78,7 @@ class NodeProcess:
     @classmethod
     async def start(cls, initial: list[str]) -> tuple[NodeProcess, float]:
         started = time.perf_counter()
-        args = ["dht", "--new-identity", "--stdio-api"]
+        args = ["dht", "--new-identity", "--host", "127.0.0.1", "--port", "0", "--stdio-api"]
         if initial:
             args += ["--initial-peers", *initial]
         proc = await asyncio.create_subprocess_exec(

@@ -87,6 +87,7 @@ def plain_training(data: Path, seconds: float) -> dict[str, Any]:
 async def collaboration(peers: int, base: str, work: Path, seconds: float) -> dict[str, Any]:
     threads = max(1, ((os.cpu_count() or 2) - 1) // peers)  # a core for loops and data
     common = ["--manifest", str(DEMO_MANIFEST), "--data-base", base, "--threads", str(threads)]
+    common += ["--host", "127.0.0.1", "--port", "0"]
     children: list[ChildProcess] = []
     epochs: list[PeerEpoch] = []
     try:

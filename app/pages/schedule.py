@@ -93,6 +93,10 @@ SPECS: dict[str, Spec] = {
         maximum=10_000_000,
         step=500,
     ),
+    "listen_port": Spec(
+        "Listen on &port", "Network", suffix=" (0: the project's)", maximum=65535, step=1
+    ),
+    "offer_relay": Spec("&Relay for volunteers behind routers when reachable", "Network", "bool"),
 }
 GROUPS = (
     ("When", "When to contribute"),

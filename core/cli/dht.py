@@ -18,6 +18,7 @@ from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
+from core.net.ports import DHT_PORT, listen_on
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,15 @@ def register(commands: Any) -> None:
         description=__doc__,
     )
     parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+        "--host",
+        default=None,
+        help="address to listen on (default: every interface, IPv4 and IPv6)",
     )
     parser.add_argument(
-        "--port", type=int, default=0, help="port to listen on (default: any free port)"
+        "--port",
+        type=int,
+        default=None,
+        help=f"port to listen on (default {DHT_PORT}, another free one if taken; 0: any)",
     )
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--identity", type=Path, metavar="PATH", help="identity key file to use")
@@ -69,25 +75,16 @@ def _identity(args: argparse.Namespace) -> Identity:
 
 async def _run(args: argparse.Namespace) -> int:
     identity = _identity(args)
-    listen = (
-        f"/ip6/{args.host}/tcp/{args.port}"
-        if ":" in args.host
-        else f"/ip4/{args.host}/tcp/{args.port}"
-    )
+    listen = listen_on(args.host, DHT_PORT if args.port is None else args.port)
     host = Host(identity, NetConfig())
     node = DHTNode(HostTransport(host), DHTConfig(client_mode=args.client))
     stop = asyncio.Event()
     stop_on_signals(stop)
     try:
-        await host.start([] if args.client else [listen])
+        await host.start([] if args.client else listen, port_fallback=args.port is None)
         await node.start(args.initial_peers)
         address = host.addresses[0] if host.addresses else f"(client) /p2p/{host.peer_id}"
         print(address, flush=True)
-        if args.host in ("0.0.0.0", "::"):
-            log.warning(
-                "listening on all interfaces: others must dial your public address, port %s",
-                host.addresses[0].port if host.addresses else "?",
-            )
         if args.stdio_api:
             await serve_stdio(node, stop)
         else:

@@ -28,6 +28,7 @@ from core.cli.access import moderated_access, read_password
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.identity import Identity
+from core.net.ports import AUX_PORT, PEER_PORT, listen_on
 from core.project import load_manifest
 from core.training.events import PeerEvent, PeerStopped, to_json
 
@@ -47,8 +48,19 @@ def register(commands: Any) -> None:
         parser.add_argument(
             "--initial-peers", nargs="*", default=None, metavar="ADDR", help="peers to join"
         )
-        parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-        parser.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+        parser.add_argument(
+            "--host",
+            default=None,
+            help="address to listen on (default: every interface, IPv4 and IPv6; 127.0.0.1 for a "
+            "swarm inside this computer)",
+        )
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=None,
+            help=f"port to listen on (default: the manifest's {name}_port, else "
+            f"{PEER_PORT if name == 'peer' else AUX_PORT}; another free one if taken; 0: any)",
+        )
         parser.add_argument(
             "--data-base", default=None, help="URL or folder the manifest's relative data paths use"
         )
@@ -89,7 +101,8 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
     manifest = load_manifest(args.manifest)
     if args.target_batch_size is not None:
         manifest = manifest.with_training(target_batch_size=args.target_batch_size)
-    listen = f"/ip6/{args.host}" if ":" in args.host else f"/ip4/{args.host}"
+    default_port = manifest.network.aux_port if args.role == "aux" else manifest.network.peer_port
+    port = default_port if args.port is None else args.port
     work_dir = args.work_dir or UserDirs.default().cache / "projects" / manifest.project.name
     aux = args.role == "aux"
     return PeerSettings(
@@ -97,7 +110,9 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         work_dir=work_dir,
         role="aux" if aux else ("client" if args.client else "trainer"),
         initial_peers=tuple(args.initial_peers or ()),
-        listen=f"{listen}/tcp/{args.port}",
+        listen=tuple(listen_on(args.host, port)),
+        # a default port may be taken by another peer on this computer; a chosen one is an error
+        port_fallback=args.port is None,
         data_base=args.data_base,
         # without a seed of its own each peer picks one, so that no two walk the data alike
         data_seed=0 if aux else (args.data_seed if args.data_seed is not None else _random_seed()),

@@ -65,7 +65,7 @@ from core.engine.offers import project_offers
 from core.engine.parts import Closing, EngineParts
 from core.engine.peer_events import PeerEvents
 from core.engine.progress import ProgressMeter
-from core.engine.projects import ProjectRunner, ProjectSlot
+from core.engine.projects import NetworkChoice, ProjectRunner, ProjectSlot
 from core.engine.views import project_info, statistics_view
 from core.policy import STARTING, Decision, decide, outcome
 from core.scheduler import ConditionSampler
@@ -414,6 +414,9 @@ class Engine:
             on_event=lambda event: self._peer_events.handle(slot.name, event),
             account=self._account,
             swarms=self.swarms,
+            network=lambda: NetworkChoice(
+                self.memory.preferences.listen_port, self.memory.preferences.offer_relay
+            ),
         )
         self._threads = 0
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from core.account import AccountError, NotLoggedIn, PassKeeper
 from core.engine.account import Account
 from core.net import Identity
+from core.net.ports import all_interfaces
 from core.policy import PeerStatus, RunnerState
 from core.project import Manifest, load_manifest
 from core.swarm import LocalSwarm, LocalSwarms
@@ -53,6 +54,23 @@ SWARM_NOT_RUNNING = (
 
 class LocalSwarmMissing(BarnraiseError):
     """A ``local_swarm`` project's swarm does not run on this computer."""
+
+
+@dataclass(frozen=True)
+class NetworkChoice:
+    """The user's network settings that shape the peer: its port and whether it offers a relay."""
+
+    listen_port: int = 0
+    """0: the project's ``peer_port``, with another free port when it is taken."""
+    offer_relay: bool = False
+
+    def listen_settings(self, manifest: Manifest, *, local: bool) -> dict[str, Any]:
+        """PeerSettings' listen fields: loopback for a demo swarm inside this computer, else every
+        interface on the chosen port."""
+        if local:
+            return {"listen": ("/ip4/127.0.0.1/tcp/0",), "port_fallback": False}
+        port = self.listen_port or manifest.network.peer_port
+        return {"listen": tuple(all_interfaces(port)), "port_fallback": not self.listen_port}
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,10 @@ class ProjectRunner:
         account: Account | None = None,
         swarms: LocalSwarms | None = None,
         retry_after: float = 30.0,
+        network: Callable[[], NetworkChoice] | None = None,
     ) -> None:
         self.slot = slot
+        self.network = network or NetworkChoice
         self.account = account
         self.swarms = swarms
         self.work_dir = work_dir
@@ -215,6 +235,7 @@ class ProjectRunner:
                 manifest,
                 work_dir=self.work_dir,
                 role="trainer",
+                **self.network().listen_settings(manifest, local=self.slot.local_swarm),
                 initial_peers=initial_peers,
                 data_base=data_base,
                 data_seed=secrets.randbelow(2**31),

@@ -26,3 +26,12 @@ ALL_INTERFACES = ("/ip4/0.0.0.0/tcp/{port}", "/ip6/::/tcp/{port}")
 def all_interfaces(port: int) -> list[str]:
     """The listen addresses for every interface (both families) on ``port``."""
     return [template.format(port=port) for template in ALL_INTERFACES]
+
+
+def listen_on(host: str | None, port: int) -> list[str]:
+    """Listen addresses for ``--host``/``--port``: every interface when ``host`` is None or a
+    wildcard (``0.0.0.0`` and ``::`` both mean both families), else that one address."""
+    if host in (None, "", "0.0.0.0", "::", "*"):
+        return all_interfaces(port)
+    assert host is not None
+    return [f"/ip6/{host}/tcp/{port}" if ":" in host else f"/ip4/{host}/tcp/{port}"]

@@ -81,6 +81,20 @@ class Preferences:
         default=0.0,
         metadata={"help": "Megabytes Barnraise may send and receive each month; 0 for no limit."},
     )
+    listen_port: int = field(
+        default=0,
+        metadata={
+            "help": "TCP port other volunteers connect to; 0 for the project's (usually 4001). "
+            "Another free port is used when it is taken."
+        },
+    )
+    offer_relay: bool = field(
+        default=False,
+        metadata={
+            "help": "Relay connections for volunteers behind routers when this computer is "
+            "reachable from the internet (the traffic counts toward the monthly cap)."
+        },
+    )
     min_free_memory_mb: float = field(
         default=512.0,
         metadata={"help": "Wait while less memory than this (MB) is available to other programs."},
@@ -97,6 +111,8 @@ class Preferences:
         _check_at_least(self, "leave_cores_free", 0)
         _check_at_least(self, "monthly_network_cap_mb", 0.0)
         _check_at_least(self, "min_free_memory_mb", 0.0)
+        if not 0 <= self.listen_port <= 65535:
+            _fail("listen_port", "must be between 0 and 65535", self.listen_port)
         if not 0.0 < self.in_use_cpu_fraction <= 1.0:
             _fail("in_use_cpu_fraction", "must be above 0 and at most 1", self.in_use_cpu_fraction)
         if not 0.0 <= self.max_other_cpu_percent <= 100.0:

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from core.net.errors import PeerIdError
 from core.net.peer_id import PeerID
+from core.net.ports import AUX_PORT, PEER_PORT
 from core.project.validation import FieldCheck
 
 PROJECT_NAME = re.compile(r"[a-z0-9-]{1,64}")
@@ -212,9 +213,15 @@ class NetworkSection:
     initial_peers: tuple[str, ...] = ()
     """Multiaddrs (``/ip4/.../tcp/.../p2p/...``) or ``peer@host:port``; parsed by the net layer."""
     coordinator_url: str = ""
+    peer_port: int = PEER_PORT
+    """The TCP port volunteers' peers listen on (``core.net.ports``); 0: any free port."""
+    aux_port: int = AUX_PORT
+    """The TCP port auxiliary peers listen on: the one organizers open in the backbone's firewall."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
+        check.in_range("peer_port", 0, 65535)
+        check.in_range("aux_port", 0, 65535)
         for i, peer in enumerate(self.initial_peers):
             if not (peer.startswith("/") or "@" in peer):
                 check.fail(

@@ -31,6 +31,8 @@ from core.training.events import PeerMetrics, PeerReady
 if TYPE_CHECKING:
     from core.data import ShardServer
 
+LOOPBACK = ("--host", "127.0.0.1", "--port", "0")
+"""A demo swarm's peers listen on loopback, on any free port: it never leaves this computer."""
 READY_TIMEOUT = 120.0
 """Seconds the auxiliary peer has to say it is ready (it loads torch and the model first)."""
 
@@ -147,6 +149,7 @@ class LocalSwarmRun:
             self.output.coordinator(self._moderated.service.url, manifest_path)
         threads = max(1, ((os.cpu_count() or 2) - 1) // max(1, options.peers))  # a core for loops
         common = ["--manifest", str(manifest_path), "--data-base", base, "--threads", str(threads)]
+        common += LOOPBACK  # the demo swarm lives inside this computer
         if options.target_batch_size:
             common += ["--target-batch-size", str(options.target_batch_size)]
         aux_args = ["aux", *common, "--work-dir", str(work / "aux")]

@@ -64,7 +64,11 @@ class PeerSettings:
     """Tokenizer copies, checkpoints and metrics unless placed elsewhere."""
     role: str = "trainer"
     initial_peers: tuple[str, ...] = ()
-    listen: str = "/ip4/127.0.0.1/tcp/0"
+    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    """Where to listen: loopback here (a swarm in one computer, the tests); the CLI and the engine
+    pass every interface on the role's port (``core.net.ports``)."""
+    port_fallback: bool = False
+    """Take another free port when the one asked for is taken (the default ports only)."""
     data_base: str | None = None
     """Where the manifest's relative data URLs point (e.g. a local shard server)."""
     data_seed: int = 0
@@ -217,7 +221,9 @@ class ProjectPeer:
 
     async def run(self, stop: asyncio.Event) -> None:
         s, manifest = self.settings, self.settings.manifest
-        await self.host.start([] if s.role == "client" else [s.listen])
+        await self.host.start(
+            [] if s.role == "client" else list(s.listen), port_fallback=s.port_fallback
+        )
         await self.dht.start(list(s.initial_peers or manifest.network.initial_peers))
         self.averager = Averager(
             self.host, self.dht, self.prefix, averager_config(manifest, s.role)

@@ -21,7 +21,17 @@ class Node:
     def __init__(self, home: Path, *args: str) -> None:
         env = dict(os.environ, BARNRAISE_HOME=str(home))
         self.proc = subprocess.Popen(
-            [*barnraise(), "dht", "--new-identity", "--stdio-api", *args],
+            [
+                *barnraise(),
+                "dht",
+                "--new-identity",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--stdio-api",
+                *args,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -92,7 +102,17 @@ def test_ctrl_c_or_sigterm_stops_cleanly(tmp_path: Path, nodes: list[Node]) -> N
 def test_unreachable_initial_peers_are_a_clear_error(tmp_path: Path) -> None:
     ghost = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWLttXkSTEwqpySAkmLPDo1Kd9zCU7kUdE21att7TLa9Wc"
     result = subprocess.run(
-        [*barnraise(), "dht", "--new-identity", "--initial-peers", ghost],
+        [
+            *barnraise(),
+            "dht",
+            "--new-identity",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--initial-peers",
+            ghost,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -188,6 +188,7 @@ async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
     base = await server.start()
     try:
         common = ["--manifest", str(DEMO_MANIFEST), "--data-base", base, "--threads", "1"]
+        common += ["--host", "127.0.0.1", "--port", "0"]
         common += ["--target-batch-size", "96"]
         aux = await spawn(
             ["aux", *common, "--work-dir", str(tmp_path / "aux"), "--checkpoint-every", "0"],

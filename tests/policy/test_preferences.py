@@ -25,6 +25,8 @@ def test_defaults_are_boinc_like() -> None:
         "window_start": "",
         "window_end": "",
         "monthly_network_cap_mb": 0.0,
+        "listen_port": 0,
+        "offer_relay": False,
         "min_free_memory_mb": 512.0,
         "max_gpu_temperature_c": 85.0,
     }
