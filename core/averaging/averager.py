@@ -33,7 +33,7 @@ from core.net.address import PeerAddress
 from core.net.host import Host
 from core.net.rpc import CallContext
 from core.net.stream import Stream
-from core.util.errors import BarnraiseError
+from core.util.errors import BarnraiseError, ConfigError
 
 
 class PendingRound:
@@ -102,6 +102,19 @@ class Averager:
         host.router.add_stream(REDUCE, self._on_reduce)
         self._failure_rate = 0.0
 
+    def set_client_mode(self, client: bool) -> None:
+        """Become a client (send and receive, reduce nothing, never lead) or a full member again.
+
+        Used when our reachability changes: a peer others cannot dial directly must not take a
+        share of the reduction. Takes effect from the next group search; a search already under way
+        keeps the role it declared.
+        """
+        if client == self.config.client_mode:
+            return
+        if client and self.config.auxiliary:
+            raise ConfigError("an auxiliary peer must accept connections (it reduces)")
+        self.config = replace(self.config, client_mode=client)
+
     @property
     def failure_rate(self) -> float:
         """The share of other members that failed a round, averaged over recent rounds (DeDLOC
@@ -135,6 +148,7 @@ class Averager:
         ``target_size`` closes the group early at that many members (never above the config's).
         """
         timeout = self.config.max_matchmaking_time if timeout is None else timeout
+        self.matchmaker.reconfigure(self.config)  # a role changed since the last round
         group = await self.matchmaker.form_group(round_key or "default", timeout, target_size)
         pending = PendingRound(self, group)
         await self._connect_ahead(group)

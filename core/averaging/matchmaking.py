@@ -95,6 +95,20 @@ class Matchmaker:
         if not config.client_mode:
             host.router.add(JOIN, self._on_join)
 
+    def reconfigure(self, config: AveragerConfig) -> None:
+        """Take a new config (a role change between rounds): serve joins only when not a client.
+
+        Ignored while a search is under way (it keeps the role it declared); the next one applies it.
+        """
+        if self._searches:
+            return
+        if config.client_mode != self._config.client_mode:
+            if config.client_mode:
+                self._host.router.remove(JOIN.name)
+            else:
+                self._host.router.add(JOIN, self._on_join)
+        self._config = config
+
     def close(self) -> None:
         if not self._config.client_mode:
             self._host.router.remove(JOIN.name)

@@ -94,6 +94,28 @@ async def test_clients_and_auxiliary_peers(
                 np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+async def test_a_peer_becomes_a_client_between_rounds_and_back(
+    make_averagers: MakeAveragers,
+) -> None:
+    """Roles follow reachability: a peer that turns private reduces nothing from the next round."""
+    averagers = await make_averagers(3, replace(PATIENT, target_group_size=3))
+    changing = averagers[0]
+    me = changing.host.peer_id
+
+    async def round_parts(key: str) -> int:
+        tensors = [random_tensors(40 + i) for i in range(3)]
+        results = await average_all(averagers, tensors, key=key)
+        assert all(r.complete for r in results), [r.summary() for r in results]
+        first = results[0]
+        return first.parts[first.members.index(me)]
+
+    assert await round_parts("before") > 0
+    changing.set_client_mode(True)
+    assert await round_parts("private") == 0
+    changing.set_client_mode(False)
+    assert await round_parts("public-again") > 0
+
+
 @pytest.mark.parametrize("codec", [Codec.FP16, Codec.UINT8, Codec.BLOCKWISE8, Codec.AUTO])
 async def test_codecs_stay_within_their_bounds_and_members_agree(
     make_averagers: MakeAveragers, codec: Codec
