@@ -70,7 +70,23 @@ class PeerStopped(WireMessage):
     """The peer left the swarm as asked (the last line ``barnraise peer`` prints)."""
 
 
-PeerEvent = PeerReady | PeerEpoch | PeerMetrics | PeerFailed | PeerStopped
+@dataclass(frozen=True)
+class PeerNetwork(WireMessage):
+    """How others reach this peer, and how it is connected to each peer: sent when that changes."""
+
+    reachability: str
+    """``public``, ``private`` or ``unknown`` (``core.net.reachability``)."""
+    client: bool
+    """Whether it averages as a client (reduces nothing) because others cannot dial it."""
+    addresses: list[str] = field(default_factory=list)
+    """What it advertises now."""
+    peers: dict[str, str] = field(default_factory=dict)
+    """PeerID -> ``direct``, ``punched`` or ``relayed`` for every peer it is connected to."""
+    relays: list[str] = field(default_factory=list)
+    """Relays holding a reservation for it."""
+
+
+PeerEvent = PeerReady | PeerEpoch | PeerMetrics | PeerFailed | PeerStopped | PeerNetwork
 
 EVENT_NAMES: dict[type[PeerEvent], str] = {
     PeerReady: "ready",
@@ -78,6 +94,7 @@ EVENT_NAMES: dict[type[PeerEvent], str] = {
     PeerMetrics: "metrics",
     PeerFailed: "failed",
     PeerStopped: "stopped",
+    PeerNetwork: "network",
 }
 _KINDS = {name: kind for kind, name in EVENT_NAMES.items()}
 

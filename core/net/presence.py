@@ -1,0 +1,228 @@
+"""Presence: everything that makes a Host reachable, composed and steered by its reachability.
+
+One object per Host, started after it listens:
+
+- a **dial-back service** (``dialback``) for others' reachability checks, and our own checks
+  (``reachability_monitor``), which decide PUBLIC / PRIVATE / UNKNOWN;
+- a **relay dialer** (``relay_dialer``) so that ``relay:`` addresses can be dialed by anyone;
+- while not PUBLIC, a **relay client** (``relay_client``) holding reservations on relays, so that
+  others reach us through them; while PUBLIC and asked to, a **relay service** (``relay_service``);
+- **hole punching** (``punch``): relayed connections we dialed are moved to a direct path;
+- a **port mapping** (``portmap``) on the home router where it offers UPnP-IGD or NAT-PMP; a
+  mapping is re-checked by dial-backs before anyone is told;
+- **meeting peers**: we connect to the peers we learn about (a few at a time), so that each pair
+  finds its best path early and the user's dashboard can say how we reach them.
+
+A Host that listens on loopback alone (a swarm inside one computer) is PUBLIC by definition: every
+peer it can meet shares the computer. ``assume`` overrides the checks (``--client``: PRIVATE).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.net.advertise import parse_ip
+from core.net.connection_kinds import connection_kinds, kind_of
+from core.net.dialback import DialbackService
+from core.net.host import Host
+from core.net.peer_id import PeerID
+from core.net.portmap import Mapping, PortMapper
+from core.net.punch import HolePuncher
+from core.net.reachability import Reachability
+from core.net.reachability_monitor import MonitorConfig, ReachabilityMonitor
+from core.net.relay_client import RelayClient
+from core.net.relay_dialer import RelayDialer
+from core.net.relay_limits import RelayLimits
+from core.net.relay_service import RelayService
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PresenceOptions:
+    offer_relay: bool = False
+    """Relay for private peers while we are PUBLIC (on for the backbone, a setting for volunteers)."""
+    relay_limits: RelayLimits | None = None
+    use_relays: bool = True
+    """Hold reservations on relays while not PUBLIC."""
+    punch: bool = True
+    map_port: bool = True
+    """Ask the home router for a port forward (UPnP-IGD, NAT-PMP)."""
+    assume: Reachability | None = None
+    """Skip the checks and take this (``--client``: PRIVATE)."""
+    meet_every: float = 5.0
+    """Seconds between looks for peers we know of but are not connected to."""
+    meet_at_most: int = 16
+    """Peers kept connected by meeting (averaging and the DHT connect to others as they need)."""
+    monitor: MonitorConfig | None = None
+
+
+class Presence:
+    """A Host's reachability and the services that follow from it."""
+
+    def __init__(
+        self,
+        host: Host,
+        options: PresenceOptions | None = None,
+        *,
+        on_change: Callable[[Reachability], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.options = options or PresenceOptions()
+        self.on_change = on_change
+        self.dialer = RelayDialer(host)
+        self.dialback = DialbackService(host)
+        self.monitor = ReachabilityMonitor(
+            host, config=self.options.monitor, on_change=self._reachability_changed
+        )
+        self.puncher = HolePuncher(host) if self.options.punch else None
+        self.relay_client: RelayClient | None = None
+        self.relay_service: RelayService | None = None
+        self.port_mapper: PortMapper | None = None
+        self._tasks = BackgroundTasks(f"presence-{host.peer_id.short()}")
+        self._met: dict[PeerID, float] = {}
+        self._started = False
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start after ``host.start()``: checks, relays, punching, port mapping, meeting peers."""
+        self._started = True
+        if self.puncher is not None:
+            self.puncher.start()
+        if self.options.assume is None and not self.loopback_only:
+            self.monitor.start()
+        self._apply(self.reachability)
+        port = self.host.listening_port
+        if self.options.map_port and port and not self.loopback_only:
+            self.port_mapper = PortMapper(port, on_change=self._mapping_changed)
+            self._tasks.spawn("port-mapping", self._map_port(self.port_mapper))
+        self._tasks.spawn("meet-peers", self._meet_peers())
+
+    async def close(self) -> None:
+        await self._tasks.close()
+        if self.port_mapper is not None:
+            await self.port_mapper.close()
+        for part in (self.relay_client, self.relay_service, self.puncher):
+            if part is not None:
+                await part.close()
+        await self.monitor.close()
+        self.dialback.close()
+        await self.dialer.close()
+
+    # ---- state -----------------------------------------------------------------------------------
+
+    @property
+    def loopback_only(self) -> bool:
+        """Listening on loopback alone: a swarm inside one computer."""
+        bound = [parse_ip(a.host or "") for a in self.host.listen_addresses]
+        return bool(bound) and all(ip is not None and ip.is_loopback for ip in bound)
+
+    @property
+    def reachability(self) -> Reachability:
+        if self.options.assume is not None:
+            return self.options.assume
+        if self.loopback_only:
+            return Reachability.PUBLIC
+        if self.host.listening_port is None:
+            return Reachability.PRIVATE  # listens nowhere: nobody can dial it
+        return self.monitor.state
+
+    @property
+    def dialable(self) -> bool:
+        """Whether others can open connections to us directly (else we average as a client)."""
+        return self.reachability is Reachability.PUBLIC
+
+    def peers(self) -> dict[str, str]:
+        """PeerID -> how we are connected to it (``direct``, ``punched``, ``relayed``), best kind."""
+        best: dict[str, str] = {}
+        order = ("direct", "punched", "relayed")
+        for conn in self.host.connections():
+            if conn.peer is None or not conn.is_usable:
+                continue
+            kind, key = kind_of(conn), str(conn.peer)
+            if key not in best or order.index(kind) < order.index(best[key]):
+                best[key] = kind
+        return best
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the engine reports (state, diagnostics) and the app words for the user."""
+        mapping = self.port_mapper.mapping if self.port_mapper is not None else None
+        return {
+            "reachability": self.reachability.value,
+            "dialable": self.dialable,
+            "addresses": [str(a) for a in self.host.addresses],
+            "kinds": connection_kinds(self.host),
+            "peers": self.peers(),
+            "relays": [str(r) for r in self.relay_client.relays] if self.relay_client else [],
+            "relaying": self.relay_service is not None,
+            "port_mapping": None
+            if mapping is None
+            else f"{mapping.method} {mapping.external_ip}:{mapping.external_port}",
+            "punches": None if self.puncher is None else vars(self.puncher.stats).copy(),
+            "checks": self.monitor.diagnostics(),
+        }
+
+    # ---- reacting --------------------------------------------------------------------------------
+
+    def _reachability_changed(self, state: Reachability) -> None:
+        log.info("reachability: %s", state.value)
+        self._apply(state)
+        if self.on_change is not None:
+            self.on_change(state)
+
+    def _apply(self, state: Reachability) -> None:
+        """Relays follow reachability: use them while not PUBLIC, offer one while PUBLIC."""
+        if not self._started:
+            return
+        public = state is Reachability.PUBLIC
+        if not public and self.options.use_relays and self.relay_client is None:
+            self.relay_client = RelayClient(self.host, dialer=self.dialer)
+            self.relay_client.start()
+        if public and self.relay_client is not None:
+            client, self.relay_client = self.relay_client, None
+            self._tasks.spawn("stop-relay-client", client.close())
+            self.host.relay_addresses = []
+        if public and self.options.offer_relay and self.relay_service is None:
+            self.relay_service = RelayService(self.host, self.options.relay_limits)
+            self.relay_service.start()
+        if not public and self.relay_service is not None:
+            service, self.relay_service = self.relay_service, None
+            self._tasks.spawn("stop-relay-service", service.close())
+
+    async def _map_port(self, mapper: PortMapper) -> None:
+        mapping = await mapper.start()
+        if mapping is None:
+            log.info("no port mapping: %s", mapper.last_reason or "no router answered")
+
+    def _mapping_changed(self, mapping: Mapping | None) -> None:
+        # a router's claim is not proof: ask others to dial it
+        self.monitor.request_check("port mapping changed" if mapping else "port mapping lost")
+
+    async def _meet_peers(self) -> None:
+        """Connect to peers we know addresses of, a few at a time, so each pair finds its path."""
+        while True:
+            await asyncio.sleep(self.options.meet_every)
+            connected = {conn.peer for conn in self.host.connections()}
+            now = time.monotonic()
+            due = [
+                peer
+                for peer in list(self.host.peerstore)[: 4 * self.options.meet_at_most]
+                if peer not in connected and now - self._met.get(peer, -1e9) > 300
+            ]
+            room = self.options.meet_at_most - len(connected)
+            for peer in due[: max(0, room)]:
+                self._met[peer] = now
+                self._tasks.spawn(f"meet-{peer.short()}", self._meet(peer))
+
+    async def _meet(self, peer: PeerID) -> None:
+        try:
+            await self.host.connect(peer)
+        except Exception as exc:  # noqa: BLE001 - meeting is best effort; calls report their own
+            log.debug("could not meet %s: %s", peer.short(), exc)

@@ -1,0 +1,76 @@
+"""Barnraise processes inside lab namespaces: their JSON-line events, read on a thread each."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.lab.natlab import NatLab
+
+ROOT = Path(__file__).resolve().parents[2]
+Event = dict[str, Any]
+
+
+class LabProcess:
+    """One ``barnraise`` command in a namespace; its stdout events kept in order, stderr in a file."""
+
+    def __init__(self, lab: NatLab, where: str, args: Sequence[str], log: Path) -> None:
+        self.where = where
+        self.log = log
+        self.events: list[Event] = []
+        self._queue: queue.Queue[Event | None] = queue.Queue()
+        with log.open("ab") as stderr:
+            argv = [sys.executable, "-m", "core.cli.main", "--log-level", "info", *args]
+            self.proc = lab.spawn(where, argv, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT)
+        self._reader = threading.Thread(target=self._read, name=f"lab-{where}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # e.g. an address printed as plain text
+            if isinstance(event, dict):
+                self._queue.put(event)
+        self._queue.put(None)
+
+    def next_event(self, timeout: float) -> Event:
+        try:
+            event = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"{self.where}: no event within {timeout:g} s\n{self.tail()}")
+        if event is None:
+            raise AssertionError(f"{self.where}: the process ended\n{self.tail()}")
+        self.events.append(event)
+        return event
+
+    def wait_for(self, predicate: Callable[[Event], bool], timeout: float) -> Event:
+        deadline = time.monotonic() + timeout
+        for event in self.events:
+            if predicate(event):
+                return event
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(
+                    f"{self.where}: nothing matched in {timeout:g} s\n{self.tail()}"
+                )
+            event = self.next_event(left)
+            if predicate(event):
+                return event
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
