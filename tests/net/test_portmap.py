@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from core.net.portmap import Mapping, PortMapper
+from core.net.portmap.gateway import default_gateway_ipv4
 from tests.support.fake_igd import FakeIgd
 from tests.support.fake_natpmp import FakeNatPmp
 from tests.support.leaks import assert_no_leaks, open_fd_count, wait_until
@@ -343,3 +346,21 @@ async def test_start_twice_is_an_error(natpmp: tuple[FakeNatPmp, int]) -> None:
         await mapper.start()
     await mapper.close()
     await asyncio.sleep(0)
+
+
+# --- finding the gateway -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the Linux route table")
+def test_default_gateway_from_the_linux_route_table(tmp_path: Path) -> None:
+    table = tmp_path / "route"
+    table.write_text(
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+        "eth0\t0001A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"
+        "eth0\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+    )
+    expected = "192.168.1.1" if sys.byteorder == "little" else "1.1.168.192"
+    assert default_gateway_ipv4(table) == expected
+    table.write_text(table.read_text().splitlines()[0] + "\n")
+    assert default_gateway_ipv4(table) is None
+    assert default_gateway_ipv4(tmp_path / "missing") is None

@@ -50,6 +50,13 @@ def _same(a: Mapping | None, b: Mapping | None) -> bool:
 
 
 class PortMapper:
+    """Maps ``internal_port`` on the home router while started; see the module docstring.
+
+    ``mapping`` is the current mapping (None when there is none, with ``last_reason`` saying why);
+    ``on_change`` is called with the new mapping whenever it is gained, changes address or port, or
+    is lost (None), including at ``close()``.
+    """
+
     def __init__(
         self,
         internal_port: int,

@@ -54,7 +54,9 @@ class _Exchange(asyncio.DatagramProtocol):
     def error_received(self, exc: Exception) -> None:
         # ICMP port unreachable: nothing listens on 5351, no point retrying
         if not self.answer.done():
-            self.answer.set_exception(PortMapError(f"NAT-PMP: gateway unreachable ({exc})"))
+            self.answer.set_exception(
+                PortMapError(f"NAT-PMP: the gateway does not speak it ({exc})")
+            )
 
 
 class NatPmpClient:

@@ -93,18 +93,27 @@ class UpnpIgdClient:
             callback=on_response,
             source=source,
             target=target,
-            timeout=max(1, int(timeout)),
+            timeout=1,  # MX: routers answer within 1 s (a random delay up to MX), inside our timeout
             search_target=_SEARCH_TARGETS[0],
         )
+
+        def search() -> None:
+            for search_target in _SEARCH_TARGETS:
+                listener.search_target = search_target
+                listener.async_search()
+
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
         reasons: list[str] = []
         handed_over = False
+        again: asyncio.TimerHandle | None = None
         try:
             await listener.async_start()
+            search()
+            # multicast over Wi-Fi is lossy: search once more if nobody answered the first time
+            again = asyncio.get_running_loop().call_later(
+                min(1.0, timeout / 2), lambda: None if seen else search()
+            )
             async with asyncio.timeout(timeout):
-                for search_target in _SEARCH_TARGETS:
-                    listener.search_target = search_target
-                    listener.async_search()
                 while True:
                     location = await locations.get()
                     try:
@@ -121,6 +130,8 @@ class UpnpIgdClient:
         except OSError as exc:
             raise PortMapError(f"UPnP: cannot search for a gateway ({exc})") from exc
         finally:
+            if again is not None:
+                again.cancel()
             listener.async_stop()
             if not handed_over:
                 await session.close()
