@@ -25,6 +25,7 @@
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.
 - ``errors``       the error hierarchy, including RPC errors rebuilt from wire codes.
+- ``portmap``      PortMapper: asking a home router (UPnP-IGD, NAT-PMP) to forward our listening port.
 - ``base_errors``  NetError and PeerIdError, apart so that ``peer_id`` and ``errors`` need not import
   each other (``errors`` re-exports them).
 """
