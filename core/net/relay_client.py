@@ -135,9 +135,13 @@ class RelayClient:
         try:
             answer = ReserveResponse.from_wire(raw)
         except WireFormatError as exc:
-            raise RelayRefused(RelayStatus.MALFORMED, f"relay {relay} answered malformed: {exc}")
+            raise RelayRefused(
+                RelayStatus.MALFORMED, f"relay {relay} answered malformed: {exc}"
+            ) from None
         if answer.status is not RelayStatus.OK:
-            raise RelayRefused(answer.status, f"relay {relay} refused a reservation: {answer.reason}")
+            raise RelayRefused(
+                answer.status, f"relay {relay} refused a reservation: {answer.reason}"
+            )
         now = asyncio.get_running_loop().time()
         previous = self._held.get(relay)
         self._held[relay] = _Held(relay, conn, now + answer.expires_in, answer.terms)
@@ -177,10 +181,9 @@ class RelayClient:
         found: list[PeerID] = []
         for conn in self.host.connections():
             hello = conn.remote_hello
-            direct = conn.relayed_via is None
-            if direct and hello is not None and OFFER in hello.extensions and conn.peer:
-                if conn.peer not in found:
-                    found.append(conn.peer)
+            offers = hello is not None and OFFER in hello.extensions
+            if offers and conn.relayed_via is None and conn.peer and conn.peer not in found:
+                found.append(conn.peer)
         return found
 
     async def _keep(self) -> None:

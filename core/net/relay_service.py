@@ -197,7 +197,8 @@ class RelayService:
         limits = self.limits
         if len(self._circuits) >= limits.max_circuits:
             raise RelayRefused(
-                RelayStatus.LIMIT, f"the relay carries its maximum of {limits.max_circuits} circuits"
+                RelayStatus.LIMIT,
+                f"the relay carries its maximum of {limits.max_circuits} circuits",
             )
         for peer in (source, target):
             count = sum(1 for c in self._circuits.values() if peer in (c.source, c.target))

@@ -58,9 +58,7 @@ class Splice:
     def stop(self, status: RelayStatus, reason: str) -> None:
         """End the circuit (the first reason given wins)."""
         if not self._end.done():
-            self._end.set_result(
-                CircuitEnd(status, reason, self.carried[0], self.carried[1])
-            )
+            self._end.set_result(CircuitEnd(status, reason, self.carried[0], self.carried[1]))
 
     def forward(self, chunk: memoryview, direction: int) -> memoryview:
         """What the relay passes on for ``chunk``: the chunk itself (a test plays a tampering relay)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -91,5 +91,3 @@ async def relays(make_host: MakeHost) -> AsyncIterator[RelayWorld]:
 
 def relayed(relay: Host, peer: Host) -> str:
     return f"relay:{relay.peer_id}/{peer.peer_id}"
-
-

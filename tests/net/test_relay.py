@@ -40,6 +40,11 @@ def serve_swap(host: Host) -> None:
     host.router.add_raw_stream("test.swap", swap)
 
 
+async def send_all(stream: Any, data: bytes) -> Any:
+    await stream.send_data(data)
+    return await stream.result()
+
+
 def serve_hang(host: Host) -> None:
     async def hang(ctx: CallContext, request: Any) -> Any:
         await asyncio.Event().wait()
@@ -49,7 +54,7 @@ def serve_hang(host: Host) -> None:
 
 async def test_calls_and_a_20_mb_stream_both_ways_through_a_relay(relays: RelayWorld) -> None:
     r, _ = await relays.relay()
-    b, client = await relays.private_peer(r)
+    b, _ = await relays.private_peer(r)
     a = await relays.dialer()
     a.add_addresses(r.peer_id, r.listen_addresses)
     serve_echo(b)
@@ -213,8 +218,7 @@ async def test_a_relay_that_alters_ciphertext_breaks_the_connection(
     (b_side,) = b.connections(a.peer_id)
     stream = conn.open_stream("test.sink", 1 * MB)
     with pytest.raises(NetError):
-        await stream.send_data(os.urandom(1 * MB))
-        await stream.result()
+        await send_all(stream, os.urandom(1 * MB))
     await wait_until(lambda: b_side.is_closed)
     reason = (b_side.close_reason or "").lower()
     assert "ssl" in reason or "decrypt" in reason or "mac" in reason, reason
