@@ -12,6 +12,7 @@ import pytest
 from core.net import CallContext, Host, PeerAddress, Stream
 from core.net.errors import ConnectionClosedError, DialError, NetError
 from core.net.relay_messages import RESERVE, RelayRefused, RelayStatus, ReserveRequest
+from core.net.relay_service import RelayService
 from core.net.relay_splice import Splice
 from core.net.stream import EndOfStream
 from tests.net.conftest import RelayWorld, relayed
@@ -158,11 +159,9 @@ async def test_when_the_relay_closes_both_ends_see_it(relays: RelayWorld) -> Non
 
 async def test_relays_are_never_chained(relays: RelayWorld) -> None:
     r, _ = await relays.relay()
-    hidden, hidden_service = await relays.relay()
+    far, _ = await relays.relay()
     # a relay that is itself private: reachable only through r
     private_relay, _ = await relays.private_peer(r)
-    from core.net.relay_service import RelayService
-
     service = RelayService(private_relay)
     service.start()
     relays.services.append(service)
@@ -173,8 +172,7 @@ async def test_relays_are_never_chained(relays: RelayWorld) -> None:
     assert answer.status is RelayStatus.RELAYED_LINK
     assert answer.reason == "no relaying over relayed links"
     with pytest.raises(DialError, match="reachable only through another relay"):
-        await a.call_raw(f"relay:{private_relay.peer_id}/{hidden.peer_id}", "test.echo", 1)
-    _ = hidden_service
+        await a.call_raw(relayed(private_relay, far), "test.echo", 1)
 
 
 @pytest.mark.parametrize("where", ["handshake", "data"])
