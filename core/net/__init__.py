@@ -21,6 +21,15 @@
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
 - ``host_access``  HostAccess: in moderated projects a Host admits only peers with a valid pass,
   pushes our renewed pass, and drops peers whose pass is revoked or expired.
+- ``relay_messages``  the relay protocol: reserve / connect / incoming methods, their messages,
+  RelayStatus reasons, RelayRefused.
+- ``relay_limits``  RelayLimits: what a relay grants (reservations, circuits, bytes, time), with why.
+- ``relay_reservations``  Reservations: the peers a relay keeps reachable, per-address and per-peer limits.
+- ``relay_splice``  Splice: the relay's half of a circuit, pumping two streams within the limits.
+- ``relay_service``  RelayService: a public peer serving reservations and circuits.
+- ``circuit``      Circuit: our end of a relayed circuit as a socket transport that TLS runs over.
+- ``relay_dialer``  RelayDialer: dialing ``relay:<relay>/<peer>`` from any Host; our circuits.
+- ``relay_client``  RelayClient: keeping reservations on relays, accepting their circuits.
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.

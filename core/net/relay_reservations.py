@@ -1,0 +1,103 @@
+"""Reservations: which peers a relay keeps reachable, and the limits on holding one.
+
+A reservation belongs to one authenticated connection: it lives until it expires or that connection
+closes, whichever comes first, so a peer that went away frees its slot without any message. Dead
+reservations are dropped lazily, whenever the table is read.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from core.net.relay_limits import RelayLimits
+from core.net.relay_messages import RelayRefused, RelayStatus
+
+if TYPE_CHECKING:
+    from core.net.connection import Connection
+    from core.net.peer_id import PeerID
+
+RATE_WINDOW = 60.0
+"""Seconds over which a peer's reservation requests are counted (``reserve_calls_per_minute``)."""
+
+
+@dataclass(slots=True)
+class Reservation:
+    peer: PeerID
+    ip: str
+    connection: Connection
+    """Where the relay reaches the peer to offer it circuits."""
+    expires: float
+    """Loop time (``loop.time()``)."""
+
+    def live(self, now: float) -> bool:
+        return now < self.expires and not self.connection.closing
+
+
+class Reservations:
+    """The live reservations of one relay, by peer."""
+
+    def __init__(self, limits: RelayLimits) -> None:
+        self._limits = limits
+        self._by_peer: dict[PeerID, Reservation] = {}
+        self._requests: dict[PeerID, deque[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_peer)
+
+    def get(self, peer: PeerID, now: float) -> Reservation | None:
+        """The peer's live reservation, if it holds one."""
+        found = self._by_peer.get(peer)
+        if found is not None and not found.live(now):
+            del self._by_peer[peer]
+            return None
+        return found
+
+    def reserve(self, peer: PeerID, ip: str, connection: Connection, now: float) -> Reservation:
+        """Grant or renew ``peer``'s reservation, or raise ``RelayRefused`` saying which limit."""
+        limits = self._limits
+        self._count_request(peer, now)
+        self._purge(now)
+        current = self._by_peer.get(peer)
+        if current is None:  # a renewal needs no free slot: it keeps the one it has
+            if len(self._by_peer) >= limits.max_reservations:
+                raise RelayRefused(
+                    RelayStatus.LIMIT,
+                    f"the relay holds its maximum of {limits.max_reservations} reservations",
+                )
+            same_ip = sum(1 for held in self._by_peer.values() if held.ip == ip)
+            if same_ip >= limits.max_reservations_per_ip:
+                raise RelayRefused(
+                    RelayStatus.LIMIT,
+                    f"too many reservations from {ip} (limit {limits.max_reservations_per_ip})",
+                )
+        reservation = Reservation(peer, ip, connection, now + limits.reservation_seconds)
+        self._by_peer[peer] = reservation
+        return reservation
+
+    def _count_request(self, peer: PeerID, now: float) -> None:
+        limit = self._limits.reserve_calls_per_minute
+        recent = self._requests.setdefault(peer, deque())
+        while recent and recent[0] <= now - RATE_WINDOW:
+            recent.popleft()
+        if len(recent) >= limit:
+            raise RelayRefused(
+                RelayStatus.LIMIT,
+                f"too many reservation requests (limit {limit} a minute); try again later",
+            )
+        recent.append(now)
+
+    def _purge(self, now: float) -> None:
+        for peer in [peer for peer, held in self._by_peer.items() if not held.live(now)]:
+            del self._by_peer[peer]
+        # forget request counts that no longer matter, so the table stays as small as the traffic
+        for peer in [p for p, times in self._requests.items() if times[-1] <= now - RATE_WINDOW]:
+            del self._requests[peer]
+
+    def drop(self, peer: PeerID) -> None:
+        self._by_peer.pop(peer, None)
+
+    def clear(self) -> None:
+        self._by_peer.clear()
+        self._requests.clear()
