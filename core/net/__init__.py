@@ -21,6 +21,12 @@
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
 - ``host_access``  HostAccess: in moderated projects a Host admits only peers with a valid pass,
   pushes our renewed pass, and drops peers whose pass is revoked or expired.
+- ``punch_timing`` PunchTiming, Backoff, RateLimit: when each side of a hole punch fires, its
+  rounds, and when a pair or a requester may try again (pure).
+- ``punch_candidates`` PunchOffer: the addresses traded before a punch; which we offer and dial.
+- ``punch_dial``   the punching sockets: connects from our listening port, repeated for a window.
+- ``punch``        HolePuncher: moves relayed connections onto direct ones by TCP simultaneous
+  open (CONNECT/SYNC over the relay, fixed TLS roles, back-off, refusals, stats).
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.
