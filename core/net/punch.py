@@ -262,6 +262,10 @@ class HolePuncher:
         if isinstance(targets, tuple):
             return targets
         rtt = self.timing.rtt(samples)
+        # claimed before SYNC leaves: from then on a SYN of the peer's may reach our listener
+        ready: asyncio.Queue[asyncio.Transport] = asyncio.Queue()
+        for target in targets:
+            self._claims[target] = ready
         sync = asyncio.create_task(
             conn.call(SYNC.name, PunchSync(attempt, rtt).to_wire()),
             name=f"{self._tasks.owner}/sync-{peer.short()}",
@@ -269,8 +273,14 @@ class HolePuncher:
         try:
             fire_at = self.timing.initiator_fires_at(loop.time(), samples)
             await asyncio.sleep(max(0.0, fire_at - loop.time()))
-            outcome = await self._dial_as_client(peer, targets, self.timing.window(samples), waiter)
+            window = self.timing.window(samples)
+            outcome = await self._dial_as_client(peer, targets, window, ready, waiter)
         finally:
+            for target in targets:
+                if self._claims.get(target) is ready:
+                    del self._claims[target]
+            while not ready.empty():
+                ready.get_nowait().abort()
             refusal = await _refusal(sync)
         if isinstance(outcome, Connection):
             return outcome
@@ -311,13 +321,14 @@ class HolePuncher:
         peer: PeerID,
         targets: list[Candidate],
         window: float,
+        ready: asyncio.Queue[asyncio.Transport],
         waiter: asyncio.Future[Connection],
     ) -> Connection | str:
-        """Dial ``targets`` from our port; run TLS as the client over the first that connects."""
+        """Dial ``targets`` from our port; run TLS as the client over the first that connects.
+
+        Connections the listener passed on (claimed) arrive in ``ready`` too.
+        """
         loop = asyncio.get_running_loop()
-        ready: asyncio.Queue[asyncio.Transport] = asyncio.Queue()
-        for target in targets:
-            self._claims[target] = ready
         dials = asyncio.create_task(
             connect_all(
                 self._local_for,
@@ -356,13 +367,8 @@ class HolePuncher:
                         ready.put_nowait(get.result())  # back in line for the loop above
                     get.cancel()
         finally:
-            for target in targets:
-                if self._claims.get(target) is ready:
-                    del self._claims[target]
             dials.cancel()
             await asyncio.gather(dials, return_exceptions=True)
-            while not ready.empty():
-                ready.get_nowait().abort()
         return _why_not(dials.result(), handshake_errors)
 
     def _claim(self, transport: asyncio.Transport) -> bool:
