@@ -450,10 +450,11 @@ class HolePuncher:
                 raise InvalidRequestError(
                     f"punch.sync for round {sync.attempt}, but round {accepted.attempt} was agreed"
                 )
-            if peer in self._responding:
-                raise ResourceExhaustedError("a punch with you is still under way")
         except RpcError as exc:
             raise self._refused(peer, SYNC.name, exc) from None
+        previous = self._responding.pop(peer, None)
+        if previous is not None:  # the initiator moved on to a new round: so do we
+            previous.cancel()
         task = self._tasks.spawn(
             f"respond-{peer.short()}-{sync.attempt}",
             self._respond(peer, accepted.targets, sync.rtt),
@@ -474,23 +475,36 @@ class HolePuncher:
         loop = asyncio.get_running_loop()
         window = self.timing.responder_window(rtt)
         waiter = self._waiter(peer)
+        served: list[asyncio.Transport] = []
+
+        def serve(transport: asyncio.Transport, _: Candidate) -> None:
+            # registered on success; ``_on_connection`` then resolves ``waiter``
+            served.append(transport)
+            self.host.accept_transport(transport)
+
         dials = asyncio.create_task(
             connect_all(
                 self._local_for,
                 targets,
                 deadline=loop.time() + window,
                 redial_gap=self.timing.redial_gap,
-                on_connected=self._serve,
+                on_connected=serve,
             ),
             name=f"{self._tasks.owner}/dial-{peer.short()}",
         )
         try:
-            async with asyncio.timeout(window + self.host.config.handshake_timeout):
-                conn = await asyncio.shield(waiter)
-            log.debug("punched from %s's side: %r", peer, conn)
+            pending: set[asyncio.Future[object]] = {dials, waiter}  # type: ignore[arg-type]
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if not waiter.done() and served:  # connected: give the handshake its time
+                async with asyncio.timeout(self.host.config.handshake_timeout):
+                    await asyncio.shield(waiter)
+            if waiter.done():
+                log.debug("punched from %s's side: %r", peer, waiter.result())
+            else:
+                failures = dials.result() if dials.done() and not dials.cancelled() else []
+                log.debug("punch answered for %s failed: %s", peer, _why_not(failures, []))
         except TimeoutError:
-            failures = dials.result() if dials.done() and not dials.cancelled() else []
-            log.debug("punch answered for %s failed: %s", peer, _why_not(failures, []))
+            log.debug("punch answered for %s failed: the handshake did not finish", peer)
         finally:
             if self._waiters.get(peer) is waiter:
                 del self._waiters[peer]
@@ -498,17 +512,13 @@ class HolePuncher:
             dials.cancel()
             await asyncio.gather(dials, return_exceptions=True)
 
-    def _serve(self, transport: asyncio.Transport, _: Candidate) -> None:
-        # registered on success, and then ``_on_connection`` hands it to the waiting ``_respond``
-        self.host.accept_transport(transport)
-
     # ---- helpers ---------------------------------------------------------------------------------
 
     def _waiter(self, peer: PeerID) -> asyncio.Future[Connection]:
-        waiter = self._waiters.get(peer)
-        if waiter is None or waiter.done():
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters[peer] = waiter
+        """A fresh future for the next direct connection with ``peer`` (replacing an older one:
+        a superseded round's clean-up must not cancel the new round's)."""
+        waiter: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._waiters[peer] = waiter
         return waiter
 
     def _direct(self, peer: PeerID) -> Connection | None:
