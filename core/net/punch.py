@@ -66,6 +66,8 @@ from core.util.wire import WireMessage
 
 log = logging.getLogger(__name__)
 
+RECENT = 32
+"""Peers whose last punch outcome ``PunchStats.recent`` keeps."""
 OFFER_TTL = 10.0
 """Seconds an accepted CONNECT waits for its SYNC (which follows one round trip later)."""
 
@@ -102,7 +104,14 @@ class PunchStats:
     refused: int = 0
     last_refusal: str | None = None
     recent: dict[str, str] = field(default_factory=dict)
-    """Outcome of the last punch per peer (PeerID text -> "direct" or the reason)."""
+    """Outcome of the last punch per peer (PeerID text -> "direct" or the reason), newest last,
+    at most ``RECENT`` peers (an engine runs for weeks)."""
+
+    def note(self, peer: PeerID, outcome: str) -> None:
+        self.recent.pop(str(peer), None)
+        self.recent[str(peer)] = outcome
+        while len(self.recent) > RECENT:
+            del self.recent[next(iter(self.recent))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +392,7 @@ class HolePuncher:
     def _succeeded(self, peer: PeerID, conn: Connection) -> bool:
         conn.punched = True
         self.stats.succeeded += 1
-        self.stats.recent[str(peer)] = "direct"
+        self.stats.note(peer, "direct")
         self._backoff.succeeded(peer)
         log.info("hole punched to %s: now directly connected (%r)", peer, conn)
         if not self._closed:
@@ -394,7 +403,7 @@ class HolePuncher:
         wait = self._backoff.failed(peer)
         self.stats.failed += 1
         self.stats.last_reason = reason
-        self.stats.recent[str(peer)] = reason
+        self.stats.note(peer, reason)
         log.info(
             "hole punching to %s failed: %s — staying on the relay (next try in %.0f min)",
             peer,
