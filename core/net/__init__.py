@@ -30,6 +30,12 @@
 - ``circuit``      Circuit: our end of a relayed circuit as a socket transport that TLS runs over.
 - ``relay_dialer``  RelayDialer: dialing ``relay:<relay>/<peer>`` from any Host; our circuits.
 - ``relay_client``  RelayClient: keeping reservations on relays, accepting their circuits.
+- ``punch_timing`` PunchTiming, Backoff, RateLimit: when each side of a hole punch fires, its
+  rounds, and when a pair or a requester may try again (pure).
+- ``punch_candidates`` PunchOffer: the addresses traded before a punch; which we offer and dial.
+- ``punch_dial``   the punching sockets: connects from our listening port, repeated for a window.
+- ``punch``        HolePuncher: moves relayed connections onto direct ones by TCP simultaneous
+  open (CONNECT/SYNC over the relay, fixed TLS roles, back-off, refusals, stats).
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.

@@ -72,6 +72,8 @@ class Connection(asyncio.BufferedProtocol):
         self.remote_address = remote_address
         self.relayed_via = relayed_via
         """The relay whose circuit carries this connection (None: a direct connection)."""
+        self.punched = False
+        """A direct connection opened by hole punching (``core.net.punch``), for diagnostics."""
         self.peer: PeerID | None = None
         self.remote_hello: Hello | None = None
         self._make_hello = hello

@@ -157,6 +157,7 @@ class Host:
         self.peerstore: dict[PeerID, list[PeerAddress]] = {}
         self._offers: dict[str, object] = {}
         self._connection_listeners: list[Callable[[Connection], None]] = []
+        self._inbound_claims: list[Callable[[asyncio.Transport], bool]] = []
         self.bandwidth = BandwidthLimits(self.config.upload_limit, self.config.download_limit)
         self.traffic = Traffic()
         self.access = access
@@ -306,6 +307,19 @@ class Host:
     def on_connection(self, listener: Callable[[Connection], None]) -> None:
         """Call ``listener`` with every new authenticated connection, either direction."""
         self._connection_listeners.append(listener)
+
+    def claim_inbound(self, claim: Callable[[asyncio.Transport], bool]) -> None:
+        """Offer each new inbound TCP connection to ``claim`` before we serve TLS on it.
+
+        ``claim`` returns True when it takes the transport over (then it runs TLS itself). Hole
+        punching needs it: a punched connection that reaches our listener must get the TLS role
+        the punch fixed for us, which may be the client's (``core.net.punch``).
+        """
+        self._inbound_claims.append(claim)
+
+    def release_inbound(self, claim: Callable[[asyncio.Transport], bool]) -> None:
+        with contextlib.suppress(ValueError):
+            self._inbound_claims.remove(claim)
 
     def connections(self, peer: PeerID | None = None) -> list[Connection]:
         if peer is not None:
@@ -529,6 +543,8 @@ class Host:
         return conn
 
     def _on_inbound(self, transport: asyncio.Transport) -> None:
+        if not self._closed and any(claim(transport) for claim in self._inbound_claims):
+            return
         self.accept_transport(transport)
 
     def accept_transport(
