@@ -113,6 +113,7 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         listen=tuple(listen_on(args.host, port)),
         # a default port may be taken by another peer on this computer; a chosen one is an error
         port_fallback=args.port is None,
+        offer_relay=aux,  # the backbone relays for volunteers behind routers
         data_base=args.data_base,
         # without a seed of its own each peer picks one, so that no two walk the data alike
         data_seed=0 if aux else (args.data_seed if args.data_seed is not None else _random_seed()),

@@ -70,7 +70,11 @@ class NetworkChoice:
         if local:
             return {"listen": ("/ip4/127.0.0.1/tcp/0",), "port_fallback": False}
         port = self.listen_port or manifest.network.peer_port
-        return {"listen": tuple(all_interfaces(port)), "port_fallback": not self.listen_port}
+        return {
+            "listen": tuple(all_interfaces(port)),
+            "port_fallback": not self.listen_port,
+            "offer_relay": self.offer_relay,
+        }
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, st
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
 from core.net.gate import AccessGate
+from core.net.presence import Presence, PresenceOptions
+from core.net.reachability import Reachability
 from core.project import Manifest
 from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
@@ -42,7 +44,7 @@ from core.training.collaborative import CollaborativeConfig, CollaborativeOptimi
 from core.training.control import TrainingControl
 from core.training.curve import follow_metrics, metrics_event
 from core.training.errors import TrainingError
-from core.training.events import PeerEvent, PeerReady
+from core.training.events import PeerEvent, PeerNetwork, PeerReady
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
@@ -69,6 +71,8 @@ class PeerSettings:
     pass every interface on the role's port (``core.net.ports``)."""
     port_fallback: bool = False
     """Take another free port when the one asked for is taken (the default ports only)."""
+    offer_relay: bool = False
+    """Relay for volunteers behind routers while others can dial us (on for auxiliary peers)."""
     data_base: str | None = None
     """Where the manifest's relative data URLs point (e.g. a local shard server)."""
     data_seed: int = 0
@@ -218,16 +222,29 @@ class ProjectPeer:
         self._device = torch.device("cpu")
         self._state: TrainingState | None = None
         self._offloaded = False
+        self.presence: Presence | None = None
+        self._network: PeerNetwork | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         s, manifest = self.settings, self.settings.manifest
         await self.host.start(
             [] if s.role == "client" else list(s.listen), port_fallback=s.port_fallback
         )
+        self.presence = Presence(
+            self.host,
+            PresenceOptions(
+                offer_relay=s.offer_relay,
+                assume=Reachability.PRIVATE if s.role == "client" else None,
+            ),
+            on_change=self._reachability_changed,
+        )
+        await self.presence.start()
         await self.dht.start(list(s.initial_peers or manifest.network.initial_peers))
         self.averager = Averager(
             self.host, self.dht, self.prefix, averager_config(manifest, s.role)
         )
+        self._reachability_changed(self.presence.reachability)
+        self._tasks.spawn("network-events", self._report_network())
         model = await self.bridge.run(build_model, manifest)
         optimizer = build_optimizer(model, manifest)
         t = manifest.training
@@ -290,6 +307,41 @@ class ProjectPeer:
             await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
         finally:
             trainer.close()
+
+    # ---- network -----------------------------------------------------------------------------------
+
+    def _reachability_changed(self, state: Reachability) -> None:
+        """Roles follow reachability: a trainer others cannot dial averages as a client."""
+        averager, presence = self.averager, self.presence
+        if averager is None or presence is None:
+            return
+        if self.settings.role == "trainer":
+            averager.set_client_mode(not presence.dialable)
+        elif self.settings.role == "aux" and state is Reachability.PRIVATE:
+            log.warning(
+                "this auxiliary peer cannot be dialed from the internet (%s): peers behind routers "
+                "will fail to send it their parts; open its port (%s) in the firewall",
+                state.value,
+                self.host.listening_port,
+            )
+
+    async def _report_network(self) -> None:
+        """A ``network`` event whenever reachability, role, addresses or connections change."""
+        while True:
+            presence, averager = self.presence, self.averager
+            if presence is not None and averager is not None:
+                event = PeerNetwork(
+                    presence.reachability.value,
+                    averager.config.client_mode,
+                    [str(a) for a in self.host.addresses],
+                    presence.peers(),
+                    [] if presence.relay_client is None
+                    else [str(r) for r in presence.relay_client.relays],
+                )  # fmt: skip
+                if event != self._network:
+                    self._network = event
+                    self.on_event(event)
+            await asyncio.sleep(1.0)
 
     # ---- steering by the engine ------------------------------------------------------------------
 
@@ -397,6 +449,8 @@ class ProjectPeer:
             await self.averager.close()
         await self.bridge.aclose()
         await self.dht.close()
+        if self.presence is not None:
+            await self.presence.close()
         await self.host.close()
 
 
