@@ -39,7 +39,9 @@ def make(confidence: int = 3, max_age: float = 3600.0) -> tuple[Classifier, Cloc
 
 def test_public_needs_successes_from_distinct_peers() -> None:
     c, clock = make()
-    assert answers(c, clock, "A+ A+ A+ A+", available=5) is Reachability.UNKNOWN  # one peer, 4 times
+    assert (
+        answers(c, clock, "A+ A+ A+ A+", available=5) is Reachability.UNKNOWN
+    )  # one peer, 4 times
     assert answers(c, clock, "B+", available=5) is Reachability.UNKNOWN
     assert answers(c, clock, "C+", available=5) is Reachability.PUBLIC
     assert c.reached_address() == "203.0.113.7:4001"
@@ -120,7 +122,7 @@ def test_mixed_answers_that_meet_both_thresholds_favour_public() -> None:
 
 
 def test_confidence_must_be_positive() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 1"):
         Classifier(confidence=0)
 
 
