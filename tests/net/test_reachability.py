@@ -78,20 +78,18 @@ def test_a_flip_needs_fresh_evidence_that_outnumbers() -> None:
 
 def test_old_failures_do_not_count_as_fresh_evidence_after_a_flip() -> None:
     c, clock = make(confidence=2)
-    answers(c, clock, "A- B-", available=3)
-    assert c.state is Reachability.PRIVATE
-    answers(c, clock, "C+ D+ E+", available=3)  # 3 fresh successes, 3 against: ok >= failed
-    assert c.state is Reachability.PUBLIC
+    assert answers(c, clock, "A- B-", available=3) is Reachability.PRIVATE
+    # 3 fresh successes, 3 against: ok >= failed
+    assert answers(c, clock, "C+ D+ E+", available=3) is Reachability.PUBLIC
     # the old failures of A and B are older than the flip: PRIVATE needs new ones
     assert c.update(available=3) is Reachability.PUBLIC
 
 
 def test_a_peers_newest_answer_replaces_its_older_one() -> None:
     c, clock = make(confidence=2)
-    answers(c, clock, "A- B-", available=2)
-    assert c.state is Reachability.PRIVATE
-    answers(c, clock, "A+ B+", available=2)  # both changed their mind (a port forward was added)
-    assert c.state is Reachability.PUBLIC
+    assert answers(c, clock, "A- B-", available=2) is Reachability.PRIVATE
+    # both changed their mind (a port forward was added)
+    assert answers(c, clock, "A+ B+", available=2) is Reachability.PUBLIC
     assert [o.reachable for o in c.outcomes()] == [True, True]
     late = Outcome("A", False, clock.now - 100)  # an answer older than A's newest is ignored
     assert c.add(late, available=2) is Reachability.PUBLIC
