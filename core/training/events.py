@@ -70,7 +70,22 @@ class PeerStopped(WireMessage):
     """The peer left the swarm as asked (the last line ``barnraise peer`` prints)."""
 
 
-PeerEvent = PeerReady | PeerEpoch | PeerMetrics | PeerFailed | PeerStopped
+@dataclass(frozen=True)
+class PeerNetwork(WireMessage):
+    """The reachability check changed its verdict (``core.net.reachability_monitor``), with how
+    the peer is connected at that moment (peers counted by ``core.net.connection_kinds``)."""
+
+    reachability: str
+    """``public``, ``private`` or ``unknown``."""
+    public_address: str | None = None
+    checked_at: float | None = None
+    peers: int = 0
+    direct: int = 0
+    punched: int = 0
+    relayed: int = 0
+
+
+PeerEvent = PeerReady | PeerEpoch | PeerMetrics | PeerFailed | PeerStopped | PeerNetwork
 
 EVENT_NAMES: dict[type[PeerEvent], str] = {
     PeerReady: "ready",
@@ -78,6 +93,7 @@ EVENT_NAMES: dict[type[PeerEvent], str] = {
     PeerMetrics: "metrics",
     PeerFailed: "failed",
     PeerStopped: "stopped",
+    PeerNetwork: "network",
 }
 _KINDS = {name: kind for kind, name in EVENT_NAMES.items()}
 

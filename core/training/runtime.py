@@ -32,7 +32,11 @@ from core.averaging import Averager, AveragerConfig, Codec
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
+from core.net.connection_kinds import connection_kinds
+from core.net.dialback import DialbackService
 from core.net.gate import AccessGate
+from core.net.reachability import Reachability
+from core.net.reachability_monitor import ReachabilityMonitor
 from core.project import Manifest
 from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
@@ -42,7 +46,7 @@ from core.training.collaborative import CollaborativeConfig, CollaborativeOptimi
 from core.training.control import TrainingControl
 from core.training.curve import follow_metrics, metrics_event
 from core.training.errors import TrainingError
-from core.training.events import PeerEvent, PeerReady
+from core.training.events import PeerEvent, PeerNetwork, PeerReady
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
@@ -82,6 +86,8 @@ class PeerSettings:
     """The gate holding this peer's pass (kept fresh by its owner); required in moderated projects."""
     on_metrics: Callable[[EpochMetrics], None] | None = None
     """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
+    check_reachability: bool = False
+    """Serve dial-backs to others and check our own reachability (``ProjectPeer.reachability``)."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -214,10 +220,15 @@ class ProjectPeer:
         self._device = torch.device("cpu")
         self._state: TrainingState | None = None
         self._offloaded = False
+        self.reachability: ReachabilityMonitor | None = None
+        """Whether peers can dial us (with ``check_reachability``; started by ``run``)."""
+        self._dialback: DialbackService | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         s, manifest = self.settings, self.settings.manifest
         await self.host.start([] if s.role == "client" else [s.listen])
+        if s.check_reachability:
+            self._start_reachability()
         await self.dht.start(list(s.initial_peers or manifest.network.initial_peers))
         self.averager = Averager(
             self.host, self.dht, self.prefix, averager_config(manifest, s.role)
@@ -284,6 +295,33 @@ class ProjectPeer:
             await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
         finally:
             trainer.close()
+
+    def _start_reachability(self) -> None:
+        if (
+            self.host.listening_port is not None
+        ):  # a peer nobody can dial cannot dial back for others
+            self._dialback = DialbackService(self.host)
+        self.reachability = ReachabilityMonitor(self.host, on_change=self._reachability_changed)
+        self.reachability.start()
+
+    def _reachability_changed(self, _: Reachability) -> None:
+        self.on_event(self.network())
+
+    def network(self) -> PeerNetwork:
+        """How others reach this peer, and how it reaches the peers it is connected to now."""
+        kinds = connection_kinds(self.host)
+        monitor = self.reachability
+        return PeerNetwork(
+            reachability=monitor.state.value if monitor else Reachability.UNKNOWN.value,
+            public_address=str(monitor.public_address)
+            if monitor and monitor.public_address
+            else None,
+            checked_at=monitor.checked_at if monitor else None,
+            peers=kinds["peers"],
+            direct=kinds["direct"],
+            punched=kinds["punched"],
+            relayed=kinds["relayed"],
+        )
 
     # ---- steering by the engine ------------------------------------------------------------------
 
@@ -385,6 +423,8 @@ class ProjectPeer:
 
     async def close(self) -> None:
         await self._tasks.close()
+        if self.reachability is not None:
+            await self.reachability.close()
         if self.optimizer is not None:
             await self.optimizer.close()
         if self.averager is not None:
