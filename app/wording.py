@@ -15,11 +15,13 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    NetworkChanged,
     PeersSeen,
     ProgressUpdated,
     ProjectsChanged,
     StateChanged,
 )
+from core.api.schema import Network
 
 STATE_WORDS = {
     "idle": "Idle",
@@ -153,6 +155,46 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+CHECKING_NETWORK = "Checking how others can reach you…"
+
+
+def network_line(network: Network) -> str:
+    """How others reach this computer, in one line for the dashboard.
+
+    "Reachable from the internet"; behind a router, how we reach our peers instead: "direct to 3
+    of 4 peers" (hole-punched connections are direct too), or "through a relay" when none is.
+    """
+    if network.reachability == "public":
+        return "Reachable from the internet"
+    if network.reachability != "private":
+        return CHECKING_NETWORK
+    direct = network.direct + network.punched
+    if network.peers == 0:
+        return "Behind a router: not connected to other peers yet"
+    if direct == 0:
+        return "Behind a router: through a relay"
+    if direct == network.peers:
+        return f"Behind a router: direct to {'all ' if direct > 1 else ''}{_peers(direct)}"
+    return f"Behind a router: direct to {direct} of {_peers(network.peers)}"
+
+
+def network_detail(network: Network, now: float) -> str:
+    """The line's tooltip: where others reach us, and when that was checked."""
+    checked = f" (checked {ago(network.checked_at, now)})" if network.checked_at else ""
+    if network.reachability == "public" and network.public_address:
+        return f"Other peers can connect to this computer at {network.public_address}{checked}"
+    if network.reachability == "private":
+        return (
+            "Other peers cannot connect to this computer by themselves; it connects to them, "
+            f"directly where possible and otherwise through a relay{checked}"
+        )
+    return "Other peers are being asked to connect back to this computer"
+
+
+def _peers(n: int) -> str:
+    return f"{n} peer" if n == 1 else f"{n} peers"
+
+
 def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case per type
     """(kind, text) of one event for the event log."""
     data: object = event.data  # not narrowed to the known types: a newer engine may send others
@@ -188,6 +230,8 @@ def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case
         if account.logged_in:
             return "Account", f"Logged in as {account.username} at {account.coordinator}"
         return "Account", "Logged out"
+    if isinstance(data, NetworkChanged):
+        return "Network", network_line(data.network)
     if isinstance(data, ProgressUpdated):
         p = data.progress
         return "Progress", f"{p.samples_per_second:.0f} samples/s, {p.peers} peer(s)"

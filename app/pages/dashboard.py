@@ -109,9 +109,11 @@ class DashboardPage(QWidget):
         self.reason = QLabel("", wordWrap=True)
         self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.notes = QLabel("", objectName="caption", wordWrap=True)
+        self.network = QLabel("", objectName="caption", wordWrap=True)
+        self.network.hide()
         self.error = QLabel("", objectName="inlineError", wordWrap=True)
         self.error.hide()
-        for label in (self.reason, self.notes, self.error):
+        for label in (self.reason, self.notes, self.network, self.error):
             state_card.box.addWidget(label)
         return state_card
 
@@ -144,6 +146,7 @@ class DashboardPage(QWidget):
             self.notes.setText("")
             for button in (self.snooze_button, self.resume_button, self.login_button):
                 button.hide()
+            self.network.hide()
             for tile in (self.speed, self.peers):  # live figures: unknown without the engine
                 tile.set("–", "no engine")
             return
@@ -165,6 +168,7 @@ class DashboardPage(QWidget):
             notes.insert(0, state.last_error)
         self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
+        self._show_network(state)
         paused_by_user = state.user_paused or state.snoozed_until is not None
         self.snooze_button.setVisible(on and state.snoozed_until is None)
         self.resume_button.setVisible(state.contribute and paused_by_user)
@@ -187,6 +191,13 @@ class DashboardPage(QWidget):
         epoch = p.collaboration_epoch if p.collaboration_epoch is not None else p.epoch
         stale = state.state in ("paused", "waiting") and epoch is not None
         self.epoch.set("–" if epoch is None else str(epoch), "as of the pause" if stale else "")
+
+    def _show_network(self, state: EngineState) -> None:
+        network = state.network
+        self.network.setVisible(network is not None)
+        if network is not None:
+            self.network.setText(wording.network_line(network))
+            self.network.setToolTip(wording.network_detail(network, time.time()))
 
     def show_statistics(self, statistics: Statistics) -> None:
         self.today.set(wording.count(statistics.today.samples), "on this computer")

@@ -3,7 +3,7 @@
 - ``schema``    versioned dataclasses: EngineState, Progress, Statistics, Settings, ProjectInfo,
   AccountInfo, Leaderboard, MyRank, requests; state names and reason codes (from ``core.policy``).
 - ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors,
-  account changed).
+  account changed, network changed).
 - ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as, and
   the error id of the engine's own failures (``error_id``).
 - ``codec``     dataclasses to JSON and back, checked against their type hints; unknown reason
@@ -47,6 +47,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    NetworkChanged,
     PeersSeen,
     ProgressUpdated,
     ProjectsChanged,
@@ -73,6 +74,7 @@ from core.api.schema import (
     LeaderboardTotals,
     LoginRequest,
     MyRank,
+    Network,
     Progress,
     ProjectInfo,
     ProjectList,
@@ -116,6 +118,8 @@ __all__ = [
     "LoginRequest",
     "LoginRequired",
     "MyRank",
+    "Network",
+    "NetworkChanged",
     "NotFound",
     "PeersSeen",
     "Progress",

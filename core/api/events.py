@@ -11,7 +11,7 @@ from typing import Any
 
 from core.api.codec import decode, encode
 from core.api.errors import BadRequest
-from core.api.schema import AccountInfo, Code, EpochPoint, Progress
+from core.api.schema import AccountInfo, Code, EpochPoint, Network, Progress
 from core.policy import StateName
 
 
@@ -73,6 +73,14 @@ class CollaborationEpoch:
     point: EpochPoint
 
 
+@dataclass(frozen=True)
+class NetworkChanged:
+    """The reachability check changed its verdict (reachable from the internet, or not)."""
+
+    project: str
+    network: Network
+
+
 EventData = (
     StateChanged
     | ProgressUpdated
@@ -82,6 +90,7 @@ EventData = (
     | ProjectsChanged
     | AccountChanged
     | CollaborationEpoch
+    | NetworkChanged
 )
 
 EVENT_TYPES: dict[str, type[Any]] = {
@@ -93,6 +102,7 @@ EVENT_TYPES: dict[str, type[Any]] = {
     "projects_changed": ProjectsChanged,
     "account_changed": AccountChanged,
     "collaboration_epoch": CollaborationEpoch,
+    "network_changed": NetworkChanged,
 }
 _NAMES = {cls: name for name, cls in EVENT_TYPES.items()}
 

@@ -86,6 +86,27 @@ class ProjectInfo:
 
 
 @dataclass(frozen=True)
+class Network:
+    """How other peers reach this computer: the reachability check's verdict, and how we are
+    connected to the peers we talk to now (each peer counted once, by its best connection)."""
+
+    reachability: Annotated[Literal["public", "private", "unknown"], Fallback("unknown")] = (
+        "unknown"
+    )
+    """``public``: peers on the internet can connect to us; ``private``: they cannot (a router or a
+    firewall in the way); ``unknown``: not checked yet."""
+    public_address: str | None = None
+    """Where others reach us (``public`` only)."""
+    checked_at: float | None = None
+    """Unix time of the last check."""
+    peers: int = 0
+    direct: int = 0
+    punched: int = 0
+    """Direct connections that hole punching opened through our router."""
+    relayed: int = 0
+
+
+@dataclass(frozen=True)
 class EngineState:
     api_version: int
     engine_version: str
@@ -108,6 +129,8 @@ class EngineState:
     notes: list[str] = field(default_factory=list)
     """What the sensors cannot tell, and why."""
     last_error: str | None = None
+    network: Network | None = None
+    """How other peers reach us, while the project's peer runs."""
 
 
 @dataclass(frozen=True)
@@ -312,3 +335,5 @@ class Diagnostics:
     """torch's version once training loaded it, else None."""
     log_tail: list[str] = field(default_factory=list)
     """The last lines of the engine's log file."""
+    network: list[str] = field(default_factory=list)
+    """The reachability check's details (observed addresses, the peers' answers), one per line."""

@@ -29,7 +29,11 @@ REDACTED = "[redacted]"
 
 
 async def diagnostics(
-    config: EngineConfig, *, started: float, secrets: Iterable[str] = ()
+    config: EngineConfig,
+    *,
+    started: float,
+    secrets: Iterable[str] = (),
+    network: Iterable[str] = (),
 ) -> Diagnostics:
     tail, system = await asyncio.gather(
         asyncio.to_thread(log_tail, config.engine_log),
@@ -58,6 +62,7 @@ async def diagnostics(
         },
         torch=str(torch_version) if torch_version is not None else None,
         log_tail=[_redact(line, hidden) for line in tail],
+        network=list(network),
     )
 
 

@@ -42,6 +42,7 @@ from core.api.schema import (
     EngineState,
     Leaderboard,
     MyRank,
+    Network,
     ProjectInfo,
     ProjectOffer,
     Settings,
@@ -66,7 +67,7 @@ from core.engine.parts import Closing, EngineParts
 from core.engine.peer_events import PeerEvents
 from core.engine.progress import ProgressMeter
 from core.engine.projects import NetworkChoice, ProjectRunner, ProjectSlot
-from core.engine.views import project_info, statistics_view
+from core.engine.views import network_lines, network_view, project_info, statistics_view
 from core.policy import STARTING, Decision, decide, outcome
 from core.scheduler import ConditionSampler
 from core.swarm import SwarmFollower
@@ -289,7 +290,12 @@ class Engine:
             duty=decision.duty if decision else 0.0,
             notes=list(self._notes),
             last_error=self.runner.error if self.runner is not None else None,
+            network=self._network(),
         )
+
+    def _network(self) -> Network | None:
+        network = self.runner.network() if self.runner is not None else None
+        return network_view(network) if network is not None else None
 
     def settings(self) -> Settings:
         return settings_view(self.memory.preferences)
@@ -324,7 +330,13 @@ class Engine:
     async def diagnostics(self, secrets: list[str]) -> Diagnostics:
         """For a bug report; ``secrets`` (the control token) and the login's are blotted out."""
         hidden = [*secrets, *self._account.secrets()]
-        return await diagnostics(self.config, started=self.started, secrets=hidden)
+        details = self.runner.network_diagnostics() if self.runner is not None else None
+        return await diagnostics(
+            self.config,
+            started=self.started,
+            secrets=hidden,
+            network=network_lines(details) if details is not None else [],
+        )
 
     def statistics(self, project: str | None, days: int) -> Statistics:
         if not 1 <= days <= 3660:

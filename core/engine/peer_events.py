@@ -4,24 +4,25 @@
 was more than us) and published. ``PeerMetrics``: a completed epoch of the whole collaboration, kept
 as a point of the loss curve and published. ``PeerFailed`` and ``PeerReady``: published or acted on
 at once (the scheduler loop is woken, so the engine's state follows without waiting for the next
-tick).
+tick). ``PeerNetwork``: the reachability check's new verdict, published.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from core.api.events import CollaborationEpoch, ErrorRaised
+from core.api.events import CollaborationEpoch, ErrorRaised, NetworkChanged
 from core.engine.events import EventBus
 from core.engine.history import History, point_from_event
 from core.engine.metering import Metering
-from core.engine.views import epoch_finished
+from core.engine.views import epoch_finished, network_view
 from core.stats import Contribution
 from core.training.events import (
     PeerEpoch,
     PeerEvent,
     PeerFailed,
     PeerMetrics,
+    PeerNetwork,
     PeerReady,
     PeerStopped,
 )
@@ -50,5 +51,7 @@ class PeerEvents:
             self._wake.set()
         elif isinstance(event, PeerReady):
             self._wake.set()  # the trainer exists now: apply the decision (threads, state)
+        elif isinstance(event, PeerNetwork):
+            self._events.publish(NetworkChanged(project, network_view(event)))
         elif isinstance(event, PeerStopped):
             pass  # the runner stopped it, and knows

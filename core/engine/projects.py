@@ -35,7 +35,7 @@ from core.net.ports import all_interfaces
 from core.policy import PeerStatus, RunnerState
 from core.project import Manifest, load_manifest
 from core.swarm import LocalSwarm, LocalSwarms
-from core.training.events import PeerEvent, PeerFailed, PeerReady
+from core.training.events import PeerEvent, PeerFailed, PeerNetwork, PeerReady
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 
@@ -156,7 +156,7 @@ class ProjectRunner:
         network: Callable[[], NetworkChoice] | None = None,
     ) -> None:
         self.slot = slot
-        self.network = network or NetworkChoice
+        self.network_choice = network or NetworkChoice
         self.account = account
         self.swarms = swarms
         self.work_dir = work_dir
@@ -239,7 +239,7 @@ class ProjectRunner:
                 manifest,
                 work_dir=self.work_dir,
                 role="trainer",
-                **self.network().listen_settings(manifest, local=self.slot.local_swarm),
+                **self.network_choice().listen_settings(manifest, local=self.slot.local_swarm),
                 initial_peers=initial_peers,
                 data_base=data_base,
                 data_seed=secrets.randbelow(2**31),
@@ -313,6 +313,17 @@ class ProjectRunner:
     def progress(self) -> dict[str, Any]:
         """The peer's running totals and where training stands (empty before it exists)."""
         return self.peer.progress() if self.peer is not None else {}
+
+    def network(self) -> PeerNetwork | None:
+        """How others reach the peer (None before it exists)."""
+        return self.peer.network() if self.peer is not None else None
+
+    def network_diagnostics(self) -> dict[str, Any] | None:
+        """The reachability check's details, when the peer checks its reachability."""
+        peer = self.peer
+        if peer is None or peer.reachability is None:
+            return None
+        return peer.reachability.diagnostics()
 
     async def stop(self, timeout: float = 4.0) -> None:
         """Stop the peer: drop the current microbatch, leave the swarm, free everything."""

@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from core.api.events import EpochFinished
 from core.api.schema import (
     Amounts,
     DayAmounts,
+    Network,
     Progress,
     ProjectInfo,
     Statistics,
@@ -20,7 +21,7 @@ from core.api.schema import (
 from core.engine.projects import ProjectSlot
 from core.stats import Contribution, Ledger
 from core.swarm import LocalSwarm
-from core.training.events import PeerEpoch
+from core.training.events import PeerEpoch, PeerNetwork
 
 
 def statistics_view(ledger: Ledger, project: str | None, days: int, *, now: float) -> Statistics:
@@ -70,6 +71,41 @@ def epoch_finished(project: str, event: PeerEpoch) -> EpochFinished:
     return EpochFinished(
         project, event.epoch, event.samples, event.group_size, event.averaged, event.seconds
     )
+
+
+def network_view(network: PeerNetwork) -> Network:
+    """The peer's ``PeerNetwork`` as the API's ``Network`` (an unknown verdict reads "unknown")."""
+    verdicts: dict[str, Literal["public", "private"]] = {"public": "public", "private": "private"}
+    return Network(
+        reachability=verdicts.get(network.reachability, "unknown"),
+        public_address=network.public_address,
+        checked_at=network.checked_at,
+        peers=network.peers,
+        direct=network.direct,
+        punched=network.punched,
+        relayed=network.relayed,
+    )
+
+
+def network_lines(details: Mapping[str, Any]) -> list[str]:
+    """The reachability check's details (``ReachabilityMonitor.diagnostics``), one fact a line."""
+    lines = [
+        f"reachability: {details.get('state')} (public address: {details.get('public_address')})",
+        (
+            f"checks: {details.get('checks')}, last at {details.get('checked_at')}; "
+            f"dial-back peers connected: {details.get('dialback_peers')}, "
+            f"agreeing answers needed: {details.get('needed')}"
+        ),
+    ]
+    for seen in details.get("observed", ()):
+        lines.append(
+            f"observed at {seen['ip']} by {seen['observers']} network(s), {seen['peers']} peer(s)"
+        )
+    for answer in details.get("answers", ()):
+        verdict = "reached" if answer["reachable"] else "could not reach"
+        lines.append(f"{answer['peer']} {verdict} {answer['address']} ({answer['age_s']:g} s ago)")
+    lines.extend(f"last check: {reason}" for reason in details.get("reasons", ()))
+    return lines
 
 
 def _amounts(c: Contribution) -> Amounts:

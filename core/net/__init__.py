@@ -37,6 +37,14 @@
 - ``punch``        HolePuncher: moves relayed connections onto direct ones by TCP simultaneous
   open (CONNECT/SYNC over the relay, fixed TLS roles, back-off, refusals, stats).
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.
+- ``observed``     ObservedAddresses: the IPs peers say they see us at, ranked by distinct observer
+  networks; says when it changes (a network change).
+- ``reachability`` Reachability (PUBLIC / PRIVATE / UNKNOWN) and its Classifier of dial-back answers.
+- ``dialback``     DialbackService: dials an asking peer back at its own IP, on a fresh connection.
+- ``dialback_limits`` DialbackLimits and DialbackBudget: the service's rate limits.
+- ``reachability_monitor`` ReachabilityMonitor: asks peers for dial-backs, keeps the verdict and the
+  host's confirmed address up to date, re-checks on changes and periodically.
+- ``connection_kinds`` our peers counted by how we reach them: direct, hole-punched, relayed.
 - ``traffic``      Traffic: bytes sent and received by a Host's connections (for the ledger).
 - ``config``       NetConfig: limits and timeouts.
 - ``errors``       the error hierarchy, including RPC errors rebuilt from wire codes.

@@ -224,5 +224,5 @@ class Presence:
     async def _meet(self, peer: PeerID) -> None:
         try:
             await self.host.connect(peer)
-        except Exception as exc:  # noqa: BLE001 - meeting is best effort; calls report their own
+        except Exception as exc:
             log.debug("could not meet %s: %s", peer.short(), exc)

@@ -72,15 +72,24 @@ class PeerStopped(WireMessage):
 
 @dataclass(frozen=True)
 class PeerNetwork(WireMessage):
-    """How others reach this peer, and how it is connected to each peer: sent when that changes."""
+    """How others reach this peer and how it is connected to its peers: sent when that changes."""
 
     reachability: str
     """``public``, ``private`` or ``unknown`` (``core.net.reachability``)."""
-    client: bool
+    public_address: str | None = None
+    """The address dial-backs reached (public peers only)."""
+    checked_at: float | None = None
+    """Wall-clock time of the last reachability check that asked anyone."""
+    peers: int = 0
+    direct: int = 0
+    punched: int = 0
+    relayed: int = 0
+    """Connected peers, and how many of them by the best kind of connection to each."""
+    client: bool = False
     """Whether it averages as a client (reduces nothing) because others cannot dial it."""
     addresses: list[str] = field(default_factory=list)
     """What it advertises now."""
-    peers: dict[str, str] = field(default_factory=dict)
+    connections: dict[str, str] = field(default_factory=dict)
     """PeerID -> ``direct``, ``punched`` or ``relayed`` for every peer it is connected to."""
     relays: list[str] = field(default_factory=list)
     """Relays holding a reservation for it."""

@@ -22,7 +22,7 @@ import logging
 import shutil
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,11 @@ from core.averaging import Averager, AveragerConfig, Codec
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
+from core.net.connection_kinds import connection_kinds
 from core.net.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
 from core.net.reachability import Reachability
+from core.net.reachability_monitor import ReachabilityMonitor
 from core.project import Manifest
 from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
@@ -325,22 +327,43 @@ class ProjectPeer:
                 self.host.listening_port,
             )
 
+    @property
+    def reachability(self) -> ReachabilityMonitor | None:
+        """The reachability checks (None before ``run`` started the peer's presence)."""
+        return self.presence.monitor if self.presence is not None else None
+
+    def network(self) -> PeerNetwork:
+        """How others reach this peer, and how it reaches the peers it is connected to now."""
+        presence, averager = self.presence, self.averager
+        if presence is None:
+            return PeerNetwork(Reachability.UNKNOWN.value)
+        kinds = connection_kinds(self.host)
+        monitor = presence.monitor
+        relays = presence.relay_client.relays if presence.relay_client is not None else []
+        return PeerNetwork(
+            reachability=presence.reachability.value,
+            public_address=str(monitor.public_address) if monitor.public_address else None,
+            checked_at=monitor.checked_at,
+            peers=kinds["peers"],
+            direct=kinds["direct"],
+            punched=kinds["punched"],
+            relayed=kinds["relayed"],
+            client=averager.config.client_mode if averager is not None else False,
+            addresses=[str(a) for a in self.host.addresses],
+            connections=presence.peers(),
+            relays=[str(r) for r in relays],
+        )
+
     async def _report_network(self) -> None:
         """A ``network`` event whenever reachability, role, addresses or connections change."""
         while True:
-            presence, averager = self.presence, self.averager
-            if presence is not None and averager is not None:
-                event = PeerNetwork(
-                    presence.reachability.value,
-                    averager.config.client_mode,
-                    [str(a) for a in self.host.addresses],
-                    presence.peers(),
-                    [] if presence.relay_client is None
-                    else [str(r) for r in presence.relay_client.relays],
-                )  # fmt: skip
-                if event != self._network:
-                    self._network = event
-                    self.on_event(event)
+            event = self.network()
+            # when it was checked alone changes nothing worth telling
+            if self._network is None or replace(event, checked_at=None) != replace(
+                self._network, checked_at=None
+            ):
+                self.on_event(event)
+            self._network = event
             await asyncio.sleep(1.0)
 
     # ---- steering by the engine ------------------------------------------------------------------

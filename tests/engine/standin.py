@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core.training.events import PeerEvent, PeerReady
+from core.training.events import PeerEvent, PeerNetwork, PeerReady
 
 if TYPE_CHECKING:  # torch loads only in the tests that build peers
     from core.training import runtime
@@ -23,6 +23,9 @@ class StandInPeer:
         self.on_event = on_event
         self.closed = False
         self.control = self.Control()
+        self.reachability: Any = None
+        """A stand-in for ``ProjectPeer.reachability`` (its ``diagnostics()`` is all the engine asks)."""
+        self.network_now = PeerNetwork("unknown")
 
     class Control:
         def close(self) -> None:
@@ -43,6 +46,9 @@ class StandInPeer:
 
     def progress(self) -> dict[str, Any]:
         return {}
+
+    def network(self) -> PeerNetwork:
+        return self.network_now
 
     async def close(self) -> None:
         self.closed = True

@@ -18,6 +18,7 @@ from core.training.events import (
     PeerEvent,
     PeerFailed,
     PeerMetrics,
+    PeerNetwork,
     PeerReady,
     PeerStopped,
     from_json,
@@ -34,6 +35,7 @@ EVENTS: list[PeerEvent] = [
     PeerMetrics(13, None, 1024, 300.0, 2, 1_700_000_004.0),
     PeerFailed("the data server does not answer"),
     PeerStopped(),
+    PeerNetwork("private", None, 1_700_000_000.0, peers=4, direct=3, relayed=1),
 ]
 
 

@@ -47,7 +47,8 @@ class LabProcess:
         try:
             event = self._queue.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"{self.where}: no event within {timeout:g} s\n{self.tail()}")
+            message = f"{self.where}: no event within {timeout:g} s\n{self.tail()}"
+            raise AssertionError(message) from None
         if event is None:
             raise AssertionError(f"{self.where}: the process ended\n{self.tail()}")
         self.events.append(event)

@@ -36,6 +36,7 @@ from core.api.events import (
     CollaborationEpoch,
     Event,
     EventData,
+    NetworkChanged,
     ProgressUpdated,
     ProjectsChanged,
     StateChanged,
@@ -49,6 +50,7 @@ from core.api.schema import (
     EpochPoint,
     Leaderboard,
     MyRank,
+    Network,
     Progress,
     ProjectInfo,
     ProjectList,
@@ -120,6 +122,8 @@ class FakeEngine:
         self._decision: Decision | None = None
         self._since = now
         self.last_error: str | None = None
+        self.network: Network | None = None
+        """How others reach the peer (``set_network``); shown while a project is active."""
         self.contributed = scenario == "contributing"
         """Whether the ledger has a history (statistics); a first start has none."""
         if scenario == "contributing":
@@ -155,6 +159,17 @@ class FakeEngine:
         with self._lock:
             self.peer_error = message
             self._decide()
+
+    def set_network(self, network: Network | None) -> None:
+        """What the reachability check says, and how the peer is connected; a new verdict is
+        published as the engine does (``NetworkChanged``)."""
+        with self._lock:
+            before, self.network = self.network, network
+            changed = before is None or before.reachability != getattr(
+                network, "reachability", None
+            )
+            if network is not None and changed:
+                self._publish(NetworkChanged(self.active or DEMO, network))
 
     def emit(self, data: EventData) -> Event:
         """Publish an event as the engine would."""
@@ -457,6 +472,7 @@ class FakeEngine:
             duty=decision.duty if decision is not None else 0.0,
             notes=list(self.conditions.notes),
             last_error=self.last_error,
+            network=self.network if active is not None else None,
         )
 
     def _account(self) -> AccountInfo:

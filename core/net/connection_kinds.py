@@ -1,0 +1,46 @@
+"""How we are connected to our peers: directly, through a hole punch, or through a relay.
+
+For the app's line "Behind a router: direct to 3 of 4 peers". Each peer counts once, by its best
+connection (a peer reached both directly and through a relay counts as direct), because that is
+the one its calls use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.net.connection import Connection
+    from core.net.host import Host
+
+KINDS = ("direct", "punched", "relayed")
+"""Best first. ``punched``: direct connections that a hole punch opened (``core.net.punch`` marks
+them ``punched = True``); without hole punching there are none."""
+
+
+def kind_of(conn: Connection) -> str:
+    if conn.relayed_via is not None:
+        return "relayed"
+    # a hole-punched connection is marked by its maker; plain connections have no such attribute
+    if getattr(conn, "punched", False):
+        return "punched"
+    return "direct"
+
+
+def connection_kinds(host: Host) -> dict[str, int]:
+    """Connected peers by the best kind of their usable connections; ``peers`` is their total."""
+    best: dict[str, int] = {}
+    for conn in host.connections():
+        if conn.peer is None or not conn.is_usable:
+            continue
+        rank = KINDS.index(kind_of(conn))
+        key = str(conn.peer)
+        best[key] = min(rank, best.get(key, rank))
+    counts = dict.fromkeys(KINDS, 0)
+    for rank in best.values():
+        counts[KINDS[rank]] += 1
+    counts["peers"] = len(best)
+    return counts
+
+
+__all__ = ["KINDS", "connection_kinds", "kind_of"]
