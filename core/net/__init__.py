@@ -19,6 +19,12 @@
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
 - ``pings``        Pings: round-trip probes on one connection (a random token, echoed).
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
+- ``ports``        the default listening port of each role, and listen addresses for every interface.
+- ``advertise``    which of our addresses other peers are given (never loopback or link-local,
+  except in a swarm inside one computer): confirmed public, interfaces, relays.
+- ``dialing``      the order addresses are tried in, and staggered parallel attempts (first wins).
+- ``presence``     Presence: reachability checks, relays (used or offered), hole punching, port
+  mapping and meeting peers, composed for one Host and steered by its reachability.
 - ``host_access``  HostAccess: in moderated projects a Host admits only peers with a valid pass,
   pushes our renewed pass, and drops peers whose pass is revoked or expired.
 - ``relay_messages``  the relay protocol: reserve / connect / incoming methods, their messages,

@@ -32,6 +32,8 @@ from core.averaging import Averager, AveragerConfig, Codec
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
+from core.net.address import PeerAddress
+from core.net.advertise import parse_ip
 from core.net.connection_kinds import connection_kinds
 from core.net.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
@@ -212,9 +214,7 @@ class ProjectPeer:
             raise TrainingError(f"project {self.prefix} is open: it takes no access gate")
         identity = settings.identity or Identity.generate()
         self.host = Host(identity, NetConfig(), access=access)
-        self.dht = DHTNode(
-            HostTransport(self.host), DHTConfig(client_mode=settings.role == "client")
-        )
+        self.dht = DHTNode(HostTransport(self.host), DHTConfig(client_mode=_dht_client(settings)))
         self.bridge = TrainingBridge()
         self.averager: Averager | None = None
         self.optimizer: CollaborativeOptimizer | None = None
@@ -475,6 +475,21 @@ class ProjectPeer:
         if self.presence is not None:
             await self.presence.close()
         await self.host.close()
+
+
+def _dht_client(settings: PeerSettings) -> bool:
+    """Whether our DHT node only asks (serves nothing, stays out of others' routing tables).
+
+    A volunteer's trainer on the internet asks only: most sit behind routers, and a node others
+    must reach through a relay would slow every lookup that passes it; the backbone serves the DHT.
+    Inside one computer (loopback) every peer can serve.
+    """
+    if settings.role == "client":
+        return True
+    if settings.role == "aux":
+        return False
+    hosts = [PeerAddress.parse(text).host or "" for text in settings.listen]
+    return not all((ip := parse_ip(host)) is not None and ip.is_loopback for host in hosts)
 
 
 def _load_checkpoint(state: TrainingState, path: Path) -> None:
