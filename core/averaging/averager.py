@@ -132,7 +132,8 @@ class Averager:
         config = self.config
         return MemberInfo(
             self.host.peer_id,
-            [] if config.client_mode else [str(a) for a in self.host.addresses],
+            # a client's addresses (relays, its LAN) let peers meet it; its flag keeps parts away
+            [str(a) for a in self.host.addresses],
             config.compute,
             config.upload,
             config.download,
@@ -161,12 +162,13 @@ class Averager:
             return  # an auxiliary peer only answers
         targets = []
         for member in group.members:
-            if member.peer == me or member.client:
+            if member.peer == me:
                 continue
             addresses = PeerAddress.of_peer(member.peer, member.addresses)
             if addresses:
                 self.host.add_addresses(member.peer, addresses)
-            targets.append(member.peer)
+            if not member.client:
+                targets.append(member.peer)
         if targets:
             try:
                 async with asyncio.timeout(self.config.request_timeout):
