@@ -1,7 +1,7 @@
-"""Run ``punch_lab.py`` across a NAT lab (root; uses the lab harness of branch i16-lab).
+"""Run ``punch_lab.py`` across a NAT lab (root; uses the lab harness in tests/lab).
 
-    sudo python experiments/punch_lab_run.py cone cone
-    sudo python experiments/punch_lab_run.py cone symmetric
+    sudo python tests/lab/experiments/punch_lab_run.py cone cone
+    sudo python tests/lab/experiments/punch_lab_run.py cone symmetric
 
 The lab (uniquely named namespaces) and every process in it are removed at the end.
 """
@@ -13,10 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-LAB_CHECKOUT = Path("/work/wt/lab")  # tests/lab/natlab.py lives there until it is merged
-sys.path.insert(0, str(LAB_CHECKOUT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: tests.lab
 
-from tests.lab.natlab import NatLab  # noqa: E402
+from tests.lab.natlab import NatLab
 
 HERE = Path(__file__).resolve().parent
 
