@@ -19,7 +19,6 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from core.net.address import PeerAddress
 from core.net.peer_id import PeerID
@@ -64,17 +63,9 @@ def interface_ips() -> list[str]:
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class Bound:
-    """One listening socket: its address as bound (possibly a wildcard) and its port."""
-
-    host: str
-    port: int
-
-
 def advertised(
     peer: PeerID,
-    bound: Sequence[Bound],
+    bound: Sequence[PeerAddress],
     *,
     interfaces: Callable[[], Iterable[str]] = interface_ips,
     confirmed: Sequence[PeerAddress] = (),
@@ -85,8 +76,8 @@ def advertised(
     loopback: list[PeerAddress] = []
     local_ips: list[IPAddress] | None = None
     for socket_address in bound:
-        ip = parse_ip(socket_address.host)
-        if ip is None:
+        ip = parse_ip(socket_address.host or "")
+        if ip is None or socket_address.port is None:
             continue
         if ip.is_unspecified:
             if local_ips is None:

@@ -27,8 +27,8 @@ def kind_of(conn: Connection) -> str:
     return "direct"
 
 
-def connection_kinds(host: Host) -> dict[str, int]:
-    """Connected peers by the best kind of their usable connections; ``peers`` is their total."""
+def peer_kinds(host: Host) -> dict[str, str]:
+    """PeerID -> the best kind among its usable connections."""
     best: dict[str, int] = {}
     for conn in host.connections():
         if conn.peer is None or not conn.is_usable:
@@ -36,11 +36,17 @@ def connection_kinds(host: Host) -> dict[str, int]:
         rank = KINDS.index(kind_of(conn))
         key = str(conn.peer)
         best[key] = min(rank, best.get(key, rank))
+    return {peer: KINDS[rank] for peer, rank in best.items()}
+
+
+def connection_kinds(host: Host) -> dict[str, int]:
+    """Connected peers by the best kind of their usable connections; ``peers`` is their total."""
+    kinds = peer_kinds(host)
     counts = dict.fromkeys(KINDS, 0)
-    for rank in best.values():
-        counts[KINDS[rank]] += 1
-    counts["peers"] = len(best)
+    for kind in kinds.values():
+        counts[kind] += 1
+    counts["peers"] = len(kinds)
     return counts
 
 
-__all__ = ["KINDS", "connection_kinds", "kind_of"]
+__all__ = ["KINDS", "connection_kinds", "kind_of", "peer_kinds"]

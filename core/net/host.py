@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeAlias
 
 from core.net.address import PeerAddress
-from core.net.advertise import Bound, advertised, interface_ips
+from core.net.advertise import advertised, interface_ips
 from core.net.bandwidth import BandwidthLimits
 from core.net.certificate import issue_credentials
 from core.net.config import NetConfig
@@ -146,7 +146,6 @@ class Host:
         self._closed = False
         self.listen_addresses: list[PeerAddress] = []
         """Where our listeners are bound, as bound (wildcards included): ours, not for others."""
-        self._bound: list[Bound] = []
         self._interfaces: tuple[float, list[str]] | None = None
         self.confirmed_addresses: list[PeerAddress] = []
         """Public addresses a reachability check proved others can dial (set by its owner)."""
@@ -232,14 +231,12 @@ class Host:
             for sock in server.sockets:
                 host, bound_port = sock.getsockname()[:2]
                 port = bound_port if port is None else port
-                self._bound.append(Bound(str(host), int(bound_port)))
                 self.listen_addresses.append(PeerAddress.tcp(host, bound_port, self.peer_id))
 
     def _close_listeners(self) -> None:
         for server in self._servers:
             server.close()
         self._servers.clear()
-        self._bound.clear()
         self.listen_addresses.clear()
 
     async def close(self) -> None:
@@ -275,7 +272,7 @@ class Host:
         """
         return advertised(
             self.peer_id,
-            self._bound,
+            self.listen_addresses,
             interfaces=self._interface_ips,
             confirmed=self.confirmed_addresses,
             relays=self.relay_addresses,
@@ -284,7 +281,7 @@ class Host:
     @property
     def listening_port(self) -> int | None:
         """The port our listeners share (None when not listening)."""
-        return self._bound[0].port if self._bound else None
+        return self.listen_addresses[0].port if self.listen_addresses else None
 
     def _interface_ips(self) -> list[str]:
         now = time.monotonic()

@@ -24,10 +24,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from core.net.advertise import parse_ip
-from core.net.connection_kinds import connection_kinds, kind_of
 from core.net.dialback import DialbackService
 from core.net.host import Host
 from core.net.peer_id import PeerID
@@ -138,36 +136,6 @@ class Presence:
     def dialable(self) -> bool:
         """Whether others can open connections to us directly (else we average as a client)."""
         return self.reachability is Reachability.PUBLIC
-
-    def peers(self) -> dict[str, str]:
-        """PeerID -> how we are connected to it (``direct``, ``punched``, ``relayed``), best kind."""
-        best: dict[str, str] = {}
-        order = ("direct", "punched", "relayed")
-        for conn in self.host.connections():
-            if conn.peer is None or not conn.is_usable:
-                continue
-            kind, key = kind_of(conn), str(conn.peer)
-            if key not in best or order.index(kind) < order.index(best[key]):
-                best[key] = kind
-        return best
-
-    def snapshot(self) -> dict[str, Any]:
-        """What the engine reports (state, diagnostics) and the app words for the user."""
-        mapping = self.port_mapper.mapping if self.port_mapper is not None else None
-        return {
-            "reachability": self.reachability.value,
-            "dialable": self.dialable,
-            "addresses": [str(a) for a in self.host.addresses],
-            "kinds": connection_kinds(self.host),
-            "peers": self.peers(),
-            "relays": [str(r) for r in self.relay_client.relays] if self.relay_client else [],
-            "relaying": self.relay_service is not None,
-            "port_mapping": None
-            if mapping is None
-            else f"{mapping.method} {mapping.external_ip}:{mapping.external_port}",
-            "punches": None if self.puncher is None else vars(self.puncher.stats).copy(),
-            "checks": self.monitor.diagnostics(),
-        }
 
     # ---- reacting --------------------------------------------------------------------------------
 

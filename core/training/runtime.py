@@ -34,7 +34,7 @@ from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
 from core.net.address import PeerAddress
 from core.net.advertise import parse_ip
-from core.net.connection_kinds import connection_kinds
+from core.net.connection_kinds import KINDS, peer_kinds
 from core.net.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
 from core.net.reachability import Reachability
@@ -337,20 +337,21 @@ class ProjectPeer:
         presence, averager = self.presence, self.averager
         if presence is None:
             return PeerNetwork(Reachability.UNKNOWN.value)
-        kinds = connection_kinds(self.host)
+        connections = peer_kinds(self.host)
+        kinds = {kind: list(connections.values()).count(kind) for kind in KINDS}
         monitor = presence.monitor
         relays = presence.relay_client.relays if presence.relay_client is not None else []
         return PeerNetwork(
             reachability=presence.reachability.value,
             public_address=str(monitor.public_address) if monitor.public_address else None,
             checked_at=monitor.checked_at,
-            peers=kinds["peers"],
+            peers=len(connections),
             direct=kinds["direct"],
             punched=kinds["punched"],
             relayed=kinds["relayed"],
             client=averager.config.client_mode if averager is not None else False,
             addresses=[str(a) for a in self.host.addresses],
-            connections=presence.peers(),
+            connections=connections,
             relays=[str(r) for r in relays],
         )
 

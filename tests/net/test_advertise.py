@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.net import Identity, PeerAddress
-from core.net.advertise import Bound, advertised, is_lan, is_shareable, parse_ip
+from core.net.advertise import advertised, is_lan, is_shareable, parse_ip
 
 ME = Identity.generate().peer_id
 RELAY = Identity.generate().peer_id
@@ -15,18 +15,24 @@ def texts(addresses: list[PeerAddress]) -> list[str]:
 
 
 def test_wildcard_expands_to_shareable_interfaces_public_first() -> None:
-    got = advertised(ME, [Bound("0.0.0.0", 4001), Bound("::", 4001)], interfaces=lambda: INTERFACES)
+    got = advertised(
+        ME,
+        [PeerAddress.tcp("0.0.0.0", 4001), PeerAddress.tcp("::", 4001)],
+        interfaces=lambda: INTERFACES,
+    )
     assert texts(got) == ["203.0.113.9:4001", "192.168.1.20:4001", "fd00::5:4001"]
     assert all(a.peer_id == ME for a in got)
 
 
 def test_loopback_only_host_advertises_loopback() -> None:
-    got = advertised(ME, [Bound("127.0.0.1", 5000)], interfaces=lambda: INTERFACES)
+    got = advertised(ME, [PeerAddress.tcp("127.0.0.1", 5000)], interfaces=lambda: INTERFACES)
     assert texts(got) == ["127.0.0.1:5000"]
 
 
 def test_wildcard_on_a_computer_with_only_loopback_falls_back_to_it() -> None:
-    got = advertised(ME, [Bound("0.0.0.0", 4001)], interfaces=lambda: ["127.0.0.1", "::1"])
+    got = advertised(
+        ME, [PeerAddress.tcp("0.0.0.0", 4001)], interfaces=lambda: ["127.0.0.1", "::1"]
+    )
     assert texts(got) == ["127.0.0.1:4001"]
 
 
@@ -35,7 +41,7 @@ def test_confirmed_first_relays_last_and_no_loopback_beside_them() -> None:
     relayed = [PeerAddress.parse(f"relay:{RELAY}/{ME}")]
     got = advertised(
         ME,
-        [Bound("127.0.0.1", 4001)],
+        [PeerAddress.tcp("127.0.0.1", 4001)],
         interfaces=lambda: INTERFACES,
         confirmed=confirmed,
         relays=relayed,
