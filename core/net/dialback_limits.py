@@ -9,12 +9,12 @@ because the asker can simply ask another peer.
 
 from __future__ import annotations
 
-import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.util.errors import ConfigError
+from core.util.recent import RecentEvents
 
 WINDOW = 60.0
 
@@ -51,49 +51,30 @@ class DialbackBudget:
     ) -> None:
         self.limits = limits
         self._clock = clock
-        self._all: collections.deque[float] = collections.deque()
-        self._by_ip: dict[str, collections.deque[float]] = {}
-        self._by_peer: dict[str, collections.deque[float]] = {}
+        self._by_ip = RecentEvents(WINDOW)  # the total over all IPs is the global count
+        self._by_peer = RecentEvents(WINDOW)
         self.in_flight = 0
 
     def admit(self, ip: str, peer: str) -> str | None:
         """Take one dial-back for (``ip``, ``peer``) and return None, or return why not."""
         now = self._clock()
-        self._expire(now)
         limits = self.limits
         if self.in_flight >= limits.in_flight:
             return f"too many dial-backs in progress ({limits.in_flight}); ask again later"
-        if len(self._all) >= limits.per_minute:
+        if self._by_ip.total(now) >= limits.per_minute:
             return f"this peer serves at most {limits.per_minute} dial-backs a minute"
-        by_ip = self._by_ip.get(ip)
-        if by_ip is not None and len(by_ip) >= limits.per_ip_per_minute:
+        if self._by_ip.count(ip, now) >= limits.per_ip_per_minute:
             return f"at most {limits.per_ip_per_minute} dial-backs a minute to one IP address"
-        by_peer = self._by_peer.get(peer)
-        if by_peer is not None and len(by_peer) >= limits.per_peer_per_minute:
+        if self._by_peer.count(peer, now) >= limits.per_peer_per_minute:
             return f"at most {limits.per_peer_per_minute} dial-backs a minute to one peer"
-        self._all.append(now)
-        self._by_ip.setdefault(ip, collections.deque()).append(now)
-        self._by_peer.setdefault(peer, collections.deque()).append(now)
+        self._by_ip.add(ip, now)
+        self._by_peer.add(peer, now)
         self.in_flight += 1
         return None
 
     def done(self) -> None:
         """An admitted dial-back finished (either way)."""
         self.in_flight -= 1
-
-    def _expire(self, now: float) -> None:
-        limit = now - WINDOW
-        _drop_before(self._all, limit)
-        for table in (self._by_ip, self._by_peer):
-            # empty windows go, so that many askers over time do not grow the tables
-            for key in [k for k, window in table.items() if not _drop_before(window, limit)]:
-                del table[key]
-
-
-def _drop_before(window: collections.deque[float], limit: float) -> int:
-    while window and window[0] < limit:
-        window.popleft()
-    return len(window)
 
 
 __all__ = ["DialbackBudget", "DialbackLimits"]

@@ -19,9 +19,10 @@ loop) does not push A's dials late.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+
+from core.util.recent import RecentEvents
 
 MAX_RTT = 5.0
 """A larger relayed round trip is treated as this: beyond it the estimate is noise, not a path."""
@@ -119,19 +120,14 @@ class RateLimit:
 
     def __init__(self, limit: int, period: float, total: int, clock: Callable[[], float]) -> None:
         self._limit = limit
-        self._period = period
         self._total = total
         self._clock = clock
-        self._events: deque[tuple[float, object]] = deque()
+        self._events = RecentEvents(period)  # memory stays bounded by ``total``
 
-    def allow(self, key: object) -> bool:
+    def allow(self, key: Hashable) -> bool:
         """Whether one more event for ``key`` fits; counts it if so."""
         now = self._clock()
-        while self._events and self._events[0][0] <= now - self._period:
-            self._events.popleft()  # forgets old events: memory stays bounded by ``total``
-        if len(self._events) >= self._total:
+        if self._events.total(now) >= self._total or self._events.count(key, now) >= self._limit:
             return False
-        if sum(1 for _, k in self._events if k == key) >= self._limit:
-            return False
-        self._events.append((now, key))
+        self._events.add(key, now)
         return True

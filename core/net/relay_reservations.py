@@ -7,12 +7,12 @@ reservations are dropped lazily, whenever the table is read.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from core.net.relay_limits import RelayLimits
 from core.net.relay_messages import RelayRefused, RelayStatus
+from core.util.recent import RecentEvents
 
 if TYPE_CHECKING:
     from core.net.connection import Connection
@@ -41,7 +41,7 @@ class Reservations:
     def __init__(self, limits: RelayLimits) -> None:
         self._limits = limits
         self._by_peer: dict[PeerID, Reservation] = {}
-        self._requests: dict[PeerID, deque[float]] = {}
+        self._requests = RecentEvents(RATE_WINDOW)
 
     def __len__(self) -> int:
         return len(self._by_peer)
@@ -78,22 +78,16 @@ class Reservations:
 
     def _count_request(self, peer: PeerID, now: float) -> None:
         limit = self._limits.reserve_calls_per_minute
-        recent = self._requests.setdefault(peer, deque())
-        while recent and recent[0] <= now - RATE_WINDOW:
-            recent.popleft()
-        if len(recent) >= limit:
+        if self._requests.count(peer, now) >= limit:
             raise RelayRefused(
                 RelayStatus.LIMIT,
                 f"too many reservation requests (limit {limit} a minute); try again later",
             )
-        recent.append(now)
+        self._requests.add(peer, now)
 
     def _purge(self, now: float) -> None:
         for peer in [peer for peer, held in self._by_peer.items() if not held.live(now)]:
             del self._by_peer[peer]
-        # forget request counts that no longer matter, so the table stays as small as the traffic
-        for peer in [p for p, times in self._requests.items() if times[-1] <= now - RATE_WINDOW]:
-            del self._requests[peer]
 
     def drop(self, peer: PeerID) -> None:
         self._by_peer.pop(peer, None)
