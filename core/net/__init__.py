@@ -40,6 +40,7 @@
   rounds, and when a pair or a requester may try again (pure).
 - ``punch_candidates`` PunchOffer: the addresses traded before a punch; which we offer and dial.
 - ``punch_dial``   the punching sockets: connects from our listening port, repeated for a window.
+- ``punch_messages`` the hole-punch protocol's messages (CONNECT, SYNC) and PunchStats.
 - ``punch``        HolePuncher: moves relayed connections onto direct ones by TCP simultaneous
   open (CONNECT/SYNC over the relay, fixed TLS roles, back-off, refusals, stats).
 - ``bandwidth``    upload and download limits: token buckets shared by a Host's connections.

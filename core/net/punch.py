@@ -29,13 +29,11 @@ requests (per peer and in total); and CONNECT from a peer we are already directl
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from core.net.address import PeerAddress
 from core.net.advertise import parse_ip
 from core.net.connection import Connection
 from core.net.errors import (
@@ -52,66 +50,24 @@ from core.net.punch_candidates import (
     Candidate,
     PunchOffer,
     Whereabouts,
+    candidate_of_peername,
+    candidates_of,
     dial_targets,
     make_offer,
     observed_addresses,
     show_candidate,
 )
-from core.net.punch_dial import DialFailure, connect_all, local_for
+from core.net.punch_dial import connect_all, local_for, why_not
+from core.net.punch_messages import CONNECT, SYNC, PunchStats, PunchSync, PunchSyncReply
 from core.net.punch_timing import Backoff, PunchTiming, RateLimit
-from core.net.rpc import CallContext, Method
+from core.net.rpc import CallContext
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
-from core.util.wire import WireMessage
 
 log = logging.getLogger(__name__)
 
-RECENT = 32
-"""Peers whose last punch outcome ``PunchStats.recent`` keeps."""
 OFFER_TTL = 10.0
 """Seconds an accepted CONNECT waits for its SYNC (which follows one round trip later)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PunchSync(WireMessage):
-    """Fire now. ``rtt`` is the initiator's estimate, which sizes the responder's window."""
-
-    attempt: int
-    rtt: float
-
-
-@dataclass(frozen=True, slots=True)
-class PunchSyncReply(WireMessage):
-    dialing: int
-    """How many of the initiator's addresses the responder dials."""
-
-
-CONNECT: Method[PunchOffer, PunchOffer] = Method("punch.connect", PunchOffer, PunchOffer)
-SYNC: Method[PunchSync, PunchSyncReply] = Method("punch.sync", PunchSync, PunchSyncReply)
-
-
-@dataclass
-class PunchStats:
-    """Counters for diagnostics. Punches are counted by the side that started them."""
-
-    attempted: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    last_reason: str | None = None
-    """Why the last failed punch failed."""
-    answered: int = 0
-    """Rounds we took part in as the responder."""
-    refused: int = 0
-    last_refusal: str | None = None
-    recent: dict[str, str] = field(default_factory=dict)
-    """Outcome of the last punch per peer (PeerID text -> "direct" or the reason), newest last,
-    at most ``RECENT`` peers (an engine runs for weeks)."""
-
-    def note(self, peer: PeerID, outcome: str) -> None:
-        self.recent.pop(str(peer), None)
-        self.recent[str(peer)] = outcome
-        while len(self.recent) > RECENT:
-            del self.recent[next(iter(self.recent))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,11 +334,11 @@ class HolePuncher:
         finally:
             dials.cancel()
             await asyncio.gather(dials, return_exceptions=True)
-        return _why_not(dials.result(), handshake_errors)
+        return why_not(dials.result(), handshake_errors)
 
     def _claim(self, transport: asyncio.Transport) -> bool:
         """Take an inbound connection from an address we are punching to (see the module doc)."""
-        at = _candidate_of(transport.get_extra_info("peername"))
+        at = candidate_of_peername(transport.get_extra_info("peername"))
         queue = self._claims.get(at) if at is not None else None
         if queue is None:
             return False
@@ -511,7 +467,7 @@ class HolePuncher:
                 log.debug("punched from %s's side: %r", peer, waiter.result())
             else:
                 failures = dials.result() if dials.done() and not dials.cancelled() else []
-                log.debug("punch answered for %s failed: %s", peer, _why_not(failures, []))
+                log.debug("punch answered for %s failed: %s", peer, why_not(failures, []))
         except TimeoutError:
             log.debug("punch answered for %s failed: the handshake did not finish", peer)
         finally:
@@ -542,8 +498,8 @@ class HolePuncher:
         return Whereabouts(
             port=host.listening_port or 0,
             observed=observed_addresses(host.connections()),
-            confirmed=_candidates(host.confirmed_addresses),
-            interfaces=_candidates(host.addresses),
+            confirmed=candidates_of(host.confirmed_addresses),
+            interfaces=candidates_of(host.addresses),
             loopback_only=bool(listen_ips)
             and all(ip is not None and ip.is_loopback for ip in listen_ips),
         )
@@ -563,27 +519,8 @@ def _require_relayed(ctx: CallContext) -> None:
         )
 
 
-def _candidates(addresses: list[PeerAddress]) -> list[Candidate]:
-    return [
-        (a.host, a.port)
-        for a in addresses
-        if not a.is_relayed and a.host is not None and a.port is not None and parse_ip(a.host)
-    ]
-
-
-def _candidate_of(peername: object) -> Candidate | None:
-    if not isinstance(peername, tuple) or len(peername) < 2:
-        return None
-    ip = parse_ip(str(peername[0]))
-    if ip is None:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # a dual-stack listener shows IPv4 peers this way
-    return str(ip), int(peername[1])
-
-
 def _peername(transport: asyncio.Transport) -> str:
-    at = _candidate_of(transport.get_extra_info("peername"))
+    at = candidate_of_peername(transport.get_extra_info("peername"))
     return show_candidate(at) if at is not None else "?"
 
 
@@ -601,14 +538,4 @@ async def _refusal(sync: asyncio.Task[object]) -> str | None:
     return None
 
 
-def _why_not(failures: list[DialFailure], handshake_errors: list[str]) -> str:
-    """One line for the log: why no direct connection came of a round."""
-    if handshake_errors:
-        return "connected, but the handshake failed: " + "; ".join(handshake_errors)
-    if not failures:
-        return "no connection in time"
-    silent = [f for f in failures if not f.answered]
-    if len(silent) == len(failures):
-        places = ", ".join(show_candidate(f.candidate) for f in silent)
-        return f"no answer from {places} (symmetric NAT?)"
-    return "; ".join(str(f) for f in failures)
+__all__ = ["CONNECT", "SYNC", "HolePuncher", "PunchStats", "PunchSync", "PunchSyncReply"]

@@ -16,6 +16,7 @@ receiver, so LAN entries from afar are skipped rather than refused.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -158,3 +159,24 @@ def _checked(candidate: Sequence[object], kind: str) -> IPAddress:
 def show_candidate(candidate: Candidate) -> str:
     host, port = candidate
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def candidates_of(addresses: list[PeerAddress]) -> list[Candidate]:
+    """The direct IP addresses among ``addresses``, as candidates."""
+    return [
+        (a.host, a.port)
+        for a in addresses
+        if not a.is_relayed and a.host is not None and a.port is not None and parse_ip(a.host)
+    ]
+
+
+def candidate_of_peername(peername: object) -> Candidate | None:
+    """A socket's ``peername`` as a candidate (IPv4-mapped IPv6 shown as IPv4), if it is one."""
+    if not isinstance(peername, tuple) or len(peername) < 2:
+        return None
+    ip = parse_ip(str(peername[0]))
+    if ip is None:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # a dual-stack listener shows IPv4 peers this way
+    return str(ip), int(peername[1])

@@ -171,3 +171,16 @@ async def connect_all(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return failures
+
+
+def why_not(failures: list[DialFailure], handshake_errors: list[str]) -> str:
+    """One line for the log: why no direct connection came of a round."""
+    if handshake_errors:
+        return "connected, but the handshake failed: " + "; ".join(handshake_errors)
+    if not failures:
+        return "no connection in time"
+    silent = [f for f in failures if not f.answered]
+    if len(silent) == len(failures):
+        places = ", ".join(show_candidate(f.candidate) for f in silent)
+        return f"no answer from {places} (symmetric NAT?)"
+    return "; ".join(str(f) for f in failures)
