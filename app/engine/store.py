@@ -27,6 +27,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    NetworkChanged,
     PeersSeen,
     ProgressUpdated,
     ProjectsChanged,
@@ -330,6 +331,10 @@ class EngineStore(QObject):
             if data.point.epoch > newest and (project is None or data.project == project.name):
                 self.history = [*self.history[-(HISTORY_KEPT - 1) :], data.point]
                 self.pointAdded.emit(data.point)
+        elif isinstance(data, NetworkChanged) and self.state is not None:
+            project = self.state.project
+            if project is None or project.name == data.project:  # the dashboard's project
+                self._set_state(dataclasses.replace(self.state, network=data.network))
         elif isinstance(data, EpochFinished):
             self._statistics_soon.start()  # our samples moved: refresh soon, once per burst
         elif isinstance(data, AccountChanged):

@@ -246,7 +246,6 @@ class ProjectPeer:
             self.host, self.dht, self.prefix, averager_config(manifest, s.role)
         )
         self._reachability_changed(self.presence.reachability)
-        self._tasks.spawn("network-events", self._report_network())
         model = await self.bridge.run(build_model, manifest)
         optimizer = build_optimizer(model, manifest)
         t = manifest.training
@@ -259,6 +258,8 @@ class ProjectPeer:
         links = PeerLinks.create(self.averager, self.bridge)
         address = str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
         self.on_event(PeerReady(address, s.role))
+        # after ``ready``, which owners read first (it carries the address to join)
+        self._tasks.spawn("network-events", self._report_network())
         if s.role == "aux":
             await self._run_aux(state, links, stop)
         else:
