@@ -300,6 +300,11 @@ class EngineStore(QObject):
         )
         self.leaderboardChanged.emit(self.board)
 
+    def _network_changed(self, data: NetworkChanged) -> None:
+        state = self.state
+        if state is not None and (state.project is None or state.project.name == data.project):
+            self._set_state(dataclasses.replace(state, network=data.network))
+
     def _on_event(self, event: Event) -> None:
         self.events.append(event)
         self.eventAdded.emit(event)
@@ -331,10 +336,8 @@ class EngineStore(QObject):
             if data.point.epoch > newest and (project is None or data.project == project.name):
                 self.history = [*self.history[-(HISTORY_KEPT - 1) :], data.point]
                 self.pointAdded.emit(data.point)
-        elif isinstance(data, NetworkChanged) and self.state is not None:
-            project = self.state.project
-            if project is None or project.name == data.project:  # the dashboard's project
-                self._set_state(dataclasses.replace(self.state, network=data.network))
+        elif isinstance(data, NetworkChanged):
+            self._network_changed(data)
         elif isinstance(data, EpochFinished):
             self._statistics_soon.start()  # our samples moved: refresh soon, once per burst
         elif isinstance(data, AccountChanged):
