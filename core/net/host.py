@@ -29,6 +29,7 @@ from core.net.connection import CallStream, Connection
 from core.net.dialing import DIAL_STAGGER, AllAttemptsFailed, dial_order, first_success
 from core.net.errors import (
     AddressError,
+    ConnectionClosedError,
     DeadlineExceededError,
     DialError,
     HandshakeError,
@@ -604,6 +605,11 @@ class Host:
             await conn.wait_ready()
         except HandshakeError:
             return  # wait_ready logged and closed it
+        except ConnectionClosedError as exc:
+            # the dialer hung up mid-handshake (a dial-back prober that had its answer, a lost
+            # race in parallel dialing): nothing of ours failed
+            log.debug("inbound connection from %s ended in its handshake: %s", peer.short(), exc)
+            return
         except BaseException:
             conn.abort("the host is closing", level=logging.DEBUG, transport=tls)
             raise

@@ -84,7 +84,7 @@ class Presence:
         self.relay_service: RelayService | None = None
         self.port_mapper: PortMapper | None = None
         self._tasks = BackgroundTasks(f"presence-{host.peer_id.short()}")
-        self._met: dict[PeerID, float] = {}
+        self._met: dict[PeerID, _Meeting] = {}
         self._started = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -174,23 +174,44 @@ class Presence:
         self.monitor.request_check("port mapping changed" if mapping else "port mapping lost")
 
     async def _meet_peers(self) -> None:
-        """Connect to peers we know addresses of, a few at a time, so each pair finds its path."""
+        """Connect to peers we know addresses of, a few at a time, so each pair finds its path.
+
+        A peer we could not reach is tried again after a backoff (doubling from ``meet_every`` to
+        five minutes), or as soon as it has new addresses: a volunteer behind a router becomes
+        reachable once it holds a relay reservation, and says so in its addresses.
+        """
         while True:
             await asyncio.sleep(self.options.meet_every)
             connected = {conn.peer for conn in self.host.connections()}
             now = time.monotonic()
-            due = [
-                peer
-                for peer in list(self.host.peerstore)[: 4 * self.options.meet_at_most]
-                if peer not in connected and now - self._met.get(peer, -1e9) > 300
-            ]
+            due = []
+            for peer in list(self.host.peerstore)[: 4 * self.options.meet_at_most]:
+                meeting = self._met.get(peer)
+                addresses = frozenset(str(a) for a in self.host.peerstore.get(peer, ()))
+                if peer in connected or not addresses:
+                    continue
+                if meeting is None or meeting.addresses != addresses or now >= meeting.retry_at:
+                    due.append((peer, addresses))
             room = self.options.meet_at_most - len(connected)
-            for peer in due[: max(0, room)]:
-                self._met[peer] = now
+            for peer, addresses in due[: max(0, room)]:
+                failures = self._met[peer].failures if peer in self._met else 0
+                wait = min(300.0, self.options.meet_every * 2**failures)
+                self._met[peer] = _Meeting(addresses, now + wait, failures + 1)
                 self._tasks.spawn(f"meet-{peer.short()}", self._meet(peer))
 
     async def _meet(self, peer: PeerID) -> None:
         try:
             await self.host.connect(peer)
         except Exception as exc:
-            log.debug("could not meet %s: %s", peer.short(), exc)
+            log.info("could not meet %s yet: %s", peer.short(), exc)
+        else:
+            self._met.pop(peer, None)
+
+
+@dataclass(slots=True)
+class _Meeting:
+    """Our last try to connect to a peer: the addresses we tried, when to try again."""
+
+    addresses: frozenset[str]
+    retry_at: float
+    failures: int

@@ -149,6 +149,7 @@ class RelayClient:
         with contextlib.suppress(AddressError):  # its own addresses help others reach it, and us
             self.host.add_addresses(relay, PeerAddress.of_peer(relay, answer.addresses))
         if previous is None or previous.connection is not conn:
+            log.info("reserved a slot on relay %s for %.0f s", relay.short(), answer.expires_in)
             self._tasks.spawn(f"watch-{relay.short()}", self._watch(relay, conn))
         self._publish()
         return answer.expires_in
@@ -178,13 +179,24 @@ class RelayClient:
         backoff.retry_at = asyncio.get_running_loop().time() + delay
 
     def _offering_relays(self) -> list[PeerID]:
-        found: list[PeerID] = []
+        """Peers whose hello offered a relay, then the other peers we dialed directly.
+
+        A hello is sent once per connection, and a backbone peer starts its relay only once its
+        own reachability checks say PUBLIC, usually after the volunteers connected. So a peer we
+        could dial directly is asked too: one that relays nothing refuses, and the backoff spaces
+        out the next try (it may start relaying later).
+        """
+        offering: list[PeerID] = []
+        dialable: list[PeerID] = []
         for conn in self.host.connections():
+            if conn.relayed_via is not None or conn.peer is None:
+                continue
             hello = conn.remote_hello
-            offers = hello is not None and OFFER in hello.extensions
-            if offers and conn.relayed_via is None and conn.peer and conn.peer not in found:
-                found.append(conn.peer)
-        return found
+            if hello is not None and OFFER in hello.extensions:
+                offering.append(conn.peer)
+            elif conn.initiator and not conn.punched:  # a punched peer is as private as we are
+                dialable.append(conn.peer)
+        return list(dict.fromkeys(offering + dialable))
 
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()

@@ -1,7 +1,9 @@
 """AuxiliaryPeer: a peer without gradients that helps the collaboration (DeDLOC's auxiliary peers).
 
 It follows the progress records; when the trainers reach the target batch it joins their gradient
-round with weight 0, so that its (usually fast, dialable) link reduces a share of the vector. It
+round with weight 0, so that its (usually fast, dialable) link reduces a share of the vector, and
+likewise their state rounds every ``average_state_every`` epochs (volunteers behind home routers
+average as clients, which reduce nothing: without a dialable peer they could not average state). It
 aggregates everyone's progress into per-epoch metrics, and every ``checkpoint_every`` epochs it
 downloads the current state from the trainers and writes a checkpoint (never one whose loss is NaN).
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.averaging import MatchmakingError
+from core.averaging import Codec, MatchmakingError
 from core.averaging.state import StateDownloadError
 from core.training.checkpoints import CheckpointStore
 from core.training.links import PeerLinks
@@ -37,6 +39,8 @@ class AuxiliaryConfig:
     checkpoint_every: int = 0
     """Epochs between checkpoints; 0 writes none."""
     state_timeout: float = 120.0
+    average_state_every: int = 0
+    """The trainers' state-averaging period (the manifest's); 0 joins no state rounds."""
 
 
 class AuxiliaryPeer:
@@ -62,6 +66,8 @@ class AuxiliaryPeer:
         self.on_metrics = on_metrics
         self.epoch = 0
         self.rounds_joined = 0
+        self.state_rounds_joined = 0
+        """State rounds averaged completely with every trainer that was expected."""
         self.metrics: list[EpochMetrics] = []
         self._aggregator = MetricsAggregator()
         self._joined = -1
@@ -111,6 +117,27 @@ class AuxiliaryPeer:
                 log.info("auxiliary peer missed round %d: %s", view.epoch, exc)
             self.epoch = view.epoch + 1
             await self._publish()
+            every = self.config.average_state_every
+            if every and self.epoch % every == 0 and len(view.trainers_at_epoch) >= 2:
+                await self._join_state_round(self.epoch, len(view.trainers_at_epoch) + 1)
+
+    async def _join_state_round(self, epoch: int, expected: int) -> None:
+        """Reduce a share of the trainers' state average, contributing nothing (weight 0)."""
+        zeros = [torch.zeros(t.shape, dtype=torch.float32) for t in self.state.averaged_tensors()]
+        try:
+            result = await self.averager.average(
+                zeros,
+                weight=0.0,
+                round_key=f"state.{epoch}",
+                timeout=self.config.matchmaking_time,
+                target_size=expected,
+                codec=Codec.NONE,  # as the trainers: state is averaged exactly
+            )
+            log.debug("auxiliary state round %d: %s", epoch, result.summary())
+            if result.complete and len(result.members) == expected:
+                self.state_rounds_joined += 1
+        except MatchmakingError as exc:
+            log.info("auxiliary peer missed state round %d: %s", epoch, exc)
 
     async def _publish(self) -> None:
         mine = PeerProgress(str(self.averager.host.peer_id), self.epoch, 0, 0.0, time.time(), "aux")

@@ -78,6 +78,8 @@ class CollaborativeOptimizer:
         self.bridge = links.bridge
         self.config = config
         self.reports: list[PeerEpoch] = []
+        self.states_averaged: list[int] = []
+        """Epochs at which the state was averaged with a group (completely or not)."""
         self._peer = str(averager.host.peer_id)
         self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
         self.local = LocalWork(state, config.clip_norm)
@@ -367,13 +369,16 @@ class CollaborativeOptimizer:
         trainers = len([p for p in self.view().peers if p.training])
         if trainers < 2:
             return  # nobody to average with: waiting for a group would only cost the timeout
+        # auxiliary peers join state rounds with weight 0 (they reduce for trainers in client mode)
+        expected = trainers + sum(1 for p in self.view().peers if p.mode == "aux")
         tensors = await self.bridge.run(self.local.state_copies)
-        result = await self._average(tensors, 1.0, f"state.{epoch}", trainers, Codec.NONE)
+        result = await self._average(tensors, 1.0, f"state.{epoch}", expected, Codec.NONE)
         if result is None:
             return
         if not result.complete:
             log.warning("state averaging at epoch %d: %s", epoch, result.summary())
         await self.bridge.run(self.local.write_state, tensors)
+        self.states_averaged.append(epoch)
 
     async def _after_epoch_change(self) -> None:
         self._snapshot = await self.bridge.run(self.state.snapshot)

@@ -460,6 +460,7 @@ class ProjectPeer:
                 target_batch_size=manifest.training.target_batch_size,
                 matchmaking_time=manifest.averaging.matchmaking_time,
                 checkpoint_every=s.checkpoint_every,
+                average_state_every=manifest.training.average_state_every,
             ),
             checkpoints=store,
             on_metrics=report,

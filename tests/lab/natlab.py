@@ -420,11 +420,20 @@ class NatLab:
         return proc
 
     def run(
-        self, where: str, argv: Sequence[str], *, timeout: float = 30.0, check: bool = False
+        self,
+        where: str,
+        argv: Sequence[str],
+        *,
+        timeout: float = 30.0,
+        check: bool = False,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside ``where`` to completion, output captured as text."""
         return subprocess.run(
             ["ip", "netns", "exec", self.ns(where), *argv],
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

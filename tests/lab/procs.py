@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,23 @@ Event = dict[str, Any]
 class LabProcess:
     """One ``barnraise`` command in a namespace; its stdout events kept in order, stderr in a file."""
 
-    def __init__(self, lab: NatLab, where: str, args: Sequence[str], log: Path) -> None:
+    def __init__(
+        self,
+        lab: NatLab,
+        where: str,
+        args: Sequence[str],
+        log: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.where = where
         self.log = log
         self.events: list[Event] = []
         self._queue: queue.Queue[Event | None] = queue.Queue()
         with log.open("ab") as stderr:
             argv = [sys.executable, "-m", "core.cli.main", "--log-level", "info", *args]
-            self.proc = lab.spawn(where, argv, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT)
+            self.proc = lab.spawn(
+                where, argv, env=env, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT
+            )
         self._reader = threading.Thread(target=self._read, name=f"lab-{where}", daemon=True)
         self._reader.start()
 

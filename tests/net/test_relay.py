@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 
-from core.net import CallContext, Host, PeerAddress, Stream
+from core.net import CallContext, Host, Identity, PeerAddress, Stream
 from core.net.errors import ConnectionClosedError, DialError, NetError
+from core.net.relay_client import RelayClient
+from core.net.relay_limits import RelayLimits
 from core.net.relay_messages import RESERVE, RelayRefused, RelayStatus, ReserveRequest
 from core.net.relay_service import RelayService
 from core.net.relay_splice import Splice
 from core.net.stream import EndOfStream
-from tests.net.conftest import RelayWorld, relayed
+from tests.conftest import MakeHost
+from tests.net.conftest import FAST, RelayWorld, relayed
 from tests.support.leaks import wait_until
 
 MB = 1_000_000
@@ -236,3 +239,27 @@ async def test_the_circuit_stream_rejects_data_after_it_ended(relays: RelayWorld
     assert "the relay is shutting down" in await circuit.wait_closed()
     with pytest.raises((EndOfStream, NetError)):
         await circuit.stream.recv_data()
+
+
+async def test_a_backbone_peer_that_starts_relaying_after_we_connected_is_used(
+    relays: RelayWorld, make_host: MakeHost
+) -> None:
+    """A hello is sent once per connection, and the backbone starts its relay only after its own
+    reachability check: the client must still find it (it asks the peers it dialed directly)."""
+    r = await make_host()
+    private = Host(Identity.generate(), FAST)
+    relays.private.append(private)
+    await private.start([])
+    await private.connect(r.addresses[0])
+    plain = await make_host()  # a peer that relays nothing: it refuses, and is not a relay
+    await private.connect(plain.addresses[0])
+    client = RelayClient(private)  # default candidates: what our connections offer
+    relays.clients.append(client)
+    client.start()
+    await asyncio.sleep(0.3)
+    assert client.relays == []  # nobody relays yet
+    service = RelayService(r, RelayLimits())
+    service.start()
+    relays.services.append(service)
+    await wait_until(lambda: client.relays == [r.peer_id], timeout=10)
+    assert private.relay_addresses == [PeerAddress.parse(relayed(r, private))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -15,7 +16,7 @@ from core.training.collaborative import CollaborativeConfig
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
-from tests.training.conftest import MakePeer, close_aux, start_aux
+from tests.training.conftest import AVERAGING, MakePeer, close_aux, start_aux
 from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
 
 
@@ -95,3 +96,49 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
     fresh.load_state_dict(CheckpointStore.load(saved[-1]).model)
     for mine, theirs in zip(fresh.parameters(), peers[0].model.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs)
+
+
+async def test_auxiliary_peer_reduces_the_state_rounds_of_client_trainers(
+    make_peer: MakePeer, make_host: MakeHost
+) -> None:
+    """Volunteers behind home routers average as clients: the backbone's auxiliary peer is then the
+    only one that can reduce, for their state rounds as for their gradient rounds."""
+    data = dataset()
+    config = CollaborativeConfig(target_batch_size=128, average_state_every=2)
+    clients = replace(AVERAGING, client_mode=True)
+    peers = []
+    for _ in range(2):
+        model = fresh_model()
+        peers.append(await make_peer(model, make_optimizer(model), config, averaging=clients))
+    aux_model = fresh_model()
+    aux = await start_aux(
+        peers[0],
+        make_host,
+        model=aux_model,
+        optimizer=make_optimizer(aux_model),
+        config=AuxiliaryConfig(target_batch_size=128, average_state_every=2),
+    )
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.peer.run(stop))
+    try:
+        me = str(aux.averager.host.peer_id)
+        await poll_until(
+            peers[0].optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen)
+        )
+
+        async def train(i: int) -> None:
+            walk = Recorder(data, 20 + i, peers[i])
+            trainer = Trainer(peers[i].model, peers[i].optimizer, peers[i].bridge, walk, mse)
+            await trainer.run(until_epoch=5)
+
+        await asyncio.wait_for(asyncio.gather(train(0), train(1)), timeout=120)
+    finally:
+        stop.set()
+        await aux_task
+        await close_aux(aux)
+
+    # state rounds at epochs 2 and 4, each with both clients and the auxiliary peer reducing
+    assert aux.peer.state_rounds_joined >= 1
+    for peer in peers:
+        assert peer.optimizer.states_averaged, "two clients alone cannot average their state"
+    assert sum(r.group_size == 3 for r in peers[0].optimizer.reports) >= 3
