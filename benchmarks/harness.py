@@ -11,7 +11,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -53,9 +53,13 @@ class PeerProcess:
         self.peer_id = address.rsplit("/", 1)[-1]
 
     @classmethod
-    async def start(cls, argv: list[str]) -> Self:
-        """Starts ``python argv...`` in the repository root and waits for the address it prints."""
+    async def start(cls, argv: list[str], prefix: Sequence[str] = ()) -> Self:
+        """Starts ``python argv...`` in the repository root and waits for the address it prints.
+
+        ``prefix`` runs it through another command (``ip netns exec NS``: inside a lab namespace).
+        """
         proc = await asyncio.create_subprocess_exec(
+            *prefix,
             sys.executable,
             *argv,
             stdin=asyncio.subprocess.PIPE,

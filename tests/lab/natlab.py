@@ -8,6 +8,8 @@ namespace, so no packet leaves the machine)::
     h2 10.201.2.2 --- 10.201.2.1 [r2 NAT] 198.51.100.12 --+  ("the internet")
                                                           |
     pub 198.51.100.10 and 198.51.100.20 ------------------+
+                                                          |
+    (h3 10.201.3.2 --- 10.201.3.1 [r3 NAT] 198.51.100.13 -+  only with ``nat3``: benchmarks)
 
 198.51.100.0/24 is TEST-NET-2 (RFC 5737), never routed on the real internet. With ``same_lan``
 both homes use 10.201.1.0/24, as two home routers typically do, so h2 is also 10.201.1.2.
@@ -42,14 +44,16 @@ from types import TracebackType
 from typing import IO, Any, Literal
 
 NatKind = Literal["cone", "symmetric", "fullcone"]
-Role = Literal["inet", "pub", "r1", "r2", "h1", "h2"]
+Role = Literal["inet", "pub", "r1", "r2", "h1", "h2", "r3", "h3"]
 
 ROLES: tuple[Role, ...] = ("inet", "pub", "r1", "r2", "h1", "h2")
+THIRD_HOME: tuple[Role, ...] = ("r3", "h3")
+"""A third home (10.201.3.0/24 behind r3 at 198.51.100.13) for labs made with ``nat3``."""
 NAT_KINDS: tuple[NatKind, ...] = ("cone", "symmetric", "fullcone")
 FORWARDED_PORT = 4001
 # role "probe" is lab_unavailable's throwaway namespace; swept like the others if it was left
 NAME_RE = re.compile(
-    r"^blab(?P<tag>[0-9a-f]{6})-(?P<pid>\d+)-(?P<role>inet|pub|r1|r2|h1|h2|probe)$"
+    r"^blab(?P<tag>[0-9a-f]{6})-(?P<pid>\d+)-(?P<role>inet|pub|r1|r2|h1|h2|r3|h3|probe)$"
 )
 
 # How long a spawned process gets between SIGTERM and SIGKILL at teardown.
@@ -260,7 +264,9 @@ class NatLab:
 
     PUB_IP = "198.51.100.10"
     PUB_IP2 = "198.51.100.20"
-    WAN_IPS: Mapping[str, str] = {"r1": "198.51.100.11", "r2": "198.51.100.12"}
+    WAN_IPS: Mapping[str, str] = {
+        "r1": "198.51.100.11", "r2": "198.51.100.12", "r3": "198.51.100.13"
+    }  # fmt: skip
 
     def __init__(
         self,
@@ -269,17 +275,22 @@ class NatLab:
         same_lan: bool = False,
         *,
         udp_timeout: int | None = None,
+        nat3: NatKind | None = None,
     ) -> None:
-        for kind in (nat1, nat2):
+        for kind in (nat1, nat2, nat3 or "cone"):
             if kind not in NAT_KINDS:
                 raise ValueError(f"unknown NAT kind {kind!r} (one of {', '.join(NAT_KINDS)})")
         self.nat1: NatKind = nat1
         self.nat2: NatKind = nat2
+        self.nat3: NatKind | None = nat3
+        self.roles: tuple[Role, ...] = ROLES + (THIRD_HOME if nat3 else ())
         self.same_lan = same_lan
         # conntrack UDP timeout (s) in the routers, to test keepalives; None keeps the kernel's
         self.udp_timeout = udp_timeout
         self.prefix = f"blab{secrets.token_hex(3)}-{os.getpid()}-"
-        self._lans = {"h1": "10.201.1", "h2": "10.201.1" if same_lan else "10.201.2"}
+        self._lans = {
+            "h1": "10.201.1", "h2": "10.201.1" if same_lan else "10.201.2", "h3": "10.201.3"
+        }  # fmt: skip
         self._procs: list[subprocess.Popen[Any]] = []
         self._created: list[str] = []
 
@@ -287,8 +298,8 @@ class NatLab:
 
     def ns(self, where: str) -> str:
         """The real namespace name of role ``where`` (inet, pub, r1, r2, h1, h2)."""
-        if where not in ROLES:
-            raise ValueError(f"no lab namespace {where!r} (one of {', '.join(ROLES)})")
+        if where not in self.roles:
+            raise ValueError(f"no lab namespace {where!r} (one of {', '.join(self.roles)})")
         return self.prefix + where
 
     def wan(self, router: str) -> str:
@@ -297,11 +308,14 @@ class NatLab:
 
     def lan_ip(self, where: str) -> str:
         """A LAN address: h1/h2 (the home host, .2) or r1/r2 (the router's LAN side, .1)."""
-        home = {"h1": "h1", "h2": "h2", "r1": "h1", "r2": "h2"}[where]
+        home = {"r1": "h1", "r2": "h2", "r3": "h3"}.get(where, where)
         return f"{self._lans[home]}.{2 if where.startswith('h') else 1}"
 
     def nat(self, router: str) -> NatKind:
-        return {"r1": self.nat1, "r2": self.nat2}[router]
+        kind = {"r1": self.nat1, "r2": self.nat2, "r3": self.nat3}[router]
+        if kind is None:
+            raise ValueError(f"this lab has no {router}")
+        return kind
 
     # ------------------------------------------------------------------------ lifecycle
 
@@ -314,7 +328,7 @@ class NatLab:
         return self
 
     def _build(self) -> None:
-        for role in ROLES:
+        for role in self.roles:
             name = self.ns(role)
             self._created.append(name)  # before `add`: teardown must try even a half-made one
             _ip("netns", "add", name)
@@ -333,6 +347,8 @@ class NatLab:
         _ip("-n", pub, "link", "set", "eth0", "up")
         self._build_site("r1", "h1")
         self._build_site("r2", "h2")
+        if self.nat3 is not None:
+            self._build_site("r3", "h3")
 
     def _build_site(self, router: Role, home: Role) -> None:
         r, h, inet = self.ns(router), self.ns(home), self.ns("inet")
