@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.averaging import Codec, MatchmakingError
+from core.averaging import AveragingResult, Codec, MatchmakingError
 from core.averaging.state import StateDownloadError
 from core.training.checkpoints import CheckpointStore
 from core.training.links import PeerLinks
@@ -103,41 +103,37 @@ class AuxiliaryPeer:
         if view.ready and self._joined < view.epoch and view.trainers_at_epoch:
             self._joined = view.epoch
             expected = len(view.trainers_at_epoch) + 1
-            try:
-                result = await self.averager.average(
-                    zeros,
-                    weight=0.0,
-                    round_key=f"grads.{view.epoch}",
-                    timeout=self.config.matchmaking_time,
-                    target_size=expected,
-                )
+            if await self._join(f"grads.{view.epoch}", zeros, expected, None) is not None:
                 self.rounds_joined += 1
-                log.debug("auxiliary round %d: %s", view.epoch, result.summary())
-            except MatchmakingError as exc:
-                log.info("auxiliary peer missed round %d: %s", view.epoch, exc)
             self.epoch = view.epoch + 1
             await self._publish()
             every = self.config.average_state_every
             if every and self.epoch % every == 0 and len(view.trainers_at_epoch) >= 2:
-                await self._join_state_round(self.epoch, len(view.trainers_at_epoch) + 1)
+                # the trainers' state: parameters and optimizer statistics, averaged exactly
+                shapes = [t.shape for t in self.state.averaged_tensors()]
+                state = [torch.zeros(shape, dtype=torch.float32) for shape in shapes]
+                result = await self._join(f"state.{self.epoch}", state, expected, Codec.NONE)
+                if result is not None and result.complete and len(result.members) == expected:
+                    self.state_rounds_joined += 1
 
-    async def _join_state_round(self, epoch: int, expected: int) -> None:
-        """Reduce a share of the trainers' state average, contributing nothing (weight 0)."""
-        zeros = [torch.zeros(t.shape, dtype=torch.float32) for t in self.state.averaged_tensors()]
+    async def _join(
+        self, round_key: str, zeros: list[torch.Tensor], expected: int, codec: Codec | None
+    ) -> AveragingResult | None:
+        """Reduce a share of the trainers' round ``round_key``, contributing nothing (weight 0)."""
         try:
             result = await self.averager.average(
                 zeros,
                 weight=0.0,
-                round_key=f"state.{epoch}",
+                round_key=round_key,
                 timeout=self.config.matchmaking_time,
                 target_size=expected,
-                codec=Codec.NONE,  # as the trainers: state is averaged exactly
+                codec=codec,
             )
-            log.debug("auxiliary state round %d: %s", epoch, result.summary())
-            if result.complete and len(result.members) == expected:
-                self.state_rounds_joined += 1
         except MatchmakingError as exc:
-            log.info("auxiliary peer missed state round %d: %s", epoch, exc)
+            log.info("auxiliary peer missed round %s: %s", round_key, exc)
+            return None
+        log.debug("auxiliary round %s: %s", round_key, result.summary())
+        return result
 
     async def _publish(self) -> None:
         mine = PeerProgress(str(self.averager.host.peer_id), self.epoch, 0, 0.0, time.time(), "aux")
