@@ -239,30 +239,23 @@ async def test_upnp_falls_back_to_a_permanent_lease(igd: tuple[FakeIgd, int]) ->
     assert router.mappings == {}
 
 
-async def test_upnp_refusal_gives_none_with_the_code(igd: tuple[FakeIgd, int]) -> None:
+@pytest.mark.parametrize(
+    ("fault", "value", "reason"),
+    [
+        ("refuse", {"AddPortMapping": 606}, "error 606"),
+        ("bad_description", True, "unusable description"),
+        ("bad_soap", True, "AddPortMapping failed"),
+    ],
+    ids=["refusal", "malformed-description", "malformed-soap-answer"],
+)
+async def test_upnp_failures_give_none_with_the_reason(
+    igd: tuple[FakeIgd, int], fault: str, value: object, reason: str
+) -> None:
     router, port = igd
-    router.refuse = {"AddPortMapping": 606}
+    setattr(router, fault, value)
     mapper = upnp_mapper(port)
     assert await mapper.start() is None
-    assert "error 606" in mapper.last_reason
-    await mapper.close()
-
-
-async def test_upnp_malformed_description_gives_none(igd: tuple[FakeIgd, int]) -> None:
-    router, port = igd
-    router.bad_description = True
-    mapper = upnp_mapper(port)
-    assert await mapper.start() is None
-    assert "unusable description" in mapper.last_reason
-    await mapper.close()
-
-
-async def test_upnp_malformed_soap_answer_gives_none(igd: tuple[FakeIgd, int]) -> None:
-    router, port = igd
-    router.bad_soap = True
-    mapper = upnp_mapper(port)
-    assert await mapper.start() is None
-    assert "AddPortMapping failed" in mapper.last_reason
+    assert reason in mapper.last_reason
     await mapper.close()
 
 
