@@ -6,6 +6,12 @@ from several donors at once (so that late joiners do not all load one donor). A 
 mid-range costs only the rest of that range, which another donor serves: the download resumes where it
 stopped. Each donor serves a snapshot taken when the version was first asked for, so the bytes of one
 version never change under a download.
+
+A downloader asks for a state newer than its own: the newest version first, and when every donor of
+that version fails (a trainer that left without withdrawing its announcement), the next newest, so
+that a live donor with an older state (an auxiliary peer) still serves, while one no newer than the
+downloader's own state is never used (nobody is rolled back). Announcements live ``STATE_TTL``
+seconds; donors renew them every ``ANNOUNCE_EVERY`` and withdraw them when they stop.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ from core.net.stream import Stream
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)
+
+STATE_TTL = 20.0
+"""Seconds a donor's announcement lives unless renewed."""
+ANNOUNCE_EVERY = 5.0
+"""Seconds between a donor's renewals: several per ``STATE_TTL``."""
 
 StateProvider = Callable[[], tuple[int, dict[str, Any], Sequence[Any]]]
 """Returns (version, metadata, tensors) of the current state."""
@@ -80,11 +91,32 @@ class StateSharing:
         self._host.router.remove(STATE_HEADER.name)
         self._host.router.remove(STATE_RANGE.name)
 
-    async def announce(self, version: int, ttl: float = 60.0) -> bool:
+    async def announce(self, version: int, ttl: float = STATE_TTL) -> bool:
         """Tell the DHT we can give state ``version``; call again before ``ttl`` runs out."""
         value = [version, [str(a) for a in self._host.addresses]]
         return await self._dht.store(
             self._key, value, time.time() + ttl, subkey=owner_marker(self._host.peer_id)
+        )
+
+    async def keep_announced(
+        self, version: Callable[[], int | None], every: float = ANNOUNCE_EVERY
+    ) -> None:
+        """Renew our announcement every ``every`` seconds with ``version()`` (None: nothing to
+        give now, so no renewal), until cancelled."""
+        while True:
+            await asyncio.sleep(every)
+            current = version()
+            if current is None:
+                continue
+            try:
+                await self.announce(current)
+            except BarnraiseError as exc:
+                log.debug("renewing the state announcement failed: %s", exc)
+
+    async def withdraw(self, ttl: float = STATE_TTL) -> bool:
+        """Replace our announcement with one that names no state (downloaders skip it)."""
+        return await self._dht.store(
+            self._key, [-1, []], time.time() + ttl, subkey=owner_marker(self._host.peer_id)
         )
 
     def _current(self) -> _Snapshot:
@@ -148,7 +180,7 @@ class StateSharing:
                 ):
                     continue
                 version, addresses = value
-                if isinstance(version, int) and isinstance(addresses, list):
+                if isinstance(version, int) and version >= 0 and isinstance(addresses, list):
                     donors.append(
                         (
                             version,
@@ -160,23 +192,38 @@ class StateSharing:
         return donors
 
     async def download(
-        self, *, timeout: float = 60.0, max_donors: int = 3, range_bytes: int = 8 << 20
+        self,
+        *,
+        newer_than: int = -1,
+        timeout: float = 60.0,
+        max_donors: int = 3,
+        range_bytes: int = 8 << 20,
     ) -> DownloadedState:
-        """The newest state any donor has, fetched from up to ``max_donors`` donors at once."""
+        """The newest state newer than ``newer_than`` that a donor can give, fetched from up to
+        ``max_donors`` donors of that version at once."""
         async with asyncio.timeout(timeout):
             donors = await self.donors()
             if not donors:
                 raise StateDownloadError("no peer announces a state to download")
-            newest = donors[0][0]
-            candidates = [
-                (peer, addresses) for version, peer, addresses in donors if version == newest
-            ]
-            for peer, addresses in candidates:
-                if addresses:
-                    self._host.add_addresses(peer, addresses)
-            return await self._fetch(
-                newest, candidates[: max(1, max_donors)], candidates, range_bytes
-            )
+            versions = sorted({version for version, _, _ in donors if version > newer_than})
+            if not versions:
+                raise StateDownloadError(
+                    f"no donor has a state newer than epoch {newer_than} "
+                    f"(the newest announced is {donors[0][0]})"
+                )
+            reasons = []
+            for version in reversed(versions):
+                candidates = [(peer, addresses) for v, peer, addresses in donors if v == version]
+                for peer, addresses in candidates:
+                    if addresses:
+                        self._host.add_addresses(peer, addresses)
+                try:
+                    return await self._fetch(
+                        version, candidates[: max(1, max_donors)], candidates, range_bytes
+                    )
+                except StateDownloadError as exc:
+                    reasons.append(f"epoch {version}: {exc}")
+            raise StateDownloadError("; ".join(reasons))
 
     async def _fetch(
         self,

@@ -2,10 +2,15 @@
 
     barnraise peer --manifest project.toml --initial-peers /ip4/…/tcp/…/p2p/…
     barnraise aux  --manifest project.toml --checkpoint-every 10
+    barnraise aux  --manifest project.toml --publish-checkpoints /srv/www/ckpt --project-key K.pem
 
 In a moderated project the peer logs in to the coordinator first (``--username``; the password from
 ``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its access pass fresh; an auxiliary peer
 also reports each completed epoch's contributions there, for the leaderboard.
+
+With ``--publish-checkpoints`` an auxiliary peer also copies each checkpoint into a folder, with an
+``index.json`` signed by the project key (``--project-key``), for a web server to serve at the
+manifest's ``network.checkpoint_url``.
 
 The peer prints one JSON line per event (ready with its address, each finished epoch; for ``aux``
 the collaboration's metrics per epoch) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
@@ -19,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,11 +35,15 @@ from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.identity import Identity
 from core.net.ports import AUX_PORT, PEER_PORT, listen_on
-from core.project import load_manifest
+from core.project import Manifest, load_manifest
 from core.training.events import PeerEvent, PeerStopped, to_json
+from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
+    from core.training.published import CheckpointPublishing
     from core.training.runtime import PeerSettings
+
+log = logging.getLogger(__name__)
 
 
 def register(commands: Any) -> None:
@@ -92,6 +102,22 @@ def register(commands: Any) -> None:
         else:
             parser.add_argument("--checkpoint-every", type=int, default=10, help="0: none")
             parser.add_argument("--keep-checkpoints", type=int, default=3)
+            parser.add_argument(
+                "--publish-checkpoints",
+                type=Path,
+                default=None,
+                metavar="FOLDER",
+                help="also copy each checkpoint into FOLDER with an index.json signed by the "
+                "project key, for a web server to serve at the manifest's network.checkpoint_url",
+            )
+            parser.add_argument(
+                "--project-key",
+                type=Path,
+                default=None,
+                metavar="PATH",
+                help="the project key file that signs published checkpoints (the coordinator's "
+                "<project>-key.pem); required with --publish-checkpoints",
+            )
         parser.set_defaults(run=run, role=name)
 
 
@@ -122,7 +148,46 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         keep_checkpoints=args.keep_checkpoints if aux else 3,
         start_from=None if aux else args.from_checkpoint,
         until_epoch=args.until_epoch,
+        publishing=publishing_from_args(args, manifest) if aux else None,
     )
+
+
+def publishing_from_args(
+    args: argparse.Namespace, manifest: Manifest
+) -> CheckpointPublishing | None:
+    """How ``barnraise aux`` publishes its checkpoints, from ``--publish-checkpoints`` and
+    ``--project-key``; None when it does not.
+
+    Raises ``ConfigError`` when one option comes without the other, when the folder is a file, or
+    when the key is not the one the manifest names (``access.project_key``); ``IdentityError`` when
+    the key file cannot be read.
+    """
+    from core.coordinator.service import check_project_key  # noqa: PLC0415 - only for aux
+    from core.training.published import CheckpointPublishing  # noqa: PLC0415 - loads aiohttp
+
+    folder: Path | None = getattr(args, "publish_checkpoints", None)
+    key_path: Path | None = getattr(args, "project_key", None)
+    if folder is None:
+        if key_path is not None:
+            raise ConfigError("--project-key is used only with --publish-checkpoints FOLDER")
+        return None
+    if key_path is None:
+        raise ConfigError(
+            "--publish-checkpoints needs --project-key PATH: the project key file that signs "
+            "the published checkpoints (the coordinator's <project>-key.pem)"
+        )
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--publish-checkpoints {folder} is a file, not a folder")
+    project_key = Identity.load(key_path)
+    check_project_key(manifest, project_key.peer_id, f"the key in {key_path}")
+    if manifest.access.key is None:
+        # Publishing still works, but no peer can check the index until the manifest names the key.
+        log.warning(
+            "the manifest names no access.project_key, so peers cannot verify the published "
+            "checkpoints; add access.project_key = %r",
+            str(project_key.peer_id),
+        )
+    return CheckpointPublishing(folder, project_key, manifest.project.name)
 
 
 def _random_seed() -> int:

@@ -4,7 +4,9 @@
 was more than us) and published. ``PeerMetrics``: a completed epoch of the whole collaboration, kept
 as a point of the loss curve and published. ``PeerFailed`` and ``PeerReady``: published or acted on
 at once (the scheduler loop is woken, so the engine's state follows without waiting for the next
-tick). ``PeerNetwork``: the reachability check's new verdict, published.
+tick). ``PeerWaiting``: the peer started or stopped waiting for the collaboration; the loop is woken
+so that the engine's state says so at once. ``PeerNetwork``: the reachability check's new verdict,
+published.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from core.training.events import (
     PeerNetwork,
     PeerReady,
     PeerStopped,
+    PeerWaiting,
 )
 
 
@@ -49,7 +52,7 @@ class PeerEvents:
         elif isinstance(event, PeerFailed):
             self._events.publish(ErrorRaised(f"project {project}", event.message))
             self._wake.set()
-        elif isinstance(event, PeerReady):
+        elif isinstance(event, PeerReady | PeerWaiting):
             self._wake.set()  # the trainer exists now: apply the decision (threads, state)
         elif isinstance(event, PeerNetwork):
             self._events.publish(NetworkChanged(project, network_view(event)))

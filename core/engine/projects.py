@@ -181,7 +181,8 @@ class ProjectRunner:
 
     def status(self) -> PeerStatus:
         """How the peer is, for the engine's state (``core.policy.outcome``)."""
-        return PeerStatus(self.state, self.error, self.needs_login)
+        waiting = self.peer.waiting_for if self.peer is not None and self.state == "ready" else None
+        return PeerStatus(self.state, self.error, self.needs_login, waiting)
 
     @property
     def computing(self) -> bool:

@@ -32,8 +32,9 @@ PolicyCode = Literal[
 ]
 """The codes of ``decide``'s decisions."""
 
-EngineCode = Literal["starting", "login_required", "peer_failed"]
-"""The codes the engine adds: before its first decision, and when the project's peer cannot run."""
+EngineCode = Literal["starting", "login_required", "peer_failed", "collaboration"]
+"""The codes the engine adds: before its first decision, when the project's peer cannot run, and
+when it runs but waits for the collaboration (the state cannot be loaded)."""
 
 ReasonCode = Literal[PolicyCode, EngineCode, "unknown"]
 """Every code an engine state carries; ``"unknown"`` only ever on the client's side (see above)."""

@@ -4,7 +4,9 @@ A pause says so at once (``waiting`` when the computer or the clock will end it,
 project). A decision to run shows how the peer is: still joining the swarm, failed (for want of a
 login, or otherwise, and tried again), or computing (``running``, or ``throttled`` part of the time).
 The engine carries the decision out first and then asks this, so the peer's status is the one the
-decision left; the fake engine asks it with a scripted status.
+decision left; the fake engine asks it with a scripted status. A peer that runs but cannot load the
+collaboration's state (no donor answers) says so: ``waiting`` for the collaboration, never
+"Contributing" while nothing it computes would count.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class PeerStatus:
     """Why it failed, in words the user can act on."""
     needs_login: bool = False
     """It failed for want of a login at the project's coordinator."""
+    waiting_for: str | None = None
+    """It runs but cannot contribute yet, and why (e.g. no peer can give it the state)."""
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,21 @@ def outcome(decision: Decision, peer: PeerStatus | None) -> Outcome:
         if code == "no_project":
             return Outcome("idle", code, reason)
         return Outcome("waiting" if code in WAITING_CODES else "paused", code, reason)
-    peer = peer or PeerStatus("stopped")
+    return _peer_outcome(decision, peer or PeerStatus("stopped"))
+
+
+def _peer_outcome(decision: Decision, peer: PeerStatus) -> Outcome:
+    """A decision to run, as the peer carries it out."""
     if peer.state == "failed" and peer.needs_login:
         return Outcome("error", "login_required", f"Not logged in: {peer.error}")
     if peer.state == "failed":
         return Outcome("error", "peer_failed", f"Error: {peer.error} (trying again in a moment)")
     if peer.state != "ready":
-        return Outcome("starting", code, "Starting: joining the swarm")
-    return Outcome("running" if decision.action == "run" else "throttled", code, reason)
+        return Outcome("starting", decision.code, "Starting: joining the swarm")
+    if peer.waiting_for is not None:
+        return Outcome(
+            "waiting", "collaboration", f"Waiting for the collaboration: {peer.waiting_for}"
+        )
+    if decision.action == "run":
+        return Outcome("running", decision.code, decision.reason)
+    return Outcome("throttled", decision.code, decision.reason)

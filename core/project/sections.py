@@ -213,6 +213,10 @@ class NetworkSection:
     initial_peers: tuple[str, ...] = ()
     """Multiaddrs (``/ip4/.../tcp/.../p2p/...``) or ``peer@host:port``; parsed by the net layer."""
     coordinator_url: str = ""
+    checkpoint_url: str = ""
+    """The http(s):// URL of the folder where the organizer serves the backbone's latest
+    checkpoint (``<url>/index.json``, signed by ``access.project_key``; see
+    ``core.training.published``); a peer that finds no other peer may start from it. Empty: none."""
     peer_port: int = PEER_PORT
     """The TCP port volunteers' peers listen on (``core.net.ports``); 0: any free port."""
     aux_port: int = AUX_PORT
@@ -228,9 +232,10 @@ class NetworkSection:
                     f"initial_peers[{i}]",
                     f"must be a multiaddr starting with '/' or an address with '@', got {peer!r}",
                 )
-        url = self.coordinator_url
-        if url and not url.startswith(("http://", "https://")):
-            check.fail("coordinator_url", f"must be empty or an http(s):// URL, got {url!r}")
+        for name in ("coordinator_url", "checkpoint_url"):
+            url = getattr(self, name)
+            if url and not url.startswith(("http://", "https://")):
+                check.fail(name, f"must be empty or an http(s):// URL, got {url!r}")
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,13 @@
 
 - ``collaborative``  CollaborativeOptimizer: progress, readiness, gradient rounds, state averaging, catch-up.
 - ``local``          LocalWork: the optimizer's torch work (accumulate, mean gradient, apply, state copies).
-- ``progress``       PeerProgress records in the DHT, ProgressBoard, CollaborationView.
+- ``progress``       PeerProgress records in the DHT (short-lived, withdrawn on leaving), ProgressBoard,
+  CollaborationView.
+- ``readiness``      how close the collaboration is to the target batch: a pure function of the
+  records and the time.
 - ``state``          TrainingState: model, optimizer and epoch as flat tensors; the epoch's learning rate.
-- ``auxiliary``      AuxiliaryPeer: reduces with weight 0, aggregates metrics, writes checkpoints.
+- ``auxiliary``      AuxiliaryPeer: the backbone; reduces with weight 0, keeps and serves a replica of
+  the state (so the model outlives its trainers), aggregates metrics, writes checkpoints.
 - ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
 - ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
@@ -12,12 +16,14 @@
 - ``control``        TrainingControl: carries the scheduler's run / throttle / pause to the loop.
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
 - ``runtime``        ProjectPeer: a trainer, client or auxiliary peer built from a project manifest.
-- ``events``         PeerEvent: what a peer tells its owner (ready, epoch, metrics, failed, stopped),
+- ``events``         PeerEvent: what a peer tells its owner (ready, epoch, metrics, waiting, failed,
+  stopped),
   typed, with the JSON lines ``barnraise peer`` prints; torch-free, the engine reads them.
 - ``albert``         AlbertMLM: the demo's small ALBERT-style masked language model.
 - ``lamb``           the LAMB optimizer; ``schedule``: the ALBERT learning-rate schedule.
 - ``precision``      fp32 / bf16 / fp16 autocast per device, gradient clipping.
 - ``checkpoints``    CheckpointStore: atomic, last K kept, never a non-finite one.
+- ``published``      publish / fetch a checkpoint over HTTP, verified by an index the project key signs.
 - ``errors``         TrainingError, CheckpointError.
 
 This ``__init__`` imports nothing, so that the engine can read ``events`` without loading torch.

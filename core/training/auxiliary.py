@@ -1,11 +1,24 @@
-"""AuxiliaryPeer: a peer without gradients that helps the collaboration (DeDLOC's auxiliary peers).
+"""AuxiliaryPeer: a backbone peer without gradients that keeps the collaboration alive (DeDLOC's
+auxiliary peers, hivemind's backbone).
 
 It follows the progress records; when the trainers reach the target batch it joins their gradient
-round with weight 0, so that its (usually fast, dialable) link reduces a share of the vector, and
+round with weight 0 (a member that sends nothing and receives the averages, not the averaging
+layer's ``auxiliary`` member, which receives nothing), so that its (usually fast, dialable) link
+reduces a share of the vector, and
 likewise their state rounds every ``average_state_every`` epochs (volunteers behind home routers
-average as clients, which reduce nothing: without a dialable peer they could not average state). It
-aggregates everyone's progress into per-epoch metrics, and every ``checkpoint_every`` epochs it
-downloads the current state from the trainers and writes a checkpoint (never one whose loss is NaN).
+average as clients, which reduce nothing: without a dialable peer they could not average state).
+
+It keeps a replica of the collaboration's state and serves it to newcomers, so that the model
+survives when every trainer has left: the averaged gradient a round gives it back is applied with
+the trainers' optimizer (the same step they take), a complete state round replaces it with the
+trainers' average, and when it missed a round it downloads the state from a trainer (with backoff).
+On start it loads its newest checkpoint. It announces its replica as a state donor with its epoch;
+a downloader takes the newest state that answers, so an older replica never rolls anyone back. When
+no trainer is left, its own progress record carries its replica's epoch, so that newcomers continue
+from there (the epoch number and the loss go on where they stopped).
+
+It aggregates everyone's progress into per-epoch metrics, and every ``checkpoint_every`` epochs it
+writes its replica as a checkpoint (never one whose loss is NaN), and publishes it if asked.
 """
 
 from __future__ import annotations
@@ -13,22 +26,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from core.averaging import AveragingResult, Codec, MatchmakingError
-from core.averaging.state import StateDownloadError
+from core.averaging.state import DownloadedState, StateDownloadError
 from core.training.checkpoints import CheckpointStore
+from core.training.errors import CheckpointError
 from core.training.links import PeerLinks
+from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator
-from core.training.progress import PeerProgress
+from core.training.progress import KEEPALIVE, PeerProgress
 from core.training.state import TrainingState
 from core.util.errors import BarnraiseError
+from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
+
+METRICS_KEPT = 1000
+"""Completed epochs' metrics kept in memory (the metrics log on disk has them all)."""
+
+Publisher = Callable[[str, int, float | None], None]
+"""Called with a checkpoint's path, epoch and loss once it is written (on a worker thread)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +64,10 @@ class AuxiliaryConfig:
     state_timeout: float = 120.0
     average_state_every: int = 0
     """The trainers' state-averaging period (the manifest's); 0 joins no state rounds."""
+    clip_norm: float | None = None
+    """The trainers' gradient clipping (the manifest's): the replica steps exactly as they do."""
+    retry_cap: float = 30.0
+    """The longest wait between attempts to download the trainers' state."""
 
 
 class AuxiliaryPeer:
@@ -52,11 +79,14 @@ class AuxiliaryPeer:
         *,
         checkpoints: CheckpointStore | None = None,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
+        publish: Publisher | None = None,
     ) -> None:
         averager = links.averager
-        if not averager.config.auxiliary:
-            raise ValueError("an auxiliary peer needs an averager configured with auxiliary=True")
+        if averager.config.client_mode or averager.config.auxiliary:
+            # it must reduce, and receive the averages (``auxiliary`` members receive nothing)
+            raise ValueError("an auxiliary peer needs an averager that reduces and receives")
         self.state = state
+        """The replica of the collaboration's state (``state.epoch``: the epoch it is at)."""
         self.averager = averager
         self.sharing = links.sharing
         self.board = links.board
@@ -64,23 +94,42 @@ class AuxiliaryPeer:
         self.config = config
         self.checkpoints = checkpoints
         self.on_metrics = on_metrics
+        self.publish = publish
+        self.local = LocalWork(state, config.clip_norm)
         self.epoch = 0
+        """The collaboration's epoch as this peer sees it (what its progress record says)."""
         self.rounds_joined = 0
+        self.steps_followed = 0
+        """Gradient rounds whose average the replica applied (it stepped with the trainers)."""
         self.state_rounds_joined = 0
         """State rounds averaged completely with every trainer that was expected."""
-        self.metrics: list[EpochMetrics] = []
+        self.downloads = 0
+        """States downloaded from trainers (after a missed round)."""
+        self.metrics: deque[EpochMetrics] = deque(maxlen=METRICS_KEPT)
         self._aggregator = MetricsAggregator()
         self._joined = -1
         self._published_at = 0.0
         self._tasks = BackgroundTasks(f"auxiliary/{averager.host.peer_id.short()}")
         self._checkpointing: asyncio.Task[None] | None = None
+        self._saved_epoch = -1
+        self._snapshot = state.snapshot()
+        self._downloading: asyncio.Task[DownloadedState] | None = None
+        self._resync = Retry("the backbone could not refresh its state", log, cap=config.retry_cap)
+        self._resync_after = 0.0
+        self._me = str(averager.host.peer_id)
+
+    # ---- lifecycle -------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        zeros = [torch.zeros(p.shape, dtype=torch.float32) for p in self.state.parameters]
+        grads = [torch.zeros(p.shape, dtype=torch.float32) for p in self.state.parameters]
         try:
+            await self._resume_from_checkpoint()
+            self.sharing.serve(lambda: self._snapshot)
+            await self.sharing.announce(self.state.epoch)
+            self._tasks.spawn("announce", self.sharing.keep_announced(lambda: self.state.epoch))
             while stop is None or not stop.is_set():
                 try:
-                    await self._tick(zeros)
+                    await self._tick(grads)
                 except BarnraiseError as exc:
                     log.warning("auxiliary peer: %s", exc)
                 await asyncio.sleep(self.config.poll_interval)
@@ -88,33 +137,118 @@ class AuxiliaryPeer:
                 await asyncio.gather(self._checkpointing, return_exceptions=True)
         finally:
             await self._tasks.close()
+            self.sharing.stop_serving()
+            try:
+                await asyncio.gather(self.board.withdraw(self._record()), self.sharing.withdraw())
+            except BarnraiseError as exc:
+                log.debug("withdrawing our records failed: %s", exc)
 
-    async def _tick(self, zeros: list[torch.Tensor]) -> None:
+    async def _resume_from_checkpoint(self) -> None:
+        """The replica starts from the newest checkpoint that loads (none: the initial weights)."""
+        if self.checkpoints is None:
+            return
+        for path in reversed(self.checkpoints.list()):
+            try:
+                checkpoint = await self.bridge.run(CheckpointStore.load, path)
+                await self.bridge.run(self.state.restore, checkpoint)
+            except (CheckpointError, ValueError, RuntimeError, KeyError) as exc:
+                log.warning("checkpoint %s cannot be used: %s", path, exc)
+                continue
+            self._saved_epoch = checkpoint.epoch
+            self.epoch = max(self.epoch, checkpoint.epoch)
+            await self._replica_changed()
+            log.info("the backbone resumes the collaboration from %s (epoch %d)", path.name,
+                     checkpoint.epoch)  # fmt: skip
+            return
+
+    # ---- one look at the collaboration -----------------------------------------------------------
+
+    async def _tick(self, grads: list[torch.Tensor]) -> None:
         records = await self.board.fetch()
-        mine = PeerProgress(str(self.averager.host.peer_id), self.epoch, 0, 0.0, time.time(), "aux")
-        view = self.board.view(records, mine, self.config.target_batch_size)
-        if view.epoch > self.epoch:
-            self.epoch = view.epoch
+        view = self.board.view(records, self._record(), self.config.target_batch_size)
+        trainers = [p for p in view.peers if p.training]
+        # with trainers: their newest epoch; without: our replica's, the newest state there is, so
+        # that newcomers continue from it
+        newest = max((p.epoch for p in trainers), default=None)
+        epoch = max(self.epoch, newest) if newest is not None else self.state.epoch
+        if epoch != self.epoch:
+            self.epoch = epoch
             await self._publish()
-        elif time.monotonic() - self._published_at > 5.0:
+        elif time.monotonic() - self._published_at > KEEPALIVE:
             await self._publish()
         for metrics in self._aggregator.observe(view.peers, time.time()):
             await self._report(metrics)
         if view.ready and self._joined < view.epoch and view.trainers_at_epoch:
-            self._joined = view.epoch
-            expected = len(view.trainers_at_epoch) + 1
-            if await self._join(f"grads.{view.epoch}", zeros, expected, None) is not None:
-                self.rounds_joined += 1
-            self.epoch = view.epoch + 1
-            await self._publish()
-            every = self.config.average_state_every
-            if every and self.epoch % every == 0 and len(view.trainers_at_epoch) >= 2:
-                # the trainers' state: parameters and optimizer statistics, averaged exactly
-                shapes = [t.shape for t in self.state.averaged_tensors()]
-                state = [torch.zeros(shape, dtype=torch.float32) for shape in shapes]
-                result = await self._join(f"state.{self.epoch}", state, expected, Codec.NONE)
-                if result is not None and result.complete and len(result.members) == expected:
-                    self.state_rounds_joined += 1
+            await self._join_step(view.epoch, len(view.trainers_at_epoch), grads)
+        await self._keep_replica_current(newest)
+
+    async def _join_step(self, epoch: int, trainers: int, grads: list[torch.Tensor]) -> None:
+        """Reduce in the trainers' round of ``epoch``; apply its average to the replica."""
+        self._joined = epoch
+        expected = trainers + 1
+        for g in grads:
+            g.zero_()  # weight 0 makes them irrelevant, but never let a NaN in
+        result = await self._join(f"grads.{epoch}", grads, expected, None)
+        if result is not None:
+            self.rounds_joined += 1
+        self.epoch = epoch + 1
+        await self._publish()
+        if self.state.epoch == epoch and result is not None and _whole(result):
+            # every value averaged: what each trainer applies now; step exactly as they do
+            await self.bridge.run(self.local.apply, grads)
+            self.state.epoch = epoch + 1
+            await self.bridge.run(self.state.set_learning_rate)
+            self.steps_followed += 1
+            await self._replica_changed()
+        every = self.config.average_state_every
+        if every and self.epoch % every == 0 and trainers >= 2:
+            # the trainers' state: parameters and optimizer statistics, averaged exactly
+            state = await self.bridge.run(self.local.state_copies)
+            result = await self._join(f"state.{self.epoch}", state, expected, Codec.NONE)
+            if result is not None and result.complete and len(result.members) == expected:
+                self.state_rounds_joined += 1
+                await self.bridge.run(self.local.write_state, state)
+                if self.state.epoch != self.epoch:
+                    self.state.epoch = self.epoch
+                    await self.bridge.run(self.state.set_learning_rate)
+                await self._replica_changed()
+
+    async def _keep_replica_current(self, newest: int | None) -> None:
+        """Download the trainers' state when the replica fell behind them (a missed round)."""
+        task = self._downloading
+        if task is not None:
+            if not task.done():
+                return
+            self._downloading = None
+            try:
+                downloaded = task.result()
+            except (StateDownloadError, TimeoutError) as exc:
+                self._resync_after = time.monotonic() + self._resync.failed(str(exc) or "timeout")
+                return
+            if downloaded.version > self.state.epoch:
+                try:
+                    await self.bridge.run(self.state.load, downloaded.version, downloaded.tensors)
+                except ValueError as exc:
+                    self._resync_after = time.monotonic() + self._resync.failed(str(exc))
+                    return
+                self.downloads += 1
+                self._resync.succeeded()
+                log.info("the backbone loaded epoch %d from the trainers", downloaded.version)
+                await self._replica_changed()
+            return
+        if newest is None or newest <= self.state.epoch or time.monotonic() < self._resync_after:
+            return
+        self._downloading = self._tasks.spawn(
+            f"download-{newest}",
+            self.sharing.download(newer_than=self.state.epoch, timeout=self.config.state_timeout),
+        )
+
+    async def _replica_changed(self) -> None:
+        self._snapshot = await self.bridge.run(self.state.snapshot)
+        try:
+            await self.sharing.announce(self.state.epoch)
+        except BarnraiseError as exc:
+            log.debug("announcing the state failed: %s", exc)
 
     async def _join(
         self, round_key: str, zeros: list[torch.Tensor], expected: int, codec: Codec | None
@@ -135,10 +269,14 @@ class AuxiliaryPeer:
         log.debug("auxiliary round %s: %s", round_key, result.summary())
         return result
 
+    def _record(self) -> PeerProgress:
+        return PeerProgress(self._me, self.epoch, 0, 0.0, time.time(), "aux")
+
     async def _publish(self) -> None:
-        mine = PeerProgress(str(self.averager.host.peer_id), self.epoch, 0, 0.0, time.time(), "aux")
         self._published_at = time.monotonic()
-        await self.board.publish(mine)
+        await self.board.publish(self._record())
+
+    # ---- metrics and checkpoints -----------------------------------------------------------------
 
     async def _report(self, metrics: EpochMetrics) -> None:
         self.metrics.append(metrics)
@@ -150,31 +288,39 @@ class AuxiliaryPeer:
                 log.warning("checkpoint after epoch %d skipped: the last one is still being written",
                             metrics.epoch)  # fmt: skip
                 return
-            # in the background: metrics and averaging rounds must not wait for a download
+            # in the background: metrics and averaging rounds must not wait for the disk
             self._checkpointing = self._tasks.spawn(
                 f"checkpoint-{metrics.epoch + 1}", self._checkpoint(metrics)
             )
 
     async def _checkpoint(self, metrics: EpochMetrics) -> None:
-        """Download the trainers' current state and save it (the store refuses a NaN loss)."""
+        """Save the replica (the store refuses a NaN loss), and publish it if asked."""
         assert self.checkpoints is not None
-        try:
-            downloaded = await self.sharing.download(timeout=self.config.state_timeout)
-        except StateDownloadError as exc:
-            log.warning("no checkpoint at epoch %d: %s", metrics.epoch + 1, exc)
-            return
-        await self.bridge.run(self.state.load, downloaded.version, downloaded.tensors)
         store = self.checkpoints
         loss = float("nan") if metrics.loss is None else metrics.loss
-        metadata = {"epoch": downloaded.version, "samples": metrics.samples}
+        state = self.state
 
-        def save() -> None:
-            store.save(
-                downloaded.version,
-                self.state.model.state_dict(),
-                self.state.optimizer.state_dict(),
-                metadata,
-                loss,
+        def save() -> tuple[int, str | None]:
+            epoch = state.epoch
+            if epoch <= self._saved_epoch:
+                return epoch, None  # the replica did not move since the last one
+            metadata = {"epoch": epoch, "samples": metrics.samples}
+            path = store.save(
+                epoch, state.model.state_dict(), state.optimizer.state_dict(), metadata, loss
             )
+            return epoch, None if path is None else str(path)
 
-        await self.bridge.run(save)
+        epoch, path = await self.bridge.run(save)
+        if path is None:
+            return
+        self._saved_epoch = epoch
+        if self.publish is not None:
+            try:
+                await asyncio.to_thread(self.publish, path, epoch, metrics.loss)
+            except (BarnraiseError, OSError) as exc:
+                log.warning("publishing the checkpoint of epoch %d failed: %s", epoch, exc)
+
+
+def _whole(result: AveragingResult) -> bool:
+    """Every value was averaged (over whoever sent it): the trainers all got these values."""
+    return not result.missing and result.averaged_elements == result.total_elements

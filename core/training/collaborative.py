@@ -7,8 +7,10 @@ averages its mean gradient weighted by its samples, and every peer applies the s
 the average of per-peer means weighted by samples is the mean gradient over all samples of the epoch.
 Every ``average_state_every`` epochs the parameters and optimizer statistics are averaged too (without
 a lossy codec), which pulls back together peers that missed a round. A peer that finds the
-collaboration at a newer epoch downloads the state from up-to-date peers and drops its unshared
-samples. With ``delay_parameter_updates`` the averaging and the step run while the next batch is
+collaboration at a newer epoch downloads the state from up-to-date peers or the backbone (whichever is
+newest and answers; never an older state than its own) and drops its unshared samples; until it has
+it, it computes nothing and retries with backoff, and ``waiting_for`` says why. With
+``delay_parameter_updates`` the averaging and the step run while the next batch is
 computed (gradients one step stale, as in DeDLOC's delayed updates).
 
 Torch work runs on the training thread through the bridge; everything else runs on the loop.
@@ -17,24 +19,34 @@ Torch work runs on the training thread through the bridge; everything else runs 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from core.averaging import AveragingResult, Codec, MatchmakingError
 from core.averaging.state import StateDownloadError
+from core.training.checkpoints import CheckpointStore
 from core.training.events import PeerEpoch
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.progress import CollaborationView, PeerProgress
+from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
+from core.training.readiness import Own, estimate
 from core.training.state import TrainingState
 from core.util.errors import BarnraiseError
+from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
+
+REPORTS_KEPT = 1000
+"""Reports of our own epochs kept in memory (a peer runs for weeks: older ones are in the ledger)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class CollaborativeConfig:
     near_fraction: float = 0.75
     """From this share of the target on, progress is published and read at every step."""
     state_timeout: float = 120.0
+    retry_cap: float = 15.0
+    """The longest wait between attempts to load the state (backoff doubles up to it)."""
 
     def __post_init__(self) -> None:
         if self.target_batch_size < 1:
@@ -77,9 +91,15 @@ class CollaborativeOptimizer:
         self.board = links.board
         self.bridge = links.bridge
         self.config = config
-        self.reports: list[PeerEpoch] = []
-        self.states_averaged: list[int] = []
+        self.reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
+        self.states_averaged: deque[int] = deque(maxlen=REPORTS_KEPT)
         """Epochs at which the state was averaged with a group (completely or not)."""
+        self.on_waiting: Callable[[str | None], None] | None = None
+        """Told the reason whenever we start or stop waiting for the collaboration."""
+        self.fallback: Callable[[int], Awaitable[Path | None]] | None = None
+        """A checkpoint the organizers published, newer than the given epoch (verified), or None:
+        tried when no peer can give the state."""
+        self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
         self._peer = str(averager.host.peer_id)
         self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
         self.local = LocalWork(state, config.clip_norm)
@@ -99,6 +119,9 @@ class CollaborativeOptimizer:
         self._pending_update: asyncio.Task[None] | None = None
         self._active = asyncio.Event()
         self._active.set()
+        self._stopping = False
+        self._wake = asyncio.Event()
+        """Ends a wait between attempts early (a pause or a stop)."""
 
     @property
     def epoch(self) -> int:
@@ -115,13 +138,22 @@ class CollaborativeOptimizer:
         await self._refresh()
         self._tasks.spawn("publish", self._publish_loop())
         self._tasks.spawn("refresh", self._refresh_loop())
+        self._tasks.spawn("announce", self.sharing.keep_announced(lambda: self.epoch))
         if self.view().epoch > self.epoch:
-            await self.catch_up()
+            await self.wait_for_state()
+        elif self.fallback is not None and len(self.view().peers) == 1:
+            # nobody else around: the organizers' checkpoint, if newer, beats the initial weights
+            await self._from_published()
 
     @property
     def speed(self) -> float:
         """Our recent samples per second."""
         return self._speed
+
+    @property
+    def waiting_for(self) -> str | None:
+        """Why we cannot contribute now (the state cannot be loaded), or None."""
+        return self._catching_up.reason
 
     @property
     def paused(self) -> bool:
@@ -134,6 +166,7 @@ class CollaborativeOptimizer:
         if self.paused:
             return
         self._active.clear()
+        self._wake.set()
         self._speed = 0.0
         self._last_step_at = None
         await self._publish()
@@ -146,13 +179,23 @@ class CollaborativeOptimizer:
         self._last_step_at = None  # the pause is not slowness
         await asyncio.gather(self._publish(), self._refresh())
         if self.view().epoch > self.epoch:
-            await self.catch_up()
+            await self.wait_for_state()
+
+    def interrupt(self) -> None:
+        """Give up waiting for the state (the peer is stopping): ``step`` returns at once."""
+        self._stopping = True
+        self._wake.set()
 
     async def close(self) -> None:
+        """Stop, and tell the others at once: our record and our state announcement withdrawn."""
         if self._pending_update is not None:
             await asyncio.gather(self._pending_update, return_exceptions=True)
         await self._tasks.close()
         self.sharing.stop_serving()
+        try:
+            await asyncio.gather(self.board.withdraw(self._progress()), self.sharing.withdraw())
+        except BarnraiseError as exc:
+            log.debug("withdrawing our records failed: %s", exc)
 
     # ---- the training loop's side ----------------------------------------------------------------
 
@@ -178,7 +221,7 @@ class CollaborativeOptimizer:
                 await self._refresh_soon()
         view = self.view()
         if view.epoch > self.epoch:
-            await self.catch_up()
+            await self.wait_for_state()
             return None
         if not view.ready:
             return None
@@ -187,21 +230,76 @@ class CollaborativeOptimizer:
     def view(self) -> CollaborationView:
         return self.board.view(self._records, self._progress(), self.config.target_batch_size)
 
-    async def catch_up(self) -> None:
-        """Load the newest state from peers; our unshared samples are dropped."""
+    async def wait_for_state(self) -> None:
+        """Catch up with the collaboration before contributing again: retry with backoff until the
+        state is loaded, the collaboration is no longer ahead (the records that said so expired),
+        or we are paused. Meanwhile ``waiting_for`` says why, and nothing is computed."""
+        while not self.paused and not self._stopping:
+            reason = await self.catch_up()
+            if reason is None or self.view().epoch <= self.epoch:
+                break
+            self._set_waiting(reason)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._catching_up.failed(reason))
+            await self._refresh()
+            if self.view().epoch <= self.epoch:
+                break
+        self._set_waiting(None)
+
+    def _set_waiting(self, reason: str | None) -> None:
+        before = self._catching_up.reason
+        if reason is None:
+            self._catching_up.succeeded()
+        if reason != before and self.on_waiting is not None:
+            self.on_waiting(reason)
+
+    async def catch_up(self) -> str | None:
+        """Load the newest state newer than ours from peers (our unshared samples are dropped);
+        returns why not, or None once loaded."""
         if self._pending_update is not None:
             await self._pending_update
         try:
-            downloaded = await self.sharing.download(timeout=self.config.state_timeout)
-        except StateDownloadError as exc:
-            log.warning("could not load the state from peers: %s", exc)
-            return
+            downloaded = await self.sharing.download(
+                newer_than=self.epoch, timeout=self.config.state_timeout
+            )
+        except (StateDownloadError, TimeoutError) as exc:
+            if await self._from_published():
+                return None
+            why = str(exc) or "timed out"
+            return f"no peer could give the state of epoch {self.view().epoch}: {why}"
         if downloaded.version <= self.epoch:
-            return
-        await self.bridge.run(self.local.load, downloaded.version, downloaded.tensors)
+            return None
+        try:
+            await self.bridge.run(self.local.load, downloaded.version, downloaded.tensors)
+        except ValueError as exc:  # a donor with another model: not ours to train
+            return f"the state peers give does not fit this model: {exc}"
         log.info("loaded epoch %d from %d peer(s)", downloaded.version, len(downloaded.donors))
         self._reset_epoch()
         await self._after_epoch_change()
+        return None
+
+    async def _from_published(self) -> bool:
+        """Load the organizers' published checkpoint if it is newer than our state."""
+        if self.fallback is None:
+            return False
+        try:
+            path = await self.fallback(self.epoch)
+            if path is None:
+                return False
+            await self.bridge.run(self._restore, path)
+        except (BarnraiseError, ValueError, RuntimeError, KeyError) as exc:
+            log.warning("the published checkpoint cannot be used: %s", exc)
+            return False
+        log.info("loaded epoch %d from the published checkpoint %s", self.epoch, path.name)
+        self._reset_epoch()
+        await self._after_epoch_change()
+        return True
+
+    def _restore(self, path: Path) -> None:
+        """On the training thread: the checkpoint's state, our accumulated gradients dropped."""
+        self.state.restore(CheckpointStore.load(path))
+        self.local.zeros()
 
     # ---- accounting ------------------------------------------------------------------------------
 
@@ -234,25 +332,9 @@ class CollaborativeOptimizer:
         )
 
     def _estimate(self) -> float:
-        """Samples towards our epoch, others' extrapolated from their speed since they reported.
-
-        A peer whose last record is from the epoch before ours most likely stepped with us and has
-        not reported yet: it is counted at its speed since our epoch began. Without this, every peer
-        would count only itself at the start of an epoch and notice the others too late.
-        """
-        now = time.time()
-        total = float(self._samples)
-        for record in self._records:
-            if record.peer == self._peer or not record.training:
-                continue
-            speed = record.samples_per_second or self._speed  # unknown yet: assume ours
-            if speed == 0:
-                return math.inf  # nobody's speed is known yet: watch at every step
-            if record.epoch == self.epoch:
-                total += record.samples + speed * max(0.0, now - record.time)
-            elif record.epoch == self.epoch - 1:
-                total += speed * max(0.0, now - self._epoch_started)
-        return total
+        """Samples towards our epoch (``core.training.readiness``)."""
+        own = Own(self._peer, self.epoch, self._samples, self._speed, self._epoch_started)
+        return estimate(self._records, own, time.time())
 
     def _reset_epoch(self) -> None:
         self._samples = 0
@@ -289,7 +371,7 @@ class CollaborativeOptimizer:
         while True:
             await self._active.wait()  # a paused peer's record may expire: nobody waits for it
             try:
-                async with asyncio.timeout(10.0):  # keep the record alive while idle
+                async with asyncio.timeout(KEEPALIVE):  # keep the record alive while idle
                     await self._publish_wanted.wait()
             except TimeoutError:
                 pass

@@ -1,5 +1,6 @@
 """What a project's peer tells its owner: ready, one step of its own, an epoch of the collaboration,
-failed to start, stopped. One small frozen dataclass each, ``PeerEvent`` their union.
+waiting for the collaboration (or no longer), failed to start, stopped. One small frozen dataclass
+each, ``PeerEvent`` their union.
 
 Inside the engine they travel as these objects (``ProjectPeer`` and the runner emit them,
 ``PeerEvents`` handles them); ``barnraise peer`` prints each as a JSON line (``to_json``:
@@ -59,6 +60,14 @@ class PeerMetrics(WireMessage):
 
 
 @dataclass(frozen=True)
+class PeerWaiting(WireMessage):
+    """The peer cannot contribute for now (it cannot load the collaboration's state), or can again."""
+
+    reason: str | None
+    """Why, in words; None: the wait is over."""
+
+
+@dataclass(frozen=True)
 class PeerFailed(WireMessage):
     """The peer could not start, or stopped with an error (the engine's runner says so)."""
 
@@ -95,12 +104,15 @@ class PeerNetwork(WireMessage):
     """Relays holding a reservation for it."""
 
 
-PeerEvent = PeerReady | PeerEpoch | PeerMetrics | PeerFailed | PeerStopped | PeerNetwork
+PeerEvent = (
+    PeerReady | PeerEpoch | PeerMetrics | PeerWaiting | PeerFailed | PeerStopped | PeerNetwork
+)
 
 EVENT_NAMES: dict[type[PeerEvent], str] = {
     PeerReady: "ready",
     PeerEpoch: "epoch",
     PeerMetrics: "metrics",
+    PeerWaiting: "waiting",
     PeerFailed: "failed",
     PeerStopped: "stopped",
     PeerNetwork: "network",

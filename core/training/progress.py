@@ -4,7 +4,12 @@ Every peer publishes one signed record (a subkey only it can sign) under ``<pref
 epoch, the samples it has accumulated towards that epoch, its speed, the time, its mode, and the
 loss totals of its current and last finished epochs. From all fresh records a peer estimates where
 the collaboration stands: the newest epoch, the samples accumulated towards it, when the target batch
-will be reached, and who is alive. Records expire on their own when a peer disappears.
+will be reached, and who is alive.
+
+Records live ``RECORD_TTL`` seconds and live peers refresh theirs every ``KEEPALIVE`` seconds, so the
+record of a peer that vanished (killed, link lost) stops counting within seconds. A peer that stops
+on purpose (quit, SIGTERM) withdraws its record at once: it publishes a ``left`` record, newer than
+its last, which readers drop.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +33,16 @@ from core.util.msgpack_codec import unpack
 log = logging.getLogger(__name__)
 
 TRAINING_MODES = ("trainer", "client")
-MODES = (*TRAINING_MODES, "aux", "paused")
+MODES = (*TRAINING_MODES, "aux", "paused", "left")
+"""A paused peer keeps its record (with its epoch) but counts neither samples nor speed; a peer that
+left says so, and its record is dropped by readers."""
 _WIRE_FIELDS = 11
 """Fields of a progress record (epoch ... last_samples); a moderated project's pass follows them."""
-"""A paused peer keeps its record (with its epoch) but counts neither samples nor speed."""
+RECORD_TTL = 10.0
+"""Seconds a progress record lives in the DHT (and counts) unless its peer refreshes it."""
+KEEPALIVE = 2.0
+"""Seconds between refreshes of an idle peer's record: several per ``RECORD_TTL``, so that one lost
+store does not make a live peer look gone."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +187,12 @@ class ProgressBoard:
     """
 
     def __init__(
-        self, dht: DHTNode, prefix: str, *, ttl: float = 30.0, access: AccessGate | None = None
+        self,
+        dht: DHTNode,
+        prefix: str,
+        *,
+        ttl: float = RECORD_TTL,
+        access: AccessGate | None = None,
     ) -> None:
         self._dht = dht
         self._key = f"{prefix}.progress"
@@ -195,6 +212,14 @@ class ProgressBoard:
             self._key, progress.to_wire(), expiration, subkey=owner_marker(self._dht.peer_id)
         )
 
+    async def withdraw(self, last: PeerProgress) -> bool:
+        """Say that we left (a record newer than ``last``, which readers drop), so that nobody counts
+        on us until our record would have expired."""
+        when = max(time.time(), last.time + 0.001)  # a store keeps only the newer expiration
+        return await self.publish(
+            dataclasses.replace(last, mode="left", samples=0, samples_per_second=0.0, time=when)
+        )
+
     async def fetch(self) -> list[PeerProgress]:
         found = await self._dht.get(self._key, latest=True)
         if found is None or not isinstance(found.value, dict):
@@ -208,7 +233,7 @@ class ProgressBoard:
             if owner is None:
                 continue
             record = PeerProgress.from_wire(str(owner), entry.value)
-            if record is None:
+            if record is None or record.mode == "left":
                 continue
             if self._access is not None:
                 # records stored before a ban or an expiry are still in the DHT: ask again
@@ -224,8 +249,11 @@ class ProgressBoard:
     def view(
         self, records: list[PeerProgress], mine: PeerProgress, target: int
     ) -> CollaborationView:
-        """Combine fetched records with our own, fresher, one."""
-        peers = [r for r in records if r.peer != self._me] + [mine]
+        """Combine fetched records with our own, fresher, one; records not refreshed within the
+        TTL (by the time of ``mine``) are left out."""
+        peers = [r for r in records if r.peer != self._me and mine.time - r.time <= self._ttl] + [
+            mine
+        ]
         epoch = max(p.epoch for p in peers)
         at_epoch = [p for p in peers if p.epoch == epoch and p.training]
         samples = sum(p.samples for p in at_epoch)

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import shutil
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,11 +48,12 @@ from core.training.collaborative import CollaborativeConfig, CollaborativeOptimi
 from core.training.control import TrainingControl
 from core.training.curve import follow_metrics, metrics_event
 from core.training.errors import TrainingError
-from core.training.events import PeerEvent, PeerNetwork, PeerReady
+from core.training.events import PeerEvent, PeerNetwork, PeerReady, PeerWaiting
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
 from core.training.precision import choose_precision
+from core.training.published import CheckpointPublishing, fetch_published_checkpoint
 from core.training.schedule import albert_lr_lambda
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
@@ -94,6 +95,8 @@ class PeerSettings:
     """The gate holding this peer's pass (kept fresh by its owner); required in moderated projects."""
     on_metrics: Callable[[EpochMetrics], None] | None = None
     """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
+    publishing: CheckpointPublishing | None = None
+    """Where an auxiliary peer also publishes its checkpoints (signed), for newcomers."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -192,7 +195,9 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         allreduce_timeout=a.allreduce_timeout,
         compute=0.0 if role == "aux" else 1.0,
         client_mode=role == "client",
-        auxiliary=role == "aux",
+        # the backbone joins with weight 0 but as a member that receives the averages: it steps
+        # its replica of the state with them (``AuxiliaryPeer``)
+        auxiliary=False,
     )
 
 
@@ -289,6 +294,9 @@ class ProjectPeer:
                 averaging_timeout=manifest.averaging.allreduce_timeout,
             ),
         )
+        self.optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
+        self.optimizer.fallback = self._published_fallback()
+        self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, self.optimizer))
         await self.optimizer.start()
         if not self.control.running:
             await self.optimizer.pause()
@@ -310,6 +318,26 @@ class ProjectPeer:
             await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
         finally:
             trainer.close()
+
+    def _published_fallback(self) -> Callable[[int], Awaitable[Path | None]] | None:
+        """The organizers' published checkpoint, for when no peer can give the state (None when
+        the manifest names none, or no project key to verify it with)."""
+        s, manifest = self.settings, self.settings.manifest
+        url, key = manifest.network.checkpoint_url, manifest.access.key
+        if not url:
+            return None
+        if key is None:
+            log.warning(
+                "the manifest's network.checkpoint_url cannot be used: without access.project_key "
+                "its checkpoints cannot be verified"
+            )
+            return None
+        project, folder = manifest.project.name, s.work_dir / "published"
+
+        def fetch(newer_than: int) -> Awaitable[Path | None]:
+            return fetch_published_checkpoint(url, key, project, folder, newer_than=newer_than)
+
+        return fetch
 
     # ---- network -----------------------------------------------------------------------------------
 
@@ -393,6 +421,11 @@ class ProjectPeer:
         """How many CPU threads torch may use (the scheduler leaves some cores to the user)."""
         await self.bridge.run(torch.set_num_threads, max(1, threads))
 
+    @property
+    def waiting_for(self) -> str | None:
+        """Why this peer cannot contribute now (it cannot load the state), or None."""
+        return self.optimizer.waiting_for if self.optimizer is not None else None
+
     def progress(self) -> dict[str, Any]:
         """Where this peer and its collaboration stand, for the engine's statistics."""
         trainer, optimizer = self.trainer, self.optimizer
@@ -461,9 +494,11 @@ class ProjectPeer:
                 matchmaking_time=manifest.averaging.matchmaking_time,
                 checkpoint_every=s.checkpoint_every,
                 average_state_every=manifest.training.average_state_every,
+                clip_norm=manifest.training.clip_norm or None,
             ),
             checkpoints=store,
             on_metrics=report,
+            publish=_publisher(s.publishing),
         )
         await aux.run(stop)
 
@@ -478,6 +513,25 @@ class ProjectPeer:
         if self.presence is not None:
             await self.presence.close()
         await self.host.close()
+
+
+def _publisher(
+    publishing: CheckpointPublishing | None,
+) -> Callable[[str, int, float | None], None] | None:
+    if publishing is None:
+        return None
+
+    def publish(path: str, epoch: int, loss: float | None) -> None:
+        index = publishing.publish(Path(path), epoch, loss)
+        log.info("published the checkpoint of epoch %d in %s", index.epoch, publishing.folder)
+
+    return publish
+
+
+async def _interrupt_on(stop: asyncio.Event, optimizer: CollaborativeOptimizer) -> None:
+    """A stop ends a wait for the state at once, not after the backoff."""
+    await stop.wait()
+    optimizer.interrupt()
 
 
 def _dht_client(settings: PeerSettings) -> bool:
@@ -496,8 +550,4 @@ def _dht_client(settings: PeerSettings) -> bool:
 
 
 def _load_checkpoint(state: TrainingState, path: Path) -> None:
-    checkpoint = CheckpointStore.load(path)
-    state.model.load_state_dict(checkpoint.model)
-    state.optimizer.load_state_dict(checkpoint.optimizer)
-    state.epoch = checkpoint.epoch
-    state.set_learning_rate()
+    state.restore(CheckpointStore.load(path))

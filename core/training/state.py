@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.training.checkpoints import Checkpoint
+
 
 class TrainingState:
     def __init__(
@@ -87,6 +89,13 @@ class TrainingState:
         """A copy of the whole state for sharing: (epoch, metadata, arrays)."""
         arrays = [t.detach().to("cpu", copy=True).numpy() for t in self.averaged_tensors()]
         return self.epoch, {"epoch": self.epoch}, arrays
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Take model, optimizer and epoch from a checkpoint (errors of torch if it does not fit)."""
+        self.model.load_state_dict(checkpoint.model)
+        self.optimizer.load_state_dict(checkpoint.optimizer)
+        self.epoch = checkpoint.epoch
+        self.set_learning_rate()
 
     def load(self, epoch: int, arrays: list[np.ndarray]) -> None:
         """Replace the state with a downloaded one; raises ValueError if its layout differs."""

@@ -132,6 +132,13 @@ def test_base_is_valid(tmp_path: Path) -> None:
     load_manifest(write(tmp_path, render(base())))
 
 
+def test_checkpoint_url_is_read_and_defaults_to_empty(tmp_path: Path) -> None:
+    assert load_manifest(write(tmp_path, render(base()))).network.checkpoint_url == ""
+    url = "https://example.org/demo/checkpoints/"
+    manifest = load_manifest(write(tmp_path, render(edited({"network.checkpoint_url": url}))))
+    assert manifest.network.checkpoint_url == url
+
+
 BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
     # missing required
     ("no name", {"project.name": DELETE}, "project.name", "required key is missing"),
@@ -219,6 +226,7 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
     ("allreduce", {"averaging.allreduce_timeout": -1}, "averaging.allreduce_timeout", "than 0"),
     ("peer", {"network.initial_peers": ["1.2.3.4:5"]}, "network.initial_peers[0]", "multiaddr"),
     ("coordinator", {"network.coordinator_url": "ftp://x"}, "network.coordinator_url", "http(s)"),
+    ("checkpoints", {"network.checkpoint_url": "/srv/ckpt"}, "network.checkpoint_url", "http(s)"),
     # rules across keys and sections
     ("seq_len", {"data.seq_len": 64}, "data.seq_len", "at most model.max_position (32), got 64"),
     (

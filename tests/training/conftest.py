@@ -82,7 +82,7 @@ async def start_aux(
     prefix: str = "collab",
 ) -> Aux:
     host, dht = await start_node(make_host, first.address)
-    averager = Averager(host, dht, prefix, replace(AVERAGING, auxiliary=True))
+    averager = Averager(host, dht, prefix, replace(AVERAGING, compute=0.0))
     bridge = TrainingBridge()
     aux = AuxiliaryPeer(
         TrainingState(model, optimizer),

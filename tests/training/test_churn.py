@@ -1,0 +1,279 @@
+"""Churn on real loopback connections, in one process: the backbone keeps the state when every
+trainer has left, leaving is visible at once, a newcomer that cannot load the state waits without
+spinning, and a dead donor of the newest state falls back to a live older one (never to one older
+than the downloader's own)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from core.averaging import Averager
+from core.averaging.state import StateDownloadError, StateSharing
+from core.dht import DHTNode
+from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
+from core.training.bridge import TrainingBridge
+from core.training.checkpoints import CheckpointStore
+from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
+from core.training.links import PeerLinks
+from core.training.progress import PeerProgress
+from core.training.state import TrainingState
+from core.training.trainer import Trainer
+from tests.conftest import MakeHost
+from tests.support.leaks import poll_until, wait_until
+from tests.training.conftest import AVERAGING, start_node
+from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
+
+TARGET = 128
+
+
+@dataclass
+class Node:
+    """One peer's network side and training thread (a trainer's or the backbone's)."""
+
+    bridge: TrainingBridge
+    dht: DHTNode
+    averager: Averager
+    links: PeerLinks
+    closed: bool = False
+
+    @property
+    def address(self) -> str:
+        return str(self.averager.host.addresses[0])
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.averager.close()
+            await self.bridge.aclose()
+            await self.dht.close()
+            await self.averager.host.close()  # gone from the network, as a stopped process is
+
+
+@pytest.fixture
+async def nodes(make_host: MakeHost) -> AsyncIterator[list[Node]]:
+    made: list[Node] = []
+
+    async def make(join: str | None, *, backbone: bool = False) -> Node:
+        host, dht = await start_node(make_host, join)
+        averager = Averager(
+            host, dht, "collab", replace(AVERAGING, compute=0.0 if backbone else 1.0)
+        )
+        bridge = TrainingBridge()
+        node = Node(bridge, dht, averager, PeerLinks.create(averager, bridge))
+        made.append(node)
+        return node
+
+    yield make  # type: ignore[misc]
+    for node in reversed(made):
+        await node.close()
+
+
+def trainer(
+    node: Node, config: CollaborativeConfig
+) -> tuple[CollaborativeOptimizer, torch.nn.Module]:
+    model = fresh_model()
+    return CollaborativeOptimizer(
+        TrainingState(model, make_optimizer(model)), node.links, config
+    ), model
+
+
+async def train(
+    optimizer: CollaborativeOptimizer, model: torch.nn.Module, node: Node, seed: int, until: int
+) -> None:
+    class Holder:  # what Recorder reads: the optimizer's epoch
+        pass
+
+    holder = Holder()
+    holder.optimizer = optimizer  # type: ignore[attr-defined]
+    walk = Recorder(dataset(), seed, holder)  # type: ignore[arg-type]
+    await Trainer(model, optimizer, node.bridge, walk, mse).run(until_epoch=until)
+
+
+def weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+async def test_the_backbone_keeps_the_state_when_every_trainer_left(nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = CollaborativeConfig(target_batch_size=TARGET, average_state_every=3)
+    backbone = await nodes(None, backbone=True)
+    aux_model = fresh_model()
+    aux = AuxiliaryPeer(
+        TrainingState(aux_model, make_optimizer(aux_model)),
+        backbone.links,
+        AuxiliaryConfig(target_batch_size=TARGET, average_state_every=3),
+        checkpoints=CheckpointStore(tmp_path / "checkpoints"),
+    )
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    try:
+        first = [await nodes(backbone.address) for _ in range(2)]
+        trainers = [trainer(node, config) for node in first]
+        for optimizer, _ in trainers:
+            await optimizer.start()
+        await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    train(o, m, n, 10 + i, 5)
+                    for i, ((o, m), n) in enumerate(zip(trainers, first, strict=True))
+                )
+            ),
+            timeout=180,
+        )
+        # the backbone stepped with them: its replica is their state, at their epoch
+        await wait_until(lambda: aux.state.epoch == 5)
+        assert aux.steps_followed >= 3
+        for mine, theirs in zip(aux_model.parameters(), trainers[0][1].parameters(), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=1e-4)
+        last = weights(trainers[0][1])
+        # every trainer leaves (a clean stop withdraws its records at once)
+        for (optimizer, _), node in zip(trainers, first, strict=True):
+            await optimizer.close()
+            await node.close()
+        me = str(backbone.averager.host.peer_id)
+        records = await aux.board.fetch()
+        assert {r.peer for r in records} == {me}, "the departed trainers' records were withdrawn"
+
+        # a newcomer starts from the initial weights, and continues from the backbone's epoch 5
+        node = await nodes(backbone.address)
+        optimizer, model = trainer(node, config)
+        waits: list[str | None] = []
+        optimizer.on_waiting = waits.append
+        await asyncio.wait_for(optimizer.start(), timeout=60)
+        assert optimizer.epoch == 5
+        for mine, theirs in zip(model.parameters(), last, strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=1e-4)
+        assert waits == []
+        await asyncio.wait_for(train(optimizer, model, node, 30, 7), timeout=120)
+        assert [r.epoch for r in optimizer.reports] == [5, 6]
+        await optimizer.close()
+    finally:
+        stop.set()
+        await aux_task
+
+
+async def test_the_backbone_resumes_from_its_newest_checkpoint(nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # a checkpoint of a collaboration that reached epoch 12, then a damaged newer file
+    saved = fresh_model()
+    with torch.no_grad():
+        for p in saved.parameters():
+            p.add_(0.5)
+    store = CheckpointStore(tmp_path / "checkpoints")
+    store.save(12, saved.state_dict(), make_optimizer(saved).state_dict(), {}, 1.0)
+    store.path_for(13).write_bytes(b"not a checkpoint")
+    backbone = await nodes(None, backbone=True)
+    aux_model = fresh_model()
+    aux = AuxiliaryPeer(
+        TrainingState(aux_model, make_optimizer(aux_model)),
+        backbone.links,
+        AuxiliaryConfig(target_batch_size=TARGET),
+        checkpoints=store,
+    )
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    try:
+        await wait_until(lambda: aux.state.epoch == 12)
+        node = await nodes(backbone.address)
+        optimizer, model = trainer(node, CollaborativeConfig(target_batch_size=TARGET))
+        await poll_until(optimizer.board.fetch, lambda seen: any(r.epoch == 12 for r in seen))
+        await asyncio.wait_for(optimizer.start(), timeout=60)
+        assert optimizer.epoch == 12
+        for mine, theirs in zip(model.parameters(), saved.parameters(), strict=True):
+            torch.testing.assert_close(mine, theirs)
+        await optimizer.close()
+    finally:
+        stop.set()
+        await aux_task
+
+
+async def test_a_newcomer_that_cannot_load_the_state_waits_without_spinning(
+    nodes,
+    caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
+) -> None:
+    first = await nodes(None)
+    # someone says the collaboration is at epoch 9, but nobody announces a state
+    ghost = await nodes(first.address)
+    await ghost.links.board.publish(
+        PeerProgress(str(ghost.averager.host.peer_id), 9, 0, 0.0, time.time(), "aux")
+    )
+    keep = asyncio.create_task(keep_publishing(ghost))
+    node = await nodes(first.address)
+    optimizer, _ = trainer(node, CollaborativeConfig(target_batch_size=TARGET, retry_cap=2.0))
+    asked = 0
+    download = optimizer.sharing.download
+
+    async def counted(**kwargs):  # type: ignore[no-untyped-def]
+        nonlocal asked
+        asked += 1
+        return await download(**kwargs)
+
+    optimizer.sharing.download = counted  # type: ignore[method-assign]
+    waits: list[str | None] = []
+    optimizer.on_waiting = waits.append
+    try:
+        with caplog.at_level(logging.WARNING, logger="core.training.collaborative"):
+            starting = asyncio.create_task(optimizer.start())
+            await asyncio.sleep(6.0)
+            assert not starting.done(), "it must not train on a state it could not load"
+            assert optimizer.waiting_for is not None
+            assert "no peer announces a state" in optimizer.waiting_for
+            # backoff 0.5, 1, 2, 2 … (jittered down to half): a handful of attempts, not hundreds
+            assert 2 <= asked <= 12
+            warnings = [r for r in caplog.records if "could not load the state" in r.getMessage()]
+            assert len(warnings) == 1
+            assert waits == [optimizer.waiting_for]
+            # a stop ends the wait at once
+            optimizer.interrupt()
+            await asyncio.wait_for(starting, timeout=5)
+        assert optimizer.epoch == 0
+        assert waits[-1] is None
+        assert optimizer.waiting_for is None
+    finally:
+        keep.cancel()
+        await optimizer.close()
+
+
+async def keep_publishing(node: Node) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        await node.links.board.publish(
+            PeerProgress(str(node.averager.host.peer_id), 9, 0, 0.0, time.time(), "aux")
+        )
+
+
+def provider(version: int, value: float):  # type: ignore[no-untyped-def]
+    arrays = [np.full(1000, value, dtype=np.float32)]
+    return lambda: (version, {"epoch": version}, arrays)
+
+
+async def test_a_dead_newest_donor_falls_back_to_a_live_older_one(nodes) -> None:  # type: ignore[no-untyped-def]
+    first = await nodes(None)
+    dead, live, me = [await nodes(first.address) for _ in range(3)]
+    dead_sharing = StateSharing(dead.averager.host, dead.dht, "collab")
+    live_sharing = StateSharing(live.averager.host, live.dht, "collab")
+    dead_sharing.serve(provider(9, 9.0))
+    live_sharing.serve(provider(6, 6.0))
+    await dead_sharing.announce(9)
+    await live_sharing.announce(6)
+    await dead.close()  # killed: its announcement stays until it expires
+    mine = StateSharing(me.averager.host, me.dht, "collab")
+    got = await mine.download(newer_than=3, timeout=30)
+    assert got.version == 6
+    assert float(got.tensors[0][0]) == 6.0
+    # never an older state than our own, even when the newest donor is dead
+    with pytest.raises(StateDownloadError, match="epoch 9"):
+        await mine.download(newer_than=6, timeout=30)
+    with pytest.raises(StateDownloadError, match="no donor has a state newer than epoch 9"):
+        await mine.download(newer_than=9, timeout=30)
+    # a donor that stops withdraws its announcement: nobody tries it any more
+    await live_sharing.withdraw()
+    live_sharing.stop_serving()
+    assert [v for v, _, _ in await mine.donors() if v >= 0] == [9]
