@@ -48,6 +48,20 @@ def test_the_reason_is_the_engines_own_words(
     assert page.state_word.text() == "Paused"
 
 
+def test_a_peer_waiting_for_the_collaboration_never_says_contributing(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    page = dashboard(make_window(fake))
+    qtbot.waitUntil(lambda: page.state_word.text() == "Contributing")
+    fake.wait_for_collaboration("no peer could give the state of epoch 37")
+    qtbot.waitUntil(lambda: page.state_word.text() == "Waiting")
+    assert page.reason.text().startswith(
+        "Waiting for the collaboration: no peer could give the state of epoch 37 · since "
+    )
+    fake.wait_for_collaboration(None)
+    qtbot.waitUntil(lambda: page.state_word.text() == "Contributing")
+
+
 def test_switch_pauses_and_starts(
     make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
 ) -> None:

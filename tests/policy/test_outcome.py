@@ -77,6 +77,19 @@ def test_a_failed_peer_is_an_error_with_its_words() -> None:
     )
 
 
+def test_a_peer_that_cannot_load_the_state_waits_for_the_collaboration() -> None:
+    """Never "Contributing" while nothing the peer computes would count."""
+    stuck = PeerStatus("ready", waiting_for="no peer could give the state of epoch 37")
+    for decision in (RUN, THROTTLE):
+        assert outcome(decision, stuck) == Outcome(
+            "waiting",
+            "collaboration",
+            "Waiting for the collaboration: no peer could give the state of epoch 37",
+        )
+    # a pause still says why it pauses
+    assert outcome(pause("user_paused", "Paused by you"), stuck).code == "user_paused"
+
+
 def test_the_codes_type_holds_every_code_and_the_fallback() -> None:
     codes = set(get_args(ReasonCode))
     assert set(get_args(PolicyCode)) | set(get_args(EngineCode)) | {UNKNOWN_CODE} == codes

@@ -110,6 +110,9 @@ class FakeEngine:
         """What the sensors see (``set_conditions``); the fake adds the project, pause and snooze."""
         self.peer_error: str | None = None
         """The project's peer fails to start with these words (``fail_peer``)."""
+        self.peer_waiting: str | None = None
+        """The project's peer runs but waits for the collaboration, for this reason
+        (``wait_for_collaboration``)."""
         self.coordinator = FakeCoordinator(username)
         self.offered = [sample_data.DEMO_OFFER]
         self.projects_: list[ProjectInfo] = []
@@ -158,6 +161,13 @@ class FakeEngine:
         """The project's peer fails to start, saying ``message``; None: it starts again."""
         with self._lock:
             self.peer_error = message
+            self._decide()
+
+    def wait_for_collaboration(self, reason: str | None) -> None:
+        """The project's peer runs but cannot load the collaboration's state, for ``reason``;
+        None: it can again."""
+        with self._lock:
+            self.peer_waiting = reason
             self._decide()
 
     def set_network(self, network: Network | None) -> None:
@@ -435,7 +445,7 @@ class FakeEngine:
             return PeerStatus("failed", LOGIN_NEEDED, needs_login=True)
         if self.peer_error is not None:
             return PeerStatus("failed", self.peer_error)
-        return PeerStatus("ready")
+        return PeerStatus("ready", waiting_for=self.peer_waiting)
 
     def _preferences(self) -> Preferences:
         return Preferences.from_dict(self.values)
