@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,9 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 RETRIES = 5
+REJECTIONS_KEPT = 100
+"""The latest rejections, for diagnostics: an auxiliary peer reports an epoch every few minutes for
+weeks, and a peer without an account is rejected in every one."""
 
 
 class ContributionReporter:
@@ -28,7 +32,7 @@ class ContributionReporter:
         self.first_retry = first_retry
         self.sent = 0
         self.accepted = 0
-        self.rejected: list[dict[str, Any]] = []
+        self.rejected: deque[dict[str, Any]] = deque(maxlen=REJECTIONS_KEPT)
         self.failed = 0
         """Reports given up on (the coordinator stayed down, or refused the reporter)."""
         self._queue: asyncio.Queue[Mapping[str, Any]] = asyncio.Queue()

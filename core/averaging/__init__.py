@@ -9,7 +9,7 @@
 - ``tensors``         TensorSet (in-place float32 views) and the chunk layout.
 - ``moshpit``         group rounds over a grid of keys, and choosing the group size.
 - ``state``           sharing and downloading the full state from several donors.
-- ``registry``        rounds in progress by group id.
+- ``registry``        rounds in progress by group id (those nobody starts are forgotten).
 - ``result``          AveragingResult: what a round really averaged.
 - ``messages``        wire messages; ``config``: AveragerConfig.
 """

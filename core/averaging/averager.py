@@ -152,7 +152,11 @@ class Averager:
         self.matchmaker.reconfigure(self.config)  # a role changed since the last round
         group = await self.matchmaker.form_group(round_key or "default", timeout, target_size)
         pending = PendingRound(self, group)
-        await self._connect_ahead(group)
+        try:
+            await self._connect_ahead(group)
+        except BaseException:
+            pending.cancel()  # nobody will run it: do not keep it registered
+            raise
         return pending
 
     async def _connect_ahead(self, group: GroupSpec) -> None:

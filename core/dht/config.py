@@ -30,6 +30,11 @@ class DHTConfig:
     """Records may live at most this long without being republished (limits squatting)."""
     storage_capacity: int = 100_000
     cache_capacity: int = 10_000
+    storage_bytes: int = 256 * MiB
+    """Memory for the records we keep for others: keys are capped above, but subkeys (10 000 a key)
+    and values (up to ``max_value_bytes``) are not, so a stranger could fill far more without it."""
+    cache_bytes: int = 64 * MiB
+    """The same for values cached along lookup paths."""
     refresh_interval: float = 600.0
     """Buckets no lookup went through for this long get a lookup of a random id in their range."""
     republish_interval: float = 300.0
@@ -48,6 +53,8 @@ class DHTConfig:
             raise ConfigError("store_quorum must be at least 1")
         if self.depth_modulo < 1:
             raise ConfigError("depth_modulo must be at least 1")
+        if self.storage_bytes < self.max_value_bytes or self.cache_bytes < self.max_value_bytes:
+            raise ConfigError("storage_bytes and cache_bytes must hold at least one largest value")
         for name in ("rpc_timeout", "lookup_timeout", "max_expiration_ahead", "refresh_interval"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")

@@ -86,8 +86,8 @@ class DHTNode:
             identity=identity,
             node_id=own_id,
             table=RoutingTable(own_id, config.k, config.depth_modulo),
-            storage=RecordStore(clock, config.storage_capacity),
-            cache=RecordStore(clock, config.cache_capacity),
+            storage=RecordStore(clock, config.storage_capacity, max_bytes=config.storage_bytes),
+            cache=RecordStore(clock, config.cache_capacity, max_bytes=config.cache_bytes),
             rules=RecordRules(limits, schemas),
             tasks=BackgroundTasks(f"dht-{identity.peer_id.short()}"),
         )

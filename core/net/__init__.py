@@ -19,6 +19,7 @@
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
 - ``pings``        Pings: round-trip probes on one connection (a random token, echoed).
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
+- ``peerstore``    PeerStore: the addresses of the peers we heard of, bounded in peers and per peer.
 - ``ports``        the default listening port of each role, and listen addresses for every interface.
 - ``advertise``    which of our addresses other peers are given (never loopback or link-local,
   except in a swarm inside one computer): confirmed public, interfaces, relays.

@@ -42,6 +42,7 @@ from core.net.hello import AGENT, PROTOCOL_VERSION, Hello
 from core.net.host_access import RENEW_PASS, HostAccess
 from core.net.identity import Identity
 from core.net.peer_id import PeerID
+from core.net.peerstore import PeerStore
 from core.net.rpc import Method, Req, Resp, Router, StreamMethod
 from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
 from core.net.traffic import Traffic
@@ -154,7 +155,7 @@ class Host:
         """``relay:<relay>/<us>`` addresses while relays hold reservations for us."""
         self.relay_dialer: RelayDialer | None = None
         """Set by the relay client; without it relayed addresses cannot be dialed."""
-        self.peerstore: dict[PeerID, list[PeerAddress]] = {}
+        self.peerstore = PeerStore(lambda peer: bool(self._connections.get(peer)))
         self._offers: dict[str, object] = {}
         self._connection_listeners: list[Callable[[Connection], None]] = []
         self._inbound_claims: list[Callable[[asyncio.Transport], bool]] = []
@@ -306,6 +307,11 @@ class Host:
         """Call ``listener`` with every new authenticated connection, either direction."""
         self._connection_listeners.append(listener)
 
+    def remove_connection_listener(self, listener: Callable[[Connection], None]) -> None:
+        """Stop calling ``listener`` (a service that stops; one that restarts adds it again)."""
+        with contextlib.suppress(ValueError):
+            self._connection_listeners.remove(listener)
+
     def claim_inbound(self, claim: Callable[[asyncio.Transport], bool]) -> None:
         """Offer each new inbound TCP connection to ``claim`` before we serve TLS on it.
 
@@ -326,13 +332,7 @@ class Host:
 
     def add_addresses(self, peer: PeerID, addresses: Sequence[PeerAddress]) -> None:
         """Remember where ``peer`` can be dialed, so calls can name it by PeerID alone."""
-        known = self.peerstore.setdefault(peer, [])
-        for given in addresses:
-            if given.peer_id not in (None, peer):
-                raise AddressError(f"{given} does not belong to {peer}")
-            address = given.with_peer(peer)
-            if address not in known:
-                known.append(address)
+        self.peerstore.add(peer, addresses)
 
     # ---- calls -----------------------------------------------------------------------------------
 

@@ -184,6 +184,8 @@ class Presence:
             await asyncio.sleep(self.options.meet_every)
             connected = {conn.peer for conn in self.host.connections()}
             now = time.monotonic()
+            for gone in [p for p in self._met if p not in self.host.peerstore]:
+                del self._met[gone]  # the peer store forgot it: so do we
             due = []
             for peer in list(self.host.peerstore)[: 4 * self.options.meet_at_most]:
                 meeting = self._met.get(peer)

@@ -97,10 +97,22 @@ class Backoff:
 
     def failed(self, peer: object) -> float:
         """Record a failed punch; returns the seconds until the pair may try again."""
+        now = self._clock()
+        self._forget_old(now)
         count = self._failures.get(peer, (0, 0.0))[0] + 1
         wait = self._timing.backoff_after(count)
-        self._failures[peer] = (count, self._clock() + wait)
+        self._failures[peer] = (count, now + wait)
         return wait
+
+    def _forget_old(self, now: float) -> None:
+        """Forget pairs whose wait ended a longest back-off ago: we met them once and not since
+        (remembering every relayed peer ever met would grow for as long as the engine runs)."""
+        horizon = now - self._timing.max_backoff
+        for peer in [p for p, (_, until) in self._failures.items() if until < horizon]:
+            del self._failures[peer]
+
+    def __len__(self) -> int:
+        return len(self._failures)
 
     def succeeded(self, peer: object) -> None:
         self._failures.pop(peer, None)

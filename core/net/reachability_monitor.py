@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MAX_ASKED = 256
+"""Peers remembered as asked; beyond it the longest ago are forgotten, which orders them the same
+(never asked sorts first, as asked longest ago would), so public peers met for weeks do not pile up."""
+
 
 @dataclass(frozen=True)
 class MonitorConfig:
@@ -237,7 +241,7 @@ class ReachabilityMonitor:
         assert conn.peer is not None
         peer = str(conn.peer)
         who = conn.peer.short()
-        self._asked[peer] = self._clock()
+        self._note_asked(peer)
         try:
             raw = await conn.call(
                 DIALBACK.name, DialbackRequest(port).to_wire(), timeout=self.config.call_timeout
@@ -256,6 +260,12 @@ class ReachabilityMonitor:
         if answer.reachable:
             return outcome, f"{who} reached us at {answer.address}"
         return outcome, f"{who} could not reach us at {answer.address}: {answer.reason}"
+
+    def _note_asked(self, peer: str) -> None:
+        self._asked.pop(peer, None)  # dict order: asked longest ago first
+        self._asked[peer] = self._clock()
+        while len(self._asked) > MAX_ASKED:
+            del self._asked[next(iter(self._asked))]
 
     def _servers(self) -> list[Connection]:
         """One usable direct connection per peer that offers dial-backs and looks public."""

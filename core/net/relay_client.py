@@ -107,7 +107,7 @@ class RelayClient:
     def start(self) -> None:
         """Answer relays' circuit offers, and keep reservations on ``want`` relays."""
         self.host.router.add_stream(INCOMING, self._on_incoming)
-        self.host.on_connection(lambda _conn: self._wake.set())  # a new relay may have appeared
+        self.host.on_connection(self._connected)
         self._started = True
         self._tasks.spawn("keeper", self._keep())
 
@@ -117,9 +117,14 @@ class RelayClient:
         if self._started:
             self._started = False
             self.host.router.remove(INCOMING.name)
+            # a client is made anew each time we stop being public: leave no listener behind
+            self.host.remove_connection_listener(self._connected)
         self._held.clear()
         self._publish()
         await self.dialer.close()
+
+    def _connected(self, _conn: Connection) -> None:
+        self._wake.set()  # a new relay may have appeared
 
     # ---- reservations ----------------------------------------------------------------------------
 
@@ -173,10 +178,16 @@ class RelayClient:
         ]
 
     def _failed(self, relay: PeerID) -> None:
+        now = asyncio.get_running_loop().time()
+        # every peer we dial directly is a candidate: forget those not tried again for twice the
+        # longest backoff (they left), or the table would grow with every peer met for weeks
+        horizon = now - 2 * RETRY_MAX
+        for gone in [r for r, b in self._backoff.items() if b.retry_at < horizon]:
+            del self._backoff[gone]
         backoff = self._backoff.setdefault(relay, _Backoff())
         delay = min(RETRY_MAX, RETRY_FIRST * 2**backoff.failures) * random.uniform(0.5, 1.5)
         backoff.failures += 1
-        backoff.retry_at = asyncio.get_running_loop().time() + delay
+        backoff.retry_at = now + delay
 
     def _offering_relays(self) -> list[PeerID]:
         """Peers whose hello offered a relay, then the other peers we dialed directly.

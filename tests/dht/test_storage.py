@@ -102,3 +102,49 @@ def test_expired_values_are_refused_and_full_stores_evict_the_soonest() -> None:
     assert store.get(2) is not None
     assert store.get(3) is not None
     assert not store.store(4, "d", None, value(b"d", 5, clock))  # expires before everything held
+
+
+def test_a_byte_budget_bounds_what_strangers_can_make_us_keep() -> None:
+    """Keys are capped by ``capacity``, but 10 000 subkeys a key and large values are not: the
+    byte budget is, and the values that expire soonest make room."""
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=1_000_000, max_bytes=200_000)
+    for i in range(10_000):
+        assert store.store(i % 7, f"key{i % 7}", f"sub{i}", value(b"x" * 100, 1000 + i, clock))
+        assert store.bytes_held <= 200_000
+    assert store.values_held < 10_000 // 10
+    newest = store.get(9_999 % 7)
+    assert newest is not None
+    assert "sub9999" in newest.subkeys  # the latest-expiring values are the ones kept
+    # a value expiring before everything held does not push anything out
+    assert not store.store(99, "other", None, value(b"y" * 100, 10, clock))
+    assert store.get(99) is None
+
+
+def test_the_byte_count_follows_expiry_and_replacement() -> None:
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    assert store.store(1, "k", None, value(b"plain", 10, clock))
+    assert store.store(1, "k", "a", value(b"a", 20, clock))  # turns the record into a dictionary
+    assert store.store(1, "k", "b", value(b"b", 30, clock))
+    assert store.store(1, "k", "a", value(b"a2", 25, clock))
+    assert store.values_held == 2
+    assert store.store(1, "k", None, value(b"plain2", 40, clock))
+    assert store.values_held == 1
+    clock.advance(41)
+    assert len(store) == 0
+    assert (store.bytes_held, store.values_held) == (0, 0)
+
+
+def test_the_expiry_heap_does_not_grow_with_renewals() -> None:
+    """A value renewed every second for a day leaves no heap entry per renewal behind."""
+    clock = FakeClock()
+    store = RecordStore(clock, capacity=10)
+    for _ in range(20_000):
+        assert store.store(1, "k", "s", value(b"v", 86_400, clock))
+        clock.advance(1.0)
+    assert store.values_held == 1
+    assert len(store._heap) <= 2 * store.values_held + 1024
+    clock.advance(86_400)
+    assert store.get(1) is None
+    assert not store._heap

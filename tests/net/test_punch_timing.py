@@ -64,6 +64,21 @@ def test_backoff_doubles_up_to_its_cap_and_a_success_forgets_it() -> None:
     assert backoff.failed("p") == 600.0
 
 
+def test_backoff_forgets_peers_not_punched_again_for_a_longest_back_off() -> None:
+    """Every relayed peer ever met once must not stay in memory for as long as the engine runs."""
+    clock = FakeClock()
+    timing = PunchTiming(backoff=600.0, max_backoff=3600.0)
+    backoff = Backoff(timing, clock)
+    for n in range(10_000):
+        backoff.failed(f"stranger-{n}")
+        if n % 100 == 0:
+            backoff.failed("regular")  # fails now and then: its back-off keeps doubling
+        clock.now += 10.0
+        assert len(backoff) <= (600 + 3600) // 10 + 2
+    assert backoff.waiting("stranger-9999") > 0
+    assert backoff.failed("regular") == 3600.0
+
+
 def test_rate_limit_per_key_and_in_total_over_a_sliding_period() -> None:
     clock = FakeClock()
     limit = RateLimit(2, period=60.0, total=3, clock=clock)
