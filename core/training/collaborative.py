@@ -45,6 +45,8 @@ from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
+MAX_SHORT_ROUNDS = 3
+"""Rounds in a row that may hold fewer samples than the target before the step is taken anyway."""
 REPORTS_KEPT = 1000
 """Reports of our own epochs kept in memory (a peer runs for weeks: older ones are in the ledger)."""
 
@@ -107,6 +109,7 @@ class CollaborativeOptimizer:
         self._loss_sum = 0.0
         self._mini_steps = 0
         self._last = (-1, 0.0, 0, 0)  # epoch, loss sum, mini-steps, samples of the last finished
+        self._short_rounds = 0
         self._speed = 0.0
         self._last_step_at: float | None = None
         self._epoch_started = time.time()
@@ -116,7 +119,7 @@ class CollaborativeOptimizer:
         self._samples_at_fetch = 0
         self._publish_wanted = asyncio.Event()
         self._snapshot = state.snapshot()
-        self._pending_update: asyncio.Task[None] | None = None
+        self._pending_update: asyncio.Task[bool] | None = None
         self._active = asyncio.Event()
         self._active.set()
         self._stopping = False
@@ -387,7 +390,7 @@ class CollaborativeOptimizer:
 
     # ---- one collaborative step ------------------------------------------------------------------
 
-    async def _finish_epoch(self, view: CollaborationView) -> PeerEpoch:
+    async def _finish_epoch(self, view: CollaborationView) -> PeerEpoch | None:
         started = time.monotonic()
         epoch, samples = self.epoch, self._samples
         if self._pending_update is not None:
@@ -396,7 +399,8 @@ class CollaborativeOptimizer:
         expected = len(view.trainers_at_epoch) + sum(
             1 for p in view.peers if p.mode == "aux" and p.epoch == epoch
         )
-        self._last = (epoch, self._loss_sum, self._mini_steps, samples)
+        totals, previous = (self._loss_sum, self._mini_steps), self._last
+        self._last = (epoch, *totals, samples)
         self._reset_epoch()
         update = self._average_and_apply(grads, samples, epoch, max(1, expected), started)
         if self.config.delay_parameter_updates:
@@ -408,15 +412,40 @@ class CollaborativeOptimizer:
             await self._publish()
             return PeerEpoch(epoch, samples, 0, True, "update in the background", 0.0)
         self._pending_update = None
-        await update
+        if not await update:
+            # the round held fewer samples than the target: the epoch goes on, with the average
+            # so far kept in our accumulators (it weighs as the samples we brought to it)
+            self._samples, (self._loss_sum, self._mini_steps) = samples, totals
+            self._last = previous
+            return None
         return self.reports[-1]
 
     async def _average_and_apply(
         self, grads: list[torch.Tensor], samples: int, epoch: int, expected: int, started: float
-    ) -> None:
+    ) -> bool:
+        """Average and step; False (no step) when the round held fewer samples than the target.
+
+        The readiness counts every fresh record's samples, but a peer killed since its last report
+        brings none to the round: stepping then would make an epoch smaller than the target
+        batch. Every member of the round sees the same total weight, so they all decide alike.
+        After ``MAX_SHORT_ROUNDS`` such rounds in a row the step is taken anyway (a peer that
+        reports samples it never brings must not stall everyone)."""
         result = await self._average(grads, float(samples), f"grads.{epoch}", expected)
         if result is not None and not result.complete:
             log.warning("epoch %d: %s", epoch, result.summary())
+        weight = result.group_weight if result is not None else float(samples)
+        target = self.config.target_batch_size
+        if (
+            weight < target
+            and not self.config.delay_parameter_updates
+            and self._short_rounds < MAX_SHORT_ROUNDS
+        ):
+            self._short_rounds += 1
+            log.info("epoch %d: the round held %d of %d samples; the epoch goes on", epoch,
+                     weight, target)  # fmt: skip
+            await self.bridge.run(self.local.keep, grads, samples)
+            return False
+        self._short_rounds = 0
         await self.bridge.run(self.local.apply, grads)
         self.state.epoch = epoch + 1
         await self.bridge.run(self.state.set_learning_rate)
@@ -429,6 +458,7 @@ class CollaborativeOptimizer:
         if every and (epoch + 1) % every == 0:
             await self._average_state(epoch + 1)
         await self._after_epoch_change()
+        return True
 
     async def _average(
         self, tensors: list[torch.Tensor], weight: float, round_key: str, expected: int,

@@ -50,6 +50,12 @@ class LocalWork:
             acc.zero_()
         return out
 
+    def keep(self, grads: list[torch.Tensor], samples: int) -> None:
+        """Put a round's average back as ``samples`` samples' worth of accumulated gradient (a round
+        too small to step on: the epoch goes on, and this peer's share of it stays counted)."""
+        for acc, g in zip(self._accumulators, grads, strict=True):
+            acc.copy_(g.to(acc.device), non_blocking=False).mul_(samples)
+
     def apply(self, grads: list[torch.Tensor]) -> None:
         """One optimizer step with these gradients (skipped if their norm is not finite)."""
         params = self.state.parameters

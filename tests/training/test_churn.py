@@ -277,3 +277,62 @@ async def test_a_dead_newest_donor_falls_back_to_a_live_older_one(nodes) -> None
     await live_sharing.withdraw()
     live_sharing.stop_serving()
     assert [v for v, _, _ in await mine.donors() if v >= 0] == [9]
+
+
+async def test_a_round_short_of_the_target_does_not_step(nodes) -> None:  # type: ignore[no-untyped-def]
+    """A record that counts samples nobody brings (a peer killed since its last report) makes the
+    collaboration look ready; the round then holds fewer samples than the target, and the epoch
+    goes on, its gradient so far kept: the step equals one over all the samples, as if no round
+    had been short."""
+    first = await nodes(None)
+    ghost = await nodes(first.address)
+    me = str(ghost.averager.host.peer_id)
+
+    async def haunt() -> None:
+        while True:
+            await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))
+            await asyncio.sleep(1.0)
+
+    haunting = asyncio.create_task(haunt())
+    node = await nodes(first.address)
+    config = CollaborativeConfig(target_batch_size=64, matchmaking_time=1.0)
+    optimizer, model = trainer(node, config)
+    reference = fresh_model()
+    data = dataset()
+    batches = [(data[0][i : i + 8], data[1][i : i + 8]) for i in range(0, 160, 8)]
+    try:
+        await optimizer.start()
+        await poll_until(optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen))
+        await optimizer._refresh()  # the ghost's record must be in our view now
+        used = 0
+
+        async def microbatch() -> object:
+            nonlocal used
+            inputs, targets = batches[used]
+            used += 1
+            torch.nn.functional.mse_loss(model(inputs), targets).backward()  # type: ignore[no-untyped-call]
+            return await optimizer.step(8, 1.0)
+
+        # 8 of our samples + the ghost's 100 reach the target of 64: a round, which holds only ours
+        assert await microbatch() is None
+        assert optimizer.epoch == 0
+        assert optimizer.reports == type(optimizer.reports)()
+        haunting.cancel()
+        await ghost.links.board.withdraw(PeerProgress(me, 0, 100, 50.0, time.time()))
+        await optimizer._refresh()
+        report = None
+        while report is None:
+            report = await microbatch()
+        assert optimizer.epoch == 1
+        assert report.samples == used * 8 >= 64  # type: ignore[attr-defined]
+    finally:
+        haunting.cancel()
+        await optimizer.close()
+    # the same step as one large batch of every sample used
+    opt = make_optimizer(reference)
+    inputs = torch.cat([b[0] for b in batches[:used]])
+    targets = torch.cat([b[1] for b in batches[:used]])
+    torch.nn.functional.mse_loss(reference(inputs), targets).backward()  # type: ignore[no-untyped-call]
+    opt.step()
+    for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
