@@ -176,7 +176,7 @@ class AuxiliaryPeer:
             await self._publish()
         elif time.monotonic() - self._published_at > KEEPALIVE:
             await self._publish()
-        for metrics in self._aggregator.observe(view.peers, time.time()):
+        for metrics in self._aggregator.observe(view.reports, time.time()):
             await self._report(metrics)
         if view.ready and self._joined < view.epoch and view.trainers_at_epoch:
             await self._join_step(view.epoch, len(view.trainers_at_epoch), grads)

@@ -452,7 +452,8 @@ class CollaborativeOptimizer:
         group = len(result.members) if result is not None else 1
         summary = result.summary() if result is not None else "no group: local gradients only"
         averaged = result is not None and result.complete
-        report = PeerEpoch(epoch, samples, group, averaged, summary, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        report = PeerEpoch(epoch, samples, group, averaged, summary, seconds, weight)
         self.reports.append(report)
         every = self.config.average_state_every
         if every and (epoch + 1) % every == 0:

@@ -51,7 +51,7 @@ async def follow_metrics(
     while True:
         await asyncio.sleep(interval)
         try:
-            for metrics in aggregator.observe(view().peers, time.time()):
+            for metrics in aggregator.observe(view().reports, time.time()):
                 emit(metrics_event(metrics))
         except Exception:  # one bad report must not end the curve for the rest of the run
             log.exception("reporting the collaboration's metrics failed")

@@ -42,6 +42,9 @@ class PeerEpoch(WireMessage):
     """True when the gradient round averaged everything it should have."""
     summary: str
     seconds: float
+    round_samples: float = 0.0
+    """The samples the gradient round averaged over, everyone's (ours alone without a group): what
+    the collaborative step was taken on; 0 when not known (a delayed update)."""
 
 
 @dataclass(frozen=True)

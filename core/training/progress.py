@@ -9,7 +9,8 @@ will be reached, and who is alive.
 Records live ``RECORD_TTL`` seconds and live peers refresh theirs every ``KEEPALIVE`` seconds, so the
 record of a peer that vanished (killed, link lost) stops counting within seconds. A peer that stops
 on purpose (quit, SIGTERM) withdraws its record at once: it publishes a ``left`` record, newer than
-its last, which readers drop.
+its last, which counts for nothing but still carries the totals of the last epoch it finished (so
+that a volunteer who quits right after a step keeps its part of that epoch's metrics).
 """
 
 from __future__ import annotations
@@ -160,8 +161,16 @@ class CollaborationView:
     samples_per_second: float
     """Summed speed of the trainers at ``epoch``."""
     peers: list[PeerProgress]
-    """Every fresh record, this peer's own included."""
+    """Every fresh record, this peer's own included (not those of peers that left)."""
     target: int
+    departed: list[PeerProgress] = dataclasses.field(default_factory=list)
+    """Fresh records of peers that left: they count for nothing, but still carry the totals of
+    the last epoch they finished (for that epoch's metrics)."""
+
+    @property
+    def reports(self) -> list[PeerProgress]:
+        """What the metrics of finished epochs are built from: everyone's, the departed's too."""
+        return self.peers + self.departed
 
     @property
     def trainers_at_epoch(self) -> list[PeerProgress]:
@@ -213,7 +222,7 @@ class ProgressBoard:
         )
 
     async def withdraw(self, last: PeerProgress) -> bool:
-        """Say that we left (a record newer than ``last``, which readers drop), so that nobody counts
+        """Say that we left (a record newer than ``last``, which counts for nothing), so that nobody counts
         on us until our record would have expired."""
         when = max(time.time(), last.time + 0.001)  # a store keeps only the newer expiration
         return await self.publish(
@@ -221,6 +230,7 @@ class ProgressBoard:
         )
 
     async def fetch(self) -> list[PeerProgress]:
+        """Every record, those of peers that left (``mode == "left"``) included."""
         found = await self._dht.get(self._key, latest=True)
         if found is None or not isinstance(found.value, dict):
             return []
@@ -233,7 +243,7 @@ class ProgressBoard:
             if owner is None:
                 continue
             record = PeerProgress.from_wire(str(owner), entry.value)
-            if record is None or record.mode == "left":
+            if record is None:
                 continue
             if self._access is not None:
                 # records stored before a ban or an expiry are still in the DHT: ask again
@@ -251,11 +261,11 @@ class ProgressBoard:
     ) -> CollaborationView:
         """Combine fetched records with our own, fresher, one; records not refreshed within the
         TTL (by the time of ``mine``) are left out."""
-        peers = [r for r in records if r.peer != self._me and mine.time - r.time <= self._ttl] + [
-            mine
-        ]
+        others = [r for r in records if r.peer != self._me and mine.time - r.time <= self._ttl]
+        peers = [r for r in others if r.mode != "left"] + [mine]
         epoch = max(p.epoch for p in peers)
         at_epoch = [p for p in peers if p.epoch == epoch and p.training]
         samples = sum(p.samples for p in at_epoch)
         speed = sum(p.samples_per_second for p in at_epoch)
-        return CollaborationView(epoch, samples, speed, peers, target)
+        departed = [r for r in others if r.mode == "left"]
+        return CollaborationView(epoch, samples, speed, peers, target, departed)
