@@ -1,0 +1,447 @@
+"""Churn soak and benchmark: the collaboration outlives its volunteers.
+
+    python benchmarks/churn.py --minutes 10 --json out.json
+
+A backbone (``barnraise aux``) and up to ``--trainers`` trainers (``barnraise peer``), each its own
+process on loopback with the demo project, its shards served over HTTP. For ``--minutes`` the
+trainers leave (SIGTERM or SIGKILL, at random) and join at random, with a ``--gap`` in the middle
+when none is running. Recorded and checked (``checks``, each true or false):
+
+- ``epoch_sizes``: every collaborative step was taken on 1.0-1.2x the target batch (the samples the
+  gradient round averaged over, ``round_samples`` of the trainers' epoch events);
+- ``epochs_continuous``: the epochs finished (the trainers' epoch events and the backbone's metrics)
+  form one unbroken sequence, and no trainer ever went back (a newcomer continues where the last
+  trainer stopped, even across the gap);
+- ``loss_continuous``: the first loss after the gap is not above the last one before it by more
+  than the noise (three standard deviations of the epoch-to-epoch changes, at least 0.05);
+- ``waits``: no trainer waited more than 30 s for the state (its ``waiting`` events);
+- ``backbone_memory_flat``: the backbone's resident memory in the last quarter of the run is within
+  20% (and 40 MB) of the second quarter's.
+
+Then (unless ``--no-baseline``) the same swarm runs as long without churn, for samples/s side by
+side; and (unless ``--no-newcomer``) the time from a newcomer's start to its first sample counted
+by the collaboration (its progress record shows samples at the current epoch), with the demo model
+(a state of about 2 MB) and a larger one (about 100 MB). The test suite runs a 2-minute version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import platform
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psutil
+from harness import emit
+
+from core.data import ShardServer
+from core.project import load_manifest
+from core.swarm.children import ChildProcess, spawn_command
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.training.events import PeerEpoch, PeerEvent, PeerMetrics, PeerReady, PeerWaiting
+
+MAX_WAIT = 30.0
+"""Seconds a trainer may wait for the state once a donor is up."""
+
+
+@dataclass
+class Trainer:
+    name: str
+    child: ChildProcess
+    started: float
+    peer: str | None = None
+    epochs: list[PeerEpoch] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    waiting_since: float | None = None
+    first_epoch_after: float | None = None
+    how_stopped: str | None = None
+
+
+class Swarm:
+    """The backbone and the trainers of one run, and everything they said."""
+
+    def __init__(self, base: str, work: Path, target: int, manifest: Path) -> None:
+        self.base, self.work, self.target, self.manifest = base, work, target, manifest
+        self.aux: ChildProcess | None = None
+        self.address = ""
+        self.trainers: list[Trainer] = []
+        self.metrics: list[tuple[float, PeerMetrics]] = []
+        self.memory: list[tuple[float, float]] = []
+        self.started = time.monotonic()
+        self._readers: list[asyncio.Task[None]] = []
+        self._count = 0
+
+    def common(self, threads: int = 1) -> list[str]:
+        return [
+            "--manifest", str(self.manifest), "--data-base", self.base, "--threads", str(threads),
+            "--host", "127.0.0.1", "--port", "0", "--target-batch-size", str(self.target),
+        ]  # fmt: skip
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    async def start_backbone(self) -> None:
+        args = ["aux", *self.common(), "--work-dir", str(self.work / "aux")]
+        self.aux = await spawn_command(
+            "aux", [*args, "--checkpoint-every", "5"], self.work / "aux.log"
+        )
+        ready = await asyncio.wait_for(self.aux.event(), 180)
+        if not isinstance(ready, PeerReady):
+            raise RuntimeError(f"the backbone did not start (see {self.work / 'aux.log'})")
+        self.address = ready.address
+        self._readers.append(asyncio.create_task(self._read_backbone(self.aux)))
+
+    async def _read_backbone(self, child: ChildProcess) -> None:
+        while (event := await child.event()) is not None:
+            if isinstance(event, PeerMetrics):
+                self.metrics.append((self.now(), event))
+
+    async def sample_memory(self, every: float = 2.0) -> None:
+        assert self.aux is not None
+        process = psutil.Process(self.aux.proc.pid)
+        while True:
+            with contextlib.suppress(psutil.Error):
+                self.memory.append((self.now(), process.memory_info().rss / 1e6))
+            await asyncio.sleep(every)
+
+    async def start_trainer(self) -> Trainer:
+        self._count += 1
+        name = f"p{self._count}"
+        args = [
+            "peer",
+            *self.common(),
+            "--initial-peers",
+            self.address,
+            "--data-seed",
+            str(self._count),
+        ]
+        child = await spawn_command(
+            name, [*args, "--work-dir", str(self.work / name)], self.work / f"{name}.log"
+        )
+        trainer = Trainer(name, child, self.now())
+        self.trainers.append(trainer)
+        self._readers.append(asyncio.create_task(self._read_trainer(trainer)))
+        return trainer
+
+    async def _read_trainer(self, trainer: Trainer) -> None:
+        while (event := await trainer.child.event()) is not None:
+            self._note(trainer, event)
+        if trainer.waiting_since is not None:  # it left while waiting: that wait counts too
+            trainer.waits.append(self.now() - trainer.waiting_since)
+            trainer.waiting_since = None
+
+    def _note(self, trainer: Trainer, event: PeerEvent) -> None:
+        now = self.now()
+        if isinstance(event, PeerReady):
+            trainer.peer = event.address.rsplit("/", 1)[-1]
+        elif isinstance(event, PeerEpoch):
+            trainer.epochs.append(event)
+            if trainer.first_epoch_after is None:
+                trainer.first_epoch_after = now - trainer.started
+        elif isinstance(event, PeerWaiting):
+            if event.reason is not None and trainer.waiting_since is None:
+                trainer.waiting_since = now
+            elif event.reason is None and trainer.waiting_since is not None:
+                trainer.waits.append(now - trainer.waiting_since)
+                trainer.waiting_since = None
+
+    def live(self) -> list[Trainer]:
+        return [
+            t for t in self.trainers if t.child.proc.returncode is None and t.how_stopped is None
+        ]
+
+    async def stop_trainer(self, trainer: Trainer, how: str) -> None:
+        trainer.how_stopped = how
+        if how == "SIGKILL":
+            with contextlib.suppress(ProcessLookupError):
+                trainer.child.proc.send_signal(signal.SIGKILL)
+            await trainer.child.proc.wait()
+        else:
+            await trainer.child.stop()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(t.child.stop() for t in self.trainers))
+        if self.aux is not None:
+            await self.aux.stop()
+        for task in self._readers:
+            task.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)
+
+
+async def churn(
+    swarm: Swarm, seconds: float, most: int, gap: float, rng: random.Random
+) -> dict[str, Any]:
+    """Trainers leave and join at random for ``seconds``, none running for ``gap`` in the middle."""
+    gap_start = (seconds - gap) / 2
+    for _ in range(min(2, most)):
+        await swarm.start_trainer()
+    events = []
+    gap_done = False
+    end = swarm.now() + seconds
+    started_at = swarm.now()
+    while swarm.now() < end:
+        elapsed = swarm.now() - started_at
+        if not gap_done and elapsed >= gap_start:
+            for trainer in swarm.live():
+                how = rng.choice(["SIGTERM", "SIGKILL"])
+                await swarm.stop_trainer(trainer, how)
+                events.append((round(swarm.now(), 1), how, trainer.name))
+            events.append((round(swarm.now(), 1), "gap", f"{gap:g} s"))
+            await asyncio.sleep(gap)
+            for _ in range(min(2, most)):
+                trainer = await swarm.start_trainer()
+                events.append((round(swarm.now(), 1), "join", trainer.name))
+            gap_done = True
+            continue
+        await asyncio.sleep(rng.uniform(6.0, 14.0))
+        if not gap_done and swarm.now() - started_at >= gap_start:
+            continue
+        live = swarm.live()
+        if len(live) < most and (len(live) <= 1 or rng.random() < 0.5):
+            trainer = await swarm.start_trainer()
+            events.append((round(swarm.now(), 1), "join", trainer.name))
+        elif len(live) > 1:
+            victim = rng.choice(live)
+            how = rng.choice(["SIGTERM", "SIGKILL"])
+            await swarm.stop_trainer(victim, how)
+            events.append((round(swarm.now(), 1), how, victim.name))
+    return {"gap_started_at": round(started_at + gap_start, 1), "events": events}
+
+
+def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], dict[str, Any]]:
+    target = swarm.target
+    by_epoch: dict[int, float] = {}
+    for trainer in swarm.trainers:
+        for event in trainer.epochs:
+            if event.round_samples > 0:
+                by_epoch[event.epoch] = max(by_epoch.get(event.epoch, 0.0), event.round_samples)
+    ratios = {epoch: round(samples / target, 3) for epoch, samples in sorted(by_epoch.items())}
+    # a trainer killed between its step and its report leaves no epoch event; the backbone's
+    # metrics of that epoch (from the others' records) still show it was taken
+    finished = sorted(
+        {e.epoch for t in swarm.trainers for e in t.epochs} | {m.epoch for _, m in swarm.metrics}
+    )
+    missing = sorted(set(range(finished[0], finished[-1] + 1)) - set(finished)) if finished else []
+    contiguous = bool(finished) and not missing
+    monotonic = all(
+        all(a.epoch < b.epoch for a, b in zip(t.epochs, t.epochs[1:], strict=False))
+        for t in swarm.trainers
+    )
+    losses = [(at, m.epoch, m.loss) for at, m in swarm.metrics if m.loss is not None]
+    before = [(e, loss) for at, e, loss in losses if at < gap_at]
+    after = [(e, loss) for at, e, loss in losses if at > gap_at + gap]
+    changes = [b[1] - a[1] for a, b in itertools.pairwise(before)]
+    noise = max(0.05, 3 * statistics.pstdev(changes)) if len(changes) >= 2 else 0.05
+    jump = after[0][1] - before[-1][1] if before and after else None
+    waits = [w for t in swarm.trainers for w in t.waits]
+    memory = [mb for _, mb in swarm.memory]
+    quarter = max(1, len(memory) // 4)
+    second = statistics.median(memory[quarter : 2 * quarter]) if len(memory) >= 4 else None
+    last = statistics.median(memory[-quarter:]) if memory else None
+    checks = {
+        "epoch_sizes": bool(ratios) and all(1.0 <= r <= 1.2 for r in ratios.values()),
+        "epochs_continuous": contiguous and monotonic,
+        "loss_continuous": jump is not None and jump <= noise,
+        "waits": all(w <= MAX_WAIT for w in waits),
+        "backbone_memory_flat": second is not None
+        and last is not None
+        and last <= max(second * 1.2, second + 40),
+    }
+    figures = {
+        "epochs": [finished[0], finished[-1]] if finished else None,
+        "epochs_missing": missing,
+        "epoch_size_ratios": ratios,
+        "epoch_size_ratio_range": [min(ratios.values()), max(ratios.values())] if ratios else None,
+        "loss_before_gap": before[-1] if before else None,
+        "loss_after_gap": after[0] if after else None,
+        "loss_jump": None if jump is None else round(jump, 4),
+        "loss_noise": round(noise, 4),
+        "waits_s": sorted(round(w, 1) for w in waits),
+        "first_epoch_after_start_s": sorted(
+            round(t.first_epoch_after, 1) for t in swarm.trainers if t.first_epoch_after is not None
+        ),
+        "backbone_rss_mb": {
+            "first": memory[0] if memory else None,
+            "second_quarter_median": second,
+            "last_quarter_median": last,
+            "max": max(memory) if memory else None,
+        },
+        "trainers_started": len(swarm.trainers),
+    }
+    return checks, figures
+
+
+def samples_per_second(swarm: Swarm, since: float) -> float:
+    """Samples of the collaborative steps per second, from the backbone's metrics after ``since``."""
+    points = [(at, m) for at, m in swarm.metrics if at >= since]
+    if len(points) < 2:
+        return 0.0
+    samples = sum(m.samples for _, m in points[1:])
+    return round(samples / (points[-1][0] - points[0][0]), 1)
+
+
+async def soak(args: argparse.Namespace, base: str, work: Path) -> dict[str, Any]:
+    swarm = Swarm(base, work / "soak", args.target_batch_size, DEMO_MANIFEST)
+    try:
+        await swarm.start_backbone()
+        sampler = asyncio.create_task(swarm.sample_memory())
+        began = swarm.now()
+        plan = await churn(
+            swarm, args.minutes * 60, args.trainers, args.gap, random.Random(args.seed)
+        )
+        sampler.cancel()
+    finally:
+        await swarm.close()
+    checks, figures = verdicts(swarm, plan["gap_started_at"], args.gap)
+    figures["samples_per_s_under_churn"] = samples_per_second(swarm, began)
+    return {"checks": checks, **figures, "churn": plan["events"]}
+
+
+async def steady(args: argparse.Namespace, base: str, work: Path) -> dict[str, Any]:
+    """The same swarm without churn: every trainer runs the whole time."""
+    swarm = Swarm(base, work / "steady", args.target_batch_size, DEMO_MANIFEST)
+    try:
+        await swarm.start_backbone()
+        for _ in range(args.trainers):
+            await swarm.start_trainer()
+        began = swarm.now()
+        await asyncio.sleep(args.baseline_minutes * 60)
+    finally:
+        await swarm.close()
+    return {"samples_per_s": samples_per_second(swarm, began), "trainers": args.trainers}
+
+
+def bigger_manifest(work: Path) -> Path:
+    """The demo project with a model whose shared state is about 100 MB (parameters and LAMB's two
+    statistics, float32)."""
+    text = DEMO_MANIFEST.read_text()
+    for key, value in (
+        ("embedding_size", 128), ("hidden_size", 768), ("num_heads", 12),
+        ("intermediate_size", 3072), ("num_layers", 2),
+    ):  # fmt: skip
+        lines = [line for line in text.splitlines() if line.startswith(f"{key} =")]
+        text = text.replace(lines[0], f"{key} = {value}")
+    path = work / "large.toml"  # its data paths resolve against --data-base, wherever it lies
+    path.write_text(text)
+    return path
+
+
+async def newcomer(base: str, work: Path, manifest: Path) -> dict[str, Any]:
+    """Seconds from a newcomer's start until the collaboration counts its first samples."""
+    from core.dht import DHTConfig, DHTNode, HostTransport
+    from core.net import Host, Identity, NetConfig
+    from core.training.progress import ProgressBoard
+
+    swarm = Swarm(base, work, 32, manifest)
+    host = Host(Identity.generate(), NetConfig())
+    dht = DHTNode(HostTransport(host), DHTConfig(client_mode=True))
+    try:
+        await swarm.start_backbone()
+        first = await swarm.start_trainer()
+        while len(first.epochs) < 2:  # the backbone's replica has moved past the initial weights
+            await asyncio.sleep(0.5)
+            if first.child.proc.returncode is not None:
+                raise RuntimeError(f"the first trainer exited (see {work})")
+        await host.start([])
+        await dht.start([swarm.address])
+        board = ProgressBoard(dht, load_manifest(manifest).project.name)
+        started = swarm.now()
+        late = await swarm.start_trainer()
+        while True:
+            await asyncio.sleep(0.1)
+            if late.peer is None:
+                continue
+            epoch = max((e.epoch for e in first.epochs), default=0)
+            mine = [r for r in await board.fetch() if r.peer == late.peer]
+            if mine and mine[0].samples > 0 and mine[0].epoch >= epoch:
+                counted = swarm.now() - started
+                break
+            if swarm.now() - started > 600:
+                raise RuntimeError("the newcomer never contributed")
+        state_mb = await asyncio.to_thread(_state_megabytes, manifest)
+        return {"counted_after_s": round(counted, 1), "state_mb": state_mb, "waits_s": late.waits}
+    finally:
+        await dht.close()
+        await host.close()
+        await swarm.close()
+
+
+def _state_megabytes(manifest: Path) -> float:
+    from core.training.runtime import build_model, build_optimizer
+    from core.training.state import TrainingState
+
+    loaded = load_manifest(manifest)
+    model = build_model(loaded)
+    state = TrainingState(model, build_optimizer(model, loaded))
+    return round(sum(t.numel() * t.element_size() for t in state.averaged_tensors()) / 1e6, 1)
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    manifest = load_manifest(DEMO_MANIFEST)
+    result: dict[str, Any] = {"benchmark": "churn"}
+    with tempfile.TemporaryDirectory(prefix="barnraise-churn-") as tmp:
+        work = Path(tmp)
+        data = work / "data"
+        await asyncio.to_thread(prepare_demo_data, manifest, data)
+        server = ShardServer(data)
+        base = await server.start()
+        try:
+            result["soak"] = await soak(args, base, work)
+            print(f"  soak: {result['soak']['checks']}", file=sys.stderr, flush=True)
+            if not args.no_baseline:
+                result["steady"] = await steady(args, base, work)
+                churned = result["soak"]["samples_per_s_under_churn"]
+                steady_rate = result["steady"]["samples_per_s"]
+                result["churn_to_steady_ratio"] = (
+                    round(churned / steady_rate, 3) if steady_rate else None
+                )
+            if not args.no_newcomer:
+                result["newcomer_2mb"] = await newcomer(base, work / "new-small", DEMO_MANIFEST)
+                large = bigger_manifest(work)
+                result["newcomer_100mb"] = await newcomer(base, work / "new-large", large)
+        finally:
+            await server.close()
+    result["settings"] = {
+        "minutes": args.minutes, "trainers": args.trainers, "gap_s": args.gap,
+        "target_batch_size": args.target_batch_size, "seed": args.seed,
+    }  # fmt: skip
+    result["env"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--trainers", type=int, default=6)
+    parser.add_argument("--gap", type=float, default=60.0, help="seconds with no trainer, mid-run")
+    parser.add_argument("--target-batch-size", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--baseline-minutes", type=float, default=None, help="default: half of --minutes"
+    )
+    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--no-newcomer", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.baseline_minutes is None:
+        args.baseline_minutes = args.minutes / 2
+    emit(asyncio.run(bench(args)), args.json)
+
+
+if __name__ == "__main__":
+    main()

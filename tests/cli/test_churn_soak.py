@@ -1,0 +1,74 @@
+"""The churn soak, two minutes of it: a backbone and up to three trainers as OS processes on loopback,
+trainers leaving (SIGTERM and SIGKILL) and joining at random, with 20 seconds in the middle when none
+runs. The soak itself judges the run (``benchmarks/churn.py``, whose ten-minute version is the
+benchmark): every step taken on 1.0-1.2x the target batch, the epochs one unbroken sequence across
+the gap, the loss going on where it stopped, no trainer waiting more than 30 s for the state, and the
+backbone's memory flat."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="uses POSIX signals")
+
+
+def leftover(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(marker in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two minutes of churn; startup and shutdown on a busy machine
+def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path) -> None:
+    out = tmp_path / "churn.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "churn.py"),
+            "--minutes",
+            "2",
+            "--trainers",
+            "3",
+            "--gap",
+            "20",
+            "--target-batch-size",
+            "256",
+            "--no-baseline",
+            "--no-newcomer",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env=os.environ | {"TMPDIR": str(tmp_path)},  # its work folder, checked for leftovers below
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    soak = json.loads(out.read_text())["soak"]
+    figures = {k: v for k, v in soak.items() if k not in ("churn", "epoch_size_ratios")}
+    assert soak["checks"] == {
+        "epoch_sizes": True,
+        "epochs_continuous": True,
+        "loss_continuous": True,
+        "waits": True,
+        "backbone_memory_flat": True,
+    }, figures
+    first, last = soak["epochs"]
+    assert last - first >= 8, figures  # it trained, before and after the gap
+    assert soak["trainers_started"] >= 4, figures
+    assert any(how == "gap" for _, how, _ in soak["churn"])
+    assert leftover(str(tmp_path)) == []
