@@ -16,12 +16,9 @@ its directory, which would break a second writer saving there at the same time.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import logging
 import math
-import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,13 +28,13 @@ from typing import Any
 import torch
 
 from core.training.errors import CheckpointError
+from core.util.atomic import remove_temporaries, write_atomically
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 _NAME = re.compile(r"checkpoint-(\d{8,})\.pt")
 _TEMP_PREFIX = ".checkpoint-"
-_TEMP_SUFFIX = ".tmp"
 _FIELDS = ("format", "epoch", "model", "optimizer", "metadata", "loss", "saved_at")
 
 
@@ -92,18 +89,6 @@ def _check_plain(value: object, where: str) -> None:
         f"checkpoint {where} is a {type(value).__name__}; metadata may hold only None, bool, "
         "int, float, str, and lists, tuples and dicts of these"
     )
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable. Windows cannot open a directory, and there the rename
-    # is already as durable as the file system makes it.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CheckpointStore:
@@ -164,7 +149,8 @@ class CheckpointStore:
         path = self.path_for(epoch)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._remove_stale_temporaries()
+            # a crash mid-save leaves a temporary as large as a checkpoint: never let them pile up
+            remove_temporaries(self.directory, _TEMP_PREFIX)
             self._write_atomically(path, payload)
         except OSError as e:
             raise CheckpointError(f"could not write checkpoint {path}: {e}") from e
@@ -208,26 +194,7 @@ class CheckpointStore:
         return _decode(data, path)
 
     def _write_atomically(self, path: Path, payload: dict[str, Any]) -> None:
-        fd, temp_name = tempfile.mkstemp(
-            prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=self.directory
-        )
-        temp = Path(temp_name)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                torch.save(payload, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-        _fsync_directory(self.directory)
-
-    def _remove_stale_temporaries(self) -> None:
-        # A crash mid-save leaves a temporary file as large as a checkpoint; never let them pile up.
-        for path in self.directory.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        write_atomically(path, lambda file: torch.save(payload, file), prefix=_TEMP_PREFIX)
 
     def _prune(self, just_saved: Path) -> None:
         for path in self.list()[: -self.keep]:

@@ -23,7 +23,6 @@ reads the fetched file).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -32,7 +31,6 @@ import logging
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -43,6 +41,7 @@ import aiohttp
 from core.net.identity import Identity
 from core.net.peer_id import PeerID
 from core.training.errors import CheckpointError
+from core.util.atomic import remove_temporaries, write_atomically
 from core.util.msgpack_codec import pack
 
 log = logging.getLogger(__name__)
@@ -54,7 +53,6 @@ _DOMAIN = "barnraise/published-checkpoint/v1"
 # The only names an index may give its file: a plain name in the folder, never a path.
 _FILE_NAME = re.compile(r"checkpoint-\d{8,}\.pt")
 _TEMP_PREFIX = ".publishing-"
-_TEMP_SUFFIX = ".tmp"
 _PART_SUFFIX = ".part"
 _CHUNK = 1024 * 1024
 # An index is a few hundred bytes; anything far larger is not one, and is not read into memory.
@@ -254,7 +252,7 @@ def publish_checkpoint(
     name = f"checkpoint-{epoch:08d}.pt"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temporaries(folder)
+        remove_temporaries(folder, _TEMP_PREFIX)
         previous = _previously_published(folder)
         size, sha256 = _copy_atomically(checkpoint_path, folder / name)
         index = sign_index(
@@ -310,38 +308,8 @@ def _write_atomically(target: Path, data: bytes) -> None:
 
 
 def _write_with(target: Path, write: Callable[[BinaryIO], object]) -> None:
-    fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=target.parent)
-    temp = Path(temp_name)
-    try:
-        with os.fdopen(fd, "wb") as writer:
-            write(writer)
-            writer.flush()
-            os.fsync(writer.fileno())
-        # mkstemp makes the file private; the web server serving the folder must read it
-        os.chmod(temp, 0o644)
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename durable; Windows cannot open a directory, and needs no such step.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove_stale_temporaries(folder: Path) -> None:
-    # A crash mid-copy leaves a temporary as large as a checkpoint; never let them pile up.
-    for path in folder.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    # the web server serving the folder must read the file
+    write_atomically(target, write, prefix=_TEMP_PREFIX, mode=0o644)
 
 
 def _prune(folder: Path, keep: set[str | None]) -> None:

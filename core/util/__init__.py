@@ -7,6 +7,7 @@
 - ``msgpack_codec``  msgpack packing and unpacking with Barnraise's conventions.
 - ``toml_write``  writing the small TOML files Barnraise keeps (tomllib only reads).
 - ``sqlite_file``  opening our own SQLite files safely (refuse foreign ones, WAL, migrations).
+- ``atomic``  writing a file whole or not at all (aside, synced, renamed, the rename synced).
 - ``retry``   ``Retry``: capped exponential backoff with jitter, logged once per change of reason.
 - ``recent``  ``RecentEvents``: events per key in a sliding window (the network's rate limits).
 - ``clock``   ``Clock``: wall and monotonic time, injectable (``SystemClock``, ``FakeClock`` for tests).

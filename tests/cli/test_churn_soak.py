@@ -7,27 +7,18 @@ backbone's memory flat."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
+
+from tests.support.leaks import leftover
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="uses POSIX signals")
-
-
-def leftover(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if any(marker in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
-    return found
 
 
 @pytest.mark.slow

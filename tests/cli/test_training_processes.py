@@ -14,24 +14,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from tests.support.leaks import leftover
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="uses POSIX signals")
-
-
-def leftover(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if any(marker in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
-    return found
 
 
 def epoch_lines(shown: list[str]) -> list[list[str]]:

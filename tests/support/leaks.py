@@ -9,11 +9,14 @@ how quickly something happens; the waits return as soon as the condition holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+import psutil
 
 T = TypeVar("T")
 
@@ -70,3 +73,13 @@ async def poll_until(
             raise AssertionError(f"gave up waiting after {timeout:g} s; the last answer: {value!r}")
         await asyncio.sleep(0.05)
     return value
+
+
+def leftover(marker: str) -> list[psutil.Process]:
+    """Processes whose command line mentions ``marker`` (a test's folder): what it left running."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any(marker in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
