@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from core.training.errors import CheckpointError
-from core.util.atomic import remove_temporaries, write_atomically
+from core.util.atomic import remove_old, remove_temporaries, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -198,16 +198,9 @@ class CheckpointStore:
 
     def _prune(self, just_saved: Path) -> None:
         for path in self.list()[: -self.keep]:
-            if path == just_saved:
-                # An epoch older than those kept: keep it anyway, so the path returned exists.
-                continue
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                # Failing to free space is worth a warning, not losing the checkpoint just saved.
-                log.warning("could not remove old checkpoint %s: %s", path, e)
+            # an epoch older than those kept is kept anyway, so that the path returned exists
+            if path != just_saved:
+                remove_old(path, log, "checkpoint")
 
 
 def _decode(data: object, path: Path) -> Checkpoint:

@@ -41,7 +41,7 @@ import aiohttp
 from core.net.identity import Identity
 from core.net.peer_id import PeerID
 from core.training.errors import CheckpointError
-from core.util.atomic import remove_temporaries, write_atomically
+from core.util.atomic import remove_old, remove_temporaries, write_atomically
 from core.util.msgpack_codec import pack
 
 log = logging.getLogger(__name__)
@@ -320,14 +320,8 @@ def _prune(folder: Path, keep: set[str | None]) -> None:
         log.warning("could not list %s to remove old published checkpoints: %s", folder, e)
         return
     for path in names:
-        if path.name in keep:
-            continue
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            log.warning("could not remove old published checkpoint %s: %s", path, e)
+        if path.name not in keep:
+            remove_old(path, log, "published checkpoint")
 
 
 async def fetch_published_checkpoint(

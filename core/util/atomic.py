@@ -7,6 +7,7 @@ mid-write must never leave a half-written file under the real name, nor let temp
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from collections.abc import Callable
@@ -54,3 +55,14 @@ def remove_temporaries(folder: Path, prefix: str) -> None:
     for path in folder.glob(f"{prefix}*{TEMP_SUFFIX}"):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def remove_old(path: Path, log: logging.Logger, what: str) -> None:
+    """Remove ``path``, an old copy of ``what``: failing to free space is worth a warning, never an
+    error for the write that made it old."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.warning("could not remove old %s %s: %s", what, path, e)
