@@ -18,13 +18,16 @@ import torch
 
 from core.averaging import Averager
 from core.averaging.state import StateDownloadError, StateSharing
+from core.data import ShardServer
 from core.dht import DHTNode
+from core.net import Identity
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.links import PeerLinks
 from core.training.progress import PeerProgress
+from core.training.published import fetch_published_checkpoint, publish_checkpoint
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
@@ -337,3 +340,43 @@ async def test_a_round_short_of_the_target_does_not_step(nodes) -> None:  # type
     opt.step()
     for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+async def test_alone_a_newcomer_starts_from_the_verified_published_checkpoint(  # type: ignore[no-untyped-def]
+    nodes, tmp_path: Path
+) -> None:
+    """Nobody else is around: the organizers' published checkpoint (signed index, sha256 checked)
+    beats the initial weights; one signed by another key is refused, and the peer starts fresh."""
+    saved = fresh_model()
+    with torch.no_grad():
+        for p in saved.parameters():
+            p.mul_(0.5)
+    store = CheckpointStore(tmp_path / "checkpoints")
+    path = store.save(20, saved.state_dict(), make_optimizer(saved).state_dict(), {}, 0.7)
+    assert path is not None
+    key, stranger = Identity.generate(), Identity.generate()
+    public = tmp_path / "public"
+    publish_checkpoint(path, public, key, epoch=20, loss=0.7, project="collab")
+    server = ShardServer(public)
+    url = await server.start()
+    try:
+        for signer, expected in ((stranger, 0), (key, 20)):
+            node = await nodes(None)
+            optimizer, model = trainer(node, CollaborativeConfig(target_batch_size=TARGET))
+
+            async def fetch(
+                newer: int, signer: Identity = signer, folder: Path = tmp_path / f"dl-{expected}"
+            ) -> Path | None:
+                return await fetch_published_checkpoint(
+                    url, signer.peer_id, "collab", folder, newer_than=newer
+                )
+
+            optimizer.fallback = fetch
+            await asyncio.wait_for(optimizer.start(), timeout=60)
+            assert optimizer.epoch == expected
+            reference = saved if expected else fresh_model()
+            for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(mine, theirs)
+            await optimizer.close()
+    finally:
+        await server.close()
