@@ -9,9 +9,9 @@ when none is running. Recorded and checked (``checks``, each true or false):
 
 - ``epoch_sizes``: every collaborative step was taken on 1.0-1.2x the target batch (the samples the
   gradient round averaged over, ``round_samples`` of the trainers' epoch events);
-- ``epochs_continuous``: the epochs finished (the trainers' epoch events and the backbone's metrics)
-  form one unbroken sequence, and no trainer ever went back (a newcomer continues where the last
-  trainer stopped, even across the gap);
+- ``epochs_continuous``: no trainer ever went back, and every newcomer's first epoch comes after
+  every epoch finished before it started, across the gap too (it continues from the newest state,
+  never from an older one or the initial weights);
 - ``loss_continuous``: the first loss after the gap is not above the last one before it by more
   than the noise (three standard deviations of the epoch-to-epoch changes, at least 0.05);
 - ``waits``: no trainer waited more than 30 s for the state (its ``waiting`` events);
@@ -64,6 +64,8 @@ class Trainer:
     started: float
     peer: str | None = None
     epochs: list[PeerEpoch] = field(default_factory=list)
+    epoch_at: list[float] = field(default_factory=list)
+    """When each of ``epochs`` was reported (seconds into the run)."""
     waits: list[float] = field(default_factory=list)
     waiting_since: float | None = None
     first_epoch_after: float | None = None
@@ -149,6 +151,7 @@ class Swarm:
             trainer.peer = event.address.rsplit("/", 1)[-1]
         elif isinstance(event, PeerEpoch):
             trainer.epochs.append(event)
+            trainer.epoch_at.append(now)
             if trainer.first_epoch_after is None:
                 trainer.first_epoch_after = now - trainer.started
         elif isinstance(event, PeerWaiting):
@@ -229,17 +232,24 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
             if event.round_samples > 0:
                 by_epoch[event.epoch] = max(by_epoch.get(event.epoch, 0.0), event.round_samples)
     ratios = {epoch: round(samples / target, 3) for epoch, samples in sorted(by_epoch.items())}
-    # a trainer killed between its step and its report leaves no epoch event; the backbone's
-    # metrics of that epoch (from the others' records) still show it was taken
-    finished = sorted(
-        {e.epoch for t in swarm.trainers for e in t.epochs} | {m.epoch for _, m in swarm.metrics}
+    # continuous: no trainer ever goes back, and every newcomer (across the gap too) goes on
+    # after every epoch finished before it started, never from an older state
+    reported = sorted(
+        (at, e.epoch) for t in swarm.trainers for at, e in zip(t.epoch_at, t.epochs, strict=True)
     )
-    missing = sorted(set(range(finished[0], finished[-1] + 1)) - set(finished)) if finished else []
-    contiguous = bool(finished) and not missing
     monotonic = all(
-        all(a.epoch < b.epoch for a, b in zip(t.epochs, t.epochs[1:], strict=False))
-        for t in swarm.trainers
+        all(a.epoch < b.epoch for a, b in itertools.pairwise(t.epochs)) for t in swarm.trainers
     )
+    rollbacks = []
+    for t in swarm.trainers:
+        before = [epoch for at, epoch in reported if at < t.started]
+        if t.epochs and before and t.epochs[0].epoch <= max(before):
+            rollbacks.append((t.name, t.epochs[0].epoch, max(before)))
+    # epochs nobody reported: a trainer stopped or killed between its step and its report leaves
+    # none (the collaboration stepped: epochs only ever grow by a step); reported, not judged
+    finished = sorted({e for _, e in reported} | {m.epoch for _, m in swarm.metrics})
+    missing = sorted(set(range(finished[0], finished[-1] + 1)) - set(finished)) if finished else []
+    contiguous = bool(finished) and not rollbacks
     losses = [(at, m.epoch, m.loss) for at, m in swarm.metrics if m.loss is not None]
     before = [(e, loss) for at, e, loss in losses if at < gap_at]
     after = [(e, loss) for at, e, loss in losses if at > gap_at + gap]
@@ -262,7 +272,8 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
     }
     figures = {
         "epochs": [finished[0], finished[-1]] if finished else None,
-        "epochs_missing": missing,
+        "epochs_unreported": missing,
+        "rollbacks": rollbacks,
         "epoch_size_ratios": ratios,
         "epoch_size_ratio_range": [min(ratios.values()), max(ratios.values())] if ratios else None,
         "loss_before_gap": before[-1] if before else None,
@@ -280,6 +291,8 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
             "max": max(memory) if memory else None,
         },
         "trainers_started": len(swarm.trainers),
+        "epochs_by_trainer": {t.name: [e.epoch for e in t.epochs] for t in swarm.trainers},
+        "metrics_epochs": [m.epoch for _, m in swarm.metrics],
     }
     return checks, figures
 
@@ -393,7 +406,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     manifest = load_manifest(DEMO_MANIFEST)
     result: dict[str, Any] = {"benchmark": "churn"}
     with tempfile.TemporaryDirectory(prefix="barnraise-churn-") as tmp:
-        work = Path(tmp)
+        work = args.work_dir or Path(tmp)
         data = work / "data"
         await asyncio.to_thread(prepare_demo_data, manifest, data)
         server = ShardServer(data)
@@ -437,6 +450,9 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--no-newcomer", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--work-dir", type=Path, help="keep the peers' logs here (default: a temporary folder)"
+    )
     args = parser.parse_args()
     if args.baseline_minutes is None:
         args.baseline_minutes = args.minutes / 2

@@ -159,7 +159,8 @@ def run_tests(extra: list[str]) -> int:
         ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
         ("mypy (strict, core/ and app/)", [python, "-m", "mypy"]),
         ("import contracts", [_venv_bin("lint-imports")]),
-        ("pytest", [python, "-m", "pytest", *extra]),
+        # the slowest tests listed at the end: where the 15-minute budget goes
+        ("pytest", [python, "-m", "pytest", "--durations=25", *extra]),
     ]
     failed = []
     for name, cmd in checks:

@@ -154,7 +154,16 @@ def run_leg(leg: Leg, root: Path, torch_pin: str, constraints: Path, env: dict[s
             return 1
         # the checkout's code, not an installed copy; no shared pytest cache with the main leg
         leg_env = dict(env, PYTHONPATH=str(root))
-        command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *TEST_PATHS]
+        command = [
+            str(python),
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--durations=10",
+            *TEST_PATHS,
+        ]
         out.write("$ " + " ".join(command) + "\n")
         out.flush()
         return subprocess.call(command, cwd=root, env=leg_env, stdout=out, stderr=subprocess.STDOUT)
