@@ -114,6 +114,7 @@ class AuxiliaryPeer:
         self._saved_epoch = -1
         self._snapshot = state.snapshot()
         self._downloading: asyncio.Task[DownloadedState] | None = None
+        self._joining: asyncio.Task[None] | None = None
         self._resync = Retry("the backbone could not refresh its state", log, cap=config.retry_cap)
         self._resync_after = 0.0
         self._me = str(averager.host.peer_id)
@@ -178,13 +179,26 @@ class AuxiliaryPeer:
             await self._publish()
         for metrics in self._aggregator.observe(view.reports, time.time()):
             await self._report(metrics)
-        if view.ready and self._joined < view.epoch and view.trainers_at_epoch:
-            await self._join_step(view.epoch, len(view.trainers_at_epoch), grads)
-        await self._keep_replica_current(newest)
+        joining = self._joining is not None and not self._joining.done()
+        if view.ready and self._joined < view.epoch and view.trainers_at_epoch and not joining:
+            # in the background: the records keep being read meanwhile, so that no epoch's totals
+            # pass unseen while a round runs (they make the metrics and the leaderboard)
+            self._joined = view.epoch
+            self._joining = self._tasks.spawn(
+                f"round-{view.epoch}",
+                self._join_step(view.epoch, len(view.trainers_at_epoch), grads),
+            )
+        elif not joining:
+            await self._keep_replica_current(newest)  # never while a round changes the replica
 
     async def _join_step(self, epoch: int, trainers: int, grads: list[torch.Tensor]) -> None:
         """Reduce in the trainers' round of ``epoch``; apply its average to the replica."""
-        self._joined = epoch
+        try:
+            await self._step_with(epoch, trainers, grads)
+        except BarnraiseError as exc:
+            log.warning("auxiliary peer, round %d: %s", epoch, exc)
+
+    async def _step_with(self, epoch: int, trainers: int, grads: list[torch.Tensor]) -> None:
         expected = trainers + 1
         for g in grads:
             g.zero_()  # weight 0 makes them irrelevant, but never let a NaN in
