@@ -407,8 +407,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"benchmark": "churn"}
     with tempfile.TemporaryDirectory(prefix="barnraise-churn-") as tmp:
         work = args.work_dir or Path(tmp)
-        data = work / "data"
-        await asyncio.to_thread(prepare_demo_data, manifest, data)
+        data = args.data or work / "data"
+        if args.data is None:
+            await asyncio.to_thread(prepare_demo_data, manifest, data)
         server = ShardServer(data)
         base = await server.start()
         try:
@@ -450,6 +451,7 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--no-newcomer", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--data", type=Path, help="the demo's shards and tokenizer, made already")
     parser.add_argument(
         "--work-dir", type=Path, help="keep the peers' logs here (default: a temporary folder)"
     )

@@ -153,8 +153,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     manifest = load_manifest(DEMO_MANIFEST)
     with tempfile.TemporaryDirectory(prefix="barnraise-swarm-bench-") as tmp:
         work = Path(tmp)
-        data = work / "data"
-        await asyncio.to_thread(prepare_demo_data, manifest, data)
+        data = args.data or work / "data"
+        if args.data is None:
+            await asyncio.to_thread(prepare_demo_data, manifest, data)
         plain = await asyncio.to_thread(plain_training, data, args.seconds / 2)
         print(f"  plain: {plain['samples_per_s']} samples/s", file=sys.stderr, flush=True)
         server = ShardServer(data)
@@ -186,6 +187,7 @@ def main() -> None:
     parser.add_argument("--peers", default="1,2,4")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--data", type=Path, help="the demo's shards and tokenizer, made already")
     args = parser.parse_args()
     emit(asyncio.run(bench(args)), args.json)
 

@@ -49,3 +49,14 @@ async def make_host() -> AsyncIterator[MakeHost]:
     for host in made:
         await host.close()
     await assert_no_leaks(baseline)
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's shards and tokenizer, made once per test session (about 10 s): read-only."""
+    from core.project import load_manifest
+    from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+
+    root = tmp_path_factory.mktemp("demo-data")
+    prepare_demo_data(load_manifest(DEMO_MANIFEST), root)
+    return root

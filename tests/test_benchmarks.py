@@ -139,7 +139,7 @@ def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_swarm_benchmark_writes_its_fields(tmp_path: Path) -> None:
+def test_swarm_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> None:
     out = tmp_path / "swarm.json"
     subprocess.run(
         [
@@ -149,6 +149,8 @@ def test_swarm_benchmark_writes_its_fields(tmp_path: Path) -> None:
             "1",
             "--seconds",
             "4",
+            "--data",
+            str(demo_data),
             "--json",
             str(out),
         ],

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(os.name == "nt", reason="uses POSIX signals")
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two minutes of churn; startup and shutdown on a busy machine
-def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path) -> None:
+def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path, demo_data: Path) -> None:
     out = tmp_path / "churn.json"
     done = subprocess.run(
         [
@@ -38,6 +38,8 @@ def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path) -> None
             "--target-batch-size",
             "256",
             "--no-baseline",
+            "--data",
+            str(demo_data),
             "--no-newcomer",
             "--json",
             str(out),

@@ -22,17 +22,10 @@ from core.account import CoordinatorClient, LoginFailed
 from core.config.paths import UserDirs
 from core.project import load_manifest
 from core.swarm import running_swarms
-from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.moderated import start_coordinator
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("demo-data")
-    prepare_demo_data(load_manifest(DEMO_MANIFEST), root)
-    return root
 
 
 async def line_starting(proc: asyncio.subprocess.Process, prefix: str, timeout: float) -> str:

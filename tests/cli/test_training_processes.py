@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from core.data import ShardServer
-from core.project import load_manifest
-from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.swarm.demo_data import DEMO_MANIFEST
 from tests.support.leaks import leftover
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,12 +169,9 @@ async def spawn(args: list[str], log: Path) -> Proc:
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # four training processes: a busy machine multiplies their time
 async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
-    tmp_path: Path, processes: list[Proc]
+    tmp_path: Path, processes: list[Proc], demo_data: Path
 ) -> None:
-    manifest = load_manifest(DEMO_MANIFEST)
-    data = tmp_path / "data"
-    await asyncio.to_thread(prepare_demo_data, manifest, data)
-    server = ShardServer(data)
+    server = ShardServer(demo_data)
     base = await server.start()
     try:
         common = ["--manifest", str(DEMO_MANIFEST), "--data-base", base, "--threads", "1"]

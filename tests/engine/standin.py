@@ -26,6 +26,8 @@ class StandInPeer:
         self.reachability: Any = None
         """A stand-in for ``ProjectPeer.reachability`` (its ``diagnostics()`` is all the engine asks)."""
         self.network_now = PeerNetwork("unknown")
+        self.waiting_for: str | None = None
+        """Why it cannot contribute now (``ProjectPeer.waiting_for``): a test may set it."""
 
     class Control:
         def close(self) -> None:

@@ -26,20 +26,13 @@ from core.api import (
 )
 from core.data import ShardServer
 from core.project import load_manifest
-from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.swarm.demo_data import DEMO_MANIFEST
 from core.training.events import PeerEvent, PeerReady
 from core.training.runtime import PeerSettings, ProjectPeer
 from tests.engine.conftest import Running, until
 from tests.support.leaks import poll_until, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("demo-data")
-    prepare_demo_data(load_manifest(DEMO_MANIFEST), root)
-    return root
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 from core.api import AttachRequest, Network, NetworkChanged
 from core.engine.views import network_lines, network_view
-from core.training.events import PeerNetwork
+from core.training.events import PeerNetwork, PeerWaiting
 from tests.engine.conftest import Running, until
 from tests.engine.standin import StandInPeer
 from tests.support.leaks import poll_until
@@ -86,3 +86,24 @@ async def test_the_state_the_event_and_the_diagnostics_carry_the_network(
     diagnostics = await client.diagnostics()
     assert diagnostics.network[0].startswith("reachability: private")
     assert diagnostics.network[-1] == "last check: Qm…ab could not reach us"
+
+
+async def test_a_peer_waiting_for_the_collaboration_makes_the_engine_wait(
+    engine: Running, peers: list[StandInPeer]
+) -> None:
+    """Its peer cannot load the state: the engine says so at once (the event wakes it), never
+    "Contributing", and contributes again as soon as the wait is over."""
+    client = engine.client
+    await client.attach(AttachRequest(str(DEMO)))
+    await client.set_settings({"max_other_cpu_percent": 100, "cpu_when_in_use": "pause"})
+    await client.start()
+    await until(client, lambda s: s.state == "running")
+    (peer,) = peers
+    peer.waiting_for = "no peer could give the state of epoch 37"
+    peer.on_event(PeerWaiting(peer.waiting_for))
+    state = await until(client, lambda s: s.state == "waiting")
+    assert state.code == "collaboration"
+    assert state.reason == "Waiting for the collaboration: no peer could give the state of epoch 37"
+    peer.waiting_for = None
+    peer.on_event(PeerWaiting(None))
+    await until(client, lambda s: s.state == "running")

@@ -4,10 +4,13 @@ whatever its outcome; ``nat_lab`` is one lab, parametrized indirectly with ``(na
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from core.swarm.demo_data import DEMO_MANIFEST
 from tests.lab.natlab import NatKind, NatLab, lab_namespaces, lab_unavailable, sweep_stale
 
 MakeLab = Callable[..., NatLab]
@@ -60,3 +63,15 @@ def nat_lab(request: pytest.FixtureRequest, make_lab: MakeLab) -> NatLab:
     picks its NAT kinds (cone/cone when not parametrized)."""
     param = getattr(request, "param", ("cone", "cone"))
     return make_lab(*param)
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory: pytest.TempPathFactory, demo_data: Path) -> Path:
+    """The demo project with its data beside the manifest (the homes read it as local files), a
+    smaller target batch so that epochs come quickly."""
+    root = tmp_path_factory.mktemp("lab-project")
+    for name in ("shards", "tokenizer.json"):
+        (root / name).symlink_to(demo_data / name)
+    text = re.sub(r"target_batch_size = \d+", "target_batch_size = 64", DEMO_MANIFEST.read_text())
+    (root / "project.toml").write_text(text)
+    return root / "project.toml"

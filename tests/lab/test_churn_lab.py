@@ -17,14 +17,14 @@ import pytest
 
 from tests.lab.conftest import MakeLab
 from tests.lab.procs import LabProcess
-from tests.lab.test_swarm_lab import peer_args, project  # noqa: F401 - the module's fixture
+from tests.lab.test_swarm_lab import peer_args
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 def test_a_newcomer_goes_on_where_the_last_volunteer_stopped(
     make_lab: MakeLab,
-    project: Path,  # noqa: F811 - the fixture imported above
+    project: Path,
     tmp_path: Path,
 ) -> None:
     lab = make_lab("cone", "symmetric")

@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 
-from core.project import load_manifest
-from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from tests.lab.conftest import MakeLab
 from tests.lab.natlab import NatKind, NatLab
 from tests.lab.procs import ROOT, Event, LabProcess
@@ -39,18 +37,6 @@ CASES = [
     pytest.param("fullcone", "cone", False, {"direct", "punched"}, False, id="fullcone-cone"),
     pytest.param("cone", "cone", True, {"punched"}, False, id="same-lan"),
 ]
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo project with its data beside the manifest (the homes read it as local files)."""
-    root = tmp_path_factory.mktemp("lab-project")
-    manifest = load_manifest(DEMO_MANIFEST)
-    prepare_demo_data(manifest, root)
-    text = DEMO_MANIFEST.read_text()
-    text = re.sub(r"target_batch_size = \d+", "target_batch_size = 64", text)
-    (root / "project.toml").write_text(text)
-    return root / "project.toml"
 
 
 def peer_args(project: Path, work: Path, *extra: str) -> list[str]:

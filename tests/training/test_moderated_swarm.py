@@ -16,7 +16,7 @@ from core.cli.access import moderated_access
 from core.data import ShardServer
 from core.net.identity import Identity
 from core.project import load_manifest
-from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.moderated import ORGANIZER, start_coordinator
 from core.training.events import PeerEpoch, PeerEvent, PeerReady
 from core.training.metrics import EpochMetrics
@@ -27,13 +27,6 @@ pytestmark = pytest.mark.slow
 
 USERS = ("alice", "bob", "alice")
 UNTIL_EPOCH = 6
-
-
-@pytest.fixture(scope="module")
-def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("demo-data")
-    prepare_demo_data(load_manifest(DEMO_MANIFEST), root)
-    return root
 
 
 async def test_the_leaderboard_matches_what_each_users_peers_processed(
