@@ -142,7 +142,7 @@ def test_first_run_then_the_switch_starts_and_stops_the_counting(
     qtbot.waitUntil(lambda: page.state_word.text() == "Paused", timeout=30_000)
     assert store.state is not None
     assert store.state.code == "user_paused"
-    qtbot.wait(1500)  # the meter's last deltas after the pause (it reads the peer every 2 s)
+    qtbot.wait(3000)  # the meter's last deltas after the pause (it reads the peer every 2 s)
     before = counted()
     qtbot.wait(4000)  # a paused engine must count nothing more
     assert counted() == before
