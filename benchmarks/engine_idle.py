@@ -86,9 +86,15 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
             await proc.wait()
 
 
-async def measure(seconds: float, home: Path) -> dict[str, Any]:
+async def measure(seconds: float, home: Path, data: Path | None = None) -> dict[str, Any]:
     env = os.environ | {"BARNRAISE_HOME": str(home), "BARNRAISE_SWARM_LOG_LEVEL": "warning"}
-    swarm = await spawn(["swarm", "--peers", "0"], env, home / "swarm.log")
+    where: list[str] = []
+    if data is not None:  # the demo's data made already: the swarm checks and keeps it
+        work = home / "swarm-work"
+        work.mkdir(parents=True)
+        (work / "data").symlink_to(data, target_is_directory=True)
+        where = ["--work-dir", str(work)]
+    swarm = await spawn(["swarm", "--peers", "0", *where], env, home / "swarm.log")
     engine = None
     try:
         join = (await line_starting(swarm, "join with:")).split()
@@ -144,11 +150,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--data", type=Path, help="the demo's shards and tokenizer, made already")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="barnraise-idle-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        result = asyncio.run(measure(args.seconds, home))
+        data = args.data.resolve() if args.data is not None else None
+        result = asyncio.run(measure(args.seconds, home, data))
     emit(result, args.json)
 
 

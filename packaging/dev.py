@@ -154,10 +154,19 @@ def run_tests(extra: list[str]) -> int:
     second, missing = _second_leg(extra, env)
     if second is not None:
         second.start()
+    # mypy (half a minute from a cold cache) runs beside the others; its output comes after them
+    typing = "mypy (strict, core/ and app/)"
+    mypy = subprocess.Popen(
+        [str(python), "-m", "mypy"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     checks: list[tuple[str, list[str | Path]]] = [
         ("ruff lint", [python, "-m", "ruff", "check", "."]),
         ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
-        ("mypy (strict, core/ and app/)", [python, "-m", "mypy"]),
         ("import contracts", [_venv_bin("lint-imports")]),
         # the slowest tests listed at the end: where the 15-minute budget goes
         ("pytest", [python, "-m", "pytest", "--durations=25", *extra]),
@@ -167,6 +176,10 @@ def run_tests(extra: list[str]) -> int:
         print(f"\n=== {name} ===", flush=True)
         if _run(cmd, env=env) != 0:
             failed.append(name)
+    typed, _ = mypy.communicate()
+    print(f"\n=== {typing} ===\n$ {python} -m mypy\n{typed.rstrip()}", flush=True)
+    if mypy.returncode != 0:
+        failed.append(typing)
     leg = f"pytest on Python {second_python.VERSION}"
     if second is not None:
         print(f"\n=== {leg} ({' '.join(second_python.TEST_PATHS)}) ===", flush=True)

@@ -214,11 +214,11 @@ def test_pause_latency_benchmark_writes_its_fields(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path) -> None:
+def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> None:
     out = tmp_path / "idle.json"
     script = str(ROOT / "benchmarks" / "engine_idle.py")
     subprocess.run(
-        [sys.executable, script, "--seconds", "2", "--json", str(out)],
+        [sys.executable, script, "--seconds", "2", "--json", str(out), "--data", str(demo_data)],
         check=True,
         capture_output=True,
         timeout=400,

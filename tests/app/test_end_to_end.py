@@ -28,9 +28,7 @@ from app.pages.dashboard import DashboardPage
 from app.settings import AppSettings
 from app.window import MainWindow
 from core.config.paths import UserDirs
-from core.project import load_manifest
 from core.swarm import running_swarms
-from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.name == "nt", reason="sends SIGINT")]
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,10 +45,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def swarm(home: Path, tmp_path: Path, qtbot: QtBot) -> Iterator[subprocess.Popen[bytes]]:
+def swarm(
+    home: Path, tmp_path: Path, qtbot: QtBot, demo_data: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     """A backbone on loopback that announces itself in ``home``; stopped with Ctrl-C."""
     work = tmp_path / "swarm"
-    prepare_demo_data(load_manifest(DEMO_MANIFEST), work / "data")
+    work.mkdir(parents=True)
+    (work / "data").symlink_to(demo_data, target_is_directory=True)  # made already: kept
     proc = subprocess.Popen(
         [sys.executable, "-m", "core.cli.main", "swarm", "--peers", "0", "--work-dir", str(work)],
         cwd=ROOT,

@@ -32,14 +32,21 @@ def losses_in(lines: list[list[str]]) -> list[float]:
     return [float(parts[3]) for parts in lines if parts[3] != "-"]
 
 
+def given_data(work: Path, demo_data: Path) -> None:
+    """The swarm finds its data made already (it checks and keeps it: the session's copy)."""
+    work.mkdir(parents=True)
+    (work / "data").symlink_to(demo_data, target_is_directory=True)
+
+
 EPOCHS = 15
 """Epochs with a loss the swarm shows before the test stops it."""
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a busy machine trains slowly: the limit is only a hang guard
-def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> None:
+def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path, demo_data: Path) -> None:
     work = tmp_path / "swarm"
+    given_data(work, demo_data)
     errors = tmp_path / "swarm-stderr.txt"
     with errors.open("w") as stderr:
         proc = subprocess.Popen(
@@ -97,9 +104,10 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_a_timed_swarm_stops_by_itself(tmp_path: Path) -> None:
+def test_a_timed_swarm_stops_by_itself(tmp_path: Path, demo_data: Path) -> None:
     # what the main job runs (``--minutes 3``), here a few seconds with the backbone alone
     work = tmp_path / "swarm"
+    given_data(work, demo_data)
     command = ["swarm", "--peers", "0", "--minutes", "0.05", "--work-dir", str(work)]
     done = subprocess.run(
         [sys.executable, "-m", "core.cli.main", *command],
