@@ -29,10 +29,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from core.averaging import AveragingResult, Codec, MatchmakingError
+from core.averaging import AveragingResult, Codec
 from core.averaging.state import DownloadedState, StateDownloadError
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 METRICS_KEPT = 1000
 """Completed epochs' metrics kept in memory (the metrics log on disk has them all)."""
 
-Publisher = Callable[[str, int, float | None], None]
+Publisher = Callable[[Path, int, float | None], object]
 """Called with a checkpoint's path, epoch and loss once it is written (on a worker thread)."""
 
 
@@ -88,6 +89,7 @@ class AuxiliaryPeer:
         self.state = state
         """The replica of the collaboration's state (``state.epoch``: the epoch it is at)."""
         self.averager = averager
+        self.links = links
         self.sharing = links.sharing
         self.board = links.board
         self.bridge = links.bridge
@@ -139,10 +141,7 @@ class AuxiliaryPeer:
         finally:
             await self._tasks.close()
             self.sharing.stop_serving()
-            try:
-                await asyncio.gather(self.board.withdraw(self._record()), self.sharing.withdraw())
-            except BarnraiseError as exc:
-                log.debug("withdrawing our records failed: %s", exc)
+            await self.links.withdraw(self._record())
 
     async def _resume_from_checkpoint(self) -> None:
         """The replica starts from the newest checkpoint that loads (none: the initial weights)."""
@@ -268,17 +267,15 @@ class AuxiliaryPeer:
         self, round_key: str, zeros: list[torch.Tensor], expected: int, codec: Codec | None
     ) -> AveragingResult | None:
         """Reduce a share of the trainers' round ``round_key``, contributing nothing (weight 0)."""
-        try:
-            result = await self.averager.average(
-                zeros,
-                weight=0.0,
-                round_key=round_key,
-                timeout=self.config.matchmaking_time,
-                target_size=expected,
-                codec=codec,
-            )
-        except MatchmakingError as exc:
-            log.info("auxiliary peer missed round %s: %s", round_key, exc)
+        result = await self.links.round(
+            zeros,
+            weight=0.0,
+            round_key=round_key,
+            timeout=self.config.matchmaking_time,
+            expected=expected,
+            codec=codec,
+        )
+        if result is None:
             return None
         log.debug("auxiliary round %s: %s", round_key, result.summary())
         return result
@@ -314,7 +311,7 @@ class AuxiliaryPeer:
         loss = float("nan") if metrics.loss is None else metrics.loss
         state = self.state
 
-        def save() -> tuple[int, str | None]:
+        def save() -> tuple[int, Path | None]:
             epoch = state.epoch
             if epoch <= self._saved_epoch:
                 return epoch, None  # the replica did not move since the last one
@@ -322,7 +319,7 @@ class AuxiliaryPeer:
             path = store.save(
                 epoch, state.model.state_dict(), state.optimizer.state_dict(), metadata, loss
             )
-            return epoch, None if path is None else str(path)
+            return epoch, path
 
         epoch, path = await self.bridge.run(save)
         if path is None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from core.averaging import AveragingResult, Codec, MatchmakingError
+from core.averaging import AveragingResult, Codec
 from core.averaging.state import StateDownloadError
 from core.training.checkpoints import CheckpointStore
 from core.training.events import PeerEpoch
@@ -89,6 +89,7 @@ class CollaborativeOptimizer:
     ) -> None:
         self.state = state
         self.averager = averager = links.averager
+        self.links = links
         self.sharing = links.sharing
         self.board = links.board
         self.bridge = links.bridge
@@ -195,10 +196,7 @@ class CollaborativeOptimizer:
             await asyncio.gather(self._pending_update, return_exceptions=True)
         await self._tasks.close()
         self.sharing.stop_serving()
-        try:
-            await asyncio.gather(self.board.withdraw(self._progress()), self.sharing.withdraw())
-        except BarnraiseError as exc:
-            log.debug("withdrawing our records failed: %s", exc)
+        await self.links.withdraw(self._progress())
 
     # ---- the training loop's side ----------------------------------------------------------------
 
@@ -465,18 +463,14 @@ class CollaborativeOptimizer:
         self, tensors: list[torch.Tensor], weight: float, round_key: str, expected: int,
         codec: Codec | None = None,
     ) -> AveragingResult | None:  # fmt: skip
-        try:
-            return await self.averager.average(
-                tensors,
-                weight=weight,
-                round_key=round_key,
-                timeout=self.config.matchmaking_time,
-                target_size=expected,
-                codec=codec,
-            )
-        except MatchmakingError as exc:
-            log.info("%s: %s", round_key, exc)
-            return None
+        return await self.links.round(
+            tensors,
+            weight=weight,
+            round_key=round_key,
+            timeout=self.config.matchmaking_time,
+            expected=expected,
+            codec=codec,
+        )
 
     async def _average_state(self, epoch: int) -> None:
         trainers = len([p for p in self.view().peers if p.training])

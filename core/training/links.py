@@ -1,13 +1,21 @@
-"""PeerLinks: what a training peer uses to reach the collaboration, built once per peer."""
+"""PeerLinks: what a training peer uses to reach the collaboration, built once per peer; the round
+and the leaving that trainers and the backbone do alike."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from core.averaging import Averager
+from core.averaging import Averager, AveragingResult, Codec, MatchmakingError
 from core.averaging.state import StateSharing
 from core.training.bridge import TrainingBridge
-from core.training.progress import ProgressBoard
+from core.training.progress import PeerProgress, ProgressBoard
+from core.util.errors import BarnraiseError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,3 +40,36 @@ class PeerLinks:
             ProgressBoard(averager.dht, prefix, access=averager.host.access),
             bridge,
         )
+
+    async def round(
+        self,
+        tensors: Sequence[Any],
+        *,
+        weight: float,
+        round_key: str,
+        timeout: float,
+        expected: int,
+        codec: Codec | None = None,
+    ) -> AveragingResult | None:
+        """Average ``tensors`` in place with whoever joins ``round_key``; None when no group formed
+        (said at INFO: a round without a group is part of a small collaboration's life)."""
+        try:
+            return await self.averager.average(
+                tensors,
+                weight=weight,
+                round_key=round_key,
+                timeout=timeout,
+                target_size=expected,
+                codec=codec,
+            )
+        except MatchmakingError as exc:
+            log.info("%s: %s", round_key, exc)
+            return None
+
+    async def withdraw(self, last: PeerProgress) -> None:
+        """Leave at once: our progress record and our state announcement withdrawn (best effort:
+        both expire on their own anyway)."""
+        try:
+            await asyncio.gather(self.board.withdraw(last), self.sharing.withdraw())
+        except BarnraiseError as exc:
+            log.debug("withdrawing our records failed: %s", exc)

@@ -498,7 +498,8 @@ class ProjectPeer:
             ),
             checkpoints=store,
             on_metrics=report,
-            publish=_publisher(s.publishing),
+            # it says where it published; a failure is the auxiliary peer's to report
+            publish=s.publishing.publish if s.publishing is not None else None,
         )
         await aux.run(stop)
 
@@ -513,19 +514,6 @@ class ProjectPeer:
         if self.presence is not None:
             await self.presence.close()
         await self.host.close()
-
-
-def _publisher(
-    publishing: CheckpointPublishing | None,
-) -> Callable[[str, int, float | None], None] | None:
-    if publishing is None:
-        return None
-
-    def publish(path: str, epoch: int, loss: float | None) -> None:
-        index = publishing.publish(Path(path), epoch, loss)
-        log.info("published the checkpoint of epoch %d in %s", index.epoch, publishing.folder)
-
-    return publish
 
 
 async def _interrupt_on(stop: asyncio.Event, optimizer: CollaborativeOptimizer) -> None:
