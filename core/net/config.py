@@ -37,7 +37,15 @@ class NetConfig:
     max_unsent_bytes: int = 64 * MiB
     """Replies queued for a peer that does not read them; beyond this its connection is dropped."""
     max_pending_handshakes: int = 256
-    """Inbound connections still handshaking at once; beyond it new ones are dropped."""
+    """Inbound connections still handshaking at once; beyond it the oldest handshake of the most
+    crowded network prefix is dropped for the newcomer (``core.net.admission``)."""
+    max_pending_per_ip: int = 64
+    """Handshakes at once from one address; beyond it that address's oldest one is dropped."""
+    max_pending_per_prefix: int = 128
+    """Handshakes at once from one /24 (IPv4) or /56 (IPv6); beyond it that prefix's oldest goes."""
+    max_connections: int = 1024
+    """Authenticated connections at once; a new one beyond it closes the connection idle longest,
+    and is itself refused when every connection is busy with calls."""
     upload_limit: float | None = None
     download_limit: float | None = None
     """Bytes per second over all connections (None: unlimited); ``Host.set_bandwidth_limits``
@@ -59,5 +67,12 @@ class NetConfig:
             limit = getattr(self, name)
             if limit is not None and not limit > 0:
                 raise ConfigError(f"{name} must be a positive number of bytes per second, or None")
-        if self.max_concurrent_calls < 1 or self.max_pending_handshakes < 1:
-            raise ConfigError("concurrency limits must be at least 1")
+        limits = (
+            self.max_concurrent_calls,
+            self.max_pending_handshakes,
+            self.max_pending_per_ip,
+            self.max_pending_per_prefix,
+            self.max_connections,
+        )
+        if min(limits) < 1:
+            raise ConfigError("concurrency and connection limits must be at least 1")

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+HELLO_MAX_BYTES = 64 * 1024
+"""The largest frame accepted before the peer's hello (a hello is a few hundred bytes)."""
+
 __all__ = ["CallStream", "Connection"]
 
 
@@ -84,9 +87,12 @@ class Connection(asyncio.BufferedProtocol):
         """The access pass the peer showed (moderated projects only)."""
         self._hello_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
+        # Until the peer's hello arrives only a hello may: a stranger that completes TLS and then
+        # announces a huge frame is refused at the header (``_on_frame`` lifts the cap).
         self._decoder = FrameDecoder(
-            config.max_frame_bytes, self._on_frame, allocate=self._allocate
+            min(HELLO_MAX_BYTES, config.max_frame_bytes), self._on_frame, allocate=self._allocate
         )
+        self._hello_seen = False
         self._transport: asyncio.Transport | None = None
         self._early: list[Frame] = []  # frames that arrived before the peer was authenticated
         self.incoming = IncomingCalls(self, router)
@@ -314,18 +320,21 @@ class Connection(asyncio.BufferedProtocol):
 
     # ---- frames in -------------------------------------------------------------------------------
 
-    def _allocate(self, kind: Kind, call_id: int, length: int) -> tuple[memoryview, bool]:
+    def _allocate(self, kind: Kind, call_id: int, length: int) -> memoryview | None:
         if kind is Kind.DATA and self.peer is not None:
             stream = self._stream_for(call_id)
             if stream is not None:
-                target = stream.direct_target(length)
-                if target is not None:
-                    return target, True
-        return memoryview(bytearray(length)), False
+                return stream.direct_target(length)
+        return None
 
     def _on_frame(self, frame: Frame) -> None:
         if self._phase.deaf:  # nothing after a refusal may reach a handler
             return
+        if not self._hello_seen:
+            if frame.kind is not Kind.HELLO:
+                raise ProtocolViolation(f"expected a hello first, got {frame.kind.name}")
+            self._hello_seen = True
+            self._decoder.max_frame_bytes = self.config.max_frame_bytes
         if self.peer is None:
             self._early.append(frame)
             return

@@ -6,10 +6,16 @@ accepting side, so both can open calls on one connection without clashing. Call 
 
 ``FrameDecoder`` follows asyncio's buffered-protocol shape: ``get_buffer()`` says where the next bytes
 should land and ``buffer_updated(n)`` reports how many did. Small frames are parsed out of a scratch
-buffer; the payload of a large frame is received straight into a buffer from ``allocate`` (for stream
-data, the receiver's own destination), so big tensors are not copied on the way in. Each frame is handed
-to ``on_frame`` as soon as it is complete, before the next header is read, so that ``allocate`` always
+buffer; the payload of a large frame is received straight into a buffer from ``allocate`` when the
+receiver has one waiting (stream data into its destination, so big tensors are not copied on the way
+in). Otherwise the payload's buffer grows as its bytes arrive, doubling from ``GROW_FROM``: a header
+that announces 8 MiB and is followed by one byte costs the receiver ``GROW_FROM``, not 8 MiB, so the
+memory a sender can pin is what it actually sent (times two at most). Each frame is handed to
+``on_frame`` as soon as it is complete, before the next header is read, so that ``allocate`` always
 sees the effect of every earlier frame.
+
+The scratch buffer is made on the first read: a connection that never gets past its TLS handshake
+costs nothing here.
 """
 
 from __future__ import annotations
@@ -62,12 +68,15 @@ def encode_frame(kind: Kind, call_id: int, payload: bytes = b"") -> bytes:
 
 
 OnFrame = Callable[[Frame], None]
-Allocate = Callable[[Kind, int, int], tuple[memoryview, bool]]
-"""(kind, call id, length) -> (buffer of exactly ``length`` bytes, is it the receiver's destination)."""
+Allocate = Callable[[Kind, int, int], memoryview | None]
+"""(kind, call id, length) -> the receiver's destination of exactly ``length`` bytes, or None."""
+
+GROW_FROM = 64 * 1024
+"""First size of a growing payload buffer (it doubles as bytes arrive, up to the frame's length)."""
 
 
-def _default_allocate(kind: Kind, call_id: int, length: int) -> tuple[memoryview, bool]:
-    return memoryview(bytearray(length)), False
+def _no_destination(kind: Kind, call_id: int, length: int) -> memoryview | None:
+    return None
 
 
 class FrameDecoder:
@@ -79,24 +88,36 @@ class FrameDecoder:
         on_frame: OnFrame,
         *,
         scratch_bytes: int = 64 * 1024,
-        allocate: Allocate = _default_allocate,
+        allocate: Allocate = _no_destination,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
+        """Longest payload accepted; the owner may change it between frames (tighter before hello)."""
         self._on_frame = on_frame
-        self._scratch = bytearray(scratch_bytes)
-        self._view = memoryview(self._scratch)
+        self._scratch_bytes = scratch_bytes
+        self._view = memoryview(b"")  # the scratch buffer, made on the first read
         self._start = 0  # first unparsed byte in scratch
         self._end = 0  # one past the last received byte in scratch
         self._allocate = allocate
-        # a large payload being received into its own buffer
+        # a large payload being received into its own buffer: ``_big`` is a destination of the
+        # payload's exact length, or a growing buffer of which the first ``_big_filled`` bytes count
         self._big: memoryview | None = None
         self._big_filled = 0
         self._big_frame: Frame | None = None
+        self._big_length = 0
         self._small_limit = scratch_bytes - HEADER_SIZE
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of buffer this decoder holds now (scratch plus a large payload being received)."""
+        return len(self._view) + (len(self._big) if self._big is not None else 0)
 
     def get_buffer(self) -> memoryview:
         if self._big is not None:
+            if self._big_filled == len(self._big):
+                self._grow()
             return self._big[self._big_filled :]
+        if not self._view:
+            self._view = memoryview(bytearray(self._scratch_bytes))
         if self._start:
             # move the unparsed tail to the front; it is shorter than one header plus a small payload
             leftover = self._end - self._start
@@ -108,9 +129,10 @@ class FrameDecoder:
         """Account for ``n`` new bytes, handing each completed frame to ``on_frame``."""
         if self._big is not None:
             self._big_filled += n
-            if self._big_filled == len(self._big):
+            if self._big_filled == self._big_length:
                 frame = self._big_frame
                 assert frame is not None
+                frame.payload = self._big
                 self._big = self._big_frame = None
                 self._on_frame(frame)
             return
@@ -138,10 +160,16 @@ class FrameDecoder:
                 self._on_frame(Frame(kind, call_id, memoryview(payload)))
                 continue
             # a large payload: it gets its own buffer; copy in what already arrived
-            buffer, direct = self._allocate(kind, call_id, length)
-            if len(buffer) != length:
-                raise RuntimeError("allocate() returned a buffer of the wrong size")
             taken = min(available, length)
+            destination = self._allocate(kind, call_id, length)
+            if destination is not None and len(destination) != length:
+                raise RuntimeError("allocate() returned a buffer of the wrong size")
+            direct = destination is not None
+            buffer = (
+                destination
+                if destination is not None
+                else _grown(b"", max(taken, GROW_FROM), length)
+            )
             buffer[:taken] = view[body : body + taken]
             self._start = body + taken
             frame = Frame(kind, call_id, buffer, direct)
@@ -149,10 +177,16 @@ class FrameDecoder:
                 self._on_frame(frame)
                 continue
             self._big, self._big_filled, self._big_frame = buffer, taken, frame
+            self._big_length = length
             self._start = self._end = 0
             return
         if self._start == self._end:
             self._start = self._end = 0
+
+    def _grow(self) -> None:
+        # a new, larger buffer rather than resizing: the transport may still hold a view of the old
+        assert self._big is not None
+        self._big = _grown(self._big, 2 * len(self._big), self._big_length)
 
     def feed(self, data: bytes | memoryview) -> None:
         """Push bytes through ``get_buffer``/``buffer_updated`` (tests; transports without buffers)."""
@@ -163,3 +197,10 @@ class FrameDecoder:
             target[:n] = data[:n]
             data = data[n:]
             self.buffer_updated(n)
+
+
+def _grown(filled: bytes | memoryview, size: int, length: int) -> memoryview:
+    """A buffer of ``min(size, length)`` bytes starting with ``filled``."""
+    buffer = memoryview(bytearray(min(size, length)))
+    buffer[: len(filled)] = filled
+    return buffer

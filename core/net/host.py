@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeAlias
 
 from core.net.address import PeerAddress
+from core.net.admission import Admission
 from core.net.advertise import advertised, interface_ips
 from core.net.bandwidth import BandwidthLimits
 from core.net.certificate import issue_credentials
@@ -54,6 +55,11 @@ log = logging.getLogger(__name__)
 Target: TypeAlias = PeerAddress | PeerID | str
 RelayDialer: TypeAlias = Callable[[PeerAddress], Awaitable[asyncio.Transport]]
 """Opens a byte stream to a relayed address's peer, through its relay (``core.net.relay_client``)."""
+
+CROWDING_LOG_INTERVAL = 10.0
+"""Seconds between warnings about dropped handshakes (a flood would otherwise flood the log too)."""
+INBOUND_WARNINGS = 10
+"""Failed inbound handshakes logged one by one per ``CROWDING_LOG_INTERVAL``; then one summary."""
 
 INTERFACES_TTL = 30.0
 """Seconds the list of our interface addresses is reused before it is read again (laptops move)."""
@@ -144,7 +150,13 @@ class Host:
         self._dials: dict[PeerID, asyncio.Task[Connection]] = {}
         self._tasks = BackgroundTasks(f"host-{self.peer_id.short()}")
         self._servers: list[asyncio.Server] = []
-        self._pending_handshakes = 0
+        self._admission = Admission(
+            total=self.config.max_pending_handshakes,
+            per_source=self.config.max_pending_per_ip,
+            per_prefix=self.config.max_pending_per_prefix,
+        )
+        self._crowding_logged = -CROWDING_LOG_INTERVAL
+        self._inbound_window, self._inbound_warned = -CROWDING_LOG_INTERVAL, 0
         self._closed = False
         self.listen_addresses: list[PeerAddress] = []
         """Where our listeners are bound, as bound (wildcards included): ours, not for others."""
@@ -550,32 +562,99 @@ class Host:
     ) -> bool:
         """Serve TLS over a new inbound byte stream (a TCP connection or a relay's circuit).
 
-        False when it was refused at once (closing, or too many handshakes pending).
+        False when it was refused at once (the host is closing). Too many handshakes at once from
+        its address, its network or in all drop an older one instead (``core.net.admission``).
         """
         if self._closed:
             transport.abort()
             return False
-        if self._pending_handshakes >= self.config.max_pending_handshakes:
-            log.warning(
-                "dropping a connection from %s: %d handshakes already pending",
-                transport.get_extra_info("peername") or f"relay {relayed_via}",
-                self._pending_handshakes,
-            )
-            transport.abort()
-            return False
-        self._pending_handshakes += 1
-        where = transport.get_extra_info("peername") or f"relay-{relayed_via}"
+        peername = transport.get_extra_info("peername")
+        source = f"relay:{relayed_via}" if relayed_via is not None or not peername else peername[0]
+        dropped_before = self._admission.dropped
+        attempt = self._admission.admit(str(source))
+        if self._admission.dropped != dropped_before:
+            self._note_crowding(attempt.prefix)
+        where = peername or f"relay-{relayed_via}"
         task = self._tasks.spawn(f"accept-{where}", self._accept(transport, relayed_via))
-        task.add_done_callback(self._handshake_done)
+
+        def drop() -> None:
+            transport.abort()
+            task.cancel()
+
+        attempt.drop = drop
+        task.add_done_callback(lambda _: self._admission.release(attempt))
         return True
 
-    def _handshake_done(self, _: asyncio.Task[None]) -> None:
-        self._pending_handshakes -= 1
+    def _warn_inbound(self, text: str, *args: object) -> None:
+        """A warning about one failed inbound handshake, at most a few per interval (floods)."""
+        now = time.monotonic()
+        if now - self._inbound_window >= CROWDING_LOG_INTERVAL:
+            self._inbound_window, self._inbound_warned = now, 0
+        self._inbound_warned += 1
+        if self._inbound_warned <= INBOUND_WARNINGS:
+            log.warning(text, *args)
+        elif self._inbound_warned == INBOUND_WARNINGS + 1:
+            log.warning(
+                "more inbound connections are failing their handshake: not logging each for %g s",
+                CROWDING_LOG_INTERVAL,
+            )
+
+    def _note_crowding(self, prefix: str) -> None:
+        # at most one line per interval: during a flood this runs for every connection
+        now = time.monotonic()
+        if now - self._crowding_logged >= CROWDING_LOG_INTERVAL:
+            self._crowding_logged = now
+            log.warning(
+                "too many handshakes at once (%d pending, the latest from %s): dropping the oldest "
+                "of the most crowded source; %d dropped so far",
+                self._admission.pending,
+                prefix,
+                self._admission.dropped,
+            )
 
     async def _accept(self, transport: asyncio.Transport, relayed_via: PeerID | None) -> None:
-        loop = asyncio.get_running_loop()
         where = transport.get_extra_info("peername") or f"relay {relayed_via}"
         conn = self._new_connection(initiator=False, transport=transport, relayed_via=relayed_via)
+        # one deadline for TLS and the hello together: a stranger cannot hold a slot for longer
+        try:
+            async with asyncio.timeout(self.config.handshake_timeout):
+                tls = await self._accept_tls(transport, conn, where)
+                if tls is None:
+                    return
+                try:
+                    peer = authenticated_peer(tls.get_extra_info("ssl_object"))
+                    if peer == self.peer_id:
+                        raise HandshakeError("it is ourselves (our own address, dialed back)")
+                except HandshakeError as exc:
+                    conn.abort(f"identity check failed: {exc}", transport=tls)
+                    return
+                try:
+                    conn.attach(tls, peer)
+                    await conn.wait_ready()
+                except HandshakeError:
+                    return  # wait_ready logged and closed it
+                except ConnectionClosedError as exc:
+                    # the dialer hung up mid-handshake (a dial-back prober that had its answer, a
+                    # lost race in parallel dialing): nothing of ours failed
+                    log.debug(
+                        "inbound connection from %s ended in its handshake: %s", peer.short(), exc
+                    )
+                    return
+                except BaseException:
+                    conn.abort("the host is closing", level=logging.DEBUG, transport=tls)
+                    raise
+        except TimeoutError:
+            late = "no hello" if conn.peer is not None else "TLS handshake failed: no handshake"
+            reason = f"{late} within {self.config.handshake_timeout:g} s"
+            self._warn_inbound("dropped a connection from %s: %s", where, reason)
+            conn.abort(reason, level=logging.DEBUG, transport=transport)
+            return
+        self._register(conn)
+
+    async def _accept_tls(
+        self, transport: asyncio.Transport, conn: Connection, where: object
+    ) -> asyncio.Transport | None:
+        loop = asyncio.get_running_loop()
         try:
             tls = await loop.start_tls(
                 transport,
@@ -585,35 +664,15 @@ class Host:
                 ssl_handshake_timeout=self.config.handshake_timeout,
                 ssl_shutdown_timeout=self.config.close_grace,
             )
-        except (OSError, ssl.SSLError, TimeoutError) as exc:
-            log.warning("dropped a connection from %s: TLS handshake failed: %s", where, exc)
+        except (OSError, ssl.SSLError) as exc:
+            self._warn_inbound("dropped a connection from %s: TLS handshake failed: %s", where, exc)
             transport.abort()
-            return
+            return None
         except BaseException:
             transport.abort()
             raise
         assert tls is not None
-        try:
-            peer = authenticated_peer(tls.get_extra_info("ssl_object"))
-            if peer == self.peer_id:
-                raise HandshakeError("it is ourselves (our own address, dialed back)")
-        except HandshakeError as exc:
-            conn.abort(f"identity check failed: {exc}", transport=tls)
-            return
-        try:
-            conn.attach(tls, peer)
-            await conn.wait_ready()
-        except HandshakeError:
-            return  # wait_ready logged and closed it
-        except ConnectionClosedError as exc:
-            # the dialer hung up mid-handshake (a dial-back prober that had its answer, a lost
-            # race in parallel dialing): nothing of ours failed
-            log.debug("inbound connection from %s ended in its handshake: %s", peer.short(), exc)
-            return
-        except BaseException:
-            conn.abort("the host is closing", level=logging.DEBUG, transport=tls)
-            raise
-        self._register(conn)
+        return tls
 
     def _new_connection(
         self, *, initiator: bool, transport: asyncio.Transport, relayed_via: PeerID | None = None
@@ -668,10 +727,32 @@ class Host:
         if self._closed:
             conn.abort("the host is closing", level=logging.DEBUG)
             return
+        if not self._make_room():
+            conn.abort(
+                f"refused: all {self.config.max_connections} connections are busy",
+                level=logging.WARNING,
+            )
+            return
         self._connections.setdefault(conn.peer, []).append(conn)
         log.debug("connected to %r", conn)
         for listener in self._connection_listeners:
             listener(conn)
+
+    def _make_room(self) -> bool:
+        """Below ``max_connections``, or made so by closing the connection idle longest."""
+        conns = self.connections()
+        if len(conns) < self.config.max_connections:
+            return True
+        now = asyncio.get_running_loop().time()
+        idle = [conn for conn in conns if not conn.active_calls and not conn.closing]
+        if not idle:
+            return False
+        oldest = max(idle, key=lambda conn: conn.idle_for(now))
+        self._tasks.spawn(
+            f"close-for-room-{oldest.peer}", oldest.close("making room for a new peer")
+        )
+        self._on_closed(oldest)  # it no longer counts, though its goodbye takes a moment
+        return True
 
     def _learn_addresses(self, conn: Connection) -> None:
         """The peer's hello says where it listens: remember it for dialing it by PeerID later."""

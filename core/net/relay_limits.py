@@ -29,6 +29,9 @@ class RelayLimits:
     max_reservations_per_ip: int = 16
     """Peers behind one public address: a household or a lab shares one, and carrier-grade NAT
     puts several subscribers behind one, but a flood of fresh identities from one address stops here."""
+    max_reservations_per_prefix: int = 64
+    """Peers behind one /24 (IPv4) or /56 (IPv6): a provider's customers spread over a block, an
+    attacker holding a block cannot take every slot either."""
     reserve_calls_per_minute: int = 12
     """Reservation requests one peer may make per minute. A peer holds one reservation per relay
     (asking again renews it); this bounds the work a peer that asks in a loop makes us do."""
@@ -45,6 +48,9 @@ class RelayLimits:
     max_circuits_per_peer: int = 8
     """Circuits one peer takes part in at once (as source or target): an averaging group is usually
     smaller, and one peer cannot take every circuit of the relay."""
+    max_circuits_per_ip: int = 16
+    """Circuits asked for from one address at once, whatever identities it uses: fresh PeerIDs
+    cost nothing, so ``max_circuits_per_peer`` alone would let one attacker take every circuit."""
     accept_timeout: float = 10.0
     """How long the target may take to accept a circuit before the source is told it is unreachable."""
 
@@ -55,9 +61,11 @@ class RelayLimits:
         for name in (
             "max_reservations",
             "max_reservations_per_ip",
+            "max_reservations_per_prefix",
             "reserve_calls_per_minute",
             "max_circuits",
             "max_circuits_per_peer",
+            "max_circuits_per_ip",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"relay limit {name} must be at least 1")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from core.net.admission import network_prefix
 from core.net.relay_limits import RelayLimits
 from core.net.relay_messages import RelayRefused, RelayStatus
 from core.util.recent import RecentEvents
@@ -30,6 +31,10 @@ class Reservation:
     """Where the relay reaches the peer to offer it circuits."""
     expires: float
     """Loop time (``loop.time()``)."""
+
+    @property
+    def prefix(self) -> str:
+        return network_prefix(self.ip)
 
     def live(self, now: float) -> bool:
         return now < self.expires and not self.connection.closing
@@ -71,6 +76,14 @@ class Reservations:
                 raise RelayRefused(
                     RelayStatus.LIMIT,
                     f"too many reservations from {ip} (limit {limits.max_reservations_per_ip})",
+                )
+            prefix = network_prefix(ip)
+            same_prefix = sum(1 for held in self._by_peer.values() if held.prefix == prefix)
+            if same_prefix >= limits.max_reservations_per_prefix:
+                raise RelayRefused(
+                    RelayStatus.LIMIT,
+                    f"too many reservations from {prefix} "
+                    f"(limit {limits.max_reservations_per_prefix})",
                 )
         reservation = Reservation(peer, ip, connection, now + limits.reservation_seconds)
         self._by_peer[peer] = reservation

@@ -57,6 +57,7 @@ not the deadline, ends circuits."""
 class _Circuit:
     source: PeerID
     target: PeerID
+    source_ip: str
     splice: Splice | None = None
 
 
@@ -143,12 +144,12 @@ class RelayService:
     ) -> CircuitEnd:
         source, target = ctx.peer, request.target
         try:
-            reservation = self._admit_circuit(ctx, target)
+            reservation, source_ip = self._admit_circuit(ctx, target)
         except RelayRefused as refused:
             log.debug("refused a circuit %s -> %s: %s", source, target, refused.reason)
             return CircuitEnd(refused.status, refused.reason)
         number = next(self._numbers)
-        circuit = _Circuit(source, target)
+        circuit = _Circuit(source, target, source_ip)
         self._circuits[number] = circuit
         self._idle.clear()
         to_target: CallStream | None = None
@@ -182,9 +183,11 @@ class RelayService:
             if to_target is not None and not to_target.done:
                 to_target.cancel()
 
-    def _admit_circuit(self, ctx: CallContext, target: PeerID) -> Reservation:
+    def _admit_circuit(self, ctx: CallContext, target: PeerID) -> tuple[Reservation, str]:
+        """The target's reservation and the asker's address, or ``RelayRefused`` saying which limit."""
         source = ctx.peer
-        self._direct(ctx)
+        conn = self._direct(ctx)
+        assert conn.remote_address is not None
         if self._closing:
             raise RelayRefused(RelayStatus.RELAY_CLOSING, "the relay is shutting down")
         if target == source:
@@ -207,7 +210,14 @@ class RelayService:
                     RelayStatus.LIMIT,
                     f"{peer} is in {count} circuits already (limit {limits.max_circuits_per_peer})",
                 )
-        return reservation
+        ip = conn.remote_address[0]
+        from_ip = sum(1 for c in self._circuits.values() if c.source_ip == ip)
+        if from_ip >= limits.max_circuits_per_ip:
+            raise RelayRefused(
+                RelayStatus.LIMIT,
+                f"{ip} asked for {from_ip} circuits already (limit {limits.max_circuits_per_ip})",
+            )
+        return reservation, ip
 
     async def _await_acceptance(
         self, number: int, source: Stream, to_target: CallStream, target: PeerID

@@ -20,7 +20,7 @@ from core.net.dialback import (
     DialbackResponse,
     DialbackService,
 )
-from core.net.dialback_limits import DialbackLimits
+from core.net.dialback_limits import DialbackBudget, DialbackLimits
 from core.net.errors import InvalidRequestError, PermissionDeniedError, ResourceExhaustedError
 from core.net.peer_id import PeerID
 from core.net.reachability import Reachability
@@ -369,3 +369,11 @@ async def test_the_monitor_checks_again_when_the_observed_ip_changes(
     assert host.confirmed_addresses == []
     await wait_until(lambda: monitor.checks == 2 and monitor.state is Reachability.PUBLIC)
     assert changes == [Reachability.UNKNOWN, Reachability.PUBLIC]
+
+
+def test_one_block_of_addresses_gets_no_more_dial_backs_than_its_share() -> None:
+    budget = DialbackBudget(DialbackLimits(per_ip_per_minute=10, per_prefix_per_minute=2))
+    assert budget.admit("203.0.113.1", "a") is None
+    assert budget.admit("203.0.113.2", "b") is None
+    assert budget.admit("203.0.113.3", "c") == "at most 2 dial-backs a minute to one network"
+    assert budget.admit("198.51.100.1", "d") is None

@@ -244,3 +244,36 @@ async def test_a_finished_dial_does_not_answer_the_next_connect(make_host: MakeH
     conn = await b.connect(a.peer_id)
     assert conn.peer == a.peer_id
     assert a.peer_id not in b._dials  # the new dial's own entry left with it; the stale one too
+
+
+async def test_past_the_connection_limit_the_longest_idle_makes_room(make_host: MakeHost) -> None:
+    server = await make_host(NetConfig(max_connections=2, close_grace=0.5, handshake_timeout=2.0))
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def busy(ctx: CallContext, request: Any) -> Any:
+        started.set()
+        await release.wait()
+        return request
+
+    server.router.add_raw("test.echo", echo)
+    server.router.add_raw("test.busy", busy)
+    first, second, third, fourth = [await make_host() for _ in range(4)]
+    await first.call_raw(server.addresses[0], "test.echo", 1)
+    await second.call_raw(server.addresses[0], "test.echo", 2)
+    # the first has been idle longest: the third peer's connection closes it
+    assert await third.call_raw(server.addresses[0], "test.echo", 3) == 3
+    await wait_until(lambda: not first.connections(server.peer_id))
+    assert {c.peer for c in server.connections()} == {second.peer_id, third.peer_id}
+    # while every connection is busy with a call, a newcomer is refused instead
+    calls = [
+        asyncio.create_task(peer.call_raw(server.peer_id, "test.busy", 0))
+        for peer in (second, third)
+    ]
+    await started.wait()
+    await wait_until(lambda: all(c.active_calls for c in server.connections()))
+    with pytest.raises((ConnectionClosedError, DialError)):
+        await fourth.call_raw(server.addresses[0], "test.echo", 4, timeout=3.0)
+    release.set()
+    assert await asyncio.gather(*calls) == [0, 0]
+    assert len(server.connections()) == 2

@@ -201,3 +201,35 @@ async def test_a_refused_reservation_says_why(relays: RelayWorld) -> None:
     assert caught.value.status is RelayStatus.LIMIT
     with pytest.raises(NetError):
         await client.reserve(Identity.generate().peer_id)
+
+
+def test_a_flood_from_one_block_of_addresses_leaves_room_for_others() -> None:
+    table = Reservations(
+        RelayLimits(max_reservations=50, max_reservations_per_ip=2, max_reservations_per_prefix=4)
+    )
+    conn: Any = _Conn()
+    for n in range(4):  # four addresses of one /24, within the per-address limit each
+        table.reserve(Identity.generate().peer_id, f"203.0.113.{n}", conn, now=0.0)
+    with pytest.raises(RelayRefused, match=r"too many reservations from 203\.0\.113\.0/24"):
+        table.reserve(Identity.generate().peer_id, "203.0.113.99", conn, now=0.0)
+    table.reserve(Identity.generate().peer_id, "203.0.114.1", conn, now=0.0)
+    assert len(table) == 5
+
+
+async def test_fresh_identities_from_one_address_cannot_take_every_circuit(
+    relays: RelayWorld,
+) -> None:
+    r, service = await relays.relay(
+        RelayLimits(max_circuits=10, max_circuits_per_peer=5, max_circuits_per_ip=1)
+    )
+    b, _ = await relays.private_peer(r)
+    d, _ = await relays.private_peer(r)
+    for peer in (b, d):
+        serve(peer)
+    a, c = await relays.dialer(), await relays.dialer()  # two identities, one address
+    for dialer in (a, c):
+        dialer.add_addresses(r.peer_id, r.listen_addresses)
+    await a.call_raw(relayed(r, b), "test.echo", 1)
+    with pytest.raises(DialError, match=r"127\.0\.0\.1 asked for 1 circuits already \(limit 1\)"):
+        await c.call_raw(relayed(r, d), "test.echo", 1)
+    assert service.circuits == 1
