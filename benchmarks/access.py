@@ -8,7 +8,8 @@
    (one round trip more than an open project's pipelined first request).
 2. Checking a pass: ``AccessGate.admit`` for a pass seen before (the signature is cached) and for a
    new one (an Ed25519 verification).
-3. The coordinator on loopback: ``/login`` (scrypt, the default n=2^14), ``/pass`` and
+3. The coordinator on loopback: ``/login`` (scrypt, the default n=2^14), ``/pass`` (with its
+   challenge and the proof that the peer holds its key) and
    ``/leaderboard`` latency over ``--requests`` sequential calls.
 """
 
@@ -121,10 +122,11 @@ async def coordinator(requests: int) -> dict[str, Any]:
                     tokens = await client.login("bench", "correct horse battery")
                     logins.append(time.perf_counter() - start)
                 assert tokens is not None
-                peer = Identity.generate().peer_id
-                for _ in range(requests):
+                peer = Identity.generate()
+                project = manifest.project.name
+                for _ in range(requests):  # each one a challenge, a signature and the pass
                     start = time.perf_counter()
-                    await client.request_pass(tokens, peer)
+                    await client.request_pass(tokens, peer.peer_id, peer.sign, project=project)
                     passes.append(time.perf_counter() - start)
                 for _ in range(requests):
                     start = time.perf_counter()

@@ -6,6 +6,7 @@
 - ``client``       CoordinatorClient: the coordinator's HTTP API, one aiohttp session per client;
   ``PASSWORD_VARIABLE``, where a headless login may find its password.
 - ``session``      AccountSession: calls as a logged-in user, renewing the session on a 401.
+- ``proof``        what the peer key signs to prove it is ours when asking for a pass.
 - ``keeper``       PassKeeper: fetches this peer's access pass, renews it, follows revocations.
 - ``credentials``  CredentialStore: session and refresh secrets in the OS keyring (never passwords).
 - ``reporter``     ContributionReporter: an auxiliary peer's epoch reports, sent in order, retried.

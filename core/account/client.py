@@ -28,6 +28,7 @@ from core.account.errors import (
     RateLimited,
     SignupClosed,
 )
+from core.account.proof import Signer, proof_payload, signature_text
 from core.account.replies import (
     CoordinatorInfo,
     PassGrant,
@@ -96,8 +97,23 @@ class CoordinatorClient:
 
     # ---- passes and revocations --------------------------------------------------------------------
 
-    async def request_pass(self, tokens: SessionTokens, peer: PeerID) -> PassGrant:
-        body = {"peer": str(peer)}
+    async def request_pass(
+        self, tokens: SessionTokens, peer: PeerID, sign: Signer, *, project: str
+    ) -> PassGrant:
+        """A pass for ``peer`` in ``project``, proving with ``sign`` (the peer key's) that we hold
+        the key: ask for a challenge, check it is for this project and user, sign it, send it."""
+        reply = await self._call(
+            "POST", "/pass/challenge", token=tokens.session, errors=SESSION_ERRORS
+        )
+        challenge = reply.text("challenge")
+        named = (reply.text("project"), reply.text("username"))
+        if named != (project, tokens.username):
+            raise AccountError(
+                f"the coordinator at {self.base_url} asked to sign for project {named[0]!r} as "
+                f"{named[1]!r}, not {project!r} as {tokens.username!r}; refusing to sign"
+            )
+        signature = sign(proof_payload(project, tokens.username, peer, challenge))
+        body = {"peer": str(peer), "challenge": challenge, "signature": signature_text(signature)}
         reply = await self._call(
             "POST", "/pass", body=body, token=tokens.session, errors=SESSION_ERRORS
         )

@@ -6,6 +6,8 @@ pass at half its remaining life and, every ``refresh_interval`` the coordinator 
 revocations (so a ban reaches this peer's connections within one interval). A failure that may pass
 (the coordinator down, the session to renew) is reported and retried with a growing delay; a refusal
 (this account banned or no longer allowlisted) is reported and ends the renewing: the pass runs out.
+Each request proves with ``sign`` (the host identity's ``Identity.sign``) that this peer holds the
+key its pass names (``proof``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from core.account.errors import AccessRefused, AccountError
+from core.account.proof import Signer
 from core.account.replies import PassGrant
 from core.account.session import AccountSession
 from core.net.gate import AccessGate
@@ -33,12 +36,14 @@ class PassKeeper:
         self,
         session: AccountSession,
         gate: AccessGate,
+        sign: Signer,
         *,
         on_error: Callable[[AccountError], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.session = session
         self.gate = gate
+        self.sign = sign
         self.on_error = on_error
         self.grant: PassGrant | None = None
         self.error: AccountError | None = None
@@ -60,12 +65,15 @@ class PassKeeper:
 
     async def start(self) -> None:
         """Fetch the first pass (raising the ``AccountError`` if we cannot), then keep it fresh."""
-        grant = await self.session.request_pass(self.gate.me)
+        grant = await self._request()
         self._apply(grant)
         self._task = self._tasks.spawn("renew", self._run(grant.refresh_interval))
 
     async def close(self) -> None:
         await self._tasks.close()
+
+    async def _request(self) -> PassGrant:
+        return await self.session.request_pass(self.gate.me, self.sign, project=self.gate.project)
 
     def _apply(self, grant: PassGrant) -> None:
         try:
@@ -87,7 +95,7 @@ class PassKeeper:
             renewing = self._clock() >= self._renew_at
             try:
                 if renewing:
-                    grant = await self.session.request_pass(self.gate.me)
+                    grant = await self._request()
                     self._apply(grant)
                     interval = grant.refresh_interval
                 else:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from core.account.client import CoordinatorClient
 from core.account.errors import NotLoggedIn
+from core.account.proof import Signer
 from core.account.replies import PassGrant, SessionTokens
 from core.net.peer_id import PeerID
 
@@ -55,8 +56,11 @@ class AccountSession:
         """Use a new login (or none); calls in flight finish with what they started with."""
         self.tokens = tokens
 
-    async def request_pass(self, peer: PeerID) -> PassGrant:
-        return await self._authorized(lambda t: self.client.request_pass(t, peer))
+    async def request_pass(self, peer: PeerID, sign: Signer, *, project: str) -> PassGrant:
+        """A pass for ``peer`` in ``project``; ``sign`` is the peer key's (it proves we hold it)."""
+        return await self._authorized(
+            lambda t: self.client.request_pass(t, peer, sign, project=project)
+        )
 
     async def leaderboard_me(self) -> dict[str, Any]:
         return await self._authorized(self.client.leaderboard_me)

@@ -76,7 +76,7 @@ async def moderated_access(
         def warn(exc: AccountError) -> None:
             log.warning("access pass: %s", exc)
 
-        keeper = PassKeeper(session, gate, on_error=warn)
+        keeper = PassKeeper(session, gate, identity.sign, on_error=warn)
         await keeper.start()
         reporter = ContributionReporter(session) if report else None
         try:

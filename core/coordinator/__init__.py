@@ -8,14 +8,21 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
   from errors to status and code (``{"error", "code"}``; a 500 also carries a logged error ``id``).
 - ``store``        ``CoordinatorStore``: the one connection, the table helpers, ``add_user`` for set-up.
 - ``schema``       opening the database safely (WAL, ours or refused), tables, migrations.
-- ``accounts``     users, roles, the allowlist (invitations) and bans.
+- ``accounts``     users, roles, the allowlist (invitations) and bans; new names vs look-alikes.
 - ``sessions``     session and rotating refresh tokens, stored only as SHA-256.
+- ``possession``   ``PassChallenges`` (single-use, HMAC) and the payload a peer key signs to
+  prove it is the caller's before a pass names it.
+- ``peer_keys``    which account proved each peer key: one key, one account.
 - ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
 - ``reports``      reading the auxiliary peer's epoch report and checking each contribution's pass.
 - ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.
-- ``names``        username rules (NFC, case-folded key) and ``Password``, which never prints itself.
+- ``names``        username rules (NFKC, case-folded key) and ``Password``, which never prints itself.
+- ``confusables``  the UTS #39 skeleton of a name, from the table in ``resources/confusables``.
 - ``passwords``    scrypt hashes with their parameters, constant-time checks, re-hashing.
-- ``ratelimit``    ``LoginLimiter``: failures per name and per address, doubling waits (429).
+- ``addresses``    the address prefix rate limits count by (IPv4 /24, IPv6 /56, 127/8 as one).
+- ``ratelimit``    ``LoginLimiter``: failures per account and prefix, per prefix, and a capped
+  account-wide slow-down; doubling waits (429), never a lock from everywhere.
+- ``signup_limit`` ``SignupLimiter``: sign-ups per prefix and over all, sliding windows (429).
 - ``errors``       refusals named for what they refuse; ``StoreError`` for the database file.
 """
 
@@ -30,6 +37,7 @@ from core.coordinator.service import (
     CoordinatorService,
     check_project_key,
 )
+from core.coordinator.signup_limit import SignupLimiter, SignupLimits
 from core.coordinator.store import CoordinatorStore
 
 __all__ = [
@@ -45,6 +53,8 @@ __all__ = [
     "LoginLimits",
     "Password",
     "ScryptParams",
+    "SignupLimiter",
+    "SignupLimits",
     "StoreError",
     "User",
     "Username",

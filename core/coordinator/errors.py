@@ -20,6 +20,10 @@ class BadRequest(CoordinatorError):
     """The request is malformed or a value is invalid (the message says which)."""
 
 
+class BadProof(BadRequest):
+    """A pass request whose proof of holding the peer key is missing, stale or wrong."""
+
+
 class Unauthorized(CoordinatorError):
     """No session, a wrong password, or a token that is unknown or has expired."""
 
@@ -40,13 +44,17 @@ class TooLarge(CoordinatorError):
     """The request body is over the route's limit."""
 
 
-class TooManyAttempts(CoordinatorError):
-    """Login attempts for a name or from an address are paused for ``retry_after`` seconds."""
+class UnsupportedMediaType(CoordinatorError):
+    """A body that does not say it is JSON (``Content-Type: application/json``)."""
 
-    def __init__(self, retry_after: float) -> None:
+
+class TooManyAttempts(CoordinatorError):
+    """Logins or sign-ups (``what``) are paused for ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float, what: str = "login attempts") -> None:
         # Retry-After is whole seconds; rounding up means a client that obeys it is let in.
         self.retry_after = max(1, math.ceil(retry_after))
-        super().__init__(f"too many login attempts; try again in {self.retry_after} s")
+        super().__init__(f"too many {what}; try again in {self.retry_after} s")
 
 
 class StoreError(BarnraiseError):

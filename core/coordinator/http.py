@@ -7,6 +7,11 @@ such path, wrong method, too large) are reworded the same way. A database that c
 anything unexpected an ``internal`` 500: both carry a short random ``"id"``, also in the message,
 that is logged with the traceback, while the details stay in the log. Bodies are read up to a
 per-route limit and never logged, as they may hold passwords.
+
+A JSON body must say so (``Content-Type: application/json``, UTF-8 if a charset is named), else 415:
+a web page may post ``text/plain`` to any site without asking, but not ``application/json``.
+JSON nested too deep for the parser is a 400 like any other malformed body, and a bearer token must
+be printable ASCII, as every token the coordinator hands out is.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from core.coordinator.errors import (
+    BadProof,
     BadRequest,
     Conflict,
     CoordinatorError,
@@ -30,6 +36,7 @@ from core.coordinator.errors import (
     TooLarge,
     TooManyAttempts,
     Unauthorized,
+    UnsupportedMediaType,
 )
 from core.coordinator.sessions import MAX_TOKEN_CHARS
 
@@ -43,11 +50,13 @@ LARGE_BODY = 1024 * 1024
 ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     CoordinatorError: (400, "bad_request"),
     BadRequest: (400, "bad_request"),
+    BadProof: (400, "bad_proof"),
     Unauthorized: (401, "unauthorized"),
     Forbidden: (403, "forbidden"),
     NotFound: (404, "not_found"),
     Conflict: (409, "conflict"),
     TooLarge: (413, "too_large"),
+    UnsupportedMediaType: (415, "unsupported_media_type"),
     TooManyAttempts: (429, "too_many_attempts"),
     # the database is the coordinator's problem, never the caller's
     StoreError: (500, "storage_failed"),
@@ -108,6 +117,7 @@ def reworded(exc: web.HTTPException) -> web.Response:
 
 async def json_body(request: web.Request, limit: int = SMALL_BODY) -> dict[str, Any]:
     """The request's JSON object, read up to ``limit`` bytes (``TooLarge`` beyond)."""
+    check_json_type(request)
     too_large = TooLarge(f"the request body is too large (at most {limit} bytes)")
     if request.content_length is not None and request.content_length > limit:
         raise too_large
@@ -125,12 +135,23 @@ async def json_body(request: web.Request, limit: int = SMALL_BODY) -> dict[str, 
     return value
 
 
+def check_json_type(request: web.Request) -> None:
+    """``UnsupportedMediaType`` unless the body is declared as JSON in UTF-8."""
+    charset = (request.charset or "utf-8").lower()
+    if request.content_type != "application/json" or charset not in ("utf-8", "utf8"):
+        raise UnsupportedMediaType(
+            "send the body as JSON with the header 'Content-Type: application/json' (UTF-8)"
+        )
+
+
 def bearer(request: web.Request) -> str:
     """The session token of ``Authorization: Bearer <token>``; ``Unauthorized`` without one."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN_CHARS:
         raise Unauthorized("log in first: this needs a session (Authorization: Bearer <session>)")
+    if not (token.isascii() and token.isprintable()):
+        raise Unauthorized("the session token is not one this coordinator hands out; log in again")
     return token
 
 

@@ -2,10 +2,13 @@
 
 ``Passes`` remembers, for each (user, peer key), when it first got a pass and when its latest pass
 expires: enough to count a user's devices and to publish the peer keys of banned users while their
-passes could still admit them. ``Contributions`` stores each epoch the auxiliary peer reports and
-each peer's share in it; (epoch, peer) is the primary key, so a report sent twice counts once. The
-per-user totals and UTC-day rows the leaderboard reads are updated in the same transaction as the
-contribution they add, so they always agree with the contribution rows.
+passes could still admit them. Both read only the keys the user proved (``peer_keys``): rows from
+before schema 2 may name keys their user never held, and must not get those revoked or counted.
+
+``Contributions`` stores each epoch the auxiliary peer reports and each peer's share in it;
+(epoch, peer) is the primary key, so a report sent twice counts once. The per-user totals and
+UTC-day rows the leaderboard reads are updated in the same transaction as the contribution they
+add, so they always agree with the contribution rows.
 """
 
 from __future__ import annotations
@@ -48,23 +51,25 @@ class Passes:
             )
 
     def revoked(self, now: float) -> list[str]:
-        """Peer keys of banned users holding a pass that has not expired at ``now``."""
+        """Keys of banned users that they proved and hold a pass for that has not expired."""
         rows = self._conn.execute(
             "SELECT DISTINCT passes.peer FROM passes JOIN users ON users.key = passes.user_key "
+            "JOIN peer_keys ON peer_keys.peer = passes.peer AND peer_keys.user_key = users.key "
             "WHERE users.banned = 1 AND passes.expires > ? ORDER BY passes.peer",
             (now,),
         ).fetchall()
         return [str(row[0]) for row in rows]
 
     def devices(self, user_keys: Sequence[str]) -> dict[str, int]:
-        """How many peer keys got passes, per user."""
+        """How many peer keys (proved by the user) got passes, per user."""
         counts: dict[str, int] = {}
         for chunk in _chunks(user_keys):
             marks = ", ".join("?" for _ in chunk)
             counts.update(
                 self._conn.execute(
-                    f"SELECT user_key, count(*) FROM passes WHERE user_key IN ({marks}) "
-                    "GROUP BY user_key",
+                    "SELECT passes.user_key, count(*) FROM passes JOIN peer_keys "
+                    "ON peer_keys.peer = passes.peer AND peer_keys.user_key = passes.user_key "
+                    f"WHERE passes.user_key IN ({marks}) GROUP BY passes.user_key",
                     chunk,
                 ).fetchall()
             )

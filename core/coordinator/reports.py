@@ -3,9 +3,11 @@
 Each contribution names a peer and carries that peer's access pass. It counts only if the pass is
 signed by the project key for this project, is bound to that very peer, was valid when the epoch
 ended (a pass that expired is forgiven for ``pass_lifetime`` seconds, the time a peer may have
-worked under it), and names a user who exists and is not banned. The user is the pass's, never the
-reporter's word: nobody can credit samples to someone else. A malformed entry is rejected with its
-reason and does not spoil the rest of the report; a malformed report as a whole is a 400.
+worked under it), and names a user who exists, is not banned, and proved that they hold the peer's
+key (``peer_keys``). The user is the pass's, never the reporter's word: nobody can credit samples
+to someone else, nor, with a pass from before proofs of possession, to themselves for another's
+key. A malformed entry is rejected with its reason and does not spoil the rest of the report; a
+malformed report as a whole is a 400.
 """
 
 from __future__ import annotations
@@ -67,8 +69,10 @@ class Judge:
     project: str
     project_key: PeerID
     pass_lifetime: float
-    user: Callable[[str], User | None]
-    """Looks a user up by key."""
+    user: Callable[[Username], User | None]
+    """Looks a user up by name."""
+    key_owner: Callable[[str], str | None]
+    """The key of the account that proved it holds a peer key, if any did."""
 
     def __call__(self, report: EpochReport) -> Verdicts:
         """Split the report's contributions into those that count and those refused (with
@@ -116,13 +120,15 @@ class Judge:
         # A peer may have worked under a pass that expired just before the epoch ended.
         access.check(self.project, self.project_key, epoch_time, grace=self.pass_lifetime)
         try:
-            owner = self.user(Username.parse(access.username).key)
+            owner = self.user(Username.parse(access.username))
         except BadRequest:
             owner = None
         if owner is None:
             raise AccessDenied(f"the pass names {access.username!r}, who has no account here")
         if owner.banned:
             raise AccessDenied(f"the account {owner.name!r} is banned")
+        if self.key_owner(str(peer)) != owner.key:
+            raise AccessDenied(f"the account {owner.name!r} never proved it holds this peer's key")
         return Counted(str(peer), owner.key, samples, compute)
 
 

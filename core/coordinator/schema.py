@@ -7,6 +7,20 @@ service, and a commit survives the process being killed.
 
 Usernames appear only as bound parameters, never in SQL text. ``user_key`` columns hold the
 case-folded name (``names.Username.key``).
+
+Schema 2 (issue 18, hardening) adds:
+
+- ``users.skeleton``: the look-alike skeleton of each name (``confusables``), so that a new name
+  that looks like a taken one is refused. SQL cannot compute it: the store fills the rows that lack
+  one when it opens the file (``Accounts.fill_skeletons``). Names stored before keep working, each
+  under its stored key; if two legacy names share a skeleton both stay (nothing is renamed or
+  merged), and only new names are refused for looking like either.
+- ``peer_keys``: which account proved it holds each peer key (a signature over a challenge, see
+  ``challenges``); one key, one account. Revocations and device counts read passes only through
+  this table, and a contribution counts only for the account that proved its peer's key. Pass rows
+  from before (``passes``, kept as they were) name keys nobody proved: they can no longer get
+  anyone else's key revoked or credited. Such a key is free for whoever proves it first, and a
+  legacy pass it holds still admits it until it expires (at most ``pass_lifetime``).
 """
 
 from __future__ import annotations
@@ -17,7 +31,7 @@ from pathlib import Path
 from core.coordinator.errors import StoreError
 from core.util.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
@@ -99,6 +113,18 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (user_key, day)
         ) WITHOUT ROWID
         """,
+    ),
+    (
+        "ALTER TABLE users ADD COLUMN skeleton TEXT",
+        "CREATE INDEX users_by_skeleton ON users (skeleton)",
+        """
+        CREATE TABLE peer_keys (
+            peer TEXT PRIMARY KEY,
+            user_key TEXT NOT NULL REFERENCES users (key),
+            proved REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX peer_keys_by_user ON peer_keys (user_key)",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

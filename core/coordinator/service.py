@@ -1,11 +1,14 @@
 """CoordinatorService: the organizer's HTTP service for accounts, access passes and the leaderboard.
 
 Endpoints (JSON; see ``README`` and the issue 7 contract): ``GET /info``, ``POST /signup``,
-``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass``, ``GET /revocations``,
-``POST /contributions`` (moderators), ``GET /leaderboard``, ``GET /leaderboard/me``.
+``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass/challenge``, ``POST /pass``,
+``GET /revocations``, ``POST /contributions`` (moderators), ``GET /leaderboard``,
+``GET /leaderboard/me``.
 
-Passes are signed with the project key for ``access.pass_lifetime`` seconds. Logins are slowed by a
-``LoginLimiter``; password hashing runs on worker threads (at most ``hash_concurrency`` at once, each
+Passes are signed with the project key for ``access.pass_lifetime`` seconds, and only for a peer key
+the caller proves it holds (a signed challenge, ``possession``), which then belongs to that account
+(``peer_keys``). Logins are slowed by a ``LoginLimiter`` and sign-ups by a ``SignupLimiter``, both
+per address prefix; password hashing runs on worker threads (at most ``hash_concurrency`` at once, each
 scrypt check holding ~16 MiB), and everything else runs on the loop (see ``store``). A named
 background task forgets expired sessions and stale rate-limit entries.
 """
@@ -21,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from core.coordinator.accounts import User
-from core.coordinator.errors import BadRequest, Conflict, Forbidden, Unauthorized
+from core.coordinator.errors import BadProof, BadRequest, Conflict, Forbidden, Unauthorized
 from core.coordinator.http import (
     LARGE_BODY,
     answer,
@@ -38,9 +41,18 @@ from core.coordinator.passwords import (
     needs_rehash,
     verify_password,
 )
+from core.coordinator.possession import (
+    MAX_CHALLENGE_CHARS,
+    MAX_SIGNATURE_CHARS,
+    UPDATE,
+    PassChallenges,
+    proof_payload,
+    signature_bytes,
+)
 from core.coordinator.ratelimit import LoginLimiter, LoginLimits
 from core.coordinator.reports import Judge, parse_report
 from core.coordinator.sessions import MAX_TOKEN_CHARS, Tokens
+from core.coordinator.signup_limit import SignupLimiter, SignupLimits
 from core.coordinator.store import CoordinatorStore
 from core.net.errors import PeerIdError
 from core.net.identity import Identity
@@ -78,6 +90,7 @@ class CoordinatorService:
         *,
         scrypt_n: int = DEFAULT_PARAMS.n,
         limits: LoginLimits | None = None,
+        signup_limits: SignupLimits | None = None,
         clock: Clock | None = None,
         sweep_interval: float = 600.0,
         hash_concurrency: int = 4,
@@ -90,6 +103,8 @@ class CoordinatorService:
         self.params = ScryptParams(n=scrypt_n)
         self.clock: Clock = clock or SystemClock()
         self.limiter = LoginLimiter(limits or LoginLimits(), self.clock.monotonic)
+        self.signups = SignupLimiter(signup_limits or SignupLimits(), self.clock.monotonic)
+        self.challenges = PassChallenges()
         self.host = "127.0.0.1"
         self.port = 0
         self._sweep_interval = sweep_interval
@@ -125,6 +140,7 @@ class CoordinatorService:
                 web.post("/login", self._login),
                 web.post("/session/refresh", self._refresh),
                 web.post("/logout", self._logout),
+                web.post("/pass/challenge", self._challenge),
                 web.post("/pass", self._pass),
                 web.get("/revocations", self._revocations),
                 web.post("/contributions", self._contributions),
@@ -180,10 +196,12 @@ class CoordinatorService:
         username = Username.parse(body.get("username"))
         password = Password.parse(body.get("password"))
         accounts = self.store.accounts
-        existing = accounts.get(username.key)
+        existing = accounts.find(username)
+        if existing is None and not self.manifest.access.allow_signup:
+            raise Forbidden("sign-up is closed for this project; ask a moderator to invite you")
+        self.signups.attempt(request.remote)  # 429 here, before any hashing
         if existing is None:
-            if not self.manifest.access.allow_signup:
-                raise Forbidden("sign-up is closed for this project; ask a moderator to invite you")
+            accounts.check_new(username, signup=True)
             hashed = await self._hash(password)
             user = accounts.create(username, hashed, self.clock.time(), allowlisted=False)
         elif existing.has_password:
@@ -198,13 +216,14 @@ class CoordinatorService:
         body = await json_body(request)
         username = Username.parse(body.get("username"))
         password = Password.parse(body.get("password"))
-        address = request.remote or "unknown"
-        self.limiter.begin(username.key, address)  # 429 here, before any password is checked
-        stored = self.store.accounts.password_hash(username.key)
+        address = request.remote
+        key = self.store.accounts.stored_key(username)
+        self.limiter.begin(key, address)  # 429 here, before any password is checked
+        stored = self.store.accounts.password_hash(key)
         if not await self._verify(password, stored):
             raise Unauthorized("wrong username or password")
-        self.limiter.succeeded(username.key, address)
-        user = self._standing(username.key)
+        self.limiter.succeeded(key, address)
+        user = self._standing(key)
         if stored is not None and needs_rehash(stored, self.params):
             self.store.accounts.set_password_hash(user.key, await self._hash(password))
         return answer(self._session(user, self.store.sessions.create(user.key, self.clock.time())))
@@ -228,14 +247,38 @@ class CoordinatorService:
 
     # ---- passes ------------------------------------------------------------------------------
 
+    async def _challenge(self, request: web.Request) -> web.Response:
+        user = self._session_user(request)
+        challenge, expires = self.challenges.issue(user.key, self.clock.time())
+        return answer(
+            {
+                "challenge": challenge,
+                "expires": expires,
+                "project": self.project,
+                "username": user.name,
+            }
+        )
+
     async def _pass(self, request: web.Request) -> web.Response:
         user = self._session_user(request)
-        raw_peer = string_field(await json_body(request), "peer", max_chars=200)
+        body = await json_body(request)
+        raw_peer = string_field(body, "peer", max_chars=200)
         try:
             peer = PeerID.from_string(raw_peer)
         except PeerIdError as exc:
             raise BadRequest(f"peer is not a PeerID: {exc}") from None
+        if body.get("challenge") is None and body.get("signature") is None:
+            raise BadProof(UPDATE)  # a client from before proofs of possession
+        challenge = string_field(body, "challenge", max_chars=MAX_CHALLENGE_CHARS)
+        signature = signature_bytes(string_field(body, "signature", max_chars=MAX_SIGNATURE_CHARS))
         now = self.clock.time()
+        self.store.peer_keys.check_free_for(user.key, str(peer))
+        self.challenges.redeem(challenge, user.key, now)
+        if not peer.verify(signature, proof_payload(self.project, user.name, peer, challenge)):
+            raise BadProof(
+                f"the signature does not prove that this account holds the key of peer {peer}"
+            )
+        self.store.peer_keys.claim(user.key, str(peer), now)
         access = self.manifest.access
         issued = issue_pass(
             self.project_key,
@@ -272,7 +315,8 @@ class CoordinatorService:
             self.project,
             self.project_key.peer_id,
             self.manifest.access.pass_lifetime,
-            self.store.accounts.get,
+            self.store.accounts.find,
+            self.store.peer_keys.owner,
         )(report)
         added = self.store.contributions.record(
             report.epoch, report.time, report.samples, verdicts.counted
@@ -288,7 +332,9 @@ class CoordinatorService:
 
     async def _leaderboard(self, request: web.Request) -> web.Response:
         text = request.query.get("limit", "10")
-        if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_LEADERBOARD:
+        # The length first: int() of thousands of digits is slow, and refused beyond 4300.
+        short = len(text) <= len(str(MAX_LEADERBOARD))
+        if not (short and text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_LEADERBOARD):
             raise BadRequest(f"limit must be a whole number from 1 to {MAX_LEADERBOARD}")
         now = self.clock.time()
         board = self.store.leaderboard
@@ -346,6 +392,7 @@ class CoordinatorService:
         """Forget expired sessions and stale rate-limit entries; returns the sessions forgotten."""
         forgotten = self.store.sessions.purge(self.clock.time())
         self.limiter.sweep()
+        self.signups.sweep()
         if forgotten:
             log.info("forgot %d expired sessions", forgotten)
         return forgotten

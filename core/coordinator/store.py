@@ -9,6 +9,8 @@ hash, runs on a worker thread without touching the database.
 The management commands (and ``barnraise swarm --moderated``) open their own store on the same
 file: WAL lets them write while a service runs, and the service reads users afresh on every
 request, so a ban applies at once.
+
+Opening the store also gives names stored before schema 2 their look-alike skeleton (``schema``).
 """
 
 from __future__ import annotations
@@ -18,19 +20,27 @@ from pathlib import Path
 from types import TracebackType
 
 from core.coordinator.accounts import Accounts, User
+from core.coordinator.confusables import Confusables
 from core.coordinator.leaderboard import Leaderboard
 from core.coordinator.names import Password, Username
 from core.coordinator.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
+from core.coordinator.peer_keys import PeerKeys
 from core.coordinator.records import Contributions, Passes
 from core.coordinator.schema import open_database, transaction
 from core.coordinator.sessions import Sessions
 
 
 class CoordinatorStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, confusables: Confusables | None = None) -> None:
         self.path = path
         self._conn = open_database(path)
-        self.accounts = Accounts(self._conn)
+        try:
+            self.accounts = Accounts(self._conn, confusables or Confusables.load())
+            self.accounts.fill_skeletons()
+        except BaseException:
+            self._conn.close()
+            raise
+        self.peer_keys = PeerKeys(self._conn)
         self.sessions = Sessions(self._conn)
         self.passes = Passes(self._conn)
         self.contributions = Contributions(self._conn)

@@ -154,8 +154,11 @@ class Account:
         self._publish()
         return self.info()
 
-    async def open_access(self, manifest: Manifest, me: PeerID) -> PassKeeper:
-        """Fetch a pass for ``me`` and keep it fresh (a moderated project's peer is starting)."""
+    async def open_access(
+        self, manifest: Manifest, me: PeerID, sign: Callable[[bytes], bytes]
+    ) -> PassKeeper:
+        """Fetch a pass for ``me`` (``sign``: its key's, proving we hold it) and keep it fresh
+        (a moderated project's peer is starting)."""
         key = manifest.access.key
         session = self.session
         if key is None or manifest.network.coordinator_url != self.url or session is None:
@@ -166,7 +169,7 @@ class Account:
                 "log in with 'barnraise ctl login'"
             )
         gate = AccessGate(manifest.project.name, key, me)
-        keeper = PassKeeper(session, gate, on_error=self._keeper_failed)
+        keeper = PassKeeper(session, gate, sign, on_error=self._keeper_failed)
         await keeper.start()
         gate.add_listener(self._publish)
         self.keeper = keeper

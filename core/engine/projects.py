@@ -235,7 +235,9 @@ class ProjectRunner:
                 if self.slot.local_swarm and self.account.url != manifest.network.coordinator_url:
                     # a demo swarm's coordinator listens on a new port every run
                     await self.account.select(path)
-                keeper = await self.account.open_access(manifest, self.identity.peer_id)
+                keeper = await self.account.open_access(
+                    manifest, self.identity.peer_id, self.identity.sign
+                )
             settings = PeerSettings(
                 manifest,
                 work_dir=self.work_dir,

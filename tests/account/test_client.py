@@ -78,8 +78,9 @@ async def test_banned_users_are_refused(
     coordinator.ban("alice")
     with pytest.raises(AccessRefused, match="banned"):
         await client.login("alice", PASSWORD)
+    key = Identity.generate()
     with pytest.raises(AccessRefused, match="banned"):
-        await client.request_pass(tokens, Identity.generate().peer_id)
+        await client.request_pass(tokens, key.peer_id, key.sign, project=PROJECT)
     with pytest.raises(AccessRefused, match="banned"):
         await client.refresh(tokens)
 
@@ -87,9 +88,10 @@ async def test_banned_users_are_refused(
 async def test_pass_grant_verifies_and_opens_the_gate(
     coordinator: Coordinator, client: CoordinatorClient
 ) -> None:
-    me = Identity.generate().peer_id
+    key = Identity.generate()
+    me = key.peer_id
     tokens = await client.login("alice", PASSWORD)
-    grant = await client.request_pass(tokens, me)
+    grant = await client.request_pass(tokens, me, key.sign, project=PROJECT)
     assert grant.access.peer == me
     assert grant.access.username == "alice"
     assert grant.project_key == coordinator.key.peer_id
@@ -113,8 +115,12 @@ async def test_session_renews_once_and_rotates_the_refresh_secret(
     # a session the coordinator no longer knows (ended, or from before a restart)
     stale = dataclasses.replace(tokens, session="x" * 43)
     session = AccountSession(client, stale, renewed.append)
-    me = Identity.generate().peer_id
-    grants = await asyncio.gather(session.request_pass(me), session.request_pass(me))
+    key = Identity.generate()
+    me = key.peer_id
+    grants = await asyncio.gather(
+        session.request_pass(me, key.sign, project=PROJECT),
+        session.request_pass(me, key.sign, project=PROJECT),
+    )
     assert all(g.access.username == "alice" for g in grants)
     assert len(renewed) == 1  # both calls failed, yet the refresh secret was spent only once
     assert session.tokens == renewed[0]
@@ -136,7 +142,7 @@ async def test_session_renews_once_and_rotates_the_refresh_secret(
         client, dead, renewed.append, on_expired=lambda: lost.append(True)
     )
     with pytest.raises(NotLoggedIn, match="log in again"):
-        await expired_session.request_pass(me)
+        await expired_session.request_pass(me, key.sign, project=PROJECT)
     assert lost == [True]
     assert expired_session.tokens is None
 
@@ -145,8 +151,9 @@ async def test_contributions_and_the_leaderboard(
     coordinator: Coordinator, client: CoordinatorClient
 ) -> None:
     alice = await client.login("alice", PASSWORD)
-    me = Identity.generate().peer_id
-    grant = await client.request_pass(alice, me)
+    key = Identity.generate()
+    me = key.peer_id
+    grant = await client.request_pass(alice, me, key.sign, project=PROJECT)
     mod = AccountSession(client, await client.login("mod", PASSWORD))
     report = {
         "epoch": 1,
@@ -181,8 +188,23 @@ async def test_coordinator_down_or_confused_is_unavailable(tmp_path: Path) -> No
         with pytest.raises(CoordinatorUnavailable, match="HTTP 500: database on fire"):
             await client.revocations()
         tokens = SessionTokens("alice", "s", "r", time.time() + 60)
+        key = Identity.generate()
         with pytest.raises(CoordinatorUnavailable, match="not an access pass"):
-            await client.request_pass(tokens, Identity.generate().peer_id)
+            await client.request_pass(tokens, key.peer_id, key.sign, project=PROJECT)
+        # a challenge for another project (or user) is never signed
+        with pytest.raises(AccountError, match="refusing to sign"):
+            await client.request_pass(tokens, key.peer_id, key.sign, project="another project")
+        signed = False
+
+        def sign(data: bytes) -> bytes:
+            nonlocal signed
+            signed = True
+            return key.sign(data)
+
+        mallory = SessionTokens("mallory", "s", "r", time.time() + 60)
+        with pytest.raises(AccountError, match="refusing to sign"):
+            await client.request_pass(mallory, key.peer_id, sign, project=PROJECT)
+        assert not signed
 
 
 @contextlib.asynccontextmanager
@@ -201,6 +223,10 @@ async def _impostor() -> AsyncIterator[str]:
     async def bad_pass(request: web.Request) -> web.Response:
         return web.json_response({"pass": "!!", "project_key": "x"})
 
+    async def challenge(request: web.Request) -> web.Response:
+        body = {"challenge": "c", "expires": 1.0, "project": PROJECT, "username": "alice"}
+        return web.json_response(body)
+
     app = web.Application()
     app.add_routes(
         [
@@ -208,6 +234,7 @@ async def _impostor() -> AsyncIterator[str]:
             web.post("/login", half),
             web.get("/revocations", broken),
             web.post("/pass", bad_pass),
+            web.post("/pass/challenge", challenge),
         ]
     )
     runner = web.AppRunner(app, access_log=None)

@@ -34,9 +34,10 @@ async def keeper(
 ) -> AsyncIterator[tuple[PassKeeper, list[AccountError]]]:
     """alice's keeper, started, with the errors it reported."""
     session = AccountSession(client, await client.login("alice", PASSWORD))
-    gate = AccessGate(PROJECT, coordinator.key.peer_id, Identity.generate().peer_id)
+    identity = Identity.generate()
+    gate = AccessGate(PROJECT, coordinator.key.peer_id, identity.peer_id)
     errors: list[AccountError] = []
-    keeper = PassKeeper(session, gate, on_error=errors.append)
+    keeper = PassKeeper(session, gate, identity.sign, on_error=errors.append)
     await keeper.start()
     try:
         yield keeper, errors
@@ -80,8 +81,10 @@ async def test_a_ban_reaches_the_gate_at_the_next_refresh_and_stops_renewal(
     keeper_, errors = keeper
     gate = keeper_.gate
     coordinator.add_user("mallory")
-    mallory_peer = Identity.generate().peer_id
-    await client.request_pass(await client.login("mallory", PASSWORD), mallory_peer)
+    mallory_key = Identity.generate()
+    mallory_peer = mallory_key.peer_id
+    mallory = await client.login("mallory", PASSWORD)
+    await client.request_pass(mallory, mallory_peer, mallory_key.sign, project=PROJECT)
 
     # counted in refreshes, not seconds: how many the keeper began after the ban before it knew
     refreshes: list[None] = []
@@ -126,16 +129,17 @@ async def test_an_outage_is_reported_and_retried(
 async def test_a_keeper_that_cannot_get_a_pass_says_why(
     coordinator: Coordinator, client: CoordinatorClient
 ) -> None:
-    gate = AccessGate(PROJECT, coordinator.key.peer_id, Identity.generate().peer_id)
+    identity = Identity.generate()
+    gate = AccessGate(PROJECT, coordinator.key.peer_id, identity.peer_id)
     with pytest.raises(NotLoggedIn, match="log in"):
-        await PassKeeper(AccountSession(client, None), gate).start()
+        await PassKeeper(AccountSession(client, None), gate, identity.sign).start()
     tokens = await client.login("alice", PASSWORD)
     coordinator.ban("alice")
     with pytest.raises(AccessRefused, match="banned"):
-        await PassKeeper(AccountSession(client, tokens), gate).start()
+        await PassKeeper(AccountSession(client, tokens), gate, identity.sign).start()
     # a coordinator that signs with another key than the manifest names
     other = AccessGate(PROJECT, Identity.generate().peer_id, gate.me)
     coordinator.service.store.unban("alice")
     with pytest.raises(AccountError, match="does not admit this peer"):
-        await PassKeeper(AccountSession(client, tokens), other).start()
+        await PassKeeper(AccountSession(client, tokens), other, identity.sign).start()
     assert gate.own_pass is None

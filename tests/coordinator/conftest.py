@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from core.account.proof import proof_payload, signature_text
 from core.coordinator import CoordinatorService, ScryptParams
 from core.net import Identity
 from core.project import Manifest, parse_manifest
@@ -68,8 +69,12 @@ class Client:
         *,
         token: str | None = None,
         data: bytes | None = None,
+        content_type: str = "application/json",
     ) -> Reply:
+        """``data`` is sent as is, declared as ``content_type``; else ``body`` as JSON."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if data is not None:
+            headers["Content-Type"] = content_type
         async with self.session.request(
             method, self.url + path, json=body if data is None else None, data=data, headers=headers
         ) as response:
@@ -82,6 +87,24 @@ class Client:
 
     async def post(self, path: str, body: Any = None, *, token: str | None = None) -> Reply:
         return await self.request("POST", path, body, token=token)
+
+    async def request_pass(
+        self, session: str, peer: Identity, *, signer: Identity | None = None
+    ) -> Reply:
+        """``POST /pass`` for ``peer`` the way a peer does: a challenge, signed by ``signer``
+        (``peer`` itself unless a test lies about the key it holds)."""
+        challenge = await self.post("/pass/challenge", token=session)
+        if challenge.status != 200:
+            return challenge
+        body = challenge.body
+        payload = proof_payload(body["project"], body["username"], peer.peer_id, body["challenge"])
+        signature = signature_text((signer or peer).sign(payload))
+        request = {
+            "peer": str(peer.peer_id),
+            "challenge": body["challenge"],
+            "signature": signature,
+        }
+        return await self.post("/pass", request, token=session)
 
     async def login(self, username: str, password: str = PASSWORD) -> dict[str, Any]:
         reply = await self.post("/login", {"username": username, "password": password})

@@ -21,11 +21,13 @@ from tests.coordinator.conftest import PASSWORD, Running
 CASES: list[tuple[Exception, int, str]] = [
     (errors.CoordinatorError("refused"), 400, "bad_request"),
     (errors.BadRequest("limit must be a whole number"), 400, "bad_request"),
+    (errors.BadProof("the challenge has expired"), 400, "bad_proof"),
     (errors.Unauthorized("log in first"), 401, "unauthorized"),
     (errors.Forbidden("banned"), 403, "forbidden"),
     (errors.NotFound("there is no user 'x'"), 404, "not_found"),
     (errors.Conflict("the name is taken"), 409, "conflict"),
     (errors.TooLarge("the request body is too large"), 413, "too_large"),
+    (errors.UnsupportedMediaType("send the body as JSON"), 415, "unsupported_media_type"),
     (errors.TooManyAttempts(2.5), 429, "too_many_attempts"),
     (errors.StoreError("the database /srv/c.db is not ours"), 500, "storage_failed"),
     (sqlite3.OperationalError("database or disk is full"), 500, "storage_failed"),

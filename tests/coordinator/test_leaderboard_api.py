@@ -14,7 +14,7 @@ DAY = 86400.0
 
 async def pass_for(running: Running, user: str, peer: Identity) -> str:
     session = (await running.client.login(user))["session"]
-    reply = await running.client.post("/pass", {"peer": str(peer.peer_id)}, token=session)
+    reply = await running.client.request_pass(session, peer)
     assert reply.status == 200, reply
     text: str = reply.body["pass"]
     return text

@@ -13,8 +13,9 @@ from tests.coordinator.conftest import PROJECT, Running
 async def test_a_pass_verifies_and_is_bound_to_the_requested_peer(coordinator: Running) -> None:
     coordinator.add_user("alice")
     session = (await coordinator.client.login("alice"))["session"]
-    peer = Identity.generate().peer_id
-    reply = await coordinator.client.post("/pass", {"peer": str(peer)}, token=session)
+    identity = Identity.generate()
+    peer = identity.peer_id
+    reply = await coordinator.client.request_pass(session, identity)
     assert reply.status == 200
     body = reply.body
     assert set(body) == {
@@ -67,28 +68,28 @@ async def test_a_banned_user_gets_no_pass_and_their_peers_are_revoked(coordinato
     client = coordinator.client
     mallory = (await client.login("mallory"))["session"]
     alice = (await client.login("alice"))["session"]
-    laptop, desktop = (str(Identity.generate().peer_id) for _ in range(2))
-    for peer in (laptop, desktop):
-        assert (await client.post("/pass", {"peer": peer}, token=mallory)).status == 200
-    alice_peer = str(Identity.generate().peer_id)
-    assert (await client.post("/pass", {"peer": alice_peer}, token=alice)).status == 200
+    laptop_key, desktop_key, alice_key = (Identity.generate() for _ in range(3))
+    laptop, desktop = str(laptop_key.peer_id), str(desktop_key.peer_id)
+    for peer in (laptop_key, desktop_key):
+        assert (await client.request_pass(mallory, peer)).status == 200
+    assert (await client.request_pass(alice, alice_key)).status == 200
     assert (await client.get("/revocations")).body == {
         "revoked": [],
         "time": coordinator.clock.time(),
     }
 
     coordinator.service.store.ban("mallory", "cheating")
-    refused = await client.post("/pass", {"peer": laptop}, token=mallory)
+    refused = await client.request_pass(mallory, laptop_key)
     assert refused.status == 403
     assert "banned" in refused.body["error"]
     revoked = (await client.get("/revocations")).body["revoked"]
     assert revoked == sorted([laptop, desktop])  # peer keys only: no usernames are published
     # the other users learn of it with their next pass
-    again = await client.post("/pass", {"peer": alice_peer}, token=alice)
+    again = await client.request_pass(alice, alice_key)
     assert again.body["revoked"] == revoked
 
     # once the banned user's passes have expired there is nothing left to revoke
     coordinator.clock.advance(601.0)
     assert (await client.get("/revocations")).body["revoked"] == []
     coordinator.service.store.unban("mallory")
-    assert (await client.post("/pass", {"peer": laptop}, token=mallory)).status == 200
+    assert (await client.request_pass(mallory, laptop_key)).status == 200

@@ -158,9 +158,11 @@ async def test_projects_without_a_coordinator_have_no_accounts(engine: Running) 
 
 async def _contribute(coordinator: Coordinator, username: str, samples: int) -> None:
     """What the auxiliary peer does after an epoch: report a peer's samples with its pass."""
-    peer = Identity.generate().peer_id
+    key = Identity.generate()
+    peer = key.peer_id
     async with CoordinatorClient(coordinator.url) as http:
-        grant = await http.request_pass(await http.login(username, PASSWORD), peer)
+        tokens = await http.login(username, PASSWORD)
+        grant = await http.request_pass(tokens, peer, key.sign, project=PROJECT)
         moderator = AccountSession(http, await http.login("mod", PASSWORD))
         contribution = {
             "peer": str(peer),
