@@ -62,7 +62,7 @@ class PassChallenges:
         """Use up ``challenge``; ``BadProof`` unless this coordinator issued it to ``user_key``
         and it is neither expired nor used."""
         try:
-            raw = base64.urlsafe_b64decode(challenge + "=" * (-len(challenge) % 4))
+            raw = _unbase64(challenge)
             nonce, expires, mac = _LAYOUT.unpack(raw)
         except (binascii.Error, ValueError, struct.error):
             raise BadProof("the challenge is malformed; ask for a new one") from None
@@ -94,9 +94,14 @@ class PassChallenges:
 def signature_bytes(text: str) -> bytes:
     """The signature's bytes from its URL-safe base64 text; ``BadProof`` if it is not one."""
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        raw = _unbase64(text)
     except (binascii.Error, ValueError):
         raise BadProof("the signature is not URL-safe base64") from None
     if len(raw) != 64:
         raise BadProof("the signature is not an Ed25519 signature (64 bytes)")
     return raw
+
+
+def _unbase64(text: str) -> bytes:
+    # Strict: characters outside the URL-safe alphabet are an error, not skipped.
+    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.account.proof import proof_payload, signature_text
 from core.net import Identity
 from core.net.gate import AccessGate
 from core.net.passes import AccessDenied, pass_from_text
@@ -93,3 +94,56 @@ async def test_a_banned_user_gets_no_pass_and_their_peers_are_revoked(coordinato
     assert (await client.get("/revocations")).body["revoked"] == []
     coordinator.service.store.unban("mallory")
     assert (await client.request_pass(mallory, laptop_key)).status == 200
+
+
+async def test_a_pass_needs_a_fresh_signed_challenge_from_the_key_it_names(
+    coordinator: Running,
+) -> None:
+    coordinator.add_user("bob")
+    coordinator.add_user("carol")
+    client = coordinator.client
+    bob = (await client.login("bob"))["session"]
+    carol = (await client.login("carol"))["session"]
+    key = Identity.generate()
+    peer = str(key.peer_id)
+
+    old_client = await client.post("/pass", {"peer": peer}, token=bob)
+    assert (old_client.status, old_client.body["code"]) == (400, "bad_proof")
+    assert "update Barnraise" in old_client.body["error"]
+    assert (await client.post("/pass/challenge")).status == 401  # a session is needed
+
+    issued = (await client.post("/pass/challenge", token=bob)).body
+    assert (issued["project"], issued["username"]) == (PROJECT, "bob")
+    assert issued["expires"] > coordinator.clock.time()
+
+    def proof(challenge: str, signer: Identity = key, user: str = "bob") -> dict[str, str]:
+        payload = proof_payload(PROJECT, user, key.peer_id, challenge)
+        return {
+            "peer": peer,
+            "challenge": challenge,
+            "signature": signature_text(signer.sign(payload)),
+        }
+
+    async def refused(body: dict[str, str], words: str, token: str = bob) -> None:
+        reply = await client.post("/pass", body, token=token)
+        assert (reply.status, reply.body["code"]) == (400, "bad_proof"), reply
+        assert words in reply.body["error"]
+
+    await refused(proof(issued["challenge"], Identity.generate()), "does not prove")
+    await refused(proof(issued["challenge"]), "already used")  # burnt by the failed try
+    fresh = (await client.post("/pass/challenge", token=bob)).body["challenge"]
+    await refused(proof(fresh), "not issued to this account", token=carol)  # bob's challenge
+    await refused(proof(fresh, user="carol"), "does not prove")  # signed for another user
+    late = (await client.post("/pass/challenge", token=bob)).body["challenge"]
+    coordinator.clock.advance(200.0)
+    await refused(proof(late), "expired")
+    await refused({**proof("x" * 30), "signature": "!!"}, "base64")
+    await refused({**proof(late), "signature": "AAAA"}, "64 bytes")
+    tampered = (await client.post("/pass/challenge", token=bob)).body["challenge"]
+    await refused(proof(tampered[:-2] + ("AA" if tampered[-2:] != "AA" else "BB")), "not issued")
+
+    assert (await client.request_pass(bob, key)).status == 200
+    assert (await client.request_pass(bob, key)).status == 200  # renewing: the key stays bob's
+    taken = await client.request_pass(carol, key)  # carol holds the key too, but bob proved it
+    assert (taken.status, taken.body["code"]) == (409, "conflict")
+    assert "another account" in taken.body["error"]
