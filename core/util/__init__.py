@@ -12,6 +12,11 @@
 - ``recent``  ``RecentEvents``: events per key in a sliding window (the network's rate limits).
 - ``clock``   ``Clock``: wall and monotonic time, injectable (``SystemClock``, ``FakeClock`` for tests).
 - ``desktop``  whether this session has a display for the desktop app (stdlib only).
+- ``blocking``  ``BlockingPool``: bounded daemon threads for blocking calls (files, the keyring), the
+  one place a service's blocking work leaves its loop; full: ``PoolBusy``; closed: ``PoolClosed``.
+- ``regular_file``  reading a small file a user named: regular files only (FIFOs, devices and folders
+  refused without blocking), at most a given size (``FileRefused``).
+- ``nesting``  ``deeper_than``: whether parsed data nests deeper than a limit, without recursion.
 - ``detached``  starting a child process detached (its own session or process group, stdin closed,
   output to a log file) and stopping it: the app's engine and demo swarm, the local swarm's peers.
 """
