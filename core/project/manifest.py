@@ -2,6 +2,12 @@
 
 ``load_manifest`` reads and validates a file; every problem becomes a ``ManifestError`` that names
 the file, the dotted key and the reason. See ``resources/demo/project.toml`` for a commented example.
+
+A manifest's path comes from a user, so it may name anything: only a regular file (a symbolic link
+to one is fine) of at most ``MAX_MANIFEST_BYTES`` is read, opened without blocking, so that a FIFO
+or a device is refused at once instead of hanging or flooding the reader; and a document nested
+more than ``MAX_NESTING`` levels deep is refused before anything walks it (a real manifest nests
+four). Every number has an upper bound too, next to its field in ``sections``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import quote, urljoin
 
 from core.project.errors import ManifestError
+from core.project.prescan import nesting
 from core.project.sections import (
     AccessSection,
     AveragingSection,
@@ -27,6 +34,8 @@ from core.project.sections import (
     TrainingSection,
 )
 from core.project.validation import check_keys, describe
+from core.util.nesting import deeper_than
+from core.util.regular_file import FileRefused, read_regular_file
 
 
 class _Section(Protocol):
@@ -39,6 +48,11 @@ SectionT = TypeVar("SectionT", bound=_Section)
 _SECTIONS = ("project", "model", "data", "training", "averaging", "network", "access")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+
+MAX_MANIFEST_BYTES = 1024 * 1024
+"""A manifest is a few kilobytes; anything over 1 MiB is not one, and is refused unread."""
+MAX_NESTING = 16
+"""Tables and arrays nested deeper than this are refused (the document itself is level 0)."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +130,13 @@ class Manifest:
 
 
 def load_manifest(path: Path) -> Manifest:
-    """Read and validate the manifest at ``path``."""
+    """Read and validate the manifest at ``path`` (a regular file of at most 1 MiB)."""
     path = path.expanduser().absolute()
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path, limit=MAX_MANIFEST_BYTES)
+    except FileRefused as refused:
+        reason = refused.reason.replace("not a regular file", "not a manifest file")
+        raise ManifestError(path, "", reason) from None
     except FileNotFoundError:
         raise ManifestError(path, "", "no such file") from None
     except IsADirectoryError:
@@ -136,8 +153,27 @@ def load_manifest(path: Path) -> Manifest:
 
 def parse_manifest(text: str, *, path: Path | None = None) -> Manifest:
     """Validate manifest ``text``; ``path`` names it in errors and anchors relative paths."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        reason = f"is too large ({len(text):,} characters; the limit is {MAX_MANIFEST_BYTES:,})"
+        raise ManifestError(path, "", reason)
+    shape = nesting(text)
+    if shape.dots > MAX_NESTING:
+        reason = f"a key has more than {MAX_NESTING} dotted parts"
+        raise ManifestError(path, "", reason)
+    # a table header's brackets count too: [[data.sources]] is two
+    if shape.brackets > MAX_NESTING + 2 or deeper_than(document := _toml(text, path), MAX_NESTING):
+        reason = f"tables and arrays are nested more than {MAX_NESTING} levels deep"
+        raise ManifestError(path, "", reason)
     try:
-        document = tomllib.loads(text)
+        return _build(document, path)
+    except ManifestError as error:
+        raise error.at(path) from None
+
+
+def _toml(text: str, path: Path | None) -> dict[str, Any]:
+    """The TOML document in ``text``; every way ``tomllib`` can refuse it is a ``ManifestError``."""
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         position = _TOML_POSITION.search(message)
@@ -147,10 +183,12 @@ def parse_manifest(text: str, *, path: Path | None = None) -> Manifest:
         detail = message[: position.start()]
         reason = f"invalid TOML at line {line}, column {column}: {detail}"
         raise ManifestError(path, "", reason, line) from None
-    try:
-        return _build(document, path)
-    except ManifestError as error:
-        raise error.at(path) from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables recursively
+        reason = f"tables and arrays are nested more than {MAX_NESTING} levels deep"
+        raise ManifestError(path, "", reason) from None
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        said = str(error).split(";")[0]  # not the advice to raise Python's own limit
+        raise ManifestError(path, "", f"invalid TOML: {said}") from None
 
 
 def _build(document: Mapping[str, Any], path: Path | None) -> Manifest:

@@ -26,6 +26,32 @@ URL_SCHEMES = ("file", "http", "https")
 ACCESS_MODES = ("open", "moderated")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
+# Upper bounds: far above any project these peers can train, low enough that no value can make a
+# peer allocate, wait or loop without end. Each field's docstring says its range.
+MAX_TEXT = 4096
+"""Characters in a description, a path, a URL or an address."""
+MAX_WIDTH = 65536
+"""Embedding, hidden and attention widths."""
+MAX_VOCAB = 2**20
+MAX_POSITIONS = 2**20
+"""Tokens per sample (``model.max_position``, ``data.seq_len``)."""
+MAX_LAYERS = 1024
+MAX_SOURCES = 1024
+"""``[[data.sources]]`` tables, and URLs in one of them (``MAX_URLS``)."""
+MAX_URLS = 100_000
+MAX_SHUFFLE_BUFFER = 2**22
+MAX_TARGET_BATCH = 2**24
+"""Samples in one collaborative step."""
+MAX_MICROBATCH = 2**16
+MAX_STEPS = 10**9
+MAX_GROUP = 1024
+"""Peers in one averaging group."""
+MAX_WAIT = 3600.0
+"""Seconds for matchmaking or one all-reduce."""
+MAX_PEERS_LISTED = 256
+"""``network.initial_peers``."""
+MAX_PASS_LIFETIME = 30 * 24 * 3600.0
+
 
 @dataclass(frozen=True)
 class ProjectSection:
@@ -33,10 +59,12 @@ class ProjectSection:
     name: str
     """Names the swarm: peers of one project find each other under it."""
     description: str = ""
+    """At most 4096 characters."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.matches("name", PROJECT_NAME, "1 to 64 lowercase letters, digits or '-'")
+        check.at_most("description", MAX_TEXT)
 
 
 @dataclass(frozen=True)
@@ -44,27 +72,32 @@ class ModelSection:
     KEY: ClassVar[str] = "model"
     kind: str = "albert-mlm"
     vocab_size: int = 4096
+    """1 to 2**20."""
     embedding_size: int = 64
+    """1 to 65536, as ``hidden_size`` and ``intermediate_size``."""
     hidden_size: int = 128
     num_layers: int = 4
+    """1 to 1024, as ``num_heads``."""
     num_heads: int = 4
     intermediate_size: int = 256
     max_position: int = 128
+    """1 to 2**20."""
     dropout: float = 0.0
+    """In [0, 1)."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.one_of("kind", MODEL_KINDS)
-        for name in (
-            "vocab_size",
-            "embedding_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "max_position",
+        for name, most in (
+            ("vocab_size", MAX_VOCAB),
+            ("embedding_size", MAX_WIDTH),
+            ("hidden_size", MAX_WIDTH),
+            ("num_layers", MAX_LAYERS),
+            ("num_heads", MAX_LAYERS),
+            ("intermediate_size", MAX_WIDTH),
+            ("max_position", MAX_POSITIONS),
         ):
-            check.in_range(name, 1)
+            check.in_range(name, 1, most)
         check.in_range("dropout", 0.0, 1.0, high_open=True)
         if self.hidden_size % self.num_heads:
             check.fail(
@@ -80,17 +113,22 @@ class SourceSection:
     KEY: ClassVar[str] = "data.sources"
     urls: tuple[str, ...]
     """Relative paths (to the manifest, or to where the swarm serves shards), absolute paths,
-    file://, http:// or https:// URLs."""
+    file://, http:// or https:// URLs: 1 to 100,000 of them, each at most 4096 characters."""
     weight: float = 1.0
+    """Above 0, at most 10**6."""
     format: str = "auto"
     text_field: str = "text"
+    """At most 4096 characters."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.not_empty("urls")
+        check.at_most("urls", MAX_URLS)
         for i, url in enumerate(self.urls):
             if not url.strip():
                 check.fail(f"urls[{i}]", "must not be empty")
+            if len(url) > MAX_TEXT:
+                check.fail(f"urls[{i}]", f"must have at most {MAX_TEXT} characters")
             scheme = _SCHEME.match(url)
             if scheme and scheme.group(1).lower() not in URL_SCHEMES:
                 check.fail(
@@ -98,9 +136,10 @@ class SourceSection:
                     f"unsupported scheme {scheme.group(1)!r}; use a path, file://, http:// "
                     f"or https://, got {url!r}",
                 )
-        check.in_range("weight", 0.0, low_open=True)
+        check.in_range("weight", 0.0, 1e6, low_open=True)
         check.one_of("format", DATA_FORMATS)
         check.not_empty("text_field")
+        check.at_most("text_field", MAX_TEXT)
 
 
 @dataclass(frozen=True)
@@ -109,51 +148,63 @@ class DataSection:
     seq_len: int = 128
     """Tokens per sample; at most ``model.max_position``."""
     shuffle_buffer: int = 10000
-    """Samples held for shuffling; 0 keeps the order of the files."""
+    """Samples held for shuffling, 0 to 2**22; 0 keeps the order of the files."""
     mask_prob: float = 0.15
+    """In (0, 1)."""
     tokenizer: str = "tokenizer.json"
-    """Path (relative to the manifest) or URL; training creates it from the data if missing."""
+    """Path (relative to the manifest) or URL, at most 4096 characters; training creates it from
+    the data if missing."""
     tokenizer_vocab_size: int = 4096
     """Must equal ``model.vocab_size``."""
     sources: tuple[SourceSection, ...] = ()
+    """1 to 1024 ``[[data.sources]]`` tables."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
-        check.in_range("seq_len", 1)
-        check.in_range("shuffle_buffer", 0)
+        check.in_range("seq_len", 1, MAX_POSITIONS)
+        check.in_range("shuffle_buffer", 0, MAX_SHUFFLE_BUFFER)
         check.in_range("mask_prob", 0.0, 1.0, low_open=True, high_open=True)
         check.not_empty("tokenizer")
-        check.in_range("tokenizer_vocab_size", 1)
+        check.at_most("tokenizer", MAX_TEXT)
+        check.in_range("tokenizer_vocab_size", 1, MAX_VOCAB)
         if not self.sources:
             check.fail("sources", "at least one [[data.sources]] table is required")
+        check.at_most("sources", MAX_SOURCES)
 
 
 @dataclass(frozen=True)
 class TrainingSection:
     KEY: ClassVar[str] = "training"
     target_batch_size: int = 4096
-    """Samples the whole swarm processes per collaborative step (one epoch)."""
+    """Samples the whole swarm processes per collaborative step (one epoch), 1 to 2**24."""
     microbatch_size: int = 16
-    """Samples per forward/backward pass on one peer."""
+    """Samples per forward/backward pass on one peer, 1 to 2**16 (and the target batch)."""
     optimizer: str = "lamb"
     lr: float = 0.00176
+    """Above 0, at most 10."""
     weight_decay: float = 0.01
+    """0 to 10."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """Each in [0, 1)."""
     eps: float = 1e-6
+    """Above 0, at most 1."""
     clip_norm: float = 1.0
-    """Global gradient norm limit; 0 disables clipping."""
+    """Global gradient norm limit, 0 to 10**6; 0 disables clipping."""
     warmup_steps: int = 50
+    """0 to 10**9, fewer than ``total_steps``."""
     total_steps: int = 10000
+    """1 to 10**9."""
     precision: str = "auto"
     average_state_every: int = 5
-    """Epochs between averaging of parameters and optimizer state."""
+    """Epochs between averaging of parameters and optimizer state, 1 to 10**9."""
     delay_parameter_updates: bool = False
     seed: int = 0
+    """0 to 2**63 - 1."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
-        check.in_range("target_batch_size", 1)
-        check.in_range("microbatch_size", 1)
+        check.in_range("target_batch_size", 1, MAX_TARGET_BATCH)
+        check.in_range("microbatch_size", 1, MAX_MICROBATCH)
         if self.microbatch_size > self.target_batch_size:
             check.fail(
                 "microbatch_size",
@@ -161,15 +212,15 @@ class TrainingSection:
                 f"got {self.microbatch_size}",
             )
         check.one_of("optimizer", OPTIMIZERS)
-        check.in_range("lr", 0.0, low_open=True)
-        check.in_range("weight_decay", 0.0)
+        check.in_range("lr", 0.0, 10.0, low_open=True)
+        check.in_range("weight_decay", 0.0, 10.0)
         for i, beta in enumerate(self.betas):
             if not 0.0 <= beta < 1.0:
                 check.fail(f"betas[{i}]", f"must be in [0.0, 1.0), got {beta}")
-        check.in_range("eps", 0.0, low_open=True)
-        check.in_range("clip_norm", 0.0)
-        check.in_range("warmup_steps", 0)
-        check.in_range("total_steps", 1)
+        check.in_range("eps", 0.0, 1.0, low_open=True)
+        check.in_range("clip_norm", 0.0, 1e6)
+        check.in_range("warmup_steps", 0, MAX_STEPS)
+        check.in_range("total_steps", 1, MAX_STEPS)
         if self.total_steps <= self.warmup_steps:
             check.fail(
                 "total_steps",
@@ -177,7 +228,7 @@ class TrainingSection:
                 f"got {self.total_steps}",
             )
         check.one_of("precision", PRECISIONS)
-        check.in_range("average_state_every", 1)
+        check.in_range("average_state_every", 1, MAX_STEPS)
         check.in_range("seed", 0, 2**63, high_open=True)
 
 
@@ -186,32 +237,36 @@ class AveragingSection:
     KEY: ClassVar[str] = "averaging"
     codec: str = "fp16"
     target_group_size: int = 16
+    """Peers in a group, 1 to 1024."""
     min_group_size: int = 2
+    """1 to ``target_group_size``."""
     matchmaking_time: float = 5.0
-    """Seconds a leader waits for a group to form."""
+    """Seconds a leader waits for a group to form: above 0, at most 3600."""
     allreduce_timeout: float = 60.0
+    """Seconds, above 0 and at most 3600."""
     moshpit: bool = False
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.one_of("codec", CODECS)
-        check.in_range("target_group_size", 1)
-        check.in_range("min_group_size", 1)
+        check.in_range("target_group_size", 1, MAX_GROUP)
+        check.in_range("min_group_size", 1, MAX_GROUP)
         if self.min_group_size > self.target_group_size:
             check.fail(
                 "min_group_size",
                 f"must be at most averaging.target_group_size ({self.target_group_size}), "
                 f"got {self.min_group_size}",
             )
-        check.in_range("matchmaking_time", 0.0, low_open=True)
-        check.in_range("allreduce_timeout", 0.0, low_open=True)
+        check.in_range("matchmaking_time", 0.0, MAX_WAIT, low_open=True)
+        check.in_range("allreduce_timeout", 0.0, MAX_WAIT, low_open=True)
 
 
 @dataclass(frozen=True)
 class NetworkSection:
     KEY: ClassVar[str] = "network"
     initial_peers: tuple[str, ...] = ()
-    """Multiaddrs (``/ip4/.../tcp/.../p2p/...``) or ``peer@host:port``; parsed by the net layer."""
+    """Multiaddrs (``/ip4/.../tcp/.../p2p/...``) or ``peer@host:port``; parsed by the net layer.
+    At most 256, each at most 4096 characters (as the URLs)."""
     coordinator_url: str = ""
     checkpoint_url: str = ""
     """The http(s):// URL of the folder where the organizer serves the backbone's latest
@@ -226,7 +281,12 @@ class NetworkSection:
         check = FieldCheck(self, self.KEY)
         check.in_range("peer_port", 0, 65535)
         check.in_range("aux_port", 0, 65535)
+        check.at_most("initial_peers", MAX_PEERS_LISTED)
+        check.at_most("coordinator_url", MAX_TEXT)
+        check.at_most("checkpoint_url", MAX_TEXT)
         for i, peer in enumerate(self.initial_peers):
+            if len(peer) > MAX_TEXT:
+                check.fail(f"initial_peers[{i}]", f"must have at most {MAX_TEXT} characters")
             if not (peer.startswith("/") or "@" in peer):
                 check.fail(
                     f"initial_peers[{i}]",
@@ -248,13 +308,15 @@ class AccessSection:
     allow_signup: bool = False
     """Whether anyone may create an account at the coordinator, or only moderators."""
     pass_lifetime: float = 900.0
-    """Seconds a pass stays valid; peers renew theirs at half its life."""
+    """Seconds a pass stays valid, 10 to 30 days; peers renew theirs at half its life."""
     refresh_interval: float = 60.0
-    """Seconds between peers' checks with the coordinator: a ban reaches every peer within this."""
+    """Seconds between peers' checks with the coordinator: a ban reaches every peer within this.
+    Above 0, at most half of ``pass_lifetime``."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.one_of("mode", ACCESS_MODES)
+        check.at_most("project_key", 128)  # a PeerID is about 50; decoding is quadratic
         if self.project_key:
             try:
                 PeerID.from_string(self.project_key)
@@ -262,7 +324,7 @@ class AccessSection:
                 check.fail("project_key", f"must be the PeerID of an Ed25519 key: {exc}")
         elif self.mode == "moderated":
             check.fail("project_key", "a moderated project needs the project's public key")
-        check.in_range("pass_lifetime", 10.0)
+        check.in_range("pass_lifetime", 10.0, MAX_PASS_LIFETIME)
         check.in_range("refresh_interval", 0.0, low_open=True)
         if self.refresh_interval > self.pass_lifetime / 2:
             check.fail(

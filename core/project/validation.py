@@ -91,6 +91,12 @@ def _coerce(value: object, hint: object, key: str) -> object:
     raise ManifestError(None, key, f"expected {_expected(hint)}, got {describe(value)}")
 
 
+def _short(value: object) -> str:
+    """A number as said in an error, shortened should it have thousands of digits."""
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
+
 def _bound(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
     if low is not None and high is not None:
         return f"must be in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
@@ -136,7 +142,7 @@ class FieldCheck:
         too_low = low is not None and (value <= low if low_open else value < low)
         too_high = high is not None and (value >= high if high_open else value > high)
         if too_low or too_high:
-            self.fail(name, f"{_bound(low, high, low_open, high_open)}, got {value}")
+            self.fail(name, f"{_bound(low, high, low_open, high_open)}, got {_short(value)}")
 
     def one_of(self, name: str, choices: Collection[str]) -> None:
         value: str = getattr(self._section, name)
@@ -148,6 +154,13 @@ class FieldCheck:
         value: str = getattr(self._section, name)
         if not pattern.fullmatch(value):
             self.fail(name, f"must be {description}, got {value!r}")
+
+    def at_most(self, name: str, limit: int) -> None:
+        """A string of at most ``limit`` characters, or an array of at most ``limit`` entries."""
+        value: str | tuple[object, ...] = getattr(self._section, name)
+        if len(value) > limit:
+            unit = "characters" if isinstance(value, str) else "entries"
+            self.fail(name, f"must have at most {limit:,} {unit}, got {len(value):,}")
 
     def not_empty(self, name: str) -> None:
         if not getattr(self._section, name):
