@@ -2,7 +2,8 @@
 
 Every field carries a one-line ``help`` in its metadata, which the GUI and ``barnraise ctl`` show.
 Values are TOML-friendly (bool, int, float, str) and checked in ``__post_init__``, so a
-``Preferences`` that exists is always usable.
+``Preferences`` that exists is always usable. Every number has a lower and an upper bound (``BOUNDS``,
+also in each help line), NaN and infinities are refused, and so are texts longer than ``MAX_TEXT``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,21 @@ CPU_WHEN_IN_USE = ("run", "throttle", "pause")
 PreferenceValue = bool | int | float | str
 """The types a preference can have (the API's ``SettingValue`` is the same)."""
 
+BOUNDS: dict[str, tuple[float, float]] = {
+    "idle_minutes": (0.0, 7 * 24 * 60.0),
+    "in_use_cpu_fraction": (0.0, 1.0),  # above 0
+    "leave_cores_free": (0, 4096),
+    "max_other_cpu_percent": (0.0, 100.0),
+    "monthly_network_cap_mb": (0.0, 1e9),
+    "listen_port": (0, 65535),
+    "min_free_memory_mb": (0.0, 2.0**24),
+    "max_gpu_temperature_c": (0.0, 150.0),  # above 0
+}
+"""The lowest and highest value of each number (both allowed unless the help line says "above")."""
+_ABOVE = frozenset({"in_use_cpu_fraction", "max_gpu_temperature_c"})
+MAX_TEXT = 64
+"""The longest text a preference takes (an HH:MM time, a word)."""
+
 _TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 _FALSE_WORDS = frozenset({"false", "no", "off", "0"})
 
@@ -37,7 +53,10 @@ class Preferences:
     )
     idle_minutes: float = field(
         default=3.0,
-        metadata={"help": "Minutes without keyboard or mouse input before you count as away."},
+        metadata={
+            "help": "Minutes without keyboard or mouse input before you count as away "
+            "(0 to 10080, a week)."
+        },
     )
     cpu_when_in_use: str = field(
         default="throttle",
@@ -58,7 +77,8 @@ class Preferences:
     leave_cores_free: int = field(
         default=1,
         metadata={
-            "help": "CPU cores left for your own programs (training always gets at least one)."
+            "help": "CPU cores left for your own programs, 0 to 4096 (training always gets at "
+            "least one)."
         },
     )
     max_other_cpu_percent: float = field(
@@ -79,7 +99,10 @@ class Preferences:
     )
     monthly_network_cap_mb: float = field(
         default=0.0,
-        metadata={"help": "Megabytes Barnraise may send and receive each month; 0 for no limit."},
+        metadata={
+            "help": "Megabytes Barnraise may send and receive each month, up to 10^9 "
+            "(a petabyte); 0 for no limit."
+        },
     )
     listen_port: int = field(
         default=0,
@@ -97,32 +120,23 @@ class Preferences:
     )
     min_free_memory_mb: float = field(
         default=512.0,
-        metadata={"help": "Wait while less memory than this (MB) is available to other programs."},
+        metadata={
+            "help": "Wait while less memory than this (MB, 0 to 2^24) is available to other "
+            "programs."
+        },
     )
     max_gpu_temperature_c: float = field(
         default=85.0,
-        metadata={"help": "Wait while the GPU is at least this hot (degrees Celsius)."},
+        metadata={
+            "help": "Wait while the GPU is at least this hot (degrees Celsius, above 0, up to 150)."
+        },
     )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, _kind(f), getattr(self, f.name)))
-        _check_at_least(self, "idle_minutes", 0.0)
-        _check_at_least(self, "leave_cores_free", 0)
-        _check_at_least(self, "monthly_network_cap_mb", 0.0)
-        _check_at_least(self, "min_free_memory_mb", 0.0)
-        if not 0 <= self.listen_port <= 65535:
-            _fail("listen_port", "must be between 0 and 65535", self.listen_port)
-        if not 0.0 < self.in_use_cpu_fraction <= 1.0:
-            _fail("in_use_cpu_fraction", "must be above 0 and at most 1", self.in_use_cpu_fraction)
-        if not 0.0 <= self.max_other_cpu_percent <= 100.0:
-            _fail("max_other_cpu_percent", "must be between 0 and 100", self.max_other_cpu_percent)
-        if not 0.0 < self.max_gpu_temperature_c <= 150.0:
-            _fail(
-                "max_gpu_temperature_c",
-                "must be above 0 and at most 150",
-                self.max_gpu_temperature_c,
-            )
+        for name, (low, high) in BOUNDS.items():
+            _check_bounds(name, getattr(self, name), low, high, above=name in _ABOVE)
         if self.cpu_when_in_use not in CPU_WHEN_IN_USE:
             allowed = ", ".join(repr(v) for v in CPU_WHEN_IN_USE)
             _fail("cpu_when_in_use", f"must be one of {allowed}", self.cpu_when_in_use)
@@ -201,7 +215,13 @@ class Preferences:
 
 
 def _fail(name: str, requirement: str, value: object) -> NoReturn:
-    raise PreferencesError(f"{name} {requirement} (got {value!r})", field=name)
+    try:
+        shown = repr(value)
+    except ValueError:  # an integer of more digits than Python prints
+        shown = "a number of thousands of digits"
+    if len(shown) > 40:  # a value sent to hurt should not fill the answer and the log
+        shown = f"{shown[:30]}... ({len(shown)} characters)"
+    raise PreferencesError(f"{name} {requirement} (got {shown})", field=name)
 
 
 def _check_known(d: Mapping[str, object]) -> None:
@@ -226,18 +246,25 @@ def _coerce(name: str, kind: str, value: object) -> object:
         _fail(name, "must be true or false", value)
     if kind == "str" and not isinstance(value, str):
         _fail(name, "must be text", value)
+    if kind == "str" and len(value) > MAX_TEXT:  # type: ignore[arg-type]
+        _fail(name, f"must be at most {MAX_TEXT} characters", value)
     if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
         _fail(name, "must be a whole number", value)
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             _fail(name, "must be a number", value)
-        if not math.isfinite(value):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
             _fail(name, "must be a finite number", value)
-        return float(value)
+        if not math.isfinite(number):
+            _fail(name, "must be a finite number", value)
+        return number
     return value
 
 
-def _check_at_least(prefs: Preferences, name: str, lowest: float) -> None:
-    value = getattr(prefs, name)
-    if value < lowest:
-        _fail(name, f"must be {lowest:g} or more", value)
+def _check_bounds(name: str, value: float, low: float, high: float, *, above: bool) -> None:
+    too_low = value <= low if above else value < low
+    if too_low or value > high:
+        lowest = f"above {low:g}" if above else f"{low:g} or more"
+        _fail(name, f"must be {lowest} and at most {high:g}", value)
