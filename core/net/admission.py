@@ -4,11 +4,13 @@ An inbound connection costs a TLS handshake and its buffers before it has proved
 stranger can open thousands for free. ``Admission`` bounds the handshakes in progress three ways:
 per source address (``max_pending_per_ip``), per network prefix (``max_pending_per_prefix``; a /24
 for IPv4, a /56 for IPv6, the blocks one home or one provider customer typically holds) and in all
-(``max_pending_handshakes``). A newcomer is always let in; when a limit is reached, the oldest
-handshake of the crowded source or prefix is dropped to make room (for the total: of the prefix
-holding the most slots). A flood therefore pushes out its own earlier attempts: a legitimate
-handshake, which finishes in milliseconds, still gets through beside it, from another network or
-even from the flooder's own address, and the flood costs us at most the limits' worth at a time.
+(``max_pending_handshakes``). A newcomer is always let in; when a limit is reached, an older
+attempt of the crowded source or prefix is dropped to make room (for the total: of the prefix
+holding the most slots): the oldest that has not sent a byte yet, else the oldest. A real peer
+sends its TLS ClientHello at once (``speaking``), so a flood of silent connections only ever pushes
+out its own attempts, and a flood that speaks its earlier ones: a legitimate handshake still gets
+through beside it, from another network or even from the flooder's own address, and the flood
+costs us at most the limits' worth at a time.
 
 Connections through a relay are keyed by the relay (``relay:<PeerID>``): the relay's own limits
 bound the circuits of each of its clients.
@@ -44,6 +46,10 @@ class Attempt:
     source: str
     prefix: str
     drop: Callable[[], None] = field(default=_nothing)
+    speaking: bool = False
+    """The dialer has sent its first bytes (``Admission.spoke``)."""
+    spoken: Callable[[], bool] = field(default=lambda: False)
+    """Asked before a silent attempt is dropped: have its bytes arrived in the meantime?"""
 
 
 class Admission:
@@ -72,11 +78,11 @@ class Admission:
         same_source = self._by_source.get(attempt.source, {})
         same_prefix = self._by_prefix.get(attempt.prefix, {})
         if len(same_source) >= self.per_source:
-            self._drop(next(iter(same_source)))
+            self._drop(_victim(same_source))
         elif len(same_prefix) >= self.per_prefix:
-            self._drop(next(iter(same_prefix)))
+            self._drop(_victim(same_prefix))
         elif self._pending >= self.total:
-            self._drop(self._oldest_of_the_most_crowded())
+            self._drop(_victim(max(self._by_prefix.values(), key=len)))
         self._by_source.setdefault(attempt.source, {})[attempt] = None
         self._by_prefix.setdefault(attempt.prefix, {})[attempt] = None
         self._pending += 1
@@ -96,11 +102,22 @@ class Admission:
             del self._by_prefix[attempt.prefix]
         self._pending -= 1
 
-    def _oldest_of_the_most_crowded(self) -> Attempt:
-        crowded = max(self._by_prefix.values(), key=len)
-        return next(iter(crowded))
+    @staticmethod
+    def spoke(attempt: Attempt) -> None:
+        """The dialer sent its first bytes: drop this one only after every silent one."""
+        attempt.speaking = True
 
     def _drop(self, attempt: Attempt) -> None:
         self.release(attempt)
         self.dropped += 1
         attempt.drop()
+
+
+def _victim(attempts: dict[Attempt, None]) -> Attempt:
+    """The oldest attempt that has not spoken yet, else the oldest."""
+    for attempt in attempts:
+        if not attempt.speaking:
+            if not attempt.spoken():
+                return attempt
+            attempt.speaking = True
+    return next(iter(attempts))

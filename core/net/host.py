@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeAlias
 
 from core.net.address import PeerAddress
-from core.net.admission import Admission
+from core.net.admission import Admission, Attempt
 from core.net.advertise import advertised, interface_ips
 from core.net.bandwidth import BandwidthLimits
 from core.net.certificate import issue_credentials
@@ -38,6 +38,7 @@ from core.net.errors import (
     NetError,
     PeerIdMismatchError,
 )
+from core.net.first_bytes import when_readable
 from core.net.gate import AccessGate
 from core.net.hello import AGENT, PROTOCOL_VERSION, Hello
 from core.net.host_access import RENEW_PASS, HostAccess
@@ -48,6 +49,7 @@ from core.net.rpc import Method, Req, Resp, Router, StreamMethod
 from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
 from core.net.traffic import Traffic
 from core.util.errors import WireFormatError
+from core.util.memory import release_free_memory
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,10 @@ CROWDING_LOG_INTERVAL = 10.0
 """Seconds between warnings about dropped handshakes (a flood would otherwise flood the log too)."""
 INBOUND_WARNINGS = 10
 """Failed inbound handshakes logged one by one per ``CROWDING_LOG_INTERVAL``; then one summary."""
+
+LISTEN_BACKLOG = 1024
+"""Connections the kernel queues before we accept them (capped by the OS, ``somaxconn``): during a
+flood of connection attempts a short queue would drop legitimate ones before we ever see them."""
 
 INTERFACES_TTL = 30.0
 """Seconds the list of our interface addresses is reused before it is read again (laptops move)."""
@@ -233,6 +239,7 @@ class Host:
                     address.host,
                     address.port,
                     reuse_port=_REUSE_PORT,
+                    backlog=LISTEN_BACKLOG,
                 )
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
@@ -563,7 +570,9 @@ class Host:
         """Serve TLS over a new inbound byte stream (a TCP connection or a relay's circuit).
 
         False when it was refused at once (the host is closing). Too many handshakes at once from
-        its address, its network or in all drop an older one instead (``core.net.admission``).
+        its address, its network or in all drop an older one instead (``core.net.admission``). A
+        TCP connection starts TLS only once its first bytes arrive (``core.net.first_bytes``); the
+        whole handshake, silence included, has ``handshake_timeout``.
         """
         if self._closed:
             transport.abort()
@@ -574,8 +583,56 @@ class Host:
         attempt = self._admission.admit(str(source))
         if self._admission.dropped != dropped_before:
             self._note_crowding(attempt.prefix)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.handshake_timeout
         where = peername or f"relay-{relayed_via}"
-        task = self._tasks.spawn(f"accept-{where}", self._accept(transport, relayed_via))
+        if relayed_via is not None:
+            self._handshake(attempt, transport, relayed_via, deadline)
+            return True
+
+        def speaks(spoke: bool) -> None:
+            timer.cancel()
+            if spoke:
+                self._handshake(attempt, transport, relayed_via, deadline)
+            else:  # it hung up without a word: no TLS to start, nothing to log
+                transport.abort()
+                self._admission.release(attempt)
+
+        def stays_silent() -> None:
+            self._warn_inbound(
+                "dropped a connection from %s: TLS handshake failed: it sent nothing within %g s",
+                where,
+                self.config.handshake_timeout,
+            )
+            drop()
+            self._admission.release(attempt)
+
+        waiting = when_readable(transport, speaks)
+        if waiting is None:
+            self._handshake(attempt, transport, relayed_via, deadline)
+            return True
+        timer = loop.call_at(deadline, stays_silent)
+
+        def drop() -> None:
+            timer.cancel()
+            waiting.stop()
+            transport.abort()
+
+        attempt.drop = drop
+        attempt.spoken = waiting.spoken
+        return True
+
+    def _handshake(
+        self,
+        attempt: Attempt,
+        transport: asyncio.Transport,
+        relayed_via: PeerID | None,
+        deadline: float,
+    ) -> None:
+        """Run TLS and the hello for an admitted attempt that has spoken (or cannot be watched)."""
+        self._admission.spoke(attempt)
+        where = transport.get_extra_info("peername") or f"relay-{relayed_via}"
+        task = self._tasks.spawn(f"accept-{where}", self._accept(transport, relayed_via, deadline))
 
         def drop() -> None:
             transport.abort()
@@ -583,7 +640,6 @@ class Host:
 
         attempt.drop = drop
         task.add_done_callback(lambda _: self._admission.release(attempt))
-        return True
 
     def _warn_inbound(self, text: str, *args: object) -> None:
         """A warning about one failed inbound handshake, at most a few per interval (floods)."""
@@ -612,12 +668,14 @@ class Host:
                 self._admission.dropped,
             )
 
-    async def _accept(self, transport: asyncio.Transport, relayed_via: PeerID | None) -> None:
+    async def _accept(
+        self, transport: asyncio.Transport, relayed_via: PeerID | None, deadline: float
+    ) -> None:
         where = transport.get_extra_info("peername") or f"relay {relayed_via}"
         conn = self._new_connection(initiator=False, transport=transport, relayed_via=relayed_via)
         # one deadline for TLS and the hello together: a stranger cannot hold a slot for longer
         try:
-            async with asyncio.timeout(self.config.handshake_timeout):
+            async with asyncio.timeout_at(deadline):
                 tls = await self._accept_tls(transport, conn, where)
                 if tls is None:
                     return
@@ -773,11 +831,20 @@ class Host:
 
     async def _sweep_idle(self) -> None:
         limit = self.config.idle_timeout
-        interval = max(0.05, min(limit / 4, 15.0))
+        interval = max(0.05, min(limit / 4, 5.0))
         loop = asyncio.get_running_loop()
+        dropped_at_last_trim = 0
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
             for conn in self.connections():
                 if conn.is_usable and conn.idle_for(now) >= limit:
                     self._tasks.spawn(f"close-idle-{conn.peer}", conn.close("idle"))
+            # a flood of handshakes is over: hand the memory it took back to the OS
+            admission = self._admission
+            if (
+                admission.dropped != dropped_at_last_trim
+                and admission.pending < admission.per_source
+            ):
+                dropped_at_last_trim = admission.dropped
+                release_free_memory()

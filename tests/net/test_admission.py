@@ -69,3 +69,14 @@ def test_when_full_the_most_crowded_prefix_pays_not_the_newcomer() -> None:
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         Admission(total=0, per_source=1, per_prefix=1)
+
+
+def test_a_silent_attempt_whose_bytes_arrived_meanwhile_is_not_taken_for_silent() -> None:
+    admission = Admission(total=100, per_source=2, per_prefix=50)
+    dropped: list[str] = []
+    legit = admit(admission, "203.0.113.7", dropped)
+    legit.spoken = lambda: True  # its ClientHello is in the socket; the loop has not polled yet
+    silent = admit(admission, "203.0.113.7", dropped)
+    admit(admission, "203.0.113.7", dropped)
+    assert dropped == [f"203.0.113.7#{id(silent)}"]
+    assert legit.speaking

@@ -203,3 +203,18 @@ async def test_oversized_ping_is_a_violation(
     assert "a ping carries 8 bytes" in caplog.text
     await close_writer(writer)
     await still_serving(server, bystander)
+
+
+async def test_a_silent_connection_costs_no_tls_until_it_speaks(make_host: MakeHost) -> None:
+    """A dialer that connects and says nothing waits before TLS; one that hangs up is let go."""
+    server, bystander = await server_and_bystander(make_host)
+    address = server.addresses[0]
+    assert address.host is not None
+    assert address.port is not None
+    started = server._admission.pending
+    _, writer = await asyncio.open_connection(address.host, address.port)
+    await wait_until(lambda: server._admission.pending == started + 1)
+    assert not any("accept-" in task.get_name() for task in asyncio.all_tasks())
+    await close_writer(writer)
+    await wait_until(lambda: server._admission.pending == started)
+    await still_serving(server, bystander)
