@@ -47,6 +47,7 @@ local swarm hands its peers their passwords this way, never on a command line ot
 
 ErrorMap = Mapping[int, type[AccountError]]
 SESSION_ERRORS: ErrorMap = {401: NotLoggedIn, 403: AccessRefused}
+PASS_ERRORS: ErrorMap = {**SESSION_ERRORS, 409: AccessRefused}
 
 
 class CoordinatorClient:
@@ -114,8 +115,9 @@ class CoordinatorClient:
             )
         signature = sign(proof_payload(project, tokens.username, peer, challenge))
         body = {"peer": str(peer), "challenge": challenge, "signature": signature_text(signature)}
+        # 409: another account proved this key first; asking again cannot change that
         reply = await self._call(
-            "POST", "/pass", body=body, token=tokens.session, errors=SESSION_ERRORS
+            "POST", "/pass", body=body, token=tokens.session, errors=PASS_ERRORS
         )
         return pass_grant(reply, peer)
 

@@ -107,6 +107,19 @@ async def test_pass_grant_verifies_and_opens_the_gate(
     assert await client.revocations() == frozenset()
 
 
+async def test_a_key_another_account_proved_is_refused_for_good(
+    coordinator: Coordinator, client: CoordinatorClient
+) -> None:
+    """The same identity logged in as a second account: a refusal, not an error to retry."""
+    coordinator.add_user("bob")
+    key = Identity.generate()
+    alice = await client.login("alice", PASSWORD)
+    await client.request_pass(alice, key.peer_id, key.sign, project=PROJECT)
+    bob = await client.login("bob", PASSWORD)
+    with pytest.raises(AccessRefused, match="another account"):
+        await client.request_pass(bob, key.peer_id, key.sign, project=PROJECT)
+
+
 async def test_session_renews_once_and_rotates_the_refresh_secret(
     client: CoordinatorClient,
 ) -> None:
