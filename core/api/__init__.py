@@ -31,6 +31,7 @@ from core.api.errors import (
     BadRequest,
     Conflict,
     CoordinatorUnreachable,
+    EngineBusy,
     EngineUnavailable,
     Forbidden,
     LoginRefused,
@@ -39,6 +40,7 @@ from core.api.errors import (
     StorageFailed,
     TooManyAttempts,
     Unauthorized,
+    UnsupportedMediaType,
     VersionMismatch,
 )
 from core.api.events import (
@@ -102,6 +104,7 @@ __all__ = [
     "Diagnostics",
     "Endpoint",
     "EngineApi",
+    "EngineBusy",
     "EngineClient",
     "EngineState",
     "EngineUnavailable",
@@ -140,6 +143,7 @@ __all__ = [
     "TrainingHistory",
     "Unauthorized",
     "UnknownEventType",
+    "UnsupportedMediaType",
     "VersionMismatch",
     "app_settings_path",
     "endpoint_path",

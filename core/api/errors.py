@@ -37,6 +37,14 @@ class BadRequest(ApiError):
     status = 400
 
 
+class UnsupportedMediaType(ApiError):
+    """A request body that is not declared as JSON (``Content-Type: application/json``): a web
+    page can post plain text to any address without asking first, never JSON."""
+
+    code = "unsupported_media_type"
+    status = 415
+
+
 class Unauthorized(ApiError):
     """Missing or wrong token."""
 
@@ -85,6 +93,14 @@ class EngineUnavailable(ApiError):
     status = 503
 
 
+class EngineBusy(ApiError):
+    """The engine is there but cannot take this call now (its blocking work is queued full, or it
+    is stopping): try again in a moment."""
+
+    code = "busy"
+    status = 503
+
+
 class LoginRefused(ApiError):
     """The coordinator refused the login or sign-up: wrong password, banned, not allowlisted, sign-up
     closed or the name taken (the message says which)."""
@@ -119,6 +135,7 @@ ERRORS: dict[str, type[ApiError]] = {
     for cls in (
         ApiError,
         BadRequest,
+        UnsupportedMediaType,
         Unauthorized,
         Forbidden,
         NotFound,
@@ -126,6 +143,7 @@ ERRORS: dict[str, type[ApiError]] = {
         VersionMismatch,
         StorageFailed,
         EngineUnavailable,
+        EngineBusy,
         LoginRefused,
         LoginRequired,
         TooManyAttempts,

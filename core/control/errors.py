@@ -35,6 +35,7 @@ from core.api.errors import (
     BadRequest,
     Conflict,
     CoordinatorUnreachable,
+    EngineBusy,
     LoginRefused,
     LoginRequired,
     NotFound,
@@ -51,6 +52,7 @@ from core.engine.errors import (
 from core.policy import PreferencesError
 from core.project import ManifestError
 from core.stats import LedgerError
+from core.util.blocking import PoolBusy, PoolClosed
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,9 @@ ERROR_TABLE: dict[type[BaseException], type[ApiError] | None] = {
     NotLoggedIn: LoginRequired,
     RateLimited: TooManyAttempts,
     CoordinatorUnavailable: CoordinatorUnreachable,
+    # the engine's blocking work is queued full, or the engine stops: try again
+    PoolBusy: EngineBusy,
+    PoolClosed: EngineBusy,
     # the engine cannot keep what it holds: its problem, not the caller's
     KeyringUnavailable: StorageFailed,
     LedgerError: StorageFailed,
@@ -106,7 +111,11 @@ def http_error(exc: web.HTTPException) -> ApiError:
         return BadRequest("this API call does not take that method")
     if exc.status == 413:
         return BadRequest("the request is too large")
-    return ApiError(f"HTTP {exc.status}: {exc.reason}")
+    if exc.status < 500:
+        return BadRequest(f"HTTP {exc.status}: {exc.reason}")
+    error_id = new_error_id()
+    log.error("aiohttp answered HTTP %d (error id %s): %s", exc.status, error_id, exc.reason)
+    return ApiError(f"HTTP {exc.status}: {exc.reason} (error id {error_id})", error_id=error_id)
 
 
 def new_error_id() -> str:

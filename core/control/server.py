@@ -3,11 +3,15 @@
 Three gates before any handler runs: the ``Host`` header must name the loopback address we listen
 on (a page using DNS rebinding gets a foreign host name), a request carrying a browser ``Origin``
 is refused (no web page may drive the engine, even one that learned the port), and the bearer token
-must match (compared in constant time). Handlers are thin: decode the request with the schema, call
+must match (compared in constant time). A request with a body must declare it as JSON
+(``Content-Type: application/json``, UTF-8): a web page may post plain text anywhere without
+asking the browser's permission first, never JSON. Bodies nested deeper than ``MAX_JSON_NESTING``
+are refused before anything walks them. Handlers are thin: decode the request with the schema, call
 the engine's method of the same name as the API call, encode the answer. Every error leaves as
 ``{"error": {"code", "message"}}`` (with ``"id"`` for the engine's own failures), its status and
 code from the one table in ``errors``: an unexpected exception is a JSON 500 whose id is in the
-log with its traceback, never aiohttp's plain-text page.
+log with its traceback, never aiohttp's plain-text page. At shutdown, calls still running get
+``SHUTDOWN_GRACE`` seconds before they are cancelled, so no call can hold the engine's stop.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from core.api.codec import decode, encode
-from core.api.errors import ApiError, BadRequest, Forbidden, Unauthorized, VersionMismatch
+from core.api.errors import (
+    ApiError,
+    BadRequest,
+    Forbidden,
+    Unauthorized,
+    UnsupportedMediaType,
+    VersionMismatch,
+)
 from core.api.schema import (
     API_VERSION,
     VERSION_HEADER,
@@ -36,8 +47,14 @@ from core.api.schema import (
 from core.control.errors import api_error, http_error
 from core.engine import Engine
 from core.util.errors import BarnraiseError
+from core.util.nesting import deeper_than
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+MAX_JSON_NESTING = 32
+"""The deepest a request body may nest (the API's own bodies nest three levels)."""
+SHUTDOWN_GRACE = 2.0
+"""Seconds that calls still running at shutdown get to finish before they are cancelled."""
 
 
 class ControlServer:
@@ -91,7 +108,9 @@ class ControlServer:
                 web.get("/v1/events", self._events),
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=False)
         await site.start()
@@ -127,11 +146,15 @@ class ControlServer:
             raise Forbidden("requests from web pages are refused")
         supplied = request.headers.get("Authorization", "")
         expected = f"Bearer {self.token}"
+        if not supplied.isascii():  # tokens are ASCII; other bytes arrive as lone surrogates
+            raise Unauthorized("the Authorization header must be ASCII: 'Bearer <token>'")
         if not hmac.compare_digest(supplied.encode(), expected.encode()):
             raise Unauthorized("a valid token is required (see the engine's endpoint file)")
         version = request.headers.get(VERSION_HEADER)
         if version is not None and version != str(API_VERSION):
-            raise VersionMismatch(f"this engine speaks API version {API_VERSION}, not {version}")
+            raise VersionMismatch(f"this engine speaks API version {API_VERSION}, not {version!r}")
+        if request.body_exists:
+            _check_json_type(request)
 
     # ---- handlers --------------------------------------------------------------------------------
 
@@ -246,11 +269,31 @@ async def _drain(ws: web.WebSocketResponse) -> None:
             break
 
 
+def _check_json_type(request: web.Request) -> None:
+    """The body is declared as JSON in UTF-8 (a charset parameter may say so)."""
+    if request.content_type != "application/json":
+        raise UnsupportedMediaType(
+            f"the request body must be sent as Content-Type: application/json, "
+            f"not {request.content_type!r}"
+        )
+    charset = request.charset
+    if charset is not None and charset.lower().replace("-", "") != "utf8":
+        raise UnsupportedMediaType(f"JSON bodies are UTF-8, not {charset!r}")
+
+
 async def _body(request: web.Request) -> Any:
+    """The request's JSON body: declared as JSON, UTF-8, and nested at most MAX_JSON_NESTING."""
+    _check_json_type(request)
+    raw = await request.read()
     try:
-        return await request.json()
+        value = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
-        raise BadRequest("the request body must be JSON") from None
+        raise BadRequest("the request body must be JSON (UTF-8)") from None
+    except RecursionError:  # the parser recurses once per level
+        raise BadRequest(f"the request body nests deeper than {MAX_JSON_NESTING} levels") from None
+    if deeper_than(value, MAX_JSON_NESTING):
+        raise BadRequest(f"the request body nests deeper than {MAX_JSON_NESTING} levels")
+    return value
 
 
 def _ok(data: Any) -> web.Response:

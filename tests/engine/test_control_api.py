@@ -152,9 +152,15 @@ async def test_malformed_requests_get_clear_errors(engine: Running) -> None:
     headers = {"Authorization": f"Bearer {engine.endpoint.token}"}
     url = engine.endpoint.url
     async with aiohttp.ClientSession(headers=headers) as http:
-        async with http.patch(f"{url}/v1/settings", data=b"{not json") as response:
+        declared = {"Content-Type": "application/json"}
+        async with http.patch(
+            f"{url}/v1/settings", data=b"{not json", headers=declared
+        ) as response:
             assert response.status == 400
             assert "JSON" in (await response.json())["error"]["message"]
+        async with http.patch(f"{url}/v1/settings", data=b'{"values": {}}') as response:
+            assert response.status == 415  # sent as application/octet-stream
+            assert "application/json" in (await response.json())["error"]["message"]
         async with http.post(f"{url}/v1/snooze", json={"minutes": "ten"}) as response:
             assert response.status == 400
             assert "minutes" in (await response.json())["error"]["message"]

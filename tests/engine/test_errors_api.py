@@ -224,7 +224,8 @@ async def test_aiohttps_own_refusals_are_json(engine: Running) -> None:
                 "message": "this API call does not take that method",
             }
         too_big = b'{"values": {"x": "' + b"y" * (300 * 1024) + b'"}}'
-        async with http.patch(f"{url}/v1/settings", data=too_big) as response:
+        declared = {"Content-Type": "application/json"}
+        async with http.patch(f"{url}/v1/settings", data=too_big, headers=declared) as response:
             assert response.status == 400
             body = await response.json()
             assert body["error"] == {"code": "bad_request", "message": "the request is too large"}
