@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from core.account import (
     AccountError,
@@ -41,11 +41,14 @@ from core.engine.errors import InvalidArgument, NoCoordinator
 from core.net.gate import AccessGate
 from core.net.peer_id import PeerID
 from core.project import Manifest, ManifestError, load_manifest
+from core.util.blocking import BlockingPool
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 INFO_RETRY = (2.0, 60.0)
 """Seconds before asking a silent coordinator for its project info again: first, and at most."""
 
@@ -57,8 +60,12 @@ class Account:
         *,
         on_change: Callable[[AccountInfo], None],
         timeout: float = 10.0,
+        blocking: BlockingPool | None = None,
     ) -> None:
+        """``blocking``: where the keyring and manifests are used (the engine's pool; without one,
+        threads of the loop's default executor)."""
         self._store = store
+        self._blocking = blocking
         self._on_change = on_change
         self._timeout = timeout
         self.manifest: Manifest | None = None
@@ -90,7 +97,7 @@ class Account:
         error = None
         if manifest_path is not None:
             try:
-                manifest = await asyncio.to_thread(load_manifest, manifest_path)
+                manifest = await self._off_loop(load_manifest, manifest_path)
             except ManifestError as exc:
                 error = str(exc)
         old_url = self.url
@@ -134,7 +141,7 @@ class Account:
         self._error = None
         try:
             async with self._saving:
-                await asyncio.to_thread(self._store.save, url, tokens)
+                await self._off_loop(self._store.save, url, tokens)
         except KeyringUnavailable as exc:
             self._error = f"logged in until the engine stops: {exc}"
         self._publish()
@@ -150,7 +157,7 @@ class Account:
         self._error = None
         with contextlib.suppress(KeyringUnavailable):  # nothing could have been saved then
             async with self._saving:
-                await asyncio.to_thread(self._store.delete, url)
+                await self._off_loop(self._store.delete, url)
         self._publish()
         return self.info()
 
@@ -241,6 +248,12 @@ class Account:
 
     # ---- helpers ---------------------------------------------------------------------------------
 
+    async def _off_loop(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``fn`` on the engine's blocking pool (a keyring may wait on a password prompt)."""
+        if self._blocking is not None:
+            return await self._blocking.run(fn, *args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
     def _coordinator(self) -> tuple[str, CoordinatorClient, AccountSession]:
         if self.manifest is None:
             raise NoCoordinator("no project is attached: attach one first (barnraise ctl attach)")
@@ -253,7 +266,7 @@ class Account:
 
     async def _load(self, url: str) -> SessionTokens | None:
         try:
-            return await asyncio.to_thread(self._store.load, url)
+            return await self._off_loop(self._store.load, url)
         except KeyringUnavailable as exc:
             self._error = str(exc)
             return None
@@ -300,9 +313,9 @@ class Account:
         async with self._saving:
             try:
                 if tokens is None:
-                    await asyncio.to_thread(self._store.delete, url)
+                    await self._off_loop(self._store.delete, url)
                 else:
-                    await asyncio.to_thread(self._store.save, url, tokens)
+                    await self._off_loop(self._store.save, url, tokens)
             except KeyringUnavailable as exc:
                 log.warning("could not update the saved login: %s", exc)
 

@@ -2,8 +2,8 @@
 
 Versions (engine, API, Python, the platform, torch only if training already loaded it: asking must
 not load it), the process, when it started, where its folders and files are, and the last lines of
-its log file. The log is read from its end only (at most ``TAIL_BYTES``), in a thread, so a large
-file neither stalls the loop nor fills the answer.
+its log file. The log is read from its end only (at most ``TAIL_BYTES``), on the engine's blocking
+pool, so a large file neither stalls the loop nor fills the answer.
 
 Never in the answer: the control token, passwords, session or refresh secrets, keys. None of them
 is logged on purpose; as a second line of defence, every secret the caller names is blotted out of
@@ -22,6 +22,7 @@ from pathlib import Path
 from core import __version__
 from core.api.schema import API_VERSION, Diagnostics
 from core.engine.config import EngineConfig
+from core.util.blocking import BlockingPool
 
 TAIL_LINES = 200
 TAIL_BYTES = 256 * 1024
@@ -31,13 +32,14 @@ REDACTED = "[redacted]"
 async def diagnostics(
     config: EngineConfig,
     *,
+    blocking: BlockingPool,
     started: float,
     secrets: Iterable[str] = (),
     network: Iterable[str] = (),
 ) -> Diagnostics:
     tail, system = await asyncio.gather(
-        asyncio.to_thread(log_tail, config.engine_log),
-        asyncio.to_thread(platform.platform),  # may run a program (uname) the first time
+        blocking.run(log_tail, config.engine_log),
+        blocking.run(platform.platform),  # may run a program (uname) the first time
     )
     hidden = [s for s in secrets if s]
     dirs = config.dirs

@@ -91,7 +91,10 @@ class Engine:
         self.config = config
         self.events = events
         self._parts = parts
-        self._account = Account(credentials, on_change=self._account_changed)
+        self._blocking = parts.blocking
+        self._account = Account(
+            credentials, on_change=self._account_changed, blocking=parts.blocking
+        )
         self._clock = clock
         self._sampler = parts.sampler
         self._file = parts.file
@@ -217,7 +220,7 @@ class Engine:
         return self.settings()
 
     async def attach(self, request: AttachRequest) -> ProjectInfo:
-        slot = await asyncio.to_thread(  # a manifest that cannot be used: ManifestError
+        slot = await self._blocking.run(  # a manifest that cannot be used: ManifestError
             ProjectSlot.from_manifest,
             _manifest_path(request.manifest),
             initial_peers=tuple(request.initial_peers),
@@ -317,7 +320,11 @@ class Engine:
         """Demo swarms running on this computer first, then the attached projects."""
         swarms = await self.swarms.refresh()
         return await project_offers(
-            swarms, list(self.memory.projects), self.memory.active, now=self._clock()
+            swarms,
+            list(self.memory.projects),
+            self.memory.active,
+            now=self._clock(),
+            blocking=self._blocking,
         )
 
     def history(self) -> TrainingHistory:
@@ -333,6 +340,7 @@ class Engine:
         details = self.runner.network_diagnostics() if self.runner is not None else None
         return await diagnostics(
             self.config,
+            blocking=self._blocking,
             started=self.started,
             secrets=hidden,
             network=network_lines(details) if details is not None else [],
@@ -426,6 +434,7 @@ class Engine:
             on_event=lambda event: self._peer_events.handle(slot.name, event),
             account=self._account,
             swarms=self.swarms,
+            blocking=self._blocking,
             network=lambda: NetworkChoice(
                 self.memory.preferences.listen_port, self.memory.preferences.offer_relay
             ),

@@ -8,7 +8,6 @@ attaching it a second time could only be refused.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from core.api.schema import ProjectOffer
 from core.engine.projects import ProjectSlot
 from core.project import ManifestError, load_manifest
 from core.swarm import LocalSwarm
+from core.util.blocking import BlockingPool
 
 
 async def project_offers(
@@ -25,11 +25,12 @@ async def project_offers(
     active: str | None,
     *,
     now: float,
+    blocking: BlockingPool,
 ) -> list[ProjectOffer]:
     attached = {slot.name for slot in slots}
     offers = [swarm_offer(s, now=now) for s in swarms if s.project not in attached]
     # the manifests say whether a project is moderated; reading them is file work
-    moderation = await asyncio.to_thread(_moderation, [slot.manifest for slot in slots])
+    moderation = await blocking.run(_moderation, [slot.manifest for slot in slots])
     for slot, (moderated, problem) in zip(slots, moderation, strict=True):
         swarm = next((s for s in swarms if s.project == slot.name), None)
         offers.append(attached_offer(slot, slot.name == active, moderated, problem, swarm))

@@ -1,12 +1,15 @@
 """EngineParts: what the engine opens before it runs, opened together and closed together.
 
-``open`` makes the folders, reads the settings file, loads (or creates) the peer identity, reads
+``open`` starts the engine's ``BlockingPool`` (``core.util.blocking``: every blocking call the engine
+makes, file reads and the keyring, runs there, never on the loop's default executor), makes the
+folders, reads the settings file, loads (or creates) the peer identity, reads
 the local swarms' records, and opens the ledger (with the metering and the loss curve built on it)
 and the condition sampler last, since they hold resources; should a step fail, what was opened is
 closed again, so an ``Engine`` is only ever made of parts that exist. ``close`` writes what the
 parts hold (the meters, the settings) and closes each part even if another fails, through
 ``Closing``: every failure is logged with its traceback and listed in the ``ShutdownIncomplete``
-that the engine raises once everything is stopped.
+that the engine raises once everything is stopped; the pool is closed last, abandoning any call
+stuck in a thread (its daemon threads never hold the process).
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ from core.net import Identity
 from core.scheduler import ConditionSampler, GpuSensor, SystemSensor, default_idle_sensor
 from core.stats import Ledger
 from core.swarm import LocalSwarms
+from core.util.blocking import BlockingPool
 
 log = logging.getLogger(__name__)
+
+BLOCKING_WORKERS = 4
+"""Threads for the engine's blocking calls: manifests, swarm records, the log, the keyring."""
+BLOCKING_BACKLOG = 64
+"""Calls that may wait for one of them; more are refused at once (``PoolBusy``)."""
 
 
 class Closing:
@@ -61,6 +70,8 @@ class EngineParts:
     metering: Metering
     curve: History
     sampler: ConditionSampler
+    blocking: BlockingPool
+    """Where the engine's blocking calls run (files, the keyring): bounded, and never waited for."""
 
     @classmethod
     async def open(
@@ -73,6 +84,9 @@ class EngineParts:
     ) -> EngineParts:
         """Open every part; a ``sampler`` given is owned from here on (closed on failure too)."""
         ledger: Ledger | None = None
+        blocking = BlockingPool(
+            "engine-blocking", workers=BLOCKING_WORKERS, backlog=BLOCKING_BACKLOG
+        )
         try:
             dirs = config.dirs
             for folder in (dirs.config, dirs.data, dirs.cache, dirs.runtime):
@@ -80,7 +94,7 @@ class EngineParts:
             file = EngineFile(config.settings_file)
             memory = file.load()
             identity = Identity.load_or_create(dirs.identity_file)
-            swarms = LocalSwarms(dirs)
+            swarms = LocalSwarms(dirs, pool=blocking)
             await swarms.refresh()
             ledger = Ledger(config.ledger_file)
             if sampler is None:
@@ -94,6 +108,7 @@ class EngineParts:
                 ledger.close()
             if sampler is not None:
                 sampler.close()
+            blocking.close()
             raise
         return cls(
             file=file,
@@ -104,6 +119,7 @@ class EngineParts:
             metering=Metering(ledger, clock=clock),
             curve=History(ledger, on_error=on_ledger_error),
             sampler=sampler,
+            blocking=blocking,
         )
 
     def close(self, closing: Closing) -> None:
@@ -116,3 +132,5 @@ class EngineParts:
             self.sampler.close()
         with closing.attempt("saving the settings"):
             self.file.save(self.memory)
+        with closing.attempt("closing the blocking calls' threads"):
+            self.blocking.close()

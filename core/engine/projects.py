@@ -36,6 +36,7 @@ from core.policy import PeerStatus, RunnerState
 from core.project import Manifest, load_manifest
 from core.swarm import LocalSwarm, LocalSwarms
 from core.training.events import PeerEvent, PeerFailed, PeerNetwork, PeerReady
+from core.util.blocking import BlockingPool
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 
@@ -152,6 +153,7 @@ class ProjectRunner:
         on_event: Callable[[PeerEvent], None],
         account: Account | None = None,
         swarms: LocalSwarms | None = None,
+        blocking: BlockingPool | None = None,
         retry_after: float = 30.0,
         network: Callable[[], NetworkChoice] | None = None,
     ) -> None:
@@ -159,6 +161,8 @@ class ProjectRunner:
         self.network_choice = network or NetworkChoice
         self.account = account
         self.swarms = swarms
+        self.blocking = blocking
+        """Where the manifest is read (the engine's pool); without one, a default thread."""
         self.work_dir = work_dir
         self.identity = identity
         self.on_event = on_event
@@ -223,7 +227,11 @@ class ProjectRunner:
         keeper: PassKeeper | None = None
         try:
             path, initial_peers, data_base = await self._where_to_join()
-            manifest: Manifest = await asyncio.to_thread(load_manifest, path)
+            manifest: Manifest = await (
+                self.blocking.run(load_manifest, path)
+                if self.blocking is not None
+                else asyncio.to_thread(load_manifest, path)
+            )
             if manifest.project.name != self.slot.name:
                 raise BarnraiseError(
                     f"{path} is now the manifest of {manifest.project.name!r}, not of "

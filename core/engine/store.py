@@ -20,7 +20,11 @@ from core.engine.errors import SettingsNotSaved
 from core.engine.projects import ProjectSlot
 from core.policy import Preferences, PreferencesError
 from core.util.errors import ConfigError
+from core.util.regular_file import FileRefused, read_regular_file
 from core.util.toml_write import dumps
+
+MAX_FILE_BYTES = 1024 * 1024
+"""The settings file is a few kilobytes: a larger one (or a FIFO, a device) is refused, unread."""
 
 
 @dataclass
@@ -40,7 +44,8 @@ class EngineFile:
         if not self.path.exists():
             return EngineMemory()
         try:
-            raw = tomllib.loads(self.path.read_text(encoding="utf-8"))
+            text = read_regular_file(self.path, limit=MAX_FILE_BYTES).decode("utf-8")
+            raw = tomllib.loads(text)
             control = raw.get("control", {})
             snooze = control.get("snoozed_until", 0.0)
             memory = EngineMemory(
@@ -50,9 +55,9 @@ class EngineFile:
                 projects=[ProjectSlot.from_table(t) for t in raw.get("projects", [])],
                 active=str(control["active"]) if control.get("active") else None,
             )
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, FileRefused, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read the engine's settings {self.path}: {exc}") from None
-        except (PreferencesError, KeyError, TypeError, ValueError) as exc:
+        except (PreferencesError, KeyError, TypeError, ValueError, RecursionError) as exc:
             raise ConfigError(
                 f"the engine's settings {self.path} are damaged ({exc}); fix or move the file"
             ) from None

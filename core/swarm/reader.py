@@ -18,18 +18,26 @@ import asyncio
 
 from core.config.paths import UserDirs
 from core.swarm.record import LocalSwarm, Warned, running_swarms, swarm_pids
+from core.util.blocking import BlockingPool
 
 
 class LocalSwarms:
-    def __init__(self, dirs: UserDirs) -> None:
+    def __init__(self, dirs: UserDirs, *, pool: BlockingPool | None = None) -> None:
+        """``pool``: where the records are read (the engine's); without one, a thread of the
+        loop's default executor."""
         self._dirs = dirs
+        self._pool = pool
         self._warned: Warned = set()
         self.records: list[LocalSwarm] = []
         """The last reading, oldest swarm first."""
 
     async def refresh(self) -> list[LocalSwarm]:
         """Read the records now (in a thread: stale ones are deleted, processes looked up)."""
-        self.records = await asyncio.to_thread(running_swarms, self._dirs, warned=self._warned)
+        if self._pool is not None:
+            records = await self._pool.run(running_swarms, self._dirs, warned=self._warned)
+        else:
+            records = await asyncio.to_thread(running_swarms, self._dirs, warned=self._warned)
+        self.records = records
         return self.records
 
     def find(self, project: str) -> LocalSwarm | None:

@@ -34,10 +34,13 @@ import psutil
 from core.config.paths import UserDirs
 from core.project.sections import PROJECT_NAME
 from core.util.errors import BarnraiseError
+from core.util.regular_file import FileRefused, read_regular_file
 
 log = logging.getLogger(__name__)
 
 SWARMS_FOLDER = "swarms"
+MAX_RECORD_BYTES = 256 * 1024
+"""A record is under a kilobyte; a bigger file in the folder (or a FIFO, a device) is not one."""
 START_TIME_TOLERANCE = 1.0
 """Seconds two readings of one process's start time may differ by (the system derives it from its
 boot time, which clock adjustments move a little); a pid reused by another process starts later."""
@@ -238,9 +241,12 @@ def new_record(
 
 def _read_running(path: Path, warned: Warned) -> LocalSwarm | None:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_file(path, limit=MAX_RECORD_BYTES).decode("utf-8")
     except FileNotFoundError:
         return None  # removed by its swarm meanwhile
+    except FileRefused as exc:
+        _warn_damaged(path, exc.reason, warned)
+        return None
     except (OSError, UnicodeDecodeError) as exc:
         _warn_damaged(path, str(exc), warned)
         return None
@@ -254,8 +260,9 @@ def _read_running(path: Path, warned: Warned) -> LocalSwarm | None:
     if swarm.alive():
         return swarm
     log.info("removing the record of a demo swarm that no longer runs: %s", path)
-    with contextlib.suppress(OSError):
-        if path.read_text(encoding="utf-8") == text:  # not a new run's record written meanwhile
+    with contextlib.suppress(OSError, FileRefused, UnicodeDecodeError):
+        # not a new run's record written meanwhile
+        if read_regular_file(path, limit=MAX_RECORD_BYTES).decode("utf-8") == text:
             path.unlink()
     return None
 

@@ -106,7 +106,9 @@ def test_diagnostics_never_load_torch(tmp_path: Path) -> None:
         "from core.engine import EngineConfig\n"
         "from core.engine.diagnostics import diagnostics\n"
         "config = EngineConfig(UserDirs.under(pathlib.Path(sys.argv[1])))\n"
-        "answer = asyncio.run(diagnostics(config, started=0.0))\n"
+        "from core.util.blocking import BlockingPool\n"
+        "pool = BlockingPool('diagnostics')\n"
+        "answer = asyncio.run(diagnostics(config, blocking=pool, started=0.0))\n"
         "print(answer.torch, 'torch' in sys.modules)\n"
     )
     result = subprocess.run(
