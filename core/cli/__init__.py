@@ -12,6 +12,8 @@
 - ``ctl``       ``barnraise ctl``: drives the running engine through its control API.
 - ``ctl_text``  how ``barnraise ctl`` prints the engine's answers as text.
 - ``signals``   stopping long-running commands cleanly on Ctrl-C and SIGTERM.
+- ``exit_guard`` once ``barnraise engine`` has stopped, the process exits within seconds even with
+  threads stuck in blocking calls (Python would wait for them for ever).
 - ``access``    a headless peer's login to a moderated project (password from stdin, the environment
   or a prompt) and the session that keeps its pass fresh.
 - ``coordinator`` ``barnraise coordinator``: an organizer's coordinator, and ``users`` to manage it.

@@ -7,6 +7,8 @@ One per user: a second start names the running one and exits. The control API li
 0600), where ``barnraise ctl`` and the desktop app find them. Logs go to stderr and to a rotating
 file in the user's log directory. SIGTERM or Ctrl-C stops it within 5 seconds, saving its state;
 should the ledger or the settings fail to be written then, it says what failed and exits with 1.
+Threads stuck in blocking calls (a read that never ends) cannot hold it: once stopped, the process
+exits within a few seconds whatever they do (``exit_guard``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import logging.handlers
 from typing import Any
 
+from core.cli.exit_guard import leave_stuck_threads
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.control import EngineDaemon
@@ -73,5 +76,15 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_then_leave(args: argparse.Namespace) -> int:
+    """``_run``, then an exit that no stuck thread can delay (the engine has stopped by then)."""
+    code = 1
+    try:
+        code = await _run(args)
+    finally:
+        leave_stuck_threads(code)
+    return code
+
+
 def run(args: argparse.Namespace) -> int:
-    return run_command(lambda: _run(args))
+    return run_command(lambda: _run_then_leave(args))

@@ -23,6 +23,7 @@ from core import __version__
 from core.api.schema import API_VERSION, Diagnostics
 from core.engine.config import EngineConfig
 from core.util.blocking import BlockingPool
+from core.util.regular_file import FileRefused, open_regular_file
 
 TAIL_LINES = 200
 TAIL_BYTES = 256 * 1024
@@ -71,14 +72,14 @@ async def diagnostics(
 def log_tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) -> list[str]:
     """The last ``lines`` lines of ``path``, read from at most its last ``max_bytes``."""
     try:
-        with path.open("rb") as file:
+        with open_regular_file(path) as file:  # a FIFO in its place must not hang the reader
             size = file.seek(0, os.SEEK_END)
             start = max(0, size - max_bytes)
             file.seek(start)
             data = file.read(max_bytes)
     except FileNotFoundError:
         return []
-    except OSError as exc:
+    except (OSError, FileRefused) as exc:
         return [f"(cannot read the engine's log {path}: {exc})"]
     rows = data.decode("utf-8", errors="replace").splitlines()
     if start > 0 and rows:

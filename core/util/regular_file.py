@@ -7,7 +7,8 @@ Windows has no FIFOs to wait on), checks on the open descriptor that it is a reg
 most ``limit`` bytes, and reads at most ``limit + 1`` bytes, so a file that grows meanwhile is
 refused too. Symbolic links are followed: a link to a regular file is fine, and what it points to
 is what gets checked. Errors of the file system (no such file, permissions) leave as ``OSError``;
-a file that is not of the kind asked for is a ``FileRefused``.
+a file that is not of the kind asked for is a ``FileRefused``. ``open_regular_file`` makes the same
+checks for a reader that reads only part of a file (the end of a log, say).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from core.util.errors import BarnraiseError
 
@@ -32,28 +34,28 @@ class FileRefused(BarnraiseError):
         self.reason = reason
 
 
+def open_regular_file(path: Path) -> BinaryIO:
+    """``path`` opened for reading in binary, refused (``FileRefused``) unless it is a regular
+    file; ``OSError`` if it cannot be opened. Opening never blocks."""
+    fd = os.open(path, _FLAGS)
+    try:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise FileRefused(path, f"is {kind}, not a regular file")
+        return open(fd, "rb", closefd=True)  # the caller closes it
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_regular_file(path: Path, *, limit: int) -> bytes:
     """The content of the regular file at ``path``, refused (``FileRefused``) if it is anything
     else or holds more than ``limit`` bytes; ``OSError`` if it cannot be opened or read."""
-    fd = os.open(path, _FLAGS)
-    try:
-        info = os.fstat(fd)
-        kind = _kind(info.st_mode)
-        if kind is not None:
-            raise FileRefused(path, f"is {kind}, not a regular file")
-        if info.st_size > limit:
-            raise FileRefused(path, _too_large(info.st_size, limit))
-        chunks: list[bytes] = []
-        remaining = limit + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 64 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+    with open_regular_file(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limit:
+            raise FileRefused(path, _too_large(size, limit))
+        data = file.read(limit + 1)  # at most one byte more than allowed, whatever fstat said
     if len(data) > limit:  # it grew after fstat, or says 0 bytes as /proc's files do
         raise FileRefused(path, _too_large(None, limit))
     return data
