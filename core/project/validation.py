@@ -81,7 +81,10 @@ def _coerce(value: object, hint: object, key: str) -> object:
             for i, (item, item_hint) in enumerate(zip(value, items, strict=True))
         )
     if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            raise ManifestError(None, key, "must be a finite number, got a huge integer") from None
         if not math.isfinite(number):
             raise ManifestError(None, key, f"must be a finite number, got {number}")
         return number
