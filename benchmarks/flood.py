@@ -9,7 +9,10 @@ handshake that never starts, the cheapest attack there is) and opens a new conne
 ``--renew`` seconds after the node drops one, so the flood never lets up. Scenarios:
 
 - ``one_address``: every flood connection comes from 127.0.0.1, the legitimate peer's own address;
-- ``many_networks``: they come from 256 addresses spread over 32 /24 networks (127.1.0.0/16).
+- ``many_networks``: they come from 256 addresses spread over 32 /24 networks (127.1.0.0/16);
+- ``no_flood``: the control, the same phases and pings without a flooder. The node's RSS drifts by
+  itself (every fresh connection leaves garbage that the cyclic collector frees now and then), so the
+  flood's own cost is its scenario's RSS after the flood next to the control's.
 
 Throughout, a legitimate peer pings the node (``dht.ping``) every ``--interval`` seconds over a
 **fresh** connection each time (TCP, TLS, hello and the call: what a newcomer does), and over one
@@ -47,7 +50,7 @@ from core.net import Host, Identity, NetConfig, PeerAddress
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 5.0
-SCENARIOS = ("one_address", "many_networks")
+SCENARIOS = ("no_flood", "one_address", "many_networks")
 
 
 def sources_of(scenario: str) -> list[str]:
@@ -203,14 +206,16 @@ async def scenario(name: str, args: argparse.Namespace, work: Path) -> dict[str,
         phase = "flood"
         assert address.host is not None
         assert address.port is not None
-        flooder = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--flooder", f"{address.host}:{address.port}",
-            "--connections", str(args.connections), "--renew", str(args.renew),
-            "--scenario", name, cwd=ROOT, stderr=(work / f"{name}-flooder.log").open("ab"),
-        )  # fmt: skip
+        if name != "no_flood":
+            flooder = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--flooder", f"{address.host}:{address.port}",
+                "--connections", str(args.connections), "--renew", str(args.renew),
+                "--scenario", name, cwd=ROOT, stderr=(work / f"{name}-flooder.log").open("ab"),
+            )  # fmt: skip
         await measure(args.flood)
         phases["flood"] = pinger.take()
-        await stop(flooder)
+        if flooder is not None:
+            await stop(flooder)
         phase = "after"
         await measure(args.after)
         phases["after"] = pinger.take()
@@ -253,6 +258,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="barnraise-flood-") as tmp:
         for name in args.scenarios:
             result[name] = await scenario(name, args, Path(tmp))
+    if "no_flood" in result:
+        control = result["no_flood"]["rss_mb"]["after"]
+        for name in args.scenarios:
+            rss = result[name]["rss_mb"]
+            rss["after_over_no_flood_after"] = round(rss["after"] / control, 3)
     return result
 
 

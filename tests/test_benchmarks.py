@@ -298,3 +298,24 @@ def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
     assert result["state_shown_s"] > 0
     assert result["goal_s"] == 2.0
     assert len(result["trials"]) == 1
+
+
+def test_flood_benchmark_writes_its_fields(tmp_path: Path) -> None:
+    out = tmp_path / "flood.json"
+    script = str(ROOT / "benchmarks" / "flood.py")
+    args = ["--connections", "50", "--baseline", "1", "--flood", "2", "--after", "1"]
+    subprocess.run(
+        [sys.executable, script, *args, "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(out.read_text())
+    for name in ("no_flood", "one_address", "many_networks"):
+        scenario = result[name]
+        for phase in ("baseline", "flood", "after"):
+            assert scenario[phase]["fresh"]["count"] > 0
+        assert scenario["flood"]["fresh"]["failures"] == 0
+        assert scenario["rss_mb"]["baseline"] > 0
+        assert set(scenario["goals"]) == {"fresh_pings_within_1s", "rss_back_within_10_percent"}
+    assert result["one_address"]["rss_mb"]["after_over_no_flood_after"] > 0
