@@ -113,6 +113,8 @@ def _json_values() -> st.SearchStrategy[Any]:
     )
 
 
+HIGHEST = {"idle_minutes": 10080, "leave_cores_free": 4096, "monthly_network_cap_mb": 1e9}
+"""Upper bounds the README promises for a few settings."""
 PREFERENCE_NAMES = [name for name, _, _ in Preferences.describe()]
 FIELDS = ["manifest", "initial_peers", "data_base", "device", "local_swarm"]
 FIELDS += ["minutes", "username", "password", "signup", "values"]
@@ -139,23 +141,33 @@ def _assert_a_clean_answer(status: int, kind: str, raw: bytes) -> None:
         assert answer["error"]["message"]
 
 
-@FUZZ
-@given(body=_bodies(), path=st.sampled_from(POSTS))
-def test_posted_bodies_never_crash_the_api(served: Served, body: Any, path: str) -> None:
-    _assert_a_clean_answer(*served.send("POST", path, json.dumps(body).encode()))
+DEEP_JSON = b"[" * 50_000 + b"]" * 50_000
+"""Finding D: nested deeper than the JSON parser recurses."""
 
 
 @FUZZ
+@example(raw=DEEP_JSON, path="/v1/snooze")
+@given(raw=_bodies().map(lambda body: json.dumps(body).encode()), path=st.sampled_from(POSTS))
+def test_posted_bodies_never_crash_the_api(served: Served, raw: bytes, path: str) -> None:
+    _assert_a_clean_answer(*served.send("POST", path, raw))
+
+
+@FUZZ
+@example(body={"values": {"idle_minutes": 10**400}})  # finding B: no float holds it
+@example(body={"values": {"idle_minutes": 1e308}})
 @given(body=_bodies())
 def test_settings_bodies_never_crash_the_api(served: Served, body: Any) -> None:
     status, kind, raw = served.send("PATCH", "/v1/settings", json.dumps(body).encode())
     _assert_a_clean_answer(status, kind, raw)
     if status == 200:  # whatever was accepted is finite and within its bounds
-        for value in json.loads(raw)["data"]["values"].values():
-            assert not isinstance(value, float) or math.isfinite(value)
+        accepted = json.loads(raw)["data"]["values"]
+        for name, high in HIGHEST.items():
+            assert math.isfinite(accepted[name])
+            assert accepted[name] <= high
 
 
 @FUZZ
+@example(raw=DEEP_JSON)
 @given(raw=st.binary(max_size=200))
 def test_raw_bytes_never_crash_the_api(served: Served, raw: bytes) -> None:
     _assert_a_clean_answer(*served.send("PATCH", "/v1/settings", raw))
@@ -218,12 +230,14 @@ def _render(document: dict[str, Any]) -> str:
 
 
 @settings(max_examples=300, deadline=None, database=None)
+@example(text="x = " + "[" * 5000)  # finding D: tomllib recursed into a RecursionError
 @given(text=st.text(max_size=300))
 def test_any_text_is_a_manifest_or_a_manifest_error(text: str) -> None:
     _only_manifest_errors(text)
 
 
 @settings(max_examples=300, deadline=None, database=None)
+@example(bits=["x = 1", "0" * 5000])  # more digits than Python converts: a ValueError escaped
 @given(bits=st.lists(st.sampled_from(TOML_BITS), max_size=60))
 def test_toml_like_text_is_a_manifest_or_a_manifest_error(bits: list[str]) -> None:
     _only_manifest_errors("".join(bits))
