@@ -26,7 +26,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 from core.util.errors import BarnraiseError
@@ -50,8 +50,6 @@ class _Call:
     fn: Callable[[], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
-    dropped: bool = field(default=False)
-    """The caller gave up (cancelled) while the call waited: a worker skips it."""
 
 
 class BlockingPool:
@@ -97,7 +95,9 @@ class BlockingPool:
         try:
             return cast(T, await call.future)
         except asyncio.CancelledError:
-            call.dropped = True  # a worker that has not taken it yet skips it
+            with self._lock:  # still waiting: out of the queue, so its place is free again
+                if call in self._queue:
+                    self._queue.remove(call)
             raise
 
     def close(self) -> None:
@@ -138,8 +138,6 @@ class BlockingPool:
                     self._threads -= 1
                     return
                 call = self._queue.popleft()
-                if call.dropped:
-                    continue
                 self._running.add(call)
             result: Any = None
             error: BaseException | None = None
