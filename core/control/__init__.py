@@ -1,6 +1,7 @@
 """The engine's control surface: what ``barnraise engine`` runs around the engine.
 
-- ``server``  ControlServer: the control API (HTTP + websocket events) on 127.0.0.1, token-guarded.
+- ``server``  ControlServer: the control API (HTTP + websocket events) on 127.0.0.1, token-guarded;
+  bodies only as ``application/json`` (else 415), nested at most 32 levels.
 - ``errors``  the one table from the engine's errors to the API's (status and code), and a JSON 500
   with an error id, logged with its traceback, for anything unexpected.
 - ``lock``    InstanceLock: one engine per user (an OS file lock that dies with its process).

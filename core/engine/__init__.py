@@ -2,8 +2,9 @@
 
 - ``engine``    Engine: built whole by ``Engine.open``, stopped by ``close``; the scheduler loop,
   the commands (named as the API's calls), views.
-- ``parts``     EngineParts: settings file, identity, local swarms, ledger, metering, loss curve and
-  sensors, opened together (closed again if one fails); ``Closing`` collects what fails to stop.
+- ``parts``     EngineParts: settings file, identity, local swarms, ledger, metering, loss curve,
+  sensors and the ``BlockingPool`` where every blocking call of the engine runs (files, the
+  keyring), opened together (closed again if one fails); ``Closing`` collects what fails to stop.
 - ``errors``    the engine's own errors (invalid argument, unknown project, attached twice, no
   coordinator, settings not saved) and ``ShutdownIncomplete``, which lists what failed to stop.
 - ``config``    EngineConfig: folders and timings of one engine process.
