@@ -19,6 +19,9 @@
 - ``connection``   Connection: the asyncio protocol multiplexing calls over one TLS link.
 - ``pings``        Pings: round-trip probes on one connection (a random token, echoed).
 - ``host``         Host: listen, dial, reuse connections, idle timeouts, graceful close.
+- ``admission``    Admission: inbound handshakes bounded per address, per /24 or /56 and in all;
+  a crowd drops its own oldest (silent first), never the newcomer.
+- ``first_bytes``  waiting for a new connection's first bytes before TLS (silence costs a socket).
 - ``peerstore``    PeerStore: the addresses of the peers we heard of, bounded in peers and per peer.
 - ``ports``        the default listening port of each role, and listen addresses for every interface.
 - ``advertise``    which of our addresses other peers are given (never loopback or link-local,

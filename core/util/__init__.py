@@ -16,6 +16,7 @@
   one place a service's blocking work leaves its loop; full: ``PoolBusy``; closed: ``PoolClosed``.
 - ``regular_file``  reading a small file a user named: regular files only (FIFOs, devices and folders
   refused without blocking), at most a given size (``FileRefused``).
+- ``memory``  after a burst: collect cyclic garbage and hand the free heap back (glibc malloc_trim).
 - ``nesting``  ``deeper_than``: whether parsed data nests deeper than a limit, without recursion.
 - ``detached``  starting a child process detached (its own session or process group, stdin closed,
   output to a log file) and stopping it: the app's engine and demo swarm, the local swarm's peers.
