@@ -22,6 +22,7 @@
 - ``admission``    Admission: inbound handshakes bounded per address, per /24 or /56 and in all;
   a crowd drops its own oldest (silent first), never the newcomer.
 - ``first_bytes``  waiting for a new connection's first bytes before TLS (silence costs a socket).
+- ``transport_cycles`` letting a closed asyncio transport be freed at once (3.11's self-reference).
 - ``peerstore``    PeerStore: the addresses of the peers we heard of, bounded in peers and per peer.
 - ``ports``        the default listening port of each role, and listen addresses for every interface.
 - ``advertise``    which of our addresses other peers are given (never loopback or link-local,

@@ -39,6 +39,10 @@ def _nothing() -> None:
     return None
 
 
+def _silent() -> bool:
+    return False
+
+
 @dataclass(eq=False)
 class Attempt:
     """One handshake in progress. ``drop`` abandons it (set by the owner once it is running)."""
@@ -48,7 +52,7 @@ class Attempt:
     drop: Callable[[], None] = field(default=_nothing)
     speaking: bool = False
     """The dialer has sent its first bytes (``Admission.spoke``)."""
-    spoken: Callable[[], bool] = field(default=lambda: False)
+    spoken: Callable[[], bool] = field(default=_silent)
     """Asked before a silent attempt is dropped: have its bytes arrived in the meantime?"""
 
 
@@ -101,6 +105,9 @@ class Admission:
         if not same_prefix:
             del self._by_prefix[attempt.prefix]
         self._pending -= 1
+        # the owner's callbacks hold its transport and timers, which hold the attempt: let go
+        # now, or each dropped connection lingers until the cyclic collector's next full pass
+        attempt.drop, attempt.spoken = _nothing, _silent
 
     @staticmethod
     def spoke(attempt: Attempt) -> None:
@@ -108,9 +115,10 @@ class Admission:
         attempt.speaking = True
 
     def _drop(self, attempt: Attempt) -> None:
+        drop = attempt.drop
         self.release(attempt)
         self.dropped += 1
-        attempt.drop()
+        drop()
 
 
 def _victim(attempts: dict[Attempt, None]) -> Attempt:

@@ -17,21 +17,64 @@ import os
 import socket
 from asyncio.selector_events import BaseSelectorEventLoop
 from collections.abc import Callable
-from dataclasses import dataclass
 
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 
 
-@dataclass(frozen=True)
 class Waiting:
-    """A connection waiting for its first bytes."""
+    """A connection waiting for its first bytes (``when_readable``).
 
-    stop: Callable[[], None]
-    """Stop waiting (before the transport is closed)."""
-    spoken: Callable[[], bool]
-    """Whether bytes are there already, though the loop has not said so yet: connections accepted
-    in one burst are admitted before any of them is polled, and a real peer among them must not be
-    taken for a silent one."""
+    Holds no reference cycle: a flood drops thousands of these a second, and what only the cyclic
+    collector can free piles up between its rare full passes, scattering the long-lived objects
+    allocated meanwhile over memory that can then never be returned to the OS.
+    """
+
+    def __init__(
+        self, loop: BaseSelectorEventLoop, transport: asyncio.Transport, fd: int,
+        callback: Callable[[bool], None],
+    ) -> None:  # fmt: skip
+        self._loop = loop
+        self._transport = transport
+        self._fd = fd
+        self._callback: Callable[[bool], None] | None = callback
+
+    def _watch(self) -> None:
+        add: Callable[..., object] = self._loop._add_reader  # type: ignore[attr-defined]
+        add(self._fd, self._ready)
+
+    def _ready(self) -> None:
+        self._unwatch()
+        try:
+            spoke = _peek(self._fd)
+        except BlockingIOError:  # a spurious wake-up: keep waiting
+            self._watch()
+            return
+        except OSError:
+            spoke = False  # reset by the dialer
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback(spoke)
+
+    def _unwatch(self) -> None:
+        remove: Callable[[int], bool] = self._loop._remove_reader  # type: ignore[attr-defined]
+        remove(self._fd)
+
+    def stop(self) -> None:
+        """Stop waiting (before the transport is closed)."""
+        if self._callback is not None and not self._transport.is_closing():
+            self._unwatch()
+        self._callback = None
+
+    def spoken(self) -> bool:
+        """Whether bytes are there already, though the loop has not said so yet: connections
+        accepted in one burst are admitted before any of them is polled, and a real peer among them
+        must not be taken for a silent one."""
+        if self._transport.is_closing():
+            return False
+        try:
+            return _peek(self._fd)
+        except OSError:  # nothing yet (BlockingIOError), or reset
+            return False
 
 
 def when_readable(transport: asyncio.Transport, callback: Callable[[bool], None]) -> Waiting | None:
@@ -44,35 +87,9 @@ def when_readable(transport: asyncio.Transport, callback: Callable[[bool], None]
     sock = transport.get_extra_info("socket")
     if sock is None or not isinstance(loop, BaseSelectorEventLoop) or transport.is_reading():
         return None
-    fd = sock.fileno()
-    add: Callable[..., object] = loop._add_reader  # type: ignore[attr-defined]
-    remove: Callable[[int], bool] = loop._remove_reader  # type: ignore[attr-defined]
-
-    def ready() -> None:
-        remove(fd)
-        try:
-            spoke = _peek(fd)
-        except BlockingIOError:  # a spurious wake-up: keep waiting
-            add(fd, ready)
-            return
-        except OSError:
-            spoke = False  # reset by the dialer
-        callback(spoke)
-
-    def stop() -> None:
-        if not transport.is_closing():
-            remove(fd)
-
-    def spoken() -> bool:
-        if transport.is_closing():
-            return False
-        try:
-            return _peek(fd)
-        except OSError:  # nothing yet (BlockingIOError), or reset
-            return False
-
-    add(fd, ready)
-    return Waiting(stop, spoken)
+    waiting = Waiting(loop, transport, sock.fileno(), callback)
+    waiting._watch()
+    return waiting
 
 
 def _peek(fd: int) -> bool:

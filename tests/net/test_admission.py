@@ -80,3 +80,22 @@ def test_a_silent_attempt_whose_bytes_arrived_meanwhile_is_not_taken_for_silent(
     admit(admission, "203.0.113.7", dropped)
     assert dropped == [f"203.0.113.7#{id(silent)}"]
     assert legit.speaking
+
+
+def test_an_ended_attempt_lets_go_of_its_owners_callbacks() -> None:
+    """The callbacks hold the owner's transport and timers, which hold the attempt: keeping them
+    would make every dropped connection garbage that only the cyclic collector frees."""
+    admission = Admission(total=100, per_source=1, per_prefix=50)
+    calls: list[str] = []
+    first = admission.admit("203.0.113.7")
+    first.drop = lambda: calls.append("first dropped")
+    first.spoken = lambda: False
+    second = admission.admit("203.0.113.7")  # over the source's limit: the first is dropped
+    assert calls == ["first dropped"]
+    second.drop = lambda: calls.append("second dropped")
+    second.spoken = lambda: True
+    admission.release(second)
+    for attempt in (first, second):
+        attempt.drop()  # the defaults: nothing happens, nothing is held
+        assert attempt.spoken() is False
+    assert calls == ["first dropped"]
