@@ -48,8 +48,9 @@ from core.net.peerstore import PeerStore
 from core.net.rpc import Method, Req, Resp, Router, StreamMethod
 from core.net.tls import SERVER_NAME, authenticated_peer, client_context, server_context
 from core.net.traffic import Traffic
+from core.net.transport_cycles import forget_callbacks
 from core.util.errors import WireFormatError
-from core.util.memory import release_free_memory
+from core.util.memory import ReleaseSchedule
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -107,12 +108,20 @@ class _Unwrapped(asyncio.Protocol):
 
     def __init__(self, host: Host | None = None) -> None:
         self._host = host
+        self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
         transport.pause_reading()  # the ClientHello must wait in the socket for start_tls
         if self._host is not None:
             self._host._on_inbound(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # closed before TLS took it over (start_tls replaces this protocol)
+        if self._transport is not None:
+            forget_callbacks(self._transport)
+            self._transport = None
 
 
 class StreamCall(Generic[Resp]):
@@ -161,6 +170,8 @@ class Host:
             per_source=self.config.max_pending_per_ip,
             per_prefix=self.config.max_pending_per_prefix,
         )
+        self._closes = 0  # connections closed since the start: churn, for ``_release``
+        self._release = ReleaseSchedule()
         self._crowding_logged = -CROWDING_LOG_INTERVAL
         self._inbound_window, self._inbound_warned = -CROWDING_LOG_INTERVAL, 0
         self._closed = False
@@ -821,6 +832,7 @@ class Host:
             self.add_addresses(conn.peer, learned)
 
     def _on_closed(self, conn: Connection) -> None:
+        self._closes += 1
         if conn.peer is None:
             return
         conns = self._connections.get(conn.peer)
@@ -833,18 +845,13 @@ class Host:
         limit = self.config.idle_timeout
         interval = max(0.05, min(limit / 4, 5.0))
         loop = asyncio.get_running_loop()
-        dropped_at_last_trim = 0
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
             for conn in self.connections():
                 if conn.is_usable and conn.idle_for(now) >= limit:
                     self._tasks.spawn(f"close-idle-{conn.peer}", conn.close("idle"))
-            # a flood of handshakes is over: hand the memory it took back to the OS
-            admission = self._admission
-            if (
-                admission.dropped != dropped_at_last_trim
-                and admission.pending < admission.per_source
-            ):
-                dropped_at_last_trim = admission.dropped
-                release_free_memory()
+            # connections come and go (newcomers, a flood): hand the memory they took back to the OS
+            churn = self._closes + self._admission.dropped
+            if self._release.due(churn, now):
+                self._release.release(churn, now)

@@ -16,7 +16,8 @@
   one place a service's blocking work leaves its loop; full: ``PoolBusy``; closed: ``PoolClosed``.
 - ``regular_file``  reading a small file a user named: regular files only (FIFOs, devices and folders
   refused without blocking), at most a given size (``FileRefused``).
-- ``memory``  after a burst: collect cyclic garbage and hand the free heap back (glibc malloc_trim).
+- ``memory``  after churn: collect cyclic garbage and hand the free heap back (glibc malloc_trim);
+  ReleaseSchedule says when, at a bounded share of the time.
 - ``nesting``  ``deeper_than``: whether parsed data nests deeper than a limit, without recursion.
 - ``detached``  starting a child process detached (its own session or process group, stdin closed,
   output to a log file) and stopping it: the app's engine and demo swarm, the local swarm's peers.
