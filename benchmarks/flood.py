@@ -10,9 +10,10 @@ handshake that never starts, the cheapest attack there is) and opens a new conne
 
 - ``one_address``: every flood connection comes from 127.0.0.1, the legitimate peer's own address;
 - ``many_networks``: they come from 256 addresses spread over 32 /24 networks (127.1.0.0/16);
-- ``no_flood``: the control, the same phases and pings without a flooder. The node's RSS drifts by
-  itself (every fresh connection leaves garbage that the cyclic collector frees now and then), so the
-  flood's own cost is its scenario's RSS after the flood next to the control's.
+- ``no_flood``: the control, the same phases and pings without a flooder. A legitimate connection's
+  objects are reference cycles that the node frees in batches (``core.util.memory``), so its RSS
+  saws up and down by a few MB by itself; the flood's own cost is its scenario's RSS after the
+  flood next to the control's.
 
 Throughout, a legitimate peer pings the node (``dht.ping``) every ``--interval`` seconds over a
 **fresh** connection each time (TCP, TLS, hello and the call: what a newcomer does), and over one
