@@ -12,13 +12,16 @@ leaderboard and these metrics add up to the same samples.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.net.passes import AccessPass, pass_to_text
 from core.training.progress import PeerProgress
+from core.util.logfiles import rotate_if_over, rotated_files
 
 
 @dataclass(frozen=True)
@@ -146,13 +149,35 @@ class MetricsAggregator:
         return EpochMetrics(epoch, loss, samples, round(speed, 1), alive, now, parts)
 
 
+METRICS_MAX_BYTES = 8_000_000
+"""Where ``metrics.jsonl`` is rotated: an epoch's line lists every peer's part (a few hundred bytes
+each), so this holds thousands of epochs of a large collaboration; older ones live on in the
+checkpoints and the coordinator's leaderboard."""
+METRICS_BACKUPS = 2
+
+
 class MetricsLog:
-    """Appends one JSON line per epoch (a file any tool can tail)."""
+    """Appends one JSON line per epoch (a file any tool can tail), rotated between two lines past
+    ``METRICS_MAX_BYTES`` (``metrics.jsonl.1``, ``.2``: every file holds whole lines)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, metrics: EpochMetrics) -> None:
+        rotate_if_over(self.path, METRICS_MAX_BYTES, METRICS_BACKUPS)
         with self.path.open("a", encoding="utf-8") as out:
             out.write(metrics.to_json() + "\n")
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every epoch still kept, oldest first, across the rotated files (unreadable lines, as a
+        crash mid-write leaves, skipped)."""
+        found: list[dict[str, Any]] = []
+        for path in rotated_files(self.path, METRICS_BACKUPS):
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                for line in lines:
+                    with contextlib.suppress(ValueError):
+                        record = json.loads(line)
+                        if isinstance(record, dict):
+                            found.append(record)
+        return found

@@ -25,6 +25,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from core.util.logfiles import OUTPUT_BACKUPS, OUTPUT_MAX_BYTES, rotate_if_over
+
 STOP_SIGNAL: int = getattr(signal, "CTRL_BREAK_EVENT", signal.SIGTERM)
 """What asks a detached child to stop (it reaches only that child's process group on Windows)."""
 NEW_SESSION = os.name != "nt"
@@ -96,8 +98,11 @@ async def start_detached_async(
 
 
 def _log_file(stack: contextlib.ExitStack, path: Path, header: str | None) -> int:
-    """``path`` opened for appending until ``stack`` closes (the child keeps its own descriptor)."""
+    """``path`` opened for appending until ``stack`` closes (the child keeps its own descriptor);
+    first moved aside to ``path.1`` when it has grown past ``OUTPUT_MAX_BYTES`` (``logfiles``: the
+    child's descriptor could not follow a rotation later)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    rotate_if_over(path, OUTPUT_MAX_BYTES, OUTPUT_BACKUPS)
     log = stack.enter_context(path.open("ab"))
     if header is not None:
         log.write(f"{header}\n".encode())
