@@ -14,6 +14,8 @@
 - ``desktop``  whether this session has a display for the desktop app (stdlib only).
 - ``logfiles``  every log file bounded: rotating handlers, output files rotated when a child starts,
   the sizes (``LOG_MAX_BYTES``, ``OUTPUT_MAX_BYTES``) and why.
+- ``crashes``  ``CrashLog``: uncaught exceptions (threads, the asyncio loop) to the log, fatal errors
+  (faulthandler) to a crash file beside it.
 - ``blocking``  ``BlockingPool``: bounded daemon threads for blocking calls (files, the keyring), the
   one place a service's blocking work leaves its loop; full: ``PoolBusy``; closed: ``PoolClosed``.
 - ``regular_file``  reading a small file a user named: regular files only (FIFOs, devices and folders
