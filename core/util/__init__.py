@@ -12,6 +12,8 @@
 - ``recent``  ``RecentEvents``: events per key in a sliding window (the network's rate limits).
 - ``clock``   ``Clock``: wall and monotonic time, injectable (``SystemClock``, ``FakeClock`` for tests).
 - ``desktop``  whether this session has a display for the desktop app (stdlib only).
+- ``login_item``  start at login: the platform's login item (XDG autostart entry, the Windows Run
+  key, a macOS LaunchAgent) running this installation's ``barnraise app --hidden``, read back.
 - ``logfiles``  every log file bounded: rotating handlers, output files rotated when a child starts,
   the sizes (``LOG_MAX_BYTES``, ``OUTPUT_MAX_BYTES``) and why.
 - ``crashes``  ``CrashLog``: uncaught exceptions (threads, the asyncio loop) to the log, fatal errors
