@@ -18,4 +18,6 @@
   or a prompt) and the session that keeps its pass fresh.
 - ``coordinator`` ``barnraise coordinator``: an organizer's coordinator, and ``users`` to manage it.
 - ``app``       ``barnraise app`` (and ``barnraise`` alone on a desktop): hands over to the desktop app.
+- ``uninstall`` ``barnraise uninstall [--purge]``: removes the login item, says what is left (and
+  with ``--purge`` removes the folders and saved logins too, never under a running engine).
 """

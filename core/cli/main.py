@@ -30,6 +30,7 @@ COMMANDS = {
     "engine": "core.cli.engine",
     "ctl": "core.cli.ctl",
     "coordinator": "core.cli.coordinator",
+    "uninstall": "core.cli.uninstall",
 }
 """Each command and the module whose ``register`` adds it (one module may add several)."""
 _OPTIONS_WITH_VALUES = frozenset({"--log-level"})
