@@ -11,6 +11,9 @@
 - ``wording``       numbers, sizes, times and events in plain words (pure functions).
 - ``errors``        the one error presenter: an API error as one sentence for the user.
 - ``diagnostics``   the "copy diagnostics" report.
+- ``about``         the About box: version, folders, the device it trains on (``training_device``).
+- ``logs``          AppLog: ``app.log`` and the crash hooks; "Open logs folder".
+- ``start_at_login``  StartAtLogin: the login item as a setting, read back (asked once in first run).
 - ``theme``, ``icons``  the palette, the state colours, icons drawn in code.
 - ``engine/``       the engine side: supervisor, bridge (threads meet the loop here), store, local
                     engines, the demo swarm, the fake connector.

@@ -30,8 +30,10 @@ from app.engine.store import EngineStore
 from app.engine.supervisor import Connector
 from app.icons import app_icon
 from app.instance import SingleInstance
+from app.logs import AppLog
 from app.preflight import NO_USABLE_DISPLAY, display_problem
 from app.settings import AppSettings
+from app.start_at_login import StartAtLogin
 from app.theme import apply_theme
 from app.tray import Tray
 from app.window import MainWindow
@@ -88,6 +90,8 @@ class App:
             self.settings,
             tray_available=tray_available,
             can_start_demo=self.demo is not None,
+            # a preview shows sample data: it leaves this computer's logins alone
+            start_at_login=None if args.preview else StartAtLogin(self.settings),
         )
         self.tray = (
             Tray(
@@ -95,6 +99,7 @@ class App:
                 show_window=self.window.bring_to_front,
                 toggle_window=self._toggle_window,
                 quit_app=lambda: self.quit(stop_engine=True),
+                open_logs=self.window.open_logs,
             )
             if tray_available
             else None
@@ -225,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    AppLog().start()  # app.log and the crash hooks, for the life of the process
     QApplication.setApplicationName("Barnraise")
     QApplication.setOrganizationName("Barnraise")
     QApplication.setDesktopFileName("barnraise")

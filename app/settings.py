@@ -1,6 +1,7 @@
 """AppSettings: what the window remembers that the engine need not know (QSettings, an INI file).
 
-Window geometry, the page last shown, and what closing the window should do (asked once). The file
+Window geometry, the page last shown, what closing the window should do (asked once), and whether
+starting at login was asked about (the answer itself is the login item, read back). The file
 sits beside the engine's settings in the user's config folder, so ``BARNRAISE_HOME`` moves both.
 """
 
@@ -29,6 +30,16 @@ class AppSettings:
     @close_choice.setter
     def close_choice(self, choice: CloseChoice) -> None:
         self._qs.setValue("window/close", choice)
+        self._qs.sync()
+
+    @property
+    def login_asked(self) -> bool:
+        """Whether the user was asked about starting at login (the answer is the login item)."""
+        return str(self._qs.value("login/asked", "false")).lower() == "true"
+
+    @login_asked.setter
+    def login_asked(self, asked: bool) -> None:
+        self._qs.setValue("login/asked", "true" if asked else "false")
         self._qs.sync()
 
     @property

@@ -1,4 +1,5 @@
-"""Tray: the icon by the clock whose look shows the state, with pause, resume, snooze, open and quit.
+"""Tray: the icon by the clock whose look shows the state, with pause, resume, snooze, open, the logs
+folder and quit.
 
 The icon has four looks (contributing, waiting, paused, error); its tooltip and the menu's first,
 disabled line say the engine's reason in words. Clicking the icon shows or hides the window.
@@ -26,6 +27,7 @@ class Tray(QObject):
         show_window: Callable[[], None],
         toggle_window: Callable[[], None],
         quit_app: Callable[[], None],
+        open_logs: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self.store = store
@@ -45,6 +47,10 @@ class Tray(QObject):
             self.menu.addAction(action)
         self.menu.addSeparator()
         self.menu.addAction(self.open_action)
+        self.logs_action = QAction("Open logs folder", self.menu)
+        if open_logs is not None:
+            self.logs_action.triggered.connect(open_logs)
+            self.menu.addAction(self.logs_action)
         self.menu.addAction(self.quit_action)
         self.icon.setContextMenu(self.menu)
         self.pause_action.triggered.connect(self._pause_or_resume)

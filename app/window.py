@@ -5,7 +5,9 @@ no project is attached, and the pages with their navigation. The banner at the t
 user should know about the engine (restarted, stopped, cannot start) with the action that helps.
 
 Closing the window asks once whether Barnraise should keep contributing in the background (the tray
-icon stays) or quit; the answer is remembered and can be changed in the Settings menu.
+icon stays) or quit; the answer is remembered and can be changed in the Settings menu, beside
+"Start Barnraise when I log in" (read back from the login item each time the menu opens). The Help
+menu opens the logs folder and the About box.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import logs
+from app.about import AboutBox
 from app.engine.store import EngineStore
 from app.icons import app_icon
 from app.pages.dashboard import DashboardPage
@@ -41,6 +45,7 @@ from app.pages.leaderboard import LeaderboardPage
 from app.pages.schedule import SchedulePage
 from app.pages.statistics import StatisticsPage
 from app.settings import AppSettings
+from app.start_at_login import StartAtLogin
 from app.widgets.banner import Banner
 from app.widgets.login_form import LoginForm
 
@@ -110,11 +115,15 @@ class MainWindow(QMainWindow):
         *,
         tray_available: bool,
         can_start_demo: bool,
+        start_at_login: StartAtLogin | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.store = store
         self.settings = settings
+        self.start_at_login = start_at_login
+        """None: the setting is not offered (tests, ``--preview``: nothing touches the login)."""
+        self.about: AboutBox | None = None
         self.tray_available = tray_available
         self.quitting = False
         self.ask_close: Callable[[QWidget, bool], tuple[Choice | None, bool]] = ask_close
@@ -127,7 +136,9 @@ class MainWindow(QMainWindow):
         self.root = QStackedWidget()
         self.setCentralWidget(self.root)
         self.connecting = self._connecting_view()
-        self.first_run = FirstRunPage(store, can_start_demo=can_start_demo)
+        self.first_run = FirstRunPage(
+            store, can_start_demo=can_start_demo, start_at_login=start_at_login
+        )
         self.main = QWidget()
         self.root.addWidget(self.connecting)
         self.root.addWidget(self.first_run)
@@ -222,6 +233,11 @@ class MainWindow(QMainWindow):
 
     def _first_run_done(self) -> None:
         self.in_first_run = False
+        self._show_login_item()
+        if self.first_run.login_problem:
+            self.banner.show_message(
+                "warning", f"Barnraise cannot start at login: {self.first_run.login_problem}"
+            )
         self.show_page("dashboard")
         self._choose_view()
 
@@ -324,6 +340,50 @@ class MainWindow(QMainWindow):
             lambda on: setattr(self.settings, "close_choice", "background" if on else "quit")
         )
         settings_menu.addAction(self.background_action)
+        if self.start_at_login is not None:
+            self.login_action = QAction("Start Barnraise when I &log in", self)
+            self.login_action.setCheckable(True)
+            self.login_action.setStatusTip("Open Barnraise in the tray each time you log in")
+            self.login_action.triggered.connect(self._choose_login)
+            settings_menu.aboutToShow.connect(self._show_login_item)
+            settings_menu.addAction(self.login_action)
+            self._show_login_item()
+        help_menu = self.menuBar().addMenu("&Help")
+        logs_action = QAction("Open &logs folder", self)
+        logs_action.setStatusTip("Show the folder with the app's and the engine's logs")
+        logs_action.triggered.connect(self.open_logs)
+        help_menu.addAction(logs_action)
+        about_action = QAction("&About Barnraise", self)
+        about_action.setStatusTip("Version, folders and the device Barnraise trains on")
+        about_action.triggered.connect(self.show_about)
+        help_menu.addAction(about_action)
+
+    def _show_login_item(self) -> None:
+        """The checkbox says what the platform holds (changed elsewhere, too)."""
+        if self.start_at_login is None:
+            return
+        why_not = self.start_at_login.unavailable()
+        self.login_action.setChecked(self.start_at_login.enabled())
+        self.login_action.setEnabled(why_not is None or self.login_action.isChecked())
+        self.login_action.setToolTip(why_not or "Open Barnraise in the tray each time you log in")
+
+    def _choose_login(self, on: bool) -> None:
+        if self.start_at_login is None:
+            return
+        problem = self.start_at_login.choose(on)
+        self._show_login_item()
+        if problem is not None:
+            what = "start" if on else "stop starting"
+            self.banner.show_message("warning", f"Barnraise could not {what} at login: {problem}")
+
+    def open_logs(self) -> None:
+        opened, folder = logs.open_logs_folder()
+        if not opened:
+            self.banner.show_message("info", f"Barnraise's logs are in {folder}")
+
+    def show_about(self) -> None:
+        self.about = AboutBox(self.store, self)
+        self.about.open()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.quitting:

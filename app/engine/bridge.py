@@ -30,6 +30,7 @@ from PySide6.QtCore import QObject, QSocketNotifier, Signal
 from app.engine.supervisor import Connector, EngineSupervisor, Status
 from core.api.errors import ApiError, EngineUnavailable
 from core.api.events import Event
+from core.api.logs import loop_exception_handler
 from core.api.protocol import EngineApi
 from core.api.schema import EngineState
 
@@ -119,6 +120,7 @@ class EngineBridge(QObject):
 
     def _thread_main(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
+        loop.set_exception_handler(loop_exception_handler)  # to the app's log, as a crash
         self._loop = loop
         asyncio.set_event_loop(loop)
         self._supervisor = EngineSupervisor(self.connector, _Relay(self))

@@ -3,8 +3,9 @@
 Step 1 lists what the engine offers: a local demo swarm running on this computer, projects already
 attached; when it finds none it offers to start the local demo swarm, and any project can be joined
 from its manifest file. Step 2 appears when the project has a coordinator (accounts, leaderboard).
-Step 3 sets the scheduler preferences from a preset. Nothing starts computing: contributing is the
-dashboard's switch, as BOINC starts paused until the user opts in.
+Step 3 sets the scheduler preferences from a preset and asks, once, whether Barnraise starts in the
+tray at login (on unless the user unticks it, as BOINC does). Nothing starts computing: contributing
+is the dashboard's switch, as BOINC starts paused until the user opts in.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QKeyEvent, QShowEvent
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.engine.store import EngineStore
 from app.errors import explain
 from app.presets import DEFAULT_PRESET, PRESETS, preset
+from app.start_at_login import StartAtLogin
 from app.widgets.login_form import LoginForm
 from app.widgets.tiles import Card
 from core.api.errors import ApiError
@@ -41,12 +44,20 @@ class FirstRunPage(QWidget):
     demoRequested = Signal()
 
     def __init__(
-        self, store: EngineStore, *, can_start_demo: bool, parent: QWidget | None = None
+        self,
+        store: EngineStore,
+        *,
+        can_start_demo: bool,
+        start_at_login: StartAtLogin | None = None,
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.setObjectName("page")
         self.store = store
         self.can_start_demo = can_start_demo
+        self.start_at_login = start_at_login
+        self.login_problem: str | None = None
+        """Why the login item could not be set as asked at the end (the window says so)."""
         self.demo_starting = False
         outer = QVBoxLayout(self)
         outer.setContentsMargins(40, 28, 40, 24)
@@ -227,6 +238,20 @@ class FirstRunPage(QWidget):
             self.preset_buttons[p.key] = button
             self.preset_group.addButton(button)
         self.preset_buttons[DEFAULT_PRESET].setChecked(True)
+        self.login_box = QCheckBox("Start Barnraise in the tray when I log in")
+        self.login_box.setToolTip(
+            "Barnraise then follows your schedule from the moment you log in; change it any time "
+            "in the Settings menu"
+        )
+        if self.start_at_login is not None:
+            why_not = self.start_at_login.unavailable()
+            self.login_box.setChecked(self.start_at_login.first_run_choice())
+            self.login_box.setEnabled(why_not is None)
+            if why_not is not None:
+                self.login_box.setToolTip(f"Not possible here: {why_not}")
+            box.addWidget(self.login_box)
+        else:
+            self.login_box.hide()
         box.addWidget(
             QLabel(
                 "You can change every detail later on the Schedule page. Barnraise starts "
@@ -329,6 +354,8 @@ class FirstRunPage(QWidget):
         return account is not None and account.coordinator is not None
 
     def _finish(self) -> None:
+        if self.start_at_login is not None and self.login_box.isEnabled():
+            self.login_problem = self.start_at_login.choose(self.login_box.isChecked())
         self._busy(True)
         call = self.store.change_settings(preset(self.chosen_preset()).values)
         call.succeeded.connect(lambda _: self.finished.emit())

@@ -10,6 +10,9 @@
   codes from a newer engine read as ``"unknown"``.
 - ``settings``  settings_view: the preferences, with their descriptions, as the API's Settings.
 - ``endpoint``  the engine's endpoint file (URL, token, pid) in the user's runtime directory.
+- ``logs``      the app's log files (``app.log``, ``app-crash.log``) and the user's folders, with
+  the helpers of ``core.util.logfiles`` and ``core.util.crashes``, named here for the app.
+- ``login_item``  start at login (``core.util.login_item``), named here for the app.
 - ``client``    EngineClient: the typed async client.
 - ``protocol``  EngineApi: the calls as a Protocol (EngineClient and FakeEngine satisfy it).
 - ``detached``  starting a child detached from the app (the engine, the demo swarm): the helper of

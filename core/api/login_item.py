@@ -1,0 +1,13 @@
+"""Start at login, for the app: the platform's login item (``core.util.login_item``), named here
+because the app reaches ``core`` only through ``core.api``. ``barnraise uninstall`` removes it."""
+
+from core.util.login_item import (
+    LoginItem,
+    LoginItemError,
+    disable,
+    enable,
+    login_command,
+    login_item,
+)
+
+__all__ = ["LoginItem", "LoginItemError", "disable", "enable", "login_command", "login_item"]
