@@ -22,12 +22,17 @@ from core.api.schema import Diagnostics
 
 
 def training_device(store: EngineStore) -> str:
-    """DEVICE HOOK — what the About box says Barnraise trains on.
+    """DEVICE HOOK — what the About box says Barnraise trains on: the one place it learns that.
 
-    Today the engine tells the device of the active project (``ProjectInfo.device``, as attached).
-    When the engine reports the devices it detected (torch, the GPU and its memory), say that here:
-    this function is the one place the About box learns it."""
+    An engine that reports the device it found (``EngineState.device``, a ``TrainingDevice`` with
+    a name and a reason, from the device detection) is quoted; otherwise the active project's
+    device setting (``ProjectInfo.device``, as attached) is shown. Read by attribute, so the box
+    works with engines from before and after that field."""
     state = store.state
+    detected = getattr(state, "device", None)
+    name, reason = getattr(detected, "name", None), getattr(detected, "reason", None)
+    if isinstance(name, str) and name:
+        return f"{name} ({reason})" if isinstance(reason, str) and reason else name
     project = state.project if state is not None else None
     if project is None:
         projects = [p for p in store.projects or [] if p.active]

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from PySide6.QtCore import Qt, QUrl
@@ -263,7 +264,7 @@ def test_the_about_box_names_version_folders_and_device(
     qtbot.waitUntil(lambda: "Engine 0.1.0" in about.text(), timeout=10_000)
     text = about.text()
     assert text.startswith("Version ")
-    assert "Trains on: cuda (for barnraise-demo)" in text
+    assert f"Trains on: {training_device(window.store)}\n" in text
     assert f"Logs: {barnraise_home / 'logs'}" in text
     assert f"Data: {barnraise_home / 'data'}" in text
     about.box.close()
@@ -282,11 +283,17 @@ def test_about_text_without_an_engine() -> None:
     assert text.endswith("Engine: not connected")
 
 
-def test_the_device_hook_follows_the_active_project(
-    make_store: MakeStore, fresh: FakeEngine
-) -> None:
-    store = make_store(fresh)
-    assert training_device(store) == "nothing yet (no project is active)"
+def test_the_device_hook_quotes_the_engine_or_else_the_project() -> None:
+    nothing = SimpleNamespace(state=SimpleNamespace(project=None), projects=[])
+    assert training_device(nothing) == "nothing yet (no project is active)"  # type: ignore[arg-type]
+    project = SimpleNamespace(device="cuda", name="barnraise-demo", active=True)
+    older = SimpleNamespace(state=SimpleNamespace(project=project), projects=[project])
+    assert training_device(older) == "cuda (for barnraise-demo)"  # type: ignore[arg-type]
+    found = SimpleNamespace(name="NVIDIA GeForce RTX 3060 (12 GB)", reason="the best GPU here")
+    newer = SimpleNamespace(state=SimpleNamespace(project=project, device=found), projects=[])
+    assert training_device(newer) == (  # type: ignore[arg-type]
+        "NVIDIA GeForce RTX 3060 (12 GB) (the best GPU here)"
+    )
 
 
 # ---- the children's outputs, rotated as they start -----------------------------------------------
