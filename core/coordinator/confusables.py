@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from core.util.errors import ConfigError
+from core.util.resources import resource_path
 
-TABLE = Path(__file__).resolve().parents[2] / "resources" / "confusables" / "confusables.txt"
+TABLE = resource_path("confusables/confusables.txt")
 _DOT_ABOVE = "\u0307"
 _SOFT_DOTTED = "ij"
 _ROUNDS = 4

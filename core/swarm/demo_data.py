@@ -12,9 +12,10 @@ import contextlib
 from pathlib import Path
 
 from core.project import Manifest
+from core.util.resources import resource_path
 
-DEMO_MANIFEST = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
-"""The demo project's manifest, in the checkout."""
+DEMO_MANIFEST = resource_path("demo/project.toml")
+"""The demo project's manifest, among the data files (the checkout's, the wheel's or the bundle's)."""
 SHARDS = 8
 SHARD_MEGABYTES = 4.0
 TOKENIZER_SAMPLE = 20_000

@@ -27,4 +27,5 @@
 - ``nesting``  ``deeper_than``: whether parsed data nests deeper than a limit, without recursion.
 - ``detached``  starting a child process detached (its own session or process group, stdin closed,
   output to a log file) and stopping it: the app's engine and demo swarm, the local swarm's peers.
+- ``resources``  ``resource_path``: the data files (``resources/``) in a checkout, a wheel or a bundle.
 """
