@@ -7,7 +7,6 @@ history, the recent events, and the engine's log tail.
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import sys
 import time
@@ -15,6 +14,7 @@ from collections.abc import Iterable
 
 from app import wording
 from core.api.events import Event
+from core.api.program import VERSION
 from core.api.schema import AccountInfo, Diagnostics, EngineState, ProjectInfo
 
 
@@ -93,7 +93,4 @@ def report(
 
 
 def app_version() -> str:
-    try:
-        return importlib.metadata.version("barnraise")
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing
-        return "unknown (not installed)"
+    return VERSION  # core's: the app ships with the engine, installed or bundled or from a checkout

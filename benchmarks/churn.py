@@ -406,7 +406,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     manifest = load_manifest(DEMO_MANIFEST)
     result: dict[str, Any] = {"benchmark": "churn"}
     with tempfile.TemporaryDirectory(prefix="barnraise-churn-") as tmp:
-        work = args.work_dir or Path(tmp)
+        work = (args.work_dir or Path(tmp)).absolute()  # the peers run in their log folders
         data = args.data or work / "data"
         if args.data is None:
             await asyncio.to_thread(prepare_demo_data, manifest, data)

@@ -6,29 +6,21 @@ stops it (politely, then firmly) when the app quits. Its output goes to a file b
 
 The swarm itself is ``core.swarm``, which the app cannot import (it reaches ``core`` only through
 ``core.api``): the app starts it through the command line, detached (``core.api.detached``), and
-asks it to stop with ``STOP_SIGNAL``, on which the swarm stops its peers itself.
+asks it to stop with ``STOP_SIGNAL``, on which the swarm stops its peers itself. The command is
+``core.api.program``'s, immune to the folder the app was started in.
 """
 
 from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from core.api.detached import STOP_SIGNAL, kill_detached, start_detached
+from core.api.program import barnraise_command
 
-DEMO_COMMAND = (
-    sys.executable,
-    "-m",
-    "core.cli.main",
-    "swarm",
-    "--peers",
-    "2",
-    "--moderated",
-    "--keep-accounts",
-)
+DEMO_COMMAND = tuple(barnraise_command("swarm", "--peers", "2", "--moderated", "--keep-accounts"))
 
 
 class DemoSwarm:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,9 +19,10 @@ from app.engine.supervisor import EngineStartFailed
 from core.api.detached import start_detached
 from core.api.endpoint import Endpoint, endpoint_path, engine_output_path
 from core.api.errors import ApiError, EngineUnavailable
+from core.api.program import barnraise_command
 from core.api.protocol import EngineApi
 
-ENGINE_COMMAND = (sys.executable, "-m", "core.cli.main", "engine")
+ENGINE_COMMAND = tuple(barnraise_command("engine"))
 
 
 class LocalEngines:

@@ -17,6 +17,8 @@
 - ``protocol``  EngineApi: the calls as a Protocol (EngineClient and FakeEngine satisfy it).
 - ``detached``  starting a child detached from the app (the engine, the demo swarm): the helper of
   ``core.util.detached``, named here for the app.
+- ``program``  Barnraise as a program: ``VERSION``, the command lines that start the engine, the
+  swarm or the app (``core.util.launch``), its data files (``core.util.resources``).
 - ``testing``   (a subpackage, not exported here) FakeEngine: an in-memory engine with realistic
   data, deciding with the real policy, for GUI tests, screenshots and ``barnraise app --preview``.
 

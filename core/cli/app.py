@@ -2,9 +2,9 @@
 
     barnraise app [--demo] [--hidden] [--preview]
 
-The app is its own program (``python -m app``, PySide6); the engine never imports it, so this
-command hands over to it: on POSIX the process becomes the app (exec, nothing left behind), on
-Windows it runs the app and returns its exit status.
+The app is its own program (``python -P -m app``, PySide6; ``core.util.launch`` says how, frozen
+too); the engine never imports it, so this command hands over to it: on POSIX the process becomes
+the app (exec, nothing left behind), on Windows it runs the app and returns its exit status.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import sys
 from typing import Any
 
 from core.util.desktop import display_available
-
-APP_MODULE = "app"
+from core.util.launch import app_command
 
 
 def register(commands: Any) -> None:
@@ -51,10 +50,10 @@ def launch(flags: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    command = [sys.executable, "-m", APP_MODULE, *flags]
+    command = app_command(*flags)
     sys.stdout.flush()
     sys.stderr.flush()
     if os.name == "nt":  # exec on Windows starts a new process and returns at once
         return subprocess.call(command)
-    os.execv(sys.executable, command)
+    os.execv(command[0], command)
     raise AssertionError("unreachable: execv does not return")  # pragma: no cover

@@ -59,11 +59,12 @@ def register(commands: Any) -> None:
 
 
 def _options(args: argparse.Namespace) -> SwarmOptions:
+    # absolute: the peers run in their log folder, not in this one
     return SwarmOptions(
-        manifest=args.manifest,
+        manifest=args.manifest.absolute(),
         peers=args.peers,
         seconds=args.minutes * 60 if args.minutes else None,
-        work_dir=args.work_dir,
+        work_dir=args.work_dir.absolute() if args.work_dir else None,
         target_batch_size=args.target_batch_size,
         checkpoint_every=args.checkpoint_every,
         moderated=args.moderated,

@@ -1,11 +1,12 @@
 """ChildProcess: one peer of the local swarm, a ``barnraise`` command in an OS process of its own.
 
-Each peer runs as if on its own machine: ``python -m core.cli.main peer|aux …`` from the checkout,
-detached (``core.util.detached``: its own session or process group, so Ctrl-C in the terminal
-reaches only the swarm, which then stops each child in order). Its stdout carries one JSON event per
-line (``ready``, ``epoch``, ``metrics``), read here; its stderr, its log, is appended to a file.
-``$BARNRAISE_SWARM_LOG_LEVEL`` sets how much the children log (``info`` unless set), for debugging
-a swarm.
+Each peer runs as if on its own machine: ``barnraise peer|aux …`` (``core.util.launch``: Python's
+``-P -m core.cli.main``, or the bundle's program), in its log folder rather than wherever the
+swarm was started, detached (``core.util.detached``: its own session or process group, so Ctrl-C
+in the terminal reaches only the swarm, which then stops each child in order). Its stdout carries
+one JSON event per line (``ready``, ``epoch``, ``metrics``), read here; its stderr, its log, is
+appended to a file. ``$BARNRAISE_SWARM_LOG_LEVEL`` sets how much the children log (``info`` unless
+set), for debugging a swarm.
 """
 
 from __future__ import annotations
@@ -14,16 +15,14 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 from pathlib import Path
 
 from core.account.client import PASSWORD_VARIABLE
 from core.training.events import PeerEvent, from_json
 from core.util.detached import STOP_SIGNAL, start_detached_async
 from core.util.errors import WireFormatError
+from core.util.launch import barnraise_command
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-"""The checkout, where the children run ``-m core.cli.main`` from."""
 LOG_LEVEL_VARIABLE = "BARNRAISE_SWARM_LOG_LEVEL"
 STOP_GRACE = 15.0
 """Seconds a child has to stop once asked, before it is killed."""
@@ -60,9 +59,10 @@ async def spawn_command(
     name: str, args: list[str], log_path: Path, *, password: str | None = None
 ) -> ChildProcess:
     """``barnraise ARGS`` as a child process, its stdout piped, its stderr appended to ``log_path``
-    (``password``: handed over in the environment, for moderated projects)."""
+    (``password``: handed over in the environment, for moderated projects). It runs in the log's
+    folder (made, private, when the log is opened), so paths in ``ARGS`` must be absolute."""
     env = None if password is None else {**os.environ, PASSWORD_VARIABLE: password}
     level = os.environ.get(LOG_LEVEL_VARIABLE, "info")
-    command = [sys.executable, "-m", "core.cli.main", "--log-level", level, *args]
-    proc = await start_detached_async(command, output=log_path, cwd=REPOSITORY, env=env)
+    command = barnraise_command("--log-level", level, *args)
+    proc = await start_detached_async(command, output=log_path, cwd=log_path.parent, env=env)
     return ChildProcess(name, proc)

@@ -27,5 +27,7 @@
 - ``nesting``  ``deeper_than``: whether parsed data nests deeper than a limit, without recursion.
 - ``detached``  starting a child process detached (its own session or process group, stdin closed,
   output to a log file) and stopping it: the app's engine and demo swarm, the local swarm's peers.
+- ``launch``  the command lines that start Barnraise again (``barnraise ARGS``, the desktop app):
+  ``python -P -m …``, immune to the current folder, or the bundle's program when frozen.
 - ``resources``  ``resource_path``: the data files (``resources/``) in a checkout, a wheel or a bundle.
 """
