@@ -20,7 +20,8 @@ def test_layout() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == "barnraise"
     assert project["scripts"]["barnraise"] == "core.cli.main:main"
-    assert "torch==2.13.0" in project["dependencies"]
+    assert "torch>=2.13,<2.14" in project["dependencies"]
+    assert project["dynamic"] == ["version"]  # core.__version__, the only place it is written
 
 
 def readme_commands() -> tuple[str, str]:
