@@ -22,6 +22,11 @@
 - ``albert``         AlbertMLM: the demo's small ALBERT-style masked language model.
 - ``lamb``           the LAMB optimizer; ``schedule``: the ALBERT learning-rate schedule.
 - ``precision``      fp32 / bf16 / fp16 autocast per device, gradient clipping.
+- ``device``         the torch device a trainer computes on ("auto": CUDA, else MPS, else CPU) and why.
+- ``accelerator``    the same choice made without torch (NVIDIA driver, Apple silicon, the installed
+  torch's build), with its reason: what the engine shows before training starts. Torch-free.
+- ``nvml``           NVIDIA GPUs, driver and CUDA versions, temperature, other programs' use, through
+  NVML (optional ``pynvml``), never loading CUDA. Torch-free.
 - ``checkpoints``    CheckpointStore: atomic, last K kept, never a non-finite one.
 - ``published``      publish / fetch a checkpoint over HTTP, verified by an index the project key signs.
 - ``errors``         TrainingError, CheckpointError.

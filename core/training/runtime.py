@@ -47,6 +47,7 @@ from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.control import TrainingControl
 from core.training.curve import follow_metrics, metrics_event
+from core.training.device import training_device
 from core.training.errors import TrainingError
 from core.training.events import PeerEvent, PeerNetwork, PeerReady, PeerWaiting
 from core.training.lamb import Lamb
@@ -83,6 +84,7 @@ class PeerSettings:
     data_seed: int = 0
     """This peer's order over the shards (different on every peer)."""
     device: str = "cpu"
+    """cpu, cuda, cuda:N, mps, or auto: the best this computer has (``core.training.device``)."""
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
     start_from: Path | None = None
@@ -276,7 +278,9 @@ class ProjectPeer:
         s, manifest = self.settings, self.settings.manifest
         t = manifest.training
         assert self.averager is not None
-        precision = choose_precision(torch.device(s.device), t.precision)
+        device, why = await self.bridge.run(training_device, s.device)
+        log.info("training on %s: %s", device, why)
+        precision = choose_precision(device, t.precision)
         self._device = precision.device
         await self.bridge.run(state.model.to, precision.device)
         tokenizer = await self.bridge.run(fetch_tokenizer, manifest, s.data_base, s.work_dir)
