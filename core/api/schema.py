@@ -7,6 +7,7 @@ compatible; renaming or removing one, or changing what a field means, needs ``AP
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -106,6 +107,32 @@ class Network:
     relayed: int = 0
 
 
+DEVICE_SETTING = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
+"""A project's device: "auto" (the engine picks the best this computer has), or one by name."""
+
+
+@dataclass(frozen=True)
+class TrainingDevice:
+    """The device the engine trains on (or would, once it runs), and why.
+
+    Found without loading torch or CUDA: the NVIDIA driver, Apple silicon, the installed torch's
+    build. Training makes the same choice with torch itself when it starts."""
+
+    kind: Annotated[Literal["cuda", "mps", "cpu"], Fallback("cpu")]
+    name: str
+    """For people: "NVIDIA GeForce RTX 4070 (12 GB)", "Apple silicon GPU", "CPU (8 threads)"."""
+    reason: str
+    """Why this device, in plain words."""
+    setting: str = "auto"
+    """The active project's device setting ("auto" without a project)."""
+    driver: str | None = None
+    """The NVIDIA driver's version, when there is one."""
+    cuda: str | None = None
+    """The newest CUDA version that driver supports."""
+    torch: str | None = None
+    """The installed torch build ("2.13.0+cu130"); None when torch is not installed."""
+
+
 @dataclass(frozen=True)
 class EngineState:
     api_version: int
@@ -131,6 +158,8 @@ class EngineState:
     last_error: str | None = None
     network: Network | None = None
     """How other peers reach us, while the project's peer runs."""
+    device: TrainingDevice | None = None
+    """What the active project trains on, and why; None until the engine has looked."""
 
 
 @dataclass(frozen=True)
@@ -168,10 +197,16 @@ class AttachRequest:
     """Peers to join instead of the manifest's."""
     data_base: str | None = None
     """Where the manifest's relative data URLs point (a local shard server, say)."""
-    device: str = "cpu"
+    device: str = "auto"
+    """auto (the best this computer has: CUDA, else Apple's MPS, else the CPU), cpu, cuda,
+    cuda:N or mps."""
     local_swarm: bool = False
     """Joined through a ``barnraise swarm`` on this computer: its addresses change every run, so
     the engine reads them afresh from the running swarm each time the peer starts."""
+
+    def __post_init__(self) -> None:
+        if not DEVICE_SETTING.fullmatch(self.device):
+            raise BadRequest(f"unknown device {self.device!r}: use auto, cpu, cuda, cuda:N or mps")
 
 
 @dataclass(frozen=True)
@@ -337,3 +372,5 @@ class Diagnostics:
     """The last lines of the engine's log file."""
     network: list[str] = field(default_factory=list)
     """The reachability check's details (observed addresses, the peers' answers), one per line."""
+    accelerator: list[str] = field(default_factory=list)
+    """The device choice, the NVIDIA driver and each GPU as it is now, one per line."""

@@ -7,7 +7,7 @@
     barnraise ctl settings               every preference with its value and meaning
     barnraise ctl set NAME=VALUE ...     change preferences (e.g. idle_minutes=5 run_on_battery=yes)
     barnraise ctl stats [--days N]       contribution from the ledger
-    barnraise ctl attach MANIFEST [--initial-peers ADDR ...] [--data-base URL] [--device cpu]
+    barnraise ctl attach MANIFEST [--initial-peers ADDR ...] [--data-base URL] [--device auto]
     barnraise ctl attach --local-swarm [MANIFEST]
                                          join the demo swarm running on this computer
                                          ('barnraise swarm'), wherever it listens each run
@@ -83,7 +83,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--project", default=None, help="stats: one project only")
     parser.add_argument("--initial-peers", nargs="*", default=[], metavar="ADDR")
     parser.add_argument("--data-base", default=None, help="attach: where relative data URLs point")
-    parser.add_argument("--device", default="cpu", help="attach: cpu, cuda, cuda:1, mps")
+    parser.add_argument(
+        "--device", default="auto", help="attach: auto (the best here), cpu, cuda, cuda:1, mps"
+    )
     parser.add_argument(
         "--local-swarm",
         action="store_true",

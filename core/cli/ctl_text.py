@@ -94,6 +94,8 @@ def _diagnostics_text(d: Diagnostics) -> str:
         f"platform: {d.platform}",
         f"python: {d.python}",
         f"torch: {d.torch or 'not loaded (the engine has not trained since it started)'}",
+        "device:",
+        *(f"  {line}" for line in d.accelerator),
         "paths:",
         *(f"  {name}: {path}" for name, path in d.paths.items()),
         f"the engine log's last {len(d.log_tail)} line(s):",
@@ -114,6 +116,8 @@ def _state_text(s: EngineState) -> str:
                 f"{p.collaboration_samples_per_second:.1f} in all, {p.peers} peer(s)"
             )
         lines.append(f"samples this session: {p.session_samples}")
+    if s.device is not None:
+        lines.append(f"trains on {s.device.kind}: {s.device.name} ({s.device.reason})")
     if s.snoozed_until:
         until = datetime.datetime.fromtimestamp(s.snoozed_until).strftime("%H:%M")
         lines.append(f"snoozed until {until}")

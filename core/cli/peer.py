@@ -97,7 +97,9 @@ def register(commands: Any) -> None:
             parser.add_argument(
                 "--data-seed", type=int, default=None, help="this peer's data order"
             )
-            parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
+            parser.add_argument(
+                "--device", default="cpu", help="cpu, cuda, cuda:1, mps, auto (the best here)"
+            )
             parser.add_argument("--from-checkpoint", type=Path, default=None)
         else:
             parser.add_argument("--checkpoint-every", type=int, default=10, help="0: none")

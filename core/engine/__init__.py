@@ -20,6 +20,8 @@
 - ``history``   History: the collaboration's loss curve per project (memory and the ledger's file).
 - ``offers``    project offers: running local swarms first, then attached projects.
 - ``diagnostics`` versions, folders and the log's last lines for a bug report (no secrets).
+- ``device``    DeviceChoice: what the active project trains on and why, found without torch when
+  the engine opens (NVIDIA driver, Apple silicon, the installed torch); whether it uses a GPU.
 - ``views``     the API's answers built from the engine's parts (statistics, progress, project info,
   a finished epoch); the settings' answer is ``core.api.settings``.
 

@@ -1,9 +1,10 @@
 """Diagnostics: what a bug report needs from the engine, and nothing secret.
 
 Versions (engine, API, Python, the platform, torch only if training already loaded it: asking must
-not load it), the process, when it started, where its folders and files are, and the last lines of
-its log file. The log is read from its end only (at most ``TAIL_BYTES``), on the engine's blocking
-pool, so a large file neither stalls the loop nor fills the answer.
+not load it), the process, when it started, where its folders and files are, the training device
+with the NVIDIA driver and each GPU as they are now (``core.training.accelerator``), and the last
+lines of its log file. The log is read from its end only (at most ``TAIL_BYTES``), on the engine's
+blocking pool, so a large file neither stalls the loop nor fills the answer.
 
 Never in the answer: the control token, passwords, session or refresh secrets, keys. None of them
 is logged on purpose; as a second line of defence, every secret the caller names is blotted out of
@@ -37,6 +38,7 @@ async def diagnostics(
     started: float,
     secrets: Iterable[str] = (),
     network: Iterable[str] = (),
+    accelerator: Iterable[str] = (),
 ) -> Diagnostics:
     tail, system = await asyncio.gather(
         blocking.run(log_tail, config.engine_log),
@@ -66,6 +68,7 @@ async def diagnostics(
         torch=str(torch_version) if torch_version is not None else None,
         log_tail=[_redact(line, hidden) for line in tail],
         network=list(network),
+        accelerator=list(accelerator),
     )
 
 

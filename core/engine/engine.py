@@ -53,6 +53,7 @@ from core.api.schema import (
 from core.api.settings import settings_view
 from core.engine.account import Account
 from core.engine.config import EngineConfig
+from core.engine.device import DeviceChoice
 from core.engine.diagnostics import diagnostics
 from core.engine.errors import (
     AlreadyAttached,
@@ -118,6 +119,7 @@ class Engine:
         self._since = clock()
         self._notes: tuple[str, ...] = ()
         self._threads = 0
+        self.device = DeviceChoice()
         self.stopped = asyncio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -155,6 +157,7 @@ class Engine:
         return engine
 
     async def _begin(self) -> None:
+        await self.device.look(self._blocking)  # before the first state and scheduler tick
         slot = self._slot(self.memory.active)
         if slot is not None:
             self._open_runner(slot)
@@ -294,6 +297,7 @@ class Engine:
             notes=list(self._notes),
             last_error=self.runner.error if self.runner is not None else None,
             network=self._network(),
+            device=self.device.view(slot.device if slot is not None else None),
         )
 
     def _network(self) -> Network | None:
@@ -338,12 +342,14 @@ class Engine:
         """For a bug report; ``secrets`` (the control token) and the login's are blotted out."""
         hidden = [*secrets, *self._account.secrets()]
         details = self.runner.network_diagnostics() if self.runner is not None else None
+        found = await self.device.look(self._blocking)  # temperatures and others' use change
         return await diagnostics(
             self.config,
             blocking=self._blocking,
             started=self.started,
             secrets=hidden,
             network=network_lines(details) if details is not None else [],
+            accelerator=found.details(),
         )
 
     def statistics(self, project: str | None, days: int) -> Statistics:
@@ -392,7 +398,7 @@ class Engine:
                 self._save_quietly()
             slot = self._slot(self.memory.active) if self.memory.active else None
             conditions = self._sampler.sample(
-                uses_gpu=slot is not None and not slot.device.startswith("cpu"),
+                uses_gpu=self.device.uses_gpu(slot.device if slot is not None else None),
                 has_project=slot is not None,
                 user_paused=self.memory.user_paused,
                 snoozed_until=self.memory.snoozed_until,

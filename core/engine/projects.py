@@ -85,7 +85,8 @@ class ProjectSlot:
     manifest: Path
     initial_peers: tuple[str, ...] = ()
     data_base: str | None = None
-    device: str = "cpu"
+    device: str = "auto"
+    """auto (CUDA, else Apple's MPS, else the CPU: ``core.training.device``), cpu, cuda:N, mps."""
     local_swarm: bool = False
     """Joins the demo swarm on this computer: where to join is read from its record, not kept."""
 
@@ -96,7 +97,7 @@ class ProjectSlot:
         *,
         initial_peers: tuple[str, ...] = (),
         data_base: str | None = None,
-        device: str = "cpu",
+        device: str = "auto",
         local_swarm: bool = False,
     ) -> ProjectSlot:
         """Validate the manifest now, so a bad file is refused when attached, not later."""
@@ -136,7 +137,7 @@ class ProjectSlot:
             Path(str(table["manifest"])),
             tuple(str(p) for p in table.get("initial_peers", ())),
             str(table["data_base"]) if "data_base" in table else None,
-            str(table.get("device", "cpu")),
+            str(table.get("device", "auto")),
             local_swarm,
         )
 

@@ -67,7 +67,7 @@ async def test_scripted_conditions_are_decided_by_the_real_policy(changes: dict[
 
 async def test_a_cpu_project_throttles_while_the_user_is_at_the_computer() -> None:
     fresh = FakeEngine("fresh")
-    await fresh.attach(AttachRequest(fresh.offered[0].manifest))
+    await fresh.attach(AttachRequest(fresh.offered[0].manifest, device="cpu"))  # auto: the GPU
     fresh.username = "sam"
     await fresh.start()
     fresh.set_conditions(idle_seconds=5.0)

@@ -483,6 +483,7 @@ class FakeEngine:
             notes=list(self.conditions.notes),
             last_error=self.last_error,
             network=self.network if active is not None else None,
+            device=sample_data.training_device(active.device if active is not None else "auto"),
         )
 
     def _account(self) -> AccountInfo:

@@ -27,6 +27,7 @@ from core.api.schema import (
     ProjectInfo,
     ProjectOffer,
     Statistics,
+    TrainingDevice,
 )
 from core.policy import Conditions, GpuState
 
@@ -264,8 +265,34 @@ def diagnostics(started: float) -> Diagnostics:
         started=started,
         paths={"logs": "/home/you/.local/state/barnraise/log"},
         torch="2.13.0",
+        accelerator=[
+            f"cuda: {GPU} — {GPU_REASON}",
+            "torch 2.13.0+cu130, CUDA 13.0",
+            "NVIDIA driver 580.95.05, CUDA 13.0",
+            (
+                f"GPU 0: {GPU}, compute capability 8.6, 2310 of 12288 MB in use, 54 °C, "
+                "3 % busy, 2 other program(s) holding 410 MB"
+            ),
+        ],
         log_tail=[
             "2026-11-22 09:12:03 INFO    core.engine.engine: running: Contributing",
             "2026-11-22 09:40:17 INFO    core.engine.engine: waiting: Waiting: you are away",
         ],
+    )
+
+
+GPU = "NVIDIA GeForce RTX 3060 (12 GB)"
+GPU_REASON = "NVIDIA driver 580.95.05 supports CUDA 13.0; torch 2.13.0+cu130 is built for CUDA 13.0"
+
+
+def training_device(setting: str) -> TrainingDevice:
+    """What the fake's computer, with one mid-range NVIDIA GPU, trains on for a device setting."""
+    versions = {"driver": "580.95.05", "cuda": "13.0", "torch": "2.13.0+cu130"}
+    if setting.startswith("cpu"):
+        why = f"this project is set to train on {setting}; {GPU} was found, which auto would use"
+        return TrainingDevice("cpu", "CPU", why, setting, **versions)
+    if setting == "auto":
+        return TrainingDevice("cuda", GPU, GPU_REASON, setting, **versions)
+    return TrainingDevice(
+        "cuda", GPU, f"this project is set to train on {setting}", setting, **versions
     )
