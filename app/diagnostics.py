@@ -49,6 +49,7 @@ def report(
                 f"Python {engine.python}, torch {engine.torch or 'not loaded'}"
             ),
             *(f"{name}: {path}" for name, path in sorted(engine.paths.items())),
+            *(f"device: {line}" for line in engine.accelerator),
         ]
     else:
         lines.append(f"no diagnostics from the engine: {engine_error or 'not connected'}")
@@ -64,6 +65,9 @@ def report(
         ]
         if state.last_error:
             lines.append(f"last error: {state.last_error}")
+        if state.device is not None:
+            device = state.device
+            lines.append(f"trains on {device.kind}: {device.name} ({device.reason})")
     lines += ["", "== Projects"]
     for project in projects or []:
         mark = " (active)" if project.active else ""

@@ -21,7 +21,7 @@ from core.api.events import (
     ProjectsChanged,
     StateChanged,
 )
-from core.api.schema import Network
+from core.api.schema import Network, TrainingDevice
 
 STATE_WORDS = {
     "idle": "Idle",
@@ -176,6 +176,21 @@ def network_line(network: Network) -> str:
     if direct == network.peers:
         return f"Behind a router: direct to {'all ' if direct > 1 else ''}{_peers(direct)}"
     return f"Behind a router: direct to {direct} of {_peers(network.peers)}"
+
+
+def device_line(device: TrainingDevice) -> str:
+    """Where training runs, and why, in one line for the dashboard."""
+    return f"Trains on {device.name}: {device.reason}"
+
+
+def device_detail(device: TrainingDevice) -> str:
+    """The line's tooltip: the versions behind the choice."""
+    parts = [f"Device setting: {device.setting}"]
+    if device.driver:
+        cuda = f" (CUDA {device.cuda})" if device.cuda else ""
+        parts.append(f"NVIDIA driver {device.driver}{cuda}")
+    parts.append(f"torch {device.torch}" if device.torch else "torch is not installed")
+    return "\n".join(parts)
 
 
 def network_detail(network: Network, now: float) -> str:

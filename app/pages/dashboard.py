@@ -2,8 +2,8 @@
 
 The switch is the user's opt-in (on: start, off: pause). The state line is the engine's own reason
 ("Waiting: you are using the computer", "Paused: on battery"), coloured and marked with the same
-look as the tray icon. While paused the engine stops listening to the collaboration, so the epoch is
-shown "as of the pause".
+look as the tray icon; below it, which device training uses (a GPU or the CPU) and why. While
+paused the engine stops listening to the collaboration, so the epoch is shown "as of the pause".
 """
 
 from __future__ import annotations
@@ -109,11 +109,13 @@ class DashboardPage(QWidget):
         self.reason = QLabel("", wordWrap=True)
         self.reason.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.notes = QLabel("", objectName="caption", wordWrap=True)
+        self.device = QLabel("", objectName="caption", wordWrap=True)
+        self.device.hide()
         self.network = QLabel("", objectName="caption", wordWrap=True)
         self.network.hide()
         self.error = QLabel("", objectName="inlineError", wordWrap=True)
         self.error.hide()
-        for label in (self.reason, self.notes, self.network, self.error):
+        for label in (self.reason, self.notes, self.device, self.network, self.error):
             state_card.box.addWidget(label)
         return state_card
 
@@ -147,6 +149,7 @@ class DashboardPage(QWidget):
             for button in (self.snooze_button, self.resume_button, self.login_button):
                 button.hide()
             self.network.hide()
+            self.device.hide()
             for tile in (self.speed, self.peers):  # live figures: unknown without the engine
                 tile.set("–", "no engine")
             return
@@ -169,6 +172,7 @@ class DashboardPage(QWidget):
         self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
         self._show_network(state)
+        self._show_device(state)
         paused_by_user = state.user_paused or state.snoozed_until is not None
         self.snooze_button.setVisible(on and state.snoozed_until is None)
         self.resume_button.setVisible(state.contribute and paused_by_user)
@@ -198,6 +202,13 @@ class DashboardPage(QWidget):
         if network is not None:
             self.network.setText(wording.network_line(network))
             self.network.setToolTip(wording.network_detail(network, time.time()))
+
+    def _show_device(self, state: EngineState) -> None:
+        device = state.device
+        self.device.setVisible(device is not None)
+        if device is not None:
+            self.device.setText(wording.device_line(device))
+            self.device.setToolTip(wording.device_detail(device))
 
     def show_statistics(self, statistics: Statistics) -> None:
         self.today.set(wording.count(statistics.today.samples), "on this computer")
