@@ -25,13 +25,15 @@ import venv
 from pathlib import Path
 
 import second_python  # packaging/, beside this script
+import torch_build  # packaging/: which torch build suits this computer (standard library only)
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 CONSTRAINTS = ROOT / "packaging" / "constraints.txt"
 STAMP = VENV / ".barnraise-setup"
-# torch is installed first and on its own: on these machines its CPU wheel is cached, and asking for
-# the exact version keeps pip from resolving a CUDA build with gigabytes of dependencies.
+# torch is installed first and on its own, the build torch_build picks for this computer (CUDA,
+# CPU or macOS's; BARNRAISE_TORCH overrides), so pip never pulls a CUDA build where no GPU can use
+# it; its dependencies come in the next step, under the constraints. TORCH: the second leg's pin.
 TORCH = "torch==2.13.0"
 NO_USABLE_DISPLAY = 3  # the app's exit status when Qt cannot use the display (app/preflight.py)
 
@@ -60,7 +62,11 @@ def setup() -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 - this script must explain itself on old Pythons
         sys.exit(f"Barnraise needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
     python = _venv_bin("python")
-    wanted = _fingerprint()
+    try:
+        torch = torch_build.pick()
+    except torch_build.UnknownBuild as exc:
+        sys.exit(str(exc))
+    wanted = f"{_fingerprint()} {torch.requirement} {torch.index_url}"  # a new build: set up again
     if python.exists() and STAMP.exists() and STAMP.read_text() == wanted:
         return
     if not python.exists():
@@ -68,8 +74,9 @@ def setup() -> None:
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     constraints = ["-c", CONSTRAINTS] if CONSTRAINTS.exists() else []
+    print(f"torch: {' '.join(torch.pip_arguments())}\n  because {torch.reason}", flush=True)
     steps = [
-        [*pip, TORCH],
+        [*pip, "--no-deps", *torch.pip_arguments()],
         [*pip, *constraints, "-e", ".[dev]"],
     ]
     for step in steps:
