@@ -1,21 +1,39 @@
-"""Icons drawn in code: the app's barn, and the state icons of the tray and the state dot.
+"""The app's icon, the tray's icon in its four looks, and the state dot.
 
-Drawn with QPainter at the sizes asked for, so there are no image files to ship and they stay sharp
-on any screen. The four looks (contributing, waiting, paused, error) differ in colour *and* in the
-glyph, so they can be told apart without colour vision.
+- ``app_icon``    the barn from ``resources/icons/`` (PNGs rendered from ``barnraise.svg`` by
+  ``packaging/icons.py``; the installers use the same files), for the window and the app.
+- ``tray_icon``   that barn with a badge of the engine's state in its corner.
+- ``state_icon``  the badge alone, drawn with QPainter at each size: the dashboard's state dot.
+
+The four looks (contributing, waiting, paused, error) differ in colour *and* in the glyph, so they
+can be told apart without colour vision.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QIcon, QPainter, QPainterPath, QPen, QPixmap, QPolygonF
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap, QPolygonF
 
-from app.theme import ACCENT, LOOK_COLOURS
+from app.theme import LOOK_COLOURS
+from core.api.program import resource_path
 
 Look = Literal["contributing", "waiting", "paused", "error"]
 SIZES = (16, 22, 32, 48, 64, 128)
+"""The sizes the state badge is drawn at."""
+APP_SIZES = (16, 22, 24, 32, 48, 64, 128, 256, 512)
+"""The sizes of the app's icon files (``packaging/icons.PNG_SIZES``)."""
+TRAY_SIZES = (16, 22, 24, 32, 48, 64)
+"""Tray icons are 16-24 pixels at 1x, up to 64 on dense screens."""
+BADGE = 0.62
+"""The state badge's width, as a share of the tray icon's."""
+
+
+def icon_file(size: int) -> Path:
+    """The app's icon at ``size`` pixels, as the installers ship it."""
+    return resource_path(f"icons/barnraise-{size}.png")
 
 
 def look_for(state: str | None, connected: bool) -> Look:
@@ -39,10 +57,40 @@ def state_icon(look: Look) -> QIcon:
 
 
 def app_icon() -> QIcon:
+    """The barn at every size there is a file for (none found: an empty icon, Qt's default)."""
     icon = QIcon()
-    for size in SIZES:
-        icon.addPixmap(_barn_pixmap(size))
+    for size in APP_SIZES:
+        if icon_file(size).is_file():
+            icon.addFile(str(icon_file(size)))
     return icon
+
+
+def tray_icon(look: Look) -> QIcon:
+    """The barn with the state's badge in its lower right corner, cut out of the barn by a thin
+    transparent ring; without the barn's files, the badge alone at full size."""
+    icon = QIcon()
+    for size in TRAY_SIZES:
+        icon.addPixmap(_tray_pixmap(look, size))
+    return icon
+
+
+def _tray_pixmap(look: Look, size: int) -> QPixmap:
+    base = QPixmap(str(icon_file(size)))
+    if base.isNull():
+        return _state_pixmap(look, size)
+    pixmap, p = _canvas(size)
+    p.drawPixmap(0, 0, base)
+    badge = round(size * BADGE)
+    corner = size - badge
+    gap = max(1.0, size * 0.06)
+    p.setCompositionMode(QPainter.CompositionMode.CompositionMode_Clear)
+    p.setPen(Qt.PenStyle.NoPen)
+    p.setBrush(QColor("black"))
+    p.drawEllipse(QRectF(corner - gap, corner - gap, badge + 2 * gap, badge + 2 * gap))
+    p.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+    p.drawPixmap(corner, corner, _state_pixmap(look, badge))
+    p.end()
+    return pixmap
 
 
 def _canvas(size: int) -> tuple[QPixmap, QPainter]:
@@ -82,27 +130,5 @@ def _state_pixmap(look: Look, size: int) -> QPixmap:
     else:  # an exclamation mark
         p.drawRoundedRect(QRectF(s * 0.44, s * 0.22, s * 0.12, s * 0.38), s * 0.05, s * 0.05)
         p.drawEllipse(QRectF(s * 0.435, s * 0.66, s * 0.13, s * 0.13))
-    p.end()
-    return pixmap
-
-
-def _barn_pixmap(size: int) -> QPixmap:
-    """A barn with a raised roof: many hands building one thing."""
-    pixmap, p = _canvas(size)
-    s = float(size)
-    p.setPen(Qt.PenStyle.NoPen)
-    p.setBrush(QColor(ACCENT))
-    roof = QPainterPath()
-    roof.moveTo(s * 0.5, s * 0.06)
-    roof.lineTo(s * 0.96, s * 0.42)
-    roof.lineTo(s * 0.04, s * 0.42)
-    roof.closeSubpath()
-    p.drawPath(roof)
-    p.drawRect(QRectF(s * 0.14, s * 0.40, s * 0.72, s * 0.54))
-    p.setBrush(QColor("white"))
-    p.drawRect(QRectF(s * 0.38, s * 0.58, s * 0.24, s * 0.36))  # the door
-    p.setPen(QPen(QColor(ACCENT), max(1.0, s * 0.04)))
-    p.drawLine(QPointF(s * 0.38, s * 0.58), QPointF(s * 0.62, s * 0.94))
-    p.drawLine(QPointF(s * 0.62, s * 0.58), QPointF(s * 0.38, s * 0.94))
     p.end()
     return pixmap

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
 from app import wording
 from app.engine.store import EngineStore
-from app.icons import Look, look_for, state_icon
+from app.icons import Look, look_for, tray_icon
 from core.api.schema import EngineState
 
 
@@ -32,7 +32,7 @@ class Tray(QObject):
         super().__init__()
         self.store = store
         self.look: Look = "error"
-        self.icon = QSystemTrayIcon(state_icon("error"))
+        self.icon = QSystemTrayIcon(tray_icon("error"))
         self.menu = QMenu()
         self.status = QAction("Connecting…", self.menu)
         self.status.setEnabled(False)
@@ -75,7 +75,7 @@ class Tray(QObject):
     def show_state(self, state: EngineState | None) -> None:
         connected = self.store.connected
         self.look = look_for(state.state if state else None, connected)
-        self.icon.setIcon(state_icon(self.look))
+        self.icon.setIcon(tray_icon(self.look))
         if state is None or not connected:
             text = self.store.connection[1]
         else:
@@ -105,4 +105,4 @@ class Tray(QObject):
 
     def notify(self, title: str, text: str) -> None:
         if self.icon.isVisible() and QSystemTrayIcon.supportsMessages():
-            self.icon.showMessage(title, text, state_icon(self.look), 5000)
+            self.icon.showMessage(title, text, tray_icon(self.look), 5000)

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 from app.engine.bridge import EngineBridge
 from app.engine.preview import FakeConnector
 from app.engine.store import EngineStore
-from app.icons import state_icon
+from app.icons import tray_icon
 from app.settings import AppSettings
 from app.theme import apply_theme
 from app.tray import Tray
@@ -194,7 +194,7 @@ def _tray_and_dialogs(s: Shooter) -> None:
 
     painter = QPainter(strip)
     for i, look in enumerate(("contributing", "waiting", "paused", "error")):
-        painter.drawPixmap(i * 72 + 4, 0, state_icon(look).pixmap(64, 64))  # type: ignore[arg-type]
+        painter.drawPixmap(i * 72 + 4, 0, tray_icon(look).pixmap(64, 64))  # type: ignore[arg-type]
     painter.end()
     s.save("17-tray-icons", strip, "tray icon looks: contributing, waiting, paused, error")
     box = CloseQuestion.build(window, tray=True).box
