@@ -14,7 +14,9 @@
 - ``about``         the About box: version, folders, the device it trains on (``training_device``).
 - ``logs``          AppLog: ``app.log`` and the crash hooks; "Open logs folder".
 - ``start_at_login``  StartAtLogin: the login item as a setting, read back (asked once in first run).
-- ``theme``, ``icons``  the palette, the state colours, icons drawn in code.
+- ``theme``, ``icons``  the palette, the state colours; the app's icon from ``resources/icons/``,
+                    the tray's with a state badge drawn in code.
+- ``torch_fetch``   a light bundle's first run: fetching torch with a progress bar, offline said.
 - ``engine/``       the engine side: supervisor, bridge (threads meet the loop here), store, local
                     engines, the demo swarm, the fake connector.
 - ``pages/``        first run, dashboard, schedule, statistics, leaderboard, events.

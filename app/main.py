@@ -35,9 +35,11 @@ from app.preflight import NO_USABLE_DISPLAY, display_problem
 from app.settings import AppSettings
 from app.start_at_login import StartAtLogin
 from app.theme import apply_theme
+from app.torch_fetch import TorchFetchDialog
 from app.tray import Tray
 from app.window import MainWindow
 from core.api.endpoint import app_settings_path, endpoint_path, engine_output_path
+from core.api.torch_fetch import torch_missing
 
 log = logging.getLogger(__name__)
 PROBE_VARIABLE = "BARNRAISE_STARTUP_PROBE"
@@ -123,6 +125,10 @@ class App:
                 self.qapp.installEventFilter(self._first_paint)
             self.window.show()
         self.bridge.start()
+        if not self.args.preview and self.window.isVisible() and torch_missing():
+            # a light bundle's first run: fetch torch (app/torch_fetch.py); the app works meanwhile
+            self.torch_fetch = TorchFetchDialog(self.window)
+            self.torch_fetch.show()
         if self.args.demo:
             self.start_demo()
 

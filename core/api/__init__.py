@@ -19,6 +19,8 @@
   ``core.util.detached``, named here for the app.
 - ``program``  Barnraise as a program: ``VERSION``, the command lines that start the engine, the
   swarm or the app (``core.util.launch``), its data files (``core.util.resources``).
+- ``torch_fetch``  a light bundle's first run, for the app: whether torch must be fetched, the
+  command that fetches it, and the progress lines it prints (FetchProgress).
 - ``testing``   (a subpackage, not exported here) FakeEngine: an in-memory engine with realistic
   data, deciding with the real policy, for GUI tests, screenshots and ``barnraise app --preview``.
 

@@ -20,4 +20,7 @@
 - ``app``       ``barnraise app`` (and ``barnraise`` alone on a desktop): hands over to the desktop app.
 - ``uninstall`` ``barnraise uninstall [--purge]``: removes the login item, says what is left (and
   with ``--purge`` removes the folders and saved logins too, never under a running engine).
+- ``torch_fetch`` ``barnraise torch status|install``: fetch the torch build for this computer into
+  the user's folder (a light bundle's first run), with pip; ``pip_output`` reads pip's lines as
+  progress and tells an unreachable index from other failures.
 """

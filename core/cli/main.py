@@ -31,6 +31,7 @@ COMMANDS = {
     "ctl": "core.cli.ctl",
     "coordinator": "core.cli.coordinator",
     "uninstall": "core.cli.uninstall",
+    "torch": "core.cli.torch_fetch",
 }
 """Each command and the module whose ``register`` adds it (one module may add several)."""
 _OPTIONS_WITH_VALUES = frozenset({"--log-level"})
