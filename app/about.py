@@ -22,17 +22,14 @@ from core.api.schema import Diagnostics
 
 
 def training_device(store: EngineStore) -> str:
-    """DEVICE HOOK — what the About box says Barnraise trains on: the one place it learns that.
+    """What the About box says Barnraise trains on (the one place it learns that).
 
-    An engine that reports the device it found (``EngineState.device``, a ``TrainingDevice`` with
-    a name and a reason, from the device detection) is quoted; otherwise the active project's
-    device setting (``ProjectInfo.device``, as attached) is shown. Read by attribute, so the box
-    works with engines from before and after that field."""
+    The device the engine found (``EngineState.device``: its name and why), else, from an engine
+    that does not say, the active project's device setting (``ProjectInfo.device``)."""
     state = store.state
-    detected = getattr(state, "device", None)
-    name, reason = getattr(detected, "name", None), getattr(detected, "reason", None)
-    if isinstance(name, str) and name:
-        return f"{name} ({reason})" if isinstance(reason, str) and reason else name
+    detected = state.device if state is not None else None
+    if detected is not None and detected.name:
+        return f"{detected.name} ({detected.reason})" if detected.reason else detected.name
     project = state.project if state is not None else None
     if project is None:
         projects = [p for p in store.projects or [] if p.active]

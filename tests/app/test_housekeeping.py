@@ -284,10 +284,10 @@ def test_about_text_without_an_engine() -> None:
 
 
 def test_the_device_hook_quotes_the_engine_or_else_the_project() -> None:
-    nothing = SimpleNamespace(state=SimpleNamespace(project=None), projects=[])
+    nothing = SimpleNamespace(state=SimpleNamespace(project=None, device=None), projects=[])
     assert training_device(nothing) == "nothing yet (no project is active)"  # type: ignore[arg-type]
     project = SimpleNamespace(device="cuda", name="barnraise-demo", active=True)
-    older = SimpleNamespace(state=SimpleNamespace(project=project), projects=[project])
+    older = SimpleNamespace(state=SimpleNamespace(project=project, device=None), projects=[project])
     assert training_device(older) == "cuda (for barnraise-demo)"  # type: ignore[arg-type]
     found = SimpleNamespace(name="NVIDIA GeForce RTX 3060 (12 GB)", reason="the best GPU here")
     newer = SimpleNamespace(state=SimpleNamespace(project=project, device=found), projects=[])
