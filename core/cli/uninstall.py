@@ -31,6 +31,7 @@ from core.engine.config import EngineConfig
 from core.engine.store import EngineFile
 from core.project import load_manifest
 from core.util.errors import BarnraiseError
+from core.util.launch import frozen as is_frozen
 from core.util.login_item import LoginItem, LoginItemError, login_item
 
 
@@ -263,7 +264,7 @@ def program_removal(
     *, frozen: bool | None = None, prefix: str | None = None, platform: str = sys.platform
 ) -> str:
     """How this installation of the program is removed."""
-    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    frozen = is_frozen() if frozen is None else frozen
     if frozen:
         if platform.startswith("win"):
             return (

@@ -34,6 +34,7 @@ from xml.parsers.expat import ExpatError
 
 from core.util.atomic import write_atomically
 from core.util.errors import BarnraiseError
+from core.util.launch import frozen as is_frozen
 
 APP_ARGUMENTS = ("app", "--hidden")
 """What the login item asks of ``barnraise``: the desktop app, started in the tray."""
@@ -80,7 +81,7 @@ def login_command(
     """The absolute command that starts the app in the tray: ``<barnraise> app --hidden``.
     Raises ``LoginItemError`` when this installation has no ``barnraise`` program (a checkout run
     with ``python -m``, say)."""
-    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    frozen = is_frozen() if frozen is None else frozen
     executable = executable or sys.executable
     windows = platform.startswith(("win32", "cygwin"))
     # Windows: a windowed program (the bundle's barnraisew.exe) opens no console at login
