@@ -7,7 +7,7 @@ Usage (from the repository root, with Python 3.11 or newer):
     python3 packaging/dev.py setup   # only set up .venv
 
 Only the standard library is used here, so the same script works on Linux, macOS and Windows.
-The environment is rebuilt only when pyproject.toml, the constraints file or this script change.
+The environment is rebuilt only when pyproject.toml, setup.py, the constraints file or this script change.
 
 ``test`` also runs the engine's tests on Python 3.12 (``second_python.py``), beside the main run;
 without extra arguments only. A machine without Python 3.12 skips that leg and says so, unless the
@@ -46,7 +46,7 @@ def _venv_bin(name: str) -> Path:
 
 def _fingerprint() -> str:
     digest = hashlib.sha256()
-    for path in (ROOT / "pyproject.toml", CONSTRAINTS, Path(__file__)):
+    for path in (ROOT / "pyproject.toml", ROOT / "setup.py", CONSTRAINTS, Path(__file__)):
         digest.update(path.read_bytes() if path.exists() else b"-")
     digest.update(sys.version.encode())
     return digest.hexdigest()
