@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QLabel,
+    QLayout,
     QProgressBar,
     QPushButton,
     QVBoxLayout,
@@ -57,6 +58,8 @@ class TorchFetchDialog(QDialog):
         self.buttons.addButton(self.retry, QDialogButtonBox.ButtonRole.ActionRole)
         self.buttons.addButton(self.later, QDialogButtonBox.ButtonRole.RejectRole)
         layout = QVBoxLayout(self)
+        # grow with the words: a failure's sentence is longer than the progress line it replaces
+        layout.setSizeConstraint(QLayout.SizeConstraint.SetMinimumSize)
         for widget in (self.heading, self.explanation, self.status, self.bar, self.buttons):
             layout.addWidget(widget)
         self.process: QProcess | None = None
@@ -68,6 +71,8 @@ class TorchFetchDialog(QDialog):
         self.later.setText("Later")
         self.status.setObjectName("")
         self._restyle(self.status)
+        self.heading.setText("Fetching PyTorch for this computer")
+        self.explanation.setVisible(True)
         self.bar.setVisible(True)
         self.bar.setRange(0, 0)
         self.last = None
@@ -113,6 +118,7 @@ class TorchFetchDialog(QDialog):
 
     def _failed(self, progress: FetchProgress) -> None:
         self.bar.setVisible(False)
+        self.explanation.setVisible(False)  # the failure's own words say what matters now
         if progress.offline:
             self.heading.setText("You seem to be offline")
             text = (
@@ -128,6 +134,7 @@ class TorchFetchDialog(QDialog):
         self._restyle(self.status)
         self.retry.setVisible(True)
         self.later.setText("Close")
+        self.adjustSize()
 
     def _read(self) -> None:
         assert self.process is not None
