@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import secrets
 import time
@@ -50,6 +51,10 @@ LOGIN_RETRY = 1.0
 says logged in (or the swarm's record is there)."""
 SWARM_NOT_RUNNING = (
     "the local demo swarm is not running; start it with 'barnraise swarm' or from the app"
+)
+TORCH_MISSING = (
+    "PyTorch is not here yet: the app fetches it on its first run (or run 'barnraise torch "
+    "install'); training starts once it is in place"
 )
 
 
@@ -210,6 +215,9 @@ class ProjectRunner:
                     return
             elif waited < self.retry_after:
                 return
+        if importlib.util.find_spec("torch") is None:  # a light bundle before its first-run fetch
+            self._failed(TORCH_MISSING)  # looked for again after retry_after: found once fetched
+            return
         self.state = "starting"
         self.error = None
         self.needs_login = False
