@@ -80,20 +80,34 @@ ALWAYS_EXCLUDES = (
 )
 """Never in a bundle: the development tools of the venv it is built from."""
 TRIM = (
-    "pyarrow/*arrow_flight*",  # Arrow Flight RPC, and S3: unused (datasets reach files by HTTP)
+    # Arrow Flight RPC, and S3: unused (datasets reach files by HTTP); each pattern also matches
+    # the link PyInstaller puts at the top of the folder
+    "*arrow_flight*",
     "pyarrow/_flight*",
-    "pyarrow/*arrow_python_flight*",
-    "pyarrow/*arrow_s3*",
+    "*arrow_python_flight*",
+    "*arrow_s3*",
     "pyarrow/_s3fs*",
-    "PySide6/*Qt6Qml*",  # QML, Quick, the virtual keyboard and PDF: pulled in by Qt plugins only
-    "PySide6/*Qt6Quick*",
-    "PySide6/*Qt6VirtualKeyboard*",
-    "PySide6/*Qt6Pdf*",
+    # QML, Quick, the virtual keyboard and PDF: pulled in by Qt plugins only
+    "*Qt6Qml*",
+    "*Qt6Quick*",
+    "*Qt6VirtualKeyboard*",
+    "*Qt6Pdf*",
     "PySide6/*qtvirtualkeyboardplugin*",
     "PySide6/*/imageformats/*qpdf*",
+    # Qt's GTK theme plugin, and the GTK 3 it would carry along from the build machine: a desktop
+    # with GTK has its own, and the app draws its own theme
+    "PySide6/*/platformthemes/*qgtk3*",
+    "libgtk-3.so*",
+    "libgdk-3.so*",
+    "libatk-1.0.so*",
+    "libatk-bridge-2.0.so*",
+    "libatspi.so*",
+    "libgdk_pixbuf-2.0.so*",
+    "libcairo-gobject.so*",
+    "libepoxy.so*",
 )
 """Files that PyInstaller's hooks collect and Barnraise never loads (patterns on bundle paths);
-each was checked by the smoke test (``packaging/smoke_linux.py``: nothing left misses a library)."""
+the smoke test (``packaging/smoke_linux.py``) checks that nothing left misses a library."""
 LIGHT_TRIM = ("torch-*.dist-info/*",)
 """The light bundle must not claim, through its metadata, a torch it does not have."""
 STDLIB_LEFT_OUT = (
@@ -156,6 +170,7 @@ from PyInstaller.utils.hooks import collect_data_files, collect_submodules, copy
 ROOT = {str(spec.root)!r}
 hidden = collect_submodules("core") + collect_submodules("app") + collect_submodules("pip")
 hidden += collect_submodules("keyring.backends") + ["torch_build"]  # packaging/: the picker
+hidden += ["pynvml"]  # core/training/nvml.py imports it by name (NVIDIA GPUs; absent on macOS)
 if {not spec.torch!r}:  # a torch fetched later finds every module of the standard library
     import importlib.util
     import sys
