@@ -134,7 +134,9 @@ def pyinstaller_spec(spec: SpecInput) -> str:
     Every target gets the console program ``barnraise`` (the command line; on Linux and macOS also
     the app). Windows also gets ``barnraisew.exe``: the same program built windowed, which the Start
     menu opens; the engine and the swarm's peers the app starts run as ``sys.executable``, so
-    they are windowed too and never flash a console. macOS wraps the folder in ``Barnraise.app``.
+    they are windowed too and never flash a console. macOS wraps the folder in ``Barnraise.app``,
+    whose program is built windowed as an app's should be (on macOS that only changes how it is
+    packaged: run from a terminal it still prints).
     """
     excludes = [*ALWAYS_EXCLUDES, *(() if spec.torch else LIGHT_EXCLUDES)]
     trim = [*TRIM, *(() if spec.torch else LIGHT_TRIM)]
@@ -208,7 +210,7 @@ a.binaries = kept(a.binaries)
 a.datas = kept(a.datas)
 pyz = PYZ(a.pure)
 exe = EXE(
-    pyz, a.scripts, [], exclude_binaries=True, name={COMMAND!r}, console=True,
+    pyz, a.scripts, [], exclude_binaries=True, name={COMMAND!r}, console={spec.target != "macos"},
     {icon}upx=False,
 )
 executables = [exe]{windowed}

@@ -137,7 +137,8 @@ def test_the_specs_are_python_and_leave_torch_out_of_light_bundles(
     compile(text, "barnraise.spec", "exec")
     assert ("'torch'" in text) is not torch  # in the excludes of the light bundle only
     assert text.count("EXE(") == (2 if target == "windows" else 1)
-    assert ("console=False" in text) is (target == "windows")
+    assert ("console=False" in text) is (target in ("windows", "macos"))
+    assert ("console=True" in text) is (target != "macos")
     assert ("BUNDLE(" in text) is (target == "macos")
 
 
