@@ -175,13 +175,18 @@ class XdgAutostart:
             raise LoginItemError(f"cannot write the autostart entry {self.path}: {exc}") from None
 
     def remove(self) -> bool:
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise LoginItemError(f"cannot remove the autostart entry {self.path}: {exc}") from None
-        return True
+        return _remove_file(self.path, "the autostart entry")
+
+
+def _remove_file(path: Path, what: str) -> bool:
+    """Remove a login item's file; False if there was none."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise LoginItemError(f"cannot remove {what} {path}: {exc}") from None
+    return True
 
 
 _EXEC_RESERVED = frozenset(" \t\n\"'\\><~|&;$*?#()`")
@@ -411,13 +416,7 @@ class LaunchAgent:
             raise LoginItemError(f"cannot write the launch agent {self.path}: {exc}") from None
 
     def remove(self) -> bool:
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise LoginItemError(f"cannot remove the launch agent {self.path}: {exc}") from None
-        return True
+        return _remove_file(self.path, "the launch agent")
 
 
 # ---- this platform's -----------------------------------------------------------------------------
