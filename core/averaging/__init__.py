@@ -18,13 +18,14 @@ from core.averaging.averager import Averager, PendingRound
 from core.averaging.codecs import Codec
 from core.averaging.config import AveragerConfig
 from core.averaging.matchmaking import MatchmakingError
-from core.averaging.result import AveragingResult
+from core.averaging.result import AveragingResult, Finding
 
 __all__ = [
     "Averager",
     "AveragerConfig",
     "AveragingResult",
     "Codec",
+    "Finding",
     "MatchmakingError",
     "PendingRound",
 ]

@@ -3,7 +3,9 @@
 A round never claims success for values it did not average: ``complete`` is True only when every part
 was averaged over every member that was expected to contribute. Otherwise ``missing`` lists the ranges
 of the concatenated vector that kept their local values, and ``excluded`` names the members whose data
-were left out of some average, with the reason.
+were left out of some average, with the reason. ``findings`` are what this member saw as a reducer (or
+as a verifier of another reducer): each names the peer, the part and chunk, and the statistic that
+condemned it, so it can be signed and reported as evidence.
 """
 
 from __future__ import annotations
@@ -11,6 +13,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.net.peer_id import PeerID
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One member's misbehaviour as this peer measured it (the raw material of signed evidence)."""
+
+    peer: PeerID
+    """The accused: a sender whose data was screened out or clipped, or a reducer that lied."""
+    part: int
+    """The part of the vector (the reducer's index in the group)."""
+    chunk: int
+    """The chunk of that part; -1 when the finding is about the whole part."""
+    statistic: str
+    """What was measured: ``nonfinite``, ``norm_ratio``, ``clip_weight``, ``reducer_mismatch``."""
+    value: float
+    """Its value (for example the chunk's norm over the group's median norm)."""
+    reason: str
+    """The same, in words, as ``excluded`` says it."""
 
 
 @dataclass
@@ -30,6 +50,9 @@ class AveragingResult:
     failed_reducers: list[PeerID] = field(default_factory=list)
     """Members whose part could not be fetched from them (they died, stalled or refused)."""
     seconds: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+    """What this member found against others in this round (see ``Finding``); empty when all were
+    honest, and never a reason by itself for ``complete`` to be False (``excluded`` is that)."""
 
     def failed_members(self) -> set[PeerID]:
         """Everyone who let this round down: left out as a sender, or failed as a reducer."""
