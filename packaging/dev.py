@@ -11,7 +11,10 @@ The environment is rebuilt only when pyproject.toml, setup.py, the constraints f
 
 ``test`` also runs the engine's tests on Python 3.12 (``second_python.py``), beside the main run;
 without extra arguments only. A machine without Python 3.12 skips that leg and says so, unless the
-CI variable is set (``.ci/run`` sets it): then its absence fails the run.
+CI variable is set (``.ci/run`` sets it): then its absence fails the run. The two-minute churn soak
+(``SOAK_TESTS``) runs beside them too, in its own pytest process: it waits on trainer processes for a
+fixed time and they take whatever CPU is spare, so beside the other tests it costs the run little
+more than its start instead of its whole duration.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ STAMP = VENV / ".barnraise-setup"
 # it; its dependencies come in the next step, under the constraints. TORCH: the second leg's pin.
 TORCH = "torch==2.13.0"
 NO_USABLE_DISPLAY = 3  # the app's exit status when Qt cannot use the display (app/preflight.py)
+SOAK_TESTS = ("tests/cli/test_churn_soak.py",)
 
 
 def _venv_bin(name: str) -> Path:
@@ -143,6 +147,37 @@ class SecondLeg:
         return 1 if self.code is None else self.code
 
 
+class SideLeg:
+    """Tests run in their own pytest process on a thread, output to a log shown at the end."""
+
+    def __init__(self, title: str, command: list[str], log: Path, env: dict[str, str]) -> None:
+        self.title = title
+        self.command = command
+        self.log = log
+        self.code: int | None = None
+        self._thread = threading.Thread(target=self._run, args=(env,), daemon=True)
+
+    def start(self) -> None:
+        print(f"({self.title}: beside the main checks, output in {self.log})", flush=True)
+        self._thread.start()
+
+    def _run(self, env: dict[str, str]) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("w") as out:
+            out.write("$ " + " ".join(self.command) + "\n")
+            out.flush()
+            self.code = subprocess.call(
+                self.command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def finish(self) -> int:
+        self._thread.join()
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        lines = text.splitlines()
+        print("\n".join(lines if self.code != 0 else lines[-1:]), flush=True)
+        return 1 if self.code is None else self.code
+
+
 def _second_leg(extra: list[str], env: dict[str, str]) -> tuple[SecondLeg | None, str | None]:
     """The 3.12 leg to run, or why none runs (an error in CI, a note elsewhere)."""
     version = second_python.VERSION
@@ -161,6 +196,16 @@ def run_tests(extra: list[str]) -> int:
     second, missing = _second_leg(extra, env)
     if second is not None:
         second.start()
+    soak = None
+    if not extra:
+        soak = SideLeg(
+            "the churn soak",
+            [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *SOAK_TESTS],
+            VENV / "tests-soak.log",
+            env,
+        )
+        soak.start()
+        extra = [f"--ignore={test}" for test in SOAK_TESTS]
     # mypy (half a minute from a cold cache) runs beside the others; its output comes after them
     typing = "mypy (strict, core/ and app/)"
     mypy = subprocess.Popen(
@@ -187,6 +232,10 @@ def run_tests(extra: list[str]) -> int:
     print(f"\n=== {typing} ===\n$ {python} -m mypy\n{typed.rstrip()}", flush=True)
     if mypy.returncode != 0:
         failed.append(typing)
+    if soak is not None:
+        print(f"\n=== {soak.title} ({' '.join(SOAK_TESTS)}) ===", flush=True)
+        if soak.finish() != 0:
+            failed.append(soak.title)
     leg = f"pytest on Python {second_python.VERSION}"
     if second is not None:
         print(f"\n=== {leg} ({' '.join(second_python.TEST_PATHS)}) ===", flush=True)

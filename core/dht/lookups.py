@@ -14,14 +14,20 @@ from core.dht.state import NodeState
 from core.dht.traversal import Answer, QueryFailed, Search, run_searches
 from core.net.address import PeerAddress
 from core.net.errors import MalformedResponseError, NetError
+from core.net.peer_id import PeerID
 
 log = logging.getLogger(__name__)
+
+PARSED_CACHE = 4096
 
 
 class Lookups:
     def __init__(self, state: NodeState, contacts: ContactBook) -> None:
         self._state = state
         self._contacts = contacts
+        self._parsed: dict[tuple[PeerID, tuple[str, ...]], tuple[PeerAddress, ...]] = {}
+        """Addresses already parsed, by what a node sent: the same nodes come back in answer after
+        answer, and parsing a multiaddr (base58 PeerID included) is most of a lookup's CPU time."""
 
     async def run(
         self,
@@ -91,8 +97,15 @@ class Lookups:
         known = self._state.table.get(ref.peer)
         if known is not None:
             return known
-        addresses = PeerAddress.of_peer(ref.peer, ref.addresses[:8])
-        return self._contacts.make(ref.peer, tuple(addresses)) if addresses else None
+        texts = tuple(ref.addresses[:8])
+        addresses = self._parsed.get((ref.peer, texts))
+        if addresses is None:
+            if len(self._parsed) >= PARSED_CACHE:
+                self._parsed.clear()  # bounded; the next lookups refill it with who is around now
+            addresses = self._parsed[(ref.peer, texts)] = tuple(
+                PeerAddress.of_peer(ref.peer, texts)
+            )
+        return self._contacts.make(ref.peer, addresses) if addresses else None
 
     def _validated(self, key: Any, found: FoundRecord) -> FoundRecord | None:
         """``found`` if every value in it passes the rules for ``key``; None (a liar) otherwise."""
