@@ -108,6 +108,27 @@ def test_allreduce_benchmark_writes_the_reference_fields(tmp_path: Path) -> None
     assert 0 <= result["rounds"][0]["rel_rms_err"] < 0.05  # 8-bit, not exact, but averaged
 
 
+def test_robust_benchmark_writes_both_methods_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "robust.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "robust.py"), "--quick", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(out.read_text())
+    assert result["peers"] == 3
+    for method in ("mean", "centered_clip"):
+        figures = result[method]
+        assert figures["allreduce_s_median"] > 0
+        assert figures["complete"] is True
+        assert figures["findings"] == 0  # honest peers: nobody screened, nobody clipped
+        assert 0 <= figures["rel_rms_err_worst"] < 1e-5  # CenteredClip of honest peers: the mean
+    assert {r["method"] for r in result["rounds"]} == {"mean", "centered_clip"}
+    assert result["ratio"] > 0
+    assert result["ratio_paired_median"] > 0
+
+
 def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "load_balancing.json"
     subprocess.run(

@@ -14,6 +14,7 @@ received straight into them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -24,12 +25,20 @@ import numpy as np
 from core.averaging.codecs import Codec, decode, encode, encoded_size
 from core.averaging.config import AveragerConfig
 from core.averaging.load_balancing import PeerCapacity, PlanCache, split
-from core.averaging.messages import REDUCE, GroupSpec, ReduceRequest, ReduceSummary
+from core.averaging.messages import (
+    REDUCE,
+    GroupSpec,
+    InputCommitment,
+    ReduceRequest,
+    ReduceSummary,
+)
 from core.averaging.reducer import PartReducer
 from core.averaging.result import AveragingResult
 from core.averaging.tensors import Span, TensorSet, layout, schema_hash
+from core.averaging.verified_round import RoundVerification
 from core.net.errors import InvalidRequestError, NetError, PermissionDeniedError
 from core.net.stream import Stream
+from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -94,17 +103,39 @@ class AllReduce:
         self.chunk = chunk_elements(config, capacities, sum(1 for p in self.parts if p > 0))
         self.spans = layout(tensors.sizes, self.parts, self.chunk, self.codec)
         self.schema = schema_hash(tensors.sizes, self.codec, self.chunk)
+        if config.verification.enabled:
+            # verifiers recompute with their own settings: members that differ in them must not
+            # meet, or honest reducers would be accused
+            settings = repr(config.aggregation).encode()
+            self.schema = hashlib.sha256(self.schema + settings).digest()[: len(self.schema)]
         self.receivers = [i for i, m in enumerate(members) if not m.auxiliary]
         self.reducer: PartReducer | None = None
         if self.parts[index] > 0:
             self.reducer = PartReducer(
-                self.spans[index], set(self.receivers), len(self.receivers), config.sender_timeout
+                self.spans[index],
+                set(self.receivers),
+                len(self.receivers),
+                config.sender_timeout,
+                aggregation=config.aggregation,
+                peers=[m.peer for m in members],
+                part=index,
             )
         self.result = AveragingResult(
             group.group_id, [m.peer for m in members], index, tensors.total, parts=list(self.parts)
         )
         self._tasks = BackgroundTasks(f"allreduce-{group.group_id.hex()[:8]}")
         self._averaged: list[tuple[int, int]] = []
+        self.verification: RoundVerification | None = None
+        if config.verification.enabled:
+            self.verification = RoundVerification(
+                host,
+                group,
+                index,
+                self.spans,
+                weight=self.weight,
+                config=config.verification,
+                aggregation=config.aggregation,
+            )
 
     # ---- running ---------------------------------------------------------------------------------
 
@@ -132,7 +163,13 @@ class AllReduce:
                 self.reducer.fail("the round is over")
                 for sender, reason in self.reducer.excluded.items():
                     self.result.excluded.setdefault(self.group.members[sender].peer, reason)
+                self.result.findings.extend(self.reducer.findings)
             await self._tasks.close()
+        if self.verification is not None:
+            self.verification.seal_now()
+            # before the caller gets its tensors back: a verifier compares the values it received
+            failed = frozenset(self.result.failed_members())
+            self.result.findings.extend(await self.verification.verify(self.tensors.view, failed))
         if not self.me.auxiliary:
             self._account_missing()
             self.tensors.commit()
@@ -151,22 +188,47 @@ class AllReduce:
         reducer = self.reducer
         assert reducer is not None
         spans = self.spans[self.index]
+        verification = self.verification
         if self.me.auxiliary or self.weight <= 0:
             reducer.contributes_nothing(self.index)
         else:
             for i, span in enumerate(spans):
+                if verification is not None:
+                    verification.own_input(i, self.tensors.view(span), self.weight)
                 reducer.contribute(self.index, i, self.tensors.view(span), self.weight)
-        if self.me.auxiliary:
+        if self.me.auxiliary and verification is None:
             return
         for i, span in enumerate(spans):
+            if self.me.auxiliary:
+                await self._seal_chunk(i)
+                continue
             outcome = await reducer.result(i)
+            if verification is not None:
+                verification.own_result(i, outcome.values, outcome.inputs)
             self._apply(span, outcome.weight, outcome.values)
             reducer.taken(i)
+
+    async def _seal_chunk(self, index: int) -> None:
+        """An auxiliary reducer takes no results, but seals them (when verification is on)."""
+        assert self.reducer is not None
+        assert self.verification is not None
+        try:
+            outcome = await self.reducer.result(index)
+        except RuntimeError:
+            return  # every receiver took it already, and the first to take it sealed it
+        self.verification.own_result(index, outcome.values, outcome.inputs)
 
     async def _remote_part(self, part: int) -> None:
         reducer_info = self.group.members[part]
         spans = self.spans[part]
-        request = ReduceRequest(self.group.group_id, self.index, part, self.weight, self.schema)
+        request = ReduceRequest(
+            self.group.group_id,
+            self.index,
+            part,
+            self.weight,
+            self.schema,
+            self.verification is not None,
+        )
         received = 0
         try:
             async with self.host.open_stream(
@@ -175,7 +237,7 @@ class AllReduce:
                 sending = None
                 if self.weight > 0:
                     sending = self._tasks.spawn(
-                        f"send-{part}", self._send_part(call.stream, spans), awaited=True
+                        f"send-{part}", self._send_part(call.stream, part, spans), awaited=True
                     )
                 try:
                     for i, span in enumerate(spans):
@@ -197,6 +259,8 @@ class AllReduce:
                 for sender, reason in summary.excluded.items():
                     if 0 <= sender < len(self.group.members):
                         self.result.excluded.setdefault(self.group.members[sender].peer, reason)
+                if self.verification is not None:
+                    self.verification.take_seal(part, summary.seal)
         except (NetError, TimeoutError) as exc:
             reason = "timed out" if isinstance(exc, TimeoutError) else str(exc)
             self.result.errors.append(
@@ -211,9 +275,14 @@ class AllReduce:
                 reason,
             )
 
-    async def _send_part(self, stream: Stream, spans: list[Span]) -> None:
-        for span in spans:
-            await stream.send_data(encode(span.codec, self.tensors.view(span)))
+    async def _send_part(self, stream: Stream, part: int, spans: list[Span]) -> None:
+        verification = self.verification
+        for i, span in enumerate(spans):
+            data = encode(span.codec, self.tensors.view(span))
+            if verification is not None:
+                # signed before the reducer has it: what it aggregates is what we vouch for
+                await stream.send(verification.commit(part, i, data).to_wire())
+            await stream.send_data(data)
 
     async def _receive_chunk(self, stream: Stream, index: int, span: Span) -> tuple[float, bool]:
         """An averaged chunk: data, then ``[index, weight, whether our data is in it]``; no data and
@@ -278,7 +347,11 @@ class AllReduce:
         if not 0 <= request.sender < len(members) or members[request.sender].peer != ctx.peer:
             raise PermissionDeniedError("the caller is not that member of the group")
         if request.schema != self.schema:
-            raise InvalidRequestError("tensor shapes, codec or chunk size differ from this peer's")
+            raise InvalidRequestError(
+                "tensor shapes, codec, chunk size or aggregation settings differ from this peer's"
+            )
+        if request.commit != (self.verification is not None):
+            raise InvalidRequestError("one of us verifies reducers and the other does not")
         sender = request.sender
         spans = self.spans[self.index]
         if members[sender].auxiliary or request.weight <= 0:
@@ -288,23 +361,35 @@ class AllReduce:
         if not members[sender].auxiliary:
             for i in range(len(spans)):
                 outcome = await reducer.result(i)
+                if self.verification is not None:
+                    self.verification.own_result(i, outcome.values, outcome.inputs)
                 if outcome.weight > 0:
                     await stream.send_data(outcome.data)
                 await stream.send([i, outcome.weight, sender in outcome.included])
                 reducer.taken(i)
-        return ReduceSummary(len(spans), dict(reducer.excluded))
+        seal = None if self.verification is None else await self.verification.own_seal()
+        return ReduceSummary(len(spans), dict(reducer.excluded), seal)
 
     async def _take(self, stream: Stream, sender: int, spans: list[Span], weight: float) -> None:
         reducer = self.reducer
         assert reducer is not None
+        verification = self.verification
         try:
             for i, span in enumerate(spans):
+                commitment = None
+                if verification is not None:
+                    commitment = InputCommitment.from_wire(await stream.recv_message())
                 data = await _receive_exactly(stream, encoded_size(span.codec, span.count))
+                if verification is not None and commitment is not None:
+                    refused = verification.accept(sender, weight, commitment, data)
+                    if refused is not None:
+                        reducer.exclude(sender, refused)
+                        return
                 if span.codec is Codec.NONE:
                     reducer.contribute(sender, i, np.frombuffer(data, dtype=np.float32), weight)
                 else:
                     reducer.contribute_encoded(sender, i, data, span.codec, weight)
-        except (NetError, ValueError) as exc:
+        except (NetError, ValueError, WireFormatError) as exc:
             reducer.exclude(sender, f"its stream failed: {exc}")
 
 

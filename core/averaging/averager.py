@@ -20,16 +20,29 @@ from dataclasses import replace
 from typing import Any
 
 from core.averaging.allreduce import AllReduce
+from core.averaging.bans import BanList
 from core.averaging.codecs import Codec, warm_up
 from core.averaging.config import AveragerConfig
 from core.averaging.load_balancing import PlanCache
 from core.averaging.matchmaking import Matchmaker
-from core.averaging.messages import REDUCE, GroupSpec, MemberInfo, ReduceRequest, ReduceSummary
+from core.averaging.messages import (
+    REDUCE,
+    VERIFY,
+    GroupSpec,
+    MemberInfo,
+    ReduceRequest,
+    ReduceSummary,
+    VerifyReply,
+    VerifyRequest,
+)
 from core.averaging.registry import RoundRegistry
 from core.averaging.result import AveragingResult
+from core.averaging.retained import RetainedRounds
 from core.averaging.tensors import TensorSet
+from core.averaging.verification import PROVEN
 from core.dht import DHTNode
 from core.net.address import PeerAddress
+from core.net.errors import NotFoundError
 from core.net.host import Host
 from core.net.rpc import CallContext
 from core.net.stream import Stream
@@ -72,10 +85,13 @@ class PendingRound:
             plans=averager.plans,
         )
         averager.registry.start(self.group.group_id, runner)
+        if runner.verification is not None:
+            averager.retained.running(self.group.group_id, runner.verification)
         try:
             result = await runner.run()
         finally:
             averager.registry.end(self.group.group_id)
+            averager.retained.ended(self.group.group_id)
         averager.observe(result)
         return result
 
@@ -96,10 +112,20 @@ class Averager:
         self.registry = RoundRegistry()
         self.plans = PlanCache()
         warm_up(self.config.codec)
+        self.bans = BanList()
+        """Members this peer caught lying (verified reducers): it does not group with them."""
+        self.retained = RetainedRounds()
         self.matchmaker = Matchmaker(
-            host, dht, prefix, self.config, registry=self.registry, info=self.member_info
+            host,
+            dht,
+            prefix,
+            self.config,
+            registry=self.registry,
+            info=self.member_info,
+            banned=self.bans.__contains__,
         )
         host.router.add_stream(REDUCE, self._on_reduce)
+        host.router.add_stream(VERIFY, self._on_verify)
         self._failure_rate = 0.0
 
     def set_client_mode(self, client: bool) -> None:
@@ -122,6 +148,10 @@ class Averager:
         return self._failure_rate
 
     def observe(self, result: AveragingResult) -> None:
+        for finding in result.findings:
+            if finding.statistic in PROVEN and finding.peer != self.host.peer_id:
+                seconds = self.config.verification.ban_seconds
+                self.bans.ban(finding.peer, seconds, finding.reason)
         others = len(result.members) - 1
         if others <= 0:
             return
@@ -202,7 +232,17 @@ class Averager:
         runner = await self.registry.wait(request.group_id, self.config.reducer_timeout)
         return await runner.serve(ctx, request, stream)
 
+    async def _on_verify(
+        self, ctx: CallContext, request: VerifyRequest, stream: Stream
+    ) -> VerifyReply:
+        verification = self.retained.get(request.group_id)
+        if verification is None:
+            raise NotFoundError("this peer keeps no inputs of that round (over, or not verified)")
+        return await verification.serve(ctx.peer, request, stream)
+
     async def close(self) -> None:
         self.matchmaker.close()
         self.host.router.remove(REDUCE.name)
+        self.host.router.remove(VERIFY.name)
+        self.retained.close()
         await asyncio.sleep(0)

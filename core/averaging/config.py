@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from core.averaging.aggregation import AggregationConfig
 from core.averaging.codecs import Codec
+from core.averaging.verification import VerificationConfig
 from core.util.errors import ConfigError
 
 
@@ -36,6 +38,11 @@ class AveragerConfig:
     """No incoming connections: this peer sends and receives but reduces nothing and never leads."""
     auxiliary: bool = False
     """No data of its own (weight 0): it helps to reduce and takes no result."""
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    """How this peer, as a reducer, screens and aggregates its part (the plain mean by default; a
+    project's manifest chooses, see ``core.training.runtime.averager_config``)."""
+    verification: VerificationConfig = field(default_factory=VerificationConfig)
+    """Whether and how much reducers are verified (``verification``; off by default)."""
 
     def __post_init__(self) -> None:
         if self.target_group_size is not None and self.target_group_size < self.min_group_size:

@@ -83,13 +83,17 @@ class Matchmaker:
         *,
         registry: RoundRegistry,
         info: Callable[[], MemberInfo],
+        banned: Callable[[PeerID], bool] | None = None,
     ) -> None:
+        """``banned`` names peers this one refuses to group with (it neither follows nor admits
+        them; see ``bans``)."""
         self._host = host
         self._dht = dht
         self._prefix = prefix
         self._config = config
         self._registry = registry
         self._info = info
+        self._banned = banned or (lambda peer: False)
         self._searches: dict[str, _Search] = {}
         self._typical: float | None = None  # moving average of how long groups took to form
         if not config.client_mode:
@@ -239,7 +243,13 @@ class Matchmaker:
         (a client cannot be dialed, so it never leads)."""
         client = self._config.client_mode
         candidates = await self._candidates(search)
-        return [c for c in candidates if (client or c.order < search.order) and c.peer not in tried]
+        return [
+            c
+            for c in candidates
+            if (client or c.order < search.order)
+            and c.peer not in tried
+            and not self._banned(c.peer)
+        ]
 
     def _ready_to_close(self, search: _Search) -> bool:
         if self._config.client_mode:
@@ -306,6 +316,10 @@ class Matchmaker:
     async def _on_join(self, ctx: CallContext, request: JoinRequest) -> JoinResponse:
         if request.info.peer != ctx.peer:
             raise PermissionDeniedError("a peer may only join as itself")
+        if self._banned(ctx.peer):
+            return JoinResponse(
+                None, "this peer caught you lying in a round and does not group with you for now"
+            )
         search = self._searches.get(request.round_key)
         if search is None or search.closed or search.group is not None:
             return JoinResponse(None, "not looking for a group for that round")

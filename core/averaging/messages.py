@@ -1,4 +1,5 @@
-"""The averager's wire messages: joining a group, streaming parts to reducers, downloading state."""
+"""The averager's wire messages: joining a group, streaming parts to reducers, verifying reducers,
+downloading state."""
 
 from __future__ import annotations
 
@@ -59,6 +60,43 @@ class ReduceRequest(WireMessage):
     weight: float
     schema: bytes
     """Hash of the tensor shapes, codec and chunk size: members must agree on all of them."""
+    commit: bool = False
+    """The sender signs a commitment before each chunk (reducers are verified in this group)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputCommitment(WireMessage):
+    """Sent before each chunk when reducers are verified: the chunk's hash, and the sender's signature
+    over the hash chain of every chunk it has sent this reducer so far (see ``commitments``)."""
+
+    chunk: int
+    digest: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InputRow(WireMessage):
+    """One sender's inputs to a part, as the reducer accepted them."""
+
+    sender: int
+    weight: float
+    digests: list[bytes]
+    """Hash of each chunk received from it, in order (a prefix of the part's chunks)."""
+    signature: bytes
+    """The sender's signature over the chain of ``digests`` (empty for the reducer's own row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartSeal(WireMessage):
+    """A reducer's signed account of its part: which inputs went into each chunk, and what came out."""
+
+    rows: list[InputRow]
+    used: list[list[int]]
+    """Per chunk: the senders whose inputs it aggregated (screened ones included)."""
+    results: list[bytes]
+    """Per chunk: hash of the aggregate's float32 values; empty when the chunk was not averaged."""
+    signature: bytes
+    """The reducer's signature over everything above (``commitments.seal_digest``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +104,32 @@ class ReduceSummary(WireMessage):
     chunks: int
     excluded: dict[int, str] = field(default_factory=dict)
     """Sender index -> why it was left out of some chunks of this part."""
+    seal: PartSeal | None = None
+    """When reducers are verified: the same seal for every receiver."""
+
+
+@dataclass(frozen=True, slots=True)
+class SealStamp(WireMessage):
+    """A member's copy of one part's seal, in short: its digest and the reducer's signature."""
+
+    part: int
+    digest: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyRequest(WireMessage):
+    """A verifier asks a member for the inputs it sent to ``part`` (raw data follows, a chunk each)."""
+
+    group_id: bytes
+    part: int
+    chunks: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReply(WireMessage):
+    stamps: list[SealStamp] = field(default_factory=list)
+    """The seals this member received, so that a reducer that told members different things shows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,5 +155,6 @@ class Empty(WireMessage):
 
 JOIN = Method("avg.join", JoinRequest, JoinResponse)
 REDUCE = StreamMethod("avg.reduce", ReduceRequest, ReduceSummary)
+VERIFY = StreamMethod("avg.verify", VerifyRequest, VerifyReply)
 STATE_HEADER = Method("avg.state_header", Empty, StateHeader)
 STATE_RANGE = StreamMethod("avg.state_range", StateRequest, Empty)

@@ -1,21 +1,38 @@
-"""Averaging one part of the vector: chunk by chunk, weighted by samples, over the senders that delivered.
+"""Aggregating one part of the vector: chunk by chunk, weighted by samples, over the senders that delivered.
 
 Each chunk is finished as soon as every expected sender has delivered it; a sender that has not
 delivered the current chunk ``sender_timeout`` seconds after it became current is left out of that chunk
-and every later one, and the reason is recorded. The average is encoded once and sent to every receiver;
-the reducer keeps ``decode(encode(average))`` for itself, so every member ends with the same values even
-when the codec is lossy. A chunk's buffers are released once every receiver has taken it.
+and every later one, and the reason is recorded. A chunk's inputs are held until it is complete and then
+aggregated at once (``aggregation.aggregate_chunk``): the screening checks need every sender's chunk
+before they can say which to trust. A sender whose chunk the checks reject is left out of that chunk and
+every later one, like a sender that timed out, and a ``Finding`` records why; so does a sender that
+CenteredClip had to clip hard (it stays in). The aggregate is encoded once and sent to every receiver;
+the reducer keeps ``decode(encode(aggregate))`` for itself, so every member ends with the same values even
+when the codec is lossy. A chunk's inputs are released as soon as it is aggregated, its result once
+every receiver has taken it: memory is at most senders x chunk for each chunk received but not finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.averaging.aggregation import (
+    CLIP_WEIGHT,
+    AggregationConfig,
+    Workspace,
+    aggregate_chunk,
+)
 from core.averaging.codecs import F32, Codec, decode, encode
+from core.averaging.result import Finding
 from core.averaging.tensors import Span
+from core.net.peer_id import PeerID
+
+WEIGHT = "weight"
 
 
 @dataclass
@@ -28,47 +45,72 @@ class ChunkResult:
     """The average as the reducer applies it to itself (decoded, so identical to what others get)."""
     included: frozenset[int]
     """The senders whose data went into the average (each receiver is told whether it was one)."""
+    inputs: frozenset[int] = frozenset()
+    """Every sender whose chunk went into ``aggregate_chunk`` (the included and the screened): what
+    a verifier recomputes the chunk from (``verifier``)."""
 
 
 @dataclass
 class _Chunk:
+    index: int
     span: Span
-    sum: F32 | None = None
-    weight: float = 0.0
+    inputs: dict[int, F32] = field(default_factory=dict)
+    """Each sender's values, held until the chunk is complete (released when it is aggregated)."""
+    weights: dict[int, float] = field(default_factory=dict)
+    decoded: list[F32] = field(default_factory=list)
+    """The arrays of ``_Spares`` that this chunk's inputs were decoded into."""
     got: set[int] = field(default_factory=set)
     done: asyncio.Future[ChunkResult] | None = None
     takers: int = 0
 
 
-class _Scratch:
-    """A reusable float32 buffer, grown on demand (no allocation per chunk)."""
+class _Spares:
+    """Arrays to decode chunks into, reused once their chunk is aggregated: holding every sender's
+    chunk means several fresh arrays per chunk, and a fresh page costs a fault on first touch."""
 
     def __init__(self) -> None:
-        self._buffer = np.empty(0, dtype=np.float32)
+        self._free: dict[int, list[F32]] = {}
 
-    def get(self, count: int) -> F32:
-        if self._buffer.size < count:
-            self._buffer = np.empty(count, dtype=np.float32)
-        return self._buffer[:count]
+    def take(self, count: int) -> F32:
+        free = self._free.get(count)
+        return free.pop() if free else np.empty(count, dtype=np.float32)
+
+    def give(self, arrays: list[F32]) -> None:
+        for array in arrays:
+            self._free.setdefault(array.size, []).append(array)
 
 
 class PartReducer:
     def __init__(
-        self, spans: list[Span], expected: set[int], receivers: int, sender_timeout: float
+        self,
+        spans: list[Span],
+        expected: set[int],
+        receivers: int,
+        sender_timeout: float,
+        *,
+        aggregation: AggregationConfig | None = None,
+        peers: Sequence[PeerID] = (),
+        part: int = 0,
     ) -> None:
+        """``peers`` are the group's members in order (findings name them); ``part`` is ours."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.spans = spans
         self.active = set(expected)
         """Senders whose data is still expected."""
         self.excluded: dict[int, str] = {}
+        self.findings: list[Finding] = []
+        """What the checks found against senders (see ``result.Finding``), in the order found."""
+        self._aggregation = aggregation or AggregationConfig()
+        self._workspace = Workspace()
+        self._spares = _Spares()
+        self._peers = list(peers)
+        self._part = part
         self._receivers = receivers
         self._timeout = sender_timeout
-        self._chunks = [_Chunk(span, done=loop.create_future()) for span in spans]
+        self._chunks = [_Chunk(i, span, done=loop.create_future()) for i, span in enumerate(spans)]
         self._timer: asyncio.TimerHandle | None = None
         self._current = 0
-        self._weighting = _Scratch()
-        self._decoding = _Scratch()
         self._all_done = asyncio.Event()
         self._arm()
 
@@ -83,13 +125,26 @@ class PartReducer:
             self._advance()
 
     def exclude(self, sender: int, reason: str) -> None:
-        if sender in self.active:
-            self.active.discard(sender)
-            self.excluded[sender] = reason
+        if self._leave_out(sender, reason):
             self._advance()
 
+    def _leave_out(self, sender: int, reason: str) -> bool:
+        """Stop expecting the sender and drop what it sent ahead; False if it was not expected."""
+        if sender not in self.active:
+            return False
+        self.active.discard(sender)
+        self.excluded[sender] = reason
+        for chunk in self._chunks[self._current :]:
+            chunk.inputs.pop(sender, None)
+            chunk.weights.pop(sender, None)
+        return True
+
     def contribute(self, sender: int, index: int, values: F32, weight: float) -> None:
-        """Add a sender's (decoded) values for chunk ``index``; late or unexpected data is ignored."""
+        """Hold a sender's (decoded) values for chunk ``index``; late or unexpected data is ignored.
+
+        The reducer keeps a reference, not a copy: ``values`` must not change until the chunk is
+        finished (a received frame's own buffer, or our own tensor, which only the result writes).
+        """
         chunk = self._chunks[index]
         if (
             sender not in self.active
@@ -98,15 +153,14 @@ class PartReducer:
             or chunk.done.done()
         ):
             return
-        if chunk.sum is None:
-            chunk.sum = np.zeros(chunk.span.count, dtype=np.float32)
-        if weight == 1.0:
-            chunk.sum += values
-        else:
-            scratch = self._weighting.get(values.size)
-            np.multiply(values, np.float32(weight), out=scratch)
-            chunk.sum += scratch
-        chunk.weight += weight
+        if not (math.isfinite(weight) and weight > 0):
+            # a weight is the sender's own claim: NaN or infinity would poison every average
+            reason = f"its weight {weight} is not a finite positive number"
+            self._record(sender, index, WEIGHT, weight, reason)
+            self.exclude(sender, reason)
+            return
+        chunk.inputs[sender] = values
+        chunk.weights[sender] = weight
         chunk.got.add(sender)
         self._advance()
 
@@ -118,8 +172,17 @@ class PartReducer:
         codec: Codec,
         weight: float,
     ) -> None:
-        span = self._chunks[index].span
-        values = decode(codec, data, span.count, out=self._decoding.get(span.count))
+        """Decode into an array of the chunk's own (held until the chunk is finished)."""
+        chunk = self._chunks[index]
+        if (
+            sender not in self.active
+            or sender in chunk.got
+            or chunk.done is None
+            or chunk.done.done()
+        ):
+            return
+        values = decode(codec, data, chunk.span.count, out=self._spares.take(chunk.span.count))
+        chunk.decoded.append(values)
         self.contribute(sender, index, values, weight)
 
     async def result(self, index: int) -> ChunkResult:
@@ -138,11 +201,13 @@ class PartReducer:
         chunk.takers += 1
         if chunk.takers >= self._receivers and chunk.done is not None and chunk.done.done():
             chunk.done = None
-            chunk.sum = None
 
     def fail(self, reason: str) -> None:
         """Give up (the round timed out): unfinished chunks are reported as not averaged."""
         for chunk in self._chunks:
+            chunk.inputs.clear()
+            chunk.weights.clear()
+            chunk.decoded.clear()
             if chunk.done is not None and not chunk.done.done():
                 chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
         if self._timer is not None:
@@ -166,16 +231,45 @@ class PartReducer:
 
     def _finish(self, chunk: _Chunk) -> None:
         assert chunk.done is not None
-        weight = chunk.weight
-        if weight <= 0 or chunk.sum is None:
+        inputs, weights, decoded = chunk.inputs, chunk.weights, chunk.decoded
+        chunk.inputs, chunk.weights, chunk.decoded = {}, {}, []
+        if not inputs:
+            self._spares.give(decoded)
             chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
             return
-        average = chunk.sum
-        average /= np.float32(weight)
+        outcome = aggregate_chunk(inputs, weights, self._aggregation, self._workspace)
+        # the senders' buffers go now, not when the receivers are served (the aggregate is new)
+        del inputs, weights
+        self._spares.give(decoded)
+        for sender, (statistic, value, why) in outcome.screened.items():
+            reason = f"chunk {chunk.index} was screened out: {why}"
+            self._record(sender, chunk.index, statistic, value, reason)
+            # not exclude(): _advance() is what called us, and it goes on with one sender fewer
+            self._leave_out(sender, reason)
+        for sender, factor in outcome.clipped.items():
+            self._record(
+                sender,
+                chunk.index,
+                CLIP_WEIGHT,
+                factor,
+                f"CenteredClip gave its chunk {chunk.index} {factor:.3g} of its weight",
+            )
+        if outcome.values is None or outcome.weight <= 0:
+            chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
+            return
         codec = chunk.span.codec
-        data = encode(codec, average)
-        values = average if codec is Codec.NONE else decode(codec, data, average.size)
-        chunk.done.set_result(ChunkResult(weight, data, values, frozenset(chunk.got)))
+        data = encode(codec, outcome.values)
+        values = outcome.values if codec is Codec.NONE else decode(codec, data, chunk.span.count)
+        inputs_used = outcome.included | frozenset(outcome.screened)
+        chunk.done.set_result(
+            ChunkResult(outcome.weight, data, values, outcome.included, inputs_used)
+        )
+
+    def _record(self, sender: int, index: int, statistic: str, value: float, reason: str) -> None:
+        # our own chunk screened out stays out, but a peer does not accuse itself
+        if 0 <= sender < len(self._peers) and sender != self._part:
+            peer = self._peers[sender]
+            self.findings.append(Finding(peer, self._part, index, statistic, value, reason))
 
     def _arm(self) -> None:
         if self._timer is not None:

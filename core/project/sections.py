@@ -22,6 +22,7 @@ DATA_FORMATS = ("auto", "jsonl", "parquet", "text")
 OPTIMIZERS = ("lamb", "adam", "adamw", "sgd")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 CODECS = ("none", "fp16", "uint8", "blockwise8", "auto")
+AGGREGATIONS = ("mean", "centered_clip")
 URL_SCHEMES = ("file", "http", "https")
 ACCESS_MODES = ("open", "moderated")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -245,10 +246,27 @@ class AveragingSection:
     allreduce_timeout: float = 60.0
     """Seconds, above 0 and at most 3600."""
     moshpit: bool = False
+    aggregation: str = "centered_clip"
+    """How each reducer combines its part: ``centered_clip`` (robust: a peer sending huge or wrong
+    values pulls with a bounded force) or ``mean``. Both first leave out chunks with NaN or
+    infinity and chunks whose norm is far above the group's (``norm_ratio_limit``). With honest
+    peers CenteredClip returns the mean, so it is the default."""
+    clip_tau: float = 1.0
+    """CenteredClip's radius, as a multiple of the peers' median distance from the most central
+    peer's data: above 0, at most 1000."""
+    clip_iterations: int = 3
+    """CenteredClip's iterations, 1 to 100."""
+    norm_ratio_limit: float = 10.0
+    """A chunk whose norm is more than this times the group's median is left out: above 1, at
+    most 10**6."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.one_of("codec", CODECS)
+        check.one_of("aggregation", AGGREGATIONS)
+        check.in_range("clip_tau", 0.0, 1000.0, low_open=True)
+        check.in_range("clip_iterations", 1, 100)
+        check.in_range("norm_ratio_limit", 1.0, 1e6, low_open=True)
         check.in_range("target_group_size", 1, MAX_GROUP)
         check.in_range("min_group_size", 1, MAX_GROUP)
         if self.min_group_size > self.target_group_size:

@@ -239,6 +239,32 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "averaging.allreduce_timeout",
         "in (0.0, 3600.0]",
     ),
+    ("aggregation", {"averaging.aggregation": "median"}, "averaging.aggregation", "'mean'"),
+    ("clip_tau", {"averaging.clip_tau": 0}, "averaging.clip_tau", "in (0.0, 1000.0], got 0.0"),
+    (
+        "clip_iterations",
+        {"averaging.clip_iterations": 0},
+        "averaging.clip_iterations",
+        "must be in [1, 100], got 0",
+    ),
+    (
+        "clip_iterations type",
+        {"averaging.clip_iterations": 2.5},
+        "averaging.clip_iterations",
+        "expected integer, got float 2.5",
+    ),
+    (
+        "norm_ratio_limit",
+        {"averaging.norm_ratio_limit": 1},
+        "averaging.norm_ratio_limit",
+        "in (1.0, 1000000.0], got 1.0",
+    ),
+    (
+        "norm_ratio_limit inf",
+        {"averaging.norm_ratio_limit": math.inf},
+        "averaging.norm_ratio_limit",
+        "must be a finite number",
+    ),
     ("peer", {"network.initial_peers": ["1.2.3.4:5"]}, "network.initial_peers[0]", "multiaddr"),
     ("coordinator", {"network.coordinator_url": "ftp://x"}, "network.coordinator_url", "http(s)"),
     ("checkpoints", {"network.checkpoint_url": "/srv/ckpt"}, "network.checkpoint_url", "http(s)"),
@@ -388,3 +414,26 @@ def test_the_package_does_not_import_torch() -> None:
     code = "import sys, core.project; sys.exit('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=root, check=False).returncode == 0
+
+
+def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # core.training builds the averager's settings
+    from core.averaging.aggregation import AggregationConfig, Method
+    from core.training.runtime import averager_config
+
+    default = parse_manifest(render(base()))
+    assert default.averaging.aggregation == "centered_clip"
+    assert averager_config(default, "trainer").aggregation == AggregationConfig(
+        Method.CENTERED_CLIP
+    )
+    assert load_manifest(DEMO).averaging.aggregation == "centered_clip"
+    chosen = {
+        "averaging.aggregation": "mean",
+        "averaging.clip_tau": 3,
+        "averaging.clip_iterations": 5,
+        "averaging.norm_ratio_limit": 20.5,
+    }
+    manifest = load_manifest(write(tmp_path, render(edited(chosen))))
+    assert averager_config(manifest, "aux").aggregation == AggregationConfig(
+        Method.MEAN, clip_tau=3.0, clip_iterations=5, norm_ratio_limit=20.5
+    )

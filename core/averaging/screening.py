@@ -1,0 +1,101 @@
+"""The cheap checks a reducer makes on each sender's chunk before aggregating it.
+
+Two things are never averaged: values that are not finite (NaN or infinity: a broken GPU, an fp16
+overflow, or malice), and a chunk whose L2 norm is more than ``norm_ratio_limit`` times the group's
+reference norm (a gradient x1000 moves a plain mean as far as its sender likes).
+
+The reference is a *lower median*: the ⌈k/2⌉-th smallest of the k norms. A minority of senders
+cannot move it, whatever they send; and unlike the usual median of an even count (the mean of the
+two middle values) it is not raised by half of the senders inflating their norms. It takes three
+senders with data: a pair has no majority to tell who is honest, and honest pairs differ by more
+than ten times in chunks that one batch touched far more than the other (an embedding's rows: a
+clean two-trainer run screened an honest chunk at 12.4x), so a pair is checked for non-finite values
+only. A group of three screens against its true median.
+
+Chunks that are exactly zero take no part in the reference. A zero chunk has no scale to compare
+with (a peer whose batch touched none of the chunk's rows), and counting zeros would make the one
+sender that did have data look like an outlier. When every chunk is zero there is nothing to screen.
+
+Everything here is a pure function of its inputs, in ascending sender order, so that a verifier
+recomputing a reducer's chunk reaches the same verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.averaging.codecs import F32
+
+NONFINITE = "nonfinite"
+NORM_RATIO = "norm_ratio"
+MIN_FOR_NORMS = 3
+"""Senders with data (finite, non-zero chunks) needed before norms are compared at all."""
+
+
+def lower_median(values: Sequence[float]) -> float:
+    """The ⌈k/2⌉-th smallest of k values (the median for odd k, the lower middle for even k)."""
+    if not values:
+        raise ValueError("the median of no values is undefined")
+    return sorted(values)[(len(values) - 1) // 2]
+
+
+def l2_norm(values: F32) -> float:
+    """The chunk's L2 norm, or NaN when a value is not finite.
+
+    One float32 BLAS dot product does it: any NaN or infinity makes the dot non-finite, so finite
+    chunks cost no separate check. Only a dot that overflows float32 from finite values (a norm
+    above ~1.8e19) is recomputed in float64.
+    """
+    squares = float(np.dot(values, values))
+    if math.isfinite(squares):
+        return math.sqrt(squares)
+    if not np.isfinite(values).all():
+        return math.nan
+    return float(np.linalg.norm(values.astype(np.float64)))
+
+
+@dataclass
+class Screening:
+    norms: dict[int, float] = field(default_factory=dict)
+    """Every sender's chunk norm (NaN for a non-finite chunk)."""
+    reference: float = 0.0
+    """The lower median of the finite, non-zero norms; 0 when there are none."""
+    screened: dict[int, tuple[str, float, str]] = field(default_factory=dict)
+    """Sender -> (statistic, value, reason) for each chunk that must not be aggregated."""
+
+
+def screen(inputs: Mapping[int, F32], norm_ratio_limit: float) -> Screening:
+    """Which senders' chunks to leave out, and why (see the module's docstring for the rules)."""
+    result = Screening()
+    for sender in sorted(inputs):
+        values = inputs[sender]
+        norm = l2_norm(values)
+        result.norms[sender] = norm
+        if math.isnan(norm):
+            bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+            result.screened[sender] = (
+                NONFINITE,
+                float(bad),
+                f"{bad} of its {values.size} values are NaN or infinite",
+            )
+    sizes = [n for s, n in result.norms.items() if s not in result.screened and n > 0]
+    if not sizes:
+        return result
+    result.reference = lower_median(sizes)
+    if len(sizes) < MIN_FOR_NORMS:
+        return result
+    for sender, norm in result.norms.items():
+        if sender in result.screened:
+            continue
+        ratio = norm / result.reference
+        if ratio > norm_ratio_limit:
+            result.screened[sender] = (
+                NORM_RATIO,
+                ratio,
+                f"its norm is {ratio:.3g}x the group's median (limit {norm_ratio_limit:g}x)",
+            )
+    return result

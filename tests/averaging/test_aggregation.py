@@ -1,0 +1,371 @@
+"""Screening and CenteredClip on one chunk (pure functions), and the reducer that applies them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from core.averaging.aggregation import (
+    AggregationConfig,
+    ChunkAggregate,
+    Method,
+    Workspace,
+    aggregate_chunk,
+    weighted_mean,
+)
+from core.averaging.codecs import Codec
+from core.averaging.reducer import PartReducer
+from core.averaging.screening import lower_median, screen
+from core.averaging.tensors import Span
+from core.net.identity import Identity
+from core.util.errors import ConfigError
+
+SIZE = 5000
+CC = AggregationConfig(method=Method.CENTERED_CLIP)
+MEAN = AggregationConfig(method=Method.MEAN)
+OFF = math.inf
+"""``norm_ratio_limit`` with the norm check off: CenteredClip alone against the outlier."""
+
+
+def honest(count: int, seed: int = 0, size: int = SIZE) -> dict[int, np.ndarray]:
+    """Gradients of one model from different batches: a shared signal plus each sender's noise."""
+    rng = np.random.default_rng(seed)
+    signal = rng.standard_normal(size).astype(np.float32)
+    return {i: signal + rng.standard_normal(size).astype(np.float32) for i in range(count)}
+
+
+def ones(inputs: dict[int, np.ndarray]) -> dict[int, float]:
+    return dict.fromkeys(inputs, 1.0)
+
+
+def relative(values: np.ndarray | None, reference: np.ndarray) -> float:
+    assert values is not None
+    return float(np.linalg.norm(values - reference) / np.linalg.norm(reference))
+
+
+def read_only(inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """As received frames are: aggregation must never write into its inputs."""
+    for values in inputs.values():
+        values.flags.writeable = False
+    return inputs
+
+
+# ---- CenteredClip against the mean ----------------------------------------------------------------
+
+
+def test_one_sender_x1000_barely_moves_centered_clip_while_the_mean_goes_far() -> None:
+    good = honest(3)
+    mean = np.mean(list(good.values()), axis=0)
+    inputs = read_only({**good, 3: good[0] * 1000})
+    plain = aggregate_chunk(inputs, ones(inputs), AggregationConfig(norm_ratio_limit=OFF))
+    robust = aggregate_chunk(
+        inputs, ones(inputs), AggregationConfig(Method.CENTERED_CLIP, norm_ratio_limit=OFF)
+    )
+    assert relative(plain.values, mean) > 100  # the mean is wherever the outlier wants it
+    # CenteredClip stays within the honest senders' own spread of their mean
+    spread = np.mean([relative(v, mean) for v in good.values()])
+    assert relative(robust.values, mean) < spread
+    assert robust.included == frozenset(range(4))  # clipped, not excluded
+    assert set(robust.clipped) == {3}
+    assert robust.clipped[3] < 0.01
+
+
+@pytest.mark.parametrize("position", range(5))
+def test_a_sign_flipped_sender_with_a_normal_norm_is_clipped_wherever_it_sits(
+    position: int,
+) -> None:
+    # the norm check cannot see it; the medoid start and the clipping must
+    rng = np.random.default_rng(14)
+    signal = rng.standard_normal(SIZE).astype(np.float32)
+    good = [signal + 0.1 * rng.standard_normal(SIZE).astype(np.float32) for _ in range(4)]
+    mean = np.mean(good, axis=0)
+    rows = [*good[:position], -good[0], *good[position:]]
+    inputs = read_only(dict(enumerate(rows)))
+    result = aggregate_chunk(inputs, ones(inputs), CC)
+    assert result.screened == {}
+    assert set(result.clipped) == {position}
+    spread = np.mean([relative(v, mean) for v in good])
+    assert relative(result.values, mean) < spread  # the plain mean would be off by about 0.5
+    assert relative(aggregate_chunk(inputs, ones(inputs), MEAN).values, mean) > 0.4
+
+
+def test_without_outliers_centered_clip_is_the_weighted_mean() -> None:
+    inputs = read_only(honest(5, seed=1))
+    weights = {0: 1.0, 1: 2.0, 2: 3.0, 3: 10.0, 4: 0.5}
+    expected = sum(w * inputs[i] for i, w in weights.items()) / sum(weights.values())
+    for config in (CC, MEAN):
+        result = aggregate_chunk(inputs, weights, config)
+        assert result.values is not None
+        np.testing.assert_allclose(result.values, expected, rtol=0, atol=2e-6)
+        assert result.weight == pytest.approx(16.5)
+        assert result.clipped == {}
+        assert result.screened == {}
+
+
+def test_sample_weights_decide_where_centered_clip_goes() -> None:
+    # two camps; the heavier one wins, and by the right amount when nobody is clipped
+    a = np.full(SIZE, 1.0, dtype=np.float32)
+    b = np.full(SIZE, 2.0, dtype=np.float32)
+    inputs = read_only({0: a, 1: b})
+    light = aggregate_chunk(inputs, {0: 3.0, 1: 1.0}, CC)
+    heavy = aggregate_chunk(inputs, {0: 1.0, 1: 3.0}, CC)
+    assert light.values is not None
+    assert heavy.values is not None
+    np.testing.assert_allclose(light.values, 1.25, atol=1e-6)
+    np.testing.assert_allclose(heavy.values, 1.75, atol=1e-6)
+
+
+def test_more_iterations_approach_the_fixed_point() -> None:
+    good = honest(3, seed=2)
+    inputs = read_only({**good, 3: -10 * good[0]})
+    results = [
+        aggregate_chunk(
+            inputs, ones(inputs), AggregationConfig(Method.CENTERED_CLIP, clip_iterations=k)
+        ).values
+        for k in (1, 3, 50)
+    ]
+    assert results[0] is not None
+    assert results[1] is not None
+    converged = results[2]
+    assert converged is not None
+    assert relative(results[1], converged) < relative(results[0], converged)
+    assert relative(results[1], converged) < 0.05
+
+
+# ---- screening ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("config", [CC, MEAN], ids=["centered_clip", "mean"])
+def test_a_chunk_with_nan_or_inf_is_screened_out(bad: float, config: AggregationConfig) -> None:
+    good = honest(3, seed=3)
+    broken = good[1].copy()
+    broken[[7, 70, 700]] = bad
+    inputs = read_only({0: good[0], 1: broken, 2: good[2]})
+    result = aggregate_chunk(inputs, ones(inputs), config)
+    assert result.included == frozenset({0, 2})
+    statistic, value, reason = result.screened[1]
+    assert statistic == "nonfinite"
+    assert value == 3
+    assert "3 of its 5000 values are NaN or infinite" in reason
+    assert result.values is not None
+    assert np.isfinite(result.values).all()
+    np.testing.assert_allclose(result.values, (good[0] + good[2]) / 2, atol=2e-6)
+    assert result.weight == 2.0
+
+
+@pytest.mark.parametrize("config", [CC, MEAN], ids=["centered_clip", "mean"])
+def test_a_norm_far_above_the_groups_is_screened_with_its_ratio(config: AggregationConfig) -> None:
+    good = honest(4, seed=4)
+    inputs = read_only({**good, 4: good[0] * 50, 5: good[1] * 3})
+    result = aggregate_chunk(inputs, ones(inputs), config)
+    assert set(result.screened) == {4}  # 3x the others is within the limit of 10x
+    statistic, ratio, reason = result.screened[4]
+    assert statistic == "norm_ratio"
+    assert 40 < ratio < 60
+    assert "the group's median (limit 10x)" in reason
+    assert result.included == frozenset({0, 1, 2, 3, 5})
+
+
+def test_a_pair_is_checked_for_non_finite_values_only() -> None:
+    # a pair has no majority: a chunk 12x its partner's is as likely an honest sparse one as a liar
+    good = honest(1, seed=5)[0]
+    inputs = read_only({0: good, 1: good * 1000})
+    result = aggregate_chunk(inputs, ones(inputs), CC)
+    assert result.screened == {}
+    assert result.included == frozenset({0, 1})
+    broken = good.copy()
+    broken[7] = np.nan
+    inputs = read_only({0: good, 1: broken})
+    result = aggregate_chunk(inputs, ones(inputs), CC)
+    assert set(result.screened) == {1}
+    assert result.screened[1][0] == "nonfinite"
+    assert result.values is not None
+    np.testing.assert_array_equal(result.values, good)
+    # a third sender with data makes a majority: the x1000 chunk is screened again
+    inputs = read_only({0: good, 1: good * 1000, 2: honest(1, seed=6)[0]})
+    assert set(aggregate_chunk(inputs, ones(inputs), CC).screened) == {1}
+
+
+def test_zero_chunks_set_no_scale_and_accuse_nobody() -> None:
+    # a chunk of rows that three peers' batches never touched: the fourth's data is not an outlier
+    zero = np.zeros(SIZE, dtype=np.float32)
+    data = honest(1, seed=6)[0]
+    inputs = read_only({0: zero, 1: zero.copy(), 2: zero.copy(), 3: data})
+    for config in (CC, MEAN):
+        result = aggregate_chunk(inputs, ones(inputs), config)
+        assert result.screened == {}
+        assert result.clipped == {}
+        assert result.values is not None
+        np.testing.assert_allclose(result.values, data / 4, atol=1e-6)
+    everything_zero = read_only({i: np.zeros(SIZE, dtype=np.float32) for i in range(3)})
+    result = aggregate_chunk(everything_zero, ones(everything_zero), CC)
+    assert result.values is not None
+    assert not result.values.any()
+    assert result.screened == {}
+    assert result.included == frozenset(range(3))
+
+
+def test_replicas_that_differ_in_the_last_bits_are_not_outliers() -> None:
+    # parameters most peers hold bit for bit: the spread is 0 without the floor
+    same = honest(1, seed=7)[0]
+    nudged = np.nextafter(same, np.float32(np.inf)).astype(np.float32)
+    inputs = read_only({0: same, 1: same.copy(), 2: same.copy(), 3: nudged})
+    result = aggregate_chunk(inputs, ones(inputs), CC)
+    assert result.clipped == {}
+    assert result.values is not None
+    np.testing.assert_allclose(result.values, same, rtol=1e-6)
+
+
+def test_screening_off_lets_nan_through() -> None:
+    inputs = read_only({0: np.ones(10, np.float32), 1: np.full(10, np.nan, np.float32)})
+    result = aggregate_chunk(inputs, ones(inputs), AggregationConfig(screen=False))
+    assert result.screened == {}
+    assert result.values is not None
+    assert np.isnan(result.values).all()
+
+
+def test_lower_median_and_the_screening_reference() -> None:
+    assert lower_median([3.0]) == 3.0
+    assert lower_median([5.0, 1.0]) == 1.0
+    assert lower_median([4.0, 1.0, 9.0]) == 4.0
+    assert lower_median([4.0, 1.0, 9.0, 2.0]) == 2.0
+    with pytest.raises(ValueError, match="no values"):
+        lower_median([])
+    checks = screen({0: np.full(4, 3.0, np.float32), 1: np.zeros(4, np.float32)}, 10.0)
+    assert checks.reference == 6.0  # the zero chunk is not part of it
+    assert checks.norms == {0: 6.0, 1: 0.0}
+
+
+# ---- exact cases and determinism ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 7])
+def test_equal_inputs_give_exactly_that_value(count: int) -> None:
+    value = honest(1, seed=8)[0]
+    inputs = read_only({i: value.copy() for i in range(count)})
+    weights = {i: float(i + 1) for i in range(count)}
+    result = aggregate_chunk(inputs, weights, CC)
+    assert result.values is not None
+    np.testing.assert_array_equal(result.values, value)
+    assert result.clipped == {}
+
+
+def test_one_sender_gets_its_own_values_in_a_new_array() -> None:
+    value = honest(1, seed=9)[0]
+    for config in (CC, MEAN):
+        result = aggregate_chunk(read_only({5: value.copy()}), {5: 7.0}, config)
+        assert result.values is not None
+        np.testing.assert_array_equal(result.values, value)
+        assert result.values.flags.writeable
+        assert result.weight == 7.0
+        assert result.included == frozenset({5})
+
+
+def test_nothing_to_aggregate() -> None:
+    inputs = read_only({0: np.full(8, np.nan, np.float32)})
+    result = aggregate_chunk(inputs, ones(inputs), CC)
+    assert result == ChunkAggregate(None, 0.0, frozenset(), result.screened, {})
+    assert aggregate_chunk({}, {}, CC).values is None
+
+
+def test_the_same_inputs_give_the_same_bits_in_any_order() -> None:
+    good = honest(4, seed=10)
+    good[4] = -8 * good[0]  # clipped, so that every iteration does real work
+    weights = {0: 1.0, 1: 2.5, 2: 1.0, 3: 4.0, 4: 1.0}
+    first = aggregate_chunk(good, weights, CC, Workspace())
+    backwards = {i: good[i].copy() for i in reversed(good)}
+    workspace = Workspace()
+    aggregate_chunk(honest(6, seed=11), ones(honest(6, seed=11)), CC, workspace)  # dirty it
+    second = aggregate_chunk(backwards, dict(reversed(weights.items())), CC, workspace)
+    assert first.values is not None
+    assert second.values is not None
+    assert first.values.tobytes() == second.values.tobytes()
+    assert first.clipped == second.clipped
+
+
+def test_weighted_mean_scales_by_shares_so_huge_weights_cannot_overflow() -> None:
+    rows = [np.full(4, 1e10, np.float32), np.full(4, 3e10, np.float32)]
+    np.testing.assert_allclose(weighted_mean(rows, [1e30, 1e30]), 2e10, rtol=1e-6)
+    np.testing.assert_allclose(weighted_mean(rows, [3e30, 1e30]), 1.5e10, rtol=1e-6)
+
+
+# ---- configuration --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"method": "median"}, "must be one of 'mean', 'centered_clip'"),
+        ({"clip_tau": 0.0}, "clip_tau must be a positive number"),
+        ({"clip_tau": math.inf}, "clip_tau must be a positive number"),
+        ({"clip_iterations": 0}, "clip_iterations must be 1 to 100"),
+        ({"norm_ratio_limit": 1.0}, "norm_ratio_limit must be above 1"),
+        ({"norm_ratio_limit": math.nan}, "norm_ratio_limit must be above 1"),
+        ({"clip_finding_below": 1.5}, r"clip_finding_below must be in \[0, 1\]"),
+        ({"spread_floor": 1.0}, r"spread_floor must be in \[0, 1\)"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_reason(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        AggregationConfig(**changes)  # type: ignore[arg-type]
+
+
+def test_the_method_may_be_given_as_text() -> None:
+    assert AggregationConfig(method="centered_clip").method is Method.CENTERED_CLIP  # type: ignore[arg-type]
+
+
+def test_inputs_must_be_consistent() -> None:
+    one = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="both a chunk and a weight"):
+        aggregate_chunk({0: one}, {1: 1.0}, CC)
+    with pytest.raises(ValueError, match="differ in length"):
+        aggregate_chunk({0: one, 1: np.ones(5, np.float32)}, {0: 1.0, 1: 1.0}, CC)
+    with pytest.raises(ValueError, match="not a flat float32"):
+        aggregate_chunk({0: np.ones(4)}, {0: 1.0}, CC)
+    with pytest.raises(ValueError, match="finite and positive"):
+        aggregate_chunk({0: one}, {0: math.nan}, CC)
+
+
+# ---- the reducer ----------------------------------------------------------------------------------
+
+
+async def test_the_reducer_excludes_screened_senders_for_the_rest_of_the_round() -> None:
+    peers = [Identity.generate().peer_id for _ in range(4)]
+    spans = [Span(0, i * 100, (i + 1) * 100, Codec.NONE) for i in range(3)]
+    reducer = PartReducer(spans, {0, 1, 2, 3}, 4, 30.0, aggregation=CC, peers=peers, part=2)
+    data = honest(4, seed=13, size=300)
+    broken = data[3].copy()
+    broken[150] = np.nan  # chunk 1 of sender 3 is broken
+    for sender in range(3):
+        for index, span in enumerate(spans):
+            reducer.contribute(sender, index, data[sender][span.start : span.end], 1.0)
+    for index, span in enumerate(spans):
+        reducer.contribute(3, index, broken[span.start : span.end], 1.0)
+    outcomes = [await reducer.result(i) for i in range(3)]
+    assert outcomes[0].included == frozenset(range(4))
+    assert outcomes[1].included == outcomes[2].included == frozenset(range(3))
+    assert reducer.excluded == {3: reducer.excluded[3]}
+    assert "chunk 1 was screened out" in reducer.excluded[3]
+    (finding,) = reducer.findings
+    assert (finding.peer, finding.part, finding.chunk) == (peers[3], 2, 1)
+    assert (finding.statistic, finding.value) == ("nonfinite", 1.0)
+    assert outcomes[2].values is not None
+    expected = np.mean([data[s][200:300] for s in range(3)], axis=0)
+    np.testing.assert_allclose(outcomes[2].values, expected, atol=1e-6)
+    reducer.fail("the round is over")
+
+
+async def test_the_reducer_refuses_a_weight_that_is_not_a_finite_positive_number() -> None:
+    peers = [Identity.generate().peer_id for _ in range(2)]
+    spans = [Span(0, 0, 10, Codec.NONE)]
+    reducer = PartReducer(spans, {0, 1}, 2, 30.0, peers=peers, part=0)
+    reducer.contribute(1, 0, np.ones(10, np.float32), math.nan)
+    reducer.contribute(0, 0, np.full(10, 2.0, np.float32), 1.0)
+    outcome = await reducer.result(0)
+    assert outcome.included == frozenset({0})
+    assert "weight nan" in reducer.excluded[1]
+    assert [f.statistic for f in reducer.findings] == ["weight"]
+    reducer.fail("the round is over")

@@ -1,0 +1,157 @@
+"""Real rounds on loopback with one broken or malicious sender: the reducers' checks and CenteredClip.
+
+The bad member runs honest code with bad data (a gradient x1000, or NaN: broken hardware or a peer
+that sends what it likes); as a reducer it screens its own data like everyone else's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from core.averaging import Averager, AveragingResult, Codec
+from core.averaging.aggregation import AggregationConfig, Method
+from tests.averaging.conftest import PATIENT, MakeAveragers
+from tests.support.leaks import HANG_GUARD
+
+SIZE = 4
+BAD = 3
+SHAPES = ((4096 * 3,), (123,))  # several chunks per part, and a short tensor
+
+
+def gradients(seed: int) -> list[list[np.ndarray]]:
+    """Each member's gradients: a shared signal plus its own noise, as from different batches."""
+    rng = np.random.default_rng(seed)
+    signal = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    return [
+        [part + rng.standard_normal(part.shape).astype(np.float32) for part in signal]
+        for _ in range(SIZE)
+    ]
+
+
+def honest_mean(tensors: list[list[np.ndarray]]) -> list[np.ndarray]:
+    good = [t for i, t in enumerate(tensors) if i != BAD]
+    return [np.mean([t[k] for t in good], axis=0) for k in range(len(SHAPES))]
+
+
+def error(mine: list[np.ndarray], reference: list[np.ndarray]) -> float:
+    """Relative distance of a member's result from the honest mean."""
+    top = math.sqrt(sum(float(np.sum((a - b) ** 2)) for a, b in zip(mine, reference, strict=True)))
+    return top / math.sqrt(sum(float(np.sum(b**2)) for b in reference))
+
+
+async def run_round(
+    averagers: list[Averager], tensors: list[list[np.ndarray]], key: str
+) -> list[AveragingResult]:
+    return list(
+        await asyncio.gather(
+            *(
+                a.average(t, weight=1.0, round_key=key, timeout=HANG_GUARD)
+                for a, t in zip(averagers, tensors, strict=True)
+            )
+        )
+    )
+
+
+async def make_group(
+    make_averagers: MakeAveragers, aggregation: AggregationConfig
+) -> list[Averager]:
+    config = replace(PATIENT, target_group_size=SIZE, min_group_size=SIZE, aggregation=aggregation)
+    return await make_averagers(SIZE, config)
+
+
+@pytest.mark.parametrize(
+    ("attack", "method", "statistic"),
+    [
+        ("x1000", Method.CENTERED_CLIP, "norm_ratio"),
+        ("nan", Method.CENTERED_CLIP, "nonfinite"),
+        ("nan", Method.MEAN, "nonfinite"),
+    ],
+)
+async def test_a_bad_sender_is_screened_out_named_and_reported(
+    make_averagers: MakeAveragers, attack: str, method: Method, statistic: str
+) -> None:
+    averagers = await make_group(make_averagers, AggregationConfig(method))
+    tensors = gradients(seed=1)
+    expected = honest_mean(tensors)
+    if attack == "x1000":
+        tensors[BAD] = [t * 1000 for t in tensors[BAD]]
+    else:
+        tensors[BAD][0][::97] = np.nan
+    bad = averagers[BAD].host.peer_id
+    results = await run_round(averagers, tensors, f"robust-{attack}-{method}")
+    for index, result in enumerate(results):
+        assert not result.complete  # someone was left out, and every member says so
+        assert bad in result.excluded, result.summary()
+        assert "screened out" in result.excluded[bad] or index == BAD
+        assert set(result.excluded) == {bad}, result.excluded
+        # every other reducer found it in its own part; the bad member's own (honest) code left
+        # its chunk out too, but a peer does not accuse itself
+        accused = {(f.peer, f.part, f.statistic) for f in result.findings}
+        assert accused == (set() if index == BAD else {(bad, index, statistic)}), result.findings
+        if index != BAD:
+            for got, want in zip(tensors[index], expected, strict=True):
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    # the bad member also ends with the honest average (it received the reducers' results)
+    assert error(tensors[BAD], expected) < 1e-5
+
+
+async def test_centered_clip_alone_holds_where_the_plain_mean_is_wrecked(
+    make_averagers: MakeAveragers,
+) -> None:
+    """The norm check off: the plain mean takes the x1000 sender in, CenteredClip clips it."""
+    errors = {}
+    for method in Method:
+        averagers = await make_group(
+            make_averagers, AggregationConfig(method, norm_ratio_limit=math.inf)
+        )
+        tensors = gradients(seed=2)
+        expected = honest_mean(tensors)
+        spread = max(error(t, expected) for t in tensors[:BAD])  # one honest gradient's noise
+        tensors[BAD] = [t * 1000 for t in tensors[BAD]]
+        results = await run_round(averagers, tensors, f"alone-{method}")
+        errors[method] = max(error(tensors[i], expected) for i in range(BAD))
+        bad = averagers[BAD].host.peer_id
+        for index, result in enumerate(results):
+            assert result.complete, result.summary()  # nobody excluded: clipping only weighs
+            if method is Method.CENTERED_CLIP:
+                # (the bad member's own reducer clipped itself too, but accuses nobody)
+                assert {f.peer for f in result.findings} == (set() if index == BAD else {bad})
+                assert {f.statistic for f in result.findings} <= {"clip_weight"}
+                assert all(f.value < 0.01 for f in result.findings)
+            else:
+                assert result.findings == []
+    assert errors[Method.MEAN] > 100  # visibly wrong: the outlier owns the average
+    assert errors[Method.CENTERED_CLIP] < spread  # within one honest member's own noise
+
+
+async def test_honest_rounds_with_centered_clip_are_the_exact_weighted_mean_with_codecs(
+    make_averagers: MakeAveragers,
+) -> None:
+    averagers = await make_group(make_averagers, AggregationConfig(Method.CENTERED_CLIP))
+    weights = [1.0, 2.0, 3.0, 10.0]
+    for codec, tolerance in ((Codec.NONE, 1e-5), (Codec.FP16, 5e-3)):
+        tensors = gradients(seed=3)
+        expected = [
+            sum(w * t[k] for t, w in zip(tensors, weights, strict=True)) / sum(weights)
+            for k in range(len(SHAPES))
+        ]
+        pending = await asyncio.gather(
+            *(a.prepare(f"honest-{codec}", timeout=HANG_GUARD) for a in averagers)
+        )
+        results = await asyncio.gather(
+            *(
+                p.run(t, weight=w, codec=codec)
+                for p, t, w in zip(pending, tensors, weights, strict=True)
+            )
+        )
+        for result, mine in zip(results, tensors, strict=True):
+            assert result.complete, result.summary()
+            assert result.findings == []
+            assert result.group_weight == pytest.approx(16.0)
+            for got, want in zip(mine, expected, strict=True):
+                np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
