@@ -19,6 +19,7 @@ from core.api.events import (
     PeersSeen,
     ProgressUpdated,
     ProjectsChanged,
+    RolledBack,
     StateChanged,
 )
 from core.api.schema import Network, TrainingDevice
@@ -250,4 +251,10 @@ def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case
     if isinstance(data, ProgressUpdated):
         p = data.progress
         return "Progress", f"{p.samples_per_second:.0f} samples/s, {p.peers} peer(s)"
+    if isinstance(data, RolledBack):
+        reason = f": {data.reason}" if data.reason else ""
+        return "Rollback", (
+            f"Rolled back to the checkpoint of epoch {data.to_epoch} by the moderators{reason}; "
+            f"training goes on at epoch {data.epoch}"
+        )
     return "Event", type(data).__name__

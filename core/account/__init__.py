@@ -9,7 +9,8 @@
 - ``proof``        what the peer key signs to prove it is ours when asking for a pass.
 - ``keeper``       PassKeeper: fetches this peer's access pass, renews it, follows revocations.
 - ``credentials``  CredentialStore: session and refresh secrets in the OS keyring (never passwords).
-- ``reporter``     ContributionReporter: an auxiliary peer's epoch reports, sent in order, retried.
+- ``reporter``     ContributionReporter: an auxiliary peer's epoch reports and members' signed
+  evidence, sent in order, retried.
 
 This package imports neither torch nor the engine, training or coordinator code; the engine uses
 it for ``barnraise ctl login`` and to hand a moderated project's peer an ``AccessGate``.

@@ -124,6 +124,15 @@ class CoordinatorClient:
     async def revocations(self) -> frozenset[PeerID]:
         return revoked_peers(await self._call("GET", "/revocations"))
 
+    async def rollback_order(self) -> str | None:
+        """The text of the latest rollback order (None: there is none). Checked against the
+        project key by whoever applies it, not here."""
+        reply = await self._call("GET", "/rollback")
+        order = reply.data.get("rollback")
+        if order is not None and not isinstance(order, str):
+            raise reply.malformed("'rollback' must be an order's text or null")
+        return order
+
     # ---- contributions and the leaderboard ---------------------------------------------------------
 
     async def leaderboard(self, limit: int = 10) -> dict[str, Any]:
@@ -145,6 +154,17 @@ class CoordinatorClient:
     ) -> dict[str, Any]:
         reply = await self._call(
             "POST", "/contributions", body=report, token=tokens.session, errors=SESSION_ERRORS
+        )
+        reply.number("accepted")
+        reply.get("rejected", list)
+        return reply.data
+
+    async def report_evidence(
+        self, tokens: SessionTokens, report: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Members' signed accusations (``{"evidence": [...]}``), as a moderator's session."""
+        reply = await self._call(
+            "POST", "/evidence", body=report, token=tokens.session, errors=SESSION_ERRORS
         )
         reply.number("accepted")
         reply.get("rejected", list)

@@ -3,7 +3,8 @@
 ``start`` fetches the first pass and hands it to the ``AccessGate`` (a peer without one cannot join
 a moderated swarm, so failing here is the caller's error to show). Then one named task renews the
 pass at half its remaining life and, every ``refresh_interval`` the coordinator names, reads the
-revocations (so a ban reaches this peer's connections within one interval). A failure that may pass
+revocations (so a ban reaches this peer's connections within one interval) and the latest rollback
+order (left on the gate for the training side, which verifies and applies it). A failure that may pass
 (the coordinator down, the session to renew) is reported and retried with a growing delay; a refusal
 (this account banned or no longer allowlisted) is reported and ends the renewing: the pass runs out.
 Each request proves with ``sign`` (the host identity's ``Identity.sign``) that this peer holds the
@@ -67,6 +68,7 @@ class PassKeeper:
         """Fetch the first pass (raising the ``AccountError`` if we cannot), then keep it fresh."""
         grant = await self._request()
         self._apply(grant)
+        await self._read_rollback()
         self._task = self._tasks.spawn("renew", self._run(grant.refresh_interval))
 
     async def close(self) -> None:
@@ -100,6 +102,7 @@ class PassKeeper:
                     interval = grant.refresh_interval
                 else:
                     self._revocations(await self.session.client.revocations())
+                await self._read_rollback()
                 next_poll = self._clock() + interval  # a grant carries the revocations too
                 backoff = min(1.0, interval)
                 self.error = None
@@ -125,6 +128,15 @@ class PassKeeper:
             self._renew_at = (
                 self._clock()
             )  # our own key: ask the coordinator now whether we are out
+
+    async def _read_rollback(self) -> None:
+        """The latest rollback order onto the gate, for the peer's training to verify and apply.
+        Best effort: a coordinator from before rollbacks has no ``/rollback`` (404), and an
+        outage is the pass's to report; the next poll asks again."""
+        try:
+            self.gate.set_rollback_order(await self.session.client.rollback_order())
+        except AccountError as exc:
+            log.debug("reading the rollback order of %s: %s", self.gate.project, exc)
 
     def _report(self, exc: AccountError, what: str) -> None:
         self.error = exc

@@ -1,9 +1,11 @@
-"""ContributionReporter: an auxiliary peer's reports of completed epochs to the coordinator.
+"""ContributionReporter: an auxiliary peer's reports to the coordinator — completed epochs, and the
+evidence members signed against each other.
 
 Reports go out one at a time, in order, from one background task; a coordinator that is down is
-retried with a growing pause (the coordinator counts each (epoch, peer) once, so a retried report is
-harmless). At shutdown the reporter gets a few seconds to send what is queued, so the last epochs of
-a run still reach the leaderboard.
+retried with a growing pause (the coordinator counts each (epoch, peer) and each accusation once,
+so a retried report is harmless). At shutdown the reporter gets a few seconds to send what is
+queued, so the last epochs of a run still reach the leaderboard. Evidence goes in reports of at
+most ``EVIDENCE_PER_REPORT`` accusations (the coordinator's limit).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core.account.errors import AccessRefused, AccountError, CoordinatorUnavailable
 from core.account.session import AccountSession
+from core.net.evidence import Evidence
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -24,6 +28,20 @@ RETRIES = 5
 REJECTIONS_KEPT = 100
 """The latest rejections, for diagnostics: an auxiliary peer reports an epoch every few minutes for
 weeks, and a peer without an account is rejected in every one."""
+EVIDENCE_PER_REPORT = 256
+
+
+@dataclass(frozen=True)
+class _Report:
+    kind: str
+    """``contributions`` or ``evidence``: the endpoint, and the words of the log."""
+    body: Mapping[str, Any]
+
+    @property
+    def what(self) -> str:
+        if self.kind == "evidence":
+            return f"{len(self.body.get('evidence', []))} accusation(s)"
+        return f"contributions of epoch {self.body.get('epoch')}"
 
 
 class ContributionReporter:
@@ -33,14 +51,25 @@ class ContributionReporter:
         self.sent = 0
         self.accepted = 0
         self.rejected: deque[dict[str, Any]] = deque(maxlen=REJECTIONS_KEPT)
+        self.evidence_sent = 0
+        """Accusations the coordinator accepted (each counted once, however often it was sent)."""
         self.failed = 0
         """Reports given up on (the coordinator stayed down, or refused the reporter)."""
-        self._queue: asyncio.Queue[Mapping[str, Any]] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Report] = asyncio.Queue()
         self._tasks = BackgroundTasks("contribution-reporter")
         self._worker: asyncio.Task[None] | None = None
 
     def submit(self, report: Mapping[str, Any]) -> None:
         """Queue one epoch's report (the ``/contributions`` body); returns at once."""
+        self._put(_Report("contributions", report))
+
+    def submit_evidence(self, evidence: Sequence[Evidence]) -> None:
+        """Queue accusations for ``/evidence`` (split into reports the coordinator takes)."""
+        for start in range(0, len(evidence), EVIDENCE_PER_REPORT):
+            batch = evidence[start : start + EVIDENCE_PER_REPORT]
+            self._put(_Report("evidence", {"evidence": [e.to_json() for e in batch]}))
+
+    def _put(self, report: _Report) -> None:
         if self._worker is None:
             self._worker = self._tasks.spawn("send", self._send_all())
         self._queue.put_nowait(report)
@@ -53,7 +82,7 @@ class ContributionReporter:
                     await self._queue.join()
             except TimeoutError:
                 log.warning(
-                    "%d contribution report(s) not sent: the coordinator did not answer in time",
+                    "%d report(s) not sent: the coordinator did not answer in time",
                     self._queue.qsize(),
                 )
         await self._tasks.close()
@@ -66,28 +95,34 @@ class ContributionReporter:
             finally:
                 self._queue.task_done()
 
-    async def _send(self, report: Mapping[str, Any]) -> None:
+    async def _send(self, report: _Report) -> None:
         pause = self.first_retry
         for attempt in range(RETRIES):
             try:
-                answer = await self.session.report_contributions(report)
+                if report.kind == "evidence":
+                    answer = await self.session.report_evidence(report.body)
+                else:
+                    answer = await self.session.report_contributions(report.body)
             except CoordinatorUnavailable as exc:
                 if attempt == RETRIES - 1:
                     break
-                log.info("contributions of epoch %s: %s; retrying", report.get("epoch"), exc)
+                log.info("%s: %s; retrying", report.what, exc)
                 await asyncio.sleep(pause)
                 pause *= 2
                 continue
             except AccessRefused as exc:
-                log.error("the coordinator refuses our contribution reports: %s", exc)
+                log.error("the coordinator refuses our %s reports: %s", report.kind, exc)
                 break
             except AccountError as exc:
-                log.warning("contributions of epoch %s not reported: %s", report.get("epoch"), exc)
+                log.warning("%s not reported: %s", report.what, exc)
                 break
             self.sent += 1
-            self.accepted += int(answer.get("accepted", 0))
+            if report.kind == "evidence":
+                self.evidence_sent += int(answer.get("accepted", 0))
+            else:
+                self.accepted += int(answer.get("accepted", 0))
             for rejected in answer.get("rejected", []):
-                log.warning("the coordinator rejected a contribution: %s", rejected)
+                log.warning("the coordinator rejected one of the %s: %s", report.what, rejected)
                 self.rejected.append(rejected)
             return
         self.failed += 1

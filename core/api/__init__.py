@@ -60,6 +60,7 @@ from core.api.events import (
     PeersSeen,
     ProgressUpdated,
     ProjectsChanged,
+    RolledBack,
     StateChanged,
     UnknownEventType,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "ProjectOffers",
     "ProjectsChanged",
     "ReasonCode",
+    "RolledBack",
     "SettingInfo",
     "Settings",
     "StateChanged",

@@ -81,6 +81,17 @@ class NetworkChanged:
     network: Network
 
 
+@dataclass(frozen=True)
+class RolledBack:
+    """The project's moderators rolled the model back: every replica now holds the checkpoint of
+    ``to_epoch``, and training goes on at ``epoch`` (epochs are numbered on, never back)."""
+
+    project: str
+    to_epoch: int
+    epoch: int
+    reason: str
+
+
 EventData = (
     StateChanged
     | ProgressUpdated
@@ -91,6 +102,7 @@ EventData = (
     | AccountChanged
     | CollaborationEpoch
     | NetworkChanged
+    | RolledBack
 )
 
 EVENT_TYPES: dict[str, type[Any]] = {
@@ -103,6 +115,7 @@ EVENT_TYPES: dict[str, type[Any]] = {
     "account_changed": AccountChanged,
     "collaboration_epoch": CollaborationEpoch,
     "network_changed": NetworkChanged,
+    "rolled_back": RolledBack,
 }
 _NAMES = {cls: name for name, cls in EVENT_TYPES.items()}
 

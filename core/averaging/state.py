@@ -198,9 +198,12 @@ class StateSharing:
         timeout: float = 60.0,
         max_donors: int = 3,
         range_bytes: int = 8 << 20,
+        accept: Callable[[dict[str, Any]], bool] | None = None,
     ) -> DownloadedState:
         """The newest state newer than ``newer_than`` that a donor can give, fetched from up to
-        ``max_donors`` donors of that version at once."""
+        ``max_donors`` donors of that version at once. ``accept`` (given the metadata a donor's
+        header names) may refuse states of a kind the caller must not load: the next older
+        version is tried then."""
         async with asyncio.timeout(timeout):
             donors = await self.donors()
             if not donors:
@@ -219,7 +222,7 @@ class StateSharing:
                         self._host.add_addresses(peer, addresses)
                 try:
                     return await self._fetch(
-                        version, candidates[: max(1, max_donors)], candidates, range_bytes
+                        version, candidates[: max(1, max_donors)], candidates, range_bytes, accept
                     )
                 except StateDownloadError as exc:
                     reasons.append(f"epoch {version}: {exc}")
@@ -231,6 +234,7 @@ class StateSharing:
         chosen: list[tuple[PeerID, list[PeerAddress]]],
         everyone: list[tuple[PeerID, list[PeerAddress]]],
         range_bytes: int,
+        accept: Callable[[dict[str, Any]], bool] | None = None,
     ) -> DownloadedState:
         header, reasons = None, []
         for peer, _ in everyone:
@@ -239,8 +243,10 @@ class StateSharing:
             except NetError as exc:
                 reasons.append(f"{peer.short()}: {exc}")
                 continue
-            if header.version == version:
+            if header.version == version and (accept is None or accept(dict(header.metadata))):
                 break
+            if header.version == version:
+                reasons.append(f"{peer.short()}: its state is not one to load")
             header = None
         if header is None:
             raise StateDownloadError("no donor answered: " + "; ".join(reasons))

@@ -8,6 +8,16 @@ after printing ``coordinator for <project> at <url>, project key <PeerID>``. The
 
 Manage: ``barnraise coordinator users add|ban|unban|list ... (--db PATH | --manifest F)``. Adding a
 name without ``--password-stdin`` allowlists it: an invitation to sign up under that name.
+
+Evidence: ``barnraise coordinator reports (--db PATH | --manifest F) [--json]`` lists the peers that
+members accused (signed evidence the auxiliary peer reported), with their user, how many distinct
+accounts accused them and of what; ``reports ban USER-OR-PEER [--reason R]`` bans the user (the
+account that proved the peer's key), whose peers are then refused within one refresh interval.
+
+Rollback: ``barnraise coordinator rollback --to-epoch N [--reason TEXT] [--checkpoints DIR]
+--manifest F [--db PATH] [--key PATH]`` signs an order with the project key and stores it; every
+peer reads it within one refresh interval, loads the checkpoint of epoch N and trains on, epochs
+numbered on. ``rollback --list`` prints the orders issued.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import datetime
 import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,9 +42,14 @@ from core.coordinator import (
     User,
     check_project_key,
 )
+from core.coordinator.evidence_records import Accused
+from core.coordinator.rollback import StoredOrder
 from core.net.address import PeerAddress
+from core.net.base_errors import PeerIdError
 from core.net.errors import AddressError
 from core.net.identity import Identity
+from core.net.peer_id import PeerID
+from core.net.rollback import order_to_text, sign_order
 from core.project import Manifest, load_manifest
 from core.util.errors import ConfigError
 
@@ -92,6 +108,8 @@ def register(commands: Any) -> None:
             "--manifest", type=Path, metavar="F", help="use the default database of this project"
         )
         action.set_defaults(run=run_users)
+    _register_reports(sub)
+    _register_rollback(sub)
 
 
 def default_db(manifest: Manifest) -> Path:
@@ -185,6 +203,207 @@ def run_users(args: argparse.Namespace) -> int:
         else:
             _print_table(store.users())
     return 0
+
+
+def _register_reports(sub: Any) -> None:
+    reports = sub.add_parser(
+        "reports", help="list the evidence members reported against peers, or ban one"
+    )
+    reports.add_argument("--json", action="store_true", help="one JSON array, for scripts")
+    _where(reports)
+    reports.set_defaults(run=run_reports, reports_command=None)
+    actions = reports.add_subparsers(dest="reports_command", metavar="ACTION")
+    ban = actions.add_parser("ban", help="ban the user of an accused peer (or a user by name)")
+    ban.add_argument("target", metavar="USER-OR-PEER", help="a username, or an accused PeerID")
+    ban.add_argument("--reason", default="", help="shown to the user when they are refused")
+    _where(ban)
+
+
+def _where(parser: argparse.ArgumentParser) -> None:
+    """``--db`` / ``--manifest`` (one is needed), without defaults: so that either level of
+    ``reports [...] ban [...]`` may take them, and the other's default does not overwrite them."""
+    default = argparse.SUPPRESS
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--db", type=Path, metavar="PATH", default=default, help="the coordinator's database"
+    )
+    where.add_argument(
+        "--manifest",
+        type=Path,
+        metavar="F",
+        default=default,
+        help="use the default database of this project",
+    )
+
+
+def run_reports(args: argparse.Namespace) -> int:
+    db: Path | None = getattr(args, "db", None)
+    manifest: Path | None = getattr(args, "manifest", None)
+    if db is None:
+        if manifest is None:
+            raise ConfigError("barnraise coordinator reports needs --db PATH or --manifest F")
+        db = default_db(load_manifest(manifest))
+    if not db.exists():
+        raise ConfigError(f"there is no coordinator database at {db}")
+    with CoordinatorStore(db) as store:
+        if args.reports_command == "ban":
+            _ban(store, args.target, args.reason[:500])
+        elif args.json:
+            print(json.dumps([a.to_json() for a in store.evidence.accused()], indent=2))
+        else:
+            _print_accused(store.evidence.accused())
+    return 0
+
+
+def _ban(store: CoordinatorStore, target: str, reason: str) -> None:
+    """Ban the account that proved ``target``'s key if it is a PeerID, else the user it names."""
+    try:
+        peer: PeerID | None = PeerID.from_string(target)
+    except PeerIdError:
+        peer = None
+    if peer is None:
+        user = store.ban(target, reason)
+        print(f"banned {user.name}: its peers are refused within one refresh interval")
+        return
+    key = store.peer_keys.owner(str(peer))
+    owner = None if key is None else store.accounts.get(key)
+    if owner is None:
+        raise ConfigError(
+            f"no account here proved it holds the key of peer {peer}: it never had a pass from "
+            "this coordinator, so there is nobody to ban (a moderated project refuses it anyway)"
+        )
+    user = store.ban(owner.name, reason)
+    print(
+        f"banned {user.name} (the account of peer {peer}): "
+        "its peers are refused within one refresh interval"
+    )
+
+
+def _print_accused(accused: list[Accused]) -> None:
+    if not accused:
+        print("no evidence reported")
+        return
+    width = max(8, *(len(a.username or "?") for a in accused))
+    print(
+        f"{'user':<{width}}  {'status':<7}  {'findings':>8}  {'reporters':>9}  "
+        f"{'last seen (UTC)':<16}  statistics / peer"
+    )
+    for a in accused:
+        status = "banned" if a.banned else "active"
+        print(
+            f"{a.username or '?':<{width}}  {status:<7}  {a.findings:>8}  {a.reporters:>9}  "
+            f"{_utc(a.last_seen):<16}  {', '.join(a.statistics)}"
+        )
+        print(f"{'':<{width}}  peer {a.peer}, first seen {_utc(a.first_seen)}")
+        print(f"{'':<{width}}  latest: {a.latest_reason}")
+    print(
+        "\nEach finding is one reporter's signed word (an accusation, not proof); 'reporters' "
+        "counts distinct accounts.\nBan with: barnraise coordinator reports ban USER-OR-PEER"
+    )
+
+
+def _utc(when: float) -> str:
+    return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _register_rollback(sub: Any) -> None:
+    rollback = sub.add_parser(
+        "rollback",
+        help="order every peer back onto the checkpoint of an epoch (signed with the project key)",
+    )
+    rollback.add_argument("--to-epoch", type=int, metavar="N", help="the checkpoint's epoch")
+    rollback.add_argument("--reason", default="", help="why, in the volunteers' event log")
+    rollback.add_argument(
+        "--checkpoints",
+        type=Path,
+        metavar="DIR",
+        help="the backbone's checkpoint folder, if on this computer: refuse an epoch it lacks",
+    )
+    rollback.add_argument("--list", action="store_true", help="print the orders issued so far")
+    rollback.add_argument("--manifest", type=Path, metavar="F", help="the project's manifest")
+    rollback.add_argument("--db", type=Path, metavar="PATH", help="the coordinator's database")
+    rollback.add_argument(
+        "--key", type=Path, metavar="PATH", help="the project key (default: beside the database)"
+    )
+    rollback.set_defaults(run=run_rollback)
+
+
+def run_rollback(args: argparse.Namespace) -> int:
+    """Sign and store a rollback order (``core.coordinator.rollback``), or list the orders."""
+    manifest = load_manifest(args.manifest) if args.manifest is not None else None
+    if args.db is not None:
+        db: Path = args.db
+    elif manifest is not None:
+        db = default_db(manifest)
+    else:
+        raise ConfigError("barnraise coordinator rollback needs --manifest F (or --db PATH)")
+    if not db.exists():
+        raise ConfigError(f"there is no coordinator database at {db}")
+    if args.list:
+        with CoordinatorStore(db) as store:
+            _print_orders(store.rollbacks.all())
+        return 0
+    if args.to_epoch is None:
+        raise ConfigError("say which checkpoint to roll back to: --to-epoch N (or --list)")
+    if manifest is None:
+        raise ConfigError("signing an order needs --manifest F: the project's name and key")
+    if not manifest.access.moderated:
+        raise ConfigError(
+            f"project {manifest.project.name} is open: peers hear rollback orders only from the "
+            "coordinator of a moderated project"
+        )
+    key_path: Path = args.key or db.parent / f"{manifest.project.name}-key.pem"
+    if not key_path.exists():
+        raise ConfigError(f"there is no project key at {key_path}; pass --key PATH")
+    identity = Identity.load(key_path)
+    check_project_key(manifest, identity.peer_id, f"the key in {key_path}")
+    epoch, reason = args.to_epoch, args.reason
+    if args.checkpoints is not None:
+        _check_checkpoint(args.checkpoints, epoch)
+    issued = time.time()
+
+    def sign(sequence: int) -> str:
+        order = sign_order(
+            identity,
+            manifest.project.name,
+            sequence=sequence,
+            to_epoch=epoch,
+            issued=issued,
+            reason=reason,
+        )
+        return order_to_text(order)
+
+    with CoordinatorStore(db) as store:
+        stored = store.rollbacks.issue(epoch, reason, issued, sign)
+    print(
+        f"rollback #{stored.sequence} to the checkpoint of epoch {epoch} signed and stored: "
+        f"every peer hears of it within one refresh interval "
+        f"({manifest.access.refresh_interval:g} s), loads that checkpoint from a backbone peer "
+        "that holds it (or the published checkpoint URL) and trains on from there, with epochs "
+        "numbered on. A backbone without that checkpoint logs why, and peers keep training."
+    )
+    return 0
+
+
+def _check_checkpoint(folder: Path, epoch: int) -> None:
+    """``ConfigError`` unless the backbone's folder holds the checkpoint of ``epoch``."""
+    # the name ``CheckpointStore.path_for`` gives (not imported: it would load torch here)
+    if (folder / f"checkpoint-{epoch:08d}.pt").is_file():
+        return
+    held = sorted(p.name for p in folder.glob("checkpoint-*.pt")) if folder.is_dir() else []
+    raise ConfigError(
+        f"{folder} holds no checkpoint of epoch {epoch}"
+        + (f"; it holds {', '.join(held)}" if held else "")
+    )
+
+
+def _print_orders(orders: list[StoredOrder]) -> None:
+    if not orders:
+        print("no rollback ordered")
+        return
+    for order in orders:
+        reason = f": {order.reason}" if order.reason else ""
+        print(f"#{order.sequence}  {_utc(order.issued)}  to epoch {order.to_epoch}{reason}")
 
 
 def _read_password() -> str:

@@ -40,6 +40,7 @@ from core.training.events import PeerEvent, PeerStopped, to_json
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
+    from core.training.byzantine import Misbehaviour
     from core.training.published import CheckpointPublishing
     from core.training.runtime import PeerSettings
 
@@ -101,6 +102,8 @@ def register(commands: Any) -> None:
                 "--device", default="cpu", help="cpu, cuda, cuda:1, mps, auto (the best here)"
             )
             parser.add_argument("--from-checkpoint", type=Path, default=None)
+            # the demo swarm's Byzantine peers (``barnraise swarm --byzantine K``): never for real use
+            parser.add_argument("--attack", default=None, help=argparse.SUPPRESS)
         else:
             parser.add_argument("--checkpoint-every", type=int, default=10, help="0: none")
             parser.add_argument("--keep-checkpoints", type=int, default=3)
@@ -150,6 +153,7 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         keep_checkpoints=args.keep_checkpoints if aux else 3,
         start_from=None if aux else args.from_checkpoint,
         until_epoch=args.until_epoch,
+        misbehaviour=_misbehaviour(getattr(args, "attack", None)),
         publishing=publishing_from_args(args, manifest) if aux else None,
     )
 
@@ -192,6 +196,21 @@ def publishing_from_args(
     return CheckpointPublishing(folder, project_key, manifest.project.name)
 
 
+def _misbehaviour(attack: str | None) -> Misbehaviour | None:
+    """``--attack KIND``: this peer misbehaves on purpose (``core.training.byzantine``)."""
+    from core.training.byzantine import Attack, Misbehaviour  # noqa: PLC0415 - torch
+
+    if attack is None:
+        return None
+    kind = Attack.parse(attack)
+    if not kind.gradients:
+        raise ConfigError(
+            f"--attack {kind} cannot run in a peer process yet: the averager has no hook for a "
+            "lying reducer (the tests and benchmarks/byzantine_losses.py run it)"
+        )
+    return Misbehaviour(kind)
+
+
 def _random_seed() -> int:
     return secrets.randbelow(2**31)
 
@@ -221,6 +240,7 @@ async def _run(args: argparse.Namespace) -> int:
             on_metrics=None if reporter is None else (
                 lambda metrics: reporter.submit(metrics.contribution_report())
             ),
+            on_evidence=None if reporter is None else reporter.submit_evidence,
         )  # fmt: skip
         return await _serve(settings, stop)
 

@@ -9,6 +9,11 @@ the auxiliary peer's metrics. Ctrl-C, or the end of ``--minutes``, stops every p
 With ``--moderated`` it runs as a moderated project with a coordinator, accounts and access passes,
 and prints the leaderboard at the end.
 
+With ``--byzantine K`` the last K trainers misbehave on purpose (``--attack``: their gradients
+x1000 by default, or sign-flipped x10, noise, NaN), to show the defences: with the manifest's
+``[averaging] aggregation = "centered_clip"`` the loss still falls, and the auxiliary peer's
+accusations, printed as they come, name the misbehaving peers.
+
 Once its peers run, the swarm announces itself to the engine on this computer with a record in the
 user's runtime folder: the desktop app offers it on first run, and an engine attached with
 ``--local-swarm`` joins it wherever it listens this time. The record goes when the swarm stops.
@@ -25,7 +30,7 @@ from typing import Any
 from core.cli.signals import run_command, stop_on_signals
 from core.cli.swarm_text import SwarmPrinter
 from core.swarm.demo_data import DEMO_MANIFEST
-from core.swarm.run import LocalSwarmRun, SwarmOptions
+from core.swarm.run import ATTACKS, LocalSwarmRun, SwarmOptions
 
 # the swarm itself is core.swarm (LocalSwarmRun); this module reads the arguments, and what the
 # swarm has to say is printed by swarm_text
@@ -55,6 +60,20 @@ def register(commands: Any) -> None:
         action="store_true",
         help="with --moderated: keep the accounts made in earlier runs (the leaderboard restarts)",
     )
+    parser.add_argument(
+        "--byzantine",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K of the trainers misbehave on purpose, to show the defences (default 0)",
+    )
+    parser.add_argument(
+        "--attack",
+        choices=ATTACKS,
+        default="scale",
+        help="what the --byzantine trainers do: gradients x1000 (scale, the default), "
+        "sign-flipped x10, noise, NaN",
+    )
     parser.set_defaults(run=run)
 
 
@@ -69,6 +88,8 @@ def _options(args: argparse.Namespace) -> SwarmOptions:
         checkpoint_every=args.checkpoint_every,
         moderated=args.moderated,
         keep_accounts=args.keep_accounts,
+        byzantine=args.byzantine,
+        attack=args.attack,
     )
 
 
@@ -89,6 +110,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--peers must be 0 or more"
     if args.keep_accounts and not args.moderated:
         return "--keep-accounts goes with --moderated (an open swarm has no accounts)"
+    if not 0 <= args.byzantine <= args.peers:
+        return f"--byzantine must be 0 to --peers ({args.peers}), not {args.byzantine}"
     return None
 
 

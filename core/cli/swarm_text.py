@@ -44,6 +44,17 @@ class SwarmPrinter:
     def problem(self, message: str) -> None:
         print(f"barnraise swarm: {message}", file=sys.stderr, flush=True)
 
+    def byzantine(self, name: str, peer: str, attack: str) -> None:
+        _say(f"{name} ({peer}) misbehaves on purpose: --attack {attack}")
+
+    def evidence(self, line: str) -> None:
+        _say(f"aux: {line}")
+
+    def accused(self, lines: list[str]) -> None:
+        _say("accused during this run:")
+        for line in lines:
+            _say(f"  {line}")
+
     def standings(self, standings: Standings) -> None:
         _say("leaderboard (samples in completed epochs):")
         for entry in standings.users:

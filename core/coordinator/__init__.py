@@ -15,6 +15,12 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
 - ``peer_keys``    which account proved each peer key: one key, one account.
 - ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
 - ``reports``      reading the auxiliary peer's epoch report and checking each contribution's pass.
+- ``evidence``     reading the auxiliary peer's evidence report: each accusation's signature,
+  project, age, and the standing of the account that proved the reporter's key; a rate per account.
+- ``evidence_records`` the accepted accusations, and the listing by accused peer (with its user and
+  how many distinct accounts accused it) that ``barnraise coordinator reports`` prints.
+- ``rollback``     the moderators' signed rollback orders: numbered, checked against the epochs
+  reported, stored; the latest is what ``GET /rollback`` serves to every peer.
 - ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.
 - ``names``        username rules (NFKC, case-folded key) and ``Password``, which never prints itself.
 - ``confusables``  the UTS #39 skeleton of a name, from the table in ``resources/confusables``.

@@ -21,6 +21,16 @@ Schema 2 (issue 18, hardening) adds:
   from before (``passes``, kept as they were) name keys nobody proved: they can no longer get
   anyone else's key revoked or credited. Such a key is free for whoever proves it first, and a
   legacy pass it holds still admits it until it expires (at most ``pass_lifetime``).
+
+Schema 3 (issue 20, accountability) adds ``evidence``: members' signed accusations, as the
+auxiliary peer passed them on (``evidence``, ``evidence_records``). One row per accusation
+(reporter, accused, group, part, chunk, statistic), so a report sent twice counts once; the
+signature is kept so that anyone can check a row again. ``reporter_user`` is the account that had
+proved the reporter's key when the row arrived; the accused's account is looked up when read
+(``peer_keys``), so a key proved later is still named.
+
+Schema 4 (issue 20, rollback) adds ``rollbacks``: the moderators' signed rollback orders, numbered
+from 1, never removed (``rollback``).
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from pathlib import Path
 from core.coordinator.errors import StoreError
 from core.util.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
@@ -125,6 +135,40 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
         "CREATE INDEX peer_keys_by_user ON peer_keys (user_key)",
+    ),
+    (
+        """
+        CREATE TABLE evidence (
+            reporter TEXT NOT NULL,
+            accused TEXT NOT NULL,
+            group_id TEXT NOT NULL,
+            part INTEGER NOT NULL,
+            chunk INTEGER NOT NULL,
+            statistic TEXT NOT NULL,
+            reporter_user TEXT NOT NULL REFERENCES users (key),
+            round TEXT NOT NULL,
+            epoch INTEGER NOT NULL,
+            value REAL,
+            reason TEXT NOT NULL,
+            time REAL NOT NULL,
+            received REAL NOT NULL,
+            signature BLOB NOT NULL,
+            PRIMARY KEY (reporter, accused, group_id, part, chunk, statistic)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX evidence_by_accused ON evidence (accused, time)",
+        "CREATE INDEX evidence_by_reporter ON evidence (reporter_user, received)",
+    ),
+    (
+        """
+        CREATE TABLE rollbacks (
+            sequence INTEGER PRIMARY KEY CHECK (sequence >= 1),
+            to_epoch INTEGER NOT NULL CHECK (to_epoch >= 0),
+            reason TEXT NOT NULL,
+            issued REAL NOT NULL,
+            signed TEXT NOT NULL
+        )
+        """,
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

@@ -2,8 +2,9 @@
 
 Endpoints (JSON; see ``README`` and the issue 7 contract): ``GET /info``, ``POST /signup``,
 ``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass/challenge``, ``POST /pass``,
-``GET /revocations``, ``POST /contributions`` (moderators), ``GET /leaderboard``,
-``GET /leaderboard/me``.
+``GET /revocations``, ``POST /contributions`` (moderators), ``POST /evidence`` (moderators: members'
+signed accusations, judged in ``evidence``), ``GET /leaderboard``, ``GET /leaderboard/me``,
+``GET /rollback`` (the moderators' latest signed rollback order, ``rollback``).
 
 Passes are signed with the project key for ``access.pass_lifetime`` seconds, and only for a peer key
 the caller proves it holds (a signed challenge, ``possession``), which then belongs to that account
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from core.coordinator.accounts import User
 from core.coordinator.errors import BadProof, BadRequest, Conflict, Forbidden, Unauthorized
+from core.coordinator.evidence import EvidenceJudge, parse_evidence_report
 from core.coordinator.http import (
     LARGE_BODY,
     answer,
@@ -143,7 +145,9 @@ class CoordinatorService:
                 web.post("/pass/challenge", self._challenge),
                 web.post("/pass", self._pass),
                 web.get("/revocations", self._revocations),
+                web.get("/rollback", self._rollback),
                 web.post("/contributions", self._contributions),
+                web.post("/evidence", self._evidence),
                 web.get("/leaderboard", self._leaderboard),
                 web.get("/leaderboard/me", self._me),
             ]
@@ -304,6 +308,11 @@ class CoordinatorService:
         now = self.clock.time()
         return answer({"revoked": self.store.passes.revoked(now), "time": now})
 
+    async def _rollback(self, request: web.Request) -> web.Response:
+        """The latest rollback order, signed; public like the revocations (peers verify it)."""
+        latest = self.store.rollbacks.latest()
+        return answer({"rollback": None} if latest is None else latest.to_json())
+
     # ---- contributions and the leaderboard ---------------------------------------------------
 
     async def _contributions(self, request: web.Request) -> web.Response:
@@ -329,6 +338,27 @@ class CoordinatorService:
             len(verdicts.rejected),
         )
         return answer({"accepted": len(verdicts.counted), "rejected": verdicts.rejected})
+
+    async def _evidence(self, request: web.Request) -> web.Response:
+        user = self._session_user(request)
+        if not user.moderator:
+            raise Forbidden("only a moderator account may report evidence")
+        items = parse_evidence_report(await json_body(request, LARGE_BODY))
+        now = self.clock.time()
+        store = self.store
+        verdicts = EvidenceJudge(
+            self.project,
+            now,
+            store.accounts.get,
+            store.peer_keys.owner,
+            store.evidence.received_since,
+        )(items)
+        added = store.evidence.record(verdicts.accepted, now)
+        log.info("evidence: %d accusations accepted (%d new), %d rejected",
+                 len(verdicts.accepted), added, len(verdicts.rejected))  # fmt: skip
+        return answer(
+            {"accepted": len(verdicts.accepted), "new": added, "rejected": verdicts.rejected}
+        )
 
     async def _leaderboard(self, request: web.Request) -> web.Response:
         text = request.query.get("limit", "10")

@@ -21,11 +21,13 @@ from types import TracebackType
 
 from core.coordinator.accounts import Accounts, User
 from core.coordinator.confusables import Confusables
+from core.coordinator.evidence_records import EvidenceRecords
 from core.coordinator.leaderboard import Leaderboard
 from core.coordinator.names import Password, Username
 from core.coordinator.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
 from core.coordinator.peer_keys import PeerKeys
 from core.coordinator.records import Contributions, Passes
+from core.coordinator.rollback import RollbackOrders
 from core.coordinator.schema import open_database, transaction
 from core.coordinator.sessions import Sessions
 
@@ -45,6 +47,8 @@ class CoordinatorStore:
         self.passes = Passes(self._conn)
         self.contributions = Contributions(self._conn)
         self.leaderboard = Leaderboard(self._conn, self.contributions, self.passes)
+        self.evidence = EvidenceRecords(self._conn)
+        self.rollbacks = RollbackOrders(self._conn)
 
     def add_user(
         self,

@@ -6,14 +6,15 @@ as a point of the loss curve and published. ``PeerFailed`` and ``PeerReady``: pu
 at once (the scheduler loop is woken, so the engine's state follows without waiting for the next
 tick). ``PeerWaiting``: the peer started or stopped waiting for the collaboration; the loop is woken
 so that the engine's state says so at once. ``PeerNetwork``: the reachability check's new verdict,
-published.
+published. ``PeerRolledBack``: the moderators' rollback reached our replica; published, for the event
+log to say so.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from core.api.events import CollaborationEpoch, ErrorRaised, NetworkChanged
+from core.api.events import CollaborationEpoch, ErrorRaised, NetworkChanged, RolledBack
 from core.engine.events import EventBus
 from core.engine.history import History, point_from_event
 from core.engine.metering import Metering
@@ -26,6 +27,7 @@ from core.training.events import (
     PeerMetrics,
     PeerNetwork,
     PeerReady,
+    PeerRolledBack,
     PeerStopped,
     PeerWaiting,
 )
@@ -56,5 +58,7 @@ class PeerEvents:
             self._wake.set()  # the trainer exists now: apply the decision (threads, state)
         elif isinstance(event, PeerNetwork):
             self._events.publish(NetworkChanged(project, network_view(event)))
+        elif isinstance(event, PeerRolledBack):
+            self._events.publish(RolledBack(project, event.to_epoch, event.epoch, event.reason))
         elif isinstance(event, PeerStopped):
             pass  # the runner stopped it, and knows

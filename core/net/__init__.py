@@ -8,6 +8,10 @@
 - ``frames``       the frame format and an incremental, I/O-free decoder.
 - ``hello``        the first message of each connection (version, window, listen addresses, pass).
 - ``passes``       AccessPass: a project's signed {user, peer key, expiry}; issuing and checking.
+- ``evidence``     Evidence: a member's signed accusation against another in an averaging round
+  (who, which round, part and chunk, the statistic); signing and checking, wire and JSON forms.
+- ``rollback``     RollbackOrder: the moderators' signed "back to the checkpoint of epoch N";
+  signing and checking, its text form.
 - ``gate``         AccessGate: our pass, the revoked peer keys, and admitting peers by their pass.
 - ``link``         Link and StreamLink: the protocols through which calls and streams use their
   connection (so that none of them imports ``connection``: the package has no import cycle).

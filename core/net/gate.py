@@ -4,7 +4,8 @@ The gate holds the project's name and public key, this peer's own pass, and the 
 coordinator has revoked (those of banned users). The Host asks it about every connection's pass when
 the hello arrives and again whenever something changes (a new revocation list, time passing), and the
 DHT asks it about the pass inside every record that must carry one. Whoever keeps the pass fresh (the
-account layer's pass keeper) calls ``set_pass`` and ``set_revoked``; listeners hear about both.
+account layer's pass keeper) calls ``set_pass`` and ``set_revoked``; listeners hear about both. The
+keeper also leaves the latest rollback order's text here, where the peer's training reads it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class AccessGate:
         self.clock = clock
         self.own_pass: AccessPass | None = None
         self.revoked: frozenset[PeerID] = frozenset()
+        self.rollback_order: str | None = None
+        """The text of the latest rollback order the coordinator serves (``set_rollback_order``).
+        Not checked here: the training side verifies it against the project key before use."""
         self._listeners: list[Callable[[], None]] = []
         self._verified: dict[bytes, AccessPass] = {}
         """Passes whose signature we checked (records repeat the same pass many times)."""
@@ -64,6 +68,10 @@ class AccessGate:
         if revoked != self.revoked:
             self.revoked = revoked
             self._changed()
+
+    def set_rollback_order(self, text: str | None) -> None:
+        """Hold the latest rollback order's text (None: the moderators never ordered one)."""
+        self.rollback_order = text
 
     def presented(self) -> list[object] | None:
         """Our pass in wire form, to put in a hello or a record (None until we have one)."""

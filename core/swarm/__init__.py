@@ -15,6 +15,8 @@ finds and follows it.
   ``standings`` at the end.
 - ``run``        ``LocalSwarmRun``: one run, from the data to the peers, the record and the metrics, and
   stopped in reverse; it reports to a ``SwarmOutput``.
+- ``accused``    the auxiliary peer's accusations, read from its log, named and tallied for the
+  swarm's output (``--byzantine`` shows who the defences caught).
 
 The package sits between the engine (which imports the record, the reader and the follower) and the
 account and coordinator layer. Only ``demo_data`` and ``run`` load torch (the data pipeline, inside

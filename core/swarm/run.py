@@ -8,6 +8,11 @@ auxiliary peer's metrics, one per epoch, until told to stop or its time is up, a
 everything in reverse: the record first (nobody should join a swarm that is stopping), the peers,
 the shard server, and the coordinator after its standings are read.
 
+With ``byzantine`` the last trainers misbehave on purpose (``barnraise peer --attack``;
+``core.training.byzantine``), to show the defences at work: the swarm names them when they start,
+and passes on the auxiliary peer's accusations as they come (``accused``), with a tally at the end.
+The trainers' own events are read and dropped (a pipe nobody reads would fill and stall them).
+
 What it has to say goes to a ``SwarmOutput``: ``barnraise swarm`` prints it (``core.cli.swarm_text``).
 """
 
@@ -21,12 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from core.config.paths import UserDirs
+from core.net.address import PeerAddress
+from core.net.errors import AddressError
 from core.project import Manifest, load_manifest
+from core.swarm.accused import Accusations, LogTail
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.swarm.moderated import ORGANIZER, ModeratedSwarm, Standings, standings, start_coordinator
 from core.swarm.record import LocalSwarm, LocalSwarmError, new_record, remove_swarm, write_swarm
 from core.training.events import PeerMetrics, PeerReady
+from core.util.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
     from core.data import ShardServer
@@ -35,6 +44,11 @@ LOOPBACK = ("--host", "127.0.0.1", "--port", "0")
 """A demo swarm's peers listen on loopback, on any free port: it never leaves this computer."""
 READY_TIMEOUT = 120.0
 """Seconds the auxiliary peer has to say it is ready (it loads torch and the model first)."""
+EVIDENCE_POLL = 1.0
+"""Seconds between reads of the auxiliary peer's log for accusations."""
+ATTACKS = ("scale", "sign-flip", "noise", "nan")
+"""What ``byzantine`` trainers can do (``core.training.byzantine.Attack``; the lying reducer needs
+a hook in the averager that a peer process does not have yet)."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +66,21 @@ class SwarmOptions:
     moderated: bool = False
     keep_accounts: bool = False
     """With ``moderated``: keep the accounts made in earlier runs (the leaderboard restarts)."""
+    byzantine: int = 0
+    """Trainers (the last ones) that misbehave on purpose, to show the defences; 0 normally."""
+    attack: str = "scale"
+    """What they do: one of ``ATTACKS``."""
 
     def __post_init__(self) -> None:
         if self.peers < 0:
             raise ValueError(f"a swarm has 0 or more trainer peers, not {self.peers}")
+        if not 0 <= self.byzantine <= self.peers:
+            raise ValueError(
+                f"--byzantine is how many of the {self.peers} trainer(s) misbehave, "
+                f"not {self.byzantine}"
+            )
+        if self.attack not in ATTACKS:
+            raise ValueError(f"no attack {self.attack!r} in a swarm; one of {', '.join(ATTACKS)}")
         if self.keep_accounts and not self.moderated:
             raise ValueError("keep_accounts goes with moderated (an open swarm has no accounts)")
 
@@ -93,6 +118,15 @@ class SwarmOutput(Protocol):
     def standings(self, standings: Standings) -> None:
         """A moderated swarm's leaderboard, at its end."""
 
+    def byzantine(self, name: str, peer: str, attack: str) -> None:
+        """Trainer ``name`` (PeerID ``peer``) misbehaves on purpose (``--byzantine``): ``attack``."""
+
+    def evidence(self, line: str) -> None:
+        """The auxiliary peer named an accused peer (its line, with the swarm's name added)."""
+
+    def accused(self, lines: list[str]) -> None:
+        """At the end: each accused peer and how often (nothing when nobody was)."""
+
 
 class LocalSwarmRun:
     def __init__(
@@ -106,6 +140,9 @@ class LocalSwarmRun:
         self._moderated: ModeratedSwarm | None = None
         self._children: list[ChildProcess] = []
         self._announced: LocalSwarm | None = None
+        self._tasks = BackgroundTasks("swarm")
+        self._accusations = Accusations()
+        self._aux_log: LogTail | None = None
 
     async def run(self, stop: asyncio.Event) -> int:
         """Start, pass on metrics until ``stop`` is set or the time is up, and stop everything.
@@ -154,6 +191,7 @@ class LocalSwarmRun:
             common += ["--target-batch-size", str(options.target_batch_size)]
         aux_args = ["aux", *common, "--work-dir", str(work / "aux")]
         aux_args += ["--checkpoint-every", str(options.checkpoint_every)]
+        self._aux_log = LogTail.at_end(work / "logs" / "aux.log")  # this run's lines only
         aux = await self._spawn("aux", aux_args, work, ORGANIZER)
         try:
             ready = await asyncio.wait_for(aux.event(), READY_TIMEOUT)
@@ -163,11 +201,16 @@ class LocalSwarmRun:
             self.output.problem("the auxiliary peer did not start; see its log")
             return None
         address = ready.address
+        self._tasks.spawn("evidence", self._pass_on_evidence())
         for i in range(options.peers):
             peer_args = ["peer", *common, "--initial-peers", address, "--data-seed", str(i + 1)]
             peer_args += ["--work-dir", str(work / f"peer-{i}")]
+            byzantine = i >= options.peers - options.byzantine
+            if byzantine:
+                peer_args += ["--attack", options.attack]
             user = self._moderated.user_for_peer(i) if self._moderated is not None else None
-            await self._spawn(f"peer-{i}", peer_args, work, user)
+            child = await self._spawn(f"peer-{i}", peer_args, work, user)
+            self._tasks.spawn(f"events-{child.name}", self._read_trainer(child, byzantine))
         self._announce(manifest, manifest_path, address, base)
         self.output.running(Joining(options.peers, manifest_path, address, base, work / "logs"))
         return aux
@@ -232,6 +275,35 @@ class LocalSwarmRun:
         finally:
             stopping.cancel()
 
+    async def _read_trainer(self, child: ChildProcess, byzantine: bool) -> None:
+        """A trainer's events until it exits: its PeerID from ``ready`` (for the accusations), the
+        rest dropped."""
+        while (event := await child.event()) is not None:
+            if not isinstance(event, PeerReady):
+                continue
+            try:
+                peer_id = PeerAddress.parse(event.address).peer_id
+            except AddressError:
+                peer_id = None
+            if peer_id is None:
+                continue  # accusations will show its PeerID without the swarm's name
+            peer = str(peer_id)
+            self._accusations.started(child.name, peer, byzantine=byzantine)
+            if byzantine:
+                self.output.byzantine(child.name, peer, self.options.attack)
+
+    async def _pass_on_evidence(self) -> None:
+        while True:
+            self._read_evidence()
+            await asyncio.sleep(EVIDENCE_POLL)
+
+    def _read_evidence(self) -> None:
+        if self._aux_log is None:
+            return
+        for line in self._aux_log.new_lines():
+            if (accusation := self._accusations.read(line)) is not None:
+                self.output.evidence(accusation)
+
     async def _close(self) -> None:
         """Stop what was started, in reverse; safe after a start that failed half-way."""
         if self._announced is not None:  # first: nobody should try to join a swarm that is stopping
@@ -240,6 +312,10 @@ class LocalSwarmRun:
         try:
             await asyncio.gather(*(child.stop() for child in reversed(self._children)))
         finally:
+            await self._tasks.close()
+            self._read_evidence()  # what the auxiliary peer wrote on its way out
+            if self._accusations.counts:
+                self.output.accused(self._accusations.summary())
             if self._server is not None:
                 await self._server.close()
             if self._moderated is not None:

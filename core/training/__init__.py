@@ -9,6 +9,8 @@
 - ``state``          TrainingState: model, optimizer and epoch as flat tensors; the epoch's learning rate.
 - ``auxiliary``      AuxiliaryPeer: the backbone; reduces with weight 0, keeps and serves a replica of
   the state (so the model outlives its trainers), aggregates metrics, writes checkpoints.
+- ``evidence``       EvidenceBoard: a round's findings signed and published in the DHT (one owned
+  subkey per reporter); EvidenceCollector: the backbone reads them once each, to log and report.
 - ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
 - ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
@@ -27,8 +29,15 @@
   torch's build), with its reason: what the engine shows before training starts. Torch-free.
 - ``nvml``           NVIDIA GPUs, driver and CUDA versions, temperature, other programs' use, through
   NVML (optional ``pynvml``), never loading CUDA. Torch-free.
-- ``checkpoints``    CheckpointStore: atomic, last K kept, never a non-finite one.
+- ``checkpoints``    CheckpointStore: atomic, last K kept plus milestones (for rollbacks), never a
+  non-finite one.
 - ``published``      publish / fetch a checkpoint over HTTP, verified by an index the project key signs.
+- ``rollback``       following the moderators' rollback orders: the verified order a replica has
+  yet to apply, the last one applied (in snapshots and checkpoints), rollback-aware round names.
+- ``rollback_replica`` ReplicaRollback: applying an order to one replica (a peer's rolled-back
+  state, else checkpoint N from our store or the published URL), epochs numbered on.
+- ``byzantine``      a peer that misbehaves on purpose (gradients x1000, sign-flipped x10, noise, NaN,
+  a lying reducer): how the demo's ``--byzantine``, the tests and the benchmark show the defences.
 - ``errors``         TrainingError, CheckpointError.
 
 This ``__init__`` imports nothing, so that the engine can read ``events`` without loading torch.

@@ -18,29 +18,42 @@ no trainer is left, its own progress record carries its replica's epoch, so that
 from there (the epoch number and the loss go on where they stopped).
 
 It aggregates everyone's progress into per-epoch metrics, and every ``checkpoint_every`` epochs it
-writes its replica as a checkpoint (never one whose loss is NaN), and publishes it if asked.
+writes its replica as a checkpoint (never one whose loss is NaN), and publishes it if asked. A
+rollback order of the moderators puts the replica on one of those checkpoints, one epoch past the
+newest it knows of, for the trainers to download (``rollback_replica``).
+
+It collects the members' signed evidence (``core.training.evidence``) at every new epoch and every
+``evidence_interval`` seconds, names each accused peer (and its user, from the progress records'
+passes) in its log, and hands the new accusations to ``on_evidence`` (the coordinator's reporter).
+Its own findings as a reducer are published like a trainer's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from core.averaging import AveragingResult, Codec
 from core.averaging.state import DownloadedState, StateDownloadError
+from core.net.evidence import Evidence
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
+from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import KEEPALIVE, PeerProgress
+from core.training.rollback import METADATA_KEY, applied_of, round_key
+from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -50,6 +63,12 @@ log = logging.getLogger(__name__)
 
 METRICS_KEPT = 1000
 """Completed epochs' metrics kept in memory (the metrics log on disk has them all)."""
+ACCUSATIONS_KEPT = 1000
+"""Accusations kept in memory (the coordinator keeps them all)."""
+USERS_KEPT = 10_000
+"""PeerID-to-username pairs remembered from progress records, to name accused peers."""
+FINAL_COLLECTION = 5.0
+"""Seconds a stopping auxiliary peer spends on a last collection of evidence."""
 
 Publisher = Callable[[Path, int, float | None], object]
 """Called with a checkpoint's path, epoch and loss once it is written (on a worker thread)."""
@@ -69,6 +88,8 @@ class AuxiliaryConfig:
     """The trainers' gradient clipping (the manifest's): the replica steps exactly as they do."""
     retry_cap: float = 30.0
     """The longest wait between attempts to download the trainers' state."""
+    evidence_interval: float = 30.0
+    """Seconds between collections of evidence while the epoch does not change."""
 
 
 class AuxiliaryPeer:
@@ -81,6 +102,7 @@ class AuxiliaryPeer:
         checkpoints: CheckpointStore | None = None,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
         publish: Publisher | None = None,
+        on_evidence: Callable[[list[Evidence]], None] | None = None,
     ) -> None:
         averager = links.averager
         if averager.config.client_mode or averager.config.auxiliary:
@@ -97,6 +119,14 @@ class AuxiliaryPeer:
         self.checkpoints = checkpoints
         self.on_metrics = on_metrics
         self.publish = publish
+        self.on_evidence = on_evidence
+        self.evidence = EvidenceBoard.of(averager)
+        self.accusations: deque[Reported] = deque(maxlen=ACCUSATIONS_KEPT)
+        """The newest accusations collected (each once), for diagnostics and tests."""
+        self._collector = EvidenceCollector(self.evidence)
+        self._collecting: asyncio.Task[None] | None = None
+        self._collected: tuple[int, float] = (-1, 0.0)  # epoch and monotonic time of the last
+        self._users: dict[str, str] = {}
         self.local = LocalWork(state, config.clip_norm)
         self.epoch = 0
         """The collaboration's epoch as this peer sees it (what its progress record says)."""
@@ -119,6 +149,9 @@ class AuxiliaryPeer:
         self._joining: asyncio.Task[None] | None = None
         self._resync = Retry("the backbone could not refresh its state", log, cap=config.retry_cap)
         self._resync_after = 0.0
+        self.rollback: ReplicaRollback | None = None
+        """Applies the moderators' rollback orders to the replica (from our own checkpoints)."""
+        self._rollback_after = 0.0
         self._me = str(averager.host.peer_id)
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -138,6 +171,10 @@ class AuxiliaryPeer:
                 await asyncio.sleep(self.config.poll_interval)
             if self._checkpointing is not None:
                 await asyncio.gather(self._checkpointing, return_exceptions=True)
+            # the last epochs' accusations, which no later epoch would collect
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FINAL_COLLECTION):
+                    await self._collect_evidence()
         finally:
             await self._tasks.close()
             self.sharing.stop_serving()
@@ -178,6 +215,8 @@ class AuxiliaryPeer:
             await self._publish()
         for metrics in self._aggregator.observe(view.reports, time.time()):
             await self._report(metrics)
+        self._remember_users(view.reports)
+        self._collect_evidence_soon()
         joining = self._joining is not None and not self._joining.done()
         if view.ready and self._joined < view.epoch and view.trainers_at_epoch and not joining:
             # in the background: the records keep being read meanwhile, so that no epoch's totals
@@ -187,7 +226,7 @@ class AuxiliaryPeer:
                 f"round-{view.epoch}",
                 self._join_step(view.epoch, len(view.trainers_at_epoch), grads),
             )
-        elif not joining:
+        elif not joining and not await self._follow_rollback():
             await self._keep_replica_current(newest)  # never while a round changes the replica
 
     async def _join_step(self, epoch: int, trainers: int, grads: list[torch.Tensor]) -> None:
@@ -201,7 +240,8 @@ class AuxiliaryPeer:
         expected = trainers + 1
         for g in grads:
             g.zero_()  # weight 0 makes them irrelevant, but never let a NaN in
-        result = await self._join(f"grads.{epoch}", grads, expected, None)
+        result = await self._join(round_key("grads", epoch, self.state.rollback), grads, expected,
+                                  None)  # fmt: skip
         if result is not None:
             self.rounds_joined += 1
         self.epoch = epoch + 1
@@ -217,7 +257,8 @@ class AuxiliaryPeer:
         if every and self.epoch % every == 0 and trainers >= 2:
             # the trainers' state: parameters and optimizer statistics, averaged exactly
             state = await self.bridge.run(self.local.state_copies)
-            result = await self._join(f"state.{self.epoch}", state, expected, Codec.NONE)
+            key = round_key("state", self.epoch, self.state.rollback)
+            result = await self._join(key, state, expected, Codec.NONE)
             if result is not None and result.complete and len(result.members) == expected:
                 self.state_rounds_joined += 1
                 await self.bridge.run(self.local.write_state, state)
@@ -238,12 +279,14 @@ class AuxiliaryPeer:
             except (StateDownloadError, TimeoutError) as exc:
                 self._resync_after = time.monotonic() + self._resync.failed(str(exc) or "timeout")
                 return
-            if downloaded.version > self.state.epoch:
+            # a state from before a rollback we applied (begun before it) is never loaded
+            if downloaded.version > self.state.epoch and self._accepts(downloaded.metadata):
                 try:
                     await self.bridge.run(self.state.load, downloaded.version, downloaded.tensors)
                 except ValueError as exc:
                     self._resync_after = time.monotonic() + self._resync.failed(str(exc))
                     return
+                self.state.rollback = applied_of(downloaded.metadata)
                 self.downloads += 1
                 self._resync.succeeded()
                 log.info("the backbone loaded epoch %d from the trainers", downloaded.version)
@@ -253,8 +296,35 @@ class AuxiliaryPeer:
             return
         self._downloading = self._tasks.spawn(
             f"download-{newest}",
-            self.sharing.download(newer_than=self.state.epoch, timeout=self.config.state_timeout),
+            self.sharing.download(
+                newer_than=self.state.epoch,
+                timeout=self.config.state_timeout,
+                accept=self._accepts,
+            ),
         )
+
+    def _accepts(self, metadata: dict[str, Any]) -> bool:
+        """Never a state from before a rollback our replica went through."""
+        return applied_of(metadata) >= self.state.rollback
+
+    async def _follow_rollback(self) -> bool:
+        """Apply a new rollback order of the moderators (``rollback_replica``: from a peer that
+        already did, else from our checkpoint of its epoch); True when the replica changed.
+        While it cannot be applied, it is tried again after a growing wait."""
+        rollback = self.rollback
+        order = rollback.pending() if rollback is not None else None
+        if rollback is None or order is None or time.monotonic() < self._rollback_after:
+            return False
+        done = await rollback.apply(order, max(self.epoch, self.state.epoch))
+        if isinstance(done, str):
+            if not rollback.give_up_if_late(order, done):
+                self._rollback_after = time.monotonic() + self._resync.failed(done)
+            return False
+        self._resync.succeeded()
+        self.epoch = max(self.epoch, self.state.epoch)  # newcomers and trainers follow it
+        await self._replica_changed()
+        await self._publish()
+        return True
 
     async def _replica_changed(self) -> None:
         self._snapshot = await self.bridge.run(self.state.snapshot)
@@ -278,6 +348,8 @@ class AuxiliaryPeer:
         if result is None:
             return None
         log.debug("auxiliary round %s: %s", round_key, result.summary())
+        if result.findings:
+            self._tasks.spawn(f"evidence-{round_key}", self.evidence.publish(result, round_key))
         return result
 
     def _record(self) -> PeerProgress:
@@ -286,6 +358,39 @@ class AuxiliaryPeer:
     async def _publish(self) -> None:
         self._published_at = time.monotonic()
         await self.board.publish(self._record())
+
+    # ---- evidence --------------------------------------------------------------------------------
+
+    def _remember_users(self, records: list[PeerProgress]) -> None:
+        if len(self._users) > USERS_KEPT:
+            self._users.clear()
+        self._users.update((r.peer, r.username) for r in records if r.username)
+
+    def _collect_evidence_soon(self) -> None:
+        """A collection in the background at a new epoch, or when the last is old."""
+        if self._collecting is not None and not self._collecting.done():
+            return
+        epoch, at = self._collected
+        now = time.monotonic()
+        if epoch == self.epoch and now - at < self.config.evidence_interval:
+            return
+        self._collected = (self.epoch, now)
+        self._collecting = self._tasks.spawn(f"evidence-{self.epoch}", self._collect_evidence())
+
+    async def _collect_evidence(self) -> None:
+        """Read the accusations published since the last collection; log and pass them on."""
+        try:
+            fresh = await self._collector.collect()
+        except BarnraiseError as exc:
+            log.debug("collecting evidence failed: %s", exc)
+            return
+        if not fresh:
+            return
+        for line in accusations(fresh, self._users):
+            log.warning("%s", line)
+        self.accusations.extend(fresh)
+        if self.on_evidence is not None:
+            self.on_evidence([item.evidence for item in fresh])
 
     # ---- metrics and checkpoints -----------------------------------------------------------------
 
@@ -315,7 +420,7 @@ class AuxiliaryPeer:
             epoch = state.epoch
             if epoch <= self._saved_epoch:
                 return epoch, None  # the replica did not move since the last one
-            metadata = {"epoch": epoch, "samples": metrics.samples}
+            metadata = {"epoch": epoch, "samples": metrics.samples, METADATA_KEY: state.rollback}
             path = store.save(
                 epoch, state.model.state_dict(), state.optimizer.state_dict(), metadata, loss
             )

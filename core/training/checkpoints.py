@@ -1,4 +1,5 @@
-"""Checkpoints on disk: written atomically, never with NaN weights, the newest few kept.
+"""Checkpoints on disk: written atomically, never with NaN weights, the newest few kept, and
+milestones further back for rollbacks.
 
 Any peer can join or restart from a checkpoint, so a bad one spreads: a checkpoint whose loss or
 weights are not finite is refused, and a crash mid-write never leaves a half-written file under a
@@ -8,6 +9,13 @@ Files are read with ``torch.load(weights_only=True)``, which unpickles only tens
 values, so that opening a checkpoint from elsewhere cannot run code. ``metadata`` must therefore
 hold only ``None``, bool, int, float, str, and lists, tuples and str-keyed dicts of these;
 ``save`` checks this up front rather than writing a file that ``load`` would refuse.
+
+Rolling back (``core.training.rollback``) needs the checkpoint the moderators name, usually from
+before the trouble began, so older than the last few. With ``milestone_every`` E the store also keeps
+the newest ``milestones`` checkpoints whose epoch is a multiple of E: a backbone that checkpoints
+every 10 epochs with ``keep=3``, E=100 and 10 milestones holds at most 13 files and can roll back to
+any multiple of 100 over the last 1000 epochs. Retention only ever removes files; a rollback to an
+epoch the store no longer has fails with a message naming the folder.
 
 One store per directory: a store removes the temporary files that an interrupted save left in
 its directory, which would break a second writer saving there at the same time.
@@ -93,13 +101,23 @@ def _check_plain(value: object, where: str) -> None:
 
 class CheckpointStore:
     """The checkpoints in ``directory``, named ``checkpoint-{epoch:08d}.pt``, keeping the newest
-    ``keep`` of them."""
+    ``keep`` of them, and the newest ``milestones`` whose epoch is a multiple of
+    ``milestone_every`` (0: no milestones)."""
 
-    def __init__(self, directory: Path, keep: int = 3) -> None:
+    def __init__(
+        self, directory: Path, keep: int = 3, *, milestone_every: int = 0, milestones: int = 10
+    ) -> None:
         if keep < 1:
             raise CheckpointError(f"a checkpoint store must keep at least 1 checkpoint, not {keep}")
+        if milestone_every < 0 or milestones < 0:
+            raise CheckpointError(
+                f"milestone_every ({milestone_every}) and milestones ({milestones}) must be "
+                "0 or more"
+            )
         self.directory = Path(directory)
         self.keep = keep
+        self.milestone_every = milestone_every
+        self.milestones = milestones
 
     def path_for(self, epoch: int) -> Path:
         """Where the checkpoint of ``epoch`` is (or would be) stored."""
@@ -115,7 +133,8 @@ class CheckpointStore:
     ) -> Path | None:
         """Write the checkpoint of ``epoch`` and prune older ones; return its path.
 
-        Pruning keeps the ``keep`` highest epochs, and always the checkpoint just written.
+        Pruning keeps the ``keep`` highest epochs, the milestones, and always the checkpoint just
+        written.
 
         Returns None, writing nothing, when ``loss`` or a floating tensor in the model or optimizer
         state is NaN or infinite. Raises ``CheckpointError`` for a negative epoch, metadata that is
@@ -164,6 +183,9 @@ class CheckpointStore:
 
     def list(self) -> builtins.list[Path]:
         """The checkpoints in the directory, oldest epoch first."""
+        return [path for _, path in self._epochs()]
+
+    def _epochs(self) -> builtins.list[tuple[int, Path]]:
         if not self.directory.is_dir():
             return []
         found: builtins.list[tuple[int, Path]] = []
@@ -171,7 +193,7 @@ class CheckpointStore:
             match = _NAME.fullmatch(path.name)
             if match is not None and path.is_file():
                 found.append((int(match.group(1)), path))
-        return [path for _, path in sorted(found)]
+        return sorted(found)
 
     @staticmethod
     def load(path: Path) -> Checkpoint:
@@ -197,9 +219,15 @@ class CheckpointStore:
         write_atomically(path, lambda file: torch.save(payload, file), prefix=_TEMP_PREFIX)
 
     def _prune(self, just_saved: Path) -> None:
-        for path in self.list()[: -self.keep]:
-            # an epoch older than those kept is kept anyway, so that the path returned exists
-            if path != just_saved:
+        found = self._epochs()
+        # an epoch older than those kept is kept anyway, so that the path returned exists
+        kept = {just_saved, *(path for _, path in found[-self.keep :])}
+        every = self.milestone_every
+        if every and self.milestones:
+            milestones = [path for epoch, path in found if epoch % every == 0]
+            kept.update(milestones[-self.milestones :])
+        for _, path in found:
+            if path not in kept:
                 remove_old(path, log, "checkpoint")
 
 

@@ -11,7 +11,9 @@ collaboration at a newer epoch downloads the state from up-to-date peers or the 
 newest and answers; never an older state than its own) and drops its unshared samples; until it has
 it, it computes nothing and retries with backoff, and ``waiting_for`` says why. With
 ``delay_parameter_updates`` the averaging and the step run while the next batch is
-computed (gradients one step stale, as in DeDLOC's delayed updates).
+computed (gradients one step stale, as in DeDLOC's delayed updates). A rollback order of the
+moderators is waited for like the state: nothing is contributed until it is applied
+(``rollback_replica``), and no state from before it is ever loaded again.
 
 Torch work runs on the training thread through the bridge; everything else runs on the loop.
 """
@@ -27,17 +29,23 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from core.averaging import AveragingResult, Codec
 from core.averaging.state import StateDownloadError
+from core.net.rollback import RollbackOrder
 from core.training.checkpoints import CheckpointStore
+from core.training.errors import CheckpointError
 from core.training.events import PeerEpoch
+from core.training.evidence import EvidenceBoard
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
 from core.training.readiness import Own, estimate
+from core.training.rollback import applied_of, round_key
+from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -102,10 +110,18 @@ class CollaborativeOptimizer:
         self.fallback: Callable[[int], Awaitable[Path | None]] | None = None
         """A checkpoint the organizers published, newer than the given epoch (verified), or None:
         tried when no peer can give the state."""
+        self.rollback: ReplicaRollback | None = None
+        """Applies the moderators' rollback orders (``core.training.rollback_replica``): checked
+        at every microbatch; none in an open project."""
+        self.tamper: Callable[[list[torch.Tensor]], None] | None = None
+        """Changes our mean gradient in place before it is averaged: only a Byzantine peer on
+        purpose has one (``core.training.byzantine``: the demo, the tests, the benchmark)."""
         self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
         self._peer = str(averager.host.peer_id)
         self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
         self.local = LocalWork(state, config.clip_norm)
+        self.evidence = EvidenceBoard.of(averager)
+        """Publishes what our rounds found against others, signed (the backbone reports it)."""
         self._samples = 0
         self._loss_sum = 0.0
         self._mini_steps = 0
@@ -221,7 +237,7 @@ class CollaborativeOptimizer:
                 # microbatches faster than a read cannot run ahead of what we know
                 await self._refresh_soon()
         view = self.view()
-        if view.epoch > self.epoch:
+        if self._behind():
             await self.wait_for_state()
             return None
         if not view.ready:
@@ -237,14 +253,14 @@ class CollaborativeOptimizer:
         or we are paused. Meanwhile ``waiting_for`` says why, and nothing is computed."""
         while not self.paused and not self._stopping:
             reason = await self.catch_up()
-            if reason is None or self.view().epoch <= self.epoch:
+            if reason is None or not self._behind():
                 break
             self._set_waiting(reason)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._catching_up.failed(reason))
             await self._refresh()
-            if self.view().epoch <= self.epoch:
+            if not self._behind():
                 break
         self._set_waiting(None)
 
@@ -256,25 +272,29 @@ class CollaborativeOptimizer:
             self.on_waiting(reason)
 
     async def catch_up(self) -> str | None:
-        """Load the newest state newer than ours from peers (our unshared samples are dropped);
-        returns why not, or None once loaded."""
+        """Load the newest state newer than ours from peers (our unshared samples are dropped),
+        or first the state a pending rollback order asks for; returns why not, or None once
+        loaded."""
         if self._pending_update is not None:
             await self._pending_update
+        if self.rollback is not None and (order := self.rollback.pending()) is not None:
+            return await self._roll_back(order)
         try:
             downloaded = await self.sharing.download(
-                newer_than=self.epoch, timeout=self.config.state_timeout
+                newer_than=self.epoch, timeout=self.config.state_timeout, accept=self._accepts
             )
         except (StateDownloadError, TimeoutError) as exc:
             if await self._from_published():
                 return None
             why = str(exc) or "timed out"
             return f"no peer could give the state of epoch {self.view().epoch}: {why}"
-        if downloaded.version <= self.epoch:
+        if downloaded.version <= self.epoch or not self._accepts(downloaded.metadata):
             return None
         try:
             await self.bridge.run(self.local.load, downloaded.version, downloaded.tensors)
         except ValueError as exc:  # a donor with another model: not ours to train
             return f"the state peers give does not fit this model: {exc}"
+        self.state.rollback = applied_of(downloaded.metadata)
         log.info("loaded epoch %d from %d peer(s)", downloaded.version, len(downloaded.donors))
         self._reset_epoch()
         await self._after_epoch_change()
@@ -298,9 +318,36 @@ class CollaborativeOptimizer:
         return True
 
     def _restore(self, path: Path) -> None:
-        """On the training thread: the checkpoint's state, our accumulated gradients dropped."""
-        self.state.restore(CheckpointStore.load(path))
+        """On the training thread: the checkpoint's state, our accumulated gradients dropped;
+        never one from before a rollback this state went through."""
+        checkpoint = CheckpointStore.load(path)
+        if not self._accepts(checkpoint.metadata):
+            raise CheckpointError(f"{path.name} is from before rollback #{self.state.rollback}")
+        self.state.restore(checkpoint)
         self.local.zeros()
+
+    def _accepts(self, metadata: dict[str, Any]) -> bool:
+        """A state of peers or organizers may replace ours unless it predates a rollback ours
+        went through (a straggler that has not rolled back yet must not undo it)."""
+        return applied_of(metadata) >= self.state.rollback
+
+    async def _roll_back(self, order: RollbackOrder) -> str | None:
+        """Apply a rollback order of the moderators (``core.training.rollback_replica``); why
+        not yet, or None once applied (or given up: we train on)."""
+        assert self.rollback is not None
+        done = await self.rollback.apply(order, max(self.view().epoch, self.epoch))
+        if isinstance(done, str):
+            return None if self.rollback.give_up_if_late(order, done) else done
+        self._reset_epoch()
+        await self._after_epoch_change()
+        return None
+
+    def _behind(self) -> bool:
+        """The collaboration is ahead of us, or the moderators ordered a rollback: either way,
+        no gradient of our state may reach the others until we have the state they train."""
+        rollback = self.rollback
+        ordered = rollback is not None and rollback.pending() is not None
+        return ordered or self.view().epoch > self.epoch
 
     # ---- accounting ------------------------------------------------------------------------------
 
@@ -394,6 +441,8 @@ class CollaborativeOptimizer:
         if self._pending_update is not None:
             await self._pending_update  # at most one delayed update in flight
         grads = await self.bridge.run(self.local.mean_gradients, samples)
+        if self.tamper is not None:
+            await self.bridge.run(self.tamper, grads)
         expected = len(view.trainers_at_epoch) + sum(
             1 for p in view.peers if p.mode == "aux" and p.epoch == epoch
         )
@@ -428,7 +477,8 @@ class CollaborativeOptimizer:
         batch. Every member of the round sees the same total weight, so they all decide alike.
         After ``MAX_SHORT_ROUNDS`` such rounds in a row the step is taken anyway (a peer that
         reports samples it never brings must not stall everyone)."""
-        result = await self._average(grads, float(samples), f"grads.{epoch}", expected)
+        key = round_key("grads", epoch, self.state.rollback)
+        result = await self._average(grads, float(samples), key, expected)
         if result is not None and not result.complete:
             log.warning("epoch %d: %s", epoch, result.summary())
         weight = result.group_weight if result is not None else float(samples)
@@ -463,7 +513,7 @@ class CollaborativeOptimizer:
         self, tensors: list[torch.Tensor], weight: float, round_key: str, expected: int,
         codec: Codec | None = None,
     ) -> AveragingResult | None:  # fmt: skip
-        return await self.links.round(
+        result = await self.links.round(
             tensors,
             weight=weight,
             round_key=round_key,
@@ -471,6 +521,9 @@ class CollaborativeOptimizer:
             expected=expected,
             codec=codec,
         )
+        if result is not None and result.findings:  # in the background: the step need not wait
+            self._tasks.spawn(f"evidence-{round_key}", self.evidence.publish(result, round_key))
+        return result
 
     async def _average_state(self, epoch: int) -> None:
         trainers = len([p for p in self.view().peers if p.training])
@@ -479,7 +532,8 @@ class CollaborativeOptimizer:
         # auxiliary peers join state rounds with weight 0 (they reduce for trainers in client mode)
         expected = trainers + sum(1 for p in self.view().peers if p.mode == "aux")
         tensors = await self.bridge.run(self.local.state_copies)
-        result = await self._average(tensors, 1.0, f"state.{epoch}", expected, Codec.NONE)
+        key = round_key("state", epoch, self.state.rollback)
+        result = await self._average(tensors, 1.0, key, expected, Codec.NONE)
         if result is None:
             return
         if not result.complete:

@@ -1,5 +1,6 @@
 """What a project's peer tells its owner: ready, one step of its own, an epoch of the collaboration,
-waiting for the collaboration (or no longer), failed to start, stopped. One small frozen dataclass
+waiting for the collaboration (or no longer), rolled back by the moderators, failed to start,
+stopped. One small frozen dataclass
 each, ``PeerEvent`` their union.
 
 Inside the engine they travel as these objects (``ProjectPeer`` and the runner emit them,
@@ -71,6 +72,21 @@ class PeerWaiting(WireMessage):
 
 
 @dataclass(frozen=True)
+class PeerRolledBack(WireMessage):
+    """The moderators' rollback order was applied: this peer's replica holds checkpoint
+    ``to_epoch``'s state, and training goes on at ``epoch`` (numbered on, never back)."""
+
+    to_epoch: int
+    epoch: int
+    sequence: int
+    """The order's number (each applies once)."""
+    reason: str
+    """The moderators' words ("" when they gave none)."""
+    source: str = ""
+    """Where the state came from, in words (a peer, the backbone's checkpoint, the published one)."""
+
+
+@dataclass(frozen=True)
 class PeerFailed(WireMessage):
     """The peer could not start, or stopped with an error (the engine's runner says so)."""
 
@@ -108,7 +124,14 @@ class PeerNetwork(WireMessage):
 
 
 PeerEvent = (
-    PeerReady | PeerEpoch | PeerMetrics | PeerWaiting | PeerFailed | PeerStopped | PeerNetwork
+    PeerReady
+    | PeerEpoch
+    | PeerMetrics
+    | PeerWaiting
+    | PeerRolledBack
+    | PeerFailed
+    | PeerStopped
+    | PeerNetwork
 )
 
 EVENT_NAMES: dict[type[PeerEvent], str] = {
@@ -116,6 +139,7 @@ EVENT_NAMES: dict[type[PeerEvent], str] = {
     PeerEpoch: "epoch",
     PeerMetrics: "metrics",
     PeerWaiting: "waiting",
+    PeerRolledBack: "rollback",
     PeerFailed: "failed",
     PeerStopped: "stopped",
     PeerNetwork: "network",

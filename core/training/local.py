@@ -82,5 +82,9 @@ class LocalWork:
     def load(self, epoch: int, arrays: list[np.ndarray]) -> None:
         """Take a downloaded state; the unshared samples of our epoch are dropped."""
         self.state.load(epoch, arrays)
+        self.drop()
+
+    def drop(self) -> None:
+        """Forget the gradients accumulated so far (the state they were computed on is gone)."""
         for acc in self._accumulators:
             acc.zero_()

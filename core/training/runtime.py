@@ -8,7 +8,9 @@ them as JSON lines.
 
 Both trainers and auxiliary peers report the collaboration's completed epochs (``metrics``: the
 loss over all peers' mini-steps, samples, speed, alive peers); a trainer follows them with
-``curve``, from the records its optimizer fetched anyway.
+``curve``, from the records its optimizer fetched anyway. In a moderated project both follow the
+moderators' rollback orders, which the pass keeper leaves on the access gate (``rollback_replica``);
+each applied order is a ``rollback`` event.
 
 The engine steers a trainer with ``pause`` / ``resume`` / ``set_threads``: a pause drops the current
 microbatch, tells the collaboration we stepped aside and gives the GPU's memory back (tensors moved
@@ -29,12 +31,14 @@ from typing import Any
 import torch
 
 from core.averaging import Averager, AveragerConfig, Codec
+from core.averaging.aggregation import AggregationConfig, Method
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
 from core.net.address import PeerAddress
 from core.net.advertise import parse_ip
 from core.net.connection_kinds import KINDS, peer_kinds
+from core.net.evidence import Evidence
 from core.net.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
 from core.net.reachability import Reachability
@@ -43,18 +47,22 @@ from core.project import Manifest
 from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
+from core.training.byzantine import Misbehaviour
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.control import TrainingControl
 from core.training.curve import follow_metrics, metrics_event
 from core.training.device import training_device
 from core.training.errors import TrainingError
-from core.training.events import PeerEvent, PeerNetwork, PeerReady, PeerWaiting
+from core.training.events import PeerEvent, PeerNetwork, PeerReady, PeerRolledBack, PeerWaiting
 from core.training.lamb import Lamb
 from core.training.links import PeerLinks
+from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
 from core.training.precision import choose_precision
 from core.training.published import CheckpointPublishing, fetch_published_checkpoint
+from core.training.rollback import OrderReader
+from core.training.rollback_replica import ReplicaRollback, RolledBack
 from core.training.schedule import albert_lr_lambda
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
@@ -63,6 +71,9 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 ROLES = ("trainer", "client", "aux")
+MILESTONE_EVERY = 10
+"""The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
+rollback to an older epoch than the last few needs."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,8 @@ class PeerSettings:
     start_from: Path | None = None
     """A checkpoint to start from (any peer can)."""
     until_epoch: int | None = None
+    misbehaviour: Misbehaviour | None = None
+    """A trainer that misbehaves on purpose (the demo swarm's ``--byzantine``); None for real use."""
     identity: Identity | None = None
     start_paused: bool = False
     """Build everything but wait for ``resume`` before the first microbatch (the engine's way)."""
@@ -97,6 +110,8 @@ class PeerSettings:
     """The gate holding this peer's pass (kept fresh by its owner); required in moderated projects."""
     on_metrics: Callable[[EpochMetrics], None] | None = None
     """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
+    on_evidence: Callable[[list[Evidence]], None] | None = None
+    """An auxiliary peer's hook for the members' new signed accusations (reported likewise)."""
     publishing: CheckpointPublishing | None = None
     """Where an auxiliary peer also publishes its checkpoints (signed), for newcomers."""
 
@@ -200,6 +215,12 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         # the backbone joins with weight 0 but as a member that receives the averages: it steps
         # its replica of the state with them (``AuxiliaryPeer``)
         auxiliary=False,
+        aggregation=AggregationConfig(
+            method=Method(a.aggregation),
+            clip_tau=a.clip_tau,
+            clip_iterations=a.clip_iterations,
+            norm_ratio_limit=a.norm_ratio_limit,
+        ),
     )
 
 
@@ -300,6 +321,12 @@ class ProjectPeer:
         )
         self.optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
         self.optimizer.fallback = self._published_fallback()
+        if s.misbehaviour is not None:
+            log.warning("this peer misbehaves on purpose: %s", s.misbehaviour.describe())
+            self.optimizer.tamper = s.misbehaviour.gradient_attack()
+        self.optimizer.rollback = self._rollbacks(
+            self.optimizer.local, links, published=self.optimizer.fallback
+        )
         self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, self.optimizer))
         await self.optimizer.start()
         if not self.control.running:
@@ -342,6 +369,35 @@ class ProjectPeer:
             return fetch_published_checkpoint(url, key, project, folder, newer_than=newer_than)
 
         return fetch
+
+    def _rollbacks(
+        self,
+        local: LocalWork,
+        links: PeerLinks,
+        *,
+        checkpoints: CheckpointStore | None = None,
+        published: Callable[[int], Awaitable[Path | None]] | None = None,
+    ) -> ReplicaRollback | None:
+        """Follows the moderators' rollback orders, which the pass keeper leaves on the gate,
+        verified with the manifest's project key (None in an open project: no key signs any)."""
+        gate = self.settings.access
+        if gate is None:
+            return None
+        orders = OrderReader(lambda: gate.rollback_order, self.prefix, gate.project_key)
+        return ReplicaRollback(
+            orders,
+            local,
+            links,
+            checkpoints=checkpoints,
+            published=published,
+            on_applied=self._rolled_back,
+        )
+
+    def _rolled_back(self, done: RolledBack) -> None:
+        order = done.order
+        self.on_event(
+            PeerRolledBack(order.to_epoch, done.epoch, order.sequence, order.reason, done.source)
+        )
 
     # ---- network -----------------------------------------------------------------------------------
 
@@ -479,7 +535,11 @@ class ProjectPeer:
         assert self.averager is not None
         metrics_log = MetricsLog(s.work_dir / "metrics.jsonl")
         store = (
-            CheckpointStore(s.work_dir / "checkpoints", keep=s.keep_checkpoints)
+            CheckpointStore(
+                s.work_dir / "checkpoints",
+                keep=s.keep_checkpoints,
+                milestone_every=MILESTONE_EVERY * s.checkpoint_every,
+            )
             if s.checkpoint_every
             else None
         )
@@ -504,7 +564,9 @@ class ProjectPeer:
             on_metrics=report,
             # it says where it published; a failure is the auxiliary peer's to report
             publish=s.publishing.publish if s.publishing is not None else None,
+            on_evidence=s.on_evidence,
         )
+        aux.rollback = self._rollbacks(aux.local, links, checkpoints=store)
         await aux.run(stop)
 
     async def close(self) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from core.training.checkpoints import Checkpoint
+from core.training.rollback import METADATA_KEY, applied_of
 
 
 class TrainingState:
@@ -28,6 +29,9 @@ class TrainingState:
         self.optimizer = optimizer
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.epoch = 0
+        self.rollback = 0
+        """The last rollback order applied to this state (``core.training.rollback``; 0: none):
+        travels with snapshots and checkpoints, so that each order applies once."""
         self._lr_lambda = lr_lambda
         self._base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         self.set_learning_rate()
@@ -88,13 +92,14 @@ class TrainingState:
     def snapshot(self) -> tuple[int, dict[str, Any], list[np.ndarray]]:
         """A copy of the whole state for sharing: (epoch, metadata, arrays)."""
         arrays = [t.detach().to("cpu", copy=True).numpy() for t in self.averaged_tensors()]
-        return self.epoch, {"epoch": self.epoch}, arrays
+        return self.epoch, {"epoch": self.epoch, METADATA_KEY: self.rollback}, arrays
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Take model, optimizer and epoch from a checkpoint (errors of torch if it does not fit)."""
         self.model.load_state_dict(checkpoint.model)
         self.optimizer.load_state_dict(checkpoint.optimizer)
         self.epoch = checkpoint.epoch
+        self.rollback = applied_of(checkpoint.metadata)
         self.set_learning_rate()
 
     def load(self, epoch: int, arrays: list[np.ndarray]) -> None:

@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -16,8 +17,10 @@ import pytest
 
 from core.cli.main import main
 from core.coordinator import CoordinatorStore, Password
+from core.coordinator.evidence_records import Accepted
 from core.coordinator.passwords import verify_password
 from core.net import Identity
+from core.net.evidence import sign_evidence
 from tests.coordinator.conftest import PROJECT, manifest_text
 
 OPEN_MANIFEST = f"""
@@ -185,3 +188,63 @@ def test_the_coordinator_never_imports_torch_or_the_training_code() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_reports_list_the_accused_and_ban_one_by_peer_or_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "c.db"
+    code = main(["coordinator", "reports", "--db", str(db)])
+    assert (code, "there is no coordinator database" in capsys.readouterr().err) == (1, True)
+    alice, mallory, stranger = Identity.generate(), Identity.generate(), Identity.generate()
+    now = time.time()
+    with CoordinatorStore(db) as store:
+        store.add_user("alice")
+        store.add_user("mallory")
+        assert main(["coordinator", "reports", "--db", str(db)]) == 0
+        assert capsys.readouterr().out.strip() == "no evidence reported"
+        for user, peer in (("alice", alice), ("mallory", mallory)):
+            store.peer_keys.claim(user, str(peer.peer_id), now)
+            store.passes.record(user, str(peer.peer_id), now, now + 600)
+        accused = [mallory.peer_id, mallory.peer_id, stranger.peer_id]
+        evidence = [
+            sign_evidence(alice, PROJECT, peer, round_key="grads.5", group=b"\xab", epoch=5,
+                          part=part, chunk=-1, statistic="norm_ratio", value=850.0,
+                          reason="norm 850x the median", time=now)
+            for part, peer in enumerate(accused)
+        ]  # fmt: skip
+        store.evidence.record([Accepted(e, "alice") for e in evidence], now)
+
+    code = main(["coordinator", "reports", "--db", str(db)])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["user", "status", "findings", "reporters"]
+    assert lines[1].split()[:4] == ["mallory", "active", "2", "1"]
+    assert lines[1].endswith("norm_ratio")
+    assert f"peer {mallory.peer_id}" in lines[2]
+    assert "latest: norm 850x the median" in lines[3]
+    assert lines[4].split()[:4] == ["?", "active", "1", "1"]
+    assert "an accusation, not proof" in out
+    assert main(["coordinator", "reports", "--json", "--db", str(db)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(a["username"], a["findings"]) for a in listed] == [("mallory", 2), (None, 1)]
+
+    # a peer nobody proved has nobody to ban; the accused peer's account is banned, its peer revoked
+    code = main(["coordinator", "reports", "ban", str(stranger.peer_id), "--db", str(db)])
+    assert (code, "no account here proved" in capsys.readouterr().err) == (1, True)
+    code = main(
+        ["coordinator", "reports", "--db", str(db), "ban", str(mallory.peer_id), "--reason", "x"]
+    )
+    assert code == 0
+    assert capsys.readouterr().out.startswith(
+        f"banned mallory (the account of peer {mallory.peer_id})"
+    )
+    with CoordinatorStore(db) as store:
+        assert store.passes.revoked(time.time()) == [str(mallory.peer_id)]
+        store.unban("mallory")
+    # by name too
+    assert main(["coordinator", "reports", "ban", "MALLORY", "--db", str(db)]) == 0
+    assert "banned mallory" in capsys.readouterr().out
+    code = main(["coordinator", "reports"])
+    assert (code, "needs --db PATH or --manifest F" in capsys.readouterr().err) == (1, True)

@@ -1,0 +1,192 @@
+"""Byzantine peers on purpose: a trainer that misbehaves, so that the defences can be shown to work.
+
+Robust aggregation (CenteredClip and screening at the reducers) and reducer verification are only
+worth their cost if a bad peer really wrecks the plain mean and really does not wreck the defended
+run. This module makes one peer bad in the ways the issue lists, with the real code paths around it:
+
+- ``scale``          its gradients x1000 (a broken GPU, a bad overclock, or malice);
+- ``sign-flip``      its gradients x-10 (pushing the model uphill, ten times harder than one peer may);
+- ``noise``          its gradients replaced by Gaussian noise 100 times their RMS (garbage);
+- ``nan``            its gradients all NaN (a numerical blow-up);
+- ``lying-reducer``  as a reducer, it returns its part's aggregate shifted by 10 times the chunk's
+  RMS (it sends honest data; it lies where only reducer verification can see it).
+
+The gradient attacks are a ``GradientAttack`` the collaborative optimizer applies to its mean
+gradient before it goes to averaging (``CollaborativeOptimizer.tamper``); the peer is otherwise
+honest (it reduces honestly, applies the collaboration's aggregate, reports its true samples), so
+what is measured is the defence against its data alone. The lying reducer is a ``LyingReducer``
+around the honest ``PartReducer`` of a round: everything it reduces is shifted, for every receiver
+and for itself alike.
+
+Nothing here runs in a volunteer's peer: the ways in are the swarm's ``--byzantine K`` demo flag
+(``barnraise peer --attack KIND``, hidden), ``benchmarks/byzantine_losses.py`` and the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from core.averaging.allreduce import AllReduce
+from core.averaging.codecs import F32, Codec, decode, encode
+from core.averaging.reducer import ChunkResult, PartReducer
+from core.util.errors import ConfigError
+
+
+class Attack(StrEnum):
+    SCALE = "scale"
+    SIGN_FLIP = "sign-flip"
+    NOISE = "noise"
+    NAN = "nan"
+    LYING_REDUCER = "lying-reducer"
+
+    @property
+    def gradients(self) -> bool:
+        """Whether it tampers with the peer's gradients (else with what it reduces)."""
+        return self is not Attack.LYING_REDUCER
+
+    @classmethod
+    def parse(cls, text: str) -> Attack:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            kinds = ", ".join(kind.value for kind in cls)
+            raise ConfigError(f"no attack named {text!r}; the attacks are: {kinds}") from None
+
+
+DEFAULT_STRENGTH = {
+    Attack.SCALE: 1000.0,
+    Attack.SIGN_FLIP: -10.0,
+    Attack.NOISE: 100.0,
+    Attack.NAN: math.nan,
+    Attack.LYING_REDUCER: 10.0,
+}
+"""The issue's figures: x1000, sign-flipped x10; noise and the reducer's shift strong enough that
+the plain mean visibly diverges (their size relative to the honest values is what matters)."""
+
+
+@dataclass(frozen=True)
+class Misbehaviour:
+    """What one Byzantine peer does, and how hard."""
+
+    attack: Attack
+    strength: float | None = None
+    """The factor (``scale``, ``sign-flip``), the noise's RMS or the reducer's shift in units of
+    the honest values' RMS; None: the attack's default (``DEFAULT_STRENGTH``)."""
+    seed: int = 0
+    """The noise's seed: a run is reproducible."""
+
+    def __post_init__(self) -> None:
+        if self.strength is not None and not math.isfinite(self.strength):
+            raise ConfigError(f"an attack's strength must be a finite number, not {self.strength}")
+
+    @property
+    def factor(self) -> float:
+        return DEFAULT_STRENGTH[self.attack] if self.strength is None else self.strength
+
+    def describe(self) -> str:
+        """What it does, in words (for the log and the demo's output)."""
+        f = self.factor
+        return {
+            Attack.SCALE: f"its gradients x{f:g}",
+            Attack.SIGN_FLIP: f"its gradients x{f:g} (sign-flipped)",
+            Attack.NOISE: f"Gaussian noise {f:g} times its gradients' RMS instead of them",
+            Attack.NAN: "NaN instead of its gradients",
+            Attack.LYING_REDUCER: f"its part's aggregate shifted by {f:g} times its RMS",
+        }[self.attack]
+
+    def gradient_attack(self) -> GradientAttack:
+        if not self.attack.gradients:
+            raise ConfigError(f"the {self.attack} attack does not touch gradients")
+        return GradientAttack(self)
+
+    def lie_in(self, round_: AllReduce) -> LyingReducer | None:
+        """Make this round's reducer (ours) lie; None when we reduce nothing in it.
+
+        Called with each round this peer runs, before it starts (until the averager offers a hook
+        for it, the tests and the benchmark install it by wrapping ``AllReduce``)."""
+        if self.attack is not Attack.LYING_REDUCER:
+            raise ConfigError(f"the {self.attack} attack is not a reducer's")
+        if round_.reducer is None:
+            return None
+        liar = LyingReducer(round_.reducer, self.factor)
+        # duck-typed: everything but ``result`` goes to the honest reducer
+        round_.reducer = cast(PartReducer, liar)
+        return liar
+
+
+class GradientAttack:
+    """Applied in place to a peer's mean gradient (CPU float32 tensors) before it is averaged.
+
+    Called on the training thread, once per round this peer joins; the noise of each call is
+    drawn from its own generator, so the same run tampers alike every time."""
+
+    def __init__(self, misbehaviour: Misbehaviour) -> None:
+        self.attack = misbehaviour.attack
+        self.factor = misbehaviour.factor
+        self._generator = torch.Generator().manual_seed(misbehaviour.seed)
+        self.rounds = 0
+        """How many times it tampered (the tests check that it really ran)."""
+
+    def __call__(self, gradients: list[torch.Tensor]) -> None:
+        self.rounds += 1
+        with torch.no_grad():
+            for g in gradients:
+                self._tamper(g)
+
+    def _tamper(self, g: torch.Tensor) -> None:
+        if self.attack is Attack.NAN:
+            g.fill_(math.nan)
+        elif self.attack is Attack.NOISE:
+            rms = float(g.float().pow(2).mean().sqrt()) if g.numel() else 0.0
+            noise = torch.randn(g.shape, generator=self._generator, dtype=torch.float32)
+            # an all-zero gradient still gets garbage: the attack does not depend on the data
+            g.copy_(noise.mul_(self.factor * (rms or 1e-3)))
+        else:  # SCALE, SIGN_FLIP
+            g.mul_(self.factor)
+
+
+class LyingReducer:
+    """A round's honest reducer whose results come out shifted: every element of every chunk it
+    averages gets ``shift`` times the chunk's RMS added, in what it sends to every receiver and in
+    what it keeps for itself (the replicas stay equal; the model moves where the liar wants).
+
+    Everything but ``result`` is the honest reducer's: the inputs, the screening, the exclusions
+    and the findings are real, so only the lie itself differs from an honest round."""
+
+    def __init__(self, honest: PartReducer, shift: float) -> None:
+        self.honest = honest
+        self.shift = shift
+        self.lies = 0
+        """Chunks returned shifted."""
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for what this class does not define: the honest reducer's own
+        return getattr(self.honest, name)
+
+    async def result(self, index: int) -> ChunkResult:
+        outcome = await self.honest.result(index)
+        if outcome.weight <= 0 or outcome.values is None:
+            return outcome  # nothing averaged: nothing to lie about
+        codec = self.honest.spans[index].codec
+        values = shifted(outcome.values, self.shift)
+        data = encode(codec, values)
+        if codec is not Codec.NONE:
+            values = decode(codec, data, values.size)  # what the receivers will decode
+        self.lies += 1
+        return dataclasses.replace(outcome, data=bytes(data), values=values)
+
+
+def shifted(values: F32, shift: float) -> F32:
+    """A copy of ``values`` with ``shift`` times their RMS added to every element (at least a
+    small absolute shift, so that an all-zero chunk is lied about too)."""
+    rms = float(np.sqrt(np.mean(np.square(values, dtype=np.float64)))) if values.size else 0.0
+    out = values.astype(np.float32, copy=True)
+    out += np.float32(shift * (rms or 1e-3))
+    return out

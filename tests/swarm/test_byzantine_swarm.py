@@ -1,0 +1,172 @@
+"""``barnraise swarm --byzantine K``: the flags reach the peers, the misbehaving peers are named,
+and the auxiliary peer's accusations are passed on with the swarm's names for the peers. No peer
+process runs here (a whole swarm takes minutes: ``barnraise swarm --peers 3 --byzantine 1`` by
+hand, figures in the README); the children are stand-ins that print what real ones print."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.cli.main import build_parser
+from core.cli.peer import _settings
+from core.cli.swarm import _options, _usage_problem
+from core.net import Identity
+from core.project import load_manifest
+from core.swarm import run as swarm_run
+from core.swarm.accused import REPEAT_SECONDS, Accusations, LogTail
+from core.swarm.demo_data import DEMO_MANIFEST
+from core.swarm.run import LocalSwarmRun, SwarmOptions
+from core.training.byzantine import Attack
+from core.training.events import PeerEvent, PeerReady
+from core.util.errors import ConfigError
+from tests.support.leaks import wait_until
+from tests.swarm.test_run import Heard
+
+
+class Told(Heard):
+    """Heard, and the Byzantine peers and accusations too."""
+
+    def byzantine(self, name: str, peer: str, attack: str) -> None:
+        self.said.append(("byzantine", (name, peer, attack)))
+
+    def evidence(self, line: str) -> None:
+        self.said.append(("evidence", line))
+
+    def accused(self, lines: list[str]) -> None:
+        self.said.append(("accused", lines))
+
+    def of(self, kind: str) -> list[Any]:
+        return [what for said, what in self.said if said == kind]
+
+
+def test_the_flags_are_checked_and_reach_the_options() -> None:
+    args = build_parser("swarm").parse_args(["swarm", "--peers", "3", "--byzantine", "1"])
+    assert _usage_problem(args) is None
+    options = _options(args)
+    assert (options.byzantine, options.attack) == (1, "scale")  # x1000 unless told otherwise
+    too_many = build_parser("swarm").parse_args(["swarm", "--peers", "2", "--byzantine", "3"])
+    assert _usage_problem(too_many) == "--byzantine must be 0 to --peers (2), not 3"
+    with pytest.raises(SystemExit):  # argparse's choices: only what a peer process can do
+        build_parser("swarm").parse_args(["swarm", "--attack", "lying-reducer"])
+    with pytest.raises(ValueError, match="how many of the 1 trainer"):
+        SwarmOptions(peers=1, byzantine=2)
+    with pytest.raises(ValueError, match="no attack 'bitflip'"):
+        SwarmOptions(byzantine=1, attack="bitflip")
+
+
+def test_a_peer_told_to_attack_gets_a_misbehaviour_and_a_lying_reducer_is_refused() -> None:
+    def settings(*extra: str) -> Any:
+        args = build_parser("peer").parse_args(["peer", "--manifest", str(DEMO_MANIFEST), *extra])
+        return _settings(args)
+
+    assert settings().misbehaviour is None
+    assert settings("--attack", "Sign-Flip").misbehaviour.attack is Attack.SIGN_FLIP
+    with pytest.raises(ConfigError, match="no hook for a lying reducer"):
+        settings("--attack", "lying-reducer")
+    with pytest.raises(ConfigError, match="no attack named 'x'"):
+        settings("--attack", "x")
+
+
+class _Child:
+    """A peer process as the swarm sees it: the events it prints, then its end."""
+
+    def __init__(self, name: str, args: list[str], events: list[PeerEvent]) -> None:
+        self.name, self.args, self._events = name, args, list(events)
+        self.stopped = asyncio.Event()
+        self.proc = type("Proc", (), {"pid": 0})()
+
+    async def event(self) -> PeerEvent | None:
+        if self._events:
+            return self._events.pop(0)
+        await self.stopped.wait()
+        return None
+
+    async def stop(self) -> None:
+        self.stopped.set()
+
+
+async def test_the_last_trainers_attack_and_the_accusations_name_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    log = work / "logs" / "aux.log"
+    log.parent.mkdir(parents=True)
+    aux, *peers = [str(Identity.generate().peer_id) for _ in range(4)]
+    log.write_text(f"an earlier run's line: evidence: peer {peers[2]} accused\n")  # not this run's
+    children: list[_Child] = []
+
+    async def spawn(name: str, args: list[str], *_: Any, **__: Any) -> _Child:
+        peer, role = (aux, "aux") if name == "aux" else (peers[int(name[-1])], "trainer")
+        address = f"/ip4/127.0.0.1/tcp/{4000 + len(children)}/p2p/{peer}"
+        child = _Child(name, args, [PeerReady(address, role)])
+        children.append(child)
+        return child
+
+    monkeypatch.setattr(swarm_run, "spawn_command", spawn)
+    monkeypatch.setattr(swarm_run, "EVIDENCE_POLL", 0.01)
+    told = Told()
+    options = SwarmOptions(peers=3, byzantine=1, attack="nan", work_dir=work)
+    swarm = LocalSwarmRun(options, told, dirs=swarm_run.UserDirs.under(tmp_path / "home"))
+    swarm._announce = lambda *_: None  # no record: no engine here should offer it
+    manifest = load_manifest(DEMO_MANIFEST)
+    try:
+        assert await swarm._start_peers(manifest, work, "http://127.0.0.1:1/") is not None
+        attacking = [c.name for c in children if "--attack" in c.args]
+        assert attacking == ["peer-2"]  # the last one of three
+        assert children[-1].args[children[-1].args.index("--attack") + 1] == "nan"
+        await wait_until(lambda: bool(told.of("byzantine")))
+        assert told.of("byzantine") == [("peer-2", peers[2], "nan")]
+        with log.open("a") as file:  # what the auxiliary peer logs, as it logs it
+            for _ in range(3):
+                file.write(f"2026 WARNING core.training.auxiliary: evidence: peer {peers[2]} "
+                           "accused by 3 peer(s) (3 finding(s)); part 1 ... nonfinite\n")  # fmt: skip
+            file.write(f"evidence: peer {peers[0]} accused by 1 peer(s) (1 finding(s)); clip\n")
+        await wait_until(lambda: len(told.of("evidence")) == 2)
+    finally:
+        await swarm._close()
+    first, honest = told.of("evidence")
+    # the first accusation of each peer is shown, named; repeats wait for REPEAT_SECONDS
+    assert first.startswith(f"evidence: peer {peers[2]} [peer-2, misbehaving on purpose] accused")
+    assert honest.startswith(f"evidence: peer {peers[0]} [peer-0] accused")
+    assert told.of("accused") == [
+        [
+            f"{peers[2]} [peer-2, misbehaving on purpose]: named in 3 accusation(s)",
+            f"{peers[0]} [peer-0]: named in 1 accusation(s)",
+        ]
+    ]
+
+
+def test_accusations_are_read_from_a_growing_log_and_repeats_are_thinned(tmp_path: Path) -> None:
+    log = tmp_path / "aux.log"
+    log.write_text("before\n")
+    tail = LogTail.at_end(log)
+    assert tail.new_lines() == []
+    with log.open("a") as file:
+        file.write("one\ntw")
+    assert tail.new_lines() == ["one"]  # a line half written waits for its end
+    with log.open("a") as file:
+        file.write("o\n")
+    assert tail.new_lines() == ["two"]
+    log.write_text("new\n")  # rotated: read again from its start
+    assert tail.new_lines() == ["new"]
+    assert LogTail(tmp_path / "missing.log").new_lines() == []
+
+    now = [0.0]
+    accusations = Accusations(clock=lambda: now[0])
+    peer = str(Identity.generate().peer_id)
+    line = f"x evidence: peer {peer} accused by 2 peer(s)"
+    assert accusations.read("no accusation here") is None
+    assert accusations.read(line) == f"evidence: peer {peer} accused by 2 peer(s)"
+    assert accusations.read(line) is None
+    assert accusations.read(line) is None
+    now[0] = REPEAT_SECONDS
+    assert accusations.read(line) == (
+        f"evidence: peer {peer} accused by 2 peer(s) (and 2 more since the last line shown)"
+    )
+    assert accusations.summary() == [
+        f"{peer} [not started by this swarm]: named in 4 accusation(s)"
+    ]
