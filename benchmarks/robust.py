@@ -12,6 +12,10 @@ rounds ran back to back), which load that comes and goes on a shared machine mov
 result is compared with the exact mean of the inputs: with honest peers CenteredClip clips nobody
 and returns the mean, so ``rel_rms_err`` stays near 0 for both.
 
+``--verified`` adds a third method to the alternation: CenteredClip with reducer verification on
+(``VerificationConfig(enabled=True)``, its defaults: signed commitments and seals on every chunk, one
+part spot-checked per round by the group), and ``ratio_verified``, its median over the mean's.
+
 ``--quick`` runs a small configuration (3 peers, 200,000 values, one round of each) in seconds, for
 the test that checks this script's fields. ``--losses`` adds the loss figures of the Byzantine
 training runs (``loss_figures``, from ``benchmarks/byzantine_losses.py``).
@@ -36,6 +40,8 @@ from harness import ROOT, PeerProcess, commands, emit, precompile, reply, stop_a
 sys.path.insert(0, str(ROOT))
 
 METHODS = ("mean", "centered_clip")
+VERIFIED = "verified"
+"""CenteredClip with reducer verification on (``--verified``)."""
 
 
 # ---- a peer (worker process) ---------------------------------------------------------------------
@@ -44,6 +50,7 @@ METHODS = ("mean", "centered_clip")
 async def worker(args: argparse.Namespace) -> None:
     from core.averaging import Averager, AveragerConfig
     from core.averaging.aggregation import AggregationConfig, Method
+    from core.averaging.verification import VerificationConfig
     from core.dht import DHTConfig, DHTNode, HostTransport
     from core.net import Host, Identity
 
@@ -65,8 +72,13 @@ async def worker(args: argparse.Namespace) -> None:
             tensor = tensor_for(args.seed, command["round"], args.index, args.numel)
         elif op == "prepare":
             # the reducer reads the method when the round runs: every member sets the same one
-            method = Method(command["method"])
-            averager.config = replace(config, aggregation=AggregationConfig(method=method))
+            verified = command["method"] == VERIFIED
+            method = Method.CENTERED_CLIP if verified else Method(command["method"])
+            averager.config = replace(
+                config,
+                aggregation=AggregationConfig(method=method),
+                verification=VerificationConfig(enabled=verified),
+            )
             pending = await averager.prepare(f"round-{command['round']}", timeout=60)
             answer = {"matched": pending.size}
         elif op == "run":
@@ -143,11 +155,12 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     )
     peers = [first, *others]
     result["setup_s"] = round(time.perf_counter() - started, 2)
+    methods = (*METHODS, VERIFIED) if args.verified else METHODS
     try:
         await one_round(peers, 0, "mean")  # warm-up: connections, imports, first allocations
         for repeat in range(args.repeats):
             # alternate which goes first, so that neither always follows the other
-            order = METHODS if repeat % 2 == 0 else METHODS[::-1]
+            order = methods if repeat % 2 == 0 else methods[::-1]
             for method in order:
                 row = await one_round(peers, len(result["rounds"]) + 1, method)
                 result["rounds"].append(row)
@@ -158,7 +171,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 )
     finally:
         await stop_all(peers)
-    for method in METHODS:
+    for method in methods:
         rows = [r for r in result["rounds"] if r["method"] == method]
         result[method] = {
             "allreduce_s_median": round(statistics.median(r["allreduce_s"] for r in rows), 4),
@@ -172,8 +185,12 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         }
     mean, clip = result["mean"]["allreduce_s_median"], result["centered_clip"]["allreduce_s_median"]
     result["ratio"] = round(clip / mean, 3) if mean > 0 else None
-    # each repeat's two rounds ran back to back: their ratio is blind to load that drifts
-    pairs = [result["rounds"][i : i + 2] for i in range(0, len(result["rounds"]), 2)]
+    if args.verified:
+        verified = result[VERIFIED]["allreduce_s_median"]
+        result["ratio_verified"] = round(verified / mean, 3) if mean > 0 else None
+    # each repeat's rounds ran back to back: their ratio is blind to load that drifts
+    step = len(methods)
+    pairs = [result["rounds"][i : i + step] for i in range(0, len(result["rounds"]), step)]
     paired = [
         next(r["allreduce_s"] for r in pair if r["method"] == "centered_clip")
         / next(r["allreduce_s"] for r in pair if r["method"] == "mean")
@@ -211,6 +228,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="3 peers, 200,000 values, 1 repeat")
     parser.add_argument("--losses", action="store_true", help="add the Byzantine runs' losses")
+    parser.add_argument(
+        "--verified", action="store_true", help="also CenteredClip with reducer verification"
+    )
     parser.add_argument("--epochs", type=int, default=30, help="epochs of each Byzantine run")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -111,21 +111,29 @@ def test_allreduce_benchmark_writes_the_reference_fields(tmp_path: Path) -> None
 def test_robust_benchmark_writes_both_methods_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "robust.json"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "robust.py"), "--quick", "--json", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "robust.py"),
+            "--quick",
+            "--verified",
+            "--json",
+            str(out),
+        ],
         check=True,
         capture_output=True,
         timeout=120,
     )
     result = json.loads(out.read_text())
     assert result["peers"] == 3
-    for method in ("mean", "centered_clip"):
+    for method in ("mean", "centered_clip", "verified"):
         figures = result[method]
         assert figures["allreduce_s_median"] > 0
         assert figures["complete"] is True
         assert figures["findings"] == 0  # honest peers: nobody screened, nobody clipped
         assert 0 <= figures["rel_rms_err_worst"] < 1e-5  # CenteredClip of honest peers: the mean
-    assert {r["method"] for r in result["rounds"]} == {"mean", "centered_clip"}
+    assert {r["method"] for r in result["rounds"]} == {"mean", "centered_clip", "verified"}
     assert result["ratio"] > 0
+    assert result["ratio_verified"] > 0
     assert result["ratio_paired_median"] > 0
 
 

@@ -32,6 +32,7 @@ import torch
 
 from core.averaging import Averager, AveragerConfig, Codec
 from core.averaging.aggregation import AggregationConfig, Method
+from core.averaging.verification import VerificationConfig
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
@@ -221,6 +222,7 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
             clip_iterations=a.clip_iterations,
             norm_ratio_limit=a.norm_ratio_limit,
         ),
+        verification=VerificationConfig(enabled=a.verify_reducers),
     )
 
 

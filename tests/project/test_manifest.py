@@ -437,3 +437,10 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
     assert averager_config(manifest, "aux").aggregation == AggregationConfig(
         Method.MEAN, clip_tau=3.0, clip_iterations=5, norm_ratio_limit=20.5
     )
+    # reducer verification: off unless the manifest asks for it
+    assert not default.averaging.verify_reducers
+    assert not averager_config(default, "trainer").verification.enabled
+    verified = load_manifest(write(tmp_path, render(edited({"averaging.verify_reducers": True}))))
+    assert averager_config(verified, "client").verification.enabled
+    with pytest.raises(ManifestError, match="expected boolean"):
+        parse_manifest(render(edited({"averaging.verify_reducers": "yes"})))
