@@ -154,9 +154,11 @@ class MainWindow(QMainWindow):
         self.first_run.demoRequested.connect(self.demoRequested)
         self.page["dashboard"].loginRequested.connect(self.open_login)  # type: ignore[attr-defined]
         store.connectionChanged.connect(self._connection)
-        store.projectsChanged.connect(lambda _: self._choose_view())
-        store.accountChanged.connect(lambda _: self._status_line())
-        store.stateChanged.connect(lambda _: self._status_line())
+        # bound methods, not lambdas: Qt drops a connection when its receiver is deleted, and a
+        # lambda has none (a state change during teardown reached a deleted label)
+        store.projectsChanged.connect(self._projects_changed)
+        store.accountChanged.connect(self._status_changed)
+        store.stateChanged.connect(self._status_changed)
         store.engineError.connect(self._engine_error)
         geometry = settings.geometry
         if geometry is not None:
@@ -304,6 +306,12 @@ class MainWindow(QMainWindow):
     def _engine_error(self, where: str, message: str) -> None:
         self.banner.setProperty("about", "error")
         self.banner.show_message("warning", f"{where[:1].upper()}{where[1:]}: {message}")
+
+    def _projects_changed(self, _: object) -> None:
+        self._choose_view()
+
+    def _status_changed(self, _: object) -> None:
+        self._status_line()
 
     def _status_line(self) -> None:
         status, text = self.store.connection

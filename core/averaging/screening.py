@@ -6,11 +6,14 @@ reference norm (a gradient x1000 moves a plain mean as far as its sender likes).
 
 The reference is a *lower median*: the ⌈k/2⌉-th smallest of the k norms. A minority of senders
 cannot move it, whatever they send; and unlike the usual median of an even count (the mean of the
-two middle values) it is not raised by half of the senders inflating their norms. It takes three
-senders with data: a pair has no majority to tell who is honest, and honest pairs differ by more
-than ten times in chunks that one batch touched far more than the other (an embedding's rows: a
-clean two-trainer run screened an honest chunk at 12.4x), so a pair is checked for non-finite values
-only. A group of three screens against its true median.
+two middle values) it is not raised by half of the senders inflating their norms. In a pair, that
+makes the reference the smaller norm. A pair has no majority to tell who is honest, and honest pairs
+differ by more than ten times in chunks that one batch touched far more than the other (an
+embedding's rows: a clean two-trainer run screened an honest chunk at 12.4x), so a pair's limit is
+``PAIR_FACTOR`` times the group's: 50x by default, far above what honest pairs showed, and far
+below what does harm (a gradient x1000, noise 100x its size; without it, a round that happened to
+pair the one bad peer with one honest peer let the noise in, and the loss went 23 % off the clean
+run). A group of three screens against its true median.
 
 Chunks that are exactly zero take no part in the reference. A zero chunk has no scale to compare
 with (a peer whose batch touched none of the chunk's rows), and counting zeros would make the one
@@ -32,8 +35,10 @@ from core.averaging.codecs import F32
 
 NONFINITE = "nonfinite"
 NORM_RATIO = "norm_ratio"
-MIN_FOR_NORMS = 3
-"""Senders with data (finite, non-zero chunks) needed before norms are compared at all."""
+MAJORITY = 3
+"""Senders with data (finite, non-zero chunks) for a majority; fewer get ``PAIR_FACTOR``."""
+PAIR_FACTOR = 5.0
+"""A pair's limit over the group's: no majority says which of two chunks is wrong."""
 
 
 def lower_median(values: Sequence[float]) -> float:
@@ -86,16 +91,15 @@ def screen(inputs: Mapping[int, F32], norm_ratio_limit: float) -> Screening:
     if not sizes:
         return result
     result.reference = lower_median(sizes)
-    if len(sizes) < MIN_FOR_NORMS:
-        return result
+    limit = norm_ratio_limit * (PAIR_FACTOR if len(sizes) < MAJORITY else 1.0)
     for sender, norm in result.norms.items():
         if sender in result.screened:
             continue
         ratio = norm / result.reference
-        if ratio > norm_ratio_limit:
+        if ratio > limit:
             result.screened[sender] = (
                 NORM_RATIO,
                 ratio,
-                f"its norm is {ratio:.3g}x the group's median (limit {norm_ratio_limit:g}x)",
+                f"its norm is {ratio:.3g}x the group's median (limit {limit:g}x)",
             )
     return result

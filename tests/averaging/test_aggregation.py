@@ -169,24 +169,29 @@ def test_a_norm_far_above_the_groups_is_screened_with_its_ratio(config: Aggregat
     assert result.included == frozenset({0, 1, 2, 3, 5})
 
 
-def test_a_pair_is_checked_for_non_finite_values_only() -> None:
-    # a pair has no majority: a chunk 12x its partner's is as likely an honest sparse one as a liar
+def test_a_pair_screens_only_what_no_honest_pair_shows() -> None:
+    # a pair has no majority: a chunk 12x its partner's is as likely an honest sparse one as a
+    # liar, so the pair's limit is five times the group's; x1000 is still far beyond it
     good = honest(1, seed=5)[0]
-    inputs = read_only({0: good, 1: good * 1000})
-    result = aggregate_chunk(inputs, ones(inputs), CC)
+    sparse = read_only({0: good, 1: good * 12})
+    result = aggregate_chunk(sparse, ones(sparse), CC)
     assert result.screened == {}
     assert result.included == frozenset({0, 1})
+    inputs = read_only({0: good, 1: good * 1000})
+    result = aggregate_chunk(inputs, ones(inputs), CC)
+    assert set(result.screened) == {1}
+    statistic, ratio, reason = result.screened[1]
+    assert (statistic, round(ratio)) == ("norm_ratio", 1000)
+    assert "(limit 50x)" in reason
+    assert result.values is not None
+    np.testing.assert_array_equal(result.values, good)
     broken = good.copy()
     broken[7] = np.nan
     inputs = read_only({0: good, 1: broken})
-    result = aggregate_chunk(inputs, ones(inputs), CC)
-    assert set(result.screened) == {1}
-    assert result.screened[1][0] == "nonfinite"
-    assert result.values is not None
-    np.testing.assert_array_equal(result.values, good)
-    # a third sender with data makes a majority: the x1000 chunk is screened again
-    inputs = read_only({0: good, 1: good * 1000, 2: honest(1, seed=6)[0]})
-    assert set(aggregate_chunk(inputs, ones(inputs), CC).screened) == {1}
+    assert aggregate_chunk(inputs, ones(inputs), CC).screened[1][0] == "nonfinite"
+    # a third sender with data makes a majority: the group's own limit applies again
+    third = read_only({0: good, 1: good * 12, 2: honest(1, seed=6)[0]})
+    assert set(aggregate_chunk(third, ones(third), CC).screened) == {1}
 
 
 def test_zero_chunks_set_no_scale_and_accuse_nobody() -> None:
