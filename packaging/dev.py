@@ -12,9 +12,10 @@ The environment is rebuilt only when pyproject.toml, setup.py, the constraints f
 ``test`` also runs the engine's tests on Python 3.12 (``second_python.py``), beside the main run;
 without extra arguments only. A machine without Python 3.12 skips that leg and says so, unless the
 CI variable is set (``.ci/run`` sets it): then its absence fails the run. The two-minute churn soak
-(``SOAK_TESTS``) runs beside them too, in its own pytest process: it waits on trainer processes for a
-fixed time and they take whatever CPU is spare, so beside the other tests it costs the run little
-more than its start instead of its whole duration.
+and the NAT lab (``SIDE_TESTS``) run beside them too, in their own pytest process: they wait on
+trainer processes and emulated networks for fixed times, and the trainers take whatever CPU is spare,
+so beside the other tests they cost the run little more than their start instead of their whole
+duration (about four and a half minutes).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ STAMP = VENV / ".barnraise-setup"
 # it; its dependencies come in the next step, under the constraints. TORCH: the second leg's pin.
 TORCH = "torch==2.13.0"
 NO_USABLE_DISPLAY = 3  # the app's exit status when Qt cannot use the display (app/preflight.py)
-SOAK_TESTS = ("tests/cli/test_churn_soak.py",)
+SIDE_TESTS = ("tests/cli/test_churn_soak.py", "tests/lab")
 
 
 def _venv_bin(name: str) -> Path:
@@ -196,16 +197,16 @@ def run_tests(extra: list[str]) -> int:
     second, missing = _second_leg(extra, env)
     if second is not None:
         second.start()
-    soak = None
+    side = None
     if not extra:
-        soak = SideLeg(
-            "the churn soak",
-            [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *SOAK_TESTS],
-            VENV / "tests-soak.log",
+        side = SideLeg(
+            "the churn soak and the NAT lab",
+            [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *SIDE_TESTS],
+            VENV / "tests-side.log",
             env,
         )
-        soak.start()
-        extra = [f"--ignore={test}" for test in SOAK_TESTS]
+        side.start()
+        extra = [f"--ignore={test}" for test in SIDE_TESTS]
     # mypy (half a minute from a cold cache) runs beside the others; its output comes after them
     typing = "mypy (strict, core/ and app/)"
     mypy = subprocess.Popen(
@@ -232,10 +233,10 @@ def run_tests(extra: list[str]) -> int:
     print(f"\n=== {typing} ===\n$ {python} -m mypy\n{typed.rstrip()}", flush=True)
     if mypy.returncode != 0:
         failed.append(typing)
-    if soak is not None:
-        print(f"\n=== {soak.title} ({' '.join(SOAK_TESTS)}) ===", flush=True)
-        if soak.finish() != 0:
-            failed.append(soak.title)
+    if side is not None:
+        print(f"\n=== {side.title} ({' '.join(SIDE_TESTS)}) ===", flush=True)
+        if side.finish() != 0:
+            failed.append(side.title)
     leg = f"pytest on Python {second_python.VERSION}"
     if second is not None:
         print(f"\n=== {leg} ({' '.join(second_python.TEST_PATHS)}) ===", flush=True)
