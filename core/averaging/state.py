@@ -69,10 +69,19 @@ class _Snapshot:
 
 class StateSharing:
     def __init__(
-        self, host: Host, dht: DHTNode, prefix: str, *, keep_seconds: float = 120.0
+        self,
+        host: Host,
+        dht: DHTNode,
+        prefix: str,
+        *,
+        keep_seconds: float = 120.0,
+        refuse: Callable[[PeerID], bool] | None = None,
     ) -> None:
         self._host = host
         self._dht = dht
+        self._refuse = refuse
+        """Donors never to load from: the averager's ban list (a reducer caught lying would go on
+        announcing the state it trained alone on its lies)."""
         self._key = f"{prefix}.state"
         self._provider: StateProvider | None = None
         self._snapshot: _Snapshot | None = None
@@ -175,6 +184,7 @@ class StateSharing:
                 if (
                     peer is None
                     or peer == self._host.peer_id
+                    or (self._refuse is not None and self._refuse(peer))
                     or not isinstance(value, list)
                     or len(value) != 2
                 ):

@@ -36,7 +36,7 @@ class PeerLinks:
         prefix = averager.prefix
         return cls(
             averager,
-            StateSharing(averager.host, averager.dht, prefix),
+            StateSharing(averager.host, averager.dht, prefix, refuse=averager.bans.__contains__),
             ProgressBoard(averager.dht, prefix, access=averager.host.access),
             bridge,
         )

@@ -133,6 +133,15 @@ async def test_the_freshest_state_wins(make_averagers: MakeAveragers) -> None:
     assert got.metadata == {"epoch": 9}
     np.testing.assert_array_equal(got.tensors[0], np.full(1000, 9, np.float32))
     assert got.donors == [averagers[1].host.peer_id]
+    # a donor on the ban list (a reducer caught lying) is never loaded from, however new its state
+    downloader = averagers[3]
+    downloader.bans.ban(averagers[1].host.peer_id, 60, "reducer_mismatch")
+    careful = StateSharing(
+        downloader.host, downloader.dht, "test", refuse=downloader.bans.__contains__
+    )
+    got = await careful.download(timeout=10)
+    assert got.version == 5
+    assert averagers[1].host.peer_id not in got.donors
 
 
 async def test_a_failure_only_touches_its_own_group(make_averagers: MakeAveragers) -> None:
