@@ -11,11 +11,11 @@ The environment is rebuilt only when pyproject.toml, setup.py, the constraints f
 
 ``test`` also runs the engine's tests on Python 3.12 (``second_python.py``), beside the main run;
 without extra arguments only. A machine without Python 3.12 skips that leg and says so, unless the
-CI variable is set (``.ci/run`` sets it): then its absence fails the run. The two-minute churn soak
-and the NAT lab (``SIDE_TESTS``) run beside them too, in their own pytest process: they wait on
-trainer processes and emulated networks for fixed times, and the trainers take whatever CPU is spare,
-so beside the other tests they cost the run little more than their start instead of their whole
-duration (about four and a half minutes).
+CI variable is set (``.ci/run`` sets it): then its absence fails the run. The two-minute churn soak,
+the NAT lab and the training-process tests (``SIDE_TESTS``) run beside them too, in their own pytest
+process: they wait on trainer processes and emulated networks for fixed times, and the trainers take
+whatever CPU is spare, so beside the other tests they cost the run little more than their start
+instead of their whole duration (about seven minutes), and one after another they do not compete.
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ STAMP = VENV / ".barnraise-setup"
 # it; its dependencies come in the next step, under the constraints. TORCH: the second leg's pin.
 TORCH = "torch==2.13.0"
 NO_USABLE_DISPLAY = 3  # the app's exit status when Qt cannot use the display (app/preflight.py)
-SIDE_TESTS = ("tests/cli/test_churn_soak.py", "tests/lab")
+SIDE_TESTS = (
+    "tests/cli/test_churn_soak.py",
+    "tests/lab",
+    "tests/cli/test_training_processes.py",
+)
 
 
 def _venv_bin(name: str) -> Path:
@@ -200,7 +204,7 @@ def run_tests(extra: list[str]) -> int:
     side = None
     if not extra:
         side = SideLeg(
-            "the churn soak and the NAT lab",
+            "the churn soak, the NAT lab and the training processes",
             [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *SIDE_TESTS],
             VENV / "tests-side.log",
             env,
