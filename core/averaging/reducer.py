@@ -139,6 +139,15 @@ class PartReducer:
             chunk.weights.pop(sender, None)
         return True
 
+    def _wants(self, sender: int, chunk: _Chunk) -> bool:
+        """The sender is still expected and has not delivered this chunk, which is still open."""
+        return (
+            sender in self.active
+            and sender not in chunk.got
+            and chunk.done is not None
+            and not chunk.done.done()
+        )
+
     def contribute(self, sender: int, index: int, values: F32, weight: float) -> None:
         """Hold a sender's (decoded) values for chunk ``index``; late or unexpected data is ignored.
 
@@ -146,12 +155,7 @@ class PartReducer:
         finished (a received frame's own buffer, or our own tensor, which only the result writes).
         """
         chunk = self._chunks[index]
-        if (
-            sender not in self.active
-            or sender in chunk.got
-            or chunk.done is None
-            or chunk.done.done()
-        ):
+        if not self._wants(sender, chunk):
             return
         if not (math.isfinite(weight) and weight > 0):
             # a weight is the sender's own claim: NaN or infinity would poison every average
@@ -174,12 +178,7 @@ class PartReducer:
     ) -> None:
         """Decode into an array of the chunk's own (held until the chunk is finished)."""
         chunk = self._chunks[index]
-        if (
-            sender not in self.active
-            or sender in chunk.got
-            or chunk.done is None
-            or chunk.done.done()
-        ):
+        if not self._wants(sender, chunk):
             return
         values = decode(codec, data, chunk.span.count, out=self._spares.take(chunk.span.count))
         chunk.decoded.append(values)
