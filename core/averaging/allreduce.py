@@ -166,10 +166,7 @@ class AllReduce:
                 self.result.findings.extend(self.reducer.findings)
             await self._tasks.close()
         if self.verification is not None:
-            self.verification.seal_now()
-            # before the caller gets its tensors back: a verifier compares the values it received
-            failed = frozenset(self.result.failed_members())
-            self.result.findings.extend(await self.verification.verify(self.tensors.view, failed))
+            await self._verify(self.verification)
         if not self.me.auxiliary:
             self._account_missing()
             self.tensors.commit()
@@ -321,6 +318,44 @@ class AllReduce:
         self._averaged.append((span.start, span.end))
         low = self.result.group_weight
         self.result.group_weight = weight if low == 0 else min(low, weight)
+
+    async def _verify(self, verification: RoundVerification) -> None:
+        verification.seal_now()
+        # before the caller gets its tensors back: a verifier compares the values it received
+        failed = frozenset(self.result.failed_members())
+        self.result.findings.extend(await verification.verify(self.tensors.view, failed))
+        if not self.me.auxiliary:
+            self._undo_lies()
+
+    def _undo_lies(self) -> None:
+        """Put back what a reducer we caught lying sent us: the aggregate we recomputed, or our own
+        input (the part then counts as not averaged, as when its reducer fails)."""
+        assert self.verification is not None
+        verification = self.verification
+        kept: dict[int, int] = {}
+        stuck: dict[int, int] = {}
+        for repair in verification.repairs():
+            span = self.spans[repair.part][repair.chunk]
+            if repair.values is None:
+                stuck[repair.part] = stuck.get(repair.part, 0) + span.count
+                continue
+            self.tensors.view(span)[:] = repair.values
+            if not repair.averaged and (span.start, span.end) in self._averaged:
+                self._averaged.remove((span.start, span.end))
+                self.result.averaged_elements -= span.count
+                kept[repair.part] = kept.get(repair.part, 0) + span.count
+        for part in verification.distrusted():
+            peer = self.group.members[part].peer
+            if peer not in self.result.failed_reducers:
+                self.result.failed_reducers.append(peer)
+            said = f"part {part} (reducer {peer.short()}): caught lying, its values were not used"
+            if kept.get(part):
+                said += f"; {kept[part]} values kept our own"
+            if stuck.get(part):
+                said += (
+                    f"; {stuck[part]} values stay as it sent them (we had no input to go back to)"
+                )
+            self.result.errors.append(said)
 
     def _account_missing(self) -> None:
         covered = sorted(self._averaged)

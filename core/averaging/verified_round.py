@@ -5,7 +5,9 @@ commits to each chunk (``SenderLedger``); as a reducer it checks commitments and
 (``ReducerLedger``); as a receiver it keeps each reducer's seal, refusing ones that are malformed or
 not signed. After the all-reduce it checks the parts its coin chose (``verifier``) and compares every
 seal the members it asked hold with its own: two seals that one reducer signed differently for the
-same part prove that it told members different things.
+same part prove that it told members different things. A part whose reducer it caught is not used:
+``repairs`` says what replaces it (the recomputed aggregate where it has one, else its own input, as
+when a reducer fails).
 
 Its inputs stay available to verifiers for ``timeout`` seconds after the round (``retained``),
 so that members who are not checking anything return at once: only verifiers wait. A member may
@@ -19,10 +21,11 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from core.averaging.aggregation import AggregationConfig
-from core.averaging.codecs import F32
+from core.averaging.codecs import F32, decode
 from core.averaging.commitments import (
     ReducerLedger,
     SenderLedger,
@@ -60,6 +63,18 @@ if TYPE_CHECKING:
     from core.net.host import Host
 
 
+@dataclass(frozen=True)
+class Repair:
+    """What to put in place of one chunk a lying reducer sent."""
+
+    part: int
+    chunk: int
+    values: F32 | None
+    """The recomputed aggregate, or our own input; None when we sent none (nothing to go back to)."""
+    averaged: bool
+    """Whether ``values`` is an aggregate of the group's inputs (else the chunk was not averaged)."""
+
+
 class RoundVerification:
     def __init__(
         self,
@@ -94,6 +109,7 @@ class RoundVerification:
         self._own_seal: asyncio.Future[PartSeal] = asyncio.get_running_loop().create_future()
         self._used: list[frozenset[int] | None] = [None] * len(spans[index])
         self._asked: Counter[PeerID] = Counter()
+        self._checked: dict[int, PartCheck] = {}
 
     # ---- as a sender and as a reducer ------------------------------------------------------------
 
@@ -209,7 +225,40 @@ class RoundVerification:
         for job in await asyncio.gather(*(verify_part(job) for job in jobs)):
             self.findings.extend(job.findings)
             self._compare(job.stamps)
+            self._checked[job.part] = job
         return self.findings
+
+    def distrusted(self) -> list[int]:
+        """Parts (not our own) whose reducer we proved dishonest in this round."""
+        members = self.group.members
+        return sorted(
+            {
+                f.part
+                for f in self.findings
+                if f.statistic in (REDUCER_MISMATCH, REDUCER_EQUIVOCATION)
+                and f.part != self.index
+                and 0 <= f.part < len(members)
+                and f.peer == members[f.part].peer
+            }
+        )
+
+    def repairs(self) -> list[Repair]:
+        """For each chunk of a distrusted part that we did not recompute and find right: the values
+        to use instead of the reducer's. A lie we caught is never applied here; members that did
+        not check the part apply it once, and the ban keeps the liar out of later rounds."""
+        repairs = []
+        for part in self.distrusted():
+            job = self._checked.get(part)
+            for c, span in enumerate(self.spans[part]):
+                if job is not None and c in job.confirmed:
+                    continue
+                if job is not None and c in job.corrected:
+                    repairs.append(Repair(part, c, job.corrected[c], averaged=True))
+                    continue
+                sent = self.sender.sent(part, c) if self.sender is not None else None
+                own = None if sent is None else decode(span.codec, sent, span.count)
+                repairs.append(Repair(part, c, own, averaged=False))
+        return repairs
 
     def _spot_check(self, part: int, received: Callable[[Span], F32], rng: random.Random) -> None:
         """A few chunks of a part nobody asked us to check: are the values it sent us the ones its

@@ -67,6 +67,10 @@ class PartCheck:
     findings: list[Finding] = field(default_factory=list)
     stamps: dict[int, list[SealStamp]] = field(default_factory=dict)
     """Each member's copies of the seals, as it handed them over with its inputs."""
+    confirmed: set[int] = field(default_factory=set)
+    """Chunks whose values we recomputed and found right."""
+    corrected: dict[int, F32] = field(default_factory=dict)
+    """Chunks the reducer lied about: the aggregate their sealed inputs give (what we use instead)."""
 
     def find(self, peer: int, chunk: int, statistic: str, value: float, reason: str) -> None:
         accused = self.group.members[peer].peer
@@ -237,7 +241,10 @@ def _recompute(
     if span.codec is not Codec.NONE:
         expected = decode(span.codec, encode(span.codec, expected), span.count)
     ratio = mismatch(got, expected, span.codec, check.config.tolerance)
-    if ratio > 1.0:
+    if ratio <= 1.0:
+        check.confirmed.add(c)
+    else:
+        check.corrected[c] = expected
         check.find(
             check.part,
             c,

@@ -138,14 +138,23 @@ async def test_a_lying_reducer_is_caught_named_and_kept_out_of_the_next_round(
     configs = [verifying(target_group_size=4)] * 3 + [liar_config]
     averagers = await make_averagers(4, configs=configs)
     liar = averagers[3].host.peer_id
-    results = await one_round(averagers, "lie", tensors_for(4))
-    for result in results[:3]:
+    tensors = tensors_for(4)
+    expected = [sum(t[k] for t in tensors) / 4 for k in range(len(SHAPES))]
+    results = await one_round(averagers, "lie", tensors)
+    for result, mine in zip(results[:3], tensors[:3], strict=True):
         caught = [f for f in result.findings if f.statistic == REDUCER_MISMATCH]
         assert caught, result.findings
         part = result.members.index(liar)
         assert {(f.peer, f.part) for f in caught} == {(liar, part)}
         assert all(f.peer == liar for f in result.findings)
         assert "tolerance" in caught[0].reason
+        # every chunk was recomputed: the lie is replaced by the true mean, nothing is missing
+        for got, want in zip(mine, expected, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5)
+        assert result.averaged_fraction == 1.0
+        assert not result.missing
+        assert result.failed_reducers == [liar]
+        assert any("caught lying" in e for e in result.errors), result.errors
     for honest in averagers[:3]:
         assert liar in honest.bans
 
@@ -160,6 +169,39 @@ async def test_a_lying_reducer_is_caught_named_and_kept_out_of_the_next_round(
         assert liar not in [m.peer for m in pending.group.members]
         pending.cancel()
     assert isinstance(outcomes[3], MatchmakingError)
+
+
+async def test_a_lie_in_a_chunk_nobody_recomputed_is_not_applied_either(
+    make_averagers: MakeAveragers,
+    lying_reducer: Callable[[AggregationConfig], None],
+) -> None:
+    """Checking one chunk of two: the lie found there is replaced by the recomputed mean, and the
+    other chunks of the liar's part go back to each member's own input (counted as missing)."""
+    one_chunk = replace(EVERYTHING, chunks=1)
+    honest = replace(PATIENT, verification=one_chunk, target_group_size=4)
+    liar_config = replace(honest, aggregation=AggregationConfig())
+    lying_reducer(liar_config.aggregation)
+    averagers = await make_averagers(4, configs=[honest] * 3 + [liar_config])
+    liar = averagers[3].host.peer_id
+    tensors = tensors_for(4)
+    before = [[t.copy() for t in mine] for mine in tensors]
+    expected = np.concatenate([sum(t[k] for t in before) / 4 for k in range(len(SHAPES))])
+    results = await one_round(averagers, "lie", tensors)
+    for result, mine, own in zip(results[:3], tensors[:3], before[:3], strict=True):
+        assert against(result, REDUCER_MISMATCH) == {liar}
+        flat, own_flat = np.concatenate(mine), np.concatenate(own)
+        part = result.members.index(liar)
+        first = sum(result.parts[:part])
+        last = first + result.parts[part]
+        kept = np.zeros(len(flat), dtype=bool)
+        for start, end in result.missing:
+            assert first <= start < end <= last, (result.missing, first, last)
+            kept[start:end] = True
+        # the chunks not recomputed, not the one that was (the liar's part spans three)
+        assert 0 < kept.sum() < last - first, result.summary()
+        np.testing.assert_array_equal(flat[kept], own_flat[kept])
+        np.testing.assert_allclose(flat[~kept], expected[~kept], atol=1e-5)
+        assert not result.complete
 
 
 async def test_a_reducer_that_tells_one_member_something_else_is_caught(
