@@ -56,6 +56,10 @@ class BanList:
         self._sweep()
         return frozenset(self._until)
 
+    def names(self) -> frozenset[str]:
+        """The banned PeerIDs as text (as progress records name their peers)."""
+        return frozenset(str(peer) for peer in self.peers())
+
     def __len__(self) -> int:
         self._sweep()
         return len(self._until)

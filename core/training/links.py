@@ -37,7 +37,9 @@ class PeerLinks:
         return cls(
             averager,
             StateSharing(averager.host, averager.dht, prefix, refuse=averager.bans.__contains__),
-            ProgressBoard(averager.dht, prefix, access=averager.host.access),
+            ProgressBoard(
+                averager.dht, prefix, access=averager.host.access, ignored=averager.bans.names
+            ),
             bridge,
         )
 

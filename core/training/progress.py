@@ -10,7 +10,8 @@ Records live ``RECORD_TTL`` seconds and live peers refresh theirs every ``KEEPAL
 record of a peer that vanished (killed, link lost) stops counting within seconds. A peer that stops
 on purpose (quit, SIGTERM) withdraws its record at once: it publishes a ``left`` record, newer than
 its last, which counts for nothing but still carries the totals of the last epoch it finished (so
-that a volunteer who quits right after a step keeps its part of that epoch's metrics).
+that a volunteer who quits right after a step keeps its part of that epoch's metrics). Records of
+peers this one caught lying (``Averager.bans``) are left out of the view.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,8 +204,12 @@ class ProgressBoard:
         *,
         ttl: float = RECORD_TTL,
         access: AccessGate | None = None,
+        ignored: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         self._dht = dht
+        self._ignored = ignored
+        """PeerIDs whose records the view leaves out: the members this peer caught lying (their
+        samples never reach our rounds, and their epoch must not make us wait for their state)."""
         self._key = f"{prefix}.progress"
         self._ttl = ttl
         self._me = str(dht.peer_id)
@@ -230,17 +236,19 @@ class ProgressBoard:
         )
 
     async def fetch(self) -> list[PeerProgress]:
-        """Every record, those of peers that left (``mode == "left"``) included."""
+        """Every record, those of peers that left (``mode == "left"``) included, but not those of
+        ``ignored`` peers."""
         found = await self._dht.get(self._key, latest=True)
         if found is None or not isinstance(found.value, dict):
             return []
         records = []
+        ignored = self._ignored()
         for subkey, entry in found.value.items():
             try:
                 owner = owner_of(subkey)
             except InvalidRecord:
                 continue
-            if owner is None:
+            if owner is None or str(owner) in ignored:
                 continue
             record = PeerProgress.from_wire(str(owner), entry.value)
             if record is None:

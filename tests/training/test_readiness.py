@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
-from core.training.progress import RECORD_TTL, PeerProgress
+from core.training.progress import RECORD_TTL, PeerProgress, ProgressBoard
 from core.training.readiness import Own, estimate, fresh
+from tests.conftest import MakeHost
+from tests.training.conftest import start_node
 
 NOW = 1_000.0
 ME = Own(peer="me", epoch=7, samples=40, speed=10.0, epoch_started=NOW - 3.0)
@@ -83,3 +86,29 @@ def test_the_estimate_is_a_function_of_the_time() -> None:
 def test_fresh_is_the_ttl() -> None:
     assert fresh(record("a", 7, 0, 0.0, RECORD_TTL), NOW)
     assert not fresh(record("a", 7, 0, 0.0, RECORD_TTL + 0.01), NOW)
+
+
+async def test_records_of_peers_we_banned_count_for_nothing(make_host: MakeHost) -> None:
+    """A member this peer caught lying: its samples would never reach our rounds and its epoch
+    must not make us wait for a state we refuse to load from it."""
+    host_a, dht_a = await start_node(make_host, None)
+    host_b, dht_b = await start_node(make_host, str(host_a.addresses[0]))
+    banned: set[str] = set()
+    try:
+        mine = ProgressBoard(dht_a, "collab", ignored=lambda: frozenset(banned))
+        theirs = ProgressBoard(dht_b, "collab")
+        now = time.time()
+        own = PeerProgress(str(host_a.peer_id), 7, 40, 10.0, now)
+        assert await mine.publish(own)
+        assert await theirs.publish(PeerProgress(str(host_b.peer_id), 9, 500, 10.0, now))
+        assert {r.peer for r in await mine.fetch()} == {str(host_a.peer_id), str(host_b.peer_id)}
+        assert mine.view(await mine.fetch(), own, 100).epoch == 9
+        banned.add(str(host_b.peer_id))
+        records = await mine.fetch()
+        assert [r.peer for r in records] == [str(host_a.peer_id)]
+        view = mine.view(records, own, 100)
+        assert (view.epoch, view.samples, len(view.peers)) == (7, 40, 1)
+        assert estimate(records, Own(str(host_a.peer_id), 7, 40, 10.0, now), now) == 40
+    finally:
+        await dht_b.close()
+        await dht_a.close()
