@@ -12,13 +12,9 @@ reaches ``DIVERGED`` times the reference's at the same epoch. A defended run oth
 end. The loss is measured after every epoch on the held-out set, on an honest trainer's replica
 (all replicas are equal).
 
-A lying reducer needs its round's ``AllReduce`` to be built around it, and the averager has no
-hook for that yet: ``lying_reducers`` wraps ``AllReduce`` where the averager builds rounds, for the
-duration of a run (here only: never in the product). Once an honest trainer has caught and banned
-it, the liar leaves (its records withdrawn): the ban keeps it out of rounds, but nothing yet keeps
-honest peers from loading the state it goes on announcing, trained alone on its own lies, when it
-runs ahead of them. That hole is the product's to close (the ban should cover state downloads and
-the progress view); until then a liar that stayed would make these runs hang on its NaN state.
+A lying reducer lies through the averager's ``round_hook`` (as ``barnraise peer --attack
+lying-reducer`` does), and stays for the whole run once caught: the honest trainers' bans keep it
+out of their rounds, their progress views and their state downloads.
 """
 
 from __future__ import annotations
@@ -29,11 +25,10 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the checkout's core
@@ -53,11 +48,10 @@ from benchmarks.byzantine_task import (  # noqa: E402
     shard,
 )
 from core.averaging import Averager, AveragerConfig, AveragingResult  # noqa: E402
-from core.averaging import averager as averager_module  # noqa: E402
 from core.averaging.aggregation import AggregationConfig, Method  # noqa: E402
 from core.averaging.allreduce import AllReduce  # noqa: E402
 from core.dht import DHTConfig, DHTNode, HostTransport  # noqa: E402
-from core.net import Host, Identity, NetConfig, PeerID  # noqa: E402
+from core.net import Host, Identity, NetConfig  # noqa: E402
 from core.training.bridge import TrainingBridge  # noqa: E402
 from core.training.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour  # noqa: E402
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer  # noqa: E402
@@ -134,8 +128,6 @@ class Curve:
     """Rounds (gradient attacks) or chunks (lying reducer) in which the Byzantine peer misbehaved."""
     accused: dict[str, set[str]] = field(default_factory=dict)
     """Peer -> statistics of the findings the honest trainers made against it."""
-    liar_left: bool = False
-    """The lying reducer was caught, and left (see the module's docstring)."""
     rounds_with_byzantine: list[int] = field(default_factory=list)
     """For each honest trainer: its rounds in which the Byzantine peer was a member."""
     banned_by: int = 0
@@ -179,8 +171,6 @@ class _WatchedAverager(Averager):
         self.accused: dict[str, set[str]] = {}
         self.rounds_with: dict[str, int] = {}
         """Member -> rounds of ours it was in."""
-        self.observed: Callable[[], None] = lambda: None
-        """Called after each round (its findings and bans in place)."""
 
     def observe(self, result: AveragingResult) -> None:
         super().observe(result)
@@ -188,7 +178,6 @@ class _WatchedAverager(Averager):
             self.accused.setdefault(str(finding.peer), set()).add(finding.statistic)
         for member in result.members:
             self.rounds_with[str(member)] = self.rounds_with.get(str(member), 0) + 1
-        self.observed()
 
 
 @dataclass
@@ -226,37 +215,26 @@ async def _collaboration(make_host: MakeHost, config: AveragerConfig) -> AsyncIt
 
 
 class _Liars:
-    """Reducers that lie, by peer: rounds are built through ``AllReduce``, which this wraps (the
-    averager has no hook for it yet; ``lying_reducers``)."""
+    """The lying reducers a run made (one per round in which the liar reduced something)."""
 
-    def __init__(self) -> None:
-        self.by_peer: dict[PeerID, Misbehaviour] = {}
-        self.made: dict[PeerID, list[LyingReducer]] = {}
+    def __init__(self, misbehaviour: Misbehaviour) -> None:
+        self.misbehaviour = misbehaviour
+        self.made: list[LyingReducer] = []
 
-    def build(self, host: Host, *args: Any, **kwargs: Any) -> AllReduce:
-        runner = AllReduce(host, *args, **kwargs)
-        misbehaviour = self.by_peer.get(host.peer_id)
-        if misbehaviour is not None and (liar := misbehaviour.lie_in(runner)) is not None:
-            self.made.setdefault(host.peer_id, []).append(liar)
-        return runner
+    def __call__(self, runner: AllReduce) -> None:
+        liar = self.misbehaviour.lie_in(runner)
+        if liar is not None:
+            self.made.append(liar)
 
-    def lies(self, peer: PeerID) -> int:
-        return sum(liar.lies for liar in self.made.get(peer, []))
-
-
-@contextlib.contextmanager
-def lying_reducers() -> Iterator[_Liars]:
-    """While open, peers registered in the yielded ``_Liars`` lie as reducers."""
-    liars = _Liars()
-    with mock.patch.object(averager_module, "AllReduce", liars.build):
-        yield liars
+    @property
+    def lies(self) -> int:
+        return sum(liar.lies for liar in self.made)
 
 
 async def run_scenario(
     scenario: Scenario,
     epochs: int,
     make_host: MakeHost,
-    liars: _Liars,
     *,
     config: AveragerConfig | None = None,
 ) -> Curve:
@@ -280,6 +258,7 @@ async def run_scenario(
                 ),
             )
         attack: GradientAttack | None = None
+        liars: _Liars | None = None
         if scenario.attack is not None:
             misbehaviour = Misbehaviour(scenario.attack, scenario.strength)
             if scenario.attack.gradients:
@@ -287,26 +266,12 @@ async def run_scenario(
                 assert byzantine.optimizer is not None
                 byzantine.optimizer.tamper = attack
             else:
-                liars.by_peer[byzantine.host.peer_id] = misbehaviour
+                liars = _Liars(misbehaviour)
+                byzantine.averager.round_hook = liars
         for peer in peers:
             assert peer.optimizer is not None
             await peer.optimizer.start()
         stop = asyncio.Event()
-        leave = asyncio.Event()
-        """The Byzantine trainer's own stop: the run's, or, for a liar, being caught."""
-
-        def caught_by(averager: _WatchedAverager) -> Callable[[], None]:
-            def caught() -> None:
-                if byzantine.host.peer_id in averager.bans and not leave.is_set():
-                    curve.liar_left = True
-                    leave.set()
-                    assert byzantine.optimizer is not None
-                    byzantine.optimizer.interrupt()
-
-            return caught
-
-        for peer in peers[:BYZANTINE]:
-            peer.averager.observed = caught_by(peer.averager)
         losses = {0: evaluate(peers[0].model, data)}
 
         def measured(model: torch.nn.Module, epoch: int) -> None:
@@ -333,21 +298,16 @@ async def run_scenario(
             honest = index != BYZANTINE
             await trainer.run(
                 until_epoch=epochs,
-                stop=stop if honest else leave,
+                stop=stop,
                 on_epoch=(lambda _: measured(peer.model, optimizer.epoch)) if honest else None,
             )
             curve.microbatches += trainer.microbatches
-            if curve.liar_left and not honest:
-                # its record and its state announcement go: nobody can load its state now
-                await optimizer.close()
-                peer.optimizer = None
-                return
-            stop.set()  # one is done: the others need not wait for a round it will not join
+            if honest:
+                stop.set()  # one is done: the others need not wait for a round it will not join
 
         async def interrupt_on_stop() -> None:
             # a trainer waiting for the state hears no ``stop`` between microbatches
             await stop.wait()
-            leave.set()
             for peer in peers:
                 if peer.optimizer is not None:
                     peer.optimizer.interrupt()
@@ -371,7 +331,7 @@ async def run_scenario(
                     peer.averager.rounds_with.get(curve.byzantine_peer, 0)
                 )
                 curve.banned_by += byzantine.host.peer_id in peer.averager.bans
-        curve.attacks = attack.rounds if attack is not None else liars.lies(byzantine.host.peer_id)
+        curve.attacks = attack.rounds if attack is not None else liars.lies if liars else 0
     curve.seconds = time.monotonic() - started
     return curve
 
@@ -386,13 +346,12 @@ async def run_scenarios(
     """Each its own collaboration, ``concurrency`` at a time in this event loop."""
     slots = asyncio.Semaphore(concurrency)
 
-    async def one(scenario: Scenario, make: MakeHost, liars: _Liars) -> Curve:
+    async def one(scenario: Scenario, make: MakeHost) -> Curve:
         async with slots:
-            return await run_scenario(scenario, epochs, make, liars)
+            return await run_scenario(scenario, epochs, make)
 
     async with _hosts(make_host) as make:
-        with lying_reducers() as liars:
-            curves = await asyncio.gather(*(one(s, make, liars) for s in scenarios))
+        curves = await asyncio.gather(*(one(s, make) for s in scenarios))
     return {curve.scenario.name: curve for curve in curves}
 
 

@@ -15,7 +15,7 @@ exactly what was averaged (see ``AveragingResult``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -84,6 +84,8 @@ class PendingRound:
             config=averager.config if codec is None else replace(averager.config, codec=codec),
             plans=averager.plans,
         )
+        if averager.round_hook is not None:
+            averager.round_hook(runner)
         averager.registry.start(self.group.group_id, runner)
         if runner.verification is not None:
             averager.retained.running(self.group.group_id, runner.verification)
@@ -115,6 +117,9 @@ class Averager:
         self.bans = BanList()
         """Members this peer caught lying (verified reducers): it does not group with them."""
         self.retained = RetainedRounds()
+        self.round_hook: Callable[[AllReduce], object] | None = None
+        """Called with each round before it runs; only the demo's lying reducer sets it
+        (``core.training.byzantine``), to show reducer verification at work."""
         self.matchmaker = Matchmaker(
             host,
             dht,

@@ -82,6 +82,12 @@ def register(commands: Any) -> None:
         parser.add_argument(
             "--target-batch-size", type=int, default=None, help="override the manifest's"
         )
+        parser.add_argument(
+            "--verify-reducers",
+            action="store_true",
+            help="check each other's reducers even if the manifest does not say so (every member "
+            "must: a round refuses members that differ)",
+        )
         parser.add_argument("--until-epoch", type=int, default=None, help=argparse.SUPPRESS)
         parser.add_argument(
             "--username", default=None, help="your account at a moderated project's coordinator"
@@ -132,6 +138,8 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
     manifest = load_manifest(args.manifest)
     if args.target_batch_size is not None:
         manifest = manifest.with_training(target_batch_size=args.target_batch_size)
+    if args.verify_reducers:
+        manifest = manifest.with_averaging(verify_reducers=True)
     default_port = manifest.network.aux_port if args.role == "aux" else manifest.network.peer_port
     port = default_port if args.port is None else args.port
     work_dir = args.work_dir or UserDirs.default().cache / "projects" / manifest.project.name
@@ -202,13 +210,7 @@ def _misbehaviour(attack: str | None) -> Misbehaviour | None:
 
     if attack is None:
         return None
-    kind = Attack.parse(attack)
-    if not kind.gradients:
-        raise ConfigError(
-            f"--attack {kind} cannot run in a peer process yet: the averager has no hook for a "
-            "lying reducer (the tests and benchmarks/byzantine_losses.py run it)"
-        )
-    return Misbehaviour(kind)
+    return Misbehaviour(Attack.parse(attack))
 
 
 def _random_seed() -> int:

@@ -10,7 +10,8 @@ With ``--moderated`` it runs as a moderated project with a coordinator, accounts
 and prints the leaderboard at the end.
 
 With ``--byzantine K`` the last K trainers misbehave on purpose (``--attack``: their gradients
-x1000 by default, or sign-flipped x10, noise, NaN), to show the defences: with the manifest's
+x1000 by default, or sign-flipped x10, noise, NaN; or, as reducers, a shifted aggregate, which
+turns reducer verification on for every peer), to show the defences: with the manifest's
 ``[averaging] aggregation = "centered_clip"`` the loss still falls, and the auxiliary peer's
 accusations, printed as they come, name the misbehaving peers.
 
@@ -72,7 +73,8 @@ def register(commands: Any) -> None:
         choices=ATTACKS,
         default="scale",
         help="what the --byzantine trainers do: gradients x1000 (scale, the default), "
-        "sign-flipped x10, noise, NaN",
+        "sign-flipped x10, noise, NaN, or a reducer returning a shifted aggregate (lying-reducer: "
+        "every peer then verifies reducers)",
     )
     parser.set_defaults(run=run)
 

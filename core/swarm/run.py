@@ -46,9 +46,9 @@ READY_TIMEOUT = 120.0
 """Seconds the auxiliary peer has to say it is ready (it loads torch and the model first)."""
 EVIDENCE_POLL = 1.0
 """Seconds between reads of the auxiliary peer's log for accusations."""
-ATTACKS = ("scale", "sign-flip", "noise", "nan")
-"""What ``byzantine`` trainers can do (``core.training.byzantine.Attack``; the lying reducer needs
-a hook in the averager that a peer process does not have yet)."""
+ATTACKS = ("scale", "sign-flip", "noise", "nan", "lying-reducer")
+"""What ``byzantine`` trainers can do (``core.training.byzantine.Attack``). With a lying reducer
+every peer of the swarm verifies reducers (``--verify-reducers``), which is what catches it."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,8 @@ class LocalSwarmRun:
         threads = max(1, ((os.cpu_count() or 2) - 1) // max(1, options.peers))  # a core for loops
         common = ["--manifest", str(manifest_path), "--data-base", base, "--threads", str(threads)]
         common += LOOPBACK  # the demo swarm lives inside this computer
+        if options.byzantine and options.attack == "lying-reducer":
+            common.append("--verify-reducers")
         if options.target_batch_size:
             common += ["--target-batch-size", str(options.target_batch_size)]
         aux_args = ["aux", *common, "--work-dir", str(work / "aux")]

@@ -50,23 +50,30 @@ def test_the_flags_are_checked_and_reach_the_options() -> None:
     assert (options.byzantine, options.attack) == (1, "scale")  # x1000 unless told otherwise
     too_many = build_parser("swarm").parse_args(["swarm", "--peers", "2", "--byzantine", "3"])
     assert _usage_problem(too_many) == "--byzantine must be 0 to --peers (2), not 3"
-    with pytest.raises(SystemExit):  # argparse's choices: only what a peer process can do
-        build_parser("swarm").parse_args(["swarm", "--attack", "lying-reducer"])
+    liar = build_parser("swarm").parse_args(
+        ["swarm", "--byzantine", "1", "--attack", "lying-reducer"]
+    )
+    assert _options(liar).attack == "lying-reducer"
+    with pytest.raises(SystemExit):  # argparse's choices
+        build_parser("swarm").parse_args(["swarm", "--attack", "bitflip"])
     with pytest.raises(ValueError, match="how many of the 1 trainer"):
         SwarmOptions(peers=1, byzantine=2)
     with pytest.raises(ValueError, match="no attack 'bitflip'"):
         SwarmOptions(byzantine=1, attack="bitflip")
 
 
-def test_a_peer_told_to_attack_gets_a_misbehaviour_and_a_lying_reducer_is_refused() -> None:
+def test_a_peer_told_to_attack_gets_a_misbehaviour() -> None:
     def settings(*extra: str) -> Any:
         args = build_parser("peer").parse_args(["peer", "--manifest", str(DEMO_MANIFEST), *extra])
         return _settings(args)
 
-    assert settings().misbehaviour is None
+    plain = settings()
+    assert plain.misbehaviour is None
+    assert not plain.manifest.averaging.verify_reducers  # the demo manifest's default
     assert settings("--attack", "Sign-Flip").misbehaviour.attack is Attack.SIGN_FLIP
-    with pytest.raises(ConfigError, match="no hook for a lying reducer"):
-        settings("--attack", "lying-reducer")
+    liar = settings("--attack", "lying-reducer", "--verify-reducers")
+    assert liar.misbehaviour.attack is Attack.LYING_REDUCER
+    assert liar.manifest.averaging.verify_reducers
     with pytest.raises(ConfigError, match="no attack named 'x'"):
         settings("--attack", "x")
 
@@ -118,6 +125,7 @@ async def test_the_last_trainers_attack_and_the_accusations_name_them(
         attacking = [c.name for c in children if "--attack" in c.args]
         assert attacking == ["peer-2"]  # the last one of three
         assert children[-1].args[children[-1].args.index("--attack") + 1] == "nan"
+        assert not any("--verify-reducers" in c.args for c in children)
         await wait_until(lambda: bool(told.of("byzantine")))
         assert told.of("byzantine") == [("peer-2", peers[2], "nan")]
         with log.open("a") as file:  # what the auxiliary peer logs, as it logs it
@@ -138,6 +146,32 @@ async def test_the_last_trainers_attack_and_the_accusations_name_them(
             f"{peers[0]} [peer-0]: named in 1 accusation(s)",
         ]
     ]
+
+
+async def test_a_swarm_with_a_lying_reducer_verifies_reducers_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    children: list[_Child] = []
+
+    async def spawn(name: str, args: list[str], *_: Any, **__: Any) -> _Child:
+        peer = str(Identity.generate().peer_id)
+        role = "aux" if name == "aux" else "trainer"
+        child = _Child(name, args, [PeerReady(f"/ip4/127.0.0.1/tcp/4000/p2p/{peer}", role)])
+        children.append(child)
+        return child
+
+    monkeypatch.setattr(swarm_run, "spawn_command", spawn)
+    options = SwarmOptions(peers=3, byzantine=1, attack="lying-reducer", work_dir=work)
+    swarm = LocalSwarmRun(options, Told(), dirs=swarm_run.UserDirs.under(tmp_path / "home"))
+    swarm._announce = lambda *_: None
+    try:
+        assert await swarm._start_peers(load_manifest(DEMO_MANIFEST), work, "http://x/") is not None
+    finally:
+        await swarm._close()
+    assert [c.name for c in children] == ["aux", "peer-0", "peer-1", "peer-2"]
+    assert all("--verify-reducers" in c.args for c in children)  # the auxiliary peer too
+    assert [c.name for c in children if "--attack" in c.args] == ["peer-2"]
 
 
 def test_accusations_are_read_from_a_growing_log_and_repeats_are_thinned(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ every epoch the defended run's held-out loss is within 5 % of it. Losing the Byz
 shard alone moves the curve by about 0.3 % (``data_gap``, checked below), so the 5 % are the
 defence's.
 
-The lying reducer is the exception, said where it is tested: reducer verification catches it after
-the round it lied in, so that round's aggregate is applied, and what it costs depends on which part
-the liar happened to reduce.
+The lying reducer is caught by reducer verification in the round it lies in: every honest trainer
+checks every part, and a part whose reducer it caught is replaced by the aggregate it recomputed
+(or its own input), so the lie is never applied; the liar stays for the whole run, banned.
 """
 
 from __future__ import annotations
@@ -171,21 +171,19 @@ def test_the_plain_mean_lets_the_same_attack_wreck_the_run(
 
 
 @pytest.mark.slow
-def test_a_lying_reducer_is_caught_at_its_first_lie_and_banned(
+def test_a_lying_reducer_is_caught_at_its_first_lie_banned_and_does_no_harm(
     curves: dict[str, Curve], clean: list[float]
 ) -> None:
     curve = curve_of(curves, Attack.LYING_REDUCER, defended=True)
     assert curve.stopped is None
     assert len(curve.losses) == EPOCHS + 1
+    assert curve.attacks >= 1  # it lied
     assert curve.accused.get(curve.byzantine_peer) == {"reducer_mismatch"}
     # every honest trainer that averaged with it checked its part, caught it and refuses it since
+    # (it stays in the run to the end, asking to join every round)
     met = curve.rounds_with_byzantine
     assert all(rounds <= 1 for rounds in met), met
     assert curve.banned_by == sum(met) >= 1, (curve.banned_by, met)
-    # then it leaves (``byzantine_runs``: a banned peer's state could still be loaded)
-    assert curve.liar_left
-    # Its one lie reached the others before it was caught (verification runs after the round),
-    # and that round is applied: how much it costs depends on the part it reduced (the output
-    # layer's is the most sensitive). What is certain is that training goes on without the liar.
-    assert curve.losses[-1] < 0.1 * curve.losses[0], curve.losses
-    assert within(curve.losses[-1:], clean[-1:]) < 0.25, (curve.losses, clean)
+    # the lie each of them caught was put right before its step: the curve is a clean one
+    gap = within(curve.losses, clean)
+    assert gap <= WITHIN, (gap, curve.losses, clean)
