@@ -325,7 +325,10 @@ class ProjectPeer:
         self.optimizer.fallback = self._published_fallback()
         if s.misbehaviour is not None:
             log.warning("this peer misbehaves on purpose: %s", s.misbehaviour.describe())
-            self.optimizer.tamper = s.misbehaviour.gradient_attack()
+            if s.misbehaviour.attack.gradients:
+                self.optimizer.tamper = s.misbehaviour.gradient_attack()
+            else:
+                self.averager.round_hook = s.misbehaviour.lie_in
         self.optimizer.rollback = self._rollbacks(
             self.optimizer.local, links, published=self.optimizer.fallback
         )
