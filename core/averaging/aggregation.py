@@ -41,6 +41,12 @@ class Method(StrEnum):
     CENTERED_CLIP = "centered_clip"
 
 
+CLIP_FINDING_SENDERS = 4
+"""Clipped senders are findings only in chunks with this many senders. With three, τ is the nearer
+of two distances, and honest chunks that one batch touched far more than the others (embedding
+rows) sat more than five times farther: the demo swarm accused honest trainers that way."""
+
+
 @dataclass(frozen=True)
 class AggregationConfig:
     method: Method = Method.MEAN
@@ -122,6 +128,8 @@ class ChunkAggregate:
     """Sender -> (statistic, value, reason), for chunks the checks left out."""
     clipped: dict[int, float] = field(default_factory=dict)
     """Sender -> its CenteredClip factor min(1, τ/‖x − v‖), when below ``clip_finding_below``."""
+    unattributed: frozenset[int] = frozenset()
+    """Screened senders that are no finding (``Screening.unattributed``)."""
 
 
 def aggregate_chunk(
@@ -140,9 +148,12 @@ def aggregate_chunk(
     checks = screen(inputs, config.norm_ratio_limit)
     if not config.screen:
         checks.screened = {}
+        checks.unattributed = set()
     kept = [s for s in sorted(inputs) if s not in checks.screened]
     if not kept:
-        return ChunkAggregate(None, 0.0, frozenset(), checks.screened)
+        return ChunkAggregate(
+            None, 0.0, frozenset(), checks.screened, unattributed=frozenset(checks.unattributed)
+        )
     rows = [inputs[s] for s in kept]
     shares = [float(weights[s]) for s in kept]
     total = math.fsum(shares)
@@ -163,10 +174,13 @@ def aggregate_chunk(
             reference=checks.reference,
             offsets=workspace.matrix("offsets", count, size),
         )
-        clipped = {
-            s: f for s, f in zip(kept, factors, strict=True) if f < config.clip_finding_below
-        }
-    return ChunkAggregate(values, total, frozenset(kept), checks.screened, clipped)
+        if count >= CLIP_FINDING_SENDERS:
+            clipped = {
+                s: f for s, f in zip(kept, factors, strict=True) if f < config.clip_finding_below
+            }
+    return ChunkAggregate(
+        values, total, frozenset(kept), checks.screened, clipped, frozenset(checks.unattributed)
+    )
 
 
 def _check(inputs: Mapping[int, F32], weights: Mapping[int, float]) -> None:

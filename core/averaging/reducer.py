@@ -242,7 +242,8 @@ class PartReducer:
         self._spares.give(decoded)
         for sender, (statistic, value, why) in outcome.screened.items():
             reason = f"chunk {chunk.index} was screened out: {why}"
-            self._record(sender, chunk.index, statistic, value, reason)
+            if sender not in outcome.unattributed:
+                self._record(sender, chunk.index, statistic, value, reason)
             # not exclude(): _advance() is what called us, and it goes on with one sender fewer
             self._leave_out(sender, reason)
         for sender, factor in outcome.clipped.items():

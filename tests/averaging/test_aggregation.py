@@ -91,6 +91,22 @@ def test_a_sign_flipped_sender_with_a_normal_norm_is_clipped_wherever_it_sits(
     assert relative(aggregate_chunk(inputs, ones(inputs), MEAN).values, mean) > 0.4
 
 
+def test_among_three_a_far_sender_is_clipped_but_not_accused() -> None:
+    # with three senders τ is the nearer of two distances: honest sparse chunks sit that far too
+    rng = np.random.default_rng(15)
+    signal = rng.standard_normal(SIZE).astype(np.float32)
+    good = [signal + 0.1 * rng.standard_normal(SIZE).astype(np.float32) for _ in range(2)]
+    inputs = read_only({0: good[0], 1: good[1], 2: -good[0]})
+    result = aggregate_chunk(inputs, ones(inputs), CC)
+    assert result.screened == {}
+    assert result.clipped == {}
+    # the clipping itself still holds it: far nearer the two than the plain mean is
+    mean = np.mean(good, axis=0)
+    assert relative(result.values, mean) < 0.5 * relative(
+        aggregate_chunk(inputs, ones(inputs), MEAN).values, mean
+    )
+
+
 def test_without_outliers_centered_clip_is_the_weighted_mean() -> None:
     inputs = read_only(honest(5, seed=1))
     weights = {0: 1.0, 1: 2.0, 2: 3.0, 3: 10.0, 4: 0.5}
@@ -182,16 +198,22 @@ def test_a_pair_screens_only_what_no_honest_pair_shows() -> None:
     assert set(result.screened) == {1}
     statistic, ratio, reason = result.screened[1]
     assert (statistic, round(ratio)) == ("norm_ratio", 1000)
-    assert "(limit 50x)" in reason
+    assert "(limit 50x; with two senders nobody can tell which is wrong" in reason
     assert result.values is not None
     np.testing.assert_array_equal(result.values, good)
+    # left out, but nobody is accused: honest pairs cross the limit too (a sparse embedding chunk)
+    assert result.unattributed == frozenset({1})
     broken = good.copy()
     broken[7] = np.nan
     inputs = read_only({0: good, 1: broken})
-    assert aggregate_chunk(inputs, ones(inputs), CC).screened[1][0] == "nonfinite"
-    # a third sender with data makes a majority: the group's own limit applies again
+    nonfinite = aggregate_chunk(inputs, ones(inputs), CC)
+    assert nonfinite.screened[1][0] == "nonfinite"
+    assert nonfinite.unattributed == frozenset()  # NaN is wrong whoever sends it
+    # a third sender with data makes a majority: the group's own limit applies again, and accuses
     third = read_only({0: good, 1: good * 12, 2: honest(1, seed=6)[0]})
-    assert set(aggregate_chunk(third, ones(third), CC).screened) == {1}
+    majority = aggregate_chunk(third, ones(third), CC)
+    assert set(majority.screened) == {1}
+    assert majority.unattributed == frozenset()
 
 
 def test_zero_chunks_set_no_scale_and_accuse_nobody() -> None:

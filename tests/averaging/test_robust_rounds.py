@@ -100,6 +100,27 @@ async def test_a_bad_sender_is_screened_out_named_and_reported(
     assert error(tensors[BAD], expected) < 1e-5
 
 
+async def test_in_a_pair_the_larger_chunk_is_left_out_but_nobody_is_accused(
+    make_averagers: MakeAveragers,
+) -> None:
+    """Two senders: no majority says which is wrong (honest pairs differ 100x in sparse chunks)."""
+    config = replace(
+        PATIENT, target_group_size=2, min_group_size=2, aggregation=AggregationConfig()
+    )
+    averagers = await make_averagers(2, config)
+    tensors = gradients(seed=3)[:2]
+    small = [t.copy() for t in tensors[0]]
+    tensors[1] = [t * 1000 for t in tensors[1]]
+    big = averagers[1].host.peer_id
+    results = await run_round(averagers, tensors, "robust-pair")
+    for result, mine in zip(results, tensors, strict=True):
+        assert set(result.excluded) == {big}, result.summary()
+        assert "nobody is accused" in result.excluded[big] or result.index == 1
+        assert result.findings == []
+        for got, want in zip(mine, small, strict=True):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
 async def test_centered_clip_alone_holds_where_the_plain_mean_is_wrecked(
     make_averagers: MakeAveragers,
 ) -> None:
