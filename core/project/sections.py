@@ -20,6 +20,9 @@ PROJECT_NAME = re.compile(r"[a-z0-9-]{1,64}")
 MODEL_KINDS = ("albert-mlm",)
 DATA_FORMATS = ("auto", "jsonl", "parquet", "text")
 OPTIMIZERS = ("lamb", "adam", "adamw", "sgd")
+OPTIMIZER_STATES = ("32bit", "8bit")
+MOMENT_OPTIMIZERS = ("lamb", "adamw")
+"""The optimizers that can keep 8-bit states and be offloaded (``core.training.moments``)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 CODECS = ("none", "fp16", "uint8", "blockwise8", "auto")
 AGGREGATIONS = ("mean", "centered_clip")
@@ -85,6 +88,10 @@ class ModelSection:
     """1 to 2**20."""
     dropout: float = 0.0
     """In [0, 1)."""
+    gradient_checkpointing: bool = False
+    """Recompute the encoder's activations in the backward pass instead of keeping them: far less
+    memory per sample for about a third more compute (for large models on small GPUs); the loss
+    and gradients are the same as without it."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
@@ -201,6 +208,12 @@ class TrainingSection:
     delay_parameter_updates: bool = False
     seed: int = 0
     """0 to 2**63 - 1."""
+    optimizer_states: str = "32bit"
+    """``32bit``, or ``8bit``: blockwise-quantised Adam moments, about 2 bytes per parameter
+    instead of 8 (``lamb`` and ``adamw`` only). Every peer must use the same (snapshots differ)."""
+    offload_optimizer: bool = False
+    """Keep the optimizer's statistics and gradient accumulators in host memory and update each
+    parameter there, one at a time (``lamb`` and ``adamw`` only): frees GPU memory."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
@@ -231,6 +244,17 @@ class TrainingSection:
         check.one_of("precision", PRECISIONS)
         check.in_range("average_state_every", 1, MAX_STEPS)
         check.in_range("seed", 0, 2**63, high_open=True)
+        check.one_of("optimizer_states", OPTIMIZER_STATES)
+        for field, wanted in (
+            ("optimizer_states", self.optimizer_states == "8bit"),
+            ("offload_optimizer", self.offload_optimizer),
+        ):
+            if wanted and self.optimizer not in MOMENT_OPTIMIZERS:
+                check.fail(
+                    field,
+                    f"needs training.optimizer {' or '.join(MOMENT_OPTIMIZERS)}, "
+                    f"got {self.optimizer!r}",
+                )
 
 
 @dataclass(frozen=True)

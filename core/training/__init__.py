@@ -21,8 +21,16 @@
 - ``events``         PeerEvent: what a peer tells its owner (ready, epoch, metrics, waiting, failed,
   stopped),
   typed, with the JSON lines ``barnraise peer`` prints; torch-free, the engine reads them.
-- ``albert``         AlbertMLM: the demo's small ALBERT-style masked language model.
+- ``albert``         AlbertMLM: the ALBERT-style masked language model (demo to xxlarge), with
+  optional gradient checkpointing of its shared layer.
 - ``lamb``           the LAMB optimizer; ``schedule``: the ALBERT learning-rate schedule.
+- ``adamw``          AdamW (decoupled weight decay) on LAMB's state scheme, for 8-bit states and offload.
+- ``moments``        MomentOptimizer: the Adam moments LAMB and AdamW share, 32-bit or 8-bit (v kept
+  as its square root), on the device or offloaded; float views of them for averaging.
+- ``quant8``         blockwise dynamic 8-bit quantisation: the code maps, quantise (nearest code via a
+  lookup on the float's top bits) and dequantise, on any device.
+- ``offload``        Offload: an optimizer update streamed through host memory one parameter at a
+  time (pinned buffers and asynchronous copies on CUDA).
 - ``precision``      fp32 / bf16 / fp16 autocast per device, gradient clipping.
 - ``device``         the torch device a trainer computes on ("auto": CUDA, else MPS, else CPU) and why.
 - ``accelerator``    the same choice made without torch (NVIDIA driver, Apple silicon, the installed

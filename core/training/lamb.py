@@ -17,23 +17,23 @@ For each parameter ``p`` with gradient ``g`` at step ``t`` (counted from 1)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, overload
+from typing import Any
 
 import torch
 from torch.optim.optimizer import ParamsT
 
-from core.training.errors import TrainingError
+from core.training.moments import MIN_QUANTISED, MomentOptimizer
 
 
-class Lamb(torch.optim.Optimizer):
+class Lamb(MomentOptimizer):
     """The LAMB optimizer.
 
     Per-parameter state (what ``state_dict()`` carries): ``step``, a 0-d float32 CPU tensor
     counting the updates applied to that parameter, and the Adam moments ``exp_avg`` and
-    ``exp_avg_sq``, tensors shaped like the parameter. Dense gradients only: a sparse gradient
-    raises ``TrainingError``. Settings after ``lr`` are keyword-only, so that a call cannot
-    silently mix up two floats.
+    ``exp_avg_sq``, tensors shaped like the parameter (or, with ``states="8bit"``, their 8-bit
+    codes and block absmax values: ``core.training.moments``). ``offload=True`` keeps them in host
+    memory. Dense gradients only: a sparse gradient raises ``TrainingError``. Settings after
+    ``lr`` are keyword-only, so that a call cannot silently mix up two floats.
     """
 
     def __init__(
@@ -46,6 +46,9 @@ class Lamb(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         clamp_value: float = 10.0,
         debias: bool = True,
+        states: str = "32bit",
+        offload: bool = False,
+        min_quantised: int = MIN_QUANTISED,
     ) -> None:
         if not lr >= 0.0:
             raise ValueError(f"learning rate must be 0 or more, not {lr}")
@@ -65,59 +68,23 @@ class Lamb(torch.optim.Optimizer):
             "clamp_value": clamp_value,
             "debias": debias,
         }
-        super().__init__(params, defaults)
+        super().__init__(
+            params, defaults, states=states, offload=offload, min_quantised=min_quantised
+        )
 
-    @overload
-    def step(self, closure: None = None) -> None: ...
-
-    @overload
-    def step(self, closure: Callable[[], float]) -> float: ...
-
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        """Apply one update to every parameter that has a gradient.
-
-        ``closure``, if given, re-evaluates the model (with gradients enabled) and returns the
-        loss, which is returned in turn.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        with torch.no_grad():
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        self._update(p, p.grad, group)
-        return loss
-
-    def _update(self, p: torch.Tensor, grad: torch.Tensor, group: dict[str, Any]) -> None:
-        if grad.is_sparse:
-            raise TrainingError(
-                "Lamb does not support sparse gradients: the trust ratio needs the norm of the "
-                "whole update; use dense embeddings (sparse=False)"
-            )
+    def _apply(
+        self,
+        weight: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+        step: float,
+        group: dict[str, Any],
+    ) -> None:
         beta1, beta2 = (float(b) for b in group["betas"])
         lr = float(group["lr"])
         eps = float(group["eps"])
         weight_decay = float(group["weight_decay"])
         clamp_value = float(group["clamp_value"])
-
-        state = self.state[p]
-        if not state:
-            # a float tensor on the CPU, like torch's Adam: peers average and share optimizer
-            # state tensor by tensor, and the count must travel with the moments
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        step_count: torch.Tensor = state["step"]
-        step_count.add_(1)
-        step = float(step_count)
-        exp_avg: torch.Tensor = state["exp_avg"]
-        exp_avg_sq: torch.Tensor = state["exp_avg_sq"]
-
-        exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-
         if group["debias"]:
             m_hat = exp_avg / (1.0 - beta1**step)
             v_hat = exp_avg_sq / (1.0 - beta2**step)
@@ -125,14 +92,14 @@ class Lamb(torch.optim.Optimizer):
             m_hat, v_hat = exp_avg, exp_avg_sq
         update = m_hat / (v_hat.sqrt() + eps)
         if weight_decay != 0.0:
-            update.add_(p, alpha=weight_decay)
+            update.add_(weight, alpha=weight_decay)
 
         # The ratio stays a tensor so that no step waits for the GPU to hand a number back.
-        weight_norm = torch.linalg.vector_norm(p).clamp(0.0, clamp_value)
+        weight_norm = torch.linalg.vector_norm(weight).clamp(0.0, clamp_value)
         update_norm = torch.linalg.vector_norm(update)
         trust = torch.where(
             (weight_norm > 0) & (update_norm > 0),
             weight_norm / update_norm,
             torch.ones_like(weight_norm),
         )
-        p.sub_(update * (trust * lr))
+        weight.sub_(update * (trust * lr))

@@ -5,6 +5,11 @@ mean over an epoch's samples comes out whatever the microbatch sizes were); at t
 gradient goes out as CPU float32 copies for the averager, and the averaged result comes back to be
 clipped and applied. The same copies-out, write-back pattern serves parameter averaging, so models
 on a GPU or in half precision average like any other.
+
+With an offloaded optimizer (``offload_optimizer = true``) the accumulators live in host memory too:
+each microbatch's gradients are added there, the mean gradient needs no copy, and the step takes
+the clipped host gradients as they are (``MomentOptimizer.step_with``), so that only the weights
+travel to the host and back.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import math
 import numpy as np
 import torch
 
+from core.training.moments import MomentOptimizer
 from core.training.precision import clip_gradients
 from core.training.state import TrainingState
 
@@ -27,20 +33,29 @@ class LocalWork:
         self.clip_norm = clip_norm
         self._accumulators: list[torch.Tensor] = []
 
+    @property
+    def offloaded(self) -> bool:
+        """Whether the optimizer's update runs in host memory (and so do the accumulators)."""
+        optimizer = self.state.optimizer
+        return isinstance(optimizer, MomentOptimizer) and optimizer.offload
+
     def zeros(self) -> None:
+        device = torch.device("cpu") if self.offloaded else None
         self._accumulators = [
-            torch.zeros_like(p, dtype=torch.float32) for p in self.state.parameters
+            torch.zeros_like(p, dtype=torch.float32, device=device) for p in self.state.parameters
         ]
 
     def move_to(self, device: torch.device) -> None:
-        """Keep the accumulators where the parameters are (a pause moves both off the GPU)."""
-        self._accumulators = [acc.to(device) for acc in self._accumulators]
+        """Keep the accumulators where the parameters are (a pause moves both off the GPU), or
+        on the host when the optimizer is offloaded."""
+        target = torch.device("cpu") if self.offloaded else device
+        self._accumulators = [acc.to(target) for acc in self._accumulators]
 
     def accumulate(self, batch_size: int) -> None:
         """Move this microbatch's gradients from ``.grad`` into the accumulators."""
         for p, acc in zip(self.state.parameters, self._accumulators, strict=True):
             if p.grad is not None:
-                acc.add_(p.grad.float(), alpha=batch_size)
+                acc.add_(p.grad.to(acc.device, torch.float32), alpha=batch_size)
                 p.grad = None
 
     def mean_gradients(self, samples: int) -> list[torch.Tensor]:
@@ -58,6 +73,10 @@ class LocalWork:
 
     def apply(self, grads: list[torch.Tensor]) -> None:
         """One optimizer step with these gradients (skipped if their norm is not finite)."""
+        optimizer = self.state.optimizer
+        if isinstance(optimizer, MomentOptimizer) and optimizer.offload:
+            self._apply_on_host(optimizer, grads)
+            return
         params = self.state.parameters
         for p, g in zip(params, grads, strict=True):
             p.grad = g.to(device=p.device, dtype=p.dtype)
@@ -69,15 +88,26 @@ class LocalWork:
         for p in params:
             p.grad = None
 
+    def _apply_on_host(self, optimizer: MomentOptimizer, grads: list[torch.Tensor]) -> None:
+        """``apply`` for an offloaded optimizer: clip the host gradients as ``clip_gradients``
+        clips ``.grad`` (the same formula), and step with them where they are."""
+        host = [g.to("cpu", torch.float32) for g in grads]
+        total = torch.nn.utils.get_total_norm(host)
+        norm = float(total)
+        if not math.isfinite(norm):
+            log.warning("non-finite gradient norm (%s): step skipped", norm)
+            return
+        if self.clip_norm is not None:
+            coefficient = torch.clamp(self.clip_norm / (total + 1e-6), max=1.0)
+            torch._foreach_mul_(host, coefficient)
+        optimizer.step_with(host)
+
     def state_copies(self) -> list[torch.Tensor]:
-        return [
-            t.detach().to("cpu", torch.float32, copy=True) for t in self.state.averaged_tensors()
-        ]
+        """What state averaging averages: CPU float32 copies (8-bit moments dequantised)."""
+        return self.state.averaging_copies()
 
     def write_state(self, copies: list[torch.Tensor]) -> None:
-        with torch.no_grad():
-            for target, value in zip(self.state.averaged_tensors(), copies, strict=True):
-                target.copy_(value.to(device=target.device, dtype=target.dtype))
+        self.state.write_averaged(copies)
 
     def load(self, epoch: int, arrays: list[np.ndarray]) -> None:
         """Take a downloaded state; the unshared samples of our epoch are dropped."""

@@ -45,6 +45,7 @@ from core.net.presence import Presence, PresenceOptions
 from core.net.reachability import Reachability
 from core.net.reachability_monitor import ReachabilityMonitor
 from core.project import Manifest
+from core.training.adamw import AdamW
 from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
@@ -60,6 +61,7 @@ from core.training.lamb import Lamb
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
+from core.training.moments import MomentOptimizer
 from core.training.precision import choose_precision
 from core.training.published import CheckpointPublishing, fetch_published_checkpoint
 from core.training.rollback import OrderReader
@@ -67,6 +69,7 @@ from core.training.rollback_replica import ReplicaRollback, RolledBack
 from core.training.schedule import albert_lr_lambda
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
+from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -135,16 +138,35 @@ def build_model(manifest: Manifest) -> AlbertMLM:
         intermediate_size=section.intermediate_size,
         max_position=section.max_position,
         dropout=section.dropout,
+        gradient_checkpointing=section.gradient_checkpointing,
     )
     torch.manual_seed(manifest.training.seed)
     return AlbertMLM(config)
 
 
 def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
+    """The manifest's optimizer; LAMB and AdamW with its ``optimizer_states`` and
+    ``offload_optimizer`` (``core.training.moments``), which the others refuse."""
     t = manifest.training
     params = [p for p in model.parameters() if p.requires_grad]
+    special = t.optimizer_states != "32bit" or t.offload_optimizer
+    if special and t.optimizer not in ("lamb", "adamw"):
+        raise ConfigError(
+            f"training.optimizer_states = {t.optimizer_states!r} and training.offload_optimizer "
+            f"= {str(t.offload_optimizer).lower()} need optimizer lamb or adamw, "
+            f"not {t.optimizer!r}"
+        )
+    states, offload = t.optimizer_states, t.offload_optimizer
     if t.optimizer == "lamb":
-        return Lamb(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+        return Lamb(
+            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
+            states=states, offload=offload,
+        )  # fmt: skip
+    if t.optimizer == "adamw" and special:
+        return AdamW(
+            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
+            states=states, offload=offload,
+        )  # fmt: skip
     if t.optimizer == "adam":
         return torch.optim.Adam(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
     if t.optimizer == "adamw":
@@ -528,10 +550,14 @@ class ProjectPeer:
         """Model, optimizer statistics and gradient accumulators to ``device`` (training thread)."""
         assert self._state is not None
         self._state.model.to(device)
-        for entry in self._state.optimizer.state.values():
-            for key, value in entry.items():
-                if isinstance(value, torch.Tensor):
-                    entry[key] = value.to(device)
+        optimizer = self._state.optimizer
+        if isinstance(optimizer, MomentOptimizer):  # offloaded statistics stay on the host
+            optimizer.move_states(device)
+        else:
+            for entry in optimizer.state.values():
+                for key, value in entry.items():
+                    if isinstance(value, torch.Tensor):
+                        entry[key] = value.to(device)
         if self.optimizer is not None:
             self.optimizer.local.move_to(device)
 

@@ -3,6 +3,11 @@
 Three things need the state as tensors in a fixed order: parameter averaging (parameters and optimizer
 statistics), state sharing with peers that fell behind, and checkpoints. Every method here runs on the
 training thread (through the bridge), never concurrently with a step.
+
+With 8-bit optimizer states (``core.training.moments``) the two forms differ: snapshots carry the
+state *as stored* (8-bit codes and absmax: a smaller download for newcomers), while averaging takes
+and gives the moments as float32 (``averaging_copies`` / ``write_averaged``), since a mean of codes
+means nothing; written back, they are quantised again. With 32-bit states both are the same tensors.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import numpy as np
 import torch
 
 from core.training.checkpoints import Checkpoint
+from core.training.moments import DENSE_KEYS, MomentOptimizer, is_absmax
 from core.training.rollback import METADATA_KEY, applied_of
 
 
@@ -53,6 +59,9 @@ class TrainingState:
         missing = [p for p in self.parameters if not self.optimizer.state.get(p)]
         if not missing:
             return
+        if isinstance(self.optimizer, MomentOptimizer):
+            self.optimizer.ensure_state(missing)  # the same zeros, without the step
+            return
         saved = [p.grad for p in self.parameters]
         lrs = [group["lr"] for group in self.optimizer.param_groups]
         for p in self.parameters:
@@ -74,20 +83,70 @@ class TrainingState:
                         state[key] = type(value)(0)
 
     def optimizer_tensors(self) -> list[torch.Tensor]:
-        """The optimizer's per-parameter statistics, in parameter order then key order."""
+        """The optimizer's per-parameter statistics as stored, in parameter order then key order
+        (8-bit codes included)."""
+        return [tensor for _, _, tensor in self._stored()]
+
+    def _stored(self) -> list[tuple[int, str, torch.Tensor]]:
+        """(parameter index, key, tensor) of each stored statistic, in ``optimizer_tensors`` order."""
         self.ensure_optimizer_state()
-        tensors = []
-        for p in self.parameters:
+        found = []
+        for index, p in enumerate(self.parameters):
             state = self.optimizer.state[p]
             for key in sorted(state):
                 value = state[key]
-                if isinstance(value, torch.Tensor) and value.is_floating_point():
-                    tensors.append(value)
-        return tensors
+                if isinstance(value, torch.Tensor) and (
+                    value.is_floating_point() or value.dtype == torch.uint8
+                ):
+                    found.append((index, key, value))
+        return found
 
     def averaged_tensors(self) -> list[torch.Tensor]:
-        """What parameter averaging averages: parameters, then optimizer statistics."""
+        """The state as stored: parameters, then optimizer statistics (what snapshots carry; with
+        32-bit statistics also exactly what averaging averages)."""
         return [*self.parameters, *self.optimizer_tensors()]
+
+    def averaging_copies(self) -> list[torch.Tensor]:
+        """What state averaging averages, as CPU float32 copies: parameters, then each parameter's
+        statistics as float values (8-bit moments dequantised), in key order."""
+        return [
+            t.detach().to("cpu", torch.float32, copy=True)
+            for t in [*self.parameters, *self._dense_statistics()]
+        ]
+
+    def write_averaged(self, copies: list[torch.Tensor]) -> None:
+        """Take back what ``averaging_copies`` gave, averaged (8-bit moments quantised again)."""
+        optimizer = self.optimizer
+        if not isinstance(optimizer, MomentOptimizer):
+            targets = self.averaged_tensors()
+            if len(copies) != len(targets):
+                raise ValueError(f"{len(copies)} averaged tensors where {len(targets)} belong")
+            with torch.no_grad():
+                for target, value in zip(targets, copies, strict=True):
+                    target.copy_(value.to(device=target.device, dtype=target.dtype))
+            return
+        per_param = len(DENSE_KEYS)
+        expected = len(self.parameters) * (1 + per_param)
+        if len(copies) != expected:
+            raise ValueError(f"{len(copies)} averaged tensors where {expected} belong")
+        with torch.no_grad():
+            for p, value in zip(self.parameters, copies[: len(self.parameters)], strict=True):
+                p.copy_(value.to(device=p.device, dtype=p.dtype))
+            rest = copies[len(self.parameters) :]
+            for index, p in enumerate(self.parameters):
+                values = rest[index * per_param : (index + 1) * per_param]
+                optimizer.load_dense(p, dict(zip(DENSE_KEYS, values, strict=True)))
+
+    def _dense_statistics(self) -> list[torch.Tensor]:
+        optimizer = self.optimizer
+        if not isinstance(optimizer, MomentOptimizer):
+            return self.optimizer_tensors()
+        self.ensure_optimizer_state()
+        found = []
+        for p in self.parameters:
+            dense = optimizer.dense_state(p)
+            found += [dense[key] for key in DENSE_KEYS]
+        return found
 
     def snapshot(self) -> tuple[int, dict[str, Any], list[np.ndarray]]:
         """A copy of the whole state for sharing: (epoch, metadata, arrays)."""
@@ -103,15 +162,29 @@ class TrainingState:
         self.set_learning_rate()
 
     def load(self, epoch: int, arrays: list[np.ndarray]) -> None:
-        """Replace the state with a downloaded one; raises ValueError if its layout differs."""
-        targets = self.averaged_tensors()
+        """Replace the state with a downloaded one; raises ValueError, changing nothing, if its
+        layout differs (tensor count, shapes, 8-bit codes where floats belong or the reverse, or
+        8-bit block scales that are negative or not finite)."""
+        stored = self._stored()
+        targets = [*self.parameters, *(t for _, _, t in stored)]
+        keys = [""] * len(self.parameters) + [key for _, key, _ in stored]
         if len(arrays) != len(targets):
             raise ValueError(
-                f"the state has {len(arrays)} tensors, this model needs {len(targets)}"
+                f"the state has {len(arrays)} tensors, this model needs {len(targets)} "
+                "(do both peers use the same model and optimizer_states?)"
             )
-        for target, array in zip(targets, arrays, strict=True):
+        for target, array, key in zip(targets, arrays, keys, strict=True):
             if tuple(array.shape) != tuple(target.shape):
                 raise ValueError(f"a tensor of shape {array.shape} where {target.shape} belongs")
+            codes_expected = target.dtype == torch.uint8
+            if codes_expected != (array.dtype == np.uint8):
+                what = "8-bit codes" if array.dtype == np.uint8 else f"{array.dtype} values"
+                raise ValueError(
+                    f"{what} where {key or 'a parameter'} ({target.dtype}) belongs: the state was "
+                    "shared with other optimizer_states"
+                )
+            if is_absmax(key) and not (np.isfinite(array).all() and (array >= 0).all()):
+                raise ValueError(f"{key} values must be finite and non-negative")
         with torch.no_grad():
             for target, array in zip(targets, arrays, strict=True):
                 target.copy_(torch.from_numpy(np.array(array, copy=True)).to(target.dtype))
