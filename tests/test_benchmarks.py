@@ -224,6 +224,41 @@ def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
     assert run["skipped_microbatches"] == 0
 
 
+def test_memory_benchmark_compares_the_four_optimizer_layouts(tmp_path: Path) -> None:
+    out = tmp_path / "memory.json"
+    script = str(ROOT / "benchmarks" / "memory.py")
+    demo = str(ROOT / "resources" / "demo" / "project.toml")
+    # in one process: a child per configuration (the real run's isolation) costs 4 imports of torch
+    tiny = ["--microbatch", "2", "--seq-len", "16", "--steps", "1", "--in-process"]
+    subprocess.run(
+        [sys.executable, script, "--device", "cpu", "--manifest", demo, *tiny, "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    result = json.loads(out.read_text())
+    assert result["isolated"] is False
+    runs = result["runs"]
+    layouts = [(r["optimizer_states"], r["offload_optimizer"]) for r in runs]
+    assert layouts == [("32bit", False), ("32bit", True), ("8bit", False), ("8bit", True)]
+    for run in runs:
+        assert run["parameters"] == result["parameters"] > 0
+        assert run["samples_per_s"] > 0
+        assert run["peak_device_bytes"] is None  # on a CPU the device is the host
+        assert run["peak_host_bytes"] > 0
+        assert run["state_bytes_per_param"]["device"] == 0
+        assert run["accumulator_bytes_per_param"]["host"] == 4.0  # float32, wherever they are
+    states = {r["optimizer_states"]: r["state_bytes_per_param"]["host"] for r in runs}
+    assert states["32bit"] >= 8.0  # two float32 moments (and step counters)
+    assert 2.0 < states["8bit"] < 2.1  # codes, block scales, small tensors in 32 bits
+    goals = result["goals"]
+    assert goals["offloaded_state_on_device_bytes_per_param"]["met"] is None
+    assert goals["peak_device_gib_8bit_offloaded"]["met"] is None
+    assert goals["host_state_bytes_per_param_8bit"]["met"] is True
+    assert goals["offload_throughput_ratio"]["value"] > 0
+    assert isinstance(goals["offload_throughput_ratio"]["met"], bool)
+
+
 @pytest.mark.slow
 def test_pause_latency_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "pause.json"

@@ -4,6 +4,12 @@ ALBERT (Lan et al., 2019) differs from BERT in two ways that matter for voluntee
 factorized embeddings (a narrow ``embedding_size`` projected up to ``hidden_size``) and one encoder
 layer whose weights are reused at every depth. Both shrink the parameters, and so the bytes every
 peer sends at each averaging round, without shrinking the compute per sample.
+
+With ``gradient_checkpointing`` the activations inside each application of the shared layer are
+not kept for the backward pass but computed again there: activation memory then grows with the
+layer's input alone (one hidden vector per token and depth), for about a third more compute. That
+is what lets a real-size model (``resources/albert-xxlarge``) train at a useful microbatch on an
+8 GB GPU. Dropout stays right: the recomputation replays the random state of the forward pass.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 IGNORE_INDEX = -100
 """Label of positions that take no part in the loss (PyTorch's cross-entropy convention)."""
@@ -30,6 +37,9 @@ class AlbertConfig:
     max_position: int = 128
     dropout: float = 0.0
     layer_norm_eps: float = 1e-12
+    gradient_checkpointing: bool = False
+    """Recompute each application of the shared layer in backward instead of keeping its
+    activations (only while training with gradients)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -54,6 +64,11 @@ class AlbertConfig:
         if not self.layer_norm_eps > 0.0:
             raise ValueError(
                 f"AlbertConfig.layer_norm_eps must be positive, got {self.layer_norm_eps!r}"
+            )
+        if not isinstance(self.gradient_checkpointing, bool):
+            raise ValueError(
+                "AlbertConfig.gradient_checkpointing must be True or False, "
+                f"got {self.gradient_checkpointing!r}"
             )
 
 
@@ -160,8 +175,15 @@ class AlbertMLM(nn.Module):
             # real queries are unaffected because their own key is real
             itself = torch.eye(time, dtype=torch.bool, device=input_ids.device)
             mask = keys | itself
+        # in eval or under no_grad nothing is kept for backward anyway: nothing to save
+        recompute = self.config.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for _ in range(self.config.num_layers):
-            x = self.layer(x, mask)
+            # non-reentrant: works with inputs that need no grad, replays autocast and the RNG
+            x = (
+                checkpoint(self.layer, x, mask, use_reentrant=False)
+                if recompute
+                else self.layer(x, mask)
+            )
 
         y = self.head_norm(F.gelu(self.head_dense(x)))
         logits = self.decoder(y)

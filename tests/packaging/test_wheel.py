@@ -106,7 +106,8 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(
         site / "app" / "__init__.py",
         site / "core" / "resources",
     ]
-    for name in ("demo/project.toml", "confusables/confusables.txt", "README.md"):
+    shipped = ("demo/project.toml", "albert-large/project.toml", "albert-xxlarge/project.toml")
+    for name in (*shipped, "confusables/confusables.txt", "README.md"):
         assert (site / "core" / "resources" / name).is_file(), name
     assert not (site / "resources").exists()  # no top-level package of that generic name
     version = _run([str(barnraise), "--version"], cwd=tmp_path, env=_env(tmp_path)).stdout
