@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import ParamsT
 
-from core.training.moments import MIN_QUANTISED, MomentOptimizer
+from core.training.moments import MIN_QUANTISED, MomentOptimizer, check_adam_settings
 
 
 class AdamW(MomentOptimizer):
@@ -43,14 +43,7 @@ class AdamW(MomentOptimizer):
         offload: bool = False,
         min_quantised: int = MIN_QUANTISED,
     ) -> None:
-        if not lr >= 0.0:
-            raise ValueError(f"learning rate must be 0 or more, not {lr}")
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"betas must each lie in [0, 1), not {betas}")
-        if not eps >= 0.0:
-            raise ValueError(f"eps must be 0 or more, not {eps}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"weight_decay must be 0 or more, not {weight_decay}")
+        check_adam_settings(lr, betas, eps, weight_decay)
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(
             params, defaults, states=states, offload=offload, min_quantised=min_quantised

@@ -50,6 +50,20 @@ DENSE_KEYS = ("exp_avg", "exp_avg_sq", "step")
 _QUANTISED_KEYS = {f"{name}_{part}" for name, _ in MOMENTS for part in ("codes", "absmax")}
 
 
+def check_adam_settings(
+    lr: float, betas: tuple[float, float], eps: float, weight_decay: float
+) -> None:
+    """The settings every Adam-family optimizer here takes; ValueError naming the bad one."""
+    if not lr >= 0.0:
+        raise ValueError(f"learning rate must be 0 or more, not {lr}")
+    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+        raise ValueError(f"betas must each lie in [0, 1), not {betas}")
+    if not eps >= 0.0:
+        raise ValueError(f"eps must be 0 or more, not {eps}")
+    if not weight_decay >= 0.0:
+        raise ValueError(f"weight_decay must be 0 or more, not {weight_decay}")
+
+
 def is_absmax(key: str) -> bool:
     """Whether a state key holds 8-bit absmax values (finite and non-negative when valid)."""
     return key.endswith("_absmax") and key in _QUANTISED_KEYS
