@@ -39,10 +39,13 @@ SKIPPED_HERE = (
     "tests/training/test_albert.py::test_overfits_a_small_batch",
     "tests/training/test_lamb.py::test_trains_a_small_regression_to_a_low_loss",
     "tests/training/test_byzantine.py",
+    "tests/training/test_optim8.py",
+    "tests/training/test_large_models.py",
 )
-"""Left to the main leg: half a minute of pure lookup arithmetic on the in-memory network, and twenty
-seconds of torch arithmetic training a model alone, and forty of Byzantine collaborations whose
-loop paths the training swarms here already take. They say nothing about the asyncio behaviour
+"""Left to the main leg: half a minute of pure lookup arithmetic on the in-memory network, twenty
+seconds of torch arithmetic training a model alone, forty of Byzantine collaborations whose
+loop paths the training swarms here already take, and about forty of 8-bit optimizer curves and
+real-size model shapes (torch arithmetic again). They say nothing about the asyncio behaviour
 this leg exists for (the DHT's socket tests and the training swarms still run here), and this leg
 shares the machine's two cores with the main one."""
 # the GUI and its tests stay on the main leg, and so do the linters (they check code, not Python)
