@@ -16,6 +16,7 @@ the NAT lab and the training-process tests (``SIDE_TESTS``) run beside them too,
 process: they wait on trainer processes and emulated networks for fixed times, and the trainers take
 whatever CPU is spare, so beside the other tests they cost the run little more than their start
 instead of their whole duration (about seven minutes), and one after another they do not compete.
+The DHT's large in-process swarms follow them there: the main leg is the one the run waits for.
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ SIDE_TESTS = (
     "tests/lab",
     "tests/cli/test_training_processes.py",
     # CPU-bound, but the side process has minutes to spare when the soak is done: the main leg
-    # is the one the suite waits for (83 s there beside the soak, 34 s alone)
+    # is the one the suite waits for (the thousand nodes took 83 s there beside the soak, 34 s
+    # alone; the churn and fifty-node swarms 44 s and 31 s there, 28 s and 17 s alone)
     "tests/dht/test_simulation.py",
+    "tests/dht/test_resilience.py",
+    "tests/dht/test_swarm.py",
 )
 
 
@@ -207,7 +211,7 @@ def run_tests(extra: list[str]) -> int:
     side = None
     if not extra:
         side = SideLeg(
-            "the churn soak, the NAT lab, the training processes and the DHT simulation",
+            "the churn soak, the NAT lab, the training processes and the DHT swarms",
             [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", *SIDE_TESTS],
             VENV / "tests-side.log",
             env,
