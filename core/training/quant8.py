@@ -37,6 +37,8 @@ element while an outlier coarsens at most 2048 neighbours (the paper's choice)."
 CODES = 256
 SMALLEST_DECADE = 7
 """The smallest nonzero magnitude is about 10**-7 of the block's absmax."""
+SLICE_ELEMENTS = BLOCK_SIZE * 1024
+"""Elements quantised at a time (whole blocks): 2M, so temporaries stay near 32 MB."""
 KEY_SHIFT = 15
 """float32 bits dropped to make a lookup key: 32 - 15 = 17 bits, a 131072-entry table."""
 
@@ -156,7 +158,8 @@ def quantise_into(
     """Quantise ``x`` (any shape, any float dtype) into ``codes`` (uint8, ``x.numel()`` elements)
     and ``absmax`` (float32, ``blocks_for(x.numel())`` elements), in place.
 
-    Temporary memory: about four 4-byte copies of ``x``. An all-zero block keeps absmax 0 and the
+    Temporary memory: about four 4-byte copies of ``SLICE_ELEMENTS`` values, whatever the size of
+    ``x``. An all-zero block keeps absmax 0 and the
     zero code. ``x`` must be finite (the optimizer skips non-finite steps before this).
     """
     n = x.numel()
@@ -166,11 +169,24 @@ def quantise_into(
         raise ValueError(f"absmax must hold {blocks_for(n)} values, not {absmax.numel()}")
     if n == 0:
         return
+    if not (codes.is_contiguous() and absmax.is_contiguous()):
+        packed_codes, packed_absmax = codes.contiguous(), absmax.contiguous()
+        quantise_into(x, packed_codes, packed_absmax, signed=signed, book=book)
+        codes.copy_(packed_codes)
+        absmax.copy_(packed_absmax)
+        return
     table = book.table(x.device, signed)
-    normed = x.detach().reshape(-1).to(torch.float32, copy=True)
-    scale = _per_block(normed, absmax)
-    _divide_by_block(normed, scale)
-    codes.copy_(nearest_codes(normed, table).reshape(codes.shape))
+    source = x.detach().reshape(-1)
+    flat_codes, flat_absmax = codes.view(-1), absmax.view(-1)
+    # slice by slice: the temporaries (a float32 copy, int32 keys and indices) stay at a few
+    # times SLICE_ELEMENTS, not a few times the tensor (1.6 GiB for ALBERT-xxlarge's largest)
+    for start in range(0, n, SLICE_ELEMENTS):
+        end = min(n, start + SLICE_ELEMENTS)
+        normed = source[start:end].to(torch.float32, copy=True)
+        blocks = slice(start // BLOCK_SIZE, blocks_for(end))
+        scale = _per_block(normed, flat_absmax[blocks])
+        _divide_by_block(normed, scale)
+        flat_codes[start:end].copy_(nearest_codes(normed, table))
 
 
 def nearest_codes(normed: torch.Tensor, table: _Table) -> torch.Tensor:

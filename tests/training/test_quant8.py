@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.training import quant8
 from core.training.quant8 import (
     BLOCK_SIZE,
     CodeBook,
@@ -139,3 +140,24 @@ def test_the_codebook_keeps_one_table_per_device_until_cleared() -> None:
     assert book.table(torch.device("cpu"), False) is not first
     book.clear()
     assert book.table(torch.device("cpu"), True) is not first
+
+
+def test_slice_by_slice_gives_what_one_pass_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large tensors are quantised in block-aligned slices (bounded temporaries): the codes and
+    scales must not depend on where the slices fall, a ragged last block included."""
+    x = torch.randn(5 * BLOCK_SIZE + 17, generator=torch.Generator().manual_seed(3))
+    x[BLOCK_SIZE : 2 * BLOCK_SIZE] *= 1000  # one loud block: its scale must stay its own
+    _, whole_codes, whole_absmax = round_trip(x, signed=True)
+    monkeypatch.setattr(quant8, "SLICE_ELEMENTS", 2 * BLOCK_SIZE)
+    y, codes, absmax = round_trip(x, signed=True)
+    assert torch.equal(codes, whole_codes)
+    assert torch.equal(absmax, whole_absmax)
+    # a strided (non-contiguous) destination is filled the same way
+    book = CodeBook()
+    wide = torch.zeros(2 * x.numel(), dtype=torch.uint8)
+    strided = wide[::2]
+    scales = torch.zeros(2 * blocks_for(x.numel()))[::2]
+    quantise_into(x, strided, scales, signed=True, book=book)
+    assert torch.equal(strided, whole_codes)
+    assert torch.equal(scales, whole_absmax)
+    assert torch.equal(y, dequantise(strided, scales, x.shape, signed=True, book=book))
