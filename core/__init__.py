@@ -12,6 +12,8 @@ contracts hold them to it):
 - ``averaging`` matchmaking, load-balanced butterfly all-reduce, codecs, Moshpit groups, state sharing.
 - ``data``    streamed shards, shuffle and mixing, tokenizer, masked-LM batches, a local shard server.
 - ``project`` the project manifest (TOML) and its validation.
+- ``moe``      decentralized mixture-of-experts (Learning@home): expert grid, DHT announcements, gating,
+  beam search, the expert server.
 - ``training`` the collaborative optimizer, auxiliary peers, LAMB, the demo model, the peer runtime.
 - ``stats``   the contribution ledger (SQLite, per project and hour) and its meter.
 - ``scheduler`` the sensors the policy decides from (idle, battery, load, memory, GPU), sampled.

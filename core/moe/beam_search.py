@@ -1,0 +1,212 @@
+"""Algorithm 1 of Learning@home: find each input's best live experts with a beam search over prefixes.
+
+The gate gives every input one score per index of every grid dimension; an expert's score is the sum
+over its coordinates (``gating``). Walking the grid one dimension at a time, the search keeps, per input,
+the ``beam_size`` best *active* prefixes: it extends each by the next indices that the DHT says are
+active under it (``announce``'s prefix records) and keeps the best of those. After ``depth`` steps the
+beam holds full uids, and the last prefix records already name their servers.
+
+Batched: at each depth the union of all inputs' beam prefixes is looked up in one ``get_many``, so a
+whole minibatch costs ``depth`` lookup rounds over at most ``min(batch · beam_size, prefixes at that
+depth)`` distinct keys, instead of ``depth · beam_size`` keys per input. Prefix records are cached for a
+few seconds (bounded), since consecutive minibatches ask for much the same prefixes.
+
+Like every beam search this is exact only when a prefix's rank predicts its best live completion: it
+is when the live experts form a product of per-dimension index sets, or when the beam is at least as
+wide as the number of live prefixes at each depth. Otherwise an expert whose prefix fell out of the
+beam can be missed, which is the trade the paper makes for O(d·k) lookups.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from core.dht.records import ValueWithExpiration
+from core.moe.grid import Coords, ExpertGrid
+from core.util.clock import Clock, SystemClock
+from core.util.errors import BarnraiseError
+
+
+class BeamSearchError(BarnraiseError):
+    """Scores or parameters that the beam search cannot use."""
+
+
+class PrefixSource(Protocol):
+    """The part of ``DHTNode`` the search reads."""
+
+    async def get_many(
+        self, keys: Sequence[Any], latest: bool = False
+    ) -> list[ValueWithExpiration | None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FoundExpert:
+    """A live expert chosen for one input: its uid, grid indices, gate score and server address."""
+
+    uid: str
+    coords: Coords
+    score: float
+    address: str
+
+
+class SuffixCache:
+    """Prefix -> its active next indices (and their addresses), for ``ttl`` seconds, LRU-bounded.
+
+    Dead prefixes are cached too (as empty), so a prefix nobody serves costs one lookup per ``ttl``.
+    """
+
+    def __init__(self, ttl: float, max_entries: int, clock: Clock) -> None:
+        if ttl < 0 or max_entries < 0:
+            raise BeamSearchError("the prefix cache's ttl and size cannot be negative")
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self.clock = clock
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[Coords, tuple[float, dict[int, str]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, prefix: Coords) -> dict[int, str] | None:
+        entry = self._entries.get(prefix)
+        if entry is None or entry[0] <= self.clock.monotonic():
+            self._entries.pop(prefix, None)
+            self.misses += 1
+            return None
+        self._entries.move_to_end(prefix)
+        self.hits += 1
+        return entry[1]
+
+    def put(self, prefix: Coords, suffixes: dict[int, str]) -> None:
+        if self.max_entries == 0 or self.ttl == 0:
+            return
+        self._entries[prefix] = (self.clock.monotonic() + self.ttl, suffixes)
+        self._entries.move_to_end(prefix)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+
+class MoEBeamSearch:
+    """Batched beam search over one grid's announced experts."""
+
+    def __init__(
+        self,
+        dht: PrefixSource,
+        grid: ExpertGrid,
+        *,
+        cache_ttl: float = 5.0,
+        cache_size: int = 10_000,
+        clock: Clock | None = None,
+    ) -> None:
+        self.dht = dht
+        self.grid = grid
+        self.cache = SuffixCache(cache_ttl, cache_size, clock or SystemClock())
+        self.lookups = 0  # get_many rounds sent to the DHT
+        self.keys_looked_up = 0
+
+    async def active_suffixes(self, prefixes: Sequence[Coords]) -> dict[Coords, dict[int, str]]:
+        """For each prefix, its active next indices -> server address; one DHT round for the misses."""
+        result: dict[Coords, dict[int, str]] = {}
+        missing: list[Coords] = []
+        for prefix in dict.fromkeys(prefixes):
+            cached = self.cache.get(prefix)
+            if cached is None:
+                missing.append(prefix)
+            else:
+                result[prefix] = cached
+        if missing:
+            self.lookups += 1
+            self.keys_looked_up += len(missing)
+            records = await self.dht.get_many([self.grid.key(prefix) for prefix in missing])
+            for prefix, record in zip(missing, records, strict=True):
+                suffixes = self._parse(len(prefix), record)
+                self.cache.put(prefix, suffixes)
+                result[prefix] = suffixes
+        return result
+
+    def _parse(self, depth: int, record: ValueWithExpiration | None) -> dict[int, str]:
+        """The valid entries of a prefix record; anything else there is other peers' junk, skipped.
+
+        Upper levels map an index to ``""`` (active, server found deeper); the last to an address.
+        """
+        if record is None or not isinstance(record.value, dict):
+            return {}
+        size = self.grid.shape[depth]
+        last = depth == self.grid.depth - 1
+        suffixes = {}
+        for index, entry in record.value.items():
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
+                continue
+            if not isinstance(entry, ValueWithExpiration):
+                continue
+            if not last:
+                suffixes[index] = ""
+            elif isinstance(entry.value, str) and entry.value:
+                suffixes[index] = entry.value
+        return suffixes
+
+    async def find_best_experts(
+        self, dim_scores: Sequence[Tensor], k: int, beam_size: int | None = None
+    ) -> list[list[FoundExpert]]:
+        """Per input, up to ``k`` live experts with the highest scores, best first.
+
+        ``dim_scores[i]`` is ``[batch, grid.shape[i]]`` (the gate's output). ``beam_size`` (default
+        ``k``) is how many prefixes each input keeps per depth. An input gets fewer than ``k`` experts
+        only when fewer are reachable from its beam.
+        """
+        beam_size = k if beam_size is None else beam_size
+        if k < 1 or beam_size < k:
+            raise BeamSearchError(f"need 1 <= k <= beam_size, got k={k}, beam_size={beam_size}")
+        scores = self._score_lists(dim_scores)
+        batch = len(scores[0])
+        beams: list[list[tuple[float, Coords]]] = [[(0.0, ())] for _ in range(batch)]
+        chosen: list[list[FoundExpert]] = [[] for _ in range(batch)]
+        for depth in range(self.grid.depth):
+            last = depth == self.grid.depth - 1
+            active = await self.active_suffixes([c for beam in beams for _, c in beam])
+            for row in range(batch):
+                row_scores = scores[depth][row]
+                candidates = [
+                    (score + row_scores[index], (*coords, index))
+                    for score, coords in beams[row]
+                    for index in active[coords]
+                ]
+                width = k if last else beam_size
+                # ties go to the smaller coordinates, so results do not depend on dict order
+                beams[row] = heapq.nsmallest(width, candidates, key=lambda c: (-c[0], c[1]))
+                if last:
+                    chosen[row] = [
+                        FoundExpert(
+                            self.grid.key(coords), coords, score, active[coords[:-1]][coords[-1]]
+                        )
+                        for score, coords in beams[row]
+                    ]
+        return chosen
+
+    def _score_lists(self, dim_scores: Sequence[Tensor]) -> list[list[list[float]]]:
+        grid = self.grid
+        if len(dim_scores) != grid.depth:
+            raise BeamSearchError(
+                f"{len(dim_scores)} score tensors for grid {grid.prefix!r} of depth {grid.depth}"
+            )
+        batch = dim_scores[0].shape[0] if dim_scores[0].dim() == 2 else -1
+        for dim, (scores, size) in enumerate(zip(dim_scores, grid.shape, strict=True)):
+            if scores.dim() != 2 or scores.shape != (batch, size):
+                raise BeamSearchError(
+                    f"scores of dimension {dim} have shape {list(scores.shape)}, "
+                    f"expected [batch, {size}] with the same batch for every dimension"
+                )
+            if not scores.is_floating_point():
+                raise BeamSearchError(f"scores of dimension {dim} are {scores.dtype}, not floats")
+            if not bool(torch.isfinite(scores).all()):
+                raise BeamSearchError(f"scores of dimension {dim} hold NaN or infinite values")
+        lists: list[list[list[float]]] = [s.detach().double().cpu().tolist() for s in dim_scores]
+        return lists

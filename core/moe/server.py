@@ -1,0 +1,284 @@
+"""ExpertServer: many experts answering calls on one Host, computed in batches on the training thread;
+and ``RemoteExpert``, the caller's side of the same calls.
+
+Each (expert, method) has its own ``TaskPool``. One runner task picks, among the pools that are
+ready, the one whose oldest call has waited longest (so a busy expert cannot starve a quiet one),
+and runs that batch through ``TrainingBridge.run``. Batches run one at a time because the training
+thread is single: queuing them on the bridge would only hide the wait from the pools' "busy" answer.
+
+A handler validates the header, checks the pool has room, and only then reads the tensors, so a
+refused call costs us no memory. Closing the server cancels the runner and answers every waiting
+call with ``UnavailableError``; callers see a typed error, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import torch
+
+from core.averaging.codecs import Codec
+from core.moe.backend import ExpertBackend
+from core.moe.pools import Batch, TaskPool
+from core.moe.protocol import (
+    BACKWARD,
+    DTYPE,
+    FORWARD,
+    INFO,
+    METHODS,
+    ExpertDone,
+    ExpertInfo,
+    ExpertRequest,
+    InfoRequest,
+    ReplyHeader,
+    recv_tensors,
+    send_tensors,
+    validate_reply,
+    validate_request,
+)
+from core.net.errors import (
+    MalformedResponseError,
+    NotFoundError,
+    RemoteInternalError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
+from core.net.host import Host, Target
+from core.net.rpc import CallContext
+from core.net.stream import Stream
+from core.training.bridge import TrainingBridge
+from core.training.errors import Interrupted
+from core.util.errors import WireFormatError
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+
+class ExpertServer:
+    """Serves ``moe.info``, ``moe.forward`` and ``moe.backward`` for ``backends`` on ``host``."""
+
+    def __init__(
+        self,
+        host: Host,
+        bridge: TrainingBridge,
+        backends: Sequence[ExpertBackend],
+        *,
+        max_queue: int | None = None,
+        max_wait: float = 0.01,
+    ) -> None:
+        self._host = host
+        self._bridge = bridge
+        self.backends = {backend.uid: backend for backend in backends}
+        if len(self.backends) != len(backends):
+            raise ValueError("two experts share one uid")
+        self._infos = {uid: backend.info for uid, backend in self.backends.items()}
+        self._wake = asyncio.Event()
+        self.pools: dict[tuple[str, str], TaskPool] = {}
+        for uid, backend in self.backends.items():
+            for method in METHODS:
+                self.pools[uid, method] = TaskPool(
+                    f"{uid}.{method}",
+                    max_batch=backend.max_batch,
+                    max_queue=max_queue if max_queue is not None else 4 * backend.max_batch,
+                    max_wait=max_wait,
+                    on_submit=self._wake.set,
+                )
+        self._tasks = BackgroundTasks("expert-server")
+        self._closed = False
+
+    async def start(self) -> None:
+        router = self._host.router
+        router.add(INFO, self._on_info)
+        router.add_stream(FORWARD, self._on_forward)
+        router.add_stream(BACKWARD, self._on_backward)
+        self._tasks.spawn("runner", self._run())
+
+    async def close(self) -> None:
+        """Stop answering, cancel the runner and fail every waiting call with ``UnavailableError``."""
+        if self._closed:
+            return
+        self._closed = True
+        for name in (INFO.name, FORWARD.name, BACKWARD.name):
+            self._host.router.remove(name)
+        await self._tasks.close()
+        for pool in self.pools.values():
+            pool.fail_all(UnavailableError("the expert server is closing"))
+
+    # ---- handlers --------------------------------------------------------------------------------
+
+    async def _on_info(self, ctx: CallContext, request: InfoRequest) -> ExpertInfo:
+        return self._info(request.uid)
+
+    async def _on_forward(
+        self, ctx: CallContext, request: ExpertRequest, stream: Stream
+    ) -> ExpertDone:
+        return await self._serve("forward", request, stream)
+
+    async def _on_backward(
+        self, ctx: CallContext, request: ExpertRequest, stream: Stream
+    ) -> ExpertDone:
+        return await self._serve("backward", request, stream)
+
+    def _info(self, uid: str) -> ExpertInfo:
+        if self._closed:
+            raise UnavailableError("the expert server is closing")
+        info = self._infos.get(uid)
+        if info is None:
+            raise NotFoundError(f"no expert {uid[:64]!r} on this server")
+        return info
+
+    async def _serve(self, method: str, request: ExpertRequest, stream: Stream) -> ExpertDone:
+        codec = validate_request(self._info(request.uid), method, request)
+        pool = self.pools[request.uid, method]
+        pool.check_room(request.batch)  # before reading: a refused call costs no memory
+        tensors = await recv_tensors(stream, codec, request.shapes)
+        future = pool.submit(tensors, asyncio.get_running_loop().time())
+        try:
+            outputs = await future
+        finally:
+            future.cancel()  # the caller left: the pool skips the call instead of computing it
+        await stream.send(ReplyHeader(int(codec), [list(out.shape) for out in outputs]).to_wire())
+        await send_tensors(stream, codec, outputs)
+        return ExpertDone()
+
+    # ---- the runner ------------------------------------------------------------------------------
+
+    def _pick(self, now: float) -> tuple[tuple[str, str], TaskPool] | None:
+        ready = [(key, pool) for key, pool in self.pools.items() if pool.ready(now)]
+        return min(ready, key=lambda item: item[1].oldest() or now, default=None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            picked = self._pick(now)
+            if picked is None:
+                self._wake.clear()  # no await since _pick: a submit cannot slip in between
+                dues = [due for pool in self.pools.values() if (due := pool.due_at()) is not None]
+                timeout = max(0.0, min(dues) - now) if dues else None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
+                continue
+            (uid, method), pool = picked
+            batch = pool.take()
+            if batch.tasks:
+                await self._compute(self.backends[uid], method, batch)
+
+    async def _compute(self, backend: ExpertBackend, method: str, batch: Batch) -> None:
+        try:
+            outputs = await self._bridge.run(_run_batch, backend, method, batch)
+        except asyncio.CancelledError:
+            batch.fail(UnavailableError("the expert server is closing"))
+            raise
+        except Interrupted:
+            batch.fail(ResourceExhaustedError(f"expert {backend.uid} is busy: paused"))
+        except Exception as exc:
+            log.exception("expert %s failed on a %s batch", backend.uid, method)
+            batch.fail(RemoteInternalError(f"expert {backend.uid} failed: {type(exc).__name__}"))
+        else:
+            batch.deliver(outputs)
+
+
+def _run_batch(backend: ExpertBackend, method: str, batch: Batch) -> list[torch.Tensor]:
+    """On the training thread: merge the calls, compute, return the batch's results."""
+    merged = batch.merged()
+    if method == "forward":
+        return backend.forward(merged)
+    count = len(backend.input_shapes)
+    return backend.backward(merged[:count], merged[count:])
+
+
+# ---- the caller's side ---------------------------------------------------------------------------
+
+
+async def call_expert(
+    host: Host,
+    peer: Target,
+    uid: str,
+    method: str,
+    tensors: Sequence[torch.Tensor],
+    *,
+    codec: Codec = Codec.NONE,
+    timeout: float | None = None,
+    reply_shapes: list[list[int]] | None = None,
+) -> list[torch.Tensor]:
+    """Call ``method`` ("forward" or "backward") of expert ``uid`` on ``peer`` with ``tensors``
+    (batch dimension first); ``reply_shapes``, when known, are the only reply shapes accepted."""
+    stream_method = METHODS.get(method)
+    if stream_method is None:
+        raise ValueError(f"unknown expert method {method!r}; use one of {sorted(METHODS)}")
+    if not tensors:
+        raise ValueError("an expert call needs at least one tensor")
+    batch = int(tensors[0].shape[0])
+    request = ExpertRequest(uid, batch, DTYPE, int(codec), [list(t.shape) for t in tensors])
+    async with host.open_stream(peer, stream_method, request, timeout=timeout) as call:
+        await send_tensors(call.stream, codec, tensors)
+        try:
+            header = ReplyHeader.from_wire(await call.stream.recv_message())
+        except WireFormatError as exc:
+            raise MalformedResponseError(f"reply header from expert {uid}: {exc}") from None
+        outputs = await recv_tensors(
+            call.stream, validate_reply(header, batch, reply_shapes), header.shapes
+        )
+        await call.result()
+    return outputs
+
+
+class RemoteExpert:
+    """An expert on another peer, called like a local one (no autograd here: the DMoE layer adds it)."""
+
+    def __init__(
+        self,
+        host: Host,
+        peer: Target,
+        uid: str,
+        *,
+        codec: Codec = Codec.NONE,
+        timeout: float | None = None,
+    ) -> None:
+        self.host = host
+        self.peer = peer
+        self.uid = uid
+        self.codec = codec
+        self.timeout = timeout
+        self._info: ExpertInfo | None = None
+
+    async def info(self) -> ExpertInfo:
+        if self._info is None:
+            info = await self.host.call(
+                self.peer, INFO, InfoRequest(self.uid), timeout=self.timeout
+            )
+            if info.uid != self.uid:
+                raise MalformedResponseError(f"asked for expert {self.uid}, got {info.uid[:64]}")
+            self._info = info
+        return self._info
+
+    async def forward(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return await self._call("forward", list(inputs), None)
+
+    async def backward(
+        self, inputs: Sequence[torch.Tensor], grad_outputs: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        # input gradients have exactly the inputs' shapes; anything else is a broken server
+        shapes = [list(x.shape) for x in inputs]
+        return await self._call("backward", [*inputs, *grad_outputs], shapes)
+
+    async def _call(
+        self, method: str, tensors: list[torch.Tensor], shapes: list[list[int]] | None
+    ) -> list[torch.Tensor]:
+        if shapes is None and self._info is not None:  # forward, with the outputs' shapes known
+            shapes = [[int(tensors[0].shape[0]), *shape] for shape in self._info.outputs]
+        return await call_expert(
+            self.host,
+            self.peer,
+            self.uid,
+            method,
+            tensors,
+            codec=self.codec,
+            timeout=self.timeout,
+            reply_shapes=shapes,
+        )
