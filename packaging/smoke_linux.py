@@ -13,8 +13,10 @@ Not part of the test suite (it takes minutes and, for the .deb, root): run it af
    bundle imports it (``barnraise torch status``).
 2. The app under Xvfb with a fresh user folder: a screenshot of what a volunteer sees first (the
    torch dialog, offline here), and one once torch is there.
-3. The .deb: ``dpkg -i``, the files where they belong, ``/usr/bin/barnraise --version``, the app
-   from the menu entry's command, a screenshot; ``dpkg -r``, then nothing of it is left.
+3. The .deb, installed as the README tells volunteers (``apt-get install ./….deb``, which also
+   installs the system libraries it depends on; ``dpkg -i`` where there is no apt-get): the files
+   where they belong, ``/usr/bin/barnraise --version``, the app from the menu entry's command, a
+   screenshot; ``dpkg -r``, then nothing of it is left.
 
 Everything runs with ``BARNRAISE_HOME`` in a temporary folder, so the user's own Barnraise is never
 touched. Screenshots go to ``--shots`` (``/tmp/barnraise-bundle-shots``), with ``smoke.json``:
@@ -283,8 +285,14 @@ def app_screenshot(
 def deb_round_trip(deb: Path, home: Path, shots: Path, display: str | None) -> dict[str, object]:
     check(os.geteuid() == 0, "installing the .deb needs root (or run with --no-deb)")
     result: dict[str, object] = {}
-    installed = run(["dpkg", "-i", str(deb)], dict(os.environ), timeout=600)
-    check(installed.returncode == 0, f"dpkg -i failed: {installed.stderr}")
+    install = ["dpkg", "-i", str(deb)]
+    if shutil.which("apt-get"):
+        # as a volunteer does it: apt resolves the Qt libraries the package depends on
+        install = ["apt-get", "install", "-y", "-q", str(deb.resolve())]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    installed = run(install, env, timeout=600)
+    check(installed.returncode == 0, f"{' '.join(install[:2])} failed: {installed.stderr}")
+    result["installed_with"] = install[0]
     try:
         for path in (
             "/opt/barnraise/barnraise",
