@@ -9,6 +9,8 @@ experts, trainers find them through the DHT and call them remotely.
 - ``beam_search``  Algorithm 1's beam search over active prefixes, batched across a minibatch, with a
   short cache.
 - ``protocol``     the expert call's wire messages and typed errors (busy, unknown expert, bad input).
+- ``experts``      the expert architectures a project can name (``ffn``, ``linear``) and ExpertSpec,
+  which builds a hosted expert (module seeded by its uid, optimizer, shapes).
 - ``backend``      ExpertBackend: one expert's module and optimizer; forward without side effects,
   backward that recomputes activations and updates the expert.
 - ``pools``        TaskPool: requests batched per expert and method (max batch size, max wait),
