@@ -7,8 +7,10 @@ and runs that batch through ``TrainingBridge.run``. Batches run one at a time be
 thread is single: queuing them on the bridge would only hide the wait from the pools' "busy" answer.
 
 A handler validates the header, checks the pool has room, and only then reads the tensors, so a
-refused call costs us no memory. Closing the server cancels the runner and answers every waiting
-call with ``UnavailableError``; callers see a typed error, never a hang.
+refused call costs us no memory. Experiments delay or fail calls in the handler too (``faults``),
+before the pool, so a delayed call never holds back the others. Closing the server cancels the
+runner and answers every waiting call with ``UnavailableError``; callers see a typed error, never a
+hang.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 
 from core.averaging.codecs import Codec
 from core.moe.backend import ExpertBackend
+from core.moe.faults import ServerFaults
 from core.moe.pools import Batch, TaskPool
 from core.moe.protocol import (
     BACKWARD,
@@ -68,8 +71,10 @@ class ExpertServer:
         *,
         max_queue: int | None = None,
         max_wait: float = 0.01,
+        faults: ServerFaults | None = None,
     ) -> None:
         self._host = host
+        self.faults = faults
         self._bridge = bridge
         self.backends = {backend.uid: backend for backend in backends}
         if len(self.backends) != len(backends):
@@ -132,6 +137,8 @@ class ExpertServer:
 
     async def _serve(self, method: str, request: ExpertRequest, stream: Stream) -> ExpertDone:
         codec = validate_request(self._info(request.uid), method, request)
+        if self.faults is not None:  # here, not in the runner: a delay holds back only this call
+            await self.faults.apply(request.uid, method)
         pool = self.pools[request.uid, method]
         pool.check_room(request.batch)  # before reading: a refused call costs no memory
         tensors = await recv_tensors(stream, codec, request.shapes)
