@@ -22,7 +22,7 @@ from core.account.errors import AccountError
 from core.account.reporter import ContributionReporter
 from core.net.gate import AccessGate
 from core.net.identity import Identity
-from core.project import Manifest
+from core.project import AnyManifest
 from core.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def read_password(from_stdin: bool) -> str:
 
 @asynccontextmanager
 async def moderated_access(
-    manifest: Manifest, identity: Identity, username: str | None, password: str, *, report: bool
+    manifest: AnyManifest, identity: Identity, username: str | None, password: str, *, report: bool
 ) -> AsyncIterator[PeerAccess]:
     """Log in, get the first pass, keep it fresh while the block runs, then log out."""
     key = manifest.access.key

@@ -26,6 +26,7 @@ COMMANDS = {
     "dht": "core.cli.dht",
     "peer": "core.cli.peer",
     "aux": "core.cli.peer",
+    "experts": "core.cli.experts",
     "swarm": "core.cli.swarm",
     "engine": "core.cli.engine",
     "ctl": "core.cli.ctl",

@@ -29,7 +29,7 @@ from core.config.paths import APP_NAME, HOME_ENV, UserDirs
 from core.control.lock import AlreadyRunning, InstanceLock
 from core.engine.config import EngineConfig
 from core.engine.store import EngineFile
-from core.project import load_manifest
+from core.project import load_any_manifest
 from core.util.errors import BarnraiseError
 from core.util.launch import frozen as is_frozen
 from core.util.login_item import LoginItem, LoginItemError, login_item
@@ -142,7 +142,7 @@ class Uninstall:
         unreadable: list[str] = []
         for slot in memory.projects:
             try:
-                url = load_manifest(slot.manifest).network.coordinator_url
+                url = load_any_manifest(slot.manifest).network.coordinator_url
             except BarnraiseError:
                 unreadable.append(str(slot.manifest))
                 continue

@@ -10,6 +10,8 @@
 - ``config``    EngineConfig: folders and timings of one engine process.
 - ``store``     EngineFile: preferences, pause/snooze and attached projects in one TOML file.
 - ``projects``  ProjectSlot (an attached project) and ProjectRunner (its peer, started lazily).
+- ``hosting``   RunningPeer, what the runner needs of a peer; and the expert server it runs for a
+  ``dmoe`` project (``core.moe.runtime``), where the volunteer contributes by hosting experts.
 - ``account``   Account: the login at the active project's coordinator, the keyring, the leaderboard,
   and the pass keeper whose AccessGate a moderated project's peer shows.
 - ``metering``  Metering: the peer's running totals turned into ledger rows.

@@ -40,7 +40,7 @@ from core.api.schema import AccountInfo, HistoryDay, Leaderboard, LeaderboardEnt
 from core.engine.errors import InvalidArgument, NoCoordinator
 from core.net.gate import AccessGate
 from core.net.peer_id import PeerID
-from core.project import Manifest, ManifestError, load_manifest
+from core.project import AnyManifest, ManifestError, load_any_manifest
 from core.util.blocking import BlockingPool
 from core.util.tasks import BackgroundTasks
 
@@ -68,7 +68,7 @@ class Account:
         self._blocking = blocking
         self._on_change = on_change
         self._timeout = timeout
-        self.manifest: Manifest | None = None
+        self.manifest: AnyManifest | None = None
         self.session: AccountSession | None = None
         self.keeper: PassKeeper | None = None
         self._client: CoordinatorClient | None = None
@@ -97,7 +97,7 @@ class Account:
         error = None
         if manifest_path is not None:
             try:
-                manifest = await self._off_loop(load_manifest, manifest_path)
+                manifest = await self._off_loop(load_any_manifest, manifest_path)
             except ManifestError as exc:
                 error = str(exc)
         old_url = self.url
@@ -162,7 +162,7 @@ class Account:
         return self.info()
 
     async def open_access(
-        self, manifest: Manifest, me: PeerID, sign: Callable[[bytes], bytes]
+        self, manifest: AnyManifest, me: PeerID, sign: Callable[[bytes], bytes]
     ) -> PassKeeper:
         """Fetch a pass for ``me`` (``sign``: its key's, proving we hold it) and keep it fresh
         (a moderated project's peer is starting)."""

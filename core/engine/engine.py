@@ -250,10 +250,12 @@ class Engine:
             raise UnknownProject(f"no attached project is called {name!r}")
         if self.memory.active == name:
             runner, self.runner = self.runner, None
+            # before the stop, which takes a while (a last checkpoint): a scheduler tick meanwhile
+            # must see no project, not a project without its runner
+            self.memory.active = None
             if runner is not None:
                 await runner.stop(self.config.stop_budget)
                 self._progress.meter(runner)
-            self.memory.active = None
         self.memory.projects.remove(slot)
         if self.memory.active is None and self.memory.projects:
             self.memory.active = self.memory.projects[0].name

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.api.schema import ProjectOffer
 from core.engine.projects import ProjectSlot
-from core.project import ManifestError, load_manifest
+from core.project import ManifestError, load_any_manifest
 from core.swarm import LocalSwarm
 from core.util.blocking import BlockingPool
 
@@ -95,7 +95,7 @@ def _moderation(paths: Sequence[Path]) -> list[tuple[bool, str | None]]:
     out: list[tuple[bool, str | None]] = []
     for path in paths:
         try:
-            out.append((load_manifest(path).access.moderated, None))
+            out.append((load_any_manifest(path).access.moderated, None))
         except ManifestError as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             out.append((False, f"its manifest cannot be read: {first}"))

@@ -14,6 +14,9 @@ A ``local_swarm`` slot joins the demo swarm running on this computer (``barnrais
 manifest, initial peers and data URL are read afresh from the swarm's record every time the peer
 starts, because the swarm listens on new ports every run. When no such swarm runs, the start fails
 with a message saying how to start one (``swarm_missing``), and is tried again as soon as one runs.
+
+A ``dmoe`` project's peer is an expert server instead of a trainer (``hosting``): the volunteer
+contributes by hosting experts, under the same scheduler, pauses and ledger.
 """
 
 from __future__ import annotations
@@ -27,22 +30,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.account import AccountError, NotLoggedIn, PassKeeper
 from core.engine.account import Account
+from core.engine.hosting import RunningPeer, expert_host
 from core.net import Identity
+from core.net.gate import AccessGate
 from core.net.ports import all_interfaces
 from core.policy import PeerStatus, RunnerState
-from core.project import Manifest, load_manifest
+from core.project import AnyManifest, DmoeManifest, load_any_manifest
 from core.swarm import LocalSwarm, LocalSwarms
 from core.training.events import PeerEvent, PeerFailed, PeerNetwork, PeerReady
 from core.util.blocking import BlockingPool
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
-
-if TYPE_CHECKING:
-    from core.training.runtime import ProjectPeer
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,7 @@ class NetworkChoice:
     """0: the project's ``peer_port``, with another free port when it is taken."""
     offer_relay: bool = False
 
-    def listen_settings(self, manifest: Manifest, *, local: bool) -> dict[str, Any]:
+    def listen_settings(self, manifest: AnyManifest, *, local: bool) -> dict[str, Any]:
         """PeerSettings' listen fields: loopback for a demo swarm inside this computer, else every
         interface on the chosen port."""
         if local:
@@ -106,7 +108,7 @@ class ProjectSlot:
         local_swarm: bool = False,
     ) -> ProjectSlot:
         """Validate the manifest now, so a bad file is refused when attached, not later."""
-        manifest = load_manifest(path)
+        manifest = load_any_manifest(path)
         return cls(
             manifest.project.name,
             manifest.project.description,
@@ -173,7 +175,7 @@ class ProjectRunner:
         self.identity = identity
         self.on_event = on_event
         self.retry_after = retry_after
-        self.peer: ProjectPeer | None = None
+        self.peer: RunningPeer | None = None
         self.state: RunnerState = "stopped"
         self.error: str | None = None
         self.needs_login = False
@@ -227,19 +229,14 @@ class ProjectRunner:
         self._task = self._tasks.spawn("peer", self._run_peer())
 
     async def _run_peer(self) -> None:
-        from core.training.runtime import (  # noqa: PLC0415 - torch loads only when training starts
-            PeerSettings,
-            ProjectPeer,
-        )
-
-        peer: ProjectPeer | None = None
+        peer: RunningPeer | None = None
         keeper: PassKeeper | None = None
         try:
             path, initial_peers, data_base = await self._where_to_join()
-            manifest: Manifest = await (
-                self.blocking.run(load_manifest, path)
+            manifest: AnyManifest = await (
+                self.blocking.run(load_any_manifest, path)
                 if self.blocking is not None
-                else asyncio.to_thread(load_manifest, path)
+                else asyncio.to_thread(load_any_manifest, path)
             )
             if manifest.project.name != self.slot.name:
                 raise BarnraiseError(
@@ -255,20 +252,9 @@ class ProjectRunner:
                 keeper = await self.account.open_access(
                     manifest, self.identity.peer_id, self.identity.sign
                 )
-            settings = PeerSettings(
-                manifest,
-                work_dir=self.work_dir,
-                role="trainer",
-                **self.network_choice().listen_settings(manifest, local=self.slot.local_swarm),
-                initial_peers=initial_peers,
-                data_base=data_base,
-                data_seed=secrets.randbelow(2**31),
-                device=self.slot.device,
-                identity=self.identity,
-                start_paused=True,
-                access=keeper.gate if keeper is not None else None,
+            peer = self.peer = self._build_peer(
+                manifest, initial_peers, data_base, keeper.gate if keeper is not None else None
             )
-            peer = self.peer = ProjectPeer(settings, self._on_peer_event)
             if not self._paused:
                 await peer.resume(self._duty)
             await peer.run(self._stop)
@@ -293,6 +279,46 @@ class ProjectRunner:
             self.peer = None
             if keeper is not None and self.account is not None:
                 await self.account.close_access(keeper)
+
+    def _build_peer(
+        self,
+        manifest: AnyManifest,
+        initial_peers: tuple[str, ...],
+        data_base: str | None,
+        gate: AccessGate | None,
+    ) -> RunningPeer:
+        """A trainer for a collaborative project, an expert server for a dmoe one; started paused."""
+        listen = self.network_choice().listen_settings(manifest, local=self.slot.local_swarm)
+        if isinstance(manifest, DmoeManifest):
+            return expert_host(
+                manifest,
+                work_dir=self.work_dir,
+                identity=self.identity,
+                device=self.slot.device,
+                listen=listen,
+                initial_peers=initial_peers,
+                access=gate,
+                on_event=self._on_peer_event,
+            )
+        from core.training.runtime import (  # noqa: PLC0415 - torch loads only when training starts
+            PeerSettings,
+            ProjectPeer,
+        )
+
+        settings = PeerSettings(
+            manifest,
+            work_dir=self.work_dir,
+            role="trainer",
+            **listen,
+            initial_peers=initial_peers,
+            data_base=data_base,
+            data_seed=secrets.randbelow(2**31),
+            device=self.slot.device,
+            identity=self.identity,
+            start_paused=True,
+            access=gate,
+        )
+        return ProjectPeer(settings, self._on_peer_event)
 
     async def _where_to_join(self) -> tuple[Path, tuple[str, ...], str | None]:
         """The manifest, initial peers and data URL: the slot's, or the local swarm's run now."""

@@ -17,6 +17,10 @@ from core.net.ports import AUX_PORT, PEER_PORT
 from core.project.validation import FieldCheck
 
 PROJECT_NAME = re.compile(r"[a-z0-9-]{1,64}")
+DEFAULT_KIND = "collaborative"
+PROJECT_KINDS = (DEFAULT_KIND, "dmoe")
+"""``collaborative``: DeDLOC's data-parallel training of one model (ALBERT), the ``Manifest``.
+``dmoe``: a decentralized mixture-of-experts (Learning@home), the ``DmoeManifest``."""
 MODEL_KINDS = ("albert-mlm",)
 DATA_FORMATS = ("auto", "jsonl", "parquet", "text")
 OPTIMIZERS = ("lamb", "adam", "adamw", "sgd")
@@ -62,12 +66,16 @@ class ProjectSection:
     KEY: ClassVar[str] = "project"
     name: str
     """Names the swarm: peers of one project find each other under it."""
+    kind: str = DEFAULT_KIND
+    """What the swarm does, which decides the manifest's other sections: ``collaborative``
+    (DeDLOC training of one model, the default) or ``dmoe`` (volunteers host experts)."""
     description: str = ""
     """At most 4096 characters."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.matches("name", PROJECT_NAME, "1 to 64 lowercase letters, digits or '-'")
+        check.one_of("kind", PROJECT_KINDS)
         check.at_most("description", MAX_TEXT)
 
 

@@ -1,0 +1,184 @@
+"""``barnraise experts``: host experts of a ``dmoe`` project (a volunteer's expert server).
+
+    barnraise experts --manifest resources/dmoe-demo/project.toml --initial-peers /ip4/…/p2p/…
+    barnraise experts --manifest project.toml --uids 'ffn.0.*' --checkpoints /shared/experts
+    barnraise experts --manifest project.toml --count 2 --host 127.0.0.1 --port 0
+
+Which experts: ``--uids`` (uids, or globs over the grid such as ``ffn.0.*``), else ``--count`` (the
+manifest's ``server.experts_per_server`` by default) slots that nobody announces yet. Each expert is
+loaded from its newest readable checkpoint in ``--checkpoints`` (default: this project's folder in
+the user's cache), so a server started with the uids and the folder of one that left takes its
+experts over; checkpoints are written every ``server.checkpoint_interval`` seconds and when it stops.
+
+It prints one JSON line per event on stdout (logs go to stderr): ``ready`` with its address, the
+uids and what was restored (the line a peer prints, so a swarm reads it the same way), ``served``
+every ``--stats-every`` seconds (forward and backward samples served so far), and ``stopped``.
+SIGINT/SIGTERM (Ctrl-C) stop it cleanly: announcements are left to expire (the DHT has no delete;
+within ``server.announce_ttl`` trainers stop calling), waiting calls are answered "unavailable", and
+every expert that learned since its last checkpoint is saved. In a moderated project it logs in
+first, as ``barnraise peer`` does (``--username``, the password from ``--password-stdin`` or
+``$BARNRAISE_PASSWORD``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.account.client import PASSWORD_VARIABLE
+from core.cli.access import moderated_access, read_password
+from core.cli.signals import run_command, stop_on_signals
+from core.config.paths import UserDirs
+from core.net.identity import Identity
+from core.net.ports import PEER_PORT, listen_on
+from core.project import load_dmoe_manifest
+from core.util.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.moe.events import ExpertsEvent
+    from core.moe.runtime import ExpertHostSettings
+
+STATS_EVERY = 10.0
+"""Seconds between ``served`` lines by default."""
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "experts",
+        help="host experts of a mixture-of-experts (dmoe) project",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--manifest", type=Path, required=True, help="the dmoe project's TOML file")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--uids",
+        nargs="+",
+        default=None,
+        metavar="UID",
+        help="experts to host: uids (ffn.0.3) or globs over the grid (ffn.0.*)",
+    )
+    which.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help="host this many free slots (default: the manifest's server.experts_per_server)",
+    )
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on (default: every interface; 127.0.0.1 inside this computer)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port to listen on (default: the manifest's peer_port, else {PEER_PORT}; another "
+        "free one if taken; 0: any)",
+    )
+    parser.add_argument(
+        "--initial-peers", nargs="*", default=None, metavar="ADDR", help="peers to join"
+    )
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the experts' checkpoint folder, shared with or copied from servers that hosted "
+        "them (default: this project's folder in the user's cache)",
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, cuda, cuda:1, mps, auto (the best here)"
+    )
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--stats-every",
+        type=float,
+        default=STATS_EVERY,
+        metavar="SECONDS",
+        help=f"seconds between 'served' lines (default {STATS_EVERY:g}; 0: none)",
+    )
+    parser.add_argument(
+        "--username", default=None, help="your account at a moderated project's coordinator"
+    )
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the password from stdin (else ${PASSWORD_VARIABLE}, else a prompt)",
+    )
+    parser.set_defaults(run=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> ExpertHostSettings:
+    """The server's settings from the command line (``ConfigError`` for a bad combination)."""
+    from core.moe.runtime import ExpertHostSettings  # noqa: PLC0415 - torch only for this command
+
+    manifest = load_dmoe_manifest(args.manifest)
+    if args.count is not None and not 1 <= args.count <= manifest.grid.size:
+        raise ConfigError(f"--count must be 1 to the grid's {manifest.grid.size} experts")
+    if args.stats_every < 0:
+        raise ConfigError("--stats-every must be 0 (none) or more seconds")
+    port = manifest.network.peer_port if args.port is None else args.port
+    checkpoints = args.checkpoints or (
+        UserDirs.default().cache / "projects" / manifest.project.name / "experts"
+    )
+    return ExpertHostSettings(
+        manifest,
+        uids=tuple(args.uids or ()),
+        count=args.count,
+        listen=tuple(listen_on(args.host, port)),
+        port_fallback=args.port is None,
+        initial_peers=tuple(args.initial_peers or ()),
+        checkpoints=checkpoints,
+        device=args.device,
+        stats_interval=args.stats_every,
+    )
+
+
+async def _run(args: argparse.Namespace) -> int:
+    import torch  # noqa: PLC0415 - torch loads slowly; only this command needs it here
+
+    settings = settings_from_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    manifest = settings.manifest
+    if not manifest.access.moderated:
+        return await _serve(settings, stop)
+    identity = Identity.generate()
+    password = read_password(args.password_stdin)
+    async with moderated_access(
+        manifest, identity, args.username, password, report=False
+    ) as access:
+        del password
+        settings = dataclasses.replace(
+            settings,
+            identity=identity,
+            access=access.gate,
+            initial_peers=settings.initial_peers or tuple(access.bootstrap),
+        )
+        return await _serve(settings, stop)
+
+
+async def _serve(settings: ExpertHostSettings, stop: asyncio.Event) -> int:
+    from core.moe.events import to_json  # noqa: PLC0415
+    from core.moe.runtime import ExpertHost  # noqa: PLC0415
+
+    def emit(event: ExpertsEvent) -> None:
+        print(json.dumps(to_json(event)), flush=True)
+
+    server = ExpertHost(settings, emit)
+    try:
+        await server.run(stop)
+    finally:
+        await server.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_command(lambda: _run(args))
