@@ -45,6 +45,7 @@ SIDE_TESTS = (
     "tests/cli/test_churn_soak.py",
     "tests/lab",
     "tests/cli/test_training_processes.py",
+    "tests/cli/test_dmoe_swarm.py",
     # CPU-bound, but the side process has minutes to spare when the soak is done: the main leg
     # is the one the suite waits for (the thousand nodes took 83 s there beside the soak, 34 s
     # alone; the churn and fifty-node swarms 44 s and 31 s there, 28 s and 17 s alone)

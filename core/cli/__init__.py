@@ -4,9 +4,13 @@
 - ``identity``  ``barnraise identity``: print (creating on first use) this user's PeerID.
 - ``demo``      ``barnraise demo``: two peers on loopback exchange one authenticated call.
 - ``dht``       ``barnraise dht``: a standalone DHT node (``dht_stdio``: its JSON command interface).
-- ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest.
+- ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest;
+  ``moe_peer``: ``barnraise peer`` for a ``dmoe`` project, an asynchronous mixture-of-experts trainer.
+- ``experts``   ``barnraise experts``: an expert server of a ``dmoe`` project (``core.moe.runtime``),
+  printing its ready line and what it served as JSON.
 - ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job),
-  ``--moderated`` with a coordinator; its arguments, the swarm itself being ``core.swarm``.
+  ``--moderated`` with a coordinator, ``--project dmoe`` a mixture of experts; its arguments, the
+  swarm itself being ``core.swarm``.
 - ``swarm_text`` SwarmPrinter: what ``barnraise swarm`` prints while it runs (epochs, leaderboard).
 - ``engine``    ``barnraise engine``: the background engine (``core.control``), logging to a file.
 - ``ctl``       ``barnraise ctl``: drives the running engine through its control API.

@@ -15,6 +15,9 @@ manifest's ``network.checkpoint_url``.
 The peer prints one JSON line per event (ready with its address, each finished epoch; for ``aux``
 the collaboration's metrics per epoch) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
 cleanly after the current microbatch.
+
+A ``dmoe`` manifest (a decentralized mixture of experts) makes ``barnraise peer`` one of its
+asynchronous trainers instead (``core.cli.moe_peer``); such a project has no auxiliary peers.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.identity import Identity
 from core.net.ports import AUX_PORT, PEER_PORT, listen_on
-from core.project import Manifest, load_manifest
+from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.training.events import PeerEvent, PeerStopped, to_json
 from core.util.errors import ConfigError
 
@@ -220,6 +223,11 @@ def _random_seed() -> int:
 async def _run(args: argparse.Namespace) -> int:
     import torch  # noqa: PLC0415 - torch loads slowly; only training commands need it
 
+    manifest = load_any_manifest(args.manifest)
+    if isinstance(manifest, DmoeManifest):
+        from core.cli.moe_peer import run_trainer  # noqa: PLC0415
+
+        return await run_trainer(args, manifest)
     settings = _settings(args)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -15,6 +15,11 @@ turns reducer verification on for every peer), to show the defences: with the ma
 ``[averaging] aggregation = "centered_clip"`` the loss still falls, and the auxiliary peer's
 accusations, printed as they come, name the misbehaving peers.
 
+With ``--project dmoe`` (or a manifest of kind ``dmoe``) it runs a decentralized mixture of
+experts instead (Learning@home): ``--servers`` expert servers hosting the grid's experts, and
+``--peers`` asynchronous trainers that find them through the DHT, each a process of its own; it
+prints the trainers' loss, accuracy and speed every few seconds.
+
 Once its peers run, the swarm announces itself to the engine on this computer with a record in the
 user's runtime folder: the desktop app offers it on first run, and an engine attached with
 ``--local-swarm`` joins it wherever it listens this time. The record goes when the swarm stops.
@@ -29,9 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from core.cli.signals import run_command, stop_on_signals
-from core.cli.swarm_text import SwarmPrinter
+from core.cli.swarm_text import DmoePrinter, SwarmPrinter
+from core.project import DmoeManifest, load_any_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
+from core.swarm.dmoe_run import DmoeSwarmOptions, LocalDmoeRun
 from core.swarm.run import ATTACKS, LocalSwarmRun, SwarmOptions
+from core.util.resources import resource_path
+
+PROJECTS = {"demo": "demo/project.toml", "dmoe": "dmoe-demo/project.toml"}
+"""``--project NAME``: the manifests that ship with Barnraise."""
 
 # the swarm itself is core.swarm (LocalSwarmRun); this module reads the arguments, and what the
 # swarm has to say is printed by swarm_text
@@ -47,7 +58,21 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--minutes", type=float, default=0.0, help="stop after this long (0: never)"
     )
-    parser.add_argument("--manifest", type=Path, default=DEMO_MANIFEST, help="default: the demo")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--manifest", type=Path, default=None, help="default: the demo")
+    which.add_argument(
+        "--project",
+        choices=sorted(PROJECTS),
+        default=None,
+        help="a project that ships with Barnraise: demo (collaborative ALBERT training, the "
+        "default) or dmoe (a mixture of experts hosted by expert servers)",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=3,
+        help="with a dmoe project: expert servers (default 3)",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="corpus, logs, checkpoints")
     parser.add_argument("--target-batch-size", type=int, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=10)
@@ -79,10 +104,16 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _options(args: argparse.Namespace) -> SwarmOptions:
+def _manifest(args: argparse.Namespace) -> Path:
     # absolute: the peers run in their log folder, not in this one
+    if args.project is not None:
+        return resource_path(PROJECTS[args.project]).absolute()
+    return (args.manifest or DEMO_MANIFEST).absolute()
+
+
+def _options(args: argparse.Namespace) -> SwarmOptions:
     return SwarmOptions(
-        manifest=args.manifest.absolute(),
+        manifest=_manifest(args),
         peers=args.peers,
         seconds=args.minutes * 60 if args.minutes else None,
         work_dir=args.work_dir.absolute() if args.work_dir else None,
@@ -101,7 +132,21 @@ async def _run(args: argparse.Namespace) -> int:
         return 2
     stop = asyncio.Event()
     stop_on_signals(stop)
-    code = await LocalSwarmRun(_options(args), SwarmPrinter()).run(stop)
+    manifest = await asyncio.to_thread(load_any_manifest, _manifest(args))
+    if isinstance(manifest, DmoeManifest):
+        if problem := _dmoe_problem(args):
+            print(f"barnraise swarm: {problem}", file=sys.stderr)
+            return 2
+        options = DmoeSwarmOptions(
+            manifest=_manifest(args),
+            servers=args.servers,
+            trainers=args.peers,
+            seconds=args.minutes * 60 if args.minutes else None,
+            work_dir=args.work_dir.absolute() if args.work_dir else None,
+        )
+        code = await LocalDmoeRun(options, DmoePrinter()).run(stop)
+    else:
+        code = await LocalSwarmRun(_options(args), SwarmPrinter()).run(stop)
     if code == 0:
         print("stopped", flush=True)
     return code
@@ -114,6 +159,20 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--keep-accounts goes with --moderated (an open swarm has no accounts)"
     if not 0 <= args.byzantine <= args.peers:
         return f"--byzantine must be 0 to --peers ({args.peers}), not {args.byzantine}"
+    return None
+
+
+def _dmoe_problem(args: argparse.Namespace) -> str | None:
+    """Options a mixture-of-experts swarm cannot honour (it has no epochs nor averaging)."""
+    if args.servers < 1:
+        return "--servers must be 1 or more"
+    for flag, given in (
+        ("--moderated", args.moderated),
+        ("--byzantine", args.byzantine),
+        ("--target-batch-size", args.target_batch_size is not None),
+    ):
+        if given:
+            return f"{flag} is for collaborative projects, not a mixture of experts"
     return None
 
 

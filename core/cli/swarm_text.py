@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from core.swarm.dmoe_run import DmoeLine
 from core.swarm.moderated import Standings
 from core.swarm.run import Joining
 from core.training.events import PeerMetrics
@@ -67,6 +68,29 @@ class SwarmPrinter:
             f"  total {standings.samples} samples over {standings.epochs} epochs; the auxiliary "
             f"peer's metrics counted {standings.counted}: {verdict}"
         )
+
+
+class DmoePrinter:
+    """What ``barnraise swarm --project dmoe`` prints (a ``DmoeOutput``)."""
+
+    def running(self, servers: int, trainers: int, address: str, logs: Path) -> None:
+        _say(f"{servers} expert server(s) and {trainers} trainer(s) on loopback; logs in {logs}")
+        _say(f"more servers or trainers join with: --initial-peers {address}")
+        _say(
+            "or from an engine on this computer (it hosts experts): barnraise ctl attach --local-swarm"
+        )
+
+    def progress(self, line: DmoeLine) -> None:
+        accuracy = f"{line.accuracy:.3f}" if line.accuracy is not None else "  -  "
+        _say(
+            f"{line.seconds:6.0f} s  steps {line.steps:>6}  loss {line.loss:.4f}  "
+            f"accuracy {accuracy}  samples/s {line.samples_per_second:>7.1f}  "
+            f"answered {line.answered:6.1%}  trainers {line.trainers}  "
+            f"expert samples {line.expert_samples}"
+        )
+
+    def problem(self, message: str) -> None:
+        print(f"barnraise swarm: {message}", file=sys.stderr, flush=True)
 
 
 def _say(line: str) -> None:

@@ -17,4 +17,25 @@ experts, trainers find them through the DHT and call them remotely.
   bounded queues, "busy" when full.
 - ``server``       ExpertServer: hosts many backends, answers calls on the Host, runs batches on the
   training thread through the bridge.
+- ``hosted``       HostedExpert: a backend on the server's device that counts the samples it serves
+  (``Served``), the unit the engine's ledger counts.
+- ``checkpoints``  ExpertCheckpoints (per-expert files, written atomically, the newest readable one
+  loaded: takeover) and CheckpointSaver (every N seconds or updates, and at close).
+- ``selection``    which uids a server hosts: given uids, globs over the grid, or free slots found in
+  the DHT.
+- ``events``       what an expert server tells its owner (ready, served, stopped) and their JSON.
+- ``runtime``      ExpertHost: a volunteer's expert server built from a ``dmoe`` manifest (Host, DHT,
+  bridge, server, announcer, checkpoints), paused and resumed by the engine.
+- ``faults``       ServerFaults: injected per-request latency and failures for the experiments.
+- ``calls``        ExpertCaller: a trainer's worker thread finds experts and calls many at once
+  through the bridge; failure kinds, counters, MoEError and TooFewExpertsError.
+- ``layer``        RemoteMixtureOfExperts: gate, beam search, remote calls in one autograd Function,
+  failed experts excluded and weights renormalised, load-balancing loss.
+- ``trainer``      AsyncMoETrainer: several batches in flight on the bridge's workers, steps applied
+  one at a time under a lock; DigitsMoE, the demo's model.
+- ``digits``       the handwritten digits of the demo: loading, a fixed split, shuffled batches.
+- ``trainer_events`` what a DMoE trainer tells its owner (ready, progress, accuracy, stopped) and
+  their JSON lines.
+- ``training_peer`` MoETrainerPeer: a trainer built from a ``dmoe`` manifest (what ``barnraise peer``
+  runs for one): Host, DHT client, beam search, DigitsMoE and the asynchronous trainer.
 """

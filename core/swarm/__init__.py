@@ -15,6 +15,8 @@ finds and follows it.
   ``standings`` at the end.
 - ``run``        ``LocalSwarmRun``: one run, from the data to the peers, the record and the metrics, and
   stopped in reverse; it reports to a ``SwarmOutput``.
+- ``dmoe_run``   ``LocalDmoeRun``: a mixture-of-experts collaboration (``--project dmoe``): expert
+  servers, then asynchronous trainers, their reports combined into one line every few seconds.
 - ``accused``    the auxiliary peer's accusations, read from its log, named and tallied for the
   swarm's output (``--byzantine`` shows who the defences caught).
 

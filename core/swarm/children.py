@@ -41,6 +41,17 @@ class ChildProcess:
                 return from_json(json.loads(line))
         return None
 
+    async def json_line(self) -> dict[str, object] | None:
+        """The next JSON object on its stdout (None at its end); other lines are skipped. For
+        children whose events are not a trainer's (an expert server's, a DMoE trainer's)."""
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            with contextlib.suppress(ValueError):
+                data = json.loads(line)
+                if isinstance(data, dict):
+                    return data
+        return None
+
     async def stop(self, grace: float = STOP_GRACE) -> None:
         """Ask it to stop, and kill it if it has not within ``grace`` seconds."""
         if self.proc.returncode is not None:
