@@ -103,6 +103,12 @@ def register(commands: Any) -> None:
         help=f"seconds between 'served' lines (default {STATS_EVERY:g}; 0: none)",
     )
     parser.add_argument(
+        "--offer-relay",
+        action="store_true",
+        help="relay for servers behind home routers while this one is public (an organizer's "
+        "backbone server)",
+    )
+    parser.add_argument(
         "--username", default=None, help="your account at a moderated project's coordinator"
     )
     parser.add_argument(
@@ -136,6 +142,7 @@ def settings_from_args(args: argparse.Namespace) -> ExpertHostSettings:
         checkpoints=checkpoints,
         device=args.device,
         stats_interval=args.stats_every,
+        offer_relay=args.offer_relay,
     )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from core.dht.records import ValueWithExpiration
@@ -116,14 +116,19 @@ async def get_experts(dht: ExpertStore, uids: Sequence[str]) -> dict[str, str]:
 
 
 class Announcer:
-    """Keeps a server's experts announced: once at ``start``, then every ``ttl / 3`` seconds."""
+    """Keeps a server's experts announced: once at ``start``, then every ``ttl / 3`` seconds.
+
+    ``address`` may be a function giving the server's best address at each round: behind a home
+    router that changes (a relay address once a reservation is held, a direct one after a port
+    mapping is confirmed), and trainers must always be sent where they can reach us now.
+    """
 
     def __init__(
         self,
         dht: ExpertStore,
         grid: ExpertGrid,
         uids: Sequence[str],
-        address: PeerAddress | str,
+        address: PeerAddress | str | Callable[[], PeerAddress | str],
         ttl: float,
         *,
         clock: Clock | None = None,
@@ -135,12 +140,18 @@ class Announcer:
         self.dht = dht
         self.grid = grid
         self.uids = list(uids)
-        self.address = str(address)
+        self._address = address
         self.ttl = float(ttl)
         self.clock = clock or SystemClock()
         self.rounds = 0
         self.last_report: dict[str, bool] = {}
         self._tasks = BackgroundTasks(f"announcer-{grid.prefix}")
+
+    @property
+    def address(self) -> str:
+        """The address announced now."""
+        address = self._address
+        return str(address() if callable(address) else address)
 
     async def announce_once(self) -> dict[str, bool]:
         """Store every uid with an expiration ``ttl`` from now."""

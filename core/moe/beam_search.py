@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from core.dht.records import ValueWithExpiration
-from core.moe.grid import Coords, ExpertGrid
+from core.moe.grid import Coords, ExpertGrid, GridError
 from core.util.clock import Clock, SystemClock
 from core.util.errors import BarnraiseError
 
@@ -85,6 +85,9 @@ class SuffixCache:
         self.hits += 1
         return entry[1]
 
+    def drop(self, prefix: Coords) -> None:
+        self._entries.pop(prefix, None)
+
     def put(self, prefix: Coords, suffixes: dict[int, str]) -> None:
         if self.max_entries == 0 or self.ttl == 0:
             return
@@ -111,6 +114,8 @@ class MoEBeamSearch:
         self.cache = SuffixCache(cache_ttl, cache_size, clock or SystemClock())
         self.lookups = 0  # get_many rounds sent to the DHT
         self.keys_looked_up = 0
+        # last-level prefixes whose server failed a call: asked for afresh (latest=True) next time
+        self._doubted: set[Coords] = set()
 
     async def active_suffixes(self, prefixes: Sequence[Coords]) -> dict[Coords, dict[int, str]]:
         """For each prefix, its active next indices -> server address; one DHT round for the misses."""
@@ -122,15 +127,34 @@ class MoEBeamSearch:
                 missing.append(prefix)
             else:
                 result[prefix] = cached
-        if missing:
+        # a doubted prefix is asked for its freshest record (the DHT node may hold a copy naming a
+        # server that left, until it expires); the others take any copy, the cheap way
+        doubted = [prefix for prefix in missing if prefix in self._doubted]
+        usual = [prefix for prefix in missing if prefix not in self._doubted]
+        for asked, latest in ((usual, False), (doubted, True)):
+            if not asked:
+                continue
             self.lookups += 1
-            self.keys_looked_up += len(missing)
-            records = await self.dht.get_many([self.grid.key(prefix) for prefix in missing])
-            for prefix, record in zip(missing, records, strict=True):
+            self.keys_looked_up += len(asked)
+            keys = [self.grid.key(prefix) for prefix in asked]
+            records = await self.dht.get_many(keys, latest=latest)
+            for prefix, record in zip(asked, records, strict=True):
                 suffixes = self._parse(len(prefix), record)
                 self.cache.put(prefix, suffixes)
                 result[prefix] = suffixes
+                self._doubted.discard(prefix)
         return result
+
+    def doubt(self, uid: str) -> None:
+        """The server of ``uid`` failed a call: forget what we know of where ``uid`` is served, and
+        ask the DHT for the freshest record next time (a server that took the expert over has
+        announced itself there; the copy the DHT node cached may still name the one that left)."""
+        try:
+            prefix = self.grid.parse(uid)[:-1]
+        except GridError:
+            return
+        self.cache.drop(prefix)
+        self._doubted.add(prefix)
 
     def _parse(self, depth: int, record: ValueWithExpiration | None) -> dict[int, str]:
         """The valid entries of a prefix record; anything else there is other peers' junk, skipped.

@@ -99,6 +99,9 @@ def failure_kind(error: BaseException) -> str:
     return "unreachable"  # dial, handshake, address or socket errors, a cancelled stream
 
 
+GONE = frozenset({"unknown", "unavailable", "unreachable", "timeout"})
+"""Failures that may mean the expert's server left (not "busy", which is a server at work)."""
+
 Outcome = list[Tensor] | BaseException
 """An expert call's outputs, or why it failed."""
 
@@ -228,6 +231,9 @@ class ExpertCaller:
                     reply_shapes=call.reply_shapes,
                 )
         except CALL_FAILURES as exc:
+            if failure_kind(exc) in GONE:
+                # its server may have left and another taken the expert over: look again
+                self.search.doubt(call.uid)
             return exc
 
 

@@ -53,6 +53,8 @@ from core.moe.server import ExpertServer
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
 from core.net.gate import AccessGate
+from core.net.presence import Presence, PresenceOptions
+from core.net.reachability import Reachability
 from core.net.reachability_monitor import ReachabilityMonitor
 from core.project import DmoeManifest
 from core.training.bridge import TrainingBridge
@@ -92,6 +94,8 @@ class ExpertHostSettings:
     """Build everything, answer calls with "busy", announce nothing until ``resume``."""
     stats_interval: float = 0.0
     """Seconds between ``ExpertsServed`` events; 0: none."""
+    offer_relay: bool = False
+    """Relay for peers behind routers while this server is public (an organizer's backbone)."""
 
 
 class ExpertHost:
@@ -125,6 +129,7 @@ class ExpertHost:
         self.served = Served()
         self.experts: list[HostedExpert] = []
         self.server: ExpertServer | None = None
+        self.presence: Presence | None = None
         self.saver: CheckpointSaver | None = None
         self.address: str | None = None
         self._device = torch.device("cpu")
@@ -144,6 +149,10 @@ class ExpertHost:
     async def start(self) -> None:
         s, manifest = self.settings, self.settings.manifest
         await self.host.start(list(s.listen), port_fallback=s.port_fallback)
+        # reachability checks, relay reservations behind a router, hole punching, port mapping:
+        # trainers elsewhere must reach the experts, whatever router this volunteer sits behind
+        self.presence = Presence(self.host, PresenceOptions(offer_relay=s.offer_relay))
+        await self.presence.start()
         await self.dht.start(list(s.initial_peers or manifest.network.initial_peers))
         store = (
             ExpertCheckpoints(s.checkpoints, keep=manifest.server.keep_checkpoints)
@@ -179,9 +188,7 @@ class ExpertHost:
             max_wait=manifest.server.max_wait,
         )
         await self.server.start()
-        self.address = (
-            str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
-        )
+        self.address = self.best_address()
         if self.control.running:
             self._start_announcing()
         self.on_event(ExpertsReady(self.address, uids, restored))
@@ -206,6 +213,21 @@ class ExpertHost:
 
     # ---- announcing ------------------------------------------------------------------------------
 
+    def best_address(self) -> str:
+        """The one address the DHT tells trainers, where most of them can reach us now.
+
+        Behind a router that nobody outside can dial through (PRIVATE), a relay address: our LAN
+        address would reach only trainers on the same LAN, and a relayed connection is moved to a
+        direct path by hole punching where the routers allow it. Otherwise ``Host.addresses``'
+        best (a confirmed public address, else an interface address; never loopback unless we
+        listen on loopback alone)."""
+        host, presence = self.host, self.presence
+        private = presence is not None and presence.reachability is Reachability.PRIVATE
+        if private and host.relay_addresses:
+            return str(host.relay_addresses[0])
+        addresses = host.addresses
+        return str(addresses[0]) if addresses else str(host.peer_id)
+
     def _start_announcing(self) -> None:
         if self._announcing is not None or self.address is None:
             return
@@ -213,7 +235,7 @@ class ExpertHost:
             self.dht,
             self.grid,
             [expert.uid for expert in self.experts],
-            self.address,
+            self.best_address,  # asked again at every round: it changes behind a router
             self.settings.manifest.server.announce_ttl,
         )
         self._announcer = announcer
@@ -288,8 +310,11 @@ class ExpertHost:
 
     waiting_for: str | None = None
     """A server never waits for a collaboration (a trainer's ``waiting_for``)."""
-    reachability: ReachabilityMonitor | None = None
-    """No reachability checks of its own (a trainer has a ``ReachabilityMonitor``)."""
+
+    @property
+    def reachability(self) -> ReachabilityMonitor | None:
+        """The reachability checks of this server's Presence (None before it starts)."""
+        return self.presence.monitor if self.presence is not None else None
 
     def served_event(self) -> ExpertsServed:
         served = self.served
@@ -329,8 +354,9 @@ class ExpertHost:
     def network(self) -> PeerNetwork:
         connections = peer_kinds(self.host)
         kinds = {kind: list(connections.values()).count(kind) for kind in KINDS}
+        presence = self.presence
         return PeerNetwork(
-            reachability="unknown",
+            reachability=presence.reachability.value if presence is not None else "unknown",
             peers=len(connections),
             direct=kinds["direct"],
             punched=kinds["punched"],
@@ -368,6 +394,8 @@ class ExpertHost:
                 saved = await self.saver.close(save=save)
         await self.bridge.aclose()
         await self.dht.close()
+        if self.presence is not None:
+            await self.presence.close()
         await self.host.close()
         if self.address is not None:
             self.on_event(ExpertsStopped(saved))

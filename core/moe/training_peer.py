@@ -1,7 +1,8 @@
 """MoETrainerPeer: a trainer of a ``dmoe`` project, built from its manifest (what ``barnraise peer``
 runs when the manifest says ``kind = "dmoe"``).
 
-It puts together a Host and a DHT node (a client: a trainer serves nothing, so it is never put in
+It puts together a Host with its ``Presence`` (to dial experts behind routers, through their relays
+or a punched hole) and a DHT node (a client: a trainer serves nothing, so it is never put in
 others' routing tables), a ``TrainingBridge`` with one worker per batch in flight, the beam search
 over the manifest's grid, the demo's model (``DigitsMoE``: pixels -> local layer -> the remote
 mixture -> classes) and the ``AsyncMoETrainer``, and trains on the digits until stopped.
@@ -48,6 +49,7 @@ from core.moe.trainer_events import (
 )
 from core.net import Host, Identity, NetConfig
 from core.net.gate import AccessGate
+from core.net.presence import Presence, PresenceOptions
 from core.project import DmoeManifest
 from core.training.bridge import TrainingBridge
 from core.training.errors import TrainingError
@@ -132,6 +134,7 @@ class MoETrainerPeer:
             max_consecutive_failures=10_000,  # an empty grid is waited out, not given up on
         )
         self.address: str | None = None
+        self.presence: Presence | None = None
         self._window: list[StepReport] = []
         self._reports = 0
         self._since = time.monotonic()
@@ -141,6 +144,10 @@ class MoETrainerPeer:
         """Start, then train until ``stop`` is set or ``max_steps`` are done."""
         s = self.settings
         await self.host.start(list(s.listen), port_fallback=s.port_fallback)
+        # a trainer serves nothing, so it holds no relay reservation and maps no port; it dials
+        # experts through their relays (``relay:`` addresses) and punches to them where it can
+        self.presence = Presence(self.host, PresenceOptions(use_relays=False, map_port=False))
+        await self.presence.start()
         await self.dht.start(list(s.initial_peers or s.manifest.network.initial_peers))
         self.address = (
             str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
@@ -237,6 +244,8 @@ class MoETrainerPeer:
         await self._tasks.close()
         await self.bridge.aclose()
         await self.dht.close()
+        if self.presence is not None:
+            await self.presence.close()
         await self.host.close()
         if self.address is not None:
             self.on_event(MoETrainerStopped(self.trainer.stats.steps))

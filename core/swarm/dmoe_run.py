@@ -162,6 +162,8 @@ class LocalDmoeRun:
             args = [*common, "--uids", *uids[i::count]]
             if address is not None:
                 args += ["--initial-peers", address]
+            else:
+                args.append("--offer-relay")  # the first server is the swarm's backbone
             child = await self._spawn(f"experts-{i}", args, work)
             self._servers.append(child)
             ready = await self._ready(child)

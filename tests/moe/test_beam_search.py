@@ -23,6 +23,7 @@ class FakeDHT:
     def __init__(self) -> None:
         self.records: dict[Any, Any] = {}
         self.rounds: list[list[Any]] = []
+        self.latest: list[bool] = []
 
     async def store_many(self, items: Sequence[tuple[Any, ...]]) -> list[bool]:
         for key, value, expiration, *subkey in items:
@@ -37,6 +38,7 @@ class FakeDHT:
         self, keys: Sequence[Any], latest: bool = False
     ) -> list[ValueWithExpiration | None]:
         self.rounds.append(list(keys))
+        self.latest.append(latest)
         return [
             None if key not in self.records else ValueWithExpiration(self.records[key], 0.0)
             for key in keys
@@ -254,3 +256,28 @@ async def test_on_a_dht_swarm_experts_appear_and_expire() -> None:
     finally:
         for node in nodes:
             await node.close()
+
+
+async def test_a_doubted_expert_is_looked_up_afresh_and_found_at_its_new_server() -> None:
+    grid = ExpertGrid("ffn", (2, 2))
+    live = list(grid.all_uids())
+    dht = await serve(grid, live)
+    search = MoEBeamSearch(dht, grid, cache_ttl=60.0, clock=FakeClock())
+    scores = random_scores(grid, 3, seed=1)
+    await search.find_best_experts(scores, k=2)
+    assert dht.latest == [False, False]
+    await search.find_best_experts(scores, k=2)
+    assert len(dht.rounds) == 2  # all cached
+
+    # ffn.1.0's server left; another took the expert over and announced itself
+    dht.records["ffn.1"][0] = ValueWithExpiration("new-server", 1.0)
+    search.doubt("ffn.1.0")
+    search.doubt("not-on-this-grid.7")  # junk is ignored
+    found = await search.find_best_experts(scores, k=4)
+    assert dht.rounds[2:] == [["ffn.1"]]
+    assert dht.latest[2:] == [True]
+    addresses = {e.uid: e.address for row in found for e in row}
+    assert addresses["ffn.1.0"] == "new-server"
+    assert addresses["ffn.1.1"] == "server-of-ffn.1.1"
+    await search.find_best_experts(scores, k=4)
+    assert len(dht.rounds) == 3  # cached again, and no longer doubted
