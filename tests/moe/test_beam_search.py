@@ -265,7 +265,7 @@ async def test_a_doubted_expert_is_looked_up_afresh_and_found_at_its_new_server(
     search = MoEBeamSearch(dht, grid, cache_ttl=60.0, clock=FakeClock())
     scores = random_scores(grid, 3, seed=1)
     await search.find_best_experts(scores, k=2)
-    assert dht.latest == [False, False]
+    assert dht.latest == [False, False]  # the first copy found will do
     await search.find_best_experts(scores, k=2)
     assert len(dht.rounds) == 2  # all cached
 
@@ -281,3 +281,13 @@ async def test_a_doubted_expert_is_looked_up_afresh_and_found_at_its_new_server(
     assert addresses["ffn.1.1"] == "server-of-ffn.1.1"
     await search.find_best_experts(scores, k=4)
     assert len(dht.rounds) == 3  # cached again, and no longer doubted
+
+
+async def test_prefix_records_are_read_whole_when_asked() -> None:
+    grid = ExpertGrid("ffn", (2, 2))
+    dht = await serve(grid, list(grid.all_uids()))
+    scores = random_scores(grid, 2, seed=3)
+    await MoEBeamSearch(dht, grid, complete_records=True).find_best_experts(scores, k=2)
+    assert dht.latest == [True, True]  # every replica asked, their subkeys merged
+    await MoEBeamSearch(dht, grid).find_best_experts(scores, k=2)
+    assert dht.latest[2:] == [False, False]  # by default the first copy found
