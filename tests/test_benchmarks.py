@@ -383,3 +383,119 @@ def test_flood_benchmark_writes_its_fields(tmp_path: Path) -> None:
         assert scenario["rss_mb"]["baseline"] > 0
         assert set(scenario["goals"]) == {"fresh_pings_within_1s", "rss_back_within_10_percent"}
     assert result["one_address"]["rss_mb"]["after_over_no_flood_after"] > 0
+
+
+def test_moe_benchmark_writes_a_section_per_part(tmp_path: Path) -> None:
+    out = tmp_path / "moe.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "moe.py"),
+            "--quick",
+            "--parts",
+            "beam,server",
+            "--no-hivemind",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(out.read_text())
+    assert result["parts"] == ["beam", "server"]
+    assert result["quick"] is True
+
+    server = result["server"]
+    assert server["status"] == "ok"
+    ours = server["barnraise"]
+    assert ours["status"] == "ok"
+    assert ours["samples_per_s"] > 0
+    assert ours["errors"] == 0
+    for key in ("forward_latency", "backward_latency", "step_latency"):
+        assert 0 < ours[key]["p50_ms"] <= ours[key]["p99_ms"]
+    assert server["hivemind"]["status"] == "not run"
+    assert server["ratio_samples_per_s"] is None
+    assert server["settings"]["clients"] == 2
+
+    beam = result["beam"]
+    assert beam["status"] == "ok"
+    assert [row["nodes"] for row in beam["sizes"]] == [100, 300]
+    for row in [*beam["sizes"], beam["join_check"]]:
+        assert row["search"]["mean_ms"] > 0
+        assert row["hops_per_search"]["mean"] > 0
+        assert row["find_rpcs_per_search"] > 0
+        assert row["lookup_rounds_per_search"] == 2  # one per grid dimension: the cache was cold
+        checks = row["validation"]["checks"]
+        assert row["validation"]["nearest_found"] == checks
+        assert row["validation"]["records_found"] == checks
+        # a lookup may meet a replica holding only some servers' entries first: counted, not failed
+        assert 0 <= row["results_equal_exact"] <= row["searches"]
+        assert row["prefix_records_incomplete"] >= 0
+
+
+def test_moe_experiments_write_their_curves_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "moe.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "moe.py"),
+            "--quick",
+            "--parts",
+            "convergence,throughput",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    result = json.loads(out.read_text())
+    assert result["parts"] == ["convergence", "throughput"]
+
+    convergence = result["convergence"]
+    assert convergence["status"] == "ok"
+    assert convergence["data"]["synthetic"] is False
+    assert convergence["data"]["train"] + convergence["data"]["test"] == 1797
+    assert [s["name"] for s in convergence["scenarios"]] == ["low"]
+    assert convergence["reference"]["staleness"]["max"] == 0  # one worker: never stale
+    runs = {run["model"]: run for run in convergence["runs"]}
+    assert set(runs) == {"ffn", "dmoe-16"}
+    batches = convergence["settings"]["batches_per_run"]
+    for run in runs.values():
+        curves = run["curves"]
+        assert run["steps"] + run["dropped"] == batches
+        assert len(curves["loss"]) == len(curves["loss_smoothed"]) == run["steps"]
+        assert len(curves["staleness"]) == len(curves["batches_processed"]) == run["steps"]
+        assert all(loss > 0 for loss in curves["loss"])
+        assert curves["accuracy"]
+        assert all(0 <= point["accuracy"] <= 1 for point in curves["accuracy"])
+        assert run["staleness"]["max"] >= 1  # batches overlapped: the gradients were stale
+        assert run["steps_per_s"] > 0
+    dmoe = runs["dmoe-16"]
+    assert dmoe["expert_calls"]["forward"] > 0
+    assert dmoe["expert_calls"]["backward"] > 0
+    assert dmoe["expert_updates"] > 0  # the experts learned on their servers
+    assert dmoe["injected"]["requests"] > 0
+    assert dmoe["injected"]["mean_latency_ms"] > 0  # the low scenario's 12.5 ms per request
+    assert dmoe["injected"]["failures"] == 0
+
+    throughput = result["throughput"]
+    assert throughput["status"] == "ok"
+    assert throughput["local"]["samples_per_s"]["mean"] > 0
+    assert [row["latency_ms"] for row in throughput["latencies"]] == [0.0, 20.0]
+    for row in throughput["latencies"]:
+        for mode in ("learning_at_home", "model_parallel"):
+            figures = row[mode]["samples_per_s"]
+            assert figures["mean"] > 0
+            assert figures["std"] >= 0
+            assert len(figures["values"]) == throughput["settings"]["repeats"]
+        assert row["learning_at_home"]["errors"] == 0
+    assert throughput["model_parallel_upper_bound"] > 0
+
+    for section in (convergence, throughput):
+        png = Path(section["plot"])
+        assert png.parent == tmp_path  # next to the JSON
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        assert len(data) > 10_000  # axes, labels and lines, not an empty image

@@ -2,13 +2,16 @@
 
 Requests and responses still go through their wire encoding (msgpack and back), so validation is the
 same as on real connections; only sockets, TLS and scheduling delays are missing. Nodes can be taken
-down to simulate churn.
+down to simulate churn, and an optional ``latency`` function gives every request a simulated round
+trip (half before the handler runs, half after), so lookups on a simulated swarm take the time they
+would over a wide-area network.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from core.dht.messages import (
@@ -30,6 +33,9 @@ from core.util.wire import WireMessage
 
 M = TypeVar("M", bound=WireMessage)
 
+Latency = Callable[[PeerID, PeerID], float]
+"""The round-trip time, in seconds, of one request from the first peer to the second."""
+
 
 def _through_the_wire(message: M) -> M:
     return type(message).from_wire(unpack(pack(message.to_wire())))
@@ -38,10 +44,16 @@ def _through_the_wire(message: M) -> M:
 class MemoryNetwork:
     """Delivers DHT requests between ``MemoryTransport``s by direct calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency: Latency | None = None) -> None:
         self._handlers: dict[PeerID, Handlers] = {}
         self.down: set[PeerID] = set()
         self.calls: Counter[str] = Counter()
+        self.latency = latency
+        """None: no delay; may be set or cleared at any time (e.g. build fast, then measure)."""
+        self.in_flight = 0
+        """Requests delivered and not yet answered (background stores included): zero when quiet."""
+        self._quiet = asyncio.Event()
+        self._quiet.set()
 
     def transport(self, identity: Identity | None = None) -> MemoryTransport:
         return MemoryTransport(self, identity or Identity.generate())
@@ -60,10 +72,25 @@ class MemoryNetwork:
         if handlers is None or target in self.down:
             raise DialError(f"{target} is not reachable")
         caller = Caller(sender.identity.peer_id, tuple(sender.addresses()))
-        await asyncio.sleep(0)  # let other lookups interleave, as on a real network
-        handler = getattr(handlers, f"on_{kind}")
-        response = await handler(caller, _through_the_wire(request))
+        rtt = self.latency(caller.peer, target) if self.latency is not None else 0.0
+        self.in_flight += 1
+        self._quiet.clear()
+        try:
+            # the request's half of the trip; with no latency, still let other lookups interleave
+            await asyncio.sleep(rtt / 2)
+            handler = getattr(handlers, f"on_{kind}")
+            response = await handler(caller, _through_the_wire(request))
+            if rtt > 0:
+                await asyncio.sleep(rtt / 2)  # the response's half
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._quiet.set()
         return _through_the_wire(response)
+
+    async def quiet(self) -> None:
+        """Return once no request is in flight (a task about to send one may still be starting)."""
+        await self._quiet.wait()
 
 
 class MemoryTransport:
