@@ -8,13 +8,16 @@ completed epochs to the coordinator (a ``ContributionReporter``).
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import getpass
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from core.account import AccountSession, CoordinatorClient, PassKeeper
 from core.account.client import PASSWORD_VARIABLE
@@ -89,3 +92,39 @@ async def moderated_access(
                 await session.logout()
             except AccountError as exc:
                 log.info("logout: %s", exc)
+
+
+class _MoESettings(Protocol):
+    """What the mixture-of-experts commands' settings share (``ExpertHostSettings``,
+    ``MoETrainerSettings``): frozen dataclasses with these fields."""
+
+    @property
+    def manifest(self) -> AnyManifest: ...
+
+    @property
+    def initial_peers(self) -> tuple[str, ...]: ...
+
+
+SettingsT = TypeVar("SettingsT", bound=_MoESettings)
+
+
+async def with_access(
+    settings: SettingsT, args: argparse.Namespace, serve: Callable[[SettingsT], Awaitable[int]]
+) -> int:
+    """``serve(settings)``, logged in first when the project is moderated: the settings then carry
+    a fresh identity, the gate holding its pass, and the coordinator's entry peers unless some were
+    given (the mixture-of-experts commands; ``barnraise peer`` also reports contributions)."""
+    if not settings.manifest.access.moderated:
+        return await serve(settings)
+    identity = Identity.generate()
+    password = read_password(args.password_stdin)
+    async with moderated_access(
+        settings.manifest, identity, args.username, password, report=False
+    ) as access:
+        del password
+        changes: dict[str, Any] = {
+            "identity": identity,
+            "access": access.gate,
+            "initial_peers": settings.initial_peers or tuple(access.bootstrap),
+        }
+        return await serve(dataclasses.replace(settings, **changes))  # type: ignore[type-var]

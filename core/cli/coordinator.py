@@ -50,7 +50,7 @@ from core.net.errors import AddressError
 from core.net.identity import Identity
 from core.net.peer_id import PeerID
 from core.net.rollback import order_to_text, sign_order
-from core.project import Manifest, load_manifest
+from core.project import AnyManifest, load_any_manifest
 from core.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -112,14 +112,14 @@ def register(commands: Any) -> None:
     _register_rollback(sub)
 
 
-def default_db(manifest: Manifest) -> Path:
+def default_db(manifest: AnyManifest) -> Path:
     return UserDirs.default().data / "coordinator" / f"{manifest.project.name}.db"
 
 
 def run(args: argparse.Namespace) -> int:
     if args.manifest is None:
         raise ConfigError("barnraise coordinator needs --manifest F (the project's manifest)")
-    manifest = load_manifest(args.manifest)
+    manifest = load_any_manifest(args.manifest)
     bootstrap = _bootstrap(
         manifest.network.initial_peers if args.bootstrap is None else args.bootstrap
     )
@@ -144,7 +144,7 @@ def _bootstrap(addresses: Sequence[str]) -> list[str]:
     return list(addresses)
 
 
-def _project_key(manifest: Manifest, path: Path) -> Identity:
+def _project_key(manifest: AnyManifest, path: Path) -> Identity:
     named = manifest.access.project_key
     if named and not path.exists():
         raise ConfigError(
@@ -182,7 +182,7 @@ async def _serve(service: CoordinatorService, host: str, port: int) -> int:
 
 
 def run_users(args: argparse.Namespace) -> int:
-    db: Path = args.db or default_db(load_manifest(args.manifest))
+    db: Path = args.db or default_db(load_any_manifest(args.manifest))
     if args.users_command != "add" and not db.exists():
         raise ConfigError(f"there is no coordinator database at {db}")
     with CoordinatorStore(db) as store:
@@ -242,7 +242,7 @@ def run_reports(args: argparse.Namespace) -> int:
     if db is None:
         if manifest is None:
             raise ConfigError("barnraise coordinator reports needs --db PATH or --manifest F")
-        db = default_db(load_manifest(manifest))
+        db = default_db(load_any_manifest(manifest))
     if not db.exists():
         raise ConfigError(f"there is no coordinator database at {db}")
     with CoordinatorStore(db) as store:
@@ -330,7 +330,7 @@ def _register_rollback(sub: Any) -> None:
 
 def run_rollback(args: argparse.Namespace) -> int:
     """Sign and store a rollback order (``core.coordinator.rollback``), or list the orders."""
-    manifest = load_manifest(args.manifest) if args.manifest is not None else None
+    manifest = load_any_manifest(args.manifest) if args.manifest is not None else None
     if args.db is not None:
         db: Path = args.db
     elif manifest is not None:

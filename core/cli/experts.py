@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.account.client import PASSWORD_VARIABLE
-from core.cli.access import moderated_access, read_password
+from core.cli.access import with_access
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
-from core.net.identity import Identity
 from core.net.ports import PEER_PORT, listen_on
 from core.project import load_dmoe_manifest
 from core.util.errors import ConfigError
@@ -154,22 +152,7 @@ async def _run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     stop = asyncio.Event()
     stop_on_signals(stop)
-    manifest = settings.manifest
-    if not manifest.access.moderated:
-        return await _serve(settings, stop)
-    identity = Identity.generate()
-    password = read_password(args.password_stdin)
-    async with moderated_access(
-        manifest, identity, args.username, password, report=False
-    ) as access:
-        del password
-        settings = dataclasses.replace(
-            settings,
-            identity=identity,
-            access=access.gate,
-            initial_peers=settings.initial_peers or tuple(access.bootstrap),
-        )
-        return await _serve(settings, stop)
+    return await with_access(settings, args, lambda chosen: _serve(chosen, stop))
 
 
 async def _serve(settings: ExpertHostSettings, stop: asyncio.Event) -> int:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from core.cli.access import moderated_access, read_password
+from core.cli.access import with_access
 from core.cli.signals import stop_on_signals
-from core.net.identity import Identity
 from core.net.ports import listen_on
 from core.project import DmoeManifest
 from core.util.errors import ConfigError
@@ -72,21 +70,7 @@ async def run_trainer(args: argparse.Namespace, manifest: DmoeManifest) -> int:
         torch.set_num_threads(args.threads)
     stop = asyncio.Event()
     stop_on_signals(stop)
-    if not manifest.access.moderated:
-        return await _train(settings, stop)
-    identity = Identity.generate()
-    password = read_password(args.password_stdin)
-    async with moderated_access(
-        manifest, identity, args.username, password, report=False
-    ) as access:
-        del password
-        settings = dataclasses.replace(
-            settings,
-            identity=identity,
-            access=access.gate,
-            initial_peers=settings.initial_peers or tuple(access.bootstrap),
-        )
-        return await _train(settings, stop)
+    return await with_access(settings, args, lambda chosen: _train(chosen, stop))
 
 
 async def _train(settings: MoETrainerSettings, stop: asyncio.Event) -> int:

@@ -143,6 +143,7 @@ async def _run(args: argparse.Namespace) -> int:
             trainers=args.peers,
             seconds=args.minutes * 60 if args.minutes else None,
             work_dir=args.work_dir.absolute() if args.work_dir else None,
+            moderated=args.moderated,
         )
         code = await LocalDmoeRun(options, DmoePrinter()).run(stop)
     else:
@@ -167,7 +168,7 @@ def _dmoe_problem(args: argparse.Namespace) -> str | None:
     if args.servers < 1:
         return "--servers must be 1 or more"
     for flag, given in (
-        ("--moderated", args.moderated),
+        ("--keep-accounts", args.keep_accounts),
         ("--byzantine", args.byzantine),
         ("--target-batch-size", args.target_batch_size is not None),
     ):

@@ -60,7 +60,7 @@ from core.net.errors import PeerIdError
 from core.net.identity import Identity
 from core.net.passes import issue_pass, pass_to_text
 from core.net.peer_id import PeerID
-from core.project import Manifest
+from core.project import AnyManifest
 from core.util.clock import Clock, SystemClock
 from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
@@ -72,7 +72,7 @@ DEFAULT_PORT = 8470
 MAX_LEADERBOARD = 1000
 
 
-def check_project_key(manifest: Manifest, key: PeerID, source: str = "the given key") -> None:
+def check_project_key(manifest: AnyManifest, key: PeerID, source: str = "the given key") -> None:
     """``ConfigError`` if the manifest names a project key other than ``key``."""
     named = manifest.access.project_key
     if named and named != str(key):
@@ -85,7 +85,7 @@ def check_project_key(manifest: Manifest, key: PeerID, source: str = "the given 
 class CoordinatorService:
     def __init__(
         self,
-        manifest: Manifest,
+        manifest: AnyManifest,
         db_path: Path,
         project_key: Identity,
         bootstrap: Sequence[str] = (),

@@ -14,8 +14,10 @@ It then passes on what the trainers report: every ``report_every`` seconds one l
 of the trainers' latest losses, the accuracy on held-out digits they measured last, their samples/s
 together, the share of expert calls answered, and the experts' samples served. The swarm leaves a
 record for engines on this computer (``record``), so an engine attached with ``--local-swarm``
-hosts experts beside the servers. Stopping goes in reverse: the record, the trainers, the servers
-(each saves its experts' last checkpoints).
+hosts experts beside the servers. With ``moderated`` it first starts a coordinator of its own
+(``moderated``), and every process logs in and shows its access pass on every connection. Stopping
+goes in reverse: the record, the trainers, the servers (each saves its experts' last checkpoints),
+the coordinator.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from core.moe.grid import ExpertGrid
 from core.moe.trainer_events import MoEAccuracy, MoEProgress, report_from_json
 from core.project import DmoeManifest, load_dmoe_manifest
 from core.swarm.children import ChildProcess, spawn_command
+from core.swarm.moderated import ORGANIZER, ModeratedSwarm, start_coordinator
 from core.swarm.record import LocalSwarm, LocalSwarmError, new_record, remove_swarm, write_swarm
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
@@ -51,6 +54,8 @@ class DmoeSwarmOptions:
     work_dir: Path | None = None
     """Logs and checkpoints (default: ``<cache>/swarm/<project>``)."""
     report_every: float = 5.0
+    moderated: bool = False
+    """Run it as a moderated project: its own coordinator, every process logged in with a pass."""
 
     def __post_init__(self) -> None:
         if self.servers < 1:
@@ -128,6 +133,9 @@ class LocalDmoeRun:
         self._servers: list[ChildProcess] = []
         self._trainers: list[ChildProcess] = []
         self._announced: LocalSwarm | None = None
+        self._moderated: ModeratedSwarm | None = None
+        self._manifest_path = options.manifest
+        """The manifest the processes use (a moderated run's own copy)."""
         self._tasks = BackgroundTasks("dmoe-swarm")
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -138,6 +146,9 @@ class LocalDmoeRun:
         work = self.options.work_dir or self.dirs.cache / "swarm" / manifest.project.name
         (work / "logs").mkdir(parents=True, exist_ok=True)
         try:
+            if self.options.moderated:
+                self._moderated = await start_coordinator(self.options.manifest, work)
+                self._manifest_path = self._moderated.manifest_path
             address = await self._start_servers(manifest, work)
             if address is None:
                 return 1
@@ -155,7 +166,7 @@ class LocalDmoeRun:
         grid = ExpertGrid(manifest.grid.prefix, manifest.grid.shape)
         uids = list(grid.all_uids())
         count = min(self.options.servers, len(uids))
-        common = ["experts", "--manifest", str(self.options.manifest), *LOOPBACK]
+        common = ["experts", "--manifest", str(self._manifest_path), *LOOPBACK]
         common += ["--checkpoints", str(work / "experts"), "--stats-every", "5"]
         address: str | None = None
         for i in range(count):
@@ -164,7 +175,7 @@ class LocalDmoeRun:
                 args += ["--initial-peers", address]
             else:
                 args.append("--offer-relay")  # the first server is the swarm's backbone
-            child = await self._spawn(f"experts-{i}", args, work)
+            child = await self._spawn(f"experts-{i}", args, work, ORGANIZER if i == 0 else i - 1)
             self._servers.append(child)
             ready = await self._ready(child)
             if ready is None:
@@ -176,14 +187,21 @@ class LocalDmoeRun:
 
     async def _start_trainers(self, work: Path, address: str) -> None:
         for i in range(self.options.trainers):
-            args = ["peer", "--manifest", str(self.options.manifest), *LOOPBACK]
+            args = ["peer", "--manifest", str(self._manifest_path), *LOOPBACK]
             args += ["--initial-peers", address, "--data-seed", str(i + 1), "--threads", "1"]
-            child = await self._spawn(f"trainer-{i}", args, work)
+            child = await self._spawn(f"trainer-{i}", args, work, i)
             self._trainers.append(child)
             self._tasks.spawn(f"read-{child.name}", self._read(child))
 
-    async def _spawn(self, name: str, args: list[str], work: Path) -> ChildProcess:
-        return await spawn_command(name, args, work / "logs" / f"{name}.log")
+    async def _spawn(self, name: str, args: list[str], work: Path, user: str | int) -> ChildProcess:
+        """Start one process; in a moderated run logged in as ``user`` (a name, or the index of
+        a volunteer's account)."""
+        password = None
+        if self._moderated is not None:
+            name_of = user if isinstance(user, str) else self._moderated.user_for_peer(user)
+            args = [*args, "--username", name_of]
+            password = self._moderated.passwords[name_of]
+        return await spawn_command(name, args, work / "logs" / f"{name}.log", password=password)
 
     async def _ready(self, child: ChildProcess) -> str | None:
         """The address on a child's ready line, or None if it exits or takes too long."""
@@ -235,11 +253,11 @@ class LocalDmoeRun:
         record = new_record(
             project=manifest.project.name,
             description=manifest.project.description,
-            manifest=self.options.manifest,
+            manifest=self._manifest_path,
             initial_peers=[address],
             data_base="",
             children=[child.proc.pid for child in (*self._servers, *self._trainers)],
-            moderated=False,
+            moderated=self._moderated is not None,
             trainers=len(self._trainers),
         )
         try:
@@ -258,3 +276,5 @@ class LocalDmoeRun:
             await asyncio.gather(*(child.stop() for child in self._servers))
         finally:
             await self._tasks.close()
+            if self._moderated is not None:
+                await self._moderated.service.close()

@@ -28,7 +28,7 @@ from typing import Any
 from core.account import CoordinatorClient
 from core.coordinator import CoordinatorService
 from core.net.identity import Identity
-from core.project import Manifest, load_manifest, parse_manifest
+from core.project import AnyManifest, load_any_manifest, parse_any_manifest
 from core.util import toml_write
 
 VOLUNTEERS = ("alice", "bob")
@@ -95,7 +95,7 @@ def _write(path: Path, document: dict[str, Any]) -> None:
     # whole or not at all: an engine on this computer may be reading the previous run's copy
     partial = path.with_name(f".{path.name}.part")
     partial.write_text(toml_write.dumps(document), encoding="utf-8")
-    load_manifest(partial)  # the peers will: fail here, clearly, if it is not valid
+    load_any_manifest(partial)  # the peers will: fail here, clearly, if it is not valid
     os.replace(partial, path)
 
 
@@ -127,5 +127,5 @@ async def standings(swarm: ModeratedSwarm, *, limit: int = 10) -> Standings:
     return Standings(list(board["users"]), int(board["totals"]["samples"]), epochs, counted)
 
 
-def _manifest(document: dict[str, Any], path: Path) -> Manifest:
-    return parse_manifest(toml_write.dumps(document), path=path)
+def _manifest(document: dict[str, Any], path: Path) -> AnyManifest:
+    return parse_any_manifest(toml_write.dumps(document), path=path)

@@ -1,6 +1,7 @@
-"""``barnraise swarm --project dmoe``: three expert servers and four asynchronous trainers, each an
-OS process on loopback, and the loss they report falls (issue 22's acceptance); the record lets an
-engine here find the swarm while it runs; every process is gone after Ctrl-C."""
+"""``barnraise swarm --project dmoe --moderated``: a coordinator, three expert servers and four
+asynchronous trainers, each an OS process on loopback and logged in with an access pass, and the loss
+they report falls (issue 22's acceptance); a stranger without a pass gets nothing from the experts;
+the record lets an engine here find the swarm while it runs; every process is gone after Ctrl-C."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import psutil
 import pytest
 
 from core.config.paths import UserDirs
+from core.moe.server import RemoteExpert
+from core.net import Host, Identity, NetConfig
+from core.net.address import PeerAddress
+from core.net.errors import NetError
 from core.swarm import running_swarms
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +37,7 @@ LINE = re.compile(
 async def test_three_servers_and_four_trainers_make_the_loss_fall(tmp_path: Path) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     env = os.environ | {"BARNRAISE_HOME": str(home), "BARNRAISE_SWARM_LOG_LEVEL": "warning"}
-    command = ["swarm", "--project", "dmoe", "--servers", "3", "--peers", "4"]
+    command = ["swarm", "--project", "dmoe", "--servers", "3", "--peers", "4", "--moderated"]
     errors = (tmp_path / "stderr.txt").open("wb")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -50,9 +55,10 @@ async def test_three_servers_and_four_trainers_make_the_loss_fall(tmp_path: Path
             while line := (await proc.stdout.readline()).decode():
                 if line.startswith("3 expert server(s) and 4 trainer(s)"):
                     (record,) = running_swarms(UserDirs.under(home))
-                    assert record.project == "dmoe-demo"
+                    assert (record.project, record.moderated) == ("dmoe-demo", True)
                     pids = record.live_pids()
                     assert len(pids) == 1 + 3 + 4  # the swarm, its servers and trainers
+                    await assert_strangers_are_refused(record.initial_peers[0])
                 if (match := LINE.match(line)) and int(match["trainers"]) == 4:
                     lines.append(match)
                     # four trainers, 40 steps each in their first reports, then a long way down
@@ -82,6 +88,17 @@ async def test_three_servers_and_four_trainers_make_the_loss_fall(tmp_path: Path
         for pid in pids[1:]:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
+
+
+async def assert_strangers_are_refused(address: str) -> None:
+    """A peer without a pass reaches no expert of a moderated project."""
+    stranger = Host(Identity.generate(), NetConfig(dial_timeout=5, handshake_timeout=5))
+    await stranger.start([])
+    try:
+        with pytest.raises(NetError):
+            await RemoteExpert(stranger, PeerAddress.parse(address), "ffn.0.0", timeout=10).info()
+    finally:
+        await stranger.close()
 
 
 def last_accuracy(lines: list[re.Match[str]]) -> str:
