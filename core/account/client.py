@@ -1,6 +1,7 @@
 """CoordinatorClient: the project coordinator's HTTP API, typed, with errors in plain words.
 
-One ``aiohttp.ClientSession`` per client (use it as an async context manager). Each call maps the
+One aiohttp session per client (use it as an async context manager), from
+``core.util.web_client``: the operating system's certificates and proxy settings. Each call maps the
 coordinator's answer onto the account errors: 401 on a login is ``LoginFailed`` but on a session
 call ``NotLoggedIn``, 403 is ``AccessRefused`` (or ``SignupClosed`` on a sign-up), 429 is
 ``RateLimited`` with the wait it asks for, and a refused connection, a timeout, a 5xx or a reply that
@@ -13,6 +14,7 @@ logs.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -40,6 +42,7 @@ from core.account.replies import (
     session_tokens,
 )
 from core.net.peer_id import PeerID
+from core.util.web_client import client_session, connection_problem
 
 PASSWORD_VARIABLE = "BARNRAISE_PASSWORD"
 """The environment variable a headless login (``barnraise peer|aux``) may take its password from; the
@@ -174,7 +177,7 @@ class CoordinatorClient:
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=self._timeout)
+            self._http = client_session(self._timeout, url=self.base_url)
         return self._http
 
     async def _call(
@@ -196,6 +199,12 @@ class CoordinatorClient:
                 status = response.status
                 retry_header = response.headers.get("Retry-After")
                 text = await response.text(errors="replace")
+        except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
+            # it answered, but not in a way this computer trusts: say that, not "does not answer"
+            raise CoordinatorUnavailable(
+                f"cannot connect securely to the coordinator at {self.base_url}: "
+                f"{connection_problem(exc)}"
+            ) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             reason = str(exc) or type(exc).__name__
             raise CoordinatorUnavailable(

@@ -29,9 +29,11 @@ from core.api.schema import (
     Leaderboard,
     LoginRequest,
     MyRank,
+    PreviewRequest,
     ProjectInfo,
     ProjectList,
     ProjectOffers,
+    ProjectPreview,
     SettingsUpdate,
     SettingValue,
     SnoozeRequest,
@@ -128,6 +130,19 @@ class EngineClient:
     async def detach(self, name: str) -> ProjectList:
         return await self._call("DELETE", f"/v1/projects/{name}", ProjectList)
 
+    async def preview_project(self, url: str) -> ProjectPreview:
+        """What the project at ``url`` is and would use here: the engine fetches its signed
+        manifest and checks it, attaching nothing (``CoordinatorUnreachable`` if it does not
+        answer, ``BadRequest`` for a manifest that fails its checks)."""
+        return await self._call(
+            "POST", "/v1/projects/preview", ProjectPreview, body=PreviewRequest(url)
+        )
+
+    async def check_project(self, name: str) -> ProjectInfo:
+        """Look now for a signed update of a project joined by URL (the engine also looks every
+        refresh interval); the answer says the version held and why an update was refused."""
+        return await self._call("POST", f"/v1/projects/{name}/check", ProjectInfo)
+
     # ---- the account at the active project's coordinator ----------------------------------------------
 
     async def account(self) -> AccountInfo:
@@ -190,6 +205,8 @@ class EngineClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
+            # Plain, not core.util.web_client's: the engine's API is on this computer's loopback,
+            # and a session that reads the proxy settings would send it to the proxy.
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
 

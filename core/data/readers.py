@@ -7,6 +7,10 @@ have been downloaded. Plain-text shards are read line by line with the standard 
 aiohttp and fails (datasets 5.2, fsspec 2026.9), while reading bytes and decoding them here works
 everywhere and streams just the same.
 
+Both ways take the operating system's certificate store and proxy settings (``core.util.web_client``):
+`datasets` gets its HTTP sessions from ``client_session`` (fsspec's ``get_client`` storage option),
+and plain text is opened with ``open_url``.
+
 Every failure (missing shard, HTTP error, damaged compression, bad records) becomes a ``DataError``
 naming the shard's URL, raised where it happens: a bad shard never ends a stream silently.
 """
@@ -17,12 +21,14 @@ import gzip
 import io
 import os
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any, BinaryIO, TextIO
 
+import aiohttp
+
 from core.data.errors import DataError
 from core.data.sources import is_remote, local_location, url_path
+from core.util.web_client import client_session, open_url, tls_problem
 
 _JSON_CHUNK = 1 << 20  # bytes of JSON Lines parsed at a time: the first text comes after ~1 MB
 _HTTP_TIMEOUT = 60.0  # seconds without data before a plain-text download counts as failed
@@ -71,6 +77,10 @@ def _read_with_datasets(
         split="train",
         streaming=True,
         cache_dir=cache_dir,
+        storage_options={
+            "http": {"get_client": _fsspec_session},
+            "https": {"get_client": _fsspec_session},
+        },
         **options,
     )
     for example in dataset:
@@ -86,6 +96,19 @@ def _read_with_datasets(
         yield text
 
 
+async def _fsspec_session(**kwargs: Any) -> aiohttp.ClientSession:
+    """fsspec's ``get_client``: our session (the system's trust store and proxies) with fsspec's
+    options; fsspec calls it on its own loop, which aiohttp takes as the running one."""
+    kwargs.pop("loop", None)
+    timeout = kwargs.pop("timeout", _DATASETS_TIMEOUT)
+    return client_session(timeout, **kwargs)
+
+
+_DATASETS_TIMEOUT = aiohttp.ClientTimeout(
+    total=None, sock_connect=_HTTP_TIMEOUT, sock_read=_HTTP_TIMEOUT
+)
+
+
 def _import_datasets() -> Any:
     # `datasets` (through huggingface_hub) reads its offline switches when first imported. Barnraise
     # only ever reads the URLs it is given, never the Hugging Face Hub, so turn the Hub off before
@@ -99,12 +122,7 @@ def _import_datasets() -> Any:
 
 
 def _read_text(url: str) -> Iterator[str]:
-    raw: BinaryIO
-    if is_remote(url):
-        raw = urllib.request.urlopen(url, timeout=_HTTP_TIMEOUT)
-    else:
-        raw = open(local_location(url), "rb")  # noqa: SIM115  (closed by the with below)
-    with raw:
+    with _open_bytes(url) as raw:
         lines: TextIO
         if url_path(url).lower().endswith(".gz"):
             lines = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="rb"), encoding="utf-8")
@@ -115,10 +133,20 @@ def _read_text(url: str) -> Iterator[str]:
                 yield line.rstrip("\r\n")
 
 
+def _open_bytes(url: str) -> BinaryIO:
+    """The shard's bytes, from its server or its file; the caller closes it."""
+    if is_remote(url):
+        return open_url(url, timeout=_HTTP_TIMEOUT)
+    return open(local_location(url), "rb")
+
+
 def _describe(exc: BaseException) -> str:
     """A short reason for a read failure, for a message that already names the shard."""
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code} {exc.reason}"
+    tls = tls_problem(exc)
+    if tls is not None:
+        return tls
     if isinstance(exc, FileNotFoundError):
         # `datasets` reports an unreachable server the same way as a missing file.
         return "not found (missing, or its server cannot be reached)"

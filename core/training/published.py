@@ -43,6 +43,7 @@ from core.net.peer_id import PeerID
 from core.training.errors import CheckpointError
 from core.util.atomic import remove_old, remove_temporaries, write_atomically
 from core.util.msgpack_codec import pack
+from core.util.web_client import client_session, connection_problem
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -353,7 +354,7 @@ async def fetch_published_checkpoint(
     base = url if url.endswith("/") else url + "/"
     index_url = base + INDEX_NAME
     limits = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
-    async with aiohttp.ClientSession(timeout=limits) as session:
+    async with client_session(limits, url=url) as session:
         raw = await _get(session, index_url, _read_index)
         try:
             document = json.loads(raw)
@@ -404,7 +405,7 @@ async def _get(
     except TimeoutError as e:
         raise PublishedCheckpointError(f"{url} did not answer within the timeout") from e
     except aiohttp.ClientError as e:
-        raise PublishedCheckpointError(f"{url} is unreachable: {e}") from e
+        raise PublishedCheckpointError(f"{url} is unreachable: {connection_problem(e)}") from e
 
 
 async def _read_index(response: aiohttp.ClientResponse, url: str) -> bytes:

@@ -30,4 +30,6 @@
 - ``launch``  the command lines that start Barnraise again (``barnraise ARGS``, the desktop app):
   ``python -P -m …``, immune to the current folder, or the bundle's program when frozen.
 - ``resources``  ``resource_path``: the data files (``resources/``) in a checkout, a wheel or a bundle.
+- ``web_client``  HTTP clients that may reach the internet (``client_session``, ``open_url``): the
+  operating system's certificate store (truststore) and proxy settings; loopback goes direct.
 """

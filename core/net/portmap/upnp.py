@@ -102,6 +102,8 @@ class UpnpIgdClient:
                 listener.search_target = search_target
                 listener.async_search()
 
+        # Plain, not core.util.web_client's: the router is on the LAN, where a proxy would not
+        # reach it, and it speaks plain HTTP.
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
         reasons: list[str] = []
         handed_over = False
