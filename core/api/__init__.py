@@ -1,9 +1,10 @@
 """The contract between the engine and its clients (the desktop app, ``barnraise ctl``).
 
 - ``schema``    versioned dataclasses: EngineState, Progress, Statistics, Settings, ProjectInfo,
+  ProjectPreview (a project URL's signed manifest, checked, and what joining would use),
   AccountInfo, Leaderboard, MyRank, requests; state names and reason codes (from ``core.policy``).
 - ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors,
-  account changed, network changed).
+  account changed, network changed, a signed manifest update taken or refused).
 - ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as, and
   the error id of the engine's own failures (``error_id``).
 - ``codec``     dataclasses to JSON and back, checked against their type hints; unknown reason
@@ -13,6 +14,8 @@
 - ``logs``      the app's log files (``app.log``, ``app-crash.log``) and the user's folders, with
   the helpers of ``core.util.logfiles`` and ``core.util.crashes``, named here for the app.
 - ``login_item``  start at login (``core.util.login_item``), named here for the app.
+- ``project_url`` ProjectUrl: a project URL (``https://coord.example.org/#key=<PeerID>``) checked
+  and normalised, the key its fragment pins, where its signed manifest is served.
 - ``client``    EngineClient: the typed async client.
 - ``protocol``  EngineApi: the calls as a Protocol (EngineClient and FakeEngine satisfy it).
 - ``detached``  starting a child detached from the app (the engine, the demo swarm): the helper of
@@ -56,6 +59,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    ManifestUpdated,
     NetworkChanged,
     PeersSeen,
     ProgressUpdated,
@@ -64,6 +68,7 @@ from core.api.events import (
     StateChanged,
     UnknownEventType,
 )
+from core.api.project_url import ProjectUrl
 from core.api.protocol import EngineApi
 from core.policy import UNKNOWN_CODE, ReasonCode, StateName
 
@@ -85,11 +90,14 @@ from core.api.schema import (
     LoginRequest,
     MyRank,
     Network,
+    PreviewRequest,
     Progress,
     ProjectInfo,
     ProjectList,
     ProjectOffer,
     ProjectOffers,
+    ProjectPreview,
+    ResourceUse,
     SettingInfo,
     Settings,
     Statistics,
@@ -128,19 +136,24 @@ __all__ = [
     "LoginRefused",
     "LoginRequest",
     "LoginRequired",
+    "ManifestUpdated",
     "MyRank",
     "Network",
     "NetworkChanged",
     "NotFound",
     "PeersSeen",
+    "PreviewRequest",
     "Progress",
     "ProgressUpdated",
     "ProjectInfo",
     "ProjectList",
     "ProjectOffer",
     "ProjectOffers",
+    "ProjectPreview",
+    "ProjectUrl",
     "ProjectsChanged",
     "ReasonCode",
+    "ResourceUse",
     "RolledBack",
     "SettingInfo",
     "Settings",

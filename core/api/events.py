@@ -92,6 +92,19 @@ class RolledBack:
     reason: str
 
 
+@dataclass(frozen=True)
+class ManifestUpdated:
+    """A project joined by URL served a new signed manifest: applied (new peers, data sources,
+    coordinator, training numbers) or refused (it would break training, or it is not signed by
+    the pinned project key), ``reason`` saying what changed or why it was refused."""
+
+    project: str
+    version: int
+    """The version served (applied, or refused)."""
+    applied: bool
+    reason: str
+
+
 EventData = (
     StateChanged
     | ProgressUpdated
@@ -103,6 +116,7 @@ EventData = (
     | CollaborationEpoch
     | NetworkChanged
     | RolledBack
+    | ManifestUpdated
 )
 
 EVENT_TYPES: dict[str, type[Any]] = {
@@ -116,6 +130,7 @@ EVENT_TYPES: dict[str, type[Any]] = {
     "collaboration_epoch": CollaborationEpoch,
     "network_changed": NetworkChanged,
     "rolled_back": RolledBack,
+    "manifest_updated": ManifestUpdated,
 }
 _NAMES = {cls: name for name, cls in EVENT_TYPES.items()}
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from core.api.codec import Fallback
 from core.api.errors import BadRequest
+from core.api.project_url import PEER_ID_TEXT, ProjectUrl, is_project_url
 from core.policy import UNKNOWN_CODE, ReasonCode, StateName
 
 API_VERSION = 1
@@ -84,6 +85,16 @@ class ProjectInfo:
     """The project this engine trains for (one at a time)."""
     local_swarm: bool = False
     """Joined through a ``barnraise swarm`` running on this computer (see ``AttachRequest``)."""
+    source_url: str | None = None
+    """The project URL it was joined by (``https://coord.example.org``); None: from a file."""
+    project_key: str | None = None
+    """The PeerID of the project key its manifest is signed by, pinned when it was joined by URL:
+    updates signed by any other key are refused."""
+    manifest_version: int | None = None
+    """The version of the signed manifest the engine holds (joined by URL only)."""
+    update_refused: str | None = None
+    """Why the latest signed update of the manifest was refused (it would break training, it is
+    signed by another key, ...), in plain words; None when the latest was applied or none came."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +203,9 @@ class SnoozeRequest:
 @dataclass(frozen=True)
 class AttachRequest:
     manifest: str
-    """A path on the engine's machine to the project's TOML manifest."""
+    """A path on the engine's machine to the project's TOML manifest, or a project URL
+    (``https://coord.example.org``, optionally with ``#key=<PeerID>``): the engine fetches the
+    manifest its coordinator serves signed, checks the signature and keeps a copy."""
     initial_peers: list[str] = field(default_factory=list)
     """Peers to join instead of the manifest's."""
     data_base: str | None = None
@@ -203,10 +216,86 @@ class AttachRequest:
     local_swarm: bool = False
     """Joined through a ``barnraise swarm`` on this computer: its addresses change every run, so
     the engine reads them afresh from the running swarm each time the peer starts."""
+    pinned_key: str | None = None
+    """With a project URL: the project key (PeerID) the user accepted in the preview; the attach
+    is refused if the manifest fetched now is signed by another key."""
 
     def __post_init__(self) -> None:
         if not DEVICE_SETTING.fullmatch(self.device):
             raise BadRequest(f"unknown device {self.device!r}: use auto, cpu, cuda, cuda:N or mps")
+        if self.pinned_key is not None and not PEER_ID_TEXT.fullmatch(self.pinned_key):
+            raise BadRequest(f"pinned_key {self.pinned_key[:80]!r} is not a PeerID")
+        if self.is_url:
+            ProjectUrl.parse(self.manifest)  # BadRequest saying what is wrong with it
+            if self.local_swarm:
+                raise BadRequest("a project URL is not a local demo swarm: drop local_swarm")
+        elif self.pinned_key is not None:
+            raise BadRequest("pinned_key goes with a project URL, not a manifest file")
+
+    @property
+    def is_url(self) -> bool:
+        """Whether ``manifest`` is a project URL rather than a path."""
+        return is_project_url(self.manifest)
+
+
+@dataclass(frozen=True)
+class PreviewRequest:
+    url: str
+    """A project URL, ``https://host[:port]``, optionally with ``#key=<PeerID>``."""
+
+    def __post_init__(self) -> None:
+        ProjectUrl.parse(self.url)  # BadRequest saying what is wrong with it
+
+
+@dataclass(frozen=True)
+class ResourceUse:
+    """What contributing to a project would use on this computer, estimated before joining.
+
+    Rough by nature: the model's size comes from the manifest, the rest from how the project
+    trains; ``notes`` says what the figures leave out."""
+
+    device: str
+    """What this computer would train on, for people: "NVIDIA GeForce RTX 4070 (12 GB)",
+    "CPU (8 threads)" (the engine's device choice, ``TrainingDevice.name``)."""
+    parameters: int
+    """The model's parameters (a dmoe project: the experts this computer would host)."""
+    disk_bytes: int
+    """Checkpoints kept and the data cache, estimated."""
+    network_bytes_per_hour: int
+    """Traffic while contributing, sent and received together, estimated (see the engine's
+    ``core.engine.resource_use`` for how)."""
+    notes: list[str] = field(default_factory=list)
+
+
+ProjectKind = Literal["collaborative", "dmoe"]
+KeySource = Literal["url", "first-use", "pinned"]
+"""How the project key of a preview is trusted: ``url``: the URL's ``#key=`` names it;
+``first-use``: nothing names it yet, joining pins it; ``pinned``: a project already attached by
+this URL pinned it."""
+
+
+@dataclass(frozen=True)
+class ProjectPreview:
+    """What a project URL serves, checked, before anything is attached: shown to the user, who
+    then attaches it (with ``AttachRequest.pinned_key = project_key``) and logs in or signs up."""
+
+    url: str
+    """The project URL, normalised, without the ``#key=`` fragment."""
+    name: str
+    description: str
+    kind: ProjectKind
+    mode: Literal["open", "moderated"]
+    """``moderated``: contributing needs an account at the project's coordinator."""
+    allow_signup: bool
+    """Volunteers may create their own account (else an organizer invites them)."""
+    project_key: str
+    """The PeerID of the key the manifest is signed by."""
+    key_source: KeySource
+    coordinator_url: str
+    """The coordinator named in the manifest (empty: none)."""
+    version: int
+    """The signed manifest's version (it increases with every change its organizer makes)."""
+    uses: ResourceUse
 
 
 @dataclass(frozen=True)

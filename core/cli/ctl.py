@@ -11,6 +11,12 @@
     barnraise ctl attach --local-swarm [MANIFEST]
                                          join the demo swarm running on this computer
                                          ('barnraise swarm'), wherever it listens each run
+    barnraise ctl attach https://PROJECT-URL[/#key=PEERID] [--device auto] [--data-base URL]
+                                         join by the project's URL: prints what it is, who
+                                         signs it and what it would use, then joins, pinning
+                                         its project key (signed updates are taken later)
+    barnraise ctl preview URL            what the project at URL is, without joining it
+    barnraise ctl check NAME             look now for a signed update of a project joined by URL
     barnraise ctl detach NAME
     barnraise ctl offers                 projects to pick: local demo swarms, attached projects
     barnraise ctl history                the active project's loss curve, epoch by epoch
@@ -42,7 +48,8 @@ from core.api import (
     EngineClient,
 )
 from core.api.codec import encode
-from core.cli.ctl_text import text
+from core.api.project_url import is_project_url
+from core.cli.ctl_text import preview_text, text
 from core.cli.signals import run_command
 from core.policy import Preferences, PreferencesError
 
@@ -56,6 +63,8 @@ ACTIONS = (
     "set",
     "stats",
     "attach",
+    "preview",
+    "check",
     "detach",
     "events",
     "shutdown",
@@ -133,8 +142,8 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
         return await client.set_settings(_assignments(values))
     if action == "stats":
         return await client.statistics(args.project, args.days)
-    if action in ("attach", "detach"):
-        return await _attach_or_detach(client, args)
+    if action in ("attach", "detach", "preview", "check"):
+        return await _project_action(client, args)
     if action == "events":
         await _follow(client, args)
         return None
@@ -151,15 +160,39 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
     return None
 
 
-async def _attach_or_detach(client: EngineClient, args: argparse.Namespace) -> Any:
+async def _project_action(client: EngineClient, args: argparse.Namespace) -> Any:
+    """attach, detach, preview and check."""
     action, values = args.action, args.values
     if action == "attach" and args.local_swarm:
         return await client.attach(await _local_swarm_request(client, values, args.device))
     if len(values) != 1:
-        raise BadRequest(f"{action} takes one {'manifest path' if action == 'attach' else 'name'}")
+        wanted = {"attach": "manifest path or project URL", "preview": "project URL"}
+        raise BadRequest(f"{action} takes one {wanted.get(action, 'project name')}")
     if action == "detach":
         return await client.detach(values[0])
+    if action == "preview":
+        return await client.preview_project(values[0])
+    if action == "check":
+        return await client.check_project(values[0])
+    if is_project_url(values[0]):
+        return await _attach_url(client, args, values[0])
     request = AttachRequest(values[0], list(args.initial_peers), args.data_base, args.device)
+    return await client.attach(request)
+
+
+async def _attach_url(client: EngineClient, args: argparse.Namespace, url: str) -> Any:
+    """Show what the project at ``url`` is and would use, then join it, pinning the key shown
+    (the engine refuses the attach if what it fetches then is signed by another)."""
+    preview = await client.preview_project(url)
+    if not args.json:
+        print(preview_text(preview), end="\n\n", flush=True)
+    request = AttachRequest(
+        url,
+        list(args.initial_peers),
+        args.data_base,
+        args.device,
+        pinned_key=preview.project_key,
+    )
     return await client.attach(request)
 
 
@@ -238,7 +271,7 @@ def _assignments(values: list[str]) -> dict[str, bool | int | float | str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.action == "attach" and args.values:
+    if args.action == "attach" and args.values and not is_project_url(args.values[0]):
         # the engine may run in another folder: send it an absolute path
         args.values = [str(Path(args.values[0]).expanduser().absolute()), *args.values[1:]]
     try:

@@ -12,7 +12,9 @@ from core.api import (
     Leaderboard,
     LeaderboardEntry,
     MyRank,
+    ProjectInfo,
     ProjectOffers,
+    ProjectPreview,
     Statistics,
     TrainingHistory,
 )
@@ -39,6 +41,10 @@ def text(result: Any) -> str:  # noqa: PLR0911 - one case per kind of answer
         return _history_text(result)
     if isinstance(result, Diagnostics):
         return _diagnostics_text(result)
+    if isinstance(result, ProjectPreview):
+        return preview_text(result)
+    if isinstance(result, ProjectInfo):
+        return _project_text(result)
     if hasattr(result, "values") and hasattr(result, "descriptions"):
         return "\n".join(
             f"{d.name} = {result.values.get(d.name)!r}\n    {d.help}" for d in result.descriptions
@@ -46,10 +52,48 @@ def text(result: Any) -> str:  # noqa: PLR0911 - one case per kind of answer
     if hasattr(result, "projects"):
         return "\n".join(f"{p.name}{' (active)' if p.active else ''}: {p.manifest}" for p in
                          result.projects) or "no projects attached"  # fmt: skip
-    if hasattr(result, "name") and hasattr(result, "manifest"):
-        joins = " (joins the demo swarm on this computer)" if result.local_swarm else ""
-        return f"attached {result.name}{' (active)' if result.active else ''}{joins}"
     return str(result)
+
+
+_KEY_SOURCES = {
+    "url": "named in the URL",
+    "first-use": "not named anywhere: joining trusts it from now on",
+    "pinned": "trusted when this project was joined",
+}
+
+
+def preview_text(p: ProjectPreview) -> str:
+    """A project URL's preview: what the project is, who signs it, what it would use here."""
+    u = p.uses
+    access = "moderated: contributing needs an account" if p.mode == "moderated" else "open"
+    if p.mode == "moderated":
+        access += "; volunteers may sign up" if p.allow_signup else "; the organizers invite"
+    lines = [
+        f"{p.name} ({p.kind}, manifest version {p.version}) at {p.url}",
+        *(f"  {line}" for line in (p.description or "(no description)").splitlines()),
+        f"access: {access}",
+        f"coordinator: {p.coordinator_url or 'none'}",
+        f"project key: {p.project_key} ({_KEY_SOURCES.get(p.key_source, p.key_source)})",
+        f"would train on: {u.device}",
+        (
+            f"uses: {u.parameters:,} parameters, about {u.disk_bytes / 1e6:,.0f} MB of disk, "
+            f"about {u.network_bytes_per_hour / 1e6:,.0f} MB of network an hour"
+        ),
+        *(f"  {note}" for note in u.notes),
+    ]
+    return "\n".join(lines)
+
+
+def _project_text(p: ProjectInfo) -> str:
+    """An attached project (the answer to attach and check)."""
+    joins = " (joins the demo swarm on this computer)" if p.local_swarm else ""
+    lines = [f"attached {p.name}{' (active)' if p.active else ''}{joins}"]
+    if p.source_url is not None:
+        lines.append(f"from {p.source_url}, manifest version {p.manifest_version}")
+        lines.append(f"project key {p.project_key}: updates must be signed by it")
+    if p.update_refused:
+        lines.append(f"the latest update was refused: {p.update_refused}")
+    return "\n".join(lines)
 
 
 def _offers_text(o: ProjectOffers) -> str:

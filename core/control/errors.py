@@ -46,9 +46,11 @@ from core.engine.errors import (
     AlreadyAttached,
     InvalidArgument,
     NoCoordinator,
+    NotJoinedByUrl,
     SettingsNotSaved,
     UnknownProject,
 )
+from core.engine.remote_manifest import ManifestRefused, ManifestUnreachable
 from core.policy import PreferencesError
 from core.project import ManifestError
 from core.stats import LedgerError
@@ -65,6 +67,10 @@ ERROR_TABLE: dict[type[BaseException], type[ApiError] | None] = {
     UnknownProject: NotFound,
     AlreadyAttached: Conflict,
     NoCoordinator: Conflict,
+    NotJoinedByUrl: Conflict,
+    # a project URL that answers with a manifest that must not be used, or does not answer
+    ManifestRefused: BadRequest,
+    ManifestUnreachable: CoordinatorUnreachable,
     # the project's coordinator said no, or did not answer
     AccountError: BadRequest,
     LoginFailed: LoginRefused,

@@ -39,6 +39,7 @@ from core.api.schema import (
     VERSION_HEADER,
     AttachRequest,
     LoginRequest,
+    PreviewRequest,
     ProjectList,
     ProjectOffers,
     SettingsUpdate,
@@ -94,6 +95,8 @@ class ControlServer:
                 web.get("/v1/history", self._history),
                 web.get("/v1/diagnostics", self._diagnostics),
                 web.post("/v1/projects", self._attach),
+                web.post("/v1/projects/preview", self._preview_project),
+                web.post("/v1/projects/{name}/check", self._check_project),
                 web.delete("/v1/projects/{name}", self._detach),
                 web.post("/v1/start", self._start),
                 web.post("/v1/pause", self._pause),
@@ -191,6 +194,13 @@ class ControlServer:
 
     async def _attach(self, request: web.Request) -> web.Response:
         return _ok(await self.engine.attach(decode(AttachRequest, await _body(request))))
+
+    async def _preview_project(self, request: web.Request) -> web.Response:
+        preview = decode(PreviewRequest, await _body(request))
+        return _ok(await self.engine.preview_project(preview.url))
+
+    async def _check_project(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.check_project(request.match_info["name"]))
 
     async def _detach(self, request: web.Request) -> web.Response:
         return _ok(ProjectList(await self.engine.detach(request.match_info["name"])))

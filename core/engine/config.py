@@ -61,3 +61,8 @@ class EngineConfig:
 
     def work_dir(self, project: str) -> Path:
         return self.dirs.cache / "projects" / project
+
+    def manifest_copy(self, project: str) -> Path:
+        """The engine's copy of the manifest of a project joined by URL (in the data folder: a
+        cache cleaner must not take it)."""
+        return self.dirs.data / "projects" / project / "manifest.toml"

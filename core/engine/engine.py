@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -31,6 +32,7 @@ from core.account import CredentialStore
 from core.api.events import (
     AccountChanged,
     ErrorRaised,
+    ManifestUpdated,
     ProjectsChanged,
     StateChanged,
 )
@@ -45,6 +47,7 @@ from core.api.schema import (
     Network,
     ProjectInfo,
     ProjectOffer,
+    ProjectPreview,
     Settings,
     SettingValue,
     Statistics,
@@ -58,11 +61,14 @@ from core.engine.diagnostics import diagnostics
 from core.engine.errors import (
     AlreadyAttached,
     InvalidArgument,
+    NotJoinedByUrl,
     SettingsNotSaved,
     ShutdownIncomplete,
     UnknownProject,
 )
 from core.engine.events import EventBus
+from core.engine.joining import Verdict, attach_slot, look_for_update, preview
+from core.engine.manifest_updates import ManifestPoll, needs_restart
 from core.engine.offers import project_offers
 from core.engine.parts import Closing, EngineParts
 from core.engine.peer_events import PeerEvents
@@ -121,6 +127,9 @@ class Engine:
         self._threads = 0
         self.device = DeviceChoice()
         self.stopped = asyncio.Event()
+        self._updating = asyncio.Lock()
+        """One look for a manifest update at a time (the poll's, or one asked for)."""
+        self._poll = ManifestPoll(lambda: list(self.memory.projects), self._look_for_update)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -174,6 +183,7 @@ class Engine:
             rebuild=self._rebuild_runner,
         )
         self._tasks.spawn("local-swarms", follower.run())
+        self._tasks.spawn("manifest-updates", self._poll.run())
 
     async def close(self) -> None:
         """Stop training (dropping at most the current microbatch), write the ledger and settings.
@@ -223,14 +233,19 @@ class Engine:
         return self.settings()
 
     async def attach(self, request: AttachRequest) -> ProjectInfo:
-        slot = await self._blocking.run(  # a manifest that cannot be used: ManifestError
-            ProjectSlot.from_manifest,
-            _manifest_path(request.manifest),
-            initial_peers=tuple(request.initial_peers),
-            data_base=request.data_base,
-            device=request.device,
-            local_swarm=request.local_swarm,
-        )
+        if request.is_url:  # fetched, checked, pinned and copied; or refused saying why
+            slot = await attach_slot(
+                request, self.memory.projects, self.config.manifest_copy, self._blocking
+            )
+        else:
+            slot = await self._blocking.run(  # a manifest that cannot be used: ManifestError
+                ProjectSlot.from_manifest,
+                _manifest_path(request.manifest),
+                initial_peers=tuple(request.initial_peers),
+                data_base=request.data_base,
+                device=request.device,
+                local_swarm=request.local_swarm,
+            )
         if any(s.name == slot.name for s in self.memory.projects):
             raise AlreadyAttached(f"project {slot.name!r} is already attached; detach it first")
         if slot.local_swarm:
@@ -241,8 +256,28 @@ class Engine:
             self._open_runner(slot)
             await self._follow_active()
         self._projects_changed()
+        self._poll.wake()
         await self._changed()
         return self._project_info(slot)
+
+    async def preview_project(self, url: str) -> ProjectPreview:
+        """What the project at ``url`` is and would use here, its signed manifest checked."""
+        return await preview(url, self.memory.projects, self.device)
+
+    async def check_project(self, name: str) -> ProjectInfo:
+        """Look now for a signed update of project ``name`` (joined by URL)."""
+        slot = self._slot(name)
+        if slot is None:
+            raise UnknownProject(f"no attached project is called {name!r}")
+        if slot.source_url is None:
+            raise NotJoinedByUrl(
+                f"{name} was attached from a manifest file: there is no project URL to look at"
+            )
+        await self._look_for_update(slot)  # ManifestUnreachable when it does not answer
+        current = self._slot(name)
+        if current is None:
+            raise UnknownProject(f"{name} was detached meanwhile")
+        return self._project_info(current)
 
     async def detach(self, name: str) -> list[ProjectInfo]:
         slot = self._slot(name)
@@ -256,7 +291,8 @@ class Engine:
             if runner is not None:
                 await runner.stop(self.config.stop_budget)
                 self._progress.meter(runner)
-        self.memory.projects.remove(slot)
+        # by name: a signed update may have replaced the slot while the peer stopped
+        self.memory.projects = [s for s in self.memory.projects if s.name != name]
         if self.memory.active is None and self.memory.projects:
             self.memory.active = self.memory.projects[0].name
             self._open_runner(self.memory.projects[0])
@@ -469,6 +505,59 @@ class Engine:
         if self.runner is runner:
             self._open_runner(runner.slot)
         self._wake.set()
+
+    async def _look_for_update(self, slot: ProjectSlot) -> float:
+        """Fetch what ``slot``'s URL serves and act on the verdict; the seconds until the next
+        look. An update taken restarts the running peer when it changes what the peer runs on
+        (``manifest_updates.needs_restart``); else the peer takes it at its next start."""
+        async with self._updating:
+            current = self._slot(slot.name)
+            if current is None or current.source_url is None:
+                return 0.0  # detached meanwhile: the poll forgets it
+            verdict = await look_for_update(current, self._blocking)
+            if self._slot(slot.name) is not current:
+                return verdict.interval  # detached (or replaced) while the answer came
+            await self._take(current, verdict)
+            return verdict.interval
+
+    async def _take(self, slot: ProjectSlot, verdict: Verdict) -> None:
+        """Record ``verdict`` on ``slot``, tell it, and follow an applied update."""
+        if verdict.outcome == "same":
+            if slot.update_refused is not None:  # the refused version is no longer served
+                self._replace_slot(dataclasses.replace(slot, update_refused=None))
+            return
+        if verdict.outcome == "refused":
+            if slot.update_refused == verdict.reason:
+                return  # told already
+            log.warning("%s: %s", slot.name, verdict.reason)
+            self._replace_slot(dataclasses.replace(slot, update_refused=verdict.reason))
+            self.events.publish(
+                ManifestUpdated(slot.name, verdict.version, applied=False, reason=verdict.reason)
+            )
+            return
+        assert verdict.fetched is not None
+        updated = dataclasses.replace(
+            slot,
+            description=verdict.fetched.manifest.project.description,
+            manifest_version=verdict.version,
+            update_refused=None,
+        )
+        log.info("%s: %s", slot.name, verdict.reason)
+        self._replace_slot(updated)
+        self.events.publish(
+            ManifestUpdated(slot.name, verdict.version, applied=True, reason=verdict.reason)
+        )
+        runner = self.runner
+        if runner is None or runner.slot.name != slot.name:
+            return
+        runner.slot = updated
+        await self._follow_active()  # the coordinator may have moved
+        if needs_restart(verdict.changed) and runner.state in ("starting", "ready"):
+            await self._rebuild_runner(runner)
+
+    def _replace_slot(self, slot: ProjectSlot) -> None:
+        self.memory.projects = [slot if s.name == slot.name else s for s in self.memory.projects]
+        self._save_quietly()
 
     def _slot(self, name: str | None) -> ProjectSlot | None:
         return next((s for s in self.memory.projects if s.name == name), None)

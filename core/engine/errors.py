@@ -35,6 +35,10 @@ class NoCoordinator(EngineError):
     """An account call, but no project is attached, or the active one is open (no accounts)."""
 
 
+class NotJoinedByUrl(EngineError):
+    """A call about a project's URL (its signed updates) for a project attached from a file."""
+
+
 class SettingsNotSaved(EngineError):
     """The engine's settings file cannot be written (disk full, permissions); what was asked for
     holds until the engine stops."""

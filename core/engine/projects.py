@@ -96,6 +96,15 @@ class ProjectSlot:
     """auto (CUDA, else Apple's MPS, else the CPU: ``core.training.device``), cpu, cuda:N, mps."""
     local_swarm: bool = False
     """Joins the demo swarm on this computer: where to join is read from its record, not kept."""
+    source_url: str | None = None
+    """Joined by this project URL (normalised): ``manifest`` is the engine's copy of what it
+    serves, signed, and updates are looked for there. None: attached from a file."""
+    project_key: str | None = None
+    """The project key (PeerID) pinned when it was joined by URL: updates must be signed by it."""
+    manifest_version: int | None = None
+    """The version of the signed manifest the copy holds (joined by URL only)."""
+    update_refused: str | None = None
+    """Why the latest update served was refused, or None."""
 
     @classmethod
     def from_manifest(
@@ -131,6 +140,10 @@ class ProjectSlot:
             table["data_base"] = self.data_base
         if self.local_swarm:
             table["local_swarm"] = True
+        for name in ("source_url", "project_key", "manifest_version", "update_refused"):
+            value = getattr(self, name)
+            if value is not None:
+                table[name] = value
         return table
 
     @classmethod
@@ -146,7 +159,26 @@ class ProjectSlot:
             str(table["data_base"]) if "data_base" in table else None,
             str(table.get("device", "auto")),
             local_swarm,
+            # absent from slots written before projects could be joined by URL: from a file
+            _optional_text(table, "source_url"),
+            _optional_text(table, "project_key"),
+            _optional_version(table),
+            _optional_text(table, "update_refused"),
         )
+
+
+def _optional_text(table: dict[str, Any], name: str) -> str | None:
+    value = table.get(name)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"projects.{name} must be text, not {value!r}")
+    return value
+
+
+def _optional_version(table: dict[str, Any]) -> int | None:
+    value = table.get("manifest_version")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise TypeError(f"projects.manifest_version must be a whole number from 1, not {value!r}")
+    return value
 
 
 class ProjectRunner:

@@ -63,6 +63,10 @@ def project_info(slot: ProjectSlot, *, active: bool, swarm: LocalSwarm | None) -
         device=slot.device,
         active=active,
         local_swarm=slot.local_swarm,
+        source_url=slot.source_url,
+        project_key=slot.project_key,
+        manifest_version=slot.manifest_version,
+        update_refused=slot.update_refused,
     )
 
 

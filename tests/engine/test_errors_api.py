@@ -38,6 +38,7 @@ from core.api import (
 )
 from core.control.errors import ERROR_TABLE
 from core.engine import errors as engine_errors
+from core.engine.remote_manifest import ManifestRefused, ManifestUnreachable
 from core.policy import PreferencesError
 from core.project import ManifestError
 from core.stats import LedgerError
@@ -59,6 +60,14 @@ CASES: list[tuple[BaseException, int, str, type[ApiError]]] = [
     (engine_errors.UnknownProject("no project 'x'"), 404, "not_found", NotFound),
     (engine_errors.AlreadyAttached("already attached"), 409, "conflict", Conflict),
     (engine_errors.NoCoordinator("open project"), 409, "conflict", Conflict),
+    (engine_errors.NotJoinedByUrl("from a file"), 409, "conflict", Conflict),
+    (ManifestRefused("signed by another key"), 400, "bad_request", BadRequest),
+    (
+        ManifestUnreachable("the project URL does not answer"),
+        502,
+        "coordinator_unavailable",
+        CoordinatorUnreachable,
+    ),
     # the coordinator's answers
     (AccountError("the name is taken"), 400, "bad_request", BadRequest),
     (LoginFailed("wrong username or password"), 403, "login_refused", LoginRefused),

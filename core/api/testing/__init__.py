@@ -3,7 +3,8 @@ kept apart from the contract (as ``trio.testing`` is from ``trio``): nothing in 
 it, and the engine never imports it.
 
 - ``fake``         FakeEngine: answers ``EngineApi`` from memory, deciding with the real policy
-  (``core.policy``); test hooks for conditions, peer failures, failing calls and events.
+  (``core.policy``); test hooks for conditions, peer failures, failing calls and events, project
+  URLs it answers previews for (``serve_project``) and signed updates (``update_manifest``).
 - ``coordinator``  FakeCoordinator: the demo project's accounts and leaderboard; can be down.
 - ``stream``       EventStream: the fake's numbered events, kept and fanned out across threads.
 - ``backlog``      the events a real engine keeps after a morning of work, worded by the policy.

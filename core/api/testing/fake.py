@@ -27,6 +27,7 @@ from core.api.errors import (
     ApiError,
     BadRequest,
     Conflict,
+    CoordinatorUnreachable,
     EngineUnavailable,
     LoginRequired,
     NotFound,
@@ -36,11 +37,13 @@ from core.api.events import (
     CollaborationEpoch,
     Event,
     EventData,
+    ManifestUpdated,
     NetworkChanged,
     ProgressUpdated,
     ProjectsChanged,
     StateChanged,
 )
+from core.api.project_url import ProjectUrl
 from core.api.schema import (
     API_VERSION,
     AccountInfo,
@@ -48,6 +51,7 @@ from core.api.schema import (
     Diagnostics,
     EngineState,
     EpochPoint,
+    KeySource,
     Leaderboard,
     MyRank,
     Network,
@@ -55,6 +59,7 @@ from core.api.schema import (
     ProjectInfo,
     ProjectList,
     ProjectOffers,
+    ProjectPreview,
     Settings,
     SettingValue,
     Statistics,
@@ -115,6 +120,11 @@ class FakeEngine:
         (``wait_for_collaboration``)."""
         self.coordinator = FakeCoordinator(username)
         self.offered = [sample_data.DEMO_OFFER]
+        self.served: dict[str, ProjectPreview] = {
+            sample_data.REMOTE_PREVIEW.url: sample_data.REMOTE_PREVIEW
+        }
+        """Project URLs (normalised) the fake answers previews for, and may attach
+        (``serve_project``); any other URL does not answer."""
         self.projects_: list[ProjectInfo] = []
         self.active: str | None = None
         self.username: str | None = None
@@ -180,6 +190,28 @@ class FakeEngine:
             )
             if network is not None and changed:
                 self._publish(NetworkChanged(self.active or DEMO, network))
+
+    def serve_project(self, preview: ProjectPreview) -> None:
+        """``preview.url`` (with or without a ``#key=`` fragment) now answers previews with
+        ``preview`` (its ``key_source`` worked out as the engine would) and can be attached."""
+        with self._lock:
+            self.served[ProjectUrl.parse(preview.url).url] = preview
+
+    def update_manifest(self, name: str, version: int, refused: str | None = None) -> None:
+        """The project joined by URL ``name`` got a signed update to ``version``: applied, or
+        refused for the reason ``refused``; published as the engine does (``ManifestUpdated``)."""
+        with self._lock:
+            info = next((p for p in self.projects_ if p.name == name), None)
+            if info is None or info.source_url is None:
+                raise ValueError(f"{name!r} is not a project joined by URL here")
+            if refused is None:
+                changed = dataclasses.replace(info, manifest_version=version, update_refused=None)
+                reason = f"version {version} applied"
+            else:
+                changed = dataclasses.replace(info, update_refused=refused)
+                reason = refused
+            self.projects_ = [changed if p.name == name else p for p in self.projects_]
+            self._publish(ManifestUpdated(name, version, refused is None, reason))
 
     def emit(self, data: EventData) -> Event:
         """Publish an event as the engine would."""
@@ -308,14 +340,19 @@ class FakeEngine:
     async def attach(self, request: AttachRequest) -> ProjectInfo:
         await self._enter("attach")
         with self._lock:
-            offer = next((o for o in self.offered if o.manifest == request.manifest), None)
-            if offer is None:
-                raise BadRequest(f"cannot read the manifest {request.manifest}: no such file")
-            if any(p.name == offer.name for p in self.projects_):
-                raise Conflict(f"project {offer.name!r} is already attached; detach it first")
-            info = sample_data.project_info(
-                offer, active=self.active is None, device=request.device
-            )
+            active = self.active is None
+            if request.is_url:
+                preview = self._preview(request.manifest, request.pinned_key)
+                info = sample_data.remote_project_info(
+                    preview, active=active, device=request.device
+                )
+            else:
+                offer = next((o for o in self.offered if o.manifest == request.manifest), None)
+                if offer is None:
+                    raise BadRequest(f"cannot read the manifest {request.manifest}: no such file")
+                info = sample_data.project_info(offer, active=active, device=request.device)
+            if any(p.name == info.name for p in self.projects_):
+                raise Conflict(f"project {info.name!r} is already attached; detach it first")
             self.projects_.append(info)
             if self.active is None:
                 self.active = info.name
@@ -335,6 +372,21 @@ class FakeEngine:
             self._publish(ProjectsChanged([p.name for p in self.projects_], self.active))
             self._decide()
             return ProjectList(list(self.projects_))
+
+    async def preview_project(self, url: str) -> ProjectPreview:
+        await self._enter("preview_project")
+        with self._lock:
+            return self._preview(url, None)
+
+    async def check_project(self, name: str) -> ProjectInfo:
+        await self._enter("check_project")
+        with self._lock:
+            info = next((p for p in self.projects_ if p.name == name), None)
+            if info is None:
+                raise NotFound(f"no attached project is called {name!r}")
+            if info.source_url is None:
+                raise Conflict(f"{name} was attached from a file: it has no URL to check")
+            return info
 
     async def shutdown(self) -> None:
         await self._enter("shutdown")
@@ -455,7 +507,29 @@ class FakeEngine:
 
     def _moderated(self, name: str) -> bool:
         offer = next((o for o in self.offered if o.name == name), None)
-        return offer is not None and offer.moderated
+        if offer is not None:
+            return offer.moderated
+        served = next((p for p in self.served.values() if p.name == name), None)
+        return served is not None and served.mode == "moderated"
+
+    def _preview(self, text: str, pinned: str | None) -> ProjectPreview:
+        """What the engine would answer for a preview of (or an attach by) URL ``text``."""
+        url = ProjectUrl.parse(text)
+        served = self.served.get(url.url)
+        if served is None:
+            raise CoordinatorUnreachable(
+                f"the project at {url.url} does not answer (cannot connect); check the URL, "
+                "or try again later"
+            )
+        attached = next((p for p in self.projects_ if p.source_url == url.url), None)
+        expected = url.key or pinned or (attached.project_key if attached else None)
+        if expected is not None and expected != served.project_key:
+            raise BadRequest(
+                f"the manifest at {url.url} is signed by project key {served.project_key}, not "
+                f"by {expected}: it may not be the project you meant; nothing was attached"
+            )
+        source: KeySource = "url" if url.key else "pinned" if attached is not None else "first-use"
+        return dataclasses.replace(served, url=url.url, key_source=source)
 
     def _snapshot(self) -> EngineState:
         active = self._active()

@@ -1,5 +1,6 @@
 """Plausible data for ``FakeEngine``: a calm computer, the demo project, a month of contribution, a
-leaderboard, a loss curve, and projects' info as an engine gives it.
+leaderboard, a loss curve, projects' info as an engine gives it, and a project served at a URL
+(``REMOTE_PREVIEW``: its preview, and its info once joined).
 
 Generated from a seed, so tests and screenshots see the same numbers on every run, and shaped like
 what a volunteer with one mid-range GPU would see after a few weeks (days off included).
@@ -26,6 +27,8 @@ from core.api.schema import (
     Progress,
     ProjectInfo,
     ProjectOffer,
+    ProjectPreview,
+    ResourceUse,
     Statistics,
     TrainingDevice,
 )
@@ -68,6 +71,20 @@ def project_info(offer: ProjectOffer, *, active: bool, device: str) -> ProjectIn
         device=device,
         active=active,
         local_swarm=offer.source == "local_swarm",
+    )
+
+
+def remote_project_info(preview: ProjectPreview, *, active: bool, device: str) -> ProjectInfo:
+    """The project of ``preview`` once joined by its URL."""
+    return ProjectInfo(
+        name=preview.name,
+        description=preview.description,
+        manifest=f"/home/you/.local/share/barnraise/projects/{preview.name}/project.toml",
+        device=device,
+        active=active,
+        source_url=preview.url,
+        project_key=preview.project_key,
+        manifest_version=preview.version,
     )
 
 
@@ -296,3 +313,31 @@ def training_device(setting: str) -> TrainingDevice:
     return TrainingDevice(
         "cuda", GPU, f"this project is set to train on {setting}", setting, **versions
     )
+
+
+REMOTE_PREVIEW = ProjectPreview(
+    url="https://albert.example.org",
+    name="open-albert",
+    description=(
+        "An ALBERT-large language model for Bengali, trained by volunteers on Wikipedia and "
+        "OSCAR text. Organized by the Example University NLP group."
+    ),
+    kind="collaborative",
+    mode="moderated",
+    allow_signup=True,
+    project_key="12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB",
+    key_source="first-use",
+    coordinator_url="https://albert.example.org",
+    version=3,
+    uses=ResourceUse(
+        device=GPU,
+        parameters=17_683_968,
+        disk_bytes=1_340_000_000,
+        network_bytes_per_hour=610_000_000,
+        notes=[
+            "network: about 610 MB an hour while contributing (averaging with the other peers)",
+            "disk: 3 checkpoints of 210 MB and about 700 MB of cached text",
+        ],
+    ),
+)
+"""A project served at a URL, as a preview shows it (``FakeEngine`` answers it by default)."""

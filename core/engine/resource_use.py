@@ -1,0 +1,168 @@
+"""What joining a project would use on this computer, estimated from its manifest alone.
+
+Shown in a project URL's preview (``ProjectPreview.uses``) before the user joins, so it is worked
+out without torch (the engine starts torch-free) and without the data: closed formulas over the
+manifest's numbers, rough by nature and said to be so in the notes.
+
+- **Parameters**: a collaborative project's ALBERT counted as ``core.training.albert`` builds it
+  (factorized embeddings, one encoder layer shared by every depth, the decoder tied to the token
+  embeddings); a dmoe project's experts this computer would host (``server.experts_per_server``
+  of ``core.moe.experts``' kind and width). A test keeps the formula equal to torch's count.
+- **Disk**: what a volunteer's peer writes. A trainer keeps no checkpoints of its own (the
+  backbone does), but fetches the organizers' published checkpoint once when it finds nobody to
+  load the state from (``network.checkpoint_url``), and copies the tokenizer; the data is
+  streamed, never cached. An expert server keeps ``server.keep_checkpoints`` checkpoints of each
+  expert it hosts, with its optimizer's moments.
+- **Network per hour**: a trainer's traffic is its averaging. Each epoch it takes part in one
+  all-reduce of the gradients: in a butterfly all-reduce each member sends about the model once
+  (scatter-reduce) and once more (all-gather), and receives as much, so about four times the
+  model's size in the codec's bytes, sent and received together; every
+  ``training.average_state_every`` epochs it also averages the parameters and the optimizer's
+  moments likewise. Epochs per hour come from the time an epoch takes: the target batch over
+  the speed of a swarm assumed to be ``ASSUMED_PEERS`` computers like this one (whose speed is
+  the model's training FLOPs per sample over an effective FLOP rate of the device), and never
+  shorter than a matchmaking plus ``MIN_ROUND_SECONDS``. An expert server's traffic is the
+  trainers' calls, estimated at ``ASSUMED_SAMPLES_PER_EXPERT`` samples a second to each hosted
+  expert (forward and backward, inputs and outputs of ``expert.hidden`` floats).
+"""
+
+from __future__ import annotations
+
+import math
+
+from core.api.schema import ResourceUse
+from core.project import DmoeManifest, Manifest
+from core.project.kinds import AnyManifest
+
+ASSUMED_PEERS = 10
+"""The swarm a collaborative estimate assumes: this many computers like this one."""
+MIN_ROUND_SECONDS = 10.0
+"""An epoch never takes less than its matchmaking plus this (the all-reduce itself)."""
+ASSUMED_SAMPLES_PER_EXPERT = 100.0
+"""Samples a second the trainers send each hosted expert (a dmoe estimate)."""
+EFFECTIVE_FLOPS = {"cuda": 8e12, "mps": 1.5e12, "cpu": 4e10}
+"""FLOP/s a training step gets out of each kind of device, in practice (well below the peak)."""
+CODEC_BYTES = {"none": 4.0, "fp16": 2.0, "uint8": 1.0, "blockwise8": 1.0, "auto": 2.0}
+"""Bytes per value on the wire for each averaging codec (``auto`` mostly sends fp16)."""
+MOMENTS = {"lamb": 2, "adam": 2, "adamw": 2, "sgd": 1}
+"""Optimizer state per parameter, in values of the parameter's size."""
+TOKENIZER_BYTES = 2 * 1024 * 1024
+"""A tokenizer file, about (a WordPiece vocabulary of tens of thousands of entries)."""
+
+
+def albert_parameters(manifest: Manifest) -> int:
+    """The ALBERT model's trainable values, shared and tied weights counted once."""
+    m = manifest.model
+    v, e, h, i, p = (
+        m.vocab_size,
+        m.embedding_size,
+        m.hidden_size,
+        m.intermediate_size,
+        m.max_position,
+    )
+    embeddings = v * e + p * e + 2 * e + (e * h + h)  # tokens, positions, norm, projection up
+    attention = (h * 3 * h + 3 * h) + (h * h + h) + 2 * h  # qkv, out, norm
+    feed_forward = (h * i + i) + (i * h + h) + 2 * h  # in, out, norm
+    head = (h * e + e) + 2 * e + v  # dense, norm, the decoder's bias (its weight is tied)
+    return embeddings + attention + feed_forward + head
+
+
+def expert_parameters(manifest: DmoeManifest) -> int:
+    """One expert's trainable values (``core.moe.experts``)."""
+    h = manifest.expert.hidden
+    if manifest.expert.kind == "ffn":  # hidden -> 4 hidden -> hidden, with a LayerNorm
+        return (h * 4 * h + 4 * h) + (4 * h * h + h) + 2 * h
+    return h * h + h  # linear
+
+
+def resource_use(manifest: AnyManifest, device_kind: str, device_name: str) -> ResourceUse:
+    """The estimate for ``manifest`` on a computer that would train on ``device_kind`` ("cuda",
+    "mps", "cpu"), named ``device_name`` for people."""
+    if isinstance(manifest, DmoeManifest):
+        return _dmoe_use(manifest, device_name)
+    return _collaborative_use(manifest, device_kind, device_name)
+
+
+def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -> ResourceUse:
+    params = albert_parameters(manifest)
+    t, a, m = manifest.training, manifest.averaging, manifest.model
+    moments = MOMENTS.get(t.optimizer, 2)
+    moment_bytes = 1.0 if t.optimizer_states == "8bit" else 4.0
+    state_bytes = params * (4 + moments * moment_bytes)
+    published = bool(manifest.network.checkpoint_url)
+    disk = TOKENIZER_BYTES + (int(state_bytes) if published else 0)
+
+    codec = CODEC_BYTES.get(a.codec, 2.0)
+    gradients = 4 * params * codec
+    states = 4 * params * (1 + moments) * codec / t.average_state_every
+    # training FLOPs per sample: 6 per weight and token, the shared layer counted at every depth
+    layer = 4 * m.hidden_size**2 + 2 * m.hidden_size * m.intermediate_size
+    per_token = m.num_layers * layer + 2 * m.hidden_size * m.embedding_size
+    per_token += m.embedding_size * m.vocab_size  # the decoder's read-out over the vocabulary
+    flops_per_sample = 6 * per_token * manifest.data.seq_len
+    speed = EFFECTIVE_FLOPS.get(device_kind, EFFECTIVE_FLOPS["cpu"]) / flops_per_sample
+    epoch_seconds = max(
+        t.target_batch_size / (ASSUMED_PEERS * speed), a.matchmaking_time + MIN_ROUND_SECONDS
+    )
+    per_hour = (gradients + states) * 3600.0 / epoch_seconds
+    notes = [
+        f"model: {_count(params)} parameters ({_size(params * 4)} in fp32)",
+        (
+            f"network: about {_size(per_hour)} an hour while contributing, averaging with the "
+            f"other peers (one all-reduce every {_duration(epoch_seconds)}, assuming "
+            f"{ASSUMED_PEERS} computers like this one; more peers, more rounds)"
+        ),
+        (
+            f"disk: the project's published checkpoint ({_size(state_bytes)}) and its tokenizer"
+            if published
+            else "disk: the tokenizer only (the backbone keeps the checkpoints)"
+        )
+        + "; the training data is streamed, not stored",
+    ]
+    return ResourceUse(device_name, params, disk, int(per_hour), notes)
+
+
+def _dmoe_use(manifest: DmoeManifest, device_name: str) -> ResourceUse:
+    hosted = manifest.server.experts_per_server
+    per_expert = expert_parameters(manifest)
+    params = hosted * per_expert
+    moments = MOMENTS.get(manifest.expert.optimizer, 2)
+    checkpoint = per_expert * 4 * (1 + moments)
+    disk = hosted * manifest.server.keep_checkpoints * checkpoint
+    # forward: inputs in, outputs out; backward: gradients in, input gradients out (float32)
+    per_sample = 4 * manifest.expert.hidden * 4
+    per_hour = hosted * ASSUMED_SAMPLES_PER_EXPERT * per_sample * 3600.0
+    notes = [
+        (
+            f"hosts {hosted} of the grid's {manifest.grid.size} experts: "
+            f"{_count(per_expert)} parameters each"
+        ),
+        (
+            f"network: about {_size(per_hour)} an hour, if trainers send each expert "
+            f"{ASSUMED_SAMPLES_PER_EXPERT:g} samples a second (it depends on how many train)"
+        ),
+        f"disk: {manifest.server.keep_checkpoints} checkpoint(s) of each hosted expert",
+    ]
+    return ResourceUse(device_name, params, int(disk), int(per_hour), notes)
+
+
+def _count(n: float) -> str:
+    for unit, size in (("billion", 1e9), ("million", 1e6), ("thousand", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)}"
+
+
+def _size(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{math.ceil(seconds)} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,133 @@
+"""What a preview says a project would use: the parameter formulas equal torch's own count (the
+engine computes them without torch), the estimates grow with what they should, and the update
+poll looks at projects joined by URL only, again and again, each on its own interval."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from core.engine import manifest_updates
+from core.engine.manifest_updates import ManifestPoll, changed_keys, needs_restart, refusal
+from core.engine.projects import ProjectSlot
+from core.engine.resource_use import albert_parameters, expert_parameters, resource_use
+from core.project import load_any_manifest, load_dmoe_manifest, load_manifest, parse_manifest
+from core.util.errors import BarnraiseError
+from tests.support.signed_project import PROJECT, project_text
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "resources" / "demo" / "project.toml"
+DMOE_DEMO = ROOT / "resources" / "dmoe-demo" / "project.toml"
+LARGE = ROOT / "resources" / "albert-xxlarge" / "project.toml"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"hidden_size": 96, "num_heads": 3, "intermediate_size": 200, "max_position": 64}],
+)
+def test_the_albert_formula_counts_what_torch_builds(changes: dict[str, int]) -> None:
+    torch = pytest.importorskip("torch")
+    from core.training.albert import AlbertConfig, AlbertMLM
+
+    manifest = load_manifest(DEMO)
+    manifest = dataclasses.replace(manifest, model=dataclasses.replace(manifest.model, **changes))
+    m = manifest.model
+    torch.manual_seed(0)
+    built = AlbertMLM(
+        AlbertConfig(
+            vocab_size=m.vocab_size,
+            embedding_size=m.embedding_size,
+            hidden_size=m.hidden_size,
+            num_layers=m.num_layers,
+            num_heads=m.num_heads,
+            intermediate_size=m.intermediate_size,
+            max_position=m.max_position,
+        )
+    )
+    assert albert_parameters(manifest) == built.num_parameters()
+
+
+@pytest.mark.parametrize("kind", ["ffn", "linear"])
+def test_the_expert_formula_counts_what_torch_builds(kind: str) -> None:
+    pytest.importorskip("torch")
+    from core.moe.experts import ExpertSpec
+
+    manifest = load_dmoe_manifest(DMOE_DEMO)
+    manifest = dataclasses.replace(manifest, expert=dataclasses.replace(manifest.expert, kind=kind))
+    module = ExpertSpec(kind=kind, hidden=manifest.expert.hidden).module("ffn.0.0")
+    assert expert_parameters(manifest) == sum(p.numel() for p in module.parameters())
+
+
+def test_estimates_follow_the_manifest() -> None:
+    demo = load_manifest(DEMO)
+    cpu = resource_use(demo, "cpu", "CPU (2 threads)")
+    assert cpu.device == "CPU (2 threads)"
+    assert cpu.parameters == albert_parameters(demo)
+    assert any(note.startswith("network:") for note in cpu.notes)
+    gpu = resource_use(demo, "cuda", "a GPU")
+    assert gpu.network_bytes_per_hour >= cpu.network_bytes_per_hour  # faster epochs, more rounds
+    published = demo.with_network(checkpoint_url="https://example.org/ckpt/")
+    assert resource_use(published, "cpu", "CPU").disk_bytes > cpu.disk_bytes
+    if LARGE.exists():
+        large = load_any_manifest(LARGE)
+        assert resource_use(large, "cpu", "CPU").parameters > 10 * cpu.parameters
+    dmoe = resource_use(load_dmoe_manifest(DMOE_DEMO), "cpu", "CPU")
+    assert dmoe.parameters == 4 * expert_parameters(load_dmoe_manifest(DMOE_DEMO))
+    assert dmoe.disk_bytes > 0
+    assert dmoe.network_bytes_per_hour > 0
+
+
+def test_which_changes_are_taken_and_which_restart_the_peer() -> None:
+    old = parse_manifest(project_text(None))
+    peers = parse_manifest(project_text(None, peers=["/ip4/192.0.2.1/tcp/1/p2p/12D3KooWx"]))
+    assert refusal(old, peers) is None
+    assert changed_keys(old, peers) == ["network.initial_peers"]
+    assert not needs_restart(changed_keys(old, peers))
+    numbers = parse_manifest(project_text(None, lr=0.5))
+    assert refusal(old, numbers) is None
+    assert needs_restart(changed_keys(old, numbers))
+    model = parse_manifest(project_text(None, hidden_size=64))
+    assert refusal(old, model) == (
+        "the update changes model.hidden_size from 128 to 64, which would break training; "
+        "the project's organizer must start a new project"
+    )
+    renamed = parse_manifest(project_text(None, name="another"))
+    assert "not of 'url-test'" in (refusal(old, renamed) or "")
+    dmoe = load_dmoe_manifest(DMOE_DEMO)
+    wider = dataclasses.replace(dmoe, grid=dataclasses.replace(dmoe.grid, shape=(4, 5)))
+    assert "grid.shape from [4, 4] to [4, 5]" in (refusal(dmoe, wider) or "")
+    same_name = dataclasses.replace(dmoe, project=dataclasses.replace(dmoe.project, name=PROJECT))
+    assert "project.kind from 'collaborative' to 'dmoe'" in (refusal(old, same_name) or "")
+
+
+async def test_the_poll_looks_at_url_projects_again_and_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(manifest_updates, "FIRST_LOOK", 0.0)
+    by_url = ProjectSlot("joined", "", Path("/m.toml"), source_url="https://c.example.org")
+    by_file = ProjectSlot("filed", "", Path("/f.toml"))
+    broken = dataclasses.replace(by_url, name="broken", source_url="https://b.example.org")
+    looked: list[str] = []
+    enough = asyncio.Event()
+
+    async def check(slot: ProjectSlot) -> float:
+        looked.append(slot.name)
+        if looked.count("joined") >= 3:
+            enough.set()
+        if slot.name == "broken":
+            raise BarnraiseError("it never answers")  # logged; the others go on
+        return 0.01
+
+    poll = ManifestPoll(lambda: [by_url, by_file, broken], check)
+    task = asyncio.create_task(poll.run())
+    try:
+        await asyncio.wait_for(enough.wait(), 10)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert "filed" not in looked
+    assert looked.count("broken") == 1  # after a failure it waits the long interval
