@@ -33,10 +33,18 @@ def explain(error: ApiError, doing: str) -> str:
     if isinstance(error, LoginRequired):
         return f"Log in first: {message}"
     if isinstance(error, CoordinatorUnreachable):
-        return f"The project's server does not answer. {message} Try again later."
+        later = "" if "try again later" in message.lower() else " Try again later."
+        return f"The project's server does not answer. {message}{later}"
     if isinstance(error, VersionMismatch):
         return f"{message} (the app and the engine are from different versions)"
     return f"{_capital(doing)} failed: {message}"
+
+
+def own_words(error: ApiError) -> str:
+    """The error's own message as a sentence, for a control whose place already says what was
+    attempted (the project URL field: "the project at … does not answer", "no project is served
+    at …" need no "the project's server does not answer" in front)."""
+    return _sentence(error.message)
 
 
 def _sentence(text: str) -> str:

@@ -1,7 +1,7 @@
-"""Numbers, sizes, times and events in the plain words the window shows.
+"""Numbers, sizes, times, events and projects in the plain words the window shows.
 
 Pure functions (no Qt), so the wording is tested on its own: "1.84 M", "1.2 GB", "3 h 12 min",
-"5 min ago", "Mon 16".
+"5 min ago", "Mon 16", "Members only: log in or create an account".
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    ManifestUpdated,
     NetworkChanged,
     PeersSeen,
     ProgressUpdated,
@@ -22,7 +23,7 @@ from core.api.events import (
     RolledBack,
     StateChanged,
 )
-from core.api.schema import Network, TrainingDevice
+from core.api.schema import Network, ResourceUse, TrainingDevice
 
 STATE_WORDS = {
     "idle": "Idle",
@@ -211,7 +212,7 @@ def _peers(n: int) -> str:
     return f"{n} peer" if n == 1 else f"{n} peers"
 
 
-def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case per type
+def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911, PLR0912 - a case a type
     """(kind, text) of one event for the event log."""
     data: object = event.data  # not narrowed to the known types: a newer engine may send others
     if isinstance(data, StateChanged):
@@ -251,6 +252,13 @@ def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case
     if isinstance(data, ProgressUpdated):
         p = data.progress
         return "Progress", f"{p.samples_per_second:.0f} samples/s, {p.peers} peer(s)"
+    if isinstance(data, ManifestUpdated):
+        if data.applied:
+            what = f": {data.reason}" if data.reason else ""
+            return "Project", f"{data.project}: manifest version {data.version} applied{what}"
+        return "Project", (
+            f"{data.project}: manifest version {data.version} refused: {data.reason}"
+        )
     if isinstance(data, RolledBack):
         reason = f": {data.reason}" if data.reason else ""
         return "Rollback", (
@@ -258,3 +266,58 @@ def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911 - one case
             f"training goes on at epoch {data.epoch}"
         )
     return "Event", type(data).__name__
+
+
+# ---- a project before joining it (the first run's preview) ---------------------------------------
+
+PROJECT_KINDS = {
+    "collaborative": "Collaborative training: every volunteer trains the whole model, and together "
+    "they average what they learned",
+    "dmoe": "Mixture of experts: volunteers host and train parts (experts) of one large model",
+}
+
+KEY_CHECKS = {
+    "url": "matches the key in the link",
+    "first-use": "first use: this key will be pinned; check it with the organizer",
+    "pinned": "matches the key pinned when this computer first joined the project",
+}
+"""How the project key of a preview was verified, by ``ProjectPreview.key_source``."""
+
+
+def project_kind(kind: str) -> str:
+    return PROJECT_KINDS.get(kind, f"{kind} (a kind of project this version does not know)")
+
+
+def project_access(mode: str, allow_signup: bool) -> str:
+    """Who may contribute: open, or members only (and how one becomes a member)."""
+    if mode == "open":
+        return "Open to everyone: no account needed"
+    if allow_signup:
+        return "Members only: log in, or create an account at the project"
+    return "Members only: the organizers make the accounts; ask them for one"
+
+
+def key_check(source: str) -> str:
+    return KEY_CHECKS.get(source, "not verified")
+
+
+def short_key(key: str) -> str:
+    """A PeerID short enough to read aloud: "12D3KooW…Xz9Qe1" (the whole one is in a tooltip)."""
+    return key if len(key) <= 20 else f"{key[:8]}…{key[-6:]}"
+
+
+def resource_lines(uses: ResourceUse, kind: str) -> list[tuple[str, str]]:
+    """(label, text) rows for what contributing would use on this computer."""
+    model = "Experts hosted here" if kind == "dmoe" else "Model"
+    return [
+        ("Trains on", uses.device),
+        (model, f"{count(uses.parameters)} parameters"),
+        ("Disk", f"about {data_size(uses.disk_bytes)} (checkpoints and the data cache)"),
+        ("Network", f"about {data_size(uses.network_bytes_per_hour)} per hour while contributing"),
+    ]
+
+
+def update_refused_line(reason: str) -> str:
+    """The one line an attached project shows while its latest signed update is refused."""
+    reason = reason.strip().rstrip(".")
+    return f"The project's latest update was not applied: {reason}."

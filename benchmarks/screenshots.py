@@ -3,10 +3,16 @@
     python benchmarks/screenshots.py OUTDIR [--width 1100 --height 760]
 
 Runs offscreen (unless QT_QPA_PLATFORM says otherwise): the real window, bridge and store, with a
-``FakeEngine`` on the far side. Writes one PNG per page and state (first run's three steps, the
+``FakeEngine`` on the far side. Writes one PNG per page and state (first run's three steps, joining
+by a project URL (a bare host refused, the project's preview, a refused update on the dashboard), the
 dashboard contributing, waiting and paused, schedule, statistics, the leaderboard logged in, stale
 and logged out, events, the engine-stopped banner, the tray menu and its four icons, the close
 question) and ``index.json`` listing them. Look at them after changing the GUI; keep them out of git.
+
+Then the coordinator's project page (``benchmarks/page_browser``): a real coordinator on this
+machine with a project's sample figures, photographed whole by headless Chromium at a desktop's and
+a phone's width (``project-page.png``, ``project-page-phone.png``) and a volunteer's page
+(``project-user-page.png``). Without Chromium those are skipped, with a note in ``index.json``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +41,16 @@ from app.settings import AppSettings
 from app.theme import apply_theme
 from app.tray import Tray
 from app.window import CloseQuestion, MainWindow
+from benchmarks.page_browser import (
+    LiveCoordinator,
+    chromium,
+    chromium_missing,
+    full_page_png,
+    sample_project,
+)
 from core.api.events import ErrorRaised
 from core.api.testing import FakeEngine
+from core.api.testing.sample_data import REMOTE_PREVIEW
 
 
 class Shooter:
@@ -94,6 +109,7 @@ def shoot(out: Path, size: tuple[int, int]) -> list[dict[str, object]]:
     s = Shooter(out, size)
     try:
         _first_run(s)
+        _join_by_url(s)
         _main_pages(s)
         _leaderboard_states(s)
         _tray_and_dialogs(s)
@@ -124,6 +140,35 @@ def _first_run(s: Shooter) -> None:
     s.save(
         "04-dashboard-after-first-run", window, "dashboard after first run: paused until opted in"
     )
+    window.hide()
+
+
+def _join_by_url(s: Shooter) -> None:
+    fresh = FakeEngine("fresh")
+    window = s.window(fresh)
+    first = window.first_run
+    s.wait(lambda: first.offer_list.count() > 0)
+    first.url_field.edit.setText("albert.example.org")
+    first.url_field.look_up()
+    s.settle()
+    s.save("01b-first-run-url-problem", window, "first run: a project URL without https://")
+    first.url_field.edit.setText(f"{REMOTE_PREVIEW.url}/")
+    first.url_field.look_up()
+    s.wait(lambda: first.previewing() is not None)
+    s.settle()
+    s.save("01c-first-run-preview", window, "first run: a project looked up by its URL")
+    first.next_button.click()  # Join
+    s.wait(lambda: first.steps.currentIndex() == 1)
+    first.next_button.click()  # skip the account
+    s.wait(lambda: first.steps.currentIndex() == 2)
+    first.next_button.click()  # Finish
+    s.wait(lambda: window.root.currentWidget() is window.main)
+    fresh.update_manifest(
+        REMOTE_PREVIEW.name, 4, refused="it changes the model's shape (hidden size 1024 to 2048)"
+    )
+    s.wait(lambda: not window.page["dashboard"].update_refused.isHidden())  # type: ignore[attr-defined]
+    s.settle(0.8)
+    s.save("04b-dashboard-update-refused", window, "dashboard: a manifest update was refused")
     window.hide()
 
 
@@ -205,6 +250,36 @@ def _tray_and_dialogs(s: Shooter) -> None:
     window.hide()
 
 
+PAGES = (
+    ("project-page", "/", 1100, 900, False, "the project page at a desktop's width"),
+    ("project-page-phone", "/", 360, 740, True, "the project page on a phone (360 px)"),
+    ("project-user-page", "/u/arnab", 1100, 900, False, "a volunteer's page"),
+)
+
+
+def project_pages(out: Path) -> tuple[list[dict[str, object]], list[str]]:
+    """The coordinator's pages in headless Chromium: (files saved, notes on what was skipped)."""
+    missing = chromium_missing()
+    if missing is not None:
+        note = f"project page screenshots skipped: {missing}"
+        print(f"note: {note}", flush=True)
+        return [], [note]
+    saved: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as folder, LiveCoordinator(Path(folder)) as live:
+        sample_project(live)
+        for name, path, width, height, phone, what in PAGES:
+            with chromium(width, height, phone=phone) as driver:
+                driver.get(live.url + path)
+                png = full_page_png(driver, width, phone=phone)
+            (out / f"{name}.png").write_bytes(png)
+            size = (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big"))
+            saved.append(
+                {"file": f"{name}.png", "shows": what, "width": size[0], "height": size[1]}
+            )
+            print(f"{name + '.png':32} {what}", flush=True)
+    return saved, []
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("outdir", type=Path)
@@ -217,7 +292,14 @@ def main() -> int:
     QTimer.singleShot(0, lambda: None)
     saved = shoot(args.outdir, (args.width, args.height))
     (args.outdir / ".screenshots-app.ini").unlink(missing_ok=True)
-    index = {"benchmark": "screenshots", "platform": qapp.platformName(), "files": saved}
+    pages, notes = project_pages(args.outdir)
+    saved += pages
+    index = {
+        "benchmark": "screenshots",
+        "platform": qapp.platformName(),
+        "files": saved,
+        "notes": notes,
+    }
     (args.outdir / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     print(f"{len(saved)} screenshots in {args.outdir}", flush=True)
     return 0

@@ -27,6 +27,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    ManifestUpdated,
     NetworkChanged,
     PeersSeen,
     ProgressUpdated,
@@ -210,6 +211,10 @@ class EngineStore(QObject):
         call.succeeded.connect(lambda _: self.refresh_all())
         return call
 
+    def preview_project(self, url: str) -> PendingCall:
+        """What the project at ``url`` is and would use (a ``ProjectPreview``); attaches nothing."""
+        return self._command("looking up the project", lambda c: c.preview_project(url), None)
+
     def login(self, username: str, password: str, *, signup: bool) -> PendingCall:
         call = self._command(
             "logging in",
@@ -344,7 +349,8 @@ class EngineStore(QObject):
             self._set_account(data.account)
             if self._board_timer.isActive():
                 self.refresh_leaderboard()
-        elif isinstance(data, ProjectsChanged):
+        elif isinstance(data, ProjectsChanged | ManifestUpdated):
+            # an update applied may bring another coordinator; a refused one, its reason
             self.refresh_all()
             self.refresh_offers()
         elif isinstance(data, ErrorRaised):

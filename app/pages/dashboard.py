@@ -2,8 +2,10 @@
 
 The switch is the user's opt-in (on: start, off: pause). The state line is the engine's own reason
 ("Waiting: you are using the computer", "Paused: on battery"), coloured and marked with the same
-look as the tray icon; below it, which device training uses (a GPU or the CPU) and why. While
+look as the tray icon; below it, which device training uses (a GPU or the CPU) and why, and — for
+a project joined by URL — a signed update of its manifest the engine refused, and why. While
 paused the engine stops listening to the collaboration, so the epoch is shown "as of the pause".
+The project's name and description are its organizers' words: shown as plain text, never markup.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class DashboardPage(QWidget):
         titles = QVBoxLayout()
         self.project = QLabel("No project yet", objectName="pageTitle")
         self.description = QLabel("", objectName="caption", wordWrap=True)
+        for label in (self.project, self.description):
+            label.setTextFormat(Qt.TextFormat.PlainText)
         titles.addWidget(self.project)
         titles.addWidget(self.description)
         header.addLayout(titles, 1)
@@ -113,9 +117,17 @@ class DashboardPage(QWidget):
         self.device.hide()
         self.network = QLabel("", objectName="caption", wordWrap=True)
         self.network.hide()
+        self.update_refused = QLabel("", objectName="inlineError", wordWrap=True)
+        self.update_refused.setTextFormat(Qt.TextFormat.PlainText)
+        self.update_refused.setToolTip(
+            "Barnraise keeps the version of the project it has; the organizers must publish an "
+            "update this computer can take"
+        )
+        self.update_refused.hide()
         self.error = QLabel("", objectName="inlineError", wordWrap=True)
         self.error.hide()
-        for label in (self.reason, self.notes, self.device, self.network, self.error):
+        labels = (self.reason, self.notes, self.device, self.network, self.update_refused)
+        for label in (*labels, self.error):
             state_card.box.addWidget(label)
         return state_card
 
@@ -150,6 +162,7 @@ class DashboardPage(QWidget):
                 button.hide()
             self.network.hide()
             self.device.hide()
+            self.update_refused.hide()
             for tile in (self.speed, self.peers):  # live figures: unknown without the engine
                 tile.set("–", "no engine")
             return
@@ -177,9 +190,7 @@ class DashboardPage(QWidget):
         self.snooze_button.setVisible(on and state.snoozed_until is None)
         self.resume_button.setVisible(state.contribute and paused_by_user)
         self.login_button.setVisible(state.code == "login_required")
-        project = state.project
-        self.project.setText(project.name if project else "No project")
-        self.description.setText(project.description if project else "")
+        self._show_project(state)
         p = state.progress
         computing = state.state in COMPUTING
         self.speed.set(
@@ -195,6 +206,14 @@ class DashboardPage(QWidget):
         epoch = p.collaboration_epoch if p.collaboration_epoch is not None else p.epoch
         stale = state.state in ("paused", "waiting") and epoch is not None
         self.epoch.set("–" if epoch is None else str(epoch), "as of the pause" if stale else "")
+
+    def _show_project(self, state: EngineState) -> None:
+        project = state.project
+        self.project.setText(project.name if project else "No project")
+        self.description.setText(project.description if project else "")
+        refused = project.update_refused if project else None
+        self.update_refused.setText(wording.update_refused_line(refused) if refused else "")
+        self.update_refused.setVisible(bool(refused))
 
     def _show_network(self, state: EngineState) -> None:
         network = state.network

@@ -1,8 +1,11 @@
 """First run: choose a project, log in or sign up, pick a preset — then the dashboard, still paused.
 
 Step 1 lists what the engine offers: a local demo swarm running on this computer, projects already
-attached; when it finds none it offers to start the local demo swarm, and any project can be joined
-from its manifest file. Step 2 appears when the project has a coordinator (accounts, leaderboard).
+attached; when it finds none it offers to start the local demo swarm. Any project can be joined
+from its manifest file, or by its URL (BOINC's "Add project"): the engine looks it up — fetches its
+signed manifest and checks the signature — and step 1 shows what it is and what it would use before
+anything is joined; "Join" attaches it, pinning the project key the user saw. Step 2 appears when
+the project has a coordinator (accounts, leaderboard).
 Step 3 sets the scheduler preferences from a preset and asks, once, whether Barnraise starts in the
 tray at login (on unless the user unticks it, as BOINC does). Nothing starts computing: contributing
 is the dashboard's switch, as BOINC starts paused until the user opts in.
@@ -22,19 +25,22 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.engine.store import EngineStore
-from app.errors import explain
+from app.errors import explain, own_words
 from app.presets import DEFAULT_PRESET, PRESETS, preset
 from app.start_at_login import StartAtLogin
 from app.widgets.login_form import LoginForm
+from app.widgets.project_preview import ProjectPreviewCard
+from app.widgets.project_url import ProjectUrlField
 from app.widgets.tiles import Card
-from core.api.errors import ApiError
-from core.api.schema import AccountInfo, AttachRequest, ProjectOffer
+from core.api.errors import ApiError, CoordinatorUnreachable
+from core.api.schema import AccountInfo, AttachRequest, ProjectOffer, ProjectPreview
 
 STEPS = ("Choose a project", "Your account", "How much to give")
 
@@ -59,6 +65,8 @@ class FirstRunPage(QWidget):
         self.login_problem: str | None = None
         """Why the login item could not be set as asked at the end (the window says so)."""
         self.demo_starting = False
+        self.working = False
+        """A command of the wizard's own (joining, saving the preset) is in flight."""
         outer = QVBoxLayout(self)
         outer.setContentsMargins(40, 28, 40, 24)
         outer.addWidget(QLabel("Welcome to Barnraise", objectName="pageTitle"))
@@ -75,6 +83,7 @@ class FirstRunPage(QWidget):
         self.steps = QStackedWidget()
         outer.addWidget(self.steps, 1)
         self.error = QLabel("", objectName="inlineError", wordWrap=True)
+        self.error.setTextFormat(Qt.TextFormat.PlainText)  # may quote a project's own words
         self.error.hide()
         outer.addWidget(self.error)
         buttons = QHBoxLayout()
@@ -102,6 +111,13 @@ class FirstRunPage(QWidget):
     # ---- step 1: the project ---------------------------------------------------------------------
 
     def _project_step(self) -> QWidget:
+        """Two faces: the choice (offers, the demo, a file, a URL) and a looked-up project."""
+        self.project_faces = QStackedWidget()
+        self.project_faces.addWidget(self._choice_face())
+        self.project_faces.addWidget(self._preview_face())
+        return self.project_faces
+
+    def _choice_face(self) -> QWidget:
         page = QWidget()
         box = QVBoxLayout(page)
         box.setContentsMargins(0, 8, 0, 0)
@@ -129,9 +145,75 @@ class FirstRunPage(QWidget):
         row.addWidget(self.file_button)
         row.addStretch(1)
         box.addLayout(row)
+        box.addSpacing(10)
+        box.addWidget(
+            QLabel("Or join a project by its address, as its organizers publish it:", wordWrap=True)
+        )
+        self.url_field = ProjectUrlField()
+        box.addWidget(self.url_field)
         self.demo_button.clicked.connect(self._start_demo)
         self.file_button.clicked.connect(self._open_file)
+        self.url_field.lookupRequested.connect(self._look_up)
         return page
+
+    def _preview_face(self) -> QWidget:
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        holder = QWidget()
+        holder.setObjectName("page")  # the page's background, not the scroll area's
+        box = QVBoxLayout(holder)
+        box.setContentsMargins(0, 8, 0, 0)
+        box.addWidget(
+            QLabel(
+                "Barnraise fetched this project's description and checked its signature. Join it, "
+                "or go back: nothing has been joined yet.",
+                wordWrap=True,
+            )
+        )
+        self.preview_card = ProjectPreviewCard()
+        box.addWidget(self.preview_card)
+        box.addStretch(1)
+        scroll.setWidget(holder)
+        return scroll
+
+    def previewing(self) -> ProjectPreview | None:
+        """The looked-up project on screen, if step 1 shows one."""
+        if self.steps.currentIndex() == 0 and self.project_faces.currentIndex() == 1:
+            return self.preview_card.preview
+        return None
+
+    def _look_up(self, url: str) -> None:
+        self.error.hide()
+        self.url_field.set_busy(True)
+        self.next_button.setEnabled(False)
+        call = self.store.preview_project(url)
+        call.succeeded.connect(self._show_preview)
+        call.failed.connect(self._lookup_failed)
+        call.finished.connect(lambda: self.url_field.set_busy(False))
+        call.finished.connect(self._update_buttons)
+
+    def _lookup_failed(self, error: ApiError) -> None:
+        # the engine says which address did not answer, or what it served instead, and what to do
+        if isinstance(error, CoordinatorUnreachable):
+            self.url_field.show_problem(own_words(error))
+        else:
+            self.url_field.show_problem(explain(error, "looking up the project"))
+
+    def _show_preview(self, preview: ProjectPreview) -> None:
+        self.preview_card.show_preview(preview)
+        self._show_face(1)
+
+    def _show_face(self, face: int) -> None:
+        self.error.hide()
+        self.project_faces.setCurrentIndex(face)
+        self.back_button.setVisible(face == 1)
+        self._update_buttons()  # first: a disabled button cannot take the focus
+        if face == 1:
+            self.next_button.setFocus()
+        else:
+            self.url_field.edit.setFocus()
 
     def show_offers(self, offers: list[ProjectOffer]) -> None:
         chosen = self.selected_offer()
@@ -161,7 +243,7 @@ class FirstRunPage(QWidget):
         else:
             self.no_offers.setText(
                 "No project found on this computer. Start the local demo swarm to try Barnraise, "
-                "or open the manifest file of a project you want to join."
+                "or join a project by the address (or the manifest file) its organizers publish."
             )
         self._update_buttons()
 
@@ -274,7 +356,10 @@ class FirstRunPage(QWidget):
         skipping takes the button)."""
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         on_account_step = self.steps.currentIndex() == 1
-        if enter and not on_account_step and self.next_button.isEnabled():
+        # the URL field's Enter looks the project up (the line edit passes the key on)
+        focus = self.focusWidget()
+        in_url_field = focus is not None and self.url_field.isAncestorOf(focus)
+        if enter and not on_account_step and not in_url_field and self.next_button.isEnabled():
             self._next()
             return
         super().keyPressEvent(event)
@@ -291,11 +376,13 @@ class FirstRunPage(QWidget):
 
     def _go(self, index: int) -> None:
         self.error.hide()
+        self.project_faces.setCurrentIndex(0)
         self.steps.setCurrentIndex(index)
         self.step_label.setText(f"Step {index + 1} of {len(STEPS)}: {STEPS[index]}")
         self.back_button.setVisible(index > 0)
         if index == 0:
-            self.offer_list.setFocus()
+            # nothing listed: the address is what the user came with
+            (self.offer_list if self.offer_list.count() else self.url_field.edit).setFocus()
         elif index == 1:
             self.login.username.setFocus()
         else:
@@ -305,12 +392,24 @@ class FirstRunPage(QWidget):
     def _update_buttons(self) -> None:
         index = self.steps.currentIndex()
         self.next_button.setText(("&Next", "&Skip for now", "&Finish")[index])
-        if index == 0:
-            self.next_button.setEnabled(self.selected_offer() is not None)
+        if self.working:  # joining or saving: one at a time (the offers' poll calls this too)
+            self.next_button.setEnabled(False)
+            if self.previewing() is not None:
+                self.next_button.setText("&Join")
+        elif self.previewing() is not None:
+            self.next_button.setText("&Join")
+            self.next_button.setEnabled(True)
+        elif index == 0:
+            self.next_button.setEnabled(
+                self.selected_offer() is not None and not self.url_field.busy
+            )
         else:
             self.next_button.setEnabled(True)
 
     def _back(self) -> None:
+        if self.previewing() is not None:
+            self._show_face(0)
+            return
         index = self.steps.currentIndex()
         if index == 2 and not self._has_coordinator():
             index = 1
@@ -318,7 +417,11 @@ class FirstRunPage(QWidget):
 
     def _next(self) -> None:
         index = self.steps.currentIndex()
-        if index == 0:
+        preview = self.previewing()
+        if preview is not None:
+            # the key the user was shown: the engine refuses a manifest signed by any other
+            self._attach(AttachRequest(manifest=preview.url, pinned_key=preview.project_key))
+        elif index == 0:
             offer = self.selected_offer()
             if offer is None:
                 return
@@ -370,6 +473,7 @@ class FirstRunPage(QWidget):
         self.error.show()
 
     def _busy(self, busy: bool) -> None:
+        self.working = busy
         self.next_button.setEnabled(not busy)
         self.back_button.setEnabled(not busy)
         if not busy:

@@ -5,4 +5,6 @@
 - ``charts``      LineChart and BarChart over QtCharts, with empty states and accessible text.
 - ``banner``      Banner: a message strip with an optional action.
 - ``login_form``  LoginForm: log in or sign up at the project's coordinator.
+- ``project_url``  ProjectUrlField: the first run's "Project URL" row, and what is plainly not one.
+- ``project_preview``  ProjectPreviewCard: a project looked up by URL, before joining (plain text).
 """

@@ -1,9 +1,10 @@
 """Accessibility: every control explains itself, the keyboard reaches it, and mnemonics lead somewhere.
 
-For each of the five pages (on a volunteer's fake engine) and each step of the first-run wizard (on a
-fresh one): every visible interactive widget has a tooltip and takes focus with Tab; pressing Tab from
-the page's first control visits every enabled one and comes back round (no widget keeps the focus to
-itself); and every label with an ``&`` mnemonic has a buddy to send the focus to. Offenders are named.
+For each of the five pages (on a volunteer's fake engine), each step of the first-run wizard (on a
+fresh one) and the preview of a project looked up by its URL: every visible interactive widget has
+a tooltip and takes focus with Tab; pressing Tab from the page's first control visits every enabled
+one and comes back round (no widget keeps the focus to itself); and every label with an ``&``
+mnemonic has a buddy to send the focus to. Offenders are named.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from app.pages.first_run import FirstRunPage
 from app.widgets.switch import ToggleSwitch
 from app.window import PAGES, MainWindow
 from core.api.testing import FakeEngine
+from core.api.testing.sample_data import REMOTE_PREVIEW
 
 INTERACTIVE = (
     QAbstractButton,
@@ -256,3 +258,19 @@ def test_arrow_keys_move_the_preset_choice(
     qtbot.keyClick(balanced, Qt.Key.Key_Down)
     qtbot.waitUntil(lambda: page.chosen_preset() == "maximum", timeout=10_000)
     assert not balanced.isChecked()
+
+
+def test_first_run_project_preview_is_accessible(
+    make_window: Callable[..., MainWindow], fresh: FakeEngine, qtbot: QtBot
+) -> None:
+    """The card a project URL's look-up shows: its controls (Copy key, Back, Join) explain
+    themselves and take Tab; the mnemonics lead somewhere."""
+    window = make_window(fresh)
+    activate(window, qtbot)
+    page = wizard_at(0, window, qtbot)
+    page.url_field.edit.setText(REMOTE_PREVIEW.url)
+    page.url_field.button.click()
+    qtbot.waitUntil(lambda: page.previewing() is not None, timeout=10_000)
+    check_tooltips_and_tab_focus(page)
+    check_tab_walk(page, qtbot)
+    check_mnemonics(page)
