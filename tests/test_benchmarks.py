@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.page_browser import chromium_missing
+
 ROOT = Path(__file__).resolve().parent.parent
 # each script runs under its own subprocess timeout; the suite's default of 180 s would cut the
 # slower ones short on a busy machine, where they take several times longer
@@ -329,6 +331,11 @@ def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
         assert any(page in name for name in names), page
     assert any("events" in name for name in names)
     assert any("tray-menu" in name for name in names)
+    # the coordinator's project page, photographed by headless Chromium where there is one
+    if chromium_missing() is None:
+        assert {"project-page.png", "project-page-phone.png", "project-user-page.png"} <= names
+    else:
+        assert any("project page" in note for note in index["notes"])
     for entry in index["files"]:
         picture = out / entry["file"]
         assert picture.stat().st_size > 1000, entry

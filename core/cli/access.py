@@ -1,9 +1,11 @@
-"""Logging a headless peer (``barnraise peer`` / ``aux``) in to a moderated project.
+"""Logging a headless peer (``barnraise peer`` / ``aux``) in to its project's coordinator.
 
 The password comes from ``--password-stdin``, else the ``BARNRAISE_PASSWORD`` environment variable,
 else a prompt when a terminal is attached; it is used once, for the login, and never stored or logged.
-The session then keeps the peer's pass fresh (a ``PassKeeper``) and, for an auxiliary peer, reports
-completed epochs to the coordinator (a ``ContributionReporter``).
+In a moderated project the session then keeps the peer's pass fresh (a ``PassKeeper``) and, for an
+auxiliary peer, reports completed epochs to the coordinator (a ``ContributionReporter``). An open
+project's auxiliary peer given an account only reports (``reporting_access``): its epochs' figures
+are what the coordinator's project page shows.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def read_password(from_stdin: bool) -> str:
         password = getpass.getpass("password: ")
     else:
         raise ConfigError(
-            f"a moderated project needs a password: pass --password-stdin or set {PASSWORD_VARIABLE}"
+            f"logging in to the coordinator needs a password: pass --password-stdin or set "
+            f"{PASSWORD_VARIABLE}"
         )
     if not password:
         raise ConfigError("the password is empty")
@@ -88,6 +91,31 @@ async def moderated_access(
             if reporter is not None:
                 await reporter.close()
             await keeper.close()
+            try:
+                await session.logout()
+            except AccountError as exc:
+                log.info("logout: %s", exc)
+
+
+@asynccontextmanager
+async def reporting_access(
+    manifest: AnyManifest, username: str, password: str
+) -> AsyncIterator[ContributionReporter]:
+    """Log in (an open project: no pass to keep) and report epochs while the block runs; then send
+    what is queued and log out. The account must be a moderator's, as for any reporter."""
+    url = manifest.network.coordinator_url
+    if not url:
+        raise ConfigError(
+            f"--username was given, but project {manifest.project.name}'s manifest names no "
+            "coordinator to report to: set network.coordinator_url, or leave out --username"
+        )
+    async with CoordinatorClient(url) as client:
+        session = AccountSession(client, await client.login(username, password))
+        reporter = ContributionReporter(session)
+        try:
+            yield reporter
+        finally:
+            await reporter.close()
             try:
                 await session.logout()
             except AccountError as exc:

@@ -6,7 +6,9 @@
 
 In a moderated project the peer logs in to the coordinator first (``--username``; the password from
 ``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its access pass fresh; an auxiliary peer
-also reports each completed epoch's contributions there, for the leaderboard.
+also reports each completed epoch's contributions there, for the leaderboard. An open project's
+auxiliary peer given ``--username`` (a moderator's account) logs in too and reports its epochs'
+figures (loss, speed, peers online), which the coordinator's project page shows.
 
 With ``--publish-checkpoints`` an auxiliary peer also copies each checkpoint into a folder, with an
 ``index.json`` signed by the project key (``--project-key``), for a web server to serve at the
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.account.client import PASSWORD_VARIABLE
-from core.cli.access import moderated_access, read_password
+from core.cli.access import moderated_access, read_password, reporting_access
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.identity import Identity
@@ -93,7 +95,10 @@ def register(commands: Any) -> None:
         )
         parser.add_argument("--until-epoch", type=int, default=None, help=argparse.SUPPRESS)
         parser.add_argument(
-            "--username", default=None, help="your account at a moderated project's coordinator"
+            "--username",
+            default=None,
+            help="your account at the project's coordinator: a moderated project needs one; an "
+            "open project's auxiliary peer with a moderator's account reports its epochs there",
         )
         parser.add_argument(
             "--password-stdin",
@@ -234,6 +239,12 @@ async def _run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     if not settings.manifest.access.moderated:
+        if args.role == "aux" and args.username:
+            return await _serve_reporting(settings, args, stop)
+        if args.username:
+            log.warning(
+                "--username is not used: project %s is open", settings.manifest.project.name
+            )
         return await _serve(settings, stop)
     identity = Identity.generate()
     password = read_password(args.password_stdin)
@@ -252,6 +263,19 @@ async def _run(args: argparse.Namespace) -> int:
             ),
             on_evidence=None if reporter is None else reporter.submit_evidence,
         )  # fmt: skip
+        return await _serve(settings, stop)
+
+
+async def _serve_reporting(
+    settings: PeerSettings, args: argparse.Namespace, stop: asyncio.Event
+) -> int:
+    """An open project's auxiliary peer that reports its epochs to the coordinator."""
+    password = read_password(args.password_stdin)
+    async with reporting_access(settings.manifest, args.username, password) as reporter:
+        del password
+        settings = dataclasses.replace(
+            settings, on_metrics=lambda metrics: reporter.submit(metrics.contribution_report())
+        )
         return await _serve(settings, stop)
 
 

@@ -15,13 +15,20 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
 - ``peer_keys``    which account proved each peer key: one key, one account.
 - ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
 - ``reports``      reading the auxiliary peer's epoch report and checking each contribution's pass.
+- ``figures``      the epoch figures a report may carry (loss, speed, live peers): bounds, one row
+  per epoch, the newest and the loss curve's points.
 - ``evidence``     reading the auxiliary peer's evidence report: each accusation's signature,
   project, age, and the standing of the account that proved the reporter's key; a rate per account.
 - ``evidence_records`` the accepted accusations, and the listing by accused peer (with its user and
   how many distinct accounts accused it) that ``barnraise coordinator reports`` prints.
 - ``rollback``     the moderators' signed rollback orders: numbered, checked against the epochs
   reported, stored; the latest is what ``GET /rollback`` serves to every peer.
+- ``manifest_route`` ``GET /manifest``: the manifest file as it is now, re-read when it changes,
+  checked (a broken or foreign change is logged and not served), versioned and signed.
+- ``manifest_versions`` every distinct manifest text served, numbered from 1, never going back.
 - ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.
+- ``page/``        the public web pages: the project page (``GET /``) with its live figures
+  (``/stats``), volunteers' pages (``/u/<name>``); server-rendered HTML, a small script, strict CSP.
 - ``names``        username rules (NFKC, case-folded key) and ``Password``, which never prints itself.
 - ``confusables``  the UTS #39 skeleton of a name, from the table in ``resources/confusables``.
 - ``passwords``    scrypt hashes with their parameters, constant-time checks, re-hashing.
@@ -29,6 +36,11 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
 - ``ratelimit``    ``LoginLimiter``: failures per account and prefix, per prefix, and a capped
   account-wide slow-down; doubling waits (429), never a lock from everywhere.
 - ``signup_limit`` ``SignupLimiter``: sign-ups per prefix and over all, sliding windows (429).
+- ``client_address`` ``TrustedProxies``: the address the limits count, the TCP peer's or, from a
+  trusted reverse proxy, the right-most ``X-Forwarded-For`` entry that is not a trusted proxy.
+- ``tls``          the coordinator's own HTTPS: a server context from certificate and key files,
+  each checked first (readable, PEM, no passphrase, the key is the certificate's).
+- ``public_url``   ``check_public_url``: the URL volunteers reach the coordinator by, a bare base.
 - ``errors``       refusals named for what they refuse; ``StoreError`` for the database file.
 """
 

@@ -8,6 +8,9 @@ key (``peer_keys``). The user is the pass's, never the reporter's word: nobody c
 to someone else, nor, with a pass from before proofs of possession, to themselves for another's
 key. A malformed entry is rejected with its reason and does not spoil the rest of the report; a
 malformed report as a whole is a 400.
+
+A report may also carry the epoch's figures (loss, speed, live peers) for the project page; they
+are read by ``figures.parse_figures`` and are optional, so older auxiliary peers are still heard.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from core.coordinator.accounts import User
 from core.coordinator.errors import BadRequest
+from core.coordinator.figures import EpochFigures, parse_figures
 from core.coordinator.names import Username
 from core.coordinator.records import Counted
 from core.net.errors import PeerIdError
@@ -38,6 +42,8 @@ class EpochReport:
     time: float
     samples: int
     contributions: list[Any]
+    figures: EpochFigures | None = None
+    """None from an auxiliary peer that sends no figures (one from before issue 23)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,7 @@ def parse_report(body: Mapping[str, Any], now: float) -> EpochReport:
         raise BadRequest("contributions must be a list")
     if len(contributions) > MAX_CONTRIBUTIONS:
         raise BadRequest(f"at most {MAX_CONTRIBUTIONS} contributions per report")
-    return EpochReport(epoch, when, samples, contributions)
+    return EpochReport(epoch, when, samples, contributions, parse_figures(body, epoch, when))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +146,10 @@ def _count(value: object, name: str) -> int:
 
 def _number(value: object) -> float | None:
     """``value`` as a float if it is a finite JSON number, else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)  # an int of hundreds of digits is too large for a float
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -31,6 +31,14 @@ proved the reporter's key when the row arrived; the accused's account is looked 
 
 Schema 4 (issue 20, rollback) adds ``rollbacks``: the moderators' signed rollback orders, numbered
 from 1, never removed (``rollback``).
+
+Schema 5 (issue 23, the project page) adds ``figures``: the loss, speed and live peers the auxiliary
+peer reports with each epoch (``figures``), one row per epoch; ``received`` is when the report
+arrived, by the coordinator's clock.
+
+Schema 6 (issue 23, join by URL) adds ``manifests``: every distinct text of the project's manifest
+file the coordinator served, numbered from 1 (``manifest_route``), with the signed envelope as
+served; the numbers only grow, across restarts, so volunteers' engines never see one go back.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from pathlib import Path
 from core.coordinator.errors import StoreError
 from core.util.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
@@ -167,6 +175,30 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             reason TEXT NOT NULL,
             issued REAL NOT NULL,
             signed TEXT NOT NULL
+        )
+        """,
+    ),
+    (
+        """
+        CREATE TABLE figures (
+            epoch INTEGER PRIMARY KEY CHECK (epoch >= 0),
+            time REAL NOT NULL,
+            loss REAL,
+            samples_per_second REAL,
+            alive_peers INTEGER,
+            received REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX figures_by_received ON figures (received)",
+    ),
+    (
+        """
+        CREATE TABLE manifests (
+            version INTEGER PRIMARY KEY CHECK (version >= 1),
+            sha256 TEXT NOT NULL,
+            text TEXT NOT NULL,
+            issued INTEGER NOT NULL,
+            envelope BLOB NOT NULL
         )
         """,
     ),

@@ -4,7 +4,10 @@ Endpoints (JSON; see ``README`` and the issue 7 contract): ``GET /info``, ``POST
 ``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass/challenge``, ``POST /pass``,
 ``GET /revocations``, ``POST /contributions`` (moderators), ``POST /evidence`` (moderators: members'
 signed accusations, judged in ``evidence``), ``GET /leaderboard``, ``GET /leaderboard/me``,
-``GET /rollback`` (the moderators' latest signed rollback order, ``rollback``).
+``GET /rollback`` (the moderators' latest signed rollback order, ``rollback``), ``GET /manifest``
+(the project's manifest, versioned and signed by the project key, ``manifest_route``).
+The public pages (``page``): ``GET /`` (the project page), ``GET /stats`` (its live figures, from
+the epoch reports' ``figures``), ``GET /u/<name>`` (a volunteer's page) and ``GET /static/...``.
 
 Passes are signed with the project key for ``access.pass_lifetime`` seconds, and only for a peer key
 the caller proves it holds (a signed challenge, ``possession``), which then belongs to that account
@@ -12,12 +15,16 @@ the caller proves it holds (a signed challenge, ``possession``), which then belo
 per address prefix; password hashing runs on worker threads (at most ``hash_concurrency`` at once, each
 scrypt check holding ~16 MiB), and everything else runs on the loop (see ``store``). A named
 background task forgets expired sessions and stale rate-limit entries.
+
+It serves HTTPS itself when started with a server TLS context (``tls``), or plain HTTP behind a
+reverse proxy; the limits then count the client a trusted proxy names (``client_address``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from core.coordinator.accounts import User
+from core.coordinator.client_address import FORWARDED_FOR, TrustedProxies
 from core.coordinator.errors import BadProof, BadRequest, Conflict, Forbidden, Unauthorized
 from core.coordinator.evidence import EvidenceJudge, parse_evidence_report
 from core.coordinator.http import (
@@ -35,7 +43,9 @@ from core.coordinator.http import (
     json_body,
     string_field,
 )
+from core.coordinator.manifest_route import ManifestPublisher
 from core.coordinator.names import Password, Username
+from core.coordinator.page import ProjectPage
 from core.coordinator.passwords import (
     DEFAULT_PARAMS,
     ScryptParams,
@@ -51,6 +61,7 @@ from core.coordinator.possession import (
     proof_payload,
     signature_bytes,
 )
+from core.coordinator.public_url import check_public_url
 from core.coordinator.ratelimit import LoginLimiter, LoginLimits
 from core.coordinator.reports import Judge, parse_report
 from core.coordinator.sessions import MAX_TOKEN_CHARS, Tokens
@@ -96,8 +107,14 @@ class CoordinatorService:
         clock: Clock | None = None,
         sweep_interval: float = 600.0,
         hash_concurrency: int = 4,
+        public_url: str | None = None,
+        trusted_proxies: Sequence[str] = (),
     ) -> None:
         check_project_key(manifest, project_key.peer_id)
+        self._public_url = check_public_url(public_url) if public_url else None
+        # whose X-Forwarded-For names the client the rate limits count (``client_address``)
+        self.proxies = TrustedProxies.parse(trusted_proxies)
+        self.tls = False
         self.manifest = manifest
         self.db_path = db_path
         self.project_key = project_key
@@ -115,11 +132,18 @@ class CoordinatorService:
         self._store: CoordinatorStore | None = None
         self._runner: web.AppRunner | None = None
         self._tasks = BackgroundTasks("coordinator")
+        self._page = ProjectPage(self)
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def public_url(self) -> str:
+        """Where volunteers reach this coordinator (behind a proxy, the proxy's URL): the project
+        URL that the page shows and that the app joins by. Without one set, ``url``."""
+        return self._public_url or self.url
 
     @property
     def store(self) -> CoordinatorStore:
@@ -131,7 +155,11 @@ class CoordinatorService:
     def project(self) -> str:
         return self.manifest.project.name
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        """Listen on ``host``:``port`` (0: any free port); HTTPS with ``ssl_context`` (a server
+        context, ``tls.server_tls_context``), else plain HTTP."""
         # Opened here, on the loop's thread, which is the only one that will use it.
         self._store = CoordinatorStore(self.db_path)
         app = web.Application(middlewares=[errors_as_json], client_max_size=LARGE_BODY)
@@ -150,12 +178,16 @@ class CoordinatorService:
                 web.post("/evidence", self._evidence),
                 web.get("/leaderboard", self._leaderboard),
                 web.get("/leaderboard/me", self._me),
+                ManifestPublisher(self).route(),
+                *self._page.routes(),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         try:
             await self._runner.setup()
-            site = web.TCPSite(self._runner, host, port, reuse_address=False)
+            site = web.TCPSite(
+                self._runner, host, port, reuse_address=False, ssl_context=ssl_context
+            )
             await site.start()
         except OSError as exc:
             await self.close()
@@ -166,6 +198,7 @@ class CoordinatorService:
         sockets = getattr(site._server, "sockets", None) or []  # the bound port when 0 was asked
         self.host = host
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        self.tls = ssl_context is not None
         self._tasks.spawn("sweep", self._sweep())
         log.info("coordinator for %s at %s", self.project, self.url)
 
@@ -203,7 +236,7 @@ class CoordinatorService:
         existing = accounts.find(username)
         if existing is None and not self.manifest.access.allow_signup:
             raise Forbidden("sign-up is closed for this project; ask a moderator to invite you")
-        self.signups.attempt(request.remote)  # 429 here, before any hashing
+        self.signups.attempt(self.client_address(request))  # 429 here, before any hashing
         if existing is None:
             accounts.check_new(username, signup=True)
             hashed = await self._hash(password)
@@ -220,7 +253,7 @@ class CoordinatorService:
         body = await json_body(request)
         username = Username.parse(body.get("username"))
         password = Password.parse(body.get("password"))
-        address = request.remote
+        address = self.client_address(request)
         key = self.store.accounts.stored_key(username)
         self.limiter.begin(key, address)  # 429 here, before any password is checked
         stored = self.store.accounts.password_hash(key)
@@ -330,6 +363,9 @@ class CoordinatorService:
         added = self.store.contributions.record(
             report.epoch, report.time, report.samples, verdicts.counted
         )
+        if report.figures is not None:
+            self.store.figures.record(report.figures, self.clock.time())
+        self._page.changed()
         log.info(
             "epoch %d: %d contributions accepted (%d new), %d rejected",
             report.epoch,
@@ -375,6 +411,13 @@ class CoordinatorService:
         return answer(self.store.leaderboard.me(user.key, user.name, self.clock.time()))
 
     # ---- helpers -----------------------------------------------------------------------------
+
+    def client_address(self, request: web.Request) -> str | None:
+        """The address the rate limits count ``request`` under: its TCP peer, or behind a trusted
+        proxy the client that proxy names (``client_address``)."""
+        return self.proxies.client_address(
+            request.remote, request.headers.getall(FORWARDED_FOR, [])
+        )
 
     def _session_user(self, request: web.Request) -> User:
         """The user whose live session the request carries, if they may take part now."""

@@ -22,7 +22,9 @@ from types import TracebackType
 from core.coordinator.accounts import Accounts, User
 from core.coordinator.confusables import Confusables
 from core.coordinator.evidence_records import EvidenceRecords
+from core.coordinator.figures import Figures
 from core.coordinator.leaderboard import Leaderboard
+from core.coordinator.manifest_versions import ManifestVersions
 from core.coordinator.names import Password, Username
 from core.coordinator.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
 from core.coordinator.peer_keys import PeerKeys
@@ -46,9 +48,11 @@ class CoordinatorStore:
         self.sessions = Sessions(self._conn)
         self.passes = Passes(self._conn)
         self.contributions = Contributions(self._conn)
+        self.figures = Figures(self._conn)
         self.leaderboard = Leaderboard(self._conn, self.contributions, self.passes)
         self.evidence = EvidenceRecords(self._conn)
         self.rollbacks = RollbackOrders(self._conn)
+        self.manifests = ManifestVersions(self._conn)
 
     def add_user(
         self,
@@ -80,11 +84,12 @@ class CoordinatorStore:
         return self.accounts.all()
 
     def start_new_leaderboard(self) -> None:
-        """Forget every contribution (epochs, per-user totals and days); accounts, sessions and
-        passes stay. For a collaboration that starts again from epoch 0 over the same accounts (the
-        local demo's ``--keep-accounts``): its epochs must not meet the last run's."""
+        """Forget every contribution (epochs and their figures, per-user totals and days); accounts,
+        sessions and passes stay. For a collaboration that starts again from epoch 0 over the same
+        accounts (the local demo's ``--keep-accounts``): its epochs must not meet the last run's."""
+        tables = ("contributions", "epochs", "totals", "days", "figures")  # our names, not input
         with transaction(self._conn):
-            for table in ("contributions", "epochs", "totals", "days"):  # our own names, not input
+            for table in tables:
                 self._conn.execute(f"DELETE FROM {table}")
 
     def close(self) -> None:

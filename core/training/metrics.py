@@ -7,7 +7,8 @@ once, a short grace after its first totals appear, so that slower peers' totals 
 
 Each report also lists every peer's part of the epoch (its samples, an estimate of its compute time,
 and in moderated projects the pass naming its user): what the coordinator's leaderboard counts, so the
-leaderboard and these metrics add up to the same samples.
+leaderboard and these metrics add up to the same samples. The report carries the epoch's loss, speed
+and alive peers too, for the coordinator's project page.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from typing import Any
 from core.net.passes import AccessPass, pass_to_text
 from core.training.progress import PeerProgress
 from core.util.logfiles import rotate_if_over, rotated_files
+
+REPORT_MAX_LOSS = 1e6
+REPORT_MAX_SPEED = 1e9
+REPORT_MAX_PEERS = 1_000_000
+"""The bounds the coordinator holds the figures to (``core.coordinator.figures``)."""
+
+
+def _within(value: float | None, most: float) -> float | None:
+    return value if value is not None and math.isfinite(value) and 0 <= value <= most else None
 
 
 @dataclass(frozen=True)
@@ -70,11 +80,17 @@ class EpochMetrics:
         return json.dumps(self.summary(), sort_keys=True)
 
     def contribution_report(self) -> dict[str, object]:
-        """The coordinator's ``/contributions`` body for this epoch (peers with a pass only)."""
+        """The coordinator's ``/contributions`` body for this epoch: the figures its project page
+        shows and the contributions of peers with a pass. A figure the coordinator would refuse
+        (not finite, negative, beyond its bound: other peers' records make it) goes as null, so
+        that one hostile record cannot cost the epoch its report."""
         return {
             "epoch": self.epoch,
             "time": self.time,
             "samples": self.samples,
+            "loss": _within(self.loss, REPORT_MAX_LOSS),
+            "samples_per_second": _within(self.samples_per_second, REPORT_MAX_SPEED),
+            "alive_peers": self.alive_peers if self.alive_peers <= REPORT_MAX_PEERS else None,
             "contributions": [
                 {
                     "peer": part.peer,

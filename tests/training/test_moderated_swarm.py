@@ -9,6 +9,7 @@ import contextlib
 from collections import defaultdict
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from core.account import CoordinatorClient
@@ -100,6 +101,12 @@ async def test_the_leaderboard_matches_what_each_users_peers_processed(
         # leaving the block closed the reporter, which sent what was queued
         async with CoordinatorClient(swarm.service.url) as client:
             board = await client.leaderboard(limit=10)
+        # the reports carried the figures the project page shows (``/stats``)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(swarm.service.url + "/stats") as response,
+        ):
+            stats = await response.json()
     finally:
         await server.close()
         await swarm.service.close()
@@ -114,3 +121,7 @@ async def test_the_leaderboard_matches_what_each_users_peers_processed(
     assert sum(got.values()) == sum(m.samples for m in reported) == board["totals"]["samples"]
     devices = {entry["username"]: entry["devices"] for entry in board["users"]}
     assert devices == {"alice": 2, "bob": 1}
+    last = max(reported, key=lambda m: m.epoch)
+    assert stats["epoch"] == last.epoch
+    assert stats["curve"]["points"] == sum(1 for m in reported if m.loss is not None)
+    assert stats["loss"] == last.loss

@@ -1,0 +1,48 @@
+"""How the page writes numbers, durations and times: one place, so that the server-rendered page
+and the script's updates (which set text the server wrote, ``stats``) always look the same."""
+
+from __future__ import annotations
+
+import datetime
+
+NOTHING = "—"
+
+
+def count(value: int | None) -> str:
+    return NOTHING if value is None else f"{value:,}"
+
+
+def speed(value: float | None) -> str:
+    return NOTHING if value is None else f"{value:,.1f}"
+
+
+def loss(value: float | None) -> str:
+    return NOTHING if value is None else f"{value:.4g}"
+
+
+def compute_time(seconds: float) -> str:
+    """Compute time in the unit that reads best: seconds, minutes, hours, days."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400 * 3:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
+def ago(seconds: float) -> str:
+    """How long ago, roughly; a clock ahead of ours reads as now."""
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min ago"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600:.0f} h ago"
+    return f"{seconds // 86400:,.0f} days ago"
+
+
+def utc(when: float) -> str:
+    """A Unix time as a UTC date and minute."""
+    moment = datetime.datetime.fromtimestamp(when, datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
