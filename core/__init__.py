@@ -21,6 +21,8 @@ contracts hold them to it):
 - ``coordinator`` the organizer's service: accounts, allowlist, access passes, leaderboard.
 - ``swarm``   the local demo swarm (``barnraise swarm``): its record, reader and follower for the
   engine, demo data, peer processes, the moderated set-up.
+- ``organize`` an organizer's tools: ``barnraise project new`` (manifest, keys, accounts, service
+  files) and ``project check`` (a manifest and its data).
 - ``engine``  the long-running engine: scheduler loop, project runner, metering, events, settings file.
 - ``control`` the control API server, the one-engine-per-user lock, the engine daemon.
 - ``api``     the contract shared with the desktop app and ``barnraise ctl``: schema, events, client

@@ -21,6 +21,9 @@
 - ``access``    a headless peer's login to a moderated project (password from stdin, the environment
   or a prompt) and the session that keeps its pass fresh.
 - ``coordinator`` ``barnraise coordinator``: an organizer's coordinator, and ``users`` to manage it.
+- ``project``   ``barnraise project new``: a new project's folder (manifest, keys, the organizer's
+  account, service files for the backbone), and ``project check``: a manifest and its data
+  (``core.organize``).
 - ``app``       ``barnraise app`` (and ``barnraise`` alone on a desktop): hands over to the desktop app.
 - ``uninstall`` ``barnraise uninstall [--purge]``: removes the login item, says what is left (and
   with ``--purge`` removes the folders and saved logins too, never under a running engine).

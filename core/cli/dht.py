@@ -1,7 +1,10 @@
 """``barnraise dht``: a standalone DHT node, what an organizer's backbone server runs.
 
 It prints its full dialable address on the first line of standard output (other nodes and peers pass
-it to ``--initial-peers``) and runs until interrupted. With ``--stdio-api`` it also takes JSON commands
+it to ``--initial-peers``) and runs until interrupted. In a moderated project every peer refuses
+peers without an access pass, so the node then logs in first (``--manifest F --username U``, the
+password from ``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its pass fresh, as a
+project's peers do. With ``--stdio-api`` it also takes JSON commands
 on standard input, one per line, and answers on standard output (see ``dht_stdio``).
 """
 
@@ -13,12 +16,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from core.account.client import PASSWORD_VARIABLE
+from core.cli.access import moderated_access, read_password
 from core.cli.dht_stdio import serve_stdio
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
+from core.net.gate import AccessGate
 from core.net.ports import DHT_PORT, listen_on
+from core.project import load_any_manifest
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,20 @@ def register(commands: Any) -> None:
         action="store_true",
         help="take JSON commands on stdin, one per line (scripts)",
     )
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        metavar="F",
+        help="the project it serves: in a moderated one the node logs in and holds a pass",
+    )
+    parser.add_argument(
+        "--username", default=None, help="your account at a moderated project's coordinator"
+    )
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the password from stdin (else ${PASSWORD_VARIABLE}, else a prompt)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -75,11 +96,25 @@ def _identity(args: argparse.Namespace) -> Identity:
 
 async def _run(args: argparse.Namespace) -> int:
     identity = _identity(args)
-    listen = listen_on(args.host, DHT_PORT if args.port is None else args.port)
-    host = Host(identity, NetConfig())
-    node = DHTNode(HostTransport(host), DHTConfig(client_mode=args.client))
+    manifest = None if args.manifest is None else load_any_manifest(args.manifest)
     stop = asyncio.Event()
     stop_on_signals(stop)
+    if manifest is None or not manifest.access.moderated:
+        return await _serve(args, identity, None, stop)
+    password = read_password(args.password_stdin)
+    async with moderated_access(
+        manifest, identity, args.username, password, report=False
+    ) as access:
+        del password
+        return await _serve(args, identity, access.gate, stop)
+
+
+async def _serve(
+    args: argparse.Namespace, identity: Identity, gate: AccessGate | None, stop: asyncio.Event
+) -> int:
+    listen = listen_on(args.host, DHT_PORT if args.port is None else args.port)
+    host = Host(identity, NetConfig(), access=gate)
+    node = DHTNode(HostTransport(host), DHTConfig(client_mode=args.client))
     try:
         await host.start([] if args.client else listen, port_fallback=args.port is None)
         await node.start(args.initial_peers)

@@ -31,6 +31,7 @@ COMMANDS = {
     "engine": "core.cli.engine",
     "ctl": "core.cli.ctl",
     "coordinator": "core.cli.coordinator",
+    "project": "core.cli.project",
     "uninstall": "core.cli.uninstall",
     "torch": "core.cli.torch_fetch",
 }
