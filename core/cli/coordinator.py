@@ -6,6 +6,11 @@ after printing ``coordinator for <project> at <url>, project key <PeerID>``. The
 ``<data dir>/coordinator/<project>.db`` and the project key to ``<project>-key.pem`` beside it
 (created on first run; put its PeerID in the manifest's ``access.project_key``).
 
+HTTPS: ``--tls-cert FILE --tls-key FILE`` serves it directly (both files checked before listening);
+behind a reverse proxy that does, ``--trusted-proxy CIDR ...`` names the proxies whose
+``X-Forwarded-For`` gives the client address the rate limits count, and ``--public-url URL`` the
+address volunteers use.
+
 Manage: ``barnraise coordinator users add|ban|unban|list ... (--db PATH | --manifest F)``. Adding a
 name without ``--password-stdin`` allowlists it: an invitation to sign up under that name.
 
@@ -44,6 +49,7 @@ from core.coordinator import (
 )
 from core.coordinator.evidence_records import Accused
 from core.coordinator.rollback import StoredOrder
+from core.coordinator.tls import ServerTls, server_tls_context
 from core.net.address import PeerAddress
 from core.net.base_errors import PeerIdError
 from core.net.errors import AddressError
@@ -81,6 +87,7 @@ def register(commands: Any) -> None:
         metavar="ADDR",
         help="peer addresses handed out with passes (default: the manifest's initial_peers)",
     )
+    _register_https(parser)
     parser.set_defaults(run=run, coordinator_command=None)
     sub = parser.add_subparsers(dest="coordinator_command", metavar="COMMAND")
     users = sub.add_parser("users", help="add, ban, unban or list accounts")
@@ -112,6 +119,39 @@ def register(commands: Any) -> None:
     _register_rollback(sub)
 
 
+def _register_https(parser: argparse.ArgumentParser) -> None:
+    https = parser.add_argument_group(
+        "HTTPS",
+        "serve HTTPS itself (--tls-cert and --tls-key), or plain HTTP behind a reverse proxy "
+        "that does (--trusted-proxy)",
+    )
+    https.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="the server's certificate, then its chain, in PEM (certbot's fullchain.pem)",
+    )
+    https.add_argument(
+        "--tls-key", type=Path, metavar="FILE", help="its private key in PEM, unencrypted"
+    )
+    https.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="where volunteers reach this coordinator, e.g. https://coord.example.org "
+        "(behind a proxy, the proxy's); the project URL the page shows (default: the "
+        "listening address)",
+    )
+    https.add_argument(
+        "--trusted-proxy",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="CIDR",
+        help="reverse proxies (address or network) whose X-Forwarded-For header names the "
+        "client that the login and sign-up limits count; from anyone else it is ignored",
+    )
+
+
 def default_db(manifest: AnyManifest) -> Path:
     return UserDirs.default().data / "coordinator" / f"{manifest.project.name}.db"
 
@@ -125,9 +165,29 @@ def run(args: argparse.Namespace) -> int:
     )
     db: Path = args.db or default_db(manifest)
     key_path: Path = args.key or db.parent / f"{manifest.project.name}-key.pem"
+    tls = _tls(args.tls_cert, args.tls_key)  # before a first run makes the project key
     identity = _project_key(manifest, key_path)
-    service = CoordinatorService(manifest, db, identity, bootstrap)
-    return run_command(lambda: _serve(service, args.host, args.port))
+    service = CoordinatorService(
+        manifest,
+        db,
+        identity,
+        bootstrap,
+        public_url=args.public_url,
+        trusted_proxies=args.trusted_proxy,
+    )
+    return run_command(lambda: _serve(service, args.host, args.port, tls))
+
+
+def _tls(cert: Path | None, key: Path | None) -> ServerTls | None:
+    """The server TLS context, checked before anything listens; None for plain HTTP."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise ConfigError(
+            f"{given} needs {missing} too: HTTPS takes the certificate file and its key file"
+        )
+    return server_tls_context(cert, key)
 
 
 def _bootstrap(addresses: Sequence[str]) -> list[str]:
@@ -159,17 +219,25 @@ def _project_key(manifest: AnyManifest, path: Path) -> Identity:
     return identity
 
 
-async def _serve(service: CoordinatorService, host: str, port: int) -> int:
+async def _serve(service: CoordinatorService, host: str, port: int, tls: ServerTls | None) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     try:
-        await service.start(host, port)
+        await service.start(host, port, ssl_context=None if tls is None else tls.context)
         print(
             f"coordinator for {service.project} at {service.url}, "
             f"project key {service.project_key.peer_id}",
             flush=True,
         )
-        if host not in _LOOPBACK:
+        if tls is not None:
+            log.info(
+                "serving HTTPS with the certificate for %s (expires %s)",
+                ", ".join(tls.names) or "no subject alternative names",
+                tls.expires.strftime("%Y-%m-%d"),
+            )
+        if service.public_url != service.url:
+            log.info("public URL: %s", service.public_url)
+        if host not in _LOOPBACK and tls is None and not service.proxies:
             log.warning(
                 "plain HTTP on %s: put the coordinator behind an HTTPS reverse proxy, or passwords "
                 "and session tokens cross the network readable",

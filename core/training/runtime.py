@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -71,6 +70,7 @@ from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
+from core.util.web_client import open_url
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,8 @@ def fetch_tokenizer(manifest: Manifest, data_base: str | None, work_dir: Path) -
         if not local.exists():
             work_dir.mkdir(parents=True, exist_ok=True)
             partial = local.with_suffix(".part")
-            with urllib.request.urlopen(where, timeout=30) as response, partial.open("wb") as out:
+            # the system's certificates and proxy settings, as every download (web_client)
+            with open_url(where, timeout=30) as response, partial.open("wb") as out:
                 shutil.copyfileobj(response, out)
             partial.replace(local)
         return load_tokenizer(local)

@@ -21,6 +21,7 @@ from core.coordinator.evidence_records import Accepted
 from core.coordinator.passwords import verify_password
 from core.net import Identity
 from core.net.evidence import sign_evidence
+from core.project.signed import parse_envelope
 from tests.coordinator.conftest import PROJECT, manifest_text
 
 OPEN_MANIFEST = f"""
@@ -162,6 +163,11 @@ def test_the_coordinator_process_serves_and_stops_on_sigterm(tmp_path: Path) -> 
         assert info["project_key"] == str(key)
         assert info["mode"] == "open"
         assert info["bootstrap"] == [bootstrap]
+        # the manifest file it was given is served, signed: the project URL volunteers join by
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/manifest", timeout=10) as response:
+            signed = parse_envelope(response.read())
+        assert signed.check(key).project.name == PROJECT
+        assert (signed.version, signed.text) == (1, OPEN_MANIFEST)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
         assert proc.stderr is not None
