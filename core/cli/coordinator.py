@@ -1,10 +1,12 @@
 """``barnraise coordinator``: run a project's coordinator, or manage its accounts.
 
 Run: ``barnraise coordinator --manifest F [--db PATH] [--key PATH] [--host H] [--port P]
-[--bootstrap ADDR ...]`` serves accounts, access passes and the leaderboard until Ctrl-C or SIGTERM,
-after printing ``coordinator for <project> at <url>, project key <PeerID>``. The database defaults to
-``<data dir>/coordinator/<project>.db`` and the project key to ``<project>-key.pem`` beside it
-(created on first run; put its PeerID in the manifest's ``access.project_key``).
+[--bootstrap ADDR ...] [--data DIR]`` serves accounts, access passes and the leaderboard until Ctrl-C
+or SIGTERM, after printing ``coordinator for <project> at <url>, project key <PeerID>``. The database
+defaults to ``<data dir>/coordinator/<project>.db`` and the project key to ``<project>-key.pem``
+beside it (created on first run; put its PeerID in the manifest's ``access.project_key``).
+``--data DIR`` also serves the files under DIR (the project's shards and tokenizer: public files
+only) at ``<public URL>/data/<path>``, read-only, with byte ranges.
 
 HTTPS: ``--tls-cert FILE --tls-key FILE`` serves it directly (both files checked before listening);
 behind a reverse proxy that does, ``--trusted-proxy CIDR ...`` names the proxies whose
@@ -47,6 +49,8 @@ from core.coordinator import (
     User,
     check_project_key,
 )
+from core.coordinator.data_files import PREFIX as DATA_PREFIX
+from core.coordinator.data_files import check_data_folder
 from core.coordinator.evidence_records import Accused
 from core.coordinator.rollback import StoredOrder
 from core.coordinator.tls import ServerTls, server_tls_context
@@ -86,6 +90,12 @@ def register(commands: Any) -> None:
         default=None,
         metavar="ADDR",
         help="peer addresses handed out with passes (default: the manifest's initial_peers)",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="also serve the files under DIR (public ones only: shards, tokenizer) at /data/",
     )
     _register_https(parser)
     parser.set_defaults(run=run, coordinator_command=None)
@@ -166,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     db: Path = args.db or default_db(manifest)
     key_path: Path = args.key or db.parent / f"{manifest.project.name}-key.pem"
     tls = _tls(args.tls_cert, args.tls_key)  # before a first run makes the project key
+    if args.data is not None:  # the key must never be downloadable (the service checks the db)
+        check_data_folder(args.data, private=(key_path,))
     identity = _project_key(manifest, key_path)
     service = CoordinatorService(
         manifest,
@@ -174,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap,
         public_url=args.public_url,
         trusted_proxies=args.trusted_proxy,
+        data_dir=args.data,
     )
     return run_command(lambda: _serve(service, args.host, args.port, tls))
 
@@ -237,6 +250,8 @@ async def _serve(service: CoordinatorService, host: str, port: int, tls: ServerT
             )
         if service.public_url != service.url:
             log.info("public URL: %s", service.public_url)
+        if service.data is not None:
+            log.info("serving %s at %s%s", service.data.root, service.public_url, DATA_PREFIX)
         if host not in _LOOPBACK and tls is None and not service.proxies:
             log.warning(
                 "plain HTTP on %s: put the coordinator behind an HTTPS reverse proxy, or passwords "

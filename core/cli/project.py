@@ -5,11 +5,13 @@ New: ``barnraise project new NAME [--dir DIR] [--mode open|moderated] [--kind co
 [--public-url URL] [--organizer NAME] [--password-stdin] [--description TEXT] [--non-interactive]``
 writes the folder DIR (default ./NAME; never over a folder that holds anything): the commented
 manifest ``project.toml``, the project key ``project-key.pem``, the coordinator's database with
-your moderator account, the DHT node's key, the demo's data (when used; ``--data-url`` says where
-volunteers will download it, and the manifest names it there), and ``services/``: systemd units, a
-Containerfile and compose.yaml for the backbone (coordinator, DHT node, auxiliary peer), with a
-README of the ports to open. On a terminal it asks for what no flag gave, showing each default;
-elsewhere (or with ``--non-interactive``) it takes the defaults. The password comes from a prompt,
+your moderator account, the DHT node's key, the demo's data in ``data/`` (when used: the coordinator
+serves it at ``<public URL>/data/`` and the manifest names it there, unless ``--data-url`` says where
+you publish it instead), and ``services/``: systemd units, a Containerfile and compose.yaml for the
+backbone (coordinator, DHT node, auxiliary peer), with a README of the ports to open. The project
+is moderated unless ``--mode open``: volunteers sign up and train under an account. On a terminal
+it asks for what no flag gave, showing each default; elsewhere (or with ``--non-interactive``) it
+takes the defaults. The password comes from a prompt,
 ``--password-stdin`` (one line) or ``$BARNRAISE_PASSWORD``.
 
 Check: ``barnraise project check MANIFEST [--data-base URL] [--timeout S] [--json]`` validates a
@@ -32,7 +34,7 @@ from typing import Any
 from core.account.client import PASSWORD_VARIABLE
 from core.cli.access import read_password
 from core.config.paths import UserDirs
-from core.organize.answers import Given, settle
+from core.organize.answers import Answers, Given, settle
 from core.organize.folder import check_target
 from core.organize.new import NewProject, check_password, create_project
 from core.organize.presets import KINDS, PRESETS
@@ -59,7 +61,11 @@ def register(commands: Any) -> None:
     )
     new.add_argument("name", help="the project's name: 1-64 lowercase letters, digits or '-'")
     new.add_argument("--dir", type=Path, metavar="DIR", help="where to write it (default ./NAME)")
-    new.add_argument("--mode", choices=ACCESS_MODES, help="who may join (default: open)")
+    new.add_argument(
+        "--mode",
+        choices=ACCESS_MODES,
+        help="who may train: anyone (open) or volunteers with an account (default: moderated)",
+    )
     new.add_argument("--kind", choices=KINDS, default=DEFAULT_KIND, help="what the project trains")
     presets = sorted({name for (_, name) in PRESETS})
     new.add_argument("--preset", metavar="|".join(presets), help="the model (default: demo)")
@@ -76,8 +82,9 @@ def register(commands: Any) -> None:
     new.add_argument(
         "--data-url",
         metavar="URL",
-        help="where volunteers will download the folder's data files (the demo's shards/ and "
-        "tokenizer.json, relative --data paths): the manifest names them under this URL",
+        help="where you publish the folder's data files (the demo's data/ or relative --data "
+        "paths): the manifest names them under this URL (default for the demo's: the "
+        "coordinator serves data/ at PUBLIC_URL/data/)",
     )
     new.add_argument("--target-batch", type=int, metavar="N", help="samples per step")
     new.add_argument(
@@ -157,7 +164,7 @@ def run_new(args: argparse.Namespace) -> int:
         progress=lambda message: print(message, flush=True),
     )
     del password
-    _print_summary(created, answers.organizer, demo_data=answers.demo_data)
+    _print_summary(created, answers)
     return 0
 
 
@@ -185,7 +192,7 @@ def _password(from_stdin: bool, interactive: bool, organizer: str) -> str:
     raise ConfigError("no password set; nothing was written")
 
 
-def _print_summary(created: NewProject, organizer: str, *, demo_data: bool) -> None:
+def _print_summary(created: NewProject, answers: Answers) -> None:
     folder = created.folder
     manifest = created.manifest
     quoted = shlex.quote(str(folder))
@@ -193,16 +200,22 @@ def _print_summary(created: NewProject, organizer: str, *, demo_data: bool) -> N
         shlex.quote(str(folder / "services" / f"{program.unit}.service"))
         for program in created.programs
     )
-    data = (
-        "\n  shards/, tokenizer.json  the demo's data (volunteers need it served: see the README)"
-        if demo_data
-        else ""
-    )
+    data = ""
+    if answers.serves_data:
+        data = (
+            "\n  data/             the demo's shards and tokenizer: public, the coordinator\n"
+            f"                    serves them at {answers.data_base}"
+        )
+    elif answers.demo_data:
+        data = (
+            "\n  data/             the demo's shards and tokenizer: publish them at\n"
+            f"                    {answers.data_base} (the README says how)"
+        )
     print(
         f"Project {manifest.project.name} is ready in {folder}:\n"
         f"  project.toml      the manifest ({manifest.access.mode}; every key with a note)\n"
         f"  project-key.pem   the project key {manifest.access.project_key}: private, keep a copy\n"
-        f"  coordinator.db    accounts: {organizer} (moderator)\n"
+        f"  coordinator.db    accounts: {answers.organizer} (moderator)\n"
         f"  dht-key.pem       the DHT node's key; services/: systemd units, Containerfile,\n"
         f"                    compose.yaml, README.txt (the ports to open){data}\n"
         "\nNext (the README also says how to start them by hand or in containers):\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from core.swarm.dmoe_run import DmoeLine
+from core.swarm.dmoe_run import DmoeLine, DmoeStop
 from core.swarm.moderated import Standings
 from core.swarm.run import Joining
 from core.training.events import PeerMetrics
@@ -88,6 +88,15 @@ class DmoePrinter:
             f"answered {line.answered:6.1%}  trainers {line.trainers}  "
             f"expert samples {line.expert_samples}"
         )
+
+    def stopped(self, stop: DmoeStop) -> None:
+        _say(
+            f"expert servers stopped: {stop.saved_by} of {stop.servers} saved their experts "
+            f"({stop.saved} checkpoints at the stop) in {stop.checkpoints}"
+        )
+        if stop.untrained:
+            # the test of the swarm reads this line: keep its shape
+            _say(f"never trained, so not checkpointed: {' '.join(stop.untrained)}")
 
     def problem(self, message: str) -> None:
         print(f"barnraise swarm: {message}", file=sys.stderr, flush=True)

@@ -27,6 +27,8 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
   checked (a broken or foreign change is logged and not served), versioned and signed.
 - ``manifest_versions`` every distinct manifest text served, numbered from 1, never going back.
 - ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.
+- ``data_files``   ``DataFiles``: the project's public data folder (shards, tokenizer), read-only at
+  ``GET /data/<path>``: regular files under it only, byte ranges, no listings.
 - ``page/``        the public web pages: the project page (``GET /``) with its live figures
   (``/stats``), volunteers' pages (``/u/<name>``); server-rendered HTML, a small script, strict CSP.
 - ``names``        username rules (NFKC, case-folded key) and ``Password``, which never prints itself.

@@ -8,6 +8,7 @@ signed accusations, judged in ``evidence``), ``GET /leaderboard``, ``GET /leader
 (the project's manifest, versioned and signed by the project key, ``manifest_route``).
 The public pages (``page``): ``GET /`` (the project page), ``GET /stats`` (its live figures, from
 the epoch reports' ``figures``), ``GET /u/<name>`` (a volunteer's page) and ``GET /static/...``.
+With a ``data_dir``, ``GET /data/<path>`` serves the project's public data folder (``data_files``).
 
 Passes are signed with the project key for ``access.pass_lifetime`` seconds, and only for a peer key
 the caller proves it holds (a signed challenge, ``possession``), which then belongs to that account
@@ -33,6 +34,7 @@ from aiohttp import web
 
 from core.coordinator.accounts import User
 from core.coordinator.client_address import FORWARDED_FOR, TrustedProxies
+from core.coordinator.data_files import DataFiles
 from core.coordinator.errors import BadProof, BadRequest, Conflict, Forbidden, Unauthorized
 from core.coordinator.evidence import EvidenceJudge, parse_evidence_report
 from core.coordinator.http import (
@@ -109,8 +111,11 @@ class CoordinatorService:
         hash_concurrency: int = 4,
         public_url: str | None = None,
         trusted_proxies: Sequence[str] = (),
+        data_dir: Path | None = None,
     ) -> None:
         check_project_key(manifest, project_key.peer_id)
+        # the database must never be downloadable: refused if it lies in the served folder
+        self.data = None if data_dir is None else DataFiles(data_dir, private=(db_path,))
         self._public_url = check_public_url(public_url) if public_url else None
         # whose X-Forwarded-For names the client the rate limits count (``client_address``)
         self.proxies = TrustedProxies.parse(trusted_proxies)
@@ -180,6 +185,7 @@ class CoordinatorService:
                 web.get("/leaderboard/me", self._me),
                 ManifestPublisher(self).route(),
                 *self._page.routes(),
+                *(self.data.routes() if self.data is not None else ()),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)

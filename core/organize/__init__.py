@@ -11,7 +11,8 @@
   and a README with the ports and steps.
 - ``folder``       a new folder that appears whole or not at all, never over someone's files.
 - ``new``          ``create_project``: the keys, the manifest (read back to prove it), the
-  coordinator's database with the organizer's account, the services, the demo's data.
+  coordinator's database with the organizer's account, the services, the demo's data in ``data/``
+  (public files only: the coordinator serves it, and the manifest names it there).
 - ``findings``     ``Finding``: one checked thing, ok / warning / error, and why.
 - ``check``        ``check_project``: the manifest loads, its peers parse, its data is there.
 - ``check_data``   every shard URL reachable (ranged GETs, files), the first record readable.

@@ -20,6 +20,7 @@ from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from core.coordinator import DEFAULT_PORT, Username
+from core.coordinator.data_files import PREFIX as DATA_PREFIX
 from core.coordinator.errors import BadRequest
 from core.organize.presets import DEMO, KINDS, Preset, find_preset, preset_names
 from core.project import DmoeManifest, Manifest
@@ -34,9 +35,9 @@ from core.project.sections import (
 from core.util.errors import ConfigError
 
 MODERATED = "moderated"
-DEFAULT_MODE = "open"
-"""Anyone may train; accounts still fill the leaderboard. Moderated projects need their backbone's
-DHT node to log in too (``backbone``)."""
+DEFAULT_MODE = MODERATED
+"""Volunteers sign up (open by default: ``access.allow_signup``) and train under an account, which
+a moderator can ban; the backbone's DHT node and auxiliary peer log in as the organizer."""
 DEFAULT_ORGANIZER = "organizer"
 ATTEMPTS = 5
 """Bad replies to one question before the command gives up (a script typing into a terminal)."""
@@ -87,8 +88,9 @@ class Answers:
     data_format: str
     text_field: str
     data_url: str | None
-    """Where volunteers download the folder's data files (``shards/``, ``tokenizer.json``): the
-    manifest names them under it. None: by their paths, which only peers on this computer read."""
+    """Where the organizer publishes the folder's data files (``data/``: the demo's ``shards/``
+    and ``tokenizer.json``), given by ``--data-url``. None: the coordinator serves the demo's
+    (``serves_data``), and data given by path stays named by its path."""
     target_batch: int | None
     """None for a dmoe project (its trainers have no collaborative batch)."""
     public_url: str
@@ -98,6 +100,21 @@ class Answers:
     @property
     def kind(self) -> str:
         return self.preset.kind
+
+    @property
+    def serves_data(self) -> bool:
+        """Whether the coordinator serves the folder's ``data/`` at ``/data/``: the demo's data,
+        when no ``--data-url`` says where else it is published."""
+        return self.demo_data and self.data_url is None
+
+    @property
+    def data_base(self) -> str | None:
+        """The URL the manifest names the folder's data files under (``data_url``, else the
+        coordinator's ``/data/`` when it serves them); None: by their paths, which only peers on
+        this computer read."""
+        if self.data_url is not None:
+            return self.data_url
+        return self.public_url + DATA_PREFIX if self.serves_data else None
 
     @property
     def public_host(self) -> str:
@@ -212,7 +229,7 @@ def _data(
             None,
             asker,
             "Data shard URLs, separated by spaces (jsonl, parquet or text; 'demo': the demo's "
-            "shards, written into the project's folder)?",
+            "shards, written into the project's data/ folder, which the coordinator serves)?",
             demo,
             lambda text: (
                 () if text.strip() == demo else check_data_urls(split_urls(text), data_format)

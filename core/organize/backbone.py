@@ -2,7 +2,8 @@
 
 One list, read by every file that starts them (the systemd units, the compose file, the README's
 commands by hand), so that they cannot drift apart. Each runs in the project's folder and names its
-files relative to it. A collaborative project's backbone is the coordinator, a DHT node that
+files relative to it. The coordinator also serves the project's public ``data/`` folder when the
+manifest names the data there. A collaborative project's backbone is the coordinator, a DHT node that
 volunteers enter the swarm through (its key kept, so its address stays the one in the manifest)
 and an auxiliary peer (averaging with the volunteers, metrics, checkpoints, the leaderboard's
 reports); a dmoe project has no auxiliary peers, and hosts experts on the backbone instead.
@@ -29,6 +30,9 @@ AUX_WORK = "aux"
 """The auxiliary peer's folder: its metrics and checkpoints."""
 PUBLISHED = "published"
 """Checkpoints signed for a web server to serve at ``network.checkpoint_url``."""
+DATA = "data"
+"""The project's public data (the demo's shards and tokenizer), which the coordinator serves at
+``/data/`` unless the organizer publishes it elsewhere: it holds nothing private."""
 EXPERTS = "experts"
 """A dmoe backbone's expert checkpoints."""
 STATE = "state"
@@ -101,6 +105,8 @@ def programs(answers: Answers, aux_port: int) -> list[Program]:
         answers.public_url,
         # behind the proxy on this machine: its X-Forwarded-For names the client the limits count
         *(("--trusted-proxy", *TRUSTED_PROXIES) if where.behind_proxy else ()),
+        # the shards and tokenizer the manifest names under <public URL>/data/
+        *(("--data", DATA) if answers.serves_data else ()),
     )
     login = ("--username", answers.organizer)
     moderated = answers.mode == MODERATED
@@ -156,7 +162,8 @@ def programs(answers: Answers, aux_port: int) -> list[Program]:
     return [
         Program(
             "coordinator",
-            "coordinator (accounts, passes, leaderboard, the project page and manifest)",
+            "coordinator (accounts, passes, leaderboard, the project page and manifest"
+            + (", the data)" if answers.serves_data else ")"),
             coordinator,
             where.port,
             public=not where.behind_proxy,

@@ -12,7 +12,9 @@ a staging folder that is moved into place only when all is written (``folder``),
 - ``coordinator.db``    the coordinator's database with the organizer's moderator account, made as
   ``barnraise coordinator users add --moderator --password-stdin`` makes one
 - ``services/``         systemd units, the password file, a Containerfile, compose.yaml, README
-- ``shards/``, ``tokenizer.json``  the demo corpus and its tokenizer, when the demo's data is used
+- ``data/``             the demo corpus (``shards/``) and its tokenizer, when the demo's data is
+  used: public files only, which the coordinator serves at ``/data/`` (the manifest names them
+  there) unless ``--data-url`` names where the organizer publishes them
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from core.net.identity import Identity
 from core.net.ports import DHT_PORT
 from core.organize.answers import MODERATED, Answers
 from core.organize.backbone import (
+    DATA,
     DATABASE,
     DHT_KEY,
     MANIFEST,
@@ -111,7 +114,9 @@ def create_project(
         torch_version=_torch_version(),
         owner=(os.getuid(), os.getgid()) if hasattr(os, "getuid") else None,
         data=_data_named(manifest),
-        data_url=answers.data_url,
+        data_url=answers.data_base,
+        data_folder=answers.demo_data,
+        serves_data=answers.serves_data,
     )
     files = service_files(context, backbone, password)
     written: list[str] = []
@@ -131,7 +136,7 @@ def create_project(
             written.append(file.path)
         if answers.demo_data:
             progress(f"writing the demo's shards and tokenizer (made once in {demo_cache})")
-            written += _copy_demo_data(demo_cache, staging)
+            written += [f"{DATA}/{name}" for name in _copy_demo_data(demo_cache, staging / DATA)]
         stage.commit()  # the last step: until here, a failure leaves nothing behind
     return NewProject(folder, manifest, project_url, written, backbone)
 
@@ -157,14 +162,14 @@ def build_manifest(answers: Answers, project_key: str, dht_address: str) -> AnyM
     changes: dict[str, object] = {"project": project, "network": network, "access": access}
     if isinstance(base, Manifest):
         source = SourceSection(
-            urls=tuple(served(url, answers.data_url) for url in answers.data),
+            urls=tuple(served(url, answers.data_base) for url in answers.data),
             format=answers.data_format,
             text_field=answers.text_field,
         )
         changes["data"] = dataclasses.replace(
             base.data,
             sources=(source,),
-            tokenizer=served(base.data.tokenizer, answers.data_url),
+            tokenizer=served(base.data.tokenizer, answers.data_base),
         )
         if answers.target_batch is not None:
             changes["training"] = dataclasses.replace(

@@ -19,6 +19,7 @@ from pathlib import Path
 from core.account.client import PASSWORD_VARIABLE
 from core.net.ports import PEER_PORT
 from core.organize.backbone import (
+    DATA,
     ENV_FILE,
     MANIFEST,
     PUBLISHED,
@@ -29,6 +30,8 @@ from core.organize.backbone import (
 from core.util.errors import ConfigError
 
 SERVICE_USER = "barnraise"
+_FILES_COLUMN = 23
+"""Where the notes of the README's list of files start."""
 LOG_LEVEL = ("--log-level", "info")
 """What the services log (to the journal, or the container's log): each step, not each call."""
 STATE_VARIABLE = "BARNRAISE_HOME"
@@ -56,7 +59,11 @@ class Context:
     """The data the manifest names (shards, then the tokenizer), as written: a path is a file of
     this computer (relative ones in the folder), which volunteers elsewhere cannot read."""
     data_url: str | None
-    """Where the folder's data files are to be served, when the organizer said."""
+    """The URL the manifest names the folder's data files (``data/``) under, if any."""
+    data_folder: bool = False
+    """Whether the folder has a ``data/`` (the demo's shards and tokenizer)."""
+    serves_data: bool = False
+    """Whether ``data_url`` is the coordinator's ``/data/``: it serves ``data/`` itself."""
 
 
 @dataclass(frozen=True)
@@ -332,7 +339,7 @@ Files:
                        put its URL in network.checkpoint_url, so that a volunteer who finds nobody
                        else starts from the latest one
     {STATE + "/":<18} what the services keep of their own
-{_data_text(context)}"""
+{_data_files(context)}{_data_text(context)}"""
 
 
 _PLAIN_HTTP = """
@@ -358,6 +365,20 @@ Open 80/tcp and 443/tcp for it. (Or let the coordinator serve HTTPS itself: give
 """
 
 
+def _data_files(context: Context) -> str:
+    """The ``Files`` line of ``data/``, when the folder has one."""
+    if not context.data_folder:
+        return ""
+    where = "served by the coordinator at" if context.serves_data else "to publish at"
+    said = (
+        f"the project's public data (the demo's shards/ and tokenizer.json): put nothing "
+        f"private in it; {where} {context.data_url}"
+    )
+    lines = textwrap.wrap(said, 100 - _FILES_COLUMN, break_on_hyphens=False)
+    first = f"    {DATA + '/':<18} "
+    return first + f"\n{'':<{_FILES_COLUMN}}".join(lines) + "\n"
+
+
 def _data_text(context: Context) -> str:
     paths = [url for url in context.data if "://" not in url]
     keep_safe = (
@@ -373,10 +394,27 @@ refuses paths on your disk). {keep_safe}
 Then name them by URL in {MANIFEST} (or make the project again with --data-url URL) and run
 `barnraise project check {MANIFEST}`.
 """
+    if context.serves_data:
+        said = (
+            f"Data: the manifest names the files under {DATA}/ at {context.data_url} and the "
+            f"coordinator serves them there (its --data {DATA}), where volunteers' peers download "
+            f"them by byte ranges. Only regular files under {DATA}/ are served, never the rest "
+            f"of this folder. Your own data instead: put its shards in {DATA}/ and list their "
+            f"URLs under {context.data_url} in {MANIFEST}, or give the URLs where they are "
+            f"published already (and drop --data {DATA} from the coordinator's command). Either "
+            f"way, `barnraise project check {MANIFEST}` then tries every one, with the "
+            "coordinator running."
+        )
+        return "\n" + textwrap.fill(said, 98, break_on_hyphens=False) + "\n"
     if context.data_url is None:
         return ""
+    what = (
+        f"the contents of {DATA}/ there ({DATA}/shards/ as shards/, and tokenizer.json)"
+        if context.data_folder
+        else "them there, at the paths the manifest adds to it"
+    )
     return f"""
-Data: the manifest names this folder's data files under {context.data_url}, where volunteers'
-peers download them: publish shards/ and tokenizer.json there. {keep_safe}
+Data: the manifest names this project's data files under {context.data_url}, where volunteers'
+peers download them: publish {what}. {keep_safe}
 Then `barnraise project check {MANIFEST}` tries every one.
 """

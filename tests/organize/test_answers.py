@@ -39,10 +39,13 @@ def test_without_questions_every_answer_takes_its_default(monkeypatch: pytest.Mo
     monkeypatch.setattr(answers_module.socket, "gethostname", lambda: "Backbone-1")
     monkeypatch.setattr(answers_module.getpass, "getuser", lambda: "grace")
     settled = settle(Given(name="my-proj"), None)
-    assert settled.mode == "open"
+    assert settled.mode == "moderated"
     assert (settled.kind, settled.preset.name) == ("collaborative", "demo")
     assert settled.demo_data
     assert settled.data == tuple(f"shards/shard-{i:05d}.jsonl.gz" for i in range(8))
+    # the demo's data goes into data/, which the coordinator serves
+    assert settled.serves_data
+    assert settled.data_base == "http://backbone-1:8470/data/"
     assert settled.target_batch == 256  # the demo's
     assert settled.public_url == "http://backbone-1:8470"
     assert settled.public_host == "backbone-1"
@@ -61,7 +64,7 @@ def test_a_login_name_that_is_no_account_name_gives_organizer(
 def test_each_question_shows_its_default_and_asks_again_after_a_bad_reply() -> None:
     script = Script(
         "maybe",  # mode: refused
-        "moderated",
+        "open",
         "huge",  # preset: refused
         "albert-large",
         "ftp://x/a.jsonl",  # data: scheme refused
@@ -76,7 +79,7 @@ def test_each_question_shows_its_default_and_asks_again_after_a_bad_reply() -> N
         "Bengali ALBERT, together",
     )
     settled = settle(Given(name="bengali"), script)
-    assert settled.mode == "moderated"
+    assert settled.mode == "open"
     assert settled.preset.name == "albert-large"
     assert settled.data == ("https://ex.org/a.jsonl.gz", "https://ex.org/b.parquet")
     assert not settled.demo_data
@@ -86,7 +89,7 @@ def test_each_question_shows_its_default_and_asks_again_after_a_bad_reply() -> N
     assert settled.description == "Bengali ALBERT, together"
     assert not script.replies
     defaults = [default for _, default in script.asked]
-    assert defaults[0] == "open"
+    assert defaults[0] == "moderated"
     assert defaults[2] == "demo"
     assert defaults[4] == ""  # albert-large has no data of its own
     assert "4096" in defaults

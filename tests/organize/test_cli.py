@@ -114,11 +114,11 @@ def test_on_a_terminal_it_asks_what_no_flag_gave(
         main(["project", "new", "asked", "--dir", str(folder), "--public-url", "http://h:1"]) == 0
     )
     manifest = load_any_manifest(folder / "project.toml")
-    assert manifest.access.mode == "open"
+    assert manifest.access.mode == "moderated"
     assert manifest.data.sources[0].urls == ("https://d.example.org/x.parquet",)  # type: ignore[union-attr]
     assert manifest.training.target_batch_size == 64  # type: ignore[union-attr]
     assert manifest.project.description == "Digits!"
-    assert prompts[0].endswith("[open] ")
+    assert prompts[0].endswith("[moderated] ")
     assert len(prompts) == 6  # everything but the public URL, which a flag gave
     err = capsys.readouterr().err
     assert "8 to 1024 characters" in err  # "short", then a confirmation that differed
@@ -147,3 +147,25 @@ def test_flags_that_do_not_apply_are_refused(
     assert new(tmp_path, "--kind", "dmoe", "--password-stdin") == 1
     assert "--data is for collaborative projects" in capsys.readouterr().err
     assert not (tmp_path / "proj").exists()
+
+
+def test_the_summary_says_the_coordinator_serves_the_demo_data(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    demo_data: Path,
+) -> None:
+    def made_from_the_demo_cache(*args: object, **kwargs: object) -> object:
+        kwargs["demo_cache"] = demo_data  # made once per test session
+        return create_project(*args, params=FAST_SCRYPT, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(project_cli, "create_project", made_from_the_demo_cache)
+    monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+    folder = tmp_path / "demo"
+    argv = ["project", "new", "demo", "--dir", str(folder), *FLAGS[:4], "--password-stdin"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "project.toml      the manifest (moderated;" in out
+    assert "data/             the demo's shards and tokenizer: public, the coordinator" in out
+    assert "serves them at http://127.0.0.1:18470/data/" in out
+    assert (folder / "data" / "tokenizer.json").is_file()

@@ -66,7 +66,9 @@ def test_the_folder_holds_the_manifest_keys_database_and_services(tmp_path: Path
     dht = next(program for program in made.programs if program.name == "dht")
     assert dht.logs_in
     assert dht.args[-4:] == ("--manifest", "project.toml", "--username", "Ada")
-    assert not (folder / "shards").exists()
+    assert not (folder / "data").exists()
+    (coordinator,) = [p.args for p in made.programs if p.name == "coordinator"]
+    assert "--data" not in coordinator  # the data is the organizer's, at its own URLs
     assert [p.name for p in tmp_path.iterdir()] == ["proj"]  # no staging folder left
 
 
@@ -127,17 +129,25 @@ def test_a_failure_on_the_way_leaves_nothing_behind(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_demo_data_is_copied_in_and_checks_out(tmp_path: Path, demo_data: Path) -> None:
+def test_the_demo_data_goes_into_data_which_the_coordinator_serves(
+    tmp_path: Path, demo_data: Path
+) -> None:
     folder = tmp_path / "demo"
     made = make_project(folder, answers("demo", data=None), demo_cache=demo_data)
-    assert "tokenizer.json" in made.written
-    assert len(list((folder / "shards").glob("shard-*.jsonl.gz"))) == 8
-    findings = check_project(folder / "project.toml")
-    assert not failed(findings), findings
-    by_what = {finding.what: finding for finding in findings}
-    assert by_what["data.sources[0]"].message.startswith("8 of 8 shards reachable")
-    # the demo's tokenizer has fewer tokens than the model's 4096 rows: said, not an error
-    assert by_what["data.tokenizer"].status == "warning"
+    assert isinstance(made.manifest, Manifest)
+    assert "data/tokenizer.json" in made.written
+    assert len(list((folder / "data" / "shards").glob("shard-*.jsonl.gz"))) == 8
+    # data/ holds the public files only
+    assert {p.name for p in (folder / "data").iterdir()} == {"shards", "tokenizer.json"}
+    assert not (folder / "shards").exists()
+    served = "http://127.0.0.1:18470/data/"
+    assert made.manifest.data.sources[0].urls[0] == f"{served}shards/shard-00000.jsonl.gz"
+    assert made.manifest.data.tokenizer == f"{served}tokenizer.json"
+    (coordinator,) = [p.args for p in made.programs if p.name == "coordinator"]
+    assert coordinator[-2:] == ("--data", "data")
+    readme = " ".join((folder / "services" / "README.txt").read_text().split())
+    assert f"names the files under data/ at {served} and the coordinator serves them" in readme
+    assert f"served by the coordinator at {served}" in readme
 
 
 def test_data_published_at_a_url_is_named_there_and_checks_out(
@@ -157,8 +167,10 @@ def test_data_published_at_a_url_is_named_there_and_checks_out(
         assert "never this folder" in readme
         # not published yet: every shard is an error, the tokenizer a warning
         assert failed(check_project(folder / "project.toml", timeout=5))
-        shutil.copytree(folder / "shards", published / "shards")
-        shutil.copyfile(folder / "tokenizer.json", published / "tokenizer.json")
+        (coordinator,) = [p.args for p in made.programs if p.name == "coordinator"]
+        assert "--data" not in coordinator  # published elsewhere: the coordinator serves none
+        assert "publish the contents of data/ there" in readme
+        shutil.copytree(folder / "data", published, dirs_exist_ok=True)
         findings = check_project(folder / "project.toml", timeout=5)
         assert not failed(findings), findings
 

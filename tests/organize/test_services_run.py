@@ -4,12 +4,14 @@ environment (and the password file), on loopback with free ports instead of the 
 The DHT node prints its address; the coordinator serves ``/info`` for the new project with its key
 and the DHT node as bootstrap peer; the auxiliary peer logs in to it as the organizer, joins the DHT
 node and says it is ready. Then SIGTERM stops each cleanly, as systemd would.
+
+A project made with the defaults (the demo's data, moderated) is served whole by its coordinator:
+``barnraise project check`` passes against it, and an engine joins by the coordinator's URL alone.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import asyncio
 import json
 import os
 import queue
@@ -23,8 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.main import build_parser
+from core.api import AttachRequest
+from core.cli.main import main
 from core.organize.backbone import Program
+from core.project import load_manifest
+from tests.engine.conftest import Running
 from tests.organize.conftest import answers, make_project
 from tests.organize.units import env_file, read_unit, systemd_path, systemd_words
 
@@ -90,6 +95,12 @@ def services() -> Iterator[list[Service]]:
         service.stop()
 
 
+def download(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        data: bytes = response.read()
+        return data
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -97,29 +108,7 @@ def free_port() -> int:
         return port
 
 
-def dht_logs_in() -> bool:
-    """Whether ``barnraise dht`` can hold a moderated project's pass (``--username``)."""
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            build_parser("dht").parse_args(["dht", "--username", "someone"])
-    except SystemExit:  # argparse: no such option
-        return False
-    return True
-
-
-@pytest.mark.parametrize(
-    "mode",
-    [
-        "open",
-        pytest.param(
-            "moderated",
-            marks=pytest.mark.skipif(
-                not dht_logs_in(),
-                reason="barnraise dht cannot log in yet: a moderated project's peers refuse it",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("mode", ["open", "moderated"])
 def test_the_generated_backbone_starts_from_its_unit_files(
     tmp_path: Path, services: list[Service], mode: str
 ) -> None:
@@ -161,3 +150,48 @@ def test_the_generated_backbone_starts_from_its_unit_files(
 
     for service in reversed(services):
         assert service.stop() == 0
+
+
+async def test_a_project_made_with_the_defaults_is_checked_and_joined_by_its_url(
+    engine: Running,
+    services: list[Service],
+    tmp_path: Path,
+    demo_data: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The demo's data in the project's data/, served by the generated coordinator command: the
+    project checks out against it, and an engine joins by the coordinator's URL alone."""
+    port = free_port()
+    public = f"http://127.0.0.1:{port}"
+    folder = tmp_path / "defaults"
+    made = make_project(
+        folder, answers("defaults", data=None, public_url=public), demo_cache=demo_data
+    )
+    assert made.manifest.access.mode == "moderated"  # the default
+    coordinator = Service(folder, made.programs[0], {"--host": "127.0.0.1"})
+    services.append(coordinator)
+    await asyncio.to_thread(coordinator.line)  # listening
+
+    manifest = str(folder / "project.toml")
+    assert await asyncio.to_thread(main, ["project", "check", manifest, "--json"]) == 0
+    checks = {c["what"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["data.sources[0]"]["message"] == "8 of 8 shards reachable"
+    first = checks["data.sources[0].urls[0] first record"]
+    assert (first["status"], first["message"][:19]) == ("ok", "jsonl, field 'text'")
+    assert checks["data.tokenizer"]["status"] == "warning"  # fewer tokens than rows: unused rows
+
+    key = made.manifest.access.project_key
+    preview = await engine.client.preview_project(f"{public}/#key={key}")
+    assert (preview.name, preview.key_source, preview.mode) == ("defaults", "url", "moderated")
+    assert not any("cannot join" in note for note in preview.uses.notes)
+    info = await engine.client.attach(AttachRequest(f"{public}/#key={key}", device="cpu"))
+    assert (info.name, info.project_key) == ("defaults", key)
+    copy = load_manifest(Path(info.manifest))
+    served = f"{public}/data/"
+    assert copy.data.sources[0].urls == tuple(
+        f"{served}shards/shard-{i:05d}.jsonl.gz" for i in range(8)
+    )
+    assert copy.data.tokenizer == f"{served}tokenizer.json"
+    tokenizer = await asyncio.to_thread(download, copy.data.tokenizer)
+    assert tokenizer == (folder / "data" / "tokenizer.json").read_bytes()
+    assert coordinator.stop() == 0

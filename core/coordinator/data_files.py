@@ -1,0 +1,181 @@
+"""``DataFiles``: the project's public data folder, served read-only at ``GET /data/<path>``.
+
+A small project needs no web server of its own for its shards and tokenizer: the coordinator
+serves one folder (``barnraise coordinator --data DIR``), and the manifest names its files under
+``<public URL>/data/``. Only regular files are served, the ones under the folder: a path with an
+empty, ``.`` or ``..`` part, a hidden name (``.``-prefixed: editors' and tools' leftovers, partial
+writes), a NUL or a backslash, or one that resolves (symlinks followed) outside the folder, is a
+404, as is a folder (no listings), a FIFO or a device (found by ``stat``, never opened: a FIFO
+would block the reader). A folder that holds the coordinator's database or the project key is
+refused at start: it must hold only what everyone may download; and whatever folder it is, files
+named like secrets (``SECRET_SUFFIXES``: keys, env files, databases) are never served, so a folder
+given by mistake (the project's ``services/`` with its ``aux.env``) leaks no password.
+
+aiohttp's ``FileResponse`` sends the file: single byte ranges (206; the data reader and ``barnraise
+project check`` read shards by ranges), ``HEAD``, ``ETag`` and conditional requests, ``sendfile``.
+It would also answer a request for ``x`` with a sibling file ``x.gz`` (or ``x.br``) sent as a
+compressed encoding of ``x``; ``_OneFile`` turns that off: ranges of the sibling are not the shard's.
+Refusals are JSON like the API's (``{"error", "code"}``), and every answer carries the page's
+security headers, with a policy that lets nothing in a data file run (``sandbox``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import hdrs, web
+
+from core.coordinator.errors import NotFound
+from core.coordinator.http import error_response
+from core.coordinator.page.routes import SECURITY_HEADERS
+from core.util.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/data/"
+"""Where the folder's files are served: ``<public URL>/data/<relative path>``."""
+MAX_PATH_CHARS = 1024
+"""Longer relative paths are refused before the file system is asked."""
+CACHE_CONTROL = "public, max-age=3600"
+"""Shards and the tokenizer never change under one name (peers must agree on them): an hour's
+caching spares the coordinator, and a fixed file is seen within the hour."""
+HEADERS = {
+    **SECURITY_HEADERS,
+    # a data file is never a page of the project's site: it runs nothing, loads nothing
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'; sandbox",
+    "Cache-Control": CACHE_CONTROL,
+}
+
+
+def check_data_folder(folder: Path, private: Sequence[Path] = ()) -> Path:
+    """The folder, resolved; ``ConfigError`` unless it is a folder that holds none of ``private``
+    (the database, the project key: files that must never be downloadable)."""
+    try:
+        root = folder.expanduser().resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"the data folder {folder} cannot be served: {exc}") from None
+    if not root.is_dir():
+        raise ConfigError(f"the data folder {folder} is not a folder")
+    for path in private:
+        if path.expanduser().resolve().is_relative_to(root):
+            raise ConfigError(
+                f"the data folder {folder} holds {path}, which must stay private: serve a folder "
+                "that holds only public files (the shards and the tokenizer)"
+            )
+    return root
+
+
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    size: int
+    mtime: float
+
+
+class DataFiles:
+    """The routes serving ``folder`` (checked by ``check_data_folder``)."""
+
+    def __init__(self, folder: Path, private: Sequence[Path] = ()) -> None:
+        self.root = check_data_folder(folder, private)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get(PREFIX + "{path:.+}", self._serve)]  # and HEAD
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        found = await asyncio.to_thread(self.locate, request.match_info["path"])
+        if found is None:
+            return _refused(NotFound("no such data file"), request)
+        unsatisfiable = _unsatisfiable(request, found)
+        if unsatisfiable is not None:
+            return unsatisfiable
+        return _OneFile(found.path, headers=HEADERS)
+
+    def locate(self, relative: str) -> Found | None:
+        """The regular file ``relative`` names under the folder, or None (blocking: stats only)."""
+        parts = relative.split("/")
+        if (
+            len(relative) > MAX_PATH_CHARS
+            or "\x00" in relative
+            or "\\" in relative
+            or not all(_plain(part) for part in parts)
+        ):
+            return None
+        try:
+            real = self.root.joinpath(*parts).resolve(strict=True)
+            inside = real.relative_to(self.root)
+            status = os.stat(real)  # never open(): a FIFO would block until a writer came
+        except (OSError, ValueError, RuntimeError):  # missing, too long, outside, a loop
+            return None
+        if not all(_plain(part) for part in inside.parts) or not stat.S_ISREG(status.st_mode):
+            return None
+        if real.name.lower().endswith(SECRET_SUFFIXES):
+            log.warning("data file %s is named like a secret: not served", real)
+            return None
+        if not os.access(real, os.R_OK):
+            log.warning("data file %s is not readable by the coordinator: not served", real)
+            return None
+        return Found(real, status.st_size, status.st_mtime)
+
+
+SECRET_SUFFIXES = (".pem", ".key", ".env", ".db", ".db-wal", ".db-shm", ".sqlite", ".sqlite3")
+"""Never served from the data folder: the shapes of the backbone's keys, password files and
+databases (``barnraise project new`` writes ``*-key.pem``, ``services/aux.env``, ``coordinator.db``)."""
+
+
+def _plain(part: str) -> bool:
+    """A name of a file or folder that is served: not empty, not hidden (nor ``.``/``..``), and
+    one name on this system (no separator; on Windows no drive or stream either)."""
+    if not part or part.startswith("."):
+        return False
+    separators = (os.sep, os.altsep, ":" if os.name == "nt" else None)
+    return not any(sep in part for sep in separators if sep)
+
+
+def _unsatisfiable(request: web.Request, found: Found) -> web.StreamResponse | None:
+    """A 416 for a Range header that cannot be served (malformed, or past the end), as JSON;
+    None for no range or one ``FileResponse`` serves. As there, a Range that ``If-Range`` voids
+    is not looked at."""
+    if hdrs.RANGE not in request.headers:
+        return None
+    if_range = request.if_range
+    if if_range is not None and found.mtime > if_range.timestamp():
+        return None
+    try:
+        wanted = request.http_range
+    except ValueError:  # malformed, several ranges, a number of thousands of digits
+        wanted = None
+    if wanted is not None and found.size > 0 and (wanted.start or 0) < found.size:
+        return None
+    response = web.json_response(
+        {
+            "error": f"the range asked for is not in the file ({found.size:,} bytes): ask for "
+            "one range of bytes that starts before its end, or for the whole file",
+            "code": "range_not_satisfiable",
+        },
+        status=416,
+        headers={**HEADERS, hdrs.CONTENT_RANGE: f"bytes */{found.size}"},
+    )
+    response.headers.pop("Cache-Control")
+    return response
+
+
+def _refused(exc: Exception, request: web.Request) -> web.Response:
+    response = error_response(exc, f"{request.method} {request.path}")
+    response.headers.update({k: v for k, v in HEADERS.items() if k != "Cache-Control"})
+    return response
+
+
+class _OneFile(web.FileResponse):
+    """The file asked for, never a compressed sibling in its place."""
+
+    def _get_file_path_stat_encoding(
+        self, accept_encoding: str
+    ) -> tuple[Path | None, os.stat_result, str | None]:
+        status = self._path.stat()
+        return (self._path if stat.S_ISREG(status.st_mode) else None), status, None
