@@ -252,8 +252,9 @@ def _leaders(stats: Stats) -> Markup:
         empty,
         el(
             "p",
+            # the number leads no noun, so that 1 and 1,000 read alike ("1 volunteers" did not)
+            "Volunteers on the leaderboard in all: ",
             el("span", stats.display()["contributors"], data_figure="contributors"),
-            " volunteers on the leaderboard in all.",
             class_="note",
         ),
         class_="card",
