@@ -9,14 +9,12 @@ writer covers what manifests hold (strings, booleans, integers, finite floats, a
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from core.project import AnyManifest, Manifest
-from core.util.errors import ConfigError
+from core.util.toml_write import scalar_value
 
 WIDTH = 100
 """Longest line; a note that would make a line longer goes on its own line above the key."""
@@ -170,29 +168,12 @@ def _pair(section: str, key: str, value: Any) -> str:
 
 
 def toml_value(value: Any, where: str) -> str:
-    """One TOML value; ``ConfigError`` for what would not read back the same."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}: {value} cannot be written to TOML")
-        return repr(value)
-    if isinstance(value, str):
-        return _string(value, where)
+    """One TOML value, a list wrapped one item a line when it is long; ``ConfigError`` for what
+    would not read back the same."""
     if isinstance(value, tuple | list):
         items = [toml_value(item, where) for item in value]
         flat = "[" + ", ".join(items) + "]"
         if len(flat) <= WIDTH - len(where) or len(items) < 2:
             return flat
         return "[\n" + "".join(f"    {item},\n" for item in items) + "]"
-    raise ConfigError(f"{where}: cannot write a {type(value).__name__} to TOML")
-
-
-def _string(text: str, where: str) -> str:
-    if any(0xD800 <= ord(char) < 0xE000 for char in text):
-        raise ConfigError(f"{where}: {text!r} is not valid Unicode text")
-    # JSON's escapes are TOML basic-string escapes; DEL is the one character JSON leaves bare
-    # that a TOML basic string may not hold
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+    return scalar_value(value, where)

@@ -50,6 +50,16 @@ def _pairs(table: Mapping[str, Any], where: str) -> list[str]:
 
 
 def _value(value: Any, where: str) -> str:
+    if isinstance(value, list | tuple) and all(
+        isinstance(v, str | int | float) and not isinstance(v, Mapping) for v in value
+    ):
+        return "[" + ", ".join(scalar_value(v, where) for v in value) + "]"
+    return scalar_value(value, where)
+
+
+def scalar_value(value: Any, where: str) -> str:
+    """A bool, integer, finite float or string as TOML; ``ConfigError`` for anything else, or for
+    what would not read back the same (``where`` names it)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -59,12 +69,11 @@ def _value(value: Any, where: str) -> str:
             raise ConfigError(f"{where}: {value} cannot be written to TOML")
         return repr(value)
     if isinstance(value, str):
-        # JSON string escapes are valid TOML basic-string escapes
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list | tuple) and all(
-        isinstance(v, str | int | float) and not isinstance(v, Mapping) for v in value
-    ):
-        return "[" + ", ".join(_value(v, where) for v in value) + "]"
+        if any(0xD800 <= ord(char) < 0xE000 for char in value):
+            raise ConfigError(f"{where}: {value!r} is not valid Unicode text")
+        # JSON's escapes are TOML basic-string escapes; DEL is the one character JSON leaves bare
+        # that a TOML basic string may not hold
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     raise ConfigError(f"{where}: cannot write a {type(value).__name__} to TOML")
 
 
