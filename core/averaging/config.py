@@ -22,7 +22,8 @@ class AveragerConfig:
     chunk_bytes: int = 1 << 20
     """Raw bytes per chunk: reducing one chunk overlaps receiving the next."""
     sender_timeout: float = 5.0
-    """A sender that delivers nothing for the current chunk this long is left out of the average."""
+    """A sender that delivers nothing for the current chunk this long is left out of the average
+    (time during which this peer's event loop was held up does not count: ``reducer``)."""
     reducer_timeout: float = 10.0
     """A reducer that returns nothing this long is given up on (its part keeps local values)."""
     allreduce_timeout: float = 60.0

@@ -1,15 +1,20 @@
 """Aggregating one part of the vector: chunk by chunk, weighted by samples, over the senders that delivered.
 
 Each chunk is finished as soon as every expected sender has delivered it; a sender that has not
-delivered the current chunk ``sender_timeout`` seconds after it became current is left out of that chunk
-and every later one, and the reason is recorded. A chunk's inputs are held until it is complete and then
-aggregated at once (``aggregation.aggregate_chunk``): the screening checks need every sender's chunk
-before they can say which to trust. A sender whose chunk the checks reject is left out of that chunk and
-every later one, like a sender that timed out, and a ``Finding`` records why; so does a sender that
-CenteredClip had to clip hard (it stays in). The aggregate is encoded once and sent to every receiver;
-the reducer keeps ``decode(encode(aggregate))`` for itself, so every member ends with the same values even
-when the codec is lossy. A chunk's inputs are released as soon as it is aggregated, its result once
-every receiver has taken it: memory is at most senders x chunk for each chunk received but not finished.
+delivered the current chunk after ``sender_timeout`` seconds in which this reducer was listening is left
+out of that chunk and every later one, and the reason is recorded. The time is counted in steps, and a
+step that ends far too late (the event loop was held up: a garbage-collection pause, a starved process,
+a long computation) does not count: data that arrived meanwhile is still unread in our sockets, and when
+the loop runs again, an expired timer would run before it is read and leave out senders that were on
+time (at most ``sender_timeout`` of such stalls are forgiven per chunk). A chunk's inputs are held until
+it is complete and then aggregated at once (``aggregation.aggregate_chunk``): the screening checks need
+every sender's chunk before they can say which to trust. A sender whose chunk the checks reject is left
+out of that chunk and every later one, like a sender that timed out, and a ``Finding`` records why; so
+does a sender that CenteredClip had to clip hard (it stays in). The aggregate is encoded once and sent
+to every receiver; the reducer keeps ``decode(encode(aggregate))`` for itself, so every member ends with
+the same values even when the codec is lossy. A chunk's inputs are released as soon as it is aggregated,
+its result once every receiver has taken it: memory is at most senders x chunk for each chunk received
+but not finished.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from core.averaging.tensors import Span
 from core.net.peer_id import PeerID
 
 WEIGHT = "weight"
+STEPS = 8
+"""``sender_timeout`` is waited in this many steps, so that a stall anywhere in it is noticed."""
 
 
 @dataclass
@@ -110,6 +117,11 @@ class PartReducer:
         self._timeout = sender_timeout
         self._chunks = [_Chunk(i, span, done=loop.create_future()) for i, span in enumerate(spans)]
         self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0
+        self._heard = 0
+        """Steps of the current chunk's wait in which the loop was free to read the senders' data."""
+        self._stalled = 0
+        """Steps of it that the loop was held up through (forgiven up to ``STEPS``)."""
         self._current = 0
         self._all_done = asyncio.Event()
         self._arm()
@@ -276,13 +288,29 @@ class PartReducer:
             self._timer.cancel()
             self._timer = None
         if self._current < len(self._chunks):
-            self._timer = self._loop.call_later(self._timeout, self._expire, self._current)
+            self._heard = self._stalled = 0
+            self._step(self._current)
         else:
             self._all_done.set()
 
+    def _step(self, index: int) -> None:
+        self._due = self._loop.time() + self._timeout / STEPS
+        self._timer = self._loop.call_at(self._due, self._expire, index)
+
     def _expire(self, index: int) -> None:
+        """One step of the wait for the current chunk is over: after ``STEPS`` of them in which the
+        loop was free, the senders still missing are left out."""
         self._timer = None
         if index != self._current:
+            return
+        # more than a step late: the loop was held up, and what came meanwhile is still unread
+        late = self._loop.time() - self._due
+        if late < self._timeout / STEPS or self._stalled >= STEPS:
+            self._heard += 1
+        else:
+            self._stalled += 1
+        if self._heard < STEPS:
+            self._step(index)
             return
         chunk = self._chunks[index]
         for sender in sorted(self.active - chunk.got):

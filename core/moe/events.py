@@ -48,6 +48,9 @@ class ExpertsStopped:
     """The server stopped; ``saved``: the experts checkpointed as it stopped."""
 
     saved: list[str] = field(default_factory=list)
+    untrained: list[str] = field(default_factory=list)
+    """Experts that never learned (no trainer chose them): they have no checkpoint, and need none,
+    since a server that takes one over builds it alike from its uid."""
 
 
 ExpertsEvent = ExpertsReady | ExpertsServed | ExpertsStopped

@@ -24,7 +24,8 @@ between batches would only make their calls time out; the server computes or is 
 
 On ``close`` the server stops announcing (the DHT has no delete: the entries expire within
 ``announce_ttl``, and until then calls fail at once with a refused connection), stops answering,
-and saves a last checkpoint of every expert that learned (``close(save=False)``: as if killed).
+and saves a last checkpoint of every expert that learned (``close(save=False)``: as if killed); its
+``ExpertsStopped`` names those and the experts that never learned, which have no checkpoint.
 """
 
 from __future__ import annotations
@@ -398,5 +399,6 @@ class ExpertHost:
             await self.presence.close()
         await self.host.close()
         if self.address is not None:
-            self.on_event(ExpertsStopped(saved))
+            untrained = [expert.uid for expert in self.experts if expert.updates == 0]
+            self.on_event(ExpertsStopped(saved, untrained))
             self.address = None

@@ -52,18 +52,24 @@ class ChildProcess:
                     return data
         return None
 
-    async def stop(self, grace: float = STOP_GRACE) -> None:
-        """Ask it to stop, and kill it if it has not within ``grace`` seconds."""
+    async def stop(self, grace: float = STOP_GRACE) -> bool:
+        """Ask it to stop, and kill it if it has not within ``grace`` seconds; False if it had to
+        be killed (it could not finish what it does on the way out)."""
         if self.proc.returncode is not None:
-            return
+            return True
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(STOP_SIGNAL)
         try:
             await asyncio.wait_for(self.proc.wait(), grace)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
+            killed = True
+            try:
                 self.proc.kill()
+            except ProcessLookupError:
+                killed = False  # it ended by itself just then
             await self.proc.wait()
+            return not killed
+        return True
 
 
 async def spawn_command(

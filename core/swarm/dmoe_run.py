@@ -17,7 +17,9 @@ record for engines on this computer (``record``), so an engine attached with ``-
 hosts experts beside the servers. With ``moderated`` it first starts a coordinator of its own
 (``moderated``), and every process logs in and shows its access pass on every connection. Stopping
 goes in reverse: the record, the trainers, the servers (each saves its experts' last checkpoints),
-the coordinator.
+the coordinator. It then says how the servers stopped (``DmoeStop``, from their ``stopped`` lines):
+how many saved their experts, which experts no trainer ever chose (those have no checkpoint), and,
+as problems, a server that had to be killed or ended without saving.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from core.config.paths import UserDirs
 from core.moe.grid import ExpertGrid
 from core.moe.trainer_events import MoEAccuracy, MoEProgress, report_from_json
 from core.project import DmoeManifest, load_dmoe_manifest
-from core.swarm.children import ChildProcess, spawn_command
+from core.swarm.children import STOP_GRACE, ChildProcess, spawn_command
 from core.swarm.moderated import ORGANIZER, ModeratedSwarm, start_coordinator
 from core.swarm.record import LocalSwarm, LocalSwarmError, new_record, remove_swarm, write_swarm
 from core.util.errors import WireFormatError
@@ -42,6 +44,8 @@ from core.util.tasks import BackgroundTasks
 LOOPBACK = ("--host", "127.0.0.1", "--port", "0")
 READY_TIMEOUT = 120.0
 """Seconds a process has to say it is ready (it loads torch first)."""
+LAST_LINES_TIMEOUT = 5.0
+"""Seconds to finish reading a stopped server's last lines (its output ends when it exits)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class DmoeStanding:
     accuracy: dict[str, MoEAccuracy] = field(default_factory=dict)
     served: dict[str, int] = field(default_factory=dict)
     """Expert samples (forward + backward) each server reported last."""
+    stopped: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    """Per server that said it stopped: the experts it saved then, and those that never learned."""
 
     def line(self, elapsed: float) -> DmoeLine | None:
         if not self.losses:
@@ -111,12 +117,30 @@ class DmoeLine:
     expert_samples: int
 
 
+@dataclass(frozen=True)
+class DmoeStop:
+    """How the expert servers stopped."""
+
+    servers: int
+    saved_by: int
+    """Servers that stopped by themselves after their last save (they said so)."""
+    saved: int
+    """Experts checkpointed at the stop (the others learned nothing since their last checkpoint)."""
+    untrained: list[str]
+    """Experts no trainer ever chose: nothing to save (a server that takes one over builds it
+    alike from its uid), so they have no checkpoint."""
+    checkpoints: Path
+
+
 class DmoeOutput(Protocol):
     def running(self, servers: int, trainers: int, address: str, logs: Path) -> None:
         """Every process has started; ``address`` is the first server's (the DHT's entry)."""
 
     def progress(self, line: DmoeLine) -> None:
         """The collaboration now."""
+
+    def stopped(self, stop: DmoeStop) -> None:
+        """The expert servers stopped (problems on the way came first)."""
 
     def problem(self, message: str) -> None:
         """Something went wrong (the run may go on)."""
@@ -132,6 +156,10 @@ class LocalDmoeRun:
         self.standing = DmoeStanding()
         self._servers: list[ChildProcess] = []
         self._trainers: list[ChildProcess] = []
+        self._server_readers: list[asyncio.Task[None]] = []
+        self._checkpoints: Path | None = None
+        self._running = False
+        """Every process started (a run that failed to start has said why already)."""
         self._announced: LocalSwarm | None = None
         self._moderated: ModeratedSwarm | None = None
         self._manifest_path = options.manifest
@@ -156,6 +184,7 @@ class LocalDmoeRun:
                 return 0
             await self._start_trainers(work, address)
             self._announce(manifest, address)
+            self._running = True
             self.output.running(len(self._servers), len(self._trainers), address, work / "logs")
             await self._report(stop, started)
         finally:
@@ -166,8 +195,9 @@ class LocalDmoeRun:
         grid = ExpertGrid(manifest.grid.prefix, manifest.grid.shape)
         uids = list(grid.all_uids())
         count = min(self.options.servers, len(uids))
+        self._checkpoints = work / "experts"
         common = ["experts", "--manifest", str(self._manifest_path), *LOOPBACK]
-        common += ["--checkpoints", str(work / "experts"), "--stats-every", "5"]
+        common += ["--checkpoints", str(self._checkpoints), "--stats-every", "5"]
         address: str | None = None
         for i in range(count):
             args = [*common, "--uids", *uids[i::count]]
@@ -182,7 +212,7 @@ class LocalDmoeRun:
                 self.output.problem(f"expert server {i} did not start; see its log")
                 return None
             address = address or ready
-            self._tasks.spawn(f"read-{child.name}", self._read(child))
+            self._server_readers.append(self._tasks.spawn(f"read-{child.name}", self._read(child)))
         return address
 
     async def _start_trainers(self, work: Path, address: str) -> None:
@@ -221,6 +251,11 @@ class LocalDmoeRun:
                 forward, backward = line.get("forward_samples"), line.get("backward_samples")
                 if isinstance(forward, int) and isinstance(backward, int):
                     self.standing.served[child.name] = forward + backward
+                continue
+            if line.get("event") == "stopped" and child in self._servers:
+                saved, untrained = line.get("saved"), line.get("untrained")
+                if _names(saved) and _names(untrained):
+                    self.standing.stopped[child.name] = (list(saved), list(untrained))
                 continue
             try:
                 report = report_from_json(line)
@@ -273,8 +308,39 @@ class LocalDmoeRun:
             self._announced = None
         try:
             await asyncio.gather(*(child.stop() for child in self._trainers))
-            await asyncio.gather(*(child.stop() for child in self._servers))
+            stopped = await asyncio.gather(*(child.stop(STOP_GRACE) for child in self._servers))
+            if self._server_readers:  # a server's last line, ``stopped``, may still be unread
+                await asyncio.wait(self._server_readers, timeout=LAST_LINES_TIMEOUT)
+            self._tell_stop(stopped)
         finally:
             await self._tasks.close()
             if self._moderated is not None:
                 await self._moderated.service.close()
+
+    def _tell_stop(self, stopped_in_time: list[bool]) -> None:
+        if not self._running or self._checkpoints is None:
+            return
+        said = self.standing.stopped
+        for child, in_time in zip(self._servers, stopped_in_time, strict=True):
+            if not in_time:
+                self.output.problem(
+                    f"expert server {child.name} did not stop within {STOP_GRACE:g} s and was "
+                    "killed: what its experts learned since their last checkpoint is lost"
+                )
+            elif child.name not in said:
+                self.output.problem(
+                    f"expert server {child.name} ended without saving its experts; see its log"
+                )
+        self.output.stopped(
+            DmoeStop(
+                servers=len(self._servers),
+                saved_by=len(said),
+                saved=sum(len(saved) for saved, _ in said.values()),
+                untrained=sorted(uid for _, untrained in said.values() for uid in untrained),
+                checkpoints=self._checkpoints,
+            )
+        )
+
+
+def _names(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -14,6 +15,9 @@ import pytest
 
 from core.averaging import Averager, AveragingResult
 from core.averaging.allreduce import AllReduce
+from core.averaging.codecs import Codec
+from core.averaging.reducer import PartReducer
+from core.averaging.tensors import Span
 from tests.averaging.conftest import QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD
 
@@ -191,6 +195,25 @@ async def test_a_sender_that_is_too_slow_is_left_out(
         else:
             assert "no data for chunk 0" in reason
             check_honest(outcome, tensors[index], float(index + 1), {ALL, without_victim})
+
+
+async def test_a_reducer_held_up_past_the_sender_timeout_still_reads_what_came_meanwhile() -> None:
+    """A garbage-collection pause or a starved process holds the loop past ``sender_timeout`` while a
+    sender's chunk waits in a socket: the overdue timer runs before the chunk is read, and must not
+    leave that sender out (a CI run on a loaded machine saw every reducer average alone)."""
+    timeout = 0.2
+    reducer = PartReducer([Span(0, 0, 4, Codec.NONE)], {0, 1, 2}, 3, timeout)
+    reducer.contribute(0, 0, np.ones(4, np.float32), 1.0)
+    time.sleep(timeout * 2)  # noqa: ASYNC251 - blocking the loop is the stall under test
+    stall_over = time.monotonic()
+    for _ in range(3):  # reading a frame off a socket takes a few turns of the loop
+        await asyncio.sleep(0)
+    reducer.contribute(1, 0, np.full(4, 3.0, np.float32), 1.0)
+    outcome = await reducer.result(0)
+    assert outcome.included == frozenset({0, 1})
+    # sender 2 sent nothing: it is still left out, once the loop has listened for the whole timeout
+    assert list(reducer.excluded) == [2]
+    assert time.monotonic() - stall_over >= timeout * 0.9
 
 
 async def test_a_reducer_that_is_too_slow_is_given_up_on(
