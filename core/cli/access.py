@@ -45,6 +45,19 @@ class PeerAccess:
         return [] if self.keeper.grant is None else list(self.keeper.grant.bootstrap)
 
 
+def add_login_arguments(
+    parser: argparse.ArgumentParser,
+    username_help: str = "your account at a moderated project's coordinator",
+) -> None:
+    """``--username`` and ``--password-stdin``: how every process that logs in is given its account."""
+    parser.add_argument("--username", default=None, help=username_help)
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the password from stdin (else ${PASSWORD_VARIABLE}, else a prompt)",
+    )
+
+
 def read_password(from_stdin: bool) -> str:
     """The password for a headless login, from stdin, the environment or a prompt."""
     if from_stdin:

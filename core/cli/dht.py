@@ -16,8 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from core.account.client import PASSWORD_VARIABLE
-from core.cli.access import moderated_access, read_password
+from core.cli.access import add_login_arguments, moderated_access, read_password
 from core.cli.dht_stdio import serve_stdio
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
@@ -77,14 +76,7 @@ def register(commands: Any) -> None:
         metavar="F",
         help="the project it serves: in a moderated one the node logs in and holds a pass",
     )
-    parser.add_argument(
-        "--username", default=None, help="your account at a moderated project's coordinator"
-    )
-    parser.add_argument(
-        "--password-stdin",
-        action="store_true",
-        help=f"read the password from stdin (else ${PASSWORD_VARIABLE}, else a prompt)",
-    )
+    add_login_arguments(parser)
     parser.set_defaults(run=run)
 
 

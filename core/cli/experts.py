@@ -28,8 +28,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.account.client import PASSWORD_VARIABLE
-from core.cli.access import with_access
+from core.cli.access import add_login_arguments, with_access
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.ports import PEER_PORT, listen_on
@@ -106,14 +105,7 @@ def register(commands: Any) -> None:
         help="relay for servers behind home routers while this one is public (an organizer's "
         "backbone server)",
     )
-    parser.add_argument(
-        "--username", default=None, help="your account at a moderated project's coordinator"
-    )
-    parser.add_argument(
-        "--password-stdin",
-        action="store_true",
-        help=f"read the password from stdin (else ${PASSWORD_VARIABLE}, else a prompt)",
-    )
+    add_login_arguments(parser)
     parser.set_defaults(run=run)
 
 

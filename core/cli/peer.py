@@ -34,8 +34,12 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.account.client import PASSWORD_VARIABLE
-from core.cli.access import moderated_access, read_password, reporting_access
+from core.cli.access import (
+    add_login_arguments,
+    moderated_access,
+    read_password,
+    reporting_access,
+)
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.net.identity import Identity
@@ -94,16 +98,10 @@ def register(commands: Any) -> None:
             "must: a round refuses members that differ)",
         )
         parser.add_argument("--until-epoch", type=int, default=None, help=argparse.SUPPRESS)
-        parser.add_argument(
-            "--username",
-            default=None,
-            help="your account at the project's coordinator: a moderated project needs one; an "
+        add_login_arguments(
+            parser,
+            "your account at the project's coordinator: a moderated project needs one; an "
             "open project's auxiliary peer with a moderator's account reports its epochs there",
-        )
-        parser.add_argument(
-            "--password-stdin",
-            action="store_true",
-            help=f"read the password from stdin (else ${PASSWORD_VARIABLE}, else a prompt)",
         )
         if name == "peer":
             parser.add_argument(
