@@ -76,6 +76,8 @@ class ManifestPublisher:
         self._served: StoredManifest | None = None
         self._problem: str | None = None
         """Why the file as it is now is not served (logged once per change of the file)."""
+        self._shown: AnyManifest | None = None
+        """The manifest of the version served, as read this run (None: none read yet)."""
 
     def route(self) -> web.RouteDef:
         return web.get(PATH, self.handle)
@@ -105,6 +107,13 @@ class ManifestPublisher:
             )
         return self._served
 
+    def shown(self) -> AnyManifest:
+        """The manifest as volunteers get it now, for the project's page (its description, what it
+        trains): the served version's, else the one the coordinator started with."""
+        if self.path is not None:
+            self._refresh(self.path)
+        return self._shown or self._service.manifest
+
     def _refresh(self, path: Path) -> None:
         try:
             info = os.stat(path)
@@ -127,6 +136,7 @@ class ManifestPublisher:
             return
         self._problem = None
         self._served = self._version_of(text)
+        self._shown = manifest
 
     def _foreign(self, manifest: AnyManifest) -> str | None:
         """Why ``manifest`` is not this coordinator's project's, or None."""

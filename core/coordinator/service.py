@@ -137,7 +137,15 @@ class CoordinatorService:
         self._store: CoordinatorStore | None = None
         self._runner: web.AppRunner | None = None
         self._tasks = BackgroundTasks("coordinator")
+        self._publisher = ManifestPublisher(self)
         self._page = ProjectPage(self)
+
+    @property
+    def shown_manifest(self) -> AnyManifest:
+        """The manifest as ``GET /manifest`` serves it now (the organizer may have edited the file
+        since the start), which the project's page describes; access rules keep following
+        ``manifest``, the one the coordinator started with."""
+        return self._publisher.shown()
 
     @property
     def url(self) -> str:
@@ -183,7 +191,7 @@ class CoordinatorService:
                 web.post("/evidence", self._evidence),
                 web.get("/leaderboard", self._leaderboard),
                 web.get("/leaderboard/me", self._me),
-                ManifestPublisher(self).route(),
+                self._publisher.route(),
                 *self._page.routes(),
                 *(self.data.routes() if self.data is not None else ()),
             ]

@@ -172,3 +172,23 @@ async def test_odd_requests_for_the_manifest_get_plain_answers(
             assert parse_envelope(await response.read()).version == 1
         async with http.head(service.url + "/manifest") as response:
             assert response.status == 200
+
+
+async def test_the_project_page_describes_the_manifest_as_served_now(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    # the organizer edits the description while the coordinator runs: volunteers' engines get the
+    # new version, and the page must say the same, not what the file said at the start
+    key = Identity.generate()
+    async with serving(tmp_path, key, project_text(key, description="First words.")) as service:
+        async with http.get(service.url + "/") as response:
+            assert "First words." in await response.text()
+        rewrite(tmp_path / "project.toml", project_text(key, description="Better <words>."))
+        async with http.get(service.url + "/") as response:
+            page = await response.text()
+        assert "Better &lt;words&gt;." in page
+        assert "First words." not in page
+        # a broken edit is not served, and the page keeps the last version that was
+        rewrite(tmp_path / "project.toml", "[project\n")
+        async with http.get(service.url + "/") as response:
+            assert "Better &lt;words&gt;." in await response.text()

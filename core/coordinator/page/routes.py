@@ -65,6 +65,9 @@ class PageSource(Protocol):
     def manifest(self) -> AnyManifest: ...
 
     @property
+    def shown_manifest(self) -> AnyManifest: ...
+
+    @property
     def project_key(self) -> Identity: ...
 
     @property
@@ -110,7 +113,9 @@ class ProjectPage:
 
     async def _home(self, request: web.Request) -> web.Response:
         source = self._source
-        project = Project.of(source.manifest, source.public_url, str(source.project_key.peer_id))
+        project = Project.of(
+            source.shown_manifest, source.public_url, str(source.project_key.peer_id)
+        )
         page = render_home(project, self.stats(), poll_seconds=_poll(request.query.get("poll")))
         return _html_response(page)
 
