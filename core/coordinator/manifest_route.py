@@ -9,9 +9,10 @@ looks at the file's modification time, size and inode (a ``stat``, cheap), and o
 them changed reads the file again. A text that validates (``parse_any_manifest``), names the same
 project and no other project key, and differs from the latest served gets the next version number
 (``manifest_versions``, kept in the database so that numbers never go back, across restarts too)
-and is signed once. A changed file that does not validate, or that names another project or key,
-is logged once and not served: the previous version stays. Without a manifest file (a service
-built from a manifest in memory) the route answers 404.
+and is signed once. A changed file that does not validate, that names another project or key, or
+that changes what the running swarm trains (``core.project.compatibility``: the model, the
+tokenizer, a dmoe grid), is logged once and not served: the previous version stays. Without a
+manifest file (a service built from a manifest in memory) the route answers 404.
 
 The coordinator's own behaviour (open or moderated, sign-up, pass lifetimes) keeps following the
 manifest it was started with; restart it to apply such a change there. Volunteers' engines pick up
@@ -35,6 +36,7 @@ from core.coordinator.manifest_versions import StoredManifest
 from core.coordinator.store import CoordinatorStore
 from core.net.identity import Identity
 from core.project import AnyManifest, ManifestError, parse_any_manifest
+from core.project.compatibility import refusal
 from core.project.reading import read_manifest_text
 from core.project.signed import SignedManifest, sign_manifest
 from core.util.clock import Clock
@@ -130,7 +132,9 @@ class ManifestPublisher:
         except ManifestError as exc:
             self._not_served(seen, str(exc))
             return
-        problem = self._foreign(manifest)
+        # an edit that would split the swarm is not served: volunteers who join after it would
+        # build a model the running peers cannot average with (engines refuse it too)
+        problem = self._foreign(manifest) or refusal(self._service.manifest, manifest)
         if problem is not None:
             self._not_served(seen, problem)
             return

@@ -19,7 +19,7 @@ from core.api.project_url import ProjectUrl
 from core.api.schema import AttachRequest, ProjectPreview
 from core.engine.device import DeviceChoice
 from core.engine.errors import AlreadyAttached
-from core.engine.manifest_updates import OPEN_POLL, changed_keys, poll_interval, refusal
+from core.engine.manifest_updates import OPEN_POLL, poll_interval
 from core.engine.projects import ProjectSlot
 from core.engine.remote_manifest import (
     FetchedManifest,
@@ -30,6 +30,7 @@ from core.engine.remote_manifest import (
 )
 from core.engine.resource_use import resource_use
 from core.project import DmoeManifest, ManifestError, load_any_manifest
+from core.project.compatibility import changed_keys, refusal
 from core.project.reading import read_manifest_text
 from core.util.blocking import BlockingPool
 

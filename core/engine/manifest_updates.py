@@ -3,7 +3,8 @@
 An organizer changes the manifest file; the coordinator serves it as the next version, signed
 (``core.coordinator.manifest_route``). Every project an engine joined by URL is looked at again
 every ``poll_interval`` (jittered, so that volunteers do not all ask at once), and on demand
-(``EngineApi.check_project``). What comes back is judged here:
+(``EngineApi.check_project``). What comes back is judged by
+``core.project.compatibility`` (``refusal``) and the version rules here:
 
 - **not taken**: a version not above the one held (older: the coordinator went back; the same
   number with another text: it is not the manifest the number named), a manifest signed by
@@ -29,15 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from core.engine.projects import ProjectSlot
-from core.project import DmoeManifest, Manifest
 from core.project.kinds import AnyManifest
 
 log = logging.getLogger(__name__)
@@ -51,7 +49,6 @@ JITTER = 0.2
 """Each wait is drawn within this fraction of the interval, either side."""
 FIRST_LOOK = 60.0
 """A project is first looked at within this many seconds of the engine seeing it."""
-BREAKS = "which would break training; the project's organizer must start a new project"
 _JOIN_ONLY = {"project.description", "network.initial_peers", "network.checkpoint_url"}
 """Changes that matter to a peer only when it joins the swarm."""
 
@@ -63,81 +60,9 @@ def poll_interval(manifest: AnyManifest) -> float:
     return OPEN_POLL
 
 
-def refusal(old: AnyManifest, new: AnyManifest) -> str | None:
-    """Why ``new`` cannot replace ``old`` in a running collaboration, or None if it can."""
-    if new.project.name != old.project.name:
-        return (
-            f"the update is the manifest of project {new.project.name!r}, not of "
-            f"{old.project.name!r}, {BREAKS}"
-        )
-    if type(new) is not type(old):
-        return f"the update changes project.kind from {old.project.kind!r} to {new.project.kind!r}, {BREAKS}"
-    if isinstance(old, Manifest) and isinstance(new, Manifest):
-        fixed: list[tuple[str, Any, Any]] = [
-            *_fields("model", old.model, new.model),
-            ("data.seq_len", old.data.seq_len, new.data.seq_len),
-            # a peer keeps the tokenizer it fetched once; another one gives tokens other meanings
-            ("data.tokenizer", old.data.tokenizer, new.data.tokenizer),
-            (
-                "data.tokenizer_vocab_size",
-                old.data.tokenizer_vocab_size,
-                new.data.tokenizer_vocab_size,
-            ),
-            ("training.optimizer", old.training.optimizer, new.training.optimizer),
-            (
-                "training.optimizer_states",
-                old.training.optimizer_states,
-                new.training.optimizer_states,
-            ),
-        ]
-    elif isinstance(old, DmoeManifest) and isinstance(new, DmoeManifest):
-        fixed = [
-            *_fields("grid", old.grid, new.grid),
-            ("expert.kind", old.expert.kind, new.expert.kind),
-            ("expert.hidden", old.expert.hidden, new.expert.hidden),
-            ("expert.optimizer", old.expert.optimizer, new.expert.optimizer),
-        ]
-    else:  # pragma: no cover - the kinds are checked above
-        fixed = []
-    for key, before, after in fixed:
-        if before != after:
-            return f"the update changes {key} from {_shown(before)} to {_shown(after)}, {BREAKS}"
-    if old.access.project_key and new.access.project_key != old.access.project_key:
-        return (
-            f"the update changes access.project_key from {old.access.project_key} to "
-            f"{new.access.project_key or 'nothing'}: a project keeps its key"
-        )
-    return None
-
-
-def changed_keys(old: AnyManifest, new: AnyManifest) -> list[str]:
-    """The dotted keys whose values differ (``network.initial_peers``, ``data.sources``)."""
-    changed: list[str] = []
-    for field in dataclasses.fields(old):
-        if field.name == "path":
-            continue
-        before, after = getattr(old, field.name), getattr(new, field.name, None)
-        if dataclasses.is_dataclass(before) and dataclasses.is_dataclass(after):
-            changed.extend(key for key, a, b in _fields(field.name, before, after) if a != b)
-    return changed
-
-
 def needs_restart(changed: Sequence[str]) -> bool:
     """Whether a running peer must start again to follow these changes (see the module)."""
     return any(key not in _JOIN_ONLY for key in changed)
-
-
-def _fields(prefix: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
-    return [
-        (f"{prefix}.{f.name}", getattr(old, f.name), getattr(new, f.name))
-        for f in dataclasses.fields(old)
-    ]
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_shown(v) for v in value) + "]"
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 class ManifestPoll:

@@ -22,6 +22,9 @@ volunteers host).
 - ``prescan``     the text's deepest brackets and longest dotted key, measured before ``tomllib``
   reads it (deep or long ones cost it recursion, time and memory).
 - ``errors``      ``ManifestError``: the file, the dotted key and the reason.
+- ``compatibility`` ``refusal``: the change between two versions of a manifest that would break
+  training (the model, the tokenizer, a dmoe grid...), which neither the coordinator serves nor an
+  engine takes.
 - ``signed``      ``SignedManifest``: the manifest as a coordinator serves it (``GET /manifest``),
   versioned and signed by the project key; building (``sign_manifest``), reading
   (``parse_envelope``) and checking it (``SignedManifestError`` says what is wrong).

@@ -66,8 +66,10 @@ async def test_the_manifest_is_served_signed_and_a_change_is_a_new_version(
         (project_text(None).replace("hidden_size = 128", "hidden_size = 130"), "hidden_size"),
         (project_text(None, name="someone-else"), "project 'someone-else'"),
         (project_text(Identity.generate()), "names project key"),
+        # valid on its own, but volunteers who joined after it could not average with the swarm
+        (project_text(None, hidden_size=256), "changes model.hidden_size from 128 to 256"),
     ],
-    ids=["toml", "invalid", "other-project", "other-key"],
+    ids=["toml", "invalid", "other-project", "other-key", "breaks-training"],
 )
 async def test_a_change_that_does_not_validate_is_logged_and_not_served(
     tmp_path: Path,

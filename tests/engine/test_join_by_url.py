@@ -154,14 +154,23 @@ async def test_an_update_that_changes_the_model_is_refused_with_the_reason(
 ) -> None:
     key = Identity.generate()
     text = project_text(key)
+    wider = project_text(key, hidden_size=256)
     async with serving(tmp_path, key, text) as service:
         await engine.client.attach(AttachRequest(service.url, device="cpu"))
-        rewrite(tmp_path / "project.toml", project_text(key, hidden_size=256))
+        # edited while it runs: the coordinator itself refuses to serve a change of the model
+        rewrite(tmp_path / "project.toml", wider)
         info = await engine.client.check_project(PROJECT)
-        reason = (
-            "the update changes model.hidden_size from 128 to 256, which would break training; "
-            "the project's organizer must start a new project"
-        )
+        assert (info.manifest_version, info.update_refused) == (1, None)
+        assert updates(engine) == []
+
+    reason = (
+        "the update changes model.hidden_size from 128 to 256, which would break training; "
+        "the project's organizer must start a new project"
+    )
+    # restarted on the wider model, the coordinator serves it as version 2: the engine refuses it
+    async with serving(tmp_path, key, wider) as service:
+        follow(engine, service.url)
+        info = await engine.client.check_project(PROJECT)
         assert (info.manifest_version, info.update_refused) == (1, reason)
         assert copy_of(engine).read_text() == text  # the old manifest stays
         (event,) = updates(engine)
@@ -169,9 +178,19 @@ async def test_an_update_that_changes_the_model_is_refused_with_the_reason(
         await engine.client.check_project(PROJECT)  # refused again: told once
         assert len(updates(engine)) == 1
 
-        rewrite(tmp_path / "project.toml", project_text(key, lr=0.02))  # the organizer undoes it
+    fixed = project_text(key, lr=0.02)
+    async with serving(tmp_path, key, fixed) as service:  # the organizer undoes it
+        follow(engine, service.url)
         info = await engine.client.check_project(PROJECT)
         assert (info.manifest_version, info.update_refused) == (3, None)
+        assert copy_of(engine).read_text() == fixed
+
+
+def follow(engine: Running, url: str) -> None:
+    """Point the slot at a restarted coordinator (a test cannot take the old one's port again)."""
+    slot = engine.daemon.engine._slot(PROJECT)
+    assert slot is not None
+    engine.daemon.engine._replace_slot(dataclasses.replace(slot, source_url=url))
 
 
 async def test_an_update_signed_by_another_key_is_refused(engine: Running, tmp_path: Path) -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from core.engine import manifest_updates
-from core.engine.manifest_updates import ManifestPoll, changed_keys, needs_restart, refusal
+from core.engine.manifest_updates import ManifestPoll, needs_restart
 from core.engine.projects import ProjectSlot
 from core.engine.resource_use import albert_parameters, expert_parameters, resource_use
 from core.project import load_any_manifest, load_dmoe_manifest, load_manifest, parse_manifest
+from core.project.compatibility import changed_keys, refusal
 from core.util.errors import BarnraiseError
 from tests.support.signed_project import PROJECT, project_text
 
