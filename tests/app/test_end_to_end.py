@@ -21,14 +21,11 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.engine.bridge import EngineBridge
-from app.engine.local import LocalEngines
-from app.engine.store import EngineStore
 from app.pages.dashboard import DashboardPage
-from app.settings import AppSettings
 from app.window import MainWindow
 from core.config.paths import UserDirs
 from core.swarm import running_swarms
+from tests.app.real_engine import real_window
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.name == "nt", reason="sends SIGINT")]
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,28 +73,10 @@ def swarm(
 def window(
     home: Path, swarm: subprocess.Popen[bytes], qtbot: QtBot, tmp_path: Path
 ) -> Iterator[MainWindow]:
-    connector = LocalEngines(start_timeout=120)
-    bridge = EngineBridge(connector)
-    store = EngineStore(bridge, statistics_every_ms=2000)
-    window = MainWindow(
-        store, AppSettings(tmp_path / "app.ini"), tray_available=False, can_start_demo=False
-    )
-    window.ask_close = lambda *_: ("background", True)
-    qtbot.addWidget(window)
-    window.resize(1100, 760)
-    window.show()
-    bridge.start()
     try:
-        yield window
+        with real_window(qtbot, tmp_path / "app.ini", statistics_every_ms=2000) as window:
+            yield window
     finally:
-        engine = connector.process
-        if store.connected:
-            call = store.shutdown_engine()
-            qtbot.waitUntil(lambda: call.done, timeout=30_000)
-        connector.stop_child()
-        bridge.stop()
-        if engine is not None:
-            assert engine.poll() is not None, "the engine outlived the test"
         shutil.rmtree(home / "cache" / "swarm", ignore_errors=True)
 
 

@@ -21,15 +21,12 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.engine.bridge import EngineBridge
-from app.engine.local import LocalEngines
-from app.engine.store import EngineStore
 from app.pages.dashboard import DashboardPage
-from app.settings import AppSettings
 from app.window import MainWindow
 from core.coordinator import CoordinatorService
 from core.net import Identity
 from core.project import load_any_manifest
+from tests.app.real_engine import real_window
 from tests.support.signed_project import SCRYPT_N, project_text, rewrite
 
 pytestmark = pytest.mark.slow
@@ -106,28 +103,8 @@ def coordinator(tmp_path: Path) -> Iterator[CoordinatorThread]:
 def window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot: QtBot) -> Iterator[MainWindow]:
     monkeypatch.setenv("BARNRAISE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
-    connector = LocalEngines(start_timeout=120)
-    bridge = EngineBridge(connector)
-    store = EngineStore(bridge)
-    window = MainWindow(
-        store, AppSettings(tmp_path / "app.ini"), tray_available=False, can_start_demo=False
-    )
-    window.ask_close = lambda *_: ("background", True)
-    qtbot.addWidget(window)
-    window.resize(1100, 760)
-    window.show()
-    bridge.start()
-    try:
+    with real_window(qtbot, tmp_path / "app.ini") as window:
         yield window
-    finally:
-        engine = connector.process
-        if store.connected:
-            call = store.shutdown_engine()
-            qtbot.waitUntil(lambda: call.done, timeout=30_000)
-        connector.stop_child()
-        bridge.stop()
-        if engine is not None:
-            assert engine.poll() is not None, "the engine outlived the test"
 
 
 def test_the_app_joins_a_real_coordinator_by_its_url(
