@@ -1,7 +1,8 @@
 """MainWindow: navigation, pages, the banner, and what closing the window means.
 
 Three views share the window: "connecting" until the engine first answers, the first-run steps while
-no project is attached, and the pages with their navigation. The banner at the top carries what the
+no project is attached (and, in its add mode, while File > Add project… joins one more), and the
+pages with their navigation. The banner at the top carries what the
 user should know about the engine (restarted, stopped, cannot start) with the action that helps.
 
 Closing the window asks once whether Barnraise should keep contributing in the background (the tray
@@ -128,6 +129,8 @@ class MainWindow(QMainWindow):
         self.quitting = False
         self.ask_close: Callable[[QWidget, bool], tuple[Choice | None, bool]] = ask_close
         self.in_first_run = False
+        self.adding_project = False
+        """File > Add project…: the first-run page in its add mode is showing."""
         self.setWindowTitle("Barnraise")
         self.setWindowIcon(app_icon())
         self.resize(1100, 760)
@@ -151,6 +154,8 @@ class MainWindow(QMainWindow):
 
         self.nav.currentRowChanged.connect(self._page_chosen)
         self.first_run.finished.connect(self._first_run_done)
+        self.first_run.added.connect(self._project_added)
+        self.first_run.cancelled.connect(self._adding_cancelled)
         self.first_run.demoRequested.connect(self.demoRequested)
         self.page["dashboard"].loginRequested.connect(self.open_login)  # type: ignore[attr-defined]
         store.connectionChanged.connect(self._connection)
@@ -221,7 +226,7 @@ class MainWindow(QMainWindow):
 
     def _choose_view(self) -> None:
         projects = self.store.projects
-        if self.in_first_run:
+        if self.in_first_run or self.adding_project:
             target: QWidget = self.first_run
         elif self.store.state is None or projects is None:
             target = self.connecting
@@ -232,6 +237,8 @@ class MainWindow(QMainWindow):
             target = self.main
         if self.root.currentWidget() is not target:
             self.root.setCurrentWidget(target)
+        # only from the pages: the first run adds its project itself
+        self.add_project_action.setEnabled(target is self.main)
 
     def _first_run_done(self) -> None:
         self.in_first_run = False
@@ -241,6 +248,33 @@ class MainWindow(QMainWindow):
                 "warning", f"Barnraise cannot start at login: {self.first_run.login_problem}"
             )
         self.show_page("dashboard")
+        self._choose_view()
+
+    def open_add_project(self) -> None:
+        """File > Add project…: the first-run page's step 1, to join one more project."""
+        if self.root.currentWidget() is not self.main:
+            return
+        self.adding_project = True
+        self.first_run.start_adding()
+        self._choose_view()
+
+    def _project_added(self, name: str) -> None:
+        self.adding_project = False
+        active = next((p.name for p in self.store.projects or [] if p.active), None)
+        if active is None or active == name:
+            text = f"{name} joined: this computer contributes to it now."
+        else:
+            text = (
+                f"{name} joined. {active} stays the project this computer contributes to; "
+                f"{name} takes over when {active} is detached."
+            )
+        self.banner.setProperty("about", "project")
+        self.banner.show_message("info", text)
+        self.show_page("dashboard")
+        self._choose_view()
+
+    def _adding_cancelled(self) -> None:
+        self.adding_project = False
         self._choose_view()
 
     def show_page(self, key: str) -> None:
@@ -328,6 +362,14 @@ class MainWindow(QMainWindow):
 
     def _menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
+        self.add_project_action = QAction("&Add project…", self)
+        self.add_project_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
+        self.add_project_action.setStatusTip(
+            "Join another project by its address or its manifest file"
+        )
+        self.add_project_action.triggered.connect(self.open_add_project)
+        file_menu.addAction(self.add_project_action)
+        file_menu.addSeparator()
         quit_action = QAction("&Quit Barnraise", self)
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.setStatusTip("Stop contributing and close Barnraise")

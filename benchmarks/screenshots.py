@@ -110,6 +110,7 @@ def shoot(out: Path, size: tuple[int, int]) -> list[dict[str, object]]:
     try:
         _first_run(s)
         _join_by_url(s)
+        _add_project(s)
         _main_pages(s)
         _leaderboard_states(s)
         _tray_and_dialogs(s)
@@ -169,6 +170,19 @@ def _join_by_url(s: Shooter) -> None:
     s.wait(lambda: not window.page["dashboard"].update_refused.isHidden())  # type: ignore[attr-defined]
     s.settle(0.8)
     s.save("04b-dashboard-update-refused", window, "dashboard: a manifest update was refused")
+    window.hide()
+
+
+def _add_project(s: Shooter) -> None:
+    window = s.window(FakeEngine("contributing"))
+    s.wait(lambda: window.root.currentWidget() is window.main)
+    window.add_project_action.trigger()
+    first = window.first_run
+    first.url_field.edit.setText(REMOTE_PREVIEW.url)
+    first.url_field.look_up()
+    s.wait(lambda: first.previewing() is not None)
+    s.settle()
+    s.save("01d-add-project", window, "File > Add project…: a second project looked up by its URL")
     window.hide()
 
 

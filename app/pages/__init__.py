@@ -1,7 +1,8 @@
 """The window's pages; each reads the EngineStore and sends commands through it.
 
 - ``first_run``    choose a project (or look one up by its URL), log in or sign up, pick a
-                   preset; lands paused.
+                   preset; lands paused. Its add mode (File > Add project…) joins one more,
+                   without the preset step.
 - ``dashboard``    the contribute switch, the state and its reason, tiles, the loss curve.
 - ``schedule``     every scheduler preference with its explanation; presets; snooze.
 - ``statistics``   the ledger as charts (samples, compute hours, data per day) and totals.

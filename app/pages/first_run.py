@@ -9,6 +9,12 @@ the project has a coordinator (accounts, leaderboard).
 Step 3 sets the scheduler preferences from a preset and asks, once, whether Barnraise starts in the
 tray at login (on unless the user unticks it, as BOINC does). Nothing starts computing: contributing
 is the dashboard's switch, as BOINC starts paused until the user opts in.
+
+The same page adds a project later (the File menu's "Add project…", ``start_adding``): step 1 with a
+Cancel, step 2 only when the joined project is the one the engine contributes to (the engine logs in
+at that project's coordinator only), never step 3 (answered at the first run). The engine keeps one
+project active: a project joined beside it waits until the active one is detached, and the preview
+says so before anything is joined.
 """
 
 from __future__ import annotations
@@ -36,18 +42,51 @@ from app.errors import explain, own_words
 from app.presets import DEFAULT_PRESET, PRESETS, preset
 from app.start_at_login import StartAtLogin
 from app.widgets.login_form import LoginForm
-from app.widgets.project_preview import ProjectPreviewCard
+from app.widgets.project_preview import ProjectPreviewCard, plain_label
 from app.widgets.project_url import ProjectUrlField
 from app.widgets.tiles import Card
 from core.api.errors import ApiError, CoordinatorUnreachable
-from core.api.schema import AccountInfo, AttachRequest, ProjectOffer, ProjectPreview
+from core.api.schema import (
+    AccountInfo,
+    AttachRequest,
+    ProjectInfo,
+    ProjectOffer,
+    ProjectPreview,
+)
 
 STEPS = ("Choose a project", "Your account", "How much to give")
+
+
+TITLE = "Welcome to Barnraise"
+INTRO = (
+    "Barnraise lends your computer's idle time to a deep-learning model that many volunteers "
+    "train together. Three steps, and nothing runs until you switch it on."
+)
+ADD_TITLE = "Add a project"
+ADD_INTRO = (
+    "Join another project by the address (or the manifest file) its organizers publish. Your "
+    "preferences stay as they are."
+)
+
+
+def joining_note(new: str, current: str | None) -> str:
+    """What joining ``new`` does while ``current`` is the project the engine contributes to."""
+    if current is None:
+        return f"Joining makes {new} the project this computer contributes to."
+    return (
+        f"Joining attaches {new} beside {current}, which stays the project this computer "
+        f"contributes to (one at a time): {new} takes over when {current} is detached "
+        f"(barnraise ctl detach {current})."
+    )
 
 
 class FirstRunPage(QWidget):
     finished = Signal()
     demoRequested = Signal()
+    added = Signal(str)
+    """Add mode: the project of this name was joined (and logged in to, or skipped)."""
+    cancelled = Signal()
+    """Add mode: the user went back from step 1; nothing was joined."""
 
     def __init__(
         self,
@@ -67,17 +106,16 @@ class FirstRunPage(QWidget):
         self.demo_starting = False
         self.working = False
         """A command of the wizard's own (joining, saving the preset) is in flight."""
+        self.adding = False
+        """Add mode: a project joined after the first run (``start_adding``)."""
+        self.joined: ProjectInfo | None = None
+        """Add mode: the project joined, once the engine answered."""
         outer = QVBoxLayout(self)
         outer.setContentsMargins(40, 28, 40, 24)
-        outer.addWidget(QLabel("Welcome to Barnraise", objectName="pageTitle"))
-        outer.addWidget(
-            QLabel(
-                "Barnraise lends your computer's idle time to a deep-learning model that many "
-                "volunteers train together. Three steps, and nothing runs until you switch it on.",
-                objectName="caption",
-                wordWrap=True,
-            )
-        )
+        self.title = QLabel(TITLE, objectName="pageTitle")
+        outer.addWidget(self.title)
+        self.intro = QLabel(INTRO, objectName="caption", wordWrap=True)
+        outer.addWidget(self.intro)
         self.step_label = QLabel("", objectName="stateWord")
         outer.addWidget(self.step_label)
         self.steps = QStackedWidget()
@@ -172,6 +210,11 @@ class FirstRunPage(QWidget):
                 wordWrap=True,
             )
         )
+        # add mode: what joining does to the project this computer contributes to now
+        self.joining = plain_label()
+        self.joining.setAccessibleName("What joining does")
+        self.joining.hide()
+        box.addWidget(self.joining)
         self.preview_card = ProjectPreviewCard()
         box.addWidget(self.preview_card)
         box.addStretch(1)
@@ -203,6 +246,9 @@ class FirstRunPage(QWidget):
 
     def _show_preview(self, preview: ProjectPreview) -> None:
         self.preview_card.show_preview(preview)
+        self.joining.setVisible(self.adding)
+        if self.adding:
+            self.joining.setText(joining_note(preview.name, self._active_name()))
         self._show_face(1)
 
     def _show_face(self, face: int) -> None:
@@ -216,6 +262,8 @@ class FirstRunPage(QWidget):
             self.url_field.edit.setFocus()
 
     def show_offers(self, offers: list[ProjectOffer]) -> None:
+        if self.adding:  # what is attached already cannot be added
+            offers = [o for o in offers if o.source != "attached"]
         chosen = self.selected_offer()
         self.offer_list.clear()
         for offer in offers:
@@ -239,6 +287,11 @@ class FirstRunPage(QWidget):
             self.no_offers.setText(
                 "Starting the local demo swarm… The first start writes its data and trains a "
                 "tokenizer, which takes a minute or two."
+            )
+        elif self.adding:
+            self.no_offers.setText(
+                "No other project found on this computer: join one by the address (or the "
+                "manifest file) its organizers publish."
             )
         else:
             self.no_offers.setText(
@@ -283,7 +336,7 @@ class FirstRunPage(QWidget):
         card.box.addWidget(self.login)
         box.addWidget(card)
         box.addStretch(1)
-        self.login.loggedIn.connect(lambda _: self._go(2))
+        self.login.loggedIn.connect(lambda _: self._account_done())
         return page
 
     def _account_known(self, account: AccountInfo) -> None:
@@ -356,6 +409,9 @@ class FirstRunPage(QWidget):
         skipping takes the button)."""
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         on_account_step = self.steps.currentIndex() == 1
+        if event.key() == Qt.Key.Key_Escape and self.adding and self.back_button.isEnabled():
+            self._back()  # back from the preview, or cancel the adding
+            return
         # the URL field's Enter looks the project up (the line edit passes the key on)
         focus = self.focusWidget()
         in_url_field = focus is not None and self.url_field.isAncestorOf(focus)
@@ -378,7 +434,10 @@ class FirstRunPage(QWidget):
         self.error.hide()
         self.project_faces.setCurrentIndex(0)
         self.steps.setCurrentIndex(index)
-        self.step_label.setText(f"Step {index + 1} of {len(STEPS)}: {STEPS[index]}")
+        if self.adding:  # no step 3 to count towards
+            self.step_label.setText(STEPS[index])
+        else:
+            self.step_label.setText(f"Step {index + 1} of {len(STEPS)}: {STEPS[index]}")
         self.back_button.setVisible(index > 0)
         if index == 0:
             # nothing listed: the address is what the user came with
@@ -391,6 +450,13 @@ class FirstRunPage(QWidget):
 
     def _update_buttons(self) -> None:
         index = self.steps.currentIndex()
+        cancel = self.adding and index == 0 and self.project_faces.currentIndex() == 0
+        self.back_button.setText("&Cancel" if cancel else "&Back")
+        self.back_button.setToolTip(
+            "Return to the dashboard without adding a project" if cancel else "Go back one step"
+        )
+        if cancel:
+            self.back_button.setVisible(True)
         self.next_button.setText(("&Next", "&Skip for now", "&Finish")[index])
         if self.working:  # joining or saving: one at a time (the offers' poll calls this too)
             self.next_button.setEnabled(False)
@@ -409,6 +475,10 @@ class FirstRunPage(QWidget):
     def _back(self) -> None:
         if self.previewing() is not None:
             self._show_face(0)
+            return
+        if self.adding and self.steps.currentIndex() == 0:
+            self._end_adding()
+            self.cancelled.emit()
             return
         index = self.steps.currentIndex()
         if index == 2 and not self._has_coordinator():
@@ -437,20 +507,66 @@ class FirstRunPage(QWidget):
                     )
                 )
         elif index == 1:
-            self._go(2)
+            self._account_done()
         else:
             self._finish()
 
     def _attach(self, request: AttachRequest) -> None:
         self._busy(True)
         call = self.store.attach_request(request)
-        call.succeeded.connect(lambda _: self._after_attach())
+        call.succeeded.connect(self._attached)
         call.failed.connect(lambda error: self._failed(error, "joining the project"))
         call.finished.connect(lambda: self._busy(False))
 
+    def _attached(self, info: object) -> None:
+        self.joined = info if isinstance(info, ProjectInfo) else None
+        self._after_attach()
+
     def _after_attach(self) -> None:
         call = self.store.refresh_account()
-        call.finished.connect(lambda: self._go(1 if self._has_coordinator() else 2))
+        call.finished.connect(self._account_or_preset)
+
+    def _account_or_preset(self) -> None:
+        if not self.adding:
+            self._go(1 if self._has_coordinator() else 2)
+        elif self.joined is not None and self.joined.active and self._has_coordinator():
+            self._go(1)  # the account the engine holds is this project's: log in there now
+        else:
+            self._done_adding()
+
+    def _account_done(self) -> None:
+        if self.adding:
+            self._done_adding()
+        else:
+            self._go(2)
+
+    # ---- add mode --------------------------------------------------------------------------------
+
+    def start_adding(self) -> None:
+        """Show step 1 to join one more project (the first run's answers stay as they are)."""
+        self.adding = True
+        self.joined = None
+        self.title.setText(ADD_TITLE)
+        self.intro.setText(ADD_INTRO)
+        self.url_field.edit.clear()
+        self.url_field.message.hide()
+        self.show_offers(self.store.offers or [])
+        self._go(0)
+
+    def _end_adding(self) -> None:
+        self.adding = False
+        self.title.setText(TITLE)
+        self.intro.setText(INTRO)
+        self.joining.hide()
+        self._go(0)
+
+    def _done_adding(self) -> None:
+        name = self.joined.name if self.joined is not None else ""
+        self._end_adding()
+        self.added.emit(name)
+
+    def _active_name(self) -> str | None:
+        return next((p.name for p in self.store.projects or [] if p.active), None)
 
     def _has_coordinator(self) -> bool:
         account = self.store.account

@@ -24,6 +24,7 @@ class Banner(QFrame):
         row = QHBoxLayout(self)
         row.setContentsMargins(12, 6, 6, 6)
         self.text = QLabel(wordWrap=True)
+        self.text.setTextFormat(Qt.TextFormat.PlainText)  # it may quote a project's name or error
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.action = QPushButton()
         self.action.hide()
