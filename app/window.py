@@ -47,7 +47,7 @@ from app.pages.schedule import SchedulePage
 from app.pages.statistics import StatisticsPage
 from app.settings import AppSettings
 from app.start_at_login import StartAtLogin
-from app.widgets.banner import Banner
+from app.widgets.banner import Banner, Level
 from app.widgets.login_form import LoginForm
 
 PAGES = (
@@ -260,16 +260,22 @@ class MainWindow(QMainWindow):
 
     def _project_added(self, name: str) -> None:
         self.adding_project = False
+        joined = self.first_run.joined
+        # the engine's answer first: the projects' snapshot may not have heard of a switch yet
         active = next((p.name for p in self.store.projects or [] if p.active), None)
-        if active is None or active == name:
+        level: Level = "info"
+        if (joined is not None and joined.active) or active is None or active == name:
             text = f"{name} joined: this computer contributes to it now."
         else:
             text = (
-                f"{name} joined. {active} stays the project this computer contributes to; "
-                f"{name} takes over when {active} is detached."
+                f"{name} joined. {active} stays the project this computer contributes to; to "
+                f"switch, run barnraise ctl activate {name}."
             )
+            if self.first_run.switch_problem is not None:
+                level = "warning"
+                text = f"{name} joined beside {active}. {self.first_run.switch_problem}"
         self.banner.setProperty("about", "project")
-        self.banner.show_message("info", text)
+        self.banner.show_message(level, text)
         self.show_page("dashboard")
         self._choose_view()
 

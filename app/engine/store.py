@@ -211,6 +211,11 @@ class EngineStore(QObject):
         call.succeeded.connect(lambda _: self.refresh_all())
         return call
 
+    def activate_project(self, name: str) -> PendingCall:
+        """Contribute to the attached project ``name`` instead of the active one (its
+        ``ProjectInfo``); the engine's ``ProjectsChanged`` refreshes the rest."""
+        return self._command("switching projects", lambda c: c.activate_project(name), None)
+
     def preview_project(self, url: str) -> PendingCall:
         """What the project at ``url`` is and would use (a ``ProjectPreview``); attaches nothing."""
         return self._command("looking up the project", lambda c: c.preview_project(url), None)

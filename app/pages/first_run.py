@@ -13,8 +13,10 @@ is the dashboard's switch, as BOINC starts paused until the user opts in.
 The same page adds a project later (the File menu's "Add project…", ``start_adding``): step 1 with a
 Cancel, step 2 only when the joined project is the one the engine contributes to (the engine logs in
 at that project's coordinator only), never step 3 (answered at the first run). The engine keeps one
-project active: a project joined beside it waits until the active one is detached, and the preview
-says so before anything is joined.
+project active: the preview of a project joined while another is active offers to contribute to the
+new one instead (ticked, as a BOINC volunteer adding a project expects to work for it: the engine
+switches after the attach, and step 2 follows for a moderated project), or to attach it beside the
+active one, where it waits; the preview says which before anything is joined.
 """
 
 from __future__ import annotations
@@ -69,14 +71,19 @@ ADD_INTRO = (
 )
 
 
-def joining_note(new: str, current: str | None) -> str:
-    """What joining ``new`` does while ``current`` is the project the engine contributes to."""
+def joining_note(new: str, current: str | None, *, instead: bool) -> str:
+    """What joining ``new`` does while ``current`` is the project the engine contributes to;
+    ``instead``: the volunteer chose to contribute to ``new`` instead of ``current``."""
     if current is None:
         return f"Joining makes {new} the project this computer contributes to."
+    if instead:
+        return (
+            f"Joining makes {new} the project this computer contributes to, instead of {current} "
+            f"(one at a time): {current} stays attached, and what it counted stays counted."
+        )
     return (
         f"Joining attaches {new} beside {current}, which stays the project this computer "
-        f"contributes to (one at a time): {new} takes over when {current} is detached "
-        f"(barnraise ctl detach {current})."
+        f"contributes to (one at a time); to switch later, run barnraise ctl activate {new}."
     )
 
 
@@ -110,6 +117,9 @@ class FirstRunPage(QWidget):
         """Add mode: a project joined after the first run (``start_adding``)."""
         self.joined: ProjectInfo | None = None
         """Add mode: the project joined, once the engine answered."""
+        # add mode: why the engine did not switch to the joined project (the window says so)
+        self.switch_problem: str | None = None
+        self._switching = False  # the Join under way is followed by a switch to the project
         outer = QVBoxLayout(self)
         outer.setContentsMargins(40, 28, 40, 24)
         self.title = QLabel(TITLE, objectName="pageTitle")
@@ -215,6 +225,15 @@ class FirstRunPage(QWidget):
         self.joining.setAccessibleName("What joining does")
         self.joining.hide()
         box.addWidget(self.joining)
+        self.instead_box = QCheckBox()
+        self.instead_box.setToolTip(
+            "Ticked: this computer stops working for the project it contributes to now and works "
+            "for this one (one at a time). Unticked: this one is attached beside it and waits"
+        )
+        self.instead_box.toggled.connect(lambda _: self._say_what_joining_does())
+        self.instead_box.hide()
+        box.addWidget(self.instead_box)
+        self.store.projectsChanged.connect(self._projects_known)
         self.preview_card = ProjectPreviewCard()
         box.addWidget(self.preview_card)
         box.addStretch(1)
@@ -247,9 +266,30 @@ class FirstRunPage(QWidget):
     def _show_preview(self, preview: ProjectPreview) -> None:
         self.preview_card.show_preview(preview)
         self.joining.setVisible(self.adding)
-        if self.adding:
-            self.joining.setText(joining_note(preview.name, self._active_name()))
+        # ticked anew for each project looked up: volunteers who add one expect to work for it
+        self.instead_box.setChecked(True)
+        self._offer_the_switch()
         self._show_face(1)
+
+    def _projects_known(self, _projects: object) -> None:
+        # not while joining: the engine's own switch to the previewed project is no news here
+        if self.previewing() is not None and not self.working:
+            self._offer_the_switch()
+
+    def _offer_the_switch(self) -> None:
+        """Add mode, another project active: the choice to contribute to the new one instead (the
+        active project may change while the preview shows: detached from the command line)."""
+        active = self._active_name()
+        self.instead_box.setVisible(self.adding and active is not None)
+        if active is not None:
+            self.instead_box.setText(f"Contribute to it &instead of {active}")
+        self._say_what_joining_does()
+
+    def _say_what_joining_does(self) -> None:
+        preview = self.preview_card.preview
+        if self.adding and preview is not None:
+            instead = not self.instead_box.isHidden() and self.instead_box.isChecked()
+            self.joining.setText(joining_note(preview.name, self._active_name(), instead=instead))
 
     def _show_face(self, face: int) -> None:
         self.error.hide()
@@ -489,8 +529,12 @@ class FirstRunPage(QWidget):
         index = self.steps.currentIndex()
         preview = self.previewing()
         if preview is not None:
+            switch = (
+                self.adding and not self.instead_box.isHidden() and self.instead_box.isChecked()
+            )
             # the key the user was shown: the engine refuses a manifest signed by any other
-            self._attach(AttachRequest(manifest=preview.url, pinned_key=preview.project_key))
+            request = AttachRequest(manifest=preview.url, pinned_key=preview.project_key)
+            self._attach(request, switch=switch)
         elif index == 0:
             offer = self.selected_offer()
             if offer is None:
@@ -511,15 +555,39 @@ class FirstRunPage(QWidget):
         else:
             self._finish()
 
-    def _attach(self, request: AttachRequest) -> None:
+    def _attach(self, request: AttachRequest, *, switch: bool = False) -> None:
+        """``switch``: contribute to the project once joined, instead of the active one."""
+        self._switching = switch
         self._busy(True)
         call = self.store.attach_request(request)
         call.succeeded.connect(self._attached)
-        call.failed.connect(lambda error: self._failed(error, "joining the project"))
-        call.finished.connect(lambda: self._busy(False))
+        call.failed.connect(self._attach_failed)
+
+    def _attach_failed(self, error: ApiError) -> None:
+        self._busy(False)
+        self._failed(error, "joining the project")
 
     def _attached(self, info: object) -> None:
         self.joined = info if isinstance(info, ProjectInfo) else None
+        switching, self._switching = self._switching, False
+        if switching and self.joined is not None and not self.joined.active:
+            # still busy: Join stays off until the engine has switched
+            call = self.store.activate_project(self.joined.name)
+            call.succeeded.connect(self._activated)
+            call.failed.connect(self._not_activated)
+            call.finished.connect(lambda: self._busy(False))
+            return
+        self._busy(False)
+        self._after_attach()
+
+    def _activated(self, info: object) -> None:
+        if isinstance(info, ProjectInfo):
+            self.joined = info
+        self._after_attach()
+
+    def _not_activated(self, error: ApiError) -> None:
+        # joined all the same, beside the active project: the window says why it did not switch
+        self.switch_problem = explain(error, "switching to the joined project")
         self._after_attach()
 
     def _after_attach(self) -> None:
@@ -546,6 +614,7 @@ class FirstRunPage(QWidget):
         """Show step 1 to join one more project (the first run's answers stay as they are)."""
         self.adding = True
         self.joined = None
+        self.switch_problem = None
         self.title.setText(ADD_TITLE)
         self.intro.setText(ADD_INTRO)
         self.url_field.edit.clear()
@@ -558,6 +627,7 @@ class FirstRunPage(QWidget):
         self.title.setText(TITLE)
         self.intro.setText(INTRO)
         self.joining.hide()
+        self.instead_box.hide()
         self._go(0)
 
     def _done_adding(self) -> None:

@@ -143,6 +143,12 @@ class EngineClient:
         refresh interval); the answer says the version held and why an update was refused."""
         return await self._call("POST", f"/v1/projects/{name}/check", ProjectInfo)
 
+    async def activate_project(self, name: str) -> ProjectInfo:
+        """Contribute to the attached project ``name`` instead of the active one (the active one's
+        peer stops, nothing counted is lost; the account follows to the new project's
+        coordinator); already active: nothing changes. ``NotFound`` if none is called so."""
+        return await self._call("POST", f"/v1/projects/{name}/activate", ProjectInfo)
+
     # ---- the account at the active project's coordinator ----------------------------------------------
 
     async def account(self) -> AccountInfo:

@@ -17,6 +17,9 @@
                                          its project key (signed updates are taken later)
     barnraise ctl preview URL            what the project at URL is, without joining it
     barnraise ctl check NAME             look now for a signed update of a project joined by URL
+    barnraise ctl activate NAME          contribute to the attached project NAME instead of the
+                                         active one (whose peer stops; its counts stay); log in
+                                         again if NAME is moderated ('barnraise ctl login')
     barnraise ctl detach NAME
     barnraise ctl offers                 projects to pick: local demo swarms, attached projects
     barnraise ctl history                the active project's loss curve, epoch by epoch
@@ -39,6 +42,7 @@ import argparse
 import getpass
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +69,7 @@ ACTIONS = (
     "attach",
     "preview",
     "check",
+    "activate",
     "detach",
     "events",
     "shutdown",
@@ -142,7 +147,7 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
         return await client.set_settings(_assignments(values))
     if action == "stats":
         return await client.statistics(args.project, args.days)
-    if action in ("attach", "detach", "preview", "check"):
+    if action in ("attach", "detach", "preview", "check", "activate"):
         return await _project_action(client, args)
     if action == "events":
         await _follow(client, args)
@@ -161,19 +166,21 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
 
 
 async def _project_action(client: EngineClient, args: argparse.Namespace) -> Any:
-    """attach, detach, preview and check."""
+    """attach, detach, preview, check and activate."""
     action, values = args.action, args.values
     if action == "attach" and args.local_swarm:
         return await client.attach(await _local_swarm_request(client, values, args.device))
     if len(values) != 1:
         wanted = {"attach": "manifest path or project URL", "preview": "project URL"}
         raise BadRequest(f"{action} takes one {wanted.get(action, 'project name')}")
-    if action == "detach":
-        return await client.detach(values[0])
-    if action == "preview":
-        return await client.preview_project(values[0])
-    if action == "check":
-        return await client.check_project(values[0])
+    by_name: dict[str, Callable[[str], Awaitable[Any]]] = {
+        "detach": client.detach,
+        "preview": client.preview_project,
+        "check": client.check_project,
+        "activate": client.activate_project,
+    }
+    if action in by_name:
+        return await by_name[action](values[0])
     if is_project_url(values[0]):
         return await _attach_url(client, args, values[0])
     request = AttachRequest(values[0], list(args.initial_peers), args.data_base, args.device)

@@ -85,7 +85,7 @@ def preview_text(p: ProjectPreview) -> str:
 
 
 def _project_text(p: ProjectInfo) -> str:
-    """An attached project (the answer to attach and check)."""
+    """An attached project (the answer to attach, check and activate)."""
     joins = " (joins the demo swarm on this computer)" if p.local_swarm else ""
     lines = [f"attached {p.name}{' (active)' if p.active else ''}{joins}"]
     if p.source_url is not None:

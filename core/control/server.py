@@ -97,6 +97,7 @@ class ControlServer:
                 web.post("/v1/projects", self._attach),
                 web.post("/v1/projects/preview", self._preview_project),
                 web.post("/v1/projects/{name}/check", self._check_project),
+                web.post("/v1/projects/{name}/activate", self._activate_project),
                 web.delete("/v1/projects/{name}", self._detach),
                 web.post("/v1/start", self._start),
                 web.post("/v1/pause", self._pause),
@@ -201,6 +202,9 @@ class ControlServer:
 
     async def _check_project(self, request: web.Request) -> web.Response:
         return _ok(await self.engine.check_project(request.match_info["name"]))
+
+    async def _activate_project(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.activate_project(request.match_info["name"]))
 
     async def _detach(self, request: web.Request) -> web.Response:
         return _ok(ProjectList(await self.engine.detach(request.match_info["name"])))

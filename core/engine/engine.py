@@ -7,9 +7,9 @@ missing part; ``close`` stops them in reverse, each even if another fails, and r
 The scheduler loop reads the conditions, asks the pure policy what to do and carries the decision
 out (pause within one layer's compute, resume, throttle, threads). Commands come from the control
 server under the names of the API's calls (``EngineApi``: start, pause, resume, snooze,
-set_settings, attach, detach, login, logout, ...) and fail with the engine's own errors
-(``errors``), which the server maps onto the API's; every change is published as a typed event,
-and contribution is metered into the ledger.
+set_settings, attach, activate_project, detach, login, logout, ...) and fail with the engine's own
+errors (``errors``), which the server maps onto the API's; every change is published as a typed
+event, and contribution is metered into the ledger.
 The collaboration's completed epochs become the loss curve (``history``); demo swarms running on
 this computer are followed (``core.swarm``) to offer them (``offers``), to join them wherever
 they listen, and to keep their CPU use out of "other programs'"; ``diagnostics`` answers bug reports.
@@ -129,6 +129,8 @@ class Engine:
         self.stopped = asyncio.Event()
         self._updating = asyncio.Lock()
         """One look for a manifest update at a time (the poll's, or one asked for)."""
+        self._switching = asyncio.Lock()
+        """One switch of the active project at a time (``activate_project``)."""
         self._poll = ManifestPoll(lambda: list(self.memory.projects), self._look_for_update)
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -252,8 +254,7 @@ class Engine:
             await self.swarms.refresh()  # so that the answer says where it joins now
         self.memory.projects.append(slot)
         if self.memory.active is None:
-            self.memory.active = slot.name
-            self._open_runner(slot)
+            self._make_active(slot)
             await self._follow_active()
         self._projects_changed()
         self._poll.wake()
@@ -284,22 +285,44 @@ class Engine:
         if slot is None:
             raise UnknownProject(f"no attached project is called {name!r}")
         if self.memory.active == name:
-            runner, self.runner = self.runner, None
-            # before the stop, which takes a while (a last checkpoint): a scheduler tick meanwhile
-            # must see no project, not a project without its runner
-            self.memory.active = None
-            if runner is not None:
-                await runner.stop(self.config.stop_budget)
-                self._progress.meter(runner)
+            await self._stop_active()
         # by name: a signed update may have replaced the slot while the peer stopped
         self.memory.projects = [s for s in self.memory.projects if s.name != name]
         if self.memory.active is None and self.memory.projects:
-            self.memory.active = self.memory.projects[0].name
-            self._open_runner(self.memory.projects[0])
+            self._make_active(self.memory.projects[0])
         await self._follow_active()
         self._projects_changed()
         await self._changed()
         return self.projects()
+
+    async def activate_project(self, name: str) -> ProjectInfo:
+        """Contribute to the attached project ``name`` instead of the active one.
+
+        The active peer stops as a detach stops it (its contribution is counted; the ledger keeps
+        every project's rows), ``name`` becomes active and its peer starts on the scheduler's next
+        "run", as after an attach; the account follows to its coordinator. Already active: nothing
+        changes."""
+        slot = self._slot(name)
+        if slot is None:
+            raise UnknownProject(f"no attached project is called {name!r}")
+        if self.memory.active == name:
+            return self._project_info(slot)
+        async with self._switching:
+            # an attach while the peer stops may make another project active: stop that one too
+            while self.memory.active is not None or self.runner is not None:
+                await self._stop_active()
+            # by name: detached, or replaced by a signed update, while the peer stopped
+            current = self._slot(name)
+            if current is None and self.memory.projects:
+                self._make_active(self.memory.projects[0])  # as a detach leaves it
+            elif current is not None:
+                self._make_active(current)
+            await self._follow_active()
+        self._projects_changed()
+        await self._changed()
+        if current is None:
+            raise UnknownProject(f"{name} was detached meanwhile")
+        return self._project_info(current)
 
     async def login(self, username: str, password: str, *, signup: bool = False) -> AccountInfo:
         """Log in at the active project's coordinator (signing up first with ``signup``)."""
@@ -484,6 +507,21 @@ class Engine:
             ),
         )
         self._threads = 0
+
+    async def _stop_active(self) -> None:
+        """Stop the active project's peer and count its last contribution; none is active after."""
+        runner, self.runner = self.runner, None
+        # before the stop, which takes a while (a last checkpoint): a scheduler tick meanwhile
+        # must see no project, not a project without its runner
+        self.memory.active = None
+        if runner is not None:
+            await runner.stop(self.config.stop_budget)
+            self._progress.meter(runner)
+
+    def _make_active(self, slot: ProjectSlot) -> None:
+        """``slot`` becomes the active project, its peer built on the scheduler's next "run"."""
+        self.memory.active = slot.name
+        self._open_runner(slot)
 
     async def _follow_active(self) -> None:
         """Point the account at the active project's coordinator (if any)."""

@@ -3,10 +3,12 @@
 What is checked: the menu action (a mnemonic, a shortcut, a status tip; only from the pages) opens
 the page in its add mode ("Add a project", Cancel instead of a hidden Back, no "Step 1 of 3", the
 attached project not offered again); a URL is looked up, the preview says what joining does to the
-project contributing now (the engine keeps one active: the new one waits), and Join lands on the
-dashboard without the preset step, the active project still shown and the preferences untouched;
-the account step comes only when the joined project is the one the engine logs in for; Cancel and
-Escape return with nothing attached; and the first run afterwards is the first run again.
+project contributing now and offers (ticked) to contribute to the new one instead: ticked, Join
+attaches and switches, and a moderated project's account step follows; unticked, Join attaches it
+beside the active one (which stays), and lands on the dashboard without the preset step, the
+preferences untouched; the account step comes only when the joined project is the one the engine
+logs in for; Cancel and Escape return with nothing attached; and the first run afterwards is the
+first run again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pytestqt.qtbot import QtBot
 from app.pages.dashboard import DashboardPage
 from app.pages.first_run import INTRO, TITLE, FirstRunPage, joining_note
 from app.window import MainWindow
+from core.api import NotFound
 from core.api.testing import FakeEngine
 from core.api.testing.sample_data import DEMO_OFFER, REMOTE_PREVIEW
 from tests.app.test_accessibility import (
@@ -85,11 +88,17 @@ def test_a_url_joins_and_lands_on_the_dashboard_without_the_preset_step(
     page = open_adding(window, qtbot)
     look_up(page, qtbot, URL)
     assert page.joining.isVisible()
-    assert page.joining.text() == joining_note("open-albert", DEMO)
+    assert page.instead_box.isVisible()
+    assert page.instead_box.isChecked()  # as a BOINC volunteer adding a project expects
+    assert page.instead_box.text() == f"Contribute to it &instead of {DEMO}"
+    assert page.joining.text() == joining_note("open-albert", DEMO, instead=True)
+    page.instead_box.click()  # attach it beside the demo
+    assert page.joining.text() == joining_note("open-albert", DEMO, instead=False)
     assert "stays the project this computer contributes to" in page.joining.text()
     qtbot.mouseClick(page.next_button, CLICK)  # Join
     dashboard = dashboard_of(window, qtbot)
     assert [p.name for p in fake.projects_] == [DEMO, "open-albert"]
+    assert "activate_project" not in fake.calls
     assert "set_settings" not in fake.calls  # the preset was the first run's
     assert fake.values == before
     assert window.current_page() == "dashboard"
@@ -98,6 +107,7 @@ def test_a_url_joins_and_lands_on_the_dashboard_without_the_preset_step(
     assert window.banner.isVisible()
     assert "open-albert joined" in window.banner.text.text()
     assert f"{DEMO} stays the project" in window.banner.text.text()
+    assert "barnraise ctl activate open-albert" in window.banner.text.text()
     assert window.add_project_action.isEnabled()
     assert not window.first_run.adding
     assert (page.title.text(), page.intro.text()) == (TITLE, INTRO)
@@ -137,10 +147,60 @@ def test_a_moderated_project_beside_the_active_one_skips_the_login(
     window = make_window(fake)
     page = open_adding(window, qtbot)
     look_up(page, qtbot, URL)
+    page.instead_box.setChecked(False)
     qtbot.mouseClick(page.next_button, CLICK)
     dashboard_of(window, qtbot)
     assert "login" not in fake.calls
+    assert "activate_project" not in fake.calls
+    assert fake.active == DEMO
     assert page.steps.currentIndex() == 0
+
+
+def test_contributing_instead_switches_and_goes_through_the_login(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    """The box ticked (as it comes): after the attach the engine switches to the joined project,
+    whose coordinator the account now follows, so its login step comes as in the first run."""
+    window = make_window(fake)
+    page = open_adding(window, qtbot)
+    look_up(page, qtbot, URL)
+    assert page.instead_box.isChecked()
+    qtbot.mouseClick(page.next_button, CLICK)  # Join
+    qtbot.waitUntil(lambda: page.steps.currentIndex() == ACCOUNT_STEP, timeout=10_000)
+    assert fake.calls.index("attach") < fake.calls.index("activate_project")
+    assert fake.active == "open-albert"
+    assert [(p.name, p.active) for p in fake.projects_] == [(DEMO, False), ("open-albert", True)]
+    assert window.root.currentWidget() is page
+    assert "open-albert" in page.login.intro.text()
+    page.login.username.setText("quinn")
+    page.login.password.setText("a long password")
+    qtbot.mouseClick(page.login.signup_button, CLICK)
+    dashboard = dashboard_of(window, qtbot)
+    assert fake.username == "quinn"
+    assert "set_settings" not in fake.calls
+    qtbot.waitUntil(lambda: dashboard.project.text() == "open-albert", timeout=10_000)
+    assert window.banner.level == "info"
+    assert "open-albert joined: this computer contributes to it now" in window.banner.text.text()
+
+
+def test_a_switch_the_engine_refuses_leaves_the_project_joined_and_says_why(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    window = make_window(fake)
+    page = open_adding(window, qtbot)
+    look_up(page, qtbot, URL)
+    fake.fail_next("activate_project", NotFound("no attached project is called 'open-albert'"))
+    qtbot.mouseClick(page.next_button, CLICK)  # Join
+    dashboard_of(window, qtbot)
+    assert [p.name for p in fake.projects_] == [DEMO, "open-albert"]
+    assert fake.active == DEMO
+    assert "login" not in fake.calls
+    qtbot.waitUntil(window.banner.isVisible, timeout=10_000)
+    assert window.banner.level == "warning"
+    assert "open-albert joined beside" in window.banner.text.text()
+    assert (
+        "Switching to the joined project failed: No attached project" in window.banner.text.text()
+    )
 
 
 def test_cancel_returns_with_nothing_attached(
@@ -200,4 +260,5 @@ def test_add_mode_is_reachable_and_explained(
     check_tooltips_and_tab_focus(page)
     check_mnemonics(page)
     assert page.joining.accessibleName() == "What joining does"
+    assert page.instead_box.toolTip()
     assert page.joining.textFormat() == Qt.TextFormat.PlainText  # it quotes project names

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from core.api import AttachRequest, BadRequest, StateChanged
+from core.api import AttachRequest, BadRequest, NotFound, ProjectsChanged, StateChanged
 from core.api.testing import CALM, DEMO, FakeEngine
+from core.api.testing.sample_data import REMOTE_PREVIEW
 from core.policy import PeerStatus, Preferences, PreferencesError, decide, outcome
 
 
@@ -158,3 +159,24 @@ async def test_the_backlog_says_only_what_the_engine_would() -> None:
     for before, after in itertools.pairwise(changes):
         assert after.previous == before.state
     assert all(e.data.project == DEMO for e in fake.recent if hasattr(e.data, "project"))
+
+
+async def test_activating_a_project_switches_as_the_engine_does() -> None:
+    fake = FakeEngine("contributing")
+    await fake.attach(AttachRequest(manifest=REMOTE_PREVIEW.url))
+    assert fake.active == DEMO  # attached beside
+    seen = fake.recent[-1].seq
+    info = await fake.activate_project(REMOTE_PREVIEW.name)
+    assert (info.name, info.active) == (REMOTE_PREVIEW.name, True)
+    listed = (await fake.projects()).projects
+    assert [(p.name, p.active) for p in listed] == [(DEMO, False), (REMOTE_PREVIEW.name, True)]
+    assert (await fake.account()).project == REMOTE_PREVIEW.name
+    assert (await fake.state()).project == info
+    news = [e.data for e in fake.recent if e.seq > seen and isinstance(e.data, ProjectsChanged)]
+    assert news == [ProjectsChanged([DEMO, REMOTE_PREVIEW.name], REMOTE_PREVIEW.name)]
+    # already active: the same answer, nothing published
+    seen = fake.recent[-1].seq
+    assert await fake.activate_project(REMOTE_PREVIEW.name) == info
+    assert [e for e in fake.recent if e.seq > seen] == []
+    with pytest.raises(NotFound, match="no attached project is called 'nope'"):
+        await fake.activate_project("nope")

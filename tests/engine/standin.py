@@ -28,6 +28,8 @@ class StandInPeer:
         self.network_now = PeerNetwork("unknown")
         self.waiting_for: str | None = None
         """Why it cannot contribute now (``ProjectPeer.waiting_for``): a test may set it."""
+        self.totals: dict[str, Any] = {}
+        """Its running totals (``ProjectPeer.progress``): a test may set them to be metered."""
 
     class Control:
         def close(self) -> None:
@@ -47,7 +49,7 @@ class StandInPeer:
         pass
 
     def progress(self) -> dict[str, Any]:
-        return {}
+        return dict(self.totals)
 
     def network(self) -> PeerNetwork:
         return self.network_now

@@ -388,6 +388,23 @@ class FakeEngine:
                 raise Conflict(f"{name} was attached from a file: it has no URL to check")
             return info
 
+    async def activate_project(self, name: str) -> ProjectInfo:
+        await self._enter("activate_project")
+        with self._lock:
+            info = next((p for p in self.projects_ if p.name == name), None)
+            if info is None:
+                raise NotFound(f"no attached project is called {name!r}")
+            if self.active != name:
+                self.active = name
+                # the flag each project info carries follows, as the engine's views do
+                self.projects_ = [
+                    dataclasses.replace(p, active=p.name == name) for p in self.projects_
+                ]
+                self._publish(ProjectsChanged([p.name for p in self.projects_], self.active))
+                self._publish(AccountChanged(self._account()))
+                self._decide()
+            return next(p for p in self.projects_ if p.name == name)
+
     async def shutdown(self) -> None:
         await self._enter("shutdown")
         with self._lock:
