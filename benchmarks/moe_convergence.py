@@ -84,12 +84,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from convergence_runs import SCENARIOS, SYNCHRONOUS, run_dmoe, run_ffn
 from harness import ROOT
+from plot_png import attach_plot, plot_path
 
 sys.path.insert(0, str(ROOT))
 
@@ -151,15 +151,6 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 # ---- the part ----------------------------------------------------------------------------------------
-
-
-def plot_path(args: argparse.Namespace) -> Path:
-    if args.convergence_plot is not None:
-        return Path(args.convergence_plot)
-    if getattr(args, "json", None) is not None:
-        json_path = Path(args.json)
-        return json_path.with_name(json_path.stem + ".convergence.png")
-    return Path("moe_convergence.png")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,16 +226,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "ffn_lr_check": lr_check,
     }
-    path = plot_path(args)
-    try:
-        write_plot(result, path)
-    except Exception as exc:  # the measurements are kept; the summary and the JSON say why
-        traceback.print_exc()
-        result["plot"] = None
-        result["plot_error"] = f"{type(exc).__name__}: {exc}"
-    else:
-        result["plot"] = str(path)
-    return result
+    path = plot_path(args.convergence_plot, getattr(args, "json", None), "convergence")
+    return attach_plot(result, path, write_plot)
 
 
 def progress(text: str) -> None:

@@ -57,12 +57,12 @@ import asyncio
 import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from harness import ROOT
 from loopback_experts import LoopbackSwarm
+from plot_png import attach_plot, plot_path
 
 sys.path.insert(0, str(ROOT))
 
@@ -322,15 +322,6 @@ async def measure_latency(args: argparse.Namespace, latency_ms: float) -> dict[s
         await swarm.close()
 
 
-def plot_path(args: argparse.Namespace) -> Path:
-    if args.throughput_plot is not None:
-        return Path(args.throughput_plot)
-    if getattr(args, "json", None) is not None:
-        json_path = Path(args.json)
-        return json_path.with_name(json_path.stem + ".throughput.png")
-    return Path("moe_throughput.png")
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The part's entry point: the local reference, then both modes at every latency, the plot."""
     import torch
@@ -370,16 +361,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "model_parallel_upper_bound": upper,
         "latencies": rows,
     }
-    path = plot_path(args)
-    try:
-        write_plot(result, path)
-    except Exception as exc:  # the measurements are kept; the summary and the JSON say why
-        traceback.print_exc()
-        result["plot"] = None
-        result["plot_error"] = f"{type(exc).__name__}: {exc}"
-    else:
-        result["plot"] = str(path)
-    return result
+    path = plot_path(args.throughput_plot, getattr(args, "json", None), "throughput")
+    return attach_plot(result, path, write_plot)
 
 
 def write_plot(result: dict[str, Any], path: Path) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,3 +310,30 @@ def render_panels(
     if not image.save(str(path), "PNG"):  # type: ignore[call-overload]
         raise OSError(f"could not write the plot to {path}")
     del app  # Qt keeps its application object; nothing to close
+
+
+def plot_path(explicit: str | None, json_path: str | None, kind: str) -> Path:
+    """Where a benchmark part writes its plot: the path asked for, else beside the JSON
+    (``out.json`` -> ``out.<kind>.png``), else ``moe_<kind>.png`` here."""
+    if explicit is not None:
+        return Path(explicit)
+    if json_path is not None:
+        path = Path(json_path)
+        return path.with_name(f"{path.stem}.{kind}.png")
+    return Path(f"moe_{kind}.png")
+
+
+def attach_plot(
+    result: dict[str, Any], path: Path, write: Callable[[dict[str, Any], Path], None]
+) -> dict[str, Any]:
+    """Draw ``result`` to ``path`` and name the file in it (``plot``); a plot that fails keeps the
+    measurements, and says why (``plot_error``, and the traceback on stderr)."""
+    try:
+        write(result, path)
+    except Exception as exc:
+        traceback.print_exc()
+        result["plot"] = None
+        result["plot_error"] = f"{type(exc).__name__}: {exc}"
+    else:
+        result["plot"] = str(path)
+    return result
