@@ -23,23 +23,32 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(600)
 
 
-def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
-    out = tmp_path / "transport.json"
+def run_benchmark(
+    script: str, *args: str, timeout: float, env: dict[str, str] | None = None
+) -> None:
+    """Run ``benchmarks/<script>`` with ``args`` in this interpreter; its output is kept for the
+    failure report, and a script that fails or overruns ``timeout`` fails the test."""
     subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "transport.py"),
-            "--json",
-            str(out),
-            "--mbytes",
-            "8",
-            "--calls",
-            "50",
-            "--repeats",
-            "1",
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
         check=True,
         capture_output=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "transport.json"
+    run_benchmark(
+        "transport.py",
+        "--json",
+        str(out),
+        "--mbytes",
+        "8",
+        "--calls",
+        "50",
+        "--repeats",
+        "1",
         timeout=120,
     )
     result = json.loads(out.read_text())
@@ -53,22 +62,17 @@ def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
 
 def test_dht_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
     out = tmp_path / "dht.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "dht.py"),
-            "--nodes",
-            "4",
-            "--ops",
-            "5",
-            "--settle",
-            "0.2",
-            "--no-hivemind",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "dht.py",
+        "--nodes",
+        "4",
+        "--ops",
+        "5",
+        "--settle",
+        "0.2",
+        "--no-hivemind",
+        "--json",
+        str(out),
         timeout=180,
     )
     result = json.loads(out.read_text())
@@ -83,24 +87,19 @@ def test_dht_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
 
 def test_allreduce_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
     out = tmp_path / "allreduce.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "allreduce.py"),
-            "--peers",
-            "3",
-            "--numel",
-            "200000",
-            "--rounds",
-            "1",
-            "--compression",
-            "uint8",
-            "--no-hivemind",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "allreduce.py",
+        "--peers",
+        "3",
+        "--numel",
+        "200000",
+        "--rounds",
+        "1",
+        "--compression",
+        "uint8",
+        "--no-hivemind",
+        "--json",
+        str(out),
         timeout=240,
     )
     result = json.loads(out.read_text())
@@ -112,17 +111,12 @@ def test_allreduce_benchmark_writes_the_reference_fields(tmp_path: Path) -> None
 
 def test_robust_benchmark_writes_both_methods_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "robust.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "robust.py"),
-            "--quick",
-            "--verified",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "robust.py",
+        "--quick",
+        "--verified",
+        "--json",
+        str(out),
         timeout=120,
     )
     result = json.loads(out.read_text())
@@ -141,21 +135,16 @@ def test_robust_benchmark_writes_both_methods_side_by_side(tmp_path: Path) -> No
 
 def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "load_balancing.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "load_balancing.py"),
-            "--numel",
-            "150000",
-            "--rounds",
-            "1",
-            "--unit",
-            "4e6",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "load_balancing.py",
+        "--numel",
+        "150000",
+        "--rounds",
+        "1",
+        "--unit",
+        "4e6",
+        "--json",
+        str(out),
         timeout=300,
     )
     result = json.loads(out.read_text())
@@ -172,21 +161,16 @@ def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_swarm_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> None:
     out = tmp_path / "swarm.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "swarm.py"),
-            "--peers",
-            "1",
-            "--seconds",
-            "4",
-            "--data",
-            str(demo_data),
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "swarm.py",
+        "--peers",
+        "1",
+        "--seconds",
+        "4",
+        "--data",
+        str(demo_data),
+        "--json",
+        str(out),
         timeout=300,
     )
     result = json.loads(out.read_text())
@@ -201,23 +185,18 @@ def test_swarm_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> N
 
 def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
     out = tmp_path / "precision.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "precision.py"),
-            "--device",
-            "cpu",
-            "--steps",
-            "4",
-            "--microbatch",
-            "4",
-            "--accumulate",
-            "2",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "precision.py",
+        "--device",
+        "cpu",
+        "--steps",
+        "4",
+        "--microbatch",
+        "4",
+        "--accumulate",
+        "2",
+        "--json",
+        str(out),
         timeout=180,
     )
     (run,) = json.loads(out.read_text())["runs"]
@@ -228,15 +207,11 @@ def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
 
 def test_memory_benchmark_compares_the_four_optimizer_layouts(tmp_path: Path) -> None:
     out = tmp_path / "memory.json"
-    script = str(ROOT / "benchmarks" / "memory.py")
     demo = str(ROOT / "resources" / "demo" / "project.toml")
     # in one process: a child per configuration (the real run's isolation) costs 4 imports of torch
     tiny = ["--microbatch", "2", "--seq-len", "16", "--steps", "1", "--in-process"]
-    subprocess.run(
-        [sys.executable, script, "--device", "cpu", "--manifest", demo, *tiny, "--json", str(out)],
-        check=True,
-        capture_output=True,
-        timeout=300,
+    run_benchmark(
+        "memory.py", "--device", "cpu", "--manifest", demo, *tiny, "--json", str(out), timeout=300
     )
     result = json.loads(out.read_text())
     assert result["isolated"] is False
@@ -264,13 +239,7 @@ def test_memory_benchmark_compares_the_four_optimizer_layouts(tmp_path: Path) ->
 @pytest.mark.slow
 def test_pause_latency_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "pause.json"
-    script = str(ROOT / "benchmarks" / "pause_latency.py")
-    subprocess.run(
-        [sys.executable, script, "--trials", "2", "--json", str(out)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    run_benchmark("pause_latency.py", "--trials", "2", "--json", str(out), timeout=300)
     result = json.loads(out.read_text())
     latency = result["pause_latency_ms"]
     assert 0 < latency["p50"] <= latency["max"]
@@ -282,11 +251,14 @@ def test_pause_latency_benchmark_writes_its_fields(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> None:
     out = tmp_path / "idle.json"
-    script = str(ROOT / "benchmarks" / "engine_idle.py")
-    subprocess.run(
-        [sys.executable, script, "--seconds", "2", "--json", str(out), "--data", str(demo_data)],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "engine_idle.py",
+        "--seconds",
+        "2",
+        "--json",
+        str(out),
+        "--data",
+        str(demo_data),
         timeout=400,
     )
     result = json.loads(out.read_text())
@@ -299,12 +271,8 @@ def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path
 
 def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "access.json"
-    script = str(ROOT / "benchmarks" / "access.py")
-    subprocess.run(
-        [sys.executable, script, "--connections", "8", "--requests", "4", "--json", str(out)],
-        check=True,
-        capture_output=True,
-        timeout=120,
+    run_benchmark(
+        "access.py", "--connections", "8", "--requests", "4", "--json", str(out), timeout=120
     )
     result = json.loads(out.read_text())
     assert result["connections"] == 8
@@ -318,10 +286,9 @@ def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
 def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
     out = tmp_path / "shots"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "screenshots.py"), str(out)],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "screenshots.py",
+        str(out),
         timeout=180,
         env=env,
     )
@@ -347,19 +314,14 @@ def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
 def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
     out = tmp_path / "gui.json"
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "gui_startup.py"),
-            "--trials",
-            "1",
-            "--via",
-            "python",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "gui_startup.py",
+        "--trials",
+        "1",
+        "--via",
+        "python",
+        "--json",
+        str(out),
         timeout=240,
         env=env | {"QT_QPA_PLATFORM": "offscreen"},
     )
@@ -373,14 +335,8 @@ def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
 
 def test_flood_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "flood.json"
-    script = str(ROOT / "benchmarks" / "flood.py")
     args = ["--connections", "50", "--baseline", "1", "--flood", "2", "--after", "1"]
-    subprocess.run(
-        [sys.executable, script, *args, "--json", str(out)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    run_benchmark("flood.py", *args, "--json", str(out), timeout=120)
     result = json.loads(out.read_text())
     for name in ("no_flood", "one_address", "many_networks"):
         scenario = result[name]
@@ -394,19 +350,14 @@ def test_flood_benchmark_writes_its_fields(tmp_path: Path) -> None:
 
 def test_moe_benchmark_writes_a_section_per_part(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "moe.py"),
-            "--quick",
-            "--parts",
-            "beam,server",
-            "--no-hivemind",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "moe.py",
+        "--quick",
+        "--parts",
+        "beam,server",
+        "--no-hivemind",
+        "--json",
+        str(out),
         timeout=120,
     )
     result = json.loads(out.read_text())
@@ -443,18 +394,13 @@ def test_moe_benchmark_writes_a_section_per_part(tmp_path: Path) -> None:
 
 def test_moe_experiments_write_their_curves_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "moe.py"),
-            "--quick",
-            "--parts",
-            "convergence,throughput",
-            "--json",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
+    run_benchmark(
+        "moe.py",
+        "--quick",
+        "--parts",
+        "convergence,throughput",
+        "--json",
+        str(out),
         timeout=120,
     )
     result = json.loads(out.read_text())
