@@ -31,9 +31,9 @@ from harness import emit
 from core.account import CoordinatorClient
 from core.coordinator import CoordinatorService
 from core.net import CallContext, Host, Identity, NetConfig
-from core.net.gate import AccessGate
-from core.net.passes import issue_pass
+from core.net.host.gate import AccessGate
 from core.project import load_manifest
+from core.trust.passes import issue_pass
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "bench-access"

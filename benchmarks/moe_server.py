@@ -148,7 +148,7 @@ async def client(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)  # a trainer is another machine; here eight share two cores
     from core.moe.server import call_expert
     from core.net import Host, Identity
-    from core.net.address import PeerAddress
+    from core.net.host.address import PeerAddress
 
     host = Host(Identity.generate())
     await host.start()

@@ -56,10 +56,10 @@ class Worker:
     """One peer: a Host with its Presence, and later a DHT node and an Averager."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        from core.config.ports import all_interfaces
         from core.net import Host, Identity, NetConfig
-        from core.net.ports import all_interfaces
         from core.net.presence import Presence, PresenceOptions
-        from core.net.reachability import Reachability
+        from core.net.reach.reachability import Reachability
 
         self.args = args
         self.backbone = args.role == "backbone"

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.account import CoordinatorClient, SessionTokens
 from core.coordinator import CoordinatorService, ScryptParams
-from core.net.identity import Identity
-from core.net.passes import pass_to_text
 from core.project import parse_manifest
+from core.trust.identity import Identity
+from core.trust.passes import pass_to_text
 
 if TYPE_CHECKING:
     from selenium.webdriver import Chrome

@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import emit
 
 from core.net import CallContext, Host, Identity, NetConfig, Stream
-from core.net.connection import Connection
-from core.net.relay_client import RelayClient
-from core.net.relay_dialer import RelayDialer
-from core.net.relay_limits import RelayLimits
-from core.net.relay_service import RelayService
+from core.net.relay.client import RelayClient
+from core.net.relay.dialer import RelayDialer
+from core.net.relay.limits import RelayLimits
+from core.net.relay.service import RelayService
+from core.net.wire.connection import Connection
 
 MB = 1_000_000
 CONFIG = NetConfig(call_timeout=600)

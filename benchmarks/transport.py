@@ -30,7 +30,7 @@ from harness import emit
 
 from core.net import Host, Identity, PeerAddress
 from core.net.config import MiB, NetConfig
-from core.net.connection import Connection
+from core.net.wire.connection import Connection
 
 RAW_CHUNK = 4 * MiB
 

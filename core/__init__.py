@@ -4,10 +4,13 @@ Packages, bottom to top (each may import only those below it; ``pyproject.toml``
 contracts hold them to it):
 
 - ``util``    small dependency-free helpers: errors root, named background tasks, base58, wire messages.
-- ``config``  per-user directories following each platform's conventions.
+- ``config``  per-user directories following each platform's conventions; default ports.
 - ``policy``  the pure rules of contributing: preferences, conditions, ``decide``, state names and
   reason codes, their wording (beside ``config``: imports only ``util``; the fake engine uses it too).
-- ``net``     peer identity, authenticated TLS connections, framing, RPC and streams, the Host.
+- ``trust``   who is who and what they signed: peer ids, identity keys, access passes, evidence,
+  rollback orders (no networking: the coordinator reads them too).
+- ``net``     authenticated TLS connections, framing, RPC and streams (``wire``), the Host
+  (``host``), and reaching peers behind home routers (``reach``, ``relay``, ``punch``).
 - ``dht``     the Kademlia DHT: expiring, optionally owned records.
 - ``averaging`` matchmaking, load-balanced butterfly all-reduce, codecs, Moshpit groups, state sharing.
 - ``data``    streamed shards, shuffle and mixing, tokenizer, masked-LM batches, a local shard server.

@@ -28,6 +28,7 @@ from pathlib import Path
 VERSION = "3.12"
 TEST_PATHS = (
     "tests/net",
+    "tests/trust",
     "tests/dht",
     "tests/averaging",
     "tests/training",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.net import Host, Identity, NetConfig
-from core.net.gate import AccessGate
+from core.net.host.gate import AccessGate
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
 # Short timeouts so that failure paths finish quickly in tests.

@@ -277,7 +277,7 @@ def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["connections"] == 8
     assert result["moderated_to_open_ratio"] > 0
-    # that a seen pass is cheaper is tests/net/test_access.py's to check, by counting verifications
+    # that a seen pass is cheaper is tests/net/host/test_access.py's to check, by counting verifications
     assert result["pass_check"]["new_pass_us"] > 0
     assert result["pass_check"]["seen_pass_us"] > 0
     assert result["coordinator"]["login_ms"]["p50"] > 0

@@ -63,9 +63,12 @@ def contract_modules() -> set[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     names: set[str] = set()
     for contract in config["contracts"]:
-        for field in ("source_modules", "forbidden_modules", "layers", "ancestors"):
+        for field in ("source_modules", "forbidden_modules", "layers", "ancestors", "containers"):
             for entry in contract.get(field, []):
                 names.update(part.strip() for part in entry.split("|"))
+        for container in contract.get("containers", []):
+            for layer in contract["layers"]:
+                names.update(f"{container}.{part.strip()}" for part in layer.split("|"))
     return {n for n in names if n.split(".")[0] in ("core", "app")}
 
 

@@ -41,7 +41,7 @@ from core.account.replies import (
     revoked_peers,
     session_tokens,
 )
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 from core.util.web_client import client_session, connection_problem
 
 PASSWORD_VARIABLE = "BARNRAISE_PASSWORD"

@@ -22,9 +22,9 @@ from core.account.errors import AccessRefused, AccountError
 from core.account.proof import Signer
 from core.account.replies import PassGrant
 from core.account.session import AccountSession
-from core.net.gate import AccessGate
-from core.net.passes import AccessDenied
-from core.net.peer_id import PeerID
+from core.net.host.gate import AccessGate
+from core.trust.passes import AccessDenied
+from core.trust.peer_id import PeerID
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 from core.util.msgpack_codec import pack
 
 PROOF_DOMAIN = "barnraise/pass-request/v1"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.account.errors import CoordinatorUnavailable
-from core.net.passes import AccessPass, pass_from_text
-from core.net.peer_id import PeerID
+from core.trust.passes import AccessPass, pass_from_text
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 
 

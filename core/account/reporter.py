@@ -19,7 +19,7 @@ from typing import Any
 
 from core.account.errors import AccessRefused, AccountError, CoordinatorUnavailable
 from core.account.session import AccountSession
-from core.net.evidence import Evidence
+from core.trust.evidence import Evidence
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)

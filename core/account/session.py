@@ -21,7 +21,7 @@ from core.account.client import CoordinatorClient
 from core.account.errors import NotLoggedIn
 from core.account.proof import Signer
 from core.account.replies import PassGrant, SessionTokens
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 
 log = logging.getLogger(__name__)
 

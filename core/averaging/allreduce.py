@@ -37,13 +37,13 @@ from core.averaging.result import AveragingResult
 from core.averaging.tensors import Span, TensorSet, layout, schema_hash
 from core.averaging.verified_round import RoundVerification
 from core.net.errors import InvalidRequestError, NetError, PermissionDeniedError
-from core.net.stream import Stream
+from core.net.wire.stream import Stream
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
-    from core.net.host import Host
-    from core.net.rpc import CallContext
+    from core.net.host.host import Host
+    from core.net.wire.rpc import CallContext
 
 log = logging.getLogger(__name__)
 

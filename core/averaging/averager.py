@@ -41,11 +41,11 @@ from core.averaging.retained import RetainedRounds
 from core.averaging.tensors import TensorSet
 from core.averaging.verification import PROVEN
 from core.dht import DHTNode
-from core.net.address import PeerAddress
 from core.net.errors import NotFoundError
-from core.net.host import Host
-from core.net.rpc import CallContext
-from core.net.stream import Stream
+from core.net.host.address import PeerAddress
+from core.net.host.host import Host
+from core.net.wire.rpc import CallContext
+from core.net.wire.stream import Stream
 from core.util.errors import BarnraiseError, ConfigError
 
 

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 
 log = logging.getLogger(__name__)
 

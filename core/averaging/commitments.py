@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from core.averaging.codecs import F32
 from core.averaging.messages import InputCommitment, InputRow, PartSeal
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
 from core.util.msgpack_codec import pack
 
 DIGEST_BYTES = 32

@@ -29,11 +29,11 @@ from core.averaging.messages import JOIN, GroupSpec, JoinRequest, JoinResponse, 
 from core.averaging.registry import RoundRegistry
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
-from core.net.address import PeerAddress
 from core.net.errors import NetError, PermissionDeniedError
-from core.net.host import Host
-from core.net.peer_id import PeerID
-from core.net.rpc import CallContext
+from core.net.host.address import PeerAddress
+from core.net.host.host import Host
+from core.net.wire.rpc import CallContext
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)

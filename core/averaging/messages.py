@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.averaging.load_balancing import PeerCapacity
-from core.net.peer_id import PeerID
-from core.net.rpc import Method, StreamMethod
+from core.net.wire.rpc import Method, StreamMethod
+from core.trust.peer_id import PeerID
 from core.util.wire import WireMessage
 
 

@@ -35,7 +35,7 @@ from core.averaging.aggregation import (
 from core.averaging.codecs import F32, Codec, decode, encode
 from core.averaging.result import Finding
 from core.averaging.tensors import Span
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 
 WEIGHT = "weight"
 STEPS = 8

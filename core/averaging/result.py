@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 
 
 @dataclass(frozen=True)

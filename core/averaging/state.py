@@ -29,12 +29,12 @@ import numpy as np
 from core.averaging.messages import STATE_HEADER, STATE_RANGE, Empty, StateHeader, StateRequest
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
-from core.net.address import PeerAddress
 from core.net.errors import NetError, NotFoundError
-from core.net.host import Host
-from core.net.peer_id import PeerID
-from core.net.rpc import CallContext
-from core.net.stream import Stream
+from core.net.host.address import PeerAddress
+from core.net.host.host import Host
+from core.net.wire.rpc import CallContext
+from core.net.wire.stream import Stream
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)

@@ -56,11 +56,11 @@ from core.averaging.verification import (
 )
 from core.averaging.verifier import PartCheck, verify_part
 from core.net.errors import InvalidRequestError, PermissionDeniedError, ResourceExhaustedError
-from core.net.peer_id import PeerID
-from core.net.stream import Stream
+from core.net.wire.stream import Stream
+from core.trust.peer_id import PeerID
 
 if TYPE_CHECKING:
-    from core.net.host import Host
+    from core.net.host.host import Host
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,11 @@ from core.averaging.verification import (
     VerificationConfig,
 )
 from core.net.errors import NetError, RpcError
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
 
 if TYPE_CHECKING:
-    from core.net.host import Host
+    from core.net.host.host import Host
 
 
 @dataclass

@@ -25,9 +25,9 @@ from core.account import AccountSession, CoordinatorClient, PassKeeper
 from core.account.client import PASSWORD_VARIABLE
 from core.account.errors import AccountError
 from core.account.reporter import ContributionReporter
-from core.net.gate import AccessGate
-from core.net.identity import Identity
+from core.net.host.gate import AccessGate
 from core.project import AnyManifest
+from core.trust.identity import Identity
 from core.util.errors import ConfigError
 
 log = logging.getLogger(__name__)

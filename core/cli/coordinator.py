@@ -54,13 +54,13 @@ from core.coordinator.data_files import check_data_folder
 from core.coordinator.evidence_records import Accused
 from core.coordinator.rollback import StoredOrder
 from core.coordinator.tls import ServerTls, server_tls_context
-from core.net.address import PeerAddress
-from core.net.base_errors import PeerIdError
 from core.net.errors import AddressError
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
-from core.net.rollback import order_to_text, sign_order
+from core.net.host.address import PeerAddress
 from core.project import AnyManifest, load_any_manifest
+from core.trust.errors import PeerIdError
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
+from core.trust.rollback import order_to_text, sign_order
 from core.util.errors import ConfigError
 
 log = logging.getLogger(__name__)

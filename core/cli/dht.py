@@ -20,10 +20,10 @@ from core.cli.access import add_login_arguments, moderated_access, read_password
 from core.cli.dht_stdio import serve_stdio
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
+from core.config.ports import DHT_PORT, listen_on
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
-from core.net.gate import AccessGate
-from core.net.ports import DHT_PORT, listen_on
+from core.net.host.gate import AccessGate
 from core.project import load_any_manifest
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from core.cli.access import add_login_arguments, with_access
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
-from core.net.ports import PEER_PORT, listen_on
+from core.config.ports import PEER_PORT, listen_on
 from core.project import load_dmoe_manifest
 from core.util.errors import ConfigError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.paths import UserDirs
-from core.net.identity import Identity
+from core.trust.identity import Identity
 
 
 def register(commands: Any) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from core.cli.access import with_access
 from core.cli.signals import stop_on_signals
-from core.net.ports import listen_on
+from core.config.ports import listen_on
 from core.project import DmoeManifest
 from core.util.errors import ConfigError
 

@@ -42,10 +42,10 @@ from core.cli.access import (
 )
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
-from core.net.identity import Identity
-from core.net.ports import AUX_PORT, PEER_PORT, listen_on
+from core.config.ports import AUX_PORT, PEER_PORT, listen_on
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.training.events import PeerEvent, PeerStopped, to_json
+from core.trust.identity import Identity
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Reading the auxiliary peer's evidence report and deciding which accusations to keep.
 
-Each accusation is a signed ``Evidence`` record (``core.net.evidence``). It is kept only if its
+Each accusation is a signed ``Evidence`` record (``core.trust.evidence``). It is kept only if its
 reporter signed it, for this project, within ``MAX_AGE`` seconds (and not in the future), and if
 the reporter's key was proved by an account (``peer_keys``) that exists and is not banned: an
 accusation is worth the standing of the account that makes it, and a freshly generated key with no
@@ -22,7 +22,7 @@ from typing import Any
 from core.coordinator.accounts import User
 from core.coordinator.errors import BadRequest, Forbidden
 from core.coordinator.evidence_records import Accepted
-from core.net.evidence import Evidence
+from core.trust.evidence import Evidence
 from core.util.errors import BarnraiseError
 
 MAX_PER_REPORT = 256

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.coordinator.schema import transaction
-from core.net.evidence import Evidence
+from core.trust.evidence import Evidence
 
 
 @dataclass(frozen=True, slots=True)

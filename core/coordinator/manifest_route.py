@@ -34,11 +34,11 @@ from aiohttp import web
 from core.coordinator.errors import NotFound
 from core.coordinator.manifest_versions import StoredManifest
 from core.coordinator.store import CoordinatorStore
-from core.net.identity import Identity
 from core.project import AnyManifest, ManifestError, parse_any_manifest
 from core.project.compatibility import refusal
 from core.project.reading import read_manifest_text
 from core.project.signed import SignedManifest, sign_manifest
+from core.trust.identity import Identity
 from core.util.clock import Clock
 from core.util.errors import BarnraiseError
 

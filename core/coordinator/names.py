@@ -25,7 +25,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from core.coordinator.errors import BadRequest
-from core.net.passes import MAX_USERNAME_CHARS
+from core.trust.passes import MAX_USERNAME_CHARS
 
 NAME_PUNCTUATION = "._-"
 MIN_PASSWORD_CHARS = 8

@@ -23,7 +23,7 @@ import secrets
 import struct
 
 from core.coordinator.errors import BadProof
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 from core.util.msgpack_codec import pack
 
 PROOF_DOMAIN = "barnraise/pass-request/v1"

@@ -25,9 +25,9 @@ from core.coordinator.errors import BadRequest
 from core.coordinator.figures import EpochFigures, parse_figures
 from core.coordinator.names import Username
 from core.coordinator.records import Counted
-from core.net.errors import PeerIdError
-from core.net.passes import AccessDenied, pass_from_text
-from core.net.peer_id import PeerID
+from core.trust.errors import PeerIdError
+from core.trust.passes import AccessDenied, pass_from_text
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError, WireFormatError
 
 MAX_CONTRIBUTIONS = 10_000

@@ -69,11 +69,11 @@ from core.coordinator.reports import Judge, parse_report
 from core.coordinator.sessions import MAX_TOKEN_CHARS, Tokens
 from core.coordinator.signup_limit import SignupLimiter, SignupLimits
 from core.coordinator.store import CoordinatorStore
-from core.net.errors import PeerIdError
-from core.net.identity import Identity
-from core.net.passes import issue_pass, pass_to_text
-from core.net.peer_id import PeerID
 from core.project import AnyManifest
+from core.trust.errors import PeerIdError
+from core.trust.identity import Identity
+from core.trust.passes import issue_pass, pass_to_text
+from core.trust.peer_id import PeerID
 from core.util.clock import Clock, SystemClock
 from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks

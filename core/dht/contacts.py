@@ -14,9 +14,9 @@ from core.dht.messages import PingRequest
 from core.dht.routing import Contact
 from core.dht.state import NodeState
 from core.dht.transport import Caller
-from core.net.address import PeerAddress
 from core.net.errors import NetError
-from core.net.peer_id import PeerID
+from core.net.host.address import PeerAddress
+from core.trust.peer_id import PeerID
 
 
 class ContactBook:

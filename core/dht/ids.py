@@ -6,7 +6,7 @@ import hashlib
 import random
 from typing import Any
 
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 from core.util.msgpack_codec import pack
 
 ID_BITS = 160

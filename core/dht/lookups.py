@@ -12,9 +12,9 @@ from core.dht.records import InvalidRecord
 from core.dht.routing import Contact
 from core.dht.state import NodeState
 from core.dht.traversal import Answer, QueryFailed, Search, run_searches
-from core.net.address import PeerAddress
 from core.net.errors import MalformedResponseError, NetError
-from core.net.peer_id import PeerID
+from core.net.host.address import PeerAddress
+from core.trust.peer_id import PeerID
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import logging
 from core.dht.config import DHTConfig
 from core.dht.routing import Contact, RoutingTable
 from core.net.errors import PeerIdMismatchError
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 from core.util.clock import Clock
 
 log = logging.getLogger(__name__)

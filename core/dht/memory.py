@@ -24,10 +24,10 @@ from core.dht.messages import (
 )
 from core.dht.routing import Contact
 from core.dht.transport import Caller, Handlers
-from core.net.address import PeerAddress
 from core.net.errors import DialError
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
+from core.net.host.address import PeerAddress
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
 from core.util.msgpack_codec import pack, unpack
 from core.util.wire import WireMessage
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.dht.records import StoredValue
-from core.net.peer_id import PeerID
-from core.net.rpc import Method
+from core.net.wire.rpc import Method
+from core.trust.peer_id import PeerID
 from core.util.wire import WireMessage
 
 MAX_KEYS_PER_REQUEST = 256

@@ -41,8 +41,8 @@ from core.dht.storage import RecordStore
 from core.dht.transport import DHTTransport
 from core.dht.traversal import Search
 from core.dht.validation import Limits, RecordRules, RecordSchema
-from core.net.address import PeerAddress
 from core.net.errors import AddressError, NetError
+from core.net.host.address import PeerAddress
 from core.util.clock import Clock, SystemClock
 from core.util.errors import BarnraiseError
 from core.util.msgpack_codec import pack

@@ -11,8 +11,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from core.net.errors import PeerIdError
-from core.net.peer_id import PeerID
+from core.trust.errors import PeerIdError
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 from core.util.msgpack_codec import pack
 

@@ -19,7 +19,7 @@ from core.dht.state import NodeState
 from core.dht.storage import RecordStore
 from core.dht.traversal import Search
 from core.net.errors import MalformedResponseError, NetError
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 
 Prepared = tuple[int, Any, Any, StoredValue]
 """(key id, key, subkey, value) of one record ready to send."""

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from core.dht.ids import MAX_ID, node_id
-from core.net.address import PeerAddress
-from core.net.peer_id import PeerID
+from core.net.host.address import PeerAddress
+from core.trust.peer_id import PeerID
 
 
 @dataclass(slots=True)

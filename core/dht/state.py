@@ -9,7 +9,7 @@ from core.dht.routing import RoutingTable
 from core.dht.storage import RecordStore
 from core.dht.transport import DHTTransport
 from core.dht.validation import RecordRules
-from core.net.identity import Identity
+from core.trust.identity import Identity
 from core.util.clock import Clock
 from core.util.tasks import BackgroundTasks
 

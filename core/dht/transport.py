@@ -21,11 +21,11 @@ from core.dht.messages import (
     StoreResponse,
 )
 from core.dht.routing import Contact
-from core.net.address import PeerAddress
-from core.net.host import Host
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
-from core.net.rpc import CallContext
+from core.net.host.address import PeerAddress
+from core.net.host.host import Host
+from core.net.wire.rpc import CallContext
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
 
 
 @dataclass(frozen=True, slots=True)

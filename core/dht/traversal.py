@@ -30,7 +30,7 @@ from typing import Any
 
 from core.dht.messages import FoundRecord
 from core.dht.routing import Contact
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 
 Answer = tuple[FoundRecord | None, list[Contact]]
 Query = Callable[[Contact, list[int]], Coroutine[Any, Any, list[Answer]]]

@@ -18,7 +18,7 @@ from core.dht.records import (
     required_signer,
     signing_payload,
 )
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack, unpack
 from core.util.wire import WireMessage

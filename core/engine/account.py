@@ -38,9 +38,9 @@ from core.api.codec import decode
 from core.api.errors import ApiError
 from core.api.schema import AccountInfo, HistoryDay, Leaderboard, LeaderboardEntry, MyRank
 from core.engine.errors import InvalidArgument, NoCoordinator
-from core.net.gate import AccessGate
-from core.net.peer_id import PeerID
+from core.net.host.gate import AccessGate
 from core.project import AnyManifest, ManifestError, load_any_manifest
+from core.trust.peer_id import PeerID
 from core.util.blocking import BlockingPool
 from core.util.tasks import BackgroundTasks
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.net import Identity
-from core.net.gate import AccessGate
-from core.net.reachability_monitor import ReachabilityMonitor
+from core.net.host.gate import AccessGate
+from core.net.reach.monitor import ReachabilityMonitor
 from core.project import DmoeManifest
 from core.training.events import PeerEvent, PeerNetwork, PeerReady, PeerStopped
 

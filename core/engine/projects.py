@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from core.account import AccountError, NotLoggedIn, PassKeeper
+from core.config.ports import all_interfaces
 from core.engine.account import Account
 from core.engine.hosting import RunningPeer, expert_host
 from core.net import Identity
-from core.net.gate import AccessGate
-from core.net.ports import all_interfaces
+from core.net.host.gate import AccessGate
 from core.policy import PeerStatus, RunnerState
 from core.project import AnyManifest, DmoeManifest, load_any_manifest
 from core.swarm import LocalSwarm, LocalSwarms

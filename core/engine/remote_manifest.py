@@ -35,8 +35,6 @@ import aiohttp
 from core.api.project_url import ProjectUrl
 from core.api.schema import KeySource
 from core.engine.errors import EngineError
-from core.net.base_errors import PeerIdError
-from core.net.peer_id import PeerID
 from core.project import AnyManifest, DmoeManifest
 from core.project.signed import (
     MAX_ENVELOPE_BYTES,
@@ -44,6 +42,8 @@ from core.project.signed import (
     SignedManifestError,
     parse_envelope,
 )
+from core.trust.errors import PeerIdError
+from core.trust.peer_id import PeerID
 from core.util.web_client import client_session, connection_problem
 
 CONNECT_TIMEOUT = 10.0

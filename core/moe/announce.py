@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from core.dht.records import ValueWithExpiration
 from core.moe.grid import ExpertGrid, GridError
-from core.net.address import PeerAddress
+from core.net.host.address import PeerAddress
 from core.util.clock import Clock, SystemClock
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks

@@ -31,7 +31,6 @@ from core.averaging.codecs import Codec
 from core.dht import DHTError
 from core.moe.beam_search import FoundExpert, MoEBeamSearch
 from core.moe.server import call_expert
-from core.net.address import PeerAddress
 from core.net.errors import (
     InvalidRequestError,
     MalformedResponseError,
@@ -42,7 +41,8 @@ from core.net.errors import (
     UnavailableError,
     UnknownMethodError,
 )
-from core.net.host import Host
+from core.net.host.address import PeerAddress
+from core.net.host.host import Host
 from core.training.bridge import TrainingBridge
 from core.util.errors import BarnraiseError, WireFormatError
 

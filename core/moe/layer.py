@@ -59,7 +59,7 @@ from core.moe.calls import (
 )
 from core.moe.gating import StructuredGating
 from core.moe.grid import ExpertGrid
-from core.net.host import Host
+from core.net.host.host import Host
 from core.training.bridge import TrainingBridge
 
 __all__ = [

@@ -26,8 +26,8 @@ import torch
 
 from core.averaging.codecs import Codec, decode, encode, encoded_size
 from core.net.errors import InvalidRequestError, MalformedResponseError
-from core.net.rpc import Method, StreamMethod
-from core.net.stream import Stream
+from core.net.wire.rpc import Method, StreamMethod
+from core.net.wire.stream import Stream
 from core.util.errors import WireFormatError
 from core.util.wire import WireMessage
 

@@ -53,10 +53,10 @@ from core.moe.selection import expand_uids, free_uids
 from core.moe.server import ExpertServer
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
-from core.net.gate import AccessGate
+from core.net.host.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
-from core.net.reachability import Reachability
-from core.net.reachability_monitor import ReachabilityMonitor
+from core.net.reach.monitor import ReachabilityMonitor
+from core.net.reach.reachability import Reachability
 from core.project import DmoeManifest
 from core.training.bridge import TrainingBridge
 from core.training.control import TrainingControl

@@ -49,9 +49,9 @@ from core.net.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from core.net.host import Host, Target
-from core.net.rpc import CallContext
-from core.net.stream import Stream
+from core.net.host.host import Host, Target
+from core.net.wire.rpc import CallContext
+from core.net.wire.stream import Stream
 from core.training.bridge import TrainingBridge
 from core.training.errors import Interrupted
 from core.util.errors import WireFormatError

@@ -48,7 +48,7 @@ from core.moe.trainer_events import (
     MoETrainerStopped,
 )
 from core.net import Host, Identity, NetConfig
-from core.net.gate import AccessGate
+from core.net.host.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
 from core.project import DmoeManifest
 from core.training.bridge import TrainingBridge

@@ -38,7 +38,7 @@ class NetConfig:
     """Replies queued for a peer that does not read them; beyond this its connection is dropped."""
     max_pending_handshakes: int = 256
     """Inbound connections still handshaking at once; beyond it the oldest handshake of the most
-    crowded network prefix is dropped for the newcomer (``core.net.admission``)."""
+    crowded network prefix is dropped for the newcomer (``core.net.host.admission``)."""
     max_pending_per_ip: int = 64
     """Handshakes at once from one address; beyond it that address's oldest one is dropped."""
     max_pending_per_prefix: int = 128

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from core.net.connection import Connection
-    from core.net.host import Host
+    from core.net.host.host import Host
+    from core.net.wire.connection import Connection
 
 KINDS = ("direct", "punched", "relayed")
-"""Best first. ``punched``: direct connections that a hole punch opened (``core.net.punch`` marks
+"""Best first. ``punched``: direct connections that a hole punch opened (``core.net.punch.puncher`` marks
 them ``punched = True``); without hole punching there are none."""
 
 

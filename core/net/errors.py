@@ -1,12 +1,12 @@
 """Errors of the networking layer.
 
-``NetError`` covers local problems (bad address, identity file, failed dial or handshake). ``RpcError``
+``NetError`` covers local problems (bad address, failed dial or handshake). ``RpcError``
 is what a call raises; its ``code`` travels on the wire, so a handler that raises
 ``NotFoundError("no such key")`` makes the caller's ``await`` raise ``NotFoundError`` with that message,
 with ``remote=True`` and the responding ``peer`` attached. Tracebacks never cross the wire.
 
-``NetError`` and ``PeerIdError`` are defined in ``base_errors`` (see there why) and re-exported here:
-import every networking error from this module.
+Import every networking error from this module; a malformed PeerID or identity key is a
+``core.trust.errors`` error, not a networking one.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from core.net.base_errors import NetError, PeerIdError
+from core.util.errors import BarnraiseError
 
 if TYPE_CHECKING:
-    from core.net.peer_id import PeerID
+    from core.trust.peer_id import PeerID
 
 __all__ = [
     "AddressError",
@@ -27,12 +27,10 @@ __all__ = [
     "DialError",
     "FrameTooLargeError",
     "HandshakeError",
-    "IdentityError",
     "InvalidRequestError",
     "MalformedResponseError",
     "NetError",
     "NotFoundError",
-    "PeerIdError",
     "PeerIdMismatchError",
     "PermissionDeniedError",
     "ProtocolViolation",
@@ -47,12 +45,12 @@ __all__ = [
 ]
 
 
+class NetError(BarnraiseError):
+    """A networking failure on this side."""
+
+
 class AddressError(NetError, ValueError):
     """An address string that cannot be parsed or dialed."""
-
-
-class IdentityError(NetError):
-    """The identity key file is missing, unreadable or malformed."""
 
 
 class DialError(NetError):

@@ -2,13 +2,13 @@
 
 One object per Host, started after it listens:
 
-- a **dial-back service** (``dialback``) for others' reachability checks, and our own checks
-  (``reachability_monitor``), which decide PUBLIC / PRIVATE / UNKNOWN;
-- a **relay dialer** (``relay_dialer``) so that ``relay:`` addresses can be dialed by anyone;
-- while not PUBLIC, a **relay client** (``relay_client``) holding reservations on relays, so that
-  others reach us through them; while PUBLIC and asked to, a **relay service** (``relay_service``);
-- **hole punching** (``punch``): relayed connections we dialed are moved to a direct path;
-- a **port mapping** (``portmap``) on the home router where it offers UPnP-IGD or NAT-PMP; a
+- a **dial-back service** (``reach.dialback``) for others' reachability checks, and our own checks
+  (``reach.monitor``), which decide PUBLIC / PRIVATE / UNKNOWN;
+- a **relay dialer** (``relay.dialer``) so that ``relay:`` addresses can be dialed by anyone;
+- while not PUBLIC, a **relay client** (``relay.client``) holding reservations on relays, so that
+  others reach us through them; while PUBLIC and asked to, a **relay service** (``relay.service``);
+- **hole punching** (``punch.puncher``): relayed connections we dialed are moved to a direct path;
+- a **port mapping** (``reach.portmap``) on the home router where it offers UPnP-IGD or NAT-PMP; a
   mapping is re-checked by dial-backs before anyone is told;
 - **meeting peers**: we connect to the peers we learn about (a few at a time), so that each pair
   finds its best path early and the user's dashboard can say how we reach them.
@@ -25,18 +25,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.net.advertise import parse_ip
-from core.net.dialback import DialbackService
-from core.net.host import Host
-from core.net.peer_id import PeerID
-from core.net.portmap import Mapping, PortMapper
-from core.net.punch import HolePuncher
-from core.net.reachability import Reachability
-from core.net.reachability_monitor import MonitorConfig, ReachabilityMonitor
-from core.net.relay_client import RelayClient
-from core.net.relay_dialer import RelayDialer
-from core.net.relay_limits import RelayLimits
-from core.net.relay_service import RelayService
+from core.net.host.advertise import parse_ip
+from core.net.host.host import Host
+from core.net.punch.puncher import HolePuncher
+from core.net.reach.dialback import DialbackService
+from core.net.reach.monitor import MonitorConfig, ReachabilityMonitor
+from core.net.reach.portmap import Mapping, PortMapper
+from core.net.reach.reachability import Reachability
+from core.net.relay.client import RelayClient
+from core.net.relay.dialer import RelayDialer
+from core.net.relay.limits import RelayLimits
+from core.net.relay.service import RelayService
+from core.trust.peer_id import PeerID
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)

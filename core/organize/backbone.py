@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from core.config.ports import DHT_PORT
 from core.coordinator import DEFAULT_PORT
-from core.net.ports import DHT_PORT
 from core.organize.answers import MODERATED, Answers
 from core.project.dmoe import DMOE
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.moe.digits import DigitsDataError, load_digits
-from core.net.address import PeerAddress
 from core.net.errors import AddressError
+from core.net.host.address import PeerAddress
 from core.organize.check_data import first_example, reach_all, reach_findings
 from core.organize.check_tokenizer import check_tokenizer
 from core.organize.findings import ERROR, OK, Finding

@@ -31,11 +31,10 @@ from pathlib import Path
 from urllib.parse import quote, urljoin
 
 from core import __version__
+from core.config.ports import DHT_PORT
 from core.coordinator import DEFAULT_PARAMS, CoordinatorStore, Password, ScryptParams
 from core.coordinator.errors import BadRequest
-from core.net.address import PeerAddress
-from core.net.identity import Identity
-from core.net.ports import DHT_PORT
+from core.net.host.address import PeerAddress
 from core.organize.answers import MODERATED, Answers
 from core.organize.backbone import (
     DATA,
@@ -60,6 +59,7 @@ from core.project import (
 )
 from core.project.sections import DEFAULT_KIND
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.trust.identity import Identity
 from core.util.atomic import write_atomically
 from core.util.errors import ConfigError
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.account.client import PASSWORD_VARIABLE
-from core.net.ports import PEER_PORT
+from core.config.ports import PEER_PORT
 from core.organize.backbone import (
     DATA,
     ENV_FILE,

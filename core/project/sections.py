@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from core.net.errors import PeerIdError
-from core.net.peer_id import PeerID
-from core.net.ports import AUX_PORT, PEER_PORT
+from core.config.ports import AUX_PORT, PEER_PORT
 from core.project.validation import FieldCheck
+from core.trust.errors import PeerIdError
+from core.trust.peer_id import PeerID
 
 PROJECT_NAME = re.compile(r"[a-z0-9-]{1,64}")
 DEFAULT_KIND = "collaborative"
@@ -328,7 +328,7 @@ class NetworkSection:
     checkpoint (``<url>/index.json``, signed by ``access.project_key``; see
     ``core.training.published``); a peer that finds no other peer may start from it. Empty: none."""
     peer_port: int = PEER_PORT
-    """The TCP port volunteers' peers listen on (``core.net.ports``); 0: any free port."""
+    """The TCP port volunteers' peers listen on (``core.config.ports``); 0: any free port."""
     aux_port: int = AUX_PORT
     """The TCP port auxiliary peers listen on: the one organizers open in the backbone's firewall."""
 

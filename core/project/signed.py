@@ -28,13 +28,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from core.net.base_errors import PeerIdError
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
 from core.project.errors import ManifestError
 from core.project.kinds import AnyManifest, parse_any_manifest
 from core.project.reading import MAX_MANIFEST_BYTES
 from core.project.sections import PROJECT_NAME
+from core.trust.errors import PeerIdError
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 
 FORMAT = "barnraise-signed-manifest/1"

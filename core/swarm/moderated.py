@@ -27,8 +27,8 @@ from typing import Any
 
 from core.account import CoordinatorClient
 from core.coordinator import CoordinatorService
-from core.net.identity import Identity
 from core.project import AnyManifest, load_any_manifest, parse_any_manifest
+from core.trust.identity import Identity
 from core.util import toml_write
 
 VOLUNTEERS = ("alice", "bob")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from core.config.paths import UserDirs
-from core.net.address import PeerAddress
 from core.net.errors import AddressError
+from core.net.host.address import PeerAddress
 from core.project import Manifest, load_manifest
 from core.swarm.accused import Accusations, LogTail
 from core.swarm.children import ChildProcess, spawn_command

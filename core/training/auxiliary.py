@@ -44,7 +44,6 @@ import torch
 
 from core.averaging import AveragingResult, Codec
 from core.averaging.state import DownloadedState, StateDownloadError
-from core.net.evidence import Evidence
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
 from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
@@ -55,6 +54,7 @@ from core.training.progress import KEEPALIVE, PeerProgress
 from core.training.rollback import METADATA_KEY, applied_of, round_key
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
+from core.trust.evidence import Evidence
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks

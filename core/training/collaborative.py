@@ -35,7 +35,6 @@ import torch
 
 from core.averaging import AveragingResult, Codec
 from core.averaging.state import StateDownloadError
-from core.net.rollback import RollbackOrder
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
 from core.training.events import PeerEpoch
@@ -47,6 +46,7 @@ from core.training.readiness import Own, estimate
 from core.training.rollback import applied_of, round_key
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
+from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks

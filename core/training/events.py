@@ -103,7 +103,7 @@ class PeerNetwork(WireMessage):
     """How others reach this peer and how it is connected to its peers: sent when that changes."""
 
     reachability: str
-    """``public``, ``private`` or ``unknown`` (``core.net.reachability``)."""
+    """``public``, ``private`` or ``unknown`` (``core.net.reach.reachability``)."""
     public_address: str | None = None
     """The address dial-backs reached (public peers only)."""
     checked_at: float | None = None

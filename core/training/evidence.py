@@ -1,7 +1,7 @@
 """Publishing what a peer found against others in its rounds, and collecting everyone's.
 
 A round's ``AveragingResult.findings`` (a sender screened out or clipped, a reducer caught lying)
-become signed ``Evidence`` (``core.net.evidence``). Each peer keeps its newest ``KEPT`` records
+become signed ``Evidence`` (``core.trust.evidence``). Each peer keeps its newest ``KEPT`` records
 and publishes them under ``<prefix>.evidence`` in one subkey that only it can write (the DHT's
 owned subkeys, as progress records do), living ``EVIDENCE_TTL`` seconds; in a moderated project the
 record carries the reporter's pass, and peers' DHTs refuse one whose pass does not admit its
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from core.averaging import Averager, AveragingResult
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
-from core.net.evidence import Evidence, InvalidEvidence, sign_evidence
-from core.net.gate import AccessGate
-from core.net.identity import Identity
-from core.net.passes import AccessDenied
-from core.net.peer_id import PeerID
+from core.net.host.gate import AccessGate
 from core.training.progress import pass_carrying_schema
+from core.trust.evidence import Evidence, InvalidEvidence, sign_evidence
+from core.trust.identity import Identity
+from core.trust.passes import AccessDenied
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.net.passes import AccessPass, pass_to_text
 from core.training.progress import PeerProgress
+from core.trust.passes import AccessPass, pass_to_text
 from core.util.logfiles import rotate_if_over, rotated_files
 
 REPORT_MAX_LOSS = 1e6

@@ -27,9 +27,9 @@ from typing import Any
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
 from core.dht.validation import RecordSchema
-from core.net.gate import AccessGate
-from core.net.passes import AccessDenied, AccessPass
-from core.net.peer_id import PeerID
+from core.net.host.gate import AccessGate
+from core.trust.passes import AccessDenied, AccessPass
+from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
 from core.util.msgpack_codec import unpack
 

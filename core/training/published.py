@@ -38,9 +38,9 @@ from typing import Any, BinaryIO, TypeVar
 
 import aiohttp
 
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
 from core.training.errors import CheckpointError
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
 from core.util.atomic import remove_old, remove_temporaries, write_atomically
 from core.util.msgpack_codec import pack
 from core.util.web_client import client_session, connection_problem

@@ -1,6 +1,6 @@
 """What a replica of the state needs to follow the moderators' rollback orders.
 
-The order itself (``core.net.rollback``) is signed by the project key; the coordinator serves the
+The order itself (``core.trust.rollback``) is signed by the project key; the coordinator serves the
 latest, and each moderated peer's pass keeper leaves its text on the ``AccessGate``. This module
 reads that text for a replica (``OrderReader``: verified against the manifest's project key, each
 bad or stale text logged once, then ignored) and defines what every replica carries to apply each
@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from core.net.peer_id import PeerID
-from core.net.rollback import RollbackOrder, RollbackRefused, order_from_text
+from core.trust.peer_id import PeerID
+from core.trust.rollback import RollbackOrder, RollbackRefused, order_from_text
 from core.util.errors import WireFormatError
 
 log = logging.getLogger(__name__)

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.averaging.state import StateDownloadError
-from core.net.rollback import RollbackOrder
 from core.training.checkpoints import Checkpoint, CheckpointStore
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.rollback import OrderReader, applied_of
+from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)

@@ -35,14 +35,13 @@ from core.averaging.verification import VerificationConfig
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
-from core.net.address import PeerAddress
-from core.net.advertise import parse_ip
 from core.net.connection_kinds import KINDS, peer_kinds
-from core.net.evidence import Evidence
-from core.net.gate import AccessGate
+from core.net.host.address import PeerAddress
+from core.net.host.advertise import parse_ip
+from core.net.host.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
-from core.net.reachability import Reachability
-from core.net.reachability_monitor import ReachabilityMonitor
+from core.net.reach.monitor import ReachabilityMonitor
+from core.net.reach.reachability import Reachability
 from core.project import Manifest
 from core.training.adamw import AdamW
 from core.training.albert import AlbertConfig, AlbertMLM
@@ -68,6 +67,7 @@ from core.training.rollback_replica import ReplicaRollback, RolledBack
 from core.training.schedule import albert_lr_lambda
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
+from core.trust.evidence import Evidence
 from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
 from core.util.web_client import open_url
@@ -89,7 +89,7 @@ class PeerSettings:
     initial_peers: tuple[str, ...] = ()
     listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
     """Where to listen: loopback here (a swarm in one computer, the tests); the CLI and the engine
-    pass every interface on the role's port (``core.net.ports``)."""
+    pass every interface on the role's port (``core.config.ports``)."""
     port_fallback: bool = False
     """Take another free port when the one asked for is taken (the default ports only)."""
     offer_relay: bool = False

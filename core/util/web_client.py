@@ -15,7 +15,7 @@ A session made for a loopback address (``url=``), and ``open_url`` of one, never
 elsewhere cannot reach this computer's loopback, and ``NO_PROXY`` rarely lists it (urllib and aiohttp
 bypass loopback only where the settings say so, as Windows' ``<local>`` does).
 
-Not for the local control API (``core.api.client``) nor the router on the LAN (``core.net.portmap``):
+Not for the local control API (``core.api.client``) nor the router on the LAN (``core.net.reach.portmap``):
 those stay on plain aiohttp sessions that never consult a proxy.
 """
 

@@ -13,7 +13,7 @@ import pytest
 from core.account import AccountSession, CoordinatorClient, PassKeeper
 from core.net import CallContext, Host, Identity
 from core.net.errors import NetError
-from core.net.gate import AccessGate
+from core.net.host.gate import AccessGate
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator
 from tests.conftest import FAST
 from tests.support.leaks import wait_until

@@ -27,8 +27,8 @@ from core.account import (
 )
 from core.coordinator import LoginLimits
 from core.net import Identity
-from core.net.gate import AccessGate
-from core.net.passes import pass_to_text
+from core.net.host.gate import AccessGate
+from core.trust.passes import pass_to_text
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_coordinator
 
 

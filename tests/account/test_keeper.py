@@ -23,7 +23,7 @@ from core.account import (
     PassKeeper,
 )
 from core.net import Identity, PeerID
-from core.net.gate import AccessGate
+from core.net.host.gate import AccessGate
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator
 from tests.support.leaks import wait_until
 

@@ -19,7 +19,7 @@ from core.averaging.codecs import Codec
 from core.averaging.reducer import PartReducer
 from core.averaging.screening import lower_median, screen
 from core.averaging.tensors import Span
-from core.net.identity import Identity
+from core.trust.identity import Identity
 from core.util.errors import ConfigError
 
 SIZE = 5000

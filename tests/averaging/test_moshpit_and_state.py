@@ -12,8 +12,8 @@ import pytest
 from core.averaging.messages import StateRequest
 from core.averaging.moshpit import Grid, moshpit_average
 from core.averaging.state import StateDownloadError, StateSharing
-from core.net.rpc import CallContext
-from core.net.stream import Stream
+from core.net.wire.rpc import CallContext
+from core.net.wire.stream import Stream
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD
 

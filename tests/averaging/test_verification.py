@@ -47,8 +47,8 @@ from core.averaging.verification import (
 )
 from core.averaging.verifier import PartCheck, mismatch
 from core.net.errors import InvalidRequestError
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
 from core.util.errors import ConfigError
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD

@@ -20,8 +20,8 @@ import pytest
 from core.config.paths import UserDirs
 from core.moe.server import RemoteExpert
 from core.net import Host, Identity, NetConfig
-from core.net.address import PeerAddress
 from core.net.errors import NetError
+from core.net.host.address import PeerAddress
 from core.swarm import running_swarms
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.cli.peer import publishing_from_args, register
-from core.net.errors import IdentityError
-from core.net.identity import Identity
 from core.project import Manifest, load_manifest
+from core.trust.errors import IdentityError
+from core.trust.identity import Identity
 from core.util.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"

@@ -20,8 +20,8 @@ from core.coordinator import CoordinatorStore, Password
 from core.coordinator.evidence_records import Accepted
 from core.coordinator.passwords import verify_password
 from core.net import Identity
-from core.net.evidence import sign_evidence
 from core.project.signed import parse_envelope
+from core.trust.evidence import sign_evidence
 from tests.coordinator.conftest import PROJECT, manifest_text
 
 OPEN_MANIFEST = f"""

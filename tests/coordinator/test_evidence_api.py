@@ -15,7 +15,7 @@ from core.coordinator import evidence as judging
 from core.coordinator.errors import StoreError
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.net import Identity
-from core.net.evidence import Evidence, sign_evidence
+from core.trust.evidence import Evidence, sign_evidence
 from core.util.sqlite_file import SqliteFile
 from tests.coordinator.conftest import PROJECT, Running
 

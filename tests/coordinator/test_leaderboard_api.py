@@ -6,7 +6,7 @@ import datetime
 from typing import Any
 
 from core.net import Identity
-from core.net.passes import issue_pass, pass_to_text
+from core.trust.passes import issue_pass, pass_to_text
 from tests.coordinator.conftest import PROJECT, Running
 
 DAY = 86400.0

@@ -6,8 +6,8 @@ import pytest
 
 from core.account.proof import proof_payload, signature_text
 from core.net import Identity
-from core.net.gate import AccessGate
-from core.net.passes import AccessDenied, pass_from_text
+from core.net.host.gate import AccessGate
+from core.trust.passes import AccessDenied, pass_from_text
 from tests.coordinator.conftest import PROJECT, Running
 
 

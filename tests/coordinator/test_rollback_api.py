@@ -12,8 +12,8 @@ import pytest
 from core.account import AccountSession, CoordinatorClient, PassKeeper
 from core.cli.main import main
 from core.net import Identity
-from core.net.gate import AccessGate
-from core.net.rollback import order_from_text, order_to_text, sign_order
+from core.net.host.gate import AccessGate
+from core.trust.rollback import order_from_text, order_to_text, sign_order
 from tests.account.coordinator import PASSWORD, running_coordinator
 from tests.account.coordinator import PROJECT as ACCOUNT_PROJECT
 from tests.coordinator.conftest import PROJECT, Running, manifest_text

@@ -6,7 +6,7 @@ import time
 
 from core.dht import DHTConfig, DHTNode
 from core.dht.memory import MemoryNetwork
-from core.net.peer_id import PeerID
+from core.trust.peer_id import PeerID
 
 CONFIG = DHTConfig(refresh_interval=3600, republish_interval=3600)
 

@@ -28,7 +28,7 @@ from core.api import (
 )
 from core.engine.account import Account
 from core.net import Identity
-from core.net.passes import pass_to_text
+from core.trust.passes import pass_to_text
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_coordinator
 from tests.account.memory_keyring import MemoryKeyring
 from tests.engine.conftest import CtlRun, Running, until

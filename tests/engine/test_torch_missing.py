@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from core.engine.projects import TORCH_MISSING, ProjectRunner, ProjectSlot
-from core.net.identity import Identity
 from core.training.events import PeerEvent, PeerFailed
+from core.trust.identity import Identity
 
 
 def test_without_torch_the_project_fails_in_words_and_tries_again_later(

@@ -25,7 +25,7 @@ from aiohttp import web
 from core.account.proof import proof_payload, signature_text
 from core.coordinator import CoordinatorService, LoginLimits, SignupLimits
 from core.net import Identity
-from core.net.passes import issue_pass, pass_to_text
+from core.trust.passes import issue_pass, pass_to_text
 from tests.coordinator.conftest import (
     FAST_SCRYPT,
     PASSWORD,

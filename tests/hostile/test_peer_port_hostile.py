@@ -18,7 +18,7 @@ import pytest
 from core.dht.messages import PING, PingRequest
 from core.net import Host, Identity, NetConfig, PeerAddress
 from core.net.config import MiB
-from core.net.frames import HEADER, Kind
+from core.net.wire.frames import HEADER, Kind
 from tests.cli.test_dht_cli import Node
 from tests.support.rawpeer import close_writer, connect_tls, hello_frame
 

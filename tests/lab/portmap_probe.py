@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from core.net.portmap import PortMapper  # after the path that finds it
+from core.net.reach.portmap import PortMapper  # after the path that finds it
 
 
 async def main(method: str, port: int) -> None:

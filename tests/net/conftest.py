@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from core.net import Host, Identity, NetConfig
-from core.net.gate import AccessGate
-from core.net.relay_client import RelayClient
-from core.net.relay_dialer import RelayDialer
-from core.net.relay_limits import RelayLimits
-from core.net.relay_service import RelayService
+from core.net.host.gate import AccessGate
+from core.net.relay.client import RelayClient
+from core.net.relay.dialer import RelayDialer
+from core.net.relay.limits import RelayLimits
+from core.net.relay.service import RelayService
 from tests.conftest import FAST, MakeHost
 from tests.support.leaks import wait_until
 

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from core.net import Host, Identity
-from core.net.peer_id import PeerID
-from core.net.reachability_monitor import MAX_ASKED, ReachabilityMonitor
-from core.net.relay_client import RETRY_MAX, RelayClient
-from core.net.relay_dialer import RelayDialer
+from core.net.reach.monitor import MAX_ASKED, ReachabilityMonitor
+from core.net.relay.client import RETRY_MAX, RelayClient
+from core.net.relay.dialer import RelayDialer
+from core.trust.peer_id import PeerID
 
 SOMEONE = Identity.generate().peer_id
 

@@ -7,11 +7,11 @@ import tomllib
 
 import pytest
 
-from core.net.identity import Identity
 from core.organize.manifest_text import KEY_NOTES, SECTION_NOTES, manifest_text, toml_value
 from core.organize.new import build_manifest
 from core.organize.presets import PRESETS
 from core.project import Manifest, parse_any_manifest
+from core.trust.identity import Identity
 from core.util.errors import ConfigError
 from tests.organize.conftest import answers
 

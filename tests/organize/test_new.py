@@ -13,12 +13,12 @@ import pytest
 from core.coordinator import CoordinatorStore, Password
 from core.coordinator.passwords import verify_password
 from core.data import ShardServerThread
-from core.net.address import PeerAddress
-from core.net.identity import Identity
+from core.net.host.address import PeerAddress
 from core.organize import new as new_module
 from core.organize.check import check_project
 from core.organize.findings import failed
 from core.project import DmoeManifest, Manifest, load_any_manifest
+from core.trust.identity import Identity
 from core.util.errors import ConfigError
 from tests.organize.conftest import DATA, PASSWORD, answers, make_project
 

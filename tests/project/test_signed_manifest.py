@@ -9,7 +9,6 @@ import json
 import pytest
 
 from core.net import Identity
-from core.net.passes import issue_pass
 from core.project.signed import (
     FORMAT,
     MAX_ENVELOPE_BYTES,
@@ -18,6 +17,7 @@ from core.project.signed import (
     sign_manifest,
     signing_payload,
 )
+from core.trust.passes import issue_pass
 from tests.support.signed_project import PROJECT, project_text
 
 KEY = Identity.from_seed(bytes(range(32)))

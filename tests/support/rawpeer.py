@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 
 from core.net import Host, Identity
-from core.net.certificate import issue_credentials
 from core.net.config import MiB
-from core.net.frames import Kind, encode_frame
-from core.net.hello import PROTOCOL_VERSION, Hello
-from core.net.tls import SERVER_NAME, client_context
+from core.net.host.certificate import issue_credentials
+from core.net.host.tls import SERVER_NAME, client_context
+from core.net.wire.frames import Kind, encode_frame
+from core.net.wire.hello import PROTOCOL_VERSION, Hello
 from core.util.msgpack_codec import pack
 
 

@@ -17,13 +17,13 @@ from core.account.reporter import ContributionReporter
 from core.averaging import Averager, AveragingResult, Finding
 from core.dht import DHTConfig, DHTNode, HostTransport, owner_marker
 from core.net import Identity
-from core.net.evidence import Evidence, InvalidEvidence, sign_evidence
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.bridge import TrainingBridge
 from core.training.collaborative import CollaborativeConfig
 from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
+from core.trust.evidence import Evidence, InvalidEvidence, sign_evidence
 from core.util.msgpack_codec import pack, unpack
 from tests.conftest import MakeHost
 from tests.coordinator.conftest import PASSWORD, PROJECT, start

@@ -16,9 +16,9 @@ from core.dht.ids import key_id
 from core.dht.records import owner_marker
 from core.net import Host, Identity, NetConfig
 from core.net.errors import NetError
-from core.net.gate import AccessGate
-from core.net.passes import AccessDenied, issue_pass
+from core.net.host.gate import AccessGate
 from core.training.progress import PeerProgress, ProgressBoard
+from core.trust.passes import AccessDenied, issue_pass
 from core.util.errors import BarnraiseError
 from core.util.msgpack_codec import unpack
 from tests.averaging.conftest import QUICK, random_tensors

@@ -15,13 +15,13 @@ import pytest
 from core.account import CoordinatorClient
 from core.cli.access import moderated_access
 from core.data import ShardServer
-from core.net.identity import Identity
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.moderated import ORGANIZER, start_coordinator
 from core.training.events import PeerEpoch, PeerEvent, PeerReady
 from core.training.metrics import EpochMetrics
 from core.training.runtime import PeerSettings, ProjectPeer
+from core.trust.identity import Identity
 from tests.support.leaks import wait_until
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from core.data.server import ShardServer
-from core.net.identity import Identity
 from core.training.checkpoints import CheckpointStore
 from core.training.published import (
     INDEX_NAME,
@@ -24,6 +23,7 @@ from core.training.published import (
     publish_checkpoint,
     sign_index,
 )
+from core.trust.identity import Identity
 
 PROJECT = "test-project"
 KEY = Identity.from_seed(bytes(range(32)))

@@ -20,14 +20,6 @@ from core.averaging.state import StateDownloadError, StateSharing
 from core.engine.events import EventBus
 from core.engine.peer_events import PeerEvents
 from core.net import Identity
-from core.net.rollback import (
-    MAX_ORDER_CHARS,
-    RollbackOrder,
-    RollbackRefused,
-    order_from_text,
-    order_to_text,
-    sign_order,
-)
 from core.training.auxiliary import AuxiliaryConfig
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig
@@ -39,6 +31,14 @@ from core.training.rollback import OrderReader, applied_of, round_key
 from core.training.rollback_replica import ReplicaRollback
 from core.training.rollback_replica import RolledBack as Applied
 from core.training.trainer import Trainer
+from core.trust.rollback import (
+    MAX_ORDER_CHARS,
+    RollbackOrder,
+    RollbackRefused,
+    order_from_text,
+    order_to_text,
+    sign_order,
+)
 from core.util.errors import WireFormatError
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from core.net.identity import Identity
-from core.net.peer_id import PeerID
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack, unpack
 from core.util.wire import WireMessage

@@ -35,8 +35,8 @@ from core.coordinator.page.static import StaticFiles
 from core.coordinator.page.stats import Stats, read_stats
 from core.coordinator.page.user import render_user
 from core.coordinator.store import CoordinatorStore
-from core.net.identity import Identity
 from core.project import AnyManifest
+from core.trust.identity import Identity
 from core.util.clock import Clock
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.net import Host, Identity, NetConfig, PeerAddress
-from core.net.punch import HolePuncher
+from core.net.punch.puncher import HolePuncher
 
 PUB = "198.51.100.10"
 IDS = {name: Identity.from_seed((name.encode() * 32)[:32]) for name in ("a", "b", "pub", "relay")}

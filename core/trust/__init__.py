@@ -1,0 +1,15 @@
+"""Who is who, and what they signed: statements about people and training, not networking.
+
+The network authenticates peers with these identities, and the coordinator, the DHT's records and
+the training's evidence check these signatures; none of this needs a connection, so the coordinator
+reads it without importing ``core.net``.
+
+- ``peer_id``    PeerID: libp2p-style identity multihash of the Ed25519 public key, base58btc.
+- ``identity``   Identity: the private key, loaded from or created in a 0600 file.
+- ``passes``     AccessPass: a project's signed {user, peer key, expiry}; issuing and checking.
+- ``evidence``   Evidence: a member's signed accusation against another in an averaging round
+  (who, which round, part and chunk, the statistic); signing and checking, wire and JSON forms.
+- ``rollback``   RollbackOrder: the moderators' signed "back to the checkpoint of epoch N";
+  signing and checking, its text form.
+- ``errors``     TrustError: PeerIdError (not a PeerID) and IdentityError (no usable key file).
+"""
