@@ -4,7 +4,7 @@
 
 Four trainers train a small regression MLP together (``byzantine_task``) with the real collaborative
 optimizer and averager on loopback (``byzantine_runs``). One of them misbehaves
-(``core.training.byzantine``): gradients x1000, sign-flipped x10, noise, NaN, or, as a reducer, a
+(``core.swarm.byzantine``): gradients x1000, sign-flipped x10, noise, NaN, or, as a reducer, a
 shifted aggregate. Each attack runs under the plain mean (screening off) and under the defence
 (CenteredClip with screening; for the lying reducer, reducer verification as well), beside a clean
 collaboration.
@@ -16,7 +16,7 @@ clean collaboration), whether and when it was stopped as diverged, how often the
 misbehaved, and the statistics the honest trainers' findings named it with. ``data_gap`` is how far
 a perfect defence lands from the reference, having lost one shard of four.
 
-``tests/training/test_byzantine.py`` runs the same scenarios; ``benchmarks/robust.py --losses``
+``tests/swarm/test_byzantine.py`` runs the same scenarios; ``benchmarks/robust.py --losses``
 calls ``loss_figures``.
 """
 
@@ -40,7 +40,7 @@ import torch  # noqa: E402
 
 from benchmarks.byzantine_runs import CLEAN, Curve, all_scenarios, run_scenarios  # noqa: E402
 from benchmarks.byzantine_task import TRAINERS, data_gap, reference, within  # noqa: E402
-from core.training.byzantine import Attack  # noqa: E402
+from core.swarm.byzantine import Attack  # noqa: E402
 
 # ---- the figures ---------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Every peer is its own Host, DHT node, averager and training thread on loopback, in this one process
 (as ``tests/training`` does), with the real collaborative optimizer; the task is
-``byzantine_task``'s. One trainer misbehaves (``core.training.byzantine``); each scenario runs it
+``byzantine_task``'s. One trainer misbehaves (``core.swarm.byzantine``); each scenario runs it
 under the plain mean (screening off: what averaging did before the defences) or under the defence
 (CenteredClip with screening; for the lying reducer, reducer verification as well). Scenarios run
 ``CONCURRENCY`` at a time in one event loop.
@@ -52,12 +52,12 @@ from core.averaging.aggregation import AggregationConfig, Method  # noqa: E402
 from core.averaging.allreduce import AllReduce  # noqa: E402
 from core.dht import DHTConfig, DHTNode, HostTransport  # noqa: E402
 from core.net import Host, Identity, NetConfig  # noqa: E402
-from core.training.bridge import TrainingBridge  # noqa: E402
-from core.training.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour  # noqa: E402
+from core.swarm.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour  # noqa: E402
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer  # noqa: E402
 from core.training.links import PeerLinks  # noqa: E402
 from core.training.state import TrainingState  # noqa: E402
 from core.training.trainer import Trainer  # noqa: E402
+from core.worker.bridge import TrainingBridge  # noqa: E402
 
 BYZANTINE = TRAINERS - 1
 """The index of the misbehaving trainer."""

@@ -51,7 +51,7 @@ from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
-from core.training.events import PeerEpoch, PeerEvent, PeerMetrics, PeerReady, PeerWaiting
+from core.worker.events import PeerEpoch, PeerEvent, PeerMetrics, PeerReady, PeerWaiting
 
 MAX_WAIT = 30.0
 """Seconds a trainer may wait for the state once a donor is up."""
@@ -393,7 +393,7 @@ async def newcomer(base: str, work: Path, manifest: Path) -> dict[str, Any]:
 
 
 def _state_megabytes(manifest: Path) -> float:
-    from core.training.runtime import build_model, build_optimizer
+    from core.training.peer import build_model, build_optimizer
     from core.training.state import TrainingState
 
     loaded = load_manifest(manifest)

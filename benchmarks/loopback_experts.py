@@ -32,7 +32,7 @@ class LoopbackSwarm:
 
     client: Any  # core.net.Host
     dht: Any  # core.dht.DHTNode (client mode)
-    bridge: Any  # core.training.bridge.TrainingBridge
+    bridge: Any  # core.worker.bridge.TrainingBridge
     servers: list[Any] = field(default_factory=list)  # core.moe.server.ExpertServer
     faults: list[Any] = field(default_factory=list)  # core.moe.faults.ServerFaults
     hosts: list[Any] = field(default_factory=list)
@@ -66,7 +66,7 @@ class LoopbackSwarm:
         from core.moe.faults import ServerFaults
         from core.moe.server import ExpertServer
         from core.net import Host, Identity, NetConfig
-        from core.training.bridge import TrainingBridge
+        from core.worker.bridge import TrainingBridge
 
         config = NetConfig(max_concurrent_calls=8192, call_timeout=60.0)
         dht_config = DHTConfig(rpc_timeout=5.0)

@@ -118,10 +118,10 @@ def run_one(args: argparse.Namespace, states: str, offload: bool) -> dict[str, A
     import torch
 
     from core.training.local import LocalWork
-    from core.training.precision import choose_precision
-    from core.training.runtime import build_model, build_optimizer, mlm_loss
+    from core.training.peer import build_model, build_optimizer, mlm_loss
     from core.training.state import TrainingState
     from core.training.trainer import Trainer
+    from core.worker.precision import choose_precision
 
     manifest = configured(args, states, offload)
     precision = choose_precision(torch.device(args.device), manifest.training.precision)

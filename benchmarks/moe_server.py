@@ -103,7 +103,7 @@ async def serve(args: argparse.Namespace) -> None:
     from core.moe.experts import ExpertSpec
     from core.moe.server import ExpertServer
     from core.net import Host, Identity
-    from core.training.bridge import TrainingBridge
+    from core.worker.bridge import TrainingBridge
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)

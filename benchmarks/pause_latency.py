@@ -36,8 +36,8 @@ from core.engine import EngineConfig
 from core.project import load_manifest
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
-from core.training.events import PeerReady
-from core.training.runtime import PeerSettings, ProjectPeer
+from core.training.peer import PeerSettings, ProjectPeer
+from core.worker.events import PeerReady
 
 
 async def _until(check: Any, timeout: float = 120.0) -> None:

@@ -24,10 +24,10 @@ from harness import emit
 
 from core.project import load_manifest
 from core.training.local import LocalWork
-from core.training.precision import choose_precision
-from core.training.runtime import build_model, build_optimizer, mlm_loss
+from core.training.peer import build_model, build_optimizer, mlm_loss
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
+from core.worker.precision import choose_precision
 
 MANIFEST = Path(__file__).resolve().parent.parent / "resources" / "demo" / "project.toml"
 

@@ -34,14 +34,14 @@ from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
-from core.training.events import PeerEpoch, PeerMetrics, PeerReady
+from core.worker.events import PeerEpoch, PeerMetrics, PeerReady
 
 
 def plain_training(data: Path, seconds: float) -> dict[str, Any]:
     import torch
 
     from core.training.local import LocalWork
-    from core.training.runtime import (
+    from core.training.peer import (
         build_model,
         build_optimizer,
         data_stream,

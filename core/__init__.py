@@ -15,9 +15,14 @@ contracts hold them to it):
 - ``averaging`` matchmaking, load-balanced butterfly all-reduce, codecs, Moshpit groups, state sharing.
 - ``data``    streamed shards, shuffle and mixing, tokenizer, masked-LM batches, a local shard server.
 - ``project`` the project manifest (TOML) and its validation.
+- ``worker``  the torch worker runtime both kinds of training stand on: the training thread's bridge
+  to the loop, control, device and precision, and the events a peer tells its owner.
+- ``optim``   memory-efficient optimizers: 8-bit or offloaded Adam moments, LAMB, AdamW, schedules.
+- ``models``  the models a project trains (the ALBERT masked language model).
 - ``moe``      decentralized mixture-of-experts (Learning@home): expert grid, DHT announcements, gating,
   beam search, the expert server.
-- ``training`` the collaborative optimizer, auxiliary peers, LAMB, the demo model, the peer runtime.
+- ``training`` collaborative training (DeDLOC): the collaborative optimizer, the backbone's
+  auxiliary peer, checkpoints and rollbacks, the project peer.
 - ``stats``   the contribution ledger (SQLite, per project and hour) and its meter.
 - ``scheduler`` the sensors the policy decides from (idle, battery, load, memory, GPU), sampled.
 - ``account`` the coordinator client, login session, pass keeper, keyring credentials, reporter.

@@ -172,7 +172,7 @@ from PyInstaller.utils.hooks import collect_data_files, collect_submodules, copy
 ROOT = {str(spec.root)!r}
 hidden = collect_submodules("core") + collect_submodules("app") + collect_submodules("pip")
 hidden += collect_submodules("keyring.backends") + ["torch_build"]  # packaging/: the picker
-hidden += ["pynvml"]  # core/training/nvml.py imports it by name (NVIDIA GPUs; absent on macOS)
+hidden += ["pynvml"]  # core/worker/nvml.py imports it by name (NVIDIA GPUs; absent on macOS)
 if {not spec.torch!r}:  # a torch fetched later finds every module of the standard library
     import importlib.util
     import sys

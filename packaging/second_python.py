@@ -32,23 +32,20 @@ TEST_PATHS = (
     "tests/dht",
     "tests/averaging",
     "tests/training",
+    "tests/worker",
     "tests/engine",
     "tests/unit",
 )
 SKIPPED_HERE = (
     "tests/dht/test_simulation.py::test_a_thousand_nodes",
-    "tests/training/test_albert.py::test_overfits_a_small_batch",
-    "tests/training/test_lamb.py::test_trains_a_small_regression_to_a_low_loss",
-    "tests/training/test_byzantine.py",
-    "tests/training/test_optim8.py",
     "tests/training/test_large_models.py",
 )
-"""Left to the main leg: half a minute of pure lookup arithmetic on the in-memory network, twenty
-seconds of torch arithmetic training a model alone, forty of Byzantine collaborations whose
-loop paths the training swarms here already take, and about forty of 8-bit optimizer curves and
-real-size model shapes (torch arithmetic again). They say nothing about the asyncio behaviour
-this leg exists for (the DHT's socket tests and the training swarms still run here), and this leg
-shares the machine's two cores with the main one."""
+"""Left to the main leg: half a minute of pure lookup arithmetic on the in-memory network, and
+real-size model shapes (torch arithmetic). They say nothing about the asyncio behaviour this leg
+exists for (the DHT's socket tests and the training swarms still run here), and this leg shares the
+machine's two cores with the main one. The optimizers, the models and the Byzantine collaborations
+(``tests/optim``, ``tests/models``, ``tests/swarm``) are torch arithmetic too, and stay out of
+``TEST_PATHS``."""
 # the GUI and its tests stay on the main leg, and so do the linters (they check code, not Python)
 LEAVE_OUT = frozenset({"pyside6", "pytest-qt", "ruff", "mypy", "import-linter", "types-psutil"})
 OVERRIDE = "BARNRAISE_PYTHON312"  # the interpreter to use, when it is not on PATH or under pyenv

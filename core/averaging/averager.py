@@ -119,7 +119,7 @@ class Averager:
         self.retained = RetainedRounds()
         self.round_hook: Callable[[AllReduce], object] | None = None
         """Called with each round before it runs; only the demo's lying reducer sets it
-        (``core.training.byzantine``), to show reducer verification at work."""
+        (``core.swarm.byzantine``), to show reducer verification at work."""
         self.matchmaker = Matchmaker(
             host,
             dht,

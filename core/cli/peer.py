@@ -44,14 +44,14 @@ from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.config.ports import AUX_PORT, PEER_PORT, listen_on
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
-from core.training.events import PeerEvent, PeerStopped, to_json
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
+from core.worker.events import PeerEvent, PeerStopped, to_json
 
 if TYPE_CHECKING:
-    from core.training.byzantine import Misbehaviour
+    from core.swarm.byzantine import Misbehaviour
+    from core.training.peer import PeerSettings
     from core.training.published import CheckpointPublishing
-    from core.training.runtime import PeerSettings
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def register(commands: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> PeerSettings:
-    from core.training.runtime import PeerSettings  # noqa: PLC0415 - torch only for this command
+    from core.training.peer import PeerSettings  # noqa: PLC0415 - torch only for this command
 
     manifest = load_manifest(args.manifest)
     if args.target_batch_size is not None:
@@ -211,8 +211,8 @@ def publishing_from_args(
 
 
 def _misbehaviour(attack: str | None) -> Misbehaviour | None:
-    """``--attack KIND``: this peer misbehaves on purpose (``core.training.byzantine``)."""
-    from core.training.byzantine import Attack, Misbehaviour  # noqa: PLC0415 - torch
+    """``--attack KIND``: this peer misbehaves on purpose (``core.swarm.byzantine``)."""
+    from core.swarm.byzantine import Attack, Misbehaviour  # noqa: PLC0415 - torch
 
     if attack is None:
         return None
@@ -278,7 +278,7 @@ async def _serve_reporting(
 
 
 async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:
-    from core.training.runtime import ProjectPeer  # noqa: PLC0415
+    from core.training.peer import ProjectPeer  # noqa: PLC0415
 
     def emit(event: PeerEvent) -> None:
         print(json.dumps(to_json(event), default=str), flush=True)

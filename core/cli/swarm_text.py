@@ -13,7 +13,7 @@ from pathlib import Path
 from core.swarm.dmoe_run import DmoeLine, DmoeStop
 from core.swarm.moderated import Standings
 from core.swarm.run import Joining
-from core.training.events import PeerMetrics
+from core.worker.events import PeerMetrics
 
 
 class SwarmPrinter:

@@ -17,7 +17,7 @@
 - ``metering``  Metering: the peer's running totals turned into ledger rows.
 - ``progress``  ProgressMeter: the peer's totals metered now and then, progress and peers published.
 - ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
-- ``peer_events`` PeerEvents: the peer's typed events (``core.training.events``) counted, recorded
+- ``peer_events`` PeerEvents: the peer's typed events (``core.worker.events``) counted, recorded
   and published.
 - ``history``   History: the collaboration's loss curve per project (memory and the ledger's file).
 - ``offers``    project offers: running local swarms first, then attached projects.

@@ -1,6 +1,6 @@
 """DeviceChoice: what the active project trains on, and why, told before torch is loaded.
 
-The engine looks once when it opens (``core.training.accelerator``: the NVIDIA driver through
+The engine looks once when it opens (``core.worker.accelerator``: the NVIDIA driver through
 NVML, Apple silicon, the installed torch's build; milliseconds, on the blocking pool) and answers
 from that in every state: a project set to "auto" trains on what was found, one set to a device
 by name on that device. The same finding tells the scheduler whether the project uses a GPU (the
@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 
 from core.api.schema import TrainingDevice
-from core.training import accelerator
-from core.training.accelerator import Accelerator, Kind, gpu_name
 from core.util.blocking import BlockingPool
+from core.worker import accelerator
+from core.worker.accelerator import Accelerator, Kind, gpu_name
 
 log = logging.getLogger(__name__)
 

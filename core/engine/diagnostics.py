@@ -2,7 +2,7 @@
 
 Versions (engine, API, Python, the platform, torch only if training already loaded it: asking must
 not load it), the process, when it started, where its folders and files are, the training device
-with the NVIDIA driver and each GPU as they are now (``core.training.accelerator``), and the last
+with the NVIDIA driver and each GPU as they are now (``core.worker.accelerator``), and the last
 lines of its log file. The log is read from its end only (at most ``TAIL_BYTES``), on the engine's
 blocking pool, so a large file neither stalls the loop nor fills the answer.
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from core.api.schema import EpochPoint
 from core.stats import EPOCHS_KEPT, EpochRow, Ledger, LedgerError
-from core.training.events import PeerMetrics
+from core.worker.events import PeerMetrics
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from core.net import Identity
 from core.net.host.gate import AccessGate
 from core.net.reach.monitor import ReachabilityMonitor
 from core.project import DmoeManifest
-from core.training.events import PeerEvent, PeerNetwork, PeerReady, PeerStopped
+from core.worker.events import PeerEvent, PeerNetwork, PeerReady, PeerStopped
 
 EXPERT_CHECKPOINTS = "experts"
 """The folder of a dmoe project's expert checkpoints, inside its work folder."""

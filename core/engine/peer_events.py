@@ -20,7 +20,7 @@ from core.engine.history import History, point_from_event
 from core.engine.metering import Metering
 from core.engine.views import epoch_finished, network_view
 from core.stats import Contribution
-from core.training.events import (
+from core.worker.events import (
     PeerEpoch,
     PeerEvent,
     PeerFailed,

@@ -41,10 +41,10 @@ from core.net.host.gate import AccessGate
 from core.policy import PeerStatus, RunnerState
 from core.project import AnyManifest, DmoeManifest, load_any_manifest
 from core.swarm import LocalSwarm, LocalSwarms
-from core.training.events import PeerEvent, PeerFailed, PeerNetwork, PeerReady
 from core.util.blocking import BlockingPool
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
+from core.worker.events import PeerEvent, PeerFailed, PeerNetwork, PeerReady
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ProjectSlot:
     initial_peers: tuple[str, ...] = ()
     data_base: str | None = None
     device: str = "auto"
-    """auto (CUDA, else Apple's MPS, else the CPU: ``core.training.device``), cpu, cuda:N, mps."""
+    """auto (CUDA, else Apple's MPS, else the CPU: ``core.worker.device``), cpu, cuda:N, mps."""
     local_swarm: bool = False
     """Joins the demo swarm on this computer: where to join is read from its record, not kept."""
     source_url: str | None = None
@@ -332,7 +332,7 @@ class ProjectRunner:
                 access=gate,
                 on_event=self._on_peer_event,
             )
-        from core.training.runtime import (  # noqa: PLC0415 - torch loads only when training starts
+        from core.training.peer import (  # noqa: PLC0415 - torch loads only when training starts
             PeerSettings,
             ProjectPeer,
         )

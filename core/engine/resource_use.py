@@ -4,7 +4,7 @@ Shown in a project URL's preview (``ProjectPreview.uses``) before the user joins
 out without torch (the engine starts torch-free) and without the data: closed formulas over the
 manifest's numbers, rough by nature and said to be so in the notes.
 
-- **Parameters**: a collaborative project's ALBERT counted as ``core.training.albert`` builds it
+- **Parameters**: a collaborative project's ALBERT counted as ``core.models.albert`` builds it
   (factorized embeddings, one encoder layer shared by every depth, the decoder tied to the token
   embeddings); a dmoe project's experts this computer would host (``server.experts_per_server``
   of ``core.moe.experts``' kind and width). A test keeps the formula equal to torch's count.

@@ -21,7 +21,7 @@ from core.api.schema import (
 from core.engine.projects import ProjectSlot
 from core.stats import Contribution, Ledger
 from core.swarm import LocalSwarm
-from core.training.events import PeerEpoch, PeerNetwork
+from core.worker.events import PeerEpoch, PeerNetwork
 
 
 def statistics_view(ledger: Ledger, project: str | None, days: int, *, now: float) -> Statistics:

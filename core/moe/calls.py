@@ -43,8 +43,8 @@ from core.net.errors import (
 )
 from core.net.host.address import PeerAddress
 from core.net.host.host import Host
-from core.training.bridge import TrainingBridge
 from core.util.errors import BarnraiseError, WireFormatError
+from core.worker.bridge import TrainingBridge
 
 CALL_FAILURES: tuple[type[BaseException], ...] = (NetError, WireFormatError, TimeoutError, OSError)
 """What an expert call may fail with and leave the batch going (the expert is excluded)."""

@@ -36,10 +36,10 @@ from typing import Any
 import torch
 
 from core.moe.backend import ExpertBackend
-from core.training.bridge import TrainingBridge
 from core.util.atomic import remove_old, write_atomically
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What an expert server tells its owner: ready (where, which experts, what it restored), what it
 served so far (now and then), stopped. ``barnraise experts`` prints each as a JSON line.
 
-The ready line is a peer's ``ready`` line (``core.training.events``: ``{"event": "ready",
+The ready line is a peer's ``ready`` line (``core.worker.events``: ``{"event": "ready",
 "address": ..., "role": "experts", ...}``), so whatever reads peers' lines (``barnraise swarm``'s
 children) reads an expert server's address the same way and skips the fields it does not know;
 the engine takes it as its peer being ready. This module imports no torch.

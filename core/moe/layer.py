@@ -60,7 +60,7 @@ from core.moe.calls import (
 from core.moe.gating import StructuredGating
 from core.moe.grid import ExpertGrid
 from core.net.host.host import Host
-from core.training.bridge import TrainingBridge
+from core.worker.bridge import TrainingBridge
 
 __all__ = [
     "ExpertSearchError",

@@ -58,12 +58,12 @@ from core.net.presence import Presence, PresenceOptions
 from core.net.reach.monitor import ReachabilityMonitor
 from core.net.reach.reachability import Reachability
 from core.project import DmoeManifest
-from core.training.bridge import TrainingBridge
-from core.training.control import TrainingControl
-from core.training.device import training_device
-from core.training.events import PeerNetwork
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
+from core.worker.control import TrainingControl
+from core.worker.device import training_device
+from core.worker.events import PeerNetwork
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class ExpertHostSettings:
     """The checkpoint folder (shared with, or copied from, servers that hosted these uids);
     None: no checkpoints."""
     device: str = "cpu"
-    """cpu, cuda, cuda:N, mps, or auto (``core.training.device``)."""
+    """cpu, cuda, cuda:N, mps, or auto (``core.worker.device``)."""
     identity: Identity | None = None
     access: AccessGate | None = None
     """The gate holding this server's pass (moderated projects)."""

@@ -49,13 +49,14 @@ from core.net.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from core.net.host.host import Host, Target
+from core.net.host.host import Host
+from core.net.host.outbound import Target
 from core.net.wire.rpc import CallContext
 from core.net.wire.stream import Stream
-from core.training.bridge import TrainingBridge
-from core.training.errors import Interrupted
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
+from core.worker.errors import Interrupted
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from torch import Tensor, nn
 from core.moe.calls import MoEError
 from core.moe.layer import RemoteMixtureOfExperts
 from core.net.errors import NetError
-from core.training.bridge import TrainingBridge
-from core.training.errors import Interrupted, TrainingError
 from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
+from core.worker.errors import Interrupted, TrainingError
 
 Batch = tuple[Tensor, Tensor]
 LossFn = Callable[[Tensor, Tensor], Tensor]

@@ -51,10 +51,10 @@ from core.net import Host, Identity, NetConfig
 from core.net.host.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
 from core.project import DmoeManifest
-from core.training.bridge import TrainingBridge
-from core.training.errors import TrainingError
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
+from core.worker.errors import TrainingError
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ DATA_FORMATS = ("auto", "jsonl", "parquet", "text")
 OPTIMIZERS = ("lamb", "adam", "adamw", "sgd")
 OPTIMIZER_STATES = ("32bit", "8bit")
 MOMENT_OPTIMIZERS = ("lamb", "adamw")
-"""The optimizers that can keep 8-bit states and be offloaded (``core.training.moments``)."""
+"""The optimizers that can keep 8-bit states and be offloaded (``core.optim.moments``)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 CODECS = ("none", "fp16", "uint8", "blockwise8", "auto")
 AGGREGATIONS = ("mean", "centered_clip")

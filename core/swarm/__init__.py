@@ -19,10 +19,13 @@ finds and follows it.
   servers, then asynchronous trainers, their reports combined into one line every few seconds.
 - ``accused``    the auxiliary peer's accusations, read from its log, named and tallied for the
   swarm's output (``--byzantine`` shows who the defences caught).
+- ``byzantine``  ``Misbehaviour``: a trainer that misbehaves on purpose (gradients x1000, sign-flipped
+  x10, noise, NaN, a lying reducer), installed through the training peer's ``Misbehaving`` seam: how
+  ``--byzantine``, the tests and the benchmark show the defences.
 
 The package sits between the engine (which imports the record, the reader and the follower) and the
-account and coordinator layer. Only ``demo_data`` and ``run`` load torch (the data pipeline, inside
-functions), and this module imports neither them nor ``moderated``: the engine process starts
+account and coordinator layer. Only ``demo_data``, ``run`` (the data pipeline, inside functions) and
+``byzantine`` load torch, and this module imports neither them nor ``moderated``: the engine process starts
 without torch or the coordinator's server. The desktop app starts a swarm as ``barnraise swarm``,
 through the command line, since it imports nothing of ``core`` but ``core.api``.
 """

@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 
 from core.account.client import PASSWORD_VARIABLE
-from core.training.events import PeerEvent, from_json
 from core.util.detached import STOP_SIGNAL, start_detached_async
 from core.util.errors import WireFormatError
 from core.util.launch import barnraise_command
+from core.worker.events import PeerEvent, from_json
 
 LOG_LEVEL_VARIABLE = "BARNRAISE_SWARM_LOG_LEVEL"
 STOP_GRACE = 15.0

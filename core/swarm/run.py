@@ -9,7 +9,7 @@ everything in reverse: the record first (nobody should join a swarm that is stop
 the shard server, and the coordinator after its standings are read.
 
 With ``byzantine`` the last trainers misbehave on purpose (``barnraise peer --attack``;
-``core.training.byzantine``), to show the defences at work: the swarm names them when they start,
+``core.swarm.byzantine``), to show the defences at work: the swarm names them when they start,
 and passes on the auxiliary peer's accusations as they come (``accused``), with a tally at the end.
 The trainers' own events are read and dropped (a pipe nobody reads would fill and stall them).
 
@@ -34,8 +34,8 @@ from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.swarm.moderated import ORGANIZER, ModeratedSwarm, Standings, standings, start_coordinator
 from core.swarm.record import LocalSwarm, LocalSwarmError, new_record, remove_swarm, write_swarm
-from core.training.events import PeerMetrics, PeerReady
 from core.util.tasks import BackgroundTasks
+from core.worker.events import PeerMetrics, PeerReady
 
 if TYPE_CHECKING:
     from core.data import ShardServer
@@ -47,7 +47,7 @@ READY_TIMEOUT = 120.0
 EVIDENCE_POLL = 1.0
 """Seconds between reads of the auxiliary peer's log for accusations."""
 ATTACKS = ("scale", "sign-flip", "noise", "nan", "lying-reducer")
-"""What ``byzantine`` trainers can do (``core.training.byzantine.Attack``). With a lying reducer
+"""What ``byzantine`` trainers can do (``core.swarm.byzantine.Attack``). With a lying reducer
 every peer of the swarm verifies reducers (``--verify-reducers``), which is what catches it."""
 
 

@@ -37,7 +37,6 @@ from core.averaging import AveragingResult, Codec
 from core.averaging.state import StateDownloadError
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
-from core.training.events import PeerEpoch
 from core.training.evidence import EvidenceBoard
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
@@ -50,6 +49,7 @@ from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks
+from core.worker.events import PeerEpoch
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class CollaborativeOptimizer:
         at every microbatch; none in an open project."""
         self.tamper: Callable[[list[torch.Tensor]], None] | None = None
         """Changes our mean gradient in place before it is averaged: only a Byzantine peer on
-        purpose has one (``core.training.byzantine``: the demo, the tests, the benchmark)."""
+        purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
         self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
         self._peer = str(averager.host.peer_id)
         self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")

@@ -14,9 +14,9 @@ import math
 import time
 from collections.abc import Callable
 
-from core.training.events import PeerEvent, PeerMetrics
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import CollaborationView
+from core.worker.events import PeerEvent, PeerMetrics
 
 log = logging.getLogger(__name__)
 

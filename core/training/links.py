@@ -11,9 +11,9 @@ from typing import Any
 
 from core.averaging import Averager, AveragingResult, Codec, MatchmakingError
 from core.averaging.state import StateSharing
-from core.training.bridge import TrainingBridge
 from core.training.progress import PeerProgress, ProgressBoard
 from core.util.errors import BarnraiseError
+from core.worker.bridge import TrainingBridge
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import math
 import numpy as np
 import torch
 
-from core.training.moments import MomentOptimizer
-from core.training.precision import clip_gradients
+from core.optim.moments import MomentOptimizer
 from core.training.state import TrainingState
+from core.worker.precision import clip_gradients
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Three things need the state as tensors in a fixed order: parameter averaging (pa
 statistics), state sharing with peers that fell behind, and checkpoints. Every method here runs on the
 training thread (through the bridge), never concurrently with a step.
 
-With 8-bit optimizer states (``core.training.moments``) the two forms differ: snapshots carry the
+With 8-bit optimizer states (``core.optim.moments``) the two forms differ: snapshots carry the
 state *as stored* (8-bit codes and absmax: a smaller download for newcomers), while averaging takes
 and gives the moments as float32 (``averaging_copies`` / ``write_averaged``), since a mean of codes
 means nothing; written back, they are quantised again. With 32-bit states both are the same tensors.
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.optim.moments import DENSE_KEYS, MomentOptimizer, is_absmax
 from core.training.checkpoints import Checkpoint
-from core.training.moments import DENSE_KEYS, MomentOptimizer, is_absmax
 from core.training.rollback import METADATA_KEY, applied_of
 
 

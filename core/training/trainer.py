@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from core.training.bridge import TrainingBridge
 from core.training.collaborative import CollaborativeOptimizer
-from core.training.control import TrainingControl
-from core.training.errors import Interrupted
-from core.training.events import PeerEpoch
-from core.training.precision import Precision
+from core.worker.bridge import TrainingBridge
+from core.worker.control import TrainingControl
+from core.worker.errors import Interrupted
+from core.worker.events import PeerEpoch
+from core.worker.precision import Precision
 
 log = logging.getLogger(__name__)
 

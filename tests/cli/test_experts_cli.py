@@ -18,7 +18,7 @@ import torch
 
 from core.moe.checkpoints import ExpertCheckpoints
 from core.moe.server import RemoteExpert
-from core.training.events import PeerReady, PeerStopped, from_json
+from core.worker.events import PeerReady, PeerStopped, from_json
 from tests.cli.test_cli import barnraise
 from tests.conftest import MakeHost
 

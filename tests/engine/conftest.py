@@ -73,7 +73,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[Running]:
 @pytest.fixture
 def peers(monkeypatch: pytest.MonkeyPatch) -> list[StandInPeer]:
     """Every peer the engine builds is a ``StandInPeer``, listed here in order."""
-    from core.training import runtime
+    from core.training import peer as runtime
 
     made: list[StandInPeer] = []
 

@@ -7,10 +7,10 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core.training.events import PeerEvent, PeerNetwork, PeerReady
+from core.worker.events import PeerEvent, PeerNetwork, PeerReady
 
 if TYPE_CHECKING:  # torch loads only in the tests that build peers
-    from core.training import runtime
+    from core.training import peer as runtime
 
 
 class StandInPeer:

@@ -11,9 +11,9 @@ import pytest
 from core.api.errors import BadRequest
 from core.api.schema import AttachRequest, TrainingDevice
 from core.engine.device import DeviceChoice
-from core.training import accelerator
-from core.training.accelerator import Accelerator, TorchBuild
-from core.training.nvml import NvidiaGpu, NvmlReport
+from core.worker import accelerator
+from core.worker.accelerator import Accelerator, TorchBuild
+from core.worker.nvml import NvidiaGpu, NvmlReport
 from tests.engine.conftest import CtlRun, Running, until
 from tests.engine.standin import StandInPeer
 

@@ -27,8 +27,8 @@ from core.api import (
 from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
-from core.training.events import PeerEvent, PeerReady
-from core.training.runtime import PeerSettings, ProjectPeer
+from core.training.peer import PeerSettings, ProjectPeer
+from core.worker.events import PeerEvent, PeerReady
 from tests.engine.conftest import Running, until
 from tests.support.leaks import poll_until, wait_until
 

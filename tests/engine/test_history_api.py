@@ -26,7 +26,7 @@ from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.scheduler import ScriptedIdleSensor
 from core.stats import Ledger
-from core.training.events import PeerEvent, PeerMetrics
+from core.worker.events import PeerEvent, PeerMetrics
 from tests.account.memory_keyring import MemoryKeyring
 from tests.engine.conftest import CtlRun, Running, fast_config, scripted_sampler
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from core.api import AttachRequest, Network, NetworkChanged
 from core.engine.views import network_lines, network_view
-from core.training.events import PeerNetwork, PeerWaiting
+from core.worker.events import PeerNetwork, PeerWaiting
 from tests.engine.conftest import Running, until
 from tests.engine.standin import StandInPeer
 from tests.support.leaks import poll_until

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from core.training.events import (
+from core.util.errors import WireFormatError
+from core.worker.events import (
     PeerEpoch,
     PeerEvent,
     PeerFailed,
@@ -24,7 +25,6 @@ from core.training.events import (
     from_json,
     to_json,
 )
-from core.util.errors import WireFormatError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,7 +82,7 @@ def test_the_engine_reads_peer_events_without_torch() -> None:
     # in a fresh interpreter: in this one, other tests may have loaded torch already
     code = (
         "import sys\n"
-        "import core.control, core.engine, core.engine.peer_events, core.training.events\n"
+        "import core.control, core.engine, core.engine.peer_events, core.worker.events\n"
         "sys.exit('torch' in sys.modules)\n"
     )
     result = subprocess.run(

@@ -31,7 +31,7 @@ LARGE = ROOT / "resources" / "albert-xxlarge" / "project.toml"
 )
 def test_the_albert_formula_counts_what_torch_builds(changes: dict[str, int]) -> None:
     torch = pytest.importorskip("torch")
-    from core.training.albert import AlbertConfig, AlbertMLM
+    from core.models.albert import AlbertConfig, AlbertMLM
 
     manifest = load_manifest(DEMO)
     manifest = dataclasses.replace(manifest, model=dataclasses.replace(manifest.model, **changes))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from core.engine.projects import TORCH_MISSING, ProjectRunner, ProjectSlot
-from core.training.events import PeerEvent, PeerFailed
 from core.trust.identity import Identity
+from core.worker.events import PeerEvent, PeerFailed
 
 
 def test_without_torch_the_project_fails_in_words_and_tries_again_later(

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from core.training.bridge import TrainingBridge
-from core.training.errors import Interrupted
+from core.worker.bridge import TrainingBridge
+from core.worker.errors import Interrupted
 from tests.support.leaks import wait_until
 
 

@@ -16,7 +16,7 @@ import torch
 from core.moe.backend import ExpertBackend
 from core.moe.checkpoints import CheckpointSaver, ExpertCheckpointError, ExpertCheckpoints
 from core.moe.experts import ExpertSpec
-from core.training.bridge import TrainingBridge
+from core.worker.bridge import TrainingBridge
 
 SPEC = ExpertSpec(kind="linear", hidden=4, optimizer="adam", lr=0.01, max_batch=8)
 

@@ -14,7 +14,7 @@ from core.moe.experts import ExpertSpec
 from core.moe.faults import ServerFaults
 from core.moe.server import ExpertServer, call_expert
 from core.net.errors import UnavailableError
-from core.training.bridge import TrainingBridge
+from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 
 SPEC = ExpertSpec(kind="linear", hidden=4, optimizer="sgd", lr=0.1, max_batch=16)

@@ -23,8 +23,8 @@ from core.moe.grid import ExpertGrid
 from core.moe.layer import MoEError, RemoteMixtureOfExperts, TooFewExpertsError, balancing_loss
 from core.moe.server import ExpertServer
 from core.net import Host
-from core.training.bridge import TrainingBridge
 from core.util.clock import FakeClock
+from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.moe.test_beam_search import FakeDHT
 

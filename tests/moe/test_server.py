@@ -21,7 +21,7 @@ from core.net.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from core.training.bridge import TrainingBridge
+from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.support.leaks import wait_until
 

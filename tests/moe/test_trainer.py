@@ -24,8 +24,8 @@ from core.moe.layer import RemoteMixtureOfExperts
 from core.moe.server import ExpertServer
 from core.moe.trainer import AsyncMoETrainer, DigitsMoE, StepReport
 from core.net import Host
-from core.training.bridge import TrainingBridge
-from core.training.errors import TrainingError
+from core.worker.bridge import TrainingBridge
+from core.worker.errors import TrainingError
 from tests.conftest import MakeHost
 from tests.support.leaks import wait_until
 

@@ -18,11 +18,11 @@ from core.net import Identity
 from core.project import load_manifest
 from core.swarm import run as swarm_run
 from core.swarm.accused import REPEAT_SECONDS, Accusations, LogTail
+from core.swarm.byzantine import Attack
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.run import LocalSwarmRun, SwarmOptions
-from core.training.byzantine import Attack
-from core.training.events import PeerEvent, PeerReady
 from core.util.errors import ConfigError
+from core.worker.events import PeerEvent, PeerReady
 from tests.support.leaks import wait_until
 from tests.swarm.test_run import Heard
 

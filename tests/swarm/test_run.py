@@ -17,7 +17,7 @@ from core.swarm import running_swarms
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.swarm.moderated import Standings, standings, start_coordinator
 from core.swarm.run import Joining, LocalSwarmRun, SwarmOptions
-from core.training.events import PeerMetrics
+from core.worker.events import PeerMetrics
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
 

@@ -16,11 +16,11 @@ from core.averaging import Averager, AveragerConfig
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, NetConfig
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
-from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
+from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 
 # connecting on loopback takes milliseconds, and fails at once if nobody listens: the timeouts only

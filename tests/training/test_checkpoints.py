@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from core.optim.lamb import Lamb
+from core.optim.schedule import albert_schedule
 from core.training.checkpoints import Checkpoint, CheckpointStore
 from core.training.errors import CheckpointError
-from core.training.lamb import Lamb
-from core.training.schedule import albert_schedule
 
 
 def tiny_state(value: float = 1.0) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from core.data import ShardServer
 from core.dht import DHTNode
 from core.net import Identity
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
-from core.training.bridge import TrainingBridge
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.links import PeerLinks
@@ -30,6 +29,7 @@ from core.training.progress import PeerProgress
 from core.training.published import fetch_published_checkpoint, publish_checkpoint
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
+from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
 from tests.training.conftest import AVERAGING, start_node

@@ -18,13 +18,13 @@ from core.averaging import Averager, AveragingResult, Finding
 from core.dht import DHTConfig, DHTNode, HostTransport, owner_marker
 from core.net import Identity
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
-from core.training.bridge import TrainingBridge
 from core.training.collaborative import CollaborativeConfig
 from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
 from core.trust.evidence import Evidence, InvalidEvidence, sign_evidence
 from core.util.msgpack_codec import pack, unpack
+from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.coordinator.conftest import PASSWORD, PROJECT, start
 from tests.support.leaks import poll_until, wait_until

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.models.albert import AlbertConfig, AlbertMLM
 from core.project import ManifestError, ModelSection, load_manifest
-from core.training.albert import AlbertConfig, AlbertMLM
-from core.training.bridge import TrainingBridge
-from core.training.errors import Interrupted
-from core.training.runtime import build_model
+from core.training.peer import build_model
 from core.util.resources import resource_path
+from core.worker.bridge import TrainingBridge
+from core.worker.errors import Interrupted
 
 TINY = AlbertConfig(
     vocab_size=50,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 from core.training.curve import metrics_event
-from core.training.events import PeerMetrics, to_json
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import PeerProgress
+from core.worker.events import PeerMetrics, to_json
 
 
 def record(peer: str, last_epoch: int, loss_sum: float, steps: int, samples: int) -> PeerProgress:

@@ -18,10 +18,10 @@ from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.moderated import ORGANIZER, start_coordinator
-from core.training.events import PeerEpoch, PeerEvent, PeerReady
 from core.training.metrics import EpochMetrics
-from core.training.runtime import PeerSettings, ProjectPeer
+from core.training.peer import PeerSettings, ProjectPeer
 from core.trust.identity import Identity
+from core.worker.events import PeerEpoch, PeerEvent, PeerReady
 from tests.support.leaks import wait_until
 
 pytestmark = pytest.mark.slow

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.optim.adamw import AdamW
+from core.optim.lamb import Lamb
+from core.optim.moments import MomentOptimizer
+from core.optim.offload import Offload
 from core.project import load_manifest
-from core.training.adamw import AdamW
 from core.training.collaborative import CollaborativeConfig
-from core.training.lamb import Lamb
 from core.training.local import LocalWork
-from core.training.moments import MomentOptimizer
-from core.training.offload import Offload
-from core.training.runtime import PeerSettings, ProjectPeer, build_model, build_optimizer
+from core.training.peer import PeerSettings, ProjectPeer, build_model, build_optimizer
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from tests.training import test_collaborative as collab

@@ -8,10 +8,10 @@ import threading
 import pytest
 import torch
 
-from core.training.bridge import TrainingBridge
-from core.training.control import TrainingControl
-from core.training.errors import Interrupted
 from core.training.trainer import Trainer
+from core.worker.bridge import TrainingBridge
+from core.worker.control import TrainingControl
+from core.worker.errors import Interrupted
 from tests.support.leaks import HANG_GUARD, wait_until
 
 

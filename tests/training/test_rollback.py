@@ -24,7 +24,6 @@ from core.training.auxiliary import AuxiliaryConfig
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig
 from core.training.errors import CheckpointError
-from core.training.events import PeerRolledBack, from_json, to_json
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.rollback import OrderReader, applied_of, round_key
@@ -40,6 +39,7 @@ from core.trust.rollback import (
     sign_order,
 )
 from core.util.errors import WireFormatError
+from core.worker.events import PeerRolledBack, from_json, to_json
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
 from tests.training.conftest import MakePeer, close_aux, start_aux, start_node

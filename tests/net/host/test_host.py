@@ -243,7 +243,9 @@ async def test_a_finished_dial_does_not_answer_the_next_connect(make_host: MakeH
     b.add_addresses(a.peer_id, a.addresses)
     conn = await b.connect(a.peer_id)
     assert conn.peer == a.peer_id
-    assert a.peer_id not in b.outbound._dials  # the new dial's own entry left with it; the stale one too
+    assert (
+        a.peer_id not in b.outbound._dials
+    )  # the new dial's own entry left with it; the stale one too
 
 
 async def test_past_the_connection_limit_the_longest_idle_makes_room(make_host: MakeHost) -> None:

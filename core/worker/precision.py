@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.training.errors import TrainingError
+from core.worker.errors import TrainingError
 
 log = logging.getLogger(__name__)
 

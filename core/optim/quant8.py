@@ -8,7 +8,7 @@ steps, and every decade gets some. Values are normalised by the absolute maximum
 of ``BLOCK_SIZE`` elements, so that one outlier only coarsens its own block.
 
 Two maps: a signed one for the first moment, and an unsigned one (all codes >= 0) for the second
-(which ``core.training.moments`` stores as its square root), so that it stays non-negative after a
+(which ``core.optim.moments`` stores as its square root), so that it stays non-negative after a
 round trip and spends its sign bit on precision instead.
 
 Quantising picks the nearest code: the code whose bucket, between the midpoints of neighbouring

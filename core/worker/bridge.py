@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from core.training.errors import Interrupted
+from core.worker.errors import Interrupted
 
 T = TypeVar("T")
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from core.training import device as device_module
-from core.training.accelerator import TorchBuild, detect_accelerator, installed_torch
-from core.training.device import training_device
-from core.training.errors import TrainingError
-from core.training.nvml import NvmlReport, read_nvml
+from core.worker import device as device_module
+from core.worker.accelerator import TorchBuild, detect_accelerator, installed_torch
+from core.worker.device import training_device
+from core.worker.errors import TrainingError
+from core.worker.nvml import NvmlReport, read_nvml
 
 CUDA_TORCH = TorchBuild("2.13.0+cu130", "13.0")
 CPU_TORCH = TorchBuild("2.13.0+cpu", None)
@@ -191,7 +191,7 @@ def test_apple_silicon_is_mps_and_an_intel_mac_the_cpu() -> None:
 
 def test_the_installed_torch_is_read_without_importing_it() -> None:
     code = (
-        "import sys; from core.training.accelerator import installed_torch as t; b = t(); "
+        "import sys; from core.worker.accelerator import installed_torch as t; b = t(); "
         "print(b.version, b.cuda, b.known, 'torch' in sys.modules)"
     )
     out = subprocess.run(

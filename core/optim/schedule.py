@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from core.training.errors import TrainingError
+from core.worker.errors import TrainingError
 
 
 def _check(warmup_steps: int, total_steps: int) -> None:

@@ -2,7 +2,7 @@
 
 Robust aggregation (CenteredClip and screening at the reducers) and reducer verification are only
 worth their cost if a bad peer really wrecks the plain mean and really does not wreck the defended
-run. This module makes one peer bad in the ways the issue lists, with the real code paths around it:
+run. This module makes one peer bad in these ways, with the real code paths around it:
 
 - ``scale``          its gradients x1000 (a broken GPU, a bad overclock, or malice);
 - ``sign-flip``      its gradients x-10 (pushing the model uphill, ten times harder than one peer may);
@@ -12,7 +12,8 @@ run. This module makes one peer bad in the ways the issue lists, with the real c
   RMS (it sends honest data; it lies where only reducer verification can see it).
 
 The gradient attacks are a ``GradientAttack`` the collaborative optimizer applies to its mean
-gradient before it goes to averaging (``CollaborativeOptimizer.tamper``); the peer is otherwise
+gradient before it goes to averaging (``CollaborativeOptimizer.tamper``, installed by
+``Misbehaviour.install`` through ``core.training.peer``'s ``Misbehaving`` seam); the peer is otherwise
 honest (it reduces honestly, applies the collaboration's aggregate, reports its true samples), so
 what is measured is the defence against its data alone. The lying reducer is a ``LyingReducer``
 around the honest ``PartReducer`` of a round: everything it reduces is shifted, for every receiver
@@ -28,7 +29,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -37,6 +38,10 @@ from core.averaging.allreduce import AllReduce
 from core.averaging.codecs import F32, Codec, decode, encode
 from core.averaging.reducer import ChunkResult, PartReducer
 from core.util.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.averaging import Averager
+    from core.training.collaborative import CollaborativeOptimizer
 
 
 class Attack(StrEnum):
@@ -67,7 +72,7 @@ DEFAULT_STRENGTH = {
     Attack.NAN: math.nan,
     Attack.LYING_REDUCER: 10.0,
 }
-"""The issue's figures: x1000, sign-flipped x10; noise and the reducer's shift strong enough that
+"""The demo's figures: x1000, sign-flipped x10; noise and the reducer's shift strong enough that
 the plain mean visibly diverges (their size relative to the honest values is what matters)."""
 
 
@@ -101,6 +106,13 @@ class Misbehaviour:
             Attack.LYING_REDUCER: f"its part's aggregate shifted by {f:g} times its RMS",
         }[self.attack]
 
+    def install(self, optimizer: CollaborativeOptimizer, averager: Averager) -> None:
+        """Make a training peer misbehave: tamper with its gradients, or lie as a reducer."""
+        if self.attack.gradients:
+            optimizer.tamper = self.gradient_attack()
+        else:
+            averager.round_hook = self.lie_in
+
     def gradient_attack(self) -> GradientAttack:
         if not self.attack.gradients:
             raise ConfigError(f"the {self.attack} attack does not touch gradients")
@@ -109,8 +121,7 @@ class Misbehaviour:
     def lie_in(self, round_: AllReduce) -> LyingReducer | None:
         """Make this round's reducer (ours) lie; None when we reduce nothing in it.
 
-        Called with each round this peer runs, before it starts (until the averager offers a hook
-        for it, the tests and the benchmark install it by wrapping ``AllReduce``)."""
+        Called with each round this peer runs, before it starts (the averager's ``round_hook``)."""
         if self.attack is not Attack.LYING_REDUCER:
             raise ConfigError(f"the {self.attack} attack is not a reducer's")
         if round_.reducer is None:

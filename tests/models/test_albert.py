@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.training.albert import IGNORE_INDEX, AlbertConfig, AlbertMLM
+from core.models.albert import IGNORE_INDEX, AlbertConfig, AlbertMLM
 
 TINY = AlbertConfig(
     vocab_size=50,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.training.errors import TrainingError
-from core.training.schedule import albert_lr_lambda, albert_schedule
+from core.optim.schedule import albert_lr_lambda, albert_schedule
+from core.worker.errors import TrainingError
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from core.training.nvml import NvidiaGpu, NvmlReport, read_nvml
+from core.worker.nvml import NvidiaGpu, NvmlReport, read_nvml
 
 Kind = Literal["cuda", "mps", "cpu"]
 

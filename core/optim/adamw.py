@@ -1,5 +1,5 @@
 """AdamW (Loshchilov & Hutter, 2019) on the moment scheme LAMB uses, so both get 8-bit states
-and CPU offload from one place (``core.training.moments``).
+and CPU offload from one place (``core.optim.moments``).
 
 Same semantics as ``torch.optim.AdamW`` without its options amsgrad, maximize, capturable and the
 fused kernels: weight decay is decoupled (the weight shrinks by ``lr * weight_decay`` before the
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import ParamsT
 
-from core.training.moments import MIN_QUANTISED, MomentOptimizer, check_adam_settings
+from core.optim.moments import MIN_QUANTISED, MomentOptimizer, check_adam_settings
 
 
 class AdamW(MomentOptimizer):

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from core.training.errors import TrainingError
-from core.training.lamb import Lamb
-from core.training.schedule import albert_schedule
+from core.optim.lamb import Lamb
+from core.optim.schedule import albert_schedule
+from core.worker.errors import TrainingError
 
 
 def lamb_reference(

@@ -7,7 +7,7 @@ everything else, once for both:
 - **32-bit states** (``states="32bit"``): m and v are tensors shaped and typed like the parameter,
   as torch's own Adam keeps them.
 - **8-bit states** (``states="8bit"``): parameters of at least ``min_quantised`` elements keep m and
-  v as blockwise dynamic 8-bit codes plus one float32 absmax per block (``core.training.quant8``):
+  v as blockwise dynamic 8-bit codes plus one float32 absmax per block (``core.optim.quant8``):
   ``exp_avg_codes``/``exp_avg_absmax`` and ``exp_avg_sq_codes``/``exp_avg_sq_absmax``, about 2
   bytes per element instead of 8. Small tensors (biases, norms) stay 32-bit: they cost little and
   are the most sensitive. Each update dequantises one parameter's moments, updates them and
@@ -20,7 +20,7 @@ everything else, once for both:
   tokens, 29 % storing v and 0.25 % storing sqrt(v) (LAMB: 9 % and 0.9 %); with 4 x 16 tokens
   0.81 % and 0.20 % (LAMB: 0.55 % and 0.34 %).
 - **Offload** (``offload=True``): the states live in host memory whatever the training device,
-  and each parameter's update runs there (``core.training.offload``).
+  and each parameter's update runs there (``core.optim.offload``).
 
 Peers average optimizer statistics and must agree on their meaning, so ``dense_state`` and
 ``load_dense`` give and take float32 moments whatever the storage (averaging codes would be
@@ -35,9 +35,9 @@ from typing import Any, overload
 import torch
 from torch.optim.optimizer import ParamsT
 
-from core.training.errors import TrainingError
-from core.training.offload import Offload
-from core.training.quant8 import CodeBook, blocks_for, dequantise, quantise_into
+from core.optim.offload import Offload
+from core.optim.quant8 import CodeBook, blocks_for, dequantise, quantise_into
+from core.worker.errors import TrainingError
 
 STATE_FORMATS = ("32bit", "8bit")
 MIN_QUANTISED = 4096

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core.training.bridge import TrainingBridge
+from core.worker.bridge import TrainingBridge
 
 
 class TrainingControl:

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from core.optim.adamw import AdamW
+from core.optim.lamb import Lamb
+from core.optim.moments import MomentOptimizer
 from core.project import ManifestError, load_manifest
-from core.training.adamw import AdamW
 from core.training.checkpoints import CheckpointStore
-from core.training.lamb import Lamb
 from core.training.local import LocalWork
-from core.training.moments import MomentOptimizer
-from core.training.runtime import build_model, build_optimizer
+from core.training.peer import build_model, build_optimizer
 from core.training.state import TrainingState
 from core.util.errors import ConfigError
 

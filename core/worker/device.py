@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from core.training.accelerator import detect_accelerator
-from core.training.errors import TrainingError
+from core.worker.accelerator import detect_accelerator
+from core.worker.errors import TrainingError
 
 AUTO = "auto"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.training import quant8
-from core.training.quant8 import (
+from core.optim import quant8
+from core.optim.quant8 import (
     BLOCK_SIZE,
     CodeBook,
     blocks_for,

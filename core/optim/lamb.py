@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import ParamsT
 
-from core.training.moments import MIN_QUANTISED, MomentOptimizer, check_adam_settings
+from core.optim.moments import MIN_QUANTISED, MomentOptimizer, check_adam_settings
 
 
 class Lamb(MomentOptimizer):
@@ -31,7 +31,7 @@ class Lamb(MomentOptimizer):
     Per-parameter state (what ``state_dict()`` carries): ``step``, a 0-d float32 CPU tensor
     counting the updates applied to that parameter, and the Adam moments ``exp_avg`` and
     ``exp_avg_sq``, tensors shaped like the parameter (or, with ``states="8bit"``, their 8-bit
-    codes and block absmax values: ``core.training.moments``). ``offload=True`` keeps them in host
+    codes and block absmax values: ``core.optim.moments``). ``offload=True`` keeps them in host
     memory. Dense gradients only: a sparse gradient raises ``TrainingError``. Settings after
     ``lr`` are keyword-only, so that a call cannot silently mix up two floats.
     """

@@ -3,7 +3,7 @@
 Builds the Host and DHT node, the averager (trainer, client or auxiliary), the model with the
 project's seed (so every peer starts from the same weights), the optimizer and schedule, the data
 stream (each peer walks the shards in its own order) and the tokenizer, then trains or helps until
-stopped. Events (``core.training.events``: ready, epoch, metrics) go to a callback; the CLI prints
+stopped. Events (``core.worker.events``: ready, epoch, metrics) go to a callback; the CLI prints
 them as JSON lines.
 
 Both trainers and auxiliary peers report the collaboration's completed epochs (``metrics``: the
@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -34,6 +34,7 @@ from core.averaging.aggregation import AggregationConfig, Method
 from core.averaging.verification import VerificationConfig
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
+from core.models.albert import AlbertConfig, AlbertMLM
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
 from core.net.host.address import PeerAddress
@@ -42,35 +43,33 @@ from core.net.host.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
 from core.net.reach.monitor import ReachabilityMonitor
 from core.net.reach.reachability import Reachability
+from core.optim.adamw import AdamW
+from core.optim.lamb import Lamb
+from core.optim.moments import MomentOptimizer
+from core.optim.schedule import albert_lr_lambda
 from core.project import Manifest
-from core.training.adamw import AdamW
-from core.training.albert import AlbertConfig, AlbertMLM
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
-from core.training.bridge import TrainingBridge
-from core.training.byzantine import Misbehaviour
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
-from core.training.control import TrainingControl
 from core.training.curve import follow_metrics, metrics_event
-from core.training.device import training_device
-from core.training.errors import TrainingError
-from core.training.events import PeerEvent, PeerNetwork, PeerReady, PeerRolledBack, PeerWaiting
-from core.training.lamb import Lamb
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
-from core.training.moments import MomentOptimizer
-from core.training.precision import choose_precision
 from core.training.published import CheckpointPublishing, fetch_published_checkpoint
 from core.training.rollback import OrderReader
 from core.training.rollback_replica import ReplicaRollback, RolledBack
-from core.training.schedule import albert_lr_lambda
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from core.trust.evidence import Evidence
 from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
 from core.util.web_client import open_url
+from core.worker.bridge import TrainingBridge
+from core.worker.control import TrainingControl
+from core.worker.device import training_device
+from core.worker.errors import TrainingError
+from core.worker.events import PeerEvent, PeerNetwork, PeerReady, PeerRolledBack, PeerWaiting
+from core.worker.precision import choose_precision
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +77,20 @@ ROLES = ("trainer", "client", "aux")
 MILESTONE_EVERY = 10
 """The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
 rollback to an older epoch than the last few needs."""
+
+
+class Misbehaving(Protocol):
+    """A trainer made to misbehave on purpose, to show the defences (``core.swarm.byzantine``).
+
+    Training only offers the hooks; what a bad peer does lives with the demo that starts one."""
+
+    def describe(self) -> str:
+        """What it does, in words (for the log)."""
+        ...
+
+    def install(self, optimizer: CollaborativeOptimizer, averager: Averager) -> None:
+        """Put itself in place: the optimizer's ``tamper`` or the averager's ``round_hook``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -99,13 +112,13 @@ class PeerSettings:
     data_seed: int = 0
     """This peer's order over the shards (different on every peer)."""
     device: str = "cpu"
-    """cpu, cuda, cuda:N, mps, or auto: the best this computer has (``core.training.device``)."""
+    """cpu, cuda, cuda:N, mps, or auto: the best this computer has (``core.worker.device``)."""
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
     start_from: Path | None = None
     """A checkpoint to start from (any peer can)."""
     until_epoch: int | None = None
-    misbehaviour: Misbehaviour | None = None
+    misbehaviour: Misbehaving | None = None
     """A trainer that misbehaves on purpose (the demo swarm's ``--byzantine``); None for real use."""
     identity: Identity | None = None
     start_paused: bool = False
@@ -146,7 +159,7 @@ def build_model(manifest: Manifest) -> AlbertMLM:
 
 def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
     """The manifest's optimizer; LAMB and AdamW with its ``optimizer_states`` and
-    ``offload_optimizer`` (``core.training.moments``), which the others refuse."""
+    ``offload_optimizer`` (``core.optim.moments``), which the others refuse."""
     t = manifest.training
     params = [p for p in model.parameters() if p.requires_grad]
     special = t.optimizer_states != "32bit" or t.offload_optimizer
@@ -348,10 +361,7 @@ class ProjectPeer:
         self.optimizer.fallback = self._published_fallback()
         if s.misbehaviour is not None:
             log.warning("this peer misbehaves on purpose: %s", s.misbehaviour.describe())
-            if s.misbehaviour.attack.gradients:
-                self.optimizer.tamper = s.misbehaviour.gradient_attack()
-            else:
-                self.averager.round_hook = s.misbehaviour.lie_in
+            s.misbehaviour.install(self.optimizer, self.averager)
         self.optimizer.rollback = self._rollbacks(
             self.optimizer.local, links, published=self.optimizer.fallback
         )

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from core.training import precision as precision_module
-from core.training.errors import TrainingError
-from core.training.precision import Precision, choose_precision, clip_gradients
+from core.worker import precision as precision_module
+from core.worker.errors import TrainingError
+from core.worker.precision import Precision, choose_precision, clip_gradients
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")
@@ -31,7 +31,7 @@ def test_cpu_trains_in_full_precision(requested: str, caplog: pytest.LogCaptureF
 def test_half_precision_on_cpu_falls_back_to_fp32_with_a_warning(
     requested: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="core.training.precision"):
+    with caplog.at_level(logging.WARNING, logger="core.worker.precision"):
         chosen = choose_precision(CPU, requested)
     assert chosen.dtype is None
     assert any(requested in r.getMessage() and "fp32" in r.getMessage() for r in caplog.records)
@@ -63,7 +63,7 @@ def test_cuda_choice(
     # The decision only; the device query itself is exercised on a GPU below.
     dtype, warns = expected
     monkeypatch.setattr(precision_module, "_native_bf16", lambda device: native_bf16)
-    with caplog.at_level(logging.WARNING, logger="core.training.precision"):
+    with caplog.at_level(logging.WARNING, logger="core.worker.precision"):
         chosen = choose_precision(CUDA, requested)
     assert chosen == Precision(CUDA, dtype)
     assert bool(caplog.records) == warns

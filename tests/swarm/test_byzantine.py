@@ -30,7 +30,7 @@ from benchmarks.byzantine_task import data_gap, reference, within
 from core.averaging.codecs import Codec
 from core.averaging.reducer import PartReducer
 from core.averaging.tensors import Span
-from core.training.byzantine import Attack, Misbehaviour, shifted
+from core.swarm.byzantine import Attack, Misbehaviour, shifted
 from core.util.errors import ConfigError
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
