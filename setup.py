@@ -2,7 +2,7 @@
 
 Only this needs code: the checkout's top-level ``resources/`` folder is installed as ``core/resources``
 (a folder of data inside ``core``, not a top-level package of that generic name), every file under
-it, whatever is added later. ``core.util.resources`` finds it there, in the checkout or in a bundle.
+it, whatever is added later. ``core.util.process.resources`` finds it there, in the checkout or in a bundle.
 """
 
 from setuptools import find_namespace_packages, setup

@@ -21,7 +21,7 @@ connection it keeps. Reported per phase: latency p50/p99/max (ms) and failures (
 and the node's RSS (MB): the median before, the largest during, the median of the last 5 s after
 (and a once-a-second series of each phase).
 
-Goals (issue 18): at 2,000 connections, fresh pings answered within 1 s (p99) with no failures,
+Goals: at 2,000 connections, fresh pings answered within 1 s (p99) with no failures,
 and RSS after the flood within 10 % of the baseline.
 """
 

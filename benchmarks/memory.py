@@ -20,9 +20,9 @@ host (counted in ``optimizer.state`` by where each tensor lives), the same for t
 accumulators, and samples/s after the first step (which pays for kernel selection and the
 allocator's growth).
 
-Goals (from the roadmap, ``memory_security_roadmap.txt``): offloaded, 0 bytes per parameter of
+Goals: offloaded, 0 bytes per parameter of
 optimizer state on the GPU; 8-bit states at most 2.1 bytes per parameter of host memory;
-offloaded throughput at least 0.8x that of 32-bit states on the device; and (issue 21) with 8-bit
+offloaded throughput at least 0.8x that of 32-bit states on the device; and with 8-bit
 offloaded states the large model's microbatch fits in 8 GiB of GPU memory.
 """
 
@@ -57,7 +57,7 @@ CONFIGS = (("32bit", False), ("32bit", True), ("8bit", False), ("8bit", True))
 GOAL_HOST_8BIT = 2.1
 GOAL_THROUGHPUT = 0.8
 GOAL_DEVICE_GIB = 8.0
-"""The issue's bar for the large model: it trains on an 8 GB GPU with 8-bit offloaded states."""
+"""The bar for the large model: it trains on an 8 GB GPU with 8-bit offloaded states."""
 MASK_TOKEN = 4
 
 

@@ -1,4 +1,4 @@
-"""Decentralized mixture-of-experts benchmarks (issue 22): one run, one JSON, a section per part.
+"""Decentralized mixture-of-experts benchmarks: one run, one JSON, a section per part.
 
     python benchmarks/moe.py [--parts server,beam,convergence,throughput] [--quick] [--no-hivemind]
                              [--json out.json]

@@ -207,7 +207,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def loss_figures(args: argparse.Namespace) -> dict[str, Any]:
-    """The loss figures of the Byzantine training runs (issue 20, item 7).
+    """The loss figures of the Byzantine training runs.
 
     They are computed by ``benchmarks/byzantine_losses.py`` (four trainers, one misbehaving, each
     attack under the plain mean and under the defence); this is the one place that calls it.

@@ -112,7 +112,7 @@ def _compile_bytecode() -> None:
 
 
 def has_display() -> bool:
-    """The same test as ``core.util.desktop`` (this script may not import the project)."""
+    """The same test as ``core.util.process.desktop`` (this script may not import the project)."""
     if sys.platform in ("win32", "cygwin", "darwin"):
         return True
     return any(os.environ.get(v) for v in ("WAYLAND_DISPLAY", "DISPLAY", "QT_QPA_PLATFORM"))

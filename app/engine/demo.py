@@ -52,7 +52,7 @@ class DemoSwarm:
             return None
         try:
             with self.output_file.open("rb") as f:
-                # shorter than before: rotated as the swarm started (core.util.logfiles), all new
+                # shorter than before: rotated as the swarm started (core.util.process.logfiles), all new
                 size = self.output_file.stat().st_size
                 f.seek(self._offset if self._offset <= size else 0)
                 text = f.read().decode("utf-8", "replace")

@@ -139,7 +139,7 @@ def _tail(path: Path, offset: int, limit: int = 600) -> str:
     """The last words the engine printed since ``offset``, on one line."""
     try:
         with path.open("rb") as f:
-            # shorter than before: rotated as the engine started (core.util.logfiles), all new
+            # shorter than before: rotated as the engine started (core.util.process.logfiles), all new
             f.seek(offset if offset <= path.stat().st_size else 0)
             text = f.read().decode("utf-8", "replace")
     except OSError:

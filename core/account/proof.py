@@ -5,7 +5,7 @@ project and the user's name as it knows them); the peer key signs ``proof_payloa
 its own PeerID, and ``POST /pass`` carries the challenge and the signature. Before signing, the
 client checks that the challenge is for the project it means to join and for the user it logged in
 as: a coordinator that is not the project's cannot get a signature that passes there for another
-account. The same bytes are built by ``core.coordinator.possession`` (the coordinator's side; the
+account. The same bytes are built by ``core.coordinator.people.possession`` (the coordinator's side; the
 packages may not import each other); a test checks that the two agree.
 """
 

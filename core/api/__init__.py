@@ -12,16 +12,16 @@
 - ``settings``  settings_view: the preferences, with their descriptions, as the API's Settings.
 - ``endpoint``  the engine's endpoint file (URL, token, pid) in the user's runtime directory.
 - ``logs``      the app's log files (``app.log``, ``app-crash.log``) and the user's folders, with
-  the helpers of ``core.util.logfiles`` and ``core.util.crashes``, named here for the app.
-- ``login_item``  start at login (``core.util.login_item``), named here for the app.
+  the helpers of ``core.util.process.logfiles`` and ``core.util.process.crashes``, named here for the app.
+- ``login_item``  start at login (``core.util.process.login_item``), named here for the app.
 - ``project_url`` ProjectUrl: a project URL (``https://coord.example.org/#key=<PeerID>``) checked
   and normalised, the key its fragment pins, where its signed manifest is served.
 - ``client``    EngineClient: the typed async client.
 - ``protocol``  EngineApi: the calls as a Protocol (EngineClient and FakeEngine satisfy it).
 - ``detached``  starting a child detached from the app (the engine, the demo swarm): the helper of
-  ``core.util.detached``, named here for the app.
+  ``core.util.process.detached``, named here for the app.
 - ``program``  Barnraise as a program: ``VERSION``, the command lines that start the engine, the
-  swarm or the app (``core.util.launch``), its data files (``core.util.resources``).
+  swarm or the app (``core.util.process.launch``), its data files (``core.util.process.resources``).
 - ``torch_fetch``  a light bundle's first run, for the app: whether torch must be fetched, the
   command that fetches it, and the progress lines it prints (FetchProgress).
 - ``testing``   (a subpackage, not exported here) FakeEngine: an in-memory engine with realistic

@@ -1,7 +1,7 @@
-"""Start at login, for the app: the platform's login item (``core.util.login_item``), named here
+"""Start at login, for the app: the platform's login item (``core.util.process.login_item``), named here
 because the app reaches ``core`` only through ``core.api``. ``barnraise uninstall`` removes it."""
 
-from core.util.login_item import (
+from core.util.process.login_item import (
     LoginItem,
     LoginItemError,
     disable,

@@ -1,5 +1,5 @@
 """The app's log files and the folders it shows, with the helpers that keep every log bounded
-(``core.util.logfiles``, ``core.util.crashes``), named here for the app.
+(``core.util.process.logfiles``, ``core.util.process.crashes``), named here for the app.
 
 ``app.log`` (rotating) gets the app's warnings and its uncaught exceptions, ``app-crash.log`` the
 stacks of a fatal error; both sit in the user's log folder, beside the engine's logs, so one
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config.paths import UserDirs
-from core.util.crashes import CrashLog, loop_exception_handler
-from core.util.logfiles import rotating_handler
+from core.util.process.crashes import CrashLog, loop_exception_handler
+from core.util.process.logfiles import rotating_handler
 
 APP_LOG = "app.log"
 APP_CRASH_LOG = "app-crash.log"

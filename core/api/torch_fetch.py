@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from core.util.errors import WireFormatError
-from core.util.launch import barnraise_command, frozen
+from core.util.process.launch import barnraise_command, frozen
 
 Stage = Literal["choosing", "checking", "downloading", "installing", "done", "failed"]
 STAGES: tuple[Stage, ...] = (

@@ -2,7 +2,7 @@
 
     barnraise app [--demo] [--hidden] [--preview]
 
-The app is its own program (``python -P -m app``, PySide6; ``core.util.launch`` says how, frozen
+The app is its own program (``python -P -m app``, PySide6; ``core.util.process.launch`` says how, frozen
 too); the engine never imports it, so this command hands over to it: on POSIX the process becomes
 the app (exec, nothing left behind), on Windows it runs the app and returns its exit status.
 """
@@ -15,8 +15,8 @@ import subprocess
 import sys
 from typing import Any
 
-from core.util.desktop import display_available
-from core.util.launch import app_command
+from core.util.process.desktop import display_available
+from core.util.process.launch import app_command
 
 
 def register(commands: Any) -> None:

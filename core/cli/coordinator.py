@@ -51,8 +51,8 @@ from core.coordinator import (
 )
 from core.coordinator.data_files import PREFIX as DATA_PREFIX
 from core.coordinator.data_files import check_data_folder
-from core.coordinator.evidence_records import Accused
-from core.coordinator.rollback import StoredOrder
+from core.coordinator.reports.evidence_records import Accused
+from core.coordinator.reports.rollback import StoredOrder
 from core.coordinator.tls import ServerTls, server_tls_context
 from core.net.errors import AddressError
 from core.net.host.address import PeerAddress
@@ -412,7 +412,7 @@ def _register_rollback(sub: Any) -> None:
 
 
 def run_rollback(args: argparse.Namespace) -> int:
-    """Sign and store a rollback order (``core.coordinator.rollback``), or list the orders."""
+    """Sign and store a rollback order (``core.coordinator.reports.rollback``), or list the orders."""
     manifest = load_any_manifest(args.manifest) if args.manifest is not None else None
     if args.db is not None:
         db: Path = args.db

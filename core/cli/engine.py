@@ -8,7 +8,7 @@ One per user: a second start names the running one and exits. The control API li
 file in the user's log directory (``engine.log``); when stderr is itself a file (the app sends it to
 ``engine-output.log``) only errors go there, so that file stays small while the engine runs for weeks
 (it is rotated only when the engine starts). Uncaught exceptions (any thread, the loop) are logged,
-and a fatal error's stacks go to ``engine-crash.log`` (``core.util.crashes``). SIGTERM or Ctrl-C
+and a fatal error's stacks go to ``engine-crash.log`` (``core.util.process.crashes``). SIGTERM or Ctrl-C
 stops it within 5 seconds, saving its state; should the ledger or the settings fail to be written
 then, it says what failed and exits with 1.
 Threads stuck in blocking calls (a read that never ends) cannot hold it: once stopped, the process
@@ -29,8 +29,8 @@ from core.config.paths import UserDirs
 from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.engine.config import ENGINE_LOG
-from core.util.crashes import CrashLog
-from core.util.logfiles import rotating_handler, stream_is_a_file
+from core.util.process.crashes import CrashLog
+from core.util.process.logfiles import rotating_handler, stream_is_a_file
 
 CRASH_LOG = "engine-crash.log"
 """Beside ``engine.log``: the stacks of every thread when the engine dies of a fatal error."""

@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments:
         from core.cli.app import launch  # noqa: PLC0415 - the light path to the app
-        from core.util.desktop import display_available  # noqa: PLC0415
+        from core.util.process.desktop import display_available  # noqa: PLC0415
 
         if display_available(os.environ)[0]:
             return launch([])

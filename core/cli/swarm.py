@@ -39,7 +39,7 @@ from core.project import DmoeManifest, load_any_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.dmoe_run import DmoeSwarmOptions, LocalDmoeRun
 from core.swarm.run import ATTACKS, LocalSwarmRun, SwarmOptions
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 
 PROJECTS = {"demo": "demo/project.toml", "dmoe": "dmoe-demo/project.toml"}
 """``--project NAME``: the manifests that ship with Barnraise."""

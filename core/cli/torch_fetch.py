@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from core.api.torch_fetch import FetchProgress
 from core.cli.pip_output import PipOutput, offline_reason, unreachable_words
 from core.config import runtime_packages
-from core.util.launch import frozen
+from core.util.process.launch import frozen
 
 PYPI = "https://pypi.org/simple"
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")

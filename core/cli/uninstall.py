@@ -2,7 +2,7 @@
 
     barnraise uninstall [--purge] [--yes]
 
-Without ``--purge`` it removes the login item (start at login, ``core.util.login_item``) and lists
+Without ``--purge`` it removes the login item (start at login, ``core.util.process.login_item``) and lists
 what it leaves: the settings, data, cache and log folders, the saved logins in the OS keyring, and
 how to remove the program itself. With ``--purge`` it removes those too — but never while an engine
 runs for this user (it holds the engine's lock, which ``--purge`` takes for itself while it works,
@@ -31,8 +31,8 @@ from core.engine.config import EngineConfig
 from core.engine.store import EngineFile
 from core.project import load_any_manifest
 from core.util.errors import BarnraiseError
-from core.util.launch import frozen as is_frozen
-from core.util.login_item import LoginItem, LoginItemError, login_item
+from core.util.process.launch import frozen as is_frozen
+from core.util.process.login_item import LoginItem, LoginItemError, login_item
 
 
 def register(commands: Any) -> None:

@@ -38,7 +38,7 @@ from core.coordinator.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from core.coordinator.sessions import MAX_TOKEN_CHARS
+from core.coordinator.people.sessions import MAX_TOKEN_CHARS
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The coordinator's SQLite tables and how its file is opened (``core.util.sqlite_file``, shared
+"""The coordinator's SQLite tables and how its file is opened (``core.util.files.sqlite_file``, shared
 with the contribution ledger, refuses files that are not ours and runs each migration in one
 transaction). ``PRAGMA application_id`` marks the file as a coordinator's.
 
@@ -8,7 +8,7 @@ service, and a commit survives the process being killed.
 Usernames appear only as bound parameters, never in SQL text. ``user_key`` columns hold the
 case-folded name (``names.Username.key``).
 
-Schema 2 (issue 18, hardening) adds:
+Schema 2 (hardening) adds:
 
 - ``users.skeleton``: the look-alike skeleton of each name (``confusables``), so that a new name
   that looks like a taken one is refused. SQL cannot compute it: the store fills the rows that lack
@@ -22,21 +22,21 @@ Schema 2 (issue 18, hardening) adds:
   anyone else's key revoked or credited. Such a key is free for whoever proves it first, and a
   legacy pass it holds still admits it until it expires (at most ``pass_lifetime``).
 
-Schema 3 (issue 20, accountability) adds ``evidence``: members' signed accusations, as the
+Schema 3 (accountability) adds ``evidence``: members' signed accusations, as the
 auxiliary peer passed them on (``evidence``, ``evidence_records``). One row per accusation
 (reporter, accused, group, part, chunk, statistic), so a report sent twice counts once; the
 signature is kept so that anyone can check a row again. ``reporter_user`` is the account that had
 proved the reporter's key when the row arrived; the accused's account is looked up when read
 (``peer_keys``), so a key proved later is still named.
 
-Schema 4 (issue 20, rollback) adds ``rollbacks``: the moderators' signed rollback orders, numbered
+Schema 4 (rollback) adds ``rollbacks``: the moderators' signed rollback orders, numbered
 from 1, never removed (``rollback``).
 
-Schema 5 (issue 23, the project page) adds ``figures``: the loss, speed and live peers the auxiliary
+Schema 5 (the project page) adds ``figures``: the loss, speed and live peers the auxiliary
 peer reports with each epoch (``figures``), one row per epoch; ``received`` is when the report
 arrived, by the coordinator's clock.
 
-Schema 6 (issue 23, join by URL) adds ``manifests``: every distinct text of the project's manifest
+Schema 6 (join by URL) adds ``manifests``: every distinct text of the project's manifest
 file the coordinator served, numbered from 1 (``manifest_route``), with the signed envelope as
 served; the numbers only grow, across restarts, so volunteers' engines never see one go back.
 """
@@ -47,7 +47,7 @@ import sqlite3
 from pathlib import Path
 
 from core.coordinator.errors import StoreError
-from core.util.sqlite_file import SqliteFile, transaction
+from core.util.files.sqlite_file import SqliteFile, transaction
 
 SCHEMA_VERSION = 6
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator

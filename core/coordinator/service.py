@@ -1,6 +1,6 @@
 """CoordinatorService: the organizer's HTTP service for accounts, access passes and the leaderboard.
 
-Endpoints (JSON; see ``README`` and the issue 7 contract): ``GET /info``, ``POST /signup``,
+Endpoints (JSON; ``docs/design/coordinator.md`` describes each): ``GET /info``, ``POST /signup``,
 ``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass/challenge``, ``POST /pass``,
 ``GET /revocations``, ``POST /contributions`` (moderators), ``POST /evidence`` (moderators: members'
 signed accusations, judged in ``evidence``), ``GET /leaderboard``, ``GET /leaderboard/me``,
@@ -32,11 +32,8 @@ from typing import Any
 
 from aiohttp import web
 
-from core.coordinator.accounts import User
-from core.coordinator.client_address import FORWARDED_FOR, TrustedProxies
 from core.coordinator.data_files import DataFiles
 from core.coordinator.errors import BadProof, BadRequest, Conflict, Forbidden, Unauthorized
-from core.coordinator.evidence import EvidenceJudge, parse_evidence_report
 from core.coordinator.http import (
     LARGE_BODY,
     answer,
@@ -45,17 +42,21 @@ from core.coordinator.http import (
     json_body,
     string_field,
 )
+from core.coordinator.limits.client_address import FORWARDED_FOR, TrustedProxies
+from core.coordinator.limits.ratelimit import LoginLimiter, LoginLimits
+from core.coordinator.limits.signup_limit import SignupLimiter, SignupLimits
 from core.coordinator.manifest_route import ManifestPublisher
-from core.coordinator.names import Password, Username
 from core.coordinator.page import ProjectPage
-from core.coordinator.passwords import (
+from core.coordinator.people.accounts import User
+from core.coordinator.people.names import Password, Username
+from core.coordinator.people.passwords import (
     DEFAULT_PARAMS,
     ScryptParams,
     hash_password,
     needs_rehash,
     verify_password,
 )
-from core.coordinator.possession import (
+from core.coordinator.people.possession import (
     MAX_CHALLENGE_CHARS,
     MAX_SIGNATURE_CHARS,
     UPDATE,
@@ -63,11 +64,10 @@ from core.coordinator.possession import (
     proof_payload,
     signature_bytes,
 )
+from core.coordinator.people.sessions import MAX_TOKEN_CHARS, Tokens
 from core.coordinator.public_url import check_public_url
-from core.coordinator.ratelimit import LoginLimiter, LoginLimits
-from core.coordinator.reports import Judge, parse_report
-from core.coordinator.sessions import MAX_TOKEN_CHARS, Tokens
-from core.coordinator.signup_limit import SignupLimiter, SignupLimits
+from core.coordinator.reports.epoch_report import Judge, parse_report
+from core.coordinator.reports.evidence_report import EvidenceJudge, parse_evidence_report
 from core.coordinator.store import CoordinatorStore
 from core.project import AnyManifest
 from core.trust.errors import PeerIdError

@@ -19,19 +19,19 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from core.coordinator.accounts import Accounts, User
-from core.coordinator.confusables import Confusables
-from core.coordinator.evidence_records import EvidenceRecords
-from core.coordinator.figures import Figures
-from core.coordinator.leaderboard import Leaderboard
 from core.coordinator.manifest_versions import ManifestVersions
-from core.coordinator.names import Password, Username
-from core.coordinator.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
-from core.coordinator.peer_keys import PeerKeys
-from core.coordinator.records import Contributions, Passes
-from core.coordinator.rollback import RollbackOrders
+from core.coordinator.people.accounts import Accounts, User
+from core.coordinator.people.confusables import Confusables
+from core.coordinator.people.names import Password, Username
+from core.coordinator.people.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
+from core.coordinator.people.peer_keys import PeerKeys
+from core.coordinator.people.sessions import Sessions
+from core.coordinator.reports.evidence_records import EvidenceRecords
+from core.coordinator.reports.figures import Figures
+from core.coordinator.reports.leaderboard import Leaderboard
+from core.coordinator.reports.records import Contributions, Passes
+from core.coordinator.reports.rollback import RollbackOrders
 from core.coordinator.schema import open_database, transaction
-from core.coordinator.sessions import Sessions
 
 
 class CoordinatorStore:

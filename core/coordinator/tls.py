@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 )
 
 from core.util.errors import ConfigError
-from core.util.regular_file import FileRefused, read_regular_file
+from core.util.files.regular_file import FileRefused, read_regular_file
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from core import __version__
 from core.api.schema import API_VERSION, Diagnostics
 from core.engine.config import EngineConfig
 from core.util.blocking import BlockingPool
-from core.util.regular_file import FileRefused, open_regular_file
+from core.util.files.regular_file import FileRefused, open_regular_file
 
 TAIL_LINES = 200
 TAIL_BYTES = 256 * 1024

@@ -20,8 +20,8 @@ from core.engine.errors import SettingsNotSaved
 from core.engine.projects import ProjectSlot
 from core.policy import Preferences, PreferencesError
 from core.util.errors import ConfigError
-from core.util.regular_file import FileRefused, read_regular_file
-from core.util.toml_write import dumps
+from core.util.files.regular_file import FileRefused, read_regular_file
+from core.util.files.toml_write import dumps
 
 MAX_FILE_BYTES = 1024 * 1024
 """The settings file is a few kilobytes: a larger one (or a FIFO, a device) is refused, unread."""

@@ -9,7 +9,7 @@ it: the expert has lost at most the updates since that save, not everything it l
 Layout: ``<folder>/<uid>/<updates:012>-<saved_ns:019>.pt``, so "newest" is read from the names (the
 most updates, then the latest save) without opening a file; the same uid saved by two servers (a
 takeover that overlapped) keeps both histories apart by their times. Files are written aside and
-renamed into place (``core.util.atomic``), so a server killed mid-write never leaves a half file
+renamed into place (``core.util.files.atomic``), so a server killed mid-write never leaves a half file
 under a checkpoint's name; a file damaged anyway (a disk error, a bad copy) is skipped with a log
 line and the next older one is tried. Files are read with ``torch.load(weights_only=True)``, which
 unpickles tensors and plain values only: a checkpoint from a shared folder cannot run code. A state
@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from core.moe.backend import ExpertBackend
-from core.util.atomic import remove_old, write_atomically
 from core.util.errors import BarnraiseError
+from core.util.files.atomic import remove_old, write_atomically
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
 

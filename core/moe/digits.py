@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from core.util.errors import BarnraiseError
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 
 PIXELS = 64
 CLASSES = 10

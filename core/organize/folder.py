@@ -16,8 +16,8 @@ import stat
 from pathlib import Path
 from types import TracebackType
 
-from core.util.atomic import fsync_directory
 from core.util.errors import ConfigError
+from core.util.files.atomic import fsync_directory
 
 STAGING_PREFIX = ".barnraise-new-"
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.project import AnyManifest, Manifest
-from core.util.toml_write import scalar_value
+from core.util.files.toml_write import scalar_value
 
 WIDTH = 100
 """Longest line; a note that would make a line longer goes on its own line above the key."""

@@ -60,8 +60,8 @@ from core.project import (
 from core.project.sections import DEFAULT_KIND
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.trust.identity import Identity
-from core.util.atomic import write_atomically
 from core.util.errors import ConfigError
+from core.util.files.atomic import write_atomically
 
 TORCH_FALLBACK = "2.13.0"
 """The torch the container image installs when this computer has none (the tested series)."""

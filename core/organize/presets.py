@@ -16,7 +16,7 @@ from core.project import AnyManifest, DmoeManifest, Manifest, load_any_manifest
 from core.project.dmoe import DMOE
 from core.project.sections import DEFAULT_KIND
 from core.util.errors import ConfigError
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 
 KINDS = (DEFAULT_KIND, DMOE)
 DEMO = "demo"

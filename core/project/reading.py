@@ -22,8 +22,8 @@ from core.project.errors import ManifestError
 from core.project.prescan import nesting
 from core.project.sections import DEFAULT_KIND, PROJECT_KINDS
 from core.project.validation import check_keys, describe
+from core.util.files.regular_file import FileRefused, read_regular_file
 from core.util.nesting import deeper_than
-from core.util.regular_file import FileRefused, read_regular_file
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 

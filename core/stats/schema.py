@@ -1,4 +1,4 @@
-"""The ledger's SQLite schema and how its file is opened (``core.util.sqlite_file`` does the
+"""The ledger's SQLite schema and how its file is opened (``core.util.files.sqlite_file`` does the
 careful part: refusing files that are not ours, WAL, migrations in one transaction each).
 
 ``PRAGMA application_id`` marks the file as a Barnraise ledger. Schema versions: 1, the hourly
@@ -17,7 +17,7 @@ import sqlite3
 from pathlib import Path
 
 from core.stats.errors import LedgerError
-from core.util.sqlite_file import SqliteFile, transaction
+from core.util.files.sqlite_file import SqliteFile, transaction
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x42524E52  # "BRNR" in ASCII

@@ -1,8 +1,8 @@
 """ChildProcess: one peer of the local swarm, a ``barnraise`` command in an OS process of its own.
 
-Each peer runs as if on its own machine: ``barnraise peer|aux …`` (``core.util.launch``: Python's
+Each peer runs as if on its own machine: ``barnraise peer|aux …`` (``core.util.process.launch``: Python's
 ``-P -m core.cli.main``, or the bundle's program), in its log folder rather than wherever the
-swarm was started, detached (``core.util.detached``: its own session or process group, so Ctrl-C
+swarm was started, detached (``core.util.process.detached``: its own session or process group, so Ctrl-C
 in the terminal reaches only the swarm, which then stops each child in order). Its stdout carries
 one JSON event per line (``ready``, ``epoch``, ``metrics``), read here; its stderr, its log, is
 appended to a file. ``$BARNRAISE_SWARM_LOG_LEVEL`` sets how much the children log (``info`` unless
@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 
 from core.account.client import PASSWORD_VARIABLE
-from core.util.detached import STOP_SIGNAL, start_detached_async
 from core.util.errors import WireFormatError
-from core.util.launch import barnraise_command
+from core.util.process.detached import STOP_SIGNAL, start_detached_async
+from core.util.process.launch import barnraise_command
 from core.worker.events import PeerEvent, from_json
 
 LOG_LEVEL_VARIABLE = "BARNRAISE_SWARM_LOG_LEVEL"

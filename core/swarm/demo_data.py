@@ -12,7 +12,7 @@ import contextlib
 from pathlib import Path
 
 from core.project import Manifest
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 
 DEMO_MANIFEST = resource_path("demo/project.toml")
 """The demo project's manifest, among the data files (the checkout's, the wheel's or the bundle's)."""

@@ -29,7 +29,7 @@ from core.account import CoordinatorClient
 from core.coordinator import CoordinatorService
 from core.project import AnyManifest, load_any_manifest, parse_any_manifest
 from core.trust.identity import Identity
-from core.util import toml_write
+from core.util.files import toml_write
 
 VOLUNTEERS = ("alice", "bob")
 ORGANIZER = "organizer"

@@ -34,7 +34,7 @@ import psutil
 from core.config.paths import UserDirs
 from core.project.sections import PROJECT_NAME
 from core.util.errors import BarnraiseError
-from core.util.regular_file import FileRefused, read_regular_file
+from core.util.files.regular_file import FileRefused, read_regular_file
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from core.training.errors import CheckpointError
-from core.util.atomic import remove_old, remove_temporaries, write_atomically
+from core.util.files.atomic import remove_old, remove_temporaries, write_atomically
 
 log = logging.getLogger(__name__)
 

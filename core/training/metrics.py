@@ -22,12 +22,12 @@ from typing import Any
 
 from core.training.progress import PeerProgress
 from core.trust.passes import AccessPass, pass_to_text
-from core.util.logfiles import rotate_if_over, rotated_files
+from core.util.process.logfiles import rotate_if_over, rotated_files
 
 REPORT_MAX_LOSS = 1e6
 REPORT_MAX_SPEED = 1e9
 REPORT_MAX_PEERS = 1_000_000
-"""The bounds the coordinator holds the figures to (``core.coordinator.figures``)."""
+"""The bounds the coordinator holds the figures to (``core.coordinator.reports.figures``)."""
 
 
 def _within(value: float | None, most: float) -> float | None:

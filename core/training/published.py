@@ -41,7 +41,7 @@ import aiohttp
 from core.training.errors import CheckpointError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
-from core.util.atomic import remove_old, remove_temporaries, write_atomically
+from core.util.files.atomic import remove_old, remove_temporaries, write_atomically
 from core.util.msgpack_codec import pack
 from core.util.web_client import client_session, connection_problem
 

@@ -2,7 +2,7 @@
 
 Usage: ``python resources/confusables/make_table.py <path to Unicode's confusables.txt>``.
 
-Only the entries the coordinator can ever meet are kept: a username key (``core.coordinator.names``)
+Only the entries the coordinator can ever meet are kept: a username key (``core.coordinator.people.names``)
 is NFKC-normalised and case-folded and holds only letters, digits, combining marks and ``._-``, so a
 source character that folding would change, or that no name may contain, is never looked up. The
 prototypes are kept as Unicode gives them (the skeleton decomposes them again).
@@ -37,7 +37,7 @@ def main(source: Path) -> None:
     date = re.search(r"^# Date: (.+)$", text, re.M)
     lines = [
         "# A subset of Unicode's confusables.txt (UTS #39, Unicode Security Mechanisms) for the",
-        "# coordinator's username skeletons (core/coordinator/confusables.py).",
+        "# coordinator's username skeletons (core/coordinator/people/confusables.py).",
         f"# Source: https://www.unicode.org/Public/security/{version}/confusables.txt",
         f"# Version: {version}; Date: {date[1] if date else '?'}",
         f"# Source SHA-256: {hashlib.sha256(data).hexdigest()}",

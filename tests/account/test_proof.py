@@ -4,7 +4,7 @@ packages may not import each other, so each writes the format down; this keeps t
 from __future__ import annotations
 
 from core.account import proof as client_side
-from core.coordinator import possession as coordinator_side
+from core.coordinator.people import possession as coordinator_side
 from core.net import Identity
 
 

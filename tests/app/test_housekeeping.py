@@ -31,8 +31,8 @@ from app.tray import Tray
 from app.window import MainWindow
 from core.api.login_item import LoginItemError
 from core.api.testing import FakeEngine
-from core.util.logfiles import OUTPUT_MAX_BYTES
-from core.util.login_item import XdgAutostart
+from core.util.process.logfiles import OUTPUT_MAX_BYTES
+from core.util.process.login_item import XdgAutostart
 from tests.app.conftest import MakeStore
 from tests.app.test_first_run import ACCOUNT_STEP, PRESET_STEP, attach_the_demo, wizard
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.util.desktop import display_available
+from core.util.process.desktop import display_available
 from tests.support.leaks import wait_until_blocking
 
 ROOT = Path(__file__).resolve().parents[2]

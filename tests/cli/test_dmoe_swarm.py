@@ -1,6 +1,6 @@
 """``barnraise swarm --project dmoe --moderated``: a coordinator, three expert servers and four
 asynchronous trainers, each an OS process on loopback and logged in with an access pass, and the loss
-they report falls (issue 22's acceptance); a stranger without a pass gets nothing from the experts;
+they report falls; a stranger without a pass gets nothing from the experts;
 the record lets an engine here find the swarm while it runs; every process is gone after Ctrl-C."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.cli.main import main
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 
 DEMO = resource_path("dmoe-demo/project.toml")
 

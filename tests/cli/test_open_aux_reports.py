@@ -11,7 +11,7 @@ import pytest
 
 from core.account.client import PASSWORD_VARIABLE
 from core.cli import peer as peer_cli
-from core.coordinator.figures import EpochFigures
+from core.coordinator.reports.figures import EpochFigures
 from core.training.metrics import EpochMetrics
 from core.training.peer import PeerSettings
 from core.util.errors import ConfigError

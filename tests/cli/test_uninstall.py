@@ -21,7 +21,7 @@ from core.control.lock import InstanceLock
 from core.engine.config import EngineConfig
 from core.engine.projects import ProjectSlot
 from core.engine.store import EngineFile, EngineMemory
-from core.util.login_item import XdgAutostart
+from core.util.process.login_item import XdgAutostart
 from tests.account.memory_keyring import MemoryKeyring
 
 COORDINATOR = "https://coordinator.example.org"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.coordinator import API_VERSION, CoordinatorService, Password
-from core.coordinator.passwords import verify_password
+from core.coordinator.people.passwords import verify_password
 from core.util.errors import BarnraiseError
 from tests.coordinator.conftest import PASSWORD, PROJECT, Running
 

@@ -17,8 +17,8 @@ import pytest
 
 from core.cli.main import main
 from core.coordinator import CoordinatorStore, Password
-from core.coordinator.evidence_records import Accepted
-from core.coordinator.passwords import verify_password
+from core.coordinator.people.passwords import verify_password
+from core.coordinator.reports.evidence_records import Accepted
 from core.net import Identity
 from core.project.signed import parse_envelope
 from core.trust.evidence import sign_evidence

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from core.coordinator.client_address import TrustedProxies, parse_ip
+from core.coordinator.limits.client_address import TrustedProxies, parse_ip
 from core.util.errors import ConfigError
 
 PROXIES = TrustedProxies.parse(["127.0.0.1", "10.0.0.0/8", "fd00::/8"])
@@ -54,7 +54,7 @@ def test_without_trusted_proxies_the_header_never_counts() -> None:
 
 def test_a_forgotten_trusted_proxy_is_pointed_out_once(caplog: pytest.LogCaptureFixture) -> None:
     nobody = TrustedProxies()
-    with caplog.at_level(logging.WARNING, "core.coordinator.client_address"):
+    with caplog.at_level(logging.WARNING, "core.coordinator.limits.client_address"):
         for _ in range(3):
             nobody.client_address("127.0.0.1", ["198.51.100.1"])
         nobody.client_address("203.0.113.9", ["198.51.100.1"])  # a stranger: nothing to say
@@ -65,7 +65,7 @@ def test_a_forgotten_trusted_proxy_is_pointed_out_once(caplog: pytest.LogCapture
 def test_a_malformed_header_from_a_proxy_is_logged_at_debug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.DEBUG, "core.coordinator.client_address"):
+    with caplog.at_level(logging.DEBUG, "core.coordinator.limits.client_address"):
         assert PROXIES.client_address("10.0.0.1", ["x" * 5000]) == "10.0.0.1"
     (record,) = caplog.records
     assert record.levelno == logging.DEBUG

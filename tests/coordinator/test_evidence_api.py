@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from core.coordinator import CoordinatorStore
-from core.coordinator import evidence as judging
 from core.coordinator.errors import StoreError
+from core.coordinator.reports import evidence_report as judging
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.net import Identity
 from core.trust.evidence import Evidence, sign_evidence
-from core.util.sqlite_file import SqliteFile
+from core.util.files.sqlite_file import SqliteFile
 from tests.coordinator.conftest import PROJECT, Running
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from core.coordinator import CoordinatorStore, ScryptParams, Username
-from core.coordinator.confusables import Confusables
 from core.coordinator.errors import BadRequest, Conflict
+from core.coordinator.people.confusables import Confusables
 
 FAST = ScryptParams(n=2**10)
 LOOK_ALIKES = [

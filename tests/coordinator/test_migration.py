@@ -9,10 +9,10 @@ import pytest
 
 from core.coordinator import CoordinatorStore, Password, ScryptParams, Username
 from core.coordinator.errors import Conflict, StoreError
-from core.coordinator.passwords import hash_password
+from core.coordinator.people.passwords import hash_password
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.net import Identity
-from core.util.sqlite_file import SqliteFile
+from core.util.files.sqlite_file import SqliteFile
 
 FAST = ScryptParams(n=2**10)
 VICTIM_PEER = str(Identity.generate().peer_id)

@@ -6,7 +6,7 @@ import pytest
 
 from core.coordinator import Password, ScryptParams, Username
 from core.coordinator.errors import BadRequest
-from core.coordinator.passwords import hash_password, needs_rehash, verify_password
+from core.coordinator.people.passwords import hash_password, needs_rehash, verify_password
 
 FAST = ScryptParams(n=2**10)
 

@@ -11,13 +11,13 @@ import pytest
 
 from core.coordinator import CoordinatorStore
 from core.coordinator.errors import StoreError
-from core.coordinator.figures import MAX_LOSS, MAX_PEERS, MAX_SPEED, EpochFigures
 from core.coordinator.page.curve import MOST_POINTS
+from core.coordinator.reports.figures import MAX_LOSS, MAX_PEERS, MAX_SPEED, EpochFigures
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.net import Identity
 from core.training import metrics
 from core.training.metrics import EpochMetrics
-from core.util.sqlite_file import SqliteFile
+from core.util.files.sqlite_file import SqliteFile
 from tests.coordinator.conftest import PASSWORD
 from tests.coordinator.page_support import AUX, running_page
 

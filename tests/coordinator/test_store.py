@@ -10,8 +10,8 @@ import pytest
 
 from core.coordinator import CoordinatorStore, Password, ScryptParams, StoreError
 from core.coordinator.errors import BadRequest, NotFound
-from core.coordinator.passwords import verify_password
-from core.coordinator.sessions import MAX_SESSIONS_PER_USER
+from core.coordinator.people.passwords import verify_password
+from core.coordinator.people.sessions import MAX_SESSIONS_PER_USER
 
 FAST = ScryptParams(n=2**10)
 

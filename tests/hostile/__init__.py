@@ -1,4 +1,4 @@
-"""Hostile-input tests: each replays an attack of issue 18 against the real process.
+"""Hostile-input tests: each replays an attack against the real process.
 
 Each asserts the clean outcome: a clear refusal, nothing lost, the process still serving.
 """

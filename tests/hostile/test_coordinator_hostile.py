@@ -1,4 +1,4 @@
-"""Issue 18's attacks on the coordinator (findings A to G), replayed against a real
+"""Attacks on the coordinator, replayed against a real
 ``CoordinatorService`` over HTTP on loopback, and against the ``barnraise coordinator`` process.
 
 Each test asserts the clean outcome: the attack is refused in plain words, nobody else is harmed,

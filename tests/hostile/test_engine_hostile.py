@@ -1,4 +1,4 @@
-"""Issue 18, the engine's half: wrong files, unbounded numbers and odd requests against a real
+"""Attacks on the engine: wrong files, unbounded numbers and odd requests against a real
 ``barnraise engine`` process, each answered with a clear refusal while the engine keeps serving and
 still stops (and frees its lock) when told.
 

@@ -1,4 +1,4 @@
-"""Issue 18, fuzzed: whatever JSON the control API is sent, and whatever text a manifest holds, the
+"""Fuzzed: whatever JSON the control API is sent, and whatever text a manifest holds, the
 answer is a refusal in words (a JSON error below 500, a ``ManifestError``), never a crash.
 
 The control API is served by a real engine daemon in this process (its own loop in a thread, the

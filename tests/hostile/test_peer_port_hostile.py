@@ -1,4 +1,4 @@
-"""Issue 18, finding 1, against a real ``barnraise dht`` process: strangers cannot exhaust a backbone.
+"""Against a real ``barnraise dht`` process: strangers cannot exhaust a backbone.
 
 - 100 TLS connections with fresh identities, each sending a hello and then a frame header that
   announces 8 MiB followed by one byte, used to make the node allocate 8 MiB each (~1 GB of RSS);

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 from tests.lab.conftest import MakeLab
 from tests.lab.natlab import NatLab
 from tests.lab.procs import Event, LabProcess

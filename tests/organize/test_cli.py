@@ -11,7 +11,7 @@ import pytest
 from core.cli import project as project_cli
 from core.cli.main import main
 from core.coordinator import CoordinatorStore, Password
-from core.coordinator.passwords import verify_password
+from core.coordinator.people.passwords import verify_password
 from core.organize.new import create_project
 from core.project import load_any_manifest
 from tests.organize.conftest import FAST_SCRYPT, PASSWORD

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.coordinator import CoordinatorStore, Password
-from core.coordinator.passwords import verify_password
+from core.coordinator.people.passwords import verify_password
 from core.data import ShardServerThread
 from core.net.host.address import PeerAddress
 from core.organize import new as new_module

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from core import __version__
-from core.util.launch import app_command, barnraise_command, frozen
-from core.util.resources import resource_path, resource_root
+from core.util.process.launch import app_command, barnraise_command, frozen
+from core.util.process.resources import resource_path, resource_root
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -97,7 +97,7 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(
     barnraise, site = installed
     python = barnraise.with_name(f"python{EXE}")
     code = (
-        "import core, app, core.util.resources as r\n"
+        "import core, app, core.util.process.resources as r\n"
         "print(core.__file__, app.__file__, r.resource_root(), core.__version__)"
     )
     out = _run([str(python), "-c", code], cwd=tmp_path, env=_env(tmp_path)).stdout.split()

@@ -11,7 +11,7 @@ import pytest
 
 from core.stats import EPOCHS_KEPT, Contribution, EpochRow, Ledger, LedgerError
 from core.stats.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
-from core.util.sqlite_file import SqliteFile
+from core.util.files.sqlite_file import SqliteFile
 
 WHEN = 1_700_000_000.0
 

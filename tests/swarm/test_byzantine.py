@@ -1,5 +1,5 @@
 """One Byzantine trainer among four: the defences keep the loss curve on the clean one, and without
-them the same attack wrecks it (issue 20's acceptance test).
+them the same attack wrecks it.
 
 The collaborations are real: four trainers with the collaborative optimizer and averager on
 loopback, the task of ``benchmarks/byzantine_task.py``, 30 epochs, two collaborations

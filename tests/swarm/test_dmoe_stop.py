@@ -14,7 +14,7 @@ import pytest
 from core.swarm import dmoe_run
 from core.swarm.children import ChildProcess
 from core.swarm.dmoe_run import DmoeLine, DmoeStop, DmoeSwarmOptions, LocalDmoeRun
-from core.util.detached import start_detached_async
+from core.util.process.detached import start_detached_async
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="stand-ins stop on SIGTERM")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core.util.crashes import LOGGER, CrashLog, loop_exception_handler
+from core.util.process.crashes import LOGGER, CrashLog, loop_exception_handler
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_a_fatal_error_leaves_every_threads_stack_in_the_crash_file(tmp_path: Pa
         import contextlib
         import faulthandler
         from pathlib import Path
-        from core.util.crashes import CrashLog
+        from core.util.process.crashes import CrashLog
         with contextlib.suppress(ImportError):  # no core dump left behind (POSIX)
             import resource
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

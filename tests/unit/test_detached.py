@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.util.detached import (
+from core.util.process.detached import (
     STOP_SIGNAL,
     creation_flags,
     kill_detached,
@@ -68,7 +68,7 @@ def test_nothing_typed_to_the_parent_reaches_the_child(tmp_path: Path) -> None:
     # the parent's stdin holds text (this test's own may be empty anyway): the child must read none
     log = tmp_path / "child.log"
     start = (
-        "import sys; from pathlib import Path; from core.util.detached import start_detached; "
+        "import sys; from pathlib import Path; from core.util.process.detached import start_detached; "
         f"sys.exit(start_detached([sys.executable, '-c', {REPORT!r}], output=Path({str(log)!r}))"
         ".wait(60))"
     )

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from core.training.metrics import METRICS_BACKUPS, EpochMetrics, MetricsLog
-from core.util.detached import start_detached
-from core.util.logfiles import (
+from core.util.process.detached import start_detached
+from core.util.process.logfiles import (
     OUTPUT_MAX_BYTES,
     backup_path,
     rotate_if_over,

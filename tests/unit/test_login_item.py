@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from core.util import login_item
-from core.util.login_item import (
+from core.util.process import login_item
+from core.util.process.login_item import (
     APPROVED_KEY,
     RUN_KEY,
     LaunchAgent,

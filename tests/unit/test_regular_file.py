@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from core.util.files.regular_file import FileRefused, read_regular_file
 from core.util.nesting import deeper_than
-from core.util.regular_file import FileRefused, read_regular_file
 
 
 def test_regular_files_and_links_to_them_are_read(tmp_path: Path) -> None:

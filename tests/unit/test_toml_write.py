@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.util.errors import ConfigError
-from core.util.toml_write import dumps
+from core.util.files.toml_write import dumps
 
 
 def test_round_trip_of_tables_and_arrays_of_tables() -> None:

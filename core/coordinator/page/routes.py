@@ -27,13 +27,13 @@ from aiohttp import web
 
 from core.coordinator.errors import BadRequest
 from core.coordinator.http import status_and_code
-from core.coordinator.names import Username
 from core.coordinator.page.home import Project, render_home
 from core.coordinator.page.html import Markup
 from core.coordinator.page.layout import error_document
 from core.coordinator.page.static import StaticFiles
 from core.coordinator.page.stats import Stats, read_stats
 from core.coordinator.page.user import render_user
+from core.coordinator.people.names import Username
 from core.coordinator.store import CoordinatorStore
 from core.project import AnyManifest
 from core.trust.identity import Identity

@@ -1,6 +1,6 @@
 """The page's static files (``GET /static/<name>``): its script, stylesheet and icon.
 
-Only the names listed here are served, each from the data files (``core.util.resources``: the
+Only the names listed here are served, each from the data files (``core.util.process.resources``: the
 checkout's ``resources/``, the wheel's ``core/resources``, a bundle's) with its own content type; a
 file is read once and kept. A file missing from a broken installation is a 404 and one logged error.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from core.coordinator.leaderboard import ACTIVE_WINDOW
 from core.coordinator.page import formats
 from core.coordinator.page.curve import MOST_POINTS, Curve, loss_curve
+from core.coordinator.reports.leaderboard import ACTIVE_WINDOW
 from core.coordinator.store import CoordinatorStore
 
 RECENT = ACTIVE_WINDOW

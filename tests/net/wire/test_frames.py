@@ -110,7 +110,7 @@ def test_frames_are_delivered_before_the_next_header_is_read() -> None:
 
 
 def test_an_announced_payload_costs_only_what_arrived() -> None:
-    """Issue 18: a header announcing the largest frame, then one byte, must not pin the whole frame."""
+    """A header announcing the largest frame, then one byte, must not pin the whole frame."""
     limit = 8 * 1024 * 1024
     frames: list[Frame] = []
     decoder = FrameDecoder(limit, frames.append)

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.coordinator.accounts import User
 from core.coordinator.errors import BadRequest, Forbidden
-from core.coordinator.evidence_records import Accepted
+from core.coordinator.people.accounts import User
+from core.coordinator.reports.evidence_records import Accepted
 from core.trust.evidence import Evidence
 from core.util.errors import BarnraiseError
 

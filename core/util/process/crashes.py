@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from core.util.logfiles import OUTPUT_BACKUPS, OUTPUT_MAX_BYTES, rotate_if_over
+from core.util.process.logfiles import OUTPUT_BACKUPS, OUTPUT_MAX_BYTES, rotate_if_over
 
 LOGGER = "crash"
 """The logger crashes are written to (its records go wherever the root logger's handlers write)."""

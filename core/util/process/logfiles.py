@@ -5,7 +5,7 @@ past ``LOG_MAX_BYTES`` it becomes ``<name>.1`` (the older ones shift to ``.2``, 
 file begins. A file a child's stdout and stderr are redirected to cannot be rotated that way: the
 child holds a descriptor of its own, which follows the file when it is renamed (and Windows refuses
 to rename an open file at all). Such a file is rotated when the child starts (``rotate_if_over``,
-called by ``core.util.detached`` for every child it starts), and the children that run for long
+called by ``core.util.process.detached`` for every child it starts), and the children that run for long
 keep it small by logging to a rotating file of their own (``barnraise engine``). A JSON-lines file
 of records (``metrics.jsonl``) is rotated between two whole records, so every file stays valid.
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidKey
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from core.coordinator.names import Password
+from core.coordinator.people.names import Password
 
 SALT_BYTES = 16
 KEY_BYTES = 32

@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.coordinator.addresses import address_prefix
 from core.coordinator.errors import TooManyAttempts
+from core.coordinator.limits.addresses import address_prefix
 
 _Key = tuple[str, ...]
 

@@ -3,7 +3,7 @@ live numbers and its loss curve.
 
 An epoch report may carry ``loss`` (a number, or null when no peer had a finite one),
 ``samples_per_second`` (the trainers' summed speed) and ``alive_peers`` (trainers with fresh
-progress records). Auxiliary peers from before issue 23 send none of them: such a report stores no
+progress records). Auxiliary peers of older versions send none of them: such a report stores no
 figures and is otherwise accepted as before. A value that is present must be a finite number within
 its bound (``MAX_LOSS``, ``MAX_SPEED``, ``MAX_PEERS``), else the report is a 400.
 

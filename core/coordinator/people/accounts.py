@@ -18,9 +18,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from core.coordinator.confusables import Confusables
 from core.coordinator.errors import BadRequest, Conflict, Forbidden, NotFound
-from core.coordinator.names import Username, fold
+from core.coordinator.people.confusables import Confusables
+from core.coordinator.people.names import Username, fold
 from core.coordinator.schema import transaction
 
 VOLUNTEER = "volunteer"

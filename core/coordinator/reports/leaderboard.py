@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from core.coordinator.records import Contributions, Passes, utc_day
+from core.coordinator.reports.records import Contributions, Passes, utc_day
 
 ACTIVE_WINDOW = 15 * 60.0
 """A device is active if it contributed to an epoch that ended this recently."""

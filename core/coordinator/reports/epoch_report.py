@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.coordinator.accounts import User
 from core.coordinator.errors import BadRequest
-from core.coordinator.figures import EpochFigures, parse_figures
-from core.coordinator.names import Username
-from core.coordinator.records import Counted
+from core.coordinator.people.accounts import User
+from core.coordinator.people.names import Username
+from core.coordinator.reports.figures import EpochFigures, parse_figures
+from core.coordinator.reports.records import Counted
 from core.trust.errors import PeerIdError
 from core.trust.passes import AccessDenied, pass_from_text
 from core.trust.peer_id import PeerID
@@ -43,7 +43,7 @@ class EpochReport:
     samples: int
     contributions: list[Any]
     figures: EpochFigures | None = None
-    """None from an auxiliary peer that sends no figures (one from before issue 23)."""
+    """None from an auxiliary peer that sends no figures (an older version's)."""
 
 
 @dataclass(frozen=True, slots=True)

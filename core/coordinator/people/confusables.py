@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from core.util.errors import ConfigError
-from core.util.resources import resource_path
+from core.util.process.resources import resource_path
 
 TABLE = resource_path("confusables/confusables.txt")
 _DOT_ABOVE = "\u0307"

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 from xml.parsers.expat import ExpatError
 
-from core.util.atomic import write_atomically
 from core.util.errors import BarnraiseError
-from core.util.launch import frozen as is_frozen
+from core.util.files.atomic import write_atomically
+from core.util.process.launch import frozen as is_frozen
 
 APP_ARGUMENTS = ("app", "--hidden")
 """What the login item asks of ``barnraise``: the desktop app, started in the tray."""

@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from core.util.logfiles import OUTPUT_BACKUPS, OUTPUT_MAX_BYTES, rotate_if_over
+from core.util.process.logfiles import OUTPUT_BACKUPS, OUTPUT_MAX_BYTES, rotate_if_over
 
 STOP_SIGNAL: int = getattr(signal, "CTRL_BREAK_EVENT", signal.SIGTERM)
 """What asks a detached child to stop (it reaches only that child's process group on Windows)."""

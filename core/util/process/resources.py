@@ -26,7 +26,8 @@ def resource_root() -> Path:
     packaged = files("core") / FOLDER
     if isinstance(packaged, Path) and packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[2] / FOLDER  # a checkout: core/util/ -> the root
+    # a checkout: core/util/process/ -> the root
+    return Path(__file__).resolve().parents[3] / FOLDER
 
 
 def resource_path(name: str) -> Path:

@@ -1,0 +1,15 @@
+"""What the backbone reports and the coordinator keeps: contributions per epoch, the figures and the
+leaderboard, accusations, and the moderators' rollback orders.
+
+- ``epoch_report``      reading the auxiliary peer's epoch report and checking each contribution's pass.
+- ``evidence_report``     reading the auxiliary peer's evidence report: each accusation's signature,
+  project, age, and the standing of the account that proved the reporter's key; a rate per account.
+- ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
+- ``figures``      the epoch figures a report may carry (loss, speed, live peers): bounds, one row
+  per epoch, the newest and the loss curve's points.
+- ``evidence_records`` the accepted accusations, and the listing by accused peer (with its user and
+  how many distinct accounts accused it) that ``barnraise coordinator reports`` prints.
+- ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.
+- ``rollback``     the moderators' signed rollback orders: numbered, checked against the epochs
+  reported, stored; the latest is what ``GET /rollback`` serves to every peer.
+"""
