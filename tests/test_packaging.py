@@ -123,7 +123,8 @@ def test_the_docs_pins_leave_the_python_312_environment_alone(tmp_path: Path) ->
     real = (ROOT / "packaging" / "constraints.txt").read_text()
     pinned, section, docs = real.partition(second_python.DOCS_SECTION.decode())
     assert section, "constraints.txt keeps the docs extra's pins in a section of their own"
-    assert re.search(r"^mkdocs==", docs, re.M) and re.search(r"^mkdocs-material==", docs, re.M)
+    assert re.search(r"^mkdocs==", docs, re.M)
+    assert re.search(r"^mkdocs-material==", docs, re.M)
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert any(r.startswith("mkdocs") for r in extras["optional-dependencies"]["docs"])
 
