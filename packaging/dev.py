@@ -206,6 +206,10 @@ def _second_leg(extra: list[str], env: dict[str, str]) -> tuple[SecondLeg | None
     return SecondLeg(interpreter, env), None
 
 
+DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
+"""The Material theme prints a banner about its own future at every build: not the build's news."""
+
+
 def docs_command() -> list[str | Path]:
     """``mkdocs build --strict``: a broken link, an anchor that is not there or a page left out of
     the navigation fails the build (mkdocs.yml's ``validation``)."""
@@ -213,11 +217,11 @@ def docs_command() -> list[str | Path]:
 
 
 def build_docs() -> int:
-    return _run(docs_command(), env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    return _run(docs_command(), env=dict(os.environ, **DOCS_ENV, PYTHONDONTWRITEBYTECODE="1"))
 
 
 def run_tests(extra: list[str]) -> int:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, **DOCS_ENV, QT_QPA_PLATFORM="offscreen", PYTHONDONTWRITEBYTECODE="1")
     python = _venv_bin("python")
     second, missing = _second_leg(extra, env)
     if second is not None:
