@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QEvent, QTimer
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -73,6 +73,9 @@ class Shooter:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             QApplication.processEvents()
+            # widgets a page replaced are deleted when the event loop turns, which processEvents
+            # alone never does: without this, a removed placeholder is still painted
+            QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
             time.sleep(0.01)
 
     def save(self, name: str, widget: QWidget | QPixmap, what: str) -> None:

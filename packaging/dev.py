@@ -4,6 +4,7 @@ Usage (from the repository root, with Python 3.11 or newer):
 
     python3 packaging/dev.py run     # set up .venv, then run the main job (the app on a desktop)
     python3 packaging/dev.py test    # set up .venv, then lint, type-check, check layers, run tests
+    python3 packaging/dev.py docs    # set up .venv, then build the documentation site (site/)
     python3 packaging/dev.py setup   # only set up .venv
 
 Only the standard library is used here, so the same script works on Linux, macOS and Windows.
@@ -40,6 +41,8 @@ STAMP = VENV / ".barnraise-setup"
 # CPU or macOS's; BARNRAISE_TORCH overrides), so pip never pulls a CUDA build where no GPU can use
 # it; its dependencies come in the next step, under the constraints. TORCH: the second leg's pin.
 TORCH = "torch==2.13.0"
+VERBS = ("run", "test", "docs", "setup")
+"""What this script does; tests/test_docs.py checks that every ``dev.py VERB`` the docs show is one."""
 NO_USABLE_DISPLAY = 3  # the app's exit status when Qt cannot use the display (app/preflight.py)
 SIDE_TESTS = (
     "tests/cli/test_churn_soak.py",
@@ -94,7 +97,7 @@ def setup() -> None:
     print(f"torch: {' '.join(torch.pip_arguments())}\n  because {torch.reason}", flush=True)
     steps = [
         [*pip, "--no-deps", *torch.pip_arguments()],
-        [*pip, *constraints, "-e", ".[dev]"],
+        [*pip, *constraints, "-e", ".[dev,docs]"],
     ]
     for step in steps:
         if _run(step) != 0:
@@ -203,8 +206,22 @@ def _second_leg(extra: list[str], env: dict[str, str]) -> tuple[SecondLeg | None
     return SecondLeg(interpreter, env), None
 
 
+DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1"}
+"""The Material theme prints a banner about its own future at every build: not the build's news."""
+
+
+def docs_command() -> list[str | Path]:
+    """``mkdocs build --strict``: a broken link, an anchor that is not there or a page left out of
+    the navigation fails the build (mkdocs.yml's ``validation``)."""
+    return [_venv_bin("python"), "-m", "mkdocs", "build", "--strict"]
+
+
+def build_docs() -> int:
+    return _run(docs_command(), env=dict(os.environ, **DOCS_ENV, PYTHONDONTWRITEBYTECODE="1"))
+
+
 def run_tests(extra: list[str]) -> int:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, **DOCS_ENV, QT_QPA_PLATFORM="offscreen", PYTHONDONTWRITEBYTECODE="1")
     python = _venv_bin("python")
     second, missing = _second_leg(extra, env)
     if second is not None:
@@ -233,6 +250,7 @@ def run_tests(extra: list[str]) -> int:
         ("ruff lint", [python, "-m", "ruff", "check", "."]),
         ("ruff format", [python, "-m", "ruff", "format", "--check", "."]),
         ("import contracts", [_venv_bin("lint-imports")]),
+        ("docs (mkdocs --strict)", docs_command()),
         # the slowest tests listed at the end: where the 15-minute budget goes
         ("pytest", [python, "-m", "pytest", "--durations=25", *extra]),
     ]
@@ -268,7 +286,7 @@ def run_tests(extra: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"run", "test", "setup"}:
+    if not argv or argv[0] not in VERBS:
         print(__doc__)
         return 2
     setup()
@@ -277,6 +295,8 @@ def main(argv: list[str]) -> int:
         return run_main(extra)
     if command == "test":
         return run_tests(extra)
+    if command == "docs":
+        return build_docs()
     return 0
 
 

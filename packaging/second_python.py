@@ -48,6 +48,9 @@ machine's two cores with the main one. The optimizers, the models and the Byzant
 ``TEST_PATHS``."""
 # the GUI and its tests stay on the main leg, and so do the linters (they check code, not Python)
 LEAVE_OUT = frozenset({"pyside6", "pytest-qt", "ruff", "mypy", "import-linter", "types-psutil"})
+DOCS_SECTION = b"# docs extra:"
+"""Where ``constraints.txt``'s pins of the docs tools begin: this leg installs none of them, so its
+environment's digest stops there (a new mkdocs must not cost a rebuild of gigabytes)."""
 OVERRIDE = "BARNRAISE_PYTHON312"  # the interpreter to use, when it is not on PATH or under pyenv
 
 
@@ -116,7 +119,7 @@ def plan(root: Path, interpreter: list[str], constraints: Path, log: Path) -> Le
     for line in [*requirements(root), " ".join(interpreter)]:
         digest.update(line.encode() + b"\n")
     if constraints.exists():
-        digest.update(constraints.read_bytes())
+        digest.update(constraints.read_bytes().partition(DOCS_SECTION)[0])
     env_dir = cache_root() / f"venv-py{VERSION}-{digest.hexdigest()[:16]}"
     return Leg(interpreter, env_dir, log)
 

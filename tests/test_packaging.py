@@ -113,3 +113,29 @@ def test_contracts_catch_each_kind_of_violation(tmp_path: Path) -> None:
         "core.net's modules import one another without a cycle BROKEN",
     ):
         assert broken in result.stdout, result.stdout
+
+
+def test_the_docs_pins_leave_the_python_312_environment_alone(tmp_path: Path) -> None:
+    """The 3.12 leg's environment is named by a digest of the dependency lists and rebuilt (gigabytes
+    of torch) when it changes: the docs tools, which it never installs, must not move it."""
+    sys.path.insert(0, str(ROOT / "packaging"))
+    try:
+        import second_python
+    finally:
+        sys.path.remove(str(ROOT / "packaging"))
+    real = (ROOT / "packaging" / "constraints.txt").read_text()
+    pinned, section, docs = real.partition(second_python.DOCS_SECTION.decode())
+    assert section, "constraints.txt keeps the docs extra's pins in a section of their own"
+    assert re.search(r"^mkdocs==", docs, re.M)
+    assert re.search(r"^mkdocs-material==", docs, re.M)
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(r.startswith("mkdocs") for r in extras["optional-dependencies"]["docs"])
+
+    def env_dir(constraints: str) -> Path:
+        path = tmp_path / "constraints.txt"
+        path.write_text(constraints)
+        return second_python.plan(ROOT, ["python3.12"], path, tmp_path / "log").env_dir
+
+    assert env_dir(real) == env_dir(pinned)  # the docs pins weigh nothing
+    assert env_dir(real) == env_dir(real.replace("mkdocs==", "mkdocs==0.0.0+"))
+    assert env_dir(real) != env_dir(real.replace("aiohttp==", "aiohttp==0.0.0+"))  # the rest does

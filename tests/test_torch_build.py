@@ -268,7 +268,7 @@ def test_dev_py_installs_the_choice_first_without_dependencies(
     dev.setup()
     torch_step, project_step = ran
     assert torch_step[-4:] == ["--no-deps", "torch==2.13.0+cpu", "--index-url", CPU_INDEX]
-    assert project_step[-2:] == ["-e", ".[dev]"]
+    assert project_step[-2:] == ["-e", ".[dev,docs]"]
     ran.clear()
     dev.setup()
     assert ran == []  # the same build: nothing to do
