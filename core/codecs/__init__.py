@@ -2,7 +2,8 @@
 
 A codec's spec (``Codec``) holds its name and aliases, its wire id, its kernel (encode, decode,
 encoded size, error bound) or how it picks one per tensor, its rough bytes per value, and whether
-the expert call's wire takes it. ``CODECS`` is the built-in table. The MoE wire's accepted codecs
+the expert call's wire takes it. ``CODECS`` is the built-in table. The manifest's allowed names
+and their error message (``core.project.sections``), the MoE wire's accepted codecs
 (``core.moe.protocol``), the codec a peer averages with (``core.training.peer``), averaging's
 encoding (through ``chunks``) and the benchmarks' choices read it.
 
