@@ -1,4 +1,8 @@
-"""The arrays every kernel reads and writes: float32 values in, bytes out, and back."""
+"""The arrays every kernel reads and writes: float32 values in, bytes out, and back.
+
+Kernels are vectorized (no per-element Python) and written against numpy 2.4's rules: explicit
+dtypes, no deprecated casting.
+"""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def _uniform8() -> Kernel:
 
 
 def _blockwise8() -> Kernel:
-    from core.codecs.blockwise8 import Blockwise8  # noqa: PLC0415 - as _half
+    from core.codecs.blockwise8 import Blockwise8  # noqa: PLC0415 - as in _half
 
     return Blockwise8()
 

@@ -105,3 +105,10 @@ class Codec:
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"
+
+    # compared by identity, so a copy (a deep-copied module or config) must be the spec itself
+    def __copy__(self) -> Codec:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Codec:
+        return self

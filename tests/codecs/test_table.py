@@ -3,6 +3,7 @@ force, and reading it without numpy or torch."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
@@ -129,3 +130,9 @@ def test_reading_the_table_loads_neither_numpy_nor_torch() -> None:
         "assert not loaded, loaded"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_copy_of_a_spec_is_the_spec() -> None:
+    """Compared by identity, as enum members were: a deep-copied config keeps its codec."""
+    assert copy.copy(FP16) is FP16
+    assert copy.deepcopy({"codec": AUTO})["codec"] is AUTO
