@@ -44,8 +44,7 @@ from harness import (
 
 sys.path.insert(0, str(ROOT))
 
-COMPRESSION = {"none": "NONE", "fp16": "FP16", "uint8": "UINT8", "blockwise8": "BLOCKWISE8"}
-
+from core.codecs import active_codecs
 
 # ---- a peer (worker process) ---------------------------------------------------------------------
 
@@ -56,7 +55,7 @@ async def worker(args: argparse.Namespace) -> None:
     # Each peer process stands for a machine of its own, but four of them share this machine's two
     # cores: one torch thread each keeps their codec kernels from fighting over the cores.
     torch.set_num_threads(1)
-    from core.averaging import Averager, AveragerConfig, Codec
+    from core.averaging import Averager, AveragerConfig
     from core.dht import DHTConfig, DHTNode, HostTransport
     from core.net import Host, Identity
 
@@ -67,7 +66,7 @@ async def worker(args: argparse.Namespace) -> None:
     config = AveragerConfig(
         target_group_size=args.peers,
         min_group_size=args.peers,
-        codec=Codec[COMPRESSION[args.compression]],
+        codec=active_codecs().parse(args.compression),
         allreduce_timeout=120.0,
     )
     averager = Averager(host, dht, "bench", config)
@@ -214,7 +213,9 @@ def main() -> None:
     parser.add_argument("--peers", type=int, default=4)
     parser.add_argument("--numel", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--compression", choices=sorted(COMPRESSION), default="none")
+    # every codec that encodes by itself (``auto`` picks among them per tensor)
+    concrete = sorted(codec.name for codec in active_codecs().concrete)
+    parser.add_argument("--compression", choices=concrete, default="none")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     add_reference_options(parser)

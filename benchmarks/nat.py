@@ -176,7 +176,8 @@ class Worker:
         import torch
 
         torch.set_num_threads(1)
-        from core.averaging import Averager, AveragerConfig, Codec
+        from core.averaging import Averager, AveragerConfig
+        from core.codecs import NONE
         from core.dht import DHTConfig, DHTNode, HostTransport
 
         self.dht = DHTNode(HostTransport(self.host), DHTConfig(client_mode=not self.backbone))
@@ -186,7 +187,7 @@ class Worker:
         config = AveragerConfig(
             target_group_size=self.args.peers,
             min_group_size=self.args.peers,
-            codec=Codec.NONE,
+            codec=NONE,
             allreduce_timeout=600.0,
             client_mode=not self.presence.dialable,
         )

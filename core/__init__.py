@@ -12,7 +12,10 @@ contracts hold them to it):
 - ``net``     authenticated TLS connections, framing, RPC and streams (``wire``), the Host
   (``host``), and reaching peers behind home routers (``reach``, ``relay``, ``punch``).
 - ``dht``     the Kademlia DHT: expiring, optionally owned records.
-- ``averaging`` matchmaking, load-balanced butterfly all-reduce, codecs, Moshpit groups, state sharing.
+- ``codecs``  how float32 values travel: one spec per codec (names, wire id, kernel, bytes per value)
+  in one table, which averaging, the manifest, the engine's estimates and the MoE wire read (the
+  kernels load numpy and torch on first use).
+- ``averaging`` matchmaking, load-balanced butterfly all-reduce, Moshpit groups, state sharing.
 - ``data``    streamed shards, shuffle and mixing, tokenizer, masked-LM batches, a local shard server.
 - ``project`` the project manifest (TOML) and its validation.
 - ``worker``  the torch worker runtime both kinds of training stand on: the training thread's bridge

@@ -1,4 +1,4 @@
-"""Decentralized averaging (DeDLOC's communication layer).
+"""Decentralized averaging (DeDLOC's communication layer); chunks travel encoded by ``core.codecs``.
 
 - ``averager``        Averager and PendingRound: the API (average, or prepare then run).
 - ``matchmaking``     forming groups through the DHT (leaders, followers, redirects, adaptive waiting).
@@ -15,7 +15,6 @@
 - ``retained``        rounds whose inputs verifiers may still fetch, for a while after they end.
 - ``bans``            members this peer caught lying and does not group with, for a while.
 - ``load_balancing``  the DeDLOC linear program and whole-element part sizes.
-- ``codecs``          none, float16, uniform 8-bit and blockwise 8-bit chunk encodings.
 - ``tensors``         TensorSet (in-place float32 views) and the chunk layout.
 - ``moshpit``         group rounds over a grid of keys, and choosing the group size.
 - ``state``           sharing and downloading the full state from several donors.
@@ -25,7 +24,6 @@
 """
 
 from core.averaging.averager import Averager, PendingRound
-from core.averaging.codecs import Codec
 from core.averaging.config import AveragerConfig
 from core.averaging.matchmaking import MatchmakingError
 from core.averaging.result import AveragingResult, Finding
@@ -34,7 +32,6 @@ __all__ = [
     "Averager",
     "AveragerConfig",
     "AveragingResult",
-    "Codec",
     "Finding",
     "MatchmakingError",
     "PendingRound",

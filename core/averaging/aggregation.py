@@ -29,8 +29,8 @@ from enum import StrEnum
 import numpy as np
 
 from core.averaging.centered_clip import centered_clip
-from core.averaging.codecs import F32
 from core.averaging.screening import screen
+from core.codecs.arrays import F32
 from core.util.errors import ConfigError
 
 CLIP_WEIGHT = "clip_weight"

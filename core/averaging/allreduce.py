@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.averaging.codecs import Codec, decode, encode, encoded_size
 from core.averaging.config import AveragerConfig
 from core.averaging.load_balancing import PeerCapacity, PlanCache, split
 from core.averaging.messages import (
@@ -36,6 +35,8 @@ from core.averaging.reducer import PartReducer
 from core.averaging.result import AveragingResult
 from core.averaging.tensors import Span, TensorSet, layout, schema_hash
 from core.averaging.verified_round import RoundVerification
+from core.codecs import NONE
+from core.codecs.chunks import decode, encode, encoded_size
 from core.net.errors import InvalidRequestError, NetError, PermissionDeniedError
 from core.net.wire.stream import Stream
 from core.util.errors import WireFormatError
@@ -288,7 +289,7 @@ class AllReduce:
         Uncompressed data lands straight in the tensor: the weight comes after it for that reason.
         """
         view = self.tensors.view(span)
-        raw = span.codec is Codec.NONE
+        raw = span.codec is NONE
         buffer = view.data if raw else bytearray(encoded_size(span.codec, span.count))
         got_data, trailer = await stream.recv_data_or_message(buffer)
         if got_data:
@@ -420,7 +421,7 @@ class AllReduce:
                     if refused is not None:
                         reducer.exclude(sender, refused)
                         return
-                if span.codec is Codec.NONE:
+                if span.codec is NONE:
                     reducer.contribute(sender, i, np.frombuffer(data, dtype=np.float32), weight)
                 else:
                     reducer.contribute_encoded(sender, i, data, span.codec, weight)

@@ -21,7 +21,6 @@ from typing import Any
 
 from core.averaging.allreduce import AllReduce
 from core.averaging.bans import BanList
-from core.averaging.codecs import Codec, warm_up
 from core.averaging.config import AveragerConfig
 from core.averaging.load_balancing import PlanCache
 from core.averaging.matchmaking import Matchmaker
@@ -40,6 +39,8 @@ from core.averaging.result import AveragingResult
 from core.averaging.retained import RetainedRounds
 from core.averaging.tensors import TensorSet
 from core.averaging.verification import PROVEN
+from core.codecs import Codec
+from core.codecs.chunks import warm_up
 from core.dht import DHTNode
 from core.net.errors import NotFoundError
 from core.net.host.address import PeerAddress
@@ -69,7 +70,7 @@ class PendingRound:
         """Average ``tensors`` in place with the group (once).
 
         ``codec`` overrides the configured one for this round (every member must pass the same,
-        e.g. ``Codec.NONE`` for parameters that must not lose precision).
+        e.g. ``core.codecs.NONE`` for parameters that must not lose precision).
         """
         if self._used:
             raise BarnraiseError("this round has already been run")

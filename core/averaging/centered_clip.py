@@ -50,8 +50,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from core.averaging.codecs import F32
 from core.averaging.screening import lower_median
+from core.codecs.arrays import F32
 
 F64 = npt.NDArray[np.float64]
 

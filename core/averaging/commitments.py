@@ -24,8 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.averaging.codecs import F32
 from core.averaging.messages import InputCommitment, InputRow, PartSeal
+from core.codecs.arrays import F32
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
 from core.util.msgpack_codec import pack

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.averaging.aggregation import AggregationConfig
-from core.averaging.codecs import Codec
 from core.averaging.verification import VerificationConfig
+from core.codecs import NONE, Codec
 from core.util.errors import ConfigError
 
 
@@ -18,7 +18,7 @@ class AveragerConfig:
     min_matchmaking_time: float = 0.5
     max_matchmaking_time: float = 15.0
     """How long a leader waits for followers adapts between these two, from how long groups took."""
-    codec: Codec = Codec.NONE
+    codec: Codec = NONE
     chunk_bytes: int = 1 << 20
     """Raw bytes per chunk: reducing one chunk overlaps receiving the next."""
     sender_timeout: float = 5.0

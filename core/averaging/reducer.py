@@ -32,9 +32,11 @@ from core.averaging.aggregation import (
     Workspace,
     aggregate_chunk,
 )
-from core.averaging.codecs import F32, Codec, decode, encode
 from core.averaging.result import Finding
 from core.averaging.tensors import Span
+from core.codecs import NONE, Codec
+from core.codecs.arrays import F32
+from core.codecs.chunks import decode, encode
 from core.trust.peer_id import PeerID
 
 WEIGHT = "weight"
@@ -271,7 +273,7 @@ class PartReducer:
             return
         codec = chunk.span.codec
         data = encode(codec, outcome.values)
-        values = outcome.values if codec is Codec.NONE else decode(codec, data, chunk.span.count)
+        values = outcome.values if codec is NONE else decode(codec, data, chunk.span.count)
         inputs_used = outcome.included | frozenset(outcome.screened)
         chunk.done.set_result(
             ChunkResult(outcome.weight, data, values, outcome.included, inputs_used)

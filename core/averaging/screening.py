@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.averaging.codecs import F32
+from core.codecs.arrays import F32
 
 NONFINITE = "nonfinite"
 NORM_RATIO = "norm_ratio"

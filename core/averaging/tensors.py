@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from core.averaging.codecs import F32, Codec
+from core.codecs import Codec
+from core.codecs.arrays import F32
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,5 +118,5 @@ def layout(
 
 def schema_hash(sizes: Sequence[int], codec: Codec, chunk_elements: int) -> bytes:
     """Members must agree on the tensors' sizes and on how chunks are cut and encoded."""
-    text = f"{list(sizes)}|{int(codec)}|{chunk_elements}".encode()
+    text = f"{list(sizes)}|{codec.wire_id}|{chunk_elements}".encode()
     return hashlib.sha256(text).digest()[:16]

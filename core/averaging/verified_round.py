@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from core.averaging.aggregation import AggregationConfig
-from core.averaging.codecs import F32, decode
 from core.averaging.commitments import (
     ReducerLedger,
     SenderLedger,
@@ -55,6 +54,8 @@ from core.averaging.verification import (
     possible_checks,
 )
 from core.averaging.verifier import PartCheck, verify_part
+from core.codecs.arrays import F32
+from core.codecs.chunks import decode
 from core.net.errors import InvalidRequestError, PermissionDeniedError, ResourceExhaustedError
 from core.net.wire.stream import Stream
 from core.trust.peer_id import PeerID

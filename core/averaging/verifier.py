@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.averaging.aggregation import AggregationConfig, aggregate_chunk
-from core.averaging.codecs import F32, Codec, decode, encode, encoded_size, max_abs_error
 from core.averaging.commitments import SenderLedger, digest, row_signed, values_digest
 from core.averaging.messages import VERIFY, GroupSpec, InputRow, PartSeal, SealStamp, VerifyRequest
 from core.averaging.result import Finding
@@ -39,6 +38,9 @@ from core.averaging.verification import (
     VERIFICATION_REFUSED,
     VerificationConfig,
 )
+from core.codecs import NONE, Codec
+from core.codecs.arrays import F32
+from core.codecs.chunks import decode, encode, encoded_size, max_abs_error
 from core.net.errors import NetError, RpcError
 from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
@@ -213,7 +215,7 @@ def _recompute(
     span = check.spans[c]
     senders = check.seal.used[c]
     values = {
-        s: decode(Codec.NONE if s == check.part else span.codec, inputs[(s, c)], span.count)
+        s: decode(NONE if s == check.part else span.codec, inputs[(s, c)], span.count)
         for s in senders
     }
     try:
@@ -238,7 +240,7 @@ def _recompute(
         )
         return
     expected = outcome.values
-    if span.codec is not Codec.NONE:
+    if span.codec is not NONE:
         expected = decode(span.codec, encode(span.codec, expected), span.count)
     ratio = mismatch(got, expected, span.codec, check.config.tolerance)
     if ratio <= 1.0:

@@ -16,9 +16,9 @@ manifest's numbers, rough by nature and said to be so in the notes.
 - **Network per hour**: a trainer's traffic is its averaging. Each epoch it takes part in one
   all-reduce of the gradients: in a butterfly all-reduce each member sends about the model once
   (scatter-reduce) and once more (all-gather), and receives as much, so about four times the
-  model's size in the codec's bytes, sent and received together; every
-  ``training.average_state_every`` epochs it also averages the parameters and the optimizer's
-  moments likewise. Epochs per hour come from the time an epoch takes: the target batch over
+  model's size in the codec's bytes (its spec's rough figure, ``core.codecs``), sent and received
+  together; every ``training.average_state_every`` epochs it also averages the parameters and the
+  optimizer's moments likewise. Epochs per hour come from the time an epoch takes: the target batch over
   the speed of a swarm assumed to be ``ASSUMED_PEERS`` computers like this one (whose speed is
   the model's training FLOPs per sample over an effective FLOP rate of the device), and never
   shorter than a matchmaking plus ``MIN_ROUND_SECONDS``. An expert server's traffic is the
@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 
 from core.api.schema import ResourceUse
+from core.codecs import active_codecs
 from core.project import DmoeManifest, Manifest
 from core.project.kinds import AnyManifest
 
@@ -42,8 +43,6 @@ ASSUMED_SAMPLES_PER_EXPERT = 100.0
 """Samples a second the trainers send each hosted expert (a dmoe estimate)."""
 EFFECTIVE_FLOPS = {"cuda": 8e12, "mps": 1.5e12, "cpu": 4e10}
 """FLOP/s a training step gets out of each kind of device, in practice (well below the peak)."""
-CODEC_BYTES = {"none": 4.0, "fp16": 2.0, "uint8": 1.0, "blockwise8": 1.0, "auto": 2.0}
-"""Bytes per value on the wire for each averaging codec (``auto`` mostly sends fp16)."""
 MOMENTS = {"lamb": 2, "adam": 2, "adamw": 2, "sgd": 1}
 """Optimizer state per parameter, in values of the parameter's size."""
 TOKENIZER_BYTES = 2 * 1024 * 1024
@@ -92,7 +91,8 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
     published = bool(manifest.network.checkpoint_url)
     disk = TOKENIZER_BYTES + (int(state_bytes) if published else 0)
 
-    codec = CODEC_BYTES.get(a.codec, 2.0)
+    # the codec's own rough figure (``auto`` mostly sends fp16); the manifest named one in the table
+    codec = active_codecs().parse(a.codec).bytes_per_value
     gradients = 4 * params * codec
     states = 4 * params * (1 + moments) * codec / t.average_state_every
     # training FLOPs per sample: 6 per weight and token, the shared layer counted at every depth

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from core.averaging.codecs import Codec
+from core.codecs import NONE, Codec
 from core.dht import DHTError
 from core.moe.beam_search import FoundExpert, MoEBeamSearch
 from core.moe.server import call_expert
@@ -168,7 +168,7 @@ class ExpertCaller:
         bridge: TrainingBridge,
         search: MoEBeamSearch,
         *,
-        codec: Codec = Codec.NONE,
+        codec: Codec = NONE,
         forward_timeout: float | None = None,
         backward_timeout: float | None = None,
     ) -> None:

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from core.averaging.codecs import Codec
+from core.codecs import NONE, Codec
 from core.moe.beam_search import FoundExpert, MoEBeamSearch
 from core.moe.calls import (
     ExpertCall,
@@ -200,7 +200,7 @@ class RemoteMixtureOfExperts(nn.Module):
         backward_k_min: int = 1,
         forward_timeout: float | None = None,
         backward_timeout: float | None = None,
-        codec: Codec = Codec.NONE,
+        codec: Codec = NONE,
     ) -> None:
         super().__init__()
         if search.grid != grid:

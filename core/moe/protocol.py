@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.averaging.codecs import Codec, decode, encode, encoded_size
+from core.codecs import NONE, Codec, active_codecs
+from core.codecs.chunks import decode, encode, encoded_size
 from core.net.errors import InvalidRequestError, MalformedResponseError
 from core.net.wire.rpc import Method, StreamMethod
 from core.net.wire.stream import Stream
@@ -33,8 +34,6 @@ from core.util.wire import WireMessage
 
 DTYPE = "float32"
 """The only dtype on the wire: the codecs encode float32 (fp16 is a codec, not a dtype)."""
-WIRE_CODECS = (Codec.NONE, Codec.FP16)
-"""Activations and gradients go raw or as float16; 8-bit codecs are too lossy for them."""
 MAX_REPLY_VALUES = 1 << 28
 """The most values a caller accepts in one reply (1 GiB of float32): a bound on a lying server."""
 MAX_RANK = 8
@@ -127,12 +126,15 @@ def validate_reply(header: ReplyHeader, batch: int, exact: list[list[int]] | Non
 
 
 def _wire_codec(value: int, error: type[InvalidRequestError | MalformedResponseError]) -> Codec:
-    try:
-        codec = Codec(value)
-    except ValueError:
-        raise error(f"unknown codec {value}") from None
-    if codec not in WIRE_CODECS:
-        raise error(f"codec {codec.name} is not used for activations; use NONE or FP16")
+    """The codec of the table in force with wire id ``value``, if it is fit for activations and
+    gradients (``Codec.activations``: raw or float16; 8-bit codecs are too lossy for them)."""
+    codecs = active_codecs()
+    codec = codecs.by_wire_id(value)
+    if codec is None:
+        raise error(f"unknown codec {value}")
+    if not codec.activations:
+        fit = " or ".join(c.name for c in codecs.for_activations)
+        raise error(f"codec {codec.name} is not used for activations; use {fit}")
     return codec
 
 
@@ -151,7 +153,7 @@ async def recv_tensors(
     for shape in shapes:
         count = math.prod(shape)
         values = np.empty(count, dtype=np.float32)
-        if codec is Codec.NONE:
+        if codec is NONE:
             await stream.recv_data_into(values.data)
         else:
             raw = bytearray(encoded_size(codec, count))

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from core.averaging.codecs import Codec
+from core.codecs import NONE, Codec
 from core.moe.backend import ExpertBackend
 from core.moe.faults import ServerFaults
 from core.moe.pools import Batch, TaskPool
@@ -148,7 +148,9 @@ class ExpertServer:
             outputs = await future
         finally:
             future.cancel()  # the caller left: the pool skips the call instead of computing it
-        await stream.send(ReplyHeader(int(codec), [list(out.shape) for out in outputs]).to_wire())
+        await stream.send(
+            ReplyHeader(codec.wire_id, [list(out.shape) for out in outputs]).to_wire()
+        )
         await send_tensors(stream, codec, outputs)
         return ExpertDone()
 
@@ -210,7 +212,7 @@ async def call_expert(
     method: str,
     tensors: Sequence[torch.Tensor],
     *,
-    codec: Codec = Codec.NONE,
+    codec: Codec = NONE,
     timeout: float | None = None,
     reply_shapes: list[list[int]] | None = None,
 ) -> list[torch.Tensor]:
@@ -222,7 +224,7 @@ async def call_expert(
     if not tensors:
         raise ValueError("an expert call needs at least one tensor")
     batch = int(tensors[0].shape[0])
-    request = ExpertRequest(uid, batch, DTYPE, int(codec), [list(t.shape) for t in tensors])
+    request = ExpertRequest(uid, batch, DTYPE, codec.wire_id, [list(t.shape) for t in tensors])
     async with host.open_stream(peer, stream_method, request, timeout=timeout) as call:
         await send_tensors(call.stream, codec, tensors)
         try:
@@ -245,7 +247,7 @@ class RemoteExpert:
         peer: Target,
         uid: str,
         *,
-        codec: Codec = Codec.NONE,
+        codec: Codec = NONE,
         timeout: float | None = None,
     ) -> None:
         self.host = host

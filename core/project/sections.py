@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from core.codecs import active_codecs
 from core.config.ports import AUX_PORT, PEER_PORT
 from core.project.validation import FieldCheck
 from core.trust.errors import PeerIdError
@@ -28,7 +29,6 @@ OPTIMIZER_STATES = ("32bit", "8bit")
 MOMENT_OPTIMIZERS = ("lamb", "adamw")
 """The optimizers that can keep 8-bit states and be offloaded (``core.optim.moments``)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
-CODECS = ("none", "fp16", "uint8", "blockwise8", "auto")
 AGGREGATIONS = ("mean", "centered_clip")
 URL_SCHEMES = ("file", "http", "https")
 ACCESS_MODES = ("open", "moderated")
@@ -269,6 +269,7 @@ class TrainingSection:
 class AveragingSection:
     KEY: ClassVar[str] = "averaging"
     codec: str = "fp16"
+    """A name from the codec table in force (``core.codecs``: none, fp16, uint8, blockwise8, auto)."""
     target_group_size: int = 16
     """Peers in a group, 1 to 1024."""
     min_group_size: int = 2
@@ -299,7 +300,7 @@ class AveragingSection:
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
-        check.one_of("codec", CODECS)
+        check.one_of("codec", active_codecs().names)
         check.one_of("aggregation", AGGREGATIONS)
         check.in_range("clip_tau", 0.0, 1000.0, low_open=True)
         check.in_range("clip_iterations", 1, 100)

@@ -35,8 +35,10 @@ import numpy as np
 import torch
 
 from core.averaging.allreduce import AllReduce
-from core.averaging.codecs import F32, Codec, decode, encode
 from core.averaging.reducer import ChunkResult, PartReducer
+from core.codecs import NONE
+from core.codecs.arrays import F32
+from core.codecs.chunks import decode, encode
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -188,7 +190,7 @@ class LyingReducer:
         codec = self.honest.spans[index].codec
         values = shifted(outcome.values, self.shift)
         data = encode(codec, values)
-        if codec is not Codec.NONE:
+        if codec is not NONE:
             values = decode(codec, data, values.size)  # what the receivers will decode
         self.lies += 1
         return dataclasses.replace(outcome, data=bytes(data), values=values)

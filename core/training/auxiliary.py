@@ -42,8 +42,9 @@ from typing import Any
 
 import torch
 
-from core.averaging import AveragingResult, Codec
+from core.averaging import AveragingResult
 from core.averaging.state import DownloadedState, StateDownloadError
+from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
 from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
@@ -258,7 +259,7 @@ class AuxiliaryPeer:
             # the trainers' state: parameters and optimizer statistics, averaged exactly
             state = await self.bridge.run(self.local.state_copies)
             key = round_key("state", self.epoch, self.state.rollback)
-            result = await self._join(key, state, expected, Codec.NONE)
+            result = await self._join(key, state, expected, NONE)
             if result is not None and result.complete and len(result.members) == expected:
                 self.state_rounds_joined += 1
                 await self.bridge.run(self.local.write_state, state)

@@ -33,8 +33,9 @@ from typing import Any
 
 import torch
 
-from core.averaging import AveragingResult, Codec
+from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
+from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
 from core.training.evidence import EvidenceBoard
@@ -533,7 +534,7 @@ class CollaborativeOptimizer:
         expected = trainers + sum(1 for p in self.view().peers if p.mode == "aux")
         tensors = await self.bridge.run(self.local.state_copies)
         key = round_key("state", epoch, self.state.rollback)
-        result = await self._average(tensors, 1.0, key, expected, Codec.NONE)
+        result = await self._average(tensors, 1.0, key, expected, NONE)
         if result is None:
             return
         if not result.complete:

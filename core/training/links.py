@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.averaging import Averager, AveragingResult, Codec, MatchmakingError
+from core.averaging import Averager, AveragingResult, MatchmakingError
 from core.averaging.state import StateSharing
+from core.codecs import Codec
 from core.training.progress import PeerProgress, ProgressBoard
 from core.util.errors import BarnraiseError
 from core.worker.bridge import TrainingBridge

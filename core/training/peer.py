@@ -29,9 +29,10 @@ from typing import Any, Protocol
 
 import torch
 
-from core.averaging import Averager, AveragerConfig, Codec
+from core.averaging import Averager, AveragerConfig
 from core.averaging.aggregation import AggregationConfig, Method
 from core.averaging.verification import VerificationConfig
+from core.codecs import active_codecs
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.models.albert import AlbertConfig, AlbertMLM
@@ -245,7 +246,7 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         min_group_size=min(a.min_group_size, a.target_group_size),
         min_matchmaking_time=min(1.0, a.matchmaking_time),
         max_matchmaking_time=a.matchmaking_time,
-        codec=Codec[a.codec.upper()],
+        codec=active_codecs().parse(a.codec),
         allreduce_timeout=a.allreduce_timeout,
         compute=0.0 if role == "aux" else 1.0,
         client_mode=role == "client",

@@ -15,10 +15,10 @@ from core.averaging.aggregation import (
     aggregate_chunk,
     weighted_mean,
 )
-from core.averaging.codecs import Codec
 from core.averaging.reducer import PartReducer
 from core.averaging.screening import lower_median, screen
 from core.averaging.tensors import Span
+from core.codecs import NONE
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
 
@@ -361,7 +361,7 @@ def test_inputs_must_be_consistent() -> None:
 
 async def test_the_reducer_excludes_screened_senders_for_the_rest_of_the_round() -> None:
     peers = [Identity.generate().peer_id for _ in range(4)]
-    spans = [Span(0, i * 100, (i + 1) * 100, Codec.NONE) for i in range(3)]
+    spans = [Span(0, i * 100, (i + 1) * 100, NONE) for i in range(3)]
     reducer = PartReducer(spans, {0, 1, 2, 3}, 4, 30.0, aggregation=CC, peers=peers, part=2)
     data = honest(4, seed=13, size=300)
     broken = data[3].copy()
@@ -387,7 +387,7 @@ async def test_the_reducer_excludes_screened_senders_for_the_rest_of_the_round()
 
 async def test_the_reducer_refuses_a_weight_that_is_not_a_finite_positive_number() -> None:
     peers = [Identity.generate().peer_id for _ in range(2)]
-    spans = [Span(0, 0, 10, Codec.NONE)]
+    spans = [Span(0, 0, 10, NONE)]
     reducer = PartReducer(spans, {0, 1}, 2, 30.0, peers=peers, part=0)
     reducer.contribute(1, 0, np.ones(10, np.float32), math.nan)
     reducer.contribute(0, 0, np.full(10, 2.0, np.float32), 1.0)

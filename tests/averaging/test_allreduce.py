@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from core.averaging import Averager, AveragingResult, Codec, MatchmakingError
-from core.averaging.codecs import max_abs_error
+from core.averaging import Averager, AveragingResult, MatchmakingError
+from core.codecs import AUTO, BLOCKWISE8, FP16, UINT8, Codec
+from core.codecs.chunks import max_abs_error
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers, random_tensors
 from tests.support.leaks import HANG_GUARD
 
@@ -116,7 +117,7 @@ async def test_a_peer_becomes_a_client_between_rounds_and_back(
     assert await round_parts("public-again") > 0
 
 
-@pytest.mark.parametrize("codec", [Codec.FP16, Codec.UINT8, Codec.BLOCKWISE8, Codec.AUTO])
+@pytest.mark.parametrize("codec", [FP16, UINT8, BLOCKWISE8, AUTO])
 async def test_codecs_stay_within_their_bounds_and_members_agree(
     make_averagers: MakeAveragers, codec: Codec
 ) -> None:

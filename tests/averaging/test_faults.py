@@ -15,9 +15,9 @@ import pytest
 
 from core.averaging import Averager, AveragingResult
 from core.averaging.allreduce import AllReduce
-from core.averaging.codecs import Codec
 from core.averaging.reducer import PartReducer
 from core.averaging.tensors import Span
+from core.codecs import NONE
 from tests.averaging.conftest import QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD
 
@@ -202,7 +202,7 @@ async def test_a_reducer_held_up_past_the_sender_timeout_still_reads_what_came_m
     sender's chunk waits in a socket: the overdue timer runs before the chunk is read, and must not
     leave that sender out (a CI run on a loaded machine saw every reducer average alone)."""
     timeout = 0.2
-    reducer = PartReducer([Span(0, 0, 4, Codec.NONE)], {0, 1, 2}, 3, timeout)
+    reducer = PartReducer([Span(0, 0, 4, NONE)], {0, 1, 2}, 3, timeout)
     reducer.contribute(0, 0, np.ones(4, np.float32), 1.0)
     time.sleep(timeout * 2)  # noqa: ASYNC251 - blocking the loop is the stall under test
     stall_over = time.monotonic()

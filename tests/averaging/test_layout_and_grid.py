@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.averaging.codecs import Codec
 from core.averaging.moshpit import Grid, choose_group_size, grid_for, starting_coords
 from core.averaging.tensors import TensorSet, layout, schema_hash
+from core.codecs import AUTO, FP16, NONE
 
 
 def test_chunks_cover_each_part_and_never_cross_a_tensor() -> None:
     sizes = [10, 3, 25, 1]
     parts = [12, 0, 27]
-    spans = layout(sizes, parts, chunk_elements=7, codec=Codec.AUTO)
+    spans = layout(sizes, parts, chunk_elements=7, codec=AUTO)
     bounds = np.cumsum([0, *sizes])
     start = 0
     for part, chunks in zip(parts, spans, strict=True):
@@ -31,7 +31,7 @@ def test_tensor_views_are_in_place_and_copies_are_written_back() -> None:
     other = np.arange(4, dtype=np.float64)
     tensors = TensorSet([direct, other])
     assert tensors.total == 10
-    spans = layout(tensors.sizes, [10], 100, Codec.NONE)[0]
+    spans = layout(tensors.sizes, [10], 100, NONE)[0]
     tensors.view(spans[0])[:] = -1
     tensors.view(spans[1])[:] = -2
     assert (direct == -1).all()  # a float32 array is a view
@@ -41,9 +41,9 @@ def test_tensor_views_are_in_place_and_copies_are_written_back() -> None:
 
 
 def test_schema_hash_tells_layouts_apart() -> None:
-    assert schema_hash([4, 5], Codec.NONE, 100) == schema_hash([4, 5], Codec.NONE, 100)
-    assert schema_hash([4, 5], Codec.NONE, 100) != schema_hash([5, 4], Codec.NONE, 100)
-    assert schema_hash([4, 5], Codec.NONE, 100) != schema_hash([4, 5], Codec.FP16, 100)
+    assert schema_hash([4, 5], NONE, 100) == schema_hash([4, 5], NONE, 100)
+    assert schema_hash([4, 5], NONE, 100) != schema_hash([5, 4], NONE, 100)
+    assert schema_hash([4, 5], NONE, 100) != schema_hash([4, 5], FP16, 100)
 
 
 def test_group_size_follows_the_failure_rate() -> None:

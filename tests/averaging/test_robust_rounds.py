@@ -13,8 +13,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from core.averaging import Averager, AveragingResult, Codec
+from core.averaging import Averager, AveragingResult
 from core.averaging.aggregation import AggregationConfig, Method
+from core.codecs import FP16, NONE
 from tests.averaging.conftest import PATIENT, MakeAveragers
 from tests.support.leaks import HANG_GUARD
 
@@ -155,7 +156,7 @@ async def test_honest_rounds_with_centered_clip_are_the_exact_weighted_mean_with
 ) -> None:
     averagers = await make_group(make_averagers, AggregationConfig(Method.CENTERED_CLIP))
     weights = [1.0, 2.0, 3.0, 10.0]
-    for codec, tolerance in ((Codec.NONE, 1e-5), (Codec.FP16, 5e-3)):
+    for codec, tolerance in ((NONE, 1e-5), (FP16, 5e-3)):
         tensors = gradients(seed=3)
         expected = [
             sum(w * t[k] for t, w in zip(tensors, weights, strict=True)) / sum(weights)

@@ -17,7 +17,6 @@ from core.averaging import (
     Averager,
     AveragerConfig,
     AveragingResult,
-    Codec,
     MatchmakingError,
     verified_round,
 )
@@ -46,6 +45,7 @@ from core.averaging.verification import (
     possible_checks,
 )
 from core.averaging.verifier import PartCheck, mismatch
+from core.codecs import NONE, UINT8
 from core.net.errors import InvalidRequestError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
@@ -331,7 +331,7 @@ async def test_lossy_codecs_clients_and_auxiliaries(
 ) -> None:
     """8-bit results are recomputed on decoded inputs; a client checks (and reduces nothing), an
     auxiliary peer reduces and is checked (it takes no results, so it checks nothing)."""
-    base = verifying(target_group_size=4, codec=Codec.UINT8)
+    base = verifying(target_group_size=4, codec=UINT8)
     liar_config = replace(base, aggregation=AggregationConfig())
     lying_reducer(liar_config.aggregation)
     configs = [base, liar_config, replace(base, client_mode=True), replace(base, auxiliary=True)]
@@ -415,16 +415,16 @@ def test_choosing_checks() -> None:
 def test_the_comparison_allows_rounding_and_one_codec_step_but_no_more() -> None:
     rng = np.random.default_rng(3)
     values = rng.standard_normal(4096).astype(np.float32)
-    assert mismatch(values, values.copy(), Codec.NONE, 1e-5) == 0.0
+    assert mismatch(values, values.copy(), NONE, 1e-5) == 0.0
     rounded = np.nextafter(values, np.float32(np.inf)).astype(np.float32)
-    assert mismatch(rounded, values, Codec.NONE, 1e-5) < 1.0
-    assert mismatch(values + np.float32(0.01), values, Codec.NONE, 1e-5) > 1.0
+    assert mismatch(rounded, values, NONE, 1e-5) < 1.0
+    assert mismatch(values + np.float32(0.01), values, NONE, 1e-5) > 1.0
     step = (float(values.max()) - float(values.min())) / 255
-    assert mismatch(values + np.float32(step * 0.9), values, Codec.UINT8, 1e-5) < 1.0
-    assert mismatch(values + np.float32(step * 3), values, Codec.UINT8, 1e-5) > 1.0
+    assert mismatch(values + np.float32(step * 0.9), values, UINT8, 1e-5) < 1.0
+    assert mismatch(values + np.float32(step * 3), values, UINT8, 1e-5) > 1.0
     broken = values.copy()
     broken[5] = np.nan
-    assert mismatch(broken, values, Codec.NONE, 1e-5) == float("inf")
+    assert mismatch(broken, values, NONE, 1e-5) == float("inf")
 
 
 def test_bans_last_as_long_as_configured() -> None:

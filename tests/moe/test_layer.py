@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from core.averaging.codecs import Codec
+from core.codecs import FP16
 from core.moe.announce import announcement
 from core.moe.backend import ExpertBackend
 from core.moe.beam_search import MoEBeamSearch
@@ -230,7 +230,7 @@ async def test_outputs_and_gradients_equal_a_local_mixture_of_the_same_experts(
     assert layer.balancing_loss.requires_grad
 
     # fp16 on the wire: the same mixture within half precision
-    halves = swarm.layer(k=3, codec=Codec.FP16)
+    halves = swarm.layer(k=3, codec=FP16)
     x = torch.randn(4, HIDDEN)
     exact = await swarm.bridge.run(layer, x)
     approx = await swarm.bridge.run(halves, x)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import torch
 
-from core.averaging.codecs import Codec
+from core.codecs import FP16
 from core.moe.backend import ExpertBackend
 from core.moe.protocol import FORWARD, ExpertRequest
 from core.moe.server import ExpertServer, RemoteExpert, call_expert
@@ -80,7 +80,7 @@ async def test_forward_and_backward_equal_local_computation(
     for mine, theirs in zip(expert.module.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs)  # the server applied the same SGD step
 
-    halves = RemoteExpert(client, host.addresses[0], "ffn.0.1", codec=Codec.FP16)
+    halves = RemoteExpert(client, host.addresses[0], "ffn.0.1", codec=FP16)
     (approx,) = await halves.forward([x])
     torch.testing.assert_close(approx, reference(x).detach(), rtol=2e-3, atol=2e-3)
     await server.close()

@@ -27,9 +27,9 @@ import torch
 
 from benchmarks.byzantine_runs import Curve, Scenario, run_scenarios
 from benchmarks.byzantine_task import data_gap, reference, within
-from core.averaging.codecs import Codec
 from core.averaging.reducer import PartReducer
 from core.averaging.tensors import Span
+from core.codecs import NONE
 from core.swarm.byzantine import Attack, Misbehaviour, shifted
 from core.util.errors import ConfigError
 from tests.support.leaks import assert_no_leaks, open_fd_count
@@ -89,7 +89,7 @@ def test_each_gradient_attack_does_what_it_says() -> None:
 
 
 async def test_a_lying_reducer_shifts_what_it_returns_and_nothing_else() -> None:
-    span = Span(0, 0, 4, Codec.NONE)
+    span = Span(0, 0, 4, NONE)
     honest = PartReducer([span], {0, 1}, 2, sender_timeout=5.0)
     liar = Misbehaviour(Attack.LYING_REDUCER).lie_in(_Round(honest))
     assert liar is not None

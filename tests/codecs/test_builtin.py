@@ -1,4 +1,4 @@
-"""Chunk codecs: sizes, error bounds (numpy >= 2.4), and garbage."""
+"""The built-in codecs: sizes, error bounds (numpy >= 2.4), and garbage."""
 
 from __future__ import annotations
 
@@ -8,18 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from core.averaging.codecs import (
+from core.codecs import (
+    AUTO,
     AUTO_FP16_BELOW,
-    BLOCK,
+    BLOCKWISE8,
+    CODECS,
+    FP16,
+    NONE,
+    UINT8,
     Codec,
-    decode,
-    encode,
-    encoded_size,
-    max_abs_error,
 )
+from core.codecs.blockwise8 import BLOCK
+from core.codecs.chunks import decode, encode, encoded_size, max_abs_error
 from core.util.errors import WireFormatError
 
-CONCRETE = [Codec.NONE, Codec.FP16, Codec.UINT8, Codec.BLOCKWISE8]
+CONCRETE = [NONE, FP16, UINT8, BLOCKWISE8]
 
 
 def test_numpy_is_new_enough_to_matter() -> None:
@@ -45,21 +48,21 @@ def test_blockwise_keeps_heavy_tails_far_better_than_uniform() -> None:
     rng = np.random.default_rng(1)
     values = rng.standard_t(2, 200_000).astype(np.float32)
     errors = {}
-    for codec in (Codec.UINT8, Codec.BLOCKWISE8):
+    for codec in (UINT8, BLOCKWISE8):
         restored = decode(codec, encode(codec, values), values.size)
         errors[codec] = float(
             np.sqrt(np.mean((restored - values) ** 2)) / np.sqrt(np.mean(values**2))
         )
-    assert errors[Codec.BLOCKWISE8] < errors[Codec.UINT8] / 3
+    assert errors[BLOCKWISE8] < errors[UINT8] / 3
 
 
 def test_auto_picks_by_tensor_size() -> None:
-    assert Codec.AUTO.resolve(AUTO_FP16_BELOW - 1) is Codec.FP16
-    assert Codec.AUTO.resolve(AUTO_FP16_BELOW) is Codec.BLOCKWISE8
-    assert Codec.FP16.resolve(10) is Codec.FP16
-    assert Codec.parse("uint8") is Codec.UINT8
+    assert AUTO.resolve(AUTO_FP16_BELOW - 1) is FP16
+    assert AUTO.resolve(AUTO_FP16_BELOW) is BLOCKWISE8
+    assert FP16.resolve(10) is FP16
+    assert CODECS.parse("uint8") is UINT8
     with pytest.raises(ValueError, match="unknown compression"):
-        Codec.parse("zip")
+        CODECS.parse("zip")
 
 
 @pytest.mark.parametrize("codec", CONCRETE)
