@@ -25,7 +25,10 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
   state, else checkpoint N from our store or the published URL), epochs numbered on.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
-- ``peer``           ProjectPeer: a trainer, client or auxiliary peer built from a project manifest;
-  ``Misbehaving``, the seam through which the demo makes one misbehave (``core.swarm.byzantine``).
+- ``peer``           ProjectPeer: a trainer, client or auxiliary peer built from a project manifest.
+- ``settings``       PeerSettings (role, listening, data, hooks) and ``Misbehaving``, the seam through
+  which the demo makes a trainer misbehave (``core.swarm.byzantine``).
+- ``recipe``         the project's model (seeded), optimizer and schedule, tokenizer, data stream,
+  loss and averaging settings, from its manifest.
 - ``errors``         CheckpointError (the worker's TrainingError is ``core.worker.errors``).
 """

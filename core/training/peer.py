@@ -21,33 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from core.averaging import Averager, AveragerConfig, Codec
-from core.averaging.aggregation import AggregationConfig, Method
-from core.averaging.verification import VerificationConfig
-from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
+from core.averaging import Averager
 from core.dht import DHTConfig, DHTNode, HostTransport
-from core.models.albert import AlbertConfig, AlbertMLM
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
 from core.net.host.address import PeerAddress
 from core.net.host.advertise import parse_ip
-from core.net.host.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions
 from core.net.reach.monitor import ReachabilityMonitor
 from core.net.reach.reachability import Reachability
-from core.optim.adamw import AdamW
-from core.optim.lamb import Lamb
 from core.optim.moments import MomentOptimizer
-from core.optim.schedule import albert_lr_lambda
-from core.project import Manifest
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
@@ -55,15 +45,22 @@ from core.training.curve import follow_metrics, metrics_event
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
-from core.training.published import CheckpointPublishing, fetch_published_checkpoint
+from core.training.published import fetch_published_checkpoint
+from core.training.recipe import (
+    averager_config,
+    build_model,
+    data_stream,
+    fetch_tokenizer,
+    load_checkpoint,
+    mlm_loss,
+    training_state,
+)
 from core.training.rollback import OrderReader
 from core.training.rollback_replica import ReplicaRollback, RolledBack
+from core.training.settings import Misbehaving, PeerSettings
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
-from core.trust.evidence import Evidence
-from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
-from core.util.web_client import open_url
 from core.worker.bridge import TrainingBridge
 from core.worker.control import TrainingControl
 from core.worker.device import training_device
@@ -71,195 +68,13 @@ from core.worker.errors import TrainingError
 from core.worker.events import PeerEvent, PeerNetwork, PeerReady, PeerRolledBack, PeerWaiting
 from core.worker.precision import choose_precision
 
+__all__ = ["Misbehaving", "PeerSettings", "ProjectPeer"]
+
 log = logging.getLogger(__name__)
 
-ROLES = ("trainer", "client", "aux")
 MILESTONE_EVERY = 10
 """The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
 rollback to an older epoch than the last few needs."""
-
-
-class Misbehaving(Protocol):
-    """A trainer made to misbehave on purpose, to show the defences (``core.swarm.byzantine``).
-
-    Training only offers the hooks; what a bad peer does lives with the demo that starts one."""
-
-    def describe(self) -> str:
-        """What it does, in words (for the log)."""
-        ...
-
-    def install(self, optimizer: CollaborativeOptimizer, averager: Averager) -> None:
-        """Put itself in place: the optimizer's ``tamper`` or the averager's ``round_hook``."""
-        ...
-
-
-@dataclass(frozen=True)
-class PeerSettings:
-    manifest: Manifest
-    work_dir: Path
-    """Tokenizer copies, checkpoints and metrics unless placed elsewhere."""
-    role: str = "trainer"
-    initial_peers: tuple[str, ...] = ()
-    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
-    """Where to listen: loopback here (a swarm in one computer, the tests); the CLI and the engine
-    pass every interface on the role's port (``core.config.ports``)."""
-    port_fallback: bool = False
-    """Take another free port when the one asked for is taken (the default ports only)."""
-    offer_relay: bool = False
-    """Relay for volunteers behind routers while others can dial us (on for auxiliary peers)."""
-    data_base: str | None = None
-    """Where the manifest's relative data URLs point (e.g. a local shard server)."""
-    data_seed: int = 0
-    """This peer's order over the shards (different on every peer)."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N, mps, or auto: the best this computer has (``core.worker.device``)."""
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 3
-    start_from: Path | None = None
-    """A checkpoint to start from (any peer can)."""
-    until_epoch: int | None = None
-    misbehaviour: Misbehaving | None = None
-    """A trainer that misbehaves on purpose (the demo swarm's ``--byzantine``); None for real use."""
-    identity: Identity | None = None
-    start_paused: bool = False
-    """Build everything but wait for ``resume`` before the first microbatch (the engine's way)."""
-    access: AccessGate | None = None
-    """The gate holding this peer's pass (kept fresh by its owner); required in moderated projects."""
-    on_metrics: Callable[[EpochMetrics], None] | None = None
-    """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
-    on_evidence: Callable[[list[Evidence]], None] | None = None
-    """An auxiliary peer's hook for the members' new signed accusations (reported likewise)."""
-    publishing: CheckpointPublishing | None = None
-    """Where an auxiliary peer also publishes its checkpoints (signed), for newcomers."""
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise TrainingError(f"role must be one of {', '.join(ROLES)}, not {self.role!r}")
-
-
-def build_model(manifest: Manifest) -> AlbertMLM:
-    """The project's model with its initial weights (the same on every peer: seeded)."""
-    section = manifest.model
-    if section.kind != "albert-mlm":
-        raise TrainingError(f"unknown model kind {section.kind!r}")
-    config = AlbertConfig(
-        vocab_size=section.vocab_size,
-        embedding_size=section.embedding_size,
-        hidden_size=section.hidden_size,
-        num_layers=section.num_layers,
-        num_heads=section.num_heads,
-        intermediate_size=section.intermediate_size,
-        max_position=section.max_position,
-        dropout=section.dropout,
-        gradient_checkpointing=section.gradient_checkpointing,
-    )
-    torch.manual_seed(manifest.training.seed)
-    return AlbertMLM(config)
-
-
-def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
-    """The manifest's optimizer; LAMB and AdamW with its ``optimizer_states`` and
-    ``offload_optimizer`` (``core.optim.moments``), which the others refuse."""
-    t = manifest.training
-    params = [p for p in model.parameters() if p.requires_grad]
-    special = t.optimizer_states != "32bit" or t.offload_optimizer
-    if special and t.optimizer not in ("lamb", "adamw"):
-        raise ConfigError(
-            f"training.optimizer_states = {t.optimizer_states!r} and training.offload_optimizer "
-            f"= {str(t.offload_optimizer).lower()} need optimizer lamb or adamw, "
-            f"not {t.optimizer!r}"
-        )
-    states, offload = t.optimizer_states, t.offload_optimizer
-    if t.optimizer == "lamb":
-        return Lamb(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
-            states=states, offload=offload,
-        )  # fmt: skip
-    if t.optimizer == "adamw" and special:
-        return AdamW(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
-            states=states, offload=offload,
-        )  # fmt: skip
-    if t.optimizer == "adam":
-        return torch.optim.Adam(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
-    if t.optimizer == "adamw":
-        return torch.optim.AdamW(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay
-        )
-    if t.optimizer == "sgd":
-        return torch.optim.SGD(params, t.lr, momentum=t.betas[0], weight_decay=t.weight_decay)
-    raise TrainingError(f"unknown optimizer {t.optimizer!r}")
-
-
-def fetch_tokenizer(manifest: Manifest, data_base: str | None, work_dir: Path) -> TextTokenizer:
-    """The project's tokenizer: a local file, or a URL copied into ``work_dir`` once."""
-    where = manifest.resolve_url(manifest.data.tokenizer, data_base=data_base)
-    if where.startswith(("http://", "https://")):
-        local = work_dir / "tokenizer.json"
-        if not local.exists():
-            work_dir.mkdir(parents=True, exist_ok=True)
-            partial = local.with_suffix(".part")
-            # the system's certificates and proxy settings, as every download (web_client)
-            with open_url(where, timeout=30) as response, partial.open("wb") as out:
-                shutil.copyfileobj(response, out)
-            partial.replace(local)
-        return load_tokenizer(local)
-    return load_tokenizer(Path(where.removeprefix("file://")))
-
-
-def data_stream(
-    manifest: Manifest, tokenizer: TextTokenizer, *, data_base: str | None, seed: int
-) -> Iterator[dict[str, torch.Tensor]]:
-    d = manifest.data
-    sources = [
-        DataSource(
-            tuple(manifest.resolve_url(u, data_base=data_base) for u in s.urls),
-            weight=s.weight,
-            format=s.format,
-            text_field=s.text_field,
-        )
-        for s in d.sources
-    ]
-    texts = stream_texts(sources, seed=seed, shuffle_buffer=d.shuffle_buffer)
-    return mlm_batches(
-        texts,
-        tokenizer,
-        seq_len=d.seq_len,
-        batch_size=manifest.training.microbatch_size,
-        mask_prob=d.mask_prob,
-        seed=seed,
-    )
-
-
-def mlm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    output = model(batch["input_ids"], batch["attention_mask"], batch["labels"])
-    assert output.loss is not None
-    loss: torch.Tensor = output.loss
-    return loss
-
-
-def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
-    a = manifest.averaging
-    return AveragerConfig(
-        target_group_size=a.target_group_size,
-        min_group_size=min(a.min_group_size, a.target_group_size),
-        min_matchmaking_time=min(1.0, a.matchmaking_time),
-        max_matchmaking_time=a.matchmaking_time,
-        codec=Codec[a.codec.upper()],
-        allreduce_timeout=a.allreduce_timeout,
-        compute=0.0 if role == "aux" else 1.0,
-        client_mode=role == "client",
-        # the backbone joins with weight 0 but as a member that receives the averages: it steps
-        # its replica of the state with them (``AuxiliaryPeer``)
-        auxiliary=False,
-        aggregation=AggregationConfig(
-            method=Method(a.aggregation),
-            clip_tau=a.clip_tau,
-            clip_iterations=a.clip_iterations,
-            norm_ratio_limit=a.norm_ratio_limit,
-        ),
-        verification=VerificationConfig(enabled=a.verify_reducers),
-    )
 
 
 class ProjectPeer:
@@ -313,14 +128,10 @@ class ProjectPeer:
         )
         self._reachability_changed(self.presence.reachability)
         model = await self.bridge.run(build_model, manifest)
-        optimizer = build_optimizer(model, manifest)
-        t = manifest.training
-        state = TrainingState(
-            model, optimizer, lr_lambda=albert_lr_lambda(t.warmup_steps, t.total_steps)
-        )
+        state = training_state(model, manifest)
         self._state = state
         if s.start_from is not None:
-            await self.bridge.run(_load_checkpoint, state, s.start_from)
+            await self.bridge.run(load_checkpoint, state, s.start_from)
         links = PeerLinks.create(self.averager, self.bridge)
         address = str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
         self.on_event(PeerReady(address, s.role))
@@ -643,7 +454,3 @@ def _dht_client(settings: PeerSettings) -> bool:
         return False
     hosts = [PeerAddress.parse(text).host or "" for text in settings.listen]
     return not all((ip := parse_ip(host)) is not None and ip.is_loopback for host in hosts)
-
-
-def _load_checkpoint(state: TrainingState, path: Path) -> None:
-    state.restore(CheckpointStore.load(path))
