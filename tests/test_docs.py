@@ -221,7 +221,7 @@ def readme_links() -> list[str]:
 
 
 def named_modules(files: list[Path]) -> dict[str, list[str]]:
-    """Dotted names of the engine's modules in code spans (``core.util.launch``,
+    """Dotted names of the engine's modules in code spans (``core.util.process.launch``,
     ``core.api.program.VERSION``)."""
     found: dict[str, list[str]] = {}
     for where, code in shown_code(files):

@@ -1,7 +1,7 @@
 """The engine: the long-running service that contributes for one user.
 
-- ``engine``    Engine: built whole by ``Engine.open``, stopped by ``close``; the scheduler loop,
-  the commands (named as the API's calls), views.
+- ``engine``    Engine: built whole by ``Engine.open`` from the parts below, stopped by ``close``;
+  the commands (named as the API's calls) handed to the parts, and the views.
 - ``parts``     EngineParts: settings file, identity, local swarms, ledger, metering, loss curve,
   sensors and the ``BlockingPool`` where every blocking call of the engine runs (files, the
   keyring), opened together (closed again if one fails); ``Closing`` collects what fails to stop.
@@ -10,6 +10,10 @@
 - ``config``    EngineConfig: folders and timings of one engine process.
 - ``store``     EngineFile: preferences, pause/snooze and attached projects in one TOML file.
 - ``projects``  ProjectSlot (an attached project) and ProjectRunner (its peer, started lazily).
+- ``attached``  AttachedProjects: the attached slots, the active one and its runner (attach, detach,
+  switch, rebuild), and the account following the active project.
+- ``scheduling`` Scheduling: the scheduler loop; the policy's decision carried out on the runner,
+  the engine's state published when it changes.
 - ``hosting``   RunningPeer, what the runner needs of a peer; and the expert server it runs for a
   ``dmoe`` project (``core.moe.runtime``), where the volunteer contributes by hosting experts.
 - ``account``   Account: the login at the active project's coordinator, the keyring, the leaderboard,
@@ -23,7 +27,10 @@
 - ``offers``    project offers: running local swarms first, then attached projects.
 - ``remote_manifest`` fetching a project URL's signed manifest (size cap, timeouts), checking it
   against the pinned key (the URL's ``#key=``, the slot's, or pinned on first use), the copy.
-- ``joining``   joining by URL: the preview, the attach, and each look for a signed update.
+- ``joining``   joining by URL (the preview, the attach, each look for a signed update) or from a
+  manifest file.
+- ``following`` ManifestFollower: each look's verdict recorded on the slot and told; an update
+  taken restarts the running peer when it must.
 - ``manifest_updates`` which signed updates are taken (peers, data, numbers) and which refused
   (the model's shape, another key, an older version); whether the peer restarts; the poll.
 - ``resource_use`` what a project would use here (parameters, disk, network), from its manifest

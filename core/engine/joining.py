@@ -1,9 +1,10 @@
-"""Joining a project by its URL: the preview, the attach, and each look for a signed update.
+"""Joining a project: by its URL (the preview, the attach, each look for a signed update), or from
+a manifest file.
 
-The engine's commands call these (``Engine.preview_project``, ``attach`` with a URL,
-``check_project`` and the update poll); they fetch and check (``remote_manifest``), judge updates
-(``manifest_updates``), and write the engine's copy of the manifest, while the engine keeps its
-slots, events and peer.
+The engine's commands call these (``Engine.preview_project``, ``attach``, ``check_project`` and the
+update poll); they fetch and check (``remote_manifest``), judge updates (``manifest_updates``), and
+write the engine's copy of the manifest, while the engine keeps its slots, events and peer
+(``attached``, ``following``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Literal
 from core.api.project_url import ProjectUrl
 from core.api.schema import AttachRequest, ProjectPreview
 from core.engine.device import DeviceChoice
-from core.engine.errors import AlreadyAttached
+from core.engine.errors import AlreadyAttached, InvalidArgument
 from core.engine.manifest_updates import OPEN_POLL, poll_interval
 from core.engine.projects import ProjectSlot
 from core.engine.remote_manifest import (
@@ -67,6 +68,29 @@ async def preview(text: str, slots: Sequence[ProjectSlot], device: DeviceChoice)
         coordinator_url=manifest.network.coordinator_url,
         version=fetched.signed.version,
         uses=uses,
+    )
+
+
+async def slot_for(
+    request: AttachRequest,
+    slots: Sequence[ProjectSlot],
+    copy_of: Callable[[str], Path],
+    blocking: BlockingPool,
+) -> ProjectSlot:
+    """The slot of the project ``request`` names: by its URL (``attach_slot``), or from a
+    manifest file, read now so that a file that cannot be used is refused (``ManifestError``)
+    when attached, not later."""
+    if request.is_url:  # fetched, checked, pinned and copied; or refused saying why
+        return await attach_slot(request, slots, copy_of, blocking)
+    if not request.manifest.strip():
+        raise InvalidArgument("the manifest path is empty")
+    return await blocking.run(
+        ProjectSlot.from_manifest,
+        Path(request.manifest),
+        initial_peers=tuple(request.initial_peers),
+        data_base=request.data_base,
+        device=request.device,
+        local_swarm=request.local_swarm,
     )
 
 

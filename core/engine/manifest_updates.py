@@ -23,7 +23,7 @@ every ``poll_interval`` (jittered, so that volunteers do not all ask at once), a
 Whether the running peer must start again for it (``needs_restart``): not for a change of the
 initial peers, the description or the published checkpoint's URL alone, which matter to a peer
 only when it joins (it takes them at its next start); for anything else (data, training and
-averaging numbers, the coordinator, access) yes, and the engine restarts it at once (``Engine``).
+averaging numbers, the coordinator, access) yes, and the engine restarts it at once (``following``).
 """
 
 from __future__ import annotations

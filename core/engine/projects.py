@@ -219,6 +219,8 @@ class ProjectRunner:
         self._failed_at = 0.0
         self._stop = asyncio.Event()
         self._tasks = BackgroundTasks(f"project/{slot.name}")
+        self.threads = 0
+        """The CPU threads the scheduler last gave the peer (0: none yet)."""
         self._paused = True
         self._duty = 1.0
         self._task: asyncio.Task[None] | None = None
@@ -387,6 +389,7 @@ class ProjectRunner:
     async def set_threads(self, threads: int) -> None:
         if self.peer is not None:
             await self.peer.set_threads(threads)
+        self.threads = threads
 
     def progress(self) -> dict[str, Any]:
         """The peer's running totals and where training stands (empty before it exists)."""

@@ -18,14 +18,24 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
 - ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand.
 - ``checkpoints``    CheckpointStore: atomic, last K kept plus milestones (for rollbacks), never a
   non-finite one.
-- ``published``      publish / fetch a checkpoint over HTTP, verified by an index the project key signs.
+- ``published``      publish / fetch a checkpoint over HTTP, verified by an index the project key signs;
+  the fallback a trainer takes when no peer can give it the state.
 - ``rollback``       following the moderators' rollback orders: the verified order a replica has
   yet to apply, the last one applied (in snapshots and checkpoints), rollback-aware round names.
 - ``rollback_replica`` ReplicaRollback: applying an order to one replica (a peer's rolled-back
   state, else checkpoint N from our store or the published URL), epochs numbered on.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
-- ``peer``           ProjectPeer: a trainer, client or auxiliary peer built from a project manifest;
-  ``Misbehaving``, the seam through which the demo makes one misbehave (``core.swarm.byzantine``).
+- ``peer``           ProjectPeer: a trainer, client or auxiliary peer built from a project manifest,
+  composed of the parts below and run in order.
+- ``settings``       PeerSettings (role, listening, data, hooks) and ``Misbehaving``, the seam through
+  which the demo makes a trainer misbehave (``core.swarm.byzantine``).
+- ``recipe``         the project's model (seeded), optimizer and schedule, tokenizer, data stream,
+  loss and averaging settings, from its manifest.
+- ``stack``          NetworkStack: a peer's Host, presence and DHT node, started and closed in order;
+  roles follow reachability; the ``network`` view and its events.
+- ``roles``          TrainerRole (device, data, collaborative optimizer, training loop, the curve,
+  the published checkpoint) and ``run_backbone`` (the auxiliary peer, its metrics and checkpoints).
+- ``residency``      Residency: the state off the accelerator during a pause, back on resume.
 - ``errors``         CheckpointError (the worker's TrainingError is ``core.worker.errors``).
 """

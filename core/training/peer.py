@@ -1,499 +1,122 @@
 """ProjectPeer: one peer of a project, built from its manifest (what ``barnraise peer`` and ``aux`` run).
 
-Builds the Host and DHT node, the averager (trainer, client or auxiliary), the model with the
-project's seed (so every peer starts from the same weights), the optimizer and schedule, the data
-stream (each peer walks the shards in its own order) and the tokenizer, then trains or helps until
-stopped. Events (``core.worker.events``: ready, epoch, metrics) go to a callback; the CLI prints
-them as JSON lines.
-
-Both trainers and auxiliary peers report the collaboration's completed epochs (``metrics``: the
-loss over all peers' mini-steps, samples, speed, alive peers); a trainer follows them with
-``curve``, from the records its optimizer fetched anyway. In a moderated project both follow the
-moderators' rollback orders, which the pass keeper leaves on the access gate (``rollback_replica``);
-each applied order is a ``rollback`` event.
+It composes its parts and runs them in order: the network stack (``stack``: Host, presence, DHT
+node; roles follow reachability), the averager (trainer, client or auxiliary), the state from the
+project's recipe (``recipe``: the model with the project's seed, so every peer starts from the same
+weights, the optimizer and schedule, or a checkpoint to start from), then the work of its role
+(``roles``: train until stopped, or be the backbone). Events (``core.worker.events``: ready, epoch,
+metrics, network, rollback) go to a callback; the CLI prints them as JSON lines. ``close`` stops
+the parts in reverse.
 
 The engine steers a trainer with ``pause`` / ``resume`` / ``set_threads``: a pause drops the current
-microbatch, tells the collaboration we stepped aside and gives the GPU's memory back (tensors moved
-to the CPU, the allocator's cache emptied); a resume moves them back and catches up if needed.
+microbatch, tells the collaboration we stepped aside and gives the GPU's memory back (``residency``:
+tensors moved to the CPU, the allocator's cache emptied); a resume moves them back and catches up
+if needed. ``PeerSettings`` and ``Misbehaving`` (``settings``) are imported from here too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from core.averaging import Averager, AveragerConfig
-from core.averaging.aggregation import AggregationConfig, Method
-from core.averaging.verification import VerificationConfig
-from core.codecs import active_codecs
-from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
-from core.dht import DHTConfig, DHTNode, HostTransport
-from core.models.albert import AlbertConfig, AlbertMLM
-from core.net import Host, Identity, NetConfig
-from core.net.connection_kinds import KINDS, peer_kinds
-from core.net.host.address import PeerAddress
-from core.net.host.advertise import parse_ip
-from core.net.host.gate import AccessGate
-from core.net.presence import Presence, PresenceOptions
+from core.averaging import Averager
+from core.net import Identity
 from core.net.reach.monitor import ReachabilityMonitor
-from core.net.reach.reachability import Reachability
-from core.optim.adamw import AdamW
-from core.optim.lamb import Lamb
-from core.optim.moments import MomentOptimizer
-from core.optim.schedule import albert_lr_lambda
-from core.project import Manifest
-from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
-from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
-from core.training.curve import follow_metrics, metrics_event
+from core.training.collaborative import CollaborativeOptimizer
 from core.training.links import PeerLinks
-from core.training.local import LocalWork
-from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
-from core.training.published import CheckpointPublishing, fetch_published_checkpoint
-from core.training.rollback import OrderReader
-from core.training.rollback_replica import ReplicaRollback, RolledBack
-from core.training.state import TrainingState
+from core.training.recipe import averager_config, build_model, load_checkpoint, training_state
+from core.training.residency import Residency
+from core.training.roles import TrainerRole, run_backbone
+from core.training.settings import Misbehaving, PeerSettings
+from core.training.stack import NetworkStack, check_gate
 from core.training.trainer import Trainer
-from core.trust.evidence import Evidence
-from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
-from core.util.web_client import open_url
 from core.worker.bridge import TrainingBridge
 from core.worker.control import TrainingControl
-from core.worker.device import training_device
-from core.worker.errors import TrainingError
-from core.worker.events import PeerEvent, PeerNetwork, PeerReady, PeerRolledBack, PeerWaiting
-from core.worker.precision import choose_precision
+from core.worker.events import PeerEvent, PeerNetwork, PeerReady
+
+__all__ = ["Misbehaving", "PeerSettings", "ProjectPeer"]
 
 log = logging.getLogger(__name__)
-
-ROLES = ("trainer", "client", "aux")
-MILESTONE_EVERY = 10
-"""The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
-rollback to an older epoch than the last few needs."""
-
-
-class Misbehaving(Protocol):
-    """A trainer made to misbehave on purpose, to show the defences (``core.swarm.byzantine``).
-
-    Training only offers the hooks; what a bad peer does lives with the demo that starts one."""
-
-    def describe(self) -> str:
-        """What it does, in words (for the log)."""
-        ...
-
-    def install(self, optimizer: CollaborativeOptimizer, averager: Averager) -> None:
-        """Put itself in place: the optimizer's ``tamper`` or the averager's ``round_hook``."""
-        ...
-
-
-@dataclass(frozen=True)
-class PeerSettings:
-    manifest: Manifest
-    work_dir: Path
-    """Tokenizer copies, checkpoints and metrics unless placed elsewhere."""
-    role: str = "trainer"
-    initial_peers: tuple[str, ...] = ()
-    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
-    """Where to listen: loopback here (a swarm in one computer, the tests); the CLI and the engine
-    pass every interface on the role's port (``core.config.ports``)."""
-    port_fallback: bool = False
-    """Take another free port when the one asked for is taken (the default ports only)."""
-    offer_relay: bool = False
-    """Relay for volunteers behind routers while others can dial us (on for auxiliary peers)."""
-    data_base: str | None = None
-    """Where the manifest's relative data URLs point (e.g. a local shard server)."""
-    data_seed: int = 0
-    """This peer's order over the shards (different on every peer)."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N, mps, or auto: the best this computer has (``core.worker.device``)."""
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 3
-    start_from: Path | None = None
-    """A checkpoint to start from (any peer can)."""
-    until_epoch: int | None = None
-    misbehaviour: Misbehaving | None = None
-    """A trainer that misbehaves on purpose (the demo swarm's ``--byzantine``); None for real use."""
-    identity: Identity | None = None
-    start_paused: bool = False
-    """Build everything but wait for ``resume`` before the first microbatch (the engine's way)."""
-    access: AccessGate | None = None
-    """The gate holding this peer's pass (kept fresh by its owner); required in moderated projects."""
-    on_metrics: Callable[[EpochMetrics], None] | None = None
-    """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
-    on_evidence: Callable[[list[Evidence]], None] | None = None
-    """An auxiliary peer's hook for the members' new signed accusations (reported likewise)."""
-    publishing: CheckpointPublishing | None = None
-    """Where an auxiliary peer also publishes its checkpoints (signed), for newcomers."""
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise TrainingError(f"role must be one of {', '.join(ROLES)}, not {self.role!r}")
-
-
-def build_model(manifest: Manifest) -> AlbertMLM:
-    """The project's model with its initial weights (the same on every peer: seeded)."""
-    section = manifest.model
-    if section.kind != "albert-mlm":
-        raise TrainingError(f"unknown model kind {section.kind!r}")
-    config = AlbertConfig(
-        vocab_size=section.vocab_size,
-        embedding_size=section.embedding_size,
-        hidden_size=section.hidden_size,
-        num_layers=section.num_layers,
-        num_heads=section.num_heads,
-        intermediate_size=section.intermediate_size,
-        max_position=section.max_position,
-        dropout=section.dropout,
-        gradient_checkpointing=section.gradient_checkpointing,
-    )
-    torch.manual_seed(manifest.training.seed)
-    return AlbertMLM(config)
-
-
-def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
-    """The manifest's optimizer; LAMB and AdamW with its ``optimizer_states`` and
-    ``offload_optimizer`` (``core.optim.moments``), which the others refuse."""
-    t = manifest.training
-    params = [p for p in model.parameters() if p.requires_grad]
-    special = t.optimizer_states != "32bit" or t.offload_optimizer
-    if special and t.optimizer not in ("lamb", "adamw"):
-        raise ConfigError(
-            f"training.optimizer_states = {t.optimizer_states!r} and training.offload_optimizer "
-            f"= {str(t.offload_optimizer).lower()} need optimizer lamb or adamw, "
-            f"not {t.optimizer!r}"
-        )
-    states, offload = t.optimizer_states, t.offload_optimizer
-    if t.optimizer == "lamb":
-        return Lamb(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
-            states=states, offload=offload,
-        )  # fmt: skip
-    if t.optimizer == "adamw" and special:
-        return AdamW(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
-            states=states, offload=offload,
-        )  # fmt: skip
-    if t.optimizer == "adam":
-        return torch.optim.Adam(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
-    if t.optimizer == "adamw":
-        return torch.optim.AdamW(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay
-        )
-    if t.optimizer == "sgd":
-        return torch.optim.SGD(params, t.lr, momentum=t.betas[0], weight_decay=t.weight_decay)
-    raise TrainingError(f"unknown optimizer {t.optimizer!r}")
-
-
-def fetch_tokenizer(manifest: Manifest, data_base: str | None, work_dir: Path) -> TextTokenizer:
-    """The project's tokenizer: a local file, or a URL copied into ``work_dir`` once."""
-    where = manifest.resolve_url(manifest.data.tokenizer, data_base=data_base)
-    if where.startswith(("http://", "https://")):
-        local = work_dir / "tokenizer.json"
-        if not local.exists():
-            work_dir.mkdir(parents=True, exist_ok=True)
-            partial = local.with_suffix(".part")
-            # the system's certificates and proxy settings, as every download (web_client)
-            with open_url(where, timeout=30) as response, partial.open("wb") as out:
-                shutil.copyfileobj(response, out)
-            partial.replace(local)
-        return load_tokenizer(local)
-    return load_tokenizer(Path(where.removeprefix("file://")))
-
-
-def data_stream(
-    manifest: Manifest, tokenizer: TextTokenizer, *, data_base: str | None, seed: int
-) -> Iterator[dict[str, torch.Tensor]]:
-    d = manifest.data
-    sources = [
-        DataSource(
-            tuple(manifest.resolve_url(u, data_base=data_base) for u in s.urls),
-            weight=s.weight,
-            format=s.format,
-            text_field=s.text_field,
-        )
-        for s in d.sources
-    ]
-    texts = stream_texts(sources, seed=seed, shuffle_buffer=d.shuffle_buffer)
-    return mlm_batches(
-        texts,
-        tokenizer,
-        seq_len=d.seq_len,
-        batch_size=manifest.training.microbatch_size,
-        mask_prob=d.mask_prob,
-        seed=seed,
-    )
-
-
-def mlm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    output = model(batch["input_ids"], batch["attention_mask"], batch["labels"])
-    assert output.loss is not None
-    loss: torch.Tensor = output.loss
-    return loss
-
-
-def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
-    a = manifest.averaging
-    return AveragerConfig(
-        target_group_size=a.target_group_size,
-        min_group_size=min(a.min_group_size, a.target_group_size),
-        min_matchmaking_time=min(1.0, a.matchmaking_time),
-        max_matchmaking_time=a.matchmaking_time,
-        codec=active_codecs().parse(a.codec),
-        allreduce_timeout=a.allreduce_timeout,
-        compute=0.0 if role == "aux" else 1.0,
-        client_mode=role == "client",
-        # the backbone joins with weight 0 but as a member that receives the averages: it steps
-        # its replica of the state with them (``AuxiliaryPeer``)
-        auxiliary=False,
-        aggregation=AggregationConfig(
-            method=Method(a.aggregation),
-            clip_tau=a.clip_tau,
-            clip_iterations=a.clip_iterations,
-            norm_ratio_limit=a.norm_ratio_limit,
-        ),
-        verification=VerificationConfig(enabled=a.verify_reducers),
-    )
 
 
 class ProjectPeer:
     def __init__(self, settings: PeerSettings, on_event: Callable[[PeerEvent], None]) -> None:
         self.settings = settings
         self.on_event = on_event
-        manifest = settings.manifest
-        self.prefix = manifest.project.name
-        access = settings.access
-        if manifest.access.moderated:
-            if access is None:
-                raise TrainingError(
-                    f"project {self.prefix} is moderated: log in to its coordinator to get a pass"
-                )
-            if access.project != self.prefix or access.project_key != manifest.access.key:
-                raise TrainingError(f"the access gate is not for project {self.prefix}")
-        elif access is not None:
-            raise TrainingError(f"project {self.prefix} is open: it takes no access gate")
-        identity = settings.identity or Identity.generate()
-        self.host = Host(identity, NetConfig(), access=access)
-        self.dht = DHTNode(HostTransport(self.host), DHTConfig(client_mode=_dht_client(settings)))
+        self.prefix = settings.project
+        check_gate(settings.manifest, settings.access)
+        self.network_stack = NetworkStack(
+            settings.identity or Identity.generate(),
+            settings.access,
+            role=settings.role,
+            listen=settings.listen,
+            port_fallback=settings.port_fallback,
+            offer_relay=settings.offer_relay,
+        )
+        self.host = self.network_stack.host
+        self.dht = self.network_stack.dht
         self.bridge = TrainingBridge()
-        self.averager: Averager | None = None
-        self.optimizer: CollaborativeOptimizer | None = None
-        self.trainer: Trainer | None = None
         self.control = TrainingControl(self.bridge, running=not settings.start_paused)
+        self.averager: Averager | None = None
+        self._role: TrainerRole | None = None
+        """A trainer's or client's work (None for the backbone, and before ``run`` placed it)."""
+        self._residency: Residency | None = None
         self._tasks = BackgroundTasks(f"peer/{self.prefix}")
-        self._device = torch.device("cpu")
-        self._state: TrainingState | None = None
-        self._offloaded = False
-        self.presence: Presence | None = None
-        self._network: PeerNetwork | None = None
+
+    @property
+    def optimizer(self) -> CollaborativeOptimizer | None:
+        return self._role.optimizer if self._role is not None else None
+
+    @property
+    def trainer(self) -> Trainer | None:
+        return self._role.trainer if self._role is not None else None
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Join the network, build the state, then train (or be the backbone) until ``stop``."""
         s, manifest = self.settings, self.settings.manifest
-        await self.host.start(
-            [] if s.role == "client" else list(s.listen), port_fallback=s.port_fallback
-        )
-        self.presence = Presence(
-            self.host,
-            PresenceOptions(
-                offer_relay=s.offer_relay,
-                assume=Reachability.PRIVATE if s.role == "client" else None,
-            ),
-            on_change=self._reachability_changed,
-        )
-        await self.presence.start()
-        await self.dht.start(list(s.initial_peers or manifest.network.initial_peers))
-        self.averager = Averager(
+        await self.network_stack.start(s.initial_peers or manifest.network.initial_peers)
+        self.averager = averager = Averager(
             self.host, self.dht, self.prefix, averager_config(manifest, s.role)
         )
-        self._reachability_changed(self.presence.reachability)
+        self.network_stack.carry(averager)
         model = await self.bridge.run(build_model, manifest)
-        optimizer = build_optimizer(model, manifest)
-        t = manifest.training
-        state = TrainingState(
-            model, optimizer, lr_lambda=albert_lr_lambda(t.warmup_steps, t.total_steps)
-        )
-        self._state = state
+        state = training_state(model, manifest)
+        self._residency = Residency(state, lambda: self.optimizer.local if self.optimizer else None)
         if s.start_from is not None:
-            await self.bridge.run(_load_checkpoint, state, s.start_from)
-        links = PeerLinks.create(self.averager, self.bridge)
-        address = str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
-        self.on_event(PeerReady(address, s.role))
+            await self.bridge.run(load_checkpoint, state, s.start_from)
+        links = PeerLinks.create(averager, self.bridge)
+        self.on_event(PeerReady(self.network_stack.address(), s.role))
         # after ``ready``, which owners read first (it carries the address to join)
-        self._tasks.spawn("network-events", self._report_network())
+        self._tasks.spawn("network-events", self.network_stack.report(self.on_event))
         if s.role == "aux":
-            await self._run_aux(state, links, stop)
-        else:
-            await self._run_trainer(state, links, stop)
-
-    async def _run_trainer(
-        self, state: TrainingState, links: PeerLinks, stop: asyncio.Event
-    ) -> None:
-        s, manifest = self.settings, self.settings.manifest
-        t = manifest.training
-        assert self.averager is not None
-        device, why = await self.bridge.run(training_device, s.device)
-        log.info("training on %s: %s", device, why)
-        precision = choose_precision(device, t.precision)
-        self._device = precision.device
-        await self.bridge.run(state.model.to, precision.device)
-        tokenizer = await self.bridge.run(fetch_tokenizer, manifest, s.data_base, s.work_dir)
-        batches = data_stream(manifest, tokenizer, data_base=s.data_base, seed=s.data_seed)
-        self.optimizer = CollaborativeOptimizer(
+            await run_backbone(s, state, links, on_event=self.on_event, stop=stop)
+            return
+        self._role = TrainerRole(
+            s,
             state,
             links,
-            config=CollaborativeConfig(
-                target_batch_size=t.target_batch_size,
-                mode="client" if s.role == "client" else "trainer",
-                average_state_every=t.average_state_every,
-                delay_parameter_updates=t.delay_parameter_updates,
-                clip_norm=t.clip_norm or None,
-                matchmaking_time=manifest.averaging.matchmaking_time,
-                averaging_timeout=manifest.averaging.allreduce_timeout,
-            ),
-        )
-        self.optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
-        self.optimizer.fallback = self._published_fallback()
-        if s.misbehaviour is not None:
-            log.warning("this peer misbehaves on purpose: %s", s.misbehaviour.describe())
-            s.misbehaviour.install(self.optimizer, self.averager)
-        self.optimizer.rollback = self._rollbacks(
-            self.optimizer.local, links, published=self.optimizer.fallback
-        )
-        self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, self.optimizer))
-        await self.optimizer.start()
-        if not self.control.running:
-            await self.optimizer.pause()
-        # epochs that ended before we joined (we caught up by now) are not ours to report, except
-        # the last one, so that a curve starts at once
-        aggregator = MetricsAggregator(after_epoch=self.optimizer.view().epoch - 2)
-        self._tasks.spawn("metrics", follow_metrics(self.optimizer.view, aggregator, self.on_event))
-        self.trainer = trainer = Trainer(
-            state.model,
-            self.optimizer,
-            self.bridge,
-            batches,
-            mlm_loss,
-            precision=precision,
             control=self.control,
+            residency=self._residency,
+            tasks=self._tasks,
+            on_event=self.on_event,
         )
-
-        try:
-            await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
-        finally:
-            trainer.close()
-
-    def _published_fallback(self) -> Callable[[int], Awaitable[Path | None]] | None:
-        """The organizers' published checkpoint, for when no peer can give the state (None when
-        the manifest names none, or no project key to verify it with)."""
-        s, manifest = self.settings, self.settings.manifest
-        url, key = manifest.network.checkpoint_url, manifest.access.key
-        if not url:
-            return None
-        if key is None:
-            log.warning(
-                "the manifest's network.checkpoint_url cannot be used: without access.project_key "
-                "its checkpoints cannot be verified"
-            )
-            return None
-        project, folder = manifest.project.name, s.work_dir / "published"
-
-        def fetch(newer_than: int) -> Awaitable[Path | None]:
-            return fetch_published_checkpoint(url, key, project, folder, newer_than=newer_than)
-
-        return fetch
-
-    def _rollbacks(
-        self,
-        local: LocalWork,
-        links: PeerLinks,
-        *,
-        checkpoints: CheckpointStore | None = None,
-        published: Callable[[int], Awaitable[Path | None]] | None = None,
-    ) -> ReplicaRollback | None:
-        """Follows the moderators' rollback orders, which the pass keeper leaves on the gate,
-        verified with the manifest's project key (None in an open project: no key signs any)."""
-        gate = self.settings.access
-        if gate is None:
-            return None
-        orders = OrderReader(lambda: gate.rollback_order, self.prefix, gate.project_key)
-        return ReplicaRollback(
-            orders,
-            local,
-            links,
-            checkpoints=checkpoints,
-            published=published,
-            on_applied=self._rolled_back,
-        )
-
-    def _rolled_back(self, done: RolledBack) -> None:
-        order = done.order
-        self.on_event(
-            PeerRolledBack(order.to_epoch, done.epoch, order.sequence, order.reason, done.source)
-        )
+        await self._role.run(stop)
 
     # ---- network -----------------------------------------------------------------------------------
-
-    def _reachability_changed(self, state: Reachability) -> None:
-        """Roles follow reachability: a trainer others cannot dial averages as a client."""
-        averager, presence = self.averager, self.presence
-        if averager is None or presence is None:
-            return
-        if self.settings.role == "trainer":
-            averager.set_client_mode(not presence.dialable)
-        elif self.settings.role == "aux" and state is Reachability.PRIVATE:
-            log.warning(
-                "this auxiliary peer cannot be dialed from the internet (%s): peers behind routers "
-                "will fail to send it their parts; open its port (%s) in the firewall",
-                state.value,
-                self.host.listening_port,
-            )
 
     @property
     def reachability(self) -> ReachabilityMonitor | None:
         """The reachability checks (None before ``run`` started the peer's presence)."""
-        return self.presence.monitor if self.presence is not None else None
+        return self.network_stack.monitor
 
     def network(self) -> PeerNetwork:
         """How others reach this peer, and how it reaches the peers it is connected to now."""
-        presence, averager = self.presence, self.averager
-        if presence is None:
-            return PeerNetwork(Reachability.UNKNOWN.value)
-        connections = peer_kinds(self.host)
-        kinds = {kind: list(connections.values()).count(kind) for kind in KINDS}
-        monitor = presence.monitor
-        relays = presence.relay_client.relays if presence.relay_client is not None else []
-        return PeerNetwork(
-            reachability=presence.reachability.value,
-            public_address=str(monitor.public_address) if monitor.public_address else None,
-            checked_at=monitor.checked_at,
-            peers=len(connections),
-            direct=kinds["direct"],
-            punched=kinds["punched"],
-            relayed=kinds["relayed"],
-            client=averager.config.client_mode if averager is not None else False,
-            addresses=[str(a) for a in self.host.addresses],
-            connections=connections,
-            relays=[str(r) for r in relays],
-        )
-
-    async def _report_network(self) -> None:
-        """A ``network`` event whenever reachability, role, addresses or connections change."""
-        while True:
-            event = self.network()
-            # when it was checked alone changes nothing worth telling
-            if self._network is None or replace(event, checked_at=None) != replace(
-                self._network, checked_at=None
-            ):
-                self.on_event(event)
-            self._network = event
-            await asyncio.sleep(1.0)
+        return self.network_stack.network()
 
     # ---- steering by the engine ------------------------------------------------------------------
 
@@ -509,12 +132,17 @@ class ProjectPeer:
         if self.control.running:
             self.control.set_duty(duty)
             return
-        if self._offloaded:
-            await self.bridge.run(self._move_state, self._device)
-            self._offloaded = False
+        if self._residency is not None and self._residency.offloaded:
+            await self.bridge.run(self._residency.restore)
         if self.optimizer is not None:
             await self.optimizer.resume()
         self.control.resume(duty)
+
+    def _release(self) -> None:
+        """On the training thread, once the microbatch in flight is dropped (or the state is
+        built: until then there is nothing to release)."""
+        if self._residency is not None:
+            self._residency.release()
 
     async def set_threads(self, threads: int) -> None:
         """How many CPU threads torch may use (the scheduler leaves some cores to the user)."""
@@ -545,73 +173,6 @@ class ProjectPeer:
             )
         return out
 
-    def _release(self) -> None:
-        """On the training thread: drop gradients and move tensors off an accelerator."""
-        if self._state is None:
-            return
-        self._state.model.zero_grad(set_to_none=True)
-        if self._device.type != "cpu" and not self._offloaded:
-            self._move_state(torch.device("cpu"))
-            self._offloaded = True
-        if self._device.type == "cuda":
-            torch.cuda.empty_cache()
-        elif self._device.type == "mps":
-            torch.mps.empty_cache()
-
-    def _move_state(self, device: torch.device) -> None:
-        """Model, optimizer statistics and gradient accumulators to ``device`` (training thread)."""
-        assert self._state is not None
-        self._state.model.to(device)
-        optimizer = self._state.optimizer
-        if isinstance(optimizer, MomentOptimizer):  # offloaded statistics stay on the host
-            optimizer.move_states(device)
-        else:
-            for entry in optimizer.state.values():
-                for key, value in entry.items():
-                    if isinstance(value, torch.Tensor):
-                        entry[key] = value.to(device)
-        if self.optimizer is not None:
-            self.optimizer.local.move_to(device)
-
-    async def _run_aux(self, state: TrainingState, links: PeerLinks, stop: asyncio.Event) -> None:
-        s, manifest = self.settings, self.settings.manifest
-        assert self.averager is not None
-        metrics_log = MetricsLog(s.work_dir / "metrics.jsonl")
-        store = (
-            CheckpointStore(
-                s.work_dir / "checkpoints",
-                keep=s.keep_checkpoints,
-                milestone_every=MILESTONE_EVERY * s.checkpoint_every,
-            )
-            if s.checkpoint_every
-            else None
-        )
-
-        def report(metrics: EpochMetrics) -> None:
-            metrics_log.write(metrics)
-            self.on_event(metrics_event(metrics, by_user=True))
-            if s.on_metrics is not None:
-                s.on_metrics(metrics)
-
-        aux = AuxiliaryPeer(
-            state,
-            links,
-            config=AuxiliaryConfig(
-                target_batch_size=manifest.training.target_batch_size,
-                matchmaking_time=manifest.averaging.matchmaking_time,
-                checkpoint_every=s.checkpoint_every,
-                average_state_every=manifest.training.average_state_every,
-                clip_norm=manifest.training.clip_norm or None,
-            ),
-            checkpoints=store,
-            on_metrics=report,
-            # it says where it published; a failure is the auxiliary peer's to report
-            publish=s.publishing.publish if s.publishing is not None else None,
-            on_evidence=s.on_evidence,
-        )
-        aux.rollback = self._rollbacks(aux.local, links, checkpoints=store)
-        await aux.run(stop)
-
     async def close(self) -> None:
         await self._tasks.close()
         if self.optimizer is not None:
@@ -619,32 +180,4 @@ class ProjectPeer:
         if self.averager is not None:
             await self.averager.close()
         await self.bridge.aclose()
-        await self.dht.close()
-        if self.presence is not None:
-            await self.presence.close()
-        await self.host.close()
-
-
-async def _interrupt_on(stop: asyncio.Event, optimizer: CollaborativeOptimizer) -> None:
-    """A stop ends a wait for the state at once, not after the backoff."""
-    await stop.wait()
-    optimizer.interrupt()
-
-
-def _dht_client(settings: PeerSettings) -> bool:
-    """Whether our DHT node only asks (serves nothing, stays out of others' routing tables).
-
-    A volunteer's trainer on the internet asks only: most sit behind routers, and a node others
-    must reach through a relay would slow every lookup that passes it; the backbone serves the DHT.
-    Inside one computer (loopback) every peer can serve.
-    """
-    if settings.role == "client":
-        return True
-    if settings.role == "aux":
-        return False
-    hosts = [PeerAddress.parse(text).host or "" for text in settings.listen]
-    return not all((ip := parse_ip(host)) is not None and ip.is_loopback for host in hosts)
-
-
-def _load_checkpoint(state: TrainingState, path: Path) -> None:
-    state.restore(CheckpointStore.load(path))
+        await self.network_stack.close()

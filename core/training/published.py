@@ -38,6 +38,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import aiohttp
 
+from core.project import Manifest
 from core.training.errors import CheckpointError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
@@ -453,3 +454,26 @@ async def _download(
 def _sync(writer: BinaryIO) -> None:
     writer.flush()
     os.fsync(writer.fileno())
+
+
+def published_fallback(
+    manifest: Manifest, work_dir: Path
+) -> Callable[[int], Awaitable[Path | None]] | None:
+    """The organizers' published checkpoint, for a peer that no other peer can give the state:
+    fetched into ``work_dir/published`` when newer than the epoch asked for. None when the
+    manifest names no ``network.checkpoint_url``, or no project key to verify it with."""
+    url, key = manifest.network.checkpoint_url, manifest.access.key
+    if not url:
+        return None
+    if key is None:
+        log.warning(
+            "the manifest's network.checkpoint_url cannot be used: without access.project_key "
+            "its checkpoints cannot be verified"
+        )
+        return None
+    project, folder = manifest.project.name, work_dir / "published"
+
+    def fetch(newer_than: int) -> Awaitable[Path | None]:
+        return fetch_published_checkpoint(url, key, project, folder, newer_than=newer_than)
+
+    return fetch

@@ -35,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.averaging.state import StateDownloadError
+from core.net.host.gate import AccessGate
 from core.training.checkpoints import Checkpoint, CheckpointStore
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.rollback import OrderReader, applied_of
 from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
+from core.worker.events import PeerRolledBack
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,11 @@ class RolledBack:
     source: str
     """Where checkpoint N's state came from, in words."""
 
+    def event(self) -> PeerRolledBack:
+        """The event that tells the replica's owner."""
+        order = self.order
+        return PeerRolledBack(order.to_epoch, self.epoch, order.sequence, order.reason, self.source)
+
     def describe(self) -> str:
         reason = f": {self.order.reason}" if self.order.reason else ""
         return (
@@ -67,6 +74,31 @@ class RolledBack:
 
 
 class ReplicaRollback:
+    @classmethod
+    def following(
+        cls,
+        gate: AccessGate | None,
+        local: LocalWork,
+        links: PeerLinks,
+        *,
+        checkpoints: CheckpointStore | None = None,
+        published: Callable[[int], Awaitable[Path | None]] | None = None,
+        on_applied: Callable[[RolledBack], None] | None = None,
+    ) -> ReplicaRollback | None:
+        """Following the moderators' rollback orders, which the pass keeper leaves on ``gate``,
+        verified with the project key (None in an open project: no key signs any)."""
+        if gate is None:
+            return None
+        orders = OrderReader(lambda: gate.rollback_order, gate.project, gate.project_key)
+        return cls(
+            orders,
+            local,
+            links,
+            checkpoints=checkpoints,
+            published=published,
+            on_applied=on_applied,
+        )
+
     def __init__(
         self,
         orders: OrderReader,

@@ -20,7 +20,9 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.pages.dashboard import DashboardPage
-from app.pages.first_run import INTRO, TITLE, FirstRunPage, joining_note
+from app.pages.first_run import FirstRunPage
+from app.pages.first_run.flows import INTRO, TITLE
+from app.pages.first_run.preview import joining_note
 from app.window import MainWindow
 from core.api import NotFound
 from core.api.testing import FakeEngine

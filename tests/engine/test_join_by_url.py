@@ -188,9 +188,9 @@ async def test_an_update_that_changes_the_model_is_refused_with_the_reason(
 
 def follow(engine: Running, url: str) -> None:
     """Point the slot at a restarted coordinator (a test cannot take the old one's port again)."""
-    slot = engine.daemon.engine._slot(PROJECT)
+    slot = engine.daemon.engine._attached.slot(PROJECT)
     assert slot is not None
-    engine.daemon.engine._replace_slot(dataclasses.replace(slot, source_url=url))
+    engine.daemon.engine._attached.replace(dataclasses.replace(slot, source_url=url))
 
 
 async def test_an_update_signed_by_another_key_is_refused(engine: Running, tmp_path: Path) -> None:
@@ -205,10 +205,10 @@ async def test_an_update_signed_by_another_key_is_refused(engine: Running, tmp_p
     async with serving(tmp_path / "b", usurper, project_text(None, peers=[peer])) as service:
         # the usurper's coordinator answers at the project's URL now (the slot's URL is moved
         # to it: a test cannot take over the first one's port)
-        slot = engine.daemon.engine._slot(PROJECT)
+        slot = engine.daemon.engine._attached.slot(PROJECT)
         assert slot is not None
         moved = dataclasses.replace(slot, source_url=service.url)
-        engine.daemon.engine._replace_slot(moved)
+        engine.daemon.engine._attached.replace(moved)
         info = await engine.client.check_project(PROJECT)
     assert info.manifest_version == 1
     assert info.update_refused is not None

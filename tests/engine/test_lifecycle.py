@@ -15,6 +15,7 @@ from core.account import CredentialStore
 from core.api import EngineApi
 from core.control import EngineDaemon
 from core.engine import Closing, Engine, EngineConfig, ShutdownIncomplete
+from core.engine.attached import AttachedProjects
 from core.engine.parts import EngineParts
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
 from core.stats import Contribution, Ledger, LedgerError
@@ -89,10 +90,10 @@ async def test_a_failure_half_way_through_opening_closes_what_was_opened(
 ) -> None:
     baseline = open_fd_count()
 
-    async def unreachable(self: Engine) -> None:
+    async def unreachable(self: AttachedProjects) -> None:
         raise RuntimeError("following the project failed")
 
-    monkeypatch.setattr(Engine, "_follow_active", unreachable)
+    monkeypatch.setattr(AttachedProjects, "follow_active", unreachable)
     sampler = SpySampler()
     closed: list[Ledger] = []
     real_close = EngineParts.close

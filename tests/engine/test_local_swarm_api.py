@@ -222,7 +222,8 @@ async def test_the_engine_leaves_local_swarms_out_of_other_programs_cpu(tmp_path
         write_swarm(config.dirs, record)
         engine = await Engine.open(config)
         try:
-            excluded = engine._sampler._system._excluded  # white-box: the wiring is under test
+            # white-box: the wiring is under test
+            excluded = engine._parts.sampler._system._excluded
             assert excluded is not None
             assert sorted(excluded._provider()) == sorted([os.getpid(), sleeper.pid])
         finally:

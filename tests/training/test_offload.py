@@ -17,7 +17,8 @@ from core.optim.offload import Offload
 from core.project import load_manifest
 from core.training.collaborative import CollaborativeConfig
 from core.training.local import LocalWork
-from core.training.peer import PeerSettings, ProjectPeer, build_model, build_optimizer
+from core.training.recipe import build_model, build_optimizer
+from core.training.residency import Residency
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from tests.training import test_collaborative as collab
@@ -185,24 +186,18 @@ def test_on_cuda_offloaded_training_matches_and_leaves_no_state_on_the_gpu(state
     assert torch.cuda.memory_allocated() == baseline
 
 
-async def test_the_peers_move_between_devices_leaves_offloaded_statistics_on_the_host(
-    tmp_path: Path,
-) -> None:
-    # ProjectPeer._move_state is what a pause (to the CPU) and a resume (back to the GPU) run
+def test_the_peers_move_between_devices_leaves_offloaded_statistics_on_the_host() -> None:
+    # Residency.move is what a peer's pause (to the CPU) and resume (back to the GPU) run
     manifest = load_manifest(DEMO).with_training(optimizer_states="8bit", offload_optimizer=True)
-    peer = ProjectPeer(PeerSettings(manifest, work_dir=tmp_path), lambda _: None)
-    try:
-        model = build_model(manifest)
-        optimizer = build_optimizer(model, manifest)
-        peer._state = TrainingState(model, optimizer)
-        peer._state.ensure_optimizer_state()
-        peer._move_state(torch.device("meta"))
-        assert all(p.device.type == "meta" for p in model.parameters())
-        tensors = [t for s in optimizer.state.values() for t in s.values()]
-        assert tensors
-        assert all(t.device.type == "cpu" for t in tensors)
-    finally:
-        await peer.close()
+    model = build_model(manifest)
+    optimizer = build_optimizer(model, manifest)
+    state = TrainingState(model, optimizer)
+    state.ensure_optimizer_state()
+    Residency(state).move(torch.device("meta"))
+    assert all(p.device.type == "meta" for p in model.parameters())
+    tensors = [t for s in optimizer.state.values() for t in s.values()]
+    assert tensors
+    assert all(t.device.type == "cpu" for t in tensors)
 
 
 async def test_three_peers_with_8bit_offloaded_states_match_one_large_batch_run(

@@ -1,0 +1,170 @@
+"""The project's training recipe, from its manifest: the model with its seeded initial weights,
+the optimizer and learning-rate schedule, the tokenizer, the data stream, the loss, and the
+averaging settings of each role.
+
+Every peer of a project builds the same model from the same seed, so that all start from the same
+weights; each walks the data shards in its own order (``data_seed``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from core.averaging import AveragerConfig
+from core.averaging.aggregation import AggregationConfig, Method
+from core.averaging.verification import VerificationConfig
+from core.codecs import active_codecs
+from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
+from core.models.albert import AlbertConfig, AlbertMLM
+from core.optim.adamw import AdamW
+from core.optim.lamb import Lamb
+from core.optim.schedule import albert_lr_lambda
+from core.project import Manifest
+from core.training.checkpoints import CheckpointStore
+from core.training.state import TrainingState
+from core.util.errors import ConfigError
+from core.util.web_client import open_url
+from core.worker.errors import TrainingError
+
+
+def build_model(manifest: Manifest) -> AlbertMLM:
+    """The project's model with its initial weights (the same on every peer: seeded)."""
+    section = manifest.model
+    if section.kind != "albert-mlm":
+        raise TrainingError(f"unknown model kind {section.kind!r}")
+    config = AlbertConfig(
+        vocab_size=section.vocab_size,
+        embedding_size=section.embedding_size,
+        hidden_size=section.hidden_size,
+        num_layers=section.num_layers,
+        num_heads=section.num_heads,
+        intermediate_size=section.intermediate_size,
+        max_position=section.max_position,
+        dropout=section.dropout,
+        gradient_checkpointing=section.gradient_checkpointing,
+    )
+    torch.manual_seed(manifest.training.seed)
+    return AlbertMLM(config)
+
+
+def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
+    """The manifest's optimizer; LAMB and AdamW with its ``optimizer_states`` and
+    ``offload_optimizer`` (``core.optim.moments``), which the others refuse."""
+    t = manifest.training
+    params = [p for p in model.parameters() if p.requires_grad]
+    special = t.optimizer_states != "32bit" or t.offload_optimizer
+    if special and t.optimizer not in ("lamb", "adamw"):
+        raise ConfigError(
+            f"training.optimizer_states = {t.optimizer_states!r} and training.offload_optimizer "
+            f"= {str(t.offload_optimizer).lower()} need optimizer lamb or adamw, "
+            f"not {t.optimizer!r}"
+        )
+    states, offload = t.optimizer_states, t.offload_optimizer
+    if t.optimizer == "lamb":
+        return Lamb(
+            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
+            states=states, offload=offload,
+        )  # fmt: skip
+    if t.optimizer == "adamw" and special:
+        return AdamW(
+            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
+            states=states, offload=offload,
+        )  # fmt: skip
+    if t.optimizer == "adam":
+        return torch.optim.Adam(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+    if t.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay
+        )
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, t.lr, momentum=t.betas[0], weight_decay=t.weight_decay)
+    raise TrainingError(f"unknown optimizer {t.optimizer!r}")
+
+
+def fetch_tokenizer(manifest: Manifest, data_base: str | None, work_dir: Path) -> TextTokenizer:
+    """The project's tokenizer: a local file, or a URL copied into ``work_dir`` once."""
+    where = manifest.resolve_url(manifest.data.tokenizer, data_base=data_base)
+    if where.startswith(("http://", "https://")):
+        local = work_dir / "tokenizer.json"
+        if not local.exists():
+            work_dir.mkdir(parents=True, exist_ok=True)
+            partial = local.with_suffix(".part")
+            # the system's certificates and proxy settings, as every download (web_client)
+            with open_url(where, timeout=30) as response, partial.open("wb") as out:
+                shutil.copyfileobj(response, out)
+            partial.replace(local)
+        return load_tokenizer(local)
+    return load_tokenizer(Path(where.removeprefix("file://")))
+
+
+def data_stream(
+    manifest: Manifest, tokenizer: TextTokenizer, *, data_base: str | None, seed: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    d = manifest.data
+    sources = [
+        DataSource(
+            tuple(manifest.resolve_url(u, data_base=data_base) for u in s.urls),
+            weight=s.weight,
+            format=s.format,
+            text_field=s.text_field,
+        )
+        for s in d.sources
+    ]
+    texts = stream_texts(sources, seed=seed, shuffle_buffer=d.shuffle_buffer)
+    return mlm_batches(
+        texts,
+        tokenizer,
+        seq_len=d.seq_len,
+        batch_size=manifest.training.microbatch_size,
+        mask_prob=d.mask_prob,
+        seed=seed,
+    )
+
+
+def mlm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    output = model(batch["input_ids"], batch["attention_mask"], batch["labels"])
+    assert output.loss is not None
+    loss: torch.Tensor = output.loss
+    return loss
+
+
+def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
+    a = manifest.averaging
+    return AveragerConfig(
+        target_group_size=a.target_group_size,
+        min_group_size=min(a.min_group_size, a.target_group_size),
+        min_matchmaking_time=min(1.0, a.matchmaking_time),
+        max_matchmaking_time=a.matchmaking_time,
+        codec=active_codecs().parse(a.codec),
+        allreduce_timeout=a.allreduce_timeout,
+        compute=0.0 if role == "aux" else 1.0,
+        client_mode=role == "client",
+        # the backbone joins with weight 0 but as a member that receives the averages: it steps
+        # its replica of the state with them (``AuxiliaryPeer``)
+        auxiliary=False,
+        aggregation=AggregationConfig(
+            method=Method(a.aggregation),
+            clip_tau=a.clip_tau,
+            clip_iterations=a.clip_iterations,
+            norm_ratio_limit=a.norm_ratio_limit,
+        ),
+        verification=VerificationConfig(enabled=a.verify_reducers),
+    )
+
+
+def training_state(model: torch.nn.Module, manifest: Manifest) -> TrainingState:
+    """``model`` with the manifest's optimizer and learning-rate schedule (warm-up, then decay)."""
+    t = manifest.training
+    optimizer = build_optimizer(model, manifest)
+    return TrainingState(
+        model, optimizer, lr_lambda=albert_lr_lambda(t.warmup_steps, t.total_steps)
+    )
+
+
+def load_checkpoint(state: TrainingState, path: Path) -> None:
+    """Put the checkpoint at ``path`` into ``state`` (on the training thread)."""
+    state.restore(CheckpointStore.load(path))
