@@ -23,8 +23,7 @@ import dataclasses
 import datetime
 import logging
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from core import __version__
@@ -78,6 +77,7 @@ from core.engine.views import network_lines, network_view, project_info, statist
 from core.policy import STARTING, Decision, decide, outcome
 from core.scheduler import ConditionSampler
 from core.swarm import SwarmFollower
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class Engine:
         *,
         events: EventBus,
         credentials: CredentialStore,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.events = events
@@ -113,7 +113,7 @@ class Engine:
         self.swarms = parts.swarms
         self.runner: ProjectRunner | None = None
         """The active project's peer; None while no project is attached."""
-        self.started = clock()
+        self.started = clock.time()
         self._tasks = BackgroundTasks("engine")
         self._wake = asyncio.Event()
         self._peer_events = PeerEvents(self.events, self._wake, parts.metering, parts.curve)
@@ -122,7 +122,7 @@ class Engine:
         self._decision: Decision | None = None
         """The policy's last decision; None before the first tick."""
         self._outcome = STARTING
-        self._since = clock()
+        self._since = clock.time()
         self._notes: tuple[str, ...] = ()
         self._threads = 0
         self.device = DeviceChoice()
@@ -141,7 +141,7 @@ class Engine:
         config: EngineConfig,
         *,
         sampler: ConditionSampler | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         credentials: CredentialStore | None = None,
     ) -> Engine:
         """Open the parts, follow the active project and start the loops.
@@ -226,7 +226,7 @@ class Engine:
         return await self._changed()
 
     async def snooze(self, minutes: float) -> EngineState:
-        self.memory.snoozed_until = self._clock() + minutes * 60.0
+        self.memory.snoozed_until = self._clock.time() + minutes * 60.0
         return await self._changed()
 
     async def set_settings(self, values: Mapping[str, SettingValue]) -> Settings:
@@ -388,7 +388,7 @@ class Engine:
             swarms,
             list(self.memory.projects),
             self.memory.active,
-            now=self._clock(),
+            now=self._clock.time(),
             blocking=self._blocking,
         )
 
@@ -420,7 +420,7 @@ class Engine:
             raise UnknownProject(f"no statistics for a project called {project!r}")
         self._progress.meter()
         self.metering.flush_all()  # the answer comes from the ledger itself
-        return statistics_view(self.ledger, project, days, now=self._clock())
+        return statistics_view(self.ledger, project, days, now=self._clock.time())
 
     # ---- the scheduler loop ----------------------------------------------------------------------
 
@@ -453,7 +453,7 @@ class Engine:
 
     async def _apply(self) -> None:
         async with self._apply_lock:
-            now = self._clock()
+            now = self._clock.time()
             if self.memory.snoozed_until is not None and self.memory.snoozed_until <= now:
                 self.memory.snoozed_until = None  # the snooze ended by itself
                 self._save_quietly()
@@ -485,7 +485,7 @@ class Engine:
         result = outcome(decision, runner.status() if runner is not None else None)
         if result != self._outcome:
             previous, self._outcome = self._outcome, result
-            self._since = self._clock()
+            self._since = self._clock.time()
             log.info("%s: %s", result.state, result.reason)
             self.events.publish(
                 StateChanged(result.state, previous.state, result.code, result.reason)

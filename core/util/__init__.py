@@ -10,7 +10,7 @@
 - ``atomic``  writing a file whole or not at all (aside, synced, renamed, the rename synced).
 - ``retry``   ``Retry``: capped exponential backoff with jitter, logged once per change of reason.
 - ``recent``  ``RecentEvents``: events per key in a sliding window (the network's rate limits).
-- ``clock``   ``Clock``: wall and monotonic time, injectable (``SystemClock``, ``FakeClock`` for tests).
+- ``clock``   ``Clock``: wall and monotonic time, injectable (``SYSTEM_CLOCK``, ``FakeClock`` for tests).
 - ``desktop``  whether this session has a display for the desktop app (stdlib only).
 - ``login_item``  start at login: the platform's login item (XDG autostart entry, the Windows Run
   key, a macOS LaunchAgent) running this installation's ``barnraise app --hidden``, read back.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,18 +18,19 @@ from core.api import AttachRequest, BadRequest, NotFound, ProjectsChanged, State
 from core.api.testing import CALM, DEMO, FakeEngine
 from core.api.testing.sample_data import REMOTE_PREVIEW
 from core.policy import PeerStatus, Preferences, PreferencesError, decide, outcome
+from core.util.clock import FakeClock
 
 
-def fixed_clock(hour: int, minute: int = 0) -> Callable[[], float]:
-    moment = dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp()
-    return lambda: moment
+def fixed_clock(hour: int, minute: int = 0) -> FakeClock:
+    """A clock standing at ``hour:minute`` today, local time."""
+    return FakeClock(dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp())
 
 
 def engine_says(fake: FakeEngine, peer: PeerStatus, **changes: Any) -> tuple[str, str, str]:
     """What the real policy and the engine's mapping make of the fake's project and ``changes``."""
     active = next(p for p in fake.projects_ if p.active)
     conditions = dataclasses.replace(CALM, uses_gpu=active.device != "cpu", **changes)
-    now = dt.datetime.fromtimestamp(fake._clock()).astimezone()
+    now = dt.datetime.fromtimestamp(fake._clock.time()).astimezone()
     result = outcome(decide(conditions, Preferences.from_dict(fake.values), now), peer)
     return result.state, result.code, result.reason
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
 
 import pytest
 
@@ -18,6 +17,7 @@ from app.presets import DEFAULT_PRESET, PRESETS, current_preset
 from core.api.settings import settings_view
 from core.api.testing import FakeEngine
 from core.policy import Conditions, Preferences, decide
+from core.util.clock import FakeClock
 
 # ---- wording -------------------------------------------------------------------------------------
 
@@ -204,16 +204,16 @@ async def test_the_fakes_preferences_are_the_engines() -> None:
     assert FakeEngine("fresh").values == {**Preferences().to_dict()}
 
 
-def fixed_clock(hour: int, minute: int = 0) -> Callable[[], float]:
-    moment = dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp()
-    return lambda: moment
+def fixed_clock(hour: int, minute: int = 0) -> FakeClock:
+    """A clock standing at ``hour:minute`` today, local time."""
+    return FakeClock(dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp())
 
 
 def real_decision(
     fake: FakeEngine, *, has_project: bool, contribute: bool, user_paused: bool, snoozed: bool
 ) -> tuple[str, str]:
     """The real policy's (code, reason) for what the fake was told."""
-    now = dt.datetime.fromtimestamp(fake._clock())
+    now = dt.datetime.fromtimestamp(fake._clock.time())
     conditions = Conditions(
         idle_seconds=None,
         on_battery=False,
@@ -248,7 +248,7 @@ async def test_the_fakes_pause_reasons_follow_the_real_policy(
     fake = FakeEngine(scenario, clock=fixed_clock(12))  # type: ignore[arg-type]
     fake.values["contribute"] = contribute
     fake.user_paused = user_paused
-    fake.snoozed_until = fake._clock() + 3600 if snoozed else None
+    fake.snoozed_until = fake._clock.time() + 3600 if snoozed else None
     state = await fake.state()
     expected = real_decision(
         fake,

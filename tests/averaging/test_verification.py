@@ -49,6 +49,7 @@ from core.averaging.verifier import PartCheck, mismatch
 from core.net.errors import InvalidRequestError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
+from core.util.clock import FakeClock
 from core.util.errors import ConfigError
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD
@@ -428,17 +429,17 @@ def test_the_comparison_allows_rounding_and_one_codec_step_but_no_more() -> None
 
 
 def test_bans_last_as_long_as_configured() -> None:
-    now = [100.0]
-    bans = BanList(clock=lambda: now[0])
+    clock = FakeClock(monotonic_start=100.0)
+    bans = BanList(clock=clock)
     peer, other = Identity.generate().peer_id, Identity.generate().peer_id
     bans.ban(peer, 60.0, "lied")
     bans.ban(peer, 10.0, "lied again")  # a shorter ban does not shorten the longer one
     assert peer in bans
     assert other not in bans
     assert "not a peer" not in bans
-    now[0] += 59.0
+    clock.advance(59.0)
     assert bans.peers() == frozenset({peer})
-    now[0] += 2.0
+    clock.advance(2.0)
     assert peer not in bans
     assert len(bans) == 0
 
