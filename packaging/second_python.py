@@ -34,7 +34,9 @@ TEST_PATHS = (
     "tests/training",
     "tests/worker",
     "tests/engine",
-    "tests/unit",
+    "tests/util",
+    "tests/config",
+    "tests/api",
 )
 SKIPPED_HERE = (
     "tests/dht/test_simulation.py::test_a_thousand_nodes",
