@@ -20,7 +20,7 @@ async def test_streams_for_unknown_groups_leave_nothing_behind_when_cancelled() 
     waits = [
         asyncio.create_task(registry.wait(os.urandom(16), timeout=10.0)) for _ in range(10_000)
     ]
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop: every wait starts, naming its group
     for task in waits:
         task.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
@@ -40,7 +40,7 @@ async def test_a_round_nobody_starts_is_forgotten_and_a_started_one_is_kept() ->
     registry.expect(running)
     registry.start(running, cast(Any, "runner"))
     waiting = asyncio.create_task(registry.wait(dropped, timeout=30.0))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop: the stream starts waiting for the round
     clock.advance(UNSTARTED_TTL - 1)
     registry.expect(os.urandom(16))
     assert len(registry) == 3

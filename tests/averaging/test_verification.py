@@ -46,13 +46,14 @@ from core.averaging.verification import (
     possible_checks,
 )
 from core.averaging.verifier import PartCheck, mismatch
+from core.dht import owner_marker
 from core.net.errors import InvalidRequestError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
 from core.util.clock import FakeClock
 from core.util.errors import ConfigError
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
-from tests.support.leaks import HANG_GUARD
+from tests.support.leaks import HANG_GUARD, poll_until
 
 EVERYTHING = VerificationConfig(enabled=True, parts=1000.0, chunks=0, timeout=5.0)
 """Every member checks every chunk of every part it received: no luck involved in the tests."""
@@ -162,7 +163,16 @@ async def test_a_lying_reducer_is_caught_named_and_kept_out_of_the_next_round(
     # the next round: it starts looking first, so it ranks best and would lead everyone; the
     # honest three group without it, and it finds nobody to group with
     liar_round = asyncio.ensure_future(averagers[3].prepare("next", timeout=2.0, target_size=3))
-    await asyncio.sleep(0.05)
+    leaders = averagers[3].matchmaker._key("next")
+
+    async def declared() -> object:
+        found = await averagers[0].dht.get(leaders, latest=True)
+        return None if found is None else found.value
+
+    # until its declaration is in the DHT, where the honest three look for a leader to follow
+    await poll_until(
+        declared, lambda value: isinstance(value, dict) and owner_marker(liar) in value
+    )
     honest_rounds = [a.prepare("next", timeout=HANG_GUARD, target_size=3) for a in averagers[:3]]
     outcomes = await asyncio.gather(*honest_rounds, liar_round, return_exceptions=True)
     for pending in outcomes[:3]:
