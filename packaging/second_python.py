@@ -3,7 +3,8 @@
 Python 3.12 changed asyncio under our feet once already: ``await gather(...)`` over tasks that have
 all finished no longer yields to the loop, and a loop that relied on that hung the engine on 3.12
 while every test passed on 3.11. So the tests of the packages that drive the event loop hardest
-(net, dht, averaging, training, engine, and the units under them) also run on 3.12.
+(net, dht, averaging, training, the engine and its control server, and the units under them)
+also run on 3.12.
 
 The environment holds only the dependencies, never the project: the tests import it from the
 checkout through PYTHONPATH. So one environment serves every clone on the machine; it lives in the
@@ -31,10 +32,14 @@ TEST_PATHS = (
     "tests/trust",
     "tests/dht",
     "tests/averaging",
+    "tests/codecs",
     "tests/training",
     "tests/worker",
     "tests/engine",
-    "tests/unit",
+    "tests/control",
+    "tests/util",
+    "tests/config",
+    "tests/api",
 )
 SKIPPED_HERE = (
     "tests/dht/test_simulation.py::test_a_thousand_nodes",

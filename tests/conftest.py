@@ -1,15 +1,20 @@
-"""Shared fixtures: isolated user directories and started Hosts that are checked for leaks."""
+"""Shared fixtures: isolated user directories, started Hosts that are checked for leaks, the demo's
+data, and an engine daemon in this process."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from core.net import Host, Identity, NetConfig
 from core.net.host.gate import AccessGate
 from tests.support.leaks import assert_no_leaks, open_fd_count
+
+if TYPE_CHECKING:
+    from tests.support.engine import Running
 
 # Short timeouts so that failure paths finish quickly in tests.
 FAST = NetConfig(
@@ -60,3 +65,14 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("demo-data")
     prepare_demo_data(load_manifest(DEMO_MANIFEST), root)
     return root
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Running]:
+    """A started engine daemon on loopback with scripted sensors, its own folders and an in-memory
+    keyring, whose user has been away an hour (``tests.support.engine``); the engine's, the control
+    server's and the organizer's tests drive it."""
+    from tests.support.engine import running_engine  # the engine's imports, only when used
+
+    async with running_engine(tmp_path / "home") as running:
+        yield running

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -38,6 +39,37 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert f"exec {test_command}" in ci
     assert (ROOT / ".ci" / "run").stat().st_mode & 0o111
+
+
+def _names_in(script: str, name: str) -> tuple[str, ...]:
+    """The literal tuple ``name`` of a script of packaging/ (read, not imported: they are scripts)."""
+    tree = ast.parse((ROOT / "packaging" / script).read_text())
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    ]
+    return tuple(ast.literal_eval(value))
+
+
+def test_the_test_command_names_tests_that_exist() -> None:
+    """The second leg's folders, the tests it leaves out and the side tests: a test moved or renamed
+    must be followed there (a ``--deselect`` or ``--ignore`` of a missing path is silent)."""
+    named = [
+        *_names_in("second_python.py", "TEST_PATHS"),
+        *_names_in("second_python.py", "SKIPPED_HERE"),
+        *_names_in("dev.py", "SIDE_TESTS"),
+    ]
+
+    def found(test: str) -> bool:
+        path, _, function = test.partition("::")
+        if not (ROOT / path).exists():
+            return False
+        return not function or f"def {function}(" in (ROOT / path).read_text()
+
+    missing = [test for test in named if not found(test)]
+    assert not missing, f"packaging/ names tests that do not exist: {missing}"
 
 
 def test_the_app_imports_without_torch_or_qt_side_effects() -> None:

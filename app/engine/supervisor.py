@@ -17,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
-from collections.abc import Callable
 from typing import Literal, Protocol
 
+from core.api.clock import SYSTEM_CLOCK, Clock
 from core.api.errors import ApiError, EngineUnavailable, VersionMismatch
 from core.api.events import Event
 from core.api.protocol import EngineApi
@@ -75,7 +74,7 @@ class EngineSupervisor:
         max_crashes: int = 5,
         crash_window: float = 600.0,
         backoff: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 15.0),
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.connector = connector
         self.listener = listener
@@ -180,7 +179,7 @@ class EngineSupervisor:
         return state.pid == self._pid
 
     async def _crashed(self, text: str) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         self._crashes.append(now)
         while self._crashes and self._crashes[0] < now - self.crash_window:
             self._crashes.popleft()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from core.account.errors import AccessRefused, AccountError
@@ -25,6 +24,7 @@ from core.account.session import AccountSession
 from core.net.host.gate import AccessGate
 from core.trust.passes import AccessDenied
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class PassKeeper:
         sign: Signer,
         *,
         on_error: Callable[[AccountError], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.session = session
         self.gate = gate
@@ -86,15 +86,15 @@ class PassKeeper:
             raise AccountError(f"the coordinator's pass does not admit this peer: {exc}") from None
         self.gate.set_revoked(grant.revoked)
         self.grant = grant
-        now = self._clock()
+        now = self._clock.time()
         self._renew_at = now + max(0.0, grant.access.expires - now) / 2
 
     async def _run(self, interval: float) -> None:
-        next_poll = self._clock() + interval
+        next_poll = self._clock.time() + interval
         backoff = min(1.0, interval)
         while True:
-            await asyncio.sleep(max(0.0, min(self._renew_at, next_poll) - self._clock()))
-            renewing = self._clock() >= self._renew_at
+            await asyncio.sleep(max(0.0, min(self._renew_at, next_poll) - self._clock.time()))
+            renewing = self._clock.time() >= self._renew_at
             try:
                 if renewing:
                     grant = await self._request()
@@ -103,7 +103,7 @@ class PassKeeper:
                 else:
                     self._revocations(await self.session.client.revocations())
                 await self._read_rollback()
-                next_poll = self._clock() + interval  # a grant carries the revocations too
+                next_poll = self._clock.time() + interval  # a grant carries the revocations too
                 backoff = min(1.0, interval)
                 self.error = None
             except AccessRefused as exc:
@@ -111,7 +111,7 @@ class PassKeeper:
                 self._report(exc, "stopped renewing the access pass")
                 return
             except AccountError as exc:
-                now = self._clock()
+                now = self._clock.time()
                 delay = backoff
                 if renewing:  # try a few times more before the pass runs out
                     delay = min(delay, max(0.5, ((self.expires or now) - now) / 4))
@@ -126,7 +126,7 @@ class PassKeeper:
         self.gate.set_revoked(revoked)
         if self.gate.me in revoked:
             self._renew_at = (
-                self._clock()
+                self._clock.time()
             )  # our own key: ask the coordinator now whether we are out
 
     async def _read_rollback(self) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -22,6 +21,7 @@ from core.account.errors import NotLoggedIn
 from core.account.proof import Signer
 from core.account.replies import PassGrant, SessionTokens
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class AccountSession:
         on_tokens: Callable[[SessionTokens], None] | None = None,
         *,
         on_expired: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.client = client
         self.tokens = tokens
@@ -102,7 +102,7 @@ class AccountSession:
 
     async def _authorized(self, call: Callable[[SessionTokens], Awaitable[T]]) -> T:
         tokens = self._current()
-        if tokens.session_expires - EARLY_REFRESH <= self._clock():
+        if tokens.session_expires - EARLY_REFRESH <= self._clock.time():
             tokens = await self.refresh(tokens)
         try:
             return await call(tokens)

@@ -14,6 +14,8 @@
 - ``logs``      the app's log files (``app.log``, ``app-crash.log``) and the user's folders, with
   the helpers of ``core.util.process.logfiles`` and ``core.util.process.crashes``, named here for the app.
 - ``login_item``  start at login (``core.util.process.login_item``), named here for the app.
+- ``clock``     injectable time (``core.util.clock``: ``Clock``, ``SYSTEM_CLOCK``), named here for the
+  app.
 - ``project_url`` ProjectUrl: a project URL (``https://coord.example.org/#key=<PeerID>``) checked
   and normalised, the key its fragment pins, where its signed manifest is served.
 - ``client``    EngineClient: the typed async client.

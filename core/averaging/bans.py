@@ -11,10 +11,9 @@ a bug) is not shut out for ever by every peer that saw it once.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +22,7 @@ MAX_BANNED = 10_000
 
 
 class BanList:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self._until: dict[PeerID, float] = {}
 
@@ -31,7 +30,7 @@ class BanList:
         """Refuse ``peer`` for ``seconds`` from now (a longer ban already in place stays)."""
         if seconds <= 0:
             return
-        until = self._clock() + seconds
+        until = self._clock.monotonic() + seconds
         if until <= self._until.get(peer, -float("inf")):
             return
         if peer not in self._until:
@@ -47,7 +46,7 @@ class BanList:
         until = self._until.get(peer)
         if until is None:
             return False
-        if until <= self._clock():
+        if until <= self._clock.monotonic():
             del self._until[peer]
             return False
         return True
@@ -65,6 +64,6 @@ class BanList:
         return len(self._until)
 
     def _sweep(self) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         for peer in [p for p, until in self._until.items() if until <= now]:
             del self._until[peer]

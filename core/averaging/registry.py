@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from core.net.errors import NotFoundError
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from core.averaging.allreduce import AllReduce
@@ -34,7 +34,7 @@ _SWEEP_EVERY = 1.0
 
 
 class RoundRegistry:
-    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self._rounds: dict[bytes, asyncio.Future[AllReduce]] = {}
         # when each round not started yet is forgotten if it still is not
@@ -44,7 +44,7 @@ class RoundRegistry:
         self._swept_at = -float("inf")
 
     def _now(self) -> float:
-        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+        return self._clock.monotonic()
 
     def expect(self, group_id: bytes) -> None:
         now = self._now()

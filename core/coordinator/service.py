@@ -126,8 +126,8 @@ class CoordinatorService:
         self.bootstrap = list(bootstrap)
         self.params = ScryptParams(n=scrypt_n)
         self.clock: Clock = clock or SystemClock()
-        self.limiter = LoginLimiter(limits or LoginLimits(), self.clock.monotonic)
-        self.signups = SignupLimiter(signup_limits or SignupLimits(), self.clock.monotonic)
+        self.limiter = LoginLimiter(limits or LoginLimits(), self.clock)
+        self.signups = SignupLimiter(signup_limits or SignupLimits(), self.clock)
         self.challenges = PassChallenges()
         self.host = "127.0.0.1"
         self.port = 0

@@ -20,8 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from core import __version__
 from core.account import CredentialStore
@@ -69,6 +68,7 @@ from core.engine.scheduling import Scheduling
 from core.engine.views import network_lines, network_view, statistics_view
 from core.scheduler import ConditionSampler
 from core.swarm import SwarmFollower
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Engine:
         *,
         events: EventBus,
         credentials: CredentialStore,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.events = events
@@ -98,7 +98,7 @@ class Engine:
         self.curve = parts.curve
         self.swarms = parts.swarms
         self.device = DeviceChoice()
-        self.started = clock()
+        self.started = clock.time()
         self.stopped = asyncio.Event()
         self._tasks = BackgroundTasks("engine")
         self._wake = asyncio.Event()
@@ -159,7 +159,7 @@ class Engine:
         config: EngineConfig,
         *,
         sampler: ConditionSampler | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         credentials: CredentialStore | None = None,
     ) -> Engine:
         """Open the parts, follow the active project and start the loops.
@@ -227,7 +227,7 @@ class Engine:
         return await self._changed()
 
     async def snooze(self, minutes: float) -> EngineState:
-        self.memory.snoozed_until = self._clock() + minutes * 60.0
+        self.memory.snoozed_until = self._clock.time() + minutes * 60.0
         return await self._changed()
 
     async def set_settings(self, values: Mapping[str, SettingValue]) -> Settings:
@@ -346,7 +346,7 @@ class Engine:
             swarms,
             list(self.memory.projects),
             self.memory.active,
-            now=self._clock(),
+            now=self._clock.time(),
             blocking=self._blocking,
         )
 
@@ -379,7 +379,7 @@ class Engine:
             raise UnknownProject(f"no statistics for a project called {project!r}")
         self._progress.meter()
         self.metering.flush_all()  # the answer comes from the ledger itself
-        return statistics_view(self.ledger, project, days, now=self._clock())
+        return statistics_view(self.ledger, project, days, now=self._clock.time())
 
     # ---- helpers ---------------------------------------------------------------------------------
 

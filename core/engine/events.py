@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
-from collections.abc import Callable
 
 from core.api.events import Event, EventData
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +34,7 @@ class Subscription:
 
 class EventBus:
     def __init__(
-        self, *, keep: int = 500, queue_limit: int = 1000, clock: Callable[[], float] = time.time
+        self, *, keep: int = 500, queue_limit: int = 1000, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         self._seq = 0
         self._recent: collections.deque[Event] = collections.deque(maxlen=keep)
@@ -49,7 +48,7 @@ class EventBus:
 
     def publish(self, data: EventData) -> Event:
         self._seq += 1
-        event = Event(self._seq, self._clock(), data)
+        event = Event(self._seq, self._clock.time(), data)
         self._recent.append(event)
         for sub in list(self._subscribers):
             try:

@@ -32,11 +32,11 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from core.engine.projects import ProjectSlot
 from core.project.kinds import AnyManifest
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class ManifestPoll:
         check: Callable[[ProjectSlot], Awaitable[float]],
         *,
         rng: random.Random | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._slots = slots
         self._check = check
@@ -95,7 +95,7 @@ class ManifestPoll:
     async def run(self) -> None:
         while True:
             self._wake.clear()  # before reading the list: a wake from here on is not lost
-            now = self._clock()
+            now = self._clock.monotonic()
             slots = [s for s in self._slots() if s.source_url is not None]
             self._due = {s.name: self._due[s.name] for s in slots if s.name in self._due}
             for slot in slots:
@@ -108,8 +108,8 @@ class ManifestPoll:
                     log.warning("looking for an update of %s failed: %s", slot.name, exc)
                     interval = OPEN_POLL
                 jitter = self._rng.uniform(1 - JITTER, 1 + JITTER)
-                self._due[slot.name] = self._clock() + interval * jitter
-            pause = min(self._due.values(), default=now + OPEN_POLL) - self._clock()
+                self._due[slot.name] = self._clock.monotonic() + interval * jitter
+            pause = min(self._due.values(), default=now + OPEN_POLL) - self._clock.monotonic()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(pause, 0.0)):
                     await self._wake.wait()

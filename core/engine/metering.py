@@ -9,16 +9,16 @@ which is recognised by the peer object changing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from core.stats import Contribution, ContributionMeter, Ledger
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 _TOTALS = ("samples", "compute_seconds", "bytes_sent", "bytes_received")
 
 
 class Metering:
-    def __init__(self, ledger: Ledger, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, ledger: Ledger, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ledger = ledger
         self._clock = clock
         self._meters: dict[str, ContributionMeter] = {}
@@ -52,7 +52,7 @@ class Metering:
 
     def flush_all(self) -> None:
         """Write every project's pending amounts (one transaction each); failures keep them."""
-        now = self._clock()
+        now = self._clock.time()
         for project, meter in self._meters.items():
             if not meter.pending.is_empty():
                 meter.flush(self.ledger, project, now)

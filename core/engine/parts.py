@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ from core.scheduler import ConditionSampler, GpuSensor, SystemSensor, default_id
 from core.stats import Ledger
 from core.swarm import LocalSwarms
 from core.util.blocking import BlockingPool
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class EngineParts:
         config: EngineConfig,
         *,
         sampler: ConditionSampler | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         on_ledger_error: Callable[[str], None] | None = None,
     ) -> EngineParts:
         """Open every part; a ``sampler`` given is owned from here on (closed on failure too)."""

@@ -26,6 +26,7 @@ from core.engine.metering import Metering
 from core.engine.store import EngineMemory
 from core.policy import STARTING, Decision, decide, outcome
 from core.scheduler import ConditionSampler
+from core.util.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class Scheduling:
         events: EventBus,
         wake: asyncio.Event,
         save: Callable[[], None],
-        clock: Callable[[], float],
+        clock: Clock,
     ) -> None:
         """``wake``: set by anyone for a tick now; ``save``: write ``memory`` (a failure is told,
         not raised)."""
@@ -61,7 +62,7 @@ class Scheduling:
         self.decision: Decision | None = None
         """The policy's last decision; None before the first tick."""
         self.outcome = STARTING
-        self.since = clock()
+        self.since = clock.time()
         """When ``outcome`` last changed."""
         self.notes: tuple[str, ...] = ()
         """What the last sample of the conditions noted (a sensor missing, ...)."""
@@ -85,7 +86,7 @@ class Scheduling:
         """Sample, decide and carry the decision out, now."""
         async with self._lock:
             memory = self._memory
-            now = self._clock()
+            now = self._clock.time()
             if memory.snoozed_until is not None and memory.snoozed_until <= now:
                 memory.snoozed_until = None  # the snooze ended by itself
                 self._save()
@@ -116,7 +117,7 @@ class Scheduling:
         result = outcome(decision, runner.status() if runner is not None else None)
         if result != self.outcome:
             previous, self.outcome = self.outcome, result
-            self.since = self._clock()
+            self.since = self._clock.time()
             log.info("%s: %s", result.state, result.reason)
             self._events.publish(
                 StateChanged(result.state, previous.state, result.code, result.reason)

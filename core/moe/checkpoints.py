@@ -29,13 +29,14 @@ import copy
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from core.moe.backend import ExpertBackend
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import BarnraiseError
 from core.util.files.atomic import remove_old, write_atomically
 from core.util.tasks import BackgroundTasks
@@ -187,7 +188,7 @@ class CheckpointSaver:
         interval: float,
         updates: int = 0,
         tick: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if interval < 0 or updates < 0 or tick <= 0:
             raise ValueError("checkpoint interval and updates are at least 0, the tick above 0")
@@ -198,7 +199,7 @@ class CheckpointSaver:
         self._bridge = bridge
         self._backends = list(backends)
         self._clock = clock
-        now = clock()
+        now = clock.monotonic()
         self._saved = {b.uid: (b.updates, now) for b in self._backends}
         """Per uid: its update count at its last save (or when hosting began), and when."""
         self.saves = 0
@@ -221,7 +222,7 @@ class CheckpointSaver:
         """Save the experts that are due (``everything``: every one that learned); their uids."""
         saved = []
         for backend in self._backends:
-            now = self._clock()
+            now = self._clock.monotonic()
             if not (self.due(backend, now) or (everything and self.due_at_all(backend))):
                 continue
             try:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import psutil
+
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class ExcludedCpu:
         provider: Callable[[], Iterable[int]],
         *,
         refresh_every: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         table: ProcessTable | None = None,
         own_pid: int | None = None,
     ) -> None:
@@ -107,7 +108,7 @@ class ExcludedCpu:
 
     def sample(self) -> float:
         """Read the processes' CPU times now; returns the updated ``total``."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if now - self._refreshed_at >= self._every or now < self._refreshed_at:
             self._refreshed_at = now
             self._refresh()

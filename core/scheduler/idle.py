@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from core.scheduler.idle_logind import LogindIdleSensor
 from core.scheduler.idle_macos import MacIdleSensor
 from core.scheduler.idle_windows import WindowsIdleSensor
 from core.scheduler.idle_x11 import X11IdleSensor
 from core.scheduler.sensor import IdleSensor
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 
 def default_idle_sensor() -> IdleSensor:
@@ -81,25 +81,23 @@ class FixedIdleSensor:
 class ScriptedIdleSensor:
     """Idle time that grows with ``clock`` from the last simulated input; safe across threads."""
 
-    def __init__(
-        self, idle_seconds: float = 0.0, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, idle_seconds: float = 0.0, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_input = clock() - idle_seconds
+        self._last_input = clock.monotonic() - idle_seconds
         self._unknown: str | None = None
         self._inputs: list[float] = []
 
     def set_idle(self, seconds: float) -> None:
         """As if the last input was ``seconds`` ago; also ends ``set_unknown``."""
         with self._lock:
-            self._last_input = self._clock() - seconds
+            self._last_input = self._clock.monotonic() - seconds
             self._unknown = None
 
     def user_input(self) -> None:
         """The user touched the keyboard or mouse now."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.monotonic()
             self._last_input = now
             self._inputs.append(now)
             self._unknown = None
@@ -119,7 +117,7 @@ class ScriptedIdleSensor:
         with self._lock:
             if self._unknown is not None:
                 return None
-            return max(0.0, self._clock() - self._last_input)
+            return max(0.0, self._clock.monotonic() - self._last_input)
 
     @property
     def note(self) -> str | None:

@@ -12,10 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 from core.scheduler.sensor import PolledIdleSensor, Reading
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 
 def parse_properties(output: str) -> dict[str, str]:
@@ -56,7 +55,7 @@ class LogindIdleSensor(PolledIdleSensor):
         command: str = "loginctl",
         cache_seconds: float = 5.0,
         timeout: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__()
         self._command = command
@@ -68,7 +67,7 @@ class LogindIdleSensor(PolledIdleSensor):
         self._output: Reading[str] = Reading(None, "not asked yet")
 
     def read(self) -> Reading[float]:
-        now = self._clock()
+        now = self._clock.monotonic()
         if now - self._fetched_at >= self._cache_seconds:
             self._output = self._fetch()
             self._fetched_at = now

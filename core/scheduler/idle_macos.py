@@ -10,10 +10,9 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 from core.scheduler.sensor import PolledIdleSensor, Reading
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 _HID_IDLE = re.compile(r'"HIDIdleTime"\s*=\s*(\d+)')
 
@@ -30,7 +29,7 @@ class MacIdleSensor(PolledIdleSensor):
         *,
         cache_seconds: float = 1.0,
         timeout: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__()
         self._cache_seconds = cache_seconds
@@ -42,7 +41,7 @@ class MacIdleSensor(PolledIdleSensor):
     def read(self) -> Reading[float]:
         # if/else rather than an early return: type checkers skip the other platform's branch
         if sys.platform == "darwin":
-            now = self._clock()
+            now = self._clock.monotonic()
             age = now - self._taken_at
             if age >= self._cache_seconds:
                 self._last = self._query()

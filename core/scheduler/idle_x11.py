@@ -13,10 +13,9 @@ import ctypes.util
 import os
 import selectors
 import socket
-import time
-from collections.abc import Callable
 
 from core.scheduler.sensor import PolledIdleSensor, Reading
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 
 class _XScreenSaverInfo(ctypes.Structure):
@@ -31,9 +30,7 @@ class _XScreenSaverInfo(ctypes.Structure):
 
 
 class X11IdleSensor(PolledIdleSensor):
-    def __init__(
-        self, *, retry_seconds: float = 30.0, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, *, retry_seconds: float = 30.0, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__()
         self._retry_seconds = retry_seconds
         self._clock = clock
@@ -48,12 +45,12 @@ class X11IdleSensor(PolledIdleSensor):
 
     def read(self) -> Reading[float]:
         if self._display is None:
-            if self._clock() < self._retry_at:
+            if self._clock.monotonic() < self._retry_at:
                 return Reading(None, self._failure)
             failure = self._connect()
             if failure is not None:
                 # opening a display is slow when it fails; the engine polls several times a second
-                self._retry_at = self._clock() + self._retry_seconds
+                self._retry_at = self._clock.monotonic() + self._retry_seconds
                 self._failure = failure
                 return Reading(None, failure)
         assert self._xlib is not None

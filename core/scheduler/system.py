@@ -12,7 +12,6 @@ seconds.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
@@ -22,6 +21,7 @@ import psutil
 from core.scheduler.cpu_share import CpuSample, CpuShareWindow
 from core.scheduler.excluded_cpu import ExcludedCpu
 from core.scheduler.sensor import Reading
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 _MB = 1024 * 1024
 
@@ -51,7 +51,7 @@ class SystemSensor:
         *,
         window_seconds: float = 10.0,
         battery_every: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         exclude: Callable[[], Iterable[int]] | None = None,
         exclude_every: float = 5.0,
     ) -> None:
@@ -88,7 +88,7 @@ class SystemSensor:
         )
 
     def _read_battery(self) -> _Battery:
-        now = self._clock()
+        now = self._clock.monotonic()
         if now - self._battery_at >= self._battery_every:
             self._battery = _query_battery()
             self._battery_at = now
@@ -106,7 +106,9 @@ class SystemSensor:
             total -= getattr(times, counted_twice, 0.0)
         not_busy = sum(getattr(times, name, 0.0) for name in ("idle", "iowait", "steal"))
         excluded = self._excluded.sample() if self._excluded is not None else 0.0
-        sample = CpuSample(self._clock(), total - not_busy, own.user + own.system, excluded)
+        sample = CpuSample(
+            self._clock.monotonic(), total - not_busy, own.user + own.system, excluded
+        )
         percent = self._cpu.add(sample, os.cpu_count() or 1)
         return Reading(percent, None if percent is not None else "still measuring")
 

@@ -14,10 +14,10 @@ peer accused now and then stands out next to the one accused every round.
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
+
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 EVIDENCE = re.compile(r"evidence: peer (?P<peer>[1-9A-HJ-NP-Za-km-z]{20,80})\b")
 """What the auxiliary peer writes for each accusation (``core.training.evidence.accusations``)."""
@@ -65,7 +65,7 @@ class LogTail:
 class Accusations:
     """Accusation lines told apart by peer, with the swarm's names for the peers it started."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self.names: dict[str, str] = {}
         """PeerID -> the swarm's name for that peer (``peer-0``)."""
         self.byzantine: set[str] = set()
@@ -88,7 +88,7 @@ class Accusations:
             return None
         peer = found["peer"]
         self.counts[peer] += 1
-        now, count = self._clock(), self.counts[peer]
+        now, count = self._clock.monotonic(), self.counts[peer]
         last = self._shown.get(peer)
         if last is not None and now - last[0] < REPEAT_SECONDS:
             return None

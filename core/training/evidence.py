@@ -17,9 +17,8 @@ most ``MAX_COLLECTED`` new items per collection.
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from core.averaging import Averager, AveragingResult
@@ -31,6 +30,7 @@ from core.trust.evidence import Evidence, InvalidEvidence, sign_evidence
 from core.trust.identity import Identity
 from core.trust.passes import AccessDenied
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class EvidenceBoard:
         *,
         access: AccessGate | None = None,
         ttl: float = EVIDENCE_TTL,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if identity.peer_id != dht.peer_id:
             raise ValueError("the evidence must be signed by the DHT node's own identity")
@@ -89,7 +89,7 @@ class EvidenceBoard:
 
     def sign(self, result: AveragingResult, round_key: str) -> list[Evidence]:
         """The round's findings as evidence signed by this peer."""
-        now = self._clock()
+        now = self._clock.time()
         epoch = _epoch_of(round_key)
         signed = []
         for finding in result.findings:
@@ -120,7 +120,7 @@ class EvidenceBoard:
         signed = self.sign(result, round_key)
         if not signed:
             return []
-        now = self._clock()
+        now = self._clock.time()
         fresh = [e for e in self._mine if now - e.time < self._ttl]
         self._mine = (fresh + signed)[-KEPT:]
         # built before any await: a later publish holds a superset and a later expiration

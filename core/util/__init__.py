@@ -7,7 +7,7 @@
 - ``msgpack_codec``  msgpack packing and unpacking with Barnraise's conventions.
 - ``retry``   ``Retry``: capped exponential backoff with jitter, logged once per change of reason.
 - ``recent``  ``RecentEvents``: events per key in a sliding window (the network's rate limits).
-- ``clock``   ``Clock``: wall and monotonic time, injectable (``SystemClock``, ``FakeClock`` for tests).
+- ``clock``   ``Clock``: wall and monotonic time, injectable (``SYSTEM_CLOCK``, ``FakeClock`` for tests).
 - ``blocking``  ``BlockingPool``: bounded daemon threads for blocking calls (files, the keyring), the
   one place a service's blocking work leaves its loop; full: ``PoolBusy``; closed: ``PoolClosed``.
 - ``memory``  after churn: collect cyclic garbage and hand the free heap back (glibc malloc_trim);

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +34,7 @@ from core.util.process.logfiles import OUTPUT_MAX_BYTES
 from core.util.process.login_item import XdgAutostart
 from tests.app.conftest import MakeStore
 from tests.app.test_first_run import ACCOUNT_STEP, PRESET_STEP, attach_the_demo, wizard
+from tests.support.leaks import wait_until_blocking
 
 COMMAND = ["/opt/barnraise/bin/barnraise", "app", "--hidden"]
 CLICK = Qt.MouseButton.LeftButton
@@ -323,8 +323,6 @@ def test_a_demo_swarm_that_stops_is_quoted_after_its_output_was_rotated(tmp_path
         output, command=(sys.executable, "-c", "print('no data'); raise SystemExit(2)")
     )
     demo.start()
-    deadline = time.monotonic() + 30
-    while demo.failure() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until_blocking(lambda: demo.failure() is not None)
     assert demo.failure() == "exit status 2: no data"
     demo.stop()

@@ -46,12 +46,14 @@ from core.averaging.verification import (
 )
 from core.averaging.verifier import PartCheck, mismatch
 from core.codecs import NONE, UINT8
+from core.dht import owner_marker
 from core.net.errors import InvalidRequestError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
+from core.util.clock import FakeClock
 from core.util.errors import ConfigError
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
-from tests.support.leaks import HANG_GUARD
+from tests.support.leaks import HANG_GUARD, poll_until
 
 EVERYTHING = VerificationConfig(enabled=True, parts=1000.0, chunks=0, timeout=5.0)
 """Every member checks every chunk of every part it received: no luck involved in the tests."""
@@ -161,7 +163,16 @@ async def test_a_lying_reducer_is_caught_named_and_kept_out_of_the_next_round(
     # the next round: it starts looking first, so it ranks best and would lead everyone; the
     # honest three group without it, and it finds nobody to group with
     liar_round = asyncio.ensure_future(averagers[3].prepare("next", timeout=2.0, target_size=3))
-    await asyncio.sleep(0.05)
+    leaders = averagers[3].matchmaker._key("next")
+
+    async def declared() -> object:
+        found = await averagers[0].dht.get(leaders, latest=True)
+        return None if found is None else found.value
+
+    # until its declaration is in the DHT, where the honest three look for a leader to follow
+    await poll_until(
+        declared, lambda value: isinstance(value, dict) and owner_marker(liar) in value
+    )
     honest_rounds = [a.prepare("next", timeout=HANG_GUARD, target_size=3) for a in averagers[:3]]
     outcomes = await asyncio.gather(*honest_rounds, liar_round, return_exceptions=True)
     for pending in outcomes[:3]:
@@ -428,17 +439,17 @@ def test_the_comparison_allows_rounding_and_one_codec_step_but_no_more() -> None
 
 
 def test_bans_last_as_long_as_configured() -> None:
-    now = [100.0]
-    bans = BanList(clock=lambda: now[0])
+    clock = FakeClock(monotonic_start=100.0)
+    bans = BanList(clock=clock)
     peer, other = Identity.generate().peer_id, Identity.generate().peer_id
     bans.ban(peer, 60.0, "lied")
     bans.ban(peer, 10.0, "lied again")  # a shorter ban does not shorten the longer one
     assert peer in bans
     assert other not in bans
     assert "not a peer" not in bans
-    now[0] += 59.0
+    clock.advance(59.0)
     assert bans.peers() == frozenset({peer})
-    now[0] += 2.0
+    clock.advance(2.0)
     assert peer not in bans
     assert len(bans) == 0
 

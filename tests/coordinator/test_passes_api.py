@@ -38,7 +38,7 @@ async def test_a_pass_verifies_and_is_bound_to_the_requested_peer(coordinator: R
     assert access.expires == body["expires"] == now + 600.0
 
     # a gate on that peer accepts it; a gate on any other peer key refuses it
-    gate = AccessGate(PROJECT, coordinator.key.peer_id, peer, clock=coordinator.clock.time)
+    gate = AccessGate(PROJECT, coordinator.key.peer_id, peer, clock=coordinator.clock)
     gate.set_pass(access)
     assert gate.admit(peer, access.to_wire()) == access
     other = Identity.generate().peer_id

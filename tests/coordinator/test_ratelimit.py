@@ -21,7 +21,7 @@ def fail(limiter: LoginLimiter, user: str = "alice", address: str = "10.0.0.1") 
 
 def test_failures_lead_to_doubling_waits() -> None:
     clock = FakeClock()
-    limiter = LoginLimiter(LIMITS, clock.monotonic)
+    limiter = LoginLimiter(LIMITS, clock)
     for _ in range(3):
         fail(limiter)
     with pytest.raises(TooManyAttempts) as first:
@@ -45,7 +45,7 @@ def test_failures_lead_to_doubling_waits() -> None:
 def test_success_clears_the_name_but_not_the_address() -> None:
     clock = FakeClock()
     limiter = LoginLimiter(
-        LoginLimits(user_threshold=3, address_threshold=6, first_delay=2.0), clock.monotonic
+        LoginLimits(user_threshold=3, address_threshold=6, first_delay=2.0), clock
     )
     fail(limiter)
     fail(limiter)
@@ -67,7 +67,7 @@ def test_success_clears_the_name_but_not_the_address() -> None:
 
 def test_failures_older_than_the_window_are_forgotten() -> None:
     clock = FakeClock()
-    limiter = LoginLimiter(LIMITS, clock.monotonic)
+    limiter = LoginLimiter(LIMITS, clock)
     for _ in range(3):
         fail(limiter)
     assert limiter.retry_after("alice", "10.0.0.1") > 0
@@ -79,7 +79,7 @@ def test_failures_older_than_the_window_are_forgotten() -> None:
 
 def test_the_number_of_remembered_keys_is_bounded() -> None:
     clock = FakeClock()
-    limiter = LoginLimiter(LoginLimits(window=10.0, max_tracked=50), clock.monotonic)
+    limiter = LoginLimiter(LoginLimits(window=10.0, max_tracked=50), clock)
     for i in range(40):
         fail(limiter, user=f"user{i}", address=f"10.0.{i}.1")
     clock.advance(11.0)
@@ -89,7 +89,7 @@ def test_the_number_of_remembered_keys_is_bounded() -> None:
 
 def test_addresses_count_by_prefix() -> None:
     clock = FakeClock()
-    limiter = LoginLimiter(LoginLimits(user_threshold=100, address_threshold=4), clock.monotonic)
+    limiter = LoginLimiter(LoginLimits(user_threshold=100, address_threshold=4), clock)
     for address in ("127.0.0.1", "127.9.9.9", "::ffff:127.0.0.2", "127.200.0.1"):
         fail(limiter, user="x", address=address)  # all of 127/8 is one prefix
     with pytest.raises(TooManyAttempts):
@@ -106,7 +106,7 @@ def test_the_owner_is_never_locked_out_by_guessers_elsewhere() -> None:
     limits = LoginLimits(
         user_threshold=3, address_threshold=1000, account_threshold=10, account_max_delay=4.0
     )
-    limiter = LoginLimiter(limits, clock.monotonic)
+    limiter = LoginLimiter(limits, clock)
     # guessers on 200 networks, each waiting as told: the account-wide counter slows each
     # network's second guess on, by at most 4 s; after 3 failures a network waits its own waits
     for net in range(200):
@@ -129,7 +129,7 @@ def test_the_account_wide_slow_down_is_capped_at_a_few_seconds() -> None:
     limits = LoginLimits(
         user_threshold=1000, address_threshold=1000, account_threshold=5, account_max_delay=4.0
     )
-    limiter = LoginLimiter(limits, clock.monotonic)
+    limiter = LoginLimiter(limits, clock)
     for net in range(20):  # failures for alice spread over 20 networks
         fail(limiter, address=f"10.{net}.0.1")
     # the owner mistyped once at home: home now meets the account-wide counter, but only as

@@ -13,7 +13,7 @@ def test_sign_ups_are_limited_per_prefix_and_overall() -> None:
     clock = FakeClock()
     limiter = SignupLimiter(
         SignupLimits(per_prefix=3, prefix_window=100.0, total=5, total_window=10.0),
-        clock.monotonic,
+        clock,
     )
     for address in ("127.0.0.1", "127.8.8.8", "::ffff:127.0.0.3"):  # 127/8 is one prefix
         limiter.attempt(address)

@@ -155,4 +155,3 @@ async def test_a_node_that_answers_garbage_is_dropped(make_swarm: MakeSwarm) -> 
     assert babbler.peer_id not in asker.table
     assert await asker.store("still-works", 1, soon())
     assert (await nodes[0].get("still-works", latest=True)) is not None
-    await asyncio.sleep(0)

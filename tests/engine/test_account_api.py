@@ -31,8 +31,8 @@ from core.net import Identity
 from core.trust.passes import pass_to_text
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_coordinator
 from tests.account.memory_keyring import MemoryKeyring
-from tests.engine.conftest import CtlRun, Running, until
 from tests.engine.standin import StandInPeer
+from tests.support.engine import CtlRun, Running, until
 from tests.support.leaks import poll_until
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"

@@ -14,8 +14,8 @@ from core.engine.device import DeviceChoice
 from core.worker import accelerator
 from core.worker.accelerator import Accelerator, TorchBuild
 from core.worker.nvml import NvidiaGpu, NvmlReport
-from tests.engine.conftest import CtlRun, Running, until
 from tests.engine.standin import StandInPeer
+from tests.support.engine import CtlRun, Running, until
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 

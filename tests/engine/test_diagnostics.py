@@ -18,7 +18,7 @@ from core.account import SessionTokens
 from core.api import API_VERSION
 from core.api.codec import encode
 from core.engine.diagnostics import REDACTED, TAIL_BYTES, log_tail
-from tests.engine.conftest import CtlRun, Running
+from tests.support.engine import CtlRun, Running
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from core.net import Host, Identity
 from core.net.errors import ResourceExhaustedError
 from core.project import AnyManifest
 from tests.conftest import FAST
-from tests.engine.conftest import Running, until
+from tests.support.engine import Running, until
 from tests.support.leaks import wait_until
 
 MANIFEST = """

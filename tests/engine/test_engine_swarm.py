@@ -29,7 +29,7 @@ from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.training.peer import PeerSettings, ProjectPeer
 from core.worker.events import PeerEvent, PeerReady
-from tests.engine.conftest import Running, until
+from tests.support.engine import Running, until
 from tests.support.leaks import poll_until, wait_until
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,7 @@ from core.scheduler import ScriptedIdleSensor
 from core.stats import Ledger
 from core.worker.events import PeerEvent, PeerMetrics
 from tests.account.memory_keyring import MemoryKeyring
-from tests.engine.conftest import CtlRun, Running, fast_config, scripted_sampler
+from tests.support.engine import CtlRun, Running, fast_config, scripted_sampler
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 PROJECT = "barnraise-demo"

@@ -25,8 +25,8 @@ from core.engine.resource_use import albert_parameters
 from core.engine.store import EngineFile
 from core.net import Identity
 from core.project import parse_manifest
-from tests.engine.conftest import CtlRun, Running, until
 from tests.engine.standin import StandInPeer
+from tests.support.engine import CtlRun, Running, until
 from tests.support.leaks import poll_until
 from tests.support.signed_project import PROJECT, project_text, rewrite, serving
 

@@ -21,7 +21,7 @@ from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, Syst
 from core.stats import Contribution, Ledger, LedgerError
 from core.util.errors import ConfigError
 from tests.account.memory_keyring import MemoryKeyring
-from tests.engine.conftest import fast_config
+from tests.support.engine import fast_config
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
 NOT_THE_ENGINES = {

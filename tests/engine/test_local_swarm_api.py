@@ -23,8 +23,8 @@ from core.net import Identity
 from core.swarm import LocalSwarm, SwarmProcess, remove_swarm, write_swarm
 from core.util.errors import ConfigError
 from tests.account.coordinator import manifest_text
-from tests.engine.conftest import CtlRun, Running, fast_config, until
 from tests.engine.standin import StandInPeer
+from tests.support.engine import CtlRun, Running, fast_config, until
 from tests.support.leaks import poll_until
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"

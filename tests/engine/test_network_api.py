@@ -10,8 +10,8 @@ from typing import Any
 from core.api import AttachRequest, Network, NetworkChanged
 from core.engine.views import network_lines, network_view
 from core.worker.events import PeerNetwork, PeerWaiting
-from tests.engine.conftest import Running, until
 from tests.engine.standin import StandInPeer
+from tests.support.engine import Running, until
 from tests.support.leaks import poll_until
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"

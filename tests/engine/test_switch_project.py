@@ -13,8 +13,8 @@ import pytest
 
 from core.api import AttachRequest, NotFound, ProjectsChanged
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_coordinator
-from tests.engine.conftest import CtlRun, Running, until
 from tests.engine.standin import StandInPeer
+from tests.support.engine import CtlRun, Running, until
 from tests.support.leaks import poll_until
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"

@@ -211,7 +211,7 @@ def test_a_process_with_threads_stuck_on_fifos_still_exits(tmp_path: Path) -> No
             loop = asyncio.get_running_loop()
             pool_call = asyncio.ensure_future(pool.run(open, {str(fifo)!r}))
             default_call = loop.run_in_executor(None, open, {str(fifo)!r})
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # both threads get into open(): nothing tells when they have
             pool.close()
             default_call.cancel()
             try:

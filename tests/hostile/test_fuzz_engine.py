@@ -27,8 +27,8 @@ from core.policy import Preferences
 from core.project import ManifestError, parse_manifest
 from core.scheduler import ScriptedIdleSensor
 from tests.account.memory_keyring import MemoryKeyring
-from tests.engine.conftest import fast_config, scripted_sampler
 from tests.project.test_manifest import edited
+from tests.support.engine import fast_config, scripted_sampler
 
 FUZZ = settings(
     max_examples=120,

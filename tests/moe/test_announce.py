@@ -13,6 +13,7 @@ from core.dht.memory import MemoryNetwork
 from core.moe.announce import Announcer, declare_experts, get_experts
 from core.moe.grid import ExpertGrid, GridError
 from core.util.clock import Clock, FakeClock
+from tests.support.leaks import wait_until
 
 GRID = ExpertGrid("ffn", (4, 5))
 
@@ -104,14 +105,14 @@ async def test_announcer_refreshes_until_closed() -> None:
         assert announcer.last_report == {"ffn.2.2": True}
         first = await nodes[2].get("ffn.2.2", latest=True)
         assert first is not None
-        async with asyncio.timeout(30):
-            while announcer.rounds < 3:  # noqa: ASYNC110 - polling a counter the task bumps
-                await asyncio.sleep(0.02)
+        await wait_until(lambda: announcer.rounds >= 3)
         later = await nodes[2].get("ffn.2.2", latest=True)
         assert later is not None
         assert later.expiration > first.expiration
         await announcer.close()
         rounds = announcer.rounds
+        # an observation window, not a wait: a running announcer would store twice in it (every
+        # ttl / 3 = 0.2 s, on the real clock)
         await asyncio.sleep(0.5)
         assert announcer.rounds == rounds  # closed means no more stores
     finally:

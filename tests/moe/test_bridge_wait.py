@@ -29,7 +29,7 @@ async def test_a_worker_gets_the_result_or_the_error_of_a_coroutine_run_on_the_l
 
     async def on_the_loop(value: int) -> int:
         seen.append(asyncio.get_running_loop())
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a coroutine that really suspends once before it answers
         return value * 2
 
     async def failing() -> None:

@@ -16,6 +16,7 @@ import torch
 from core.moe.backend import ExpertBackend
 from core.moe.checkpoints import CheckpointSaver, ExpertCheckpointError, ExpertCheckpoints
 from core.moe.experts import ExpertSpec
+from core.util.clock import FakeClock
 from core.worker.bridge import TrainingBridge
 
 SPEC = ExpertSpec(kind="linear", hidden=4, optimizer="adam", lr=0.01, max_batch=8)
@@ -166,13 +167,13 @@ async def bridge() -> AsyncIterator[TrainingBridge]:
 async def test_the_saver_saves_experts_that_learned_by_time_by_updates_and_at_close(
     tmp_path: Path, bridge: TrainingBridge
 ) -> None:
-    now = [100.0]
+    clock = FakeClock(monotonic_start=100.0)
     store = ExpertCheckpoints(tmp_path, keep=10)
     a, b = SPEC.backend("ffn.0.0"), SPEC.backend("ffn.0.1")
-    saver = CheckpointSaver(store, bridge, [a, b], interval=60.0, updates=3, clock=lambda: now[0])
+    saver = CheckpointSaver(store, bridge, [a, b], interval=60.0, updates=3, clock=clock)
     learn(a)
     assert await saver.save_due() == []  # learned, but neither 60 s nor 3 updates yet
-    now[0] += 61
+    clock.advance(61)
     assert await saver.save_due() == ["ffn.0.0"]  # b never learned: nothing to save
     learn(b, 3)
     assert await saver.save_due() == ["ffn.0.1"]  # 3 updates, long before 60 s

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import pytest
-
 from core.net import Host, Identity
 from core.net.reach.monitor import MAX_ASKED, ReachabilityMonitor
 from core.net.relay.client import RETRY_MAX, RelayClient
 from core.net.relay.dialer import RelayDialer
 from core.trust.peer_id import PeerID
+from core.util.clock import FakeClock
 
 SOMEONE = Identity.generate().peer_id
 
@@ -20,37 +17,26 @@ def stranger(n: int) -> PeerID:
     return PeerID(SOMEONE.to_bytes()[:-4] + n.to_bytes(4, "big"))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def test_a_relay_client_forgets_candidates_it_stopped_trying(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_relay_client_forgets_candidates_it_stopped_trying() -> None:
     """Every peer we dial directly is asked to relay; those met once are not kept for weeks."""
-    clock = Clock()
-    monkeypatch.setattr(asyncio.get_running_loop(), "time", clock)
-    client = RelayClient(Host(Identity.generate()))
+    clock = FakeClock(monotonic_start=1000.0)
+    client = RelayClient(Host(Identity.generate()), clock=clock)
     for n in range(10_000):
         client._failed(stranger(n))
         if n % 50 == 0:
             client._failed(SOMEONE)  # a relay that keeps refusing: its backoff keeps growing
-        clock.now += 1.0
+        clock.advance(1.0)
         assert len(client._backoff) <= 3 * RETRY_MAX + 2
     assert stranger(9_999) in client._backoff
     assert client._backoff[SOMEONE].failures == 200
 
 
 def test_the_reachability_monitor_remembers_a_bounded_number_of_asked_peers() -> None:
-    clock = Clock()
+    clock = FakeClock(monotonic_start=1000.0)
     monitor = ReachabilityMonitor(Host(Identity.generate()), clock=clock)
     for n in range(10_000):
         monitor._note_asked(str(stranger(n)))
-        clock.now += 1.0
+        clock.advance(1.0)
         assert len(monitor._asked) <= MAX_ASKED
     assert str(stranger(9_999)) in monitor._asked
     assert str(stranger(0)) not in monitor._asked

@@ -8,7 +8,6 @@ from pathlib import Path
 from core.coordinator import ScryptParams
 from core.organize.answers import Answers, Given, settle
 from core.organize.new import NewProject, create_project
-from tests.engine.conftest import engine  # noqa: F401 (a fixture: an engine joins a new project)
 
 FAST_SCRYPT = ScryptParams(n=2**10)
 PASSWORD = "correct horse battery"

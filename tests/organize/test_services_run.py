@@ -29,9 +29,9 @@ from core.api import AttachRequest
 from core.cli.main import main
 from core.organize.backbone import Program
 from core.project import load_manifest
-from tests.engine.conftest import Running
 from tests.organize.conftest import answers, make_project
 from tests.organize.units import env_file, read_unit, systemd_path, systemd_words
+from tests.support.engine import Running
 
 STARTUP_TIMEOUT = 120.0  # seconds: the auxiliary peer loads torch and builds the model first
 

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from core.scheduler import CpuSample, CpuShareWindow, ExcludedCpu, ProcessKey, SystemSensor
+from core.util.clock import FakeClock
 from tests.support.leaks import wait_until_blocking
 
 
@@ -36,16 +37,8 @@ class FakeTable:
         return self.cpu.get(key)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_only_time_used_between_two_readings_of_a_process_counts() -> None:
-    table, clock = FakeTable(), Clock()
+    table, clock = FakeTable(), FakeClock()
     swarm, aux = (100, 1.0), (101, 2.0)
     table.cpu = {swarm: 50.0, aux: 500.0}
     table.tree = {100: [101]}
@@ -75,17 +68,17 @@ def test_only_time_used_between_two_readings_of_a_process_counts() -> None:
 
 
 def test_the_provider_is_asked_only_every_few_seconds_and_never_names_us() -> None:
-    table, clock = FakeTable(), Clock()
+    table, clock = FakeTable(), FakeClock()
     asked: list[float] = []
 
     def provider() -> list[int]:
-        asked.append(clock.now)
+        asked.append(clock.monotonic())
         return [7, 100]  # 7 is the engine itself here
 
     table.cpu = {(7, 1.0): 10.0, (100, 1.0): 10.0}
     excluded = ExcludedCpu(provider, refresh_every=5.0, clock=clock, table=table, own_pid=7)
     for step in range(25):
-        clock.now = step * 0.5
+        clock.advance_to(step * 0.5)
         table.cpu = {(7, 1.0): 10.0 + step, (100, 1.0): 10.0 + step}
         excluded.sample()
     assert asked == [0.0, 5.0, 10.0]
@@ -94,7 +87,7 @@ def test_the_provider_is_asked_only_every_few_seconds_and_never_names_us() -> No
 
 
 def test_a_failing_provider_keeps_the_last_answer(caplog: pytest.LogCaptureFixture) -> None:
-    table, clock = FakeTable(), Clock()
+    table, clock = FakeTable(), FakeClock()
     answers: Iterator[list[int]] = iter([[100]])
 
     def provider() -> list[int]:
@@ -104,7 +97,7 @@ def test_a_failing_provider_keeps_the_last_answer(caplog: pytest.LogCaptureFixtu
     excluded = ExcludedCpu(provider, refresh_every=0.0, clock=clock, table=table, own_pid=1)
     excluded.sample()
     table.cpu = {(100, 1.0): 3.0}
-    clock.now = 1.0
+    clock.advance_to(1.0)
     assert excluded.sample() == pytest.approx(2.0)
     assert "cannot tell which processes" in caplog.text
 

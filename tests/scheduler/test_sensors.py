@@ -36,15 +36,7 @@ from core.scheduler import (
 from core.scheduler.idle_logind import idle_from_output, parse_properties
 from core.scheduler.idle_macos import parse_hid_idle_time
 from core.scheduler.idle_windows import idle_milliseconds
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from core.util.clock import FakeClock
 
 # ---- simulated, fixed and combined idle sensors
 
@@ -53,12 +45,12 @@ def test_scripted_idle_sensor_follows_the_simulated_user() -> None:
     clock = FakeClock()
     sensor = ScriptedIdleSensor(30.0, clock=clock)
     assert sensor.idle_seconds() == 30.0
-    clock.now += 10
+    clock.advance(10)
     assert sensor.idle_seconds() == 40.0
     sensor.user_input()
     assert sensor.idle_seconds() == 0.0
-    assert sensor.inputs == (clock.now,)
-    clock.now += 5
+    assert sensor.inputs == (clock.monotonic(),)
+    clock.advance(5)
     assert sensor.idle_seconds() == 5.0
     sensor.set_idle(600.0)
     assert sensor.idle_seconds() == 600.0
@@ -168,7 +160,7 @@ def test_x11_with_an_unreachable_display_cannot_tell_and_waits_before_retrying(
         monkeypatch.setenv("DISPLAY", "")
         assert sensor.idle_seconds() is None
         assert sensor.note == note  # within the retry delay it does not try again
-        clock.now += 31
+        clock.advance(31)
         assert sensor.idle_seconds() is None
         assert "DISPLAY" in (sensor.note or "")
 
@@ -264,14 +256,13 @@ def test_logind_asks_loginctl_for_the_graphical_session_and_caches(tmp_path: Pat
         "echo 'no such session' >&2; exit 1\n"
     )
     script.chmod(0o755)
-    clock = FakeClock()
-    clock.now = 12.0
+    clock = FakeClock(monotonic_start=12.0)
     with LogindIdleSensor(command=str(script), cache_seconds=5.0, clock=clock) as sensor:
         assert sensor.idle_seconds() == pytest.approx(10.0)
-        clock.now += 3
+        clock.advance(3)
         assert sensor.idle_seconds() == pytest.approx(13.0)  # from the cache, aged
         assert len(calls.read_text().splitlines()) == 2
-        clock.now += 3
+        clock.advance(3)
         assert sensor.idle_seconds() == pytest.approx(16.0)
     lines = calls.read_text().splitlines()
     assert lines[0].startswith("show-user")

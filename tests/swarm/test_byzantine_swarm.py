@@ -21,6 +21,7 @@ from core.swarm.accused import REPEAT_SECONDS, Accusations, LogTail
 from core.swarm.byzantine import Attack
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.run import LocalSwarmRun, SwarmOptions
+from core.util.clock import FakeClock
 from core.util.errors import ConfigError
 from core.worker.events import PeerEvent, PeerReady
 from tests.support.leaks import wait_until
@@ -189,15 +190,15 @@ def test_accusations_are_read_from_a_growing_log_and_repeats_are_thinned(tmp_pat
     assert tail.new_lines() == ["new"]
     assert LogTail(tmp_path / "missing.log").new_lines() == []
 
-    now = [0.0]
-    accusations = Accusations(clock=lambda: now[0])
+    clock = FakeClock()
+    accusations = Accusations(clock=clock)
     peer = str(Identity.generate().peer_id)
     line = f"x evidence: peer {peer} accused by 2 peer(s)"
     assert accusations.read("no accusation here") is None
     assert accusations.read(line) == f"evidence: peer {peer} accused by 2 peer(s)"
     assert accusations.read(line) is None
     assert accusations.read(line) is None
-    now[0] = REPEAT_SECONDS
+    clock.advance_to(REPEAT_SECONDS)
     assert accusations.read(line) == (
         f"evidence: peer {peer} accused by 2 peer(s) (and 2 more since the last line shown)"
     )

@@ -225,6 +225,7 @@ async def test_a_newcomer_that_cannot_load_the_state_waits_without_spinning(
     try:
         with caplog.at_level(logging.WARNING, logger="core.training.collaborative"):
             starting = asyncio.create_task(optimizer.start())
+            # six seconds on purpose: how many attempts it makes in them is what is under test
             await asyncio.sleep(6.0)
             assert not starting.done(), "it must not train on a state it could not load"
             assert optimizer.waiting_for is not None

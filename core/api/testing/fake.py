@@ -19,8 +19,7 @@ import asyncio
 import dataclasses
 import datetime
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 from core.api.errors import (
@@ -80,6 +79,7 @@ from core.policy import (
     decide,
     outcome,
 )
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 Scenario = Literal["fresh", "contributing"]
 LOGIN_NEEDED = "barnraise-demo admits only volunteers with an account; log in to its coordinator"
@@ -94,7 +94,7 @@ class FakeEngine:
         self,
         scenario: Scenario = "contributing",
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         username: str = "sam",
     ) -> None:
         self._lock = threading.Lock()
@@ -105,7 +105,7 @@ class FakeEngine:
         """The API calls made, in order (``"start"``, ``"set_settings"``, ...)."""
         self.closed = False
         self.shut_down = False
-        now = clock()
+        now = clock.time()
         self.started = now - 3 * 3600
         self.values: dict[str, SettingValue] = dict(Preferences().to_dict())
         """The preferences as the engine holds them (checked by ``Preferences`` on every change)."""
@@ -225,7 +225,7 @@ class FakeEngine:
     def advance(self, samples: int = 4096, loss: float = 4.5) -> EpochPoint:
         """One more collaboration epoch with ``samples`` of ours: progress and the loss curve move."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.time()
             epoch = (self.history_[-1].epoch + 1) if self.history_ else 0
             point = EpochPoint(epoch, now, loss, samples * 4, 1300.0, 5)
             self.history_.append(point)
@@ -264,8 +264,8 @@ class FakeEngine:
             raise BadRequest("days must be between 1 and 3660")
         with self._lock:
             if not self.contributed:
-                return sample_data.no_statistics(project, self._clock(), days)
-            return sample_data.statistics(project, self._clock(), days)
+                return sample_data.no_statistics(project, self._clock.time(), days)
+            return sample_data.statistics(project, self._clock.time(), days)
 
     async def projects(self) -> ProjectList:
         await self._enter("projects")
@@ -322,7 +322,7 @@ class FakeEngine:
         if not 0 < minutes <= 7 * 24 * 60:
             raise BadRequest("minutes must be more than 0 and at most a week (10080)")
         with self._lock:
-            self.snoozed_until = self._clock() + minutes * 60
+            self.snoozed_until = self._clock.time() + minutes * 60
             self._decide()
             return self._snapshot()
 
@@ -487,7 +487,7 @@ class FakeEngine:
     def _decide(self, *, publish: bool = True) -> None:
         """As the engine's scheduler tick: the conditions with the engine's own part, the real
         ``decide``, and the real mapping to a state with the (scripted) peer's status."""
-        now = self._clock()
+        now = self._clock.time()
         if self.snoozed_until is not None and self.snoozed_until <= now:
             self.snoozed_until = None  # the snooze ended by itself
         active = self._active()
@@ -585,7 +585,7 @@ class FakeEngine:
             coordinator=coordinator,
             username=self.username if coordinator else None,
             logged_in=coordinator is not None and self.username is not None,
-            pass_expires=self._clock() + 300 if self.username and coordinator else None,
+            pass_expires=self._clock.time() + 300 if self.username and coordinator else None,
             moderated=coordinator is not None,
             allow_signup=self.coordinator.allow_signup and coordinator is not None,
         )
@@ -600,4 +600,4 @@ class FakeEngine:
 
     def _board(self) -> tuple[Leaderboard, MyRank]:
         project = self._moderated_project()
-        return self.coordinator.board(project, self.username or "you", self._clock())
+        return self.coordinator.board(project, self.username or "you", self._clock.time())

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from core.api.events import Event, EventData
+from core.util.clock import Clock
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Subscription:
 
 
 class EventStream:
-    def __init__(self, clock: Callable[[], float], *, keep: int = 500) -> None:
+    def __init__(self, clock: Clock, *, keep: int = 500) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self._keep = keep
@@ -40,7 +41,7 @@ class EventStream:
         """Number ``data`` and send it to every subscriber; ``when`` backdates it."""
         with self._lock:
             self._seq += 1
-            event = Event(self._seq, self._clock() if when is None else when, data)
+            event = Event(self._seq, self._clock.time() if when is None else when, data)
             self._recent = [*self._recent[-(self._keep - 1) :], event]
             for sub in self._subscribers:
                 sub.loop.call_soon_threadsafe(sub.queue.put_nowait, event)

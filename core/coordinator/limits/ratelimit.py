@@ -25,13 +25,12 @@ The clock is injected (monotonic seconds), so tests move time instead of sleepin
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.coordinator.errors import TooManyAttempts
 from core.coordinator.limits.addresses import address_prefix
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 _Key = tuple[str, ...]
 
@@ -54,9 +53,7 @@ class LoginLimits:
 
 
 class LoginLimiter:
-    def __init__(
-        self, limits: LoginLimits = LoginLimits(), clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, limits: LoginLimits = LoginLimits(), clock: Clock = SYSTEM_CLOCK) -> None:
         self.limits = limits
         self._clock = clock
         self._failures: dict[_Key, deque[float]] = {}
@@ -64,7 +61,7 @@ class LoginLimiter:
     def begin(self, username_key: str, address: str | None) -> None:
         """Start an attempt: raise ``TooManyAttempts`` if it must wait, else count it as a
         failure until ``succeeded`` forgives it."""
-        now = self._clock()
+        now = self._clock.monotonic()
         keys = self._keys(username_key, address_prefix(address), now)
         wait = max(self._wait(key, threshold, cap, now) for key, threshold, cap in keys)
         if wait > 0:
@@ -88,13 +85,13 @@ class LoginLimiter:
 
     def retry_after(self, username_key: str, address: str | None) -> float:
         """Seconds until an attempt would be let in (0 if now)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         keys = self._keys(username_key, address_prefix(address), now)
         return max(self._wait(key, threshold, cap, now) for key, threshold, cap in keys)
 
     def sweep(self) -> None:
         """Forget keys whose failures are all older than the window."""
-        horizon = self._clock() - self.limits.window
+        horizon = self._clock.monotonic() - self.limits.window
         stale = [
             k for k, failures in self._failures.items() if not failures or failures[-1] < horizon
         ]

@@ -11,13 +11,12 @@ hour, and a launch-day crowd at two a second, while a flood from one network sto
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.coordinator.errors import TooManyAttempts
 from core.coordinator.limits.addresses import address_prefix
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +30,7 @@ class SignupLimits:
 
 
 class SignupLimiter:
-    def __init__(
-        self, limits: SignupLimits = SignupLimits(), clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, limits: SignupLimits = SignupLimits(), clock: Clock = SYSTEM_CLOCK) -> None:
         self.limits = limits
         self._clock = clock
         self._by_prefix: dict[str, deque[float]] = {}
@@ -41,7 +38,7 @@ class SignupLimiter:
 
     def attempt(self, address: str | None) -> None:
         """Count a sign-up from ``address``, or raise ``TooManyAttempts`` if it must wait."""
-        now = self._clock()
+        now = self._clock.monotonic()
         limits = self.limits
         prefix = address_prefix(address)
         mine = self._by_prefix.get(prefix, deque())
@@ -62,7 +59,7 @@ class SignupLimiter:
 
     def sweep(self) -> None:
         """Forget prefixes with no sign-up in the window."""
-        horizon = self._clock() - self.limits.prefix_window
+        horizon = self._clock.monotonic() - self.limits.prefix_window
         for prefix in [
             p for p, times in self._by_prefix.items() if not times or times[-1] <= horizon
         ]:

@@ -10,11 +10,11 @@ keeper also leaves the latest rollback order's text here, where the peer's train
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 
 from core.trust.passes import AccessDenied, AccessPass
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import WireFormatError
 
 DEFAULT_GRACE = 30.0
@@ -30,7 +30,7 @@ class AccessGate:
         me: PeerID,
         *,
         grace: float = DEFAULT_GRACE,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.project = project
         self.project_key = project_key
@@ -58,7 +58,7 @@ class AccessGate:
         """Use ``access`` from now on; refuses a pass that would not admit us."""
         if access.peer != self.me:
             raise AccessDenied(f"the pass is bound to {access.peer}, not to this peer ({self.me})")
-        access.check(self.project, self.project_key, self.clock(), grace=self.grace)
+        access.check(self.project, self.project_key, self.clock.time(), grace=self.grace)
         self.own_pass = access
         self._changed()
 
@@ -88,7 +88,7 @@ class AccessGate:
         if access.peer != peer:
             raise AccessDenied(f"the pass of {access.username!r} belongs to another peer key")
         if self._verified.get(access.signature) != access:
-            access.check(self.project, self.project_key, self.clock(), grace=self.grace)
+            access.check(self.project, self.project_key, self.clock.time(), grace=self.grace)
             if len(self._verified) >= _VERIFIED_CACHE:
                 self._verified.clear()
             self._verified[access.signature] = access
@@ -98,7 +98,7 @@ class AccessGate:
     def recheck(self, access: AccessPass) -> None:
         """Raise ``AccessDenied`` if an admitted pass has since expired or been revoked (no
         signature check: ``admit`` did that, so this is cheap enough to run every second)."""
-        if self.clock() > access.expires + self.grace:
+        if self.clock.time() > access.expires + self.grace:
             raise AccessDenied(f"the pass of {access.username!r} expired")
         if access.peer in self.revoked:
             raise AccessDenied(f"the access of {access.username!r} was revoked by the project")

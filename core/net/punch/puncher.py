@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.net.errors import (
@@ -61,6 +59,7 @@ from core.net.punch.timing import Backoff, PunchTiming, RateLimit
 from core.net.wire.connection import Connection
 from core.net.wire.rpc import CallContext
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 
@@ -85,7 +84,7 @@ class HolePuncher:
         host: Host,
         timing: PunchTiming | None = None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.host = host
         self.timing = timing or PunchTiming()
@@ -398,7 +397,7 @@ class HolePuncher:
             targets = dial_targets(offer, where)
         except RpcError as exc:
             raise self._refused(peer, CONNECT.name, exc) from None
-        now = self._clock()
+        now = self._clock.monotonic()
         for old in [p for p, a in self._accepted.items() if a.expires <= now]:
             del self._accepted[old]
         self._accepted[peer] = _Accepted(offer.attempt, targets, now + OFFER_TTL)
@@ -409,7 +408,7 @@ class HolePuncher:
         try:
             _require_relayed(ctx)
             accepted = self._accepted.pop(peer, None)
-            if accepted is None or accepted.expires <= self._clock():
+            if accepted is None or accepted.expires <= self._clock.monotonic():
                 raise PermissionDeniedError("punch.sync without a punch.connect just before it")
             if accepted.attempt != sync.attempt:
                 raise InvalidRequestError(

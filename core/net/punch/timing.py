@@ -19,9 +19,10 @@ loop) does not push A's dials late.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from core.util.clock import Clock
 from core.util.recent import RecentEvents
 
 MAX_RTT = 5.0
@@ -90,14 +91,14 @@ class PunchTiming:
 class Backoff:
     """Which peers we recently failed to punch to, and until when we leave them on the relay."""
 
-    def __init__(self, timing: PunchTiming, clock: Callable[[], float]) -> None:
+    def __init__(self, timing: PunchTiming, clock: Clock) -> None:
         self._timing = timing
         self._clock = clock
         self._failures: dict[object, tuple[int, float]] = {}  # peer -> (failures in a row, until)
 
     def failed(self, peer: object) -> float:
         """Record a failed punch; returns the seconds until the pair may try again."""
-        now = self._clock()
+        now = self._clock.monotonic()
         self._forget_old(now)
         count = self._failures.get(peer, (0, 0.0))[0] + 1
         wait = self._timing.backoff_after(count)
@@ -120,7 +121,7 @@ class Backoff:
     def waiting(self, peer: object) -> float:
         """Seconds left before ``peer`` may be punched again (0: now)."""
         entry = self._failures.get(peer)
-        return 0.0 if entry is None else max(0.0, entry[1] - self._clock())
+        return 0.0 if entry is None else max(0.0, entry[1] - self._clock.monotonic())
 
 
 class RateLimit:
@@ -130,7 +131,7 @@ class RateLimit:
     a peer (or many) asking in a burst must be told no rather than served.
     """
 
-    def __init__(self, limit: int, period: float, total: int, clock: Callable[[], float]) -> None:
+    def __init__(self, limit: int, period: float, total: int, clock: Clock) -> None:
         self._limit = limit
         self._total = total
         self._clock = clock
@@ -138,7 +139,7 @@ class RateLimit:
 
     def allow(self, key: Hashable) -> bool:
         """Whether one more event for ``key`` fits; counts it if so."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._events.total(now) >= self._total or self._events.count(key, now) >= self._limit:
             return False
         self._events.add(key, now)

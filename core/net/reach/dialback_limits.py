@@ -10,11 +10,10 @@ because the asker can simply ask another peer.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.net.host.admission import network_prefix
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import ConfigError
 from core.util.recent import RecentEvents
 
@@ -56,9 +55,7 @@ class DialbackLimits:
 class DialbackBudget:
     """Admits or refuses dial-backs under ``DialbackLimits``; tracks those in flight."""
 
-    def __init__(
-        self, limits: DialbackLimits, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, limits: DialbackLimits, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.limits = limits
         self._clock = clock
         self._by_ip = RecentEvents(WINDOW)  # the total over all IPs is the global count
@@ -68,7 +65,7 @@ class DialbackBudget:
 
     def admit(self, ip: str, peer: str) -> str | None:
         """Take one dial-back for (``ip``, ``peer``) and return None, or return why not."""
-        now = self._clock()
+        now = self._clock.monotonic()
         limits = self.limits
         if self.in_flight >= limits.in_flight:
             return f"too many dial-backs in progress ({limits.in_flight}); ask again later"

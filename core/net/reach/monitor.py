@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from core.net.host.advertise import IPAddress, is_lan, is_shareable, parse_ip
 from core.net.reach.dialback import DIALBACK, OFFER, DialbackRequest, DialbackResponse
 from core.net.reach.observed import ObservedAddresses
 from core.net.reach.reachability import CONFIDENCE, MAX_AGE, Classifier, Outcome, Reachability
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 
@@ -79,14 +79,12 @@ class ReachabilityMonitor:
         *,
         config: MonitorConfig | None = None,
         on_change: Callable[[Reachability], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.host = host
         self.config = config or MonitorConfig()
         self.on_change = on_change
         self._clock = clock
-        self._wall = wall
         self.classifier = Classifier(
             confidence=self.config.confidence, max_age=self.config.max_age, clock=clock
         )
@@ -177,7 +175,7 @@ class ReachabilityMonitor:
             wait = config.watch_every
             due = self._next_routine()
             if due is not None:
-                wait = max(0.0, min(wait, due - self._clock()))
+                wait = max(0.0, min(wait, due - self._clock.monotonic()))
             try:
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
@@ -191,7 +189,7 @@ class ReachabilityMonitor:
             if self._wake.is_set():
                 await asyncio.sleep(config.settle)
             routine = self._next_routine()
-            if routine is not None and self._clock() >= routine:
+            if routine is not None and self._clock.monotonic() >= routine:
                 self._why.append("routine re-check")
             if not self._why:
                 continue
@@ -215,7 +213,7 @@ class ReachabilityMonitor:
 
     async def _check(self, why: str) -> Reachability:
         port = self.host.listening_port
-        self._last_check = self._clock()
+        self._last_check = self._clock.monotonic()
         if port is None:
             self.last_reasons = ["we do not listen: peers cannot dial us"]
             return self._apply(Reachability.PRIVATE)
@@ -230,7 +228,7 @@ class ReachabilityMonitor:
         log.debug("reachability check (%s): asking %d peers", why, len(chosen))
         answers = await asyncio.gather(*(self._ask(conn, port) for conn in chosen))
         self.checks += 1
-        self.checked_at = self._wall()
+        self.checked_at = self._clock.time()
         self.last_reasons = [reason for _, reason in answers]
         for outcome, _ in answers:
             if outcome is not None:
@@ -256,14 +254,14 @@ class ReachabilityMonitor:
             return None, f"{who} answered about another address ({answer.address})"
         if not self._public_looking(ip):
             return None, f"{who} dialed {answer.address}, not an address the internet can reach"
-        outcome = Outcome(peer, answer.reachable, self._clock(), answer.address)
+        outcome = Outcome(peer, answer.reachable, self._clock.monotonic(), answer.address)
         if answer.reachable:
             return outcome, f"{who} reached us at {answer.address}"
         return outcome, f"{who} could not reach us at {answer.address}: {answer.reason}"
 
     def _note_asked(self, peer: str) -> None:
         self._asked.pop(peer, None)  # dict order: asked longest ago first
-        self._asked[peer] = self._clock()
+        self._asked[peer] = self._clock.monotonic()
         while len(self._asked) > MAX_ASKED:
             del self._asked[next(iter(self._asked))]
 
@@ -320,7 +318,7 @@ class ReachabilityMonitor:
 
     def diagnostics(self) -> dict[str, Any]:
         """What the engine's diagnostics page shows about reachability (plain values only)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         return {
             "state": self._state.value,
             "public_address": str(self.public_address) if self.public_address else None,

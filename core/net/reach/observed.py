@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 from core.net.errors import AddressError, NetError
 from core.net.host.address import PeerAddress
 from core.net.host.advertise import IPAddress, is_shareable, parse_ip
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from core.net.host.host import Host
@@ -79,7 +79,7 @@ class ObservedAddresses:
         loopback_host: bool = False,
         forget_after: float = FORGET_AFTER,
         on_change: Callable[[str | None, str | None], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.loopback_host = loopback_host
         """Whether loopback observations are true (a host listening on loopback alone)."""
@@ -118,7 +118,7 @@ class ObservedAddresses:
         """The connection that made that observation closed: keep it a while, then forget it."""
         observation = self._seen.get(token)
         if observation is not None and observation.closed_at is None:
-            observation.closed_at = self._clock()
+            observation.closed_at = self._clock.monotonic()
             self._update_current()
 
     def observe_connection(self, conn: Connection) -> int | None:
@@ -187,7 +187,7 @@ class ObservedAddresses:
     # ---- upkeep ----------------------------------------------------------------------------------
 
     def _prune(self) -> None:
-        limit = self._clock() - self.forget_after
+        limit = self._clock.monotonic() - self.forget_after
         for token in [
             t for t, o in self._seen.items() if o.closed_at is not None and o.closed_at < limit
         ]:

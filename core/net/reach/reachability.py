@@ -24,9 +24,9 @@ address proves it is dialable, while a failure may be the asked peer's own firew
 from __future__ import annotations
 
 import enum
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from core.util.clock import SYSTEM_CLOCK, Clock
 
 
 class Reachability(enum.Enum):
@@ -63,7 +63,7 @@ class Classifier:
         *,
         confidence: int = CONFIDENCE,
         max_age: float = MAX_AGE,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if confidence < 1:
             raise ValueError("confidence must be at least 1")
@@ -72,7 +72,7 @@ class Classifier:
         self._clock = clock
         self._latest: dict[str, Outcome] = {}
         self._state = Reachability.UNKNOWN
-        self._since = clock()
+        self._since = clock.monotonic()
 
     @property
     def state(self) -> Reachability:
@@ -96,7 +96,7 @@ class Classifier:
 
     def update(self, *, available: int) -> Reachability:
         """Re-decide now (answers may have aged out); return the state."""
-        now = self._clock()
+        now = self._clock.monotonic()
         self._latest = {p: o for p, o in self._latest.items() if now - o.at <= self.max_age}
         if not self._latest:
             return self._enter(Reachability.UNKNOWN, now)
@@ -120,7 +120,7 @@ class Classifier:
     def reset(self) -> None:
         """Forget every answer (our address changed: they were about another one)."""
         self._latest.clear()
-        self._enter(Reachability.UNKNOWN, self._clock())
+        self._enter(Reachability.UNKNOWN, self._clock.monotonic())
 
     def outcomes(self) -> list[Outcome]:
         """The answers that count now, newest first."""

@@ -46,6 +46,7 @@ from core.net.wire.connection import Connection
 from core.net.wire.rpc import CallContext
 from core.net.wire.stream import Stream
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 
@@ -85,6 +86,7 @@ class RelayClient:
         want: int = 2,
         *,
         dialer: RelayDialer | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if want < 1:
             raise ValueError("want at least one relay")
@@ -92,6 +94,7 @@ class RelayClient:
         self.want = want
         self.dialer = dialer or RelayDialer(host)
         self._candidates = candidates or self._offering_relays
+        self._clock = clock  # monotonic: the loop's time, as a connection's ``last_activity``
         self._held: dict[PeerID, _Held] = {}
         self._backoff: dict[PeerID, _Backoff] = {}
         self._tasks = BackgroundTasks(f"relay-client-{host.peer_id.short()}")
@@ -101,7 +104,7 @@ class RelayClient:
     @property
     def relays(self) -> list[PeerID]:
         """Relays holding a live reservation for us."""
-        now = asyncio.get_running_loop().time()
+        now = self._clock.monotonic()
         return [relay for relay, held in self._held.items() if held.live(now)]
 
     def start(self) -> None:
@@ -147,7 +150,7 @@ class RelayClient:
             raise RelayRefused(
                 answer.status, f"relay {relay} refused a reservation: {answer.reason}"
             )
-        now = asyncio.get_running_loop().time()
+        now = self._clock.monotonic()
         previous = self._held.get(relay)
         self._held[relay] = _Held(relay, conn, now + answer.expires_in, answer.terms)
         self._backoff.pop(relay, None)
@@ -170,7 +173,7 @@ class RelayClient:
         self._wake.set()
 
     def _publish(self) -> None:
-        now = asyncio.get_running_loop().time()
+        now = self._clock.monotonic()
         self.host.relay_addresses = [
             PeerAddress.parse(f"relay:{relay}/{self.host.peer_id}")
             for relay, held in self._held.items()
@@ -178,7 +181,7 @@ class RelayClient:
         ]
 
     def _failed(self, relay: PeerID) -> None:
-        now = asyncio.get_running_loop().time()
+        now = self._clock.monotonic()
         # every peer we dial directly is a candidate: forget those not tried again for twice the
         # longest backoff (they left), or the table would grow with every peer met for weeks
         horizon = now - 2 * RETRY_MAX
@@ -210,11 +213,10 @@ class RelayClient:
         return list(dict.fromkeys(offering + dialable))
 
     async def _keep(self) -> None:
-        loop = asyncio.get_running_loop()
         # ping often enough that neither side's idle sweeper nor a home router drops the link
         keepalive = self.host.config.idle_timeout / 3
         while True:
-            now = loop.time()
+            now = self._clock.monotonic()
             for relay in [r for r, held in self._held.items() if not held.live(now)]:
                 del self._held[relay]
             self._publish()
@@ -236,7 +238,7 @@ class RelayClient:
                     await self._try(relay, "reserve")
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._next_wake(loop.time(), keepalive)):
+                async with asyncio.timeout(self._next_wake(self._clock.monotonic(), keepalive)):
                     await self._wake.wait()
 
     def _next_wake(self, now: float, keepalive: float) -> float:
@@ -267,7 +269,7 @@ class RelayClient:
         relay = ctx.peer
         held = self._held.get(relay)
         conn = ctx.connection
-        now = asyncio.get_running_loop().time()
+        now = self._clock.monotonic()
         if held is None or not held.live(now):
             return CircuitEnd(RelayStatus.PERMISSION, "we hold no reservation with this relay")
         if not isinstance(conn, Connection) or conn.relayed_via is not None:

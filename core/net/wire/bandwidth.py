@@ -14,9 +14,8 @@ to the rate. Limits may change at any time (the app's settings); ``None`` means 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import ConfigError
 
 
@@ -28,13 +27,13 @@ class TokenBucket:
         rate: float | None,
         *,
         burst_seconds: float = 0.05,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._clock = clock
         self._burst_seconds = burst_seconds
         self._rate: float | None = None
         self._tokens = 0.0
-        self._stamp = clock()
+        self._stamp = clock.monotonic()
         self.set_rate(rate)
 
     @property
@@ -54,7 +53,7 @@ class TokenBucket:
         return 0.0 if self._rate is None else self._rate * self._burst_seconds
 
     def _refill(self) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._rate is not None:
             self._tokens = min(self._capacity(), self._tokens + (now - self._stamp) * self._rate)
         self._stamp = now

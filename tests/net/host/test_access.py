@@ -13,6 +13,7 @@ from core.net import CallContext, Host, Identity
 from core.net.errors import NetError
 from core.net.host.gate import AccessGate
 from core.trust.passes import AccessDenied, AccessPass, issue_pass, pass_from_text, pass_to_text
+from core.util.clock import FakeClock
 from tests.conftest import MakeHost
 from tests.support.leaks import wait_until
 
@@ -20,23 +21,15 @@ PROJECT = "moderated-test"
 
 
 @dataclass
-class Clock:
-    now: float = field(default_factory=time.time)
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class Project:
     """A project key playing the coordinator, and the gates it hands out."""
 
     key: Identity = field(default_factory=Identity.generate)
-    clock: Clock = field(default_factory=Clock)
+    clock: FakeClock = field(default_factory=lambda: FakeClock(time.time()))
 
     def issue(self, username: str, peer: Identity, lifetime: float = 60.0) -> AccessPass:
         return issue_pass(
-            self.key, PROJECT, username, peer.peer_id, issued=self.clock(), lifetime=lifetime
+            self.key, PROJECT, username, peer.peer_id, issued=self.clock.time(), lifetime=lifetime
         )
 
     def gate(self, identity: Identity, username: str | None = "alice", **kw: Any) -> AccessGate:
@@ -76,13 +69,13 @@ def test_pass_text_round_trip_and_checks(project: Project) -> None:
     access = project.issue("ålice", peer)
     again = pass_from_text(pass_to_text(access))
     assert again == access
-    again.check(PROJECT, project.key.peer_id, project.clock())
+    again.check(PROJECT, project.key.peer_id, project.clock.time())
     with pytest.raises(AccessDenied, match="not 'other'"):
-        access.check("other", project.key.peer_id, project.clock())
+        access.check("other", project.key.peer_id, project.clock.time())
     with pytest.raises(AccessDenied, match="not signed by the project key"):
-        access.check(PROJECT, Identity.generate().peer_id, project.clock())
+        access.check(PROJECT, Identity.generate().peer_id, project.clock.time())
     with pytest.raises(AccessDenied, match="expired"):
-        access.check(PROJECT, project.key.peer_id, project.clock() + 61)
+        access.check(PROJECT, project.key.peer_id, project.clock.time() + 61)
 
 
 async def test_peers_with_passes_talk_both_ways(make_host: MakeHost, project: Project) -> None:
@@ -113,7 +106,7 @@ async def test_peers_without_a_valid_pass_are_refused(
             gate.own_pass = Project(clock=project.clock).issue("alice", intruder)
         elif case == "expired":
             gate.own_pass = project.issue("alice", intruder, lifetime=10.0)
-            project.clock.now += 11.0
+            project.clock.advance(11.0)
         elif case == "wrong key":
             gate.own_pass = project.issue("alice", Identity.generate())
         elif case == "other project":
@@ -177,10 +170,10 @@ async def test_renewed_passes_keep_links_open_and_expired_ones_close(
 
     def renewed() -> bool:
         shown = a.connections(b.peer_id)[0].remote_pass
-        return shown is not None and shown.expires > project.clock() + 100
+        return shown is not None and shown.expires > project.clock.time() + 100
 
     await wait_until(renewed)
-    project.clock.now += 60.0  # carol's pass ran out, bob's renewed one did not
+    project.clock.advance(60.0)  # carol's pass ran out, bob's renewed one did not
     await closed(a, c.peer_id)
     assert a.connections(b.peer_id)
     assert await b.call_raw(a.peer_id, "test.echo", 3) == 3

@@ -92,7 +92,7 @@ async def test_late_winners_are_discarded() -> None:
         return "value"
 
     async def opener() -> str:
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # a dial that takes a while: the first attempt is waiting by then
         gate.set()
         return await both()
 

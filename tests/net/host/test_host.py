@@ -109,17 +109,21 @@ async def test_graceful_close_lets_short_calls_finish(make_host: MakeHost) -> No
     server = Host(Identity.generate(), NetConfig(close_grace=HANG_GUARD))  # waits only for calls
     await server.start()
     client = await make_host()
-    started = asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
 
     async def brief(ctx: CallContext, request: Any) -> Any:
         started.set()
-        await asyncio.sleep(0.3)  # still running when the server starts closing
+        await release.wait()  # still running when the server starts closing
         return "finished"
 
     server.router.add_raw("test.brief", brief)
     call = asyncio.create_task(client.call_raw(server.addresses[0], "test.brief", None))
     await asyncio.wait_for(started.wait(), HANG_GUARD)
-    await server.close()
+    (connection,) = server.connections()
+    closing = asyncio.create_task(server.close())
+    await wait_until(lambda: connection.closing)
+    release.set()
+    await closing
     assert await call == "finished"
 
 

@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.net.punch.timing import MAX_RTT, Backoff, PunchTiming, RateLimit
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from core.util.clock import FakeClock
 
 
 def test_the_initiator_fires_half_the_smallest_round_trip_after_sync() -> None:
@@ -48,14 +41,14 @@ def test_rounds_are_spaced_more_and_more() -> None:
 
 
 def test_backoff_doubles_up_to_its_cap_and_a_success_forgets_it() -> None:
-    clock = FakeClock()
+    clock = FakeClock(monotonic_start=1000.0)
     timing = PunchTiming(backoff=600.0, max_backoff=3600.0)
     backoff = Backoff(timing, clock)
     assert backoff.waiting("p") == 0.0
     assert backoff.failed("p") == 600.0
-    clock.now += 599.0
+    clock.advance(599.0)
     assert backoff.waiting("p") == pytest.approx(1.0)
-    clock.now += 1.0
+    clock.advance(1.0)
     assert backoff.waiting("p") == 0.0
     assert [backoff.failed("p") for _ in range(4)] == [1200.0, 2400.0, 3600.0, 3600.0]
     assert backoff.waiting("q") == 0.0  # per pair
@@ -66,27 +59,27 @@ def test_backoff_doubles_up_to_its_cap_and_a_success_forgets_it() -> None:
 
 def test_backoff_forgets_peers_not_punched_again_for_a_longest_back_off() -> None:
     """Every relayed peer ever met once must not stay in memory for as long as the engine runs."""
-    clock = FakeClock()
+    clock = FakeClock(monotonic_start=1000.0)
     timing = PunchTiming(backoff=600.0, max_backoff=3600.0)
     backoff = Backoff(timing, clock)
     for n in range(10_000):
         backoff.failed(f"stranger-{n}")
         if n % 100 == 0:
             backoff.failed("regular")  # fails now and then: its back-off keeps doubling
-        clock.now += 10.0
+        clock.advance(10.0)
         assert len(backoff) <= (600 + 3600) // 10 + 2
     assert backoff.waiting("stranger-9999") > 0
     assert backoff.failed("regular") == 3600.0
 
 
 def test_rate_limit_per_key_and_in_total_over_a_sliding_period() -> None:
-    clock = FakeClock()
+    clock = FakeClock(monotonic_start=1000.0)
     limit = RateLimit(2, period=60.0, total=3, clock=clock)
     assert limit.allow("a")
     assert limit.allow("a")
     assert not limit.allow("a")  # a burst from one peer
     assert limit.allow("b")
     assert not limit.allow("c")  # the total is reached: many peers at once
-    clock.now += 60.0
+    clock.advance(60.0)
     assert limit.allow("a")
     assert limit.allow("c")

@@ -6,7 +6,6 @@ or to the LAN's multicast group.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import sys
@@ -338,7 +337,6 @@ async def test_start_twice_is_an_error(natpmp: tuple[FakeNatPmp, int]) -> None:
     with pytest.raises(RuntimeError):
         await mapper.start()
     await mapper.close()
-    await asyncio.sleep(0)
 
 
 # --- finding the gateway -------------------------------------------------------------------------

@@ -11,29 +11,23 @@ from core.net import Identity
 from core.net.connection_kinds import connection_kinds
 from core.net.reach.observed import ObservedAddresses
 from core.net.reach.reachability import Classifier, Outcome, Reachability
+from core.util.clock import FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def answers(classifier: Classifier, clock: Clock, seq: str, *, available: int) -> Reachability:
+def answers(classifier: Classifier, clock: FakeClock, seq: str, *, available: int) -> Reachability:
     """Feed answers written as 'A+ B- C+' (peer, reachable), one second apart."""
     state = classifier.state
     for item in seq.split():
-        clock.now += 1
+        clock.advance(1)
         state = classifier.add(
-            Outcome(item[:-1], item[-1] == "+", clock.now, "203.0.113.7:4001"), available=available
+            Outcome(item[:-1], item[-1] == "+", clock.monotonic(), "203.0.113.7:4001"),
+            available=available,
         )
     return state
 
 
-def make(confidence: int = 3, max_age: float = 3600.0) -> tuple[Classifier, Clock]:
-    clock = Clock()
+def make(confidence: int = 3, max_age: float = 3600.0) -> tuple[Classifier, FakeClock]:
+    clock = FakeClock(monotonic_start=1000.0)
     return Classifier(confidence=confidence, max_age=max_age, clock=clock), clock
 
 
@@ -91,16 +85,18 @@ def test_a_peers_newest_answer_replaces_its_older_one() -> None:
     # both changed their mind (a port forward was added)
     assert answers(c, clock, "A+ B+", available=2) is Reachability.PUBLIC
     assert [o.reachable for o in c.outcomes()] == [True, True]
-    late = Outcome("A", False, clock.now - 100)  # an answer older than A's newest is ignored
+    late = Outcome(
+        "A", False, clock.monotonic() - 100
+    )  # an answer older than A's newest is ignored
     assert c.add(late, available=2) is Reachability.PUBLIC
 
 
 def test_answers_age_out_to_unknown() -> None:
     c, clock = make(confidence=1, max_age=60.0)
     assert answers(c, clock, "A+", available=1) is Reachability.PUBLIC
-    clock.now += 59
+    clock.advance(59)
     assert c.update(available=1) is Reachability.PUBLIC
-    clock.now += 2
+    clock.advance(2)
     assert c.update(available=1) is Reachability.UNKNOWN
     assert c.outcomes() == []
 
@@ -132,7 +128,7 @@ def peer() -> Any:
 
 
 def test_candidates_count_distinct_observer_networks() -> None:
-    clock = Clock()
+    clock = FakeClock()
     observed = ObservedAddresses(clock=clock)
     a = peer()
     # three peers in one /24 are one witness; the same peer twice is one peer
@@ -159,14 +155,14 @@ def test_loopback_and_unspecified_observations_are_ignored_on_a_real_network() -
 
 
 def test_closed_observations_are_forgotten_after_a_while() -> None:
-    clock = Clock()
+    clock = FakeClock()
     observed = ObservedAddresses(forget_after=60.0, clock=clock)
     token = observed.record(peer(), "198.51.100.10", "203.0.113.7:1")
     assert token is not None
     observed.closed(token)
-    clock.now += 30
+    clock.advance(30)
     assert [c.open for c in observed.candidates()] == [0]
-    clock.now += 31
+    clock.advance(31)
     assert observed.candidates() == []
 
 

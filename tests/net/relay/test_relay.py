@@ -256,8 +256,9 @@ async def test_a_backbone_peer_that_starts_relaying_after_we_connected_is_used(
     client = RelayClient(private)  # default candidates: what our connections offer
     relays.clients.append(client)
     client.start()
-    await asyncio.sleep(0.3)
-    assert client.relays == []  # nobody relays yet
+    # both were asked and refused: nobody relays yet
+    await wait_until(lambda: {r.peer_id, plain.peer_id} <= client._backoff.keys())
+    assert client.relays == []
     service = RelayService(r, RelayLimits())
     service.start()
     relays.services.append(service)

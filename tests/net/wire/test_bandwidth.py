@@ -11,6 +11,7 @@ import pytest
 
 from core.net import CallContext, NetConfig, Stream, StreamMethod
 from core.net.wire.bandwidth import TokenBucket
+from core.util.clock import FakeClock
 from core.util.errors import ConfigError
 from core.util.wire import WireMessage
 from tests.conftest import FAST, MakeHost
@@ -21,27 +22,19 @@ class Empty(WireMessage):
     pass
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_bucket_lends_a_burst_then_charges_time_for_the_debt() -> None:
-    clock = FakeClock()
+    clock = FakeClock(monotonic_start=100.0)
     bucket = TokenBucket(1000.0, burst_seconds=0.1, clock=clock)
     assert bucket.take(50) == pytest.approx(0.05)  # it starts empty: 50 bytes of debt
-    clock.now += 1.0
+    clock.advance(1.0)
     assert bucket.take(100) == 0.0  # the refill is capped at one burst, not 1000 bytes
     assert bucket.take(300) == pytest.approx(0.3)
-    clock.now += 0.3
+    clock.advance(0.3)
     assert bucket.take(0) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_unlimited_and_changed_limits() -> None:
-    clock = FakeClock()
+    clock = FakeClock(monotonic_start=100.0)
     bucket = TokenBucket(None, clock=clock)
     assert bucket.take(10**12) == 0.0
     bucket.set_rate(500.0)

@@ -28,7 +28,7 @@ from core.api import (
     endpoint_path,
 )
 from core.control import EngineAlreadyRunning, EngineDaemon
-from tests.engine.conftest import Running, fast_config, scripted_sampler
+from tests.support.engine import Running, fast_config, scripted_sampler
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 

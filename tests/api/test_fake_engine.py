@@ -1,6 +1,7 @@
-"""The FakeEngine's hooks against the real rules: scripted conditions are decided by the real policy,
-a scripted peer failure is worded as the engine words it, settings are checked by the real
-preferences (same messages), and its kept backlog says only what the engine would say.
+"""The FakeEngine (which every GUI test trusts) against the real rules: scripted conditions are
+decided by the real policy, a scripted peer failure is worded as the engine words it, settings are
+checked by the real preferences (same messages) and described as the engine describes them, pause
+reasons follow the real policy, and its kept backlog says only what the engine would say.
 
 No window here: the fake's own API.
 """
@@ -10,27 +11,35 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from core.api import AttachRequest, BadRequest, NotFound, ProjectsChanged, StateChanged
+from core.api.settings import settings_view
 from core.api.testing import CALM, DEMO, FakeEngine
 from core.api.testing.sample_data import REMOTE_PREVIEW
-from core.policy import PeerStatus, Preferences, PreferencesError, decide, outcome
+from core.policy import (
+    Conditions,
+    PeerStatus,
+    Preferences,
+    PreferencesError,
+    decide,
+    outcome,
+)
+from core.util.clock import FakeClock
 
 
-def fixed_clock(hour: int, minute: int = 0) -> Callable[[], float]:
-    moment = dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp()
-    return lambda: moment
+def fixed_clock(hour: int, minute: int = 0) -> FakeClock:
+    """A clock standing at ``hour:minute`` today, local time."""
+    return FakeClock(dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp())
 
 
 def engine_says(fake: FakeEngine, peer: PeerStatus, **changes: Any) -> tuple[str, str, str]:
     """What the real policy and the engine's mapping make of the fake's project and ``changes``."""
     active = next(p for p in fake.projects_ if p.active)
     conditions = dataclasses.replace(CALM, uses_gpu=active.device != "cpu", **changes)
-    now = dt.datetime.fromtimestamp(fake._clock()).astimezone()
+    now = dt.datetime.fromtimestamp(fake._clock.time()).astimezone()
     result = outcome(decide(conditions, Preferences.from_dict(fake.values), now), peer)
     return result.state, result.code, result.reason
 
@@ -180,3 +189,82 @@ async def test_activating_a_project_switches_as_the_engine_does() -> None:
     assert [e for e in fake.recent if e.seq > seen] == []
     with pytest.raises(NotFound, match="no attached project is called 'nope'"):
         await fake.activate_project("nope")
+
+
+# ---- the fake's preferences and pause reasons against the engine's -------------------------------
+
+
+async def test_the_fakes_preferences_are_the_engines() -> None:
+    settings = await FakeEngine("fresh").settings()
+    assert settings == settings_view(Preferences())  # the engine's own answer
+    described = [(s.name, s.help, s.default) for s in settings.descriptions]
+    assert described == Preferences.describe()
+    for info in settings.descriptions:
+        real = next(f for f in dataclasses.fields(Preferences) if f.name == info.name)
+        assert type(info.default) is type(real.default), info.name
+    assert FakeEngine("fresh").values == {**Preferences().to_dict()}
+
+
+def real_decision(
+    fake: FakeEngine, *, has_project: bool, contribute: bool, user_paused: bool, snoozed: bool
+) -> tuple[str, str]:
+    """The real policy's (code, reason) for what the fake was told."""
+    now = dt.datetime.fromtimestamp(fake._clock.time())
+    conditions = Conditions(
+        idle_seconds=None,
+        on_battery=False,
+        battery_percent=None,
+        other_cpu_percent=None,
+        available_memory_mb=None,
+        cpu_count=4,
+        gpu=None,
+        has_project=has_project,
+        user_paused=user_paused,
+        snoozed_until=fake.snoozed_until if snoozed else None,
+        headless=True,
+    )
+    decision = decide(conditions, Preferences(contribute=contribute), now)
+    return decision.code, decision.reason
+
+
+FLAGS = [
+    (contribute, paused, snoozed)
+    for contribute in (False, True)
+    for paused in (False, True)
+    for snoozed in (False, True)
+]
+
+
+@pytest.mark.parametrize("scenario", ["fresh", "contributing"])
+@pytest.mark.parametrize(("contribute", "user_paused", "snoozed"), FLAGS)
+async def test_the_fakes_pause_reasons_follow_the_real_policy(
+    scenario: str, contribute: bool, user_paused: bool, snoozed: bool
+) -> None:
+    """No project, then not opted in, then paused by you, then snoozed: the first that applies."""
+    fake = FakeEngine(scenario, clock=fixed_clock(12))  # type: ignore[arg-type]
+    fake.values["contribute"] = contribute
+    fake.user_paused = user_paused
+    fake.snoozed_until = fake._clock.time() + 3600 if snoozed else None
+    state = await fake.state()
+    expected = real_decision(
+        fake,
+        has_project=scenario == "contributing",
+        contribute=contribute,
+        user_paused=user_paused,
+        snoozed=snoozed,
+    )
+    assert (state.code, state.reason) == expected
+    if expected[0] == "running":
+        assert state.state == "running"
+    else:
+        assert state.state == ("idle" if expected[0] == "no_project" else "paused")
+
+
+async def test_the_fakes_snooze_past_midnight_is_worded_like_the_engines() -> None:
+    fake = FakeEngine("contributing", clock=fixed_clock(23, 30))
+    await fake.snooze(60)
+    state = await fake.state()
+    expected = real_decision(
+        fake, has_project=True, contribute=True, user_paused=False, snoozed=True
+    )
+    assert (state.code, state.reason) == expected

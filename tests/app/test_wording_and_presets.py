@@ -1,23 +1,20 @@
-"""What the window's words and defaults rest on: the wording functions at their edges, the presets
-against the real preferences, and the FakeEngine (which every GUI test trusts) against the real
-engine's preferences and scheduling policy, so that the fake cannot drift from the engine.
+"""What the window's words and defaults rest on: the wording functions at their edges and the
+presets against the real preferences. (The FakeEngine against the engine's preferences and
+policy: ``tests/api/test_fake_engine.py``.)
 
-No window here: pure functions and the fake's own API.
+No window here: pure functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
 
 import pytest
 
 from app import wording
 from app.presets import DEFAULT_PRESET, PRESETS, current_preset
-from core.api.settings import settings_view
-from core.api.testing import FakeEngine
-from core.policy import Conditions, Preferences, decide
+from core.policy import Preferences
 
 # ---- wording -------------------------------------------------------------------------------------
 
@@ -188,87 +185,3 @@ def test_the_presets_differ() -> None:
     values = [tuple(sorted(p.values.items())) for p in PRESETS]
     assert len(set(values)) == len(PRESETS)
     assert len({p.title for p in PRESETS}) == len(PRESETS)
-
-
-# ---- the fake against the engine -------------------------------------------------------------------
-
-
-async def test_the_fakes_preferences_are_the_engines() -> None:
-    settings = await FakeEngine("fresh").settings()
-    assert settings == settings_view(Preferences())  # the engine's own answer
-    described = [(s.name, s.help, s.default) for s in settings.descriptions]
-    assert described == Preferences.describe()
-    for info in settings.descriptions:
-        real = next(f for f in dataclasses.fields(Preferences) if f.name == info.name)
-        assert type(info.default) is type(real.default), info.name
-    assert FakeEngine("fresh").values == {**Preferences().to_dict()}
-
-
-def fixed_clock(hour: int, minute: int = 0) -> Callable[[], float]:
-    moment = dt.datetime.combine(dt.date.today(), dt.time(hour, minute)).timestamp()
-    return lambda: moment
-
-
-def real_decision(
-    fake: FakeEngine, *, has_project: bool, contribute: bool, user_paused: bool, snoozed: bool
-) -> tuple[str, str]:
-    """The real policy's (code, reason) for what the fake was told."""
-    now = dt.datetime.fromtimestamp(fake._clock())
-    conditions = Conditions(
-        idle_seconds=None,
-        on_battery=False,
-        battery_percent=None,
-        other_cpu_percent=None,
-        available_memory_mb=None,
-        cpu_count=4,
-        gpu=None,
-        has_project=has_project,
-        user_paused=user_paused,
-        snoozed_until=fake.snoozed_until if snoozed else None,
-        headless=True,
-    )
-    decision = decide(conditions, Preferences(contribute=contribute), now)
-    return decision.code, decision.reason
-
-
-FLAGS = [
-    (contribute, paused, snoozed)
-    for contribute in (False, True)
-    for paused in (False, True)
-    for snoozed in (False, True)
-]
-
-
-@pytest.mark.parametrize("scenario", ["fresh", "contributing"])
-@pytest.mark.parametrize(("contribute", "user_paused", "snoozed"), FLAGS)
-async def test_the_fakes_pause_reasons_follow_the_real_policy(
-    scenario: str, contribute: bool, user_paused: bool, snoozed: bool
-) -> None:
-    """No project, then not opted in, then paused by you, then snoozed: the first that applies."""
-    fake = FakeEngine(scenario, clock=fixed_clock(12))  # type: ignore[arg-type]
-    fake.values["contribute"] = contribute
-    fake.user_paused = user_paused
-    fake.snoozed_until = fake._clock() + 3600 if snoozed else None
-    state = await fake.state()
-    expected = real_decision(
-        fake,
-        has_project=scenario == "contributing",
-        contribute=contribute,
-        user_paused=user_paused,
-        snoozed=snoozed,
-    )
-    assert (state.code, state.reason) == expected
-    if expected[0] == "running":
-        assert state.state == "running"
-    else:
-        assert state.state == ("idle" if expected[0] == "no_project" else "paused")
-
-
-async def test_the_fakes_snooze_past_midnight_is_worded_like_the_engines() -> None:
-    fake = FakeEngine("contributing", clock=fixed_clock(23, 30))
-    await fake.snooze(60)
-    state = await fake.state()
-    expected = real_decision(
-        fake, has_project=True, contribute=True, user_paused=False, snoozed=True
-    )
-    assert (state.code, state.reason) == expected

@@ -79,7 +79,9 @@ def test_the_loops_unhandled_exceptions_are_logged(caplog: pytest.LogCaptureFixt
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(loop_exception_handler)
         loop.call_soon(lambda: 1 / 0)
-        await asyncio.sleep(0.01)
+        ran = loop.create_future()
+        loop.call_soon(ran.set_result, None)  # callbacks run in order: after the failing one
+        await ran
 
     with caplog.at_level(logging.CRITICAL, logger=LOGGER):
         asyncio.run(main())
@@ -87,7 +89,7 @@ def test_the_loops_unhandled_exceptions_are_logged(caplog: pytest.LogCaptureFixt
         try:
             loop.set_exception_handler(loop_exception_handler)
             task = loop.create_task(broken())
-            loop.run_until_complete(asyncio.sleep(0.01))
+            loop.run_until_complete(asyncio.wait([task]))  # which leaves its exception unread
             assert task.done()
             del task  # garbage: "Task exception was never retrieved"
             gc.collect()

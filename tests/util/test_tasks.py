@@ -24,7 +24,7 @@ async def test_close_cancels_and_awaits_every_task() -> None:
 
     first = tasks.spawn("a", forever("a"))
     tasks.spawn("b", forever("b"))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: both start (one cancelled before it starts has no finally)
     assert first.get_name() == "owner/a"
     assert len(tasks) == 2
     await tasks.close()
@@ -107,7 +107,7 @@ async def test_close_waits_for_a_task_that_finishes_its_cleanup() -> None:
             cleaned.set()
 
     tasks.spawn("slow", slow_to_stop())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: it starts, so that its cleanup runs when cancelled
     await tasks.close()
     assert cleaned.is_set()
     assert len(tasks) == 0

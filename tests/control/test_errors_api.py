@@ -43,7 +43,7 @@ from core.policy import PreferencesError
 from core.project import ManifestError
 from core.stats import LedgerError
 from core.util.errors import BarnraiseError
-from tests.engine.conftest import Running
+from tests.support.engine import Running
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 
