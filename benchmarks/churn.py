@@ -393,7 +393,7 @@ async def newcomer(base: str, work: Path, manifest: Path) -> dict[str, Any]:
 
 
 def _state_megabytes(manifest: Path) -> float:
-    from core.training.recipe import build_model, build_optimizer
+    from core.training.peer.recipe import build_model, build_optimizer
     from core.training.state import TrainingState
 
     loaded = load_manifest(manifest)

@@ -118,7 +118,7 @@ def run_one(args: argparse.Namespace, states: str, offload: bool) -> dict[str, A
     import torch
 
     from core.training.local import LocalWork
-    from core.training.recipe import build_model, build_optimizer, mlm_loss
+    from core.training.peer.recipe import build_model, build_optimizer, mlm_loss
     from core.training.state import TrainingState
     from core.training.trainer import Trainer
     from core.worker.precision import choose_precision

@@ -36,7 +36,7 @@ from core.engine import EngineConfig
 from core.project import load_manifest
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
-from core.training.peer import PeerSettings, ProjectPeer
+from core.training.peer.project_peer import PeerSettings, ProjectPeer
 from core.worker.events import PeerReady
 
 

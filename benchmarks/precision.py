@@ -24,7 +24,7 @@ from harness import emit
 
 from core.project import load_manifest
 from core.training.local import LocalWork
-from core.training.recipe import build_model, build_optimizer, mlm_loss
+from core.training.peer.recipe import build_model, build_optimizer, mlm_loss
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from core.worker.precision import choose_precision

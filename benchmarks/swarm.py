@@ -41,7 +41,7 @@ def plain_training(data: Path, seconds: float) -> dict[str, Any]:
     import torch
 
     from core.training.local import LocalWork
-    from core.training.recipe import (
+    from core.training.peer.recipe import (
         build_model,
         build_optimizer,
         data_stream,

@@ -263,7 +263,7 @@ class ResourceUse:
     """Checkpoints kept and the data cache, estimated."""
     network_bytes_per_hour: int
     """Traffic while contributing, sent and received together, estimated (see the engine's
-    ``core.engine.resource_use`` for how)."""
+    ``core.engine.join.resource_use`` for how)."""
     notes: list[str] = field(default_factory=list)
 
 

@@ -41,7 +41,7 @@ class AveragerConfig:
     """No data of its own (weight 0): it helps to reduce and takes no result."""
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     """How this peer, as a reducer, screens and aggregates its part (the plain mean by default; a
-    project's manifest chooses, see ``core.training.recipe.averager_config``)."""
+    project's manifest chooses, see ``core.training.peer.recipe.averager_config``)."""
     verification: VerificationConfig = field(default_factory=VerificationConfig)
     """Whether and how much reducers are verified (``verification``; off by default)."""
 

@@ -50,7 +50,7 @@ from core.worker.events import PeerEvent, PeerStopped, to_json
 
 if TYPE_CHECKING:
     from core.swarm.byzantine import Misbehaviour
-    from core.training.peer import PeerSettings
+    from core.training.peer.project_peer import PeerSettings
     from core.training.published import CheckpointPublishing
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def register(commands: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> PeerSettings:
-    from core.training.peer import PeerSettings  # noqa: PLC0415 - torch only for this command
+    from core.training.peer.project_peer import PeerSettings  # noqa: PLC0415 - torch only for this command
 
     manifest = load_manifest(args.manifest)
     if args.target_batch_size is not None:
@@ -278,7 +278,7 @@ async def _serve_reporting(
 
 
 async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:
-    from core.training.peer import ProjectPeer  # noqa: PLC0415
+    from core.training.peer.project_peer import ProjectPeer  # noqa: PLC0415
 
     def emit(event: PeerEvent) -> None:
         print(json.dumps(to_json(event), default=str), flush=True)

@@ -4,8 +4,8 @@ A codec's spec (``Codec``) holds its name and aliases, its wire id, its kernel (
 encoded size, error bound) or how it picks one per tensor, its rough bytes per value, and whether
 the expert call's wire takes it. ``CODECS`` is the built-in table. The manifest's allowed names
 and their error message (``core.project.sections``), the engine's bytes estimate
-(``core.engine.resource_use``), the MoE wire's accepted codecs (``core.moe.protocol``), the codec
-a peer averages with (``core.training.peer``), averaging's encoding (through ``chunks``) and the
+(``core.engine.join.resource_use``), the MoE wire's accepted codecs (``core.moe.protocol``), the codec
+a peer averages with (``core.training.peer.recipe``), averaging's encoding (through ``chunks``) and the
 benchmarks' choices all read it: adding a codec is adding one spec.
 
 Why a package of its own, just below averaging: ``core.project`` (above averaging) reads the names,

@@ -50,7 +50,7 @@ from core.engine.errors import (
     SettingsNotSaved,
     UnknownProject,
 )
-from core.engine.remote_manifest import ManifestRefused, ManifestUnreachable
+from core.engine.join.remote_manifest import ManifestRefused, ManifestUnreachable
 from core.policy import PreferencesError
 from core.project import ManifestError
 from core.stats import LedgerError

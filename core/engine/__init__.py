@@ -25,16 +25,8 @@
   and published.
 - ``history``   History: the collaboration's loss curve per project (memory and the ledger's file).
 - ``offers``    project offers: running local swarms first, then attached projects.
-- ``remote_manifest`` fetching a project URL's signed manifest (size cap, timeouts), checking it
-  against the pinned key (the URL's ``#key=``, the slot's, or pinned on first use), the copy.
-- ``joining``   joining by URL (the preview, the attach, each look for a signed update) or from a
-  manifest file.
-- ``following`` ManifestFollower: each look's verdict recorded on the slot and told; an update
-  taken restarts the running peer when it must.
-- ``manifest_updates`` which signed updates are taken (peers, data, numbers) and which refused
-  (the model's shape, another key, an older version); whether the peer restarts; the poll.
-- ``resource_use`` what a project would use here (parameters, disk, network), from its manifest
-  alone, without torch.
+- ``join/``     joining a project by its URL or a manifest file, and following its signed updates;
+  what a project would use here.
 - ``diagnostics`` versions, folders and the log's last lines for a bug report (no secrets).
 - ``device``    DeviceChoice: what the active project trains on and why, found without torch when
   the engine opens (NVIDIA driver, Apple silicon, the installed torch); whether it uses a GPU.

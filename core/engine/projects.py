@@ -334,7 +334,7 @@ class ProjectRunner:
                 access=gate,
                 on_event=self._on_peer_event,
             )
-        from core.training.peer import (  # noqa: PLC0415 - torch loads only when training starts
+        from core.training.peer.project_peer import (  # noqa: PLC0415 - torch loads only when training starts
             PeerSettings,
             ProjectPeer,
         )

@@ -2,7 +2,7 @@
 
 An organizer edits the manifest while the swarm trains; the coordinator serves each edit as a new
 signed version (``core.coordinator.manifest_route``) and volunteers' engines pick it up
-(``core.engine.manifest_updates``). Most changes are fine (new initial peers, data sources, the
+(``core.engine.join.manifest_updates``). Most changes are fine (new initial peers, data sources, the
 coordinator, training numbers within their bounds). Some would split the swarm: peers that took the
 new version could no longer average with those that did not. ``refusal`` names the first such change:
 a collaborative project's ``[model]``, ``data.seq_len``, the tokenizer and its vocabulary size, the

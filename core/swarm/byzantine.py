@@ -13,7 +13,8 @@ run. This module makes one peer bad in these ways, with the real code paths arou
 
 The gradient attacks are a ``GradientAttack`` the collaborative optimizer applies to its mean
 gradient before it goes to averaging (``CollaborativeOptimizer.tamper``, installed by
-``Misbehaviour.install`` through ``core.training.peer``'s ``Misbehaving`` seam); the peer is otherwise
+``Misbehaviour.install`` through the training peer's ``Misbehaving`` seam,
+``core.training.peer.settings``); the peer is otherwise
 honest (it reduces honestly, applies the collaboration's aggregate, reports its true samples), so
 what is measured is the defence against its data alone. The lying reducer is a ``LyingReducer``
 around the honest ``PartReducer`` of a round: everything it reduces is shifted, for every receiver

@@ -26,16 +26,6 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
   state, else checkpoint N from our store or the published URL), epochs numbered on.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
-- ``peer``           ProjectPeer: a trainer, client or auxiliary peer built from a project manifest,
-  composed of the parts below and run in order.
-- ``settings``       PeerSettings (role, listening, data, hooks) and ``Misbehaving``, the seam through
-  which the demo makes a trainer misbehave (``core.swarm.byzantine``).
-- ``recipe``         the project's model (seeded), optimizer and schedule, tokenizer, data stream,
-  loss and averaging settings, from its manifest.
-- ``stack``          NetworkStack: a peer's Host, presence and DHT node, started and closed in order;
-  roles follow reachability; the ``network`` view and its events.
-- ``roles``          TrainerRole (device, data, collaborative optimizer, training loop, the curve,
-  the published checkpoint) and ``run_backbone`` (the auxiliary peer, its metrics and checkpoints).
-- ``residency``      Residency: the state off the accelerator during a pause, back on resume.
+- ``peer/``          the project peer: a trainer, client or auxiliary peer built from a manifest.
 - ``errors``         CheckpointError (the worker's TrainingError is ``core.worker.errors``).
 """

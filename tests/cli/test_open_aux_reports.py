@@ -13,7 +13,7 @@ from core.account.client import PASSWORD_VARIABLE
 from core.cli import peer as peer_cli
 from core.coordinator.reports.figures import EpochFigures
 from core.training.metrics import EpochMetrics
-from core.training.peer import PeerSettings
+from core.training.peer.project_peer import PeerSettings
 from core.util.errors import ConfigError
 from tests.coordinator.conftest import PASSWORD
 from tests.coordinator.page_support import AUX, page_manifest, running_page

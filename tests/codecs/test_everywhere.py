@@ -15,7 +15,7 @@ from core.averaging import Averager
 from core.codecs import CODECS, using_codecs
 from core.codecs.chunks import decode, encode, encoded_size, max_abs_error
 from core.dht import DHTConfig, DHTNode, HostTransport
-from core.engine.resource_use import resource_use
+from core.engine.join.resource_use import resource_use
 from core.project import ManifestError, parse_manifest
 from tests.averaging.conftest import NET, PATIENT
 from tests.codecs.float24 import FLOAT24
@@ -52,7 +52,7 @@ async def test_a_codec_added_to_the_table_is_found_everywhere(make_host: MakeHos
         validate_reply,
         validate_request,
     )
-    from core.training.peer import averager_config
+    from core.training.peer.recipe import averager_config
 
     with using_codecs(TABLE):
         # the manifest accepts its name, and names it among the choices when refusing another

@@ -38,7 +38,7 @@ from core.api import (
 )
 from core.control.errors import ERROR_TABLE
 from core.engine import errors as engine_errors
-from core.engine.remote_manifest import ManifestRefused, ManifestUnreachable
+from core.engine.join.remote_manifest import ManifestRefused, ManifestUnreachable
 from core.policy import PreferencesError
 from core.project import ManifestError
 from core.stats import LedgerError

@@ -19,7 +19,7 @@ from tests.support.engine import CtlRun, Running
 @pytest.fixture
 def peers(monkeypatch: pytest.MonkeyPatch) -> list[StandInPeer]:
     """Every peer the engine builds is a ``StandInPeer``, listed here in order."""
-    from core.training import peer as runtime
+    from core.training.peer import project_peer as runtime
 
     made: list[StandInPeer] = []
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from core.worker.events import PeerEvent, PeerNetwork, PeerReady
 
 if TYPE_CHECKING:  # torch loads only in the tests that build peers
-    from core.training import peer as runtime
+    from core.training.peer import project_peer as runtime
 
 
 class StandInPeer:

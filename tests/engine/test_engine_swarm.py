@@ -27,7 +27,7 @@ from core.api import (
 from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
-from core.training.peer import PeerSettings, ProjectPeer
+from core.training.peer.project_peer import PeerSettings, ProjectPeer
 from core.worker.events import PeerEvent, PeerReady
 from tests.support.engine import Running, until
 from tests.support.leaks import poll_until, wait_until

@@ -20,8 +20,8 @@ from core.api import (
     ManifestUpdated,
     ProjectInfo,
 )
+from core.engine.join.resource_use import albert_parameters
 from core.engine.projects import ProjectSlot
-from core.engine.resource_use import albert_parameters
 from core.engine.store import EngineFile
 from core.net import Identity
 from core.project import parse_manifest

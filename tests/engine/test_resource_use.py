@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from core.engine import manifest_updates
-from core.engine.manifest_updates import ManifestPoll, needs_restart
+from core.engine.join import manifest_updates
+from core.engine.join.manifest_updates import ManifestPoll, needs_restart
+from core.engine.join.resource_use import albert_parameters, expert_parameters, resource_use
 from core.engine.projects import ProjectSlot
-from core.engine.resource_use import albert_parameters, expert_parameters, resource_use
 from core.project import load_any_manifest, load_dmoe_manifest, load_manifest, parse_manifest
 from core.project.compatibility import changed_keys, refusal
 from core.util.errors import BarnraiseError

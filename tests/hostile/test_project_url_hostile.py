@@ -1,5 +1,5 @@
 """A project URL that answers with something hostile: the engine's fetch of the signed manifest
-(``core.engine.remote_manifest``) refuses each in plain words, quickly, without reading an
+(``core.engine.join.remote_manifest``) refuses each in plain words, quickly, without reading an
 oversized answer whole, and an update that goes back in version or comes from another key is
 never taken. Servers here are aiohttp apps on 127.0.0.1 that misbehave on purpose."""
 
@@ -17,14 +17,14 @@ from aiohttp import web
 
 from core.api import BadRequest
 from core.api.project_url import ProjectUrl
-from core.engine.joining import look_for_update
-from core.engine.projects import ProjectSlot
-from core.engine.remote_manifest import (
+from core.engine.join.joining import look_for_update
+from core.engine.join.remote_manifest import (
     ManifestRefused,
     ManifestUnreachable,
     fetch_manifest,
     save_copy,
 )
+from core.engine.projects import ProjectSlot
 from core.net import Identity
 from core.project.signed import MAX_ENVELOPE_BYTES, sign_manifest
 from core.util.blocking import BlockingPool

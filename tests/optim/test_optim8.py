@@ -17,7 +17,7 @@ from core.optim.moments import MomentOptimizer
 from core.project import ManifestError, load_manifest
 from core.training.checkpoints import CheckpointStore
 from core.training.local import LocalWork
-from core.training.recipe import build_model, build_optimizer
+from core.training.peer.recipe import build_model, build_optimizer
 from core.training.state import TrainingState
 from core.util.errors import ConfigError
 

@@ -16,7 +16,7 @@ import torch
 
 from core.models.albert import AlbertConfig, AlbertMLM
 from core.project import ManifestError, ModelSection, load_manifest
-from core.training.recipe import build_model
+from core.training.peer.recipe import build_model
 from core.util.process.resources import resource_path
 from core.worker.bridge import TrainingBridge
 from core.worker.errors import Interrupted

@@ -19,7 +19,7 @@ from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.moderated import ORGANIZER, start_coordinator
 from core.training.metrics import EpochMetrics
-from core.training.peer import PeerSettings, ProjectPeer
+from core.training.peer.project_peer import PeerSettings, ProjectPeer
 from core.trust.identity import Identity
 from core.worker.events import PeerEpoch, PeerEvent, PeerReady
 from tests.support.leaks import wait_until

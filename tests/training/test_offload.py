@@ -17,8 +17,8 @@ from core.optim.offload import Offload
 from core.project import load_manifest
 from core.training.collaborative import CollaborativeConfig
 from core.training.local import LocalWork
-from core.training.recipe import build_model, build_optimizer
-from core.training.residency import Residency
+from core.training.peer.recipe import build_model, build_optimizer
+from core.training.peer.residency import Residency
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from tests.training import test_collaborative as collab

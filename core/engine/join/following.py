@@ -17,8 +17,8 @@ import logging
 from core.api.events import ManifestUpdated
 from core.engine.attached import AttachedProjects
 from core.engine.events import EventBus
-from core.engine.joining import Verdict, look_for_update
-from core.engine.manifest_updates import needs_restart
+from core.engine.join.joining import Verdict, look_for_update
+from core.engine.join.manifest_updates import needs_restart
 from core.engine.projects import ProjectSlot
 from core.util.blocking import BlockingPool
 

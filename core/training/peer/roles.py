@@ -22,11 +22,11 @@ from core.training.collaborative import CollaborativeConfig, CollaborativeOptimi
 from core.training.curve import follow_metrics, metrics_event
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
+from core.training.peer.recipe import data_stream, fetch_tokenizer, mlm_loss
+from core.training.peer.residency import Residency
+from core.training.peer.settings import PeerSettings
 from core.training.published import published_fallback
-from core.training.recipe import data_stream, fetch_tokenizer, mlm_loss
-from core.training.residency import Residency
 from core.training.rollback_replica import ReplicaRollback, RolledBack
-from core.training.settings import PeerSettings
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from core.util.tasks import BackgroundTasks

@@ -28,11 +28,11 @@ from core.net import Identity
 from core.net.reach.monitor import ReachabilityMonitor
 from core.training.collaborative import CollaborativeOptimizer
 from core.training.links import PeerLinks
-from core.training.recipe import averager_config, build_model, load_checkpoint, training_state
-from core.training.residency import Residency
-from core.training.roles import TrainerRole, run_backbone
-from core.training.settings import Misbehaving, PeerSettings
-from core.training.stack import NetworkStack, check_gate
+from core.training.peer.recipe import averager_config, build_model, load_checkpoint, training_state
+from core.training.peer.residency import Residency
+from core.training.peer.roles import TrainerRole, run_backbone
+from core.training.peer.settings import Misbehaving, PeerSettings
+from core.training.peer.stack import NetworkStack, check_gate
 from core.training.trainer import Trainer
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge

@@ -20,16 +20,16 @@ from core.api.project_url import ProjectUrl
 from core.api.schema import AttachRequest, ProjectPreview
 from core.engine.device import DeviceChoice
 from core.engine.errors import AlreadyAttached, InvalidArgument
-from core.engine.manifest_updates import OPEN_POLL, poll_interval
-from core.engine.projects import ProjectSlot
-from core.engine.remote_manifest import (
+from core.engine.join.manifest_updates import OPEN_POLL, poll_interval
+from core.engine.join.remote_manifest import (
     FetchedManifest,
     ManifestRefused,
     data_problem,
     fetch_manifest,
     save_copy,
 )
-from core.engine.resource_use import resource_use
+from core.engine.join.resource_use import resource_use
+from core.engine.projects import ProjectSlot
 from core.project import DmoeManifest, ManifestError, load_any_manifest
 from core.project.compatibility import changed_keys, refusal
 from core.project.reading import read_manifest_text
