@@ -41,7 +41,7 @@ class VerificationConfig:
     enabled: bool = False
     """Commit, seal and verify in every round. Off by default: it keeps a copy of what this peer sent
     for ``timeout`` seconds after the round (memory as large as the averaged tensors) and hashes
-    every chunk twice (see the README's figures). Every member of a group must agree."""
+    every chunk twice (docs/benchmarks.md has the figures). Every member of a group must agree."""
     parts: float = 1.0
     """How many parts the group checks per round, on average; n * (n - 1) or more (for n members):
     every member checks every part it received."""

@@ -20,7 +20,7 @@ from core.project import AnyManifest, DmoeManifest
 
 HOMEPAGE = "https://github.com/barnraise/barnraise"
 """Barnraise's home, as the installers name it (``packaging/installer_files.py``)."""
-INSTALL_GUIDE = HOMEPAGE + "#installing-barnraise-volunteers"
+INSTALL_GUIDE = HOMEPAGE + "#install-volunteers"
 """The README's section for volunteers."""
 RELEASES = HOMEPAGE + "/releases"
 INSTALLERS = (
