@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from core.account.client import PASSWORD_VARIABLE
+from core.config.environment import PASSWORD_VARIABLE
 from core.training.events import PeerEvent, from_json
 from core.util.detached import STOP_SIGNAL, start_detached_async
 from core.util.errors import WireFormatError

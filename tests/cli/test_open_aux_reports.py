@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.account.client import PASSWORD_VARIABLE
 from core.cli import peer as peer_cli
+from core.config.environment import PASSWORD_VARIABLE
 from core.coordinator.figures import EpochFigures
 from core.training.metrics import EpochMetrics
 from core.training.runtime import PeerSettings
