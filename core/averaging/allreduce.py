@@ -17,12 +17,13 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.averaging.codecs import Codec, decode, encode, encoded_size
+from core.averaging.codecs import F32, Codec, decode, encode, encoded_size
 from core.averaging.config import AveragerConfig
 from core.averaging.load_balancing import PeerCapacity, PlanCache, split
 from core.averaging.messages import (
@@ -409,6 +410,9 @@ class AllReduce:
         reducer = self.reducer
         assert reducer is not None
         verification = self.verification
+        lent: deque[tuple[memoryview, F32]] = deque()
+        if verification is None:  # a verifier may still read what it accepted after aggregation
+            stream.lend_buffers(_lender(reducer, spans, lent))
         try:
             for i, span in enumerate(spans):
                 commitment = None
@@ -420,12 +424,47 @@ class AllReduce:
                     if refused is not None:
                         reducer.exclude(sender, refused)
                         return
-                if span.codec is Codec.NONE:
-                    reducer.contribute(sender, i, np.frombuffer(data, dtype=np.float32), weight)
-                else:
+                received = _taken_back(lent, data)
+                if span.codec is not Codec.NONE:
                     reducer.contribute_encoded(sender, i, data, span.codec, weight)
+                elif received is not None:
+                    reducer.contribute_received(sender, i, received, weight)
+                else:
+                    reducer.contribute(sender, i, np.frombuffer(data, dtype=np.float32), weight)
         except (NetError, ValueError, WireFormatError) as exc:
             reducer.exclude(sender, f"its stream failed: {exc}")
+        finally:
+            stream.lend_buffers(None)
+
+
+def _lender(
+    reducer: PartReducer, spans: list[Span], lent: deque[tuple[memoryview, F32]]
+) -> Callable[[int], memoryview | None]:
+    """Lends the reducer's spare arrays for a sender's uncompressed chunks, each frame of a whole
+    chunk's length (the usual frame: a chunk is at most one stream chunk): a fresh 1 MiB buffer
+    per chunk cost more in page faults than adding the chunk up."""
+    whole = {encoded_size(s.codec, s.count) for s in spans if s.codec is Codec.NONE}
+
+    def lend(length: int) -> memoryview | None:
+        if length not in whole:
+            return None
+        array = reducer.spare(length // 4)
+        view = array.data.cast("B")
+        lent.append((view, array))
+        return view
+
+    return lend
+
+
+def _taken_back(lent: deque[tuple[memoryview, F32]], data: memoryview) -> F32 | None:
+    """The spare array ``data`` was received into, if it was lent (what was lent before it and not
+    returned went into a chunk of several frames, which ``_receive_exactly`` copied)."""
+    if not any(view is data for view, _ in lent):
+        return None
+    while True:
+        view, array = lent.popleft()
+        if view is data:
+            return array
 
 
 async def _receive_exactly(stream: Stream, size: int) -> memoryview:

@@ -196,6 +196,20 @@ class PartReducer:
         chunk.decoded.append(values)
         self.contribute(sender, index, values, weight)
 
+    def spare(self, count: int) -> F32:
+        """An array of ``count`` values to receive a sender's chunk into (``contribute_received``):
+        one given back by an aggregated chunk when there is one, its pages already mapped."""
+        return self._spares.take(count)
+
+    def contribute_received(self, sender: int, index: int, values: F32, weight: float) -> None:
+        """``contribute`` for values received into an array from ``spare``; the array goes back to
+        the spares with the chunk's others once the chunk is aggregated."""
+        chunk = self._chunks[index]
+        if not self._wants(sender, chunk):
+            return
+        chunk.decoded.append(values)
+        self.contribute(sender, index, values, weight)
+
     async def result(self, index: int) -> ChunkResult:
         future = self._chunks[index].done
         if future is None:
