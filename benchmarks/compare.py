@@ -190,20 +190,37 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def summarize(benchmark: Benchmark, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per metric: each arm's median over its runs, HEAD/BASE and HEAD/hivemind."""
+def paired(
+    numerators: Sequence[float | None], denominators: Sequence[float | None]
+) -> float | None:
+    """The median of each repeat's own ratio: the two runs of a repeat ran back to back, so a burst
+    of other work that spans several repeats moves this less than the ratio of the medians."""
+    return median_or_none([ratio(n, d) for n, d in zip(numerators, denominators, strict=False)])
+
+
+def summarize(
+    benchmark: Benchmark, runs: dict[str, list[dict[str, Any] | None]]
+) -> list[dict[str, Any]]:
+    """One row per metric: each arm's median over its runs (a failed run is None), HEAD/BASE as the
+    ratio of the medians and as the median of the repeats' ratios, and the same against hivemind."""
     rows = []
     for metric in benchmark.metrics:
         row: dict[str, Any] = {"metric": metric.label, "unit": metric.unit}
         for arm, results in runs.items():
             if arm == HIVEMIND and not metric.reference:
                 continue
-            values = [metric.extract(result) for result in results]
+            values = [None if result is None else metric.extract(result) for result in results]
             row[arm] = median_or_none(values)
             row[f"{arm}_runs"] = values
         row["head_over_base"] = ratio(row.get(HEAD), row.get(BASE))
+        row["head_over_base_paired"] = paired(
+            row.get(f"{HEAD}_runs", []), row.get(f"{BASE}_runs", [])
+        )
         if HIVEMIND in runs and metric.reference:
             row["head_over_hivemind"] = ratio(row.get(HEAD), row.get(HIVEMIND))
+            row["head_over_hivemind_paired"] = paired(
+                row.get(f"{HEAD}_runs", []), row.get(f"{HIVEMIND}_runs", [])
+            )
             row["base_over_hivemind"] = ratio(row.get(BASE), row.get(HIVEMIND))
         row["higher_is_better"] = metric.higher_is_better
         rows.append(row)
@@ -219,9 +236,9 @@ def _number(value: float | None) -> str:
 def table(results: dict[str, list[dict[str, Any]]], labels: dict[str, str]) -> str:
     """The rows of every benchmark as aligned text, HEAD/BASE (and HEAD/hivemind) last."""
     with_reference = any("head_over_hivemind" in row for rows in results.values() for row in rows)
-    header = ["benchmark", "metric", "unit", labels[BASE], labels[HEAD], "HEAD/BASE"]
+    header = ["benchmark", "metric", "unit", labels[BASE], labels[HEAD], "HEAD/BASE", "paired"]
     if with_reference:
-        header += ["hivemind", "HEAD/hm", "BASE/hm"]
+        header += ["hivemind", "HEAD/hm", "paired", "BASE/hm"]
     lines = [header]
     for name, rows in results.items():
         for row in rows:
@@ -232,11 +249,12 @@ def table(results: dict[str, list[dict[str, Any]]], labels: dict[str, str]) -> s
                 _number(row.get(BASE)),
                 _number(row.get(HEAD)),
             ]
-            line.append(_number(row["head_over_base"]))
+            line += [_number(row["head_over_base"]), _number(row["head_over_base_paired"])]
             if with_reference:
                 line += [
                     _number(row.get(HIVEMIND)),
                     _number(row.get("head_over_hivemind")),
+                    _number(row.get("head_over_hivemind_paired")),
                     _number(row.get("base_over_hivemind")),
                 ]
             lines.append(line)
@@ -426,11 +444,11 @@ def run_once(
 
 def compare(
     benchmarks: Sequence[Benchmark], arms: Arms, repeats: int, quick: bool, verbose: bool
-) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], int]:
+) -> tuple[dict[str, dict[str, list[dict[str, Any] | None]]], int]:
     """Every run in ``schedule`` order; the results by benchmark and arm, and how many failed."""
     names = [arm for arm in (BASE, HEAD) if arm in arms.trees]
     failures = 0
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    runs: dict[str, dict[str, list[dict[str, Any] | None]]] = {}
     by_name = {b.name: b for b in benchmarks}
     with tempfile.TemporaryDirectory(prefix="barnraise-ab-out-") as scratch:
         for bench_name, repeat, arm in schedule(
@@ -444,9 +462,8 @@ def compare(
             result = run_once(
                 benchmark, arm, arms, quick=quick, scratch=Path(scratch), verbose=verbose
             )
-            if result is None:
-                failures += 1
-                continue
+            failures += result is None
+            # a failed run stays as None, so that every repeat's runs keep their places (pairs)
             runs.setdefault(bench_name, {}).setdefault(arm, []).append(result)
     return runs, failures
 

@@ -65,6 +65,9 @@ def test_the_table_has_medians_and_ratios_per_metric() -> None:
     start = rows["node start"]
     assert (start[BASE], start[HEAD], start[HIVEMIND]) == (300, 145, 600)
     assert start["head_over_base"] == pytest.approx(145 / 300)
+    # each repeat's own ratio: 150/300 and 140/280 (the third base run has no partner)
+    assert start["head_over_base_paired"] == pytest.approx(0.5)
+    assert start["head_over_hivemind_paired"] == pytest.approx(0.25)
     assert start["head_over_hivemind"] == pytest.approx(145 / 600)
     assert start["base_over_hivemind"] == pytest.approx(0.5)
     latest = rows["get latest=True (sequential)"]
@@ -84,11 +87,34 @@ def test_the_table_has_medians_and_ratios_per_metric() -> None:
         "HEAD",
         "b2",
         "HEAD/BASE",
+        "paired",
         "hivemind",
         "HEAD/hm",
+        "paired",
         "BASE/hm",
     ]
-    assert first.split()[-6:] == ["300.0", "145.0", "0.483", "600.0", "0.242", "0.500"]
+    assert first.split()[-8:] == [
+        "300.0",
+        "145.0",
+        "0.483",
+        "0.500",
+        "600.0",
+        "0.242",
+        "0.250",
+        "0.500",
+    ]
+
+
+def test_a_failed_run_keeps_its_place_in_the_pairs() -> None:
+    dht = next(b for b in compare.BENCHMARKS if b.name == "dht")
+    runs: dict[str, list[dict[str, Any] | None]] = {
+        BASE: [_dht_result(100, 1), None, _dht_result(300, 1)],
+        HEAD: [_dht_result(50, 1), _dht_result(900, 1), _dht_result(600, 1)],
+    }
+    start = next(row for row in compare.summarize(dht, runs) if row["metric"] == "node start")
+    assert start["base_runs"] == [100, None, 300]
+    assert start[BASE] == 200
+    assert start["head_over_base_paired"] == pytest.approx(1.25)  # 0.5 and 2.0, not 9.0
 
 
 def test_a_ratio_needs_both_sides() -> None:
@@ -120,14 +146,14 @@ def _fail_inside_worktrees(parent: Path, made: dict[str, Path]) -> None:
 
 
 def test_worktrees_are_removed_after_a_failure(tmp_path: Path) -> None:
-    before = _worktree_paths()
     made: dict[str, Path] = {}
     with pytest.raises(RuntimeError, match="a failing benchmark"):
         _fail_inside_worktrees(tmp_path, made)
     assert set(made) == {BASE, HEAD}
     assert not any(path.exists() for path in made.values())
     assert list(tmp_path.iterdir()) == []
-    assert _worktree_paths() == before
+    # (only ours: other checkouts of the same repository may add or remove worktrees meanwhile)
+    assert not {str(path) for path in made.values()} & _worktree_paths()
 
 
 def test_each_side_imports_its_own_tree(tmp_path: Path) -> None:
