@@ -65,13 +65,13 @@ class _Chunk:
     """Each sender's values, held until the chunk is complete (released when it is aggregated)."""
     weights: dict[int, float] = field(default_factory=dict)
     decoded: list[F32] = field(default_factory=list)
-    """The arrays of ``_Spares`` that this chunk's inputs were decoded into."""
+    """The arrays of ``Spares`` that this chunk's inputs were decoded into."""
     got: set[int] = field(default_factory=set)
     done: asyncio.Future[ChunkResult] | None = None
     takers: int = 0
 
 
-class _Spares:
+class Spares:
     """Arrays to decode chunks into, reused once their chunk is aggregated: holding every sender's
     chunk means several fresh arrays per chunk, and a fresh page costs a fault on first touch."""
 
@@ -110,7 +110,7 @@ class PartReducer:
         """What the checks found against senders (see ``result.Finding``), in the order found."""
         self._aggregation = aggregation or AggregationConfig()
         self._workspace = Workspace()
-        self._spares = _Spares()
+        self._spares = Spares()
         self._peers = list(peers)
         self._part = part
         self._receivers = receivers

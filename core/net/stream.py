@@ -121,6 +121,12 @@ class Stream:
         self._consumed(len(item))
         return unpack(item)
 
+    async def next_is_data(self) -> bool:
+        """Wait for the next item: True when it is raw data, False for a message (nothing is read);
+        ``EndOfStream`` once the peer has ended its side."""
+        kind, _ = await self._next_item()
+        return kind is Kind.DATA
+
     async def recv_data(self) -> memoryview:
         """The next chunk of raw data, as it arrived."""
         kind, item = await self._next_item()
