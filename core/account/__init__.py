@@ -3,8 +3,8 @@
 - ``errors``       AccountError and its cases (wrong password, rate limited, refused, sign-up
   closed, coordinator unavailable, not logged in, no keyring), in plain words.
 - ``replies``      SessionTokens, CoordinatorInfo, PassGrant: the coordinator's answers, checked.
-- ``client``       CoordinatorClient: the coordinator's HTTP API, one aiohttp session per client;
-  ``PASSWORD_VARIABLE``, where a headless login may find its password.
+- ``client``       CoordinatorClient: the coordinator's HTTP API, one aiohttp session per client
+  (a headless login's password variable is ``core.config.environment.PASSWORD_VARIABLE``).
 - ``session``      AccountSession: calls as a logged-in user, renewing the session on a 401.
 - ``proof``        what the peer key signs to prove it is ours when asking for a pass.
 - ``keeper``       PassKeeper: fetches this peer's access pass, renews it, follows revocations.

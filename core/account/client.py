@@ -44,10 +44,6 @@ from core.account.replies import (
 from core.trust.peer_id import PeerID
 from core.util.web_client import client_session, connection_problem
 
-PASSWORD_VARIABLE = "BARNRAISE_PASSWORD"
-"""The environment variable a headless login (``barnraise peer|aux``) may take its password from; the
-local swarm hands its peers their passwords this way, never on a command line others can read."""
-
 ErrorMap = Mapping[int, type[AccountError]]
 SESSION_ERRORS: ErrorMap = {401: NotLoggedIn, 403: AccessRefused}
 PASS_ERRORS: ErrorMap = {**SESSION_ERRORS, 409: AccessRefused}

@@ -7,8 +7,9 @@ reducer returns each averaged chunk as soon as it is ready, so reducing one chun
 next. Members that reduce nothing (client mode) or have no data (auxiliary) follow the same rules with
 a zero share or a zero weight.
 
-Nothing is copied on the way: chunks are views of the caller's tensors, and uncompressed results are
-received straight into them.
+Nothing is copied on the way out: chunks are views of the caller's tensors. Uncompressed chunks coming
+in land in arrays lent to the stream and recycled (a reducer's inputs once their chunk is aggregated,
+results once copied into the tensors): a fresh buffer per chunk cost more in page faults than the copy.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,11 +33,12 @@ from core.averaging.messages import (
     ReduceRequest,
     ReduceSummary,
 )
-from core.averaging.reducer import PartReducer
+from core.averaging.reducer import PartReducer, Spares
 from core.averaging.result import AveragingResult
 from core.averaging.tensors import Span, TensorSet, layout, schema_hash
 from core.averaging.verified_round import RoundVerification
 from core.codecs import NONE
+from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode, encoded_size
 from core.net.errors import InvalidRequestError, NetError, PermissionDeniedError
 from core.net.wire.stream import Stream
@@ -125,6 +128,10 @@ class AllReduce:
             group.group_id, [m.peer for m in members], index, tensors.total, parts=list(self.parts)
         )
         self._tasks = BackgroundTasks(f"allreduce-{group.group_id.hex()[:8]}")
+        self._results = Spares()
+        """Arrays the reducers' results land in before they are copied into the tensors."""
+        self._lent: dict[Stream, deque[tuple[memoryview, F32]]] = {}
+        """The arrays lent to each reducer's stream and not yet received into, in order."""
         self._averaged: list[tuple[int, int]] = []
         self.verification: RoundVerification | None = None
         if config.verification.enabled:
@@ -232,6 +239,8 @@ class AllReduce:
             async with self.host.open_stream(
                 reducer_info.peer, REDUCE, request, timeout=self.config.allreduce_timeout
             ) as call:
+                lent = self._lent[call.stream] = deque()
+                call.stream.lend_buffers(_lender(self._results.take, spans, lent))
                 sending = None
                 if self.weight > 0:
                     sending = self._tasks.spawn(
@@ -254,6 +263,8 @@ class AllReduce:
                 finally:
                     if sending is not None and not sending.done():
                         sending.cancel()
+                    call.stream.lend_buffers(None)
+                    del self._lent[call.stream]
                 for sender, reason in summary.excluded.items():
                     if 0 <= sender < len(self.group.members):
                         self.result.excluded.setdefault(self.group.members[sender].peer, reason)
@@ -286,14 +297,26 @@ class AllReduce:
         """An averaged chunk: data, then ``[index, weight, whether our data is in it]``; no data and
         weight 0 if the chunk was not averaged.
 
-        Uncompressed data lands straight in the tensor: the weight comes after it for that reason.
+        Uncompressed data is copied into the tensor from the array it landed in, lent from
+        ``_results`` and given back at once (posting the tensor itself for it rarely won the race
+        with the next frame, and a fresh buffer per chunk costs page faults).
         """
         view = self.tensors.view(span)
         raw = span.codec is NONE
-        buffer = view.data if raw else bytearray(encoded_size(span.codec, span.count))
-        got_data, trailer = await stream.recv_data_or_message(buffer)
-        if got_data:
+        buffer = bytearray(0 if raw else encoded_size(span.codec, span.count))
+        if raw:
+            got_data = await stream.next_is_data()
+            if got_data:
+                data = await _receive_exactly(stream, encoded_size(span.codec, span.count))
+                view[:] = np.frombuffer(data, dtype=np.float32)
+                landed = _taken_back(self._lent.get(stream, deque()), data)
+                if landed is not None:
+                    self._results.give([landed])
             trailer = await stream.recv_message()
+        else:
+            got_data, trailer = await stream.recv_data_or_message(buffer)
+            if got_data:
+                trailer = await stream.recv_message()
         if not (
             isinstance(trailer, list)
             and len(trailer) == 3
@@ -410,6 +433,9 @@ class AllReduce:
         reducer = self.reducer
         assert reducer is not None
         verification = self.verification
+        lent: deque[tuple[memoryview, F32]] = deque()
+        if verification is None:  # a verifier may still read what it accepted after aggregation
+            stream.lend_buffers(_lender(reducer.spare, spans, lent))
         try:
             for i, span in enumerate(spans):
                 commitment = None
@@ -421,12 +447,47 @@ class AllReduce:
                     if refused is not None:
                         reducer.exclude(sender, refused)
                         return
-                if span.codec is NONE:
-                    reducer.contribute(sender, i, np.frombuffer(data, dtype=np.float32), weight)
-                else:
+                received = _taken_back(lent, data)
+                if span.codec is not NONE:
                     reducer.contribute_encoded(sender, i, data, span.codec, weight)
+                elif received is not None:
+                    reducer.contribute_received(sender, i, received, weight)
+                else:
+                    reducer.contribute(sender, i, np.frombuffer(data, dtype=np.float32), weight)
         except (NetError, ValueError, WireFormatError) as exc:
             reducer.exclude(sender, f"its stream failed: {exc}")
+        finally:
+            stream.lend_buffers(None)
+
+
+def _lender(
+    take: Callable[[int], F32], spans: list[Span], lent: deque[tuple[memoryview, F32]]
+) -> Callable[[int], memoryview | None]:
+    """Lends arrays from ``take`` (recycled ones) for uncompressed chunks, each frame of a whole
+    chunk's length (the usual frame: a chunk is at most one stream chunk): a fresh 1 MiB buffer
+    per chunk cost more in page faults than adding the chunk up."""
+    whole = {encoded_size(s.codec, s.count) for s in spans if s.codec is NONE}
+
+    def lend(length: int) -> memoryview | None:
+        if length not in whole:
+            return None
+        array = take(length // 4)
+        view = array.data.cast("B")
+        lent.append((view, array))
+        return view
+
+    return lend
+
+
+def _taken_back(lent: deque[tuple[memoryview, F32]], data: memoryview) -> F32 | None:
+    """The spare array ``data`` was received into, if it was lent (what was lent before it and not
+    returned went into a chunk of several frames, which ``_receive_exactly`` copied)."""
+    if not any(view is data for view, _ in lent):
+        return None
+    while True:
+        view, array = lent.popleft()
+        if view is data:
+            return array
 
 
 async def _receive_exactly(stream: Stream, size: int) -> memoryview:

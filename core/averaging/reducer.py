@@ -67,13 +67,13 @@ class _Chunk:
     """Each sender's values, held until the chunk is complete (released when it is aggregated)."""
     weights: dict[int, float] = field(default_factory=dict)
     decoded: list[F32] = field(default_factory=list)
-    """The arrays of ``_Spares`` that this chunk's inputs were decoded into."""
+    """The arrays of ``Spares`` that this chunk's inputs were decoded into."""
     got: set[int] = field(default_factory=set)
     done: asyncio.Future[ChunkResult] | None = None
     takers: int = 0
 
 
-class _Spares:
+class Spares:
     """Arrays to decode chunks into, reused once their chunk is aggregated: holding every sender's
     chunk means several fresh arrays per chunk, and a fresh page costs a fault on first touch."""
 
@@ -112,7 +112,7 @@ class PartReducer:
         """What the checks found against senders (see ``result.Finding``), in the order found."""
         self._aggregation = aggregation or AggregationConfig()
         self._workspace = Workspace()
-        self._spares = _Spares()
+        self._spares = Spares()
         self._peers = list(peers)
         self._part = part
         self._receivers = receivers
@@ -195,6 +195,20 @@ class PartReducer:
         if not self._wants(sender, chunk):
             return
         values = decode(codec, data, chunk.span.count, out=self._spares.take(chunk.span.count))
+        chunk.decoded.append(values)
+        self.contribute(sender, index, values, weight)
+
+    def spare(self, count: int) -> F32:
+        """An array of ``count`` values to receive a sender's chunk into (``contribute_received``):
+        one given back by an aggregated chunk when there is one, its pages already mapped."""
+        return self._spares.take(count)
+
+    def contribute_received(self, sender: int, index: int, values: F32, weight: float) -> None:
+        """``contribute`` for values received into an array from ``spare``; the array goes back to
+        the spares with the chunk's others once the chunk is aggregated."""
+        chunk = self._chunks[index]
+        if not self._wants(sender, chunk):
+            return
         chunk.decoded.append(values)
         self.contribute(sender, index, values, weight)
 

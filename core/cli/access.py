@@ -19,16 +19,17 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from core.account import AccountSession, CoordinatorClient, PassKeeper
-from core.account.client import PASSWORD_VARIABLE
-from core.account.errors import AccountError
-from core.account.reporter import ContributionReporter
+from core.config.environment import PASSWORD_VARIABLE
 from core.net.host.gate import AccessGate
-from core.project import AnyManifest
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.account import PassKeeper
+    from core.account.reporter import ContributionReporter
+    from core.project import AnyManifest
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,11 @@ async def moderated_access(
     manifest: AnyManifest, identity: Identity, username: str | None, password: str, *, report: bool
 ) -> AsyncIterator[PeerAccess]:
     """Log in, get the first pass, keep it fresh while the block runs, then log out."""
+    # the coordinator client (aiohttp) and the keyring only for a login: an open project's node,
+    # and every command's --help, start without them
+    from core.account import AccountError, AccountSession, CoordinatorClient, PassKeeper  # noqa: PLC0415
+    from core.account.reporter import ContributionReporter  # noqa: PLC0415
+
     key = manifest.access.key
     if key is None or not manifest.network.coordinator_url:
         raise ConfigError("the manifest names no project key or coordinator")
@@ -116,6 +122,9 @@ async def reporting_access(
 ) -> AsyncIterator[ContributionReporter]:
     """Log in (an open project: no pass to keep) and report epochs while the block runs; then send
     what is queued and log out. The account must be a moderator's, as for any reporter."""
+    from core.account import AccountError, AccountSession, CoordinatorClient  # noqa: PLC0415
+    from core.account.reporter import ContributionReporter  # noqa: PLC0415
+
     url = manifest.network.coordinator_url
     if not url:
         raise ConfigError(

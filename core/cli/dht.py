@@ -24,7 +24,6 @@ from core.config.ports import DHT_PORT, listen_on
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
 from core.net.host.gate import AccessGate
-from core.project import load_any_manifest
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,11 @@ def _identity(args: argparse.Namespace) -> Identity:
 
 async def _run(args: argparse.Namespace) -> int:
     identity = _identity(args)
-    manifest = None if args.manifest is None else load_any_manifest(args.manifest)
+    manifest = None
+    if args.manifest is not None:
+        from core.project import load_any_manifest  # noqa: PLC0415 - only a project's node reads one
+
+        manifest = load_any_manifest(args.manifest)
     stop = asyncio.Event()
     stop_on_signals(stop)
     if manifest is None or not manifest.access.moderated:

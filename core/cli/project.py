@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.account.client import PASSWORD_VARIABLE
 from core.cli.access import read_password
+from core.config.environment import PASSWORD_VARIABLE
 from core.config.paths import UserDirs
 from core.organize.answers import Answers, Given, settle
 from core.organize.folder import check_target

@@ -40,7 +40,10 @@ class Lookups:
     ) -> list[Search]:
         """Search for every target at once; ``keys`` (id -> key) lets found records be validated."""
         state, config = self._state, self._state.config
-        searches = [Search(t, config.k, config.alpha, stop_on_value, locate) for t in targets]
+        freshest = want_values and not stop_on_value and not locate
+        searches = [
+            Search(t, config.k, config.alpha, stop_on_value, locate, freshest) for t in targets
+        ]
         seeds: dict[Any, Contact] = {}
         now = state.clock.monotonic()
         for target in targets:

@@ -10,6 +10,11 @@ When an answer brings no node closer than the closest already known, the search 
 of the k closest it has not asked yet at once (the rule from the Kademlia paper); a closer node ends the
 stall. This keeps lookups to two or three round trips once the neighbourhood is known.
 
+A search for the *freshest* value (``get(latest=True)``) must hear from every one of the k closest
+nodes, the replicas, so it asks all k closest it knows of at once from the start rather than alpha
+at a time: the nodes it asks are the same, in fewer round trips (3.5 to 2.9 on a simulated 30-node
+swarm with the same requests, 21 per get). Node lookups and plain gets keep alpha.
+
 A search in *locate* mode (placing replicas) ends as soon as the closest node it knows of has answered:
 that node knows its own neighbourhood best, and the records then go to the k closest nodes known, with
 the next ones standing in for any that fail.
@@ -59,6 +64,8 @@ class Search:
     alpha: int
     stop_on_value: bool
     locate: bool = False
+    freshest: bool = False
+    """Every value near the key is wanted: the k closest known are all asked at once."""
     candidates: dict[PeerID, Candidate] = field(default_factory=dict)
     failed: set[PeerID] = field(default_factory=set)
     unqueried: list[tuple[int, int, PeerID]] = field(default_factory=list)
@@ -91,7 +98,8 @@ class Search:
         if self.done:
             return picked
         bound = self._kth_answered()
-        room = self.k if self.stalled and not self.locate else self.alpha
+        wide = self.stalled or self.freshest
+        room = self.k if wide and not self.locate else self.alpha
         while self.inflight < room and self.unqueried:
             distance, _, peer = self.unqueried[0]
             if bound is not None and distance >= bound:

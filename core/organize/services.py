@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.account.client import PASSWORD_VARIABLE
+from core.config.environment import PASSWORD_VARIABLE
 from core.config.ports import PEER_PORT
 from core.organize.backbone import (
     DATA,

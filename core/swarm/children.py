@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from core.account.client import PASSWORD_VARIABLE
+from core.config.environment import PASSWORD_VARIABLE
 from core.util.errors import WireFormatError
 from core.util.process.detached import STOP_SIGNAL, start_detached_async
 from core.util.process.launch import barnraise_command

@@ -127,3 +127,44 @@ def test_unreachable_initial_peers_are_a_clear_error(tmp_path: Path) -> None:
 def test_the_dht_command_does_not_import_torch() -> None:
     code = "import sys, core.cli.dht, core.dht; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _login_modules(names: object) -> list[str]:
+    """What only a login needs: the coordinator client (aiohttp), the keyring, core.account."""
+    assert isinstance(names, list | set)
+    heavy = ("aiohttp", "keyring")
+    return sorted(m for m in names if m.split(".")[0] in heavy or m.startswith("core.account"))
+
+
+@pytest.mark.parametrize("command", ["dht", "peer", "aux", "experts"])
+def test_the_options_of_commands_that_may_log_in_load_no_coordinator_client(command: str) -> None:
+    """Their --help (and every run of an open project) starts without the login's modules; the
+    login imports them itself (core.cli.access)."""
+    code = (
+        "import json, sys; from core.cli.main import build_parser; "
+        f"build_parser({command!r}); print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    loaded = json.loads(done.stdout)
+    assert f"core.cli.{'peer' if command == 'aux' else command}" in loaded
+    assert _login_modules(loaded) == []
+
+
+def test_an_open_projects_node_runs_without_the_coordinator_client(
+    tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the node lists every import on stderr
+    node = Node(tmp_path)
+    nodes.append(node)
+    assert node.call(op="get", key="nothing here", latest=True) is None
+    _, err = node.proc.communicate(timeout=30)  # stdin closed: the node stops
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in err.splitlines()
+        if line.startswith("import time:")
+    }
+    # (importlib's imports, such as main's of the command module itself, are not listed)
+    assert {"core.cli.dht_stdio", "core.dht", "core.net"} <= imported
+    assert _login_modules(imported) == []

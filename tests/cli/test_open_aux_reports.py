@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.account.client import PASSWORD_VARIABLE
 from core.cli import peer as peer_cli
+from core.config.environment import PASSWORD_VARIABLE
 from core.coordinator.reports.figures import EpochFigures
 from core.training.metrics import EpochMetrics
 from core.training.peer.project_peer import PeerSettings

@@ -7,13 +7,16 @@ keep flowing.
 
 ``send_data`` cuts a buffer into chunk-sized frames and hands them to TLS without copying (the data is
 encrypted before ``write`` returns). ``recv_data_into`` posts a destination buffer; chunks that arrive
-while it is posted are decrypted straight into it.
+while it is posted are decrypted straight into it. A reader that keeps its own buffers may lend them
+(``lend_buffers``): data that arrives while nothing is posted then lands in one of those instead of a
+fresh buffer of the connection's.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.net.errors import ProtocolViolation, StreamClosedError
@@ -60,6 +63,9 @@ class Stream:
         self._posted: memoryview | None = None
         self._posted_reserved = 0
         self._posted_done = 0
+        self._lender: Callable[[int], memoryview | None] | None = None
+        self._lent: deque[memoryview] = deque()
+        """Buffers lent for frames still arriving, in the order the frames come."""
         self._sent_end = False
         self._error: BaseException | None = None
 
@@ -114,6 +120,12 @@ class Stream:
         self._inbox.popleft()
         self._consumed(len(item))
         return unpack(item)
+
+    async def next_is_data(self) -> bool:
+        """Wait for the next item: True when it is raw data, False for a message (nothing is read);
+        ``EndOfStream`` once the peer has ended its side."""
+        kind, _ = await self._next_item()
+        return kind is Kind.DATA
 
     async def recv_data(self) -> memoryview:
         """The next chunk of raw data, as it arrived."""
@@ -223,16 +235,34 @@ class Stream:
         if self._error is not None:
             raise self._error
 
+    def lend_buffers(self, lender: Callable[[int], memoryview | None] | None) -> None:
+        """Data frames that arrive while no destination is posted land in ``lender(length)``, a
+        writable buffer of exactly ``length`` bytes (or, when it gives None, in the connection's
+        own), and ``recv_data`` returns that buffer as it is. The frames are queued as any others:
+        only the memory they land in changes (a reader that recycles its buffers saves the page
+        faults of a fresh one per frame). None stops lending."""
+        self._lender = lender
+
     # ---- called by the connection --------------------------------------------------------------
 
     def direct_target(self, length: int) -> memoryview | None:
         """Where an incoming data frame of ``length`` bytes may land directly, if anywhere."""
         posted = self._posted
         if posted is None or self._inbox or len(posted) - self._posted_reserved < length:
-            return None
+            return self._borrow(length)
         start = self._posted_reserved
         self._posted_reserved += length
         return posted[start : start + length]
+
+    def _borrow(self, length: int) -> memoryview | None:
+        if self._lender is None or self._error is not None:
+            return None
+        buffer = self._lender(length)
+        if buffer is not None:
+            if len(buffer) != length or buffer.readonly:
+                raise ValueError("a lent buffer must be writable and exactly the frame's length")
+            self._lent.append(buffer)
+        return buffer
 
     def on_frame(self, frame: Frame) -> None:
         kind = frame.kind
@@ -249,7 +279,9 @@ class Stream:
             self._wake()
             return
         size = len(frame.payload)
-        if frame.direct:
+        if frame.direct and self._lent and frame.payload is self._lent[0]:
+            self._lent.popleft()  # it landed in a lent buffer: queued below like any other frame
+        elif frame.direct:
             self._posted_done += size
             self._grant(size)
             if self._posted is not None and self._posted_done >= len(self._posted):

@@ -129,5 +129,22 @@ def test_a_grown_payload_is_whole_and_exact() -> None:
         assert decoded == [(Kind.RESULT, 3, payload, False), (Kind.END, 3, b"", False)]
 
 
+def test_a_grown_payload_is_whole_when_the_reader_keeps_every_buffer_it_was_given() -> None:
+    """A transport may still hold its last read target when it asks for the next one: the buffer
+    then cannot grow in place, and a larger one takes what arrived."""
+    payload = bytes(range(256)) * (5 * GROW_FROM // 256) + b"tail"
+    frames: list[Frame] = []
+    decoder = FrameDecoder(MAX_FRAME, frames.append)
+    wire = memoryview(encode_frame(Kind.RESULT, 3, payload) + encode_frame(Kind.END, 3))
+    targets = []
+    while wire:
+        targets.append(decoder.get_buffer())
+        n = min(len(targets[-1]), len(wire), 4096)
+        targets[-1][:n] = wire[:n]
+        wire = wire[n:]
+        decoder.buffer_updated(n)
+    assert [(f.kind, bytes(f.payload)) for f in frames] == [(Kind.RESULT, payload), (Kind.END, b"")]
+
+
 def test_a_decoder_that_never_reads_holds_no_buffer() -> None:
     assert FrameDecoder(MAX_FRAME, lambda frame: None).held_bytes == 0

@@ -81,6 +81,43 @@ async def test_download_and_messages_in_order(make_host: MakeHost) -> None:
     assert await stream.result() == "served"
 
 
+async def test_data_lands_in_the_buffers_the_reader_lends(make_host: MakeHost) -> None:
+    server, client = await make_host(), await make_host()
+    blob = torch.arange(3 * MiB, dtype=torch.int32)  # 12 MiB: twelve frames of one stream chunk
+    frame = NetConfig().stream_chunk_bytes
+
+    async def download(ctx: CallContext, request: Any, stream: Stream) -> Any:
+        await stream.send_data(blob.numpy())
+        stream.end()
+        return "served"
+
+    server.router.add_raw_stream("test.download", download)
+    conn = await client.connect(server.addresses[0])
+    stream = conn.open_stream("test.download", None)
+    lent: list[memoryview] = []
+    asked: list[int] = []
+
+    def lend(length: int) -> memoryview | None:
+        asked.append(length)
+        if len(asked) % 3 == 0:
+            return None  # declined: that frame lands in the connection's own buffer
+        lent.append(memoryview(bytearray(length)))
+        return lent[-1]
+
+    stream.lend_buffers(lend)  # before any data can have arrived: nothing was awaited since open
+    pieces = []
+    received = 0
+    while received < blob.numel() * 4:
+        pieces.append(await stream.recv_data())
+        received += len(pieces[-1])
+    assert asked == [frame] * 12
+    assert [any(p is view for view in lent) for p in pieces] == [True, True, False] * 4
+    assert b"".join(pieces) == blob.numpy().tobytes()
+    with pytest.raises(EndOfStream):
+        await stream.recv_data()
+    assert await stream.result() == "served"
+
+
 async def test_slow_reader_holds_the_sender_back(make_host: MakeHost) -> None:
     config = NetConfig(
         stream_chunk_bytes=64 * 1024, stream_window_bytes=256 * 1024, close_grace=0.5
