@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.coordinator.page import routes
+from core.coordinator.page.home import INSTALL_GUIDE
 from core.coordinator.page.stats import RECENT
 from core.net import Identity
 from tests.coordinator.page_support import Page, running_page
@@ -55,7 +56,7 @@ async def test_the_page_shows_the_figures_of_the_reports(tmp_path: Path) -> None
         assert f"{page.service.public_url}/#key={page.key.peer_id}" in html
         assert "An account is needed" in html
         assert "Sign-up is open" in html
-        assert "#installing-barnraise-volunteers" in html
+        assert "#install-volunteers" in html
 
 
 async def test_the_page_before_any_report(tmp_path: Path) -> None:
@@ -315,3 +316,11 @@ async def test_a_failure_is_an_html_page_on_the_pages_and_json_on_stats(
         reply = await page.client.get("/stats")
         assert reply.status == 500
         assert reply.body["code"] == "internal"
+
+
+def test_the_install_link_names_a_heading_of_the_readme() -> None:
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    headings = re.findall(r"^#+ (.+)$", readme.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    # GitHub's anchors: lower case, punctuation dropped, spaces become hyphens
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    assert INSTALL_GUIDE.split("#", 1)[1] in anchors
