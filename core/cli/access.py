@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import logging
 import os
 import sys
@@ -66,6 +65,8 @@ def read_password(from_stdin: bool) -> str:
     elif PASSWORD_VARIABLE in os.environ:
         password = os.environ[PASSWORD_VARIABLE]
     elif sys.stdin.isatty():
+        import getpass  # noqa: PLC0415 - only to ask: it loads the terminal modules
+
         password = getpass.getpass("password: ")
     else:
         raise ConfigError(

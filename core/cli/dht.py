@@ -19,7 +19,6 @@ from typing import Any
 from core.cli.access import add_login_arguments, moderated_access, read_password
 from core.cli.dht_stdio import serve_stdio
 from core.cli.signals import run_command, stop_on_signals
-from core.config.paths import UserDirs
 from core.config.ports import DHT_PORT, listen_on
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
@@ -82,6 +81,8 @@ def register(commands: Any) -> None:
 def _identity(args: argparse.Namespace) -> Identity:
     if args.new_identity:
         return Identity.generate()
+    from core.config.paths import UserDirs  # noqa: PLC0415 - platformdirs, not for --new-identity
+
     return Identity.load_or_create(args.identity or UserDirs.default().identity_file)
 
 

@@ -9,8 +9,6 @@ musl) return memory on their own terms and have no such call: there this does no
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import sys
 import time
@@ -20,6 +18,10 @@ from collections.abc import Callable
 def _malloc_trim() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
+    # at the first release, not in every process that imports a Host
+    import ctypes  # noqa: PLC0415
+    import ctypes.util  # noqa: PLC0415
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         trim: Callable[[int], int] = libc.malloc_trim
