@@ -76,3 +76,17 @@ async def engine(tmp_path: Path) -> AsyncIterator[Running]:
 
     async with running_engine(tmp_path / "home") as running:
         yield running
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` skip, saying so, where torch has no CUDA GPU (CI, most laptops)."""
+    marked = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not marked:
+        return
+    import torch  # only when a collected test needs to know
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (packaging/dev.py gpu-check runs it on one)")
+    for item in marked:
+        item.add_marker(skip)

@@ -43,11 +43,14 @@ class _LossScale:
 
     def unscale(self, parameters: list[torch.nn.Parameter]) -> bool:
         """Divide gradients by the scale; False (and a smaller scale) if any is not finite."""
+        grads = [p.grad for p in parameters if p.grad is not None]
         finite = True
-        for p in parameters:
-            if p.grad is not None:
-                p.grad.div_(self.value)
-                finite = finite and bool(torch.isfinite(p.grad).all())
+        if grads:
+            # one pass over all gradients and one wait for the GPU, not one per parameter: an
+            # inf or NaN anywhere makes its tensor's norm non-finite
+            torch._foreach_div_(grads, self.value)
+            norms = torch._foreach_norm(grads)
+            finite = bool(torch.isfinite(torch.stack(norms)).all())
         if not finite:
             self.value = max(1.0, self.value / 2)
             self.clean = 0

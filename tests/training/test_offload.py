@@ -24,7 +24,6 @@ from core.training.trainer import Trainer
 from tests.training import test_collaborative as collab
 from tests.training.conftest import MakePeer
 
-CUDA = torch.cuda.is_available()
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 
 
@@ -162,7 +161,7 @@ def test_moving_to_the_cpu_releases_tables_and_staging_buffers() -> None:
     train(model, optimizer, batches(1))  # and the next step rebuilds them
 
 
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+@pytest.mark.cuda
 @pytest.mark.parametrize("states", ["32bit", "8bit"])
 def test_on_cuda_offloaded_training_matches_and_leaves_no_state_on_the_gpu(states: str) -> None:
     baseline = torch.cuda.memory_allocated()
