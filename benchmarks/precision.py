@@ -29,6 +29,7 @@ from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from core.worker.precision import choose_precision
 
+GOAL_LOSS_GAP = 0.05
 MANIFEST = Path(__file__).resolve().parent.parent / "resources" / "demo" / "project.toml"
 
 
@@ -79,9 +80,30 @@ def run(requested: str, args: argparse.Namespace) -> dict[str, Any]:
         "device": str(precision.device),
         "samples_per_s": round(samples / elapsed, 1),
         "loss_first": round(losses[0], 4),
-        "loss_last": round(sum(losses[-5:]) / 5, 4),
+        "loss_last": round(sum(losses[-5:]) / len(losses[-5:]), 4),
         "skipped_microbatches": trainer.skipped,
         "loss_scale": trainer._scale.value if trainer._scale is not None else None,
+    }
+
+
+def goals(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Half precision learns as fp32 does: the last losses within ``GOAL_LOSS_GAP`` of fp32's."""
+    by = {r["requested"]: r for r in runs}
+    full = by["fp32"]["loss_last"]
+    gaps = {
+        kind: round(abs(by[kind]["loss_last"] - full) / full, 4)
+        for kind in ("bf16", "fp16")
+        if kind in by and by[kind]["dtype"] != "None"
+    }
+    worst = max(gaps.values()) if gaps else None
+    return {
+        "half_precision_loss_gap": {
+            "value": worst,
+            "all": gaps,
+            "goal": GOAL_LOSS_GAP,
+            "met": None if worst is None else worst <= GOAL_LOSS_GAP,
+            "note": "relative gap of the mean of the last five losses to fp32's (GPU only)",
+        }
     }
 
 
@@ -94,11 +116,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     kinds = ["fp32", "bf16", "fp16"] if args.device.startswith("cuda") else ["fp32"]
+    runs = [run(kind, args) for kind in kinds]
     result = {
         "benchmark": "precision",
+        "device": args.device,
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
-        "runs": [run(kind, args) for kind in kinds],
+        "steps": args.steps,
+        "runs": runs,
+        "goals": goals(runs),
     }
     emit(result, args.json)
 
