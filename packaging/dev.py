@@ -6,6 +6,7 @@ Usage (from the repository root, with Python 3.11 or newer):
     python3 packaging/dev.py test    # set up .venv, then lint, type-check, check layers, run tests
     python3 packaging/dev.py docs    # set up .venv, then build the documentation site (site/)
     python3 packaging/dev.py setup   # only set up .venv
+    python3 packaging/dev.py gpu-check [--device cpu]   # every GPU check (gpu_check.py)
 
 Only the standard library is used here, so the same script works on Linux, macOS and Windows.
 The environment is rebuilt only when pyproject.toml, setup.py, the constraints file or this script change.
@@ -30,6 +31,7 @@ import threading
 import venv
 from pathlib import Path
 
+import gpu_check  # packaging/: every check that needs an accelerator (standard library only)
 import second_python  # packaging/, beside this script
 import torch_build  # packaging/: which torch build suits this computer (standard library only)
 
@@ -41,7 +43,7 @@ STAMP = VENV / ".barnraise-setup"
 # CPU or macOS's; BARNRAISE_TORCH overrides), so pip never pulls a CUDA build where no GPU can use
 # it; its dependencies come in the next step, under the constraints. TORCH: the second leg's pin.
 TORCH = "torch==2.13.0"
-VERBS = ("run", "test", "docs", "setup")
+VERBS = ("run", "test", "docs", "setup", "gpu-check")
 """What this script does; tests/test_docs.py checks that every ``dev.py VERB`` the docs show is one."""
 NO_USABLE_DISPLAY = 3  # the app's exit status when Qt cannot use the display (app/preflight.py)
 SIDE_TESTS = (
@@ -49,6 +51,7 @@ SIDE_TESTS = (
     "tests/lab",
     "tests/cli/test_training_processes.py",
     "tests/cli/test_dmoe_swarm.py",
+    "tests/packaging/test_gpu_check.py",
     # CPU-bound, but the side process has minutes to spare when the soak is done: the main leg
     # is the one the suite waits for (the thousand nodes took 83 s there beside the soak, 34 s
     # alone; the churn and fifty-node swarms 44 s and 31 s there, 28 s and 17 s alone)
@@ -289,8 +292,10 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in VERBS:
         print(__doc__)
         return 2
-    setup()
     command, extra = argv[0], argv[1:]
+    if command == "gpu-check":  # no set-up: a GPU machine runs it with the PyTorch it has
+        return gpu_check.main(extra)
+    setup()
     if command == "run":
         return run_main(extra)
     if command == "test":
