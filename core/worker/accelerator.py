@@ -3,9 +3,12 @@
 NVIDIA GPUs come from the driver (``nvml``); Apple silicon from the platform (macOS on arm64,
 where torch reaches the GPU through Metal, "mps"); everything else trains on the CPU. Whether the
 installed torch can use the GPU is read from the text of its ``version.py`` (found, not imported):
-a CPU-only build, or one built for a newer CUDA than the driver supports, means the CPU. The
-decision is the one ``device`` makes with torch itself when a project's device is "auto": CUDA if
-torch can use a GPU, else MPS, else the CPU. Each answer carries its reason in words.
+a CPU-only build, or one built for a newer CUDA than the driver supports, means the CPU. A ROCm
+build (for AMD GPUs) reaches its GPU through ``torch.cuda`` too; no driver is asked about AMD GPUs
+here, so such a build is reported as training on an AMD GPU if torch finds one (kind "cuda", the
+stricter GPU rules), untested. The decision is the one ``device`` makes with torch itself when a
+project's device is "auto": CUDA (or ROCm) if torch can use a GPU, else MPS, else the CPU. Each
+answer carries its reason in words.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ class TorchBuild:
     version: str
     """E.g. "2.13.0+cu130"; "unknown" when its files cannot be read."""
     cuda: str | None
-    """The CUDA version it was built for; None: a CPU-only build (or not known, see ``known``)."""
+    """The CUDA version it was built for; None: a CPU-only or ROCm build (or not known, see
+    ``known``)."""
     known: bool = True
     """False: torch is there but its build could not be read (a frozen bundle, say)."""
+    hip: str | None = None
+    """The HIP version of a ROCm build, for AMD GPUs ("6.2.41133-dd7f95766"); None: not one."""
 
     @property
     def cuda_major(self) -> int | None:
@@ -46,7 +52,8 @@ class TorchBuild:
 class Accelerator:
     kind: Kind
     name: str
-    """What it is, for people: "NVIDIA GeForce RTX 4070 (12 GB)", "Apple silicon GPU", "CPU"."""
+    """What it is, for people: "NVIDIA GeForce RTX 4070 (12 GB)", "Apple silicon GPU", "AMD GPU
+    (ROCm)", "CPU"."""
     reason: str
     """Why this one, in words."""
     nvml: NvmlReport = field(default_factory=NvmlReport)
@@ -64,6 +71,8 @@ class Accelerator:
             + (
                 f"CUDA {torch.cuda}"
                 if torch.cuda
+                else f"ROCm (HIP {torch.hip})"
+                if torch.hip
                 else "no CUDA"
                 if torch.known
                 else "build unknown"
@@ -95,10 +104,19 @@ def detect_accelerator(
     if system == "Darwin":  # NVIDIA has no driver for macOS since 10.13: NVML is not asked
         return _mac(machine, build)
     report = nvml()
+    if build is not None and build.hip:
+        return _rocm(report, build)
+    return _nvidia(report, build)
+
+
+def _nvidia(report: NvmlReport, build: TorchBuild | None) -> Accelerator:
+    """The NVIDIA GPU the driver lists, if the installed torch (neither ROCm nor absent) can use it."""
     if not report.gpus:
         why = report.problem or "the NVIDIA driver sees no GPU"
         if report.pynvml_missing and build is not None and build.cuda:
             why += f"; torch {build.version} will still use a GPU if it finds one"
+        elif _no_nvidia(report):
+            why += f"; {GPU_HINT}"
         return _cpu(why, report, build)
     gpu = report.gpus[0]
     more = f" and {len(report.gpus) - 1} more" if len(report.gpus) > 1 else ""
@@ -126,6 +144,17 @@ def detect_accelerator(
     return Accelerator(
         "cuda", name, "; ".join(p for p in (f"{driver}{supports}", built) if p), report, build
     )
+
+
+GPU_HINT = (
+    "to train on a GPU, Barnraise needs an NVIDIA GPU and its driver (an AMD GPU only through a "
+    "ROCm build of torch on Linux, which Barnraise has not been tested on)"
+)
+"""What would let a computer that trains on the CPU use a GPU (Windows and Linux)."""
+
+_NVIDIA_ABSENT = ("no NVIDIA driver found", "the NVIDIA driver is installed but sees no GPU")
+"""How ``read_nvml`` words a computer without a usable NVIDIA GPU. Its other problems (a driver
+not running, a version mismatch) carry their own fix, which the hint would only bury."""
 
 
 def gpu_name(gpu: NvidiaGpu) -> str:
@@ -165,12 +194,19 @@ def installed_torch() -> TorchBuild | None:
     except (IndexError, OSError, UnicodeDecodeError):
         return TorchBuild(_distribution_version() or "unknown", None, known=False)
     version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    cuda = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(None|['\"]([^'\"]*)['\"])", text, re.M)
+    cuda = _assigned("cuda", text)
+    hip = _assigned("hip", text)
     return TorchBuild(
         version.group(1) if version else (_distribution_version() or "unknown"),
         (cuda.group(2) or None) if cuda else None,
         known=cuda is not None,
+        hip=(hip.group(2) or None) if hip else None,
     )
+
+
+def _assigned(name: str, text: str) -> re.Match[str] | None:
+    """``name = None`` or ``name: Optional[str] = '...'`` in ``version.py``: group 2 the string."""
+    return re.search(rf"^{name}\s*(?::[^=\n]*)?=\s*(None|['\"]([^'\"]*)['\"])", text, re.M)
 
 
 def _distribution_version() -> str | None:
@@ -187,6 +223,27 @@ def _mac(machine: str, build: TorchBuild | None) -> Accelerator:
             why += "; torch is not installed yet"
         return Accelerator("mps", "Apple silicon GPU", why, torch=build)
     return _cpu("an Intel Mac: torch has no GPU support for it", NvmlReport(), build)
+
+
+def _rocm(report: NvmlReport, build: TorchBuild) -> Accelerator:
+    # torch's ROCm builds expose AMD GPUs through torch.cuda, so "auto" takes one if torch finds
+    # it; nothing here can tell whether there is one, and the GPU's rules are the safer guess
+    why = (
+        f"torch {build.version} is a ROCm build: it trains on an AMD GPU if it finds one, else on "
+        "the CPU; Barnraise has not been tested on ROCm"
+    )
+    if report.gpus:
+        more = f" and {len(report.gpus) - 1} more" if len(report.gpus) > 1 else ""
+        why += (
+            f"; it cannot use {gpu_name(report.gpus[0])}{more}: run the set-up again to install "
+            "torch for CUDA"
+        )
+    return Accelerator("cuda", "AMD GPU (ROCm)", why, report, build)
+
+
+def _no_nvidia(report: NvmlReport) -> bool:
+    """NVML answered that there is no NVIDIA GPU to use (not that it could not be asked)."""
+    return report.problem is None or report.problem.startswith(_NVIDIA_ABSENT)
 
 
 def _cpu(why: str, report: NvmlReport, build: TorchBuild | None) -> Accelerator:

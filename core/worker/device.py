@@ -1,19 +1,20 @@
 """The torch device a trainer computes on, and why.
 
 A project's device is "auto" (the default the app attaches with) or one asked for by name ("cpu",
-"cuda", "cuda:1", "mps"). "auto" is CUDA if torch can use an NVIDIA GPU, else MPS (Apple
-silicon) if it can use that, else the CPU: the rule ``accelerator`` predicts without torch, so the
-device the app shows before training starts is the one training takes. When "auto" ends on the
-CPU, the reason comes from that detection ("no NVIDIA driver found", "a CPU-only torch"). A device
-asked for by name that torch cannot use is a ``TrainingError`` that says why, not a crash deep in
-torch.
+"cuda", "cuda:1", "mps"). "auto" is CUDA if torch can use an NVIDIA GPU (or, with a ROCm build
+of torch, an AMD GPU, which torch also calls "cuda"), else MPS (Apple silicon) if it can use that,
+else the CPU: the rule ``accelerator`` predicts without torch, so the device the app shows before
+training starts is the one training takes. When "auto" ends on the CPU, the reason comes from that
+detection ("no NVIDIA driver found", "a CPU-only torch"). A device asked for by name that torch
+cannot use is a ``TrainingError`` that says why, not a crash deep in torch. Reasons name ROCm, not
+CUDA, when torch is a ROCm build (``torch.version.hip`` set), on which Barnraise is untested.
 """
 
 from __future__ import annotations
 
 import torch
 
-from core.worker.accelerator import detect_accelerator
+from core.worker.accelerator import detect_accelerator, gpu_name
 from core.worker.errors import TrainingError
 
 AUTO = "auto"
@@ -32,7 +33,8 @@ def training_device(requested: str) -> tuple[torch.device, str]:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise TrainingError(
-                f"this project trains on {requested}, but torch cannot use a CUDA GPU here "
+                f"this project trains on {requested}, but torch cannot use a "
+                f"{'GPU through ROCm' if torch.version.hip else 'CUDA GPU'} here "
                 f"({_no_cuda()}); set its device to auto to train on what this computer has"
             )
         count = torch.cuda.device_count()
@@ -54,19 +56,40 @@ def training_device(requested: str) -> tuple[torch.device, str]:
 def _automatic() -> tuple[torch.device, str]:
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
+        if torch.version.hip:
+            return torch.device("cuda"), (
+                f"torch {torch.__version__} can use {name} through ROCm; Barnraise has not been "
+                "tested on ROCm"
+            )
         return torch.device("cuda"), f"torch {torch.__version__} can use {name}"
     if torch.backends.mps.is_available():
         return torch.device("mps"), "Apple silicon: torch trains on its GPU through Metal (MPS)"
+    return torch.device("cpu"), _on_the_cpu()
+
+
+def _on_the_cpu() -> str:
+    """Why "auto" trains on the CPU: torch can use neither CUDA (nor ROCm) nor MPS here."""
     found = detect_accelerator()
     if found.kind == "cpu":
-        return torch.device("cpu"), found.reason
+        return found.reason
     if found.kind == "mps":
-        return torch.device("cpu"), "torch cannot use Metal (MPS) here (it needs macOS 12.3+)"
+        return "torch cannot use Metal (MPS) here (it needs macOS 12.3+)"
+    if torch.version.hip:
+        # detection cannot see AMD GPUs: it only said that this ROCm build would look for one
+        gpus = found.nvml.gpus
+        if gpus:
+            return (
+                f"{_no_cuda()}; it cannot use {gpu_name(gpus[0])}: run the set-up again to "
+                "install torch for CUDA"
+            )
+        return _no_cuda()
     # the driver shows a GPU that torch cannot start (CUDA_VISIBLE_DEVICES, a broken install)
-    return torch.device("cpu"), f"found {found.name}, but torch cannot use it ({_no_cuda()})"
+    return f"found {found.name}, but torch cannot use it ({_no_cuda()})"
 
 
 def _no_cuda() -> str:
+    if torch.version.hip:
+        return f"torch {torch.__version__} is a ROCm build and finds no usable AMD GPU"
     if torch.version.cuda is None:
         return f"torch {torch.__version__} is a CPU-only build"
     return f"torch {torch.__version__} for CUDA {torch.version.cuda} finds no usable GPU"

@@ -44,6 +44,8 @@ class Precision:
 
 def _native_bf16(device: torch.device) -> bool:
     # Without native support (before Ampere) CUDA emulates bf16, which is slower than fp16.
+    # With a ROCm build torch answers True for every AMD GPU without asking it, so "auto" is bf16
+    # there (untested).
     with torch.cuda.device(device):
         return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
@@ -52,9 +54,10 @@ def choose_precision(device: torch.device, requested: str = "auto") -> Precision
     """The precision to train with on ``device``.
 
     ``requested`` is "auto", "fp32", "fp16" or "bf16". "auto" picks bf16 on CUDA GPUs that support
-    it natively, fp16 on other CUDA GPUs and fp32 elsewhere. A half precision that the device
-    cannot use well is replaced, with a logged warning: bf16 by fp16 on CUDA without native bf16,
-    and either by fp32 off CUDA. An unknown request raises ``TrainingError``.
+    it natively, fp16 on other CUDA GPUs and fp32 elsewhere (the CPU, and Apple's MPS: no autocast
+    there at all). A half precision that the device cannot use well is replaced, with a logged
+    warning: bf16 by fp16 on CUDA without native bf16, and either by fp32 off CUDA. An unknown
+    request raises ``TrainingError``.
     """
     if requested not in _REQUESTS:
         raise TrainingError(

@@ -1,6 +1,7 @@
 """The engine tells which device the active project trains on, and why, before torch is loaded: in
 its state, in ``barnraise ctl status``, in diagnostics; the scheduler counts an "auto" project on a
-GPU computer as a GPU project, and the peer gets "auto" to resolve with torch."""
+GPU computer (an NVIDIA GPU, or a ROCm build of torch) as a GPU project, and the peer gets "auto"
+to resolve with torch."""
 
 from __future__ import annotations
 
@@ -107,6 +108,24 @@ def test_a_device_named_by_the_project_is_shown_with_what_was_found() -> None:
     assert wanted is not None
     assert wanted.kind == "cuda"
     assert wanted.reason == f"this project is set to train on cuda, but {WITHOUT_GPU.reason}"
+
+
+def test_a_rocm_build_is_a_gpu_project_with_its_reason_shown() -> None:
+    # no NVIDIA driver: detection cannot see the AMD GPU, so the GPU's stricter rules hold
+    choice = DeviceChoice()
+    choice.found = accelerator.detect_accelerator(
+        system="Linux",
+        nvml=lambda: WITHOUT_GPU.nvml,
+        torch=lambda: TorchBuild("2.13.0+rocm6.4", None, hip="6.4.43482-0f2d60242"),
+    )
+    assert choice.uses_gpu("auto")
+    auto = choice.view(None)
+    assert auto is not None
+    assert (auto.kind, auto.name, auto.torch) == ("cuda", "AMD GPU (ROCm)", "2.13.0+rocm6.4")
+    assert auto.reason == (
+        "torch 2.13.0+rocm6.4 is a ROCm build: it trains on an AMD GPU if it finds one, else on "
+        "the CPU; Barnraise has not been tested on ROCm"
+    )
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1", "mps"])

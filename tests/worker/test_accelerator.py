@@ -1,23 +1,43 @@
 """Finding the training device without torch: NVML absent, a fake NVML with a GPU, NVML failing,
-Apple silicon, and the trainer's own choice with torch (on this GPU-less machine)."""
+Apple silicon, a ROCm build of torch, and the trainer's own choice with torch (on this GPU-less
+machine, ROCm's answers from a stand-in)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
 from core.worker import device as device_module
-from core.worker.accelerator import TorchBuild, detect_accelerator, installed_torch
+from core.worker.accelerator import (
+    GPU_HINT,
+    Accelerator,
+    TorchBuild,
+    detect_accelerator,
+    installed_torch,
+)
 from core.worker.device import training_device
 from core.worker.errors import TrainingError
-from core.worker.nvml import NvmlReport, read_nvml
+from core.worker.nvml import NvidiaGpu, NvmlReport, read_nvml
 
 CUDA_TORCH = TorchBuild("2.13.0+cu130", "13.0")
 CPU_TORCH = TorchBuild("2.13.0+cpu", None)
+HIP = "6.4.43482-0f2d60242"
+ROCM_TORCH = TorchBuild("2.13.0+rocm6.4", None, hip=HIP)
+
+NO_DRIVER = NvmlReport(problem="no NVIDIA driver found (NVML: NVML Shared Library Not Found)")
+NO_GPU = NvmlReport(
+    driver="580.95.05", cuda=(13, 0), problem="the NVIDIA driver is installed but sees no GPU"
+)
+RTX = NvmlReport((NvidiaGpu(0, "NVIDIA GeForce RTX 4070", memory_mb=12 * 1024),), "580.95.05")
+ON_ROCM = (
+    "torch 2.13.0+rocm6.4 is a ROCm build: it trains on an AMD GPU if it finds one, else on the "
+    "CPU; Barnraise has not been tested on ROCm"
+)
 
 
 class FakeNvmlError(Exception):
@@ -114,24 +134,115 @@ def test_a_fake_nvml_with_a_gpu_is_read_whole(monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.parametrize(
-    ("value", "text", "words"),
+    ("value", "text", "words", "hinted"),
     [
-        (12, "NVML Shared Library Not Found", "no NVIDIA driver found (NVML: NVML Shared Library"),
-        (9, "Driver Not Loaded", "the NVIDIA driver is installed but not running"),
-        (4, "Insufficient Permissions", "not allowed to ask the NVIDIA driver"),
-        (18, "RM has detected an NVML/RM version mismatch.", "restart the computer"),
-        (999, "Unknown Error", "the NVIDIA driver did not answer (NVML: Unknown Error)"),
+        (
+            12,
+            "NVML Shared Library Not Found",
+            "no NVIDIA driver found (NVML: NVML Shared Library",
+            True,
+        ),
+        (9, "Driver Not Loaded", "the NVIDIA driver is installed but not running", False),
+        (4, "Insufficient Permissions", "not allowed to ask the NVIDIA driver", False),
+        (18, "RM has detected an NVML/RM version mismatch.", "restart the computer", False),
+        (999, "Unknown Error", "the NVIDIA driver did not answer (NVML: Unknown Error)", False),
     ],
 )
 def test_every_nvml_failure_is_a_reason_never_a_crash(
-    monkeypatch: pytest.MonkeyPatch, value: int, text: str, words: str
+    monkeypatch: pytest.MonkeyPatch, value: int, text: str, words: str, hinted: bool
 ) -> None:
     fake = fake_pynvml(fail=FakeNvmlError(value, text))
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     found = detect_accelerator(system="Windows", machine="AMD64", torch=lambda: CUDA_TORCH)
     assert found.kind == "cpu"
     assert words in found.reason
+    # no driver at all: what would make a GPU usable; a driver in trouble: only its own fix
+    assert found.reason.endswith(GPU_HINT) == hinted
     assert fake.calls == ["init"]  # type: ignore[attr-defined] # nothing to shut down
+
+
+@pytest.mark.parametrize(
+    ("system", "report", "build", "kind", "reason"),
+    [
+        # a ROCm build reaches AMD GPUs through torch.cuda: "auto" takes one if torch finds it
+        ("Linux", NO_DRIVER, ROCM_TORCH, "cuda", ON_ROCM),
+        ("Linux", NO_GPU, ROCM_TORCH, "cuda", ON_ROCM),
+        (
+            "Linux",
+            RTX,
+            ROCM_TORCH,
+            "cuda",
+            (
+                f"{ON_ROCM}; it cannot use NVIDIA GeForce RTX 4070 (12 GB): run the set-up again "
+                "to install torch for CUDA"
+            ),
+        ),
+        # no NVIDIA GPU and no ROCm: the CPU, and what would make a GPU usable
+        ("Linux", NO_DRIVER, CPU_TORCH, "cpu", f"{NO_DRIVER.problem}; {GPU_HINT}"),
+        ("Linux", NO_GPU, CPU_TORCH, "cpu", f"{NO_GPU.problem}; {GPU_HINT}"),
+        ("Windows", NO_DRIVER, CPU_TORCH, "cpu", f"{NO_DRIVER.problem}; {GPU_HINT}"),
+        ("Linux", NO_DRIVER, None, "cpu", f"{NO_DRIVER.problem}; {GPU_HINT}"),
+        ("Linux", NvmlReport(), CPU_TORCH, "cpu", f"the NVIDIA driver sees no GPU; {GPU_HINT}"),
+    ],
+)
+def test_without_an_nvidia_gpu_the_reason_says_what_would_use_a_gpu(
+    system: str, report: NvmlReport, build: TorchBuild | None, kind: str, reason: str
+) -> None:
+    found = detect_accelerator(
+        system=system, machine="x86_64", nvml=lambda: report, torch=lambda: build
+    )
+    assert found.kind == kind
+    assert found.name == "AMD GPU (ROCm)" if kind == "cuda" else found.name.startswith("CPU")
+    assert found.reason == reason
+
+
+def test_a_rocm_build_is_named_in_the_bug_report() -> None:
+    found = detect_accelerator(system="Linux", nvml=lambda: NO_DRIVER, torch=lambda: ROCM_TORCH)
+    assert found.details()[:2] == [
+        f"cuda: AMD GPU (ROCm) — {ON_ROCM}",
+        f"torch 2.13.0+rocm6.4, ROCm (HIP {HIP})",
+    ]
+
+
+VERSION_PY = {
+    # annotated, as in this torch's version.py, or a plain assignment: both are read
+    "rocm, annotated": (
+        (
+            "__version__ = '2.13.0+rocm6.4'\ndebug = False\ncuda: Optional[str] = None\n"
+            f"git_version = 'cf30153'\nhip: Optional[str] = '{HIP}'\nrocm: Optional[str] = '6.4.1'\n"
+        ),
+        TorchBuild("2.13.0+rocm6.4", None, hip=HIP),
+    ),
+    "rocm, plain": (
+        "__version__ = '2.5.1+rocm6.2'\ndebug = False\ncuda = None\nhip = '6.2.41133-dd7f95766'\n",
+        TorchBuild("2.5.1+rocm6.2", None, hip="6.2.41133-dd7f95766"),
+    ),
+    "cuda": (
+        "__version__ = '2.13.0+cu130'\ncuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n",
+        CUDA_TORCH,
+    ),
+    "cpu": (
+        "__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\nhip: Optional[str] = None\n",
+        CPU_TORCH,
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", VERSION_PY)
+def test_the_build_is_read_from_version_py(
+    layout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, build = VERSION_PY[layout]
+    package = tmp_path / "torch"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('only read, never imported')\n")
+    (package / "version.py").write_text(
+        "from typing import Optional\n\n__all__ = ['__version__', 'cuda', 'hip']\n" + text
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # find_spec answers from sys.modules when torch is loaded: look as a fresh process would
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert installed_torch() == build
 
 
 def test_a_driver_failing_after_a_good_start_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,6 +330,80 @@ def test_auto_trains_on_the_cpu_here_with_the_detections_reason(
         training_device("mps")
     with pytest.raises(TrainingError, match="unknown device 'gpu'"):
         training_device("gpu")
+
+
+def on_rocm(monkeypatch: pytest.MonkeyPatch, *, gpu: bool, report: NvmlReport = NO_DRIVER) -> None:
+    """torch as a ROCm build presents itself, with an AMD GPU or without; NVML answers ``report``."""
+    version = device_module.torch.version
+    monkeypatch.setattr(version, "hip", HIP)
+    monkeypatch.setattr(version, "cuda", None)
+    monkeypatch.setattr(device_module.torch, "__version__", "2.13.0+rocm6.4")
+    cuda = device_module.torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(cuda, "get_device_name", lambda index=None: "AMD Radeon RX 7900 XTX")
+    monkeypatch.setattr(device_module.torch.backends.mps, "is_available", lambda: False)
+
+    def detect() -> Accelerator:
+        return detect_accelerator(system="Linux", nvml=lambda: report, torch=lambda: ROCM_TORCH)
+
+    monkeypatch.setattr(device_module, "detect_accelerator", detect)
+
+
+NO_AMD = "torch 2.13.0+rocm6.4 is a ROCm build and finds no usable AMD GPU"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "report", "requested", "kind", "reason"),
+    [
+        (
+            True,
+            NO_DRIVER,
+            "auto",
+            "cuda",
+            (
+                "torch 2.13.0+rocm6.4 can use AMD Radeon RX 7900 XTX through ROCm; Barnraise has "
+                "not been tested on ROCm"
+            ),
+        ),
+        (False, NO_DRIVER, "auto", "cpu", NO_AMD),
+        (
+            False,
+            RTX,
+            "auto",
+            "cpu",
+            (
+                f"{NO_AMD}; it cannot use NVIDIA GeForce RTX 4070 (12 GB): run the set-up again "
+                "to install torch for CUDA"
+            ),
+        ),
+        (True, NO_DRIVER, "cuda", "cuda", "the project asks for cuda (AMD Radeon RX 7900 XTX)"),
+    ],
+)
+def test_on_a_rocm_build_the_reasons_say_rocm(
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    gpu: bool,
+    report: NvmlReport,
+    requested: str,
+    kind: str,
+    reason: str,
+) -> None:
+    on_rocm(monkeypatch, gpu=gpu, report=report)
+    device, why = training_device(requested)
+    assert (device.type, why) == (kind, reason)
+
+
+def test_a_rocm_build_without_a_gpu_refuses_cuda_in_rocm_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_rocm(monkeypatch, gpu=False)
+    with pytest.raises(TrainingError) as refused:
+        training_device("cuda")
+    assert str(refused.value) == (
+        "this project trains on cuda, but torch cannot use a GPU through ROCm here (torch "
+        "2.13.0+rocm6.4 is a ROCm build and finds no usable AMD GPU); set its device to auto to "
+        "train on what this computer has"
+    )
 
 
 def test_auto_prefers_cuda_then_mps(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -78,7 +78,7 @@ def test_autocast_context_casts_matmuls_to_the_chosen_dtype() -> None:
         assert (a @ a).dtype == torch.float32
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_on_a_real_gpu() -> None:
     chosen = choose_precision(CUDA)
     native = torch.cuda.is_bf16_supported(including_emulation=False)
