@@ -156,9 +156,16 @@ def choose_python(asked: str | None) -> str:
 
 
 PROBE = """
-import json, platform, sys, torch
+import importlib, json, platform, sys, torch
 cuda = torch.cuda.is_available()
+missing = []
+for name in ("core.training.peer.project_peer", "core.moe.runtime", "core.engine", "pytest_asyncio"):
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        missing.append(f"{name}: {exc}")
 print(json.dumps({
+    "missing": missing,
     "python": platform.python_version(),
     "torch": torch.__version__,
     "cuda": torch.version.cuda,
@@ -173,11 +180,19 @@ print(json.dumps({
 
 def probe(python: str) -> dict[str, Any]:
     done = subprocess.run(
-        [python, "-c", PROBE], capture_output=True, text=True, check=False, timeout=300
+        [python, "-c", PROBE], capture_output=True, text=True, check=False, timeout=300, cwd=ROOT
     )
     if done.returncode != 0:
         raise SystemExit(f"gpu-check: {python} cannot import torch:\n{done.stderr[-2000:]}")
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    missing = found.pop("missing")
+    if missing:
+        raise SystemExit(
+            f"gpu-check: {python} lacks what the checks import:\n  "
+            + "\n  ".join(missing)
+            + "\nwhere no package index can be reached, carry the wheels that "
+            "packaging/gpu_wheels.py fetches (its docstring says how)"
+        )
     return found
 
 
