@@ -249,9 +249,7 @@ class AuxiliaryPeer:
         await self._publish()
         if self.state.epoch == epoch and result is not None and _whole(result):
             # every value averaged: what each trainer applies now; step exactly as they do
-            await self.bridge.run(self.local.apply, grads)
-            self.state.epoch = epoch + 1
-            await self.bridge.run(self.state.set_learning_rate)
+            await self.bridge.run(self._follow_step, grads, epoch + 1)
             self.steps_followed += 1
             await self._replica_changed()
         every = self.config.average_state_every
@@ -262,11 +260,23 @@ class AuxiliaryPeer:
             result = await self._join(key, state, expected, NONE)
             if result is not None and result.complete and len(result.members) == expected:
                 self.state_rounds_joined += 1
-                await self.bridge.run(self.local.write_state, state)
-                if self.state.epoch != self.epoch:
-                    self.state.epoch = self.epoch
-                    await self.bridge.run(self.state.set_learning_rate)
+                await self.bridge.run(self._take_state, state, self.epoch)
                 await self._replica_changed()
+
+    # The replica's weights and its epoch change in one job on the training thread: a checkpoint
+    # saved there (``_checkpoint``) runs between jobs, so it never pairs one epoch's number with
+    # the next epoch's weights.
+
+    def _follow_step(self, grads: list[torch.Tensor], epoch: int) -> None:
+        self.local.apply(grads)
+        self.state.epoch = epoch
+        self.state.set_learning_rate()
+
+    def _take_state(self, state: list[torch.Tensor], epoch: int) -> None:
+        self.local.write_state(state)
+        if self.state.epoch != epoch:
+            self.state.epoch = epoch
+            self.state.set_learning_rate()
 
     async def _keep_replica_current(self, newest: int | None) -> None:
         """Download the trainers' state when the replica fell behind them (a missed round)."""

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 
 from core.training.auxiliary import AuxiliaryConfig
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig
+from core.training.metrics import EpochMetrics
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
@@ -142,3 +146,49 @@ async def test_auxiliary_peer_reduces_the_state_rounds_of_client_trainers(
     for peer in peers:
         assert peer.optimizer.states_averaged, "two clients alone cannot average their state"
     assert sum(r.group_size == 3 for r in peers[0].optimizer.reports) >= 3
+
+
+async def test_a_checkpoint_saved_behind_a_step_names_the_epoch_its_weights_belong_to(
+    make_peer: MakePeer, make_host: MakeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a checkpoint job queued on the training thread while the replica steps runs right after the
+    # step: it must see the new epoch with the new weights, never the old number on them
+    first_model = fresh_model()
+    first = await make_peer(
+        first_model, make_optimizer(first_model), CollaborativeConfig(target_batch_size=256)
+    )
+    model = fresh_model()
+    store = CheckpointStore(tmp_path / "checkpoints", keep=2)
+    aux = await start_aux(
+        first, make_host, model=model, optimizer=make_optimizer(model),
+        config=AuxiliaryConfig(target_batch_size=256, checkpoint_every=1), checkpoints=store,
+    )  # fmt: skip
+    peer = aux.peer
+    stepping, release = threading.Event(), threading.Event()
+    apply = peer.local.apply
+
+    def slow_apply(grads: list[torch.Tensor]) -> None:
+        stepping.set()
+        release.wait(10)
+        apply(grads)
+
+    monkeypatch.setattr(peer.local, "apply", slow_apply)
+    try:
+        grads = [torch.full_like(p, 0.1) for p in model.parameters()]
+        step = asyncio.create_task(peer.bridge.run(peer._follow_step, grads, 1))
+        assert await asyncio.to_thread(stepping.wait, 10)
+        metrics = EpochMetrics(0, 1.0, 256, 100.0, 2, time.time())
+        saving = asyncio.create_task(peer._checkpoint(metrics))  # queued behind the step
+        await asyncio.sleep(0.05)
+        release.set()
+        await step
+        await saving
+        saved = CheckpointStore.load(store.path_for(1))
+        assert saved.epoch == 1
+        assert saved.metadata["epoch"] == 1
+        steps = {int(s["step"]) for s in saved.optimizer["state"].values()}
+        assert steps == {1}  # the weights of exactly one step
+        assert not store.path_for(0).exists()
+    finally:
+        release.set()
+        await close_aux(aux)
