@@ -40,6 +40,8 @@ CARRY = (
     # the async tests
     "pytest-asyncio",
 )  # fmt: skip
+BEFORE_312 = ("backports.tarfile", "importlib_metadata", "lazy-importer")
+"""What keyring and jaraco.context need on Pythons older than 3.12 only."""
 PLATFORMS = (
     "manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
     "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64",
@@ -60,12 +62,14 @@ def pinned() -> dict[str, str]:
     return pins
 
 
-def requirements() -> list[str]:
+def requirements(python_version: str) -> list[str]:
     pins = pinned()
-    missing = [name for name in CARRY if _key(name) not in pins]
+    minor = int(python_version.split(".")[1])
+    names = CARRY + (BEFORE_312 if minor < 12 else ())
+    missing = [name for name in names if _key(name) not in pins]
     if missing:
         raise SystemExit(f"gpu_wheels: {', '.join(missing)} not pinned in {CONSTRAINTS}")
-    return [f"{name}=={pins[_key(name)]}" for name in CARRY]
+    return [f"{name}=={pins[_key(name)]}" for name in names]
 
 
 def main(argv: list[str]) -> int:
@@ -82,7 +86,7 @@ def main(argv: list[str]) -> int:
     command += ["--python-version", args.python_version, "--implementation", "cp"]
     for platform in PLATFORMS:
         command += ["--platform", platform]
-    command += ["-d", str(args.dest), *requirements()]
+    command += ["-d", str(args.dest), *requirements(args.python_version)]
     done = subprocess.run(command, check=False)
     if done.returncode != 0:
         return done.returncode
