@@ -27,7 +27,10 @@ PACKAGES = sorted(
     if "__pycache__" not in init.parts
 )
 DOCS = ROOT / "docs"
-PAGES = sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)
+LEFT_OUT = {"hooks", "benchmarks"}
+"""Folders mkdocs.yml's ``exclude_docs`` leaves out of the site: the build's hooks, and the GPU
+check's records (its Markdown summaries are results, not pages)."""
+PAGES = sorted(p for p in DOCS.rglob("*.md") if not LEFT_OUT & set(p.relative_to(DOCS).parts[:-1]))
 DOC_FILES = [ROOT / "README.md", *PAGES]
 README_MAX_LINES = 250
 REPO_PATH = r"(?:core|app|tests|benchmarks|packaging|resources|docs)/"
