@@ -7,8 +7,10 @@ line a worker prints is its address. Results go to stdout and, with ``--json``, 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -141,3 +143,33 @@ def emit(result: dict[str, Any], path: Path | None) -> None:
     print(text)
     if path is not None:
         path.write_text(text + "\n")
+
+
+# ---- what the GPU benchmarks share -----------------------------------------------------------------
+
+MASK_TOKEN = 4
+
+
+def training_device(parser: argparse.ArgumentParser, asked: str) -> str:
+    """``--device`` checked: cpu, mps, cuda or cuda:N; empty means cuda if torch sees one."""
+    if not asked:
+        import torch
+
+        asked = "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", asked):
+        parser.error(f"--device must be cpu, mps, cuda or cuda:N, not {asked!r}")
+    return asked
+
+
+def mlm_batches(vocab: int, seq: int, size: int, seed: int) -> Any:
+    """Masked-LM batches of random tokens (15 % masked), made on the host as a data loader would,
+    the same for every run given the seed."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        ids = torch.randint(MASK_TOKEN + 1, vocab, (size, seq), generator=generator)
+        masked = torch.rand(ids.shape, generator=generator) < 0.15
+        labels = torch.where(masked, ids, torch.full_like(ids, -100))
+        inputs = torch.where(masked, torch.full_like(ids, MASK_TOKEN), ids)
+        yield {"input_ids": inputs, "attention_mask": torch.ones_like(ids), "labels": labels}

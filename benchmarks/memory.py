@@ -30,18 +30,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import emit
+from harness import emit, mlm_batches, training_device
 
 from core.project import Manifest, ManifestError, load_manifest
 
@@ -58,20 +56,6 @@ GOAL_HOST_8BIT = 2.1
 GOAL_THROUGHPUT = 0.8
 GOAL_DEVICE_GIB = 8.0
 """The bar for the large model: it trains on an 8 GB GPU with 8-bit offloaded states."""
-MASK_TOKEN = 4
-
-
-def batches(vocab: int, seq: int, size: int, seed: int) -> Iterator[dict[str, torch.Tensor]]:
-    """Masked-LM batches of random tokens (15 % masked), the same for every configuration."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        ids = torch.randint(MASK_TOKEN + 1, vocab, (size, seq), generator=generator)
-        masked = torch.rand(ids.shape, generator=generator) < 0.15
-        labels = torch.where(masked, ids, torch.full_like(ids, -100))
-        inputs = torch.where(masked, torch.full_like(ids, MASK_TOKEN), ids)
-        yield {"input_ids": inputs, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
 def bytes_by_place(tensors: list[torch.Tensor], device: torch.device) -> dict[str, int]:
@@ -136,7 +120,7 @@ def run_one(args: argparse.Namespace, states: str, offload: bool) -> dict[str, A
     local = LocalWork(state, manifest.training.clip_norm or None)
     local.zeros()
     size, seq = manifest.training.microbatch_size, manifest.data.seq_len
-    data = batches(manifest.model.vocab_size, seq, size, seed=0)
+    data = mlm_batches(manifest.model.vocab_size, seq, size, seed=0)
     trainer = Trainer(model, None, None, data, mlm_loss, precision=precision)  # type: ignore[arg-type]
     losses: list[float] = []
     started, samples = time.perf_counter(), 0
@@ -286,12 +270,7 @@ def main() -> None:
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # STATES:OFFLOAD, in a child
     args = parser.parse_args()
-    if not args.device:
-        import torch
-
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", args.device):
-        parser.error(f"--device must be cpu, mps, cuda or cuda:N, not {args.device!r}")
+    args.device = training_device(parser, args.device)
     if args.steps < 1:
         parser.error("--steps must be 1 or more")
     if args.worker:

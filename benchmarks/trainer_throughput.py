@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import subprocess
 import sys
 import time
@@ -40,14 +39,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import emit
+from harness import emit, mlm_batches, training_device
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("demo", "albert-large", "albert-xxlarge")
 PATHS = ("plain", "barnraise")
 GOAL_RATIO = 0.9
 GOAL_MODEL = "albert-large"
-MASK_TOKEN = 4
 
 
 def manifest_for(args: argparse.Namespace, model: str) -> Any:
@@ -59,19 +57,6 @@ def manifest_for(args: argparse.Namespace, model: str) -> Any:
     if args.microbatch:
         manifest = manifest.with_training(microbatch_size=args.microbatch)
     return manifest
-
-
-def batches(vocab: int, seq: int, size: int, seed: int) -> Any:
-    """Masked-LM batches of random tokens (15 % masked), made on the host as a data loader would."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        ids = torch.randint(MASK_TOKEN + 1, vocab, (size, seq), generator=generator)
-        masked = torch.rand(ids.shape, generator=generator) < 0.15
-        labels = torch.where(masked, ids, torch.full_like(ids, -100))
-        inputs = torch.where(masked, torch.full_like(ids, MASK_TOKEN), ids)
-        yield {"input_ids": inputs, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
 def run_plain(args: argparse.Namespace, manifest: Any, precision: Any, reference: bool) -> float:
@@ -89,7 +74,7 @@ def run_plain(args: argparse.Namespace, manifest: Any, precision: Any, reference
         else build_optimizer(model, manifest)
     )
     scaler = precision.scaler()
-    data = batches(manifest.model.vocab_size, manifest.data.seq_len, t.microbatch_size, seed=1)
+    data = mlm_batches(manifest.model.vocab_size, manifest.data.seq_len, t.microbatch_size, seed=1)
     clip = t.clip_norm or None
     started = 0.0
     for step in range(args.warmup + args.steps):
@@ -153,7 +138,9 @@ async def run_barnraise(args: argparse.Namespace, manifest: Any, precision: Any)
         local = LocalWork(state, manifest.training.clip_norm or None)
         await bridge.run(local.zeros)
         t = manifest.training
-        data = batches(manifest.model.vocab_size, manifest.data.seq_len, t.microbatch_size, seed=1)
+        data = mlm_batches(
+            manifest.model.vocab_size, manifest.data.seq_len, t.microbatch_size, seed=1
+        )
         solo = SoloCollaboration(local, bridge, args.accumulate)
         trainer = Trainer(model, solo, bridge, data, mlm_loss, precision=precision)  # type: ignore[arg-type]
         await trainer.run(until_epoch=args.warmup)
@@ -282,12 +269,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # MODEL:PATH, in a child
     args = parser.parse_args()
-    if not args.device:
-        import torch
-
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", args.device):
-        parser.error(f"--device must be cpu, mps, cuda or cuda:N, not {args.device!r}")
+    args.device = training_device(parser, args.device)
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in MODELS]
     if unknown:
