@@ -326,11 +326,10 @@ def _under(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def core_origin(python: Path, tree: Path) -> Path:
-    """Where ``core`` comes from in a plain interpreter given the tree's environment, from a neutral
-    directory (so that the current directory cannot be what finds it)."""
-    done = subprocess.run(
-        [str(python), "-c", "import core, core.cli.main; print(core.__file__)"],
+def run_beside(tree: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` with the tree's environment, from the folder that holds the tree (not inside it)."""
+    return subprocess.run(
+        argv,
         cwd=tree.parent,
         env=environment(tree),
         capture_output=True,
@@ -338,6 +337,12 @@ def core_origin(python: Path, tree: Path) -> Path:
         check=True,
         timeout=120,
     )
+
+
+def core_origin(python: Path, tree: Path) -> Path:
+    """Where ``core`` comes from in a plain interpreter given the tree's environment, from a neutral
+    directory (so that the current directory cannot be what finds it)."""
+    done = run_beside(tree, [str(python), "-c", "import core, core.cli.main; print(core.__file__)"])
     return Path(done.stdout.strip().splitlines()[-1])
 
 
@@ -348,15 +353,7 @@ def console_script_files(python: Path, tree: Path) -> list[Path] | None:
     script = python.parent / ("barnraise.exe" if os.name == "nt" else "barnraise")
     if not script.exists() or os.name == "nt":
         return None
-    done = subprocess.run(
-        [str(python), "-v", str(script), "dht", "--help"],
-        cwd=tree.parent,
-        env=environment(tree),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
+    done = run_beside(tree, [str(python), "-v", str(script), "dht", "--help"])
     loaded = re.findall(r"^# code object from '?(.+?)'?$", done.stderr, flags=re.MULTILINE)
     return [Path(p) for p in loaded if "core" in Path(p).parts]
 
