@@ -42,7 +42,7 @@ from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode, encoded_size
 from core.net.errors import InvalidRequestError, NetError, PermissionDeniedError
 from core.net.wire.stream import Stream
-from core.util.errors import WireFormatError
+from core.util.errors import ConfigError, WireFormatError
 from core.util.tasks import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -88,7 +88,11 @@ class AllReduce:
         weight: float,
         config: AveragerConfig,
         plans: PlanCache | None = None,
+        feedback: TensorSet | None = None,
     ) -> None:
+        """``feedback``: shaped like ``tensors``; receives, for every chunk we send (our own part
+        included), what the codec left out of it (error feedback: the caller adds it to what it
+        averages next time), and zero where nothing was sent."""
         self.host = host
         self.group = group
         self.index = index
@@ -105,13 +109,24 @@ class AllReduce:
         self.plan = (plans or PlanCache()).plan(capacities, wire_bytes)
         self.parts = split(tensors.total, self.plan.shares)
         self.chunk = chunk_elements(config, capacities, sum(1 for p in self.parts if p > 0))
-        self.spans = layout(tensors.sizes, self.parts, self.chunk, self.codec)
+        if self.codec.sparse and config.verification.enabled:
+            raise ConfigError(
+                f"codec {self.codec.name}: reducers cannot be verified (the mean goes back in "
+                "another codec); turn verification off or use another codec"
+            )
+        self.spans = layout(tensors.sizes, self.parts, self.chunk, self.codec, len(members))
         self.schema = schema_hash(tensors.sizes, self.codec, self.chunk)
         if config.verification.enabled:
             # verifiers recompute with their own settings: members that differ in them must not
             # meet, or honest reducers would be accused
             settings = repr(config.aggregation).encode()
             self.schema = hashlib.sha256(self.schema + settings).digest()[: len(self.schema)]
+        self.feedback = feedback
+        if feedback is not None:
+            if feedback.sizes != tensors.sizes:
+                raise ValueError("feedback tensors must have the shapes of the averaged ones")
+            for view in feedback.views:
+                view[:] = 0.0
         self.receivers = [i for i, m in enumerate(members) if not m.auxiliary]
         self.reducer: PartReducer | None = None
         if self.parts[index] > 0:
@@ -200,7 +215,12 @@ class AllReduce:
             for i, span in enumerate(spans):
                 if verification is not None:
                     verification.own_input(i, self.tensors.view(span), self.weight)
-                reducer.contribute(self.index, i, self.tensors.view(span), self.weight)
+                values = self.tensors.view(span)
+                if span.codec.sparse:
+                    # our own contribution as sparse as everyone's: the mean then fits the codec
+                    # it goes back in, and what is left out waits for the next round like theirs
+                    values = self._sent(span, encode(span.codec, values))
+                reducer.contribute(self.index, i, values, self.weight)
         if self.me.auxiliary and verification is None:
             return
         for i, span in enumerate(spans):
@@ -288,10 +308,20 @@ class AllReduce:
         verification = self.verification
         for i, span in enumerate(spans):
             data = encode(span.codec, self.tensors.view(span))
+            if self.feedback is not None and span.codec is not NONE:
+                self._sent(span, data)
             if verification is not None:
                 # signed before the reducer has it: what it aggregates is what we vouch for
                 await stream.send(verification.commit(part, i, data).to_wire())
             await stream.send_data(data)
+            self.result.bytes_sent += len(data)
+
+    def _sent(self, span: Span, data: bytes | memoryview) -> F32:
+        """What the reducer gets of this chunk (decoded); the rest goes to ``feedback``."""
+        sent = decode(span.codec, data, span.count)
+        if self.feedback is not None:
+            np.subtract(self.tensors.view(span), sent, out=self.feedback.view(span))
+        return sent
 
     async def _receive_chunk(self, stream: Stream, index: int, span: Span) -> tuple[float, bool]:
         """An averaged chunk: data, then ``[index, weight, whether our data is in it]``; no data and
@@ -302,12 +332,13 @@ class AllReduce:
         with the next frame, and a fresh buffer per chunk costs page faults).
         """
         view = self.tensors.view(span)
-        raw = span.codec is NONE
-        buffer = bytearray(0 if raw else encoded_size(span.codec, span.count))
+        codec = span.returned
+        raw = codec is NONE
+        buffer = bytearray(0 if raw else encoded_size(codec, span.count))
         if raw:
             got_data = await stream.next_is_data()
             if got_data:
-                data = await _receive_exactly(stream, encoded_size(span.codec, span.count))
+                data = await _receive_exactly(stream, encoded_size(codec, span.count))
                 view[:] = np.frombuffer(data, dtype=np.float32)
                 landed = _taken_back(self._lent.get(stream, deque()), data)
                 if landed is not None:
@@ -329,7 +360,7 @@ class AllReduce:
         if got_data != (weight > 0):
             raise InvalidRequestError("a chunk's data and its weight disagree")
         if got_data and not raw:
-            decode(span.codec, buffer, span.count, out=view)
+            decode(codec, buffer, span.count, out=view)
         return weight, trailer[2]
 
     def _apply(self, span: Span, weight: float, values: np.ndarray | None) -> None:
@@ -424,6 +455,7 @@ class AllReduce:
                     self.verification.own_result(i, outcome.values, outcome.inputs)
                 if outcome.weight > 0:
                     await stream.send_data(outcome.data)
+                    self.result.bytes_sent += len(outcome.data)
                 await stream.send([i, outcome.weight, sender in outcome.included])
                 reducer.taken(i)
         seal = None if self.verification is None else await self.verification.own_seal()
@@ -466,7 +498,7 @@ def _lender(
     """Lends arrays from ``take`` (recycled ones) for uncompressed chunks, each frame of a whole
     chunk's length (the usual frame: a chunk is at most one stream chunk): a fresh 1 MiB buffer
     per chunk cost more in page faults than adding the chunk up."""
-    whole = {encoded_size(s.codec, s.count) for s in spans if s.codec is NONE}
+    whole = {encoded_size(s.codec, s.count) for s in spans if s.returned is NONE}
 
     def lend(length: int) -> memoryview | None:
         if length not in whole:

@@ -65,12 +65,19 @@ class PendingRound:
         return len(self.group.members)
 
     async def run(
-        self, tensors: Sequence[Any], weight: float = 1.0, *, codec: Codec | None = None
+        self,
+        tensors: Sequence[Any],
+        weight: float = 1.0,
+        *,
+        codec: Codec | None = None,
+        feedback: Sequence[Any] | None = None,
     ) -> AveragingResult:
         """Average ``tensors`` in place with the group (once).
 
         ``codec`` overrides the configured one for this round (every member must pass the same,
-        e.g. ``core.codecs.NONE`` for parameters that must not lose precision).
+        e.g. ``core.codecs.NONE`` for parameters that must not lose precision). ``feedback``
+        (CPU float32 arrays shaped like ``tensors``) receives what the codec left out of what we
+        sent, for error feedback (``AllReduce``).
         """
         if self._used:
             raise BarnraiseError("this round has already been run")
@@ -84,6 +91,7 @@ class PendingRound:
             weight=weight,
             config=averager.config if codec is None else replace(averager.config, codec=codec),
             plans=averager.plans,
+            feedback=None if feedback is None else TensorSet(feedback),
         )
         if averager.round_hook is not None:
             averager.round_hook(runner)
@@ -227,10 +235,11 @@ class Averager:
         timeout: float | None = None,
         target_size: int | None = None,
         codec: Codec | None = None,
+        feedback: Sequence[Any] | None = None,
     ) -> AveragingResult:
-        """Find a group and average ``tensors`` with it, in place."""
+        """Find a group and average ``tensors`` with it, in place (``PendingRound.run``)."""
         pending = await self.prepare(round_key, timeout=timeout, target_size=target_size)
-        return await pending.run(tensors, weight, codec=codec)
+        return await pending.run(tensors, weight, codec=codec, feedback=feedback)
 
     async def _on_reduce(
         self, ctx: CallContext, request: ReduceRequest, stream: Stream

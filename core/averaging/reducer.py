@@ -285,7 +285,7 @@ class PartReducer:
         if outcome.values is None or outcome.weight <= 0:
             chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
             return
-        codec = chunk.span.codec
+        codec = chunk.span.returned
         data = encode(codec, outcome.values)
         values = outcome.values if codec is NONE else decode(codec, data, chunk.span.count)
         inputs_used = outcome.included | frozenset(outcome.screened)

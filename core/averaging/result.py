@@ -50,6 +50,9 @@ class AveragingResult:
     failed_reducers: list[PeerID] = field(default_factory=list)
     """Members whose part could not be fetched from them (they died, stalled or refused)."""
     seconds: float = 0.0
+    bytes_sent: int = 0
+    """Chunk bytes this member sent: its data to the reducers, and its part's means back to
+    them (stream framing and commitments not counted)."""
     findings: list[Finding] = field(default_factory=list)
     """What this member found against others in this round (see ``Finding``); empty when all were
     honest, and never a reason by itself for ``complete`` to be False (``excluded`` is that)."""

@@ -26,10 +26,18 @@ class Span:
     start: int
     end: int
     codec: Codec
+    """How members send the chunk to its reducer."""
+    back: Codec | None = None
+    """How the reducer sends the mean back, if not in ``codec`` (a sparse codec's mean is denser
+    than each contribution: ``Codec.for_sum``)."""
 
     @property
     def count(self) -> int:
         return self.end - self.start
+
+    @property
+    def returned(self) -> Codec:
+        return self.codec if self.back is None else self.back
 
 
 class TensorSet:
@@ -92,12 +100,18 @@ def _write_back(tensor: Any, values: F32) -> None:
 
 
 def layout(
-    sizes: Sequence[int], parts: Sequence[int], chunk_elements: int, codec: Codec
+    sizes: Sequence[int],
+    parts: Sequence[int],
+    chunk_elements: int,
+    codec: Codec,
+    contributions: int = 1,
 ) -> list[list[Span]]:
     """The chunks of every part: parts are consecutive ranges of the concatenated vector (sized by
-    ``parts``), cut into chunks of at most ``chunk_elements`` that never cross a tensor boundary."""
+    ``parts``), cut into chunks of at most ``chunk_elements`` that never cross a tensor boundary.
+    ``contributions``: how many members may send a chunk (what a sparse codec's mean holds)."""
     bounds = np.cumsum([0, *sizes])
     codecs = [codec.resolve(size) for size in sizes]
+    backs = [c.for_sum(contributions) if c.sparse else None for c in codecs]
     result: list[list[Span]] = []
     start = 0
     tensor = 0
@@ -109,7 +123,7 @@ def layout(
             while bounds[tensor + 1] <= position:
                 tensor += 1
             stop = min(end, int(bounds[tensor + 1]), position + chunk_elements)
-            spans.append(Span(tensor, position, stop, codecs[tensor]))
+            spans.append(Span(tensor, position, stop, codecs[tensor], backs[tensor]))
             position = stop
         result.append(spans)
         start = end
@@ -118,5 +132,5 @@ def layout(
 
 def schema_hash(sizes: Sequence[int], codec: Codec, chunk_elements: int) -> bytes:
     """Members must agree on the tensors' sizes and on how chunks are cut and encoded."""
-    text = f"{list(sizes)}|{codec.wire_id}|{chunk_elements}".encode()
+    text = f"{list(sizes)}|{codec.wire_id}|{codec.name}|{chunk_elements}".encode()
     return hashlib.sha256(text).digest()[:16]

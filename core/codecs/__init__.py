@@ -19,8 +19,8 @@ codec there finds it in every place that should know it.
 
 - ``spec``        ``Codec`` (a codec's spec), the ``Kernel`` and ``Picker`` protocols.
 - ``table``       ``CodecTable``: immutable, by name, alias or wire id; ``with_codec``.
-- ``builtin``     the shipped codecs (``NONE``, ``FP16``, ``UINT8``, ``BLOCKWISE8``, ``AUTO``), their
-                  error bounds, and ``CODECS``.
+- ``builtin``     the shipped codecs (``NONE``, ``FP16``, ``UINT8``, ``BLOCKWISE8``, ``AUTO``,
+                  ``TOPK``), their error bounds, and ``CODECS``.
 - ``active``      the table in force: ``active_codecs``, ``using_codecs``.
 - ``by_size``     ``BySize``: ``auto``'s choice, float16 for small tensors, blockwise 8-bit for large.
 - ``chunks``      encode, decode, encoded size, error bound and warm-up for any codec (the size
@@ -29,12 +29,24 @@ codec there finds it in every place that should know it.
 - ``half``        ``fp16``'s kernel, on torch.
 - ``uniform8``    ``uint8``'s kernel: one grid from the chunk's minimum to its maximum, on numpy.
 - ``blockwise8``  ``blockwise8``'s kernel: one scale per block of 4096 values, on torch.
+- ``topk``        ``topk``'s kernel: the largest values of each block at 2-8 bits with their
+                  indices (a sparse codec: the mean of several goes back in a denser spec);
+                  ``top_k`` makes the spec for a manifest's density and bits.
 - ``arrays``      the float32 arrays and buffers kernels take, and what they share.
 - ``lazy_torch``  torch, imported on first use.
 """
 
 from core.codecs.active import active_codecs, using_codecs
-from core.codecs.builtin import AUTO, AUTO_FP16_BELOW, BLOCKWISE8, CODECS, FP16, NONE, UINT8
+from core.codecs.builtin import (
+    AUTO,
+    AUTO_FP16_BELOW,
+    BLOCKWISE8,
+    CODECS,
+    FP16,
+    NONE,
+    TOPK,
+    UINT8,
+)
 from core.codecs.spec import Codec, Kernel, Picker
 from core.codecs.table import CodecTable
 
@@ -45,6 +57,7 @@ __all__ = [
     "CODECS",
     "FP16",
     "NONE",
+    "TOPK",
     "UINT8",
     "Codec",
     "CodecTable",

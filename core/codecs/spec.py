@@ -78,6 +78,9 @@ class Codec:
     activations: bool = False
     """Fit for a mixture-of-experts' activations and gradients, which the expert call's wire
     accepts: nearly lossless (8-bit codecs are too lossy for them)."""
+    summed: Callable[[int], Codec] | None = None
+    """For a sparse codec, whose mean of several chunks is denser than each: the codec that
+    carries a mean of up to n of them back from a reducer. None: this codec carries it."""
 
     def __post_init__(self) -> None:
         if (self.make_kernel is None) == (self.picker is None):
@@ -102,6 +105,15 @@ class Codec:
     def resolve(self, numel: int) -> Codec:
         """The concrete codec for a tensor of ``numel`` values."""
         return self if self.picker is None else self.picker.pick(numel)
+
+    @property
+    def sparse(self) -> bool:
+        """Its chunks keep a few values each, so a mean of them travels in another codec."""
+        return self.summed is not None
+
+    def for_sum(self, contributions: int) -> Codec:
+        """The codec for a mean of up to ``contributions`` chunks of this one."""
+        return self if self.summed is None else self.summed(contributions)
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"

@@ -30,6 +30,14 @@ MOMENT_OPTIMIZERS = ("lamb", "adamw")
 """The optimizers that can keep 8-bit states and be offloaded (``core.optim.moments``)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 AGGREGATIONS = ("mean", "centered_clip")
+TRAINING_MODES = ("dedloc", "diloco")
+"""``dedloc``: every target batch, the whole gradient is averaged and every peer steps (DeDLOC).
+``diloco``: each peer takes inner steps alone for a round, then the peers average what moved
+(pseudo-gradients) and take one outer step (DiLoCo): far fewer, smaller exchanges."""
+SPARSE_CODEC = "topk"
+"""The codec whose ``density`` and ``bits`` the manifest sets (``core.codecs.topk``)."""
+SPARSE_BITS = (2, 4, 8)
+MAX_ROUND_SECONDS = 86400.0
 URL_SCHEMES = ("file", "http", "https")
 ACCESS_MODES = ("open", "moderated")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -222,6 +230,22 @@ class TrainingSection:
     offload_optimizer: bool = False
     """Keep the optimizer's statistics and gradient accumulators in host memory and update each
     parameter there, one at a time (``lamb`` and ``adamw`` only): frees GPU memory."""
+    mode: str = "dedloc"
+    """``dedloc`` or ``diloco`` (``TRAINING_MODES``). In ``diloco`` mode every microbatch is an
+    inner step of the optimizer above, and ``target_batch_size``, ``average_state_every`` and
+    ``delay_parameter_updates`` do not apply (the last is refused: rounds overlap by ``overlap``)."""
+    round_seconds: float = 60.0
+    """diloco: the length of a round on the shared clock, 1 to 86400 s. Pick it so that one round
+    computes the inner samples wanted on the slowest device that should count, and so that the
+    exchange (``docs/organizers/modes.md``) takes less than a round."""
+    outer_lr: float = 0.7
+    """diloco: the outer Nesterov step's learning rate, above 0 and at most 10 (DiLoCo's 0.7)."""
+    outer_momentum: float = 0.9
+    """diloco: the outer step's Nesterov momentum, in [0, 1) (DiLoCo's 0.9)."""
+    overlap: bool = True
+    """diloco: the exchange of a round runs while the next round computes, and its outer step
+    lands one round late on top of the work done meanwhile; false waits for it at each round's
+    end (every peer then starts each round from identical parameters)."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
@@ -263,13 +287,29 @@ class TrainingSection:
                     f"needs training.optimizer {' or '.join(MOMENT_OPTIMIZERS)}, "
                     f"got {self.optimizer!r}",
                 )
+        check.one_of("mode", TRAINING_MODES)
+        check.in_range("round_seconds", 1.0, MAX_ROUND_SECONDS)
+        check.in_range("outer_lr", 0.0, 10.0, low_open=True)
+        check.in_range("outer_momentum", 0.0, 1.0, high_open=True)
+        if self.mode == "diloco" and self.delay_parameter_updates:
+            check.fail(
+                "delay_parameter_updates",
+                "applies to dedloc mode only; in diloco mode the exchange overlaps the next round "
+                "with training.overlap",
+            )
 
 
 @dataclass(frozen=True)
 class AveragingSection:
     KEY: ClassVar[str] = "averaging"
     codec: str = "fp16"
-    """A name from the codec table in force (``core.codecs``: none, fp16, uint8, blockwise8, auto)."""
+    """A name from the codec table in force (``core.codecs``: none, fp16, uint8, blockwise8,
+    auto, topk). ``topk`` sends the ``density`` largest values of each block of 4096 at ``bits``
+    bits, and keeps what it did not send for the next round (error feedback)."""
+    density: float = 0.01
+    """``topk``: the share of values sent, in (0, 1]."""
+    bits: int = 2
+    """``topk``: bits per value sent, 2, 4 or 8."""
     target_group_size: int = 16
     """Peers in a group, 1 to 1024."""
     min_group_size: int = 2
@@ -279,6 +319,8 @@ class AveragingSection:
     allreduce_timeout: float = 60.0
     """Seconds, above 0 and at most 3600."""
     moshpit: bool = False
+    """Many small groups instead of one: refused (true is an error) until training uses it;
+    ``core.averaging.moshpit`` has the grid rounds."""
     aggregation: str = "centered_clip"
     """How each reducer combines its part: ``centered_clip`` (robust: a peer sending huge or wrong
     values pulls with a bounded force) or ``mean``. Both first leave out chunks with NaN or
@@ -301,6 +343,29 @@ class AveragingSection:
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.one_of("codec", active_codecs().names)
+        check.in_range("density", 0.0, 1.0, low_open=True)
+        if float(f"{self.density:g}") != self.density:
+            check.fail("density", f"at most 6 significant digits, got {self.density!r}")
+        if self.bits not in SPARSE_BITS:
+            check.fail(
+                "bits", f"must be one of {', '.join(map(str, SPARSE_BITS))}, got {self.bits}"
+            )
+        sparse = self.codec == SPARSE_CODEC
+        if not sparse and (self.density, self.bits) != (0.01, 2):
+            field = "density" if self.density != 0.01 else "bits"
+            check.fail(field, f"applies to codec {SPARSE_CODEC!r} only (codec is {self.codec!r})")
+        if sparse and self.verify_reducers:
+            check.fail(
+                "verify_reducers",
+                f"cannot check reducers of codec {SPARSE_CODEC!r} (its chunks are re-encoded "
+                "sparse on the way back); use another codec or verify_reducers = false",
+            )
+        if self.moshpit:
+            check.fail(
+                "moshpit",
+                "training does not use Moshpit groups yet: one group per round "
+                "(target_group_size) is what runs; remove the key or set it false",
+            )
         check.one_of("aggregation", AGGREGATIONS)
         check.in_range("clip_tau", 0.0, 1000.0, low_open=True)
         check.in_range("clip_iterations", 1, 100)

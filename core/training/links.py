@@ -53,6 +53,7 @@ class PeerLinks:
         timeout: float,
         expected: int,
         codec: Codec | None = None,
+        feedback: Sequence[Any] | None = None,
     ) -> AveragingResult | None:
         """Average ``tensors`` in place with whoever joins ``round_key``; None when no group formed
         (said at INFO: a round without a group is part of a small collaboration's life)."""
@@ -64,6 +65,7 @@ class PeerLinks:
                 timeout=timeout,
                 target_size=expected,
                 codec=codec,
+                feedback=feedback,
             )
         except MatchmakingError as exc:
             log.info("%s: %s", round_key, exc)

@@ -42,9 +42,11 @@ class TrainingState:
         self._base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
         self.set_learning_rate()
 
-    def set_learning_rate(self) -> None:
-        """The schedule is a function of the collaboration's epoch, so it needs no state of its own."""
-        factor = 1.0 if self._lr_lambda is None else self._lr_lambda(self.epoch)
+    def set_learning_rate(self, step: int | None = None) -> None:
+        """The schedule is a function of the collaboration's epoch, so it needs no state of its own
+        (``step``: another clock, e.g. a DiLoCo peer's inner steps)."""
+        at = self.epoch if step is None else step
+        factor = 1.0 if self._lr_lambda is None else self._lr_lambda(at)
         for group, base in zip(self.optimizer.param_groups, self._base_lrs, strict=True):
             group["lr"] = base * factor
 

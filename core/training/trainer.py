@@ -16,11 +16,10 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from core.training.collaborative import CollaborativeOptimizer
 from core.worker.bridge import TrainingBridge
 from core.worker.control import TrainingControl
 from core.worker.errors import Interrupted
@@ -31,6 +30,15 @@ log = logging.getLogger(__name__)
 
 LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
 """Computes the mean loss of one batch (the forward pass)."""
+
+
+class StepOptimizer(Protocol):
+    """What the loop drives: the collaborative optimizer (dedloc) or DiLoCo's."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    async def step(self, batch_size: int, loss: float | None = None) -> PeerEpoch | None: ...
 
 
 @dataclass
@@ -66,7 +74,7 @@ class Trainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        optimizer: CollaborativeOptimizer,
+        optimizer: StepOptimizer,
         bridge: TrainingBridge,
         batches: Iterator[Any],
         loss_fn: LossFn,

@@ -27,7 +27,9 @@ from core.averaging import Averager
 from core.net import Identity
 from core.net.reach.monitor import ReachabilityMonitor
 from core.training.collaborative import CollaborativeOptimizer
+from core.training.diloco.optimizer import DilocoOptimizer
 from core.training.links import PeerLinks
+from core.training.local import LocalWork
 from core.training.peer.recipe import averager_config, build_model, load_checkpoint, training_state
 from core.training.peer.residency import Residency
 from core.training.peer.roles import TrainerRole, run_backbone
@@ -69,8 +71,13 @@ class ProjectPeer:
         self._tasks = BackgroundTasks(f"peer/{self.prefix}")
 
     @property
-    def optimizer(self) -> CollaborativeOptimizer | None:
+    def optimizer(self) -> CollaborativeOptimizer | DilocoOptimizer | None:
         return self._role.optimizer if self._role is not None else None
+
+    def _local_work(self) -> LocalWork | None:
+        """The dedloc optimizer's accumulators, which move with a pause (diloco keeps none)."""
+        optimizer = self.optimizer
+        return optimizer.local if isinstance(optimizer, CollaborativeOptimizer) else None
 
     @property
     def trainer(self) -> Trainer | None:
@@ -86,7 +93,7 @@ class ProjectPeer:
         self.network_stack.carry(averager)
         model = await self.bridge.run(build_model, manifest)
         state = training_state(model, manifest)
-        self._residency = Residency(state, lambda: self.optimizer.local if self.optimizer else None)
+        self._residency = Residency(state, self._local_work)
         if s.start_from is not None:
             await self.bridge.run(load_checkpoint, state, s.start_from)
         links = PeerLinks.create(averager, self.bridge)

@@ -17,7 +17,8 @@ import torch
 from core.averaging import AveragerConfig
 from core.averaging.aggregation import AggregationConfig, Method
 from core.averaging.verification import VerificationConfig
-from core.codecs import active_codecs
+from core.codecs import TOPK, Codec, active_codecs
+from core.codecs.topk import top_k
 from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
 from core.models.albert import AlbertConfig, AlbertMLM
 from core.optim.adamw import AdamW
@@ -139,7 +140,7 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         min_group_size=min(a.min_group_size, a.target_group_size),
         min_matchmaking_time=min(1.0, a.matchmaking_time),
         max_matchmaking_time=a.matchmaking_time,
-        codec=active_codecs().parse(a.codec),
+        codec=project_codec(manifest),
         allreduce_timeout=a.allreduce_timeout,
         compute=0.0 if role == "aux" else 1.0,
         client_mode=role == "client",
@@ -154,6 +155,13 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         ),
         verification=VerificationConfig(enabled=a.verify_reducers),
     )
+
+
+def project_codec(manifest: Manifest) -> Codec:
+    """The codec rounds travel in: the table's, or ``topk`` at the manifest's density and bits."""
+    a = manifest.averaging
+    codec = active_codecs().parse(a.codec)
+    return top_k(a.density, a.bits) if codec is TOPK else codec
 
 
 def training_state(model: torch.nn.Module, manifest: Manifest) -> TrainingState:

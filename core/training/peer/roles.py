@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
+from core.project import Manifest
 from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.checkpoints import CheckpointStore
 from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.curve import follow_metrics, metrics_event
+from core.training.diloco.backbone import DilocoBackbone
+from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
+from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
 from core.training.peer.recipe import data_stream, fetch_tokenizer, mlm_loss
@@ -29,11 +34,12 @@ from core.training.published import published_fallback
 from core.training.rollback_replica import ReplicaRollback, RolledBack
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
+from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
 from core.worker.control import TrainingControl
 from core.worker.device import training_device
 from core.worker.events import PeerEvent, PeerWaiting
-from core.worker.precision import choose_precision
+from core.worker.precision import Precision, choose_precision
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +68,7 @@ class TrainerRole:
         self.residency = residency
         self.on_event = on_event
         self._tasks = tasks
-        self.optimizer: CollaborativeOptimizer | None = None
+        self.optimizer: CollaborativeOptimizer | DilocoOptimizer | None = None
         """Once the state is on its device and the data flows."""
         self.trainer: Trainer | None = None
         """Once the optimizer has caught up with the collaboration."""
@@ -77,6 +83,9 @@ class TrainerRole:
         await bridge.run(self.state.model.to, precision.device)
         tokenizer = await bridge.run(fetch_tokenizer, manifest, s.data_base, s.work_dir)
         batches = data_stream(manifest, tokenizer, data_base=s.data_base, seed=s.data_seed)
+        if t.mode == "diloco":
+            await self._run_diloco(stop, batches, precision)
+            return
         self.optimizer = optimizer = CollaborativeOptimizer(
             self.state,
             self.links,
@@ -124,6 +133,36 @@ class TrainerRole:
         finally:
             trainer.close()
 
+    async def _run_diloco(
+        self, stop: asyncio.Event, batches: Iterator[Any], precision: Precision
+    ) -> None:
+        s, manifest = self.settings, self.settings.manifest
+        if s.misbehaviour is not None:
+            raise ConfigError("the demo's misbehaving peers run in dedloc mode only")
+        self.optimizer = optimizer = diloco_optimizer(
+            manifest, self.state, self.links, "client" if s.role == "client" else "trainer"
+        )
+        optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
+        self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, optimizer))
+        await optimizer.start()
+        if not self.control.running:
+            await optimizer.pause()
+        aggregator = MetricsAggregator(after_epoch=optimizer.view().epoch - 2)
+        self._tasks.spawn("metrics", follow_metrics(optimizer.view, aggregator, self.on_event))
+        self.trainer = trainer = Trainer(
+            self.state.model,
+            optimizer,
+            self.links.bridge,
+            batches,
+            mlm_loss,
+            precision=precision,
+            control=self.control,
+        )
+        try:
+            await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
+        finally:
+            trainer.close()
+
     def _rolled_back(self, done: RolledBack) -> None:
         self.on_event(done.event())
 
@@ -157,6 +196,16 @@ async def run_backbone(
         if s.on_metrics is not None:
             s.on_metrics(metrics)
 
+    if manifest.training.mode == "diloco":
+        backbone = DilocoBackbone(
+            diloco_optimizer(manifest, state, links, "aux"),
+            checkpoints=store,
+            checkpoint_every=s.checkpoint_every,
+            on_metrics=report,
+            publish=s.publishing.publish if s.publishing is not None else None,
+        )
+        await backbone.run(stop)
+        return
     aux = AuxiliaryPeer(
         state,
         links,
@@ -183,7 +232,30 @@ async def run_backbone(
     await aux.run(stop)
 
 
-async def _interrupt_on(stop: asyncio.Event, optimizer: CollaborativeOptimizer) -> None:
+def diloco_optimizer(
+    manifest: Manifest, state: TrainingState, links: PeerLinks, mode: str
+) -> DilocoOptimizer:
+    """The manifest's DiLoCo rounds around ``state`` (already on its training device)."""
+    t, codec = manifest.training, links.averager.config.codec
+    diloco = DilocoState(
+        state,
+        outer_lr=t.outer_lr,
+        outer_momentum=t.outer_momentum,
+        overlap=t.overlap,
+        sparse=codec.sparse,
+        clip_norm=t.clip_norm or None,
+    )
+    config = DilocoConfig(
+        round_seconds=t.round_seconds,
+        mode=mode,
+        matchmaking_time=manifest.averaging.matchmaking_time,
+    )
+    return DilocoOptimizer(diloco, links, config)
+
+
+async def _interrupt_on(
+    stop: asyncio.Event, optimizer: CollaborativeOptimizer | DilocoOptimizer
+) -> None:
     """A stop ends a wait for the state at once, not after the backoff."""
     await stop.wait()
     optimizer.interrupt()

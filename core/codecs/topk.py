@@ -1,0 +1,274 @@
+"""``topk``: per block of ``block`` values, only the ``kept(n)`` values of largest magnitude travel,
+each as its position in the block and a few bits; every other value decodes to 0.
+
+What a sparse codec is for: sending a small fraction of a gradient (the caller keeps what was
+dropped as its residual and adds it next round). ``fan_in`` sizes the codec for a sum or a mean of
+up to ``fan_in`` such vectors, each with ``ceil(density * n)`` values a block: the union of their
+supports fits, so re-encoding the sum drops nothing.
+
+Selection: a block's values are ranked by magnitude (float32 bits without the sign, so NaN ranks
+above infinity, and infinity above every finite value); ties at the smallest kept magnitude go to
+the lowest positions. The choice is a function of the values alone, so the same input always gives
+the same bytes.
+
+The chunk, every number little-endian, for ``bits`` 2, 4 or 8:
+
+- per block, two float32: ``lo`` and ``hi``, the smallest and largest magnitude it keeps;
+- per block, its kept positions (uint16, ascending), blocks in order;
+- the codes, one per kept value in the same order, ``bits`` each, packed tightly: code ``i`` sits
+  in bits ``(i % c) * bits`` up of byte ``i // c`` (``c = 8 // bits``; the first code in the low
+  bits), the last byte padded with zero bits. A code's top bit is the sign, its other bits a level
+  ``j`` in ``[0, L)``, ``L = 2 ** (bits - 1)``, and the magnitude is ``lo + (hi - lo) * (j + 0.5) /
+  L`` (exactly ``lo`` where ``hi == lo``): a kept value is off by at most ``(hi - lo) / (2 L)``.
+
+For ``bits`` 16: the kept positions as above, then the kept values as float16 (no ``lo``/``hi``).
+The float32 section comes first so that it stays aligned; the size depends on the count and the
+kernel's fields only, never on the values.
+
+Non-finite values do not fail: they rank first, so they are kept. With ``bits`` 16, NaN decodes to
+NaN and infinities are clamped to float16's largest value (as ``fp16`` does). With fewer bits, a
+block that keeps one gets a non-finite ``lo`` or ``hi``, and its kept values decode to NaN or
+infinities: the damage shows, and stays in that block. ``error_bound`` is then infinite.
+
+numpy only: the selection is one partition per block (vectorized over blocks) and every other step
+runs over the kept values only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from core.codecs.arrays import F32, SUBNORMAL_SCALE_ERROR, Buffer
+from core.codecs.spec import Codec
+from core.util.errors import WireFormatError
+
+BLOCK = 4096
+MAX_BLOCK = 1 << 16
+"""Positions within a block travel as uint16."""
+BITS = (2, 4, 8, 16)
+FP16_MAX = 65504.0
+WIRE_IDS_FROM = 1000
+"""``top_k``'s wire ids lie above the built-in codecs'."""
+
+I64 = npt.NDArray[np.int64]
+U8 = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True)
+class TopK:
+    density: float
+    """The fraction of each block one contribution keeps, in (0, 1]."""
+    bits: int
+    """2, 4 or 8: sign and level codes scaled per block; 16: float16 values."""
+    fan_in: int = 1
+    """How many contributions (each keeping ``ceil(density * n)`` a block) the encoded vector may
+    sum: that many times as many values are kept."""
+    block: int = BLOCK
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.density <= 1.0:
+            raise ValueError(f"topk density must be in (0, 1], got {self.density!r}")
+        if self.bits not in BITS:
+            raise ValueError(f"topk bits must be one of {BITS}, got {self.bits!r}")
+        if self.fan_in < 1:
+            raise ValueError(f"topk fan_in must be at least 1, got {self.fan_in!r}")
+        if not 1 <= self.block <= MAX_BLOCK:
+            raise ValueError(f"topk block must be in [1, {MAX_BLOCK}], got {self.block!r}")
+
+    def kept(self, n: int) -> int:
+        """Values kept in a block of ``n`` values."""
+        return 0 if n == 0 else min(n, self.fan_in * math.ceil(self.density * n))
+
+    def total_kept(self, count: int) -> int:
+        full, tail = divmod(count, self.block)
+        return full * self.kept(self.block) + self.kept(tail)
+
+    def encoded_size(self, count: int) -> int:
+        kept = self.total_kept(count)
+        if self.bits == 16:
+            return kept * 4
+        blocks = -(-count // self.block)
+        return blocks * 8 + kept * 2 + -(-kept * self.bits // 8)
+
+    def encode(self, values: F32) -> memoryview:
+        flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        count = flat.size
+        out = np.zeros(self.encoded_size(count), dtype=np.uint8)
+        if count == 0:
+            return out.data
+        positions = self.select(flat)
+        kept = flat[positions]
+        kept_count = kept.size
+        head = 0 if self.bits == 16 else -(-count // self.block) * 8
+        indices = (positions % self.block).astype("<u2")
+        out[head : head + kept_count * 2] = indices.view(np.uint8)
+        if self.bits == 16:
+            halves = np.clip(kept, -FP16_MAX, FP16_MAX).astype("<f2")
+            out[kept_count * 2 :] = halves.view(np.uint8)
+            return out.data
+        per_block = self.kept_per_block(count)
+        starts = np.cumsum(per_block) - per_block
+        magnitudes = np.abs(kept)
+        lo = np.minimum.reduceat(magnitudes, starts)
+        hi = np.maximum.reduceat(magnitudes, starts)
+        out[:head] = np.stack([lo, hi], axis=1).astype("<f4").reshape(-1).view(np.uint8)
+        levels = 1 << (self.bits - 1)
+        lo64 = lo.astype(np.float64)
+        # in float64: no overflow of levels / span, and the levels land where error_bound says
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            span = hi.astype(np.float64) - lo64
+            scale = np.where(span > 0, levels / span, 0.0)
+            above_lo = magnitudes - np.repeat(lo64, per_block)
+            level = np.floor(above_lo * np.repeat(scale, per_block))
+        # fmax/fmin turn NaN (a non-finite lo or hi) into level 0 instead of an invalid cast
+        codes = np.fmin(np.fmax(level, 0.0), levels - 1).astype(np.uint8)
+        codes |= np.signbit(kept).astype(np.uint8) << np.uint8(self.bits - 1)
+        out[head + kept_count * 2 :] = self.pack(codes)
+        return out.data
+
+    def decode(self, data: Buffer, count: int, out: F32) -> None:
+        if count == 0:
+            return
+        kept_count = self.total_kept(count)
+        blocks = -(-count // self.block)
+        head = 0 if self.bits == 16 else blocks * 8
+        per_block = self.kept_per_block(count)
+        indices = np.frombuffer(data, dtype="<u2", count=kept_count, offset=head)
+        lengths = np.full(blocks, self.block, dtype=np.int64)
+        lengths[-1] = count - (blocks - 1) * self.block
+        if np.any(indices >= np.repeat(lengths, per_block)):
+            raise WireFormatError("topk chunk has a position beyond its block")
+        block_of = np.repeat(np.arange(blocks, dtype=np.int64) * self.block, per_block)
+        positions = block_of + indices
+        if np.any(np.diff(positions) <= 0):
+            raise WireFormatError("topk chunk has a block whose positions do not ascend")
+        target = out[:count]
+        target.fill(0.0)
+        if self.bits == 16:
+            halves = np.frombuffer(data, dtype="<f2", count=kept_count, offset=kept_count * 2)
+            target[positions] = halves.astype(np.float32)
+            return
+        bounds = np.frombuffer(data, dtype="<f4", count=blocks * 2).astype(np.float64)
+        lo = np.repeat(bounds[0::2], per_block)
+        hi = np.repeat(bounds[1::2], per_block)
+        codes = self.unpack(data, head + kept_count * 2, kept_count)
+        levels = 1 << (self.bits - 1)
+        fraction = ((codes & np.uint8(levels - 1)) + 0.5) / levels
+        with np.errstate(invalid="ignore", over="ignore"):
+            magnitude = np.where(hi == lo, lo, lo + (hi - lo) * fraction)
+        negative = (codes >> np.uint8(self.bits - 1)).astype(bool)
+        target[positions] = np.where(negative, -magnitude, magnitude).astype(np.float32)
+
+    def error_bound(self, values: F32) -> float:
+        """Per block, the larger of its largest dropped magnitude and its kept values' worst
+        error: ``(hi - lo) / (2 L)`` (float16: half a float16 step, or the clamp beyond 65504),
+        plus float32 rounding. Infinite when the values are not all finite."""
+        flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        count = flat.size
+        if count == 0:
+            return 0.0
+        positions = self.select(flat)
+        magnitudes = np.abs(flat)
+        kept = magnitudes[positions]
+        dropped = magnitudes.copy()
+        dropped[positions] = 0.0
+        block_starts = np.arange(0, count, self.block, dtype=np.int64)
+        per_block = self.kept_per_block(count)
+        kept_starts = np.cumsum(per_block) - per_block
+        largest_dropped = np.maximum.reduceat(dropped, block_starts).astype(np.float64)
+        lo = np.minimum.reduceat(kept, kept_starts).astype(np.float64)
+        hi = np.maximum.reduceat(kept, kept_starts).astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            if self.bits == 16:
+                worst_kept = np.maximum(hi * 2.0**-11, hi - FP16_MAX) + 2.0**-24
+            else:
+                worst_kept = (hi - lo) / (2 << (self.bits - 1)) + hi * 2.0**-23
+            bound = float(np.max(np.maximum(largest_dropped, worst_kept)))
+        if not math.isfinite(bound):
+            return math.inf
+        return bound * 1.0001 + SUBNORMAL_SCALE_ERROR
+
+    def warm_up(self) -> None:
+        pass  # numpy only, imported with this module
+
+    def kept_per_block(self, count: int) -> I64:
+        full, tail = divmod(count, self.block)
+        per_block = np.full(full + (tail > 0), self.kept(self.block), dtype=np.int64)
+        if tail:
+            per_block[-1] = self.kept(tail)
+        return per_block
+
+    def select(self, values: F32) -> I64:
+        """The kept values' positions in the chunk, ascending (so grouped by block)."""
+        count = values.size
+        # sign cleared, float32 bits order like magnitudes, NaN above infinity
+        keys = values.view(np.uint32) & np.uint32(0x7FFFFFFF)
+        chosen = np.empty(count, dtype=bool)
+        whole = count - count % self.block
+        for start, stop in ((0, whole), (whole, count)):  # the full blocks, then the short one
+            if stop > start:
+                n = min(self.block, stop - start)
+                grid = keys[start:stop].reshape(-1, n)
+                chosen[start:stop] = _top(grid, self.kept(n)).reshape(-1)
+        return np.flatnonzero(chosen)
+
+    def pack(self, codes: U8) -> U8:
+        shifts = np.arange(0, 8, self.bits, dtype=np.uint8)
+        padded = np.zeros(-(-codes.size // shifts.size) * shifts.size, dtype=np.uint8)
+        padded[: codes.size] = codes
+        packed: U8 = np.bitwise_or.reduce(padded.reshape(-1, shifts.size) << shifts, axis=1)
+        return packed
+
+    def unpack(self, data: Buffer, offset: int, kept_count: int) -> U8:
+        shifts = np.arange(0, 8, self.bits, dtype=np.uint8)
+        packed = np.frombuffer(
+            data, dtype=np.uint8, count=-(-kept_count * self.bits // 8), offset=offset
+        )
+        mask = np.uint8((1 << self.bits) - 1)
+        codes: U8 = ((packed[:, None] >> shifts) & mask).reshape(-1)[:kept_count]
+        return codes
+
+
+def _top(keys: npt.NDArray[np.uint32], k: int) -> npt.NDArray[np.bool_]:
+    """Per row, a mask of the ``k`` largest keys; ties at the ``k``-th go to the first columns."""
+    n = keys.shape[1]
+    if k == n:
+        return np.ones(keys.shape, dtype=bool)
+    threshold = np.partition(keys, n - k, axis=1)[:, n - k : n - k + 1]
+    chosen = keys >= threshold
+    # rows with more than k at or above the threshold (rare, but all-zero blocks are common)
+    tied_rows = np.flatnonzero(np.count_nonzero(chosen, axis=1) > k)
+    if tied_rows.size:
+        rows = keys[tied_rows]
+        level = threshold[tied_rows]
+        above = rows > level
+        room = k - np.count_nonzero(above, axis=1, keepdims=True)
+        tied = rows == level
+        rank = np.cumsum(tied, axis=1, dtype=np.int32)  # int32: many times faster than int64
+        chosen[tied_rows] = above | (tied & (rank <= room))
+    return chosen
+
+
+def top_k(density: float, bits: int, fan_in: int = 1) -> Codec:
+    """The spec for one setting. Its name says the setting, so ``density`` must be exactly what
+    its name shows (six significant digits); the wire id is a hash of the name."""
+    kernel = TopK(density, bits, fan_in)
+    name = f"topk-{density:g}-{bits}bit" + (f"-x{fan_in}" if fan_in > 1 else "")
+    if float(f"{density:g}") != density:
+        raise ValueError(f"topk density {density!r} is not what its name {name!r} says")
+    digest = hashlib.sha256(name.encode()).digest()
+    wire_id = int.from_bytes(digest[:8], "big") % (1 << 31) + WIRE_IDS_FROM
+    sent = fan_in == 1 and bits < 16
+    return Codec(
+        name,
+        wire_id,
+        bytes_per_value=density * fan_in * (2 + bits / 8),
+        make_kernel=lambda: kernel,
+        # a mean of n members' chunks holds up to n times the values: it goes back as float16
+        summed=(lambda n: top_k(density, 16, n)) if sent else None,
+    )

@@ -1,0 +1,129 @@
+"""The backbone of a diloco project: the outer state kept, served and checkpointed, the rounds'
+metrics logged.
+
+It runs a ``DilocoOptimizer`` that computes nothing (``mode="aux"``): it joins every round with
+weight 0, reduces a share of it, receives the average and takes the trainers' outer step, so the
+model outlives its trainers and newcomers download the anchor and the outer momentum from it. On
+start it resumes from its newest checkpoint, whose model holds the anchor and whose optimizer
+part holds the outer momentum. The per-round metrics come from the progress records, as the
+dedloc backbone's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.training.checkpoints import CheckpointStore
+from core.training.diloco.optimizer import DilocoOptimizer
+from core.training.diloco.state import DilocoState
+from core.training.errors import CheckpointError
+from core.training.metrics import EpochMetrics, MetricsAggregator
+from core.training.rollback import METADATA_KEY
+from core.util.errors import BarnraiseError
+from core.worker.bridge import TrainingBridge
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.5
+
+
+class DilocoBackbone:
+    def __init__(
+        self,
+        optimizer: DilocoOptimizer,
+        *,
+        checkpoints: CheckpointStore | None,
+        checkpoint_every: int,
+        on_metrics: Callable[[EpochMetrics], None] | None = None,
+        publish: Callable[[Path, int, float | None], object] | None = None,
+    ) -> None:
+        if optimizer.config.mode != "aux":
+            raise ValueError("the backbone's optimizer runs in aux mode")
+        self.optimizer = optimizer
+        self.checkpoints = checkpoints
+        self.checkpoint_every = checkpoint_every
+        self.on_metrics = on_metrics
+        self.publish = publish
+        self._aggregator = MetricsAggregator()
+        self._saved = -1
+
+    async def run(self, stop: asyncio.Event) -> None:
+        opt = self.optimizer
+        await resume_from_checkpoint(opt.diloco, opt.bridge, self.checkpoints)
+        self._saved = opt.epoch
+        await opt.start()
+        try:
+            while not stop.is_set():
+                for metrics in self._aggregator.observe(opt.view().reports, time.time()):
+                    if self.on_metrics is not None:
+                        self.on_metrics(metrics)
+                    await self._maybe_checkpoint(metrics)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), POLL_SECONDS)
+        finally:
+            opt.interrupt()
+            await opt.close()
+
+    async def _maybe_checkpoint(self, metrics: EpochMetrics) -> None:
+        opt, store = self.optimizer, self.checkpoints
+        every = self.checkpoint_every
+        if store is None or not every or opt.epoch <= self._saved or opt.epoch % every:
+            return
+        diloco = opt.diloco
+        epoch = opt.epoch
+
+        def save() -> Path | None:
+            metadata = {"epoch": epoch, "mode": "diloco", "samples": metrics.samples,
+                        METADATA_KEY: diloco.state.rollback}  # fmt: skip
+            loss = float("nan") if metrics.loss is None else metrics.loss
+            return store.save(epoch, diloco.model_state(), diloco.outer_state(), metadata, loss)
+
+        try:
+            path = await opt.bridge.run(save)
+        except (CheckpointError, OSError) as exc:
+            log.warning("the checkpoint of epoch %d was not written: %s", epoch, exc)
+            return
+        if path is None:
+            return
+        self._saved = epoch
+        if self.publish is not None:
+            try:
+                await asyncio.to_thread(self.publish, path, epoch, metrics.loss)
+            except (BarnraiseError, OSError) as exc:
+                log.warning("publishing the checkpoint of epoch %d failed: %s", epoch, exc)
+
+
+async def resume_from_checkpoint(
+    diloco: DilocoState, bridge: TrainingBridge, store: CheckpointStore | None
+) -> None:
+    """The newest diloco checkpoint that loads becomes the outer state (none: the initial one)."""
+    if store is None:
+        return
+    for path in reversed(store.list()):
+        try:
+            checkpoint = await bridge.run(CheckpointStore.load, path)
+            if checkpoint.metadata.get("mode") != "diloco":
+                raise CheckpointError("not a diloco checkpoint")
+            momentum = checkpoint.optimizer.get("outer_momentum")
+            if not isinstance(momentum, list):
+                raise CheckpointError("it holds no outer momentum")
+            buffers = [_flat(m) for m in momentum]
+            await bridge.run(diloco.state.model.load_state_dict, checkpoint.model)
+            await bridge.run(diloco.restart, checkpoint.epoch, buffers)
+        except (CheckpointError, ValueError, RuntimeError, KeyError) as exc:
+            log.warning("checkpoint %s cannot be used: %s", path, exc)
+            continue
+        log.info("the backbone resumes from %s (epoch %d)", path.name, checkpoint.epoch)
+        return
+
+
+def _flat(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().to("cpu", torch.float32).contiguous().numpy().reshape(-1)

@@ -1,0 +1,405 @@
+"""DilocoOptimizer: DiLoCo rounds (arXiv 2311.08105) behind the interface the Trainer drives.
+
+Each trainer calls ``await opt.step(batch_size, loss)`` after every backward pass; that is one
+inner step of the manifest's optimizer on this peer alone. Rounds end on the shared wall clock
+(``RoundClock``); at a round's end the peer measures how far its inner steps went (the
+pseudo-gradient, ``DilocoState.end_round``) and averages it with the peers of its epoch,
+weighted by the samples each computed, in the codec of the project (with error feedback for a
+sparse one); every member then takes the same outer Nesterov step from the same anchor.
+
+Overlap: with ``overlap`` (the default) the exchange runs in the background while the next
+round's inner steps compute, and its outer step lands one round late, on top of the work done
+meanwhile (``DilocoState.land``). We took this over Streaming DiLoCo's staggered fragments
+because it needs one exchange per round and no schedule of fragments, and its cost is what
+Streaming DiLoCo's overlap also pays: the outer step uses a pseudo-gradient one round old. Only
+when one exchange takes longer than a round does the next round's end wait for it.
+
+A round whose exchange fails (no group while others train, an incomplete average) changes
+nothing here: the peer's work stays in its parameters and goes out with the next round, and
+when the others landed meanwhile, the peer takes their newer anchor and keeps its work on top
+of it (``DilocoState.rebase``): no rollback, and nothing computed is dropped. A peer alone
+applies its own pseudo-gradient. A paused peer takes no part in exchanges; on resume it takes
+the newest anchor the same way, and its half-done round goes out at the next round's end.
+
+The backbone runs this class too (``mode="aux"``): it computes nothing, joins every round with
+weight 0, receives the average, takes the same outer step, and serves the outer state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.averaging import AveragingResult
+from core.averaging.state import StateDownloadError
+from core.codecs import Codec
+from core.training.diloco.clock import RoundClock
+from core.training.diloco.state import DilocoState
+from core.training.links import PeerLinks
+from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
+from core.training.rollback import round_key
+from core.util.errors import BarnraiseError
+from core.util.retry import Retry
+from core.util.tasks import BackgroundTasks
+from core.worker.events import PeerEpoch
+
+log = logging.getLogger(__name__)
+
+REPORTS_KEPT = 1000
+MODES = ("trainer", "client", "aux")
+
+
+@dataclass(frozen=True)
+class DilocoConfig:
+    round_seconds: float
+    mode: str = "trainer"
+    """trainer, client (no incoming connections) or aux (the backbone: computes nothing)."""
+    matchmaking_time: float = 5.0
+    refresh_interval: float = 1.0
+    """How often the others' progress is read (a round is long: no need to read at each step)."""
+    state_timeout: float = 120.0
+    retry_cap: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        if not self.round_seconds > 0:
+            raise ValueError("round_seconds must be above 0")
+
+
+class DilocoOptimizer:
+    def __init__(
+        self,
+        state: DilocoState,
+        links: PeerLinks,
+        config: DilocoConfig,
+        *,
+        codec: Codec | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``codec``: what pseudo-gradients travel in (None: the averager's); ``clock``: Unix
+        time, where rounds end (a test's fake clock)."""
+        self.diloco = state
+        self.state = state.state
+        self.links = links
+        self.bridge = links.bridge
+        self.board = links.board
+        self.sharing = links.sharing
+        self.config = config
+        self.codec = codec if codec is not None else links.averager.config.codec
+        self.rounds = RoundClock(config.round_seconds)
+        self._now = clock
+        self.reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
+        self.on_waiting: Callable[[str | None], None] | None = None
+        self.fallback: Callable[[int], Awaitable[Path | None]] | None = None
+        """Unused by diloco (its checkpoints hold the outer state in another layout); kept for
+        the roles' interface."""
+        self.last_bytes_sent = 0
+        """Chunk bytes this peer sent in its last exchange (the dashboard's figure)."""
+        self.bytes_sent = 0
+        self.exchange_seconds = 0.0
+        """Time spent in exchanges, all of them (overlapped or not)."""
+        self.rounds_missed = 0
+        self._peer = str(links.averager.host.peer_id)
+        self._tasks = BackgroundTasks(f"diloco/{links.averager.host.peer_id.short()}")
+        self._lock = asyncio.Lock()
+        """Held for any torch work on the model: an inner step, a round's end, a landing."""
+        self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
+        self._samples = 0
+        """Samples since the last round's end (their work is in the model, not yet sent)."""
+        self._carried = 0
+        """Samples of rounds whose exchange failed: their work goes out with the next round."""
+        self._loss_sum = 0.0
+        self._mini_steps = 0
+        self._last = (-1, 0.0, 0, 0)
+        self._speed = 0.0
+        self._last_step_at: float | None = None
+        self._records: list[PeerProgress] = []
+        self._exchange: asyncio.Task[None] | None = None
+        self._pending_reports: list[PeerEpoch] = []
+        self._snapshot = state.snapshot()
+        self._active = asyncio.Event()
+        self._active.set()
+        self._stopping = False
+
+    @property
+    def epoch(self) -> int:
+        return self.diloco.epoch
+
+    @property
+    def speed(self) -> float:
+        return self._speed
+
+    @property
+    def waiting_for(self) -> str | None:
+        return self._catching_up.reason
+
+    @property
+    def paused(self) -> bool:
+        return not self._active.is_set()
+
+    @property
+    def exchanging(self) -> bool:
+        return self._exchange is not None and not self._exchange.done()
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Serve our outer state, report, catch up if the collaboration is ahead, start the
+        round clock."""
+        self.sharing.serve(lambda: self._snapshot)
+        await self.sharing.announce(self.epoch)
+        await self._publish()
+        await self._refresh()
+        if self.view().epoch > self.epoch:
+            await self._catch_up()
+        self._tasks.spawn("publish", self._publish_loop())
+        self._tasks.spawn("announce", self.sharing.keep_announced(lambda: self.epoch))
+        self._tasks.spawn("rounds", self._round_loop())
+
+    async def pause(self) -> None:
+        """Step aside: no more exchanges until resumed; the round's work so far stays."""
+        if self.paused:
+            return
+        self._active.clear()
+        self._speed = 0.0
+        self._last_step_at = None
+        await self._publish()
+
+    async def resume(self) -> None:
+        if not self.paused:
+            return
+        self._active.set()
+        await self._refresh()
+        await self._publish()
+        if self.view().epoch > self.epoch:
+            await self._catch_up()
+
+    def interrupt(self) -> None:
+        self._stopping = True
+
+    async def close(self) -> None:
+        if self._exchange is not None:
+            await asyncio.gather(self._exchange, return_exceptions=True)
+        await self._tasks.close()
+        self.sharing.stop_serving()
+        await self.links.withdraw(self._progress())
+
+    # ---- the training loop's side ----------------------------------------------------------------
+
+    async def step(self, batch_size: int, loss: float | None = None) -> PeerEpoch | None:
+        """One inner step with the gradients in ``.grad``; returns a landed round's report."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if self.config.mode == "aux":
+            raise BarnraiseError("the backbone computes no inner steps")
+        async with self._lock:
+            stepped = await self.bridge.run(self.diloco.inner_step)
+            if stepped:
+                self._count(batch_size, loss)
+        if self._pending_reports:
+            return self._pending_reports.pop(0)
+        return None
+
+    def view(self) -> CollaborationView:
+        return self.board.view(self._records, self._progress(), 1)
+
+    # ---- rounds ----------------------------------------------------------------------------------
+
+    async def _round_loop(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self.rounds.until_end(self._now()))
+            if self.paused:
+                continue  # a paused peer keeps its work for after the pause
+            try:
+                await self.end_round()
+            except BarnraiseError as exc:
+                log.warning("diloco round at epoch %d: %s", self.epoch, exc)
+
+    async def end_round(self) -> None:
+        """End the round now: the pseudo-gradient goes out (in the background with overlap)."""
+        if self._exchange is not None:
+            await asyncio.gather(self._exchange, return_exceptions=True)  # one in flight at most
+        await self._refresh()
+        if self.view().epoch > self.epoch:
+            await self._catch_up()  # others landed a round we missed: their anchor first
+        async with self._lock:
+            delta = await self.bridge.run(self.diloco.end_round)
+            samples = self._samples + self._carried
+            totals = (self._loss_sum, self._mini_steps)
+            self._samples = self._carried = 0
+            self._loss_sum, self._mini_steps = 0.0, 0
+        epoch = self.epoch
+        self._last = (epoch, *totals, samples)
+        self._exchange = self._tasks.spawn(
+            f"exchange-{epoch}", self._run_exchange(delta, samples, epoch), awaited=True
+        )
+        await self._publish()
+        if not self.diloco.overlap:
+            await asyncio.gather(self._exchange, return_exceptions=True)
+
+    async def _run_exchange(self, delta: list[Any], samples: int, epoch: int) -> None:
+        started = time.monotonic()
+        view = self.view()
+        at_epoch = [p for p in view.peers if p.epoch == epoch and (p.training or p.mode == "aux")]
+        others = [p for p in at_epoch if p.peer != self._peer and p.training]
+        feedback = self.diloco.feedback
+        result: AveragingResult | None = await self.links.round(
+            delta,
+            weight=float(samples),
+            round_key=round_key("diloco", epoch, self.state.rollback),
+            timeout=self.config.matchmaking_time,
+            expected=max(1, len(at_epoch)),
+            codec=self.codec,
+            feedback=feedback,
+        )
+        seconds = time.monotonic() - started
+        self.exchange_seconds += seconds
+        if result is not None:
+            self.last_bytes_sent = result.bytes_sent
+            self.bytes_sent += result.bytes_sent
+        landed, summary, group = await self._outcome(result, delta, samples, others, epoch)
+        if not landed:
+            self.rounds_missed += 1
+            self._carried += samples
+            if samples:
+                log.warning("round at epoch %d: %s; this peer's %d samples of it go out with the "
+                            "next round", epoch, summary, samples)  # fmt: skip
+            return
+        weight = result.group_weight if result is not None else float(samples)
+        report = PeerEpoch(epoch, samples, group, result is not None, summary, seconds, weight)
+        self.reports.append(report)
+        if self.config.mode != "aux":
+            self._pending_reports.append(report)
+        self._snapshot = self.diloco.snapshot(self.state.rollback)
+        await self._publish()
+        with contextlib.suppress(BarnraiseError):
+            await self.sharing.announce(self.epoch)
+
+    async def _outcome(
+        self,
+        result: AveragingResult | None,
+        delta: list[Any],
+        samples: int,
+        others: list[PeerProgress],
+        epoch: int,
+    ) -> tuple[bool, str, int]:
+        """Land the round or record it as missed: (landed, what happened, group size)."""
+        async with self._lock:
+            if self.epoch != epoch:
+                # a newer anchor was taken meanwhile (it holds everything up to its epoch)
+                await self.bridge.run(self.diloco.missed)
+                return False, f"the collaboration moved on to epoch {self.epoch}", 0
+            if result is None:
+                if others or samples == 0:
+                    await self.bridge.run(self.diloco.missed)
+                    return False, "no group formed", 0
+                await self.bridge.run(lambda: self.diloco.land(delta, residual_sent=False))
+                self.state.epoch = epoch + 1
+                return True, "no group: this peer's own pseudo-gradient", 1
+            if not result.complete or result.group_weight <= 0:
+                await self.bridge.run(self.diloco.missed)
+                return False, result.summary(), len(result.members)
+            await self.bridge.run(lambda: self.diloco.land(delta, residual_sent=True))
+            self.state.epoch = epoch + 1
+            return True, result.summary(), len(result.members)
+
+    # ---- catching up -----------------------------------------------------------------------------
+
+    async def _catch_up(self) -> None:
+        """Take the newest outer state a peer gives (our work since our anchor kept on top);
+        retried with backoff while the collaboration is ahead and we are not stopping."""
+        while not self._stopping and not self.paused and self.view().epoch > self.epoch:
+            reason = await self._download()
+            if reason is None:
+                break
+            self._set_waiting(reason)
+            await asyncio.sleep(self._catching_up.failed(reason))
+            await self._refresh()
+        self._set_waiting(None)
+
+    async def _download(self) -> str | None:
+        try:
+            got = await self.sharing.download(
+                newer_than=self.epoch, timeout=self.config.state_timeout
+            )
+        except (StateDownloadError, TimeoutError) as exc:
+            return (
+                f"no peer could give the state of epoch {self.view().epoch}: {exc or 'timed out'}"
+            )
+        if got.version <= self.epoch:
+            return None
+        if got.metadata.get("mode") != "diloco":
+            return "the peers' state is not a diloco state (do they run another mode?)"
+        async with self._lock:
+            try:
+                await self.bridge.run(self.diloco.rebase, got.version, got.tensors)
+            except ValueError as exc:
+                return f"the state peers give does not fit this model: {exc}"
+        log.info("took the outer state of epoch %d from %d peer(s)", got.version, len(got.donors))
+        self._snapshot = self.diloco.snapshot(self.state.rollback)
+        await self._publish()
+        with contextlib.suppress(BarnraiseError):
+            await self.sharing.announce(self.epoch)
+        return None
+
+    def _set_waiting(self, reason: str | None) -> None:
+        before = self._catching_up.reason
+        if reason is None:
+            self._catching_up.succeeded()
+        if reason != before and self.on_waiting is not None:
+            self.on_waiting(reason)
+
+    # ---- progress records ------------------------------------------------------------------------
+
+    def _count(self, batch_size: int, loss: float | None) -> None:
+        now = time.monotonic()
+        if self._last_step_at is not None and now > self._last_step_at:
+            rate = batch_size / (now - self._last_step_at)
+            self._speed = rate if self._speed == 0 else 0.8 * self._speed + 0.2 * rate
+        self._last_step_at = now
+        self._samples += batch_size
+        if loss is not None and math.isfinite(loss):
+            self._loss_sum += loss
+            self._mini_steps += 1
+
+    def _progress(self) -> PeerProgress:
+        mode = self.config.mode if self._active.is_set() else "paused"
+        return PeerProgress(
+            self._peer,
+            self.epoch,
+            self._samples,
+            self._speed,
+            time.time(),
+            mode,
+            self._loss_sum,
+            self._mini_steps,
+            *self._last,
+        )
+
+    async def _publish(self) -> None:
+        try:
+            await self.board.publish(self._progress())
+        except BarnraiseError as exc:
+            log.debug("publishing progress failed: %s", exc)
+
+    async def _refresh(self) -> None:
+        try:
+            self._records = await self.board.fetch()
+        except BarnraiseError as exc:
+            log.debug("reading progress failed: %s", exc)
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(KEEPALIVE / 2, self.config.refresh_interval))
+            if self.paused:
+                continue
+            await asyncio.gather(self._publish(), self._refresh())

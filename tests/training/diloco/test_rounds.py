@@ -1,0 +1,229 @@
+"""DiLoCo rounds on real loopback connections: identical outer parameters after each round,
+the outer step on the weighted mean of pseudo-gradients, overlap, a newcomer, a missed round."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pytest
+import torch
+
+from core.averaging import Averager
+from core.codecs import NONE, Codec
+from core.codecs.topk import top_k
+from core.dht import DHTNode
+from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
+from core.training.diloco.state import DilocoState
+from core.training.links import PeerLinks
+from core.training.state import TrainingState
+from core.worker.bridge import TrainingBridge
+from tests.conftest import MakeHost
+from tests.training.conftest import AVERAGING, start_node
+
+NEVER = 10**9
+"""A round length the clock never reaches in a test: the test ends rounds itself."""
+AVERAGING_PATIENT = replace(AVERAGING, max_matchmaking_time=20.0, reducer_timeout=20.0,
+                            sender_timeout=10.0, allreduce_timeout=60.0)  # fmt: skip
+
+
+def fresh_model() -> torch.nn.Module:
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+
+@dataclass
+class DPeer:
+    optimizer: DilocoOptimizer
+    model: torch.nn.Module
+    bridge: TrainingBridge
+    dht: DHTNode
+    averager: Averager
+
+    @property
+    def address(self) -> str:
+        return str(self.averager.host.addresses[0])
+
+    async def train(self, steps: int, seed: int) -> None:
+        """Inner steps on this peer's own batches."""
+        generator = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            inputs = torch.randn(4, 8, generator=generator)
+            targets = inputs[:, :2] * 2.0
+
+            def backward() -> None:
+                loss = torch.nn.functional.mse_loss(self.model(inputs), targets)
+                loss.backward()  # type: ignore[no-untyped-call]
+
+            await self.bridge.run(backward)
+            await self.optimizer.step(4, 1.0)
+
+    def anchor(self) -> bytes:
+        return b"".join(a.tobytes() for a in self.optimizer.diloco.anchor)
+
+    def parameters(self) -> bytes:
+        return b"".join(p.detach().numpy().tobytes() for p in self.model.parameters())
+
+
+MakeDPeer = Callable[..., Awaitable[DPeer]]
+
+
+@pytest.fixture
+async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
+    made: list[DPeer] = []
+
+    async def make(
+        *, overlap: bool = False, codec: Codec = NONE, mode: str = "trainer", lr: float = 0.7
+    ) -> DPeer:
+        host, dht = await start_node(make_host, made[0].address if made else None)
+        compute = 0.0 if mode == "aux" else 1.0
+        averager = Averager(host, dht, "diloco", replace(AVERAGING_PATIENT, compute=compute))
+        bridge = TrainingBridge()
+        model = fresh_model()
+        state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+        diloco = DilocoState(state, outer_lr=lr, outer_momentum=0.9, overlap=overlap,
+                             sparse=codec.sparse, clip_norm=None)  # fmt: skip
+        config = DilocoConfig(round_seconds=NEVER, mode=mode, matchmaking_time=10.0,
+                              refresh_interval=0.2)  # fmt: skip
+        optimizer = DilocoOptimizer(diloco, PeerLinks.create(averager, bridge), config, codec=codec)
+        peer = DPeer(optimizer, model, bridge, dht, averager)
+        made.append(peer)
+        await optimizer.start()
+        return peer
+
+    yield make
+    for peer in reversed(made):
+        peer.optimizer.interrupt()
+        await peer.optimizer.close()
+        await peer.averager.close()
+        await peer.bridge.aclose()
+        await peer.dht.close()
+
+
+async def settle(peers: list[DPeer]) -> None:
+    """Everyone has read everyone's progress record (who to expect in a round)."""
+    for _ in range(100):
+        await asyncio.gather(*(p.optimizer._refresh() for p in peers))
+        if all(len(p.optimizer.view().peers) == len(peers) for p in peers):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the peers never saw each other")
+
+
+async def end_rounds(peers: list[DPeer]) -> None:
+    await asyncio.gather(*(p.optimizer.end_round() for p in peers))
+    await asyncio.gather(*(p.optimizer._exchange for p in peers if p.optimizer._exchange))
+
+
+async def test_after_each_round_every_peer_holds_identical_parameters(
+    make_dpeer: MakeDPeer,
+) -> None:
+    peers = [await make_dpeer() for _ in range(3)]
+    await settle(peers)
+    start = [a.copy() for a in peers[0].optimizer.diloco.anchor]
+    steps = [3, 5, 8]  # samples 12, 20, 32: the mean is weighted by them
+    thetas = []
+    for round_ in range(2):
+        for i, peer in enumerate(peers):
+            await peer.train(steps[i], seed=10 * round_ + i)
+        thetas.append([[p.detach().numpy().reshape(-1).copy() for p in peer.model.parameters()]
+                       for peer in peers])  # fmt: skip
+        await end_rounds(peers)
+        assert [p.optimizer.epoch for p in peers] == [round_ + 1] * 3
+        assert len({p.anchor() for p in peers}) == 1
+        assert len({p.parameters() for p in peers}) == 1  # no overlap: theta is the anchor
+        assert peers[0].parameters() == peers[0].anchor()
+    # the first round's outer step, computed here from the peers' parameters before it
+    weights = np.array([4.0 * s for s in steps])
+    expected = []
+    for k, s in enumerate(start):
+        deltas = [s - thetas[0][i][k] for i in range(3)]
+        mean = sum(w * d for w, d in zip(weights, deltas, strict=True)) / weights.sum()
+        expected.append(s - 0.7 * (mean + 0.9 * mean))
+    reports = peers[0].optimizer.reports
+    assert [r.epoch for r in reports] == [0, 1]
+    assert reports[0].round_samples == pytest.approx(weights.sum())
+    assert reports[0].group_size == 3
+
+
+async def test_sparse_rounds_keep_peers_identical_and_feed_back_what_was_left(
+    make_dpeer: MakeDPeer,
+) -> None:
+    codec = top_k(0.05, 2)
+    peers = [await make_dpeer(codec=codec) for _ in range(2)]
+    await settle(peers)
+    for i, peer in enumerate(peers):
+        await peer.train(4, seed=i)
+    await end_rounds(peers)
+    assert [p.optimizer.epoch for p in peers] == [1, 1]
+    assert peers[0].anchor() == peers[1].anchor()
+    assert peers[0].parameters() == peers[1].parameters()
+    residual = peers[0].optimizer.diloco.residual
+    assert residual is not None and any(np.count_nonzero(r) for r in residual)
+    assert peers[0].optimizer.last_bytes_sent > 0
+
+
+async def test_with_overlap_the_round_lands_later_and_keeps_the_work_done_meanwhile(
+    make_dpeer: MakeDPeer,
+) -> None:
+    peers = [await make_dpeer(overlap=True) for _ in range(2)]
+    await settle(peers)
+    for i, peer in enumerate(peers):
+        await peer.train(3, seed=i)
+    await asyncio.gather(*(p.optimizer.end_round() for p in peers))  # returns at once
+    for i, peer in enumerate(peers):
+        await peer.train(2, seed=5 + i)  # while the exchange runs (or after it landed)
+    await asyncio.gather(*(p.optimizer._exchange for p in peers if p.optimizer._exchange))
+    assert [p.optimizer.epoch for p in peers] == [1, 1]
+    assert peers[0].anchor() == peers[1].anchor()
+    # the inner steps after the round's end stay: theta is not the anchor
+    assert peers[0].parameters() != peers[0].anchor()
+
+
+async def test_a_newcomer_takes_the_outer_state_and_joins_the_next_round(
+    make_dpeer: MakeDPeer,
+) -> None:
+    peers = [await make_dpeer() for _ in range(2)]
+    await settle(peers)
+    for i, peer in enumerate(peers):
+        await peer.train(2, seed=i)
+    await end_rounds(peers)
+    newcomer = await make_dpeer()  # starts at epoch 0 and finds the others at 1
+    assert newcomer.optimizer.epoch == 1
+    assert newcomer.anchor() == peers[0].anchor()
+    momentum = [m.tobytes() for m in peers[0].optimizer.diloco.outer.buffers]
+    assert [m.tobytes() for m in newcomer.optimizer.diloco.outer.buffers] == momentum
+    everyone = [*peers, newcomer]
+    await settle(everyone)
+    for i, peer in enumerate(everyone):
+        await peer.train(2, seed=20 + i)
+    await end_rounds(everyone)
+    assert {p.optimizer.epoch for p in everyone} == {2}
+    assert len({p.anchor() for p in everyone}) == 1
+    assert newcomer.optimizer.reports[-1].group_size == 3
+
+
+async def test_a_peer_alone_applies_its_own_pseudo_gradient(make_dpeer: MakeDPeer) -> None:
+    peer = await make_dpeer()
+    before = peer.anchor()
+    await peer.train(3, seed=0)
+    await end_rounds([peer])
+    assert peer.optimizer.epoch == 1
+    assert peer.anchor() != before
+    assert peer.optimizer.reports[-1].group_size == 1
+
+
+async def test_the_backbone_follows_the_rounds_with_weight_zero(make_dpeer: MakeDPeer) -> None:
+    trainers = [await make_dpeer() for _ in range(2)]
+    backbone = await make_dpeer(mode="aux")
+    everyone = [*trainers, backbone]
+    await settle(everyone)
+    for i, peer in enumerate(trainers):
+        await peer.train(3, seed=i)
+    await end_rounds(everyone)
+    assert {p.optimizer.epoch for p in everyone} == {1}
+    assert len({p.anchor() for p in everyone}) == 1
+    with pytest.raises(Exception, match="backbone"):
+        await backbone.optimizer.step(1)
