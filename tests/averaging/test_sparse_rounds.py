@@ -32,7 +32,7 @@ async def sparse_round(
         *(
             a.average(
                 t, weight=w, round_key="sparse", timeout=HANG_GUARD, codec=CODEC, feedback=f
-            )  # fmt: skip
+            )
             for a, t, w, f in zip(averagers, tensors, weights, feedback, strict=True)
         )
     )
