@@ -30,9 +30,7 @@ async def sparse_round(
     feedback = [[np.full_like(t, 7.0) for t in ts] for ts in inputs]
     results = await asyncio.gather(
         *(
-            a.average(
-                t, weight=w, round_key="sparse", timeout=HANG_GUARD, codec=CODEC, feedback=f
-            )
+            a.average(t, weight=w, round_key="sparse", timeout=HANG_GUARD, codec=CODEC, feedback=f)
             for a, t, w, f in zip(averagers, tensors, weights, feedback, strict=True)
         )
     )
