@@ -92,6 +92,18 @@ def register(commands: Any) -> None:
             "--target-batch-size", type=int, default=None, help="override the manifest's"
         )
         parser.add_argument(
+            "--mode",
+            choices=("dedloc", "diloco"),
+            default=None,
+            help="override the manifest's training.mode (every peer of a project must agree)",
+        )
+        parser.add_argument(
+            "--round-seconds",
+            type=float,
+            default=None,
+            help="override the manifest's training.round_seconds (diloco)",
+        )
+        parser.add_argument(
             "--verify-reducers",
             action="store_true",
             help="check each other's reducers even if the manifest does not say so (every member "
@@ -146,6 +158,10 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         manifest = manifest.with_training(target_batch_size=args.target_batch_size)
     if args.verify_reducers:
         manifest = manifest.with_averaging(verify_reducers=True)
+    if args.mode is not None:
+        manifest = manifest.with_training(mode=args.mode)
+    if args.round_seconds is not None:
+        manifest = manifest.with_training(round_seconds=args.round_seconds)
     default_port = manifest.network.aux_port if args.role == "aux" else manifest.network.peer_port
     port = default_port if args.port is None else args.port
     work_dir = args.work_dir or UserDirs.default().cache / "projects" / manifest.project.name

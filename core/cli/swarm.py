@@ -75,6 +75,16 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--work-dir", type=Path, default=None, help="corpus, logs, checkpoints")
     parser.add_argument("--target-batch-size", type=int, default=None)
+    parser.add_argument(
+        "--mode",
+        choices=("dedloc", "diloco"),
+        default=None,
+        help="how the peers train: dedloc (average every step) or diloco (rounds of inner "
+        "steps, a rare exchange); default: the manifest's",
+    )
+    parser.add_argument(
+        "--round-seconds", type=float, default=None, help="diloco: a round's length"
+    )
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument(
         "--moderated",
@@ -118,6 +128,8 @@ def _options(args: argparse.Namespace) -> SwarmOptions:
         seconds=args.minutes * 60 if args.minutes else None,
         work_dir=args.work_dir.absolute() if args.work_dir else None,
         target_batch_size=args.target_batch_size,
+        mode=args.mode,
+        round_seconds=args.round_seconds,
         checkpoint_every=args.checkpoint_every,
         moderated=args.moderated,
         keep_accounts=args.keep_accounts,
@@ -160,6 +172,10 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--keep-accounts goes with --moderated (an open swarm has no accounts)"
     if not 0 <= args.byzantine <= args.peers:
         return f"--byzantine must be 0 to --peers ({args.peers}), not {args.byzantine}"
+    if args.byzantine and args.mode == "diloco":
+        return "--byzantine shows the defences of dedloc rounds; leave out --mode diloco"
+    if args.round_seconds is not None and args.round_seconds < 1:
+        return f"--round-seconds must be 1 or more, not {args.round_seconds:g}"
     return None
 
 
@@ -171,6 +187,8 @@ def _dmoe_problem(args: argparse.Namespace) -> str | None:
         ("--keep-accounts", args.keep_accounts),
         ("--byzantine", args.byzantine),
         ("--target-batch-size", args.target_batch_size is not None),
+        ("--mode", args.mode is not None),
+        ("--round-seconds", args.round_seconds is not None),
     ):
         if given:
             return f"{flag} is for collaborative projects, not a mixture of experts"

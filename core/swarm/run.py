@@ -61,6 +61,9 @@ class SwarmOptions:
     work_dir: Path | None = None
     """Corpus, logs, checkpoints (default: ``<cache>/swarm/<project>``)."""
     target_batch_size: int | None = None
+    mode: str | None = None
+    """``dedloc`` or ``diloco`` instead of the manifest's training.mode."""
+    round_seconds: float | None = None
     """Instead of the manifest's."""
     checkpoint_every: int = 10
     moderated: bool = False
@@ -191,6 +194,10 @@ class LocalSwarmRun:
             common.append("--verify-reducers")
         if options.target_batch_size:
             common += ["--target-batch-size", str(options.target_batch_size)]
+        if options.mode is not None:
+            common += ["--mode", options.mode]
+        if options.round_seconds is not None:
+            common += ["--round-seconds", str(options.round_seconds)]
         aux_args = ["aux", *common, "--work-dir", str(work / "aux")]
         aux_args += ["--checkpoint-every", str(options.checkpoint_every)]
         self._aux_log = LogTail.at_end(work / "logs" / "aux.log")  # this run's lines only

@@ -58,7 +58,7 @@ async def test_a_codec_added_to_the_table_is_found_everywhere(make_host: MakeHos
         # the manifest accepts its name, and names it among the choices when refusing another
         manifest = parse_manifest(demo_text("float24"))
         assert manifest.averaging.codec == "float24"
-        with pytest.raises(ManifestError, match="'auto', 'float24'; got 'zip'"):
+        with pytest.raises(ManifestError, match="'topk', 'float24'; got 'zip'"):
             manifest.with_averaging(codec="zip")
 
         # the peer averages with it

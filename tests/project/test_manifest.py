@@ -290,6 +290,34 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "training.microbatch_size",
         "at most training.target_batch_size (64), got 128",
     ),
+    # diloco and the sparse codec
+    ("mode", {"training.mode": "local"}, "training.mode", "one of 'dedloc', 'diloco'"),
+    ("short round", {"training.round_seconds": 0.5}, "training.round_seconds", "got 0.5"),
+    ("outer lr", {"training.outer_lr": 0.0}, "training.outer_lr", "got 0"),
+    ("outer momentum", {"training.outer_momentum": 1.0}, "training.outer_momentum", "got 1"),
+    (
+        "delayed diloco",
+        {"training.mode": "diloco", "training.delay_parameter_updates": True},
+        "training.delay_parameter_updates",
+        "dedloc mode only",
+    ),
+    ("density 0", {"averaging.codec": "topk", "averaging.density": 0.0}, "averaging.density", ""),
+    ("density > 1", {"averaging.codec": "topk", "averaging.density": 1.5}, "averaging.density", ""),
+    (
+        "density digits",
+        {"averaging.codec": "topk", "averaging.density": 0.0100000001},
+        "averaging.density",
+        "6 significant digits",
+    ),
+    ("bits", {"averaging.codec": "topk", "averaging.bits": 3}, "averaging.bits", "2, 4, 8, got 3"),
+    ("density without topk", {"averaging.density": 0.05}, "averaging.density", "codec 'topk' only"),
+    (
+        "verified topk",
+        {"averaging.codec": "topk", "averaging.verify_reducers": True},
+        "averaging.verify_reducers",
+        "cannot check reducers",
+    ),
+    ("moshpit", {"averaging.moshpit": True}, "averaging.moshpit", "does not use Moshpit"),
 ]
 
 
@@ -444,3 +472,16 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
     assert averager_config(verified, "client").verification.enabled
     with pytest.raises(ManifestError, match="expected boolean"):
         parse_manifest(render(edited({"averaging.verify_reducers": "yes"})))
+
+
+def test_diloco_with_the_sparse_codec_loads_and_builds_its_codec(tmp_path: Path) -> None:
+    from core.training.peer.recipe import project_codec
+
+    edits = {"training.mode": "diloco", "averaging.codec": "topk", "averaging.density": 0.03,
+             "averaging.bits": 4}  # fmt: skip
+    manifest = load_manifest(write(tmp_path, render(edited(edits))))
+    assert manifest.training.mode == "diloco"
+    assert (manifest.training.outer_lr, manifest.training.outer_momentum) == (0.7, 0.9)
+    codec = project_codec(manifest)
+    assert codec.name == "topk-0.03-4bit"
+    assert codec.sparse
