@@ -452,3 +452,21 @@ def test_moe_experiments_write_their_curves_and_plots(tmp_path: Path) -> None:
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         assert len(data) > 10_000  # axes, labels and lines, not an empty image
+
+
+def test_lowcomm_benchmark_writes_its_three_runs_and_round_bytes(tmp_path: Path) -> None:
+    out = tmp_path / "lowcomm.json"
+    run_benchmark(
+        "lowcomm.py",
+        "--peers", "2", "--samples", "256", "--microbatch", "32", "--target", "128",
+        "--inner", "4", "--round-bytes", "3000000", "--json", str(out),
+        timeout=400,
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"dedloc-fp16", "diloco-exact", "diloco-topk2"}
+    for run in result["runs"].values():
+        assert run["chunk_bytes_per_peer_per_sample"] > 0
+        assert run["held_out_loss"] > 0
+    assert result["compressed_bytes_vs_dedloc"] < 1
+    assert result["round_bytes"][0]["bytes_one_member_sends"] > 0
+    assert set(result["goals"]) >= {"bytes_at_most_1_500", "loss_within_3_percent"}

@@ -9,4 +9,5 @@
 - ``lamb``      the LAMB optimizer.
 - ``adamw``     AdamW (decoupled weight decay) on LAMB's state scheme, for 8-bit states and offload.
 - ``schedule``  the ALBERT learning-rate schedule (warm-up, then linear decay).
+- ``outer``     OuterNesterov: DiLoCo's outer step, bit-identical on every CPU.
 """

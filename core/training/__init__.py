@@ -1,4 +1,5 @@
-"""Collaborative training (DeDLOC): many peers train one model as one large-batch run.
+"""Collaborative training: many peers train one model, as one large-batch run (DeDLOC, the ``dedloc``
+mode) or in rounds of local steps (DiLoCo, the ``diloco`` mode, ``diloco/``).
 
 It stands on the torch worker (``core.worker``) and the optimizers (``core.optim``), beside the
 mixture-of-experts training (``core.moe``); the model it trains is ``core.models``.
@@ -26,6 +27,8 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
   state, else checkpoint N from our store or the published URL), epochs numbered on.
 - ``trainer``        Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``links``          PeerLinks: averager, state sharing, progress board and bridge of one peer.
+- ``diloco/``        low-communication training (DiLoCo): rounds of inner steps, a rare exchange of
+  pseudo-gradients (sparse, with error feedback), the outer step; the ``diloco`` mode.
 - ``peer/``          the project peer: a trainer, client or auxiliary peer built from a manifest.
 - ``errors``         CheckpointError (the worker's TrainingError is ``core.worker.errors``).
 """
