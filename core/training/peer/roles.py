@@ -111,27 +111,7 @@ class TrainerRole:
             published=optimizer.fallback,
             on_applied=self._rolled_back,
         )
-        self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, optimizer))
-        await optimizer.start()
-        if not self.control.running:
-            await optimizer.pause()
-        # epochs that ended before we joined (we caught up by now) are not ours to report, except
-        # the last one, so that a curve starts at once
-        aggregator = MetricsAggregator(after_epoch=optimizer.view().epoch - 2)
-        self._tasks.spawn("metrics", follow_metrics(optimizer.view, aggregator, self.on_event))
-        self.trainer = trainer = Trainer(
-            self.state.model,
-            optimizer,
-            bridge,
-            batches,
-            mlm_loss,
-            precision=precision,
-            control=self.control,
-        )
-        try:
-            await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
-        finally:
-            trainer.close()
+        await self._train(optimizer, stop, batches, precision)
 
     async def _run_diloco(
         self, stop: asyncio.Event, batches: Iterator[Any], precision: Precision
@@ -143,10 +123,22 @@ class TrainerRole:
             manifest, self.state, self.links, "client" if s.role == "client" else "trainer"
         )
         optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
+        await self._train(optimizer, stop, batches, precision)
+
+    async def _train(
+        self,
+        optimizer: CollaborativeOptimizer | DilocoOptimizer,
+        stop: asyncio.Event,
+        batches: Iterator[Any],
+        precision: Precision,
+    ) -> None:
+        """Start ``optimizer`` (paused if the engine is), follow the curve, and train until stopped."""
         self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, optimizer))
         await optimizer.start()
         if not self.control.running:
             await optimizer.pause()
+        # epochs that ended before we joined (we caught up by now) are not ours to report, except
+        # the last one, so that a curve starts at once
         aggregator = MetricsAggregator(after_epoch=optimizer.view().epoch - 2)
         self._tasks.spawn("metrics", follow_metrics(optimizer.view, aggregator, self.on_event))
         self.trainer = trainer = Trainer(
@@ -159,7 +151,9 @@ class TrainerRole:
             control=self.control,
         )
         try:
-            await trainer.run(until_epoch=s.until_epoch, stop=stop, on_epoch=self.on_event)
+            await trainer.run(
+                until_epoch=self.settings.until_epoch, stop=stop, on_epoch=self.on_event
+            )
         finally:
             trainer.close()
 
