@@ -16,6 +16,7 @@ from core.codecs import (
     CODECS,
     FP16,
     NONE,
+    TOPK,
     UINT8,
     Codec,
     active_codecs,
@@ -35,12 +36,20 @@ def test_the_built_in_codecs_keep_their_names_wire_ids_and_costs() -> None:
         ("uint8", 2, 1.0, ("8bit",)),
         ("blockwise8", 3, 1.0, ()),
         ("auto", 9, 2.0, ()),
+        ("topk", 10, 0.0225, ()),
     ]
-    assert CODECS.names == ("none", "fp16", "uint8", "blockwise8", "auto")
-    assert CODECS.concrete == (NONE, FP16, UINT8, BLOCKWISE8)
+    assert CODECS.names == ("none", "fp16", "uint8", "blockwise8", "auto", "topk")
+    assert CODECS.concrete == (NONE, FP16, UINT8, BLOCKWISE8, TOPK)
     assert CODECS.for_activations == (NONE, FP16)
     assert AUTO.resolve(AUTO_FP16_BELOW - 1) is FP16
-    assert [encoded_size(c, 10_000) for c in CODECS.concrete] == [40_000, 20_000, 10_008, 10_012]
+    assert [encoded_size(c, 10_000) for c in CODECS.concrete] == [
+        40_000,
+        20_000,
+        10_008,
+        10_012,
+        # 101 kept values in 3 blocks: uint16 positions, 2-bit codes, each block's header
+        252,
+    ]
 
 
 def test_lookups_by_name_alias_and_wire_id() -> None:
