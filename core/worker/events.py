@@ -46,6 +46,11 @@ class PeerEpoch(WireMessage):
     round_samples: float = 0.0
     """The samples the gradient round averaged over, everyone's (ours alone without a group): what
     the collaborative step was taken on; 0 when not known (a delayed update)."""
+    bytes_sent: int = 0
+    """Bytes of chunks this peer sent in the round's exchange (0: not counted)."""
+    anchor: str = ""
+    """diloco: a digest of the outer parameters after the round; every member of a round has
+    the same one (empty in dedloc mode)."""
 
 
 @dataclass(frozen=True)

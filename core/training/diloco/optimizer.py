@@ -275,7 +275,11 @@ class DilocoOptimizer:
                             "next round", epoch, summary, samples)  # fmt: skip
             return
         weight = result.group_weight if result is not None else float(samples)
-        report = PeerEpoch(epoch, samples, group, result is not None, summary, seconds, weight)
+        sent = result.bytes_sent if result is not None else 0
+        anchor = await self.bridge.run(self.diloco.anchor_digest)
+        report = PeerEpoch(
+            epoch, samples, group, result is not None, summary, seconds, weight, sent, anchor
+        )
         self.reports.append(report)
         if self.config.mode != "aux":
             self._pending_reports.append(report)

@@ -135,6 +135,11 @@ async def test_after_each_round_every_peer_holds_identical_parameters(
         assert len({p.anchor() for p in peers}) == 1
         assert len({p.parameters() for p in peers}) == 1  # no overlap: theta is the anchor
         assert peers[0].parameters() == peers[0].anchor()
+        reports = [p.optimizer.reports[-1] for p in peers]
+        assert len({r.anchor for r in reports}) == 1
+        assert len(reports[0].anchor) == 16
+        assert all(r.bytes_sent > 0 for r in reports)
+    assert peers[0].optimizer.reports[0].anchor != peers[0].optimizer.reports[1].anchor
     # the first round's outer step, computed here from the peers' parameters before it
     weights = np.array([4.0 * s for s in steps])
     expected = []
