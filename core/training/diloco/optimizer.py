@@ -201,6 +201,10 @@ class DilocoOptimizer:
             raise ValueError("batch_size must be at least 1")
         if self.config.mode == "aux":
             raise BarnraiseError("the backbone computes no inner steps")
+        if not self.diloco.overlap and self._exchange is not None and not self._exchange.done():
+            # without overlap the round lands on theta itself: an inner step taken meanwhile
+            # would be overwritten, so the device waits for the exchange
+            await asyncio.gather(self._exchange, return_exceptions=True)
         async with self._lock:
             stepped = await self.bridge.run(self.diloco.inner_step)
             if stepped:
@@ -299,18 +303,19 @@ class DilocoOptimizer:
         """Land the round or record it as missed: (landed, what happened, group size)."""
         async with self._lock:
             if self.epoch != epoch:
-                # a newer anchor was taken meanwhile (it holds everything up to its epoch)
-                await self.bridge.run(self.diloco.missed)
+                # a newer anchor was taken meanwhile: it holds this round, our part included
                 return False, f"the collaboration moved on to epoch {self.epoch}", 0
             if result is None:
                 if others or samples == 0:
-                    await self.bridge.run(self.diloco.missed)
+                    await self.bridge.run(self.diloco.missed, delta)
                     return False, "no group formed", 0
                 await self.bridge.run(lambda: self.diloco.land(delta, residual_sent=False))
                 self.state.epoch = epoch + 1
                 return True, "no group: this peer's own pseudo-gradient", 1
             if not result.complete or result.group_weight <= 0:
-                await self.bridge.run(self.diloco.missed)
+                # members may disagree on what an incomplete round averaged: nobody lands it,
+                # and everyone carries it (a member that saw it complete is followed by download)
+                await self.bridge.run(self.diloco.missed, delta)
                 return False, result.summary(), len(result.members)
             await self.bridge.run(lambda: self.diloco.land(delta, residual_sent=True))
             self.state.epoch = epoch + 1

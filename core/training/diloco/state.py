@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -98,21 +99,25 @@ class DilocoState:
         otherwise everything went (a peer alone applies its own pseudo-gradient exactly)."""
         self.outer.step(averaged)
         self._follow_anchor()
-        if self.residual is not None and self.feedback is not None:
-            if residual_sent:
+        if self.residual is not None:
+            if residual_sent and self.feedback is not None:
                 self.residual, self.feedback = self.feedback, self.residual
             else:
                 for r in self.residual:
                     r[...] = 0.0
 
-    def missed(self) -> None:
-        """The round's exchange failed: nothing moves, and the next pseudo-gradient is measured
-        from the anchor again, so it carries this round's work too (the residual stays)."""
-        if self.overlap:
-            theta_then = self.base
-            # theta has moved on from base since the round ended: measure from the anchor again
-            for b, a in zip(theta_then, self.anchor, strict=True):
-                b[...] = a
+    def missed(self, delta: list[F32]) -> None:
+        """The round did not land here: nothing moves, and its work goes out with the next
+        round. Without overlap ``theta`` still holds all the work since the anchor, so the next
+        pseudo-gradient carries it; with overlap the round's pseudo-gradient (``delta``, its
+        residual included) becomes the residual. Where an incomplete round averaged some ranges,
+        ``delta`` holds the group's means there: every member carries the same means, so the
+        next round's average puts them back at their weight."""
+        if not self.overlap:
+            return
+        residual = self._residual()
+        for r, d in zip(residual, delta, strict=True):
+            r[...] = d
 
     def rebase(self, epoch: int, arrays: list[np.ndarray]) -> None:
         """Take a newer outer state (anchor, then momentum) from a peer: ``theta`` keeps the work
@@ -126,9 +131,15 @@ class DilocoState:
             if theirs.dtype != np.float32:
                 raise ValueError(f"{theirs.dtype} values where float32 belongs")
         self.outer.load_buffers([np.asarray(a) for a in arrays[count:]])
+        if not self.overlap:
+            # base is the anchor itself: theta moves by as much as the anchor does
+            self._shift_theta(
+                np.subtract(t, a) for a, t in zip(self.anchor, arrays[:count], strict=True)
+            )
         for mine, theirs in zip(self.anchor, arrays[:count], strict=True):
             mine[...] = theirs
-        self._follow_anchor()
+        if self.overlap:
+            self._follow_anchor()
         self.state.epoch = epoch
 
     def restart(self, epoch: int, momentum: list[np.ndarray]) -> None:
@@ -147,14 +158,28 @@ class DilocoState:
     def _follow_anchor(self) -> None:
         """``theta += anchor - base``, then ``base = anchor``; without overlap, ``theta = anchor``
         exactly (no inner step happens between a round's end and its landing)."""
+        if self.overlap:
+            self._shift_theta(
+                np.subtract(a, b) for a, b in zip(self.anchor, self.base, strict=True)
+            )
+            for b, a in zip(self.base, self.anchor, strict=True):
+                b[...] = a
+            return
         with torch.no_grad():
-            for p, a, b in zip(self.state.parameters, self.anchor, self.base, strict=True):
-                if self.overlap:
-                    moved = torch.from_numpy(np.subtract(a, b)).reshape(p.shape)
-                    p.add_(moved.to(p.device, p.dtype))
-                    b[...] = a
-                else:
-                    p.copy_(torch.from_numpy(a).reshape(p.shape).to(p.device, p.dtype))
+            for p, a in zip(self.state.parameters, self.anchor, strict=True):
+                p.copy_(torch.from_numpy(a).reshape(p.shape).to(p.device, p.dtype))
+
+    def _shift_theta(self, moved: Iterable[np.ndarray]) -> None:
+        """``theta += moved``, one tensor at a time (no second copy of the model)."""
+        with torch.no_grad():
+            for p, m in zip(self.state.parameters, moved, strict=True):
+                p.add_(torch.from_numpy(m).reshape(p.shape).to(p.device, p.dtype))
+
+    def _residual(self) -> list[F32]:
+        """The residual, made (zero) the first time an exact codec's round has something to carry."""
+        if self.residual is None:
+            self.residual = [np.zeros_like(a) for a in self.anchor]
+        return self.residual
 
     def anchor_digest(self) -> str:
         """A short digest of the outer parameters, from a fixed sample of about 4096 values per

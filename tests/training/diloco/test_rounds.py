@@ -1,5 +1,6 @@
 """DiLoCo rounds on real loopback connections: identical outer parameters after each round,
-the outer step on the weighted mean of pseudo-gradients, overlap, a newcomer, a missed round."""
+the outer step on the weighted mean of pseudo-gradients, overlap, a newcomer, a peer that leaves
+mid-round, a paused peer, a missed exchange."""
 
 from __future__ import annotations
 
@@ -75,7 +76,12 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
     made: list[DPeer] = []
 
     async def make(
-        *, overlap: bool = False, codec: Codec = NONE, mode: str = "trainer", lr: float = 0.7
+        *,
+        overlap: bool = False,
+        codec: Codec = NONE,
+        mode: str = "trainer",
+        lr: float = 0.7,
+        matchmaking: float = 10.0,
     ) -> DPeer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         compute = 0.0 if mode == "aux" else 1.0
@@ -85,7 +91,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
         diloco = DilocoState(state, outer_lr=lr, outer_momentum=0.9, overlap=overlap,
                              sparse=codec.sparse, clip_norm=None)  # fmt: skip
-        config = DilocoConfig(round_seconds=NEVER, mode=mode, matchmaking_time=10.0,
+        config = DilocoConfig(round_seconds=NEVER, mode=mode, matchmaking_time=matchmaking,
                               refresh_interval=0.2)  # fmt: skip
         optimizer = DilocoOptimizer(diloco, PeerLinks.create(averager, bridge), config, codec=codec)
         peer = DPeer(optimizer, model, bridge, dht, averager)
@@ -233,3 +239,71 @@ async def test_the_backbone_follows_the_rounds_with_weight_zero(make_dpeer: Make
     assert len({p.anchor() for p in everyone}) == 1
     with pytest.raises(Exception, match="backbone"):
         await backbone.optimizer.step(1)
+
+
+async def test_a_peer_that_leaves_mid_round_costs_only_its_own_round(
+    make_dpeer: MakeDPeer,
+) -> None:
+    peers = [await make_dpeer(matchmaking=3.0) for _ in range(3)]
+    await settle(peers)
+    for i, peer in enumerate(peers):
+        await peer.train(2, seed=i)
+    leaver, stayers = peers[2], peers[:2]
+    leaver.optimizer.interrupt()
+    await leaver.optimizer.close()
+    await leaver.averager.close()
+    await end_rounds(stayers)
+    assert [p.optimizer.epoch for p in stayers] == [1, 1]
+    assert stayers[0].anchor() == stayers[1].anchor()
+    report = stayers[0].optimizer.reports[-1]
+    assert report.group_size == 2
+    assert report.round_samples == 16.0  # the two stayers' 2 steps of 4 samples each
+
+
+async def test_a_paused_peer_keeps_its_work_and_rejoins_on_the_newer_anchor(
+    make_dpeer: MakeDPeer,
+) -> None:
+    peers = [await make_dpeer(matchmaking=3.0) for _ in range(3)]
+    await settle(peers)
+    sleeper = peers[2]
+    await sleeper.train(2, seed=9)
+    await sleeper.optimizer.pause()
+    await settle(peers)  # the others read its record: paused, not expected in the round
+    for i, peer in enumerate(peers[:2]):
+        await peer.train(2, seed=i)
+    await end_rounds(peers[:2])
+    assert [p.optimizer.epoch for p in peers] == [1, 1, 0]
+    await sleeper.optimizer.resume()  # takes the newer anchor, its own steps kept on top
+    assert sleeper.optimizer.epoch == 1
+    assert sleeper.anchor() == peers[0].anchor()
+    assert sleeper.parameters() != sleeper.anchor()
+    await settle(peers)
+    for i, peer in enumerate(peers):
+        await peer.train(1, seed=30 + i)
+    await end_rounds(peers)
+    assert {p.optimizer.epoch for p in peers} == {2}
+    assert len({p.anchor() for p in peers}) == 1
+    # the steps before the pause went out with this round: 3 steps of 4 samples
+    assert sleeper.optimizer.reports[-1].samples == 12
+    assert sleeper.optimizer.reports[-1].group_size == 3
+
+
+async def test_a_missed_exchange_carries_its_samples_into_the_next_round(
+    make_dpeer: MakeDPeer,
+) -> None:
+    peers = [await make_dpeer(matchmaking=1.0) for _ in range(2)]
+    await settle(peers)
+    early, late = peers
+    await early.train(3, seed=0)
+    await end_rounds([early])  # the other is still training: no group, nothing lands
+    assert early.optimizer.epoch == 0
+    assert early.optimizer.rounds_missed == 1
+    assert not early.optimizer.reports
+    await early.train(1, seed=1)
+    await late.train(2, seed=2)
+    await end_rounds(peers)
+    assert [p.optimizer.epoch for p in peers] == [1, 1]
+    assert early.anchor() == late.anchor()
+    # the missed round's 12 samples and this round's 4: nothing computed was dropped
+    assert early.optimizer.reports[-1].samples == 16
+    assert early.optimizer.reports[-1].round_samples == 24.0
