@@ -11,8 +11,9 @@ without a GPU); the others are the benchmarks under ``benchmarks/``, each agains
 in the same run, each in its own process with a time limit: ``trainer`` (the trainer against a
 plain PyTorch loop), ``memory`` (bytes per parameter of 32-bit, 8-bit and offloaded states),
 ``pause`` (pause latency, memory given back, resume), ``precision`` (bf16 and fp16 against fp32),
-``collab`` (two trainers sharing the GPU with a CPU backbone) and ``experts`` (the expert host
-against a plain expert loop). A check that crashes or runs out of time is recorded with the end of
+``collab`` (two trainers sharing the GPU with a CPU backbone), ``experts`` (the expert host
+against a plain expert loop) and ``diloco`` (DiLoCo's inner steps against a plain loop, then a
+round's host copies). A check that crashes or runs out of time is recorded with the end of
 its output and the run goes on; the exit status is 1 if any did. A missed goal is a finding, not
 an error: the summary says which.
 
@@ -125,6 +126,13 @@ CHECKS = (
         "experts",
         "the expert host on the device against a plain expert loop",
         _bench("expert_gpu.py", [], ["--dry-run"]),
+        600,
+    ),
+    Check(
+        "diloco",
+        "diloco's inner steps against a plain PyTorch loop (same parameters, speed), then one "
+        "round's end and landing alone (host copies, host bytes per parameter)",
+        _bench("diloco_inner.py", [], ["--dry-run"]),
         600,
     ),
 )

@@ -205,6 +205,39 @@ def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
     assert run["skipped_microbatches"] == 0
 
 
+def test_diloco_inner_benchmark_matches_the_plain_loop_and_lands_back(tmp_path: Path) -> None:
+    out = tmp_path / "diloco.json"
+    run_benchmark(
+        "diloco_inner.py", "--device", "cpu", "--dry-run", "--json", str(out), timeout=300
+    )
+    result = json.loads(out.read_text())
+    (run,) = result["runs"]
+    assert run["model"] == "demo"
+    assert run["inner_steps"] == run["steps"] + run["warmup"]
+    assert run["skipped_steps"] == 0
+    assert run["inner_moved_max_abs"] > 0
+    # the same ops on the same inputs on a CPU: bit for bit, run to run and against the plain loop
+    assert run["run_to_run_max_abs_diff"] == 0.0
+    assert run["max_abs_diff"] == 0.0
+    assert run["landed_max_abs_diff"] <= run["landed_tolerance"]
+    assert all(rate > 0 for rate in run["plain_steps_per_s"])
+    assert run["diloco_steps_per_s"] > 0
+    assert run["ratio_diloco_over_plain"] > 0
+    assert run["round_host_s"] == pytest.approx(run["end_round_s"] + run["land_s"], abs=2e-4)
+    assert run["host_bytes_per_param_by_array"] == dict.fromkeys(
+        ("anchor", "momentum", "base", "residual", "feedback"), 4.0
+    )
+    goals = result["goals"]
+    for name in (
+        "inner_parameters_match",
+        "landing_returns_the_inner_result",
+        "host_bytes_per_param",
+    ):
+        assert goals[name]["met"] is True, goals[name]
+    assert goals["host_bytes_per_param"]["value"] == 20.0
+    assert goals["inner_step_ratio_albert_large"]["met"] is None  # judged on a GPU only
+
+
 def test_memory_benchmark_compares_the_four_optimizer_layouts(tmp_path: Path) -> None:
     out = tmp_path / "memory.json"
     demo = str(ROOT / "resources" / "demo" / "project.toml")
