@@ -84,3 +84,19 @@ class LabProcess:
         except OSError:
             return "(no log)"
         return "\n".join(text[-lines:])
+
+
+def peer_args(project: Path, work: Path, *extra: str) -> list[str]:
+    """A lab peer's arguments: the project, its own work folder, one thread (the lab's peers
+    share the machine's cores)."""
+    return ["--manifest", str(project), "--work-dir", str(work), "--threads", "1", *extra]
+
+
+def wait_connected(proc: LabProcess, peer: str, kinds: set[str], timeout: float) -> str:
+    """How ``proc`` is connected to ``peer`` once it is one of ``kinds`` (direct, punched,
+    relayed)."""
+    event = proc.wait_for(
+        lambda e: e.get("event") == "network" and e.get("connections", {}).get(peer) in kinds,
+        timeout,
+    )
+    return str(event["connections"][peer])

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.lab.conftest import MakeLab
-from tests.lab.procs import LabProcess
-from tests.lab.test_swarm_lab import peer_args
+from tests.lab.procs import LabProcess, peer_args
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(420)]
 

@@ -24,7 +24,7 @@ import pytest
 
 from tests.lab.conftest import MakeLab
 from tests.lab.natlab import NatKind, NatLab
-from tests.lab.procs import ROOT, Event, LabProcess
+from tests.lab.procs import ROOT, Event, LabProcess, peer_args, wait_connected
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -39,21 +39,9 @@ CASES = [
 ]
 
 
-def peer_args(project: Path, work: Path, *extra: str) -> list[str]:
-    return ["--manifest", str(project), "--work-dir", str(work), "--threads", "1", *extra]
-
-
 def network_of(proc: LabProcess) -> Event | None:
     events = [e for e in proc.events if e.get("event") == "network"]
     return events[-1] if events else None
-
-
-def wait_connected(proc: LabProcess, peer: str, kinds: set[str], timeout: float) -> str:
-    event = proc.wait_for(
-        lambda e: e.get("event") == "network" and e.get("connections", {}).get(peer) in kinds,
-        timeout,
-    )
-    return str(event["connections"][peer])
 
 
 def dht(lab: NatLab, where: str, bootstrap: str, *args: str) -> str:
