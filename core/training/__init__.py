@@ -5,6 +5,7 @@ It stands on the torch worker (``core.worker``) and the optimizers (``core.optim
 mixture-of-experts training (``core.moe``); the model it trains is ``core.models``.
 
 - ``collaborative``  CollaborativeOptimizer: progress, readiness, gradient rounds, state averaging, catch-up.
+- ``feedback``       ErrorFeedback: what a sparse codec left out of the gradients, sent next round.
 - ``local``          LocalWork: the optimizer's torch work (accumulate, mean gradient, apply, state copies).
 - ``progress``       PeerProgress records in the DHT (short-lived, withdrawn on leaving), ProgressBoard,
   CollaborationView.

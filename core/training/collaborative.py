@@ -39,6 +39,7 @@ from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
 from core.training.errors import CheckpointError
 from core.training.evidence import EvidenceBoard
+from core.training.feedback import ErrorFeedback
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
@@ -115,6 +116,8 @@ class CollaborativeOptimizer:
         """Applies the moderators' rollback orders (``core.training.rollback_replica``): checked
         at every microbatch; none in an open project."""
         self.tamper: Callable[[list[torch.Tensor]], None] | None = None
+        self.feedback = ErrorFeedback() if averager.config.codec.sparse else None
+        """With a sparse codec: what it left out of our gradients, sent with the next round."""
         """Changes our mean gradient in place before it is averaged: only a Byzantine peer on
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
         self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
@@ -442,6 +445,8 @@ class CollaborativeOptimizer:
         if self._pending_update is not None:
             await self._pending_update  # at most one delayed update in flight
         grads = await self.bridge.run(self.local.mean_gradients, samples)
+        if self.feedback is not None:
+            await self.bridge.run(self.feedback.add_to, grads)
         if self.tamper is not None:
             await self.bridge.run(self.tamper, grads)
         expected = len(view.trainers_at_epoch) + sum(
@@ -479,7 +484,10 @@ class CollaborativeOptimizer:
         After ``MAX_SHORT_ROUNDS`` such rounds in a row the step is taken anyway (a peer that
         reports samples it never brings must not stall everyone)."""
         key = round_key("grads", epoch, self.state.rollback)
-        result = await self._average(grads, float(samples), key, expected)
+        feedback = None if self.feedback is None else self.feedback.buffers(grads)
+        result = await self._average(grads, float(samples), key, expected, feedback=feedback)
+        if self.feedback is not None:
+            self.feedback.settle(sent=result is not None)
         if result is not None and not result.complete:
             log.warning("epoch %d: %s", epoch, result.summary())
         weight = result.group_weight if result is not None else float(samples)
@@ -511,8 +519,8 @@ class CollaborativeOptimizer:
         return True
 
     async def _average(
-        self, tensors: list[torch.Tensor], weight: float, round_key: str, expected: int,
-        codec: Codec | None = None,
+        self, tensors: list[torch.Tensor], weight: float, round_key: str, expected: int, *,
+        codec: Codec | None = None, feedback: list[torch.Tensor] | None = None,
     ) -> AveragingResult | None:  # fmt: skip
         result = await self.links.round(
             tensors,
@@ -521,6 +529,7 @@ class CollaborativeOptimizer:
             timeout=self.config.matchmaking_time,
             expected=expected,
             codec=codec,
+            feedback=feedback,
         )
         if result is not None and result.findings:  # in the background: the step need not wait
             self._tasks.spawn(f"evidence-{round_key}", self.evidence.publish(result, round_key))
@@ -534,7 +543,7 @@ class CollaborativeOptimizer:
         expected = trainers + sum(1 for p in self.view().peers if p.mode == "aux")
         tensors = await self.bridge.run(self.local.state_copies)
         key = round_key("state", epoch, self.state.rollback)
-        result = await self._average(tensors, 1.0, key, expected, NONE)
+        result = await self._average(tensors, 1.0, key, expected, codec=NONE)
         if result is None:
             return
         if not result.complete:

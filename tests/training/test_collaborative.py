@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from core.codecs.topk import top_k
 from core.training.collaborative import CollaborativeConfig
 from core.training.trainer import Trainer
 from tests.training.conftest import AVERAGING, MakePeer, Peer
@@ -208,3 +209,33 @@ async def test_a_client_mode_peer_trains_with_the_others(make_peer: MakePeer) ->
         assert all(r.group_size == 2 and r.averaged for r in peer.optimizer.reports)
     for mine, theirs in zip(models[0].parameters(), models[1].parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-6)
+
+
+async def test_a_sparse_codec_keeps_what_it_left_out_and_the_replicas_stay_equal(
+    make_peer: MakePeer,
+) -> None:
+    data = dataset()
+    config = CollaborativeConfig(target_batch_size=128, average_state_every=0)
+    sparse = replace(AVERAGING, codec=top_k(0.05, 2))
+    peers = []
+    for _ in range(2):
+        model = fresh_model()
+        peers.append(await make_peer(model, make_optimizer(model), config, averaging=sparse))
+    before = evaluate(peers[0].model, data)
+
+    async def train(i: int) -> None:
+        peer = peers[i]
+        walk = Recorder(data, 300 + i, peer)
+        await Trainer(peer.model, peer.optimizer, peer.bridge, walk, mse).run(until_epoch=8)
+
+    await asyncio.wait_for(asyncio.gather(*(train(i) for i in range(2))), timeout=120)
+    assert all(r.group_size == 2 for p in peers for r in p.optimizer.reports)
+    for peer in peers:
+        feedback = peer.optimizer.feedback
+        assert feedback is not None
+        assert feedback.residual is not None
+        # 5 % of each block went: most of the gradient waits in the residual
+        assert sum(int(torch.count_nonzero(r)) for r in feedback.residual) > 0
+    assert evaluate(peers[0].model, data) < 0.8 * before
+    for mine, theirs in zip(peers[0].model.parameters(), peers[1].model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
