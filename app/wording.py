@@ -23,7 +23,7 @@ from core.api.events import (
     RolledBack,
     StateChanged,
 )
-from core.api.schema import Network, ResourceUse, TrainingDevice
+from core.api.schema import Network, ResourceUse, Rounds, TrainingDevice
 
 STATE_WORDS = {
     "idle": "Idle",
@@ -193,6 +193,24 @@ def device_detail(device: TrainingDevice) -> str:
         parts.append(f"NVIDIA driver {device.driver}{cuda}")
     parts.append(f"torch {device.torch}" if device.torch else "torch is not installed")
     return "\n".join(parts)
+
+
+def rounds_line(rounds: Rounds) -> str | None:
+    """A diloco project's round and last exchange, in one line for the dashboard: "Round: 34 s
+    of 1 min · Last exchange: 1.23 MB sent"; None in dedloc mode (its epochs say it all)."""
+    if rounds.mode != "diloco" or rounds.round_seconds is None:
+        return None
+    elapsed = duration(rounds.round_elapsed or 0.0)
+    sent = rounds.last_exchange_bytes
+    exchange = "none yet" if sent is None else f"{data_size(sent)} sent"
+    return f"Round: {elapsed} of {duration(rounds.round_seconds)} · Last exchange: {exchange}"
+
+
+ROUNDS_DETAIL = (
+    "This project trains in rounds: each computer trains on its own, and at the end of every "
+    "round the computers exchange what their models learned (the round ends at the same moment "
+    "everywhere)"
+)
 
 
 def network_detail(network: Network, now: float) -> str:

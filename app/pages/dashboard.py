@@ -3,7 +3,8 @@
 The switch is the user's opt-in (on: start, off: pause). The state line is the engine's own reason
 ("Waiting: you are using the computer", "Paused: on battery"), coloured and marked with the same
 look as the tray icon; below it, which device training uses (a GPU or the CPU) and why, and — for
-a project joined by URL — a signed update of its manifest the engine refused, and why. While
+a project joined by URL — a signed update of its manifest the engine refused, and why; a project
+training in diloco rounds shows where the round is and what the last exchange sent. While
 paused the engine stops listening to the collaboration, so the epoch is shown "as of the pause".
 The project's name and description are its organizers' words: shown as plain text, never markup.
 """
@@ -117,6 +118,9 @@ class DashboardPage(QWidget):
         self.device.hide()
         self.network = QLabel("", objectName="caption", wordWrap=True)
         self.network.hide()
+        self.rounds = QLabel("", objectName="caption", wordWrap=True)
+        self.rounds.setToolTip(wording.ROUNDS_DETAIL)
+        self.rounds.hide()
         self.update_refused = QLabel("", objectName="inlineError", wordWrap=True)
         self.update_refused.setTextFormat(Qt.TextFormat.PlainText)
         self.update_refused.setToolTip(
@@ -126,7 +130,14 @@ class DashboardPage(QWidget):
         self.update_refused.hide()
         self.error = QLabel("", objectName="inlineError", wordWrap=True)
         self.error.hide()
-        labels = (self.reason, self.notes, self.device, self.network, self.update_refused)
+        labels = (
+            self.reason,
+            self.notes,
+            self.device,
+            self.network,
+            self.rounds,
+            self.update_refused,
+        )
         for label in (*labels, self.error):
             state_card.box.addWidget(label)
         return state_card
@@ -161,6 +172,7 @@ class DashboardPage(QWidget):
             for button in (self.snooze_button, self.resume_button, self.login_button):
                 button.hide()
             self.network.hide()
+            self.rounds.hide()
             self.device.hide()
             self.update_refused.hide()
             for tile in (self.speed, self.peers):  # live figures: unknown without the engine
@@ -185,6 +197,7 @@ class DashboardPage(QWidget):
         self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
         self._show_network(state)
+        self._show_rounds(state)
         self._show_device(state)
         paused_by_user = state.user_paused or state.snoozed_until is not None
         self.snooze_button.setVisible(on and state.snoozed_until is None)
@@ -221,6 +234,11 @@ class DashboardPage(QWidget):
         if network is not None:
             self.network.setText(wording.network_line(network))
             self.network.setToolTip(wording.network_detail(network, time.time()))
+
+    def _show_rounds(self, state: EngineState) -> None:
+        line = wording.rounds_line(state.rounds) if state.rounds is not None else None
+        self.rounds.setText(line or "")
+        self.rounds.setVisible(line is not None)
 
     def _show_device(self, state: EngineState) -> None:
         device = state.device

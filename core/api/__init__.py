@@ -1,8 +1,9 @@
 """The contract between the engine and its clients (the desktop app, ``barnraise ctl``).
 
-- ``schema``    versioned dataclasses: EngineState, Progress, Statistics, Settings, ProjectInfo,
-  ProjectPreview (a project URL's signed manifest, checked, and what joining would use),
-  AccountInfo, Leaderboard, MyRank, requests; state names and reason codes (from ``core.policy``).
+- ``schema``    versioned dataclasses: EngineState, Progress, Rounds (a diloco project's rounds),
+  Statistics, Settings, ProjectInfo, ProjectPreview (a project URL's signed manifest, checked, and
+  what joining would use), AccountInfo, Leaderboard, MyRank, requests; state names and reason
+  codes (from ``core.policy``).
 - ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors,
   account changed, network changed, a signed manifest update taken or refused).
 - ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as, and
@@ -100,6 +101,7 @@ from core.api.schema import (
     ProjectOffers,
     ProjectPreview,
     ResourceUse,
+    Rounds,
     SettingInfo,
     Settings,
     Statistics,
@@ -157,6 +159,7 @@ __all__ = [
     "ReasonCode",
     "ResourceUse",
     "RolledBack",
+    "Rounds",
     "SettingInfo",
     "Settings",
     "StateChanged",

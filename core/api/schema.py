@@ -118,6 +118,21 @@ class Network:
     relayed: int = 0
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """How the active project trains (its manifest's ``training.mode``) and, in ``diloco`` mode,
+    where its rounds stand: each peer trains alone and the peers exchange what changed once a
+    round, rounds ending when Unix time is a multiple of ``round_seconds``."""
+
+    mode: Annotated[Literal["dedloc", "diloco"], Fallback("dedloc")] = "dedloc"
+    round_seconds: float | None = None
+    """diloco: a round's length (``training.round_seconds``)."""
+    round_elapsed: float | None = None
+    """diloco: seconds into the current round when the state was read."""
+    last_exchange_bytes: int | None = None
+    """diloco: the chunk bytes this peer sent in its last exchange; None before its first."""
+
+
 DEVICE_SETTING = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
 """A project's device: "auto" (the engine picks the best this computer has), or one by name."""
 
@@ -171,6 +186,9 @@ class EngineState:
     """How other peers reach us, while the project's peer runs."""
     device: TrainingDevice | None = None
     """What the active project trains on, and why; None until the engine has looked."""
+    rounds: Rounds | None = None
+    """How the active project trains, once its peer has read the manifest; None before, and for
+    a dmoe project."""
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,8 @@ def top_k(density: float, bits: int, fan_in: int = 1) -> Codec:
     return Codec(
         name,
         wire_id,
-        bytes_per_value=density * fan_in * (2 + bits / 8),
+        # a block keeps at most all of its values, however many contributions it sums
+        bytes_per_value=min(1.0, density * fan_in) * (2 + bits / 8),
         make_kernel=lambda: kernel,
         # a mean of n members' chunks holds up to n times the values: it goes back as float16
         summed=(lambda n: top_k(density, 16, n)) if sent else None,

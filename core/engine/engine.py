@@ -37,6 +37,7 @@ from core.api.schema import (
     ProjectInfo,
     ProjectOffer,
     ProjectPreview,
+    Rounds,
     Settings,
     SettingValue,
     Statistics,
@@ -65,7 +66,8 @@ from core.engine.peer_events import PeerEvents
 from core.engine.progress import ProgressMeter
 from core.engine.projects import ProjectRunner, ProjectSlot
 from core.engine.scheduling import Scheduling
-from core.engine.views import network_lines, network_view, statistics_view
+from core.engine.views import network_lines, network_view, rounds_view, statistics_view
+from core.project import Manifest
 from core.scheduler import ConditionSampler
 from core.swarm import SwarmFollower
 from core.util.clock import SYSTEM_CLOCK, Clock
@@ -317,11 +319,19 @@ class Engine:
             last_error=self.runner.error if self.runner is not None else None,
             network=self._network(),
             device=self.device.view(slot.device if slot is not None else None),
+            rounds=self._rounds(),
         )
 
     def _network(self) -> Network | None:
         network = self.runner.network() if self.runner is not None else None
         return network_view(network) if network is not None else None
+
+    def _rounds(self) -> Rounds | None:
+        runner = self.runner
+        manifest = runner.manifest if runner is not None else None
+        if runner is None or not isinstance(manifest, Manifest):  # dmoe: experts, no rounds
+            return None
+        return rounds_view(manifest.training, runner.last_epoch, now=self._clock.time())
 
     def settings(self) -> Settings:
         return settings_view(self.memory.preferences)

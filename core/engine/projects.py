@@ -44,7 +44,7 @@ from core.swarm import LocalSwarm, LocalSwarms
 from core.util.blocking import BlockingPool
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
-from core.worker.events import PeerEvent, PeerFailed, PeerNetwork, PeerReady
+from core.worker.events import PeerEpoch, PeerEvent, PeerFailed, PeerNetwork, PeerReady
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,10 @@ class ProjectRunner:
         """The last start of a ``local_swarm`` slot found no swarm running."""
         self.swarm: LocalSwarm | None = None
         """The run of the local swarm the peer was started against (``local_swarm`` slots)."""
+        self.manifest: AnyManifest | None = None
+        """The manifest the peer was last built from; None before its first start."""
+        self.last_epoch: PeerEpoch | None = None
+        """The peer's latest ``PeerEpoch`` (its last exchange, in diloco mode)."""
         self._failed_at = 0.0
         self._stop = asyncio.Event()
         self._tasks = BackgroundTasks(f"project/{slot.name}")
@@ -277,6 +281,7 @@ class ProjectRunner:
                     f"{path} is now the manifest of {manifest.project.name!r}, not of "
                     f"{self.slot.name!r}: detach the project and attach it again"
                 )
+            self.manifest = manifest
             if manifest.access.moderated:
                 if self.account is None:
                     raise BarnraiseError(f"{self.slot.name} is moderated: it needs an account")
@@ -373,6 +378,8 @@ class ProjectRunner:
     def _on_peer_event(self, event: PeerEvent) -> None:
         if isinstance(event, PeerReady):
             self.state = "ready"
+        elif isinstance(event, PeerEpoch):
+            self.last_epoch = event
         self.on_event(event)
 
     async def pause(self) -> None:

@@ -1,6 +1,7 @@
 """The engine's answers built from its parts: pure functions from what the engine holds to the
-API's dataclasses (statistics from the ledger, progress from the peer's totals, a project's info,
-a finished epoch's event). The settings' answer is ``core.api.settings``, shared with the fake."""
+API's dataclasses (statistics from the ledger, progress from the peer's totals, a diloco project's
+rounds, a project's info, a finished epoch's event). The settings' answer is ``core.api.settings``,
+shared with the fake."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from core.api.schema import (
     Network,
     Progress,
     ProjectInfo,
+    Rounds,
     Statistics,
 )
 from core.engine.projects import ProjectSlot
+from core.project import TrainingSection
 from core.stats import Contribution, Ledger
 from core.swarm import LocalSwarm
+from core.training.diloco.clock import RoundClock
 from core.worker.events import PeerEpoch, PeerNetwork
 
 
@@ -48,6 +52,20 @@ def progress_view(totals: Mapping[str, Any], session_samples: int) -> Progress:
         ),
         peers=int(totals.get("peers", 0)),
         session_samples=session_samples,
+    )
+
+
+def rounds_view(training: TrainingSection, last: PeerEpoch | None, *, now: float) -> Rounds:
+    """The project's mode; in diloco mode, how far into its round Unix time ``now`` is (the
+    rounds every peer ends together, ``RoundClock``) and what the peer's last exchange sent."""
+    if training.mode != "diloco":
+        return Rounds("dedloc")
+    clock = RoundClock(training.round_seconds)
+    return Rounds(
+        "diloco",
+        round_seconds=clock.seconds,
+        round_elapsed=clock.seconds - clock.until_end(now),
+        last_exchange_bytes=last.bytes_sent if last is not None else None,
     )
 
 

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from app import wording
 from app.pages.dashboard import DashboardPage
 from app.window import MainWindow
+from core.api import Rounds
 from core.api.errors import EngineUnavailable
 from core.api.testing import FakeEngine
 
@@ -33,6 +35,33 @@ def test_shows_the_state_tiles_and_loss_curve(
     assert page.epoch.value.text() == "149"
     assert page.total.value.text().endswith(" M")  # 264 M from the sample ledger
     assert page.chart.count == 150
+
+
+def test_a_diloco_project_shows_its_round_and_its_last_exchange(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    page = dashboard(make_window(fake))
+    qtbot.waitUntil(lambda: page.state_word.text() == "Contributing")
+    for rounds, line in (
+        (
+            Rounds("diloco", 60.0, 34.0, 1_234_567),
+            "Round: 34 s of 1 min · Last exchange: 1.23 MB sent",
+        ),
+        (Rounds("diloco", 300.0, 125.0, None), "Round: 2 min of 5 min · Last exchange: none yet"),
+    ):
+        fake.set_rounds(rounds)
+        with qtbot.waitSignal(page.store.stateChanged):
+            page.store.refresh_state()
+        assert page.rounds.text() == line
+        assert not page.rounds.isHidden()
+        assert "rounds" in page.rounds.toolTip()
+    for dedloc in (Rounds("dedloc"), None):  # a dedloc project: nothing more than before
+        fake.set_rounds(dedloc)
+        with qtbot.waitSignal(page.store.stateChanged):
+            page.store.refresh_state()
+        assert page.rounds.isHidden()
+        assert page.epoch.value.text() == "149"
+    assert wording.rounds_line(Rounds("dedloc", 60.0, 1.0, 5)) is None
 
 
 def test_the_reason_is_the_engines_own_words(

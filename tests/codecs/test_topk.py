@@ -229,6 +229,7 @@ def test_specs_name_their_setting() -> None:
     assert len(ids) == 24
     assert codec.kernel == TopK(0.01, 2)
     assert codec.bytes_per_value == pytest.approx(0.01 * 2.25)
+    assert top_k(0.5, 2).for_sum(4).bytes_per_value == 4.0  # every value, float16 and position
     assert codec.concrete
     with pytest.raises(ValueError, match="name"):
         top_k(0.01000001, 2)  # its name would say 0.01

@@ -21,12 +21,18 @@ from tests.coordinator.conftest import FAST_SCRYPT, PASSWORD, PROJECT, Client, R
 AUX = "aux"
 
 
-def page_manifest(key: Identity, *, description: str = "", mode: str = "moderated") -> str:
+def page_manifest(
+    key: Identity, *, description: str = "", mode: str = "moderated", training: str = ""
+) -> str:
+    """``training``: the lines of a ``[training]`` table."""
     # JSON strings are TOML basic strings for everything a test writes (quotes, <, &, newlines)
     return f"""
 [project]
 name = "{PROJECT}"
 description = {json.dumps(description)}
+
+[training]
+{training}
 
 [[data.sources]]
 urls = ["shards/a.jsonl"]
@@ -78,12 +84,12 @@ class Page:
 
 @asynccontextmanager
 async def running_page(
-    tmp_path: Path, *, description: str = "", mode: str = "moderated"
+    tmp_path: Path, *, description: str = "", mode: str = "moderated", training: str = ""
 ) -> AsyncIterator[Page]:
     key = Identity.generate()
     clock = FakeClock()
     service = CoordinatorService(
-        parse_manifest(page_manifest(key, description=description, mode=mode)),
+        parse_manifest(page_manifest(key, description=description, mode=mode, training=training)),
         tmp_path / "coordinator.db",
         key,
         scrypt_n=FAST_SCRYPT.n,

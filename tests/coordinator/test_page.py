@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.coordinator.page import routes
+from core.coordinator.page import formats, routes
 from core.coordinator.page.home import INSTALL_GUIDE
 from core.coordinator.page.stats import RECENT
 from core.net import Identity
@@ -69,6 +69,22 @@ async def test_the_page_before_any_report(tmp_path: Path) -> None:
         assert 'data-points="0"' in html
         assert "no account needed" in html
         assert '<p id="leaders-empty">' in html
+
+
+async def test_the_page_says_how_the_project_trains(tmp_path: Path) -> None:
+    async with running_page(tmp_path) as page:
+        _, html, _ = await page.text("/")
+        assert "4,096 samples a step (DeDLOC, the dedloc mode).</p>" in html
+        assert "rounds of" not in html
+    (tmp_path / "diloco").mkdir()
+    diloco = 'mode = "diloco"\nround_seconds = 300'
+    async with running_page(tmp_path / "diloco", training=diloco) as page:
+        _, html, _ = await page.text("/")
+        assert "trained together by its volunteers in rounds of 5 min: each computer" in html
+        assert "(DiLoCo, the diloco mode).</p>" in html
+        assert "samples a step" not in html
+    lengths = [formats.length(s) for s in (1.0, 90.0, 120.0, 5400.0, 7200.0)]
+    assert lengths == ["1 s", "90 s", "2 min", "90 min", "2 h"]
 
 
 async def test_stats_serves_the_same_figures_as_json(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "resources" / "demo" / "project.toml"
 DMOE_DEMO = ROOT / "resources" / "dmoe-demo" / "project.toml"
 LARGE = ROOT / "resources" / "albert-xxlarge" / "project.toml"
+ROUND_BYTES = ROOT / "docs" / "benchmarks" / "lowcomm-round-bytes.json"
 
 
 @pytest.mark.parametrize(
@@ -79,6 +81,32 @@ def test_estimates_follow_the_manifest() -> None:
     assert dmoe.parameters == 4 * expert_parameters(load_dmoe_manifest(DMOE_DEMO))
     assert dmoe.disk_bytes > 0
     assert dmoe.network_bytes_per_hour > 0
+
+
+def test_a_diloco_project_costs_one_exchange_a_round() -> None:
+    """The same model: dedloc averages every (short) epoch and the state too, diloco exchanges
+    once a round whatever the device, far less; sparse, less again. One topk round's bytes per
+    parameter are what the benchmark measured from the codec's output."""
+    demo = load_manifest(DEMO)
+    diloco = demo.with_training(mode="diloco")
+    dedloc_cpu = resource_use(demo, "cpu", "CPU").network_bytes_per_hour
+    dense = resource_use(diloco, "cpu", "CPU")
+    assert 0 < dense.network_bytes_per_hour < dedloc_cpu / 5
+    assert resource_use(diloco, "cuda", "a GPU") == dataclasses.replace(dense, device="a GPU")
+    assert "every 60 s (a round)" in dense.notes[1]
+    longer = resource_use(diloco.with_training(round_seconds=120.0), "cpu", "CPU")
+    assert longer.network_bytes_per_hour == pytest.approx(dense.network_bytes_per_hour / 2, 1e-6)
+    sparse = resource_use(diloco.with_averaging(codec="topk"), "cpu", "CPU")
+    assert 0 < sparse.network_bytes_per_hour < dense.network_bytes_per_hour / 5
+    assert 0 < sparse.network_bytes_per_hour < dedloc_cpu / 50
+
+    measured = json.loads(ROUND_BYTES.read_text())["round_bytes"][0]
+    four = diloco.with_averaging(codec="topk", target_group_size=4)
+    per_hour = resource_use(four, "cpu", "CPU").network_bytes_per_hour
+    sent = per_hour * four.training.round_seconds / 3600 / 2  # half of it is received
+    assert sent / albert_parameters(four) == pytest.approx(
+        measured["bytes_one_member_sends"] / measured["parameters"], rel=0.05
+    )
 
 
 def test_which_changes_are_taken_and_which_restart_the_peer() -> None:

@@ -59,6 +59,7 @@ from core.api.schema import (
     ProjectList,
     ProjectOffers,
     ProjectPreview,
+    Rounds,
     Settings,
     SettingValue,
     Statistics,
@@ -89,6 +90,9 @@ LOGIN_NEEDED = "barnraise-demo admits only volunteers with an account; log in to
 class FakeEngine:
     """See the module docstring. ``scenario``: "fresh" (nothing attached, first run) or
     "contributing" (a volunteer some weeks in, logged in, training)."""
+
+    rounds: Rounds | None = None
+    """How the active project trains (``set_rounds``); None as before its peer started."""
 
     def __init__(
         self,
@@ -190,6 +194,12 @@ class FakeEngine:
             )
             if network is not None and changed:
                 self._publish(NetworkChanged(self.active or DEMO, network))
+
+    def set_rounds(self, rounds: Rounds | None) -> None:
+        """How the active project trains: the next state says so (the engine publishes no event
+        for it: the round's seconds change all the time)."""
+        with self._lock:
+            self.rounds = rounds
 
     def serve_project(self, preview: ProjectPreview) -> None:
         """``preview.url`` (with or without a ``#key=`` fragment) now answers previews with
@@ -575,6 +585,7 @@ class FakeEngine:
             last_error=self.last_error,
             network=self.network if active is not None else None,
             device=sample_data.training_device(active.device if active is not None else "auto"),
+            rounds=self.rounds if active is not None else None,
         )
 
     def _account(self) -> AccountInfo:

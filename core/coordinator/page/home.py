@@ -68,12 +68,18 @@ def what_it_trains(manifest: AnyManifest) -> str:
             "trainers (Learning@home)."
         )
     model, training = manifest.model, manifest.training
-    return (
+    albert = (
         f"An ALBERT masked-language model ({model.num_layers} layers, hidden size "
         f"{model.hidden_size}, {model.vocab_size:,} tokens, sequences of {model.max_position}), "
-        f"trained together by its volunteers, {training.target_batch_size:,} samples a step "
-        "(DeDLOC)."
+        "trained together by its volunteers"
     )
+    if training.mode == "diloco":
+        return (
+            f"{albert} in rounds of {formats.length(training.round_seconds)}: each computer "
+            "trains on its own, and once a round they exchange what their models learned "
+            "(DiLoCo, the diloco mode)."
+        )
+    return f"{albert}, {training.target_batch_size:,} samples a step (DeDLOC, the dedloc mode)."
 
 
 def render_home(project: Project, stats: Stats, *, poll_seconds: float) -> Markup:

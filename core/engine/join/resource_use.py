@@ -24,6 +24,16 @@ manifest's numbers, rough by nature and said to be so in the notes.
   shorter than a matchmaking plus ``MIN_ROUND_SECONDS``. An expert server's traffic is the
   trainers' calls, estimated at ``ASSUMED_SAMPLES_PER_EXPERT`` samples a second to each hosted
   expert (forward and backward, inputs and outputs of ``expert.hidden`` floats).
+- **Network per hour, diloco mode**: one exchange per ``training.round_seconds``, of the
+  pseudo-gradient (the model's size), and nothing else: no state averaging, however fast the
+  device. In a group of n (``averaging.target_group_size``, at most ``ASSUMED_PEERS``) a member
+  sends (n-1)/n of the model to the other reducers in the project's codec, and sends the mean of
+  its own 1/n back to the n-1 others in the codec that carries a mean of n (``Codec.for_sum``:
+  the codec itself for a dense one; float16 values with their positions, n times denser, for
+  ``topk``, whose return is most of a sparse round); it receives as much. The figure counts what
+  a member sends and receives together, from the codec specs' bytes per value (within a few per
+  cent of the measured round, ``docs/benchmarks/lowcomm-round-bytes.json``). It leaves out the
+  one download of the outer state when joining, and the DHT's small records (as dedloc's does).
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from __future__ import annotations
 import math
 
 from core.api.schema import ResourceUse
-from core.codecs import active_codecs
+from core.codecs import TOPK, Codec, active_codecs
 from core.project import DmoeManifest, Manifest
 from core.project.kinds import AnyManifest
 
@@ -84,13 +94,33 @@ def resource_use(manifest: AnyManifest, device_kind: str, device_name: str) -> R
 
 def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -> ResourceUse:
     params = albert_parameters(manifest)
-    t, a, m = manifest.training, manifest.averaging, manifest.model
+    t = manifest.training
     moments = MOMENTS.get(t.optimizer, 2)
     moment_bytes = 1.0 if t.optimizer_states == "8bit" else 4.0
     state_bytes = params * (4 + moments * moment_bytes)
     published = bool(manifest.network.checkpoint_url)
     disk = TOKENIZER_BYTES + (int(state_bytes) if published else 0)
+    if t.mode == "diloco":
+        per_hour, network = _diloco_traffic(manifest, params)
+    else:
+        per_hour, network = _dedloc_traffic(manifest, params, device_kind)
+    notes = [
+        f"model: {_count(params)} parameters ({_size(params * 4)} in fp32)",
+        network,
+        (
+            f"disk: the project's published checkpoint ({_size(state_bytes)}) and its tokenizer"
+            if published
+            else "disk: the tokenizer only (the backbone keeps the checkpoints)"
+        )
+        + "; the training data is streamed, not stored",
+    ]
+    return ResourceUse(device_name, params, disk, int(per_hour), notes)
 
+
+def _dedloc_traffic(manifest: Manifest, params: int, device_kind: str) -> tuple[float, str]:
+    """Bytes an hour, and the note saying so."""
+    t, a, m = manifest.training, manifest.averaging, manifest.model
+    moments = MOMENTS.get(t.optimizer, 2)
     # the codec's own rough figure (``auto`` mostly sends fp16); the manifest named one in the table
     codec = active_codecs().parse(a.codec).bytes_per_value
     gradients = 4 * params * codec
@@ -105,21 +135,39 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
         t.target_batch_size / (ASSUMED_PEERS * speed), a.matchmaking_time + MIN_ROUND_SECONDS
     )
     per_hour = (gradients + states) * 3600.0 / epoch_seconds
-    notes = [
-        f"model: {_count(params)} parameters ({_size(params * 4)} in fp32)",
-        (
-            f"network: about {_size(per_hour)} an hour while contributing, averaging with the "
-            f"other peers (one all-reduce every {_duration(epoch_seconds)}, assuming "
-            f"{ASSUMED_PEERS} computers like this one; more peers, more rounds)"
-        ),
-        (
-            f"disk: the project's published checkpoint ({_size(state_bytes)}) and its tokenizer"
-            if published
-            else "disk: the tokenizer only (the backbone keeps the checkpoints)"
-        )
-        + "; the training data is streamed, not stored",
-    ]
-    return ResourceUse(device_name, params, disk, int(per_hour), notes)
+    return per_hour, (
+        f"network: about {_size(per_hour)} an hour while contributing, averaging with the "
+        f"other peers (one all-reduce every {_duration(epoch_seconds)}, assuming "
+        f"{ASSUMED_PEERS} computers like this one; more peers, more rounds)"
+    )
+
+
+def _diloco_traffic(manifest: Manifest, params: int) -> tuple[float, str]:
+    """Bytes an hour, and the note saying so: one exchange a round, whatever the device."""
+    t, a = manifest.training, manifest.averaging
+    group = min(a.target_group_size, ASSUMED_PEERS)
+    codec = _round_codec(manifest)
+    back = codec.for_sum(group)
+    # out to the other reducers, and our part's mean back to the others: (n-1)/n of the model each
+    sent = params * (group - 1) / group * (codec.bytes_per_value + back.bytes_per_value)
+    per_hour = 2 * sent * 3600.0 / t.round_seconds  # received as much as sent
+    return per_hour, (
+        f"network: about {_size(per_hour)} an hour while contributing: one exchange of what the "
+        f"model learned every {_duration(t.round_seconds)} (a round), however fast this computer "
+        f"is (assuming groups of {group})"
+    )
+
+
+def _round_codec(manifest: Manifest) -> Codec:
+    """The codec rounds travel in, as the peer builds it: ``topk`` at the manifest's density and
+    bits (``core.training.peer.recipe.project_codec``, which loads torch)."""
+    a = manifest.averaging
+    codec = active_codecs().parse(a.codec)
+    if codec is not TOPK:
+        return codec
+    from core.codecs.topk import top_k  # noqa: PLC0415 - numpy loads for a topk project only
+
+    return top_k(a.density, a.bits)
 
 
 def _dmoe_use(manifest: DmoeManifest, device_name: str) -> ResourceUse:
