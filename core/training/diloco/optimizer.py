@@ -129,6 +129,7 @@ class DilocoOptimizer:
         self._active = asyncio.Event()
         self._active.set()
         self._stopping = False
+        self._said_slow = False
 
     @property
     def epoch(self) -> int:
@@ -205,6 +206,7 @@ class DilocoOptimizer:
             # without overlap the round lands on theta itself: an inner step taken meanwhile
             # would be overwritten, so the device waits for the exchange
             await asyncio.gather(self._exchange, return_exceptions=True)
+            self._last_step_at = None  # the wait is not this device's speed
         async with self._lock:
             stepped = await self.bridge.run(self.diloco.inner_step)
             if stepped:
@@ -372,7 +374,15 @@ class DilocoOptimizer:
     def _count(self, batch_size: int, loss: float | None) -> None:
         now = time.monotonic()
         if self._last_step_at is not None and now > self._last_step_at:
-            rate = batch_size / (now - self._last_step_at)
+            gap = now - self._last_step_at
+            if gap > self.config.round_seconds and not self._said_slow:
+                self._said_slow = True
+                log.warning("an inner step takes %.1f s here, longer than a round "
+                            "([training] round_seconds = %g): rounds end before this device "
+                            "computes a batch, so its work arrives rounds late; the project's "
+                            "organizers should make rounds longer", gap,
+                            self.config.round_seconds)  # fmt: skip
+            rate = batch_size / gap
             self._speed = rate if self._speed == 0 else 0.8 * self._speed + 0.2 * rate
         self._last_step_at = now
         self._samples += batch_size

@@ -82,6 +82,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         mode: str = "trainer",
         lr: float = 0.7,
         matchmaking: float = 10.0,
+        round_seconds: float = NEVER,
     ) -> DPeer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         compute = 0.0 if mode == "aux" else 1.0
@@ -91,7 +92,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
         diloco = DilocoState(state, outer_lr=lr, outer_momentum=0.9, overlap=overlap,
                              sparse=codec.sparse, clip_norm=None)  # fmt: skip
-        config = DilocoConfig(round_seconds=NEVER, mode=mode, matchmaking_time=matchmaking,
+        config = DilocoConfig(round_seconds=round_seconds, mode=mode, matchmaking_time=matchmaking,
                               refresh_interval=0.2)  # fmt: skip
         optimizer = DilocoOptimizer(diloco, PeerLinks.create(averager, bridge), config, codec=codec)
         peer = DPeer(optimizer, model, bridge, dht, averager)
@@ -307,3 +308,15 @@ async def test_a_missed_exchange_carries_its_samples_into_the_next_round(
     # the missed round's 12 samples and this round's 4: nothing computed was dropped
     assert early.optimizer.reports[-1].samples == 16
     assert early.optimizer.reports[-1].round_samples == 24.0
+
+
+async def test_a_round_shorter_than_one_step_is_said_naming_the_key(
+    make_dpeer: MakeDPeer, caplog: pytest.LogCaptureFixture
+) -> None:
+    peer = await make_dpeer(round_seconds=0.2, matchmaking=0.5)
+    for seed in range(3):
+        await peer.train(1, seed=seed)
+        await asyncio.sleep(0.3)  # a device slower than a round
+    said = [r.getMessage() for r in caplog.records if "round_seconds" in r.getMessage()]
+    assert len(said) == 1, said  # once, not at every step
+    assert "longer than a round" in said[0]
