@@ -38,11 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
 from core.codecs import Codec
 from core.training.diloco.clock import RoundClock
 from core.training.diloco.state import DilocoState
+from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
 from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
 from core.training.rollback import round_key
@@ -67,6 +70,8 @@ class DilocoConfig:
     """How often the others' progress is read (a round is long: no need to read at each step)."""
     state_timeout: float = 120.0
     retry_cap: float = 15.0
+    unsent_file: Path | None = None
+    """Where a trainer keeps its unsent work across a restart (None: it is lost on a stop)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -162,6 +167,7 @@ class DilocoOptimizer:
         await self._refresh()
         if self.view().epoch > self.epoch:
             await self._catch_up()
+        await self._take_unsent()
         self._tasks.spawn("publish", self._publish_loop())
         self._tasks.spawn("announce", self.sharing.keep_announced(lambda: self.epoch))
         self._tasks.spawn("rounds", self._round_loop())
@@ -193,6 +199,38 @@ class DilocoOptimizer:
         await self._tasks.close()
         self.sharing.stop_serving()
         await self.links.withdraw(self._progress())
+        await self._keep_unsent()
+
+    async def _keep_unsent(self) -> None:
+        path = self.config.unsent_file
+        if path is None or self.config.mode == "aux":
+            return
+        async with self._lock:
+            delta = await self.bridge.run(self.diloco.end_round)
+            samples = self._samples + self._carried
+            self._samples = self._carried = 0
+        if samples == 0 and not any(np.any(d) for d in delta):
+            path.unlink(missing_ok=True)
+            return
+        work = UnsentWork(delta, samples, self.epoch)
+        await asyncio.to_thread(work.save, path)
+        log.info("kept %d samples' unsent work in %s for the next start", samples, path)
+
+    async def _take_unsent(self) -> None:
+        path = self.config.unsent_file
+        if path is None or self.config.mode == "aux":
+            return
+        shapes = [a.shape for a in self.diloco.anchor]
+        work = await asyncio.to_thread(UnsentWork.load, path, shapes)
+        if work is None:
+            return
+        async with self._lock:
+            await self.bridge.run(self.diloco.carry, work.arrays)
+            self._carried += work.samples
+        # taken: a crash from now on must not apply it a second time
+        path.unlink(missing_ok=True)
+        log.info("%d samples' unsent work from before the restart (epoch %d) go out with the "
+                 "next round", work.samples, work.epoch)  # fmt: skip
 
     # ---- the training loop's side ----------------------------------------------------------------
 

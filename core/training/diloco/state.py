@@ -119,6 +119,12 @@ class DilocoState:
         for r, d in zip(residual, delta, strict=True):
             r[...] = d
 
+    def carry(self, arrays: list[F32]) -> None:
+        """Work measured earlier (a restart's unsent work) joins the residual: the next round
+        sends it."""
+        for r, a in zip(self._residual(), arrays, strict=True):
+            np.add(r, a, out=r)
+
     def rebase(self, epoch: int, arrays: list[np.ndarray]) -> None:
         """Take a newer outer state (anchor, then momentum) from a peer: ``theta`` keeps the work
         it did since ``base`` on top of it. Raises ValueError, changing nothing, if it does not fit."""

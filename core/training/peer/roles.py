@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from core.project import Manifest
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 MILESTONE_EVERY = 10
 """The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
 rollback to an older epoch than the last few needs."""
+UNSENT_FILE = "diloco-unsent.npz"
+"""In a trainer's work folder: its unsent diloco work across a restart (``UnsentWork``)."""
 
 
 class TrainerRole:
@@ -120,7 +123,11 @@ class TrainerRole:
         if s.misbehaviour is not None:
             raise ConfigError("the demo's misbehaving peers run in dedloc mode only")
         self.optimizer = optimizer = diloco_optimizer(
-            manifest, self.state, self.links, "client" if s.role == "client" else "trainer"
+            manifest,
+            self.state,
+            self.links,
+            "client" if s.role == "client" else "trainer",
+            unsent_file=s.work_dir / UNSENT_FILE,
         )
         optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
         await self._train(optimizer, stop, batches, precision)
@@ -227,9 +234,14 @@ async def run_backbone(
 
 
 def diloco_optimizer(
-    manifest: Manifest, state: TrainingState, links: PeerLinks, mode: str
+    manifest: Manifest,
+    state: TrainingState,
+    links: PeerLinks,
+    mode: str,
+    unsent_file: Path | None = None,
 ) -> DilocoOptimizer:
-    """The manifest's DiLoCo rounds around ``state`` (already on its training device)."""
+    """The manifest's DiLoCo rounds around ``state`` (already on its training device);
+    ``unsent_file``: where a trainer keeps its unsent work across a restart."""
     t, codec = manifest.training, links.averager.config.codec
     diloco = DilocoState(
         state,
@@ -243,6 +255,7 @@ def diloco_optimizer(
         round_seconds=t.round_seconds,
         mode=mode,
         matchmaking_time=manifest.averaging.matchmaking_time,
+        unsent_file=unsent_file,
     )
     return DilocoOptimizer(diloco, links, config)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from core.codecs.topk import top_k
 from core.dht import DHTNode
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
 from core.training.diloco.state import DilocoState
+from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
 from core.worker.bridge import TrainingBridge
@@ -83,6 +85,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         lr: float = 0.7,
         matchmaking: float = 10.0,
         round_seconds: float = NEVER,
+        unsent_file: Path | None = None,
     ) -> DPeer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         compute = 0.0 if mode == "aux" else 1.0
@@ -93,7 +96,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         diloco = DilocoState(state, outer_lr=lr, outer_momentum=0.9, overlap=overlap,
                              sparse=codec.sparse, clip_norm=None)  # fmt: skip
         config = DilocoConfig(round_seconds=round_seconds, mode=mode, matchmaking_time=matchmaking,
-                              refresh_interval=0.2)  # fmt: skip
+                              refresh_interval=0.2, unsent_file=unsent_file)  # fmt: skip
         optimizer = DilocoOptimizer(diloco, PeerLinks.create(averager, bridge), config, codec=codec)
         peer = DPeer(optimizer, model, bridge, dht, averager)
         made.append(peer)
@@ -320,3 +323,43 @@ async def test_a_round_shorter_than_one_step_is_said_naming_the_key(
     said = [r.getMessage() for r in caplog.records if "round_seconds" in r.getMessage()]
     assert len(said) == 1, said  # once, not at every step
     assert "longer than a round" in said[0]
+
+
+async def test_a_restarted_trainer_sends_the_work_it_had_not_sent(
+    make_dpeer: MakeDPeer, tmp_path: Path
+) -> None:
+    kept = tmp_path / "unsent.npz"
+    first = await make_dpeer(unsent_file=kept)
+    await first.train(3, seed=0)
+    theta = first.parameters()
+    first.optimizer.interrupt()
+    await first.optimizer.close()  # a clean stop mid-round: 12 samples' work unsent
+    assert kept.is_file()
+    again = await make_dpeer(unsent_file=kept)  # the same work folder, a fresh model
+    assert not kept.exists()  # taken: a crash from now on does not apply it twice
+    await end_rounds([again])
+    report = again.optimizer.reports[-1]
+    assert report.samples == 12
+    # alone, outer lr 0.7, momentum 0.9: the anchor moved by 0.7 * 1.9 of the first's work
+    start = fresh_model()
+    moved = [
+        (torch.from_numpy(a).reshape(p.shape) - p.detach()).reshape(-1)
+        for a, p in zip(again.optimizer.diloco.anchor, start.parameters(), strict=True)
+    ]
+    first_moved = np.frombuffer(theta, dtype=np.float32) - np.concatenate(
+        [p.detach().numpy().reshape(-1) for p in start.parameters()]
+    )
+    np.testing.assert_allclose(
+        torch.cat(moved).numpy(), 0.7 * 1.9 * first_moved, rtol=1e-4, atol=1e-6
+    )
+
+
+async def test_unsent_work_that_does_not_fit_the_model_is_left_alone(
+    make_dpeer: MakeDPeer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept = tmp_path / "unsent.npz"
+    UnsentWork([np.ones(3, dtype=np.float32)], 4, 0).save(kept)
+    peer = await make_dpeer(unsent_file=kept)
+    assert kept.exists()
+    assert "does not fit" in caplog.text
+    assert peer.optimizer.diloco.residual is None  # nothing was carried
