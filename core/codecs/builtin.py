@@ -66,7 +66,7 @@ BLOCKWISE8 = Codec("blockwise8", 3, bytes_per_value=1.0, make_kernel=_blockwise8
 TOPK = Codec(
     "topk",
     10,
-    bytes_per_value=TOPK_DENSITY * (2 + TOPK_BITS / 8),
+    bytes_per_value=TOPK_DENSITY * (1.5 + TOPK_BITS / 8),  # 12-bit positions and the codes
     make_kernel=_topk,
     summed=_topk_sum,
 )

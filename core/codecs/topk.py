@@ -14,16 +14,22 @@ the same bytes.
 The chunk, every number little-endian, for ``bits`` 2, 4 or 8:
 
 - per block, two float32: ``lo`` and ``hi``, the smallest and largest magnitude it keeps;
-- per block, its kept positions (uint16, ascending), blocks in order;
+- per block, its kept positions (ascending), blocks in order. With blocks of at most 4096 values a
+  position takes 12 bits, two of them in three bytes (the first in the low 12 bits of the 24, the
+  last pair padded with a zero position); with longer blocks, uint16. Positions are most of a
+  sparse chunk's bytes, so the 4 bits saved are about a fifth of it;
 - the codes, one per kept value in the same order, ``bits`` each, packed tightly: code ``i`` sits
   in bits ``(i % c) * bits`` up of byte ``i // c`` (``c = 8 // bits``; the first code in the low
   bits), the last byte padded with zero bits. A code's top bit is the sign, its other bits a level
   ``j`` in ``[0, L)``, ``L = 2 ** (bits - 1)``, and the magnitude is ``lo + (hi - lo) * (j + 0.5) /
   L`` (exactly ``lo`` where ``hi == lo``): a kept value is off by at most ``(hi - lo) / (2 L)``.
+  With 4 or 8 bits, level 0 is an exact zero instead, ``lo`` is the smallest *nonzero* kept
+  magnitude, and level ``j >= 1`` is ``lo + (hi - lo) * (j - 0.5) / (L - 1)``: the mean a reducer
+  sends back keeps zeros where fewer members sent than it has room for, and they must stay zero.
 
-For ``bits`` 16: the kept positions as above, then the kept values as float16 (no ``lo``/``hi``).
-The float32 section comes first so that it stays aligned; the size depends on the count and the
-kernel's fields only, never on the values.
+For ``bits`` 16: the kept values as float16 (no ``lo``/``hi``), then the kept positions as above.
+The fixed-width sections come first so that they stay aligned; the size depends on the count and
+the kernel's fields only, never on the values.
 
 Non-finite values do not fail: they rank first, so they are kept. With ``bits`` 16, NaN decodes to
 NaN and infinities are clamped to float16's largest value (as ``fp16`` does). With fewer bits, a
@@ -49,7 +55,9 @@ from core.util.errors import WireFormatError
 
 BLOCK = 4096
 MAX_BLOCK = 1 << 16
-"""Positions within a block travel as uint16."""
+"""Positions within a block travel as uint16 at most."""
+PACKED_BLOCK = 1 << 12
+"""Blocks up to this long send 12-bit positions."""
 BITS = (2, 4, 8, 16)
 FP16_MAX = 65504.0
 WIRE_IDS_FROM = 1000
@@ -91,9 +99,12 @@ class TopK:
     def encoded_size(self, count: int) -> int:
         kept = self.total_kept(count)
         if self.bits == 16:
-            return kept * 4
+            return kept * 2 + self.position_bytes(kept)
         blocks = -(-count // self.block)
-        return blocks * 8 + kept * 2 + -(-kept * self.bits // 8)
+        return blocks * 8 + self.position_bytes(kept) + -(-kept * self.bits // 8)
+
+    def position_bytes(self, kept: int) -> int:
+        return 3 * -(-kept // 2) if self.block <= PACKED_BLOCK else 2 * kept
 
     def encode(self, values: F32) -> memoryview:
         flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
@@ -104,31 +115,34 @@ class TopK:
         positions = self.select(flat)
         kept = flat[positions]
         kept_count = kept.size
-        head = 0 if self.bits == 16 else -(-count // self.block) * 8
-        indices = (positions % self.block).astype("<u2")
-        out[head : head + kept_count * 2] = indices.view(np.uint8)
+        head = kept_count * 2 if self.bits == 16 else -(-count // self.block) * 8
+        indices = (positions % self.block).astype(np.uint16)
+        codes_at = head + self.position_bytes(kept_count)
+        out[head:codes_at] = self.pack_positions(indices)
         if self.bits == 16:
             halves = np.clip(kept, -FP16_MAX, FP16_MAX).astype("<f2")
-            out[kept_count * 2 :] = halves.view(np.uint8)
+            out[:head] = halves.view(np.uint8)
             return out.data
         per_block = self.kept_per_block(count)
         starts = np.cumsum(per_block) - per_block
         magnitudes = np.abs(kept)
-        lo = np.minimum.reduceat(magnitudes, starts)
-        hi = np.maximum.reduceat(magnitudes, starts)
+        lo, hi = self.bounds(magnitudes, starts)
         out[:head] = np.stack([lo, hi], axis=1).astype("<f4").reshape(-1).view(np.uint8)
-        levels = 1 << (self.bits - 1)
+        steps = self.steps
         lo64 = lo.astype(np.float64)
-        # in float64: no overflow of levels / span, and the levels land where error_bound says
+        # in float64: no overflow of steps / span, and the levels land where error_bound says
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             span = hi.astype(np.float64) - lo64
-            scale = np.where(span > 0, levels / span, 0.0)
+            scale = np.where(span > 0, steps / span, 0.0)
             above_lo = magnitudes - np.repeat(lo64, per_block)
             level = np.floor(above_lo * np.repeat(scale, per_block))
         # fmax/fmin turn NaN (a non-finite lo or hi) into level 0 instead of an invalid cast
-        codes = np.fmin(np.fmax(level, 0.0), levels - 1).astype(np.uint8)
+        codes = np.fmin(np.fmax(level, 0.0), steps - 1).astype(np.uint8)
+        if self.zero_code:
+            codes += np.uint8(1)
+            codes[magnitudes == 0] = 0
         codes |= np.signbit(kept).astype(np.uint8) << np.uint8(self.bits - 1)
-        out[head + kept_count * 2 :] = self.pack(codes)
+        out[codes_at:] = self.pack(codes)
         return out.data
 
     def decode(self, data: Buffer, count: int, out: F32) -> None:
@@ -136,9 +150,9 @@ class TopK:
             return
         kept_count = self.total_kept(count)
         blocks = -(-count // self.block)
-        head = 0 if self.bits == 16 else blocks * 8
+        head = kept_count * 2 if self.bits == 16 else blocks * 8
         per_block = self.kept_per_block(count)
-        indices = np.frombuffer(data, dtype="<u2", count=kept_count, offset=head)
+        indices = self.unpack_positions(data, head, kept_count)
         lengths = np.full(blocks, self.block, dtype=np.int64)
         lengths[-1] = count - (blocks - 1) * self.block
         if np.any(indices >= np.repeat(lengths, per_block)):
@@ -150,17 +164,21 @@ class TopK:
         target = out[:count]
         target.fill(0.0)
         if self.bits == 16:
-            halves = np.frombuffer(data, dtype="<f2", count=kept_count, offset=kept_count * 2)
+            halves = np.frombuffer(data, dtype="<f2", count=kept_count)
             target[positions] = halves.astype(np.float32)
             return
         bounds = np.frombuffer(data, dtype="<f4", count=blocks * 2).astype(np.float64)
         lo = np.repeat(bounds[0::2], per_block)
         hi = np.repeat(bounds[1::2], per_block)
-        codes = self.unpack(data, head + kept_count * 2, kept_count)
-        levels = 1 << (self.bits - 1)
-        fraction = ((codes & np.uint8(levels - 1)) + 0.5) / levels
+        codes = self.unpack(data, head + self.position_bytes(kept_count), kept_count)
+        level = (codes & np.uint8((1 << (self.bits - 1)) - 1)).astype(np.float64)
+        if self.zero_code:
+            level -= 1.0  # -1: an exact zero
+        fraction = (level + 0.5) / self.steps
         with np.errstate(invalid="ignore", over="ignore"):
             magnitude = np.where(hi == lo, lo, lo + (hi - lo) * fraction)
+            if self.zero_code:
+                magnitude = np.where(level < 0, 0.0, magnitude)
         negative = (codes >> np.uint8(self.bits - 1)).astype(bool)
         target[positions] = np.where(negative, -magnitude, magnitude).astype(np.float32)
 
@@ -181,17 +199,42 @@ class TopK:
         per_block = self.kept_per_block(count)
         kept_starts = np.cumsum(per_block) - per_block
         largest_dropped = np.maximum.reduceat(dropped, block_starts).astype(np.float64)
-        lo = np.minimum.reduceat(kept, kept_starts).astype(np.float64)
-        hi = np.maximum.reduceat(kept, kept_starts).astype(np.float64)
+        lo32, hi32 = self.bounds(kept, kept_starts)
+        lo, hi = lo32.astype(np.float64), hi32.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             if self.bits == 16:
                 worst_kept = np.maximum(hi * 2.0**-11, hi - FP16_MAX) + 2.0**-24
             else:
-                worst_kept = (hi - lo) / (2 << (self.bits - 1)) + hi * 2.0**-23
+                worst_kept = (hi - lo) / (2 * self.steps) + hi * 2.0**-23
             bound = float(np.max(np.maximum(largest_dropped, worst_kept)))
         if not math.isfinite(bound):
             return math.inf
         return bound * 1.0001 + SUBNORMAL_SCALE_ERROR
+
+    @property
+    def zero_code(self) -> bool:
+        """With 4 bits or more, level 0 is an exact zero (what a mean's padding and a sparse
+        input's zeros are), and nonzero magnitudes take the other levels; 2 bits have too few
+        levels to give one up."""
+        return 4 <= self.bits < 16
+
+    @property
+    def steps(self) -> int:
+        """Levels for nonzero magnitudes between ``lo`` and ``hi``."""
+        levels = 1 << (self.bits - 1)
+        return levels - 1 if self.zero_code else levels
+
+    def bounds(self, magnitudes: F32, starts: I64) -> tuple[F32, F32]:
+        """Each block's ``lo`` and ``hi``: the smallest and largest kept magnitude (with a zero
+        code, the smallest nonzero one; 0 where all are zero)."""
+        hi: F32 = np.maximum.reduceat(magnitudes, starts)
+        if not self.zero_code:
+            lo: F32 = np.minimum.reduceat(magnitudes, starts)
+            return lo, hi
+        nonzero = np.where(magnitudes == 0, np.float32(np.inf), magnitudes)
+        lo = np.minimum.reduceat(nonzero, starts)
+        lo[hi == 0] = 0.0
+        return lo, hi
 
     def warm_up(self) -> None:
         pass  # numpy only, imported with this module
@@ -216,6 +259,26 @@ class TopK:
                 grid = keys[start:stop].reshape(-1, n)
                 chosen[start:stop] = _top(grid, self.kept(n)).reshape(-1)
         return np.flatnonzero(chosen)
+
+    def pack_positions(self, indices: npt.NDArray[np.uint16]) -> U8:
+        if self.block > PACKED_BLOCK:
+            return indices.astype("<u2").view(np.uint8)
+        pairs = np.zeros(2 * -(-indices.size // 2), dtype=np.uint32)
+        pairs[: indices.size] = indices
+        joined = pairs[0::2] | (pairs[1::2] << np.uint32(12))  # 24 bits: first low, second high
+        packed: U8 = joined.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :3].reshape(-1)
+        return packed
+
+    def unpack_positions(self, data: Buffer, offset: int, kept_count: int) -> I64:
+        if self.block > PACKED_BLOCK:
+            return np.frombuffer(data, dtype="<u2", count=kept_count, offset=offset).astype(
+                np.int64
+            )
+        triples = np.frombuffer(data, dtype=np.uint8, count=self.position_bytes(kept_count),
+                                offset=offset).reshape(-1, 3).astype(np.int64)  # fmt: skip
+        joined = triples[:, 0] | (triples[:, 1] << 8) | (triples[:, 2] << 16)
+        indices: I64 = np.stack([joined & 0xFFF, joined >> 12], axis=1).reshape(-1)[:kept_count]
+        return indices
 
     def pack(self, codes: U8) -> U8:
         shifts = np.arange(0, 8, self.bits, dtype=np.uint8)
@@ -267,9 +330,10 @@ def top_k(density: float, bits: int, fan_in: int = 1) -> Codec:
     return Codec(
         name,
         wire_id,
-        # a block keeps at most all of its values, however many contributions it sums
-        bytes_per_value=min(1.0, density * fan_in) * (2 + bits / 8),
+        # 12-bit positions and the codes (each block's lo and hi, 8 bytes in 4096, left out); a
+        # block keeps at most all of its values, however many contributions it sums
+        bytes_per_value=min(1.0, density * fan_in) * (1.5 + bits / 8),
         make_kernel=lambda: kernel,
-        # a mean of n members' chunks holds up to n times the values: it goes back as float16
-        summed=(lambda n: top_k(density, 16, n)) if sent else None,
+        # a mean of n members' chunks holds up to n times the values: it goes back in 8-bit codes
+        summed=(lambda n: top_k(density, 8, n)) if sent else None,
     )

@@ -70,8 +70,11 @@ async def test_members_agree_and_the_reduce_is_the_mean_of_the_kept_values(
         dense = sum(w * s[k] for w, s in zip(weights, sent, strict=True)) / total
         kept = np.count_nonzero(np.stack([s[k] for s in sent]), axis=0) > 0
         assert np.count_nonzero(tensors[0][k][~kept]) == 0  # nothing appears where nobody sent
-        # the mean travels back as float16: that is its only error
-        np.testing.assert_allclose(tensors[0][k], dense, rtol=2**-10, atol=1e-7)
+        # the mean travels back in 8-bit codes: that is its only error, at most half of one of
+        # the 127 levels between a block's smallest and largest magnitude
+        error = np.abs(tensors[0][k] - dense)
+        assert error.max() <= np.abs(dense).max() / 254 + 1e-7
+        assert error.max() > 0  # not float32 (the test would not see the codes otherwise)
     # what one member sent is a few percent of a float32 round
     dense_bytes = 4 * sum(SIZES)
     assert all(0 < r.bytes_sent < 0.2 * dense_bytes for r in results), [

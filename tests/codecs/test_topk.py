@@ -53,11 +53,12 @@ def test_keeps_the_largest_magnitudes_of_each_block(density: float, bits: int, c
     if bits == 16:
         np.testing.assert_array_equal(restored[kept], values[kept].astype(np.float16))
         return
-    levels = 1 << (bits - 1)
+    # with 4 bits and more one level is kept for an exact zero
+    steps = (1 << (bits - 1)) - (bits >= 4)
     for start in range(0, count, BLOCK):
         in_block = kept[(kept >= start) & (kept < start + BLOCK)]
         magnitudes = np.abs(values[in_block]).astype(np.float64)
-        step = (magnitudes.max() - magnitudes.min()) / (2 * levels)
+        step = (magnitudes.max() - magnitudes.min()) / (2 * steps)
         error = np.abs(restored[in_block].astype(np.float64) - values[in_block])
         assert error.max() <= step * 1.000001 + 2.0**-23 * magnitudes.max()  # float32 rounding
         assert np.all(np.signbit(restored[in_block]) == np.signbit(values[in_block]))
@@ -90,13 +91,17 @@ def test_kept_counts() -> None:
 
 
 def test_the_wire_layout() -> None:
-    """lo and hi per block, the positions, then the codes (sign on top, first code lowest)."""
+    """lo and hi per block, the positions, then the codes (sign on top, first code lowest); float16
+    values come before the positions."""
     values = np.array([1, -3, 0.5, 2], dtype=np.float32)
     data = bytes(TopK(0.5, 2, block=4).encode(values))
     # -3: sign 1, level 1 (the top of [2, 3]); 2: sign 0, level 0
-    assert data == struct.pack("<ffHHB", 2.0, 3.0, 1, 3, 0b0011)
+    # positions 1 and 3 in 12 bits each: 0x001 | 0x003 << 12, three bytes
+    assert data == struct.pack("<ff", 2.0, 3.0) + bytes([0x01, 0x30, 0x00, 0b0011])
     halves = bytes(TopK(0.5, 16, block=4).encode(values))
-    assert halves == struct.pack("<HHee", 1, 3, -3.0, 2.0)
+    assert halves == struct.pack("<ee", -3.0, 2.0) + bytes([0x01, 0x30, 0x00])
+    # blocks longer than 4096 values send uint16 positions
+    assert bytes(TopK(0.5, 16, block=8192).encode(values)) == struct.pack("<eeHH", -3.0, 2.0, 1, 3)
 
 
 @pytest.mark.parametrize("fan_in", [2, 5])
@@ -118,6 +123,12 @@ def test_a_sum_of_sparse_contributions_goes_through_whole(fan_in: int) -> None:
         total += contribution
     restored = round_trip(TopK(density, 16, fan_in, block=BLOCK), total)
     np.testing.assert_array_equal(restored, total.astype(np.float16))
+    # the way a mean goes back: 8-bit codes, zeros where nobody sent, the rest within the bound
+    back = TopK(density, 8, fan_in, block=BLOCK)
+    restored = round_trip(back, total)
+    np.testing.assert_array_equal(restored == 0, total == 0)
+    assert np.max(np.abs(restored - total)) <= back.error_bound(total)
+    assert np.all(np.signbit(restored[total != 0]) == np.signbit(total[total != 0]))
 
 
 @pytest.mark.parametrize("bits", [2, 8, 16])
@@ -228,8 +239,8 @@ def test_specs_name_their_setting() -> None:
     }
     assert len(ids) == 24
     assert codec.kernel == TopK(0.01, 2)
-    assert codec.bytes_per_value == pytest.approx(0.01 * 2.25)
-    assert top_k(0.5, 2).for_sum(4).bytes_per_value == 4.0  # every value, float16 and position
+    assert codec.bytes_per_value == pytest.approx(0.01 * 1.75)  # 12-bit positions, 2-bit codes
+    assert top_k(0.5, 2).for_sum(4).bytes_per_value == 2.5  # every value, 8-bit, and positions
     assert codec.concrete
     with pytest.raises(ValueError, match="name"):
         top_k(0.01000001, 2)  # its name would say 0.01
@@ -244,18 +255,26 @@ def test_wrong_sizes_and_garbage_are_refused() -> None:
     with pytest.raises(WireFormatError, match="expected"):
         decode(codec, data + b"\0", values.size)
     with pytest.raises(WireFormatError, match="expected"):
-        decode(codec, data, values.size + 10)
+        decode(codec, data, values.size + 100)
     assert encoded_size(codec, values.size) == len(data)
     np.testing.assert_array_equal(
         decode(codec, memoryview(data), values.size), decode(codec, bytearray(data), values.size)
     )
-    positions = 2 * 8  # two blocks' lo and hi come first
-    beyond = bytearray(data)
-    beyond[positions : positions + 2] = struct.pack("<H", 4096)
+    kernel = codec.kernel
+    assert isinstance(kernel, TopK)
+    kept = kernel.total_kept(values.size)
+    head = 2 * 8  # two blocks' lo and hi come first
+    stop = head + kernel.position_bytes(kept)
+    indices = kernel.unpack_positions(data, head, kept)
+
+    def with_positions(changed: np.ndarray) -> bytes:
+        return data[:head] + bytes(kernel.pack_positions(changed.astype(np.uint16))) + data[stop:]
+
+    beyond = indices.copy()
+    beyond[-1] = 4000  # the second block holds 904 values
     with pytest.raises(WireFormatError, match="beyond"):
-        decode(codec, bytes(beyond), values.size)
-    swapped = bytearray(data)
-    first, second = swapped[positions : positions + 2], swapped[positions + 2 : positions + 4]
-    swapped[positions : positions + 2], swapped[positions + 2 : positions + 4] = second, first
+        decode(codec, with_positions(beyond), values.size)
+    swapped = indices.copy()
+    swapped[[0, 1]] = swapped[[1, 0]]
     with pytest.raises(WireFormatError, match="ascend"):
-        decode(codec, bytes(swapped), values.size)
+        decode(codec, with_positions(swapped), values.size)
