@@ -56,7 +56,7 @@ from core.coordinator.reports.rollback import StoredOrder
 from core.coordinator.tls import ServerTls, server_tls_context
 from core.net.errors import AddressError
 from core.net.host.address import PeerAddress
-from core.project import AnyManifest, load_any_manifest
+from core.project import AnyManifest, Manifest, load_any_manifest
 from core.trust.errors import PeerIdError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
@@ -434,6 +434,11 @@ def run_rollback(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"project {manifest.project.name} is open: peers hear rollback orders only from the "
             "coordinator of a moderated project"
+        )
+    if isinstance(manifest, Manifest) and manifest.training.mode == "diloco":
+        raise ConfigError(
+            f"project {manifest.project.name} trains in diloco mode ([training] mode), whose "
+            "peers do not follow rollback orders yet: no order was signed"
         )
     key_path: Path = args.key or db.parent / f"{manifest.project.name}-key.pem"
     if not key_path.exists():

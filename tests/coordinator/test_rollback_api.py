@@ -31,6 +31,12 @@ def files(tmp_path: Path, key: Identity, *, mode: str = "moderated") -> list[str
             str(key_file)]  # fmt: skip
 
 
+def in_diloco_mode(manifest: Path, copy: Path) -> Path:
+    assert "[training]" not in manifest.read_text()
+    copy.write_text(manifest.read_text() + '\n[training]\nmode = "diloco"\n')
+    return copy
+
+
 def rollback(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(["coordinator", "rollback", *args])
     out, err = capsys.readouterr()
@@ -114,6 +120,11 @@ async def test_the_command_checks_the_key_the_project_and_the_checkpoint_folder(
     )
     assert code == 1
     assert "open" in err  # nobody would hear it: no coordinator serves an open project's peers
+
+    diloco = in_diloco_mode(Path(where[1]), tmp_path / "diloco.toml")
+    code, _, err = rollback(capsys, "--to-epoch", "4", "--manifest", str(diloco), *where[2:])
+    assert code == 1
+    assert "diloco mode" in err  # its peers would not follow the order: none is signed
     assert [o.to_epoch for o in coordinator.service.store.rollbacks.all()] == [4]
 
 
