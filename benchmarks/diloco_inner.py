@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -114,19 +115,30 @@ def run_plain(
     )
     params = [p for p in model.parameters() if p.requires_grad]
     clip = t.clip_norm or None
-    started = time.perf_counter()
-    for step, batch in enumerate(batches):
-        if step == warmup:
-            synchronize(on.device)
-            started = time.perf_counter()
-        forward_backward(model, batch, on)
+
+    def step() -> None:
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+
+    return timed_loop(model, on, batches, warmup, step), host_parameters(model)
+
+
+def timed_loop(
+    model: Any, on: Precision, batches: list[Any], warmup: int, step: Callable[[], object]
+) -> float:
+    """Forward, backward and ``step`` on every batch; the seconds after the first ``warmup``."""
+    started = time.perf_counter()
+    for index, batch in enumerate(batches):
+        if index == warmup:
+            synchronize(on.device)
+            started = time.perf_counter()
+        forward_backward(model, batch, on)
+        step()
     synchronize(on.device)
-    return time.perf_counter() - started, host_parameters(model)
+    return time.perf_counter() - started
 
 
 def run_diloco(
@@ -145,15 +157,7 @@ def run_diloco(
         sparse=True,
         clip_norm=t.clip_norm or None,
     )
-    started = time.perf_counter()
-    for step, batch in enumerate(batches):
-        if step == warmup:
-            synchronize(on.device)
-            started = time.perf_counter()
-        forward_backward(model, batch, on)
-        diloco.inner_step()
-    synchronize(on.device)
-    seconds = time.perf_counter() - started
+    seconds = timed_loop(model, on, batches, warmup, diloco.inner_step)
     inner = host_parameters(model)
     # the anchor is still the initial weights: an equality of unmoved parameters proves nothing
     moved = max_difference(diloco.anchor, inner)
