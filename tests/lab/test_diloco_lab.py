@@ -40,7 +40,9 @@ def diloco_project(tmp_path_factory: pytest.TempPathFactory, demo_data: Path) ->
     text = DEMO_MANIFEST.read_text()
     text, trained = re.subn(
         r"^\[training\]\n",
-        f'[training]\nmode = "diloco"\nround_seconds = {ROUND_SECONDS}\n',
+        f'[training]\nmode = "diloco"\nround_seconds = {ROUND_SECONDS}\n'
+        # top-k with error feedback: the residual carries the momentum (modes.md)
+        "outer_lr = 1.0\nouter_momentum = 0.0\n",
         text,
         flags=re.MULTILINE,
     )

@@ -318,6 +318,12 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "cannot check reducers",
     ),
     ("moshpit", {"averaging.moshpit": True}, "averaging.moshpit", "does not use Moshpit"),
+    (
+        "topk with outer momentum",
+        {"training.mode": "diloco", "averaging.codec": "topk"},
+        "training.outer_momentum",
+        "must be 0 with averaging.codec 'topk'",
+    ),
 ]
 
 
@@ -477,11 +483,14 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
 def test_diloco_with_the_sparse_codec_loads_and_builds_its_codec(tmp_path: Path) -> None:
     from core.training.peer.recipe import project_codec
 
-    edits = {"training.mode": "diloco", "averaging.codec": "topk", "averaging.density": 0.03,
-             "averaging.bits": 4}  # fmt: skip
+    edits = {"training.mode": "diloco", "training.outer_lr": 1.0, "training.outer_momentum": 0.0,
+             "averaging.codec": "topk", "averaging.density": 0.03, "averaging.bits": 4}  # fmt: skip
     manifest = load_manifest(write(tmp_path, render(edited(edits))))
     assert manifest.training.mode == "diloco"
-    assert (manifest.training.outer_lr, manifest.training.outer_momentum) == (0.7, 0.9)
+    assert (manifest.training.outer_lr, manifest.training.outer_momentum) == (1.0, 0.0)
+    # dedloc mode reads no outer step: topk goes with the default momentum there
+    dedloc = {"averaging.codec": "topk"}
+    assert load_manifest(write(tmp_path, render(edited(dedloc)))).training.outer_momentum == 0.9
     codec = project_codec(manifest)
     assert codec.name == "topk-0.03-4bit"
     assert codec.sparse
