@@ -78,7 +78,7 @@ KEY_NOTES = {
     "training.mode": "dedloc: average every step; diloco: average once a round (home links)",
     "training.round_seconds": "diloco: seconds of local steps between two exchanges",
     "training.outer_lr": "diloco: the outer Nesterov step's learning rate",
-    "training.outer_momentum": "diloco: the outer Nesterov step's momentum",
+    "training.outer_momentum": "diloco: the outer Nesterov step's momentum (0 with topk)",
     "training.overlap": "diloco: true: exchange round r while round r+1 computes",
     "averaging.codec": "compression of what peers send (auto: fp16 small, 8-bit large tensors)",
     "averaging.target_group_size": "peers in one averaging group",

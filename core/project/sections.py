@@ -241,7 +241,9 @@ class TrainingSection:
     outer_lr: float = 0.7
     """diloco: the outer Nesterov step's learning rate, above 0 and at most 10 (DiLoCo's 0.7)."""
     outer_momentum: float = 0.9
-    """diloco: the outer step's Nesterov momentum, in [0, 1) (DiLoCo's 0.9)."""
+    """diloco: the outer step's Nesterov momentum, in [0, 1) (DiLoCo's 0.9); 0 with codec
+    ``topk``, whose error-feedback residual carries the momentum (then ``outer_lr`` 1.0 does
+    best)."""
     overlap: bool = True
     """diloco: the exchange of a round runs while the next round computes, and its outer step
     lands one round late on top of the work done meanwhile; false waits for it at each round's
