@@ -33,6 +33,8 @@ class UnsentWork:
     def save(self, path: Path) -> None:
         """Atomically: a crash mid-write leaves the previous file or none."""
         partial = path.with_name(path.name + ".partial")
+        # a peer whose tokenizer and data are local files has written nothing there yet
+        path.parent.mkdir(parents=True, exist_ok=True)
         with partial.open("wb") as f:
             # the tensors in order, then (samples, epoch): arr_0 ... arr_n
             np.savez(f, *self.arrays, np.array([self.samples, self.epoch], dtype=np.int64))

@@ -328,7 +328,7 @@ async def test_a_round_shorter_than_one_step_is_said_naming_the_key(
 async def test_a_restarted_trainer_sends_the_work_it_had_not_sent(
     make_dpeer: MakeDPeer, tmp_path: Path
 ) -> None:
-    kept = tmp_path / "unsent.npz"
+    kept = tmp_path / "work" / "unsent.npz"  # a work folder nothing has made yet
     first = await make_dpeer(unsent_file=kept)
     await first.train(3, seed=0)
     theta = first.parameters()
