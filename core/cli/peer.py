@@ -15,7 +15,8 @@ With ``--publish-checkpoints`` an auxiliary peer also copies each checkpoint int
 manifest's ``network.checkpoint_url``.
 
 The peer prints one JSON line per event (ready with its address, each finished epoch; for ``aux``
-the collaboration's metrics per epoch) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
+the collaboration's metrics per epoch; last ``stopped``, with its samples, compute and wall time
+since ready, and bytes sent) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
 cleanly after the current microbatch.
 
 A ``dmoe`` manifest (a decentralized mixture of experts) makes ``barnraise peer`` one of its
@@ -31,6 +32,7 @@ import dataclasses
 import json
 import logging
 import secrets
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +48,7 @@ from core.config.ports import AUX_PORT, PEER_PORT, listen_on
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
-from core.worker.events import PeerEvent, PeerStopped, to_json
+from core.worker.events import PeerEvent, PeerReady, PeerStopped, to_json
 
 if TYPE_CHECKING:
     from core.swarm.byzantine import Misbehaviour
@@ -296,7 +298,12 @@ async def _serve_reporting(
 async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:
     from core.training.peer.project_peer import ProjectPeer  # noqa: PLC0415
 
+    ready_at: float | None = None
+
     def emit(event: PeerEvent) -> None:
+        nonlocal ready_at
+        if isinstance(event, PeerReady) and ready_at is None:
+            ready_at = time.monotonic()
         print(json.dumps(to_json(event), default=str), flush=True)
 
     peer = ProjectPeer(settings, emit)
@@ -311,9 +318,20 @@ async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:
             # the trainer notices ``stop`` between microbatches; give it a moment, then cancel
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runner, timeout=10)
+        # taken before closing: the time closing takes (an exchange in flight) is no training
+        seconds = 0.0 if ready_at is None else time.monotonic() - ready_at
+        done_so_far = peer.progress()
     finally:
         await peer.close()
-    emit(PeerStopped())
+    emit(
+        PeerStopped(
+            samples=done_so_far["samples"],
+            compute_seconds=round(done_so_far["compute_seconds"], 3),
+            seconds=round(seconds, 3),
+            bytes_sent=done_so_far["bytes_sent"],
+            bytes_received=done_so_far["bytes_received"],
+        )
+    )
     return 0
 
 

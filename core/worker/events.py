@@ -100,7 +100,19 @@ class PeerFailed(WireMessage):
 
 @dataclass(frozen=True)
 class PeerStopped(WireMessage):
-    """The peer left the swarm as asked (the last line ``barnraise peer`` prints)."""
+    """The peer left the swarm as asked (the last line ``barnraise peer`` prints), with what it did
+    since it was ready (zeros where nothing was counted: an older peer, the expert host)."""
+
+    samples: int = 0
+    """Samples its trainer computed (0 for the backbone)."""
+    compute_seconds: float = 0.0
+    """Time its trainer spent inside those microbatches (the Trainer's count)."""
+    seconds: float = 0.0
+    """Wall time from its ``ready`` event until it stopped training: with ``compute_seconds``, the
+    share of its time spent computing."""
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    """Its Host's traffic, all connections (frame headers included, TLS overhead not)."""
 
 
 @dataclass(frozen=True)

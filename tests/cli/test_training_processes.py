@@ -1,5 +1,6 @@
 """The real training commands as OS processes on loopback: ``barnraise swarm`` shows falling loss
-and stops cleanly; a trainer killed with SIGKILL mid-epoch costs only its unshared samples."""
+and stops cleanly; a trainer killed with SIGKILL mid-epoch costs only its unshared samples, and one
+stopped with SIGTERM says what it computed."""
 
 from __future__ import annotations
 
@@ -224,5 +225,16 @@ async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
         later = [finished[e] for e in range(killed_at + 2, killed_at + 4)]
         assert all(e["group_size"] <= 3 for e in later)  # two trainers and the auxiliary peer
         assert all(e["samples"] > 0 for e in later)
+        # stopped as asked, a trainer says what it computed, in how long, and what it sent
+        first = trainers[0]
+        first.proc.send_signal(signal.SIGTERM)
+        while (stopped := await first.next_event(60))["event"] != "stopped":
+            pass
+        assert await asyncio.wait_for(first.proc.wait(), 30) == 0
     finally:
         await server.close()
+    counted = sum(e["samples"] for e in first.events if e.get("event") == "epoch")
+    assert stopped["samples"] >= counted > 0
+    assert 0 < stopped["compute_seconds"] < stopped["seconds"]
+    assert stopped["bytes_sent"] > 0
+    assert stopped["bytes_received"] > 0

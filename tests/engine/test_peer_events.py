@@ -35,6 +35,7 @@ EVENTS: list[PeerEvent] = [
     PeerMetrics(13, None, 1024, 300.0, 2, 1_700_000_004.0),
     PeerFailed("the data server does not answer"),
     PeerStopped(),
+    PeerStopped(640, 412.5, 431.25, 3_500_000, 7_100_000),
     PeerNetwork("private", None, 1_700_000_000.0, peers=4, direct=3, relayed=1),
 ]
 
@@ -52,8 +53,21 @@ def test_the_json_lines_keep_their_names_and_fields() -> None:
         "role": "aux",
     }
     assert to_json(EVENTS[4]) == {"event": "failed", "message": "the data server does not answer"}
-    assert to_json(PeerStopped()) == {"event": "stopped"}
+    assert to_json(EVENTS[6]) == {
+        "event": "stopped",
+        "samples": 640,
+        "compute_seconds": 412.5,
+        "seconds": 431.25,
+        "bytes_sent": 3_500_000,
+        "bytes_received": 7_100_000,
+    }
     assert from_json({"event": "ready", "address": "127.0.0.1:1"}) == PeerReady("127.0.0.1:1")
+
+
+def test_a_stopped_line_without_figures_reads_as_zeros() -> None:
+    # an older peer's line, or the expert host's, which counts nothing of the kind
+    assert from_json({"event": "stopped"}) == PeerStopped(0, 0.0, 0.0, 0, 0)
+    assert from_json({"event": "stopped", "saved": ["ffn.0.1"]}) == PeerStopped()
 
 
 def test_fields_from_a_newer_peer_are_ignored() -> None:
@@ -67,6 +81,7 @@ def test_fields_from_a_newer_peer_are_ignored() -> None:
         ({**to_json(EVENTS[2]), "loss": "high"}, "PeerMetrics.loss"),
         ({"event": "metrics", "epoch": 2}, "PeerMetrics needs at least 6 fields"),
         ({**to_json(EVENTS[1]), "samples": 2.5}, "PeerEpoch.samples"),
+        ({**to_json(EVENTS[6]), "compute_seconds": "long"}, "PeerStopped.compute_seconds"),
         ({**to_json(EVENTS[2]), "contributions": {"alice": "many"}}, "contributions"),
         ({"event": "exploded"}, "unknown peer event 'exploded'"),
         ({"address": "127.0.0.1:1"}, "unknown peer event None"),
