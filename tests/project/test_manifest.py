@@ -494,3 +494,19 @@ def test_diloco_with_the_sparse_codec_loads_and_builds_its_codec(tmp_path: Path)
     codec = project_codec(manifest)
     assert codec.name == "topk-0.03-4bit"
     assert codec.sparse
+
+
+def test_diloco_groups_wait_for_members_a_microbatch_late(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # core.training builds the averager's settings
+    from core.training.peer.recipe import averager_config
+
+    dedloc = parse_manifest(render(base()))
+    wait = dedloc.averaging.matchmaking_time
+    config = averager_config(dedloc, "trainer")
+    assert (config.min_matchmaking_time, config.max_matchmaking_time) == (min(1.0, wait), wait)
+    edits = {"training.mode": "diloco", "training.round_seconds": 90}
+    diloco = load_manifest(write(tmp_path, render(edited(edits))))
+    config = averager_config(diloco, "trainer")
+    assert (config.min_matchmaking_time, config.max_matchmaking_time) == (30.0, 30.0)
+    short = load_manifest(write(tmp_path, render(edited({**edits, "training.round_seconds": 6}))))
+    assert averager_config(short, "trainer").max_matchmaking_time == wait  # never below it

@@ -28,7 +28,7 @@ from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
 from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
-from core.training.peer.recipe import data_stream, fetch_tokenizer, mlm_loss
+from core.training.peer.recipe import data_stream, fetch_tokenizer, matchmaking_time, mlm_loss
 from core.training.peer.residency import Residency
 from core.training.peer.settings import PeerSettings
 from core.training.published import published_fallback
@@ -254,7 +254,7 @@ def diloco_optimizer(
     config = DilocoConfig(
         round_seconds=t.round_seconds,
         mode=mode,
-        matchmaking_time=manifest.averaging.matchmaking_time,
+        matchmaking_time=matchmaking_time(manifest),
         unsent_file=unsent_file,
     )
     return DilocoOptimizer(diloco, links, config)
