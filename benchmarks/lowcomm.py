@@ -337,7 +337,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=25600, help="per peer, in each run")
     parser.add_argument("--microbatch", type=int, default=32)
     parser.add_argument("--target", type=int, default=512, help="dedloc: samples per step")
-    parser.add_argument("--inner", type=int, default=200, help="diloco: inner steps per round")
+    parser.add_argument("--inner", type=int, default=100, help="diloco: inner steps per round")
     parser.add_argument("--density", type=float, default=0.01, help="top-k: share sent")
     parser.add_argument("--lr", type=float, default=2e-3, help="AdamW (dedloc's and inner)")
     parser.add_argument("--outer-lr", type=float, default=0.7, help="diloco: outer Nesterov lr")
