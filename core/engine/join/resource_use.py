@@ -29,7 +29,7 @@ manifest's numbers, rough by nature and said to be so in the notes.
   device. In a group of n (``averaging.target_group_size``, at most ``ASSUMED_PEERS``) a member
   sends (n-1)/n of the model to the other reducers in the project's codec, and sends the mean of
   its own 1/n back to the n-1 others in the codec that carries a mean of n (``Codec.for_sum``:
-  the codec itself for a dense one; float16 values with their positions, n times denser, for
+  the codec itself for a dense one; 8-bit codes with their positions, n times denser, for
   ``topk``, whose return is most of a sparse round); it receives as much. The figure counts what
   a member sends and receives together, from the codec specs' bytes per value (within a few per
   cent of the measured round, ``docs/benchmarks/lowcomm-round-bytes.json``). It leaves out the
