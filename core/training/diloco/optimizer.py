@@ -47,7 +47,7 @@ from core.training.diloco.clock import RoundClock
 from core.training.diloco.state import DilocoState
 from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
-from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
+from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
 from core.training.rollback import round_key
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -449,10 +449,20 @@ class DilocoOptimizer:
             log.debug("publishing progress failed: %s", exc)
 
     async def _refresh(self) -> None:
+        """Read the others' records, keeping for each peer the newest one seen: a read that
+        finds fewer records than there are (a DHT lookup that timed out under load) must not
+        make this peer think it is alone and land a round by itself. Records age out of the view
+        by their time (``ProgressBoard.view``), and out of memory after ``RECORD_TTL``."""
         try:
-            self._records = await self.board.fetch()
+            fetched = await self.board.fetch()
         except BarnraiseError as exc:
             log.debug("reading progress failed: %s", exc)
+            return
+        newest = {r.peer: r for r in self._records if time.time() - r.time <= RECORD_TTL}
+        for record in fetched:
+            if record.peer not in newest or record.time >= newest[record.peer].time:
+                newest[record.peer] = record
+        self._records = list(newest.values())
 
     async def _publish_loop(self) -> None:
         while True:
