@@ -8,6 +8,7 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
 - ``feedback``       ErrorFeedback: what a sparse codec left out of the gradients, sent next round.
 - ``local``          LocalWork: the optimizer's torch work (accumulate, mean gradient, apply, state copies).
 - ``progress``       PeerProgress records in the DHT (short-lived, withdrawn on leaving), ProgressBoard,
+  StepTally (samples, losses and speed since the last report point),
   CollaborationView.
 - ``readiness``      how close the collaboration is to the target batch: a pure function of the
   records and the time.

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -42,7 +41,7 @@ from core.training.evidence import EvidenceBoard
 from core.training.feedback import ErrorFeedback
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
+from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress, StepTally
 from core.training.readiness import Own, estimate
 from core.training.rollback import applied_of, round_key
 from core.training.rollback_replica import ReplicaRollback
@@ -126,13 +125,9 @@ class CollaborativeOptimizer:
         self.local = LocalWork(state, config.clip_norm)
         self.evidence = EvidenceBoard.of(averager)
         """Publishes what our rounds found against others, signed (the backbone reports it)."""
-        self._samples = 0
-        self._loss_sum = 0.0
-        self._mini_steps = 0
+        self._tally = StepTally()
         self._last = (-1, 0.0, 0, 0)  # epoch, loss sum, mini-steps, samples of the last finished
         self._short_rounds = 0
-        self._speed = 0.0
-        self._last_step_at: float | None = None
         self._epoch_started = time.time()
         self._records: list[PeerProgress] = []
         self._fetched_at = 0.0
@@ -172,7 +167,7 @@ class CollaborativeOptimizer:
     @property
     def speed(self) -> float:
         """Our recent samples per second."""
-        return self._speed
+        return self._tally.speed
 
     @property
     def waiting_for(self) -> str | None:
@@ -191,8 +186,7 @@ class CollaborativeOptimizer:
             return
         self._active.clear()
         self._wake.set()
-        self._speed = 0.0
-        self._last_step_at = None
+        self._tally.stop()
         await self._publish()
 
     async def resume(self) -> None:
@@ -200,7 +194,7 @@ class CollaborativeOptimizer:
         if not self.paused:
             return
         self._active.set()
-        self._last_step_at = None  # the pause is not slowness
+        self._tally.last_step_at = None  # the pause is not slowness
         await asyncio.gather(self._publish(), self._refresh())
         if self.view().epoch > self.epoch:
             await self.wait_for_state()
@@ -226,7 +220,7 @@ class CollaborativeOptimizer:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         await self.bridge.run(self.local.accumulate, batch_size)
-        self._count(batch_size, loss)
+        self._tally.count(batch_size, loss)
         if self._estimate() >= self.config.near_fraction * self.config.target_batch_size:
             # close to the target: tell and ask at every microbatch (both at once)
             await asyncio.gather(self._publish(), self._refresh())
@@ -234,7 +228,8 @@ class CollaborativeOptimizer:
             self._publish_wanted.set()
             if (
                 time.monotonic() - self._fetched_at > self.config.refresh_interval
-                or self._samples - self._samples_at_fetch >= self.config.target_batch_size / 16
+                or self._tally.samples - self._samples_at_fetch
+                >= self.config.target_batch_size / 16
             ):
                 # a fast loop outruns the periodic refresh: read now, in the background while the
                 # next microbatch computes; if the last read is still running, wait for it, so that
@@ -355,28 +350,17 @@ class CollaborativeOptimizer:
 
     # ---- accounting ------------------------------------------------------------------------------
 
-    def _count(self, batch_size: int, loss: float | None) -> None:
-        now = time.monotonic()
-        if self._last_step_at is not None and now > self._last_step_at:
-            rate = batch_size / (now - self._last_step_at)
-            self._speed = rate if self._speed == 0 else 0.8 * self._speed + 0.2 * rate
-        self._last_step_at = now
-        self._samples += batch_size
-        if loss is not None and math.isfinite(loss):
-            self._loss_sum += loss
-            self._mini_steps += 1
-
     def _progress(self) -> PeerProgress:
         last_epoch, last_loss, last_mini, last_samples = self._last
         return PeerProgress(
             self._peer,
             self.epoch,
-            self._samples,
-            self._speed,
+            self._tally.samples,
+            self._tally.speed,
             time.time(),
             self.config.mode if self._active.is_set() else "paused",
-            self._loss_sum,
-            self._mini_steps,
+            self._tally.loss_sum,
+            self._tally.mini_steps,
             last_epoch,
             last_loss,
             last_mini,
@@ -385,14 +369,14 @@ class CollaborativeOptimizer:
 
     def _estimate(self) -> float:
         """Samples towards our epoch (``core.training.readiness``)."""
-        own = Own(self._peer, self.epoch, self._samples, self._speed, self._epoch_started)
+        own = Own(
+            self._peer, self.epoch, self._tally.samples, self._tally.speed, self._epoch_started
+        )
         return estimate(self._records, own, time.time())
 
     def _reset_epoch(self) -> None:
-        self._samples = 0
-        self._loss_sum = 0.0
-        self._mini_steps = 0
-        self._last_step_at = None
+        self._tally.take()
+        self._tally.last_step_at = None
         self._epoch_started = time.time()
         self._samples_at_fetch = 0
 
@@ -411,7 +395,7 @@ class CollaborativeOptimizer:
         except BarnraiseError as exc:
             log.debug("reading progress failed: %s", exc)
         self._fetched_at = time.monotonic()
-        self._samples_at_fetch = self._samples
+        self._samples_at_fetch = self._tally.samples
 
     async def _refresh_soon(self) -> None:
         if self._refreshing is not None and not self._refreshing.done():
@@ -441,7 +425,7 @@ class CollaborativeOptimizer:
 
     async def _finish_epoch(self, view: CollaborationView) -> PeerEpoch | None:
         started = time.monotonic()
-        epoch, samples = self.epoch, self._samples
+        epoch, samples = self.epoch, self._tally.samples
         if self._pending_update is not None:
             await self._pending_update  # at most one delayed update in flight
         grads = await self.bridge.run(self.local.mean_gradients, samples)
@@ -452,7 +436,7 @@ class CollaborativeOptimizer:
         expected = len(view.trainers_at_epoch) + sum(
             1 for p in view.peers if p.mode == "aux" and p.epoch == epoch
         )
-        totals, previous = (self._loss_sum, self._mini_steps), self._last
+        totals, previous = (self._tally.loss_sum, self._tally.mini_steps), self._last
         self._last = (epoch, *totals, samples)
         self._reset_epoch()
         update = self._average_and_apply(grads, samples, epoch, max(1, expected), started)
@@ -468,7 +452,8 @@ class CollaborativeOptimizer:
         if not await update:
             # the round held fewer samples than the target: the epoch goes on, with the average
             # so far kept in our accumulators (it weighs as the samples we brought to it)
-            self._samples, (self._loss_sum, self._mini_steps) = samples, totals
+            t = self._tally
+            t.samples, t.loss_sum, t.mini_steps = samples, *totals
             self._last = previous
             return None
         return self.reports[-1]

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -47,7 +46,13 @@ from core.training.diloco.clock import RoundClock
 from core.training.diloco.state import DilocoState
 from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
-from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
+from core.training.progress import (
+    KEEPALIVE,
+    RECORD_TTL,
+    CollaborationView,
+    PeerProgress,
+    StepTally,
+)
 from core.training.rollback import round_key
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -118,15 +123,11 @@ class DilocoOptimizer:
         self._lock = asyncio.Lock()
         """Held for any torch work on the model: an inner step, a round's end, a landing."""
         self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
-        self._samples = 0
+        self._tally = StepTally()
         """Samples since the last round's end (their work is in the model, not yet sent)."""
         self._carried = 0
         """Samples of rounds whose exchange failed: their work goes out with the next round."""
-        self._loss_sum = 0.0
-        self._mini_steps = 0
         self._last = (-1, 0.0, 0, 0)
-        self._speed = 0.0
-        self._last_step_at: float | None = None
         self._records: list[PeerProgress] = []
         self._exchange: asyncio.Task[None] | None = None
         self._pending_reports: list[PeerEpoch] = []
@@ -142,7 +143,7 @@ class DilocoOptimizer:
 
     @property
     def speed(self) -> float:
-        return self._speed
+        return self._tally.speed
 
     @property
     def waiting_for(self) -> str | None:
@@ -177,8 +178,7 @@ class DilocoOptimizer:
         if self.paused:
             return
         self._active.clear()
-        self._speed = 0.0
-        self._last_step_at = None
+        self._tally.stop()
         await self._publish()
 
     async def resume(self) -> None:
@@ -207,8 +207,8 @@ class DilocoOptimizer:
             return
         async with self._lock:
             delta = await self.bridge.run(self.diloco.end_round)
-            samples = self._samples + self._carried
-            self._samples = self._carried = 0
+            samples = self._tally.take()[0] + self._carried
+            self._carried = 0
         if samples == 0 and not any(np.any(d) for d in delta):
             path.unlink(missing_ok=True)
             return
@@ -244,7 +244,7 @@ class DilocoOptimizer:
             # without overlap the round lands on theta itself: an inner step taken meanwhile
             # would be overwritten, so the device waits for the exchange
             await asyncio.gather(self._exchange, return_exceptions=True)
-            self._last_step_at = None  # the wait is not this device's speed
+            self._tally.last_step_at = None  # the wait is not this device's speed
         async with self._lock:
             stepped = await self.bridge.run(self.diloco.inner_step)
             if stepped:
@@ -277,12 +277,11 @@ class DilocoOptimizer:
             await self._catch_up()  # others landed a round we missed: their anchor first
         async with self._lock:
             delta = await self.bridge.run(self.diloco.end_round)
-            samples = self._samples + self._carried
-            totals = (self._loss_sum, self._mini_steps)
-            self._samples = self._carried = 0
-            self._loss_sum, self._mini_steps = 0.0, 0
+            computed, loss_sum, mini_steps = self._tally.take()
+            samples = computed + self._carried
+            self._carried = 0
         epoch = self.epoch
-        self._last = (epoch, *totals, samples)
+        self._last = (epoch, loss_sum, mini_steps, samples)
         self._exchange = self._tasks.spawn(
             f"exchange-{epoch}", self._run_exchange(delta, samples, epoch), awaited=True
         )
@@ -410,35 +409,26 @@ class DilocoOptimizer:
     # ---- progress records ------------------------------------------------------------------------
 
     def _count(self, batch_size: int, loss: float | None) -> None:
-        now = time.monotonic()
-        if self._last_step_at is not None and now > self._last_step_at:
-            gap = now - self._last_step_at
-            if gap > self.config.round_seconds and not self._said_slow:
-                self._said_slow = True
-                log.warning("an inner step takes %.1f s here, longer than a round "
-                            "([training] round_seconds = %g): rounds end before this device "
-                            "computes a batch, so its work arrives rounds late; the project's "
-                            "organizers should make rounds longer", gap,
-                            self.config.round_seconds)  # fmt: skip
-            rate = batch_size / gap
-            self._speed = rate if self._speed == 0 else 0.8 * self._speed + 0.2 * rate
-        self._last_step_at = now
-        self._samples += batch_size
-        if loss is not None and math.isfinite(loss):
-            self._loss_sum += loss
-            self._mini_steps += 1
+        gap = self._tally.count(batch_size, loss)
+        if gap is not None and gap > self.config.round_seconds and not self._said_slow:
+            self._said_slow = True
+            log.warning("an inner step takes %.1f s here, longer than a round "
+                        "([training] round_seconds = %g): rounds end before this device "
+                        "computes a batch, so its work arrives rounds late; the project's "
+                        "organizers should make rounds longer", gap,
+                        self.config.round_seconds)  # fmt: skip
 
     def _progress(self) -> PeerProgress:
         mode = self.config.mode if self._active.is_set() else "paused"
         return PeerProgress(
             self._peer,
             self.epoch,
-            self._samples,
-            self._speed,
+            self._tally.samples,
+            self._tally.speed,
             time.time(),
             mode,
-            self._loss_sum,
-            self._mini_steps,
+            self._tally.loss_sum,
+            self._tally.mini_steps,
             *self._last,
         )
 
