@@ -3,7 +3,8 @@ data, and an engine daemon in this process."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,18 @@ FAST = NetConfig(
 )
 
 MakeHost = Callable[..., Awaitable[Host]]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_real_user_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Whatever a test or its subprocesses forget to isolate lands in a temporary home, never in
+    the user's own folders (which a later run would then restore from)."""
+    before = os.environ.get("BARNRAISE_HOME")
+    if before is None:
+        os.environ["BARNRAISE_HOME"] = str(tmp_path_factory.mktemp("session-home"))
+    yield
+    if before is None:
+        os.environ.pop("BARNRAISE_HOME", None)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -19,7 +20,10 @@ Event = dict[str, Any]
 
 
 class LabProcess:
-    """One ``barnraise`` command in a namespace; its stdout events kept in order, stderr in a file."""
+    """One ``barnraise`` command in a namespace; its stdout events kept in order, stderr in a file.
+
+    Each process gets its own ``BARNRAISE_HOME`` beside its log (unless ``env`` names one): the lab's
+    homes are separate computers, and nothing a test runs may write to the real user's folders."""
 
     def __init__(
         self,
@@ -33,10 +37,13 @@ class LabProcess:
         self.log = log
         self.events: list[Event] = []
         self._queue: queue.Queue[Event | None] = queue.Queue()
+        full_env = dict(os.environ)
+        full_env["BARNRAISE_HOME"] = str(log.with_suffix(".home"))
+        full_env.update(env or {})
         with log.open("ab") as stderr:
             argv = [sys.executable, "-m", "core.cli.main", "--log-level", "info", *args]
             self.proc = lab.spawn(
-                where, argv, env=env, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT
+                where, argv, env=full_env, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT
             )
         self._reader = threading.Thread(target=self._read, name=f"lab-{where}", daemon=True)
         self._reader.start()
