@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from core.moe.backend import ExpertBackend
+from core.moe.guard import DEFAULT_MAX_GRAD_NORM
 from core.util.errors import BarnraiseError
 
 KINDS = ("ffn", "linear")
@@ -56,6 +57,7 @@ class ExpertSpec:
     optimizer: str = "adam"
     lr: float = 1e-3
     max_batch: int = 256
+    max_grad_norm: float = DEFAULT_MAX_GRAD_NORM
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -70,6 +72,10 @@ class ExpertSpec:
             raise ExpertSpecError(f"expert learning rate must be in (0, 10], got {self.lr}")
         if not 1 <= self.max_batch <= 65_536:
             raise ExpertSpecError(f"expert max_batch must be 1 to 65536, got {self.max_batch}")
+        if not 0 <= self.max_grad_norm <= 1e6:
+            raise ExpertSpecError(
+                f"expert max_grad_norm must be 0 (no clipping) to 1e6, got {self.max_grad_norm}"
+            )
 
     def module(self, uid: str) -> nn.Module:
         """A fresh module for ``uid``, initialised from a seed derived from the uid."""
@@ -98,6 +104,8 @@ class ExpertSpec:
             input_shapes=[shape],
             output_shapes=[shape],
             max_batch=self.max_batch,
+            max_grad_norm=self.max_grad_norm,
+            initial_state=lambda: self.module(uid).state_dict(),
         )
 
 

@@ -14,7 +14,7 @@ thread only and read on the loop (single writer: a read is at worst one batch be
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +53,8 @@ class HostedExpert(ExpertBackend):
         max_batch: int,
         served: Served,
         device: torch.device,
+        max_grad_norm: float = 0.0,
+        initial_state: Callable[[], Mapping[str, torch.Tensor]] | None = None,
     ) -> None:
         super().__init__(
             uid,
@@ -61,6 +63,8 @@ class HostedExpert(ExpertBackend):
             input_shapes=input_shapes,
             output_shapes=output_shapes,
             max_batch=max_batch,
+            max_grad_norm=max_grad_norm,
+            initial_state=initial_state,
         )
         self.served = served
         self.device = torch.device("cpu")
@@ -82,6 +86,8 @@ class HostedExpert(ExpertBackend):
             max_batch=spec.max_batch,
             served=served,
             device=device,
+            max_grad_norm=spec.max_grad_norm,
+            initial_state=lambda: spec.module(uid).state_dict(),
         )
 
     def forward(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -7,10 +7,12 @@ and runs that batch through ``TrainingBridge.run``. Batches run one at a time be
 thread is single: queuing them on the bridge would only hide the wait from the pools' "busy" answer.
 
 A handler validates the header, checks the pool has room, and only then reads the tensors, so a
-refused call costs us no memory. Experiments delay or fail calls in the handler too (``faults``),
-before the pool, so a delayed call never holds back the others. Closing the server cancels the
-runner and answers every waiting call with ``UnavailableError``; callers see a typed error, never a
-hang.
+refused call costs us no memory. Tensors holding NaN or infinities are refused before they join a
+pool (``guard``), and each refusal is kept with the caller's PeerID (``refusals``, and
+``on_refusal``), which a moderated project turns into evidence. Experiments delay or fail calls in
+the handler too (``faults``), before the pool, so a delayed call never holds back the others.
+Closing the server cancels the runner and answers every waiting call with ``UnavailableError``;
+callers see a typed error, never a hang.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from core.codecs import NONE, Codec
-from core.moe.backend import ExpertBackend
+from core.moe.backend import ExpertBackend, PoisonedCall
 from core.moe.faults import ServerFaults
 from core.moe.pools import Batch, TaskPool
 from core.moe.protocol import (
@@ -43,6 +47,7 @@ from core.moe.protocol import (
     validate_request,
 )
 from core.net.errors import (
+    InvalidRequestError,
     MalformedResponseError,
     NotFoundError,
     RemoteInternalError,
@@ -53,12 +58,26 @@ from core.net.host.host import Host
 from core.net.host.outbound import Target
 from core.net.wire.rpc import CallContext
 from core.net.wire.stream import Stream
+from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
 from core.worker.errors import Interrupted
 
 log = logging.getLogger(__name__)
+
+KEPT_REFUSALS = 256
+"""Refused calls remembered (the newest): enough to see who sends poison, bounded against a flood."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A call refused because its tensors would have spoiled the expert."""
+
+    caller: PeerID
+    uid: str
+    method: str
+    reason: str
 
 
 class ExpertServer:
@@ -73,8 +92,13 @@ class ExpertServer:
         max_queue: int | None = None,
         max_wait: float = 0.01,
         faults: ServerFaults | None = None,
+        on_refusal: Callable[[Refusal], None] | None = None,
     ) -> None:
         self._host = host
+        self.refusals: deque[Refusal] = deque(maxlen=KEPT_REFUSALS)
+        self.refused = 0
+        """Calls refused for non-finite tensors, all experts together."""
+        self._on_refusal = on_refusal
         self.faults = faults
         self._bridge = bridge
         self.backends = {backend.uid: backend for backend in backends}
@@ -121,12 +145,12 @@ class ExpertServer:
     async def _on_forward(
         self, ctx: CallContext, request: ExpertRequest, stream: Stream
     ) -> ExpertDone:
-        return await self._serve("forward", request, stream)
+        return await self._serve(ctx, "forward", request, stream)
 
     async def _on_backward(
         self, ctx: CallContext, request: ExpertRequest, stream: Stream
     ) -> ExpertDone:
-        return await self._serve("backward", request, stream)
+        return await self._serve(ctx, "backward", request, stream)
 
     def _info(self, uid: str) -> ExpertInfo:
         if self._closed:
@@ -136,13 +160,21 @@ class ExpertServer:
             raise NotFoundError(f"no expert {uid[:64]!r} on this server")
         return info
 
-    async def _serve(self, method: str, request: ExpertRequest, stream: Stream) -> ExpertDone:
+    async def _serve(
+        self, ctx: CallContext, method: str, request: ExpertRequest, stream: Stream
+    ) -> ExpertDone:
         codec = validate_request(self._info(request.uid), method, request)
         if self.faults is not None:  # here, not in the runner: a delay holds back only this call
             await self.faults.apply(request.uid, method)
         pool = self.pools[request.uid, method]
         pool.check_room(request.batch)  # before reading: a refused call costs no memory
         tensors = await recv_tensors(stream, codec, request.shapes)
+        try:
+            # here, alone: in a pool its rows would fail the other callers' batch with it
+            self.backends[request.uid].refuse_non_finite(tensors, f"the {method} call's tensors")
+        except PoisonedCall as exc:
+            self._refuse(Refusal(ctx.peer, request.uid, method, str(exc)))
+            raise InvalidRequestError(str(exc)) from None
         future = pool.submit(tensors, asyncio.get_running_loop().time())
         try:
             outputs = await future
@@ -153,6 +185,13 @@ class ExpertServer:
         )
         await send_tensors(stream, codec, outputs)
         return ExpertDone()
+
+    def _refuse(self, refusal: Refusal) -> None:
+        self.refused += 1
+        self.refusals.append(refusal)
+        log.info("refused a call from %s: %s", refusal.caller, refusal.reason)
+        if self._on_refusal is not None:
+            self._on_refusal(refusal)
 
     # ---- the runner ------------------------------------------------------------------------------
 
@@ -186,6 +225,9 @@ class ExpertServer:
             raise
         except Interrupted:
             batch.fail(ResourceExhaustedError(f"expert {backend.uid} is busy: paused"))
+        except PoisonedCall as exc:
+            log.warning("%s", exc)
+            batch.fail(InvalidRequestError(str(exc)))
         except Exception as exc:
             log.exception("expert %s failed on a %s batch", backend.uid, method)
             batch.fail(RemoteInternalError(f"expert {backend.uid} failed: {type(exc).__name__}"))

@@ -91,6 +91,11 @@ class ExpertSection:
     """Above 0, at most 10."""
     max_batch: int = 256
     """Samples a server computes in one batch, 1 to 65536."""
+    max_grad_norm: float = 1.0
+    """The longest output gradient one sample of a call may bring (L2 norm), 0 to 1e6; longer
+    rows are scaled down to it, so that one caller cannot move an expert that every trainer shares
+    as far as many honest calls would. Trainers average their loss over the batch, which keeps an
+    honest row far below 1. 0: no clipping."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
@@ -99,6 +104,7 @@ class ExpertSection:
         check.one_of("optimizer", EXPERT_OPTIMIZERS)
         check.in_range("lr", 0.0, 10.0, low_open=True)
         check.in_range("max_batch", 1, MAX_BATCH)
+        check.in_range("max_grad_norm", 0.0, 1e6)
 
 
 @dataclass(frozen=True)
