@@ -231,7 +231,7 @@ async def announce(
         address = str(server.state.transport.addresses()[0])
         report = await declare_experts(server, grid, mine, address, expiration)
         accepted += sum(report.values())
-        items += announcement(grid, mine, address, expiration)
+        items += announcement(grid, mine, address, expiration, server.peer_id)
     return grid, items, {"experts": len(uids), "accepted": accepted, "servers": len(servers)}
 
 

@@ -40,6 +40,11 @@ class RecordSchema:
     authorize: Callable[[PeerID | None, bytes], None] | None = None
     """Further checks of the record's signer and bytes, e.g. that the value carries a valid access
     pass bound to its signer (moderated projects); raises ``InvalidRecord`` to refuse."""
+    authorize_entry: Callable[[Any, Any, bytes, PeerID | None], None] | None = None
+    """The same with the key and subkey too: (key, subkey, bytes, signer)."""
+    max_ahead: float | None = None
+    """Seconds ahead an expiration may be for these records (tighter than the node's own limit,
+    for records that are refreshed often); None: only the node's limit."""
 
     def matches(self, key: Any) -> bool:
         if callable(self.key):
@@ -58,6 +63,8 @@ class RecordSchema:
                 raise InvalidRecord(f"{self.name} value does not match its schema: {exc}") from None
         if self.authorize is not None:
             self.authorize(signer, data)
+        if self.authorize_entry is not None:
+            self.authorize_entry(key, subkey, data, signer)
 
 
 @dataclass(frozen=True)
@@ -103,4 +110,10 @@ class RecordRules:
                 raise InvalidRecord(f"the record's signature is not {signer}'s")
         for schema in self.schemas:
             if schema.matches(key):
+                ahead = schema.max_ahead
+                if ahead is not None and value.expiration > now + ahead:
+                    raise InvalidRecord(
+                        f"{schema.name} records expire at most {ahead:.0f} s ahead, not "
+                        f"{value.expiration - now:.0f} s"
+                    )
                 schema.check(key, subkey, value.data, signer)

@@ -29,9 +29,15 @@ import torch
 from torch import Tensor
 
 from core.dht.records import ValueWithExpiration
+from core.moe.announce import freshest, suffix_index
 from core.moe.grid import Coords, ExpertGrid, GridError
 from core.util.clock import Clock, SystemClock
 from core.util.errors import BarnraiseError
+
+FAILED_SECONDS = 60.0
+"""How long an address that failed a call is passed over for another server of the same expert."""
+MAX_FAILED = 4096
+"""Failed addresses remembered (the newest)."""
 
 
 class BeamSearchError(BarnraiseError):
@@ -124,6 +130,10 @@ class MoEBeamSearch:
         self.keys_looked_up = 0
         # last-level prefixes whose server failed a call: asked for afresh (latest=True) next time
         self._doubted: set[Coords] = set()
+        self._clock = self.cache.clock
+        # addresses that failed a call, until when: another server's entry for the same expert
+        # is preferred meanwhile (a stranger's entry for a live expert costs one call)
+        self._failed: OrderedDict[str, float] = OrderedDict()
 
     async def active_suffixes(self, prefixes: Sequence[Coords]) -> dict[Coords, dict[int, str]]:
         """For each prefix, its active next indices -> server address; one DHT round for the misses."""
@@ -154,16 +164,31 @@ class MoEBeamSearch:
                 self._doubted.discard(prefix)
         return result
 
-    def doubt(self, uid: str) -> None:
-        """The server of ``uid`` failed a call: forget what we know of where ``uid`` is served, and
-        ask the DHT for the freshest record next time (a server that took the expert over has
-        announced itself there; the copy the DHT node cached may still name the one that left)."""
+    def doubt(self, uid: str, address: str | None = None) -> None:
+        """The server of ``uid`` (at ``address``) failed a call: forget what we know of where
+        ``uid`` is served, ask the DHT for the freshest record next time (a server that took the
+        expert over has announced itself there; the copy the DHT node cached may still name the one
+        that left), and prefer other servers' entries to ``address`` for ``FAILED_SECONDS``."""
         try:
             prefix = self.grid.parse(uid)[:-1]
         except GridError:
             return
         self.cache.drop(prefix)
         self._doubted.add(prefix)
+        if address:
+            self._failed[address] = self._clock.monotonic() + FAILED_SECONDS
+            self._failed.move_to_end(address)
+            while len(self._failed) > MAX_FAILED:
+                self._failed.popitem(last=False)
+
+    def _avoided(self, address: str) -> bool:
+        until = self._failed.get(address)
+        if until is None:
+            return False
+        if until <= self._clock.monotonic():
+            del self._failed[address]
+            return False
+        return True
 
     def _parse(self, depth: int, record: ValueWithExpiration | None) -> dict[int, str]:
         """The valid entries of a prefix record; anything else there is other peers' junk, skipped.
@@ -173,17 +198,26 @@ class MoEBeamSearch:
         if record is None or not isinstance(record.value, dict):
             return {}
         size = self.grid.shape[depth]
-        last = depth == self.grid.depth - 1
+        if depth < self.grid.depth - 1:
+            return {
+                index: ""
+                for index, entry in record.value.items()
+                if not isinstance(index, bool)
+                and isinstance(index, int)
+                and 0 <= index < size
+                and isinstance(entry, ValueWithExpiration)
+            }
+        # the last level: one entry per server of each index (``<index>[owner:<PeerID>]``)
+        servers: dict[int, dict[Any, ValueWithExpiration]] = {}
+        for subkey, entry in record.value.items():
+            parsed = suffix_index(subkey)
+            if parsed is not None and 0 <= parsed[0] < size:
+                servers.setdefault(parsed[0], {})[subkey] = entry
         suffixes = {}
-        for index, entry in record.value.items():
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
-                continue
-            if not isinstance(entry, ValueWithExpiration):
-                continue
-            if not last:
-                suffixes[index] = ""
-            elif isinstance(entry.value, str) and entry.value:
-                suffixes[index] = entry.value
+        for index, entries in servers.items():
+            address = freshest(entries, self._avoided)
+            if address is not None:
+                suffixes[index] = address
         return suffixes
 
     async def find_best_experts(

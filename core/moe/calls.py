@@ -233,7 +233,7 @@ class ExpertCaller:
         except CALL_FAILURES as exc:
             if failure_kind(exc) in GONE:
                 # its server may have left and another taken the expert over: look again
-                self.search.doubt(call.uid)
+                self.search.doubt(call.uid, call.address)
             return exc
 
 

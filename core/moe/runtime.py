@@ -43,14 +43,15 @@ from typing import Any
 import torch
 
 from core.dht import DHTConfig, DHTNode, HostTransport
-from core.moe.announce import Announcer
+from core.moe.announce import Announcer, expert_schema
+from core.moe.backend import ExpertBackend
 from core.moe.checkpoints import CheckpointSaver, ExpertCheckpoints
 from core.moe.events import ExpertsEvent, ExpertsReady, ExpertsServed, ExpertsStopped
 from core.moe.experts import ExpertSpec
 from core.moe.grid import ExpertGrid
 from core.moe.hosted import HostedExpert, Served
 from core.moe.selection import expand_uids, free_uids
-from core.moe.server import ExpertServer
+from core.moe.server import ExpertServer, Refusal
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
 from core.net.host.gate import AccessGate
@@ -120,11 +121,12 @@ class ExpertHost:
         # uids named are checked now, before anything listens: a typo fails at once
         self._named = expand_uids(self.grid, settings.uids) if settings.uids else None
         e = manifest.expert
-        self.spec = ExpertSpec(e.kind, e.hidden, e.optimizer, e.lr, e.max_batch)
+        self.spec = ExpertSpec(e.kind, e.hidden, e.optimizer, e.lr, e.max_batch, e.max_grad_norm)
         self.host = Host(
             settings.identity or Identity.generate(), NetConfig(), access=settings.access
         )
         self.dht = DHTNode(HostTransport(self.host), DHTConfig())
+        self.dht.rules.add_schema(expert_schema(self.grid, manifest.server.announce_ttl))
         self.bridge = TrainingBridge("experts")
         self.control = TrainingControl(self.bridge, running=not settings.start_paused)
         self.served = Served()
@@ -138,6 +140,8 @@ class ExpertHost:
         self._announcer: Announcer | None = None
         self._announcing: asyncio.Task[None] | None = None
         self._speed: deque[tuple[float, int]] = deque(maxlen=SPEED_WINDOW + 1)
+        self.on_refusal: Callable[[Refusal], None] | None = None
+        """Told of every call refused for poisoned tensors (a moderated project's evidence)."""
         self._tasks = BackgroundTasks(f"experts/{manifest.project.name}")
 
     # ---- running ---------------------------------------------------------------------------------
@@ -166,6 +170,8 @@ class ExpertHost:
         self._device = device
         self.experts = await self.bridge.run(self._build, uids, device)
         restored: dict[str, int] = {}
+        for expert in self.experts:
+            expert.recover = lambda backend: _recover(store, backend)
         if store is not None:
             for expert in self.experts:
                 if await self.bridge.run(store.restore, expert) is not None:
@@ -187,6 +193,7 @@ class ExpertHost:
             self.experts,
             max_queue=manifest.server.max_queue,
             max_wait=manifest.server.max_wait,
+            on_refusal=self._refused,
         )
         await self.server.start()
         self.address = self.best_address()
@@ -211,6 +218,10 @@ class ExpertHost:
         for expert in experts:
             self.bridge.watch(expert.module)
         return experts
+
+    def _refused(self, refusal: Refusal) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(refusal)
 
     # ---- announcing ------------------------------------------------------------------------------
 
@@ -402,3 +413,13 @@ class ExpertHost:
             untrained = [expert.uid for expert in self.experts if expert.updates == 0]
             self.on_event(ExpertsStopped(saved, untrained))
             self.address = None
+
+
+def _recover(store: ExpertCheckpoints | None, backend: ExpertBackend) -> None:
+    """On the training thread: finite weights again, from the newest checkpoint (only finite ones
+    are ever written) or, without one, the weights the expert started from."""
+    if store is not None and store.restore(backend) is not None:
+        log.warning("expert %s had non-finite weights: restored its newest checkpoint", backend.uid)
+        return
+    backend.reset()
+    log.warning("expert %s had non-finite weights and no checkpoint: started over", backend.uid)

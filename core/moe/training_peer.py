@@ -34,6 +34,7 @@ from torch import Tensor
 from torch.nn import functional
 
 from core.dht import DHTConfig, DHTNode, HostTransport
+from core.moe.announce import expert_schema
 from core.moe.beam_search import MoEBeamSearch
 from core.moe.digits import Digits, digit_batches, load_digits
 from core.moe.experts import uid_seed
@@ -102,6 +103,8 @@ class MoETrainerPeer:
             settings.identity or Identity.generate(), NetConfig(), access=settings.access
         )
         self.dht = DHTNode(HostTransport(self.host), DHTConfig(client_mode=True))
+        # what other servers announce is read by these rules: no entry pointing elsewhere
+        self.dht.rules.add_schema(expert_schema(self.grid, manifest.server.announce_ttl))
         self.bridge = TrainingBridge("moe-trainer", workers=trainer.concurrency)
         self.data: Digits = load_digits()
         torch.manual_seed(uid_seed(manifest.project.name))  # every trainer's local layers alike

@@ -10,6 +10,7 @@ import pytest
 
 from core.dht import DHTConfig, DHTNode
 from core.dht.memory import MemoryNetwork
+from core.dht.records import owner_marker
 from core.moe.announce import Announcer, declare_experts, get_experts
 from core.moe.grid import ExpertGrid, GridError
 from core.util.clock import Clock, FakeClock
@@ -64,7 +65,13 @@ async def test_declared_experts_are_found_from_another_node(
     assert sorted(root.value) == [0, 2]
     row = await trainer.get("ffn.0", latest=True)
     assert row is not None
-    assert {index: entry.value for index, entry in row.value.items()} == {1: "A", 2: "B", 3: "A"}
+    # one entry per server of each index, which only that server can write
+    a, b = owner_marker(server_a.peer_id), owner_marker(server_b.peer_id)
+    assert {index: entry.value for index, entry in row.value.items()} == {
+        f"1{a}": "A",
+        f"2{b}": "B",
+        f"3{a}": "A",
+    }
 
 
 async def test_records_vanish_after_their_expiration(

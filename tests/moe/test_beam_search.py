@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 import torch
 
-from core.dht.records import ValueWithExpiration
+from core.dht.records import ValueWithExpiration, owner_marker
 from core.moe.announce import announcement, declare_experts
 from core.moe.beam_search import BeamSearchError, FoundExpert, MoEBeamSearch
 from core.moe.grid import ExpertGrid
+from core.trust.identity import Identity
 from core.util.clock import FakeClock
 from tests.moe.test_announce import build_swarm
+
+OWNER = Identity.generate().peer_id
+MINE = owner_marker(OWNER)
 
 
 class FakeDHT:
@@ -24,6 +28,7 @@ class FakeDHT:
         self.records: dict[Any, Any] = {}
         self.rounds: list[list[Any]] = []
         self.latest: list[bool] = []
+        self.peer_id = OWNER
 
     async def store_many(self, items: Sequence[tuple[Any, ...]]) -> list[bool]:
         for key, value, expiration, *subkey in items:
@@ -47,9 +52,10 @@ class FakeDHT:
 
 async def serve(grid: ExpertGrid, live: Sequence[str]) -> FakeDHT:
     dht = FakeDHT()
-    await dht.store_many(announcement(grid, live, "", 1.0))
+    await dht.store_many(announcement(grid, live, "", 1.0, OWNER))
     for uid in live:  # each expert at its own address, so the test sees addresses travel
-        dht.records[grid.key(grid.parse(uid)[:-1])][grid.parse(uid)[-1]] = ValueWithExpiration(
+        coords = grid.parse(uid)
+        dht.records[grid.key(coords[:-1])][f"{coords[-1]}{MINE}"] = ValueWithExpiration(
             f"server-of-{uid}", 1.0
         )
     return dht
@@ -196,8 +202,11 @@ async def test_junk_in_prefix_records_is_skipped() -> None:
         {
             "x": ValueWithExpiration("evil", 1.0),
             9: ValueWithExpiration("evil", 1.0),
+            f"9{MINE}": ValueWithExpiration("evil", 1.0),
             True: ValueWithExpiration("evil", 1.0),
-            3: ValueWithExpiration(["not", "an address"], 1.0),
+            3: ValueWithExpiration("no owner", 1.0),
+            f"3{MINE}": ValueWithExpiration(["not", "an address"], 1.0),
+            f"03{MINE}": ValueWithExpiration("evil", 1.0),
         }
     )
     dht.records["g.2"] = "a plain value where a table belongs"
@@ -270,7 +279,7 @@ async def test_a_doubted_expert_is_looked_up_afresh_and_found_at_its_new_server(
     assert len(dht.rounds) == 2  # all cached
 
     # ffn.1.0's server left; another took the expert over and announced itself
-    dht.records["ffn.1"][0] = ValueWithExpiration("new-server", 1.0)
+    dht.records["ffn.1"][f"0{MINE}"] = ValueWithExpiration("new-server", 1.0)
     search.doubt("ffn.1.0")
     search.doubt("not-on-this-grid.7")  # junk is ignored
     found = await search.find_best_experts(scores, k=4)
