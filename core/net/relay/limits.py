@@ -1,10 +1,11 @@
 """RelayLimits: what a relay grants, with the reason for each default.
 
 A relay spends its organizer's bandwidth on other people's traffic, so every resource it hands out
-is bounded: how many peers it keeps reachable (and how many from one address, so one household or
-one attacker cannot take every slot), how many circuits run at once, and how long and how much each
-circuit may carry. A circuit that reaches its limit ends with the reason; the peers simply open a new
-one (their next call redials), so the limits cap a relay's commitment without stopping training.
+is bounded: how many peers it keeps reachable (and how many from one address or network, so one
+household or one attacker cannot take every slot), how many circuits run at once (likewise), how
+long and how much each circuit may carry, and how long one may sit silent or stalled. A circuit
+that reaches its limit ends with the reason; the peers simply open a new one (their next call
+redials), so the limits cap a relay's commitment without stopping training.
 """
 
 from __future__ import annotations
@@ -51,11 +52,40 @@ class RelayLimits:
     max_circuits_per_ip: int = 16
     """Circuits asked for from one address at once, whatever identities it uses: fresh PeerIDs
     cost nothing, so ``max_circuits_per_peer`` alone would let one attacker take every circuit."""
+    max_circuits_per_prefix: int = 32
+    """Circuits asked for from one /24 (IPv4) or /56 (IPv6) at once. An IPv6 home holds a whole
+    prefix and can use a fresh address per circuit, which ``max_circuits_per_ip`` does not see; a
+    provider's block holds many households, so it gets twice one address's share, and still at most
+    half of the relay."""
+    circuit_idle_seconds: float = 300.0
+    """A circuit on which no byte moved either way for this long ends. A circuit costs its holder
+    nothing to keep, and a peer whose computer slept or lost its network leaves its link to us open
+    until TCP gives up, so without this a silent circuit keeps its slot for ``circuit_seconds``. A
+    working circuit is silent only while a call waits for its answer (a connection without calls is
+    closed by the peers' own idle sweeper after ``NetConfig.idle_timeout``, 120 s): an all-reduce
+    waits up to its timeout (60 s by default), and a matchmaking join up to the matchmaking time,
+    which in diloco mode is a third of a round. Five minutes leaves room for rounds of up to 15
+    minutes. A peer that keeps a circuit alive on purpose, a byte now and then, is bounded by the
+    per-address limits and ``circuit_seconds`` instead."""
+    stall_seconds: float = 60.0
+    """A circuit ends when the bytes waiting for one side (one frame, as the other side sent it)
+    are not taken within this long. Credit flow control keeps what we hold per direction to one
+    stream window of our Host (``NetConfig.stream_window_bytes``) plus one frame, but a side that
+    never reads would keep that memory and the circuit's slot until ``circuit_seconds``. A peer's
+    frames on a circuit are at most 256 KiB (``circuit.READ_BYTES``): a minute moves one at
+    4 KiB/s, slower than any link that can train, with room for our own bandwidth limit shared by
+    every circuit."""
     accept_timeout: float = 10.0
     """How long the target may take to accept a circuit before the source is told it is unreachable."""
 
     def __post_init__(self) -> None:
-        for name in ("reservation_seconds", "circuit_seconds", "accept_timeout"):
+        for name in (
+            "reservation_seconds",
+            "circuit_seconds",
+            "circuit_idle_seconds",
+            "stall_seconds",
+            "accept_timeout",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"relay limit {name} must be positive")
         for name in (
@@ -66,6 +96,7 @@ class RelayLimits:
             "max_circuits",
             "max_circuits_per_peer",
             "max_circuits_per_ip",
+            "max_circuits_per_prefix",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"relay limit {name} must be at least 1")

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from core.net.errors import RpcError, StreamClosedError
+from core.net.host.admission import network_prefix
 from core.net.host.host import Host
 from core.net.relay.limits import RelayLimits
 from core.net.relay.messages import (
@@ -58,6 +59,7 @@ class _Circuit:
     source: PeerID
     target: PeerID
     source_ip: str
+    source_prefix: str
     splice: Splice | None = None
 
 
@@ -79,6 +81,11 @@ class RelayService:
     def circuits(self) -> int:
         """Circuits being set up or relayed now."""
         return len(self._circuits)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for circuits now: received from one side, not yet taken by the other."""
+        return sum(c.splice.buffered for c in self._circuits.values() if c.splice is not None)
 
     def start(self) -> None:
         self._stopping = asyncio.get_running_loop().create_future()
@@ -149,7 +156,7 @@ class RelayService:
             log.debug("refused a circuit %s -> %s: %s", source, target, refused.reason)
             return CircuitEnd(refused.status, refused.reason)
         number = next(self._numbers)
-        circuit = _Circuit(source, target, source_ip)
+        circuit = _Circuit(source, target, source_ip, network_prefix(source_ip))
         self._circuits[number] = circuit
         self._idle.clear()
         to_target: CallStream | None = None
@@ -216,6 +223,14 @@ class RelayService:
             raise RelayRefused(
                 RelayStatus.LIMIT,
                 f"{ip} asked for {from_ip} circuits already (limit {limits.max_circuits_per_ip})",
+            )
+        prefix = network_prefix(ip)
+        from_prefix = sum(1 for c in self._circuits.values() if c.source_prefix == prefix)
+        if from_prefix >= limits.max_circuits_per_prefix:
+            raise RelayRefused(
+                RelayStatus.LIMIT,
+                f"{prefix} asked for {from_prefix} circuits already "
+                f"(limit {limits.max_circuits_per_prefix})",
             )
         return reservation, ip
 

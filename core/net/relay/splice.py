@@ -5,8 +5,14 @@ Each direction has its own pump task, so a slow reader on one circuit holds back
 took the previous one, so each direction holds at most one stream window plus one chunk in memory:
 credit flow control, not buffering, absorbs the speed difference.
 
-The splice ends on the first of: either side ending or failing, a byte or time limit, or the relay
-closing. It then tells both sides why (a last ``CircuitEnd`` message, then the end of the stream).
+Flow control bounds the memory, not the time: a side that never reads, or two sides that send
+nothing, would keep their circuit's slot (and its windows' worth of memory) until the circuit's
+time limit. So a circuit on which nothing moved for ``circuit_idle_seconds`` ends, and so does one
+whose next bytes for a side wait longer than ``stall_seconds`` for that side to take them.
+
+The splice ends on the first of: either side ending or failing, a byte or time limit, silence or a
+stall, or the relay closing. It then tells both sides why (a last ``CircuitEnd`` message, then the
+end of the stream).
 """
 
 from __future__ import annotations
@@ -49,11 +55,21 @@ class Splice:
         self._limits = limits
         self.carried = [0, 0]
         """Bytes forwarded source to target, and target to source."""
+        self._in_hand = [0, 0]
+        """Bytes of each direction read from one side and not yet taken by the other."""
+        self._moved = asyncio.get_running_loop().time()
+        """Loop time when bytes last arrived from a side or were taken by one."""
         self._tasks = BackgroundTasks(f"relay-circuit-{number}")
         self._end: asyncio.Future[CircuitEnd] = asyncio.get_running_loop().create_future()
 
     def __repr__(self) -> str:
         return f"<Splice #{self.number} {self.source.short()} -> {self.target.short()}>"
+
+    @property
+    def buffered(self) -> int:
+        """Bytes the relay holds for this circuit: received from one side, not yet taken by the other."""
+        queued = self._source_stream.queued_bytes + self._target_stream.queued_bytes
+        return queued + sum(self._in_hand)
 
     def stop(self, status: RelayStatus, reason: str) -> None:
         """End the circuit (the first reason given wins)."""
@@ -71,6 +87,7 @@ class Splice:
         src, dst = self.source.short(), self.target.short()
         self._tasks.spawn("to-target", self._pump(a, b, 0, src, dst))
         self._tasks.spawn("to-source", self._pump(b, a, 1, dst, src))
+        self._tasks.spawn("idle", self._end_when_idle())
         seconds = self._limits.circuit_seconds
         timer = loop.call_later(
             seconds,
@@ -107,8 +124,22 @@ class Splice:
             if not target.done:
                 target.cancel()
 
+    async def _end_when_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle = self._limits.circuit_idle_seconds
+        while True:
+            wait = self._moved + idle - loop.time()
+            if wait <= 0:
+                if not any(self._in_hand):
+                    self.stop(RelayStatus.TIME_LIMIT, f"nothing crossed the circuit for {idle:g} s")
+                    return
+                wait = idle  # bytes wait for a side: ``stall_seconds`` ends that
+            await asyncio.sleep(wait)
+
     async def _pump(self, reader: Stream, writer: Stream, way: int, src: str, dst: str) -> None:
+        loop = asyncio.get_running_loop()
         limit = self._limits.circuit_bytes
+        stall = self._limits.stall_seconds
         while True:
             try:
                 chunk = await reader.recv_data()
@@ -128,8 +159,20 @@ class Splice:
                 )
                 return
             self.carried[way] += len(chunk)
+            self._in_hand[way] = len(chunk)
+            self._moved = loop.time()
             try:
-                await writer.send_data(self.forward(chunk, way))
+                async with asyncio.timeout(stall):
+                    await writer.send_data(self.forward(chunk, way))
             except RpcError as exc:
                 self.stop(RelayStatus.CLOSED, f"{dst} left: {exc}")
                 return
+            except TimeoutError:
+                self.stop(
+                    RelayStatus.TIME_LIMIT,
+                    f"{dst} did not take {len(chunk)} bytes within {stall:g} s",
+                )
+                return
+            finally:
+                self._in_hand[way] = 0  # passed on, or dropped with the circuit
+            self._moved = loop.time()

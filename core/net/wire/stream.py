@@ -329,3 +329,8 @@ class Stream:
     @property
     def failed(self) -> bool:
         return self._error is not None
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes received and not read yet: at most our window plus one frame (more is a violation)."""
+        return self._inbox_bytes
