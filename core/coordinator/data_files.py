@@ -7,9 +7,14 @@ empty, ``.`` or ``..`` part, a hidden name (``.``-prefixed: editors' and tools' 
 writes), a NUL or a backslash, or one that resolves (symlinks followed) outside the folder, is a
 404, as is a folder (no listings), a FIFO or a device (found by ``stat``, never opened: a FIFO
 would block the reader). A folder that holds the coordinator's database or the project key is
-refused at start: it must hold only what everyone may download; and whatever folder it is, files
-named like secrets (``SECRET_SUFFIXES``: keys, env files, databases) are never served, so a folder
-given by mistake (the project's ``services/`` with its ``aux.env``) leaks no password.
+refused at start: it must hold only what everyone may download; and whatever folder it is, nothing
+named like a secret is served (``named_like_secret``: keys, env files, databases with their
+journals and backups, SSH keys, credentials, passwords, tokens, in any file or folder name of the
+path), so a folder given by mistake (the project's ``services/`` with its ``aux.env``) leaks no
+password. Nor is a hard link (a file with more than one name): a public data file has no reason to
+be one, and a link to the coordinator's database or key under an innocent name (``notes.txt``)
+would pass every rule by name. A refused file answers exactly as a missing one does, so a request
+learns nothing of what the folder holds.
 
 aiohttp's ``FileResponse`` sends the file: single byte ranges (206; the data reader and ``barnraise
 project check`` read shards by ranges), ``HEAD``, ``ETag`` and conditional requests, ``sendfile``.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,18 +120,65 @@ class DataFiles:
             return None
         if not all(_plain(part) for part in inside.parts) or not stat.S_ISREG(status.st_mode):
             return None
-        if real.name.lower().endswith(SECRET_SUFFIXES):
-            log.warning("data file %s is named like a secret: not served", real)
-            return None
-        if not os.access(real, os.R_OK):
-            log.warning("data file %s is not readable by the coordinator: not served", real)
-            return None
+        refusal = _refusal(real, (*parts, *inside.parts), status)
+        if refusal is not None:
+            log.warning("data file %s %s: not served", real, refusal)
+            return None  # answered as a missing file: a request learns nothing of the folder
         return Found(real, status.st_size, status.st_mtime)
 
 
-SECRET_SUFFIXES = (".pem", ".key", ".env", ".db", ".db-wal", ".db-shm", ".sqlite", ".sqlite3")
-"""Never served from the data folder: the shapes of the backbone's keys, password files and
-databases (``barnraise project new`` writes ``*-key.pem``, ``services/aux.env``, ``coordinator.db``)."""
+def _refusal(real: Path, names: Sequence[str], status: os.stat_result) -> str | None:
+    """Why a regular file under the folder, reached through ``names``, is not served; None if it
+    is served."""
+    if any(named_like_secret(name) for name in names):
+        return "is named like a secret"
+    if status.st_nlink > 1:
+        return f"is a hard link ({status.st_nlink} names: public files have one)"
+    if not os.access(real, os.R_OK):
+        return "is not readable by the coordinator"
+    return None
+
+
+SECRET_PARTS = frozenset(
+    {"pem", "key", "env", "db", "sqlite", "sqlite3", "netrc", "pgpass", "p12", "pfx", "ppk", "kdbx"}
+)
+"""Dot-separated parts of a name that mark a secret: keys, env files, databases, password files
+(``barnraise project new`` writes ``*-key.pem``, ``services/aux.env``, ``coordinator.db``). After
+the first part, one followed by ``-`` or ``_`` marks one too: a database's ``db-journal``,
+``db-wal``, ``sqlite3-shm``."""
+SECRET_WORDS = (
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+)
+"""Found anywhere in a name: nothing public is called ``client_secret.json`` or ``id_ed25519.pub``."""
+SECRET_TOKENS = frozenset({"token"})
+"""Whole words (between ``.``, ``-``, ``_``, spaces) that mark a secret: ``api-token.txt``, never
+``tokenizer.json``."""
+
+
+def named_like_secret(name: str) -> bool:
+    """Whether a file or folder named ``name`` may hold a secret, case aside: a part of
+    ``SECRET_PARTS`` (``aux.env.txt``, ``coordinator.db.bak``, ``c.db-journal``), one of
+    ``SECRET_WORDS`` anywhere in it, or a word of ``SECRET_TOKENS``. An editor's backup
+    (``coordinator.db~``) is named like what it copies."""
+    lowered = name.lower()
+    if any(word in lowered for word in SECRET_WORDS):
+        return True
+    parts = [part.rstrip("~#") for part in lowered.split(".")]
+    for index, part in enumerate(parts):
+        if part in SECRET_PARTS:
+            return True
+        # the first part is a name's own word (``key-points.jsonl``); later ones are extensions
+        head = re.split(r"[-_]", part, maxsplit=1)[0]
+        if index > 0 and head in SECRET_PARTS:
+            return True
+    return any(word in SECRET_TOKENS for word in re.split(r"[-_.\s]+", lowered))
 
 
 def _plain(part: str) -> bool:
