@@ -302,6 +302,31 @@ KEY_CHECKS = {
 """How the project key of a preview was verified, by ``ProjectPreview.key_source``."""
 
 
+def unchecked_key(url: str, key: str) -> tuple[str, str]:
+    """(banner level, words) for a project looked up by a link that names no project key
+    (``key_source`` "first-use"): whoever answered signed what the preview shows, and joining
+    pins that key. Plain ``http://`` gets the louder words: anyone on the way can answer."""
+    if url.startswith("http://"):
+        return "error", (
+            "Warning: the project key could not be checked, and this address is plain http://, "
+            "not encrypted. The link names no key (#key=…), so anyone on the network between "
+            "this computer and the project could have answered in its place, with a key of "
+            f"their own. The key that answered is {key}. Join only if the organizers give you "
+            "this very key (better: ask them for the link with #key=); joining trusts it from "
+            "now on, and every update must be signed by it."
+        )
+    return "warning", (
+        "The project key could not be checked: the link names no key (#key=…), so Barnraise "
+        f"trusts the key that answered, {key}. Compare it with the key the organizers publish "
+        "(or ask them for the link with #key=) before you join: joining trusts it from now on, "
+        "and every update must be signed by it."
+    )
+
+
+TRUST_KEY = "&Trust this key: it is the one the organizers publish"
+"""The box a volunteer ticks before joining by a link that names no key."""
+
+
 def project_kind(kind: str) -> str:
     return PROJECT_KINDS.get(kind, f"{kind} (a kind of project this version does not know)")
 

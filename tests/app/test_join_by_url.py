@@ -101,6 +101,10 @@ def test_a_url_is_previewed_then_joined_with_its_key_pinned(
     assert page.next_button.text() == "&Join"
     assert page.back_button.isVisible()
     assert page.step_label.text() == "Step 1 of 3: Choose a project"
+    # the link names no key: Join waits until the volunteer trusts the one that answered
+    assert not page.next_button.isEnabled()
+    assert page.trust_box.hasFocus()
+    page.trust_box.click()
 
     qtbot.mouseClick(page.next_button, CLICK)
     qtbot.waitUntil(lambda: page.steps.currentIndex() == ACCOUNT_STEP, timeout=10_000)
@@ -124,6 +128,7 @@ def test_a_refused_join_is_said_and_the_preview_stays(
     page = wizard(window, qtbot)
     look_up(page, qtbot, URL)
     previewed(page, qtbot)
+    page.trust_box.click()
     fresh.fail_next("attach", BadRequest(f"the manifest at {URL} is now signed by another key"))
     qtbot.mouseClick(page.next_button, CLICK)
     qtbot.waitUntil(page.error.isVisible, timeout=10_000)
@@ -166,9 +171,13 @@ def test_enter_in_the_url_field_looks_up_and_does_not_join_the_listed_project(
     previewed(page, qtbot)
     assert fresh.calls.count("preview_project") == 1
     assert "attach" not in fresh.calls
-    # Enter on the preview joins it (the Join button has the focus)
-    qtbot.waitUntil(page.next_button.hasFocus, timeout=10_000)
-    qtbot.keyClick(page.next_button, Qt.Key.Key_Return)
+    # the link names no key: the box that trusts it has the focus; Enter joins once it is ticked
+    qtbot.waitUntil(page.trust_box.hasFocus, timeout=10_000)
+    qtbot.keyClick(page.trust_box, Qt.Key.Key_Return)
+    qtbot.wait(50)
+    assert "attach" not in fresh.calls
+    qtbot.keyClick(page.trust_box, Qt.Key.Key_Space)
+    qtbot.keyClick(page.trust_box, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: page.steps.currentIndex() == ACCOUNT_STEP, timeout=10_000)
     assert [p.name for p in fresh.projects_] == ["open-albert"]
 
@@ -208,6 +217,7 @@ def test_an_open_project_joined_by_url_skips_the_account_step(
     assert page.preview_card.access.text() == "Open to everyone: no account needed"
     assert page.preview_card.kind.text().startswith("Mixture of experts")
     assert page.preview_card.model_title.text() == "Experts hosted here"
+    page.trust_box.click()
     qtbot.mouseClick(page.next_button, CLICK)
     qtbot.waitUntil(lambda: page.steps.currentIndex() == PRESET_STEP, timeout=10_000)
 
@@ -344,6 +354,7 @@ def test_markup_in_a_project_is_shown_as_typed(
     ]
     assert rich == []
     # joined, its name and description on the dashboard are plain text too
+    page.trust_box.click()
     qtbot.mouseClick(page.next_button, CLICK)
     qtbot.waitUntil(lambda: page.steps.currentIndex() == ACCOUNT_STEP, timeout=10_000)
     dashboard = window.page["dashboard"]
@@ -361,6 +372,7 @@ def test_a_refused_update_is_shown_on_the_dashboard(
     page = wizard(window, qtbot)
     look_up(page, qtbot, URL)
     previewed(page, qtbot)
+    page.trust_box.click()
     qtbot.mouseClick(page.next_button, CLICK)
     qtbot.waitUntil(lambda: page.steps.currentIndex() == ACCOUNT_STEP, timeout=10_000)
     dashboard = window.page["dashboard"]

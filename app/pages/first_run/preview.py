@@ -5,13 +5,20 @@ project is and what it would use here. In Add project the face also says what jo
 project this computer contributes to now, and offers to contribute to the new one instead (ticked
 anew for each project looked up, as a BOINC volunteer adding a project expects to work for it), or
 to attach it beside the active one, where it waits.
+
+A link that names no project key (no ``#key=``) was checked against nothing: whoever answered
+signed what the card shows, and joining would trust that key from now on. The face then warns,
+naming the key that answered (louder for a plain ``http://`` address, where anyone on the way can
+answer), and the project may be joined only once "Trust this key" is ticked (``key_trusted``),
+unticked anew for each project looked up.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QCheckBox, QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app import wording
 from app.engine.store import EngineStore
 from app.widgets.project_preview import ProjectPreviewCard, plain_label
 from core.api.schema import ProjectPreview
@@ -34,6 +41,9 @@ def joining_note(new: str, current: str | None, *, instead: bool) -> str:
 
 
 class PreviewFace(QScrollArea):
+    trustChanged = Signal()
+    """Whether the project may be joined changed ("Trust this key" ticked or not)."""
+
     def __init__(self, store: EngineStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.store = store
@@ -65,17 +75,57 @@ class PreviewFace(QScrollArea):
         self.instead_box.toggled.connect(lambda _: self._say_what_joining_does())
         self.instead_box.hide()
         box.addWidget(self.instead_box)
+        box.addWidget(self._key_warning())
         self.card = ProjectPreviewCard()
         box.addWidget(self.card)
         box.addStretch(1)
         self.setWidget(holder)
 
+    def _key_warning(self) -> QFrame:
+        """The warning of a key nobody checked, with the box that trusts it (hidden otherwise)."""
+        self.key_warning = QFrame()
+        self.key_warning.setObjectName("banner")  # the banner's looks: warning, or louder error
+        self.key_warning.setProperty("level", "warning")
+        inside = QVBoxLayout(self.key_warning)
+        inside.setContentsMargins(12, 8, 12, 8)
+        self.key_text = plain_label()
+        self.key_text.setAccessibleName("Project key not checked")
+        inside.addWidget(self.key_text)
+        self.trust_box = QCheckBox(wording.TRUST_KEY)
+        self.trust_box.setToolTip(
+            "Tick only after comparing the whole key with the one the organizers publish: "
+            "joining trusts it from now on"
+        )
+        self.trust_box.toggled.connect(lambda _: self.trustChanged.emit())
+        inside.addWidget(self.trust_box)
+        self.key_warning.hide()
+        return self.key_warning
+
     @property
     def preview(self) -> ProjectPreview | None:
         return self.card.preview
 
+    def key_trusted(self) -> bool:
+        """The project may be joined: its key was checked (the link's ``#key=``, or pinned when
+        this computer joined it before), or the volunteer ticked "Trust this key"."""
+        preview = self.card.preview
+        if preview is None:
+            return False
+        return preview.key_source != "first-use" or self.trust_box.isChecked()
+
     def show_preview(self, preview: ProjectPreview) -> None:
         self.card.show_preview(preview)
+        unchecked = preview.key_source == "first-use"
+        if unchecked:
+            level, text = wording.unchecked_key(preview.url, preview.project_key)
+            self.key_warning.setProperty("level", level)
+            self.key_warning.style().unpolish(self.key_warning)
+            self.key_warning.style().polish(self.key_warning)
+            self.key_text.setText(text)
+        self.key_warning.setVisible(unchecked)
+        # asked anew for each project looked up: a tick given to one key is not given to another
+        self.trust_box.setChecked(False)
+        self.trustChanged.emit()
         self.joining.setVisible(self.adding)
         # ticked anew for each project looked up: volunteers who add one expect to work for it
         self.instead_box.setChecked(True)

@@ -67,6 +67,7 @@ class FirstRunPage(QWidget):
         self.preview_card = self.project.preview.card
         self.joining = self.project.preview.joining
         self.instead_box = self.project.preview.instead_box
+        self.trust_box = self.project.preview.trust_box
         self.login = self.account.login
         self.preset_buttons = self.preset.buttons
         self.login_box = self.preset.login_box
@@ -110,6 +111,7 @@ class FirstRunPage(QWidget):
         self.project.lookingUp.connect(self._looking_up)
         self.project.faceShown.connect(self._face_shown)
         self.project.changed.connect(self._update_buttons)
+        self.project.preview.trustChanged.connect(self._update_buttons)
         self.account.loggedIn.connect(self._account_done)
         self.joiner.busyChanged.connect(self._busy)
         self.joiner.failed.connect(lambda error: self._failed(error, "joining the project"))
@@ -221,7 +223,9 @@ class FirstRunPage(QWidget):
         self.back_button.setVisible(face == PREVIEW)
         self._update_buttons()  # first: a disabled button cannot take the focus
         if face == PREVIEW:
-            self.next_button.setFocus()
+            # a key nobody checked: the box that trusts it first (Join is off until it is ticked)
+            trusted = self.project.preview.key_trusted()
+            (self.next_button if trusted else self.trust_box).setFocus()
         else:
             self.url_field.edit.setFocus()
 
@@ -241,7 +245,8 @@ class FirstRunPage(QWidget):
                 self.next_button.setText("&Join")
         elif self.previewing() is not None:
             self.next_button.setText("&Join")
-            self.next_button.setEnabled(True)
+            # a key nobody checked is trusted only by the volunteer's explicit tick
+            self.next_button.setEnabled(self.project.preview.key_trusted())
         elif step == PROJECT:
             self.next_button.setEnabled(self.project.ready())
         else:
@@ -264,6 +269,11 @@ class FirstRunPage(QWidget):
         step = self.steps.currentIndex()
         preview = self.previewing()
         if preview is not None:
+            if not self.project.preview.key_trusted():
+                self._say(
+                    "Tick “Trust this key” once you have checked the project key, or go back."
+                )
+                return
             # the key the user was shown: the engine refuses a manifest signed by any other
             request = AttachRequest(manifest=preview.url, pinned_key=preview.project_key)
             self.joiner.attach(request, switch=self.project.preview.switch_chosen())
