@@ -19,6 +19,10 @@ the collaboration's metrics per epoch; last ``stopped``, with its samples, compu
 since ready, and bytes sent) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
 cleanly after the current microbatch.
 
+A model that cannot fit this computer's memory (its weights and optimizer state, estimated from
+the manifest, larger than the RAM or the GPU's memory) is refused with the figures before torch
+loads (``core.engine.join.memory_fit``).
+
 A ``dmoe`` manifest (a decentralized mixture of experts) makes ``barnraise peer`` one of its
 asynchronous trainers instead (``core.cli.moe_peer``); such a project has no auxiliary peers.
 """
@@ -45,10 +49,13 @@ from core.cli.access import (
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.config.ports import AUX_PORT, PEER_PORT, listen_on
+from core.engine.join.memory_fit import check_fit
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
+from core.worker.accelerator import detect_accelerator
 from core.worker.events import PeerEvent, PeerReady, PeerStopped, to_json
+from core.worker.memory import memory_here
 
 if TYPE_CHECKING:
     from core.swarm.byzantine import Misbehaviour
@@ -242,9 +249,14 @@ def _random_seed() -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    manifest = load_any_manifest(args.manifest)
+    if isinstance(manifest, Manifest):
+        # refused before torch and the model: one that cannot fit would fail only after minutes
+        # of allocation, with the computer's memory taken meanwhile (an aux peer holds it on the CPU)
+        device = args.device if args.role == "peer" else "cpu"
+        check_fit(manifest, memory_here(detect_accelerator(), device))
     import torch  # noqa: PLC0415 - torch loads slowly; only training commands need it
 
-    manifest = load_any_manifest(args.manifest)
     if isinstance(manifest, DmoeManifest):
         from core.cli.moe_peer import run_trainer  # noqa: PLC0415
 

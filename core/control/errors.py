@@ -44,6 +44,7 @@ from core.api.errors import (
 )
 from core.engine.errors import (
     AlreadyAttached,
+    DoesNotFit,
     InvalidArgument,
     NoCoordinator,
     NotJoinedByUrl,
@@ -64,6 +65,7 @@ ERROR_TABLE: dict[type[BaseException], type[ApiError] | None] = {
     InvalidArgument: BadRequest,
     PreferencesError: BadRequest,
     ManifestError: BadRequest,
+    DoesNotFit: BadRequest,
     UnknownProject: NotFound,
     AlreadyAttached: Conflict,
     NoCoordinator: Conflict,

@@ -239,7 +239,7 @@ class Engine:
 
     async def attach(self, request: AttachRequest) -> ProjectInfo:
         slot = await slot_for(
-            request, self.memory.projects, self.config.manifest_copy, self._blocking
+            request, self.memory.projects, self.config.manifest_copy, self._blocking, self.device
         )
         await self._attached.attach(slot)
         self._poll.wake()

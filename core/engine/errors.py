@@ -1,10 +1,11 @@
 """What can go wrong in the engine's commands, said in the engine's own terms.
 
 The engine never raises the control API's HTTP-level classes: it says what went wrong (a value out
-of range, a project it does not know, a project attached twice, no coordinator to ask, a settings
-file it cannot write) and the control server's one table decides the status and code. Errors of the
-parts below keep their own classes (``PreferencesError``, ``ManifestError``, the account's errors,
-``LedgerError``). ``ShutdownIncomplete`` lists what failed while the engine stopped.
+of range, a project it does not know, a project attached twice, a model too large for this
+computer, no coordinator to ask, a settings file it cannot write) and the control server's one
+table decides the status and code. Errors of the parts below keep their own classes
+(``PreferencesError``, ``ManifestError``, the account's errors, ``LedgerError``).
+``ShutdownIncomplete`` lists what failed while the engine stopped.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class NoCoordinator(EngineError):
 
 class NotJoinedByUrl(EngineError):
     """A call about a project's URL (its signed updates) for a project attached from a file."""
+
+
+class DoesNotFit(EngineError):
+    """A project's model cannot fit this computer's memory (the message gives the figures)."""
 
 
 class SettingsNotSaved(EngineError):

@@ -30,12 +30,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from core.account import AccountError, NotLoggedIn, PassKeeper
 from core.config.ports import all_interfaces
 from core.engine.account import Account
+from core.engine.errors import DoesNotFit
 from core.engine.hosting import RunningPeer, expert_host
+from core.engine.join.memory_fit import check_fit
 from core.net import Identity
 from core.net.host.gate import AccessGate
 from core.policy import PeerStatus, RunnerState
@@ -44,9 +46,14 @@ from core.swarm import LocalSwarm, LocalSwarms
 from core.util.blocking import BlockingPool
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
+from core.worker.accelerator import detect_accelerator
 from core.worker.events import PeerEpoch, PeerEvent, PeerFailed, PeerNetwork, PeerReady
+from core.worker.memory import MemoryHere, memory_here
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 LOGIN_RETRY = 1.0
 """Seconds between starts that fail for want of a login (or of the local swarm) while the account
@@ -58,6 +65,12 @@ TORCH_MISSING = (
     "PyTorch is not here yet: the app fetches it on its first run (or run 'barnraise torch "
     "install'); training starts once it is in place"
 )
+
+
+def memory_now(device: str) -> MemoryHere:
+    """This computer's memory for a project set to train on ``device``, looked at afresh
+    (blocking: NVML and psutil, milliseconds)."""
+    return memory_here(detect_accelerator(), device)
 
 
 class LocalSwarmMissing(BarnraiseError):
@@ -271,16 +284,15 @@ class ProjectRunner:
         keeper: PassKeeper | None = None
         try:
             path, initial_peers, data_base = await self._where_to_join()
-            manifest: AnyManifest = await (
-                self.blocking.run(load_any_manifest, path)
-                if self.blocking is not None
-                else asyncio.to_thread(load_any_manifest, path)
-            )
+            manifest = await self._run_blocking(load_any_manifest, path)
             if manifest.project.name != self.slot.name:
                 raise BarnraiseError(
                     f"{path} is now the manifest of {manifest.project.name!r}, not of "
                     f"{self.slot.name!r}: detach the project and attach it again"
                 )
+            # before the login and the model: one that cannot fit would only fail after
+            # minutes of allocation, with the computer's memory taken meanwhile
+            check_fit(manifest, await self._run_blocking(memory_now, self.slot.device))
             self.manifest = manifest
             if manifest.access.moderated:
                 if self.account is None:
@@ -303,7 +315,7 @@ class ProjectRunner:
         except asyncio.CancelledError:
             self.state = "stopped"
             raise
-        except (AccountError, LocalSwarmMissing) as exc:  # expected (no login, no swarm): no trace
+        except (AccountError, LocalSwarmMissing, DoesNotFit) as exc:  # expected: no trace
             log.warning("the peer of %s cannot start: %s", self.slot.name, exc)
             self.needs_login = isinstance(exc, NotLoggedIn)
             self.swarm_missing = isinstance(exc, LocalSwarmMissing)
@@ -318,6 +330,12 @@ class ProjectRunner:
             self.peer = None
             if keeper is not None and self.account is not None:
                 await self.account.close_access(keeper)
+
+    async def _run_blocking(self, call: Callable[[T], R], argument: T) -> R:
+        """``call(argument)`` on the engine's pool; without one, a default thread."""
+        if self.blocking is not None:
+            return await self.blocking.run(call, argument)
+        return await asyncio.to_thread(call, argument)
 
     def _build_peer(
         self,

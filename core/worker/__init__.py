@@ -6,6 +6,8 @@ Learning@home's ``core.moe``): where the torch work runs and how the event loop 
 - ``device``       the torch device a trainer computes on ("auto": CUDA, else MPS, else CPU) and why.
 - ``accelerator``  the same choice made without torch (NVIDIA driver, Apple silicon, the installed
   torch's build), with its reason: what the engine shows before training starts. Torch-free.
+- ``memory``       this computer's RAM and the memory of the GPU a project would train on (psutil,
+  NVML; torch only when loaded already). Torch-free.
 - ``nvml``         NVIDIA GPUs, driver and CUDA versions, temperature, other programs' use, through
   NVML (optional ``pynvml``), never loading CUDA. Torch-free.
 - ``precision``    fp32 / bf16 / fp16 autocast per device, gradient clipping.

@@ -57,6 +57,7 @@ CASES: list[tuple[BaseException, int, str, type[ApiError]]] = [
     ),
     (PreferencesError("idle_minutes must be >= 0"), 400, "bad_request", BadRequest),
     (ManifestError(Path("p.toml"), "project.name", "invalid"), 400, "bad_request", BadRequest),
+    (engine_errors.DoesNotFit("2.06 TB, more than 16 GB"), 400, "bad_request", BadRequest),
     (engine_errors.UnknownProject("no project 'x'"), 404, "not_found", NotFound),
     (engine_errors.AlreadyAttached("already attached"), 409, "conflict", Conflict),
     (engine_errors.NoCoordinator("open project"), 409, "conflict", Conflict),

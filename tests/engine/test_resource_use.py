@@ -11,13 +11,23 @@ from pathlib import Path
 
 import pytest
 
+from core.engine.errors import DoesNotFit
 from core.engine.join import manifest_updates
 from core.engine.join.manifest_updates import ManifestPoll, needs_restart
-from core.engine.join.resource_use import albert_parameters, expert_parameters, resource_use
+from core.engine.join.memory_fit import WARN_FRACTION, check_fit, model_fit, preview_note
+from core.engine.join.resource_use import (
+    albert_parameters,
+    expert_parameters,
+    resource_use,
+    training_state,
+)
 from core.engine.projects import ProjectSlot
 from core.project import load_any_manifest, load_dmoe_manifest, load_manifest, parse_manifest
 from core.project.compatibility import changed_keys, refusal
 from core.util.errors import BarnraiseError
+from core.worker.accelerator import Accelerator
+from core.worker.memory import MemoryHere, memory_here
+from core.worker.nvml import NvidiaGpu, NvmlReport
 from tests.support.signed_project import PROJECT, project_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +91,44 @@ def test_estimates_follow_the_manifest() -> None:
     assert dmoe.parameters == 4 * expert_parameters(load_dmoe_manifest(DMOE_DEMO))
     assert dmoe.disk_bytes > 0
     assert dmoe.network_bytes_per_hour > 0
+
+
+def test_the_memory_rule_refuses_what_nothing_here_holds_and_warns_when_tight() -> None:
+    demo = load_manifest(DEMO)
+    params, needed = training_state(demo)
+    assert (params, needed) == (albert_parameters(demo), params * 12.0)  # fp32 and lamb's moments
+    assert training_state(demo.with_training(optimizer_states="8bit"))[1] == params * 6.0
+    roomy = model_fit(demo, MemoryHere(ram_bytes=int(needed * 10)))
+    assert (roomy.fits, roomy.tight, preview_note(roomy)) == (True, False, None)
+    tight = model_fit(demo, MemoryHere(ram_bytes=int(needed / WARN_FRACTION) - 1))
+    assert (tight.fits, tight.tight) == (True, True)
+    assert check_fit(demo, tight.memory) == tight  # warned, not refused
+    note = preview_note(tight)
+    assert note is not None
+    assert "may run out of memory" in note
+    # the GPU is what trains, but the RAM (or the GPU, whichever is larger) is what can hold it
+    gpu = MemoryHere(ram_bytes=int(needed * 10), gpu="a GPU (1 GB)", gpu_bytes=int(needed))
+    assert (model_fit(demo, gpu).fits, model_fit(demo, gpu).tight) == (True, True)
+    small = MemoryHere(ram_bytes=int(needed) - 1, gpu="a GPU", gpu_bytes=int(needed) - 1)
+    with pytest.raises(DoesNotFit, match=r"420 thousand parameters.*5\.04 MB.*a GPU"):
+        check_fit(demo, small)
+    assert model_fit(demo, MemoryHere(ram_bytes=None)).fits  # nothing known: nothing refused
+    dmoe = load_dmoe_manifest(DMOE_DEMO)
+    assert model_fit(dmoe, MemoryHere(ram_bytes=1)).figures().startswith("the experts it would")
+
+
+def test_the_memory_here_is_the_gpu_s_it_trains_on() -> None:
+    gpus = (NvidiaGpu(0, "GPU zero", memory_mb=1024.0), NvidiaGpu(1, "GPU one", memory_mb=2048.0))
+    found = Accelerator("cuda", "GPU zero (1 GB) and 1 more", "found", NvmlReport(gpus=gpus))
+    auto = memory_here(found, "auto")
+    assert (auto.gpu, auto.gpu_bytes) == ("GPU zero (1 GB) and 1 more", 1024**3)
+    assert memory_here(found, "cuda:1").gpu_bytes == 2 * 1024**3
+    assert memory_here(found, "cpu").gpu is None
+    assert memory_here(None, "auto").gpu is None
+    cpu_only = Accelerator("cpu", "CPU", "no GPU")
+    assert memory_here(cpu_only, "auto").gpu is None
+    assert memory_here(cpu_only, "cuda:0").gpu == "cuda:0"  # asked for, not found: no figure
+    assert memory_here(found, "auto").ram_bytes == memory_here(None, None).ram_bytes
 
 
 def test_a_diloco_project_costs_one_exchange_a_round() -> None:

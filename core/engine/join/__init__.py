@@ -11,4 +11,6 @@ the attach, and each later look for a signed update.
   (the model's shape, another key, an older version); whether the peer restarts; the poll.
 - ``resource_use`` what a project would use here (parameters, disk, network), from its manifest
   alone, without torch.
+- ``memory_fit`` whether its model fits this computer's memory: refused (attach, peer start) when
+  nothing here could hold it, warned when tight.
 """

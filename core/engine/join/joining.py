@@ -21,6 +21,7 @@ from core.api.schema import AttachRequest, ProjectPreview
 from core.engine.device import DeviceChoice
 from core.engine.errors import AlreadyAttached, InvalidArgument
 from core.engine.join.manifest_updates import OPEN_POLL, poll_interval
+from core.engine.join.memory_fit import check_fit, model_fit, preview_note
 from core.engine.join.remote_manifest import (
     FetchedManifest,
     ManifestRefused,
@@ -34,6 +35,7 @@ from core.project import DmoeManifest, ManifestError, load_any_manifest
 from core.project.compatibility import changed_keys, refusal
 from core.project.reading import read_manifest_text
 from core.util.blocking import BlockingPool
+from core.worker.memory import memory_here
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,9 @@ async def preview(text: str, slots: Sequence[ProjectSlot], device: DeviceChoice)
     found = device.view(None)
     kind, name = (found.kind, found.name) if found is not None else ("cpu", "CPU")
     uses = resource_use(manifest, kind, name)
+    memory = preview_note(model_fit(manifest, memory_here(device.found, None)))
+    if memory is not None:
+        uses.notes.append(memory)
     problem = data_problem(manifest, None)
     if problem is not None:
         uses.notes.append(f"this computer cannot join it as served: {problem}")
@@ -76,15 +81,16 @@ async def slot_for(
     slots: Sequence[ProjectSlot],
     copy_of: Callable[[str], Path],
     blocking: BlockingPool,
+    device: DeviceChoice,
 ) -> ProjectSlot:
     """The slot of the project ``request`` names: by its URL (``attach_slot``), or from a
     manifest file, read now so that a file that cannot be used is refused (``ManifestError``)
-    when attached, not later."""
+    when attached, not later, as is a model that cannot fit this computer (``DoesNotFit``)."""
     if request.is_url:  # fetched, checked, pinned and copied; or refused saying why
-        return await attach_slot(request, slots, copy_of, blocking)
+        return await attach_slot(request, slots, copy_of, blocking, device)
     if not request.manifest.strip():
         raise InvalidArgument("the manifest path is empty")
-    return await blocking.run(
+    slot = await blocking.run(
         ProjectSlot.from_manifest,
         Path(request.manifest),
         initial_peers=tuple(request.initial_peers),
@@ -92,6 +98,9 @@ async def slot_for(
         device=request.device,
         local_swarm=request.local_swarm,
     )
+    manifest = await blocking.run(load_any_manifest, slot.manifest)
+    check_fit(manifest, memory_here(device.found, request.device), then="nothing was attached")
+    return slot
 
 
 async def attach_slot(
@@ -99,9 +108,11 @@ async def attach_slot(
     slots: Sequence[ProjectSlot],
     copy_of: Callable[[str], Path],
     blocking: BlockingPool,
+    device: DeviceChoice,
 ) -> ProjectSlot:
     """The slot of the project at the URL ``request.manifest``: fetched, checked against the key
-    the URL or ``request.pinned_key`` names (else pinned now), written as the engine's copy."""
+    the URL or ``request.pinned_key`` names (else pinned now), its model measured against this
+    computer's memory (``DoesNotFit``), written as the engine's copy."""
     url = ProjectUrl.parse(request.manifest)
     attached = pinned_for(url, slots)
     if attached is not None:
@@ -115,6 +126,8 @@ async def attach_slot(
     problem = data_problem(fetched.manifest, request.data_base)
     if problem is not None:
         raise ManifestRefused(f"the project at {url.url} cannot be joined from here: {problem}")
+    memory = memory_here(device.found, request.device)
+    check_fit(fetched.manifest, memory, then="nothing was attached")  # before anything is written
     path = copy_of(name)
     await blocking.run(save_copy, path, fetched.signed.text)
     slot = await blocking.run(  # validates the copy as every attached manifest is

@@ -8,6 +8,8 @@ manifest's numbers, rough by nature and said to be so in the notes.
   (factorized embeddings, one encoder layer shared by every depth, the decoder tied to the token
   embeddings); a dmoe project's experts this computer would host (``server.experts_per_server``
   of ``core.moe.experts``' kind and width). A test keeps the formula equal to torch's count.
+- **Memory**: the weights (fp32) and the optimizer's state (``training_state``), which
+  ``memory_fit`` measures against this computer's memory before anything is built.
 - **Disk**: what a volunteer's peer writes. A trainer keeps no checkpoints of its own (the
   backbone does), but fetches the organizers' published checkpoint once when it finds nobody to
   load the state from (``network.checkpoint_url``), and copies the tokenizer; the data is
@@ -84,6 +86,19 @@ def expert_parameters(manifest: DmoeManifest) -> int:
     return h * h + h  # linear
 
 
+def training_state(manifest: AnyManifest) -> tuple[int, float]:
+    """The parameters this computer would train, and the bytes their weights (fp32) and the
+    optimizer's state take together: a collaborative project's model with its moments (``MOMENTS``,
+    4 bytes each, 1 with 8-bit optimizer states); a dmoe project's hosted experts with theirs."""
+    if isinstance(manifest, DmoeManifest):
+        params = manifest.server.experts_per_server * expert_parameters(manifest)
+        return params, params * 4.0 * (1 + MOMENTS.get(manifest.expert.optimizer, 2))
+    params = albert_parameters(manifest)
+    t = manifest.training
+    moment_bytes = 1.0 if t.optimizer_states == "8bit" else 4.0
+    return params, params * (4 + MOMENTS.get(t.optimizer, 2) * moment_bytes)
+
+
 def resource_use(manifest: AnyManifest, device_kind: str, device_name: str) -> ResourceUse:
     """The estimate for ``manifest`` on a computer that would train on ``device_kind`` ("cuda",
     "mps", "cpu"), named ``device_name`` for people."""
@@ -93,11 +108,8 @@ def resource_use(manifest: AnyManifest, device_kind: str, device_name: str) -> R
 
 
 def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -> ResourceUse:
-    params = albert_parameters(manifest)
+    params, state_bytes = training_state(manifest)
     t = manifest.training
-    moments = MOMENTS.get(t.optimizer, 2)
-    moment_bytes = 1.0 if t.optimizer_states == "8bit" else 4.0
-    state_bytes = params * (4 + moments * moment_bytes)
     published = bool(manifest.network.checkpoint_url)
     disk = TOKENIZER_BYTES + (int(state_bytes) if published else 0)
     if t.mode == "diloco":
@@ -105,10 +117,10 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
     else:
         per_hour, network = _dedloc_traffic(manifest, params, device_kind)
     notes = [
-        f"model: {_count(params)} parameters ({_size(params * 4)} in fp32)",
+        f"model: {count_text(params)} parameters ({size_text(params * 4)} in fp32)",
         network,
         (
-            f"disk: the project's published checkpoint ({_size(state_bytes)}) and its tokenizer"
+            f"disk: the project's published checkpoint ({size_text(state_bytes)}) and its tokenizer"
             if published
             else "disk: the tokenizer only (the backbone keeps the checkpoints)"
         )
@@ -136,7 +148,7 @@ def _dedloc_traffic(manifest: Manifest, params: int, device_kind: str) -> tuple[
     )
     per_hour = (gradients + states) * 3600.0 / epoch_seconds
     return per_hour, (
-        f"network: about {_size(per_hour)} an hour while contributing, averaging with the "
+        f"network: about {size_text(per_hour)} an hour while contributing, averaging with the "
         f"other peers (one all-reduce every {_duration(epoch_seconds)}, assuming "
         f"{ASSUMED_PEERS} computers like this one; more peers, more rounds)"
     )
@@ -152,7 +164,7 @@ def _diloco_traffic(manifest: Manifest, params: int) -> tuple[float, str]:
     sent = params * (group - 1) / group * (codec.bytes_per_value + back.bytes_per_value)
     per_hour = 2 * sent * 3600.0 / t.round_seconds  # received as much as sent
     return per_hour, (
-        f"network: about {_size(per_hour)} an hour while contributing: one exchange of what the "
+        f"network: about {size_text(per_hour)} an hour while contributing: one exchange of what the "
         f"model learned every {_duration(t.round_seconds)} (a round), however fast this computer "
         f"is (assuming groups of {group})"
     )
@@ -183,10 +195,10 @@ def _dmoe_use(manifest: DmoeManifest, device_name: str) -> ResourceUse:
     notes = [
         (
             f"hosts {hosted} of the grid's {manifest.grid.size} experts: "
-            f"{_count(per_expert)} parameters each"
+            f"{count_text(per_expert)} parameters each"
         ),
         (
-            f"network: about {_size(per_hour)} an hour, if trainers send each expert "
+            f"network: about {size_text(per_hour)} an hour, if trainers send each expert "
             f"{ASSUMED_SAMPLES_PER_EXPERT:g} samples a second (it depends on how many train)"
         ),
         f"disk: {manifest.server.keep_checkpoints} checkpoint(s) of each hosted expert",
@@ -194,15 +206,17 @@ def _dmoe_use(manifest: DmoeManifest, device_name: str) -> ResourceUse:
     return ResourceUse(device_name, params, int(disk), int(per_hour), notes)
 
 
-def _count(n: float) -> str:
+def count_text(n: float) -> str:
+    """A count for people: "172 billion"."""
     for unit, size in (("billion", 1e9), ("million", 1e6), ("thousand", 1e3)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{int(n)}"
 
 
-def _size(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+def size_text(n: float) -> str:
+    """Bytes for people: "2.06 TB"."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{int(n)} bytes"
