@@ -49,13 +49,10 @@ from core.cli.access import (
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.config.ports import AUX_PORT, PEER_PORT, listen_on
-from core.engine.join.memory_fit import check_fit
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
-from core.worker.accelerator import detect_accelerator
 from core.worker.events import PeerEvent, PeerReady, PeerStopped, to_json
-from core.worker.memory import memory_here
 
 if TYPE_CHECKING:
     from core.swarm.byzantine import Misbehaviour
@@ -254,6 +251,11 @@ async def _run(args: argparse.Namespace) -> int:
         # refused before torch and the model: one that cannot fit would fail only after minutes
         # of allocation, with the computer's memory taken meanwhile (an aux peer holds it on the CPU)
         device = args.device if args.role == "peer" else "cpu"
+        # here, not at the top: the engine's join package loads the coordinator client
+        from core.engine.join.memory_fit import check_fit  # noqa: PLC0415 - see above
+        from core.worker.accelerator import detect_accelerator  # noqa: PLC0415 - see above
+        from core.worker.memory import memory_here  # noqa: PLC0415 - see above
+
         check_fit(manifest, memory_here(detect_accelerator(), device))
     import torch  # noqa: PLC0415 - torch loads slowly; only training commands need it
 

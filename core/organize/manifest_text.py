@@ -110,6 +110,7 @@ KEY_NOTES = {
     "expert.optimizer": "each expert's own optimizer, one step per backward batch",
     "expert.lr": "the experts' learning rate",
     "expert.max_batch": "samples a server computes at once",
+    "expert.max_grad_norm": "longest output gradient one sample may bring; longer ones are clipped",
     "server.announce_ttl": "seconds an announcement lives: a server that left is gone after",
     "server.max_wait": "seconds a lone call waits for a fuller batch",
     "server.max_queue": "samples waiting per expert before callers hear 'busy'",
