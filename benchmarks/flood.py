@@ -23,6 +23,27 @@ and the node's RSS (MB): the median before, the largest during, the median of th
 
 Goals: at 2,000 connections, fresh pings answered within 1 s (p99) with no failures,
 and RSS after the flood within 10 % of the baseline.
+
+    python benchmarks/flood.py --scenarios store_one_address store_many_networks --json out.json
+
+Storage floods (``store_one_address``, ``store_many_networks``; ``--store-flooders`` identities at a
+time, from 127.0.0.1 or from the 256 addresses above): each identity opens its own connection and
+stores ``--values-per-identity`` values of 0.9 MB that live 24 hours, four to a request, as fast as
+the node answers, then a fresh identity takes its place. Meanwhile the legitimate peer (from
+127.0.0.1, so in ``store_one_address`` it shares its /24 with the flood) stores one small record
+with a 10-minute life every ``--interval`` seconds, over the connection it keeps, and reads back
+every record it stored (the last 256) in one ``dht.find``. Reported per phase: the find's latency
+p50/p99/max, failures (finds unanswered in 5 s), ``missing`` (honest records a find did not return)
+and refused honest stores; the node's RSS as above, and its DHT counters at the end of the flood.
+
+Goals for a storage flood: every honest record readable throughout (``missing`` 0, no refused
+store), honest finds answered within 1 s (p99), and the node's RSS after the flood (the median of
+its last 5 s, once the node has handed freed memory back) within the baseline plus what the quotas
+let the flood keep (``DHTConfig``), with a tenth more for the allocator: from one address, its
+network's 32 MiB; from 32 networks, ``storage_bytes`` (256 MiB). During the flood the RSS is higher
+by the requests being read (3.6 MB per flooder, held as a frame and as the values read from it) and
+by freed buffers the allocator keeps until the node's next release (``core.util.memory``), so
+``flood_max`` is reported but has no goal.
 """
 
 from __future__ import annotations
@@ -31,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import json
 import os
 import resource
 import statistics
@@ -46,16 +68,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import emit
 
-from core.dht.messages import PING, PingRequest
+from core.dht.config import DHTConfig
+from core.dht.ids import id_to_bytes, key_id
+from core.dht.messages import (
+    FIND,
+    PING,
+    STORE,
+    FindRequest,
+    PingRequest,
+    StoreItem,
+    StoreRequest,
+    StoreResponse,
+    WireValue,
+)
 from core.net import Host, Identity, NetConfig, PeerAddress
+from core.net.host.inbound import Unwrapped
+from core.util.msgpack_codec import pack
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 5.0
-SCENARIOS = ("no_flood", "one_address", "many_networks")
+CONNECTION_SCENARIOS = ("no_flood", "one_address", "many_networks")
+STORE_SCENARIOS = ("store_one_address", "store_many_networks")
+SCENARIOS = (*CONNECTION_SCENARIOS, *STORE_SCENARIOS)
+VALUE_BYTES = 900_000
+PER_REQUEST = 4
+"""Values in one flood request (3.6 MB, under the 8 MiB frame limit)."""
+DAY = 24 * 3600.0
+HONEST_LIFE = 600.0
+MAX_FIND_KEYS = 256
 
 
 def sources_of(scenario: str) -> list[str]:
-    if scenario == "one_address":
+    if scenario in ("one_address", "store_one_address"):
         return ["127.0.0.1"]
     block = ipaddress.ip_network("127.1.0.0/16")
     return [str(block[256 * (n // 8) + n % 8 + 1]) for n in range(256)]  # 8 per /24, 32 /24s
@@ -100,6 +144,63 @@ async def flood(host: str, port: int, count: int, sources: list[str], renew: flo
             task.cancel()
 
 
+async def store_flood(
+    target: PeerAddress, count: int, sources: list[str], per_identity: int
+) -> None:
+    """``count`` identities at a time, each storing ``per_identity`` large day-long values."""
+    host_name, port, peer = target.host, target.port, target.peer_id
+    assert host_name is not None
+    assert port is not None
+    assert peer is not None
+    data = pack(b"x" * VALUE_BYTES)  # the msgpack form, as a node keeps it
+    config = NetConfig(dial_timeout=DEADLINE, handshake_timeout=DEADLINE)
+    sent = accepted = 0
+    loop = asyncio.get_running_loop()
+
+    async def one_identity(source: str, serial: int) -> None:
+        nonlocal sent, accepted
+        host = Host(Identity.generate(), config)
+        try:
+            transport, _ = await loop.create_connection(
+                Unwrapped, host_name, port, local_addr=(source, 0)
+            )
+            assert isinstance(transport, asyncio.Transport)
+            conn = await host.secure_outbound(transport, peer, register=False)
+            for batch in range(0, per_identity, PER_REQUEST):
+                expiration = time.time() + DAY - 120  # within the node's 24 h limit
+                items = [
+                    StoreItem(f"flood-{serial}-{batch + i}", None, WireValue(data, expiration))
+                    for i in range(PER_REQUEST)
+                ]
+                raw = await conn.call(
+                    STORE.name, StoreRequest(items, client=True).to_wire(), timeout=30.0
+                )
+                sent += PER_REQUEST
+                accepted += sum(StoreResponse.from_wire(raw).accepted)
+            await conn.close(grace=0.1)
+        finally:
+            await host.close()
+
+    async def worker(n: int) -> None:
+        serial = n
+        while True:
+            try:
+                await one_identity(sources[serial % len(sources)], serial)
+            except Exception as exc:  # the node refused or dropped us: a fresh identity goes on
+                print(f"flooder: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                await asyncio.sleep(0.5)
+            serial += count
+
+    tasks = [asyncio.create_task(worker(n)) for n in range(count)]
+    try:
+        while True:
+            await asyncio.sleep(5)
+            print(f"flooder: {sent} values sent, {accepted} accepted", file=sys.stderr, flush=True)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 # ---- the measuring side -------------------------------------------------------------------------
 
 
@@ -139,6 +240,60 @@ class Pinger:
         result = {"fresh": summary(self.fresh), "kept": summary(self.kept)}
         self.fresh, self.kept = [], []
         return result
+
+
+class HonestPeer:
+    """The legitimate peer of a storage flood: stores a small record each round, reads all back."""
+
+    def __init__(self, host: Host, target: PeerAddress) -> None:
+        self.host = host
+        self.target = target
+        self.keys: list[str] = []
+        self.finds: list[float] = []
+        self.missing = 0
+        self.refused = 0
+
+    async def round(self) -> None:
+        key = f"honest-{len(self.keys) + self.refused}"
+        record = pack({"samples": len(self.keys), "epoch": 7})
+        item = StoreItem(key, None, WireValue(record, time.time() + HONEST_LIFE))
+        try:
+            stored = await self.host.call(
+                self.target, STORE, StoreRequest([item], client=True), timeout=DEADLINE
+            )
+            if stored.accepted == [True]:
+                self.keys.append(key)
+            else:
+                self.refused += 1
+        except Exception:
+            self.refused += 1
+        wanted = self.keys[-MAX_FIND_KEYS:]
+        request = FindRequest([id_to_bytes(key_id(k)) for k in wanted], True, client=True)
+        started = time.perf_counter()
+        try:
+            found = await self.host.call(self.target, FIND, request, timeout=DEADLINE)
+            self.finds.append(time.perf_counter() - started)
+            self.missing += sum(result.record is None for result in found.results)
+        except Exception:
+            self.finds.append(float("inf"))
+            self.missing += len(wanted)
+
+    def take(self) -> dict[str, Any]:
+        result = {"find": summary(self.finds), "missing": self.missing, "refused": self.refused}
+        self.finds, self.missing, self.refused = [], 0, 0
+        return result
+
+
+async def node_stats(node: asyncio.subprocess.Process) -> dict[str, Any]:
+    """The node's DHT counters, asked over its ``--stdio-api``."""
+    assert node.stdin is not None
+    assert node.stdout is not None
+    node.stdin.write(b'{"id": "stats", "op": "stats"}\n')
+    await node.stdin.drain()
+    reply = json.loads(await asyncio.wait_for(node.stdout.readline(), DEADLINE))
+    stats = reply["result"]
+    keep = ("records", "stored_bytes", "quota_refusals", "evicted_for_room", "refused_records")
+    return {name: stats[name] for name in keep}
 
 
 def summary(latencies: list[float]) -> dict[str, Any]:
@@ -190,7 +345,9 @@ async def scenario(name: str, args: argparse.Namespace, work: Path) -> dict[str,
     process = psutil.Process(node.pid)
     host = Host(Identity.generate(), NetConfig(dial_timeout=DEADLINE, handshake_timeout=DEADLINE))
     await host.start(["/ip4/127.0.0.1/tcp/0"])
+    storing = name in STORE_SCENARIOS
     pinger = Pinger(host, address)
+    honest = HonestPeer(host, address)
     phases: dict[str, Any] = {}
     flooder: asyncio.subprocess.Process | None = None
 
@@ -198,28 +355,43 @@ async def scenario(name: str, args: argparse.Namespace, work: Path) -> dict[str,
         until = time.monotonic() + seconds
         while time.monotonic() < until:
             rss[phase].append(process.memory_info().rss / 2**20)
-            await asyncio.gather(pinger.fresh_ping(), pinger.kept_ping())
+            if storing:
+                await honest.round()
+            else:
+                await asyncio.gather(pinger.fresh_ping(), pinger.kept_ping())
             await asyncio.sleep(args.interval)
+
+    def take() -> dict[str, Any]:
+        return honest.take() if storing else pinger.take()
 
     try:
         await measure(args.baseline)
-        phases["baseline"] = pinger.take()
+        phases["baseline"] = take()
         phase = "flood"
         assert address.host is not None
         assert address.port is not None
-        if name != "no_flood":
+        if storing:
+            flooder = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--flooder", str(address),
+                "--store-flooders", str(args.store_flooders),
+                "--values-per-identity", str(args.values_per_identity),
+                "--scenario", name, cwd=ROOT, stderr=(work / f"{name}-flooder.log").open("ab"),
+            )  # fmt: skip
+        elif name != "no_flood":
             flooder = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--flooder", f"{address.host}:{address.port}",
                 "--connections", str(args.connections), "--renew", str(args.renew),
                 "--scenario", name, cwd=ROOT, stderr=(work / f"{name}-flooder.log").open("ab"),
             )  # fmt: skip
         await measure(args.flood)
-        phases["flood"] = pinger.take()
+        phases["flood"] = take()
+        if storing:
+            phases["node_at_flood_end"] = await node_stats(node)
         if flooder is not None:
             await stop(flooder)
         phase = "after"
         await measure(args.after)
-        phases["after"] = pinger.take()
+        phases["after"] = take()
     finally:
         if flooder is not None:
             await stop(flooder)
@@ -239,14 +411,40 @@ async def scenario(name: str, args: argparse.Namespace, work: Path) -> dict[str,
             for name, values in rss.items()
         },
     }
+    if storing:
+        phases["goals"] = store_goals(name, phases, baseline, after)
+        return phases
     fresh = phases["flood"]["fresh"]
     phases["goals"] = {
-        "fresh_pings_within_1s": fresh["failures"] == 0
-        and fresh.get("p99_ms") is not None
-        and fresh["p99_ms"] <= 1000,
+        "fresh_pings_within_1s": within_1s(fresh),
         "rss_back_within_10_percent": after <= 1.10 * baseline,
     }
     return phases
+
+
+def within_1s(latencies: dict[str, Any]) -> bool:
+    return (
+        latencies["failures"] == 0
+        and latencies.get("p99_ms") is not None
+        and latencies["p99_ms"] <= 1000
+    )
+
+
+def store_goals(name: str, phases: dict[str, Any], baseline: float, after: float) -> dict[str, Any]:
+    defaults = DHTConfig()
+    kept = defaults.network_quota_bytes if name == "store_one_address" else defaults.storage_bytes
+    allowed = baseline + 1.1 * kept / 2**20  # a tenth for the allocator's own slack
+    return {
+        "honest_records_all_readable": all(
+            phases[p]["missing"] == 0 and phases[p]["refused"] == 0
+            for p in ("baseline", "flood", "after")
+        ),
+        "honest_finds_within_1s": all(
+            within_1s(phases[p]["find"]) for p in ("baseline", "flood", "after")
+        ),
+        "rss_after_allowed_mb": round(allowed, 1),
+        "rss_after_within_quota": after <= allowed,
+    }
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -254,6 +452,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "connections": args.connections,
         "renew_s": args.renew,
+        "store_flooders": args.store_flooders,
+        "values_per_identity": args.values_per_identity,
         "phases_s": {"baseline": args.baseline, "flood": args.flood, "after": args.after},
     }
     with tempfile.TemporaryDirectory(prefix="barnraise-flood-") as tmp:
@@ -275,17 +475,36 @@ def main() -> None:
     parser.add_argument(
         "--renew", type=float, default=1.0, help="seconds before a dropped one reopens"
     )
+    parser.add_argument(
+        "--store-flooders", type=int, default=16, help="identities storing at a time"
+    )
+    parser.add_argument(
+        "--values-per-identity", type=int, default=16, help="0.9 MB values each identity stores"
+    )
     parser.add_argument("--baseline", type=float, default=5.0)
     parser.add_argument("--flood", type=float, default=20.0)
     parser.add_argument("--after", type=float, default=15.0)
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between pings")
-    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument(
+        "--scenarios", nargs="+", choices=SCENARIOS, default=list(CONNECTION_SCENARIOS)
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--flooder", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.connections < 1:
         parser.error("--connections must be at least 1")
+    if args.store_flooders < 1 or args.values_per_identity < PER_REQUEST:
+        parser.error(f"--store-flooders must be at least 1, --values-per-identity {PER_REQUEST}")
+    if args.flooder and args.scenario in STORE_SCENARIOS:
+        target = PeerAddress.parse(args.flooder)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(
+                store_flood(
+                    target, args.store_flooders, sources_of(args.scenario), args.values_per_identity
+                )
+            )
+        return
     if args.flooder:
         host, port = args.flooder.rsplit(":", 1)
         with contextlib.suppress(KeyboardInterrupt):

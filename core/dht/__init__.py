@@ -3,7 +3,9 @@
 - ``ids``          160-bit node and key ids, XOR distance.
 - ``routing``      RoutingTable: k-buckets that split, replacement caches.
 - ``records``      StoredValue, ValueWithExpiration, owner markers and the signed payload.
-- ``storage``      RecordStore: expiry, newer-wins, dictionaries merged per subkey, a byte budget.
+- ``quotas``       Source (peer and network of a store), Quotas, Tally: who holds how much.
+- ``storage``      RecordStore: expiry, newer-wins, dictionaries merged per subkey, a byte budget,
+                   quotas per source; when full, the largest holder gives way.
 - ``validation``   RecordRules (sizes, expirations, owner signatures) and RecordSchema.
 - ``messages``     the ping / find / store wire messages and their size limits.
 - ``transport``    DHTTransport, and HostTransport over real connections.

@@ -54,9 +54,15 @@ class MemoryNetwork:
         """Requests delivered and not yet answered (background stores included): zero when quiet."""
         self._quiet = asyncio.Event()
         self._quiet.set()
+        self._made = 0
 
-    def transport(self, identity: Identity | None = None) -> MemoryTransport:
-        return MemoryTransport(self, identity or Identity.generate())
+    def transport(self, identity: Identity | None = None, ip: str | None = None) -> MemoryTransport:
+        """A node's transport; ``ip`` is the address others see its requests come from (by default
+        one of 10.0.0.0/8 in a /24 of its own, so storage quotas count each node apart)."""
+        if ip is None:
+            self._made += 1
+            ip = f"10.{(self._made >> 8) & 255}.{self._made & 255}.1"
+        return MemoryTransport(self, identity or Identity.generate(), ip)
 
     def register(self, peer: PeerID, handlers: Handlers) -> None:
         self._handlers[peer] = handlers
@@ -71,7 +77,7 @@ class MemoryNetwork:
         handlers = self._handlers.get(target)
         if handlers is None or target in self.down:
             raise DialError(f"{target} is not reachable")
-        caller = Caller(sender.identity.peer_id, tuple(sender.addresses()))
+        caller = Caller(sender.identity.peer_id, tuple(sender.addresses()), sender.ip)
         rtt = self.latency(caller.peer, target) if self.latency is not None else 0.0
         self.in_flight += 1
         self._quiet.clear()
@@ -94,10 +100,11 @@ class MemoryNetwork:
 
 
 class MemoryTransport:
-    def __init__(self, network: MemoryNetwork, identity: Identity) -> None:
+    def __init__(self, network: MemoryNetwork, identity: Identity, ip: str) -> None:
         self._network = network
         self._identity = identity
-        self._address = PeerAddress.tcp("10.0.0.1", 1, identity.peer_id)
+        self.ip = ip
+        self._address = PeerAddress.tcp(ip, 1, identity.peer_id)
 
     @property
     def identity(self) -> Identity:

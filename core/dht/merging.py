@@ -1,4 +1,7 @@
-"""Combining copies of a record from several nodes by the storage rules, and turning them into results."""
+"""Combining copies of a record from several nodes by the storage rules, and turning them into results.
+
+The merging stores are a reader's scratch space for one key: no quota applies to them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from typing import Any
 
 from core.dht.ids import key_id
 from core.dht.messages import FoundRecord, WireSubkey, WireValue
+from core.dht.quotas import LOCAL
 from core.dht.records import InvalidRecord, StoredValue, ValueWithExpiration, check_subkey
 from core.dht.storage import Record, RecordStore
 from core.util.clock import Clock
@@ -21,9 +25,9 @@ def merge_record(
     merged = merged or RecordStore(clock, capacity=1)
     kid = key_id(record.key)
     if record.plain is not None:
-        merged.store(kid, record.key, None, record.plain)
+        merged.store(kid, record.key, None, record.plain, LOCAL)
     for subkey, value in record.subkeys.items():
-        merged.store(kid, record.key, subkey, value)
+        merged.store(kid, record.key, subkey, value, LOCAL)
     return merged
 
 
@@ -33,13 +37,13 @@ def merge_found(
     """Add a record another node returned (already validated) to ``merged``."""
     merged = merged or RecordStore(clock, capacity=1)
     if found.plain is not None:
-        merged.store(kid, key, None, found.plain.stored())
+        merged.store(kid, key, None, found.plain.stored(), LOCAL)
     for entry in found.subkeys:
         try:
             check_subkey(entry.subkey)
         except InvalidRecord:
             continue
-        merged.store(kid, key, entry.subkey, entry.value.stored())
+        merged.store(kid, key, entry.subkey, entry.value.stored(), LOCAL)
     return merged
 
 

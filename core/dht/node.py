@@ -25,6 +25,7 @@ from core.dht.ids import key_id, node_id, random_id_between
 from core.dht.lookups import Lookups
 from core.dht.merging import merge_found, merge_record, to_result
 from core.dht.messages import PingRequest
+from core.dht.quotas import Quotas
 from core.dht.records import (
     InvalidRecord,
     StoredValue,
@@ -79,6 +80,12 @@ class DHTNode:
         identity = transport.identity
         own_id = node_id(identity.peer_id)
         limits = Limits(config.max_key_bytes, config.max_value_bytes, config.max_expiration_ahead)
+        quotas = Quotas(
+            config.peer_quota_bytes,
+            config.peer_quota_values,
+            config.network_quota_bytes,
+            config.network_quota_values,
+        )
         self.state = state = NodeState(
             transport=transport,
             config=config,
@@ -86,8 +93,20 @@ class DHTNode:
             identity=identity,
             node_id=own_id,
             table=RoutingTable(own_id, config.k, config.depth_modulo),
-            storage=RecordStore(clock, config.storage_capacity, max_bytes=config.storage_bytes),
-            cache=RecordStore(clock, config.cache_capacity, max_bytes=config.cache_bytes),
+            storage=RecordStore(
+                clock,
+                config.storage_capacity,
+                config.max_values_per_key,
+                max_bytes=config.storage_bytes,
+                quotas=quotas,
+            ),
+            cache=RecordStore(
+                clock,
+                config.cache_capacity,
+                config.max_values_per_key,
+                max_bytes=config.cache_bytes,
+                quotas=quotas,
+            ),
             rules=RecordRules(limits, schemas),
             tasks=BackgroundTasks(f"dht-{identity.peer_id.short()}"),
         )
@@ -274,12 +293,16 @@ class DHTNode:
             "buckets": len(state.table.buckets),
             "records": len(state.storage),
             "cached_records": len(state.cache),
+            "stored_bytes": state.storage.bytes_held,
+            "cached_bytes": state.cache.bytes_held,
             "published_records": len(self._published),
             "banned_peers": self.contacts.penalties.banned_count(),
             "requests_served": dict(state.stats.served),
             "requests_sent": dict(state.stats.sent),
             "failed_requests": state.stats.failed_requests,
             "refused_records": state.stats.refused_records,
+            "quota_refusals": state.stats.quota_refusals,
+            "evicted_for_room": state.storage.evicted + state.cache.evicted,
             "garbage_answers": state.stats.garbage_answers,
         }
 

@@ -13,6 +13,7 @@ from typing import Any
 from core.dht.contacts import ContactBook
 from core.dht.lookups import Lookups
 from core.dht.messages import MAX_ITEMS_PER_STORE, StoreItem, StoreRequest, WireValue
+from core.dht.quotas import LOCAL
 from core.dht.records import StoredValue
 from core.dht.routing import Contact
 from core.dht.state import NodeState
@@ -124,7 +125,7 @@ class Replicator:
             return
         for index, (kid, key, subkey, value) in enumerate(prepared):
             if self._belongs_here(kid, queue[kid]):
-                if state.storage.store(kid, key, subkey, value):
+                if state.storage.store(kid, key, subkey, value, LOCAL):
                     progress.held(index)
                 wanted[kid] = state.config.replicas - 1
 
@@ -181,7 +182,7 @@ class Replicator:
             values.append((search.target, key, None, record.plain))
         values.extend((search.target, key, s, v) for s, v in record.subkeys.items())
         for entry in values:
-            state.cache.store(*entry)
+            state.cache.store(*entry, LOCAL)
         holders = {c.contact.peer_id for _, c in search.records}
         lacking = [c for c in search.without_value if c.contact.peer_id not in holders]
         if lacking and not state.tasks.closed:

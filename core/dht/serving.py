@@ -19,6 +19,7 @@ from core.dht.messages import (
     StoreRequest,
     StoreResponse,
 )
+from core.dht.quotas import source_of
 from core.dht.records import InvalidRecord
 from core.dht.state import NodeState
 from core.dht.transport import Caller
@@ -69,6 +70,7 @@ class RequestServer:
             raise InvalidRequestError(f"at most {MAX_ITEMS_PER_STORE} records per store")
         self._contacts.saw(caller, request.client)
         now = state.clock.time()
+        source = source_of(caller.peer, caller.ip)
         accepted = []
         for item in request.items:
             value = item.value.stored()
@@ -81,5 +83,7 @@ class RequestServer:
                 accepted.append(False)
                 continue
             target = state.cache if item.in_cache else state.storage
-            accepted.append(target.store(kid, item.key, item.subkey, value))
+            refused = target.refused_for_room
+            accepted.append(target.store(kid, item.key, item.subkey, value, source))
+            state.stats.quota_refusals += target.refused_for_room - refused
         return StoreResponse(accepted)

@@ -22,6 +22,9 @@ class DHTStats:
     sent: dict[str, int] = field(default_factory=lambda: {"ping": 0, "find": 0, "store": 0})
     failed_requests: int = 0
     refused_records: int = 0
+    quota_refusals: int = 0
+    """Records from others refused (or pushed out at once) for want of room: over their sender's
+    quota, into a full key, or into a full store where their sender's network holds the most."""
     garbage_answers: int = 0
 
 

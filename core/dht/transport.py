@@ -23,6 +23,7 @@ from core.dht.messages import (
 from core.dht.routing import Contact
 from core.net.host.address import PeerAddress
 from core.net.host.host import Host
+from core.net.wire.connection import Connection
 from core.net.wire.rpc import CallContext
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
@@ -30,10 +31,13 @@ from core.trust.peer_id import PeerID
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who sent a request, and where it says it can be reached."""
+    """Who sent a request, where it says it can be reached, and where it came from."""
 
     peer: PeerID
     addresses: tuple[PeerAddress, ...]
+    ip: str | None = None
+    """The remote address seen on the connection (not claimed by the caller, so a storage quota can
+    count by network); None when it came through a relay, whose circuits hide it."""
 
 
 class Handlers(Protocol):
@@ -97,7 +101,12 @@ class HostTransport:
         return await self._host.call(contact.peer_id, STORE, request, timeout=timeout)
 
     def _caller(self, ctx: CallContext) -> Caller:
-        return Caller(ctx.peer, tuple(self._host.peerstore.get(ctx.peer, ())))
+        conn = ctx.connection
+        ip = None
+        # a Host's calls run on a Connection; a relayed one's socket address is our own socket pair
+        if isinstance(conn, Connection) and conn.relayed_via is None and conn.remote_address:
+            ip = conn.remote_address[0]
+        return Caller(ctx.peer, tuple(self._host.peerstore.get(ctx.peer, ())), ip)
 
     def serve(self, handlers: Handlers) -> None:
         async def ping(ctx: CallContext, request: PingRequest) -> PingResponse:
