@@ -160,17 +160,23 @@ SettingsT = TypeVar("SettingsT", bound=_MoESettings)
 
 
 async def with_access(
-    settings: SettingsT, args: argparse.Namespace, serve: Callable[[SettingsT], Awaitable[int]]
+    settings: SettingsT,
+    args: argparse.Namespace,
+    serve: Callable[[SettingsT, ContributionReporter | None], Awaitable[int]],
+    *,
+    report: bool = False,
 ) -> int:
-    """``serve(settings)``, logged in first when the project is moderated: the settings then carry
-    a fresh identity, the gate holding its pass, and the coordinator's entry peers unless some were
-    given (the mixture-of-experts commands; ``barnraise peer`` also reports contributions)."""
+    """``serve(settings, reporter)``, logged in first when the project is moderated: the settings
+    then carry a fresh identity, the gate holding its pass, and the coordinator's entry peers unless
+    some were given (the mixture-of-experts commands; ``barnraise peer`` also reports
+    contributions). ``report``: the account reports evidence to the coordinator (a moderator's);
+    ``reporter`` is None in an open project or without it."""
     if not settings.manifest.access.moderated:
-        return await serve(settings)
+        return await serve(settings, None)
     identity = Identity.generate()
     password = read_password(args.password_stdin)
     async with moderated_access(
-        settings.manifest, identity, args.username, password, report=False
+        settings.manifest, identity, args.username, password, report=report
     ) as access:
         del password
         changes: dict[str, Any] = {
@@ -178,4 +184,5 @@ async def with_access(
             "access": access.gate,
             "initial_peers": settings.initial_peers or tuple(access.bootstrap),
         }
-        return await serve(dataclasses.replace(settings, **changes))  # type: ignore[type-var]
+        chosen = dataclasses.replace(settings, **changes)  # type: ignore[type-var]
+        return await serve(chosen, access.reporter)

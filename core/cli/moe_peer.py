@@ -70,7 +70,7 @@ async def run_trainer(args: argparse.Namespace, manifest: DmoeManifest) -> int:
         torch.set_num_threads(args.threads)
     stop = asyncio.Event()
     stop_on_signals(stop)
-    return await with_access(settings, args, lambda chosen: _train(chosen, stop))
+    return await with_access(settings, args, lambda chosen, _: _train(chosen, stop))
 
 
 async def _train(settings: MoETrainerSettings, stop: asyncio.Event) -> int:

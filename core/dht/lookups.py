@@ -8,7 +8,7 @@ from typing import Any
 from core.dht.contacts import ContactBook
 from core.dht.ids import id_to_bytes
 from core.dht.messages import FindRequest, FoundRecord, NodeRef
-from core.dht.records import InvalidRecord
+from core.dht.records import InvalidRecord, StoredValue
 from core.dht.routing import Contact
 from core.dht.state import NodeState
 from core.dht.traversal import Answer, QueryFailed, Search, run_searches
@@ -111,17 +111,44 @@ class Lookups:
         return self._contacts.make(ref.peer, addresses) if addresses else None
 
     def _validated(self, key: Any, found: FoundRecord) -> FoundRecord | None:
-        """``found`` if every value in it passes the rules for ``key``; None (a liar) otherwise."""
+        """``found`` without the values our schemas refuse; None (a liar) if a value breaks the
+        rules every node keeps.
+
+        A value that only a schema refuses is dropped, and the node that returned it is not held
+        to blame: a node without that schema (a plain DHT node, or one that has not seen a ban
+        yet) stores such values in good faith, and ignoring it would let a stranger silence
+        honest nodes with one bad store."""
         state = self._state
+        rules = state.rules
         now = state.clock.time()
+        plain = found.plain
+        subkeys = []
         try:
-            if found.plain is not None and found.plain.expiration > now:
-                state.rules.check(key, None, found.plain.stored(), now)
+            if plain is not None and plain.expiration > now:
+                rules.check_common(key, None, plain.stored(), now)
+                if not self._schemas_allow(key, None, plain.stored(), now):
+                    plain = None
             for entry in found.subkeys:
-                if entry.value.expiration > now:
-                    state.rules.check(key, entry.subkey, entry.value.stored(), now)
+                if entry.value.expiration <= now:
+                    subkeys.append(entry)  # expired: ignored by the merge, checked by nobody
+                    continue
+                stored = entry.value.stored()
+                rules.check_common(key, entry.subkey, stored, now)
+                if self._schemas_allow(key, entry.subkey, stored, now):
+                    subkeys.append(entry)
         except InvalidRecord as exc:
             state.stats.refused_records += 1
             log.info("a node returned an invalid record for %r: %s", key, exc)
             return None
-        return found
+        if plain is found.plain and len(subkeys) == len(found.subkeys):
+            return found
+        return FoundRecord(plain, subkeys)
+
+    def _schemas_allow(self, key: Any, subkey: Any, value: StoredValue, now: float) -> bool:
+        try:
+            self._state.rules.check_schemas(key, subkey, value, now)
+        except InvalidRecord as exc:
+            self._state.stats.refused_records += 1
+            log.debug("dropped a value our rules refuse from %r: %s", key, exc)
+            return False
+        return True

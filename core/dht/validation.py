@@ -86,6 +86,12 @@ class RecordRules:
 
     def check(self, key: Any, subkey: Any, value: StoredValue, now: float) -> None:
         """Raise ``InvalidRecord`` unless a node may keep (or a reader may trust) this value."""
+        self.check_common(key, subkey, value, now)
+        self.check_schemas(key, subkey, value, now)
+
+    def check_common(self, key: Any, subkey: Any, value: StoredValue, now: float) -> None:
+        """The rules every node keeps, whatever schemas it knows: sizes, expiration, signatures.
+        A node that returns a value breaking them is lying."""
         limits = self.limits
         if len(pack(key)) > limits.max_key_bytes:
             raise InvalidRecord(f"key longer than {limits.max_key_bytes} bytes")
@@ -108,6 +114,11 @@ class RecordRules:
             payload = signing_payload(key, subkey, value.data, value.expiration)
             if not signer.verify(value.signature, payload):
                 raise InvalidRecord(f"the record's signature is not {signer}'s")
+
+    def check_schemas(self, key: Any, subkey: Any, value: StoredValue, now: float) -> None:
+        """The rules of the schemas this node knows. A node that knows none of them (a plain
+        ``barnraise dht`` node) keeps what breaks them in good faith."""
+        signer = required_signer(key, subkey)
         for schema in self.schemas:
             if schema.matches(key):
                 ahead = schema.max_ahead

@@ -10,7 +10,8 @@ like a trainer. The scheduler then pauses and resumes it as it would a trainer (
 says what a pause does to callers and announcements). Its ``ready`` becomes the peer's
 ``PeerReady`` (role ``experts``) and its ``stopped`` a ``PeerStopped``; what it served reaches the
 ledger through ``progress()``, as a trainer's samples do (``Metering``): ``samples`` counts expert
-samples served, forward and backward together.
+samples served, forward and backward together. Calls it refuses for poisoned tensors become
+signed evidence against their callers in the DHT (``core.training.call_evidence``).
 
 Torch loads only here, inside the function, when the scheduler first says "run".
 """
@@ -75,9 +76,12 @@ def expert_host(
     on_event: Callable[[PeerEvent], None],
 ) -> RunningPeer:
     """The engine's expert server for ``manifest``, started paused; ``listen``: the listen fields
-    (``NetworkChoice.listen_settings``)."""
+    (``NetworkChoice.listen_settings``). It hosts ``server.experts_per_server`` experts, the number
+    whose fit the runner measured (``check_fit``) before calling this: experts that cannot fit
+    this computer's memory never reach it."""
     from core.moe.events import ExpertsEvent, ExpertsReady, ExpertsStopped  # noqa: PLC0415
     from core.moe.runtime import ExpertHost, ExpertHostSettings  # noqa: PLC0415 - torch
+    from core.training.call_evidence import evidence_of_refusals  # noqa: PLC0415
 
     def forward(event: ExpertsEvent) -> None:
         if isinstance(event, ExpertsReady):
@@ -95,5 +99,6 @@ def expert_host(
         identity=identity,
         access=access,
         start_paused=True,
+        evidence=evidence_of_refusals(manifest.project.name),
     )
     return ExpertHost(settings, forward)

@@ -51,7 +51,7 @@ from core.moe.experts import ExpertSpec
 from core.moe.grid import ExpertGrid
 from core.moe.hosted import HostedExpert, Served
 from core.moe.selection import expand_uids, free_uids
-from core.moe.server import ExpertServer, Refusal
+from core.moe.server import ExpertServer, Refusal, RefusalSink
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
 from core.net.host.gate import AccessGate
@@ -98,6 +98,9 @@ class ExpertHostSettings:
     """Seconds between ``ExpertsServed`` events; 0: none."""
     offer_relay: bool = False
     """Relay for peers behind routers while this server is public (an organizer's backbone)."""
+    evidence: Callable[[DHTNode, Host], RefusalSink] | None = None
+    """Builds, once the host and DHT node exist, what turns calls refused for poisoned tensors
+    into evidence against their callers (``core.training.call_evidence``); None: only logged."""
 
 
 class ExpertHost:
@@ -141,7 +144,8 @@ class ExpertHost:
         self._announcing: asyncio.Task[None] | None = None
         self._speed: deque[tuple[float, int]] = deque(maxlen=SPEED_WINDOW + 1)
         self.on_refusal: Callable[[Refusal], None] | None = None
-        """Told of every call refused for poisoned tensors (a moderated project's evidence)."""
+        """Told of every call refused for poisoned tensors."""
+        self.evidence = settings.evidence(self.dht, self.host) if settings.evidence else None
         self._tasks = BackgroundTasks(f"experts/{manifest.project.name}")
 
     # ---- running ---------------------------------------------------------------------------------
@@ -196,6 +200,8 @@ class ExpertHost:
             on_refusal=self._refused,
         )
         await self.server.start()
+        if self.evidence is not None:
+            self.evidence.start()
         self.address = self.best_address()
         if self.control.running:
             self._start_announcing()
@@ -220,6 +226,8 @@ class ExpertHost:
         return experts
 
     def _refused(self, refusal: Refusal) -> None:
+        if self.evidence is not None:
+            self.evidence.refused(refusal)
         if self.on_refusal is not None:
             self.on_refusal(refusal)
 
@@ -400,6 +408,8 @@ class ExpertHost:
         await self._tasks.close()
         if self.server is not None:
             await self.server.close()
+        if self.evidence is not None:  # its last window goes out while the DHT node still runs
+            await self.evidence.close()
         saved: list[str] = []
         if self.saver is not None:
             with contextlib.suppress(RuntimeError):  # the bridge closed under us: nothing to save

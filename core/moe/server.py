@@ -23,6 +23,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -78,6 +79,16 @@ class Refusal:
     uid: str
     method: str
     reason: str
+
+
+class RefusalSink(Protocol):
+    """What turns refused calls into evidence (``core.training.call_evidence.RefusedCalls``)."""
+
+    def refused(self, call: Refusal) -> None: ...
+
+    def start(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class ExpertServer:

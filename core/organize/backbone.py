@@ -127,6 +127,8 @@ def programs(answers: Answers, aux_port: int) -> list[Program]:
                 "--checkpoints",
                 EXPERTS,
                 "--offer-relay",
+                # no auxiliary peer here: this server gathers the evidence of poisoned calls
+                "--collect-evidence",
                 *login,
             ),
             aux_port,

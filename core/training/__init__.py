@@ -17,6 +17,8 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
   the state (so the model outlives its trainers), aggregates metrics, writes checkpoints.
 - ``evidence``       EvidenceBoard: a round's findings signed and published in the DHT (one owned
   subkey per reporter); EvidenceCollector: the backbone reads them once each, to log and report.
+- ``call_evidence``  RefusedCalls: an expert server's refused (poisoned) calls as evidence, one
+  accusation per caller per window; the backbone's server collects and reports everyone's.
 - ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
 - ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand.
 - ``checkpoints``    CheckpointStore: atomic, last K kept plus milestones (for rollbacks), never a

@@ -81,6 +81,10 @@ class EvidenceBoard:
         if access is not None:
             dht.rules.add_schema(pass_carrying_schema("evidence", self._key, access, 1))
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     @classmethod
     def of(cls, averager: Averager) -> EvidenceBoard:
         """The board of the peer that ``averager`` averages for (its Host, DHT node and prefix)."""
@@ -114,12 +118,50 @@ class EvidenceBoard:
                 log.warning("a finding of round %s cannot be signed: %s", round_key, exc)
         return signed
 
+    def accuse(
+        self,
+        accused: PeerID,
+        *,
+        round_key: str,
+        group: bytes,
+        chunk: int,
+        statistic: str,
+        value: float,
+        reason: str,
+    ) -> Evidence | None:
+        """One accusation outside an averaging round, signed by this peer (None, logged, if its
+        fields cannot be signed)."""
+        try:
+            return sign_evidence(
+                self._identity,
+                self.project,
+                accused,
+                round_key=round_key,
+                group=group,
+                epoch=0,
+                part=0,
+                chunk=chunk,
+                statistic=statistic,
+                value=value,
+                reason=reason,
+                time=self._clock.time(),
+            )
+        except InvalidEvidence as exc:
+            log.warning("an accusation of %s cannot be signed: %s", accused, exc)
+            return None
+
     async def publish(self, result: AveragingResult, round_key: str) -> list[Evidence]:
         """Sign the round's findings and publish them with our other recent ones (best effort: a
         failed store is logged; the next round's publish carries them again)."""
         signed = self.sign(result, round_key)
+        await self.publish_signed(signed, f"round {round_key}")
+        return signed
+
+    async def publish_signed(self, signed: list[Evidence], what: str) -> None:
+        """Publish accusations this peer signed (``what`` names them in the log) with its other
+        recent ones, best effort as ``publish``."""
         if not signed:
-            return []
+            return
         now = self._clock.time()
         fresh = [e for e in self._mine if now - e.time < self._ttl]
         self._mine = (fresh + signed)[-KEPT:]
@@ -128,14 +170,13 @@ class EvidenceBoard:
         if self._access is not None:
             if self._access.own_pass is None:
                 log.info("no access pass yet: %d finding(s) not published", len(signed))
-                return signed
+                return
             value.append(self._access.own_pass.to_wire())
         subkey = owner_marker(self._dht.peer_id)
         try:
             await self._dht.store(self._key, value, now + self._ttl, subkey=subkey)
         except BarnraiseError as exc:
-            log.warning("publishing evidence of round %s failed: %s", round_key, exc)
-        return signed
+            log.warning("publishing evidence of %s failed: %s", what, exc)
 
     async def fetch(self) -> list[Reported]:
         """Every valid accusation in the DHT now; a malformed or forged record is skipped whole."""

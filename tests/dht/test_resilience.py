@@ -10,9 +10,12 @@ from dataclasses import replace
 from core.dht import owner_marker
 from core.dht.ids import key_id, node_id
 from core.dht.messages import FindRequest, FindResponse, FoundRecord, WireSubkey, WireValue
+from core.dht.records import InvalidRecord
 from core.dht.serving import RequestServer
 from core.dht.transport import Caller
+from core.dht.validation import RecordSchema
 from core.net import Host
+from core.util.msgpack_codec import unpack
 from tests.dht.conftest import FAST_DHT, MakeSwarm
 from tests.support.leaks import wait_until
 
@@ -155,3 +158,24 @@ async def test_a_node_that_answers_garbage_is_dropped(make_swarm: MakeSwarm) -> 
     assert babbler.peer_id not in asker.table
     assert await asker.store("still-works", 1, soon())
     assert (await nodes[0].get("still-works", latest=True)) is not None
+
+
+async def test_nodes_without_the_readers_rules_are_not_blamed_for_what_only_those_refuse(
+    make_swarm: MakeSwarm,
+) -> None:
+    nodes = await make_swarm(6)
+    reader, stranger = nodes[5], nodes[1]
+
+    def refuse_the_beast(key: object, subkey: object, data: bytes, signer: object) -> None:
+        if unpack(data) == 666:
+            raise InvalidRecord("not in this project")
+
+    reader.rules.add_schema(RecordSchema("strict", "strict.", authorize_entry=refuse_the_beast))
+    assert await stranger.store("strict.x", 1, soon(), subkey="honest")
+    assert await stranger.store("strict.x", 666, soon(), subkey="beast")  # the others keep it
+    found = await reader.get("strict.x", latest=True)
+    assert found is not None
+    assert {k: v.value for k, v in found.value.items()} == {"honest": 1}
+    assert reader.contacts.penalties.banned_count() == 0
+    assert reader.state.stats.garbage_answers == 0
+    assert reader.state.stats.refused_records >= 1

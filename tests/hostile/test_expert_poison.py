@@ -3,7 +3,8 @@
 Tried as an attacker would, against a real ``ExpertServer`` on loopback: one ``backward`` whose
 output gradients are NaN used to be accepted, after which every forward for every caller returned
 NaN; a huge finite gradient moved the expert as far as a thousand honest calls; and weights that
-became non-finite stayed so (and would have been served until a restart).
+became non-finite stayed so (and would have been served until a restart). A refused call is
+evidence against its caller.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ import torch
 
 from core.moe.backend import PoisonedCall
 from core.moe.checkpoints import ExpertCheckpoints
+from core.moe.events import ExpertsEvent, ExpertsReady
 from core.moe.experts import ExpertSpec
 from core.moe.hosted import HostedExpert, Served
-from core.moe.runtime import _recover
+from core.moe.runtime import ExpertHost, ExpertHostSettings, _recover
 from core.moe.server import ExpertServer, RemoteExpert
 from core.net.errors import InvalidRequestError
+from core.project import parse_dmoe_manifest
+from core.training.call_evidence import evidence_of_refusals
+from core.trust.evidence import Evidence
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 
@@ -124,3 +129,60 @@ def test_weights_that_turn_non_finite_are_replaced_by_the_newest_checkpoint(
     assert backend.recoveries == 1
     for name, value in backend.module.state_dict().items():
         assert torch.equal(value, saved[name]), name
+
+
+SERVED = """
+[project]
+name = "poison-test"
+kind = "dmoe"
+[grid]
+prefix = "ffn"
+shape = [2, 2]
+[expert]
+kind = "ffn"
+hidden = 8
+optimizer = "adam"
+lr = 0.01
+max_batch = 16
+[server]
+announce_ttl = 30.0
+max_wait = 0.0
+checkpoint_interval = 0.0
+[trainer]
+batch_size = 8
+"""
+
+
+async def test_poisoned_calls_to_a_running_server_become_evidence_against_the_caller(
+    make_host: MakeHost,
+) -> None:
+    collected: list[Evidence] = []
+    manifest = parse_dmoe_manifest(SERVED)
+    evidence = evidence_of_refusals(
+        manifest.project.name, collect=True, on_evidence=collected.extend
+    )
+    events: list[ExpertsEvent] = []
+    server = ExpertHost(ExpertHostSettings(manifest, uids=(UID,), evidence=evidence), events.append)
+    caller = await make_host()
+    try:
+        await server.start()
+        ready = events[0]
+        assert isinstance(ready, ExpertsReady)
+        remote = RemoteExpert(caller, ready.address, UID, timeout=10)
+        x = torch.randn(4, 8)
+        for _ in range(2):
+            with pytest.raises(InvalidRequestError, match="NaN or infinite"):
+                await remote.backward([x], [torch.full((4, 8), float("nan"))])
+        assert server.evidence is not None
+        (signed,) = await server.evidence.flush()
+        (found,) = await server.evidence.collect()  # read back from the DHT, as the backbone does
+        assert found == signed
+        assert (found.accused, found.value, found.reporter) == (
+            caller.peer_id,
+            2.0,
+            server.host.peer_id,
+        )
+        assert f"backward of {UID}" in found.reason
+        assert collected == [found]
+    finally:
+        await server.close(save=False)
