@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,36 +22,9 @@ from core.coordinator.data_files import CACHE_CONTROL, check_data_folder
 from core.net import Identity
 from core.util.errors import ConfigError
 from tests.coordinator.conftest import FAST_SCRYPT, make_manifest, manifest_text
+from tests.coordinator.data_support import SECRET, Answer, ask, serving_data
 
 SHARD = bytes(range(256)) * 40  # 10,240 bytes, every offset telling
-SECRET = b"the project key, or anything else outside the folder"
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-async def ask(port: int, target: str, *headers: str, method: str = "GET") -> Answer:
-    """One request with ``target`` sent exactly as given; the answer read to the end."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", "Connection: close", *headers]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), timeout=10)
-    finally:
-        writer.close()
-        await writer.wait_closed()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    fields = dict(line.split(": ", 1) for line in header_lines)
-    return Answer(int(status_line.split()[1]), {k.lower(): v for k, v in fields.items()}, body)
 
 
 @pytest.fixture
@@ -79,16 +49,8 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def service(tmp_path: Path, folder: Path) -> AsyncIterator[CoordinatorService]:
-    key = Identity.generate()
-    (tmp_path / "db").mkdir()
-    running = CoordinatorService(
-        make_manifest(key), tmp_path / "db" / "c.db", key, scrypt_n=FAST_SCRYPT.n, data_dir=folder
-    )
-    await running.start("127.0.0.1", 0)
-    try:
+    async with serving_data(tmp_path, folder) as running:
         yield running
-    finally:
-        await running.close()
 
 
 def assert_secured(answer: Answer) -> None:

@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.coordinator import CoordinatorService
-from core.net import Identity
-from tests.coordinator.conftest import FAST_SCRYPT, make_manifest
-from tests.coordinator.test_data_files import SECRET, Answer, ask
+from tests.coordinator.data_support import SECRET, Answer, ask, serving_data
 
 PUBLIC = b"a shard everyone may download"
 SECRET_NAMES = [
@@ -65,16 +63,8 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def service(tmp_path: Path, folder: Path) -> AsyncIterator[CoordinatorService]:
-    key = Identity.generate()
-    (tmp_path / "db").mkdir()
-    running = CoordinatorService(
-        make_manifest(key), tmp_path / "db" / "c.db", key, scrypt_n=FAST_SCRYPT.n, data_dir=folder
-    )
-    await running.start("127.0.0.1", 0)
-    try:
+    async with serving_data(tmp_path, folder) as running:
         yield running
-    finally:
-        await running.close()
 
 
 def assert_like_missing(answer: Answer, missing: Answer) -> None:
