@@ -9,6 +9,7 @@ manifest's ``server.experts_per_server`` by default) slots that nobody announces
 loaded from its newest readable checkpoint in ``--checkpoints`` (default: this project's folder in
 the user's cache), so a server started with the uids and the folder of one that left takes its
 experts over; checkpoints are written every ``server.checkpoint_interval`` seconds and when it stops.
+Experts too large for this computer's memory, as many as it would host, are refused with the figures.
 
 It prints one JSON line per event on stdout (logs go to stderr): ``ready`` with its address, the
 uids and what was restored (the line a peer prints, so a swarm reads it the same way), ``served``
@@ -18,12 +19,18 @@ within ``server.announce_ttl`` trainers stop calling), waiting calls are answere
 every expert that learned since its last checkpoint is saved. In a moderated project it logs in
 first, as ``barnraise peer`` does (``--username``, the password from ``--password-stdin`` or
 ``$BARNRAISE_PASSWORD``).
+
+A call whose tensors are not finite is refused, and each minute the server publishes one signed
+accusation per caller that sent such calls (``core.training.call_evidence``). With
+``--collect-evidence`` (the organizer's backbone server) it also reads every server's accusations,
+logs them and, in a moderated project, reports them to the coordinator as a moderator.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,10 +39,12 @@ from core.cli.access import add_login_arguments, with_access
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.config.ports import PEER_PORT, listen_on
-from core.project import load_dmoe_manifest
+from core.project import DmoeManifest, load_dmoe_manifest
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
+    from core.account.reporter import ContributionReporter
+    from core.engine.join.memory_fit import Fit
     from core.moe.events import ExpertsEvent
     from core.moe.runtime import ExpertHostSettings
 
@@ -105,17 +114,22 @@ def register(commands: Any) -> None:
         help="relay for servers behind home routers while this one is public (an organizer's "
         "backbone server)",
     )
+    parser.add_argument(
+        "--collect-evidence",
+        action="store_true",
+        help="read every server's evidence against callers that sent poisoned tensors, log it "
+        "and, in a moderated project, report it to the coordinator (the organizer's backbone "
+        "server, logged in as a moderator)",
+    )
     add_login_arguments(parser)
     parser.set_defaults(run=run)
 
 
-def settings_from_args(args: argparse.Namespace) -> ExpertHostSettings:
+def settings_from_args(args: argparse.Namespace, manifest: DmoeManifest) -> ExpertHostSettings:
     """The server's settings from the command line (``ConfigError`` for a bad combination)."""
     from core.moe.runtime import ExpertHostSettings  # noqa: PLC0415 - torch only for this command
 
-    manifest = load_dmoe_manifest(args.manifest)
-    if args.count is not None and not 1 <= args.count <= manifest.grid.size:
-        raise ConfigError(f"--count must be 1 to the grid's {manifest.grid.size} experts")
+    _check_count(args, manifest)
     if args.stats_every < 0:
         raise ConfigError("--stats-every must be 0 (none) or more seconds")
     port = manifest.network.peer_port if args.port is None else args.port
@@ -136,25 +150,74 @@ def settings_from_args(args: argparse.Namespace) -> ExpertHostSettings:
     )
 
 
+def experts_fit(args: argparse.Namespace, manifest: DmoeManifest) -> Fit:
+    """How the experts this server would host fit this computer's memory, judged from the manifest
+    (``core.engine.join.memory_fit``): those ``--uids`` names, else ``--count``, else the
+    manifest's ``server.experts_per_server``, on ``--device``. ``DoesNotFit``, with the figures,
+    when they cannot fit."""
+    # here, not at the top: the engine's join package loads the coordinator client
+    from core.engine.join.memory_fit import check_fit  # noqa: PLC0415 - see above
+    from core.worker.accelerator import detect_accelerator  # noqa: PLC0415 - see above
+    from core.worker.memory import memory_here  # noqa: PLC0415 - see above
+
+    if args.uids:
+        from core.moe.grid import ExpertGrid  # noqa: PLC0415 - only with --uids
+        from core.moe.selection import expand_uids  # noqa: PLC0415 - only with --uids
+
+        grid = ExpertGrid(manifest.grid.prefix, manifest.grid.shape)
+        hosted: int | None = len(expand_uids(grid, args.uids))
+    else:
+        _check_count(args, manifest)
+        hosted = args.count
+    memory = memory_here(detect_accelerator(), args.device)
+    return check_fit(manifest, memory, experts=hosted)
+
+
+def _check_count(args: argparse.Namespace, manifest: DmoeManifest) -> None:
+    if args.count is not None and not 1 <= args.count <= manifest.grid.size:
+        raise ConfigError(f"--count must be 1 to the grid's {manifest.grid.size} experts")
+
+
 async def _run(args: argparse.Namespace) -> int:
+    manifest = load_dmoe_manifest(args.manifest)
+    # refused before torch and the experts: ones that cannot fit would fail only after minutes
+    # of allocation, with the computer's memory taken meanwhile
+    experts_fit(args, manifest)
     import torch  # noqa: PLC0415 - torch loads slowly; only this command needs it here
 
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, manifest)
     if args.threads:
         torch.set_num_threads(args.threads)
     stop = asyncio.Event()
     stop_on_signals(stop)
-    return await with_access(settings, args, lambda chosen: _serve(chosen, stop))
+    collect = args.collect_evidence
+    return await with_access(
+        settings,
+        args,
+        lambda chosen, reporter: _serve(chosen, stop, collect, reporter),
+        report=collect,
+    )
 
 
-async def _serve(settings: ExpertHostSettings, stop: asyncio.Event) -> int:
+async def _serve(
+    settings: ExpertHostSettings,
+    stop: asyncio.Event,
+    collect: bool,
+    reporter: ContributionReporter | None,
+) -> int:
     from core.moe.events import to_json  # noqa: PLC0415
     from core.moe.runtime import ExpertHost  # noqa: PLC0415
+    from core.training.call_evidence import evidence_of_refusals  # noqa: PLC0415
 
     def emit(event: ExpertsEvent) -> None:
         print(json.dumps(to_json(event)), flush=True)
 
-    server = ExpertHost(settings, emit)
+    evidence = evidence_of_refusals(
+        settings.manifest.project.name,
+        collect=collect,
+        on_evidence=None if reporter is None else reporter.submit_evidence,
+    )
+    server = ExpertHost(dataclasses.replace(settings, evidence=evidence), emit)
     try:
         await server.run(stop)
     finally:

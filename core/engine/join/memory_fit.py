@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 
 from core.engine.errors import DoesNotFit
-from core.engine.join.resource_use import count_text, size_text, training_state
+from core.engine.join.resource_use import count_text, hosted_experts, size_text, training_state
 from core.project import DmoeManifest
 from core.project.kinds import AnyManifest
 from core.worker.memory import MemoryHere
@@ -44,8 +44,9 @@ class Fit:
     needed_bytes: float
     """The weights and the optimizer's state, as the project estimates them."""
     memory: MemoryHere
-    experts: bool = False
-    """A dmoe project: ``parameters`` are those of the experts this computer would host."""
+    experts: int = 0
+    """A dmoe project: how many experts this computer would host (``parameters`` are theirs);
+    0: a collaborative project."""
 
     @property
     def fits(self) -> bool:
@@ -61,7 +62,8 @@ class Fit:
 
     def figures(self) -> str:
         """ "172 billion parameters, whose weights and optimizer state need about 2.06 TB"."""
-        what = "the experts it would host have" if self.experts else "its model has"
+        hosted = f"the experts it would host ({self.experts}) have"
+        what = hosted if self.experts else "its model has"
         per = self.needed_bytes / self.parameters if self.parameters else 0.0
         return (
             f"{what} {count_text(self.parameters)} parameters, whose weights and optimizer state need "
@@ -81,16 +83,21 @@ class Fit:
         )
 
 
-def model_fit(manifest: AnyManifest, memory: MemoryHere) -> Fit:
-    parameters, needed = training_state(manifest)
-    experts = isinstance(manifest, DmoeManifest)
-    return Fit(manifest.project.name, parameters, needed, memory, experts)
+def model_fit(manifest: AnyManifest, memory: MemoryHere, *, experts: int | None = None) -> Fit:
+    """``experts``: how many experts a dmoe project's server hosts; None: the manifest's
+    ``server.experts_per_server`` (``hosted_experts``)."""
+    parameters, needed = training_state(manifest, experts)
+    hosted = hosted_experts(manifest, experts) if isinstance(manifest, DmoeManifest) else 0
+    return Fit(manifest.project.name, parameters, needed, memory, hosted)
 
 
-def check_fit(manifest: AnyManifest, memory: MemoryHere, *, then: str = "") -> Fit:
-    """The fit of ``manifest``'s model; ``DoesNotFit``, with the figures and ``then`` (what
-    became of the command: "nothing was attached"), when it cannot fit. A tight fit is logged."""
-    fit = model_fit(manifest, memory)
+def check_fit(
+    manifest: AnyManifest, memory: MemoryHere, *, then: str = "", experts: int | None = None
+) -> Fit:
+    """The fit of ``manifest``'s model (of a dmoe project: of ``experts`` hosted experts, as
+    ``model_fit``); ``DoesNotFit``, with the figures and ``then`` (what became of the command:
+    "nothing was attached"), when it cannot fit. A tight fit is logged."""
+    fit = model_fit(manifest, memory, experts=experts)
     if not fit.fits:
         raise DoesNotFit(fit.refusal() + (f"; {then}" if then else ""))
     if fit.tight:

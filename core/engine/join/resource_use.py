@@ -9,7 +9,8 @@ manifest's numbers, rough by nature and said to be so in the notes.
   embeddings); a dmoe project's experts this computer would host (``server.experts_per_server``
   of ``core.moe.experts``' kind and width). A test keeps the formula equal to torch's count.
 - **Memory**: the weights (fp32) and the optimizer's state (``training_state``), which
-  ``memory_fit`` measures against this computer's memory before anything is built.
+  ``memory_fit`` measures against this computer's memory before anything is built; for a dmoe
+  project, those of the experts one server hosts.
 - **Disk**: what a volunteer's peer writes. A trainer keeps no checkpoints of its own (the
   backbone does), but fetches the organizers' published checkpoint once when it finds nobody to
   load the state from (``network.checkpoint_url``), and copies the tokenizer; the data is
@@ -86,12 +87,24 @@ def expert_parameters(manifest: DmoeManifest) -> int:
     return h * h + h  # linear
 
 
-def training_state(manifest: AnyManifest) -> tuple[int, float]:
+def hosted_experts(manifest: DmoeManifest, experts: int | None = None) -> int:
+    """How many experts one expert server of ``manifest`` hosts: ``experts`` when they were chosen
+    (``barnraise experts --count`` or ``--uids``), else the manifest's ``server.experts_per_server``
+    (the engine's server, and ``barnraise experts`` without either)."""
+    return manifest.server.experts_per_server if experts is None else experts
+
+
+def training_state(manifest: AnyManifest, experts: int | None = None) -> tuple[int, float]:
     """The parameters this computer would train, and the bytes their weights (fp32) and the
-    optimizer's state take together: a collaborative project's model with its moments (``MOMENTS``,
-    4 bytes each, 1 with 8-bit optimizer states); a dmoe project's hosted experts with theirs."""
+    optimizer's state take together.
+
+    A collaborative project: the whole model with its moments (``MOMENTS``, 4 bytes each, 1 with
+    8-bit optimizer states). A dmoe project: the experts one expert server hosts, each with its own
+    optimizer's moments, ``hosted_experts(manifest, experts)`` of them. A dmoe trainer's dense
+    parts (its gate and its own layers) are not counted. ``experts`` is ignored for a collaborative
+    project."""
     if isinstance(manifest, DmoeManifest):
-        params = manifest.server.experts_per_server * expert_parameters(manifest)
+        params = hosted_experts(manifest, experts) * expert_parameters(manifest)
         return params, params * 4.0 * (1 + MOMENTS.get(manifest.expert.optimizer, 2))
     params = albert_parameters(manifest)
     t = manifest.training
@@ -183,7 +196,7 @@ def _round_codec(manifest: Manifest) -> Codec:
 
 
 def _dmoe_use(manifest: DmoeManifest, device_name: str) -> ResourceUse:
-    hosted = manifest.server.experts_per_server
+    hosted = hosted_experts(manifest)
     per_expert = expert_parameters(manifest)
     params = hosted * per_expert
     moments = MOMENTS.get(manifest.expert.optimizer, 2)
