@@ -29,6 +29,7 @@ import numpy as np
 from core.averaging.messages import STATE_HEADER, STATE_RANGE, Empty, StateHeader, StateRequest
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
+from core.dht.validation import RecordSchema, renewal_bound
 from core.net.errors import NetError, NotFoundError
 from core.net.host.address import PeerAddress
 from core.net.host.host import Host
@@ -83,6 +84,11 @@ class StateSharing:
         """Donors never to load from: the averager's ban list (a reducer caught lying would go on
         announcing the state it trained alone on its lies)."""
         self._key = f"{prefix}.state"
+        # announcements are renewed every few seconds: a day-long one would offer a donor that
+        # left long ago
+        dht.rules.add_schema(
+            RecordSchema("state", self._key, subkeys="owned", max_ahead=renewal_bound(STATE_TTL))
+        )
         self._provider: StateProvider | None = None
         self._snapshot: _Snapshot | None = None
         self._keep = keep_seconds

@@ -23,6 +23,16 @@ from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack, unpack
 from core.util.wire import WireMessage
 
+CLOCK_SLACK = 60.0
+"""Seconds of clock difference between a writer and the nodes that check its expirations."""
+
+
+def renewal_bound(ttl: float) -> float:
+    """How far ahead a record that its writer renews every ``ttl`` seconds may expire: two TTLs
+    (a renewal may be late) and some clock difference. A schema's ``max_ahead`` for such records:
+    a stranger's entry then outlives its last store by minutes, not by the node's day."""
+    return 2 * ttl + CLOCK_SLACK
+
 
 @dataclass(frozen=True)
 class RecordSchema:

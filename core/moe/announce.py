@@ -16,7 +16,7 @@ already carry the servers' addresses, so finding the experts needs no extra look
 signature, so no other peer can replace it (a later expiration from someone else is simply another
 entry). ``expert_schema`` adds what the signature alone does not say: the address must be S's own
 (its PeerID is S), so a stranger can announce an expert only at an address of its own, never point
-trainers at a dead one in S's name; expirations may lie at most ``max_ahead(ttl)`` in the future, so
+trainers at a dead one in S's name; expirations may lie at most ``renewal_bound(ttl)`` in the future, so
 an entry nobody refreshes is gone within minutes, not a day; upper entries hold ``ACTIVE`` and
 nothing else, and cannot be shortened (a store that expires sooner is refused), so an attacker can at
 worst keep an empty prefix looking active, which costs a trainer one lookup. When several servers
@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from core.dht.records import InvalidRecord, ValueWithExpiration, owner_marker, owner_of
-from core.dht.validation import RecordSchema
+from core.dht.validation import RecordSchema, renewal_bound
 from core.moe.grid import ExpertGrid, GridError
 from core.net.errors import AddressError
 from core.net.host.address import PeerAddress
@@ -50,16 +50,6 @@ log = logging.getLogger(__name__)
 
 ACTIVE = 1
 """The value of an upper prefix entry: the index below is active (who serves it is found deeper)."""
-
-
-CLOCK_SLACK = 60.0
-"""Seconds of clock difference between a server and the nodes that check its expirations."""
-
-
-def max_ahead(ttl: float) -> float:
-    """How far in the future an announcement may expire: two TTLs (a refresh may be late) and some
-    clock difference."""
-    return 2 * ttl + CLOCK_SLACK
 
 
 class ExpertStore(Protocol):
@@ -155,7 +145,7 @@ def expert_schema(grid: ExpertGrid, ttl: float) -> RecordSchema:
             raise InvalidRecord(f"an entry of {key!r} must be its signer's own address")
 
     return RecordSchema(
-        f"experts {grid.prefix}", matches, authorize_entry=check, max_ahead=max_ahead(ttl)
+        f"experts {grid.prefix}", matches, authorize_entry=check, max_ahead=renewal_bound(ttl)
     )
 
 
@@ -212,10 +202,10 @@ def freshest(entries: Any, avoid: Callable[[str], bool] = lambda _: False) -> st
 async def get_experts(dht: ExpertStore, uids: Sequence[str]) -> dict[str, str]:
     """The addresses of those ``uids`` that are announced and not expired (the freshest entry of
     each); absent ones are left out."""
-    for uid in uids:
+    wanted = list(dict.fromkeys(uids))
+    for uid in wanted:
         if not isinstance(uid, str) or not uid:
             raise GridError(f"an expert uid is non-empty text, not {uid!r}")
-    wanted = list(dict.fromkeys(uids))
     found = await dht.get_many(wanted)
     alive = {}
     for uid, record in zip(wanted, found, strict=True):

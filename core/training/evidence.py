@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from core.averaging import Averager, AveragingResult
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
+from core.dht.validation import renewal_bound
 from core.net.host.gate import AccessGate
 from core.training.progress import pass_carrying_schema
 from core.trust.evidence import Evidence, InvalidEvidence, sign_evidence
@@ -79,7 +80,9 @@ class EvidenceBoard:
         self._clock = clock
         self._mine: list[Evidence] = []
         if access is not None:
-            dht.rules.add_schema(pass_carrying_schema("evidence", self._key, access, 1))
+            dht.rules.add_schema(
+                pass_carrying_schema("evidence", self._key, access, 1, max_ahead=renewal_bound(ttl))
+            )
 
     @property
     def clock(self) -> Clock:

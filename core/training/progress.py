@@ -26,7 +26,7 @@ from typing import Any
 
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
-from core.dht.validation import RecordSchema
+from core.dht.validation import RecordSchema, renewal_bound
 from core.net.host.gate import AccessGate
 from core.trust.passes import AccessDenied, AccessPass
 from core.trust.peer_id import PeerID
@@ -171,9 +171,11 @@ class PeerProgress:
             return None
 
 
-def pass_carrying_schema(name: str, key: str, access: AccessGate, fields: int) -> RecordSchema:
+def pass_carrying_schema(
+    name: str, key: str, access: AccessGate, fields: int, *, max_ahead: float | None = None
+) -> RecordSchema:
     """Records under ``key`` must be signed by their peer and be lists of ``fields`` values followed
-    by a pass that admits that peer."""
+    by a pass that admits that peer (and expire at most ``max_ahead`` seconds ahead)."""
 
     def authorize(signer: PeerID | None, data: bytes) -> None:
         if signer is None:
@@ -188,7 +190,7 @@ def pass_carrying_schema(name: str, key: str, access: AccessGate, fields: int) -
         except AccessDenied as exc:
             raise InvalidRecord(f"{name} record of {signer}: {exc}") from None
 
-    return RecordSchema(name, key, subkeys="owned", authorize=authorize)
+    return RecordSchema(name, key, subkeys="owned", authorize=authorize, max_ahead=max_ahead)
 
 
 @dataclass(frozen=True)
@@ -253,8 +255,16 @@ class ProgressBoard:
         self._ttl = ttl
         self._me = str(dht.peer_id)
         self._access = access
+        # a record is renewed every few seconds: one that claims a day would let a stranger's
+        # epoch stall the collaboration long after its last store
+        ahead = renewal_bound(ttl)
         if access is not None:
-            dht.rules.add_schema(pass_carrying_schema("progress", self._key, access, _WIRE_FIELDS))
+            schema = pass_carrying_schema(
+                "progress", self._key, access, _WIRE_FIELDS, max_ahead=ahead
+            )
+        else:
+            schema = RecordSchema("progress", self._key, subkeys="owned", max_ahead=ahead)
+        dht.rules.add_schema(schema)
 
     async def publish(self, progress: PeerProgress) -> bool:
         if self._access is not None:

@@ -19,7 +19,8 @@ import torch
 from core.dht import DHTConfig, DHTNode
 from core.dht.memory import MemoryNetwork
 from core.dht.records import owner_marker
-from core.moe.announce import declare_experts, expert_schema, get_experts, max_ahead
+from core.dht.validation import renewal_bound
+from core.moe.announce import declare_experts, expert_schema, get_experts
 from core.moe.beam_search import MoEBeamSearch
 from core.moe.grid import ExpertGrid
 from core.trust.identity import Identity
@@ -113,5 +114,5 @@ async def test_a_strangers_own_entry_for_a_live_expert_costs_at_most_one_failed_
 
 
 def test_the_longest_life_an_announcement_may_have_is_minutes() -> None:
-    assert max_ahead(TTL) == 2 * TTL + 60
-    assert max_ahead(TTL) < DAY / 100
+    assert renewal_bound(TTL) == 2 * TTL + 60
+    assert renewal_bound(TTL) < DAY / 100
