@@ -121,6 +121,14 @@ def register(commands: Any) -> None:
         "and, in a moderated project, report it to the coordinator (the organizer's backbone "
         "server, logged in as a moderator)",
     )
+    parser.add_argument(
+        "--evidence-window",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds of refused calls gathered into one accusation per caller (default "
+        "60; at least 10)",
+    )
     add_login_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -128,10 +136,13 @@ def register(commands: Any) -> None:
 def settings_from_args(args: argparse.Namespace, manifest: DmoeManifest) -> ExpertHostSettings:
     """The server's settings from the command line (``ConfigError`` for a bad combination)."""
     from core.moe.runtime import ExpertHostSettings  # noqa: PLC0415 - torch only for this command
+    from core.training.call_evidence import MIN_WINDOW  # noqa: PLC0415 - as above
 
     _check_count(args, manifest)
     if args.stats_every < 0:
         raise ConfigError("--stats-every must be 0 (none) or more seconds")
+    if args.evidence_window is not None and not args.evidence_window >= MIN_WINDOW:
+        raise ConfigError(f"--evidence-window must be at least {MIN_WINDOW:g} seconds")
     port = manifest.network.peer_port if args.port is None else args.port
     checkpoints = args.checkpoints or (
         UserDirs.default().cache / "projects" / manifest.project.name / "experts"
@@ -194,7 +205,7 @@ async def _run(args: argparse.Namespace) -> int:
     return await with_access(
         settings,
         args,
-        lambda chosen, reporter: _serve(chosen, stop, collect, reporter),
+        lambda chosen, reporter: _serve(chosen, stop, args, reporter),
         report=collect,
     )
 
@@ -202,19 +213,20 @@ async def _run(args: argparse.Namespace) -> int:
 async def _serve(
     settings: ExpertHostSettings,
     stop: asyncio.Event,
-    collect: bool,
+    args: argparse.Namespace,
     reporter: ContributionReporter | None,
 ) -> int:
     from core.moe.events import to_json  # noqa: PLC0415
     from core.moe.runtime import ExpertHost  # noqa: PLC0415
-    from core.training.call_evidence import evidence_of_refusals  # noqa: PLC0415
+    from core.training.call_evidence import WINDOW, evidence_of_refusals  # noqa: PLC0415
 
     def emit(event: ExpertsEvent) -> None:
         print(json.dumps(to_json(event)), flush=True)
 
     evidence = evidence_of_refusals(
         settings.manifest.project.name,
-        collect=collect,
+        window=WINDOW if args.evidence_window is None else args.evidence_window,
+        collect=args.collect_evidence,
         on_evidence=None if reporter is None else reporter.submit_evidence,
     )
     server = ExpertHost(dataclasses.replace(settings, evidence=evidence), emit)

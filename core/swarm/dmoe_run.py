@@ -44,6 +44,8 @@ from core.util.tasks import BackgroundTasks
 LOOPBACK = ("--host", "127.0.0.1", "--port", "0")
 READY_TIMEOUT = 120.0
 """Seconds a process has to say it is ready (it loads torch first)."""
+EVIDENCE_WINDOW = 10.0
+"""Seconds of poisoned calls a server gathers into one accusation per caller (the shortest)."""
 LAST_LINES_TIMEOUT = 5.0
 """Seconds to finish reading a stopped server's last lines (its output ends when it exits)."""
 
@@ -198,13 +200,16 @@ class LocalDmoeRun:
         self._checkpoints = work / "experts"
         common = ["experts", "--manifest", str(self._manifest_path), *LOOPBACK]
         common += ["--checkpoints", str(self._checkpoints), "--stats-every", "5"]
+        # a demo lasts minutes: say who sent poisoned calls within seconds, not a minute
+        common += ["--evidence-window", str(EVIDENCE_WINDOW)]
         address: str | None = None
         for i in range(count):
             args = [*common, "--uids", *uids[i::count]]
             if address is not None:
                 args += ["--initial-peers", address]
             else:
-                args.append("--offer-relay")  # the first server is the swarm's backbone
+                # the first server is the swarm's backbone: it relays, and reports the evidence
+                args += ["--offer-relay", "--collect-evidence"]
             child = await self._spawn(f"experts-{i}", args, work, ORGANIZER if i == 0 else i - 1)
             self._servers.append(child)
             ready = await self._ready(child)

@@ -167,14 +167,17 @@ class RefusedCalls:
 def evidence_of_refusals(
     project: str,
     *,
+    window: float = WINDOW,
     collect: bool = False,
     on_evidence: Callable[[list[Evidence]], None] | None = None,
 ) -> Callable[[DHTNode, Host], RefusedCalls]:
     """What an expert server of ``project`` builds, once its host and DHT node exist, to turn its
     refused calls into evidence (``collect``: the backbone's server, which also reports)."""
+    if window < MIN_WINDOW:
+        raise ValueError(f"the evidence window must be at least {MIN_WINDOW:g} seconds")
 
     def build(dht: DHTNode, host: Host) -> RefusedCalls:
         board = EvidenceBoard(dht, host.identity, project, access=host.access)
-        return RefusedCalls(board, collect=collect, on_evidence=on_evidence)
+        return RefusedCalls(board, window=window, collect=collect, on_evidence=on_evidence)
 
     return build
