@@ -381,6 +381,24 @@ def test_flood_benchmark_writes_its_fields(tmp_path: Path) -> None:
     assert result["one_address"]["rss_mb"]["after_over_no_flood_after"] > 0
 
 
+def test_flood_benchmark_writes_its_storage_flood_fields(tmp_path: Path) -> None:
+    out = tmp_path / "flood.json"
+    args = ["--scenarios", "store_one_address", "--store-flooders", "2"]
+    args += ["--values-per-identity", "4", "--baseline", "1", "--flood", "2", "--after", "1"]
+    run_benchmark("flood.py", *args, "--json", str(out), timeout=120)
+    scenario = json.loads(out.read_text())["store_one_address"]
+    for phase in ("baseline", "flood", "after"):
+        assert scenario[phase]["find"]["count"] > 0
+        assert scenario[phase]["missing"] == 0
+    assert scenario["node_at_flood_end"]["stored_bytes"] > 0
+    assert set(scenario["goals"]) == {
+        "honest_records_all_readable",
+        "honest_finds_within_1s",
+        "rss_after_allowed_mb",
+        "rss_after_within_quota",
+    }
+
+
 def test_moe_benchmark_writes_a_section_per_part(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
     run_benchmark(
