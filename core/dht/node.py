@@ -86,6 +86,11 @@ class DHTNode:
             config.network_quota_bytes,
             config.network_quota_values,
         )
+
+        def records(capacity: int, max_bytes: int) -> RecordStore:
+            per_key = config.max_values_per_key
+            return RecordStore(clock, capacity, per_key, max_bytes=max_bytes, quotas=quotas)
+
         self.state = state = NodeState(
             transport=transport,
             config=config,
@@ -93,20 +98,8 @@ class DHTNode:
             identity=identity,
             node_id=own_id,
             table=RoutingTable(own_id, config.k, config.depth_modulo),
-            storage=RecordStore(
-                clock,
-                config.storage_capacity,
-                config.max_values_per_key,
-                max_bytes=config.storage_bytes,
-                quotas=quotas,
-            ),
-            cache=RecordStore(
-                clock,
-                config.cache_capacity,
-                config.max_values_per_key,
-                max_bytes=config.cache_bytes,
-                quotas=quotas,
-            ),
+            storage=records(config.storage_capacity, config.storage_bytes),
+            cache=records(config.cache_capacity, config.cache_bytes),
             rules=RecordRules(limits, schemas),
             tasks=BackgroundTasks(f"dht-{identity.peer_id.short()}"),
         )

@@ -28,6 +28,7 @@ from core.training.call_evidence import evidence_of_refusals
 from core.trust.evidence import Evidence
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
+from tests.support.small_dmoe import MANIFEST
 
 UID = "ffn.0.0"
 SPEC = ExpertSpec("ffn", 8, "adam", 0.01, 16)
@@ -131,33 +132,11 @@ def test_weights_that_turn_non_finite_are_replaced_by_the_newest_checkpoint(
         assert torch.equal(value, saved[name]), name
 
 
-SERVED = """
-[project]
-name = "poison-test"
-kind = "dmoe"
-[grid]
-prefix = "ffn"
-shape = [2, 2]
-[expert]
-kind = "ffn"
-hidden = 8
-optimizer = "adam"
-lr = 0.01
-max_batch = 16
-[server]
-announce_ttl = 30.0
-max_wait = 0.0
-checkpoint_interval = 0.0
-[trainer]
-batch_size = 8
-"""
-
-
 async def test_poisoned_calls_to_a_running_server_become_evidence_against_the_caller(
     make_host: MakeHost,
 ) -> None:
     collected: list[Evidence] = []
-    manifest = parse_dmoe_manifest(SERVED)
+    manifest = parse_dmoe_manifest(MANIFEST)
     evidence = evidence_of_refusals(
         manifest.project.name, collect=True, on_evidence=collected.extend
     )

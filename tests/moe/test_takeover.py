@@ -25,29 +25,8 @@ from core.net.errors import ResourceExhaustedError
 from core.project import DmoeManifest, parse_dmoe_manifest
 from tests.conftest import MakeHost
 from tests.support.leaks import wait_until
+from tests.support.small_dmoe import MANIFEST
 
-MANIFEST = """
-[project]
-name = "takeover-test"
-kind = "dmoe"
-[grid]
-prefix = "ffn"
-shape = [2, 2]
-[expert]
-kind = "ffn"
-hidden = 8
-optimizer = "adam"
-lr = 0.01
-max_batch = 16
-[server]
-announce_ttl = 30.0
-max_wait = 0.0
-max_queue = 64
-checkpoint_interval = 0.0
-checkpoint_updates = 2
-[trainer]
-batch_size = 8
-"""
 UID = "ffn.1.0"
 
 
