@@ -25,52 +25,18 @@ from pytestqt.qtbot import QtBot
 from app import wording
 from app.errors import explain, own_words
 from app.pages.dashboard import DashboardPage
-from app.pages.first_run import FirstRunPage
 from app.widgets.project_url import url_problem
 from app.window import MainWindow
 from core.api.errors import BadRequest, CoordinatorUnreachable
 from core.api.events import Event, ManifestUpdated
-from core.api.schema import AttachRequest, ProjectPreview, ResourceUse
+from core.api.schema import ProjectPreview, ResourceUse
 from core.api.testing import FakeEngine
 from core.api.testing.sample_data import REMOTE_PREVIEW
+from tests.app.join_support import CLICK, OTHER_KEY, look_up, previewed, record_attaches, wizard
 
-CLICK = Qt.MouseButton.LeftButton
 ACCOUNT_STEP, PRESET_STEP = 1, 2
 URL = REMOTE_PREVIEW.url
 KEY = REMOTE_PREVIEW.project_key
-OTHER_KEY = "12D3KooWHxyWyq1dWMYk4xjmhMVGyRd3nMTWG3a3mLqq3Rj7cA4v"
-
-
-def wizard(window: MainWindow, qtbot: QtBot) -> FirstRunPage:
-    page = window.first_run
-    qtbot.waitUntil(lambda: window.root.currentWidget() is page, timeout=10_000)
-    qtbot.waitUntil(lambda: page.offer_list.count() > 0, timeout=10_000)
-    return page
-
-
-def look_up(page: FirstRunPage, qtbot: QtBot, text: str) -> None:
-    page.url_field.edit.setText(text)
-    qtbot.mouseClick(page.url_field.button, CLICK)
-
-
-def previewed(page: FirstRunPage, qtbot: QtBot) -> ProjectPreview:
-    qtbot.waitUntil(lambda: page.previewing() is not None, timeout=10_000)
-    preview = page.previewing()
-    assert preview is not None
-    return preview
-
-
-def record_attaches(engine: FakeEngine) -> list[AttachRequest]:
-    """The requests ``engine.attach`` is called with, in order (it answers as before)."""
-    requests: list[AttachRequest] = []
-    original = engine.attach
-
-    async def attach(request: AttachRequest) -> object:
-        requests.append(request)
-        return await original(request)
-
-    engine.attach = attach  # type: ignore[method-assign]
-    return requests
 
 
 def test_a_url_is_previewed_then_joined_with_its_key_pinned(

@@ -17,10 +17,12 @@ from pytestqt.qtbot import QtBot
 
 from app.pages.first_run import FirstRunPage
 from app.window import MainWindow
-from core.api.schema import AttachRequest, ProjectPreview
+from core.api.schema import ProjectPreview
 from core.api.testing import FakeEngine
 from core.api.testing.sample_data import REMOTE_PREVIEW
 from tests.app import conftest as app_fixtures
+from tests.app.join_support import CLICK, OTHER_KEY, previewed, record_attaches, wizard
+from tests.app.join_support import look_up as look_up_only
 
 # the app's fixtures, as tests/app has them: a shown window on a fresh fake engine
 app_settings = app_fixtures.app_settings
@@ -28,39 +30,14 @@ fresh = app_fixtures.fresh
 make_store = app_fixtures.make_store
 make_window = app_fixtures.make_window
 
-CLICK = Qt.MouseButton.LeftButton
 URL = REMOTE_PREVIEW.url
 KEY = REMOTE_PREVIEW.project_key
-OTHER_KEY = "12D3KooWHxyWyq1dWMYk4xjmhMVGyRd3nMTWG3a3mLqq3Rj7cA4v"
 LAN_URL = "http://192.168.1.20:8470"
 
 
-def wizard(window: MainWindow, qtbot: QtBot) -> FirstRunPage:
-    page = window.first_run
-    qtbot.waitUntil(lambda: window.root.currentWidget() is page, timeout=10_000)
-    qtbot.waitUntil(lambda: page.offer_list.count() > 0, timeout=10_000)
-    return page
-
-
 def look_up(page: FirstRunPage, qtbot: QtBot, text: str) -> ProjectPreview:
-    page.url_field.edit.setText(text)
-    qtbot.mouseClick(page.url_field.button, CLICK)
-    qtbot.waitUntil(lambda: page.previewing() is not None, timeout=10_000)
-    preview = page.previewing()
-    assert preview is not None
-    return preview
-
-
-def record_attaches(engine: FakeEngine) -> list[AttachRequest]:
-    requests: list[AttachRequest] = []
-    original = engine.attach
-
-    async def attach(request: AttachRequest) -> object:
-        requests.append(request)
-        return await original(request)
-
-    engine.attach = attach  # type: ignore[method-assign]
-    return requests
+    look_up_only(page, qtbot, text)
+    return previewed(page, qtbot)
 
 
 def shown_text(page: FirstRunPage) -> str:
