@@ -16,17 +16,16 @@ logarithmic time: the storage makes that holder give way first when it is full.
 from __future__ import annotations
 
 import heapq
-import ipaddress
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from core.net.host.admission import address_block
 from core.trust.peer_id import PeerID
 
 K = TypeVar("K")
 
-IPV4_PREFIX = 24
 IPV6_PREFIX = 48
-"""The blocks one home, one office or one provider customer typically holds."""
+"""The IPv6 block one home, office or provider customer typically holds (IPv4: a /24)."""
 
 _HEAP_SLACK = 64
 """A tally's heap is rebuilt once its stale entries outnumber the holders by this much."""
@@ -47,14 +46,7 @@ caller can be it: a remote peer is a PeerID and its network an address prefix or
 
 def network_of(ip: str) -> str | None:
     """The prefix ``ip`` is counted under (its /24 or /48), or None if it is not an IP address."""
-    try:
-        address = ipaddress.ip_address(ip.split("%", 1)[0])
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    bits = IPV4_PREFIX if address.version == 4 else IPV6_PREFIX
-    return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
+    return address_block(ip, IPV6_PREFIX)
 
 
 def source_of(peer: PeerID, ip: str | None) -> Source:

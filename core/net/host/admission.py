@@ -23,16 +23,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
-def network_prefix(source: str) -> str:
-    """The prefix ``source`` is counted under: its /24 (IPv4, IPv4-mapped IPv6) or /56 (IPv6)."""
+def address_block(source: str, ipv6_bits: int = 56) -> str | None:
+    """The block ``source`` belongs to: its /24 (IPv4, IPv4-mapped IPv6) or its ``ipv6_bits``
+    prefix (IPv6); None when it is not an IP address."""
     try:
         ip = ipaddress.ip_address(source.split("%", 1)[0])
     except ValueError:
-        return source  # not an address (a relay's key): its own prefix
+        return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    bits = 24 if ip.version == 4 else 56
+    bits = 24 if ip.version == 4 else ipv6_bits
     return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
+
+
+def network_prefix(source: str) -> str:
+    """The prefix ``source`` is counted under: its /24 (IPv4, IPv4-mapped IPv6) or /56 (IPv6)."""
+    return address_block(source) or source  # not an address (a relay's key): its own prefix
 
 
 def _nothing() -> None:
