@@ -59,6 +59,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,17 @@ def raise_file_limit() -> None:
 # ---- the flooder (its own process, so its work does not slow the measuring loop) ----------------
 
 
+async def _run_saying(tasks: list[asyncio.Task[None]], progress: Callable[[], str]) -> None:
+    """Let a flooder's tasks run until cancelled, saying ``progress()`` on stderr every 5 s."""
+    try:
+        while True:
+            await asyncio.sleep(5)
+            print(f"flooder: {progress()}", file=sys.stderr, flush=True)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 async def flood(host: str, port: int, count: int, sources: list[str], renew: float) -> None:
     raise_file_limit()
     opened = 0
@@ -134,14 +146,10 @@ async def flood(host: str, port: int, count: int, sources: list[str], renew: flo
             writer.close()
             await asyncio.sleep(renew)
 
-    tasks = [asyncio.create_task(hold(n)) for n in range(count)]
-    try:
-        while True:
-            await asyncio.sleep(5)
-            print(f"flooder: {opened} connections opened so far", file=sys.stderr, flush=True)
-    finally:
-        for task in tasks:
-            task.cancel()
+    await _run_saying(
+        [asyncio.create_task(hold(n)) for n in range(count)],
+        lambda: f"{opened} connections opened so far",
+    )
 
 
 async def store_flood(
@@ -191,14 +199,10 @@ async def store_flood(
                 await asyncio.sleep(0.5)
             serial += count
 
-    tasks = [asyncio.create_task(worker(n)) for n in range(count)]
-    try:
-        while True:
-            await asyncio.sleep(5)
-            print(f"flooder: {sent} values sent, {accepted} accepted", file=sys.stderr, flush=True)
-    finally:
-        for task in tasks:
-            task.cancel()
+    await _run_saying(
+        [asyncio.create_task(worker(n)) for n in range(count)],
+        lambda: f"{sent} values sent, {accepted} accepted",
+    )
 
 
 # ---- the measuring side -------------------------------------------------------------------------
