@@ -2,6 +2,8 @@
 
 - ``errors``     DataError: data that cannot be found, read or used as configured.
 - ``corpus``     write_demo_corpus: a deterministic synthetic English-like corpus in jsonl.gz shards.
+- ``stdlib_text`` write_stdlib_corpus: real prose from Python's own documentation, held out by module.
+- ``shard_files`` deterministic jsonl.gz shards and the corpus.json that marks a corpus complete.
 - ``tokenizer``  TextTokenizer, train_tokenizer, load_tokenizer: a local WordPiece vocabulary.
 - ``sources``    DataSource: shard URLs (paths, file://, http(s)://), weight, format, text field.
 - ``readers``    read_shard: one shard's texts, streamed with `datasets` (jsonl, parquet) or stdlib (text).

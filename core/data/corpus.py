@@ -14,16 +14,14 @@ returns at once.
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
-import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 from core.data.errors import DataError
+from core.data.shard_files import MANIFEST, jsonl_gz, matches, read_manifest, write_atomically
 
-MANIFEST = "corpus.json"
 _GENERATOR_VERSION = 1  # bump when the grammar changes, so that old corpora are rewritten
 
 _SHE = ("anna", "mara", "nina", "lena", "sofia", "emma", "rosa", "ida", "clara", "julia", "vera")
@@ -178,15 +176,15 @@ class _Paragraph:
 def _shard_bytes(seed: int, shard: int, target: int) -> tuple[bytes, int]:
     """One gzipped JSON Lines shard of at least ``target`` uncompressed bytes, and its line count."""
     rng = random.Random(f"barnraise-demo-corpus/{seed}/{shard}")  # str seeds hash stably (sha512)
-    buffer = io.BytesIO()
-    lines = size = 0
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as out:
-        while size < target or lines == 0:
-            line = (json.dumps({"text": _Paragraph(rng).text()}) + "\n").encode()
-            out.write(line)
-            size += len(line)
-            lines += 1
-    return buffer.getvalue(), lines
+
+    def paragraphs() -> Iterator[str]:
+        size = 0
+        while size < target or size == 0:
+            text = _Paragraph(rng).text()
+            size += len(json.dumps({"text": text})) + 1
+            yield text
+
+    return jsonl_gz(paragraphs())
 
 
 def write_demo_corpus(
@@ -209,8 +207,8 @@ def write_demo_corpus(
         "megabytes": megabytes,
     }
     names = [f"shard-{index:05d}.jsonl.gz" for index in range(shards)]
-    previous = _read_manifest(directory / MANIFEST)
-    if previous is not None and _matches(previous, wanted, names, directory):
+    previous = read_manifest(directory / MANIFEST)
+    if previous is not None and matches(previous, wanted, names, directory):
         return [directory / name for name in names]
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -218,7 +216,7 @@ def write_demo_corpus(
     files = []
     for index, name in enumerate(names):
         data, lines = _shard_bytes(seed, index, per_shard)
-        _write_atomically(directory / name, data)
+        write_atomically(directory / name, data)
         files.append({"name": name, "bytes": len(data), "examples": lines})
     if previous is not None:  # remove shards of an earlier, larger corpus written here
         old_files = previous.get("files")
@@ -226,37 +224,5 @@ def write_demo_corpus(
             if isinstance(entry, dict) and entry.get("name") not in names:
                 (directory / str(entry.get("name"))).unlink(missing_ok=True)
     manifest = json.dumps({**wanted, "files": files}, indent=2) + "\n"
-    _write_atomically(directory / MANIFEST, manifest.encode())  # last: marks the corpus complete
+    write_atomically(directory / MANIFEST, manifest.encode())  # last: marks the corpus complete
     return [directory / name for name in names]
-
-
-def _read_manifest(path: Path) -> dict[str, object] | None:
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) else None
-
-
-def _matches(
-    manifest: dict[str, object], wanted: dict[str, object], names: list[str], directory: Path
-) -> bool:
-    """Whether the manifest describes this corpus and every file is still there, at its size."""
-    if any(manifest.get(key) != value for key, value in wanted.items()):
-        return False
-    files = manifest.get("files")
-    if not isinstance(files, list) or len(files) != len(names):
-        return False
-    for entry, name in zip(files, names, strict=True):
-        if not isinstance(entry, dict) or entry.get("name") != name:
-            return False
-        path = directory / str(entry.get("name"))
-        if not path.is_file() or path.stat().st_size != entry.get("bytes"):
-            return False
-    return True
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
