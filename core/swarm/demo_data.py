@@ -2,8 +2,9 @@
 
 ``barnraise swarm`` serves them to its peers over a local HTTP server (``core.data.ShardServer``);
 tests and benchmarks that run the demo's peers themselves prepare them the same way. The corpus is
-generated deterministically (8 shards); the tokenizer is trained on it once and kept, unless the
-file there cannot be loaded.
+real prose from Python's own documentation (``core.data.stdlib_text``): 8 training shards and a
+held-out one (``shards/held-out/``) that no peer trains on. The tokenizer is trained on the training
+shards once and kept, unless the file there cannot be loaded.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from core.util.process.resources import resource_path
 DEMO_MANIFEST = resource_path("demo/project.toml")
 """The demo project's manifest, among the data files (the checkout's, the wheel's or the bundle's)."""
 SHARDS = 8
-SHARD_MEGABYTES = 4.0
 TOKENIZER_SAMPLE = 20_000
 """Texts the tokenizer is trained on."""
 
@@ -30,10 +30,10 @@ def prepare_demo_data(manifest: Manifest, root: Path) -> None:
         load_tokenizer,
         stream_texts,
         train_tokenizer,
-        write_demo_corpus,
     )
+    from core.data.stdlib_text import write_stdlib_corpus  # noqa: PLC0415
 
-    write_demo_corpus(root / "shards", shards=SHARDS, megabytes=SHARD_MEGABYTES, seed=0)
+    write_stdlib_corpus(root / "shards", shards=SHARDS, seed=0)
     tokenizer = root / manifest.data.tokenizer
     if tokenizer.exists():
         with contextlib.suppress(Exception):  # a damaged one is trained again below
