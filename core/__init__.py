@@ -34,6 +34,8 @@ contracts hold them to it):
   engine, demo data, peer processes, the moderated set-up.
 - ``organize`` an organizer's tools: ``barnraise project new`` (manifest, keys, accounts, service
   files) and ``project check`` (a manifest and its data).
+- ``export``  ``barnraise export``: a collaborative project's trained model as a folder for
+  transformers and the Hugging Face Hub (beside ``organize``: neither imports the other).
 - ``engine``  the long-running engine: scheduler loop, project runner, metering, events, settings file.
 - ``control`` the control API server, the one-engine-per-user lock, the engine daemon.
 - ``api``     the contract shared with the desktop app and ``barnraise ctl``: schema, events, client

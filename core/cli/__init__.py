@@ -24,6 +24,8 @@
 - ``project``   ``barnraise project new``: a new project's folder (manifest, keys, the organizer's
   account, service files for the backbone), and ``project check``: a manifest and its data
   (``core.organize``).
+- ``export``    ``barnraise export``: a collaborative project's trained model as a folder for
+  transformers and the Hugging Face Hub (``core.export``).
 - ``app``       ``barnraise app`` (and ``barnraise`` alone on a desktop): hands over to the desktop app.
 - ``uninstall`` ``barnraise uninstall [--purge]``: removes the login item, says what is left (and
   with ``--purge`` removes the folders and saved logins too, never under a running engine).

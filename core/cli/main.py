@@ -32,6 +32,7 @@ COMMANDS = {
     "ctl": "core.cli.ctl",
     "coordinator": "core.cli.coordinator",
     "project": "core.cli.project",
+    "export": "core.cli.export",
     "uninstall": "core.cli.uninstall",
     "torch": "core.cli.torch_fetch",
 }
