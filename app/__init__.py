@@ -19,6 +19,6 @@
 - ``torch_fetch``   a light bundle's first run: fetching torch with a progress bar, offline said.
 - ``engine/``       the engine side: supervisor, bridge (threads meet the loop here), store, local
                     engines, the demo swarm, the fake connector.
-- ``pages/``        first run, dashboard, schedule, statistics, leaderboard, events.
+- ``pages/``        first run, dashboard, schedule, statistics, leaderboard, events, projects.
 - ``widgets/``      switch, tiles and cards, charts, banner, login form.
 """

@@ -43,6 +43,7 @@ from app.pages.dashboard import DashboardPage
 from app.pages.events import EventsPage
 from app.pages.first_run import FirstRunPage
 from app.pages.leaderboard import LeaderboardPage
+from app.pages.projects import ProjectsPage
 from app.pages.schedule import SchedulePage
 from app.pages.statistics import StatisticsPage
 from app.settings import AppSettings
@@ -56,7 +57,9 @@ PAGES = (
     ("statistics", "Statistics", "What this computer contributed, day by day"),
     ("leaderboard", "Leaderboard", "Your place among the project's volunteers"),
     ("events", "Events", "What the engine did recently, and diagnostics"),
+    ("projects", "Projects", "Every project you joined: switch to another, or leave one"),
 )
+"""Projects comes last so that the other pages keep their shortcuts (Ctrl+1 to Ctrl+5)."""
 Choice = Literal["background", "quit"]
 
 
@@ -158,6 +161,8 @@ class MainWindow(QMainWindow):
         self.first_run.cancelled.connect(self._adding_cancelled)
         self.first_run.demoRequested.connect(self.demoRequested)
         self.page["dashboard"].loginRequested.connect(self.open_login)  # type: ignore[attr-defined]
+        self.projects_page.problem.connect(self._project_problem)
+        self.projects_page.addRequested.connect(self.open_add_project)
         store.connectionChanged.connect(self._connection)
         # bound methods, not lambdas: Qt drops a connection when its receiver is deleted, and a
         # lambda has none (a state change during teardown reached a deleted label)
@@ -176,15 +181,17 @@ class MainWindow(QMainWindow):
         self.nav = QListWidget()
         self.nav.setObjectName("nav")
         self.nav.setFixedWidth(190)
-        self.nav.setToolTip("Pages (Ctrl+1 to Ctrl+5)")
+        self.nav.setToolTip(f"Pages (Ctrl+1 to Ctrl+{len(PAGES)})")
         self.nav.setAccessibleName("Pages")
         self.pages = QStackedWidget()
+        self.projects_page = ProjectsPage(store)
         self.page: dict[str, QWidget] = {
             "dashboard": DashboardPage(store),
             "schedule": SchedulePage(store),
             "statistics": StatisticsPage(store),
             "leaderboard": LeaderboardPage(store),
             "events": EventsPage(store),
+            "projects": self.projects_page,
         }
         for key, title, tip in PAGES:
             item = QListWidgetItem(title)
@@ -264,18 +271,25 @@ class MainWindow(QMainWindow):
         # the engine's answer first: the projects' snapshot may not have heard of a switch yet
         active = next((p.name for p in self.store.projects or [] if p.active), None)
         level: Level = "info"
-        if (joined is not None and joined.active) or active is None or active == name:
+        beside = not (joined is not None and joined.active) and active not in (None, name)
+        if not beside:
             text = f"{name} joined: this computer contributes to it now."
         else:
             text = (
                 f"{name} joined. {active} stays the project this computer contributes to; to "
-                f"switch, run barnraise ctl activate {name}."
+                "switch, choose “Contribute to this project” on the Projects page."
             )
             if self.first_run.switch_problem is not None:
                 level = "warning"
                 text = f"{name} joined beside {active}. {self.first_run.switch_problem}"
         self.banner.setProperty("about", "project")
-        self.banner.show_message(level, text)
+        self.banner.show_message(
+            level,
+            text,
+            action="Show projects" if beside else None,
+            on_action=lambda: self.show_page("projects"),
+            tip="Open the Projects page, where you can switch to it",
+        )
         self.show_page("dashboard")
         self._choose_view()
 
@@ -342,6 +356,10 @@ class MainWindow(QMainWindow):
             on_action=self.store.bridge.retry,
             tip="Start the engine again and reconnect",
         )
+
+    def _project_problem(self, text: str) -> None:
+        self.banner.setProperty("about", "project")
+        self.banner.show_message("warning", text)
 
     def _engine_error(self, where: str, message: str) -> None:
         self.banner.setProperty("about", "error")

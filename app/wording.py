@@ -23,7 +23,15 @@ from core.api.events import (
     RolledBack,
     StateChanged,
 )
-from core.api.schema import Network, ResourceUse, Rounds, TrainingDevice
+from core.api.schema import (
+    AccountInfo,
+    Network,
+    ProjectInfo,
+    ResourceUse,
+    Rounds,
+    Statistics,
+    TrainingDevice,
+)
 
 STATE_WORDS = {
     "idle": "Idle",
@@ -364,3 +372,85 @@ def update_refused_line(reason: str) -> str:
     """The one line an attached project shows while its latest signed update is refused."""
     reason = reason.strip().rstrip(".")
     return f"The project's latest update was not applied: {reason}."
+
+
+# ---- the attached projects (the Projects page) ---------------------------------------------------
+
+PROJECT_KIND_NAMES = {"collaborative": "Collaborative training", "dmoe": "Mixture of experts"}
+
+
+def project_kind_name(kind: str) -> str:
+    """A kind of project in two or three words (``project_kind`` says what it means)."""
+    return PROJECT_KIND_NAMES.get(kind, kind)
+
+
+def project_origin(project: ProjectInfo) -> str:
+    """Where an attached project was joined from: its address, a manifest file, the demo swarm."""
+    if project.local_swarm:
+        return "The demo swarm running on this computer"
+    if project.source_url is not None:
+        version = project.manifest_version
+        return project.source_url + (f" · manifest version {version}" if version else "")
+    return f"The manifest file {project.manifest}"
+
+
+def project_account(moderated: bool, *, active: bool, account: AccountInfo | None) -> str:
+    """Whether contributing to an attached project needs an account, and (the active project's,
+    with the ``account`` the engine holds for it) whether this computer is logged in there."""
+    if not moderated:
+        return "Open to everyone: no account needed"
+    if not active or account is None:
+        return "Members only: needs a login at its coordinator"
+    if account.logged_in:
+        return f"Members only: logged in as {account.username}"
+    return "Members only: not logged in; log in to contribute"
+
+
+def project_figures(statistics: Statistics | None) -> str:
+    """What this computer contributed to one project (its own rows of the ledger)."""
+    if statistics is None:
+        return "Reading its figures…"
+    totals = statistics.totals
+    if not totals.samples and not totals.compute_seconds:
+        return "Nothing contributed to it yet"
+    return (
+        f"{count(totals.samples)} samples · {hours(totals.compute_seconds)} of compute · "
+        f"{count(totals.epochs)} epochs · {count(statistics.today.samples)} samples today"
+    )
+
+
+def switch_tip(name: str, active: str | None) -> str:
+    """What "Contribute to this project" does for ``name`` while ``active`` is the active one."""
+    if active is None:
+        return f"Make {name} the project this computer contributes to"
+    return (
+        f"Contribute to {name} instead of {active} (one project at a time); what {active} "
+        "counted stays counted"
+    )
+
+
+def leave_question(name: str, *, active: str | None, next_active: str | None) -> tuple[str, str]:
+    """(question, details) for leaving the attached project ``name``: what happens now, what is
+    kept and what is lost. ``active``: the project contributed to now; ``next_active``: the one
+    the engine makes active if ``name`` is it (the first of the others), None if none is left."""
+    if name != active:
+        stays = f"{active} stays the one" if active else "no other project becomes the one"
+        now = f"Barnraise removes {name} from your projects; {stays} this computer contributes to."
+    elif next_active is not None:
+        now = (
+            f"This computer stops contributing to {name} (its last work is counted first); "
+            f"{next_active} becomes the project it contributes to."
+        )
+    else:
+        now = (
+            f"This computer stops contributing to {name} (its last work is counted first). No "
+            "project is left: Barnraise then asks you to join one."
+        )
+    details = (
+        f"{now}\n\nKept: what this computer contributed to {name}, which your statistics go on "
+        "counting; your account at its coordinator, if it has one, and what it credited you with "
+        "there; its files, such as checkpoints, in Barnraise's cache folder.\n\nNot kept: its "
+        f"place among your projects. To contribute to {name} again, join it again with "
+        "File ▸ Add project…"
+    )
+    return f"Leave {name}?", details

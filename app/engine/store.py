@@ -3,7 +3,8 @@
 Pages read the snapshots and listen to the signals; they never call the engine themselves. The store
 keeps the snapshots fresh from three sources: the answers to its own calls, the engine's events
 (applied at once, so the window reacts within the event's trip), and slow timers as a safety net
-(statistics every half minute, the leaderboard every few minutes while it is being looked at).
+(statistics every half minute, each project's own with them while the projects page is looked at,
+the leaderboard every few minutes while it is being looked at).
 Commands go through the store too and return the ``PendingCall``, so the control that asked can
 show an error next to itself.
 """
@@ -79,6 +80,8 @@ class EngineStore(QObject):
     historyChanged = Signal()
     pointAdded = Signal(object)
     projectsChanged = Signal(object)
+    projectFiguresChanged = Signal(object)
+    """Each attached project's own statistics (``project_figures``)."""
     offersChanged = Signal(object)
     leaderboardChanged = Signal(object)
     eventAdded = Signal(object)
@@ -103,6 +106,8 @@ class EngineStore(QObject):
         self.account: AccountInfo | None = None
         self.history: list[EpochPoint] = []
         self.projects: list[ProjectInfo] | None = None
+        self.project_figures: dict[str, Statistics] = {}
+        """Each attached project's own statistics, by name (read while the projects page shows)."""
         self.offers: list[ProjectOffer] | None = None
         self.board = BoardSnapshot()
         self.events: collections.deque[Event] = collections.deque(maxlen=500)
@@ -111,13 +116,17 @@ class EngineStore(QObject):
         bridge.connected.connect(self._on_connected)
         bridge.eventReceived.connect(self._on_event)
         self._timers = [
-            self._every(statistics_every_ms, self.refresh_statistics),
+            self._every(statistics_every_ms, self._refresh_figures),
             self._every(state_every_ms, self.refresh_state),
         ]
         self._board_timer = self._every(leaderboard_every_ms, self.refresh_leaderboard)
         self._board_timer.stop()  # runs only while the leaderboard is on screen
+        self._projects_watched = False
+        # a change of the projects comes as an answer and then an event: their figures once
+        self._project_figures_soon = QTimer(self, singleShot=True, interval=200)
+        self._project_figures_soon.timeout.connect(self.refresh_project_figures)
         self._statistics_soon = QTimer(self, singleShot=True, interval=1500)
-        self._statistics_soon.timeout.connect(self.refresh_statistics)
+        self._statistics_soon.timeout.connect(self._refresh_figures)
 
     @property
     def connected(self) -> bool:
@@ -136,6 +145,14 @@ class EngineStore(QObject):
             self._board_timer.start()
         elif not on:
             self._board_timer.stop()
+
+    def watch_projects(self, on: bool) -> None:
+        """The projects page is (not) visible: read each project's figures and what its manifest
+        says now, and its figures again with the statistics, or stop."""
+        self._projects_watched = on
+        if on:
+            self.refresh_offers()
+            self.refresh_project_figures()
 
     # ---- refreshing --------------------------------------------------------------------------------
 
@@ -167,6 +184,16 @@ class EngineStore(QObject):
 
     def refresh_projects(self) -> PendingCall:
         return self._read("reading the projects", lambda c: c.projects(), self._set_projects)
+
+    def refresh_project_figures(self) -> PendingCall:
+        """Each attached project's own statistics, one after the other in one call."""
+        names = [p.name for p in self.projects or []]
+        days = self.statistics_days
+
+        async def each(client: EngineApi) -> dict[str, Statistics]:
+            return {name: await client.statistics(name, days) for name in names}
+
+        return self._read("reading each project's statistics", each, self._set_project_figures)
 
     def refresh_offers(self) -> PendingCall:
         return self._read("looking for projects", lambda c: c.offers(), self._set_offers)
@@ -216,6 +243,14 @@ class EngineStore(QObject):
         ``ProjectInfo``); the engine's ``ProjectsChanged`` refreshes the rest."""
         return self._command("switching projects", lambda c: c.activate_project(name), None)
 
+    def detach_project(self, name: str) -> PendingCall:
+        """Leave the attached project ``name`` (the projects left, a ``ProjectList``). Leaving the
+        active one makes another active, so everything that follows the active project is read
+        again at once, without waiting for the engine's ``ProjectsChanged``."""
+        call = self._command("leaving the project", lambda c: c.detach(name), self._set_projects)
+        call.succeeded.connect(lambda _: self.refresh_all())
+        return call
+
     def preview_project(self, url: str) -> PendingCall:
         """What the project at ``url`` is and would use (a ``ProjectPreview``); attaches nothing."""
         return self._command("looking up the project", lambda c: c.preview_project(url), None)
@@ -257,6 +292,11 @@ class EngineStore(QObject):
             pending.succeeded.connect(apply)
         return pending
 
+    def _refresh_figures(self) -> None:
+        self.refresh_statistics()
+        if self._projects_watched:
+            self.refresh_project_figures()
+
     def _background_failed(self, what: str, error: ApiError) -> None:
         if self.connected:  # while disconnected the connection banner already says it all
             self.engineError.emit(what, error.message)
@@ -293,6 +333,12 @@ class EngineStore(QObject):
     def _set_projects(self, projects: ProjectList) -> None:
         self.projects = list(projects.projects)
         self.projectsChanged.emit(self.projects)
+        if self._projects_watched:  # a project joined shows its figures with it
+            self._project_figures_soon.start()
+
+    def _set_project_figures(self, figures: dict[str, Statistics]) -> None:
+        self.project_figures = figures
+        self.projectFiguresChanged.emit(figures)
 
     def _set_offers(self, offers: ProjectOffers) -> None:
         self.offers = list(offers.offers)

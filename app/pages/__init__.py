@@ -8,4 +8,6 @@
 - ``statistics``   the ledger as charts (samples, compute hours, data per day) and totals.
 - ``leaderboard``  rank, percentile, neighbours, top 10, your 7 days; stale data marked.
 - ``events``       the engine's recent events and "copy diagnostics".
+- ``projects``     every attached project, the active one marked, each with its own figures;
+                   contribute to another, or leave one (asked first).
 """

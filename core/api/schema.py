@@ -453,6 +453,8 @@ class ProjectOffer:
     note: str = ""
     """One line for the user: where it runs, how many peers, whether it needs an account."""
     moderated: bool = False
+    kind: ProjectKind | None = None
+    """What its manifest declares; None where it cannot be read (or an older engine answered)."""
 
 
 @dataclass(frozen=True)

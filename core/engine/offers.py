@@ -8,13 +8,14 @@ attaching it a second time could only be refused.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.api.schema import ProjectOffer
+from core.api.schema import ProjectKind, ProjectOffer
 from core.engine.projects import ProjectSlot
-from core.project import ManifestError, load_any_manifest
+from core.project import DmoeManifest, ManifestError, load_any_manifest
 from core.swarm import LocalSwarm
 from core.util.blocking import BlockingPool
 
@@ -29,11 +30,12 @@ async def project_offers(
 ) -> list[ProjectOffer]:
     attached = {slot.name for slot in slots}
     offers = [swarm_offer(s, now=now) for s in swarms if s.project not in attached]
-    # the manifests say whether a project is moderated; reading them is file work
-    moderation = await blocking.run(_moderation, [slot.manifest for slot in slots])
-    for slot, (moderated, problem) in zip(slots, moderation, strict=True):
+    # the manifests say whether a project is moderated, and its kind; reading them is file work
+    facts = await blocking.run(_manifest_facts, [slot.manifest for slot in slots])
+    for slot, (moderated, kind, problem) in zip(slots, facts, strict=True):
         swarm = next((s for s in swarms if s.project == slot.name), None)
-        offers.append(attached_offer(slot, slot.name == active, moderated, problem, swarm))
+        offer = attached_offer(slot, slot.name == active, moderated, problem, swarm)
+        offers.append(dataclasses.replace(offer, kind=kind))
     return offers
 
 
@@ -91,14 +93,18 @@ def attached_offer(
     )
 
 
-def _moderation(paths: Sequence[Path]) -> list[tuple[bool, str | None]]:
-    out: list[tuple[bool, str | None]] = []
+def _manifest_facts(paths: Sequence[Path]) -> list[tuple[bool, ProjectKind | None, str | None]]:
+    """(moderated, kind, why the manifest cannot be read) for each manifest."""
+    out: list[tuple[bool, ProjectKind | None, str | None]] = []
     for path in paths:
         try:
-            out.append((load_any_manifest(path).access.moderated, None))
+            manifest = load_any_manifest(path)
         except ManifestError as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            out.append((False, f"its manifest cannot be read: {first}"))
+            out.append((False, None, f"its manifest cannot be read: {first}"))
+            continue
+        kind: ProjectKind = "dmoe" if isinstance(manifest, DmoeManifest) else "collaborative"
+        out.append((manifest.access.moderated, kind, None))
     return out
 
 

@@ -1,6 +1,6 @@
 """Accessibility: every control explains itself, the keyboard reaches it, and mnemonics lead somewhere.
 
-For each of the five pages (on a volunteer's fake engine), each step of the first-run wizard (on a
+For each of the pages (on a volunteer's fake engine), each step of the first-run wizard (on a
 fresh one) and the preview of a project looked up by its URL: every visible interactive widget has
 a tooltip and takes focus with Tab; pressing Tab from the page's first control visits every enabled
 one and comes back round (no widget keeps the focus to itself); and every label with an ``&``
@@ -166,6 +166,10 @@ def ready(window: MainWindow, key: str, qtbot: QtBot) -> QWidget:
         "statistics": lambda: store.statistics is not None,
         "leaderboard": lambda: store.board.fetched is not None,
         "events": lambda: len(store.events) > 0,
+        "projects": lambda: (
+            bool(store.projects)
+            and all(p.name in store.project_figures for p in store.projects or [])
+        ),
     }
     qtbot.waitUntil(waits[key], timeout=10_000)
     return page

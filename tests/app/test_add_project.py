@@ -112,10 +112,18 @@ def test_a_url_joins_and_lands_on_the_dashboard_without_the_preset_step(
     assert window.banner.isVisible()
     assert "open-albert joined" in window.banner.text.text()
     assert f"{DEMO} stays the project" in window.banner.text.text()
-    assert "barnraise ctl activate open-albert" in window.banner.text.text()
+    assert "on the Projects page" in window.banner.text.text()
+    assert "barnraise ctl" not in window.banner.text.text()
+    assert window.banner.action.text() == "Show projects"
     assert window.add_project_action.isEnabled()
     assert not window.first_run.adding
     assert (page.title.text(), page.intro.text()) == (TITLE, INTRO)
+    # where the switch is: the Projects page, with the new project waiting beside the demo
+    qtbot.mouseClick(window.banner.action, CLICK)
+    assert window.current_page() == "projects"
+    projects = window.projects_page
+    qtbot.waitUntil(lambda: list(projects.cards) == [DEMO, "open-albert"], timeout=10_000)
+    assert projects.cards["open-albert"].switch_button.isVisible()
 
 
 def test_a_moderated_project_that_becomes_active_goes_through_the_login(

@@ -2,7 +2,7 @@
 
 What is checked: the first close asks (keep contributing in the background, quit, or cancel) and a
 remembered answer is not asked again; without a tray "background" still hands over to the app (which
-then exits and leaves the engine running); Ctrl+1 to Ctrl+5 switch pages and the last page is
+then exits and leaves the engine running); Ctrl+1 to Ctrl+6 switch pages and the last page is
 remembered; an engine stopped on purpose gets a banner whose "Start the engine" reconnects; an error
 event after connecting shows a warning banner, while the engine's older backlog shows none.
 """
@@ -144,6 +144,7 @@ def test_ctrl_number_switches_pages_and_the_page_is_remembered(
         (Qt.Key.Key_3, "statistics"),
         (Qt.Key.Key_4, "leaderboard"),
         (Qt.Key.Key_5, "events"),
+        (Qt.Key.Key_6, "projects"),
         (Qt.Key.Key_1, "dashboard"),
         (Qt.Key.Key_3, "statistics"),
     ):

@@ -56,6 +56,7 @@ from core.api.schema import (
     Network,
     Progress,
     ProjectInfo,
+    ProjectKind,
     ProjectList,
     ProjectOffers,
     ProjectPreview,
@@ -141,8 +142,9 @@ class FakeEngine:
         self.last_error: str | None = None
         self.network: Network | None = None
         """How others reach the peer (``set_network``); shown while a project is active."""
-        self.contributed = scenario == "contributing"
-        """Whether the ledger has a history (statistics); a first start has none."""
+        self.ledger_seeds: dict[str, int] = {DEMO: 7} if scenario == "contributing" else {}
+        """The projects the ledger has rows for, each with the seed of its made-up month (the
+        statistics of one project; all together show the first's); a first start has none."""
         if scenario == "contributing":
             offer = self.offered[0]
             self.projects_ = [sample_data.project_info(offer, active=True, device="cuda")]
@@ -273,9 +275,15 @@ class FakeEngine:
         if not 1 <= days <= 3660:
             raise BadRequest("days must be between 1 and 3660")
         with self._lock:
-            if not self.contributed:
-                return sample_data.no_statistics(project, self._clock.time(), days)
-            return sample_data.statistics(project, self._clock.time(), days)
+            now = self._clock.time()
+            if not self.ledger_seeds:
+                return sample_data.no_statistics(project, now, days)
+            if project is None:
+                return sample_data.statistics(None, now, days)
+            seed = self.ledger_seeds.get(project)
+            if seed is None:
+                return sample_data.no_statistics(project, now, days)
+            return sample_data.statistics(project, now, days, seed=seed)
 
     async def projects(self) -> ProjectList:
         await self._enter("projects")
@@ -286,7 +294,9 @@ class FakeEngine:
         await self._enter("offers")
         with self._lock:
             attached = [
-                sample_data.attached_offer(p, moderated=self._moderated(p.name))
+                sample_data.attached_offer(
+                    p, moderated=self._moderated(p.name), kind=self._kind(p.name)
+                )
                 for p in self.projects_
             ]
             fresh = [o for o in self.offered if all(o.name != p.name for p in self.projects_)]
@@ -379,6 +389,10 @@ class FakeEngine:
             self.projects_ = [p for p in self.projects_ if p.name != name]
             if self.active == name:
                 self.active = self.projects_[0].name if self.projects_ else None
+                # the first left becomes active, and its info says so, as the engine's views do
+                self.projects_ = [
+                    dataclasses.replace(p, active=p.name == self.active) for p in self.projects_
+                ]
             self._publish(ProjectsChanged([p.name for p in self.projects_], self.active))
             self._decide()
             return ProjectList(list(self.projects_))
@@ -538,6 +552,10 @@ class FakeEngine:
             return offer.moderated
         served = next((p for p in self.served.values() if p.name == name), None)
         return served is not None and served.mode == "moderated"
+
+    def _kind(self, name: str) -> ProjectKind:
+        served = next((p for p in self.served.values() if p.name == name), None)
+        return served.kind if served is not None else "collaborative"
 
     def _preview(self, text: str, pinned: str | None) -> ProjectPreview:
         """What the engine would answer for a preview of (or an attach by) URL ``text``."""

@@ -26,6 +26,7 @@ from core.api.schema import (
     MyRank,
     Progress,
     ProjectInfo,
+    ProjectKind,
     ProjectOffer,
     ProjectPreview,
     ResourceUse,
@@ -88,7 +89,9 @@ def remote_project_info(preview: ProjectPreview, *, active: bool, device: str) -
     )
 
 
-def attached_offer(project: ProjectInfo, *, moderated: bool) -> ProjectOffer:
+def attached_offer(
+    project: ProjectInfo, *, moderated: bool, kind: ProjectKind = "collaborative"
+) -> ProjectOffer:
     """An attached project among the offers, as the engine lists it after the running swarms."""
     return ProjectOffer(
         project.name,
@@ -99,6 +102,7 @@ def attached_offer(project: ProjectInfo, *, moderated: bool) -> ProjectOffer:
         project.data_base,
         note="attached" + (", contributing to it" if project.active else ""),
         moderated=moderated,
+        kind=kind,
     )
 
 
@@ -159,9 +163,12 @@ def no_statistics(project: str | None, now: float, days: int) -> Statistics:
     return Statistics(project, Amounts(), Amounts(), 0, blank)
 
 
-def statistics(project: str | None, now: float, days: int, history: int = 90) -> Statistics:
-    """Statistics over ``days`` days; the totals cover a longer ``history``."""
-    everything = contribution_days(now, max(days, history))
+def statistics(
+    project: str | None, now: float, days: int, history: int = 90, *, seed: int = 7
+) -> Statistics:
+    """Statistics over ``days`` days; the totals cover a longer ``history``; another ``seed``
+    makes up another month (another project's)."""
+    everything = contribution_days(now, max(days, history), seed=seed)
     shown = everything[-days:]
     month = _dt.datetime.fromtimestamp(now).strftime("%Y-%m")
     month_bytes = sum(
