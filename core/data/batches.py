@@ -1,4 +1,5 @@
-"""Masked-language-model batches from a stream of texts: ``mlm_batches``.
+"""Language-model batches from a stream of texts: ``mlm_batches`` (masked) and ``clm_batches``
+(causal).
 
 Texts are tokenized as they arrive and packed into sequences of ``seq_len`` ids: each sequence starts
 with [CLS] and each text ends with [SEP]. A text that does not fit in what is left of a sequence
@@ -9,6 +10,10 @@ Masking follows BERT: each real token is selected with probability ``mask_prob``
 becomes [MASK] 80 % of the time, a random ordinary token 10 %, and stays itself 10 %. The model must
 predict the original token at every selected position (``labels``; -100 elsewhere, which PyTorch's
 cross-entropy ignores). Special tokens and padding are never selected.
+
+A causal model predicts every next token, so its batches are the packed sequences unmasked: the
+labels are the ids themselves, with padding labelled -100 (the model shifts them by one). [CLS]
+and [SEP] serve it as the start and end of text marks.
 """
 
 from __future__ import annotations
@@ -81,6 +86,46 @@ def _batches(
                 mask_prob=mask_prob,
                 generator=generator,
             )
+
+
+def clm_batches(
+    texts: Iterator[str],
+    tokenizer: TextTokenizer,
+    *,
+    seq_len: int,
+    batch_size: int,
+    seed: int = 0,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Yield ``input_ids``, ``attention_mask`` and ``labels``, int64 tensors of
+    [batch_size, seq_len], packed as ``mlm_batches`` packs them.
+
+    ``seed`` draws nothing (there is no masking); it is taken so that both kinds of batches are
+    asked for alike. Ends when ``texts`` ends (a last, incomplete batch is dropped).
+    """
+    del seed  # the packing is deterministic by itself
+    if seq_len < 2:
+        raise DataError(f"seq_len must be at least 2 ([CLS] and one token), got {seq_len}")
+    if batch_size < 1:
+        raise DataError(f"batch_size must be at least 1, got {batch_size}")
+    return _causal_batches(texts, tokenizer, seq_len=seq_len, batch_size=batch_size)
+
+
+def _causal_batches(
+    texts: Iterator[str], tokenizer: TextTokenizer, *, seq_len: int, batch_size: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    rows: list[list[int]] = []
+    for sequence in pack_sequences(_token_lists(texts, tokenizer), tokenizer, seq_len):
+        rows.append(sequence)
+        if len(rows) == batch_size:
+            input_ids = torch.tensor(rows, dtype=torch.int64)
+            rows = []
+            real = input_ids != tokenizer.pad_id
+            labels = torch.where(real, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+            yield {
+                "input_ids": input_ids,
+                "attention_mask": real.to(torch.int64),
+                "labels": labels,
+            }
 
 
 def pack_sequences(

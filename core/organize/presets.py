@@ -4,7 +4,9 @@ A preset is a whole manifest (model, data layout, training, averaging) that ``ba
 copies and then changes where the organizer answered (name, access, data, target batch, the
 coordinator's URL). ``demo`` is the model ``barnraise swarm`` trains, small enough for laptops;
 ``albert-large`` is sahajBERT's shape and ``albert-xxlarge`` ALBERT-xxlarge's, for volunteers' GPUs;
-a ``dmoe`` project starts from the mixture-of-experts demo.
+``llama-demo`` is a small causal language model of the Llama family's shape on the demo's data, and
+``llama-1b`` that shape at a billion parameters; a ``dmoe`` project starts from the
+mixture-of-experts demo.
 """
 
 from __future__ import annotations
@@ -30,15 +32,14 @@ class Preset:
     """The manifest among the data files (``resource_path``)."""
     summary: str
     """One line for the question that offers it."""
+    uses_demo_data: bool = False
+    """Whether its default data is the demo corpus (written into the new project's folder). Such
+    a preset names the demo's shards and tokenizer as ``resources/demo/project.toml`` does, and
+    its vocabulary is the demo tokenizer's."""
 
     @property
     def path(self) -> Path:
         return resource_path(self.resource)
-
-    @property
-    def uses_demo_data(self) -> bool:
-        """Whether its default data is the demo corpus (written into the new project's folder)."""
-        return self.kind == DEFAULT_KIND and self.name == DEMO
 
     def load(self) -> AnyManifest:
         manifest = load_any_manifest(self.path)
@@ -56,6 +57,14 @@ PRESETS: dict[tuple[str, str], Preset] = {
         DEFAULT_KIND,
         "demo/project.toml",
         "the demo's small ALBERT (1.7 MB; a few laptops train it), on the demo's text",
+        uses_demo_data=True,
+    ),
+    (DEFAULT_KIND, "llama-demo"): Preset(
+        "llama-demo",
+        DEFAULT_KIND,
+        "llama-demo/project.toml",
+        "a small Llama-shaped causal LM (5 MB; laptops train it), on the demo's text",
+        uses_demo_data=True,
     ),
     (DEFAULT_KIND, "albert-large"): Preset(
         "albert-large",
@@ -68,6 +77,13 @@ PRESETS: dict[tuple[str, str], Preset] = {
         DEFAULT_KIND,
         "albert-xxlarge/project.toml",
         "ALBERT-xxlarge (206M parameters, 8 GB GPUs with 8-bit offloaded states), on your data",
+    ),
+    (DEFAULT_KIND, "llama-1b"): Preset(
+        "llama-1b",
+        DEFAULT_KIND,
+        "llama-1b/project.toml",
+        "a Llama-shaped causal LM (1.04B parameters, 16 GB GPUs, 8-bit offloaded states), "
+        "on your data",
     ),
     (DMOE, DEMO): Preset(
         DEMO,

@@ -16,6 +16,8 @@ volunteers host).
 - ``sections``    one frozen dataclass per TOML section (``[project]``, ``[model]``, ``[data]`` with its
   ``[[data.sources]]``, ``[training]``, ``[averaging]``, ``[network]``, ``[access]``), each validating itself;
   every number and list has an upper bound (the ``MAX_*`` constants, each field's docstring).
+- ``evaluation``  ``EvaluationSection``: ``[evaluation]``, the held-out text the backbone measures
+  the model on, how much of it and how often.
 - ``dmoe_sections`` the same for a dmoe manifest's ``[grid]``, ``[expert]``, ``[server]``,
   ``[trainer]`` and ``[data]``.
 - ``validation``  the shared checks: TOML types from the annotations, ranges, choices, unknown keys.

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urljoin
 
 from core.project.errors import ManifestError
+from core.project.evaluation import EvaluationSection
 from core.project.reading import (
     MAX_MANIFEST_BYTES,
     MAX_NESTING,
@@ -49,7 +50,9 @@ from core.project.validation import check_keys, describe
 
 __all__ = ["MAX_MANIFEST_BYTES", "MAX_NESTING", "Manifest", "load_manifest", "parse_manifest"]
 
-_SECTIONS = ("project", "model", "data", "training", "averaging", "network", "access")
+_SECTIONS = (
+    "project", "model", "data", "training", "averaging", "network", "access", "evaluation",
+)  # fmt: skip
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -62,6 +65,7 @@ class Manifest:
     averaging: AveragingSection
     network: NetworkSection
     access: AccessSection = dataclasses.field(default_factory=AccessSection)
+    evaluation: EvaluationSection = dataclasses.field(default_factory=EvaluationSection)
     path: Path | None = None
     """The file it was loaded from; relative data paths are resolved against its folder."""
 
@@ -182,6 +186,7 @@ def _build(document: Mapping[str, Any], path: Path | None) -> Manifest:
         averaging=section(AveragingSection, table(document, "averaging")),
         network=section(NetworkSection, table(document, "network")),
         access=section(AccessSection, table(document, "access")),
+        evaluation=section(EvaluationSection, table(document, "evaluation")),
         path=path,
     )
 

@@ -22,7 +22,11 @@ DEFAULT_KIND = "collaborative"
 PROJECT_KINDS = (DEFAULT_KIND, "dmoe")
 """``collaborative``: DeDLOC's data-parallel training of one model (ALBERT), the ``Manifest``.
 ``dmoe``: a decentralized mixture-of-experts (Learning@home), the ``DmoeManifest``."""
-MODEL_KINDS = ("albert-mlm",)
+ALBERT_MLM = "albert-mlm"
+LLAMA_CLM = "llama-clm"
+MODEL_KINDS = (ALBERT_MLM, LLAMA_CLM)
+"""``albert-mlm``: an ALBERT masked language model (``core.models.albert``). ``llama-clm``: a
+decoder-only causal language model of the Llama family's shape (``core.models.llama``)."""
 DATA_FORMATS = ("auto", "jsonl", "parquet", "text")
 OPTIMIZERS = ("lamb", "adam", "adamw", "sgd")
 OPTIMIZER_STATES = ("32bit", "8bit")
@@ -52,6 +56,8 @@ MAX_VOCAB = 2**20
 MAX_POSITIONS = 2**20
 """Tokens per sample (``model.max_position``, ``data.seq_len``)."""
 MAX_LAYERS = 1024
+MAX_ROPE_THETA = 1e9
+"""Above every rotary base in use (Llama 3's is 500,000)."""
 MAX_SOURCES = 1024
 """``[[data.sources]]`` tables, and URLs in one of them (``MAX_URLS``)."""
 MAX_URLS = 100_000
@@ -90,22 +96,40 @@ class ProjectSection:
 @dataclass(frozen=True)
 class ModelSection:
     KEY: ClassVar[str] = "model"
-    kind: str = "albert-mlm"
+    kind: str = ALBERT_MLM
+    """``albert-mlm`` (an ALBERT masked language model) or ``llama-clm`` (a decoder-only causal
+    language model of the Llama family's shape, which predicts the next token)."""
     vocab_size: int = 4096
     """1 to 2**20."""
     embedding_size: int = 64
-    """1 to 65536, as ``hidden_size`` and ``intermediate_size``."""
+    """1 to 65536, as ``hidden_size`` and ``intermediate_size``. ``albert-mlm``: the width of the
+    factorized embeddings, projected up to ``hidden_size``. ``llama-clm`` embeds tokens at
+    ``hidden_size`` and has no such width: leave the key out or set it to ``hidden_size``; any
+    other value is an error."""
     hidden_size: int = 128
     num_layers: int = 4
-    """1 to 1024, as ``num_heads``."""
+    """1 to 1024, as ``num_heads``. ``albert-mlm``: applications of its one shared layer;
+    ``llama-clm``: layers, each with its own weights."""
     num_heads: int = 4
+    """Attention (query) heads; ``hidden_size`` must divide by it (``llama-clm``: into an even
+    head width, for the rotary embeddings)."""
+    num_kv_heads: int = 0
+    """``llama-clm`` only: key/value heads, shared by groups of query heads (grouped-query
+    attention), 0 to 1024 and dividing ``num_heads``; 0 means ``num_heads`` (one per head)."""
     intermediate_size: int = 256
+    """The feed-forward block's width (``llama-clm``: of each of its gate and up projections)."""
     max_position: int = 128
-    """1 to 2**20."""
+    """1 to 2**20: the longest sequence (``albert-mlm``: rows of its position table)."""
+    rope_theta: float = 10000.0
+    """``llama-clm`` only: the rotary position embeddings' base, above 0 and at most 10**9."""
+    tie_embeddings: bool = True
+    """Whether the read-out over the vocabulary reuses the token embedding's matrix: fewer
+    parameters. ``albert-mlm`` always ties (false is an error); ``llama-clm`` may untie."""
     dropout: float = 0.0
-    """In [0, 1)."""
+    """In [0, 1). ``albert-mlm`` only (``llama-clm`` has no dropout: a value other than 0 is an
+    error)."""
     gradient_checkpointing: bool = False
-    """Recompute the encoder's activations in the backward pass instead of keeping them: far less
+    """Recompute the layers' activations in the backward pass instead of keeping them: far less
     memory per sample for about a third more compute (for large models on small GPUs); the loss
     and gradients are the same as without it."""
 
@@ -122,12 +146,56 @@ class ModelSection:
             ("max_position", MAX_POSITIONS),
         ):
             check.in_range(name, 1, most)
+        check.in_range("num_kv_heads", 0, MAX_LAYERS)
+        check.in_range("rope_theta", 0.0, MAX_ROPE_THETA, low_open=True)
         check.in_range("dropout", 0.0, 1.0, high_open=True)
         if self.hidden_size % self.num_heads:
             check.fail(
                 "hidden_size",
                 f"must be divisible by model.num_heads ({self.num_heads}), got {self.hidden_size}",
             )
+        if self.kind == LLAMA_CLM:
+            self._check_llama(check)
+        else:
+            self._check_albert(check)
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads a ``llama-clm`` has (``num_kv_heads``, 0 meaning ``num_heads``)."""
+        return self.num_kv_heads or self.num_heads
+
+    def _check_llama(self, check: FieldCheck) -> None:
+        head = self.hidden_size // self.num_heads
+        if head % 2:
+            check.fail(
+                "num_heads",
+                f"must leave an even head width for kind {LLAMA_CLM!r} (rotary embeddings turn "
+                f"pairs of values): hidden_size {self.hidden_size} / {self.num_heads} = {head}",
+            )
+        if self.num_heads % self.kv_heads:
+            check.fail(
+                "num_kv_heads",
+                f"must divide model.num_heads ({self.num_heads}), got {self.num_kv_heads}",
+            )
+        if self.embedding_size not in (ModelSection.embedding_size, self.hidden_size):
+            check.fail(
+                "embedding_size",
+                f"applies to kind {ALBERT_MLM!r} only: a {LLAMA_CLM!r} embeds at hidden_size "
+                f"({self.hidden_size}); leave it out or set it to hidden_size, "
+                f"got {self.embedding_size}",
+            )
+        if self.dropout != ModelSection.dropout:
+            check.fail("dropout", f"kind {LLAMA_CLM!r} has no dropout: leave it out or set 0.0")
+
+    def _check_albert(self, check: FieldCheck) -> None:
+        # settings an ALBERT would accept and ignore are refused: peers would believe them in force
+        for name in ("num_kv_heads", "rope_theta", "tie_embeddings"):
+            if getattr(self, name) != getattr(ModelSection, name):
+                check.fail(
+                    name,
+                    f"applies to kind {LLAMA_CLM!r} only (kind is {self.kind!r}); leave it out"
+                    + (" (an ALBERT always ties its decoder)" if name == "tie_embeddings" else ""),
+                )
 
 
 @dataclass(frozen=True)
@@ -147,23 +215,29 @@ class SourceSection:
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.not_empty("urls")
-        check.at_most("urls", MAX_URLS)
-        for i, url in enumerate(self.urls):
-            if not url.strip():
-                check.fail(f"urls[{i}]", "must not be empty")
-            if len(url) > MAX_TEXT:
-                check.fail(f"urls[{i}]", f"must have at most {MAX_TEXT} characters")
-            scheme = _SCHEME.match(url)
-            if scheme and scheme.group(1).lower() not in URL_SCHEMES:
-                check.fail(
-                    f"urls[{i}]",
-                    f"unsupported scheme {scheme.group(1)!r}; use a path, file://, http:// "
-                    f"or https://, got {url!r}",
-                )
+        check_urls(check, self.urls)
         check.in_range("weight", 0.0, 1e6, low_open=True)
         check.one_of("format", DATA_FORMATS)
         check.not_empty("text_field")
         check.at_most("text_field", MAX_TEXT)
+
+
+def check_urls(check: FieldCheck, urls: tuple[str, ...]) -> None:
+    """The ``urls`` of a section that reads shards: at most 100,000, each a path or a URL of a
+    scheme the readers know, none empty or longer than 4096 characters."""
+    check.at_most("urls", MAX_URLS)
+    for i, url in enumerate(urls):
+        if not url.strip():
+            check.fail(f"urls[{i}]", "must not be empty")
+        if len(url) > MAX_TEXT:
+            check.fail(f"urls[{i}]", f"must have at most {MAX_TEXT} characters")
+        scheme = _SCHEME.match(url)
+        if scheme and scheme.group(1).lower() not in URL_SCHEMES:
+            check.fail(
+                f"urls[{i}]",
+                f"unsupported scheme {scheme.group(1)!r}; use a path, file://, http:// "
+                f"or https://, got {url!r}",
+            )
 
 
 @dataclass(frozen=True)
@@ -174,7 +248,8 @@ class DataSection:
     shuffle_buffer: int = 10000
     """Samples held for shuffling, 0 to 2**22; 0 keeps the order of the files."""
     mask_prob: float = 0.15
-    """In (0, 1)."""
+    """In (0, 1): the share of tokens a masked model (``albert-mlm``) must predict. A causal
+    model (``llama-clm``) predicts every next token and does not use it."""
     tokenizer: str = "tokenizer.json"
     """Path (relative to the manifest) or URL, at most 4096 characters; training creates it from
     the data if missing."""

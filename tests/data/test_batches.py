@@ -1,4 +1,5 @@
-"""mlm_batches: packing, shapes, BERT masking rates and rules, determinism."""
+"""mlm_batches: packing, shapes, BERT masking rates and rules, determinism; clm_batches: the same
+packing, unmasked, with next-token labels."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import json
 import pytest
 import torch
 
-from core.data import DataError, TextTokenizer, mlm_batches, train_tokenizer, write_demo_corpus
+from core.data import (
+    DataError,
+    TextTokenizer,
+    clm_batches,
+    mlm_batches,
+    train_tokenizer,
+    write_demo_corpus,
+)
 from core.data.batches import IGNORE_INDEX, pack_sequences
 
 
@@ -136,3 +144,35 @@ def test_bad_arguments(tokenizer: TextTokenizer, kwargs: dict[str, float], messa
     arguments: dict[str, float] = {"seq_len": 16, "batch_size": 2, **kwargs}
     with pytest.raises(DataError, match=message):
         mlm_batches(iter(["a"]), tokenizer, **arguments)  # type: ignore[arg-type]
+
+
+def test_causal_batches_are_the_packed_ids_labelled_but_for_padding(
+    tokenizer: TextTokenizer, texts: list[str]
+) -> None:
+    sample = texts[:300]
+    batches = list(clm_batches(iter(sample), tokenizer, seq_len=64, batch_size=8))
+    originals = packed(sample, tokenizer, seq_len=64, batch_size=8)
+    assert len(batches) == len(originals) > 10
+    for batch, ids in zip(batches, originals, strict=True):
+        assert set(batch) == {"input_ids", "attention_mask", "labels"}
+        for tensor in batch.values():
+            assert tensor.dtype == torch.int64
+            assert tensor.shape == (8, 64)
+        assert torch.equal(batch["input_ids"], ids)  # nothing masked
+        real = ids != tokenizer.pad_id
+        assert torch.equal(batch["attention_mask"], real.to(torch.int64))
+        # the labels are the ids themselves (the model shifts them), padding never a target
+        assert torch.equal(batch["labels"][real], ids[real])
+        assert (batch["labels"][~real] == IGNORE_INDEX).all()
+    assert any(bool((b["labels"] == IGNORE_INDEX).any()) for b in batches)  # padding was there
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"), [({"seq_len": 1}, "seq_len"), ({"batch_size": 0}, "batch_size")]
+)
+def test_bad_causal_arguments(
+    tokenizer: TextTokenizer, kwargs: dict[str, int], message: str
+) -> None:
+    arguments: dict[str, int] = {"seq_len": 16, "batch_size": 2, **kwargs}
+    with pytest.raises(DataError, match=message):
+        clm_batches(iter(["a"]), tokenizer, **arguments)

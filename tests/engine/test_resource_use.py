@@ -18,6 +18,8 @@ from core.engine.join.memory_fit import WARN_FRACTION, check_fit, model_fit, pre
 from core.engine.join.resource_use import (
     albert_parameters,
     expert_parameters,
+    llama_parameters,
+    model_parameters,
     resource_use,
     training_state,
 )
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "resources" / "demo" / "project.toml"
 DMOE_DEMO = ROOT / "resources" / "dmoe-demo" / "project.toml"
 LARGE = ROOT / "resources" / "albert-xxlarge" / "project.toml"
+LLAMA_DEMO = ROOT / "resources" / "llama-demo" / "project.toml"
 ROUND_BYTES = ROOT / "docs" / "benchmarks" / "lowcomm-round-bytes.json"
 
 
@@ -61,6 +64,54 @@ def test_the_albert_formula_counts_what_torch_builds(changes: dict[str, int]) ->
         )
     )
     assert albert_parameters(manifest) == built.num_parameters()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {
+            "vocab_size": 1000,
+            "embedding_size": 96,
+            "hidden_size": 96,
+            "num_layers": 3,
+            "num_heads": 6,
+            "num_kv_heads": 0,  # one key/value head per query head
+            "intermediate_size": 200,
+        },
+    ],
+)
+def test_the_llama_formula_counts_what_torch_builds(changes: dict[str, int], tied: bool) -> None:
+    torch = pytest.importorskip("torch")
+    from core.models.llama import LlamaCLM, LlamaConfig
+
+    manifest = load_manifest(LLAMA_DEMO)
+    model = dataclasses.replace(manifest.model, tie_embeddings=tied, **changes)
+    manifest = dataclasses.replace(
+        manifest,
+        model=model,
+        data=dataclasses.replace(manifest.data, tokenizer_vocab_size=model.vocab_size),
+    )
+    m = manifest.model
+    torch.manual_seed(0)
+    built = LlamaCLM(
+        LlamaConfig(
+            vocab_size=m.vocab_size,
+            hidden_size=m.hidden_size,
+            num_layers=m.num_layers,
+            num_heads=m.num_heads,
+            num_kv_heads=m.kv_heads,
+            intermediate_size=m.intermediate_size,
+            max_position=m.max_position,
+            tie_embeddings=m.tie_embeddings,
+        )
+    )
+    assert llama_parameters(manifest) == built.num_parameters()
+    assert model_parameters(manifest) == built.num_parameters()
+    # and what the preview and the memory rule use
+    assert resource_use(manifest, "cpu", "CPU").parameters == built.num_parameters()
+    assert training_state(manifest)[0] == built.num_parameters()
 
 
 @pytest.mark.parametrize("kind", ["ffn", "linear"])

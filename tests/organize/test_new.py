@@ -17,7 +17,9 @@ from core.net.host.address import PeerAddress
 from core.organize import new as new_module
 from core.organize.check import check_project
 from core.organize.findings import failed
-from core.project import DmoeManifest, Manifest, load_any_manifest
+from core.organize.presets import PRESETS, Preset
+from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
+from core.swarm.demo_data import DEMO_MANIFEST
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
 from tests.organize.conftest import DATA, PASSWORD, answers, make_project
@@ -180,3 +182,34 @@ def test_paths_in_the_manifest_are_explained_in_the_readme(tmp_path: Path) -> No
     readme = (tmp_path / "p" / "services" / "README.txt").read_text()
     assert "names 2 file(s) by their paths here (e.g. shards/mine.jsonl)" in readme  # + tokenizer
     assert "--data-url URL" in readme
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS.values() if p.uses_demo_data])
+def test_a_preset_on_the_demo_data_names_the_demo_shards_and_tokenizer(preset: Preset) -> None:
+    # the new project's data/ is filled with the demo's files: the preset must name those
+    demo = load_manifest(DEMO_MANIFEST)
+    manifest = preset.load()
+    assert isinstance(manifest, Manifest)
+    assert manifest.data.sources == demo.data.sources
+    assert manifest.data.tokenizer == demo.data.tokenizer
+    assert manifest.model.vocab_size == demo.data.tokenizer_vocab_size
+
+
+def test_the_llama_demo_writes_the_demo_data_and_checks_out(
+    tmp_path: Path, demo_data: Path
+) -> None:
+    published = tmp_path / "www"
+    published.mkdir()
+    with ShardServerThread(published) as server:
+        folder = tmp_path / "llama"
+        settled = answers("llama", preset="llama-demo", data=None, data_url=server.url.rstrip("/"))
+        made = make_project(folder, settled, demo_cache=demo_data)
+        assert isinstance(made.manifest, Manifest)
+        assert made.manifest.model.kind == "llama-clm"
+        assert load_any_manifest(folder / "project.toml") == dataclasses.replace(
+            made.manifest, path=folder / "project.toml"
+        )
+        assert len(list((folder / "data" / "shards").glob("shard-*.jsonl.gz"))) == 8
+        shutil.copytree(folder / "data", published, dirs_exist_ok=True)
+        findings = check_project(folder / "project.toml", timeout=5)
+        assert not failed(findings), findings

@@ -96,6 +96,10 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
+LLAMA = {"model.kind": "llama-clm"}
+"""Edits that make ``base()`` a causal model's manifest."""
+
+
 def test_the_demo_manifest_loads() -> None:
     manifest = load_manifest(DEMO)
     assert manifest.project.name == "barnraise-demo"
@@ -108,6 +112,22 @@ def test_the_demo_manifest_loads() -> None:
     assert manifest.averaging.codec == "fp16"
     assert manifest.path == DEMO
     assert manifest.resolve_url(source.urls[0]) == str(DEMO.parent / "shards/shard-00000.jsonl.gz")
+
+
+def test_a_causal_model_takes_its_own_keys_and_their_defaults(tmp_path: Path) -> None:
+    manifest = load_manifest(write(tmp_path, render(edited(LLAMA))))
+    model = manifest.model
+    assert (model.kind, model.num_kv_heads, model.kv_heads) == ("llama-clm", 0, 4)
+    assert (model.rope_theta, model.tie_embeddings) == (10000.0, True)
+    edits = {
+        **LLAMA,
+        "model.num_kv_heads": 2,
+        "model.rope_theta": 500000,
+        "model.tie_embeddings": False,
+        "model.embedding_size": 64,  # = hidden_size: a causal model's embedding width
+    }
+    model = load_manifest(write(tmp_path, render(edited(edits)))).model
+    assert (model.kv_heads, model.rope_theta, model.tie_embeddings) == (2, 500000.0, False)
 
 
 def test_omitted_sections_and_keys_take_their_defaults(tmp_path: Path) -> None:
@@ -200,7 +220,7 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
     # out of range
     ("bad name", {"project.name": "My Project"}, "project.name", "lowercase letters"),
     ("long name", {"project.name": "a" * 65}, "project.name", "1 to 64"),
-    ("kind", {"model.kind": "gpt"}, "model.kind", "must be one of 'albert-mlm'; got 'gpt'"),
+    ("kind", {"model.kind": "gpt"}, "model.kind", "one of 'albert-mlm', 'llama-clm'; got 'gpt'"),
     ("zero vocab", {"model.vocab_size": 0}, "model.vocab_size", "must be in [1, 1048576], got 0"),
     ("dropout", {"model.dropout": 1.0}, "model.dropout", "must be in [0.0, 1.0), got 1.0"),
     ("mask_prob", {"data.mask_prob": 0.0}, "data.mask_prob", "must be in (0.0, 1.0)"),
@@ -290,6 +310,21 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "training.microbatch_size",
         "at most training.target_batch_size (64), got 128",
     ),
+    # a key of one model kind set for the other is refused, never ignored
+    ("albert kv heads", {"model.num_kv_heads": 2}, "model.num_kv_heads", "'llama-clm' only"),
+    ("albert rope", {"model.rope_theta": 5e5}, "model.rope_theta", "'llama-clm' only"),
+    ("albert untied", {"model.tie_embeddings": False}, "model.tie_embeddings", "always ties"),
+    ("llama kv heads", {**LLAMA, "model.num_kv_heads": 3}, "model.num_kv_heads", "divide model."),
+    ("llama kv range", {**LLAMA, "model.num_kv_heads": -1}, "model.num_kv_heads", "[0, 1024]"),
+    ("llama odd heads", {**LLAMA, "model.num_heads": 64}, "model.num_heads", "even head width"),
+    ("llama rope", {**LLAMA, "model.rope_theta": 0}, "model.rope_theta", "in (0.0, 1000000000.0]"),
+    (
+        "llama embedding",
+        {**LLAMA, "model.embedding_size": 32},
+        "model.embedding_size",
+        "applies to kind 'albert-mlm' only",
+    ),
+    ("llama dropout", {**LLAMA, "model.dropout": 0.1}, "model.dropout", "has no dropout"),
     # diloco and the sparse codec
     ("mode", {"training.mode": "local"}, "training.mode", "one of 'dedloc', 'diloco'"),
     ("short round", {"training.round_seconds": 0.5}, "training.round_seconds", "got 0.5"),

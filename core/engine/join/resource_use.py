@@ -4,10 +4,12 @@ Shown in a project URL's preview (``ProjectPreview.uses``) before the user joins
 out without torch (the engine starts torch-free) and without the data: closed formulas over the
 manifest's numbers, rough by nature and said to be so in the notes.
 
-- **Parameters**: a collaborative project's ALBERT counted as ``core.models.albert`` builds it
-  (factorized embeddings, one encoder layer shared by every depth, the decoder tied to the token
-  embeddings); a dmoe project's experts this computer would host (``server.experts_per_server``
-  of ``core.moe.experts``' kind and width). A test keeps the formula equal to torch's count.
+- **Parameters**: a collaborative project's model counted as its module builds it: an ALBERT as
+  ``core.models.albert`` (factorized embeddings, one encoder layer shared by every depth, the
+  decoder tied to the token embeddings), a Llama-shaped causal model as ``core.models.llama``
+  (a layer per depth, grouped-query attention, the read-out tied or not); a dmoe project's experts
+  this computer would host (``server.experts_per_server`` of ``core.moe.experts``' kind and
+  width). Tests keep the formulas equal to torch's count.
 - **Memory**: the weights (fp32) and the optimizer's state (``training_state``), which
   ``memory_fit`` measures against this computer's memory before anything is built; for a dmoe
   project, those of the experts one server hosts.
@@ -47,6 +49,7 @@ from core.api.schema import ResourceUse
 from core.codecs import TOPK, Codec, active_codecs
 from core.project import DmoeManifest, Manifest
 from core.project.kinds import AnyManifest
+from core.project.sections import LLAMA_CLM
 
 ASSUMED_PEERS = 10
 """The swarm a collaborative estimate assumes: this many computers like this one."""
@@ -79,6 +82,37 @@ def albert_parameters(manifest: Manifest) -> int:
     return embeddings + attention + feed_forward + head
 
 
+def llama_parameters(manifest: Manifest) -> int:
+    """The Llama-shaped model's trainable values, a tied read-out counted once."""
+    m = manifest.model
+    v, h, i = m.vocab_size, m.hidden_size, m.intermediate_size
+    kv = m.kv_heads * (h // m.num_heads)  # the width of the key and of the value projection
+    attention = 2 * h * h + 2 * h * kv  # q and o, k and v (no biases)
+    feed_forward = 3 * h * i  # gate, up, down
+    layer = attention + feed_forward + 2 * h  # and its two RMSNorm weights
+    read_out = 0 if m.tie_embeddings else h * v
+    return v * h + m.num_layers * layer + h + read_out  # embedding, layers, final norm, read-out
+
+
+def model_parameters(manifest: Manifest) -> int:
+    """The collaborative project's model's trainable values, whatever its kind."""
+    if manifest.model.kind == LLAMA_CLM:
+        return llama_parameters(manifest)
+    return albert_parameters(manifest)
+
+
+def _flops_per_token(manifest: Manifest) -> int:
+    """Multiply-adds of the model's weights per token, every depth counted (training: 6 of each)."""
+    m = manifest.model
+    h, i, v = m.hidden_size, m.intermediate_size, m.vocab_size
+    if m.kind == LLAMA_CLM:
+        kv = m.kv_heads * (h // m.num_heads)
+        return m.num_layers * (2 * h * h + 2 * h * kv + 3 * h * i) + h * v
+    # the shared layer counted at every depth, the embedding projections, the decoder's read-out
+    e = m.embedding_size
+    return m.num_layers * (4 * h * h + 2 * h * i) + 2 * h * e + e * v
+
+
 def expert_parameters(manifest: DmoeManifest) -> int:
     """One expert's trainable values (``core.moe.experts``)."""
     h = manifest.expert.hidden
@@ -106,7 +140,7 @@ def training_state(manifest: AnyManifest, experts: int | None = None) -> tuple[i
     if isinstance(manifest, DmoeManifest):
         params = hosted_experts(manifest, experts) * expert_parameters(manifest)
         return params, params * 4.0 * (1 + MOMENTS.get(manifest.expert.optimizer, 2))
-    params = albert_parameters(manifest)
+    params = model_parameters(manifest)
     t = manifest.training
     moment_bytes = 1.0 if t.optimizer_states == "8bit" else 4.0
     return params, params * (4 + MOMENTS.get(t.optimizer, 2) * moment_bytes)
@@ -144,17 +178,14 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
 
 def _dedloc_traffic(manifest: Manifest, params: int, device_kind: str) -> tuple[float, str]:
     """Bytes an hour, and the note saying so."""
-    t, a, m = manifest.training, manifest.averaging, manifest.model
+    t, a = manifest.training, manifest.averaging
     moments = MOMENTS.get(t.optimizer, 2)
     # the codec's own rough figure (``auto`` mostly sends fp16); the manifest named one in the table
     codec = active_codecs().parse(a.codec).bytes_per_value
     gradients = 4 * params * codec
     states = 4 * params * (1 + moments) * codec / t.average_state_every
-    # training FLOPs per sample: 6 per weight and token, the shared layer counted at every depth
-    layer = 4 * m.hidden_size**2 + 2 * m.hidden_size * m.intermediate_size
-    per_token = m.num_layers * layer + 2 * m.hidden_size * m.embedding_size
-    per_token += m.embedding_size * m.vocab_size  # the decoder's read-out over the vocabulary
-    flops_per_sample = 6 * per_token * manifest.data.seq_len
+    # training FLOPs per sample: 6 per weight and token
+    flops_per_sample = 6 * _flops_per_token(manifest) * manifest.data.seq_len
     speed = EFFECTIVE_FLOPS.get(device_kind, EFFECTIVE_FLOPS["cpu"]) / flops_per_sample
     epoch_seconds = max(
         t.target_batch_size / (ASSUMED_PEERS * speed), a.matchmaking_time + MIN_ROUND_SECONDS

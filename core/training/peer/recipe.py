@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeAlias
 
 import torch
 
@@ -19,37 +20,65 @@ from core.averaging.aggregation import AggregationConfig, Method
 from core.averaging.verification import VerificationConfig
 from core.codecs import TOPK, Codec, active_codecs
 from core.codecs.topk import top_k
-from core.data import DataSource, TextTokenizer, load_tokenizer, mlm_batches, stream_texts
+from core.data import (
+    DataSource,
+    TextTokenizer,
+    clm_batches,
+    load_tokenizer,
+    mlm_batches,
+    stream_texts,
+)
 from core.models.albert import AlbertConfig, AlbertMLM
+from core.models.llama import LlamaCLM, LlamaConfig
 from core.optim.adamw import AdamW
 from core.optim.lamb import Lamb
 from core.optim.schedule import albert_lr_lambda
 from core.project import Manifest
+from core.project.sections import ALBERT_MLM, LLAMA_CLM
 from core.training.checkpoints import CheckpointStore
 from core.training.state import TrainingState
 from core.util.errors import ConfigError
 from core.util.web_client import open_url
 from core.worker.errors import TrainingError
 
+LanguageModel: TypeAlias = AlbertMLM | LlamaCLM
+"""The models ``build_model`` makes: both take ``(input_ids, attention_mask, labels)`` and return
+an output with ``loss`` and ``logits``."""
 
-def build_model(manifest: Manifest) -> AlbertMLM:
+
+def build_model(manifest: Manifest) -> LanguageModel:
     """The project's model with its initial weights (the same on every peer: seeded)."""
     section = manifest.model
-    if section.kind != "albert-mlm":
-        raise TrainingError(f"unknown model kind {section.kind!r}")
-    config = AlbertConfig(
-        vocab_size=section.vocab_size,
-        embedding_size=section.embedding_size,
-        hidden_size=section.hidden_size,
-        num_layers=section.num_layers,
-        num_heads=section.num_heads,
-        intermediate_size=section.intermediate_size,
-        max_position=section.max_position,
-        dropout=section.dropout,
-        gradient_checkpointing=section.gradient_checkpointing,
-    )
-    torch.manual_seed(manifest.training.seed)
-    return AlbertMLM(config)
+    if section.kind == ALBERT_MLM:
+        albert = AlbertConfig(
+            vocab_size=section.vocab_size,
+            embedding_size=section.embedding_size,
+            hidden_size=section.hidden_size,
+            num_layers=section.num_layers,
+            num_heads=section.num_heads,
+            intermediate_size=section.intermediate_size,
+            max_position=section.max_position,
+            dropout=section.dropout,
+            gradient_checkpointing=section.gradient_checkpointing,
+        )
+        torch.manual_seed(manifest.training.seed)
+        return AlbertMLM(albert)
+    if section.kind == LLAMA_CLM:
+        llama = LlamaConfig(
+            vocab_size=section.vocab_size,
+            hidden_size=section.hidden_size,
+            num_layers=section.num_layers,
+            num_heads=section.num_heads,
+            num_kv_heads=section.kv_heads,
+            intermediate_size=section.intermediate_size,
+            max_position=section.max_position,
+            rope_theta=section.rope_theta,
+            tie_embeddings=section.tie_embeddings,
+            gradient_checkpointing=section.gradient_checkpointing,
+        )
+        torch.manual_seed(manifest.training.seed)
+        return LlamaCLM(llama)
+    raise TrainingError(f"unknown model kind {section.kind!r}")
 
 
 def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
@@ -105,6 +134,8 @@ def fetch_tokenizer(manifest: Manifest, data_base: str | None, work_dir: Path) -
 def data_stream(
     manifest: Manifest, tokenizer: TextTokenizer, *, data_base: str | None, seed: int
 ) -> Iterator[dict[str, torch.Tensor]]:
+    """The batches the project's model kind trains on: masked for ``albert-mlm``, causal for
+    ``llama-clm``; each peer's order of the shards and texts follows its ``seed``."""
     d = manifest.data
     sources = [
         DataSource(
@@ -116,17 +147,22 @@ def data_stream(
         for s in d.sources
     ]
     texts = stream_texts(sources, seed=seed, shuffle_buffer=d.shuffle_buffer)
+    batch_size = manifest.training.microbatch_size
+    if manifest.model.kind == LLAMA_CLM:
+        return clm_batches(texts, tokenizer, seq_len=d.seq_len, batch_size=batch_size, seed=seed)
     return mlm_batches(
         texts,
         tokenizer,
         seq_len=d.seq_len,
-        batch_size=manifest.training.microbatch_size,
+        batch_size=batch_size,
         mask_prob=d.mask_prob,
         seed=seed,
     )
 
 
 def mlm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The loss of either model kind on one of ``data_stream``'s batches (masked tokens for
+    ``albert-mlm``, every next token for ``llama-clm``: the model knows which)."""
     output = model(batch["input_ids"], batch["attention_mask"], batch["labels"])
     assert output.loss is not None
     loss: torch.Tensor = output.loss
