@@ -15,6 +15,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    HeldOutMeasured,
     ManifestUpdated,
     NetworkChanged,
     PeersSeen,
@@ -258,6 +259,12 @@ def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911, PLR0912 -
         return "Collaboration", (
             f"Epoch {data.point.epoch} done by {data.point.peers} peer(s): loss {loss}, "
             f"{count(data.point.samples)} samples"
+        )
+    if isinstance(data, HeldOutMeasured):
+        loss = "unknown" if data.point.loss is None else f"{data.point.loss:.3f}"
+        return "Collaboration", (
+            f"The model of epoch {data.point.epoch} measured on held-out text: loss {loss}, "
+            f"{100 * data.point.accuracy:.1f} % of tokens right"
         )
     if isinstance(data, PeersSeen):
         return "Peers", f"{data.peers} peer(s) training on {data.project}"

@@ -28,6 +28,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    HeldOutMeasured,
     ManifestUpdated,
     NetworkChanged,
     PeersSeen,
@@ -41,6 +42,7 @@ from core.api.schema import (
     AttachRequest,
     EngineState,
     EpochPoint,
+    HeldOutPoint,
     Leaderboard,
     MyRank,
     ProjectInfo,
@@ -105,6 +107,8 @@ class EngineStore(QObject):
         self.statistics_days = 30
         self.account: AccountInfo | None = None
         self.history: list[EpochPoint] = []
+        self.held_out: list[HeldOutPoint] = []
+        """The backbone's held-out evaluations of the active project (``historyChanged``)."""
         self.projects: list[ProjectInfo] | None = None
         self.project_figures: dict[str, Statistics] = {}
         """Each attached project's own statistics, by name (read while the projects page shows)."""
@@ -251,6 +255,11 @@ class EngineStore(QObject):
         call.succeeded.connect(lambda _: self.refresh_all())
         return call
 
+    def try_model(self, text: str) -> PendingCall:
+        """Ask the active project's model about ``text`` (a ``ModelAnswer``: its guesses or
+        completion, or why it cannot answer now)."""
+        return self._command("asking the model", lambda c: c.try_model(text), None)
+
     def preview_project(self, url: str) -> PendingCall:
         """What the project at ``url`` is and would use (a ``ProjectPreview``); attaches nothing."""
         return self._command("looking up the project", lambda c: c.preview_project(url), None)
@@ -328,6 +337,7 @@ class EngineStore(QObject):
 
     def _set_history(self, history: TrainingHistory) -> None:
         self.history = list(history.points)[-HISTORY_KEPT:]
+        self.held_out = list(history.held_out)[-HISTORY_KEPT:]
         self.historyChanged.emit()
 
     def _set_projects(self, projects: ProjectList) -> None:
@@ -361,7 +371,13 @@ class EngineStore(QObject):
         if state is not None and (state.project is None or state.project.name == data.project):
             self._set_state(dataclasses.replace(state, network=data.network))
 
-    def _on_event(self, event: Event) -> None:
+    def _held_out_measured(self, data: HeldOutMeasured) -> None:
+        project = self.state.project if self.state is not None else None
+        if project is None or data.project == project.name:
+            self.held_out = [*self.held_out[-(HISTORY_KEPT - 1) :], data.point]
+            self.historyChanged.emit()
+
+    def _on_event(self, event: Event) -> None:  # noqa: PLR0912 - one case per kind of event
         self.events.append(event)
         self.eventAdded.emit(event)
         if self.connected_at is None or event.time < self.connected_at - BACKLOG_SLACK:
@@ -392,6 +408,8 @@ class EngineStore(QObject):
             if data.point.epoch > newest and (project is None or data.project == project.name):
                 self.history = [*self.history[-(HISTORY_KEPT - 1) :], data.point]
                 self.pointAdded.emit(data.point)
+        elif isinstance(data, HeldOutMeasured):
+            self._held_out_measured(data)
         elif isinstance(data, NetworkChanged):
             self._network_changed(data)
         elif isinstance(data, EpochFinished):

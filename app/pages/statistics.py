@@ -1,11 +1,16 @@
 """Statistics: the ledger as charts — samples, compute hours and data per day — and the totals.
 
 All from the engine's contribution ledger (this computer only, every project together), by local
-day, days without work included so the gaps show.
+day, days without work included so the gaps show. Below them, the active project's model: its
+training loss and, where the project's backbone measures it, the loss on held-out text (text no
+peer trains on, so it says whether the model learns the language or only its shards), with the
+latest held-out figures; and "Try the model": a sentence with a missing word, and the model's
+guesses (``TryModelBox``).
 """
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QGridLayout,
@@ -19,8 +24,9 @@ from PySide6.QtWidgets import (
 
 from app import wording
 from app.engine.store import EngineStore
-from app.widgets.charts import BarChart
+from app.widgets.charts import BarChart, LineChart
 from app.widgets.tiles import StatTile
+from app.widgets.try_model import TryModelBox
 from core.api.schema import Statistics
 
 PERIODS = ((7, "Last 7 days"), (30, "Last 30 days"), (90, "Last 90 days"))
@@ -82,14 +88,61 @@ class StatisticsPage(QWidget):
         )
         for chart in (self.samples_chart, self.hours_chart, self.data_chart):
             charts.addWidget(chart)
+        charts.addLayout(self._model_section())
+        self.try_model = TryModelBox(store)
+        charts.addWidget(self.try_model)
         scroll.setWidget(body)
         outer.addWidget(scroll, 1)
 
         self.period.activated.connect(self._period_changed)
         self.refresh.clicked.connect(store.refresh_statistics)
         store.statisticsChanged.connect(self.show_statistics)
+        store.historyChanged.connect(self.show_model)
+        store.pointAdded.connect(lambda _point: self.show_model())
         if store.statistics is not None:
             self.show_statistics(store.statistics)
+        self.show_model()
+
+    def _model_section(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.loss_chart = LineChart(
+            "The collaboration's loss",
+            "Training loss: the mean loss every peer reports at each completed epoch. Held-out "
+            "loss: the model measured by the project's backbone on text no peer trains on. "
+            "Lower is better; held-out loss rising while training loss falls means the model "
+            "learns its shards by heart",
+            "epoch",
+            "loss",
+        )
+        self.loss_chart.setMinimumHeight(280)  # room for the legend and the loss axis' labels
+        self.held_out = StatTile(
+            "Held-out loss",
+            "The newest loss of the model on the project's held-out text, and the share of "
+            "tokens it guessed right",
+        )
+        self.held_out.setMinimumWidth(170)
+        row.addWidget(self.loss_chart, 1)
+        row.addWidget(self.held_out, 0, Qt.AlignmentFlag.AlignTop)
+        return row
+
+    def show_model(self) -> None:
+        """The active project's training and held-out losses, and the newest held-out figures."""
+        points, held_out = self.store.history, self.store.held_out
+        self.loss_chart.set_lines(
+            {
+                "training loss": ([p.epoch for p in points], [p.loss for p in points]),
+                "held-out loss": ([e.epoch for e in held_out], [e.loss for e in held_out]),
+            },
+            empty="the curve appears after the collaboration's first epoch",
+        )
+        if not held_out:
+            self.held_out.set("–", "not measured yet: only projects that keep text apart do")
+            return
+        newest = held_out[-1]
+        loss = "unknown" if newest.loss is None else f"{newest.loss:.3f}"
+        self.held_out.set(
+            loss, f"{100 * newest.accuracy:.1f} % of tokens right, epoch {newest.epoch}"
+        )
 
     def _period_changed(self, index: int) -> None:
         self.store.statistics_days = int(self.period.itemData(index))

@@ -7,4 +7,6 @@
 - ``login_form``  LoginForm: log in or sign up at the project's coordinator.
 - ``project_url``  ProjectUrlField: the first run's "Project URL" row, and what is plainly not one.
 - ``project_preview``  ProjectPreviewCard: a project looked up by URL, before joining (plain text).
+- ``try_model``   TryModelBox: "Try the model", a sentence for the active project's model and its
+  guesses (or completion), or why it cannot answer.
 """

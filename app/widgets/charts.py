@@ -6,7 +6,7 @@ chart says nothing to a screen reader otherwise) and a tooltip explaining what i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from PySide6.QtCharts import (
     QBarSeries,
@@ -67,29 +67,44 @@ class LineChart(_Chart):
         super().__init__(title, explanation, parent)
         self.x_title, self.y_title = x_title, y_title
         self.count = 0
+        self.lines: dict[str, list[tuple[float, float]]] = {}
+        """The points drawn, by line (lines without any left out)."""
 
     def set_points(self, xs: Sequence[float], ys: Sequence[float | None], *, empty: str) -> None:
+        self.set_lines({self.y_title: (xs, ys)}, empty=empty)
+
+    def set_lines(
+        self,
+        lines: Mapping[str, tuple[Sequence[float], Sequence[float | None]]],
+        *,
+        empty: str,
+    ) -> None:
+        """Named lines of (x, y) on the same axes, a legend naming them when more than one is
+        drawn; a y of None is a gap. The first is the main line (``count`` is its points); the
+        others are measurements at some x only, so their points show where they were taken."""
         chart = self._reset()
-        pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
-        self.count = len(pairs)
-        if not pairs:
+        drawn: dict[str, list[tuple[float, float]]] = {}
+        for index, (name, (xs, ys)) in enumerate(lines.items()):
+            pairs = [(float(x), float(y)) for x, y in zip(xs, ys, strict=True) if y is not None]
+            if index == 0:
+                self.count = len(pairs)
+            if pairs:
+                drawn[name] = pairs
+        self.lines = drawn
+        if not drawn:
             self._say_empty(empty)
             return
         self.empty_text = ""
         chart.setTitle(self.accessibleName())
-        series = QLineSeries()
-        series.setPen(QPen(QColor(ACCENT), 2))
-        series.replace([QPointF(float(x), float(y)) for x, y in pairs])
-        chart.addSeries(series)
         x_axis, y_axis = QValueAxis(), QValueAxis()
         x_axis.setTitleText(self.x_title)
         y_axis.setTitleText(self.y_title)
         x_axis.setLabelFormat("%d")
         y_axis.setLabelFormat("%.2f")
-        low_x, high_x = pairs[0][0], pairs[-1][0]
+        every = [pair for pairs in drawn.values() for pair in pairs]
+        low_x, high_x = min(x for x, _ in every), max(x for x, _ in every)
         x_axis.setRange(low_x, high_x if high_x > low_x else low_x + 1)
-        values = [y for _, y in pairs]
-        low, high = min(values), max(values)
+        low, high = min(y for _, y in every), max(y for _, y in every)
         pad = (high - low) * 0.08 or 0.5
         y_axis.setRange(low - pad, high + pad)
         x_axis.applyNiceNumbers()
@@ -100,10 +115,33 @@ class LineChart(_Chart):
         ):
             axis.setLabelsColor(QColor(MUTED))
             chart.addAxis(axis, side)
-            series.attachAxis(axis)
-        last_x, last_y = pairs[-1]
+        for index, (name, colour) in enumerate(zip(lines, SERIES_COLOURS, strict=False)):
+            if name not in drawn:
+                continue
+            series = QLineSeries()
+            series.setName(name)
+            series.setPen(QPen(QColor(colour), 2))
+            series.setPointsVisible(index > 0)
+            series.replace([QPointF(x, y) for x, y in drawn[name]])
+            chart.addSeries(series)
+            series.attachAxis(x_axis)
+            series.attachAxis(y_axis)
+        chart.legend().setVisible(len(drawn) > 1)
+        chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
+        if list(drawn) == [self.y_title]:
+            (pairs,) = drawn.values()
+            last_x, last_y = pairs[-1]
+            self.setAccessibleDescription(
+                f"{len(pairs)} points; latest {self.y_title} {last_y:.3f} at {self.x_title} "
+                f"{last_x:.0f}"
+            )
+            return
         self.setAccessibleDescription(
-            f"{len(pairs)} points; latest {self.y_title} {last_y:.3f} at {self.x_title} {last_x:.0f}"
+            "; ".join(
+                f"{name}: {len(pairs)} points, latest {pairs[-1][1]:.3f} at {self.x_title} "
+                f"{pairs[-1][0]:.0f}"
+                for name, pairs in drawn.items()
+            )
         )
 
 

@@ -2,10 +2,11 @@
 
 - ``schema``    versioned dataclasses: EngineState, Progress, Rounds (a diloco project's rounds),
   Statistics, Settings, ProjectInfo, ProjectPreview (a project URL's signed manifest, checked, and
-  what joining would use), AccountInfo, Leaderboard, MyRank, requests; state names and reason
-  codes (from ``core.policy``).
-- ``events``    typed events of the websocket stream (state changed, progress, epoch, peers, errors,
-  account changed, network changed, a signed manifest update taken or refused).
+  what joining would use), AccountInfo, Leaderboard, MyRank, ModelAnswer (the active project's
+  model asked a question), requests; state names and reason codes (from ``core.policy``).
+- ``events``    typed events of the websocket stream (state changed, progress, epoch, a held-out
+  evaluation, peers, errors, account changed, network changed, a signed manifest update taken or
+  refused).
 - ``errors``    ApiError and its subclasses, with the codes and HTTP statuses they travel as, and
   the error id of the engine's own failures (``error_id``).
 - ``codec``     dataclasses to JSON and back, checked against their type hints; unknown reason
@@ -62,6 +63,7 @@ from core.api.events import (
     EpochFinished,
     ErrorRaised,
     Event,
+    HeldOutMeasured,
     ManifestUpdated,
     NetworkChanged,
     PeersSeen,
@@ -86,11 +88,14 @@ from core.api.schema import (
     Diagnostics,
     EngineState,
     EpochPoint,
+    Guess,
+    HeldOutPoint,
     HistoryDay,
     Leaderboard,
     LeaderboardEntry,
     LeaderboardTotals,
     LoginRequest,
+    ModelAnswer,
     MyRank,
     Network,
     PreviewRequest,
@@ -106,6 +111,7 @@ from core.api.schema import (
     Settings,
     Statistics,
     TrainingHistory,
+    TryModelRequest,
 )
 
 __all__ = [
@@ -133,6 +139,9 @@ __all__ = [
     "ErrorRaised",
     "Event",
     "Forbidden",
+    "Guess",
+    "HeldOutMeasured",
+    "HeldOutPoint",
     "HistoryDay",
     "Leaderboard",
     "LeaderboardEntry",
@@ -141,6 +150,7 @@ __all__ = [
     "LoginRequest",
     "LoginRequired",
     "ManifestUpdated",
+    "ModelAnswer",
     "MyRank",
     "Network",
     "NetworkChanged",
@@ -168,6 +178,7 @@ __all__ = [
     "StorageFailed",
     "TooManyAttempts",
     "TrainingHistory",
+    "TryModelRequest",
     "Unauthorized",
     "UnknownEventType",
     "UnsupportedMediaType",

@@ -21,6 +21,7 @@ from core.api.errors import ApiError, EngineUnavailable, VersionMismatch, error_
 from core.api.events import Event, UnknownEventType
 from core.api.schema import (
     API_VERSION,
+    TRY_MODEL_TIMEOUT,
     VERSION_HEADER,
     AccountInfo,
     AttachRequest,
@@ -28,6 +29,7 @@ from core.api.schema import (
     EngineState,
     Leaderboard,
     LoginRequest,
+    ModelAnswer,
     MyRank,
     PreviewRequest,
     ProjectInfo,
@@ -39,6 +41,7 @@ from core.api.schema import (
     SnoozeRequest,
     Statistics,
     TrainingHistory,
+    TryModelRequest,
 )
 from core.api.schema import Settings as SettingsView
 from core.config.paths import UserDirs
@@ -149,6 +152,19 @@ class EngineClient:
         coordinator); already active: nothing changes. ``NotFound`` if none is called so."""
         return await self._call("POST", f"/v1/projects/{name}/activate", ProjectInfo)
 
+    async def try_model(self, text: str) -> ModelAnswer:
+        """Ask the active project's model about ``text``: its top guesses for the first ``[MASK]``
+        (or ``___``), or, for a causal model, the text completed. An answer that is no answer says
+        why (``ModelAnswer.code`` and ``reason``: no project, not here yet, ...); ``BadRequest``
+        for a text it cannot take (empty, too long, no missing word for a masked model)."""
+        return await self._call(
+            "POST",
+            "/v1/model/try",
+            ModelAnswer,
+            body=TryModelRequest(text),
+            timeout=TRY_MODEL_TIMEOUT,  # a copy of the weights and forward passes on the CPU
+        )
+
     # ---- the account at the active project's coordinator ----------------------------------------------
 
     async def account(self) -> AccountInfo:
@@ -227,7 +243,10 @@ class EngineClient:
         *,
         body: Any = None,
         params: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> T:
+        """``timeout``: seconds for this call instead of the client's own."""
+        limit = self._timeout if timeout is None else aiohttp.ClientTimeout(total=timeout)
         try:
             async with self._http().request(
                 method,
@@ -235,6 +254,7 @@ class EngineClient:
                 headers=self._headers(),
                 json=None if body is None else encode(body),
                 params=params,
+                timeout=limit,
             ) as response:
                 try:
                     payload = await response.json(content_type=None)

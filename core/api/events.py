@@ -11,7 +11,7 @@ from typing import Any
 
 from core.api.codec import decode, encode
 from core.api.errors import BadRequest
-from core.api.schema import AccountInfo, Code, EpochPoint, Network, Progress
+from core.api.schema import AccountInfo, Code, EpochPoint, HeldOutPoint, Network, Progress
 from core.policy import StateName
 
 
@@ -74,6 +74,14 @@ class CollaborationEpoch:
 
 
 @dataclass(frozen=True)
+class HeldOutMeasured:
+    """The project's backbone measured the model on its held-out text: one more held-out point."""
+
+    project: str
+    point: HeldOutPoint
+
+
+@dataclass(frozen=True)
 class NetworkChanged:
     """The reachability check changed its verdict (reachable from the internet, or not)."""
 
@@ -114,6 +122,7 @@ EventData = (
     | ProjectsChanged
     | AccountChanged
     | CollaborationEpoch
+    | HeldOutMeasured
     | NetworkChanged
     | RolledBack
     | ManifestUpdated
@@ -128,6 +137,7 @@ EVENT_TYPES: dict[str, type[Any]] = {
     "projects_changed": ProjectsChanged,
     "account_changed": AccountChanged,
     "collaboration_epoch": CollaborationEpoch,
+    "held_out_measured": HeldOutMeasured,
     "network_changed": NetworkChanged,
     "rolled_back": RolledBack,
     "manifest_updated": ManifestUpdated,

@@ -428,11 +428,31 @@ class EpochPoint:
 
 
 @dataclass(frozen=True)
+class HeldOutPoint:
+    """The project's backbone measured the model on held-out text (text no trainer reads), as this
+    engine's peer saw it in the backbone's progress record."""
+
+    epoch: int
+    """The epoch of the model measured (the training loss of the same epoch is its twin)."""
+    time: float
+    """Unix time this engine's peer saw it."""
+    loss: float | None
+    """Mean cross-entropy per predicted token; None if it was not a finite number."""
+    accuracy: float
+    """Share of predicted tokens guessed right, 0 to 1."""
+    samples: int
+    """Sequences measured."""
+
+
+@dataclass(frozen=True)
 class TrainingHistory:
     project: str | None
     """None when no project is active (then ``points`` is empty)."""
     points: list[EpochPoint] = field(default_factory=list)
     """Oldest first; the engine keeps a bounded number of the most recent."""
+    held_out: list[HeldOutPoint] = field(default_factory=list)
+    """The backbone's held-out evaluations, oldest first (none where the project evaluates
+    nothing); bounded like ``points``."""
 
 
 OfferSource = Literal["local_swarm", "attached"]
@@ -483,3 +503,94 @@ class Diagnostics:
     """The reachability check's details (observed addresses, the peers' answers), one per line."""
     accelerator: list[str] = field(default_factory=list)
     """The device choice, the NVIDIA driver and each GPU as it is now, one per line."""
+
+
+# ---- trying the model: a question to the active project's latest replica ---------------------------
+
+QUESTION_LIMIT = 500
+"""The most characters a question to the model may have (a few sentences: what fits the models'
+``max_position`` tokens, which the engine checks too)."""
+MASK = "[MASK]"
+"""Where a masked model is to guess a word."""
+MASK_SPELLINGS = re.compile(r"\[mask\]|_{3,}", re.IGNORECASE)
+"""``[MASK]`` in any case, or three or more underscores (``___``, friendlier to type)."""
+TRY_MODEL_TIMEOUT = 120.0
+"""Seconds a client waits for an answer: a copy of the weights and a few forward passes on the CPU
+(seconds for the demo, longer for a large model on a busy computer)."""
+
+
+def question_problem(text: str) -> str | None:
+    """What makes ``text`` no question for the model whatever its kind, or None."""
+    if not text.strip():
+        return "type a sentence for the model first"
+    if len(text) > QUESTION_LIMIT:
+        return f"the text is {len(text)} characters long; the model takes at most {QUESTION_LIMIT}"
+    return None
+
+
+def with_masks(text: str) -> str:
+    """``text`` with every spelling of a missing word (``MASK_SPELLINGS``) written ``[MASK]``."""
+    return MASK_SPELLINGS.sub(MASK, text)
+
+
+def filled_in(text: str, words: list[str]) -> str:
+    """``text`` with its missing words (any spelling), in order, replaced by ``words``; missing
+    words beyond them stay as typed."""
+    given = iter(words)
+    return MASK_SPELLINGS.sub(lambda match: next(given, match.group(0)), text)
+
+
+@dataclass(frozen=True)
+class TryModelRequest:
+    text: str
+    """A sentence with ``[MASK]`` (or ``___``) where a masked model is to guess the word; for a
+    causal model, the start of a text to complete."""
+
+    def __post_init__(self) -> None:
+        problem = question_problem(self.text)
+        if problem is not None:
+            raise BadRequest(problem)
+
+
+@dataclass(frozen=True)
+class Guess:
+    word: str
+    """A word or a word piece (a piece that continues a word is shown without its ``##``)."""
+    probability: float
+    """Among the vocabulary's words (the special tokens left out), from 0 to 1."""
+
+
+ModelAnswerCode = Literal[
+    "answered", "no_project", "dmoe_project", "not_ready", "unloaded", "unknown"
+]
+"""``answered``; else why the model cannot answer: no project attached, a dmoe project (experts,
+no single model), the model not here yet (the peer has not started, or still loads the
+collaboration's state), the engine unloaded it (the peer stopped); ``unknown``: a code of a newer
+engine."""
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    """The active project's model asked a question: its answer, or why it cannot answer now."""
+
+    project: str | None
+    code: Annotated[ModelAnswerCode, Fallback("unknown")]
+    reason: str = ""
+    """Why it cannot answer, in plain words (empty when it answered)."""
+    kind: Annotated[Literal["masked", "causal", "unknown"], Fallback("unknown")] | None = None
+    """``masked``: guesses for a missing word; ``causal``: the text completed; None unanswered."""
+    guesses: list[Guess] = field(default_factory=list)
+    """masked: the top guesses for the first missing word, best first."""
+    text: str = ""
+    """masked: the question with each missing word filled in by the best guess; causal: the
+    question and its completion."""
+    completion: str = ""
+    """causal: what the model added."""
+    epoch: int | None = None
+    """The collaboration's epoch the answering copy of the model comes from."""
+    copied_at: float | None = None
+    """Unix time the weights were copied from the training peer (copies are reused a while)."""
+
+    @property
+    def answered(self) -> bool:
+        return self.code == "answered"

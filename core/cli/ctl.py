@@ -22,7 +22,8 @@
                                          again if NAME is moderated ('barnraise ctl login')
     barnraise ctl detach NAME
     barnraise ctl offers                 projects to pick: local demo swarms, attached projects
-    barnraise ctl history                the active project's loss curve, epoch by epoch
+    barnraise ctl history                the active project's loss curve, epoch by epoch, and
+                                         the loss on held-out text where the project measures it
     barnraise ctl diagnostics            versions, folders and the engine log's last lines
     barnraise ctl events [--since N]     follow the engine's events (Ctrl-C to stop)
     barnraise ctl shutdown               stop the engine

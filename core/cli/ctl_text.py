@@ -114,19 +114,44 @@ def _history_text(h: TrainingHistory) -> str:
     if h.project is None:
         return "no project is attached"
     if not h.points:
-        return f"{h.project}: no completed epoch seen yet"
+        return f"{h.project}: no completed epoch seen yet" + _newest_held_out(h)
     shown = h.points[-HISTORY_SHOWN:]
     lines = [f"{h.project}: {len(h.points)} epoch(s) seen" + (
         f", the last {len(shown)} shown (--json for all)" if len(shown) < len(h.points) else ""
     )]  # fmt: skip
-    lines.append(f"{'epoch':>6}  {'loss':>8}  {'samples':>8}  {'samples/s':>9}  peers  time")
+    # the held-out columns only where the project evaluates: blank where an epoch was not
+    evaluated = {e.epoch: e for e in h.held_out}
+    held_out_title = f"  {'held-out':>8}  {'accuracy':>8}" if evaluated else ""
+    lines.append(
+        f"{'epoch':>6}  {'loss':>8}{held_out_title}  {'samples':>8}  {'samples/s':>9}  peers  time"
+    )
     for p in shown:
         loss = f"{p.loss:.4f}" if p.loss is not None else "-"
+        held_out = ""
+        if evaluated:
+            e = evaluated.get(p.epoch)
+            figures = ("", "") if e is None else (_loss(e.loss), f"{100 * e.accuracy:.1f} %")
+            held_out = f"  {figures[0]:>8}  {figures[1]:>8}"
         lines.append(
-            f"{p.epoch:>6}  {loss:>8}  {p.samples:>8}  {p.samples_per_second:>9.1f}  "
+            f"{p.epoch:>6}  {loss:>8}{held_out}  {p.samples:>8}  {p.samples_per_second:>9.1f}  "
             f"{p.peers:>5}  {_clock(p.time, dated=True)}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines) + _newest_held_out(h)
+
+
+def _loss(loss: float | None) -> str:
+    return f"{loss:.4f}" if loss is not None else "-"
+
+
+def _newest_held_out(h: TrainingHistory) -> str:
+    """A last line with the newest held-out evaluation (its epoch may not have completed yet)."""
+    if not h.held_out:
+        return ""
+    e = h.held_out[-1]
+    return (
+        f"\nheld-out text, measured by the backbone at epoch {e.epoch}: loss {_loss(e.loss)}, "
+        f"accuracy {100 * e.accuracy:.1f} % ({e.samples} sequences)"
+    )
 
 
 def _diagnostics_text(d: Diagnostics) -> str:

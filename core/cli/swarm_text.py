@@ -13,7 +13,7 @@ from pathlib import Path
 from core.swarm.dmoe_run import DmoeLine, DmoeStop
 from core.swarm.moderated import Standings
 from core.swarm.run import Joining
-from core.worker.events import PeerMetrics
+from core.worker.events import PeerEvaluation, PeerMetrics
 
 
 class SwarmPrinter:
@@ -40,6 +40,13 @@ class SwarmPrinter:
         _say(
             f"epoch {event.epoch:>4}  loss {shown}  "
             f"samples/s {event.samples_per_second:>8.1f}  peers {event.alive_peers}"
+        )
+
+    def evaluation(self, event: PeerEvaluation) -> None:
+        shown = f"{event.loss:.4f}" if event.loss is not None else "   -  "
+        _say(
+            f"epoch {event.epoch:>4}  held-out loss {shown}  accuracy {100 * event.accuracy:5.1f} %  "
+            f"({event.samples} sequences, {event.tokens} tokens)"
         )
 
     def problem(self, message: str) -> None:

@@ -44,6 +44,7 @@ from core.api.schema import (
     ProjectOffers,
     SettingsUpdate,
     SnoozeRequest,
+    TryModelRequest,
 )
 from core.control.errors import api_error, http_error
 from core.engine import Engine
@@ -99,6 +100,7 @@ class ControlServer:
                 web.post("/v1/projects/{name}/check", self._check_project),
                 web.post("/v1/projects/{name}/activate", self._activate_project),
                 web.delete("/v1/projects/{name}", self._detach),
+                web.post("/v1/model/try", self._try_model),
                 web.post("/v1/start", self._start),
                 web.post("/v1/pause", self._pause),
                 web.post("/v1/resume", self._resume),
@@ -208,6 +210,10 @@ class ControlServer:
 
     async def _detach(self, request: web.Request) -> web.Response:
         return _ok(ProjectList(await self.engine.detach(request.match_info["name"])))
+
+    async def _try_model(self, request: web.Request) -> web.Response:
+        question = decode(TryModelRequest, await _body(request))
+        return _ok(await self.engine.try_model(question.text))
 
     async def _start(self, request: web.Request) -> web.Response:
         return _ok(await self.engine.start())

@@ -23,13 +23,16 @@
 - ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
 - ``peer_events`` PeerEvents: the peer's typed events (``core.worker.events``) counted, recorded
   and published.
-- ``history``   History: the collaboration's loss curve per project (memory and the ledger's file).
+- ``history``   History: the collaboration's loss curve and the backbone's held-out evaluations
+  per project (memory and the ledger's file).
 - ``offers``    project offers: running local swarms first, then attached projects.
 - ``join/``     joining a project by its URL or a manifest file, and following its signed updates;
   what a project would use here.
 - ``diagnostics`` versions, folders and the log's last lines for a bug report (no secrets).
 - ``device``    DeviceChoice: what the active project trains on and why, found without torch when
   the engine opens (NVIDIA driver, Apple silicon, the installed torch); whether it uses a GPU.
+- ``trying``    ModelTrial: "try the model", a volunteer's question answered by a CPU copy of the
+  active trainer's replica (torch loaded only once that peer is ready), or why it cannot be.
 - ``views``     the API's answers built from the engine's parts (statistics, progress, project info,
   a finished epoch); the settings' answer is ``core.api.settings``.
 

@@ -10,6 +10,7 @@ Commands come from the control server under the names of the API's calls (``Engi
 pause, resume, snooze, set_settings, attach, activate_project, detach, login, logout, ...), are
 handed to the part they concern, and fail with the engine's own errors (``errors``), which the
 server maps onto the API's; after each the settings are saved and the scheduler ticks at once.
+``try_model`` asks the active project's model a volunteer's question (``trying``).
 Every change is published as a typed event, and contribution is metered into the ledger. The
 views (state, projects, offers, history, statistics, diagnostics) are built from the parts.
 """
@@ -32,6 +33,7 @@ from core.api.schema import (
     Diagnostics,
     EngineState,
     Leaderboard,
+    ModelAnswer,
     MyRank,
     Network,
     ProjectInfo,
@@ -66,6 +68,7 @@ from core.engine.peer_events import PeerEvents
 from core.engine.progress import ProgressMeter
 from core.engine.projects import ProjectRunner, ProjectSlot
 from core.engine.scheduling import Scheduling
+from core.engine.trying import ModelTrial
 from core.engine.views import network_lines, network_view, rounds_view, statistics_view
 from core.project import Manifest
 from core.scheduler import ConditionSampler
@@ -148,6 +151,8 @@ class Engine:
             rebuild=self._attached.rebuild,
         )
 
+        self._trial = ModelTrial(lambda: self.runner, parts.blocking)
+
     @property
     def runner(self) -> ProjectRunner | None:
         """The active project's peer; None while no project is attached."""
@@ -203,6 +208,8 @@ class Engine:
         closing = Closing()
         with closing.attempt("stopping the engine's loops"):
             await self._tasks.close()
+        with closing.attempt("closing the model's tryout"):
+            await self._trial.close()
         await self._attached.close(closing)
         with closing.attempt("closing the account"):
             await self._account.close()
@@ -285,6 +292,11 @@ class Engine:
             raise UnknownProject(f"{name} was detached meanwhile")
         return self._attached.info(current)
 
+    async def try_model(self, text: str) -> ModelAnswer:
+        """Ask the active project's model about ``text`` (``trying``): its answer, or why it
+        cannot answer now; ``InvalidArgument`` for a text it cannot take."""
+        return await self._trial.ask(text)
+
     async def login(self, username: str, password: str, *, signup: bool = False) -> AccountInfo:
         """Log in at the active project's coordinator (signing up first with ``signup``)."""
         return await self._account.login(username, password, signup=signup)
@@ -361,11 +373,11 @@ class Engine:
         )
 
     def history(self) -> TrainingHistory:
-        """The active project's loss curve, oldest first."""
+        """The active project's loss curve and held-out evaluations, oldest first."""
         name = self.memory.active
         if name is None:
             return TrainingHistory(None, [])
-        return TrainingHistory(name, self.curve.points(name))
+        return TrainingHistory(name, self.curve.points(name), self.curve.held_out(name))
 
     async def diagnostics(self, secrets: list[str]) -> Diagnostics:
         """For a bug report; ``secrets`` (the control token) and the login's are blotted out."""

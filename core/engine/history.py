@@ -10,6 +10,10 @@ A rebuilt peer (after a pause of the engine, a failure, a new run of the local s
 more the last epoch it finds complete, which the engine has usually recorded already: a point with
 the same epoch as the newest one is dropped. A smaller epoch is kept: a collaboration that was
 started afresh counts from 0 again, and the curve should show that.
+
+The backbone's held-out evaluations (``PeerEvaluation`` events, which a trainer reads in the
+backbone's progress record) are kept beside the points the same way, as ``HeldOutPoint``s in a
+ledger table of their own: an evaluation may be seen before its epoch completes, or after.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import logging
 import math
 from collections.abc import Callable
 
-from core.api.schema import EpochPoint
-from core.stats import EPOCHS_KEPT, EpochRow, Ledger, LedgerError
-from core.worker.events import PeerMetrics
+from core.api.schema import EpochPoint, HeldOutPoint
+from core.stats import EPOCHS_KEPT, EpochRow, HeldOutRow, Ledger, LedgerError
+from core.worker.events import PeerEvaluation, PeerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ class History:
         self._keep = keep
         self._on_error = on_error
         self._points: dict[str, collections.deque[EpochPoint]] = {}
+        self._held_out: dict[str, collections.deque[HeldOutPoint]] = {}
 
     def points(self, project: str) -> list[EpochPoint]:
         """The project's points, oldest first."""
@@ -59,6 +64,42 @@ class History:
             if self._on_error is not None:
                 self._on_error(str(exc))
         return True
+
+    def held_out(self, project: str) -> list[HeldOutPoint]:
+        """The project's held-out evaluations, oldest first."""
+        return list(self._held_out_loaded(project))
+
+    def record_held_out(self, project: str, point: HeldOutPoint) -> bool:
+        """Keep a new evaluation; False (and nothing kept) when it repeats the newest epoch. A
+        ledger that cannot be written is reported as ``record`` does."""
+        kept = self._held_out_loaded(project)
+        if kept and kept[-1].epoch == point.epoch:
+            return False
+        kept.append(point)
+        row = HeldOutRow(point.epoch, point.time, point.loss, point.accuracy, point.samples)
+        try:
+            self._ledger.add_held_out(project, row, keep=self._keep)
+        except LedgerError as exc:
+            log.error("could not record the evaluation of epoch %d of %s: %s", point.epoch,
+                      project, exc)  # fmt: skip
+            if self._on_error is not None:
+                self._on_error(str(exc))
+        return True
+
+    def _held_out_loaded(self, project: str) -> collections.deque[HeldOutPoint]:
+        kept = self._held_out.get(project)
+        if kept is None:
+            try:
+                rows = self._ledger.held_out(project, self._keep)
+            except LedgerError as exc:
+                log.error("could not read the evaluations of %s: %s", project, exc)
+                rows = []
+            kept = collections.deque(
+                (HeldOutPoint(r.epoch, r.time, r.loss, r.accuracy, r.samples) for r in rows),
+                maxlen=self._keep,
+            )
+            self._held_out[project] = kept
+        return kept
 
     def _loaded(self, project: str) -> collections.deque[EpochPoint]:
         points = self._points.get(project)
@@ -90,6 +131,20 @@ def point_from_event(event: PeerMetrics) -> EpochPoint | None:
     return EpochPoint(
         event.epoch, event.time, loss, event.samples, event.samples_per_second, event.alive_peers
     )
+
+
+def held_out_from_event(event: PeerEvaluation) -> HeldOutPoint | None:
+    """The ``HeldOutPoint`` of an evaluation; None (and a warning) if a value is out of range:
+    counts of at least 0, a finite time, an accuracy of 0 to 1 (a loss that is not finite is
+    unknown)."""
+    if min(event.epoch, event.samples) < 0 or not math.isfinite(event.time):
+        log.warning("ignored an evaluation event with impossible values: %r", event)
+        return None
+    if not (math.isfinite(event.accuracy) and 0 <= event.accuracy <= 1):
+        log.warning("ignored an evaluation event with an impossible accuracy: %r", event)
+        return None
+    loss = event.loss if event.loss is not None and math.isfinite(event.loss) else None
+    return HeldOutPoint(event.epoch, event.time, loss, event.accuracy, event.samples)
 
 
 def _row(point: EpochPoint) -> EpochRow:

@@ -2,7 +2,8 @@
 
 ``PeerEpoch``: one step of our own, counted in the ledger (an averaging round joined when the group
 was more than us) and published. ``PeerMetrics``: a completed epoch of the whole collaboration, kept
-as a point of the loss curve and published. ``PeerFailed`` and ``PeerReady``: published or acted on
+as a point of the loss curve and published. ``PeerEvaluation``: the backbone's held-out evaluation,
+kept beside the curve and published. ``PeerFailed`` and ``PeerReady``: published or acted on
 at once (the scheduler loop is woken, so the engine's state follows without waiting for the next
 tick). ``PeerWaiting``: the peer started or stopped waiting for the collaboration; the loop is woken
 so that the engine's state says so at once. ``PeerNetwork``: the reachability check's new verdict,
@@ -14,14 +15,21 @@ from __future__ import annotations
 
 import asyncio
 
-from core.api.events import CollaborationEpoch, ErrorRaised, NetworkChanged, RolledBack
+from core.api.events import (
+    CollaborationEpoch,
+    ErrorRaised,
+    HeldOutMeasured,
+    NetworkChanged,
+    RolledBack,
+)
 from core.engine.events import EventBus
-from core.engine.history import History, point_from_event
+from core.engine.history import History, held_out_from_event, point_from_event
 from core.engine.metering import Metering
 from core.engine.views import epoch_finished, network_view
 from core.stats import Contribution
 from core.worker.events import (
     PeerEpoch,
+    PeerEvaluation,
     PeerEvent,
     PeerFailed,
     PeerMetrics,
@@ -51,6 +59,10 @@ class PeerEvents:
             point = point_from_event(event)
             if point is not None and self._curve.record(project, point):
                 self._events.publish(CollaborationEpoch(project, point))
+        elif isinstance(event, PeerEvaluation):
+            held_out = held_out_from_event(event)
+            if held_out is not None and self._curve.record_held_out(project, held_out):
+                self._events.publish(HeldOutMeasured(project, held_out))
         elif isinstance(event, PeerFailed):
             self._events.publish(ErrorRaised(f"project {project}", event.message))
             self._wake.set()

@@ -3,6 +3,7 @@
 - ``contribution``  ``Contribution`` (amounts to add or totals read) and ``HourRow`` (one stored row).
 - ``ledger``        ``Ledger``: per project and UTC hour totals in SQLite, and the queries over them.
 - ``epochs``        ``EpochRow``: the collaboration's completed epochs (the loss curve), newest kept.
+- ``held_out``      ``HeldOutRow``: the backbone's held-out evaluations, newest kept.
 - ``meter``         ``ContributionMeter``: sums the engine's deltas in memory between ledger writes.
 - ``schema``        opening the file safely (WAL, schema version, refusing files that are not ours).
 - ``buckets``       which UTC hour, local day and local month a moment belongs to.
@@ -12,6 +13,7 @@
 from core.stats.contribution import Contribution, HourRow
 from core.stats.epochs import EPOCHS_KEPT, EpochRow
 from core.stats.errors import LedgerError
+from core.stats.held_out import HeldOutRow
 from core.stats.ledger import Ledger
 from core.stats.meter import ContributionMeter
 
@@ -20,6 +22,7 @@ __all__ = [
     "Contribution",
     "ContributionMeter",
     "EpochRow",
+    "HeldOutRow",
     "HourRow",
     "Ledger",
     "LedgerError",

@@ -5,7 +5,7 @@ averaging rounds joined and bytes sent and received; ``add`` increments the row 
 short transaction, so a process killed at any moment loses no committed amount (see ``schema`` for
 the WAL durability promise and for how a file that is not ours is refused and left untouched).
 The same file keeps the collaboration's recent epochs, its loss curve (``add_epoch``, ``epochs``;
-see ``epochs``).
+see ``epochs``), and the backbone's held-out evaluations (``add_held_out``, ``held_out``).
 
 A ``Ledger`` is single-threaded: the engine uses it from its event-loop thread only, and SQLite's
 default same-thread check is kept to catch any other use.
@@ -31,9 +31,10 @@ from core.stats.buckets import (
 from core.stats.contribution import Contribution, HourRow, validate_amounts
 from core.stats.epochs import EPOCHS_KEPT, EpochRow, add_epoch, read_epochs, validate_epoch
 from core.stats.errors import LedgerError
+from core.stats.held_out import HeldOutRow, add_held_out, read_held_out, validate_held_out
 from core.stats.schema import open_file, open_memory, transaction
 
-__all__ = ["Contribution", "EpochRow", "HourRow", "Ledger"]
+__all__ = ["Contribution", "EpochRow", "HeldOutRow", "HourRow", "Ledger"]
 
 _AMOUNT_COLUMNS = ("samples", "compute_seconds", "epochs", "rounds", "bytes_sent", "bytes_received")
 _SUMS = ", ".join(f"COALESCE(SUM({column}), 0)" for column in _AMOUNT_COLUMNS)
@@ -98,8 +99,7 @@ class Ledger:
 
         One transaction: the row and the pruning are committed together, or neither.
         """
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise LedgerError(f"the number of epochs to keep must be at least 1, not {keep!r}")
+        _require_keep(keep)
         validate_epoch(project, row)
         conn = self._connection()
         try:
@@ -110,7 +110,35 @@ class Ledger:
                 f"could not write to the contribution ledger {self._label}: {error}"
             ) from error
 
+    def add_held_out(self, project: str, row: HeldOutRow, *, keep: int = EPOCHS_KEPT) -> None:
+        """Record one held-out evaluation of ``project``'s model, keeping its newest ``keep``
+        (one transaction, as ``add_epoch``)."""
+        _require_keep(keep)
+        validate_held_out(project, row)
+        conn = self._connection()
+        try:
+            with transaction(conn):
+                add_held_out(conn, project, row, keep)
+        except sqlite3.Error as error:
+            raise LedgerError(
+                f"could not write to the contribution ledger {self._label}: {error}"
+            ) from error
+
     # -- reading -------------------------------------------------------------------------------
+
+    def held_out(self, project: str, limit: int = EPOCHS_KEPT) -> list[HeldOutRow]:
+        """The newest ``limit`` held-out evaluations recorded for ``project``, oldest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise LedgerError(
+                f"the number of evaluations must be a whole number >= 0, not {limit!r}"
+            )
+        conn = self._connection()
+        try:
+            return read_held_out(conn, project, limit)
+        except sqlite3.Error as error:
+            raise LedgerError(
+                f"could not read the contribution ledger {self._label}: {error}"
+            ) from error
 
     def epochs(self, project: str, limit: int = EPOCHS_KEPT) -> list[EpochRow]:
         """The newest ``limit`` epochs recorded for ``project``, oldest first."""
@@ -235,6 +263,11 @@ class Ledger:
 
     def _query_one(self, sql: str, params: Sequence[Any]) -> Any:
         return self._query(sql, params)[0]
+
+
+def _require_keep(keep: int) -> None:
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise LedgerError(f"the number of rows to keep must be at least 1, not {keep!r}")
 
 
 def _require_project(project: str) -> None:

@@ -2,8 +2,8 @@
 careful part: refusing files that are not ours, WAL, migrations in one transaction each).
 
 ``PRAGMA application_id`` marks the file as a Barnraise ledger. Schema versions: 1, the hourly
-``hours`` table; 2 adds ``epochs`` (the loss curve). A version-1 file is upgraded in place when it
-is opened, its rows kept.
+``hours`` table; 2 adds ``epochs`` (the loss curve); 3 adds ``held_out`` (the backbone's held-out
+evaluations). An older file is upgraded in place when it is opened, its rows kept.
 
 The journal is WAL with ``synchronous=NORMAL``: a transaction that has committed survives the
 process being killed at any moment (its pages are in the WAL, which the OS writes out on its own).
@@ -19,7 +19,7 @@ from pathlib import Path
 from core.stats.errors import LedgerError
 from core.util.files.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x42524E52  # "BRNR" in ASCII
 
 # Only one engine should use a ledger; if a second process holds the write lock, give up soon
@@ -62,6 +62,22 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
         "CREATE INDEX epochs_by_project ON epochs (project, id)",
+    ),
+    (
+        # Version 3: the backbone's held-out evaluations, per project, in arrival order like the
+        # epochs. A table of their own: an evaluation is seen before or after its epoch completes.
+        """
+        CREATE TABLE held_out (
+            id INTEGER PRIMARY KEY,
+            project TEXT NOT NULL,
+            epoch INTEGER NOT NULL,
+            time REAL NOT NULL,
+            loss REAL,
+            accuracy REAL NOT NULL,
+            samples INTEGER NOT NULL
+        )
+        """,
+        "CREATE INDEX held_out_by_project ON held_out (project, id)",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

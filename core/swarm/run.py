@@ -35,7 +35,7 @@ from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.swarm.moderated import ORGANIZER, ModeratedSwarm, Standings, standings, start_coordinator
 from core.swarm.record import LocalSwarm, LocalSwarmError, new_record, remove_swarm, write_swarm
 from core.util.tasks import BackgroundTasks
-from core.worker.events import PeerMetrics, PeerReady
+from core.worker.events import PeerEvaluation, PeerMetrics, PeerReady
 
 if TYPE_CHECKING:
     from core.data import ShardServer
@@ -114,6 +114,9 @@ class SwarmOutput(Protocol):
 
     def metrics(self, event: PeerMetrics) -> None:
         """The auxiliary peer's metrics of one epoch."""
+
+    def evaluation(self, event: PeerEvaluation) -> None:
+        """The auxiliary peer measured its replica on the held-out text."""
 
     def problem(self, message: str) -> None:
         """Something went wrong (the run may go on: a record that could not be written)."""
@@ -281,6 +284,8 @@ class LocalSwarmRun:
                     return
                 if isinstance(event, PeerMetrics):
                     self.output.metrics(event)
+                elif isinstance(event, PeerEvaluation):
+                    self.output.evaluation(event)
         finally:
             stopping.cancel()
 

@@ -7,7 +7,8 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
 - ``collaborative``  CollaborativeOptimizer: progress, readiness, gradient rounds, state averaging, catch-up.
 - ``feedback``       ErrorFeedback: what a sparse codec left out of the gradients, sent next round.
 - ``local``          LocalWork: the optimizer's torch work (accumulate, mean gradient, apply, state copies).
-- ``progress``       PeerProgress records in the DHT (short-lived, withdrawn on leaving), ProgressBoard,
+- ``progress``       PeerProgress records in the DHT (short-lived, withdrawn on leaving; the
+  backbone's carry its newest held-out evaluation, HeldOut), ProgressBoard,
   StepTally (samples, losses and speed since the last report point),
   CollaborationView.
 - ``readiness``      how close the collaboration is to the target batch: a pure function of the
@@ -20,11 +21,15 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
 - ``call_evidence``  RefusedCalls: an expert server's refused (poisoned) calls as evidence, one
   accusation per caller per window; the backbone's server collects and reports everyone's.
 - ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
-- ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand.
+- ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand;
+  its ``evaluation`` events: the backbone's held-out figures from its record.
+- ``evaluation/``    the backbone's replica measured on held-out text every ``every`` epochs.
 - ``checkpoints``    CheckpointStore: atomic, last K kept plus milestones (for rollbacks), never a
   non-finite one.
 - ``published``      publish / fetch a checkpoint over HTTP, verified by an index the project key signs;
   the fallback a trainer takes when no peer can give it the state.
+- ``published_model`` the model published beside each checkpoint: an exported folder packed into
+  ``model-EPOCH.zip`` with a signed ``model.json``; the held-out evaluations each one carries.
 - ``rollback``       following the moderators' rollback orders: the verified order a replica has
   yet to apply, the last one applied (in snapshots and checkpoints), rollback-aware round names.
 - ``rollback_replica`` ReplicaRollback: applying an order to one replica (a peer's rolled-back

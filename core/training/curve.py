@@ -4,6 +4,9 @@ Each completed epoch of the whole collaboration (loss = sum of all peers' losses
 their mini-steps, samples, speed, alive trainers) is aggregated from the progress records the
 peer's optimizer fetches anyway, about once a second: following the curve adds no DHT traffic.
 Each is handed on as a ``PeerMetrics`` event, the same event an auxiliary peer emits.
+
+The backbone's record carries its newest held-out evaluation (``HeldOut``); each new one (by epoch,
+the newest of any aux record's) is handed on as a ``PeerEvaluation`` event, once.
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from core.training.metrics import EpochMetrics, MetricsAggregator
-from core.training.progress import CollaborationView
-from core.worker.events import PeerEvent, PeerMetrics
+from core.training.progress import CollaborationView, HeldOut, PeerProgress
+from core.worker.events import PeerEvaluation, PeerEvent, PeerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,39 @@ def metrics_event(metrics: EpochMetrics, *, by_user: bool = False) -> PeerMetric
     )
 
 
+def evaluation_event(held_out: HeldOut, now: float) -> PeerEvaluation:
+    """The event of the backbone's evaluation as its record tells it (which carries neither the
+    tokens nor the seconds it took: 0 here), seen at ``now``."""
+    return PeerEvaluation(
+        epoch=held_out.epoch,
+        loss=held_out.loss,
+        accuracy=held_out.accuracy,
+        samples=held_out.samples,
+        tokens=0,
+        seconds=0.0,
+        time=now,
+    )
+
+
+class HeldOutFollower:
+    """The newest held-out evaluation in the records, each epoch's told once.
+
+    When several aux records carry one, the newest epoch's is followed; an evaluation of an epoch
+    already told, or of an older one, is not told. A follower made afresh (a rebuilt peer) tells
+    the newest one again, once, as the metrics do."""
+
+    def __init__(self) -> None:
+        self._told = -1
+
+    def observe(self, records: Iterable[PeerProgress], now: float) -> PeerEvaluation | None:
+        carried = [r.held_out for r in records if r.mode == "aux" and r.held_out is not None]
+        newest = max(carried, key=lambda h: h.epoch, default=None)
+        if newest is None or newest.epoch <= self._told:
+            return None
+        self._told = newest.epoch
+        return evaluation_event(newest, now)
+
+
 async def follow_metrics(
     view: Callable[[], CollaborationView],
     aggregator: MetricsAggregator,
@@ -46,12 +82,17 @@ async def follow_metrics(
     *,
     interval: float = METRICS_INTERVAL,
 ) -> None:
-    """Emit each completed epoch found in ``view()``'s records (the optimizer's, already fetched:
-    this loop asks the DHT nothing), until cancelled."""
+    """Emit each completed epoch and each new held-out evaluation found in ``view()``'s records
+    (the optimizer's, already fetched: this loop asks the DHT nothing), until cancelled."""
+    held_out = HeldOutFollower()
     while True:
         await asyncio.sleep(interval)
         try:
-            for metrics in aggregator.observe(view().reports, time.time()):
+            now, seen = time.time(), view()
+            for metrics in aggregator.observe(seen.reports, now):
                 emit(metrics_event(metrics))
+            evaluation = held_out.observe(seen.peers, now)
+            if evaluation is not None:
+                emit(evaluation)
         except Exception:  # one bad report must not end the curve for the rest of the run
             log.exception("reporting the collaboration's metrics failed")

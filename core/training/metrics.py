@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,9 +182,16 @@ class MetricsLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, metrics: EpochMetrics) -> None:
+        self._append(metrics.to_json())
+
+    def write_record(self, record: Mapping[str, Any]) -> None:
+        """Any other JSON object, one line (a held-out evaluation's, in its own log)."""
+        self._append(json.dumps(dict(record)))
+
+    def _append(self, line: str) -> None:
         rotate_if_over(self.path, METRICS_MAX_BYTES, METRICS_BACKUPS)
         with self.path.open("a", encoding="utf-8") as out:
-            out.write(metrics.to_json() + "\n")
+            out.write(line + "\n")
 
     def records(self) -> list[dict[str, Any]]:
         """Every epoch still kept, oldest first, across the rotated files (unreadable lines, as a

@@ -12,6 +12,14 @@ on purpose (quit, SIGTERM) withdraws its record at once: it publishes a ``left``
 its last, which counts for nothing but still carries the totals of the last epoch it finished (so
 that a volunteer who quits right after a step keeps its part of that epoch's metrics). Records of
 peers this one caught lying (``Averager.bans``) are left out of the view.
+
+The backbone's record (``mode == "aux"``) also carries the newest held-out evaluation of its replica
+(``HeldOut``), so that every trainer sees it in the records it reads anyway. Its wire form is the
+record's values, then the pass (or nil in an open project), then the evaluation: only projects with
+an ``[evaluation]`` section publish it, and a peer of a release without that section cannot load
+their manifest. A reader of such a release that still met one would drop the record (thirteen
+values are malformed to it), and its DHT would refuse to keep it in a moderated project (no pass
+where it looks for one): it would miss the backbone, never misread it.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from core.trust.passes import AccessDenied, AccessPass
 from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
 from core.util.msgpack_codec import unpack
+from core.worker.events import PeerEvaluation
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +49,11 @@ MODES = (*TRAINING_MODES, "aux", "paused", "left")
 """A paused peer keeps its record (with its epoch) but counts neither samples nor speed; a peer that
 left says so, and its record is dropped by readers."""
 _WIRE_FIELDS = 11
-"""Fields of a progress record (epoch ... last_samples); a moderated project's pass follows them."""
+"""Fields of a progress record (epoch ... last_samples); a moderated project's pass follows them,
+and an aux record's held-out evaluation follows the pass (or nil where there is none)."""
+MAX_HELD_OUT_LOSS = 1e3
+"""The largest held-out loss a record may carry (per token: far beyond a uniform guess over any
+vocabulary); a larger one, or one that is not finite, travels as unknown."""
 RECORD_TTL = 10.0
 """Seconds a progress record lives in the DHT (and counts) unless its peer refreshes it."""
 KEEPALIVE = 2.0
@@ -88,6 +101,61 @@ class StepTally:
 
 
 @dataclass(frozen=True)
+class HeldOut:
+    """The backbone's newest measure of its replica on the project's held-out text.
+
+    What a record says, like the training loss the trainers report: in an open project anyone can
+    publish an aux record, and with it any figures (a moderated project's records carry their
+    peer's pass). Readers follow the evaluation of the newest epoch."""
+
+    epoch: int
+    """The replica's epoch when it was measured."""
+    loss: float | None
+    """Mean cross-entropy per predicted token; None when it was not a finite figure."""
+    accuracy: float
+    """Share of predicted tokens guessed right, 0 to 1."""
+    samples: int
+    """Sequences measured."""
+
+    @classmethod
+    def of(cls, result: PeerEvaluation) -> HeldOut:
+        """The figures of the backbone's evaluation, within the bounds every reader checks."""
+        loss = result.loss
+        if loss is not None and not (math.isfinite(loss) and 0 <= loss <= MAX_HELD_OUT_LOSS):
+            loss = None
+        return cls(
+            max(0, result.epoch), loss, min(1.0, max(0.0, result.accuracy)), max(0, result.samples)
+        )
+
+    def to_wire(self) -> list[Any]:
+        return [self.epoch, self.loss, self.accuracy, self.samples]
+
+    @classmethod
+    def from_wire(cls, value: Any) -> HeldOut:
+        """Raise ``WireFormatError`` unless ``value`` is [epoch, loss or nil, accuracy, samples]
+        with counts of at least 0, a loss of 0 to ``MAX_HELD_OUT_LOSS`` and an accuracy of 0 to 1."""
+        if not isinstance(value, list) or len(value) != 4:
+            raise WireFormatError("a held-out evaluation is a list of 4 values")
+        epoch, loss, accuracy, samples = value
+        if not all(_is_int(x) and x >= 0 for x in (epoch, samples)):
+            raise WireFormatError("a held-out evaluation counts with whole numbers of at least 0")
+        if loss is not None and not (_is_number(loss) and 0 <= loss <= MAX_HELD_OUT_LOSS):
+            raise WireFormatError(f"a held-out loss is nil or 0 to {MAX_HELD_OUT_LOSS:g}")
+        if not (_is_number(accuracy) and 0 <= accuracy <= 1):
+            raise WireFormatError("a held-out accuracy is 0 to 1")
+        return cls(epoch, None if loss is None else float(loss), float(accuracy), samples)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    # NaN fails every comparison with the bounds, so the callers' ranges refuse it too
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
 class PeerProgress:
     """What one peer says about itself (also what this peer publishes)."""
 
@@ -108,6 +176,8 @@ class PeerProgress:
     """The same totals for the last epoch this peer finished (for the metrics of that epoch)."""
     access: AccessPass | None = None
     """The peer's pass in a moderated project: says which user the samples belong to."""
+    held_out: HeldOut | None = None
+    """An aux record's newest held-out evaluation (only aux records carry one)."""
 
     @property
     def username(self) -> str | None:
@@ -119,6 +189,11 @@ class PeerProgress:
         return self.mode in TRAINING_MODES
 
     def to_wire(self) -> list[Any]:
+        held_out = self.held_out if self.mode == "aux" else None
+        access = None if self.access is None else self.access.to_wire()
+        tail: list[Any] = [access] if access is not None else []
+        if held_out is not None:
+            tail = [access, held_out.to_wire()]  # nil holds the pass's place in an open project
         return [
             self.epoch,
             self.samples,
@@ -131,17 +206,20 @@ class PeerProgress:
             self.last_loss_sum,
             self.last_mini_steps,
             self.last_samples,
-            *([] if self.access is None else [self.access.to_wire()]),
+            *tail,
         ]
 
     @classmethod
     def from_wire(cls, peer: str, value: Any) -> PeerProgress | None:
         """None for anything malformed: another peer's bad record must not stop us."""
         try:
-            access = None
-            if isinstance(value, list) and len(value) == _WIRE_FIELDS + 1:
-                # the pass was checked by the DHT's rules when the record was read
-                access = AccessPass.from_wire(value.pop())
+            if not isinstance(value, list) or not _WIRE_FIELDS <= len(value) <= _WIRE_FIELDS + 2:
+                return None
+            tail = value[_WIRE_FIELDS:]
+            if tail == [None]:
+                raise WireFormatError("a nil pass stands only before an evaluation")
+            # the pass was checked by the DHT's rules when the record was read
+            access = AccessPass.from_wire(tail[0]) if tail and tail[0] is not None else None
             (
                 epoch,
                 samples,
@@ -154,7 +232,7 @@ class PeerProgress:
                 last_loss,
                 last_mini,
                 last_n,
-            ) = value
+            ) = value[:_WIRE_FIELDS]
             numbers = (sps, when, loss_sum, last_loss)
             if mode not in MODES or not all(isinstance(x, int | float) for x in numbers):
                 return None
@@ -163,19 +241,28 @@ class PeerProgress:
                 return None
             if epoch < 0 or samples < 0 or sps < 0 or not math.isfinite(sps):
                 return None
+            # only the backbone's records carry an evaluation; anyone else's is not read
+            held_out = HeldOut.from_wire(tail[1]) if len(tail) == 2 and mode == "aux" else None
             return cls(
                 peer, epoch, samples, float(sps), float(when), mode, float(loss_sum), mini,
-                last, float(last_loss), last_mini, last_n, access,
+                last, float(last_loss), last_mini, last_n, access, held_out,
             )  # fmt: skip
         except (TypeError, ValueError, WireFormatError):
             return None
 
 
 def pass_carrying_schema(
-    name: str, key: str, access: AccessGate, fields: int, *, max_ahead: float | None = None
+    name: str,
+    key: str,
+    access: AccessGate,
+    fields: int,
+    *,
+    max_ahead: float | None = None,
+    after_pass: int = 0,
 ) -> RecordSchema:
     """Records under ``key`` must be signed by their peer and be lists of ``fields`` values followed
-    by a pass that admits that peer (and expire at most ``max_ahead`` seconds ahead)."""
+    by a pass that admits that peer, then at most ``after_pass`` more values (and expire at most
+    ``max_ahead`` seconds ahead)."""
 
     def authorize(signer: PeerID | None, data: bytes) -> None:
         if signer is None:
@@ -184,7 +271,8 @@ def pass_carrying_schema(
             value = unpack(data)
         except WireFormatError as exc:
             raise InvalidRecord(f"{name} record: {exc}") from None
-        presented = value[fields] if isinstance(value, list) and len(value) == fields + 1 else None
+        shaped = isinstance(value, list) and 0 < len(value) - fields <= 1 + after_pass
+        presented = value[fields] if shaped else None
         try:
             access.admit(signer, presented)
         except AccessDenied as exc:
@@ -255,18 +343,27 @@ class ProgressBoard:
         self._ttl = ttl
         self._me = str(dht.peer_id)
         self._access = access
+        self._held_out: HeldOut | None = None
         # a record is renewed every few seconds: one that claims a day would let a stranger's
         # epoch stall the collaboration long after its last store
         ahead = renewal_bound(ttl)
         if access is not None:
             schema = pass_carrying_schema(
-                "progress", self._key, access, _WIRE_FIELDS, max_ahead=ahead
+                "progress", self._key, access, _WIRE_FIELDS, max_ahead=ahead, after_pass=1
             )
         else:
             schema = RecordSchema("progress", self._key, subkeys="owned", max_ahead=ahead)
         dht.rules.add_schema(schema)
 
+    def evaluated(self, held_out: HeldOut) -> None:
+        """The backbone measured its replica: every aux record published from now on carries the
+        evaluation (an older epoch's never replaces a newer one's)."""
+        if self._held_out is None or held_out.epoch >= self._held_out.epoch:
+            self._held_out = held_out
+
     async def publish(self, progress: PeerProgress) -> bool:
+        if progress.mode == "aux" and progress.held_out is None and self._held_out is not None:
+            progress = dataclasses.replace(progress, held_out=self._held_out)
         if self._access is not None:
             if self._access.own_pass is None:
                 raise AccessDenied("no access pass yet: cannot report progress")

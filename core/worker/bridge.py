@@ -53,6 +53,11 @@ class TrainingBridge:
         self._waiting_lock = threading.Lock()
 
     @property
+    def closed(self) -> bool:
+        """``close`` or ``aclose`` was called: no more work is taken."""
+        return self._closed
+
+    @property
     def workers(self) -> int:
         """How many worker threads run torch work (how many jobs may be in flight at once)."""
         return self._workers

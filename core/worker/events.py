@@ -1,7 +1,7 @@
 """What a project's peer tells its owner: ready, one step of its own, an epoch of the collaboration,
-waiting for the collaboration (or no longer), rolled back by the moderators, failed to start,
-stopped. One small frozen dataclass
-each, ``PeerEvent`` their union.
+its replica measured on held-out text, waiting for the collaboration (or no longer), rolled back by
+the moderators, failed to start, stopped. One small frozen dataclass each, ``PeerEvent`` their
+union.
 
 Inside the engine they travel as these objects (``ProjectPeer`` and the runner emit them,
 ``PeerEvents`` handles them); ``barnraise peer`` prints each as a JSON line (``to_json``:
@@ -66,6 +66,24 @@ class PeerMetrics(WireMessage):
     time: float
     contributions: dict[str, int] = field(default_factory=dict)
     """Samples per user (an auxiliary peer's metrics only)."""
+
+
+@dataclass(frozen=True)
+class PeerEvaluation(WireMessage):
+    """The backbone measured its replica on the project's held-out text (``[evaluation]``)."""
+
+    epoch: int
+    """The replica's epoch when it was measured."""
+    loss: float | None
+    """Mean cross-entropy per predicted token; None when it was not finite."""
+    accuracy: float
+    """Share of predicted tokens whose most likely guess was right, 0 to 1."""
+    samples: int
+    """Sequences measured."""
+    tokens: int
+    """Tokens predicted (masked ones, or every next token of a causal model)."""
+    seconds: float
+    time: float
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,7 @@ PeerEvent = (
     PeerReady
     | PeerEpoch
     | PeerMetrics
+    | PeerEvaluation
     | PeerWaiting
     | PeerRolledBack
     | PeerFailed
@@ -155,6 +174,7 @@ EVENT_NAMES: dict[type[PeerEvent], str] = {
     PeerReady: "ready",
     PeerEpoch: "epoch",
     PeerMetrics: "metrics",
+    PeerEvaluation: "evaluation",
     PeerWaiting: "waiting",
     PeerRolledBack: "rollback",
     PeerFailed: "failed",

@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from core.api import AttachRequest, BadRequest, NotFound, ProjectsChanged, StateChanged
+from core.api import (
+    AttachRequest,
+    BadRequest,
+    HeldOutMeasured,
+    NotFound,
+    ProjectsChanged,
+    StateChanged,
+)
 from core.api.settings import settings_view
 from core.api.testing import CALM, DEMO, FakeEngine
 from core.api.testing.sample_data import REMOTE_PREVIEW
@@ -268,3 +275,20 @@ async def test_the_fakes_snooze_past_midnight_is_worded_like_the_engines() -> No
         fake, has_project=True, contribute=True, user_paused=False, snoozed=True
     )
     assert (state.code, state.reason) == expected
+
+
+async def test_the_fakes_history_carries_the_backbones_evaluations() -> None:
+    fake = FakeEngine("contributing")
+    history = await fake.history()
+    # every tenth epoch measured, a little above the training loss, as a real backbone reports
+    assert [e.epoch for e in history.held_out] == list(range(0, 150, 10))
+    losses = {p.epoch: p.loss for p in history.points}
+    for evaluation in history.held_out:
+        assert evaluation.loss is not None
+        assert evaluation.loss > (losses[evaluation.epoch] or 0.0)
+        assert 0 <= evaluation.accuracy <= 1
+    told = fake.evaluate(loss=4.0, accuracy=0.5)
+    assert (told.epoch, told.loss, told.accuracy) == (149, 4.0, 0.5)
+    assert (await fake.history()).held_out[-1] == told
+    assert fake.recent[-1].data == HeldOutMeasured(DEMO, told)
+    assert (await FakeEngine("fresh").history()).held_out == []

@@ -4,7 +4,8 @@ contribution on — samples are counted in the ledger and shown — and off — 
 
 The swarm is a backbone only (``barnraise swarm --peers 0``: an auxiliary peer and the shard
 server), so the engine's peer is the collaboration's one trainer. The Maximum preset is chosen so
-that the test's own CPU use never counts as "other programs are busy".
+that the test's own CPU use never counts as "other programs are busy". Once the peer has trained,
+the statistics page's "Try the model" asks the engine's model, paused.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.pages.dashboard import DashboardPage
+from app.pages.statistics import StatisticsPage
 from app.window import MainWindow
 from core.config.paths import UserDirs
 from core.swarm import running_swarms
@@ -129,3 +131,42 @@ def test_first_run_then_the_switch_starts_and_stops_the_counting(
     qtbot.waitUntil(
         lambda: store.state is not None and store.state.progress.samples_per_second == 0
     )
+
+
+def test_try_the_model_answers_from_the_engines_replica(window: MainWindow, qtbot: QtBot) -> None:
+    """The statistics page's box asks the engine's real model: not here before the peer caught
+    up with the swarm, then its guesses, from a paused engine too."""
+    store, first = window.store, window.first_run
+    qtbot.waitUntil(lambda: window.root.currentWidget() is first, timeout=120_000)
+    qtbot.waitUntil(lambda: first.selected_offer() is not None, timeout=60_000)
+    qtbot.mouseClick(first.next_button, CLICK)
+    qtbot.waitUntil(lambda: first.steps.currentIndex() == 2, timeout=60_000)
+    first.preset_buttons["maximum"].click()
+    qtbot.mouseClick(first.next_button, CLICK)
+    qtbot.waitUntil(lambda: window.root.currentWidget() is window.main, timeout=60_000)
+    window.show_page("statistics")
+    page = window.page["statistics"]
+    assert isinstance(page, StatisticsPage)
+    box = page.try_model
+
+    def ask(text: str) -> str:
+        box.question.setText(text)
+        qtbot.mouseClick(box.ask_button, CLICK)
+        qtbot.waitUntil(lambda: not box.asking, timeout=150_000)
+        return box.result.text()
+
+    assert ask("The ___ of the river.").startswith("The model is not here yet")
+    store.set_contributing(True)
+    # the trainer exists once it caught up with the swarm: its first samples say so
+    qtbot.waitUntil(
+        lambda: store.state is not None and store.state.progress.session_samples > 0,
+        timeout=180_000,
+    )
+    store.set_contributing(False)
+    qtbot.waitUntil(lambda: store.state is not None and store.state.code == "user_paused")
+    shown = ask("The ___ of the river.")
+    assert box.answer is not None, shown
+    assert box.answer.answered, shown
+    assert (box.answer.kind, len(box.answer.guesses)) == ("masked", 5)
+    assert shown.startswith("Its guesses: ")
+    assert box.answer.text.startswith(f"The {box.answer.guesses[0].word} of the river")

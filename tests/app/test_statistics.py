@@ -3,7 +3,9 @@
 What is checked: the tiles carry the sample data's totals in plain words (counts, a duration, data
 sizes) with today's amounts under them; each chart has one bar per day with the engine's numbers and
 an accessible description with the totals; choosing another period reads that many days; without any
-contribution the charts say so; a bar describes itself by day and exact value.
+contribution the charts say so; a bar describes itself by day and exact value; the model's chart
+draws the held-out loss beside the training loss, with a legend, and the newest held-out figures
+show as a tile, updated by the engine's events.
 """
 
 from __future__ import annotations
@@ -159,3 +161,41 @@ def test_a_one_series_bar_names_its_unit_once(
     assert page.samples_chart.describe_bar(0) == (
         f"{wording.day_label(day.day, month=True)}: {day.amounts.samples:,} samples"
     )
+
+
+def test_the_model_chart_draws_the_held_out_loss_beside_the_training_loss(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    page = statistics_page(make_window(fake))
+    qtbot.waitUntil(lambda: page.loss_chart.count == len(fake.history_), timeout=10_000)
+    chart = page.loss_chart
+    assert list(chart.lines) == ["training loss", "held-out loss"]
+    assert chart.lines["held-out loss"] == [(float(e.epoch), e.loss) for e in fake.held_out_]
+    assert [s.name() for s in chart.chart().series()] == ["training loss", "held-out loss"]
+    assert chart.chart().legend().isVisible()
+    assert "held-out loss: 15 points" in chart.accessibleDescription()
+    newest = fake.held_out_[-1]
+    assert newest.loss is not None
+    assert page.held_out.value.text() == f"{newest.loss:.3f}"
+    assert page.held_out.caption.text() == (
+        f"{100 * newest.accuracy:.1f} % of tokens right, epoch {newest.epoch}"
+    )
+    # a new evaluation reaches the page as the engine tells it
+    fake.advance(loss=4.25)
+    fake.evaluate(loss=4.375, accuracy=0.5)
+    qtbot.waitUntil(lambda: page.held_out.value.text() == "4.375", timeout=10_000)
+    assert page.held_out.caption.text() == "50.0 % of tokens right, epoch 150"
+    assert chart.lines["held-out loss"][-1] == (150.0, 4.375)
+    assert chart.lines["training loss"][-1] == (150.0, 4.25)
+
+
+def test_without_evaluations_the_held_out_figure_says_it_is_not_measured(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    fake.held_out_ = []
+    page = statistics_page(make_window(fake))
+    qtbot.waitUntil(lambda: page.loss_chart.count == len(fake.history_), timeout=10_000)
+    assert list(page.loss_chart.lines) == ["training loss"]
+    assert not page.loss_chart.chart().legend().isVisible()
+    assert page.held_out.value.text() == "–"
+    assert page.held_out.caption.text().startswith("not measured yet")

@@ -1,6 +1,8 @@
 """The collaboration's loss curve through the control API: the peer's ``PeerMetrics`` events become
-``CollaborationEpoch`` events and ``history()`` points, kept in the ledger across restarts, and
-``barnraise ctl history`` prints them. (A real peer producing them: ``test_engine_swarm``.)"""
+``CollaborationEpoch`` events and ``history()`` points, its ``PeerEvaluation`` events (the backbone's
+held-out figures) ``HeldOutMeasured`` events and ``history().held_out``, both kept in the ledger
+across restarts, and ``barnraise ctl history`` prints them. (A real peer producing them:
+``test_engine_swarm``.)"""
 
 from __future__ import annotations
 
@@ -20,13 +22,15 @@ from core.api import (
     EngineClient,
     EpochPoint,
     ErrorRaised,
+    HeldOutMeasured,
+    HeldOutPoint,
     TrainingHistory,
 )
 from core.control import EngineDaemon
 from core.engine import EngineConfig
 from core.scheduler import ScriptedIdleSensor
 from core.stats import Ledger
-from core.worker.events import PeerEvent, PeerMetrics
+from core.worker.events import PeerEvaluation, PeerEvent, PeerMetrics
 from tests.account.memory_keyring import MemoryKeyring
 from tests.support.engine import CtlRun, Running, fast_config, scripted_sampler
 
@@ -45,6 +49,12 @@ def metrics(epoch: int, loss: float | None = 5.0, **changes: Any) -> PeerMetrics
         alive_peers=2,
         time=T0 + epoch,
     )
+    return dataclasses.replace(event, **changes)
+
+
+def evaluation(epoch: int, loss: float | None = 3.5, **changes: Any) -> PeerEvaluation:
+    """The backbone's evaluation as a trainer tells it (``core.training.curve``)."""
+    event = PeerEvaluation(epoch, loss, 0.4, 256, tokens=0, seconds=0.0, time=T0 + epoch)
     return dataclasses.replace(event, **changes)
 
 
@@ -107,6 +117,27 @@ async def test_metrics_become_points_and_events_oldest_first(engine: Running) ->
     assert await client.history() == TrainingHistory(None, [])
 
 
+async def test_evaluations_become_held_out_points_and_events(engine: Running) -> None:
+    client = engine.client
+    await client.attach(AttachRequest(str(DEMO)))
+    feed = peer_events(engine)
+    feed(metrics(0, 8.5))
+    feed(evaluation(1, 7.25))  # seen before its epoch completes
+    feed(evaluation(1, 7.0))  # the same epoch again (a rebuilt peer): dropped
+    feed(evaluation(2, 6.0, accuracy=1.5))  # impossible: ignored
+    feed(evaluation(2, 6.0, time=math.nan))
+    feed(evaluation(3, math.inf, accuracy=0.25))  # a diverged model: its loss is unknown
+    history = await client.history()
+    assert history.points == [EpochPoint(0, T0, 8.5, 256, 80.5, 2)]
+    assert history.held_out == [
+        HeldOutPoint(1, T0 + 1, 7.25, 0.4, 256),
+        HeldOutPoint(3, T0 + 3, None, 0.25, 256),
+    ]
+    events = engine.daemon.engine.events.recent()
+    published = [e.data for e in events if isinstance(e.data, HeldOutMeasured)]
+    assert published == [HeldOutMeasured(PROJECT, p) for p in history.held_out]
+
+
 async def test_the_curve_survives_a_restart_and_a_repeated_epoch_is_dropped(
     tmp_path: Path,
 ) -> None:
@@ -116,11 +147,14 @@ async def test_the_curve_survives_a_restart_and_a_repeated_epoch_is_dropped(
         feed = peer_events(daemon)
         feed(metrics(4, 6.0))
         feed(metrics(5, 5.5))
+        feed(evaluation(5, 5.0))
         assert [p.epoch for p in (await client.history()).points] == [4, 5]
 
     async with daemon_at(config) as (daemon, client):
         assert [p.epoch for p in (await client.history()).points] == [4, 5]
+        assert (await client.history()).held_out == [HeldOutPoint(5, T0 + 5, 5.0, 0.4, 256)]
         feed = peer_events(daemon)
+        feed(evaluation(5, 5.0))  # and the newest evaluation it sees: known too
         feed(metrics(5, 5.5))  # the new peer reports the last epoch it finds complete: known
         feed(metrics(6, 5.25))
         feed(metrics(0, 8.0))  # the collaboration was started afresh: a new run of the curve
@@ -132,6 +166,7 @@ async def test_the_curve_survives_a_restart_and_a_repeated_epoch_is_dropped(
 
     with Ledger(config.ledger_file) as ledger:
         assert [r.epoch for r in ledger.epochs(PROJECT)] == [4, 5, 6, 0]
+        assert [r.epoch for r in ledger.held_out(PROJECT)] == [5]
 
 
 async def test_a_ledger_that_cannot_be_written_loses_no_point_and_says_so(
@@ -166,3 +201,39 @@ async def test_ctl_history_prints_the_curve(engine: Running, ctl_run: CtlRun) ->
     assert as_json["project"] == PROJECT
     assert len(as_json["points"]) == 25
     assert as_json["points"][-1]["loss"] is None
+    assert as_json["held_out"] == []
+
+
+async def test_ctl_history_prints_the_held_out_figures_where_measured(
+    engine: Running, ctl_run: CtlRun
+) -> None:
+    await engine.client.attach(AttachRequest(str(DEMO)))
+    feed = peer_events(engine)
+    feed(evaluation(0, 9.5, accuracy=0.05))  # measured before any epoch completed
+    assert (await ctl_run("history")).splitlines() == [
+        f"{PROJECT}: no completed epoch seen yet",
+        (
+            "held-out text, measured by the backbone at epoch 0: loss 9.5000, accuracy 5.0 % "
+            "(256 sequences)"
+        ),
+    ]
+    for epoch in range(4):
+        feed(metrics(epoch, 8.0 - epoch))
+    feed(evaluation(2, 6.5, accuracy=0.125))
+    feed(evaluation(4, None, accuracy=0.25))
+    out = (await ctl_run("history")).splitlines()
+    assert out[1].split() == [
+        "epoch", "loss", "held-out", "accuracy", "samples", "samples/s", "peers", "time",
+    ]  # fmt: skip
+    rows = {int(line.split()[0]): line for line in out[2:6]}
+    assert rows[0].split()[1:4] == ["8.0000", "9.5000", "5.0"]
+    assert rows[1].split()[1:3] == ["7.0000", "257"]  # not evaluated: blank
+    assert rows[2].split()[1:4] == ["6.0000", "6.5000", "12.5"]
+    assert len(rows[1]) == len(rows[2])  # the blank keeps the columns in place
+    assert out[6] == (
+        "held-out text, measured by the backbone at epoch 4: loss -, accuracy 25.0 % "
+        "(256 sequences)"
+    )
+    as_json = json.loads(await ctl_run("--json", "history"))
+    assert [e["epoch"] for e in as_json["held_out"]] == [0, 2, 4]
+    assert as_json["held_out"][-1]["loss"] is None

@@ -17,7 +17,7 @@ from core.swarm import running_swarms
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.swarm.moderated import Standings, standings, start_coordinator
 from core.swarm.run import Joining, LocalSwarmRun, SwarmOptions
-from core.worker.events import PeerMetrics
+from core.worker.events import PeerEvaluation, PeerMetrics
 from tests.support.leaks import assert_no_leaks, open_fd_count
 
 
@@ -38,6 +38,9 @@ class Heard:
 
     def metrics(self, event: PeerMetrics) -> None:
         self.said.append(("metrics", event))
+
+    def evaluation(self, event: PeerEvaluation) -> None:
+        self.said.append(("evaluation", event))
 
     def problem(self, message: str) -> None:
         self.said.append(("problem", message))

@@ -1,14 +1,17 @@
-"""The collaboration's per-epoch metrics from progress records (pure: no swarm), and the trainer's
-``metrics`` event made from them."""
+"""The collaboration's per-epoch metrics from progress records (pure: no swarm), the trainer's
+``metrics`` event made from them, and the backbone's held-out evaluations its records carry, each
+told once."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 
-from core.training.curve import metrics_event
+from core.training.curve import HeldOutFollower, follow_metrics, metrics_event
 from core.training.metrics import EpochMetrics, MetricsAggregator
-from core.training.progress import PeerProgress
-from core.worker.events import PeerMetrics, to_json
+from core.training.progress import CollaborationView, HeldOut, PeerProgress
+from core.worker.events import PeerEvaluation, PeerEvent, PeerMetrics, to_json
 
 
 def record(peer: str, last_epoch: int, loss_sum: float, steps: int, samples: int) -> PeerProgress:
@@ -71,3 +74,57 @@ def test_the_event_has_the_fields_the_engine_reads_and_no_infinite_loss() -> Non
     }
     assert metrics_event(EpochMetrics(8, math.inf, 512, 1.0, 3, 0.0)).loss is None
     assert metrics_event(EpochMetrics(9, None, 512, 1.0, 3, 0.0)).loss is None
+
+
+def aux_record(peer: str, held_out: HeldOut | None, mode: str = "aux") -> PeerProgress:
+    return PeerProgress(peer, 9, 0, 0.0, 0.0, mode, held_out=held_out)
+
+
+def test_each_evaluation_is_told_once_and_the_newest_epochs_is_followed() -> None:
+    follower = HeldOutFollower()
+    assert follower.observe([record("a", 3, 12.0, 4, 64)], 1.0) is None  # no backbone record
+    five = HeldOut(5, 3.5, 0.4, 256)
+    told = follower.observe([record("a", 3, 12.0, 4, 64), aux_record("aux", five)], 2.0)
+    assert told == PeerEvaluation(5, 3.5, 0.4, 256, tokens=0, seconds=0.0, time=2.0)
+    assert follower.observe([aux_record("aux", five)], 3.0) is None  # the same epoch again
+    # two backbones: the newest epoch's evaluation, whichever record carries it
+    seven = HeldOut(7, None, 0.45, 256)
+    both = [aux_record("old", HeldOut(6, 3.4, 0.42, 256)), aux_record("aux", seven)]
+    assert follower.observe(both, 4.0) == PeerEvaluation(7, None, 0.45, 256, 0, 0.0, 4.0)
+    assert follower.observe([aux_record("old", HeldOut(6, 3.4, 0.42, 256))], 5.0) is None
+    # only aux records say what the backbone measured
+    assert follower.observe([aux_record("t", HeldOut(9, 1.0, 0.9, 1), "trainer")], 6.0) is None
+
+
+def test_a_rebuilt_peer_tells_the_newest_evaluation_once_more() -> None:
+    records = [aux_record("aux", HeldOut(4, 3.0, 0.5, 64))]
+    assert HeldOutFollower().observe(records, 1.0) is not None
+    again = HeldOutFollower()
+    assert [again.observe(records, t) for t in (2.0, 3.0)] == [
+        PeerEvaluation(4, 3.0, 0.5, 64, 0, 0.0, 2.0),
+        None,
+    ]
+
+
+async def test_the_trainer_following_the_records_emits_each_evaluation_once() -> None:
+    records: list[PeerProgress] = [record("a", -1, 0.0, 0, 0)]
+    emitted: list[PeerEvent] = []
+
+    def view() -> CollaborationView:
+        return CollaborationView(0, 0, 0.0, list(records), 1)
+
+    follower = asyncio.create_task(
+        follow_metrics(view, MetricsAggregator(grace=0.0), emitted.append, interval=0.005)
+    )
+    try:
+        await asyncio.sleep(0.05)
+        records.append(aux_record("aux", HeldOut(2, 3.0, 0.5, 64)))
+        await asyncio.sleep(0.05)
+        records[-1] = aux_record("aux", HeldOut(3, 2.9, 0.52, 64))
+        await asyncio.sleep(0.05)
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+    told = [(e.epoch, e.loss) for e in emitted if isinstance(e, PeerEvaluation)]
+    assert told == [(2, 3.0), (3, 2.9)]

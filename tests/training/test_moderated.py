@@ -17,7 +17,7 @@ from core.dht.records import owner_marker
 from core.net import Host, Identity, NetConfig
 from core.net.errors import NetError
 from core.net.host.gate import AccessGate
-from core.training.progress import PeerProgress, ProgressBoard
+from core.training.progress import HeldOut, PeerProgress, ProgressBoard
 from core.trust.passes import AccessDenied, issue_pass
 from core.util.errors import BarnraiseError
 from core.util.msgpack_codec import unpack
@@ -147,6 +147,30 @@ async def test_progress_records_carry_passes_and_forgeries_are_refused(
     assert alice.host.access is not None
     alice.host.access.set_revoked({mallory.host.peer_id})
     assert str(mallory.host.peer_id) not in {r.peer for r in await alice.board.fetch()}
+
+
+async def test_the_backbones_record_carries_its_evaluation_after_its_pass(join: Join) -> None:
+    alice = await join("alice", [])
+    backbone = await join("organizer", [alice.address])
+    backbone.board.evaluated(HeldOut(4, 3.5, 0.4, 64))
+    backbone.board.evaluated(HeldOut(3, 9.0, 0.1, 64))  # an older epoch's never replaces it
+    aux = PeerProgress(str(backbone.host.peer_id), 5, 0, 0.0, time.time(), "aux")
+    assert await backbone.board.publish(aux)
+    seen = {r.peer: r for r in await alice.board.fetch()}[aux.peer]
+    assert (seen.username, seen.mode, seen.held_out) == (
+        "organizer",
+        "aux",
+        HeldOut(4, 3.5, 0.4, 64),
+    )
+    # its record when it leaves carries none
+    assert await backbone.board.withdraw(aux)
+    seen = {r.peer: r for r in await alice.board.fetch()}[aux.peer]
+    assert (seen.mode, seen.held_out) == ("left", None)
+    # without the pass before it, every node that checks refuses the record
+    key, subkey = f"{PROJECT}.progress", owner_marker(backbone.host.peer_id)
+    bare = [*aux.to_wire(), None, HeldOut(4, 3.5, 0.4, 64).to_wire()]
+    with pytest.raises(BarnraiseError, match="no access pass"):
+        await backbone.dht.store(key, bare, time.time() + 30, subkey=subkey)
 
 
 async def test_a_peer_without_a_pass_cannot_publish_progress(join: Join) -> None:

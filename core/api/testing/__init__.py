@@ -8,6 +8,8 @@ it, and the engine never imports it.
 - ``coordinator``  FakeCoordinator: the demo project's accounts and leaderboard; can be down.
 - ``stream``       EventStream: the fake's numbered events, kept and fanned out across threads.
 - ``backlog``      the events a real engine keeps after a morning of work, worded by the policy.
+- ``model``        the fake's model for "try the model": made-up guesses and completions, the same
+  for the same text on every run.
 - ``sample_data``  a calm computer, the demo offer, a month of contribution, a leaderboard, a loss
   curve, diagnostics: seeded, the same on every run; projects' info as an engine gives it.
 """

@@ -36,6 +36,7 @@ from core.api.events import (
     CollaborationEpoch,
     Event,
     EventData,
+    HeldOutMeasured,
     ManifestUpdated,
     NetworkChanged,
     ProgressUpdated,
@@ -50,8 +51,11 @@ from core.api.schema import (
     Diagnostics,
     EngineState,
     EpochPoint,
+    HeldOutPoint,
     KeySource,
     Leaderboard,
+    ModelAnswer,
+    ModelAnswerCode,
     MyRank,
     Network,
     Progress,
@@ -68,6 +72,7 @@ from core.api.schema import (
 )
 from core.api.settings import settings_view
 from core.api.testing import backlog, sample_data
+from core.api.testing import model as fake_model
 from core.api.testing.coordinator import COORDINATOR_URL, FakeCoordinator
 from core.api.testing.sample_data import DEMO
 from core.api.testing.stream import EventStream
@@ -94,6 +99,10 @@ class FakeEngine:
 
     rounds: Rounds | None = None
     """How the active project trains (``set_rounds``); None as before its peer started."""
+    model_kind: fake_model.FakeKind = "masked"
+    """How the active project's model answers ``try_model``: guesses, or a completion."""
+    model_refusal: tuple[ModelAnswerCode, str] | None = None
+    """Why the model cannot answer now (``refuse_model``); None: it answers."""
 
     def __init__(
         self,
@@ -153,6 +162,8 @@ class FakeEngine:
             self.values["contribute"] = True
             self.history_ = sample_data.loss_curve(now, 150)
             self.progress = sample_data.PROGRESS
+        # the backbone's evaluations of the curve (``evaluate`` adds one)
+        self.held_out_: list[HeldOutPoint] = sample_data.held_out_curve(self.history_)
         self._decide(publish=False)
         if scenario == "contributing":
             for when, data in backlog.morning(DEMO, self.history_, now):
@@ -203,6 +214,12 @@ class FakeEngine:
         with self._lock:
             self.rounds = rounds
 
+    def refuse_model(self, code: ModelAnswerCode | None, reason: str = "") -> None:
+        """``try_model`` answers that the model cannot answer, with ``code`` and ``reason``
+        (``"not_ready"``, ``"The model is not here yet: ..."``); None: it answers again."""
+        with self._lock:
+            self.model_refusal = None if code is None else (code, reason)
+
     def serve_project(self, preview: ProjectPreview) -> None:
         """``preview.url`` (with or without a ``#key=`` fragment) now answers previews with
         ``preview`` (its ``key_source`` worked out as the engine would) and can be attached."""
@@ -251,6 +268,15 @@ class FakeEngine:
             project = self.active or DEMO
             self._publish(CollaborationEpoch(project, point))
             self._publish(ProgressUpdated(project, self.progress))
+            return point
+
+    def evaluate(self, loss: float | None = 4.8, accuracy: float = 0.35) -> HeldOutPoint:
+        """The backbone measured the model of the newest epoch on its held-out text."""
+        with self._lock:
+            epoch = self.history_[-1].epoch if self.history_ else 0
+            point = HeldOutPoint(epoch, self._clock.time(), loss, accuracy, 256)
+            self.held_out_.append(point)
+            self._publish(HeldOutMeasured(self.active or DEMO, point))
             return point
 
     def end_streams(self) -> None:
@@ -305,7 +331,9 @@ class FakeEngine:
     async def history(self) -> TrainingHistory:
         await self._enter("history")
         with self._lock:
-            return TrainingHistory(self.active, list(self.history_) if self.active else [])
+            if self.active is None:
+                return TrainingHistory(None, [])
+            return TrainingHistory(self.active, list(self.history_), list(self.held_out_))
 
     async def diagnostics(self) -> Diagnostics:
         await self._enter("diagnostics")
@@ -428,6 +456,25 @@ class FakeEngine:
                 self._publish(AccountChanged(self._account()))
                 self._decide()
             return next(p for p in self.projects_ if p.name == name)
+
+    async def try_model(self, text: str) -> ModelAnswer:
+        await self._enter("try_model")
+        with self._lock:
+            project = self.active
+            if project is None:
+                return ModelAnswer(
+                    None,
+                    "no_project",
+                    "No project is attached: join one, and once this computer has trained with "
+                    "it, its model can be tried here.",
+                )
+            if self.model_refusal is not None:
+                code, reason = self.model_refusal
+                return ModelAnswer(project, code, reason)
+            epoch = self.history_[-1].epoch if self.history_ else 0
+            return fake_model.answer(
+                project, text, self.model_kind, epoch=epoch, now=self._clock.time()
+            )
 
     async def shutdown(self) -> None:
         await self._enter("shutdown")

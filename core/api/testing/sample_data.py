@@ -19,6 +19,7 @@ from core.api.schema import (
     DayAmounts,
     Diagnostics,
     EpochPoint,
+    HeldOutPoint,
     HistoryDay,
     Leaderboard,
     LeaderboardEntry,
@@ -216,6 +217,27 @@ def loss_curve(now: float, epochs: int, *, seed: int = 3) -> list[EpochPoint]:
             )
         )
     return points
+
+
+def held_out_curve(points: list[EpochPoint], every: int = 10) -> list[HeldOutPoint]:
+    """The backbone's evaluations every ``every`` epochs of ``points``: a held-out loss a little
+    above the training loss (text the model never saw), and an accuracy that rises as it falls."""
+    rng = random.Random(5)
+    evaluated = []
+    for point in points:
+        if point.loss is None or point.epoch % every:
+            continue
+        loss = point.loss + 0.15 + rng.gauss(0.0, 0.02)
+        evaluated.append(
+            HeldOutPoint(
+                epoch=point.epoch,
+                time=point.time + 20.0,
+                loss=round(loss, 4),
+                accuracy=round(max(0.0, min(1.0, 0.95 - loss / 9.0)), 4),
+                samples=256,
+            )
+        )
+    return evaluated
 
 
 def leaderboard(

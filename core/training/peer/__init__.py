@@ -11,4 +11,6 @@
 - ``roles``        TrainerRole (device, data, collaborative optimizer, training loop, the curve,
   the published checkpoint) and ``run_backbone`` (the auxiliary peer, its metrics and checkpoints).
 - ``residency``    Residency: the state off the accelerator during a pause, back on resume.
+- ``tryout``       ModelTryout: a volunteer's question to the trainer's replica, answered by a CPU
+  copy of its weights (taken between microbatches, reused a while) on a thread of its own.
 """

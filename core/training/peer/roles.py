@@ -7,12 +7,15 @@ the manifest's precision, fetches the tokenizer, streams its data, and trains th
 the state, the organizers' published checkpoint (``published``). An auxiliary peer, the backbone
 (``run_backbone``), keeps and serves a replica of the state, writes checkpoints, and logs and
 reports each completed epoch. In a moderated project both follow the moderators' rollback orders
-(``rollback_replica``); each applied order is a ``rollback`` event.
+(``rollback_replica``); each applied order is a ``rollback`` event. The backbone also measures
+its replica on the project's held-out text (``core.training.evaluation``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,11 +29,13 @@ from core.training.curve import follow_metrics, metrics_event
 from core.training.diloco.backbone import DilocoBackbone
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
 from core.training.diloco.state import DilocoState
+from core.training.evaluation import HeldOutEvaluator
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
 from core.training.peer.recipe import data_stream, fetch_tokenizer, matchmaking_time, mlm_loss
 from core.training.peer.residency import Residency
 from core.training.peer.settings import PeerSettings
+from core.training.progress import HeldOut
 from core.training.published import published_fallback
 from core.training.rollback_replica import ReplicaRollback, RolledBack
 from core.training.state import TrainingState
@@ -39,7 +44,7 @@ from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
 from core.worker.control import TrainingControl
 from core.worker.device import training_device
-from core.worker.events import PeerEvent, PeerWaiting
+from core.worker.events import PeerEvaluation, PeerEvent, PeerWaiting
 from core.worker.precision import Precision, choose_precision
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,8 @@ log = logging.getLogger(__name__)
 MILESTONE_EVERY = 10
 """The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
 rollback to an older epoch than the last few needs."""
+EVALUATION_LOG = "evaluation.jsonl"
+"""In the backbone's work folder: one line per held-out evaluation (``PeerEvaluation``'s fields)."""
 UNSENT_FILE = "diloco-unsent.npz"
 """In a trainer's work folder: its unsent diloco work across a restart (``UnsentWork``)."""
 
@@ -178,7 +185,9 @@ async def run_backbone(
 ) -> None:
     """Be the auxiliary peer until ``stop``: a replica of the state kept and served, checkpoints
     written (and published), each completed epoch logged to ``metrics.jsonl``, told as an event
-    with the samples per user, and handed to ``settings.on_metrics``."""
+    with the samples per user, and handed to ``settings.on_metrics``; with ``[evaluation]``, the
+    replica measured on the held-out text every ``every`` epochs (``evaluation.jsonl``, a
+    ``PeerEvaluation`` event)."""
     s, manifest = settings, settings.manifest
     metrics_log = MetricsLog(s.work_dir / "metrics.jsonl")
     store = (
@@ -191,12 +200,56 @@ async def run_backbone(
         else None
     )
 
+    evaluator: HeldOutEvaluator | None = None
+
     def report(metrics: EpochMetrics) -> None:
         metrics_log.write(metrics)
         on_event(metrics_event(metrics, by_user=True))
         if s.on_metrics is not None:
             s.on_metrics(metrics)
+        if evaluator is not None:
+            evaluator.epoch_done(metrics.epoch)
 
+    if manifest.evaluation.enabled:
+        evaluation_log = MetricsLog(s.work_dir / EVALUATION_LOG)
+
+        def evaluated(result: PeerEvaluation) -> None:
+            evaluation_log.write_record(dataclasses.asdict(result))
+            links.board.evaluated(HeldOut.of(result))  # our record tells the trainers
+            on_event(result)
+            if s.on_evaluation is not None:
+                s.on_evaluation(result)
+
+        evaluator = HeldOutEvaluator(
+            manifest,
+            tokenizer=lambda: fetch_tokenizer(manifest, s.data_base, s.work_dir),
+            data_base=s.data_base,
+            replica=links.bridge,
+            # both modes keep the replica in ``state`` (diloco: the anchor, which the backbone's
+            # parameters follow) and number its epochs there
+            snapshot=lambda: (state.epoch, copy.deepcopy(state.model)),
+            on_result=evaluated,
+        )
+    try:
+        await _run_replica(
+            settings, state, links, store=store, report=report, on_event=on_event, stop=stop
+        )
+    finally:
+        if evaluator is not None:
+            await evaluator.aclose()
+
+
+async def _run_replica(
+    settings: PeerSettings,
+    state: TrainingState,
+    links: PeerLinks,
+    *,
+    store: CheckpointStore | None,
+    report: Callable[[EpochMetrics], None],
+    on_event: Callable[[PeerEvent], None],
+    stop: asyncio.Event,
+) -> None:
+    s, manifest = settings, settings.manifest
     if manifest.training.mode == "diloco":
         backbone = DilocoBackbone(
             diloco_optimizer(manifest, state, links, "aux"),

@@ -20,6 +20,7 @@ from core.training.metrics import EpochMetrics
 from core.training.published import CheckpointPublishing
 from core.trust.evidence import Evidence
 from core.worker.errors import TrainingError
+from core.worker.events import PeerEvaluation
 
 ROLES = ("trainer", "client", "aux")
 
@@ -74,6 +75,8 @@ class PeerSettings:
     """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
     on_evidence: Callable[[list[Evidence]], None] | None = None
     """An auxiliary peer's hook for the members' new signed accusations (reported likewise)."""
+    on_evaluation: Callable[[PeerEvaluation], None] | None = None
+    """An auxiliary peer's hook for each held-out evaluation of its replica (reported likewise)."""
     publishing: CheckpointPublishing | None = None
     """Where an auxiliary peer also publishes its checkpoints (signed), for newcomers."""
 

@@ -1,0 +1,94 @@
+"""The backbone's held-out evaluations of the collaboration's model, as the ledger stores them.
+
+``HeldOutRow`` is one evaluation as this computer's peer saw it in the backbone's progress record:
+the epoch of the model measured, the mean loss per predicted token (``None`` when not finite), the
+share of tokens guessed right and the sequences measured. ``validate_held_out`` is the check made
+before anything is written; ``add_held_out`` and ``read_held_out`` are the SQL, run by ``Ledger``.
+
+Like the epochs, the rows are kept in arrival order and only the newest ``EPOCHS_KEPT`` of each
+project are kept, pruned in the insert's transaction.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+
+from core.stats.errors import LedgerError
+
+_MAX_INT = 2**63 - 1
+_COLUMNS = "epoch, time, loss, accuracy, samples"
+
+
+@dataclass(frozen=True)
+class HeldOutRow:
+    epoch: int
+    time: float
+    """Unix time the evaluation was seen."""
+    loss: float | None
+    accuracy: float
+    """0 to 1."""
+    samples: int
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate_held_out(project: str, row: HeldOutRow) -> None:
+    """Refuse what cannot be stored faithfully, naming the field."""
+    if not isinstance(project, str) or not project.strip():
+        raise LedgerError(f"an evaluation needs a project name, not {project!r}")
+    for name in ("epoch", "samples"):
+        value = getattr(row, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_INT:
+            raise LedgerError(f"an evaluation's {name} must be a whole number >= 0, not {value!r}")
+    if not _finite(row.time):
+        raise LedgerError(f"an evaluation's time must be a finite number, not {row.time!r}")
+    if not _finite(row.accuracy) or not 0 <= row.accuracy <= 1:
+        raise LedgerError(f"an evaluation's accuracy must be 0 to 1, not {row.accuracy!r}")
+    if row.loss is not None and not _finite(row.loss):
+        raise LedgerError(f"an evaluation's loss must be a finite number or None, not {row.loss!r}")
+
+
+def add_held_out(conn: sqlite3.Connection, project: str, row: HeldOutRow, keep: int) -> None:
+    """Insert ``row`` and drop the project's rows beyond the newest ``keep`` (inside the caller's
+    transaction)."""
+    conn.execute(
+        f"INSERT INTO held_out (project, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            project,
+            row.epoch,
+            float(row.time),
+            None if row.loss is None else float(row.loss),
+            float(row.accuracy),
+            row.samples,
+        ),
+    )
+    conn.execute(
+        "DELETE FROM held_out WHERE project = ? AND id < ("
+        "  SELECT id FROM held_out WHERE project = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
+        ")",
+        (project, project, keep - 1),
+    )
+
+
+def read_held_out(conn: sqlite3.Connection, project: str, limit: int) -> list[HeldOutRow]:
+    """The project's newest ``limit`` rows, oldest first."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM ("
+        f"  SELECT id, {_COLUMNS} FROM held_out WHERE project = ? ORDER BY id DESC LIMIT ?"
+        ") ORDER BY id",
+        (project, limit),
+    ).fetchall()
+    return [
+        HeldOutRow(
+            epoch=int(epoch),
+            time=float(when),
+            loss=None if loss is None else float(loss),
+            accuracy=float(accuracy),
+            samples=int(samples),
+        )
+        for epoch, when, loss, accuracy, samples in rows
+    ]
