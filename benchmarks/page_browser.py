@@ -3,10 +3,11 @@
 Shared by the browser test (``tests/browser/test_project_page.py``) and the screenshots
 (``benchmarks/screenshots.py``). ``LiveCoordinator`` runs a real ``CoordinatorService`` on a loopback
 port, on a thread with its own event loop, and feeds it through the real client
-(``CoordinatorClient``): epoch reports from an auxiliary peer's moderator account, and volunteers'
-contributions under access passes their peer keys proved. ``chromium`` opens Debian's headless
-Chromium through its chromedriver (``/usr/bin/chromium``, ``/usr/bin/chromedriver``; selenium, a dev
-dependency); ``chromium_missing`` says why it cannot, for a skip.
+(``CoordinatorClient``): epoch reports and held-out evaluations from an auxiliary peer's moderator
+account, and volunteers' contributions under access passes their peer keys proved. ``chromium``
+opens Debian's headless Chromium through its chromedriver (``/usr/bin/chromium``,
+``/usr/bin/chromedriver``; selenium, a dev dependency); ``chromium_missing`` says why it cannot,
+for a skip.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def full_page_png(driver: Chrome, width: int, *, phone: bool = False) -> bytes:
     return png
 
 
-def manifest_text(key: Identity, description: str, url: str) -> str:
+def manifest_text(key: Identity, description: str, url: str, checkpoint_url: str = "") -> str:
     quoted = description.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f"""
 [project]
@@ -132,6 +133,7 @@ urls = ["shards/a.jsonl"]
 
 [network]
 coordinator_url = "{url}"
+checkpoint_url = "{checkpoint_url}"
 
 [access]
 mode = "moderated"
@@ -143,9 +145,13 @@ allow_signup = true
 class LiveCoordinator:
     """A coordinator on its own thread and loop; every call waits for its answer."""
 
-    def __init__(self, folder: Path, description: str = DESCRIPTION) -> None:
+    def __init__(
+        self, folder: Path, description: str = DESCRIPTION, *, checkpoint_url: str = ""
+    ) -> None:
+        """``checkpoint_url``: where the backbone publishes (the page offers its model)."""
         self.folder = folder
         self.description = description
+        self.checkpoint_url = checkpoint_url
         self.key = Identity.generate()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -180,7 +186,8 @@ class LiveCoordinator:
         self._loop.close()
 
     async def _start(self) -> None:
-        manifest = parse_manifest(manifest_text(self.key, self.description, "http://127.0.0.1"))
+        text = manifest_text(self.key, self.description, "http://127.0.0.1", self.checkpoint_url)
+        manifest = parse_manifest(text)
         service = CoordinatorService(
             manifest, self.folder / "coordinator.db", self.key, scrypt_n=FAST.n
         )
@@ -220,6 +227,23 @@ class LiveCoordinator:
         assert self._client is not None
         assert self._aux is not None
         return self.call(self._client.report_contributions(self._aux, body))
+
+    def evaluate(
+        self, epoch: int, loss: float, *, accuracy: float = 0.3, samples: int = 256
+    ) -> dict[str, Any]:
+        """The auxiliary peer's held-out evaluation of ``epoch``, measured now."""
+        body = {
+            "epoch": epoch,
+            "loss": loss,
+            "accuracy": accuracy,
+            "samples": samples,
+            "tokens": samples * 32,
+            "seconds": 4.0,
+            "time": time.time(),
+        }
+        assert self._client is not None
+        assert self._aux is not None
+        return self.call(self._client.report_evaluation(self._aux, body))
 
     def volunteer(self, name: str) -> tuple[Identity, str]:
         """A volunteer's account and the pass of a peer key it proved: (peer, pass as text)."""

@@ -158,6 +158,17 @@ class CoordinatorClient:
         reply.get("rejected", list)
         return reply.data
 
+    async def report_evaluation(
+        self, tokens: SessionTokens, report: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """One held-out evaluation of the backbone's replica, as a moderator's session."""
+        reply = await self._call(
+            "POST", "/evaluations", body=report, token=tokens.session, errors=SESSION_ERRORS
+        )
+        reply.number("epoch")
+        reply.get("stored", bool)
+        return reply.data
+
     async def report_evidence(
         self, tokens: SessionTokens, report: Mapping[str, Any]
     ) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""ContributionReporter: an auxiliary peer's reports to the coordinator — completed epochs, and the
-evidence members signed against each other.
+"""ContributionReporter: an auxiliary peer's reports to the coordinator — completed epochs, the
+held-out evaluations of its replica, and the evidence members signed against each other.
 
 Reports go out one at a time, in order, from one background task; a coordinator that is down is
 retried with a growing pause (the coordinator counts each (epoch, peer) and each accusation once,
-so a retried report is harmless). At shutdown the reporter gets a few seconds to send what is
-queued, so the last epochs of a run still reach the leaderboard. Evidence goes in reports of at
-most ``EVIDENCE_PER_REPORT`` accusations (the coordinator's limit).
+and keeps one evaluation per epoch, so a retried report is harmless). At shutdown the reporter gets
+a few seconds to send what is queued, so the last epochs of a run still reach the leaderboard.
+Evidence goes in reports of at most ``EVIDENCE_PER_REPORT`` accusations (the coordinator's limit).
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ EVIDENCE_PER_REPORT = 256
 @dataclass(frozen=True)
 class _Report:
     kind: str
-    """``contributions`` or ``evidence``: the endpoint, and the words of the log."""
+    """``contributions``, ``evaluation`` or ``evidence``: the endpoint, and the words of the log."""
     body: Mapping[str, Any]
 
     @property
     def what(self) -> str:
         if self.kind == "evidence":
             return f"{len(self.body.get('evidence', []))} accusation(s)"
+        if self.kind == "evaluation":
+            return f"held-out evaluation of epoch {self.body.get('epoch')}"
         return f"contributions of epoch {self.body.get('epoch')}"
 
 
@@ -53,6 +55,8 @@ class ContributionReporter:
         self.rejected: deque[dict[str, Any]] = deque(maxlen=REJECTIONS_KEPT)
         self.evidence_sent = 0
         """Accusations the coordinator accepted (each counted once, however often it was sent)."""
+        self.evaluations_sent = 0
+        """Held-out evaluations the coordinator took."""
         self.failed = 0
         """Reports given up on (the coordinator stayed down, or refused the reporter)."""
         self._queue: asyncio.Queue[_Report] = asyncio.Queue()
@@ -62,6 +66,10 @@ class ContributionReporter:
     def submit(self, report: Mapping[str, Any]) -> None:
         """Queue one epoch's report (the ``/contributions`` body); returns at once."""
         self._put(_Report("contributions", report))
+
+    def submit_evaluation(self, report: Mapping[str, Any]) -> None:
+        """Queue one held-out evaluation (the ``/evaluations`` body); returns at once."""
+        self._put(_Report("evaluation", report))
 
     def submit_evidence(self, evidence: Sequence[Evidence]) -> None:
         """Queue accusations for ``/evidence`` (split into reports the coordinator takes)."""
@@ -101,6 +109,8 @@ class ContributionReporter:
             try:
                 if report.kind == "evidence":
                     answer = await self.session.report_evidence(report.body)
+                elif report.kind == "evaluation":
+                    answer = await self.session.report_evaluation(report.body)
                 else:
                     answer = await self.session.report_contributions(report.body)
             except CoordinatorUnavailable as exc:
@@ -119,6 +129,8 @@ class ContributionReporter:
             self.sent += 1
             if report.kind == "evidence":
                 self.evidence_sent += int(answer.get("accepted", 0))
+            elif report.kind == "evaluation":
+                self.evaluations_sent += 1
             else:
                 self.accepted += int(answer.get("accepted", 0))
             for rejected in answer.get("rejected", []):

@@ -68,6 +68,9 @@ class AccountSession:
     async def report_contributions(self, report: Mapping[str, Any]) -> dict[str, Any]:
         return await self._authorized(lambda t: self.client.report_contributions(t, report))
 
+    async def report_evaluation(self, report: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._authorized(lambda t: self.client.report_evaluation(t, report))
+
     async def report_evidence(self, report: Mapping[str, Any]) -> dict[str, Any]:
         return await self._authorized(lambda t: self.client.report_evidence(t, report))
 

@@ -8,11 +8,16 @@ In a moderated project the peer logs in to the coordinator first (``--username``
 ``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its access pass fresh; an auxiliary peer
 also reports each completed epoch's contributions there, for the leaderboard. An open project's
 auxiliary peer given ``--username`` (a moderator's account) logs in too and reports its epochs'
-figures (loss, speed, peers online), which the coordinator's project page shows.
+figures (loss, speed, peers online), which the coordinator's project page shows. Either reports
+each held-out evaluation of its replica too (the manifest's ``[evaluation]``).
 
 With ``--publish-checkpoints`` an auxiliary peer also copies each checkpoint into a folder, with an
 ``index.json`` signed by the project key (``--project-key``), for a web server to serve at the
-manifest's ``network.checkpoint_url``.
+manifest's ``network.checkpoint_url``. Beside each checkpoint it publishes the model for everyone:
+the checkpoint exported in the transformers format (``barnraise export``), packed into
+``model-EPOCH.zip``, with a signed ``model.json`` that carries the newest held-out figures at or
+before its epoch; the coordinator's page offers it for download. A failed export is logged and
+changes nothing else.
 
 The peer prints one JSON line per event (ready with its address, each finished epoch; for ``aux``
 the collaboration's metrics per epoch; last ``stopped``, with its samples, compute and wall time
@@ -35,7 +40,10 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import secrets
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,12 +60,14 @@ from core.config.ports import AUX_PORT, PEER_PORT, listen_on
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
-from core.worker.events import PeerEvent, PeerReady, PeerStopped, to_json
+from core.worker.events import PeerEvaluation, PeerEvent, PeerReady, PeerStopped, to_json
 
 if TYPE_CHECKING:
+    from core.account.reporter import ContributionReporter
     from core.swarm.byzantine import Misbehaviour
     from core.training.peer.project_peer import PeerSettings
-    from core.training.published import CheckpointPublishing
+    from core.training.published import CheckpointPublishing, PublishedIndex
+    from core.training.published_model import HeldOutHistory
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +182,18 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
     port = default_port if args.port is None else args.port
     work_dir = args.work_dir or UserDirs.default().cache / "projects" / manifest.project.name
     aux = args.role == "aux"
+    publishing = publishing_from_args(args, manifest) if aux else None
+    history: HeldOutHistory | None = None
+    if publishing is not None:
+        history = held_out_history(work_dir)
+        publishing = with_model_export(
+            publishing,
+            manifest,
+            args.manifest,
+            data_base=args.data_base,
+            history=history,
+            scratch=work_dir,
+        )
     return PeerSettings(
         manifest,
         work_dir=work_dir,
@@ -190,7 +212,8 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         start_from=None if aux else args.from_checkpoint,
         until_epoch=args.until_epoch,
         misbehaviour=_misbehaviour(getattr(args, "attack", None)),
-        publishing=publishing_from_args(args, manifest) if aux else None,
+        publishing=publishing,
+        on_evaluation=None if history is None else history.record,
     )
 
 
@@ -230,6 +253,156 @@ def publishing_from_args(
             str(project_key.peer_id),
         )
     return CheckpointPublishing(folder, project_key, manifest.project.name)
+
+
+def held_out_history(work_dir: Path) -> HeldOutHistory:
+    """The backbone's held-out evaluations, starting with those its log kept from earlier runs."""
+    from core.training.metrics import MetricsLog  # noqa: PLC0415 - torch only for this command
+    from core.training.peer.roles import EVALUATION_LOG  # noqa: PLC0415
+    from core.training.published_model import HeldOutHistory  # noqa: PLC0415
+
+    history = HeldOutHistory()
+    log_path = work_dir / EVALUATION_LOG
+    if log_path.exists():
+        try:
+            history.record_all(MetricsLog(log_path).records())
+        except OSError as exc:
+            log.warning("the held-out evaluations in %s cannot be read: %s", log_path, exc)
+    return history
+
+
+def with_model_export(
+    publishing: CheckpointPublishing,
+    manifest: Manifest,
+    manifest_path: Path,
+    *,
+    data_base: str | None,
+    history: HeldOutHistory,
+    scratch: Path,
+) -> CheckpointPublishing:
+    """``publishing`` that also publishes, beside each checkpoint, its model in the transformers
+    format (``ModelExport``); unchanged when the manifest's model kind cannot be exported."""
+    from core.export.kinds import MAPPINGS  # noqa: PLC0415 - loads torch
+
+    if manifest.model.kind not in MAPPINGS:
+        log.info(
+            "models of kind %r cannot be exported yet: only the checkpoints are published",
+            manifest.model.kind,
+        )
+        return publishing
+    export = ModelExport(publishing, manifest_path, data_base, history, scratch)
+    return dataclasses.replace(publishing, beside=export)
+
+
+_SCRATCH_PREFIX = ".model-export-"
+
+
+class ModelExport:
+    """Export a just-published checkpoint (``core.export``) and publish the folder beside it,
+    packed and signed (``core.training.published_model``): what ``CheckpointPublishing`` calls
+    ``beside``. Runs on the publication's worker thread; its failure is the caller's to log."""
+
+    def __init__(
+        self,
+        publishing: CheckpointPublishing,
+        manifest_path: Path,
+        data_base: str | None,
+        history: HeldOutHistory,
+        scratch: Path,
+    ) -> None:
+        self.publishing = publishing
+        self.manifest_path = manifest_path
+        self.data_base = data_base
+        self.history = history
+        self.scratch = scratch
+        # what a run killed mid-export left
+        for leftover in scratch.glob(_SCRATCH_PREFIX + "*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def __call__(self, checkpoint: Path, index: PublishedIndex) -> None:
+        import torch  # noqa: PLC0415 - the backbone has loaded it already
+
+        from core.export.folder import export_model  # noqa: PLC0415 - loads torch
+        from core.training.published_model import publish_model  # noqa: PLC0415
+        from core.trust.published_model import archive_name  # noqa: PLC0415
+
+        held_out = self.history.at_or_before(index.epoch)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=_SCRATCH_PREFIX, dir=self.scratch) as scratch:
+            # named as the archive's folder, so that the model card's lines load it as it unpacks
+            out = Path(scratch) / archive_name(index.epoch).removesuffix(".zip")
+            # the export builds the model seeded (``build_model``): the backbone's random state
+            # stays as it was
+            with torch.random.fork_rng(devices=[]):
+                export_model(
+                    self.manifest_path,
+                    checkpoint,
+                    out,
+                    data_base=self.data_base,
+                    evaluation=None if held_out is None else held_out.to_json(),
+                )
+            p = self.publishing
+            publish_model(
+                out,
+                p.folder,
+                p.project_key,
+                project=p.project,
+                epoch=index.epoch,
+                architecture=_architecture(out / "config.json"),
+                held_out=held_out,
+            )
+
+
+def _architecture(config: Path) -> str:
+    """The transformers class an exported folder names (``config.json``'s ``architectures``)."""
+    from core.export.errors import ExportError  # noqa: PLC0415
+
+    try:
+        names = json.loads(config.read_text(encoding="utf-8")).get("architectures")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ExportError(f"the export's {config} cannot be read: {exc}") from None
+    if not isinstance(names, list) or not names or not isinstance(names[0], str):
+        raise ExportError(f"the export's {config} names no architecture")
+    return names[0]
+
+
+def evaluation_report(result: PeerEvaluation) -> dict[str, Any] | None:
+    """The ``/evaluations`` body of a held-out evaluation; None for one the coordinator would
+    refuse (no finite loss within its bound: nothing to plot)."""
+    from core.coordinator.reports.figures import MAX_LOSS  # noqa: PLC0415 - only for aux
+
+    loss = result.loss
+    if loss is None or not math.isfinite(loss) or not 0 <= loss <= MAX_LOSS:
+        return None
+    return {
+        "epoch": result.epoch,
+        "loss": loss,
+        "accuracy": min(max(result.accuracy, 0.0), 1.0),
+        "samples": result.samples,
+        "tokens": result.tokens,
+        "seconds": max(result.seconds, 0.0),
+        "time": result.time,
+    }
+
+
+def reporting_to(settings: PeerSettings, reporter: ContributionReporter) -> PeerSettings:
+    """``settings`` whose epochs and held-out evaluations also go to the coordinator."""
+    recorded = settings.on_evaluation
+
+    def evaluated(result: PeerEvaluation) -> None:
+        if recorded is not None:
+            recorded(result)
+        report = evaluation_report(result)
+        if report is None:
+            log.info("the held-out evaluation of epoch %d has no loss to report", result.epoch)
+            return
+        reporter.submit_evaluation(report)
+
+    return dataclasses.replace(
+        settings,
+        on_metrics=lambda metrics: reporter.submit(metrics.contribution_report()),
+        on_evaluation=evaluated,
+    )
 
 
 def _misbehaviour(attack: str | None) -> Misbehaviour | None:
@@ -288,11 +461,10 @@ async def _run(args: argparse.Namespace) -> int:
             identity=identity,
             access=access.gate,
             initial_peers=settings.initial_peers or tuple(access.bootstrap),
-            on_metrics=None if reporter is None else (
-                lambda metrics: reporter.submit(metrics.contribution_report())
-            ),
             on_evidence=None if reporter is None else reporter.submit_evidence,
-        )  # fmt: skip
+        )
+        if reporter is not None:
+            settings = reporting_to(settings, reporter)
         return await _serve(settings, stop)
 
 
@@ -303,10 +475,7 @@ async def _serve_reporting(
     password = read_password(args.password_stdin)
     async with reporting_access(settings.manifest, args.username, password) as reporter:
         del password
-        settings = dataclasses.replace(
-            settings, on_metrics=lambda metrics: reporter.submit(metrics.contribution_report())
-        )
-        return await _serve(settings, stop)
+        return await _serve(reporting_to(settings, reporter), stop)
 
 
 async def _serve(settings: PeerSettings, stop: asyncio.Event) -> int:

@@ -15,12 +15,14 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
   ``GET /data/<path>``: regular files under it only, byte ranges, no listings.
 - ``people/``      accounts, names, passwords, sessions, the peer keys each account proved.
 - ``limits/``      rate limits on logins, sign-ups and by address prefix (behind a trusted proxy too).
-- ``reports/``     the backbone's epoch and evidence reports; contributions, figures, leaderboard,
-  rollback orders.
+- ``reports/``     the backbone's epoch, evaluation and evidence reports; contributions, figures,
+  held-out evaluations, leaderboard, rollback orders.
 - ``page/``        the public web pages: the project page (``GET /``) with its live figures
   (``/stats``), volunteers' pages (``/u/<name>``); server-rendered HTML, a small script, strict CSP.
 - ``tls``          the coordinator's own HTTPS: a server context from certificate and key files,
   each checked first (readable, PEM, no passphrase, the key is the certificate's).
+- ``published_model`` the model the backbone published (``network.checkpoint_url`` + ``model.json``),
+  verified with the project key and kept a minute, for the page's download section.
 - ``public_url``   ``check_public_url``: the URL volunteers reach the coordinator by, a bare base.
 - ``errors``       refusals named for what they refuse; ``StoreError`` for the database file.
 """

@@ -39,6 +39,9 @@ arrived, by the coordinator's clock.
 Schema 6 (join by URL) adds ``manifests``: every distinct text of the project's manifest
 file the coordinator served, numbered from 1 (``manifest_route``), with the signed envelope as
 served; the numbers only grow, across restarts, so volunteers' engines never see one go back.
+
+Schema 7 (held-out evaluations) adds ``evaluations``: the backbone's measurements of its replica
+on held-out text (``evaluations``), one row per epoch, whether or not that epoch was reported.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from pathlib import Path
 from core.coordinator.errors import StoreError
 from core.util.files.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
@@ -199,6 +202,20 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             text TEXT NOT NULL,
             issued INTEGER NOT NULL,
             envelope BLOB NOT NULL
+        )
+        """,
+    ),
+    (
+        """
+        CREATE TABLE evaluations (
+            epoch INTEGER PRIMARY KEY CHECK (epoch >= 0),
+            time REAL NOT NULL,
+            loss REAL NOT NULL,
+            accuracy REAL NOT NULL CHECK (accuracy BETWEEN 0 AND 1),
+            samples INTEGER NOT NULL CHECK (samples >= 0),
+            tokens INTEGER NOT NULL CHECK (tokens >= 0),
+            seconds REAL NOT NULL,
+            received REAL NOT NULL
         )
         """,
     ),

@@ -2,7 +2,8 @@
 
 Endpoints (JSON; ``docs/design/coordinator.md`` describes each): ``GET /info``, ``POST /signup``,
 ``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass/challenge``, ``POST /pass``,
-``GET /revocations``, ``POST /contributions`` (moderators), ``POST /evidence`` (moderators: members'
+``GET /revocations``, ``POST /contributions`` (moderators), ``POST /evaluations`` (moderators: the
+backbone's held-out evaluations, ``evaluations``), ``POST /evidence`` (moderators: members'
 signed accusations, judged in ``evidence``), ``GET /leaderboard``, ``GET /leaderboard/me``,
 ``GET /rollback`` (the moderators' latest signed rollback order, ``rollback``), ``GET /manifest``
 (the project's manifest, versioned and signed by the project key, ``manifest_route``).
@@ -67,6 +68,7 @@ from core.coordinator.people.possession import (
 from core.coordinator.people.sessions import MAX_TOKEN_CHARS, Tokens
 from core.coordinator.public_url import check_public_url
 from core.coordinator.reports.epoch_report import Judge, parse_report
+from core.coordinator.reports.evaluations import parse_evaluation
 from core.coordinator.reports.evidence_report import EvidenceJudge, parse_evidence_report
 from core.coordinator.store import CoordinatorStore
 from core.project import AnyManifest
@@ -188,6 +190,7 @@ class CoordinatorService:
                 web.get("/revocations", self._revocations),
                 web.get("/rollback", self._rollback),
                 web.post("/contributions", self._contributions),
+                web.post("/evaluations", self._evaluations),
                 web.post("/evidence", self._evidence),
                 web.get("/leaderboard", self._leaderboard),
                 web.get("/leaderboard/me", self._me),
@@ -218,6 +221,7 @@ class CoordinatorService:
 
     async def close(self) -> None:
         await self._tasks.close()
+        await self._page.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -388,6 +392,20 @@ class CoordinatorService:
             len(verdicts.rejected),
         )
         return answer({"accepted": len(verdicts.counted), "rejected": verdicts.rejected})
+
+    async def _evaluations(self, request: web.Request) -> web.Response:
+        user = self._session_user(request)
+        if not user.moderator:
+            raise Forbidden("only a moderator account may report evaluations")
+        now = self.clock.time()
+        evaluation = parse_evaluation(await json_body(request), now)
+        stored = self.store.evaluations.record(evaluation, now)
+        if stored:
+            self._page.changed()
+        log.info("held-out evaluation of epoch %d: loss %.4g, accuracy %.3f%s",
+                 evaluation.epoch, evaluation.loss, evaluation.accuracy,
+                 "" if stored else " (already stored)")  # fmt: skip
+        return answer({"epoch": evaluation.epoch, "stored": stored})
 
     async def _evidence(self, request: web.Request) -> web.Response:
         user = self._session_user(request)

@@ -26,6 +26,7 @@ from core.coordinator.people.names import Password, Username
 from core.coordinator.people.passwords import DEFAULT_PARAMS, ScryptParams, hash_password
 from core.coordinator.people.peer_keys import PeerKeys
 from core.coordinator.people.sessions import Sessions
+from core.coordinator.reports.evaluations import Evaluations
 from core.coordinator.reports.evidence_records import EvidenceRecords
 from core.coordinator.reports.figures import Figures
 from core.coordinator.reports.leaderboard import Leaderboard
@@ -49,6 +50,7 @@ class CoordinatorStore:
         self.passes = Passes(self._conn)
         self.contributions = Contributions(self._conn)
         self.figures = Figures(self._conn)
+        self.evaluations = Evaluations(self._conn)
         self.leaderboard = Leaderboard(self._conn, self.contributions, self.passes)
         self.evidence = EvidenceRecords(self._conn)
         self.rollbacks = RollbackOrders(self._conn)
@@ -84,10 +86,12 @@ class CoordinatorStore:
         return self.accounts.all()
 
     def start_new_leaderboard(self) -> None:
-        """Forget every contribution (epochs and their figures, per-user totals and days); accounts,
-        sessions and passes stay. For a collaboration that starts again from epoch 0 over the same
-        accounts (the local demo's ``--keep-accounts``): its epochs must not meet the last run's."""
-        tables = ("contributions", "epochs", "totals", "days", "figures")  # our names, not input
+        """Forget every contribution (epochs, their figures and held-out evaluations, per-user
+        totals and days); accounts, sessions and passes stay. For a collaboration that starts again
+        from epoch 0 over the same accounts (the local demo's ``--keep-accounts``): its epochs must
+        not meet the last run's."""
+        # our names, not input
+        tables = ("contributions", "epochs", "totals", "days", "figures", "evaluations")
         with transaction(self._conn):
             for table in tables:
                 self._conn.execute(f"DELETE FROM {table}")

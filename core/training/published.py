@@ -16,6 +16,9 @@ checked against both before it is renamed into place.
 The folder keeps the file the index names and the one published before it, so that a download that
 began just before a new publication still finds its file.
 
+Beside each checkpoint the backbone may publish the model in the transformers format, in an archive
+with an index of its own (``published_model``).
+
 The checkpoint is only bytes here: this module does not import torch (``CheckpointStore.load``
 reads the fetched file).
 """
@@ -42,6 +45,7 @@ from core.project import Manifest
 from core.training.errors import CheckpointError
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
+from core.util.errors import BarnraiseError
 from core.util.files.atomic import remove_old, remove_temporaries, write_atomically
 from core.util.msgpack_codec import pack
 from core.util.web_client import client_session, connection_problem
@@ -211,13 +215,28 @@ class CheckpointPublishing:
     folder: Path
     project_key: Identity
     project: str
+    beside: Callable[[Path, PublishedIndex], None] | None = None
+    """What else to publish beside each checkpoint once it is published, given its path and index:
+    the model in the transformers format, composed above training (``core.cli.peer``)."""
 
     def publish(self, path: Path, epoch: int, loss: float | None) -> PublishedIndex:
-        """Publish the checkpoint at ``path``: see ``publish_checkpoint``. Blocking file I/O (a
-        copy of the whole checkpoint): call it from a worker thread, not the event loop."""
-        return publish_checkpoint(
+        """Publish the checkpoint at ``path`` (see ``publish_checkpoint``), then what goes
+        ``beside`` it, whose failure is logged and never undoes or stops the checkpoint's.
+        Blocking file I/O (a copy of the whole checkpoint): call it from a worker thread, not the
+        event loop."""
+        index = publish_checkpoint(
             path, self.folder, self.project_key, epoch=epoch, loss=loss, project=self.project
         )
+        if self.beside is not None:
+            try:
+                self.beside(path, index)
+            except (BarnraiseError, OSError) as exc:
+                log.warning("the model of epoch %d was not published: %s", epoch, exc)
+            # anything else too: the export runs torch, safetensors and tokenizers, whose own
+            # errors must not stop the backbone
+            except Exception:
+                log.exception("the model of epoch %d was not published", epoch)
+        return index
 
 
 def publish_checkpoint(

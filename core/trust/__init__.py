@@ -11,5 +11,7 @@ reads it without importing ``core.net``.
   (who, which round, part and chunk, the statistic); signing and checking, wire and JSON forms.
 - ``rollback``   RollbackOrder: the moderators' signed "back to the checkpoint of epoch N";
   signing and checking, its text form.
+- ``published_model`` ModelIndex: the signed ``model.json`` beside the published model's archive
+  (epoch, held-out figures, file, size, SHA-256); reading, checking, and an archive against it.
 - ``errors``     TrustError: PeerIdError (not a PeerID) and IdentityError (no usable key file).
 """

@@ -1,6 +1,7 @@
-// The coordinator's project page: refreshes the live figures from /stats every few seconds
-// (the body's data-poll-seconds) and copies the project URL. It only sets text, attributes and
-// rows the server worked out; it never builds markup from what it receives.
+// The coordinator's project page: refreshes the live figures, the curves and the published model
+// from /stats every few seconds (the body's data-poll-seconds) and copies the project URL. It only
+// sets text, attributes and rows the server worked out; it never builds markup from what it
+// receives.
 "use strict";
 
 (function () {
@@ -66,14 +67,37 @@
       }
     }
     const curve = stats.curve || {};
-    const path = element("loss-path");
-    if (path) {
-      path.setAttribute("d", String(curve.path || ""));
-      path.setAttribute("data-points", String(curve.points || 0));
-    }
-    toggle("curve-empty", !(curve.points > 0));
+    const heldOut = curve.held_out || {};
+    setPath("loss-path", curve.path, curve.points);
+    setPath("held-out-path", heldOut.path, heldOut.points);
+    setPath("held-out-dots", heldOut.dots, null);
+    toggle("curve-empty", !(curve.points > 0 || heldOut.points > 0));
+    toggle("curve-legend", heldOut.points > 0);
+    toggle("held-out", Boolean(stats.evaluation));
     toggle("stale", !stats.recent);
     showLeaders(stats.leaderboard);
+    showModel(stats.model);
+  }
+
+  function setPath(id, data, points) {
+    const path = element(id);
+    if (path) {
+      path.setAttribute("d", String(data || ""));
+      if (points !== null) {
+        path.setAttribute("data-points", String(points || 0));
+      }
+    }
+  }
+
+  function showModel(model) {
+    const link = element("model-link");
+    const url = model ? String(model.url || "") : "";
+    // the server made it from the manifest's URL; anything but a web address is not a link
+    if (link && /^https?:\/\//.test(url)) {
+      link.setAttribute("href", url);
+    }
+    toggle("download", Boolean(model) && Boolean(link && link.getAttribute("href")));
+    toggle("model_held_out-row", Boolean(model && model.held_out));
   }
 
   function poll(url, seconds) {

@@ -1,5 +1,5 @@
 """A coordinator for the project page's tests: any description and access mode, an auxiliary
-peer's moderator account, and epoch reports with figures."""
+peer's moderator account, and epoch reports with figures and held-out evaluations."""
 
 from __future__ import annotations
 
@@ -22,7 +22,12 @@ AUX = "aux"
 
 
 def page_manifest(
-    key: Identity, *, description: str = "", mode: str = "moderated", training: str = ""
+    key: Identity,
+    *,
+    description: str = "",
+    mode: str = "moderated",
+    training: str = "",
+    checkpoint_url: str = "",
 ) -> str:
     """``training``: the lines of a ``[training]`` table."""
     # JSON strings are TOML basic strings for everything a test writes (quotes, <, &, newlines)
@@ -39,6 +44,7 @@ urls = ["shards/a.jsonl"]
 
 [network]
 coordinator_url = "http://127.0.0.1:8470"
+checkpoint_url = "{checkpoint_url}"
 
 [access]
 mode = "{mode}"
@@ -75,6 +81,20 @@ class Page:
         }
         return await self.client.post("/contributions", body, token=self.token)
 
+    async def evaluate(self, epoch: int, loss: float, **fields: Any) -> Reply:
+        """``POST /evaluations`` of ``epoch`` measured now, with ``fields`` changed or added."""
+        body = {
+            "epoch": epoch,
+            "loss": loss,
+            "accuracy": 0.25,
+            "samples": 256,
+            "tokens": 4096,
+            "seconds": 12.5,
+            "time": self.clock.time(),
+            **fields,
+        }
+        return await self.client.post("/evaluations", body, token=self.token)
+
     async def raw_report(self, text: str) -> Reply:
         """A report as raw JSON text (NaN and Infinity are not JSON, but Python reads them)."""
         return await self.client.request(
@@ -84,12 +104,22 @@ class Page:
 
 @asynccontextmanager
 async def running_page(
-    tmp_path: Path, *, description: str = "", mode: str = "moderated", training: str = ""
+    tmp_path: Path,
+    *,
+    description: str = "",
+    mode: str = "moderated",
+    training: str = "",
+    checkpoint_url: str = "",
+    key: Identity | None = None,
 ) -> AsyncIterator[Page]:
-    key = Identity.generate()
+    """``key``: the project key (a new one by default)."""
+    key = key or Identity.generate()
     clock = FakeClock()
+    text = page_manifest(
+        key, description=description, mode=mode, training=training, checkpoint_url=checkpoint_url
+    )
     service = CoordinatorService(
-        parse_manifest(page_manifest(key, description=description, mode=mode, training=training)),
+        parse_manifest(text),
         tmp_path / "coordinator.db",
         key,
         scrypt_n=FAST_SCRYPT.n,

@@ -2,8 +2,10 @@
 
 The curve lives in a fixed ``WIDTH`` x ``HEIGHT`` view box that the page stretches to its width
 (``preserveAspectRatio="none"`` with strokes that do not scale), so the path fits any screen; the
-axis labels are HTML beside it, which stays readable on a phone. The script only swaps the path
-data and the labels' text that ``/stats`` brings: it never computes geometry or builds markup.
+axis labels are HTML beside it, which stays readable on a phone. The held-out loss, measured every
+few epochs, shares the plot and its scale: a second, dashed line with a dot at each evaluation. The
+script only swaps the path data and the labels' text that ``/stats`` brings: it never computes
+geometry or builds markup.
 """
 
 from __future__ import annotations
@@ -27,9 +29,15 @@ class Curve:
     path: str
     """SVG path data in the view box; empty without points."""
     epochs: tuple[float, float] | None
-    """First and last epoch drawn."""
+    """First and last epoch drawn (of either line)."""
     losses: tuple[float, float] | None
-    """Lowest and highest loss drawn (the bottom and top of the plot)."""
+    """Lowest and highest loss drawn (the bottom and top of the plot, for both lines)."""
+    held_out_points: int = 0
+    held_out_path: str = ""
+    """The held-out loss as a line in the same view box and scale; empty without evaluations."""
+    held_out_dots: str = ""
+    """A dot at each held-out point: evaluations are sparser than epochs, and a line between two
+    of them says nothing about the epochs in between."""
 
     def labels(self) -> dict[str, str]:
         """The axis labels' text, by the ``data-figure`` name the page gives each."""
@@ -42,14 +50,31 @@ class Curve:
             "curve_last": f"epoch {self.epochs[1]:,.0f}",
         }
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "points": self.points,
+            "path": self.path,
+            "epochs": self.epochs,
+            "losses": self.losses,
+            "held_out": {
+                "points": self.held_out_points,
+                "path": self.held_out_path,
+                "dots": self.held_out_dots,
+            },
+        }
 
-def loss_curve(points: Sequence[tuple[float, float]]) -> Curve:
-    """The curve through (epoch, loss) points, oldest first."""
-    if not points:
+
+def loss_curve(
+    points: Sequence[tuple[float, float]], held_out: Sequence[tuple[float, float]] = ()
+) -> Curve:
+    """The curves through (epoch, loss) points of training and of the held-out evaluations,
+    oldest first, on one scale."""
+    every = [*points, *held_out]
+    if not every:
         return Curve(0, "", None, None)
-    epochs = [p[0] for p in points]
-    losses = [p[1] for p in points]
-    first, last = epochs[0], epochs[-1]
+    epochs = [p[0] for p in every]
+    losses = [p[1] for p in every]
+    first, last = min(epochs), max(epochs)
     low, high = min(losses), max(losses)
     if high - low < 1e-9:  # a flat line sits in the middle
         low, high = low - 0.5, high + 0.5
@@ -61,15 +86,23 @@ def loss_curve(points: Sequence[tuple[float, float]]) -> Curve:
     def y(loss: float) -> float:
         return PAD + (high - loss) / (high - low) * (HEIGHT - 2 * PAD)
 
-    steps = [f"{x(e):.1f} {y(v):.1f}" for e, v in points]
-    path = "M" + " L".join(steps)
-    if len(points) == 1:  # a single point: a short stroke, so that it shows
-        path += " h0.1"
-    return Curve(len(points), path, (first, last), (low, high))
+    def line(through: Sequence[tuple[float, float]]) -> str:
+        if not through:
+            return ""
+        path = "M" + " L".join(f"{x(e):.1f} {y(v):.1f}" for e, v in through)
+        if len(through) == 1:  # a single point: a short stroke, so that it shows
+            path += " h0.1"
+        return path
+
+    dots = " ".join(f"M{x(e):.1f} {y(v):.1f} h0.1" for e, v in held_out)
+    return Curve(
+        len(points), line(points), (first, last), (low, high), len(held_out), line(held_out), dots
+    )
 
 
 def curve_svg(curve: Curve) -> Markup:
-    """The plot: a frame, three grid lines and the path (``id="loss-path"`` for the script)."""
+    """The plot: a frame, three grid lines, the training loss (``id="loss-path"`` for the script)
+    and the held-out loss with its dots (``held-out-path``, ``held-out-dots``)."""
     grid = [
         el(
             "line",
@@ -94,6 +127,23 @@ def curve_svg(curve: Curve) -> Markup:
             fill="none",
             vector_effect="non-scaling-stroke",
             data_points=curve.points,
+        ),
+        el(
+            "path",
+            id="held-out-path",
+            class_="held-out",
+            d=curve.held_out_path,
+            fill="none",
+            vector_effect="non-scaling-stroke",
+            data_points=curve.held_out_points,
+        ),
+        el(
+            "path",
+            id="held-out-dots",
+            class_="held-out-dots",
+            d=curve.held_out_dots,
+            fill="none",
+            vector_effect="non-scaling-stroke",
         ),
         viewBox=f"0 0 {WIDTH:.0f} {HEIGHT:.0f}",
         preserveAspectRatio="none",

@@ -20,6 +20,23 @@ def loss(value: float | None) -> str:
     return NOTHING if value is None else f"{value:.4g}"
 
 
+def share(value: float) -> str:
+    """A share from 0 to 1 as a percentage."""
+    return f"{100 * value:.1f}%"
+
+
+def size(count: int) -> str:
+    """A file's size in bytes as people read it (decimal units, as downloads show them)."""
+    if count < 1000:
+        return f"{count} bytes"
+    value = float(count)
+    for unit in ("kB", "MB", "GB"):
+        value /= 1000
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1000:,.1f} TB"
+
+
 def compute_time(seconds: float) -> str:
     """Compute time in the unit that reads best: seconds, minutes, hours, days."""
     if seconds < 60:

@@ -1,5 +1,6 @@
 """The project page (``GET /``): what the project trains and why, how to join, the live figures,
-the loss curve and the top contributors.
+the loss curve (with the held-out loss, once the backbone evaluates), the top contributors, and the
+published model to download.
 
 Everything is on the page as the server renders it, so it reads without the script; the script
 then refreshes the elements marked ``data-figure``, the curve's path and the leaderboard's rows
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 
 from core.coordinator.page import formats
 from core.coordinator.page.curve import curve_svg
+from core.coordinator.page.download import download_section
 from core.coordinator.page.html import Child, Markup, el, join
 from core.coordinator.page.layout import document, paragraphs
 from core.coordinator.page.stats import Leader, Stats, user_url
+from core.coordinator.published_model import PublishedModel
 from core.project import AnyManifest, DmoeManifest
 
 HOMEPAGE = "https://github.com/barnraise/barnraise"
@@ -82,7 +85,13 @@ def what_it_trains(manifest: AnyManifest) -> str:
     return f"{albert}, {training.target_batch_size:,} samples a step (DeDLOC, the dedloc mode)."
 
 
-def render_home(project: Project, stats: Stats, *, poll_seconds: float) -> Markup:
+def render_home(
+    project: Project,
+    stats: Stats,
+    *,
+    poll_seconds: float,
+    model: PublishedModel | None = None,
+) -> Markup:
     intro = el(
         "section",
         el("h1", project.name),
@@ -97,6 +106,7 @@ def render_home(project: Project, stats: Stats, *, poll_seconds: float) -> Marku
         _figures(stats),
         _join(project),
         _leaders(stats),
+        download_section(model),
         layout="columns",
         settings={"stats": "/stats", "poll-seconds": f"{poll_seconds:g}"},
     )
@@ -121,6 +131,25 @@ def _figures(stats: Stats) -> Markup:
         _tile("Samples trained", "samples", shown["samples"]),
         _tile("Loss", "loss", shown["loss"]),
         class_="tiles",
+    )
+    held_out = el(
+        "div",
+        el(
+            "div",
+            _tile("Held-out loss", "held_out_loss", shown["held_out_loss"]),
+            _tile("Held-out accuracy", "held_out_accuracy", shown["held_out_accuracy"]),
+            class_="tiles",
+        ),
+        el(
+            "p",
+            "Measured on text kept out of training, ",
+            el("span", shown["held_out_when"], data_figure="held_out_when"),
+            ".",
+            class_="note",
+        ),
+        id="held-out",
+        class_="held-out",
+        hidden=stats.evaluation is None,
     )
     status = el(
         "p",
@@ -151,13 +180,21 @@ def _figures(stats: Stats) -> Markup:
         ),
         el(
             "p",
+            el("span", "Training loss", class_="key loss"),
+            el("span", "Held-out loss", class_="key held-out"),
+            id="curve-legend",
+            class_="legend",
+            hidden=stats.curve.held_out_points == 0,
+        ),
+        el(
+            "p",
             "No loss reported yet: the curve starts with the first epoch.",
             id="curve-empty",
-            hidden=stats.curve.points > 0,
+            hidden=stats.curve.points + stats.curve.held_out_points > 0,
         ),
         class_="chart",
     )
-    return el("section", el("h2", "Live"), tiles, status, chart, class_="card")
+    return el("section", el("h2", "Live"), tiles, held_out, status, chart, class_="card")
 
 
 def _join(project: Project) -> Markup:

@@ -12,7 +12,8 @@ answer errors with an HTML page (404 for a name not on the leaderboard, 500 with
 
 The figures are read at most once per ``MAX_AGE`` seconds, and again as soon as a report arrives
 (``changed``): a page open in many browsers costs the database one read per interval, not one
-per visitor.
+per visitor. The published model is learned from ``network.checkpoint_url`` at most once a minute
+(``published_model``); ``close`` stops a fetch under way.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from core.coordinator.errors import BadRequest
 from core.coordinator.http import status_and_code
+from core.coordinator.page.download import model_display, model_json
 from core.coordinator.page.home import Project, render_home
 from core.coordinator.page.html import Markup
 from core.coordinator.page.layout import error_document
@@ -34,6 +36,7 @@ from core.coordinator.page.static import StaticFiles
 from core.coordinator.page.stats import Stats, read_stats
 from core.coordinator.page.user import render_user
 from core.coordinator.people.names import Username
+from core.coordinator.published_model import PublishedModel, PublishedModels
 from core.coordinator.store import CoordinatorStore
 from core.project import AnyManifest
 from core.trust.identity import Identity
@@ -86,6 +89,9 @@ class ProjectPage:
         self._static = StaticFiles()
         self._generation = 0
         self._cached: tuple[int, float, Stats] | None = None
+        self._models = PublishedModels(
+            source.manifest.project.name, source.project_key.peer_id, source.clock
+        )
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -94,6 +100,14 @@ class ProjectPage:
             web.get("/u/{name}", self._html(self._user)),
             web.get("/static/{name}", self._file),
         ]
+
+    async def close(self) -> None:
+        await self._models.close()
+
+    async def published_model(self, *, wait: bool = False) -> PublishedModel | None:
+        """The model published at the manifest's ``network.checkpoint_url``, if one is known."""
+        url = self._source.shown_manifest.network.checkpoint_url
+        return await self._models.current(url, wait=wait)
 
     def changed(self) -> None:
         """A report arrived: the next visitor sees it."""
@@ -116,11 +130,20 @@ class ProjectPage:
         project = Project.of(
             source.shown_manifest, source.public_url, str(source.project_key.peer_id)
         )
-        page = render_home(project, self.stats(), poll_seconds=_poll(request.query.get("poll")))
+        page = render_home(
+            project,
+            self.stats(),
+            poll_seconds=_poll(request.query.get("poll")),
+            model=await self.published_model(wait=True),
+        )
         return _html_response(page)
 
     async def _stats(self, request: web.Request) -> web.Response:
-        response = web.json_response(self.stats().to_json(), headers=SECURITY_HEADERS)
+        data = self.stats().to_json()
+        model = await self.published_model()
+        data["model"] = model_json(model)
+        data["display"].update(model_display(model))
+        response = web.json_response(data, headers=SECURITY_HEADERS)
         response.headers["Cache-Control"] = "no-store"
         return response
 

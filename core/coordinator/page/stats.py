@@ -1,9 +1,10 @@
 """The project's live figures: what the page shows and ``GET /stats`` serves as JSON.
 
-Read from the store on each request (a few indexed queries, the curve at most ``MOST_POINTS``
+Read from the store on each request (a few indexed queries, each curve at most ``MOST_POINTS``
 rows): the newest report's loss, speed and live peers, the epoch, all the samples reported, the loss
-curve and the leaderboard's top. Volunteers online and the speed are the newest report's only if it
-arrived within ``RECENT`` seconds; older, they read 0 and the page says that no report is recent.
+curve with the held-out loss beside it, the newest held-out evaluation, and the leaderboard's top.
+Volunteers online and the speed are the newest report's only if it arrived within ``RECENT``
+seconds; older, they read 0 and the page says that no report is recent.
 
 The JSON carries the raw values for anyone's tools and, under ``display``, the text of every figure
 as the page writes it, which is all the page's script sets (``textContent``, never markup).
@@ -17,6 +18,7 @@ from urllib.parse import quote
 
 from core.coordinator.page import formats
 from core.coordinator.page.curve import MOST_POINTS, Curve, loss_curve
+from core.coordinator.reports.evaluations import Evaluation
 from core.coordinator.reports.leaderboard import ACTIVE_WINDOW
 from core.coordinator.store import CoordinatorStore
 
@@ -71,6 +73,8 @@ class Stats:
     leaders: tuple[Leader, ...]
     contributors: int
     """Accounts on the leaderboard."""
+    evaluation: Evaluation | None = None
+    """The newest held-out evaluation (None before any: the page then says nothing of them)."""
 
     def display(self) -> dict[str, str]:
         """The text of each figure, by the ``data-figure`` name the page gives its element."""
@@ -87,6 +91,7 @@ class Stats:
             "last_report": reported,
             "contributors": formats.count(self.contributors),
             **self.curve.labels(),
+            **held_out_display(self.evaluation),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -100,12 +105,8 @@ class Stats:
             "volunteers_online": self.volunteers_online,
             "last_report": self.last_report,
             "recent": self.recent,
-            "curve": {
-                "points": self.curve.points,
-                "path": self.curve.path,
-                "epochs": self.curve.epochs,
-                "losses": self.curve.losses,
-            },
+            "curve": self.curve.to_json(),
+            "evaluation": None if self.evaluation is None else self.evaluation.to_json(),
             "leaderboard": [leader.to_json() for leader in self.leaders],
             "contributors": self.contributors,
             "display": self.display(),
@@ -134,7 +135,22 @@ def read_stats(store: CoordinatorStore, now: float) -> Stats:
         volunteers_online=alive or 0,
         last_report=None if latest is None else latest.received,
         recent=recent,
-        curve=loss_curve(store.figures.losses(MOST_POINTS)),
+        curve=loss_curve(store.figures.losses(MOST_POINTS), store.evaluations.losses(MOST_POINTS)),
         leaders=leaders,
         contributors=board.totals()["users"],
+        evaluation=store.evaluations.latest(),
     )
+
+
+def held_out_display(evaluation: Evaluation | None) -> dict[str, str]:
+    """The text of the newest held-out evaluation's figures (empty before any)."""
+    if evaluation is None:
+        return {"held_out_loss": "", "held_out_accuracy": "", "held_out_when": ""}
+    return {
+        "held_out_loss": formats.loss(evaluation.loss),
+        "held_out_accuracy": formats.share(evaluation.accuracy),
+        "held_out_when": (
+            f"at epoch {evaluation.epoch:,}, on {evaluation.samples:,} held-out "
+            f"sequence{'' if evaluation.samples == 1 else 's'}"
+        ),
+    }

@@ -7,6 +7,8 @@ leaderboard, accusations, and the moderators' rollback orders.
 - ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
 - ``figures``      the epoch figures a report may carry (loss, speed, live peers): bounds, one row
   per epoch, the newest and the loss curve's points.
+- ``evaluations``  the backbone's held-out evaluations (``POST /evaluations``): bounds, one row per
+  epoch, the newest and the held-out curve's points.
 - ``evidence_records`` the accepted accusations, and the listing by accused peer (with its user and
   how many distinct accounts accused it) that ``barnraise coordinator reports`` prints.
 - ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.

@@ -1,0 +1,285 @@
+"""ModelIndex: the project key's signed word on the published model (``model.json``).
+
+Beside each checkpoint it publishes, the backbone publishes the model in the transformers format
+(``barnraise export``) packed into one zip archive, and this index::
+
+    {"format": 1, "project": "barnraise-demo", "epoch": 30, "architecture": "AlbertForMaskedLM",
+     "held_out": {"epoch": 30, "loss": 3.2, "accuracy": 0.41, "samples": 256},
+     "file": "model-00000030.zip", "size": 6912345, "sha256": "<hex>",
+     "published_at": 1718000000.0, "signature": "<hex>"}
+
+``held_out`` is the newest held-out evaluation at or before the model's epoch, or null. The
+signature is the project key's over a canonical msgpack payload of every other field, as the
+checkpoint's ``index.json`` is signed: a web server, mirror or cache between the backbone and a
+reader cannot change the figures, the file name or the file unnoticed. The archive holds one folder
+named after it (``model-00000030/``) that transformers' ``from_pretrained`` loads.
+
+Here only the index itself: its fields checked, the signature, and a downloaded archive checked
+against its size and SHA-256. The backbone writes it (``core.training.published_model``), the
+coordinator reads it to offer the download on the project page; neither needs the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.trust.identity import Identity
+from core.trust.peer_id import PeerID
+from core.util.errors import BarnraiseError
+from core.util.msgpack_codec import pack
+
+FORMAT = 1
+INDEX_NAME = "model.json"
+MAX_INDEX_BYTES = 64 * 1024
+"""An index is a few hundred bytes; anything far larger is not one."""
+_DOMAIN = "barnraise/published-model/v1"
+# The only names an index may give its archive: a plain name in the folder, never a path.
+FILE_NAME = re.compile(r"model-\d{8,}\.zip")
+_ARCHITECTURE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_SIGNATURE_HEX = re.compile(r"[0-9a-f]{128}")
+_FIELDS = (
+    "project",
+    "epoch",
+    "architecture",
+    "held_out",
+    "file",
+    "size",
+    "sha256",
+    "published_at",
+    "signature",
+)
+_CHUNK = 1 << 20
+
+
+class PublishedModelError(BarnraiseError):
+    """A published model's index or archive that is malformed or not the project key's; the
+    message names where it came from and what is wrong."""
+
+
+def archive_name(epoch: int) -> str:
+    """The archive of the model of ``epoch``."""
+    return f"model-{epoch:08d}.zip"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldOut:
+    """A held-out evaluation, as the index carries it."""
+
+    epoch: int
+    loss: float
+    accuracy: float
+    """Share of predicted tokens guessed right, 0 to 1."""
+    samples: int
+    """Held-out sequences measured."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "loss": self.loss,
+            "accuracy": self.accuracy,
+            "samples": self.samples,
+        }
+
+    def payload(self) -> list[Any]:
+        return [int(self.epoch), float(self.loss), float(self.accuracy), int(self.samples)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelIndex:
+    project: str
+    epoch: int
+    """The epoch of the checkpoint the model was exported from."""
+    architecture: str
+    """The transformers class that loads it (``AlbertForMaskedLM``, ``LlamaForCausalLM``)."""
+    held_out: HeldOut | None
+    file: str
+    """The archive's name in the published folder (never a path)."""
+    size: int
+    sha256: str
+    """The archive's SHA-256, lowercase hex."""
+    published_at: float
+    signature: bytes
+
+    @property
+    def folder(self) -> str:
+        """The folder the archive holds, which ``from_pretrained`` loads once unpacked."""
+        return self.file.removesuffix(".zip")
+
+    @property
+    def auto_class(self) -> str:
+        """The transformers auto class that loads it, from its architecture's task."""
+        if self.architecture.endswith("ForCausalLM"):
+            return "AutoModelForCausalLM"
+        if self.architecture.endswith("ForMaskedLM"):
+            return "AutoModelForMaskedLM"
+        return "AutoModel"
+
+    def payload(self) -> bytes:
+        """The bytes the project key signs."""
+        # msgpack, not JSON: one encoding per value, whatever a JSON round trip did to the text
+        return pack(
+            [
+                _DOMAIN,
+                FORMAT,
+                self.project,
+                int(self.epoch),
+                self.architecture,
+                None if self.held_out is None else self.held_out.payload(),
+                self.file,
+                int(self.size),
+                self.sha256,
+                float(self.published_at),
+            ]
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "project": self.project,
+            "epoch": self.epoch,
+            "architecture": self.architecture,
+            "held_out": None if self.held_out is None else self.held_out.to_json(),
+            "file": self.file,
+            "size": self.size,
+            "sha256": self.sha256,
+            "published_at": self.published_at,
+            "signature": self.signature.hex(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: object, source: str) -> ModelIndex:
+        """Parse an index's JSON value; ``PublishedModelError`` naming ``source`` if it is not one
+        (the signature is checked by ``check``)."""
+
+        def bad(reason: str) -> PublishedModelError:
+            return PublishedModelError(f"{source} is not a valid model index: {reason}")
+
+        if not isinstance(raw, dict):
+            raise bad("not a JSON object")
+        if not _is_int(raw.get("format")) or raw.get("format") != FORMAT:
+            raise bad(f"format {raw.get('format')!r}; this version reads format {FORMAT}")
+        missing = [key for key in _FIELDS if key not in raw]
+        if missing:
+            raise bad(f"it lacks {', '.join(missing)}")
+        project, epoch, architecture, held_out, file, size, sha256, published_at, signature = (
+            raw[key] for key in _FIELDS
+        )
+        if not isinstance(project, str):
+            raise bad("project is not a string")
+        if not _is_int(epoch) or epoch < 0:
+            raise bad(f"epoch {epoch!r} is not a whole number of 0 or more")
+        if not isinstance(architecture, str) or _ARCHITECTURE.fullmatch(architecture) is None:
+            raise bad("architecture is not the name of a transformers class")
+        if not isinstance(file, str) or FILE_NAME.fullmatch(file) is None:
+            # refuses "../x", "a/b", absolute paths and URLs: the link stays in its folder
+            raise bad(f"file {file!r} is not a plain model archive name")
+        if not _is_int(size) or size < 0:
+            raise bad(f"size {size!r} is not a whole number of 0 or more")
+        if not isinstance(sha256, str) or _SHA256_HEX.fullmatch(sha256) is None:
+            raise bad("sha256 is not 64 lowercase hex digits")
+        if not (_is_number(published_at) and math.isfinite(published_at)):
+            raise bad("published_at is not a finite number")
+        if not isinstance(signature, str) or _SIGNATURE_HEX.fullmatch(signature) is None:
+            raise bad("signature is not 128 lowercase hex digits")
+        return cls(
+            project=project,
+            epoch=epoch,
+            architecture=architecture,
+            held_out=None if held_out is None else _held_out(held_out, bad),
+            file=file,
+            size=size,
+            sha256=sha256,
+            published_at=float(published_at),
+            signature=bytes.fromhex(signature),
+        )
+
+    def check(self, project: str, project_key: PeerID, source: str) -> None:
+        """``PublishedModelError`` unless this index is for ``project`` and the project key
+        signed it."""
+        if self.project != project:
+            raise PublishedModelError(
+                f"{source} publishes a model of project {self.project!r}, not {project!r}"
+            )
+        if not project_key.verify(self.signature, self.payload()):
+            raise PublishedModelError(
+                f"{source} is not signed by the project key {project_key}; "
+                "it was altered, or published with another key"
+            )
+
+    def check_file(self, path: Path) -> None:
+        """``PublishedModelError`` unless the archive at ``path`` has the size and SHA-256 this
+        index names (blocking: it reads the whole file)."""
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with path.open("rb") as reader:
+                while chunk := reader.read(_CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            raise PublishedModelError(f"cannot read the model archive {path}: {exc}") from None
+        if size != self.size:
+            raise PublishedModelError(
+                f"{path} has {size} bytes, but its index names {self.size}: it is not the "
+                "published model (truncated, or another file)"
+            )
+        if digest.hexdigest() != self.sha256:
+            raise PublishedModelError(
+                f"{path} does not match its index: SHA-256 {digest.hexdigest()}, expected "
+                f"{self.sha256}"
+            )
+
+
+def _held_out(raw: object, bad: Callable[[str], PublishedModelError]) -> HeldOut:
+    if not isinstance(raw, dict):
+        raise bad("held_out is neither an object nor null")
+    epoch: Any = raw.get("epoch")
+    loss: Any = raw.get("loss")
+    accuracy: Any = raw.get("accuracy")
+    samples: Any = raw.get("samples")
+    if not _is_int(epoch) or epoch < 0:
+        raise bad("held_out.epoch is not a whole number of 0 or more")
+    if not (_is_number(loss) and math.isfinite(loss) and loss >= 0):
+        raise bad("held_out.loss is not a finite number of 0 or more")
+    if not (_is_number(accuracy) and 0 <= accuracy <= 1):
+        raise bad("held_out.accuracy is not a number from 0 to 1")
+    if not _is_int(samples) or samples < 0:
+        raise bad("held_out.samples is not a whole number of 0 or more")
+    return HeldOut(int(epoch), float(loss), float(accuracy), int(samples))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def sign_model_index(
+    project_key: Identity,
+    *,
+    project: str,
+    epoch: int,
+    architecture: str,
+    held_out: HeldOut | None,
+    file: str,
+    size: int,
+    sha256: str,
+    published_at: float,
+) -> ModelIndex:
+    """An index with these fields, signed by ``project_key``; ``PublishedModelError`` for fields
+    no reader would take (so that nothing unreadable is ever published)."""
+    unsigned = ModelIndex(
+        project, epoch, architecture, held_out, file, size, sha256, float(published_at), b""
+    )
+    signed = dataclasses.replace(unsigned, signature=project_key.sign(unsigned.payload()))
+    ModelIndex.from_json(signed.to_json(), "the model index to publish")
+    return signed
