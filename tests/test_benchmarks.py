@@ -521,3 +521,43 @@ def test_lowcomm_benchmark_writes_its_three_runs_and_round_bytes(tmp_path: Path)
     assert result["compressed_bytes_vs_dedloc"] < 1
     assert result["round_bytes"][0]["bytes_one_member_sends"] > 0
     assert set(result["goals"]) >= {"bytes_at_most_1_500", "loss_within_3_percent"}
+
+
+def test_outcome_benchmark_compares_curves_at_equal_samples(tmp_path: Path) -> None:
+    """The comparison and the plot, from an earlier run's curves (a real run trains three models for
+    many minutes: ``benchmarks/outcome.py``)."""
+    curves = {
+        "single": [
+            {"epoch": 2, "samples": 512, "loss": 8.0, "accuracy": 0.01},
+            {"epoch": 4, "samples": 1024, "loss": 7.0, "accuracy": 0.02},
+        ],
+        # evaluated at other sample counts: interpolated at the single run's 1024
+        "swarm": [
+            {"epoch": 2, "samples": 600, "loss": 7.9, "accuracy": 0.01},
+            {"epoch": 4, "samples": 1200, "loss": 6.9, "accuracy": 0.02},
+        ],
+        "diloco": [
+            {"epoch": 1, "samples": 700, "loss": 6.0, "accuracy": 0.03},
+            {"epoch": 2, "samples": 1400, "loss": 5.0, "accuracy": 0.04},
+        ],
+    }
+    earlier = tmp_path / "earlier.json"
+    settings = {"epochs": 4, "target_batch_size": 256}
+    earlier.write_text(json.dumps({"curves": curves, "settings": settings}))
+    out, png = tmp_path / "outcome.json", tmp_path / "outcome.png"
+    run_benchmark(
+        "outcome.py", "--from-json", str(earlier), "--json", str(out), "--png", str(png),
+        timeout=120,
+    )  # fmt: skip
+    comparison = json.loads(out.read_text())["comparison"]
+    assert comparison["compared_at_samples"] == 1024
+    swarm = comparison["swarm"]
+    assert swarm["loss"] == pytest.approx(7.9 - (1024 - 600) / 600)  # between its two points
+    assert swarm["relative_gap"] == pytest.approx(0.0276, abs=1e-4)
+    assert not swarm["within_goal"]  # 2.8 % above the single process
+    assert not swarm["equivalent"]
+    diloco = comparison["diloco"]
+    assert diloco["relative_gap"] < -0.2
+    assert diloco["within_goal"]
+    assert not diloco["equivalent"]
+    assert png.stat().st_size > 1000
