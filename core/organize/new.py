@@ -171,6 +171,11 @@ def build_manifest(answers: Answers, project_key: str, dht_address: str) -> AnyM
             sources=(source,),
             tokenizer=served(base.data.tokenizer, answers.data_base),
         )
+        # the demo's held-out modules go with its data; an organizer's own data has none yet
+        held_out = base.evaluation.urls if answers.demo_data else ()
+        changes["evaluation"] = dataclasses.replace(
+            base.evaluation, urls=tuple(served(url, answers.data_base) for url in held_out)
+        )
         if answers.target_batch is not None:
             changes["training"] = dataclasses.replace(
                 base.training, target_batch_size=answers.target_batch
@@ -182,7 +187,8 @@ def _data_named(manifest: AnyManifest) -> tuple[str, ...]:
     """The shards and tokenizer the manifest names (none for a dmoe project's bundled data)."""
     if not isinstance(manifest, Manifest):
         return ()
-    return (*(url for s in manifest.data.sources for url in s.urls), manifest.data.tokenizer)
+    shards = (url for s in manifest.data.sources for url in s.urls)
+    return (*shards, *manifest.evaluation.urls, manifest.data.tokenizer)
 
 
 def served(path: str, data_url: str | None) -> str:
@@ -257,7 +263,7 @@ def _copy_demo_data(cache: Path, folder: Path) -> list[str]:
     demo = load_manifest(DEMO_MANIFEST)
     prepare_demo_data(demo, cache)
     names = [url for source in demo.data.sources for url in source.urls]
-    names.append(demo.data.tokenizer)
+    names += [*demo.evaluation.urls, demo.data.tokenizer]
     for name in names:
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)

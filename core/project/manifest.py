@@ -36,6 +36,7 @@ from core.project.reading import (
 )
 from core.project.sections import (
     DEFAULT_KIND,
+    LLAMA_CLM,
     SPARSE_CODEC,
     AccessSection,
     AveragingSection,
@@ -86,6 +87,13 @@ class Manifest:
                 "data.tokenizer_vocab_size",
                 f"must equal model.vocab_size ({self.model.vocab_size}), "
                 f"got {self.data.tokenizer_vocab_size}",
+            )
+        if self.model.kind == LLAMA_CLM and self.data.mask_prob != DataSection.mask_prob:
+            raise ManifestError(
+                self.path,
+                "data.mask_prob",
+                f"a {LLAMA_CLM} model predicts every next token and masks none: leave the key "
+                f"out (or at {DataSection.mask_prob}), got {self.data.mask_prob}",
             )
         sparse = self.averaging.codec == SPARSE_CODEC
         if self.training.mode == "diloco" and sparse and self.training.outer_momentum != 0:

@@ -249,7 +249,7 @@ class DataSection:
     """Samples held for shuffling, 0 to 2**22; 0 keeps the order of the files."""
     mask_prob: float = 0.15
     """In (0, 1): the share of tokens a masked model (``albert-mlm``) must predict. A causal
-    model (``llama-clm``) predicts every next token and does not use it."""
+    model (``llama-clm``) predicts every next token: any value but 0.15 is an error there."""
     tokenizer: str = "tokenizer.json"
     """Path (relative to the manifest) or URL, at most 4096 characters; training creates it from
     the data if missing."""

@@ -145,6 +145,9 @@ def test_the_demo_data_goes_into_data_which_the_coordinator_serves(
     served = "http://127.0.0.1:18470/data/"
     assert made.manifest.data.sources[0].urls[0] == f"{served}shards/shard-00000.jsonl.gz"
     assert made.manifest.data.tokenizer == f"{served}tokenizer.json"
+    # the held-out modules go with the demo's data, for the backbone's evaluation
+    assert (folder / "data" / "shards" / "held-out" / "shard-00000.jsonl.gz").is_file()
+    assert made.manifest.evaluation.urls == (f"{served}shards/held-out/shard-00000.jsonl.gz",)
     (coordinator,) = [p.args for p in made.programs if p.name == "coordinator"]
     assert coordinator[-2:] == ("--data", "data")
     readme = " ".join((folder / "services" / "README.txt").read_text().split())
@@ -178,7 +181,9 @@ def test_data_published_at_a_url_is_named_there_and_checks_out(
 
 
 def test_paths_in_the_manifest_are_explained_in_the_readme(tmp_path: Path) -> None:
-    make_project(tmp_path / "p", answers(data=("shards/mine.jsonl",)))
+    made = make_project(tmp_path / "p", answers(data=("shards/mine.jsonl",)))
+    assert isinstance(made.manifest, Manifest)
+    assert made.manifest.evaluation.urls == ()  # the demo's held-out text is not theirs
     readme = (tmp_path / "p" / "services" / "README.txt").read_text()
     assert "names 2 file(s) by their paths here (e.g. shards/mine.jsonl)" in readme  # + tokenizer
     assert "--data-url URL" in readme
@@ -193,6 +198,7 @@ def test_a_preset_on_the_demo_data_names_the_demo_shards_and_tokenizer(preset: P
     assert manifest.data.sources == demo.data.sources
     assert manifest.data.tokenizer == demo.data.tokenizer
     assert manifest.model.vocab_size == demo.data.tokenizer_vocab_size
+    assert manifest.evaluation.urls == demo.evaluation.urls
 
 
 def test_the_llama_demo_writes_the_demo_data_and_checks_out(

@@ -325,6 +325,7 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "applies to kind 'albert-mlm' only",
     ),
     ("llama dropout", {**LLAMA, "model.dropout": 0.1}, "model.dropout", "has no dropout"),
+    ("llama masking", {**LLAMA, "data.mask_prob": 0.3}, "data.mask_prob", "masks none"),
     # diloco and the sparse codec
     ("mode", {"training.mode": "local"}, "training.mode", "one of 'dedloc', 'diloco'"),
     ("short round", {"training.round_seconds": 0.5}, "training.round_seconds", "got 0.5"),
