@@ -44,9 +44,10 @@ class SwarmPrinter:
 
     def evaluation(self, event: PeerEvaluation) -> None:
         shown = f"{event.loss:.4f}" if event.loss is not None else "   -  "
+        # not an "epoch" line: readers of those take every one to be a training epoch's
         _say(
-            f"epoch {event.epoch:>4}  held-out loss {shown}  accuracy {100 * event.accuracy:5.1f} %  "
-            f"({event.samples} sequences, {event.tokens} tokens)"
+            f"held-out at epoch {event.epoch:>4}  loss {shown}  accuracy "
+            f"{100 * event.accuracy:5.1f} %  ({event.samples} sequences, {event.tokens} tokens)"
         )
 
     def problem(self, message: str) -> None:

@@ -74,13 +74,16 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path, demo_d
         )
     shown: list[str] = []
     try:
-        # it trains until it has shown EPOCHS losses, however long that takes on this machine (not
-        # for a fixed time: how much gets done in a minute is a benchmark's figure), then it gets
-        # Ctrl-C, as from a user
+        # it trains until it has shown EPOCHS losses and a held-out evaluation, however long that
+        # takes on this machine (not for a fixed time: how much gets done in a minute is a
+        # benchmark's figure), then it gets Ctrl-C, as from a user
         assert proc.stdout is not None
+        stopping = False
         for line in proc.stdout:
             shown.append(line)
-            if len(losses_in(epoch_lines(shown))) == EPOCHS:
+            measured = any(line.startswith("held-out at epoch") for line in shown)
+            if not stopping and measured and len(losses_in(epoch_lines(shown))) >= EPOCHS:
+                stopping = True
                 proc.send_signal(signal.SIGINT)
         returncode = proc.wait(timeout=120)
     finally:
@@ -99,6 +102,10 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path, demo_d
     assert all(int(parts[-1]) == 2 for parts in lines[1:]), stdout  # both peers alive
     assert stdout.rstrip().endswith("stopped")
     assert (work / "aux" / "metrics.jsonl").exists()
+    # the backbone measured its replica on the held-out modules, and said so
+    held_out = [line.split() for line in shown if line.startswith("held-out at epoch")]
+    assert all(float(parts[5]) > 0 for parts in held_out), stdout
+    assert (work / "aux" / "evaluation.jsonl").read_text().count("\n") >= len(held_out)
     assert list((work / "aux" / "checkpoints").glob("checkpoint-*.pt"))
     assert leftover(str(work)) == []
     assert list((tmp_path / "home" / "run" / "swarms").iterdir()) == []  # its record went with it
