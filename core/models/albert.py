@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from core.models.checks import check_divisible, check_positive_ints
+
 IGNORE_INDEX = -100
 """Label of positions that take no part in the loss (PyTorch's cross-entropy convention)."""
 
@@ -42,23 +44,11 @@ class AlbertConfig:
     activations (only while training with gradients)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "embedding_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "max_position",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"AlbertConfig.{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"AlbertConfig.hidden_size ({self.hidden_size}) must be divisible by "
-                f"num_heads ({self.num_heads})"
-            )
+        check_positive_ints(self, (
+            "vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads",
+            "intermediate_size", "max_position",
+        ))  # fmt: skip
+        check_divisible(self, "hidden_size", "num_heads")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"AlbertConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if not self.layer_norm_eps > 0.0:

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from core.models.albert import masked_lm_loss
+from core.models.checks import check_divisible, check_positive_ints
 
 
 @dataclass(frozen=True)
@@ -48,33 +49,17 @@ class LlamaConfig:
     with gradients)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "intermediate_size",
-            "max_position",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"LlamaConfig.{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"LlamaConfig.hidden_size ({self.hidden_size}) must be divisible by "
-                f"num_heads ({self.num_heads})"
-            )
+        check_positive_ints(self, (
+            "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+            "intermediate_size", "max_position",
+        ))  # fmt: skip
+        check_divisible(self, "hidden_size", "num_heads")
         if self.head_size % 2:
             raise ValueError(
                 f"LlamaConfig.hidden_size / num_heads ({self.head_size}) must be even: rotary "
                 "embeddings rotate pairs of values"
             )
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"LlamaConfig.num_heads ({self.num_heads}) must be divisible by "
-                f"num_kv_heads ({self.num_kv_heads})"
-            )
+        check_divisible(self, "num_heads", "num_kv_heads")
         for name in ("rope_theta", "rms_norm_eps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
