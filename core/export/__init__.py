@@ -7,6 +7,8 @@ folder that transformers' ``from_pretrained`` loads and the Hub takes as it is.
 - ``mapping``   ``KindMapping``: what one kind's export is made of (transformers class, task,
   config, tensor names, a sentence for the card).
 - ``albert``    our ``AlbertMLM`` as transformers' ``AlbertForMaskedLM``: config and tensor names.
+- ``llama``     our ``LlamaCLM`` as transformers' ``LlamaForCausalLM``: config, and the tensors
+  under the names they already have (a tied read-out written once).
 - ``weights``   the checkpoint to export (the newest in a folder) and its tensors checked against the
   manifest's model, naming what differs.
 - ``tokenizer`` the project's tokenizer found (or downloaded), checked against the embeddings, and

@@ -127,7 +127,9 @@ def albert_summary(model: nn.Module) -> str:
 
 ALBERT = KindMapping(
     architecture=ARCHITECTURE,
+    auto_class="AutoModelForMaskedLM",
     pipeline_tag="fill-mask",
+    causal=False,
     config=albert_config,
     tensors=albert_tensors,
     summary=albert_summary,

@@ -3,7 +3,7 @@
 YAML front matter for the Hub (library, task, language, tags), then what a reader needs to trust and
 use the model: which project trained it, on what data, how far (epoch and samples of the
 checkpoint), how well on held-out text when the caller measured it, by how many volunteers when
-known, and the lines that load it.
+known, and the lines that load it (and, for a causal model, generate with it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ class CardFacts:
     manifest: Manifest
     architecture: str
     """The transformers class that loads the folder."""
+    auto_class: str
+    """The ``Auto`` class the loading lines use."""
     pipeline_tag: str
+    causal: bool
+    """The model predicts each next token (rather than masked tokens)."""
     model_type: str
     """``config.json``'s ``model_type``, a tag on the Hub."""
     summary: str
@@ -69,7 +73,7 @@ def model_card(facts: CardFacts) -> str:
         ),
         _data(facts),
         _training(facts),
-        _evaluation(facts.evaluation),
+        _evaluation(facts.evaluation, causal=facts.causal),
         _use(facts),
     ]
     return front + "\n" + "\n".join(sections)
@@ -87,14 +91,14 @@ def _data(facts: CardFacts) -> str:
             f"- {len(source.urls):,} shard(s) ({source.format}, text in `{source.text_field}`"
             f"{share}): {urls}{rest}"
         )
-    masked = (
-        f", and {m.data.mask_prob:.0%} of the tokens were masked for the model to predict"
-        if facts.pipeline_tag == "fill-mask"
-        else ""
+    task = (
+        "the model learned to predict every next token"
+        if facts.causal
+        else f"{m.data.mask_prob:.0%} of the tokens were masked for the model to predict"
     )
     lines.append(
         f"\nThe texts were cut into sequences of {m.data.seq_len} tokens with the project's "
-        f"tokenizer ({facts.tokens:,} tokens, included here){masked}.\n"
+        f"tokenizer ({facts.tokens:,} tokens, included here), and {task}.\n"
     )
     return "\n".join(lines)
 
@@ -116,14 +120,15 @@ def _training(facts: CardFacts) -> str:
     )
 
 
-def _evaluation(evaluation: Mapping[str, float | int] | None) -> str:
+def _evaluation(evaluation: Mapping[str, float | int] | None, *, causal: bool) -> str:
     if not evaluation:
         return "## Evaluation\n\nNot evaluated: no held-out figures were given for this export.\n"
     figures = []
     if "loss" in evaluation:
         figures.append(f"loss {float(evaluation['loss']):.4f}")
     if "accuracy" in evaluation:
-        figures.append(f"accuracy {float(evaluation['accuracy']):.2%} of masked tokens")
+        predicted = "next tokens" if causal else "masked tokens"
+        figures.append(f"accuracy {float(evaluation['accuracy']):.2%} of {predicted}")
     when = []
     if "epoch" in evaluation:
         when.append(f"epoch {int(evaluation['epoch']):,}")
@@ -136,13 +141,27 @@ def _evaluation(evaluation: Mapping[str, float | int] | None) -> str:
 
 def _use(facts: CardFacts) -> str:
     name = facts.folder_name
+    generate = (
+        '\ninputs = tokenizer("The", return_tensors="pt")\n'
+        "output = model.generate(**inputs, max_new_tokens=40)\n"
+        "print(tokenizer.decode(output[0], skip_special_tokens=True))\n"
+        if facts.causal
+        else ""
+    )
+    wrapping = (
+        "starts each text with [CLS], as in training, and leaves it open for the model to "
+        "continue; the model ends a text with [SEP], where generation stops"
+        if facts.causal
+        else "wraps each text in [CLS] ... [SEP], as in training"
+    )
     return (
         "## Use\n\n"
         "```python\n"
-        f"from transformers import AutoTokenizer, {facts.architecture}\n\n"
+        f"from transformers import {facts.auto_class}, AutoTokenizer\n\n"
         f'tokenizer = AutoTokenizer.from_pretrained("{name}")\n'
-        f'model = {facts.architecture}.from_pretrained("{name}")\n'
+        f'model = {facts.auto_class}.from_pretrained("{name}")\n'
+        f"{generate}"
         "```\n\n"
         f'`"{name}"` is this folder, or the Hub repository it was uploaded to. The tokenizer '
-        "wraps each text in [CLS] ... [SEP], as in training.\n"
+        f"{wrapping}.\n"
     )

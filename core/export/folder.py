@@ -89,7 +89,9 @@ def export_model(
         facts = CardFacts(
             manifest=manifest,
             architecture=mapping.architecture,
+            auto_class=mapping.auto_class,
             pipeline_tag=mapping.pipeline_tag,
+            causal=mapping.causal,
             model_type=str(config.get("model_type", "")),
             summary=mapping.summary(model),
             parameters=sum(p.numel() for p in model.parameters()),
@@ -105,7 +107,13 @@ def export_model(
         with staged as staging:
             save_file(tensors, str(staging / WEIGHTS), metadata={"format": "pt"})
             write_json(staging / "config.json", config)
-            write_tokenizer(tokenizer_file, tokenizer, staging, manifest.model.max_position)
+            write_tokenizer(
+                tokenizer_file,
+                tokenizer,
+                staging,
+                manifest.model.max_position,
+                causal=mapping.causal,
+            )
             (staging / "README.md").write_text(model_card(facts), encoding="utf-8")
             files = tuple(sorted((p.name, p.stat().st_size) for p in staging.iterdir()))
             digest = _sha256(staging / WEIGHTS)

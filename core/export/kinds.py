@@ -1,7 +1,7 @@
 """The model kinds that can be exported, each with its ``KindMapping``.
 
-A new kind is one module beside ``albert`` and one row here; a kind without a row is refused with
-the list of those that have one.
+A new kind is one module beside ``albert`` and ``llama`` and one row here; a kind without a row is
+refused with the list of those that have one.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from types import MappingProxyType
 
 from core.export.albert import ALBERT
 from core.export.errors import ExportError
+from core.export.llama import LLAMA
 from core.export.mapping import KindMapping
+from core.project.sections import ALBERT_MLM, LLAMA_CLM
 
-MAPPINGS = MappingProxyType({"albert-mlm": ALBERT})
+MAPPINGS = MappingProxyType({ALBERT_MLM: ALBERT, LLAMA_CLM: LLAMA})
 """``[model] kind`` to its mapping (read-only)."""
 
 

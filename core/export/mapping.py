@@ -1,6 +1,7 @@
 """``KindMapping``: how one model kind of ours becomes a model of the transformers library.
 
-A mapping names the transformers class that loads the folder, the pipeline it serves, and three
+A mapping names the transformers class that loads the folder (and the ``Auto`` class the model
+card loads it with), the pipeline it serves, whether it predicts the next token, and three
 functions: the ``config.json`` document for a model, its tensors under transformers' names, and a
 sentence on its shape for the model card.
 Both take the model as ``build_model`` makes it (possibly on the meta device: only its config and
@@ -22,8 +23,15 @@ from core.data.tokenizer import TextTokenizer
 class KindMapping:
     architecture: str
     """The transformers class that loads the exported folder (``AlbertForMaskedLM``)."""
+    auto_class: str
+    """The ``Auto`` class of transformers that the model card's loading lines use
+    (``AutoModelForMaskedLM``)."""
     pipeline_tag: str
     """The Hub's task for the model card (``fill-mask``)."""
+    causal: bool
+    """Whether the model predicts each next token (and so generates text) rather than masked
+    tokens: its tokenizer opens a text with [CLS] and leaves it open for the model to continue,
+    and its card speaks of next tokens."""
     config: Callable[[nn.Module, TextTokenizer], dict[str, Any]]
     """The ``config.json`` document: the model's shape and the tokenizer's special ids."""
     tensors: Callable[[nn.Module, Mapping[str, Tensor]], dict[str, Tensor]]

@@ -5,10 +5,12 @@ URL, downloaded here), checked as the peers check it and against the model's emb
 token past them has no embedding, so such a tokenizer is refused. A smaller vocabulary is fine
 (the rest of the rows are never used, as with a small corpus).
 
-What is written differs from the project's file in one thing: a post-processor that wraps each
-text in [CLS] ... [SEP], the way the model saw every text in training (``core.data.batches``), so
-that transformers' tokenizer and fill-mask pipeline give it the same input. The vocabulary,
-normalizer and pre-tokenizer are the project's own, so the ids of a text are the same.
+What is written differs from the project's file in one thing: a post-processor that adds the
+special tokens the way the model saw them in training (``core.data.batches`` packs [CLS] t1 [SEP]
+t2 [SEP] ...), so that transformers' tokenizer and pipelines give it the same input. A masked model
+gets each text whole, in [CLS] ... [SEP]; a causal model gets [CLS] and the text left open, for it
+to continue (a closing [SEP] would tell it the text is over). The vocabulary, normalizer and
+pre-tokenizer are the project's own, so the ids of a text are the same.
 """
 
 from __future__ import annotations
@@ -78,15 +80,23 @@ def _download(url: str, target: Path) -> Path:
     return target
 
 
-def write_tokenizer(source: Path, tokenizer: TextTokenizer, folder: Path, max_length: int) -> None:
-    """``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` in ``folder``."""
+def write_tokenizer(
+    source: Path, tokenizer: TextTokenizer, folder: Path, max_length: int, *, causal: bool
+) -> None:
+    """``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` in ``folder``,
+    for a masked model, or a causal one (``causal``)."""
     try:
         wrapped = Tokenizer.from_file(str(source))
     except Exception as exc:  # the library raises plain Exception for a bad file
         raise ExportError(f"tokenizer file {source} cannot be read: {exc}") from None
+    if causal:
+        # a pair is two texts in a row, as packed in training; the second is left open
+        single, pair = f"{CLS} $A", f"{CLS} $A {SEP} $B"
+    else:
+        single, pair = f"{CLS} $A {SEP}", f"{CLS} $A {SEP} $B:1 {SEP}:1"
     wrapped.post_processor = processors.TemplateProcessing(
-        single=f"{CLS} $A {SEP}",
-        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        single=single,
+        pair=pair,
         special_tokens=[(CLS, tokenizer.cls_id), (SEP, tokenizer.sep_id)],
     )
     wrapped.save(str(folder / "tokenizer.json"))
@@ -95,8 +105,14 @@ def write_tokenizer(source: Path, tokenizer: TextTokenizer, folder: Path, max_le
         "tokenizer_class": "PreTrainedTokenizerFast",
         "do_lower_case": lowercases(wrapped),
         "model_max_length": max_length,
-        "padding_side": "right",
-        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+        # a causal model continues the end of its input: batched prompts are padded before it
+        "padding_side": "left" if causal else "right",
+        # a causal model has no token types to take
+        "model_input_names": (
+            ["input_ids", "attention_mask"]
+            if causal
+            else ["input_ids", "token_type_ids", "attention_mask"]
+        ),
         **special,
     }
     write_json(folder / "tokenizer_config.json", config)
@@ -124,6 +140,9 @@ def special_tokens() -> dict[str, str]:
         "cls_token": CLS,
         "sep_token": SEP,
         "mask_token": MASK,
+        # as config.json's ids: [CLS] opens every training sequence, [SEP] closes each text
+        "bos_token": CLS,
+        "eos_token": SEP,
     }
 
 

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from core.coordinator.page import formats, routes
-from core.coordinator.page.home import INSTALL_GUIDE
+from core.coordinator.page.home import INSTALL_GUIDE, what_it_trains
 from core.coordinator.page.stats import RECENT
 from core.net import Identity
+from core.project import load_any_manifest
 from tests.coordinator.page_support import Page, running_page
 from tests.coordinator.test_leaderboard_api import entry
 
+RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 HOSTILE = '<script>document.title="pwned"</script> & "quoted" <b>bold</b>'
 
 
@@ -74,6 +76,7 @@ async def test_the_page_before_any_report(tmp_path: Path) -> None:
 async def test_the_page_says_how_the_project_trains(tmp_path: Path) -> None:
     async with running_page(tmp_path) as page:
         _, html, _ = await page.text("/")
+        assert "An ALBERT masked-language model (" in html
         assert "4,096 samples a step (DeDLOC, the dedloc mode).</p>" in html
         assert "rounds of" not in html
     (tmp_path / "diloco").mkdir()
@@ -85,6 +88,18 @@ async def test_the_page_says_how_the_project_trains(tmp_path: Path) -> None:
         assert "samples a step" not in html
     lengths = [formats.length(s) for s in (1.0, 90.0, 120.0, 5400.0, 7200.0)]
     assert lengths == ["1 s", "90 s", "2 min", "90 min", "2 h"]
+
+
+def test_the_page_names_the_kind_of_model() -> None:
+    albert = what_it_trains(load_any_manifest(RESOURCES / "demo" / "project.toml"))
+    assert albert.startswith("An ALBERT masked-language model (4 layers, hidden size 128, ")
+    llama = what_it_trains(load_any_manifest(RESOURCES / "llama-demo" / "project.toml"))
+    assert llama.startswith(
+        "A Llama-shaped causal language model (4 layers, hidden size 128, 4,096 tokens, "
+        "sequences of 128), trained together by its volunteers, 256 samples a step"
+    )
+    assert "ALBERT" not in llama
+    assert "masked" not in llama
 
 
 async def test_stats_serves_the_same_figures_as_json(tmp_path: Path) -> None:

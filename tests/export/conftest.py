@@ -1,17 +1,21 @@
-"""A tiny collaborative project to export: its manifest, tokenizer and a trained-looking
-checkpoint (seconds to make, no data read)."""
+"""Tiny collaborative projects to export, an ALBERT and a Llama-shaped model (tied and untied):
+their manifests, tokenizer and trained-looking checkpoints (seconds to make, no data read)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
+from torch import nn
 
 from core.data import TextTokenizer, load_tokenizer, train_tokenizer
 from core.models.albert import AlbertMLM
+from core.models.llama import LlamaCLM
 from core.project import load_manifest
 from core.training.checkpoints import CheckpointStore
 from core.training.peer.recipe import build_model
@@ -25,6 +29,11 @@ TEXTS = [
 VOCAB = 128
 EPOCH = 7
 SAMPLES = 1234
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA_DEMO = ROOT / "resources" / "llama-demo" / "project.toml"
+ROPE_THETA = 5000.0
+"""Not the preset's base, so that a base lost on the way changes the logits."""
+_Model = TypeVar("_Model", bound=nn.Module)
 
 
 def manifest_text(
@@ -54,6 +63,33 @@ urls = ["shards/shard-00000.jsonl.gz", "shards/shard-00001.jsonl.gz"]
 """
 
 
+def llama_manifest_text(*, tied: bool, vocab: int = VOCAB) -> str:
+    """The llama-demo preset shrunk to a tiny model: its [model] table (grouped-query attention
+    included) made small, the rest of the preset as it is."""
+    model = f"""[model]
+kind = "llama-clm"
+vocab_size = {vocab}
+hidden_size = 32
+num_layers = 2
+num_heads = 4
+num_kv_heads = 2
+intermediate_size = 64
+max_position = 32
+rope_theta = {ROPE_THETA}
+tie_embeddings = {str(tied).lower()}
+
+"""
+    text = LLAMA_DEMO.read_text()
+    text, found = re.subn(r"(?ms)^\[model\]\n.*?^(?=\[data\]$)", model, text)
+    assert found == 1, "the llama-demo preset has no [model] table before [data]"
+    text = re.sub(r"(?m)^seq_len = \d+", "seq_len = 32", text)
+    text, found = re.subn(
+        r"(?m)^tokenizer_vocab_size = \d+", f"tokenizer_vocab_size = {vocab}", text
+    )
+    assert found == 1
+    return text
+
+
 @dataclass(frozen=True)
 class Project:
     folder: Path
@@ -64,6 +100,16 @@ class Project:
     tokenizer: TextTokenizer
 
 
+@dataclass(frozen=True)
+class LlamaProject:
+    folder: Path
+    manifest: Path
+    checkpoint: Path
+    model: LlamaCLM
+    tokenizer: TextTokenizer
+    tied: bool
+
+
 @pytest.fixture(scope="session")
 def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
@@ -71,11 +117,9 @@ def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def trained(manifest: Path) -> AlbertMLM:
-    """The manifest's model with every weight moved off its initial value, so that a tensor
-    exported to the wrong place (or a zero bias or unit norm left out) changes the output."""
-    model = build_model(load_manifest(manifest))
-    assert isinstance(model, AlbertMLM)
+def moved(model: _Model) -> _Model:
+    """``model`` with every weight moved off its initial value, so that a tensor exported to the
+    wrong place (or a zero bias or unit norm left out) changes the output."""
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -83,7 +127,21 @@ def trained(manifest: Path) -> AlbertMLM:
     return model.eval()
 
 
-def save(model: AlbertMLM, checkpoints: Path, epoch: int = EPOCH) -> Path:
+def trained(manifest: Path) -> AlbertMLM:
+    """The manifest's ALBERT, its weights moved."""
+    model = build_model(load_manifest(manifest))
+    assert isinstance(model, AlbertMLM)
+    return moved(model)
+
+
+def trained_llama(manifest: Path) -> LlamaCLM:
+    """The manifest's Llama, its weights moved (a tied read-out with its embedding)."""
+    model = build_model(load_manifest(manifest))
+    assert isinstance(model, LlamaCLM)
+    return moved(model)
+
+
+def save(model: nn.Module, checkpoints: Path, epoch: int = EPOCH) -> Path:
     metadata = {"epoch": epoch, "samples": SAMPLES}
     path = CheckpointStore(checkpoints).save(epoch, model.state_dict(), {}, metadata, loss=3.5)
     assert path is not None
@@ -101,3 +159,18 @@ def project(tmp_path: Path, tokenizer_file: Path) -> Project:
     checkpoints = folder / "aux" / "checkpoints"
     checkpoint = save(model, checkpoints)
     return Project(folder, manifest, checkpoints, checkpoint, model, load_tokenizer(tokenizer_file))
+
+
+@pytest.fixture(params=[True, False], ids=["tied", "untied"])
+def llama_project(
+    request: pytest.FixtureRequest, tmp_path: Path, tokenizer_file: Path
+) -> LlamaProject:
+    tied: bool = request.param
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    manifest = folder / "project.toml"
+    manifest.write_text(llama_manifest_text(tied=tied))
+    shutil.copy(tokenizer_file, folder / "tokenizer.json")
+    model = trained_llama(manifest)
+    checkpoint = save(model, folder / "aux" / "checkpoints")
+    return LlamaProject(folder, manifest, checkpoint, model, load_tokenizer(tokenizer_file), tied)

@@ -14,8 +14,9 @@ from safetensors import safe_open
 from core.data import ShardServerThread
 from core.export.errors import ExportError
 from core.export.folder import WEIGHTS, export_model
-from core.export.kinds import mapping_for
+from core.export.kinds import MAPPINGS, mapping_for
 from core.project import ManifestError
+from core.project.sections import MODEL_KINDS
 from core.training.checkpoints import CheckpointStore
 from core.util.errors import BarnraiseError
 from tests.export.conftest import EPOCH, SAMPLES, Project, manifest_text, save, trained
@@ -54,6 +55,9 @@ def test_transformers_computes_the_same_logits(project: Project, tmp_path: Path)
         theirs = loaded(input_ids=ids, attention_mask=mask).logits
     assert theirs.shape == ours.shape
     assert (theirs - ours).abs().max().item() <= 1e-5
+    # the class the model card loads it with
+    auto = transformers.AutoModelForMaskedLM.from_pretrained(out)
+    assert isinstance(auto, transformers.AlbertForMaskedLM)
 
 
 def test_transformers_tokenizes_as_the_project_does(project: Project, tmp_path: Path) -> None:
@@ -68,6 +72,8 @@ def test_transformers_tokenizes_as_the_project_does(project: Project, tmp_path: 
     assert tokenizer(SENTENCE)["input_ids"] == wrapped
     assert tokenizer.mask_token_id == project.tokenizer.mask_id
     assert tokenizer.pad_token_id == project.tokenizer.pad_id
+    assert tokenizer.bos_token_id == project.tokenizer.cls_id
+    assert tokenizer.eos_token_id == project.tokenizer.sep_id
     assert tokenizer.model_max_length == 32
 
 
@@ -89,7 +95,9 @@ def test_the_files_say_what_the_model_is(project: Project, tmp_path: Path) -> No
         assert text in card
     assert f"epoch {EPOCH} (after {SAMPLES:,} samples)" in card
     assert "Not evaluated" in card
-    assert 'AlbertForMaskedLM.from_pretrained("model")' in card
+    assert "loads as `AlbertForMaskedLM`" in card
+    assert 'model = AutoModelForMaskedLM.from_pretrained("model")' in card
+    assert "generate" not in card
     assert len(exported.sha256) == 64
 
 
@@ -192,10 +200,14 @@ def test_a_dmoe_project_has_no_single_model(tmp_path: Path) -> None:
         export_model(DMOE_DEMO, None, tmp_path / "m")
 
 
-def test_a_kind_without_a_mapping_is_refused() -> None:
+def test_every_model_kind_has_a_mapping() -> None:
+    assert set(MODEL_KINDS) <= set(MAPPINGS)
     assert mapping_for("albert-mlm").architecture == "AlbertForMaskedLM"
-    with pytest.raises(ExportError, match=r"'llama-clm' cannot be exported yet.*albert-mlm"):
-        mapping_for("llama-clm")
+    assert mapping_for("llama-clm").architecture == "LlamaForCausalLM"
+    with pytest.raises(
+        ExportError, match=r"'bert-mlm' cannot be exported yet.*albert-mlm, llama-clm"
+    ):
+        mapping_for("bert-mlm")
 
 
 def test_a_broken_manifest_is_a_clear_error(tmp_path: Path) -> None:

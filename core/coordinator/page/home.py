@@ -20,6 +20,7 @@ from core.coordinator.page.layout import document, paragraphs
 from core.coordinator.page.stats import Leader, Stats, user_url
 from core.coordinator.published_model import PublishedModel
 from core.project import AnyManifest, DmoeManifest
+from core.project.sections import LLAMA_CLM
 
 HOMEPAGE = "https://github.com/barnraise/barnraise"
 """Barnraise's home, as the installers name it (``packaging/installer_files.py``)."""
@@ -71,18 +72,22 @@ def what_it_trains(manifest: AnyManifest) -> str:
             "trainers (Learning@home)."
         )
     model, training = manifest.model, manifest.training
-    albert = (
-        f"An ALBERT masked-language model ({model.num_layers} layers, hidden size "
-        f"{model.hidden_size}, {model.vocab_size:,} tokens, sequences of {model.max_position}), "
-        "trained together by its volunteers"
+    if model.kind == LLAMA_CLM:
+        kind = "A Llama-shaped causal language model"
+    else:
+        kind = "An ALBERT masked-language model"
+    trained = (
+        f"{kind} ({model.num_layers} layers, hidden size {model.hidden_size}, "
+        f"{model.vocab_size:,} tokens, sequences of {model.max_position}), trained together by "
+        "its volunteers"
     )
     if training.mode == "diloco":
         return (
-            f"{albert} in rounds of {formats.length(training.round_seconds)}: each computer "
+            f"{trained} in rounds of {formats.length(training.round_seconds)}: each computer "
             "trains on its own, and once a round they exchange what their models learned "
             "(DiLoCo, the diloco mode)."
         )
-    return f"{albert}, {training.target_batch_size:,} samples a step (DeDLOC, the dedloc mode)."
+    return f"{trained}, {training.target_batch_size:,} samples a step (DeDLOC, the dedloc mode)."
 
 
 def render_home(
