@@ -4,7 +4,7 @@
 tests and benchmarks that run the demo's peers themselves prepare them the same way. The corpus is
 real prose from Python's own documentation (``core.data.stdlib_text``): 8 training shards and a
 held-out one (``shards/held-out/``) that no peer trains on. The tokenizer is trained on the training
-shards once and kept, unless the file there cannot be loaded.
+shards once and kept, unless the file there cannot be loaded or the corpus was written after it.
 """
 
 from __future__ import annotations
@@ -31,11 +31,15 @@ def prepare_demo_data(manifest: Manifest, root: Path) -> None:
         stream_texts,
         train_tokenizer,
     )
+    from core.data.shard_files import MANIFEST  # noqa: PLC0415
     from core.data.stdlib_text import write_stdlib_corpus  # noqa: PLC0415
 
     write_stdlib_corpus(root / "shards", shards=SHARDS, seed=0)
     tokenizer = root / manifest.data.tokenizer
-    if tokenizer.exists():
+    # the corpus is rewritten when it changes (another Python, an older demo's text), and a
+    # tokenizer trained on what was there before would not fit the new text
+    written = (root / "shards" / MANIFEST).stat().st_mtime
+    if tokenizer.exists() and tokenizer.stat().st_mtime >= written:
         with contextlib.suppress(Exception):  # a damaged one is trained again below
             load_tokenizer(tokenizer)
             return

@@ -5,6 +5,8 @@ leaderboard credits every sample the auxiliary peer counted. (Whole runs: tests/
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 from core.config.paths import UserDirs
+from core.data import load_tokenizer
 from core.project import load_manifest
 from core.swarm import running_swarms
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
@@ -91,3 +94,21 @@ async def test_standings_say_whether_the_leaderboard_credits_every_counted_sampl
         assert not uncredited.match
     finally:
         await swarm.service.close()
+
+
+def test_the_demo_tokenizer_is_trained_again_for_a_rewritten_corpus(
+    tmp_path: Path, demo_data: Path
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(demo_data, data)
+    tokenizer = data / "tokenizer.json"
+    corpus = data / "shards" / "corpus.json"
+    manifest = load_manifest(DEMO_MANIFEST)
+    prepare_demo_data(manifest, data)  # everything in place: nothing written again
+    kept = tokenizer.stat().st_mtime_ns
+    assert kept >= corpus.stat().st_mtime_ns
+    # a tokenizer older than the corpus was trained on other text (an older demo's)
+    os.utime(tokenizer, ns=(kept, corpus.stat().st_mtime_ns - 10**9))
+    prepare_demo_data(manifest, data)
+    assert tokenizer.stat().st_mtime_ns >= corpus.stat().st_mtime_ns  # trained again
+    assert load_tokenizer(tokenizer).vocab_size == manifest.data.tokenizer_vocab_size
