@@ -30,6 +30,8 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
   the fallback a trainer takes when no peer can give it the state.
 - ``published_model`` the model published beside each checkpoint: an exported folder packed into
   ``model-EPOCH.zip`` with a signed ``model.json``; the held-out evaluations each one carries.
+- ``published_folder`` the folder both publish into: the file its index named before, and pruning
+  the rest.
 - ``rollback``       following the moderators' rollback orders: the verified order a replica has
   yet to apply, the last one applied (in snapshots and checkpoints), rollback-aware round names.
 - ``rollback_replica`` ReplicaRollback: applying an order to one replica (a peer's rolled-back

@@ -43,11 +43,19 @@ import aiohttp
 
 from core.project import Manifest
 from core.training.errors import CheckpointError
+from core.training.published_folder import previously_published, prune
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
+from core.trust.signed_index import (
+    check_signed,
+    index_json,
+    is_number,
+    read_common,
+    read_head,
+    signed_payload,
+)
 from core.util.errors import BarnraiseError
-from core.util.files.atomic import remove_old, remove_temporaries, write_atomically
-from core.util.msgpack_codec import pack
+from core.util.files.atomic import remove_temporaries, write_atomically
 from core.util.web_client import client_session, connection_problem
 
 log = logging.getLogger(__name__)
@@ -63,8 +71,6 @@ _PART_SUFFIX = ".part"
 _CHUNK = 1024 * 1024
 # An index is a few hundred bytes; anything far larger is not one, and is not read into memory.
 _MAX_INDEX_BYTES = 64 * 1024
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_SIGNATURE_HEX = re.compile(r"[0-9a-f]{128}")
 
 
 class PublishedCheckpointError(CheckpointError):
@@ -90,34 +96,11 @@ class PublishedIndex:
 
     def payload(self) -> bytes:
         """The bytes the project key signs."""
-        # msgpack, not JSON: one encoding for each value, so that what the publisher signed and
-        # what a reader re-encodes after a JSON round trip are the same bytes.
-        return pack(
-            [
-                _DOMAIN,
-                FORMAT,
-                self.project,
-                int(self.epoch),
-                None if self.loss is None else float(self.loss),
-                self.file,
-                int(self.size),
-                self.sha256,
-                float(self.published_at),
-            ]
-        )
+        loss = None if self.loss is None else float(self.loss)
+        return signed_payload(_DOMAIN, FORMAT, self, [loss])
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "project": self.project,
-            "epoch": self.epoch,
-            "loss": self.loss,
-            "file": self.file,
-            "size": self.size,
-            "sha256": self.sha256,
-            "published_at": self.published_at,
-            "signature": self.signature.hex(),
-        }
+        return index_json(FORMAT, self, {"loss": self.loss})
 
     @classmethod
     def from_json(cls, raw: object, source: str) -> PublishedIndex:
@@ -127,67 +110,22 @@ class PublishedIndex:
         def bad(reason: str) -> PublishedCheckpointError:
             return PublishedCheckpointError(f"{source} is not a valid checkpoint index: {reason}")
 
-        if not isinstance(raw, dict):
-            raise bad("not a JSON object")
-        if not _is_int(raw.get("format")) or raw.get("format") != FORMAT:
-            raise bad(f"format {raw.get('format')!r}; this version reads format {FORMAT}")
-        missing = [key for key in _FIELDS if key not in raw]
-        if missing:
-            raise bad(f"it lacks {', '.join(missing)}")
-        project, epoch, loss, file, size, sha256, published_at, signature = (
-            raw[key] for key in _FIELDS
-        )
-        if not isinstance(project, str):
-            raise bad("project is not a string")
-        if not _is_int(epoch) or epoch < 0:
-            raise bad(f"epoch {epoch!r} is not a whole number of 0 or more")
-        if loss is not None and not (_is_number(loss) and math.isfinite(loss)):
+        fields = read_head(raw, FORMAT, _FIELDS, bad)
+        loss = fields["loss"]
+        if loss is not None and not (is_number(loss) and math.isfinite(loss)):
             raise bad(f"loss {loss!r} is not a finite number")
-        if not isinstance(file, str) or _FILE_NAME.fullmatch(file) is None:
-            # Refuses "../x", "a/b" and absolute paths: the download must stay in its folder.
-            raise bad(f"file {file!r} is not a plain checkpoint file name")
-        if not _is_int(size) or size < 0:
-            raise bad(f"size {size!r} is not a whole number of 0 or more")
-        if not isinstance(sha256, str) or _SHA256_HEX.fullmatch(sha256) is None:
-            raise bad("sha256 is not 64 lowercase hex digits")
-        if not (_is_number(published_at) and math.isfinite(published_at)):
-            raise bad("published_at is not a finite number")
-        if not isinstance(signature, str) or _SIGNATURE_HEX.fullmatch(signature) is None:
-            raise bad("signature is not 128 lowercase hex digits")
-        return cls(
-            project=project,
-            epoch=epoch,
-            loss=None if loss is None else float(loss),
-            file=file,
-            size=size,
-            sha256=sha256,
-            published_at=float(published_at),
-            signature=bytes.fromhex(signature),
-        )
+        common = read_common(fields, _FILE_NAME, "checkpoint file", bad)
+        return cls(loss=None if loss is None else float(loss), **common)
 
     def check(self, project: str, project_key: PeerID, source: str) -> None:
         """Raise ``PublishedCheckpointError`` unless this index is for ``project`` and the project
         key signed it."""
-        if self.project != project:
-            raise PublishedCheckpointError(
-                f"{source} publishes a checkpoint of project {self.project!r}, not {project!r}"
-            )
-        if not project_key.verify(self.signature, self.payload()):
-            raise PublishedCheckpointError(
-                f"{source} is not signed by the project key {project_key}; "
-                "it was altered, or published with another key"
-            )
+        check_signed(
+            self, project, project_key, source, what="a checkpoint", error=PublishedCheckpointError
+        )
 
 
 _FIELDS = ("project", "epoch", "loss", "file", "size", "sha256", "published_at", "signature")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def sign_index(
@@ -274,7 +212,7 @@ def publish_checkpoint(
     try:
         folder.mkdir(parents=True, exist_ok=True)
         remove_temporaries(folder, _TEMP_PREFIX)
-        previous = _previously_published(folder)
+        previous = previously_published(folder, INDEX_NAME, _FILE_NAME)
         size, sha256 = _copy_atomically(checkpoint_path, folder / name)
         index = sign_index(
             project_key,
@@ -292,19 +230,9 @@ def publish_checkpoint(
         raise PublishedCheckpointError(
             f"could not publish {checkpoint_path} into {folder}: {e}"
         ) from e
-    _prune(folder, keep={name, previous})
+    prune(folder, {name, previous}, _FILE_NAME, "published checkpoint", log)
     log.info("published the checkpoint of epoch %d in %s", epoch, folder)
     return index
-
-
-def _previously_published(folder: Path) -> str | None:
-    """The file the current index names, if there is a readable index."""
-    try:
-        raw = json.loads((folder / INDEX_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    file = raw.get("file") if isinstance(raw, dict) else None
-    return file if isinstance(file, str) and _FILE_NAME.fullmatch(file) else None
 
 
 def _copy_atomically(source: Path, target: Path) -> tuple[int, str]:
@@ -331,18 +259,6 @@ def _write_atomically(target: Path, data: bytes) -> None:
 def _write_with(target: Path, write: Callable[[BinaryIO], object]) -> None:
     # the web server serving the folder must read the file
     write_atomically(target, write, prefix=_TEMP_PREFIX, mode=0o644)
-
-
-def _prune(folder: Path, keep: set[str | None]) -> None:
-    # Failing to free space is worth a warning, not an error for a publication that succeeded.
-    try:
-        names = [path for path in folder.iterdir() if _FILE_NAME.fullmatch(path.name)]
-    except OSError as e:
-        log.warning("could not list %s to remove old published checkpoints: %s", folder, e)
-        return
-    for path in names:
-        if path.name not in keep:
-            remove_old(path, log, "published checkpoint")
 
 
 async def fetch_published_checkpoint(

@@ -15,7 +15,6 @@ its model card) carries the newest one at or before its epoch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -26,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from core.training.published_folder import previously_published, prune
 from core.trust.identity import Identity
 from core.trust.published_model import (
     FILE_NAME,
@@ -36,13 +36,13 @@ from core.trust.published_model import (
     archive_name,
     sign_model_index,
 )
-from core.util.files.atomic import remove_old, remove_temporaries, write_atomically
+from core.trust.signed_index import size_and_sha256
+from core.util.files.atomic import remove_temporaries, write_atomically
 from core.worker.events import PeerEvaluation
 
 log = logging.getLogger(__name__)
 
 _TEMP_PREFIX = ".publishing-model-"
-_CHUNK = 1 << 20
 _STORED_SUFFIXES = (".safetensors", ".bin", ".pt")
 """Weights hardly compress, and deflating gigabytes costs minutes: they are stored as they are."""
 HISTORY_KEPT = 1000
@@ -120,7 +120,7 @@ def publish_model(
         files = sorted(path for path in exported.iterdir() if path.is_file())
         folder.mkdir(parents=True, exist_ok=True)
         remove_temporaries(folder, _TEMP_PREFIX)
-        previous = _previously_published(folder)
+        previous = previously_published(folder, INDEX_NAME, FILE_NAME)
         target = folder / name
         write_atomically(
             target,
@@ -128,7 +128,7 @@ def publish_model(
             prefix=_TEMP_PREFIX,
             mode=0o644,  # the web server serving the folder must read it
         )
-        size, sha256 = _size_and_sha256(target)
+        size, sha256 = size_and_sha256(target)
         index = sign_model_index(
             project_key,
             project=project,
@@ -151,7 +151,7 @@ def publish_model(
         raise PublishedModelError(
             f"could not publish the model of epoch {epoch} into {folder}: {exc}"
         ) from exc
-    _prune(folder, keep={name, previous})
+    prune(folder, {name, previous}, FILE_NAME, "published model", log)
     log.info("published the model of epoch %d in %s (%s)", epoch, folder, name)
     return index
 
@@ -165,35 +165,3 @@ def _pack(files: list[Path], inside: str, writer: BinaryIO) -> None:
                 f"{inside}/{path.name}",
                 compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED,
             )
-
-
-def _size_and_sha256(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as reader:
-        while chunk := reader.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
-def _previously_published(folder: Path) -> str | None:
-    """The archive the current index names, if there is a readable index."""
-    try:
-        raw = json.loads((folder / INDEX_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    file = raw.get("file") if isinstance(raw, dict) else None
-    return file if isinstance(file, str) and FILE_NAME.fullmatch(file) else None
-
-
-def _prune(folder: Path, keep: set[str | None]) -> None:
-    # failing to free space is worth a warning, not an error for a publication that succeeded
-    try:
-        names = [path for path in folder.iterdir() if FILE_NAME.fullmatch(path.name)]
-    except OSError as exc:
-        log.warning("could not list %s to remove old published models: %s", folder, exc)
-        return
-    for path in names:
-        if path.name not in keep:
-            remove_old(path, log, "published model")

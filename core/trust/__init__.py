@@ -13,5 +13,7 @@ reads it without importing ``core.net``.
   signing and checking, its text form.
 - ``published_model`` ModelIndex: the signed ``model.json`` beside the published model's archive
   (epoch, held-out figures, file, size, SHA-256); reading, checking, and an archive against it.
+- ``signed_index`` what the signed indexes of published files share (the checkpoint's and the
+  model's): the checks of their common fields, payload and JSON layouts, the signature's check.
 - ``errors``     TrustError: PeerIdError (not a PeerID) and IdentityError (no usable key file).
 """

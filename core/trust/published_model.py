@@ -22,7 +22,6 @@ coordinator reads it to offer the download on the project page; neither needs th
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import re
 from collections.abc import Callable
@@ -31,8 +30,17 @@ from typing import Any
 
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
+from core.trust.signed_index import (
+    check_signed,
+    index_json,
+    is_int,
+    is_number,
+    read_common,
+    read_head,
+    signed_payload,
+    size_and_sha256,
+)
 from core.util.errors import BarnraiseError
-from core.util.msgpack_codec import pack
 
 FORMAT = 1
 INDEX_NAME = "model.json"
@@ -42,8 +50,6 @@ _DOMAIN = "barnraise/published-model/v1"
 # The only names an index may give its archive: a plain name in the folder, never a path.
 FILE_NAME = re.compile(r"model-\d{8,}\.zip")
 _ARCHITECTURE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}")
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_SIGNATURE_HEX = re.compile(r"[0-9a-f]{128}")
 _FIELDS = (
     "project",
     "epoch",
@@ -55,7 +61,6 @@ _FIELDS = (
     "published_at",
     "signature",
 )
-_CHUNK = 1 << 20
 
 
 class PublishedModelError(BarnraiseError):
@@ -123,35 +128,12 @@ class ModelIndex:
 
     def payload(self) -> bytes:
         """The bytes the project key signs."""
-        # msgpack, not JSON: one encoding per value, whatever a JSON round trip did to the text
-        return pack(
-            [
-                _DOMAIN,
-                FORMAT,
-                self.project,
-                int(self.epoch),
-                self.architecture,
-                None if self.held_out is None else self.held_out.payload(),
-                self.file,
-                int(self.size),
-                self.sha256,
-                float(self.published_at),
-            ]
-        )
+        held_out = None if self.held_out is None else self.held_out.payload()
+        return signed_payload(_DOMAIN, FORMAT, self, [self.architecture, held_out])
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "project": self.project,
-            "epoch": self.epoch,
-            "architecture": self.architecture,
-            "held_out": None if self.held_out is None else self.held_out.to_json(),
-            "file": self.file,
-            "size": self.size,
-            "sha256": self.sha256,
-            "published_at": self.published_at,
-            "signature": self.signature.hex(),
-        }
+        held_out = None if self.held_out is None else self.held_out.to_json()
+        return index_json(FORMAT, self, {"architecture": self.architecture, "held_out": held_out})
 
     @classmethod
     def from_json(cls, raw: object, source: str) -> ModelIndex:
@@ -161,68 +143,27 @@ class ModelIndex:
         def bad(reason: str) -> PublishedModelError:
             return PublishedModelError(f"{source} is not a valid model index: {reason}")
 
-        if not isinstance(raw, dict):
-            raise bad("not a JSON object")
-        if not _is_int(raw.get("format")) or raw.get("format") != FORMAT:
-            raise bad(f"format {raw.get('format')!r}; this version reads format {FORMAT}")
-        missing = [key for key in _FIELDS if key not in raw]
-        if missing:
-            raise bad(f"it lacks {', '.join(missing)}")
-        project, epoch, architecture, held_out, file, size, sha256, published_at, signature = (
-            raw[key] for key in _FIELDS
-        )
-        if not isinstance(project, str):
-            raise bad("project is not a string")
-        if not _is_int(epoch) or epoch < 0:
-            raise bad(f"epoch {epoch!r} is not a whole number of 0 or more")
+        fields = read_head(raw, FORMAT, _FIELDS, bad)
+        architecture, held_out = fields["architecture"], fields["held_out"]
         if not isinstance(architecture, str) or _ARCHITECTURE.fullmatch(architecture) is None:
             raise bad("architecture is not the name of a transformers class")
-        if not isinstance(file, str) or FILE_NAME.fullmatch(file) is None:
-            # refuses "../x", "a/b", absolute paths and URLs: the link stays in its folder
-            raise bad(f"file {file!r} is not a plain model archive name")
-        if not _is_int(size) or size < 0:
-            raise bad(f"size {size!r} is not a whole number of 0 or more")
-        if not isinstance(sha256, str) or _SHA256_HEX.fullmatch(sha256) is None:
-            raise bad("sha256 is not 64 lowercase hex digits")
-        if not (_is_number(published_at) and math.isfinite(published_at)):
-            raise bad("published_at is not a finite number")
-        if not isinstance(signature, str) or _SIGNATURE_HEX.fullmatch(signature) is None:
-            raise bad("signature is not 128 lowercase hex digits")
+        common = read_common(fields, FILE_NAME, "model archive", bad)
         return cls(
-            project=project,
-            epoch=epoch,
             architecture=architecture,
             held_out=None if held_out is None else _held_out(held_out, bad),
-            file=file,
-            size=size,
-            sha256=sha256,
-            published_at=float(published_at),
-            signature=bytes.fromhex(signature),
+            **common,
         )
 
     def check(self, project: str, project_key: PeerID, source: str) -> None:
         """``PublishedModelError`` unless this index is for ``project`` and the project key
         signed it."""
-        if self.project != project:
-            raise PublishedModelError(
-                f"{source} publishes a model of project {self.project!r}, not {project!r}"
-            )
-        if not project_key.verify(self.signature, self.payload()):
-            raise PublishedModelError(
-                f"{source} is not signed by the project key {project_key}; "
-                "it was altered, or published with another key"
-            )
+        check_signed(self, project, project_key, source, what="a model", error=PublishedModelError)
 
     def check_file(self, path: Path) -> None:
         """``PublishedModelError`` unless the archive at ``path`` has the size and SHA-256 this
         index names (blocking: it reads the whole file)."""
-        digest = hashlib.sha256()
-        size = 0
         try:
-            with path.open("rb") as reader:
-                while chunk := reader.read(_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
+            size, sha256 = size_and_sha256(path)
         except OSError as exc:
             raise PublishedModelError(f"cannot read the model archive {path}: {exc}") from None
         if size != self.size:
@@ -230,10 +171,9 @@ class ModelIndex:
                 f"{path} has {size} bytes, but its index names {self.size}: it is not the "
                 "published model (truncated, or another file)"
             )
-        if digest.hexdigest() != self.sha256:
+        if sha256 != self.sha256:
             raise PublishedModelError(
-                f"{path} does not match its index: SHA-256 {digest.hexdigest()}, expected "
-                f"{self.sha256}"
+                f"{path} does not match its index: SHA-256 {sha256}, expected {self.sha256}"
             )
 
 
@@ -244,23 +184,15 @@ def _held_out(raw: object, bad: Callable[[str], PublishedModelError]) -> HeldOut
     loss: Any = raw.get("loss")
     accuracy: Any = raw.get("accuracy")
     samples: Any = raw.get("samples")
-    if not _is_int(epoch) or epoch < 0:
+    if not is_int(epoch) or epoch < 0:
         raise bad("held_out.epoch is not a whole number of 0 or more")
-    if not (_is_number(loss) and math.isfinite(loss) and loss >= 0):
+    if not (is_number(loss) and math.isfinite(loss) and loss >= 0):
         raise bad("held_out.loss is not a finite number of 0 or more")
-    if not (_is_number(accuracy) and 0 <= accuracy <= 1):
+    if not (is_number(accuracy) and 0 <= accuracy <= 1):
         raise bad("held_out.accuracy is not a number from 0 to 1")
-    if not _is_int(samples) or samples < 0:
+    if not is_int(samples) or samples < 0:
         raise bad("held_out.samples is not a whole number of 0 or more")
     return HeldOut(int(epoch), float(loss), float(accuracy), int(samples))
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def sign_model_index(
