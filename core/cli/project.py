@@ -35,11 +35,12 @@ from core.cli.access import read_password
 from core.config.environment import PASSWORD_VARIABLE
 from core.config.paths import UserDirs
 from core.organize.answers import Answers, Given, settle
-from core.organize.folder import check_target
+from core.organize.folder import PROJECT_FOLDER
 from core.organize.new import NewProject, check_password, create_project
 from core.organize.presets import KINDS, PRESETS
 from core.project.sections import ACCESS_MODES, DATA_FORMATS, DEFAULT_KIND
 from core.util.errors import ConfigError
+from core.util.files.staged_folder import check_target
 
 PASSWORD_TRIES = 3
 DEMO_CACHE = "demo-data"
@@ -138,7 +139,7 @@ class TerminalAsker:
 
 def run_new(args: argparse.Namespace) -> int:
     folder: Path = (args.dir or Path(args.name)).expanduser().absolute()
-    check_target(folder)  # before any question: answers are not asked for nothing
+    check_target(folder, PROJECT_FOLDER)  # before any question: answers are not asked for nothing
     interactive = not args.non_interactive and sys.stdin.isatty()
     given = Given(
         name=args.name,

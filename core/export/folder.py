@@ -26,11 +26,12 @@ from safetensors.torch import save_file
 from core.export.card import CardFacts, model_card
 from core.export.errors import ExportError
 from core.export.kinds import mapping_for
-from core.export.staging import StagedFolder, check_target
+from core.export.staging import EXPORT_FOLDER
 from core.export.tokenizer import project_tokenizer, write_json, write_tokenizer
 from core.export.weights import checked_state, newest_checkpoint, read_checkpoint
 from core.project import DmoeManifest, Manifest, load_any_manifest
 from core.training.peer.recipe import build_model
+from core.util.files.staged_folder import StagedFolder, check_target
 
 WEIGHTS = "model.safetensors"
 _HASH_CHUNK = 1 << 20
@@ -69,7 +70,7 @@ def export_model(
     ``ManifestError``) with a message for the person exporting.
     """
     out_dir = out_dir.expanduser().absolute()
-    check_target(out_dir, overwrite=overwrite)
+    check_target(out_dir, EXPORT_FOLDER, overwrite=overwrite)
     manifest = _collaborative(manifest_path)
     mapping = mapping_for(manifest.model.kind)
     if checkpoint is None:
@@ -103,7 +104,7 @@ def export_model(
             contributors=contributors,
             folder_name=out_dir.name,
         )
-        staged = StagedFolder(out_dir, overwrite=overwrite)
+        staged = StagedFolder(out_dir, EXPORT_FOLDER, overwrite=overwrite)
         with staged as staging:
             save_file(tensors, str(staging / WEIGHTS), metadata={"format": "pt"})
             write_json(staging / "config.json", config)

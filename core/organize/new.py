@@ -46,7 +46,7 @@ from core.organize.backbone import (
     coordinator_listening,
     programs,
 )
-from core.organize.folder import StagedFolder
+from core.organize.folder import PROJECT_FOLDER
 from core.organize.manifest_text import manifest_text
 from core.organize.services import Context, check_env_password, service_files
 from core.project import (
@@ -62,6 +62,7 @@ from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.trust.identity import Identity
 from core.util.errors import ConfigError
 from core.util.files.atomic import write_atomically
+from core.util.files.staged_folder import StagedFolder
 
 TORCH_FALLBACK = "2.13.0"
 """The torch the container image installs when this computer has none (the tested series)."""
@@ -120,7 +121,7 @@ def create_project(
     )
     files = service_files(context, backbone, password)
     written: list[str] = []
-    stage = StagedFolder(folder)
+    stage = StagedFolder(folder, PROJECT_FOLDER)
     with stage as staging:
         _write(staging / MANIFEST, text.encode("utf-8"), private=False)
         written.append(MANIFEST)
