@@ -1,4 +1,5 @@
-"""Whether a collaborative manifest's data is there: every shard reachable, the first one readable.
+"""Whether a collaborative manifest's data is there: every shard reachable (the held-out ones of
+``[evaluation]`` too), the first one readable.
 
 Reachable: a local shard is a readable regular file; a remote one answers a one-byte ranged GET
 with 200 or 206 (the body is not read: a server that ignores ranges would send the whole shard).
@@ -37,11 +38,16 @@ PREVIEW = 60
 """Characters of the first text shown."""
 
 
+HELD_OUT = -1
+"""``Reach.source`` of the ``[evaluation]`` shards (the others number ``[[data.sources]]``)."""
+
+
 @dataclass(frozen=True)
 class Reach:
     """How one shard URL answered."""
 
     source: int
+    """The ``[[data.sources]]`` table, or ``HELD_OUT``."""
     index: int
     url: str
     """As the manifest writes it."""
@@ -52,11 +58,14 @@ class Reach:
 
     @property
     def key(self) -> str:
+        if self.source == HELD_OUT:
+            return f"evaluation.urls[{self.index}]"
         return f"data.sources[{self.source}].urls[{self.index}]"
 
 
 def reach_all(manifest: Manifest, data_base: str | None, timeout: float) -> list[Reach]:
-    """Every shard URL of the manifest, tried (blocking; runs its own event loop)."""
+    """Every shard URL of the manifest, the held-out ones too, tried (blocking; runs its own
+    event loop)."""
     return asyncio.run(_reach_all(manifest, data_base, timeout))
 
 
@@ -76,12 +85,10 @@ async def _reach_all(manifest: Manifest, data_base: str | None, timeout: float) 
                     ok, detail = await asyncio.to_thread(_local, location)
             return Reach(source, index, url, location, ok, detail)
 
+        urls = [(s, source.urls) for s, source in enumerate(manifest.data.sources)]
+        urls.append((HELD_OUT, manifest.evaluation.urls))
         return await asyncio.gather(
-            *(
-                one(s, i, url)
-                for s, source in enumerate(manifest.data.sources)
-                for i, url in enumerate(source.urls)
-            )
+            *(one(s, i, url) for s, listed in urls for i, url in enumerate(listed))
         )
     finally:
         for session in sessions.values():
@@ -150,6 +157,17 @@ def reach_findings(manifest: Manifest, reaches: list[Reach]) -> list[Finding]:
         findings.append(
             Finding(status, f"data.sources[{s}]", f"{good} of {len(mine)} shards reachable{said}")
         )
+    held_out = [reach for reach in reaches if reach.source == HELD_OUT]
+    if held_out:
+        good = sum(reach.ok for reach in held_out)
+        findings.append(
+            Finding(
+                OK if good == len(held_out) else ERROR,
+                "evaluation",
+                f"{good} of {len(held_out)} held-out shards reachable (the backbone measures "
+                "the model on them; without them it logs why and trains on)",
+            )
+        )
     return findings
 
 
@@ -157,7 +175,7 @@ def first_example(
     manifest: Manifest, reaches: list[Reach], data_base: str | None, timeout: float
 ) -> Finding:
     """The first record of the first reachable shard, read as a peer reads it."""
-    reach = next((reach for reach in reaches if reach.ok), None)
+    reach = next((reach for reach in reaches if reach.ok and reach.source != HELD_OUT), None)
     if reach is None:
         return Finding(ERROR, "first example", "no shard is reachable, so none could be read")
     source = manifest.data.sources[reach.source]

@@ -37,9 +37,15 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 
 def manifest(
-    folder: Path, urls: list[str], *, vocab: int, tokenizer: str = "tokenizer.json"
+    folder: Path,
+    urls: list[str],
+    *,
+    vocab: int,
+    tokenizer: str = "tokenizer.json",
+    held_out: list[str] | None = None,
 ) -> Path:
     path = folder / "project.toml"
+    evaluation = f"\n[evaluation]\nurls = {json.dumps(held_out)}\n" if held_out else ""
     path.write_text(
         f"""
 [project]
@@ -56,7 +62,7 @@ tokenizer_vocab_size = {vocab}
 
 [[data.sources]]
 urls = {json.dumps(urls)}
-"""
+{evaluation}"""
     )
     return path
 
@@ -121,6 +127,29 @@ def test_a_missing_shard_and_an_unreachable_server_are_named_per_url(
     assert "error    data.sources[0]: 1 of 3 shards reachable" in out
     assert "ok       data.sources[0].urls[0] first record" in out  # the reachable one is read
     assert "Traceback" not in out + captured.err
+
+
+def test_held_out_shards_are_tried_and_a_missing_one_is_named(
+    tmp_path: Path,
+    served: tuple[Path, str],
+    tokenizer_size: tuple[Path, int],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, url = served
+    urls = [f"{url}shards/shard-0.jsonl.gz"]
+    held_out = [f"{url}shards/shard-2.jsonl.gz", f"{url}held-out/missing.jsonl.gz"]
+    path = manifest(tmp_path, urls, vocab=tokenizer_size[1], held_out=held_out)
+    (tmp_path / "tokenizer.json").write_bytes(tokenizer_size[0].read_bytes())
+    assert main(["project", "check", str(path), "--timeout", "5"]) == 1
+    out = capsys.readouterr().out
+    assert f"error    evaluation.urls[1]: {held_out[1]}: HTTP 404 Not Found" in out
+    assert "error    evaluation: 1 of 2 held-out shards reachable" in out
+    assert "ok       data.sources[0]: 1 of 1 shards reachable" in out
+    assert "ok       data.sources[0].urls[0] first record" in out  # a training shard is read
+
+    path = manifest(tmp_path, urls, vocab=tokenizer_size[1], held_out=held_out[:1])
+    assert main(["project", "check", str(path), "--timeout", "5"]) == 0
+    assert "ok       evaluation: 1 of 1 held-out shards reachable" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
