@@ -24,6 +24,8 @@
     barnraise ctl offers                 projects to pick: local demo swarms, attached projects
     barnraise ctl history                the active project's loss curve, epoch by epoch, and
                                          the loss on held-out text where the project measures it
+    barnraise ctl try "TEXT"             ask the active project's model: its top guesses for a
+                                         [MASK] (or ___) in TEXT, or TEXT completed by a causal model
     barnraise ctl diagnostics            versions, folders and the engine log's last lines
     barnraise ctl events [--since N]     follow the engine's events (Ctrl-C to stop)
     barnraise ctl shutdown               stop the engine
@@ -80,6 +82,7 @@ ACTIONS = (
     "leaderboard",
     "offers",
     "history",
+    "try",
     "diagnostics",
 )
 
@@ -160,6 +163,10 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
         return await client.logout()
     if action == "account":
         return await client.account()
+    if action == "try":
+        if len(values) != 1:
+            raise BadRequest('try takes one text in quotes, e.g. barnraise ctl try "the [MASK] is"')
+        return await client.try_model(values[0])
     if action == "leaderboard":
         return await (client.my_rank() if args.me else client.leaderboard(args.limit))
     await client.shutdown()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from core.api import (
@@ -11,6 +12,7 @@ from core.api import (
     EngineState,
     Leaderboard,
     LeaderboardEntry,
+    ModelAnswer,
     MyRank,
     ProjectInfo,
     ProjectOffers,
@@ -23,28 +25,11 @@ HISTORY_SHOWN = 20
 """Epochs ``history`` prints as text (``--json`` gives them all)."""
 
 
-def text(result: Any) -> str:  # noqa: PLR0911 - one case per kind of answer
+def text(result: Any) -> str:
     """An answer of the engine as the lines ``barnraise ctl`` prints."""
-    if isinstance(result, AccountInfo):
-        return _account_text(result)
-    if isinstance(result, Leaderboard):
-        return _leaderboard_text(result)
-    if isinstance(result, MyRank):
-        return _rank_text(result)
-    if isinstance(result, EngineState):
-        return _state_text(result)
-    if isinstance(result, Statistics):
-        return _stats_text(result)
-    if isinstance(result, ProjectOffers):
-        return _offers_text(result)
-    if isinstance(result, TrainingHistory):
-        return _history_text(result)
-    if isinstance(result, Diagnostics):
-        return _diagnostics_text(result)
-    if isinstance(result, ProjectPreview):
-        return preview_text(result)
-    if isinstance(result, ProjectInfo):
-        return _project_text(result)
+    for kind, render in _RENDERERS:
+        if isinstance(result, kind):
+            return render(result)
     if hasattr(result, "values") and hasattr(result, "descriptions"):
         return "\n".join(
             f"{d.name} = {result.values.get(d.name)!r}\n    {d.help}" for d in result.descriptions
@@ -60,6 +45,16 @@ _KEY_SOURCES = {
     "first-use": "not named anywhere: joining trusts it from now on",
     "pinned": "trusted when this project was joined",
 }
+
+
+def _answer_text(a: ModelAnswer) -> str:
+    if not a.answered:
+        return f"no answer: {a.reason}"
+    source = "" if a.epoch is None else f" (the model of epoch {a.epoch})"
+    if a.kind == "causal":
+        return f"{a.text}{source}"
+    guesses = [f"  {100 * g.probability:5.1f} %  {g.word}" for g in a.guesses]
+    return "\n".join([f"{a.text}{source}", "guesses for the first missing word:", *guesses])
 
 
 def preview_text(p: ProjectPreview) -> str:
@@ -276,3 +271,19 @@ def _rank_text(r: MyRank) -> str:
 def _clock(when: float, *, dated: bool = False) -> str:
     moment = datetime.datetime.fromtimestamp(when)
     return moment.strftime("%Y-%m-%d %H:%M" if dated else "%H:%M:%S")
+
+
+_RENDERERS: tuple[tuple[type[Any], Callable[[Any], str]], ...] = (
+    (AccountInfo, _account_text),
+    (Leaderboard, _leaderboard_text),
+    (MyRank, _rank_text),
+    (EngineState, _state_text),
+    (Statistics, _stats_text),
+    (ProjectOffers, _offers_text),
+    (TrainingHistory, _history_text),
+    (Diagnostics, _diagnostics_text),
+    (ProjectPreview, preview_text),
+    (ProjectInfo, _project_text),
+    (ModelAnswer, _answer_text),
+)
+"""The answer kinds with a text of their own, each with its renderer."""

@@ -25,7 +25,7 @@ from core.project import load_any_manifest
 from core.util.blocking import BlockingPool
 from tests.engine.standin import StandInPeer
 from tests.engine.test_dmoe_hosting import MANIFEST as DMOE_MANIFEST
-from tests.support.engine import Running, until
+from tests.support.engine import CtlRun, Running, until
 from tests.support.leaks import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,12 +85,13 @@ def replicas(
 
 
 async def test_the_active_projects_model_answers_over_the_api(
-    engine: Running, peers: list[StandInPeer], replicas: Replicas
+    engine: Running, peers: list[StandInPeer], replicas: Replicas, ctl_run: CtlRun
 ) -> None:
     client = engine.client
     answer = await client.try_model(QUESTION)
     assert (answer.code, answer.project, answer.answered) == ("no_project", None, False)
     assert answer.reason.startswith("No project is attached")
+    assert (await ctl_run("try", QUESTION)).startswith("no answer: No project is attached")
 
     await client.attach(AttachRequest(str(DEMO)))
     answer = await client.try_model(QUESTION)
@@ -116,6 +117,10 @@ async def test_the_active_projects_model_answers_over_the_api(
     assert answer.text == f"The {answer.guesses[0].word} of the river was quiet."
     assert answer.copied_at is not None
     assert before - 1 <= answer.copied_at <= time.time() + 1
+    said = (await ctl_run("try", QUESTION)).splitlines()
+    assert said[0].endswith("(the model of epoch 7)")
+    assert said[1] == "guesses for the first missing word:"
+    assert len(said) == 7  # the sentence, the heading and five guesses with their shares
 
     await client.pause()  # a paused peer keeps its model: asking it disturbs nothing
     assert (await client.try_model("the [mask] of the river")).answered
