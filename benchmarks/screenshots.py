@@ -5,8 +5,8 @@
 Runs offscreen (unless QT_QPA_PLATFORM says otherwise): the real window, bridge and store, with a
 ``FakeEngine`` on the far side. Writes one PNG per page and state (first run's three steps, joining
 by a project URL (a bare host refused, the project's preview, a refused update on the dashboard), the
-dashboard contributing, waiting and paused, schedule, statistics, the leaderboard logged in, stale
-and logged out, events, the engine-stopped banner, the tray menu and its four icons, the close
+dashboard contributing, waiting and paused, schedule, statistics, projects, the leaderboard logged in,
+stale and logged out, events, the engine-stopped banner, the tray menu and its four icons, the close
 question) and ``index.json`` listing them. Look at them after changing the GUI; keep them out of git.
 
 Then the coordinator's project page (``benchmarks/page_browser``): a real coordinator on this
@@ -199,6 +199,7 @@ def _main_pages(s: Shooter) -> None:
         ("statistics", "07-statistics", "statistics: samples, compute hours and data per day"),
         ("leaderboard", "08-leaderboard", "leaderboard: rank, percentile, neighbours, top 10"),
         ("events", "09-events", "events: the engine's recent events, copy diagnostics"),
+        ("projects", "09b-projects", "projects: each attached project, switch to it or leave it"),
     )
     for key, name, what in pages:
         window.show_page(key)

@@ -327,7 +327,8 @@ def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
     )
     index = json.loads((out / "index.json").read_text())
     names = {entry["file"] for entry in index["files"]}
-    for page in ("first-run-project", "dashboard", "schedule", "statistics", "leaderboard"):
+    pages = ("first-run-project", "dashboard", "schedule", "statistics", "leaderboard", "projects")
+    for page in pages:
         assert any(page in name for name in names), page
     assert any("events" in name for name in names)
     assert any("tray-menu" in name for name in names)

@@ -41,7 +41,9 @@ DEMO = "barnraise-demo"
 
 DEMO_OFFER = ProjectOffer(
     name=DEMO,
-    description="A tiny ALBERT masked language model trained on the demo text shards.",
+    description=(
+        "A tiny ALBERT masked language model trained on the prose of Python's documentation."
+    ),
     manifest="/home/you/.cache/barnraise/swarm/barnraise-demo/moderated.toml",
     source="local_swarm",
     initial_peers=["/ip4/127.0.0.1/tcp/40145/p2p/12D3KooWDemoBackbone"],
