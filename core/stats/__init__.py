@@ -4,6 +4,7 @@
 - ``ledger``        ``Ledger``: per project and UTC hour totals in SQLite, and the queries over them.
 - ``epochs``        ``EpochRow``: the collaboration's completed epochs (the loss curve), newest kept.
 - ``held_out``      ``HeldOutRow``: the backbone's held-out evaluations, newest kept.
+- ``newest``        the queries both keep-the-newest tables share: prune, read the newest back.
 - ``meter``         ``ContributionMeter``: sums the engine's deltas in memory between ledger writes.
 - ``schema``        opening the file safely (WAL, schema version, refusing files that are not ours).
 - ``buckets``       which UTC hour, local day and local month a moment belongs to.

@@ -17,6 +17,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from core.stats.errors import LedgerError
+from core.stats.newest import keep_newest, newest_rows
 
 EPOCHS_KEPT = 2000
 """Rows kept per project (the newest)."""
@@ -78,23 +79,12 @@ def add_epoch(conn: sqlite3.Connection, project: str, row: EpochRow, keep: int) 
             row.peers,
         ),
     )
-    # the id of the oldest row to keep; everything of this project before it goes
-    conn.execute(
-        "DELETE FROM epochs WHERE project = ? AND id < ("
-        "  SELECT id FROM epochs WHERE project = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
-        ")",
-        (project, project, keep - 1),
-    )
+    keep_newest(conn, "epochs", project, keep)
 
 
 def read_epochs(conn: sqlite3.Connection, project: str, limit: int) -> list[EpochRow]:
     """The project's newest ``limit`` rows, oldest first."""
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM ("
-        f"  SELECT id, {_COLUMNS} FROM epochs WHERE project = ? ORDER BY id DESC LIMIT ?"
-        ") ORDER BY id",
-        (project, limit),
-    ).fetchall()
+    rows = newest_rows(conn, "epochs", _COLUMNS, project, limit)
     return [
         EpochRow(
             epoch=int(epoch),

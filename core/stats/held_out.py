@@ -16,6 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from core.stats.errors import LedgerError
+from core.stats.newest import keep_newest, newest_rows
 
 _MAX_INT = 2**63 - 1
 _COLUMNS = "epoch, time, loss, accuracy, samples"
@@ -66,22 +67,12 @@ def add_held_out(conn: sqlite3.Connection, project: str, row: HeldOutRow, keep: 
             row.samples,
         ),
     )
-    conn.execute(
-        "DELETE FROM held_out WHERE project = ? AND id < ("
-        "  SELECT id FROM held_out WHERE project = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
-        ")",
-        (project, project, keep - 1),
-    )
+    keep_newest(conn, "held_out", project, keep)
 
 
 def read_held_out(conn: sqlite3.Connection, project: str, limit: int) -> list[HeldOutRow]:
     """The project's newest ``limit`` rows, oldest first."""
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM ("
-        f"  SELECT id, {_COLUMNS} FROM held_out WHERE project = ? ORDER BY id DESC LIMIT ?"
-        ") ORDER BY id",
-        (project, limit),
-    ).fetchall()
+    rows = newest_rows(conn, "held_out", _COLUMNS, project, limit)
     return [
         HeldOutRow(
             epoch=int(epoch),
