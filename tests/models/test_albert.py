@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from core.models.albert import IGNORE_INDEX, AlbertConfig, AlbertMLM
+from tests.models import ids
 
 TINY = AlbertConfig(
     vocab_size=50,
@@ -25,8 +26,7 @@ def make_model(config: AlbertConfig = TINY, seed: int = 0) -> AlbertMLM:
 
 
 def random_ids(batch: int, time: int, vocab: int = TINY.vocab_size, seed: int = 1) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, time), generator=generator)
+    return ids.random_ids(batch, time, vocab, seed)
 
 
 def test_output_shapes_and_loss() -> None:

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from core.models.albert import IGNORE_INDEX
 from core.models.llama import DecoderLayer, LlamaCLM, LlamaConfig
+from tests.models import ids
 
 TINY = LlamaConfig(
     vocab_size=50,
@@ -30,8 +31,7 @@ def make_model(config: LlamaConfig = TINY, seed: int = 0) -> LlamaCLM:
 
 
 def random_ids(batch: int, time: int, vocab: int = TINY.vocab_size, seed: int = 1) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, time), generator=generator)
+    return ids.random_ids(batch, time, vocab, seed)
 
 
 @pytest.mark.parametrize(
