@@ -14,7 +14,8 @@ because it needs one exchange per round and no schedule of fragments, and its co
 Streaming DiLoCo's overlap also pays: the outer step uses a pseudo-gradient one round old. Only
 when one exchange takes longer than a round does the next round's end wait for it.
 
-A round whose exchange fails (no group while others train, an incomplete average) changes
+A round whose exchange fails (no group while others train, an incomplete average, a group
+without a trainer the records show at this epoch: a split round) changes
 nothing here: the peer's work stays in its parameters and goes out with the next round, and
 when the others landed meanwhile, the peer takes their newer anchor and keeps its work on top
 of it (``DilocoState.rebase``): no rollback, and nothing computed is dropped. A peer alone
@@ -356,6 +357,13 @@ class DilocoOptimizer:
                 # and everyone carries it (a member that saw it complete is followed by download)
                 await self.bridge.run(self.diloco.missed, delta)
                 return False, result.summary(), len(result.members)
+            members = {str(member) for member in result.members}
+            absent = [p.peer for p in others if p.peer not in members]
+            if absent:
+                # a trainer at this epoch averaged elsewhere (matchmaking split the round) or
+                # left: landing would fork the anchor, so the round is carried, by both sides
+                await self.bridge.run(self.diloco.missed, delta)
+                return False, f"{len(absent)} trainer(s) at this epoch were not in the group", 0
             await self.bridge.run(lambda: self.diloco.land(delta, residual_sent=True))
             self.state.epoch = epoch + 1
             return True, result.summary(), len(result.members)
