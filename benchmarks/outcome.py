@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -238,11 +239,15 @@ def plot(runs: dict[str, list[Point]], path: Path, title: str) -> None:
 # ---- the run -------------------------------------------------------------------------------------
 
 
-def diloco_manifest(work: Path, round_seconds: float) -> Path:
-    text = DEMO_MANIFEST.read_text().replace(
-        "[training]\n", f'[training]\nmode = "diloco"\nround_seconds = {round_seconds}\n', 1
-    )
-    path = work / "diloco.toml"
+def demo_manifest(work: Path, every: int, *, round_seconds: float | None = None) -> Path:
+    """The demo's manifest, evaluating every ``every`` epochs, in diloco mode with a round."""
+    text = re.sub(r"^every = .*$", f"every = {every}", DEMO_MANIFEST.read_text(), flags=re.M)
+    name = "dedloc.toml"
+    if round_seconds is not None:
+        diloco = f'[training]\nmode = "diloco"\nround_seconds = {round_seconds}\n'
+        text = text.replace("[training]\n", diloco, 1)
+        name = "diloco.toml"
+    path = work / name
     path.write_text(text)
     return path
 
@@ -256,14 +261,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         runs: dict[str, list[Point]] = {}
         details: dict[str, Any] = {}
         started = time.monotonic()
-        runs["single"] = await asyncio.to_thread(single_process, DEMO_MANIFEST, data, args.epochs)
+        dedloc = demo_manifest(work, args.every)
+        runs["single"] = await asyncio.to_thread(single_process, dedloc, data, args.epochs)
         details["single"] = {"seconds": round(time.monotonic() - started, 1)}
         server = ShardServer(data)
         base = await server.start()
         try:
-            plans = {"swarm": DEMO_MANIFEST}
+            plans = {"swarm": dedloc}
             if not args.no_diloco:
-                plans["diloco"] = diloco_manifest(work, args.round_seconds)
+                plans["diloco"] = demo_manifest(work, args.every, round_seconds=args.round_seconds)
             for name, path in plans.items():
                 run = await swarm_run(
                     name, path, base, work, epochs=args.epochs,
@@ -284,6 +290,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "goal": GOAL,
             "target_batch_size": manifest.training.target_batch_size,
             "held_out_sequences": manifest.evaluation.samples,
+            "every": args.every,
         },
         "runs": details,
         "curves": runs,
@@ -315,6 +322,7 @@ def main() -> None:
     parser.add_argument("--round-seconds", type=float, default=15.0, help="diloco: a round")
     parser.add_argument("--minutes", type=float, default=20.0, help="longest a swarm run may take")
     parser.add_argument("--no-diloco", action="store_true", help="leave out the diloco swarm")
+    parser.add_argument("--every", type=int, default=2, help="epochs between evaluations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--png", default=None, help="where to draw the three curves")
