@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 import torch
@@ -29,6 +30,8 @@ from core.worker.events import PeerEvaluation
 
 log = logging.getLogger(__name__)
 
+RESULTS_KEPT = 1000
+"""Evaluations kept in memory (``evaluation.jsonl`` keeps every one)."""
 Snapshot = Callable[[], tuple[int, torch.nn.Module]]
 """Run on the replica's thread: its epoch and a model of its own holding the replica's weights."""
 
@@ -58,8 +61,8 @@ class HeldOutEvaluator:
         self._running: asyncio.Task[None] | None = None
         self._held_out: HeldOutSet | None = None
         self._last_problem = ""
-        self.results: list[PeerEvaluation] = []
-        """Every evaluation this run, oldest first (for diagnostics and tests)."""
+        self.results: deque[PeerEvaluation] = deque(maxlen=RESULTS_KEPT)
+        """The newest evaluations of this run, oldest first (for diagnostics; the log has all)."""
 
     def epoch_done(self, epoch: int) -> None:
         """The collaboration finished ``epoch``: evaluate if one is due and none is running."""
