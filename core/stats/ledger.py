@@ -14,7 +14,7 @@ default same-thread check is kept to catch any other use.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -85,14 +85,7 @@ class Ledger:
             rows.append((project, hour_start(when), *_amount_values(amounts)))
         if not rows:
             return
-        conn = self._connection()
-        try:
-            with transaction(conn):
-                conn.executemany(_UPSERT, rows)
-        except sqlite3.Error as error:
-            raise LedgerError(
-                f"could not write to the contribution ledger {self._label}: {error}"
-            ) from error
+        self._write(lambda conn: conn.executemany(_UPSERT, rows))
 
     def add_epoch(self, project: str, row: EpochRow, *, keep: int = EPOCHS_KEPT) -> None:
         """Record one completed epoch of ``project``'s collaboration, keeping its newest ``keep``.
@@ -101,24 +94,21 @@ class Ledger:
         """
         _require_keep(keep)
         validate_epoch(project, row)
-        conn = self._connection()
-        try:
-            with transaction(conn):
-                add_epoch(conn, project, row, keep)
-        except sqlite3.Error as error:
-            raise LedgerError(
-                f"could not write to the contribution ledger {self._label}: {error}"
-            ) from error
+        self._write(lambda conn: add_epoch(conn, project, row, keep))
 
     def add_held_out(self, project: str, row: HeldOutRow, *, keep: int = EPOCHS_KEPT) -> None:
         """Record one held-out evaluation of ``project``'s model, keeping its newest ``keep``
         (one transaction, as ``add_epoch``)."""
         _require_keep(keep)
         validate_held_out(project, row)
+        self._write(lambda conn: add_held_out(conn, project, row, keep))
+
+    def _write(self, work: Callable[[sqlite3.Connection], object]) -> None:
+        """``work`` in one transaction: all of it is committed, or none."""
         conn = self._connection()
         try:
             with transaction(conn):
-                add_held_out(conn, project, row, keep)
+                work(conn)
         except sqlite3.Error as error:
             raise LedgerError(
                 f"could not write to the contribution ledger {self._label}: {error}"
