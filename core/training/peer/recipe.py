@@ -8,6 +8,7 @@ weights; each walks the data shards in its own order (``data_seed``).
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,8 @@ from core.worker.errors import TrainingError
 LanguageModel: TypeAlias = AlbertMLM | LlamaCLM
 """The models ``build_model`` makes: both take ``(input_ids, attention_mask, labels)`` and return
 an output with ``loss`` and ``logits``."""
+
+log = logging.getLogger(__name__)
 
 
 def build_model(manifest: Manifest) -> LanguageModel:
@@ -116,16 +119,25 @@ def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.O
 
 
 def fetch_tokenizer(manifest: Manifest, data_base: str | None, work_dir: Path) -> TextTokenizer:
-    """The project's tokenizer: a local file, or a URL copied into ``work_dir`` once."""
+    """The project's tokenizer: a local file, or a URL copied into ``work_dir`` at every start
+    (a copy kept from an earlier start may be of a tokenizer since replaced, as the demo's is when
+    its corpus changes); the kept copy only when the URL does not answer."""
     where = manifest.resolve_url(manifest.data.tokenizer, data_base=data_base)
     if where.startswith(("http://", "https://")):
         local = work_dir / "tokenizer.json"
-        if not local.exists():
-            work_dir.mkdir(parents=True, exist_ok=True)
-            partial = local.with_suffix(".part")
+        work_dir.mkdir(parents=True, exist_ok=True)
+        partial = local.with_suffix(".part")
+        try:
             # the system's certificates and proxy settings, as every download (web_client)
             with open_url(where, timeout=30) as response, partial.open("wb") as out:
                 shutil.copyfileobj(response, out)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            if not local.exists():
+                raise
+            log.warning("the tokenizer at %s cannot be fetched (%s): using the copy kept in %s",
+                        where, exc, local)  # fmt: skip
+        else:
             partial.replace(local)
         return load_tokenizer(local)
     return load_tokenizer(Path(where.removeprefix("file://")))
