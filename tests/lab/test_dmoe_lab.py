@@ -65,7 +65,16 @@ def test_a_trainer_behind_a_symmetric_nat_uses_experts_behind_a_cone_nat(
     trainer.wait_for(lambda e: e.get("event") == "ready", 120)
 
     # the home server's experts are served to the trainer: through the relay, the only way
-    home.wait_for(served, 240)
+    try:
+        home.wait_for(served, 240)
+    except AssertionError as exc:
+        # which side stalled: the home server's counts, the trainer's own view and its log
+        last_served = [e for e in home.events if e.get("event") == "served"][-1:]
+        last_progress = [e for e in trainer.events if e.get("event") == "progress"][-1:]
+        raise AssertionError(
+            f"{exc}\nhome's last counts: {last_served}\ntrainer's last progress: "
+            f"{last_progress}\ntrainer's log:\n{trainer.tail()}"
+        ) from None
     announced = dht_get(lab, "h2", backbone, "ffn.2.0")
     assert announced.startswith("relay:") or "p2p-circuit" in announced, announced
     assert home_id in announced, announced
