@@ -186,6 +186,11 @@ class AllReduce:
                 self.reducer.fail("the round is over")
                 for sender, reason in self.reducer.excluded.items():
                     self.result.excluded.setdefault(self.group.members[sender].peer, reason)
+                self.result.weights = {
+                    self.group.members[sender].peer: weight
+                    for sender, weight in self.reducer.weights.items()
+                    if sender not in self.reducer.excluded
+                }
                 self.result.findings.extend(self.reducer.findings)
             await self._tasks.close()
         if self.verification is not None:

@@ -110,6 +110,9 @@ class PartReducer:
         self.excluded: dict[int, str] = {}
         self.findings: list[Finding] = []
         """What the checks found against senders (see ``result.Finding``), in the order found."""
+        self.weights: dict[int, float] = {}
+        """The weight each sender claimed with its first chunk to us (its samples: what the
+        backbone credits a member that is gone before its record says the round landed)."""
         self._aggregation = aggregation or AggregationConfig()
         self._workspace = Workspace()
         self._spares = Spares()
@@ -179,6 +182,7 @@ class PartReducer:
             return
         chunk.inputs[sender] = values
         chunk.weights[sender] = weight
+        self.weights.setdefault(sender, weight)
         chunk.got.add(sender)
         self._advance()
 

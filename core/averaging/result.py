@@ -53,6 +53,9 @@ class AveragingResult:
     bytes_sent: int = 0
     """Chunk bytes this member sent: its data to the reducers, and its part's means back to
     them (stream framing and commitments not counted)."""
+    weights: dict[PeerID, float] = field(default_factory=dict)
+    """The weight each sender claimed, as our part's reducer received it (senders it left out
+    not listed; empty when we reduced no part)."""
     findings: list[Finding] = field(default_factory=list)
     """What this member found against others in this round (see ``Finding``); empty when all were
     honest, and never a reason by itself for ``complete`` to be False (``excluded`` is that)."""

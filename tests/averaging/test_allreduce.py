@@ -62,9 +62,11 @@ async def test_weighted_mean_and_group_weight(make_averagers: MakeAveragers) -> 
     weights = [1.0, 2.0, 3.0, 10.0]
     expected = mean_of(tensors, weights)
     results = await average_all(averagers, tensors, weights)
+    claimed = {a.host.peer_id: w for a, w in zip(averagers, weights, strict=True)}
     for result, mine in zip(results, tensors, strict=True):
         assert result.complete
         assert result.group_weight == pytest.approx(16.0)
+        assert result.weights == claimed  # each reducer saw every sender's weight (its samples)
         for got, want in zip(mine, expected, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-5)
 
