@@ -36,6 +36,7 @@ from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
 from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
+from core.training.credit import LandedLog
 from core.training.errors import CheckpointError
 from core.training.evidence import EvidenceBoard
 from core.training.feedback import ErrorFeedback
@@ -127,6 +128,8 @@ class CollaborativeOptimizer:
         """Publishes what our rounds found against others, signed (the backbone reports it)."""
         self._tally = StepTally()
         self._last = (-1, 0.0, 0, 0)  # epoch, loss sum, mini-steps, samples of the last finished
+        self.landed = LandedLog()
+        """Epochs whose update we applied, with their samples: what our record asks credit for."""
         self._short_rounds = 0
         self._epoch_started = time.time()
         self._records: list[PeerProgress] = []
@@ -365,6 +368,7 @@ class CollaborativeOptimizer:
             last_loss,
             last_mini,
             last_samples,
+            landed=self.landed.items(),
         )
 
     def _estimate(self) -> float:
@@ -490,6 +494,7 @@ class CollaborativeOptimizer:
         self._short_rounds = 0
         await self.bridge.run(self.local.apply, grads)
         self.state.epoch = epoch + 1
+        self.landed.add(epoch, samples)
         await self.bridge.run(self.state.set_learning_rate)
         group = len(result.members) if result is not None else 1
         summary = result.summary() if result is not None else "no group: local gradients only"

@@ -14,12 +14,13 @@ that a volunteer who quits right after a step keeps its part of that epoch's met
 peers this one caught lying (``Averager.bans``) are left out of the view.
 
 The backbone's record (``mode == "aux"``) also carries the newest held-out evaluation of its replica
-(``HeldOut``), so that every trainer sees it in the records it reads anyway. Its wire form is the
-record's values, then the pass (or nil in an open project), then the evaluation: only projects with
-an ``[evaluation]`` section publish it, and a peer of a release without that section cannot load
-their manifest. A reader of such a release that still met one would drop the record (thirteen
-values are malformed to it), and its DHT would refuse to keep it in a moderated project (no pass
-where it looks for one): it would miss the backbone, never misread it.
+(``HeldOut``), so that every trainer sees it in the records it reads anyway. Every record carries the
+epochs whose work its peer saw land (``core.training.credit``): what the leaderboard credits, each
+epoch once, however seldom the backbone reads. The wire form is the record's eleven values, then the
+pass (nil in an open project), the evaluation (nil but in the backbone's) and the landed epochs.
+A reader of a release that knew only the first twelve would drop such a record as malformed, and a
+moderated project's DHT of that release would refuse to keep it: a mixed swarm misses the newer
+peers, never misreads them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
 from core.dht.validation import RecordSchema, renewal_bound
 from core.net.host.gate import AccessGate
+from core.training.credit import Landed, landed_from_wire, landed_to_wire
 from core.trust.passes import AccessDenied, AccessPass
 from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
@@ -49,8 +51,8 @@ MODES = (*TRAINING_MODES, "aux", "paused", "left")
 """A paused peer keeps its record (with its epoch) but counts neither samples nor speed; a peer that
 left says so, and its record is dropped by readers."""
 _WIRE_FIELDS = 11
-"""Fields of a progress record (epoch ... last_samples); a moderated project's pass follows them,
-and an aux record's held-out evaluation follows the pass (or nil where there is none)."""
+"""Fields of a progress record (epoch ... last_samples); the pass, the held-out evaluation and the
+landed epochs follow them (nil where a record has no pass or no evaluation)."""
 MAX_HELD_OUT_LOSS = 1e3
 """The largest held-out loss a record may carry (per token: far beyond a uniform guess over any
 vocabulary); a larger one, or one that is not finite, travels as unknown."""
@@ -178,6 +180,9 @@ class PeerProgress:
     """The peer's pass in a moderated project: says which user the samples belong to."""
     held_out: HeldOut | None = None
     """An aux record's newest held-out evaluation (only aux records carry one)."""
+    landed: tuple[Landed, ...] | None = None
+    """The last epochs whose work this peer saw land, with their samples (``core.training.credit``):
+    what the leaderboard credits. None in a record of a release that did not list them."""
 
     @property
     def username(self) -> str | None:
@@ -191,9 +196,12 @@ class PeerProgress:
     def to_wire(self) -> list[Any]:
         held_out = self.held_out if self.mode == "aux" else None
         access = None if self.access is None else self.access.to_wire()
+        # nil holds the place of a pass (open project) or of an evaluation (not the backbone)
         tail: list[Any] = [access] if access is not None else []
-        if held_out is not None:
-            tail = [access, held_out.to_wire()]  # nil holds the pass's place in an open project
+        if held_out is not None or self.landed is not None:
+            tail = [access, None if held_out is None else held_out.to_wire()]
+        if self.landed is not None:
+            tail.append(landed_to_wire(self.landed))
         return [
             self.epoch,
             self.samples,
@@ -213,11 +221,12 @@ class PeerProgress:
     def from_wire(cls, peer: str, value: Any) -> PeerProgress | None:
         """None for anything malformed: another peer's bad record must not stop us."""
         try:
-            if not isinstance(value, list) or not _WIRE_FIELDS <= len(value) <= _WIRE_FIELDS + 2:
+            if not isinstance(value, list) or not _WIRE_FIELDS <= len(value) <= _WIRE_FIELDS + 3:
                 return None
             tail = value[_WIRE_FIELDS:]
             if tail == [None]:
                 raise WireFormatError("a nil pass stands only before an evaluation")
+            landed = landed_from_wire(tail[2]) if len(tail) == 3 else None
             # the pass was checked by the DHT's rules when the record was read
             access = AccessPass.from_wire(tail[0]) if tail and tail[0] is not None else None
             (
@@ -242,10 +251,13 @@ class PeerProgress:
             if epoch < 0 or samples < 0 or sps < 0 or not math.isfinite(sps):
                 return None
             # only the backbone's records carry an evaluation; anyone else's is not read
-            held_out = HeldOut.from_wire(tail[1]) if len(tail) == 2 and mode == "aux" else None
+            evaluation = tail[1] if len(tail) >= 2 else None
+            held_out = (
+                HeldOut.from_wire(evaluation) if evaluation is not None and mode == "aux" else None
+            )
             return cls(
                 peer, epoch, samples, float(sps), float(when), mode, float(loss_sum), mini,
-                last, float(last_loss), last_mini, last_n, access, held_out,
+                last, float(last_loss), last_mini, last_n, access, held_out, landed,
             )  # fmt: skip
         except (TypeError, ValueError, WireFormatError):
             return None
@@ -349,7 +361,7 @@ class ProgressBoard:
         ahead = renewal_bound(ttl)
         if access is not None:
             schema = pass_carrying_schema(
-                "progress", self._key, access, _WIRE_FIELDS, max_ahead=ahead, after_pass=1
+                "progress", self._key, access, _WIRE_FIELDS, max_ahead=ahead, after_pass=2
             )
         else:
             schema = RecordSchema("progress", self._key, subkeys="owned", max_ahead=ahead)

@@ -43,6 +43,7 @@ import numpy as np
 from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
 from core.codecs import Codec
+from core.training.credit import LandedLog
 from core.training.diloco.clock import RoundClock
 from core.training.diloco.state import DilocoState
 from core.training.diloco.unsent import UnsentWork
@@ -129,6 +130,11 @@ class DilocoOptimizer:
         self._carried = 0
         """Samples of rounds whose exchange failed: their work goes out with the next round."""
         self._last = (-1, 0.0, 0, 0)
+        self.landed = LandedLog()
+        """Rounds that landed with our samples in them: what our record asks credit for."""
+        self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
+        """The backbone's landed rounds and their senders' weights, until its metrics take them
+        (evidence of work for a member that is gone before its record says so)."""
         self._records: list[PeerProgress] = []
         self._exchange: asyncio.Task[None] | None = None
         self._pending_reports: list[PeerEpoch] = []
@@ -318,6 +324,11 @@ class DilocoOptimizer:
                 log.warning("round at epoch %d: %s; this peer's %d samples of it go out with the "
                             "next round", epoch, summary, samples)  # fmt: skip
             return
+        if samples:
+            self.landed.add(epoch, samples)
+        if result is not None and self.config.mode == "aux":
+            weights = {str(peer): weight for peer, weight in result.weights.items()}
+            self.witnessed.append((epoch, weights))
         weight = result.group_weight if result is not None else float(samples)
         sent = result.bytes_sent if result is not None else 0
         anchor = await self.bridge.run(self.diloco.anchor_digest)
@@ -438,6 +449,7 @@ class DilocoOptimizer:
             self._tally.loss_sum,
             self._tally.mini_steps,
             *self._last,
+            landed=self.landed.items(),
         )
 
     async def _publish(self) -> None:

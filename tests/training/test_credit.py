@@ -1,0 +1,173 @@
+"""Credit by record: every landed epoch of every peer credited once, whatever the pace of the
+backbone's readings; late finds reported as late; a gone peer credited from its round's weights,
+a live one never (pure: records and a fake clock, no swarm)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.training.credit import GONE_AFTER, RECENT, CreditBook, Landed, LandedLog
+from core.training.metrics import EpochMetrics, MetricsAggregator
+from core.training.progress import HeldOut, PeerProgress
+
+BATCH = 32
+
+
+def record(
+    peer: str, landed: list[int], *, samples: int = BATCH, time: float = 0.0
+) -> PeerProgress:
+    """A trainer's record after it landed the ``landed`` epochs, ``samples`` each."""
+    last = landed[-1] if landed else -1
+    return PeerProgress(
+        peer, last + 1, 0, 16.0, time, "trainer",
+        last_epoch=last, last_loss_sum=2.0, last_mini_steps=1, last_samples=samples,
+        landed=tuple(Landed(e, samples) for e in landed),
+    )  # fmt: skip
+
+
+def credited(metrics: list[EpochMetrics]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for m in metrics:
+        for part in m.contributions:
+            total[part.peer] = total.get(part.peer, 0) + part.samples
+    return total
+
+
+def test_two_epochs_between_two_readings_are_both_credited() -> None:
+    # bob lands epochs 0 to 4; the backbone reads his record after epoch 0, then not again until
+    # he has landed 1, 2, 3 and 4: every one of them is credited, each once
+    aggregator = MetricsAggregator(grace=0.0)
+    reported = aggregator.observe([record("alice", [0]), record("bob", [0])], 1.0)
+    reported += aggregator.observe([record("alice", [0, 1]), record("bob", [0, 1, 2, 3, 4])], 2.0)
+    reported += aggregator.observe(
+        [record("alice", [0, 1, 2, 3, 4]), record("bob", [0, 1, 2, 3, 4])], 3.0
+    )
+    reported += aggregator.late_credit(3.0)
+    assert credited(reported) == {"alice": 5 * BATCH, "bob": 5 * BATCH}
+    # epochs 2 and 3 were never anyone's last finished epoch, and are still epochs of their own
+    assert sorted({m.epoch for m in reported if not m.late}) == [0, 1, 2, 3, 4]
+    assert aggregator.observe([record("bob", [0, 1, 2, 3, 4])], 4.0) == []
+    assert aggregator.late_credit(4.0) == []
+
+
+def test_a_record_read_after_its_epoch_went_out_is_late_credit_with_no_figures() -> None:
+    aggregator = MetricsAggregator(grace=0.0)
+    (first,) = aggregator.observe([record("alice", [0]), record("bob", [])], 1.0)
+    assert credited([first]) == {"alice": BATCH}
+    assert aggregator.observe([record("alice", [0]), record("bob", [0])], 2.0) == []
+    (late,) = aggregator.late_credit(2.0)
+    assert (late.epoch, late.late, late.samples, credited([late])) == (
+        0,
+        True,
+        BATCH,
+        {"bob": BATCH},
+    )
+    body = late.contribution_report()
+    assert body["late"] is True
+    assert not {"loss", "samples_per_second", "alive_peers"} & set(body)
+    assert "late" not in first.contribution_report()
+    assert aggregator.late_credit(3.0) == []
+    assert aggregator.late_shares == 1
+
+
+def test_a_restarted_backbone_credits_what_records_list_but_reports_only_the_newest_epoch() -> None:
+    aggregator = MetricsAggregator(grace=0.0)
+    done = aggregator.observe([record("alice", [3, 4, 5, 6])], 1.0)
+    assert [m.epoch for m in done] == [6]
+    late = aggregator.late_credit(1.0)
+    assert [(m.epoch, m.late) for m in late] == [(3, True), (4, True), (5, True)]
+
+
+def test_a_gone_peer_is_credited_from_its_rounds_weights_after_its_record_expired() -> None:
+    aggregator = MetricsAggregator(grace=0.0)
+    aggregator.observe([record("alice", [0]), record("bob", [0])], 0.0)
+    # epoch 1's round averaged both; bob was killed before his record said it landed
+    aggregator.witness(1, {"alice": 32.0, "bob": 48.0}, 10.0)
+    reported = aggregator.observe([record("alice", [0, 1]), record("bob", [0], time=5.0)], 11.0)
+    assert credited(reported) == {"alice": BATCH}
+    assert aggregator.late_credit(11.0) == []  # bob's record is still fresh: he may yet say so
+    assert aggregator.late_credit(10.0 + GONE_AFTER) == []  # not observed since: nothing settles
+    aggregator.observe([record("alice", [0, 1])], 10.0 + GONE_AFTER)
+    (late,) = aggregator.late_credit(10.0 + GONE_AFTER)
+    assert (late.epoch, credited([late])) == (1, {"bob": 48})
+    assert aggregator.credit.witnessed_shares == 1
+    aggregator.observe([record("alice", [0, 1])], 100.0)
+    assert aggregator.late_credit(100.0) == []
+
+
+def test_a_live_peers_own_record_is_the_authority_over_a_round_it_did_not_land() -> None:
+    # a diloco member that saw its round incomplete carries its samples to the next round and
+    # claims them there: the backbone's view of the round must not credit them a second time
+    aggregator = MetricsAggregator(grace=0.0)
+    reported = aggregator.observe([record("alice", [0]), record("bob", [0])], 0.0)
+    aggregator.witness(1, {"alice": 32.0, "bob": 32.0}, 1.0)
+    for now in (2.0, 1.0 + GONE_AFTER, 100.0):
+        bob = record("bob", [0], time=now)
+        reported += aggregator.observe([record("alice", [0, 1]), bob], now)
+        reported += aggregator.late_credit(now)
+    carried = PeerProgress("bob", 3, 0, 16.0, 101.0, "trainer", last_epoch=2,
+                           landed=(Landed(0, 32), Landed(2, 64)))  # fmt: skip
+    reported += aggregator.observe([record("alice", [0, 1, 2]), carried], 101.0)
+    reported += aggregator.late_credit(101.0)
+    assert credited(reported) == {"alice": 3 * BATCH, "bob": 32 + 64}
+    assert aggregator.credit.witnessed_shares == 0
+
+
+def test_a_witnessed_share_already_claimed_is_not_credited_again() -> None:
+    book = CreditBook()
+    book.claim("bob", [Landed(3, 32)], None, 16.0)
+    assert [s.samples for s in book.take(3)] == [32]
+    book.witness(3, {"bob": 32.0}, 0.0)
+    book.settle_witnesses([], GONE_AFTER + 1)
+    assert book.late(3) == {}
+
+
+def test_an_older_release_record_is_credited_for_its_last_finished_epoch() -> None:
+    old = PeerProgress("old", 4, 0, 16.0, 0.0, "trainer", last_epoch=3, last_samples=24)
+    aggregator = MetricsAggregator(grace=0.0)
+    assert credited(aggregator.observe([old], 1.0)) == {"old": 24}
+
+
+def test_the_landed_log_keeps_the_recent_epochs_and_one_entry_per_epoch() -> None:
+    log = LandedLog()
+    for epoch in range(RECENT + 5):
+        log.add(epoch, epoch + 1)
+    assert [item.epoch for item in log.items()] == list(range(5, RECENT + 5))
+    log.add(7, 99)  # landed again after a rollback numbered epochs anew
+    assert log.items()[-1] == Landed(7, 99)
+    assert len(log.items()) == RECENT
+
+
+@pytest.mark.parametrize(
+    "progress",
+    [
+        record("a", [1, 2, 3]),
+        record("a", []),
+        PeerProgress("a", 3, 0, 0.0, 0.0, "aux", landed=(), held_out=HeldOut(2, 3.5, 0.25, 64)),
+        PeerProgress("a", 3, 0, 0.0, 0.0, "aux", landed=()),
+    ],
+)
+def test_landed_epochs_travel_in_the_record(progress: PeerProgress) -> None:
+    assert PeerProgress.from_wire("a", progress.to_wire()) == progress
+
+
+@pytest.mark.parametrize(
+    "landed",
+    [
+        "many",
+        [[1, 32]] * 2,  # an epoch twice
+        [[1]],
+        [[1, -5]],
+        [[-1, 5]],
+        [[1, 2**53]],
+        [[1.0, 32]],
+        [[True, 32]],
+        [[e, 1] for e in range(RECENT + 1)],
+    ],
+)
+def test_malformed_landed_epochs_make_the_record_malformed(landed: Any) -> None:
+    wire = record("a", [1]).to_wire()
+    wire[-1] = landed
+    assert PeerProgress.from_wire("a", wire) is None
