@@ -214,7 +214,10 @@ class AuxiliaryPeer:
             await self._publish()
         elif time.monotonic() - self._published_at > KEEPALIVE:
             await self._publish()
-        for metrics in self._aggregator.observe(view.reports, time.time()):
+        now = time.time()
+        for metrics in self._aggregator.observe(view.reports, now):
+            await self._report(metrics)
+        for metrics in self._aggregator.late_credit(now):
             await self._report(metrics)
         self._remember_users(view.reports)
         self._collect_evidence_soon()
@@ -245,6 +248,8 @@ class AuxiliaryPeer:
                                   None)  # fmt: skip
         if result is not None:
             self.rounds_joined += 1
+            weights = {str(peer): weight for peer, weight in result.weights.items()}
+            self._aggregator.witness(epoch, weights, time.time())
         self.epoch = epoch + 1
         await self._publish()
         if self.state.epoch == epoch and result is not None and _whole(result):
@@ -406,9 +411,11 @@ class AuxiliaryPeer:
     # ---- metrics and checkpoints -----------------------------------------------------------------
 
     async def _report(self, metrics: EpochMetrics) -> None:
-        self.metrics.append(metrics)
         if self.on_metrics is not None:
             self.on_metrics(metrics)
+        if metrics.late:
+            return  # more credit for an epoch already reported and checkpointed
+        self.metrics.append(metrics)
         every = self.config.checkpoint_every
         if self.checkpoints is not None and every and (metrics.epoch + 1) % every == 0:
             if self._checkpointing is not None and not self._checkpointing.done():

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.training.credit import CreditBook, Landed, Share
 from core.training.progress import PeerProgress
 from core.trust.passes import AccessPass, pass_to_text
 from core.util.process.logfiles import rotate_if_over, rotated_files
@@ -62,6 +63,9 @@ class EpochMetrics:
     time: float
     contributions: tuple[PeerContribution, ...] = ()
     """Per peer; their samples add up to ``samples``."""
+    late: bool = False
+    """Credit found after the epoch was reported (a record read late, or a gone peer's share of a
+    round): only these contributions, to be added to the epoch's; no figures."""
 
     def summary(self) -> dict[str, object]:
         """The metrics as plain JSON values; contributions by user (passes left out)."""
@@ -85,13 +89,16 @@ class EpochMetrics:
         shows and the contributions of peers with a pass. A figure the coordinator would refuse
         (not finite, negative, beyond its bound: other peers' records make it) goes as null, so
         that one hostile record cannot cost the epoch its report."""
+        figures = {
+            "loss": _within(self.loss, REPORT_MAX_LOSS),
+            "samples_per_second": _within(self.samples_per_second, REPORT_MAX_SPEED),
+            "alive_peers": self.alive_peers if self.alive_peers <= REPORT_MAX_PEERS else None,
+        }
         return {
             "epoch": self.epoch,
             "time": self.time,
             "samples": self.samples,
-            "loss": _within(self.loss, REPORT_MAX_LOSS),
-            "samples_per_second": _within(self.samples_per_second, REPORT_MAX_SPEED),
-            "alive_peers": self.alive_peers if self.alive_peers <= REPORT_MAX_PEERS else None,
+            **({"late": True} if self.late else figures),
             "contributions": [
                 {
                     "peer": part.peer,
@@ -120,15 +127,38 @@ class MetricsAggregator:
         self._pending: dict[int, _Totals] = {}
         # a record's epoch -1 means "none finished yet": never an epoch to report, whatever the floor
         self._reported = max(-1, after_epoch)
+        self.credit = CreditBook()
+        """Which peers were credited for which epochs (``core.training.credit``)."""
+        self.late_shares = 0
+        """Shares credited after their epoch's metrics went out."""
+        self._first = True
+
+    def witness(self, epoch: int, weights: Mapping[str, float], now: float) -> None:
+        """A round of ``epoch`` averaged these senders' weights: evidence for a sender that is
+        gone before its record says what landed."""
+        self.credit.witness(epoch, weights, now)
 
     def observe(self, records: list[PeerProgress], now: float) -> list[EpochMetrics]:
         """Take fresh records; return the epochs that are now complete, oldest first."""
-        for record in records:
+        ours = [r for r in records if r.mode != "aux"]
+        if self._first and ours:
+            # the epochs listed as landed before we came (a backbone restarted): their credit goes
+            # out as late (the coordinator counts each once); they are no new points of the curve
+            self._first = False
+            self._reported = max(self._reported, max(r.last_epoch for r in ours) - 1)
+        for record in ours:
+            landed = record.landed
+            if landed is None:  # a release that listed none: its last finished epoch, as it says
+                landed = (Landed(record.last_epoch, record.last_samples),)
+            self.credit.claim(record.peer, landed, record.access, record.samples_per_second)
+            for item in landed:
+                if item.epoch > self._reported:
+                    self._pending.setdefault(item.epoch, _Totals(now))
             epoch = record.last_epoch
-            if epoch <= self._reported or record.mode == "aux":
-                continue
-            totals = self._pending.setdefault(epoch, _Totals(now))
-            totals.by_peer[record.peer] = record
+            if epoch > self._reported:
+                totals = self._pending.setdefault(epoch, _Totals(now))
+                totals.by_peer[record.peer] = record
+        self.credit.settle_witnesses((r.peer for r in records), now)
         trainers = [r for r in records if r.training]
         speed = sum(r.samples_per_second for r in trainers)
         newest = max((r.last_epoch for r in trainers), default=-1)
@@ -141,6 +171,17 @@ class MetricsAggregator:
             done.append(self._finish(epoch, totals, speed, len(trainers), now))
         return done
 
+    def late_credit(self, now: float) -> list[EpochMetrics]:
+        """Credit found for epochs already reported (``EpochMetrics.late``), oldest first: what
+        records listed after their epoch's metrics went out, and gone peers' shares of rounds."""
+        found = []
+        for epoch, shares in self.credit.late(self._reported).items():
+            self.late_shares += len(shares)
+            parts = tuple(_part(share) for share in shares)
+            samples = sum(part.samples for part in parts)
+            found.append(EpochMetrics(epoch, None, samples, 0.0, 0, now, parts, late=True))
+        return found
+
     def _finish(
         self, epoch: int, totals: _Totals, speed: float, alive: int, now: float
     ) -> EpochMetrics:
@@ -152,18 +193,14 @@ class MetricsAggregator:
         loss_sum = sum(r.last_loss_sum for r in records)
         steps = sum(r.last_mini_steps for r in records)
         loss = loss_sum / steps if steps and math.isfinite(loss_sum) else None
-        parts = tuple(
-            PeerContribution(
-                r.peer,
-                r.last_samples,
-                r.last_samples / r.samples_per_second if r.samples_per_second > 0 else 0.0,
-                r.access,
-            )
-            for r in records
-            if r.last_samples > 0
-        )
+        parts = tuple(_part(share) for share in self.credit.take(epoch))
         samples = sum(part.samples for part in parts)
         return EpochMetrics(epoch, loss, samples, round(speed, 1), alive, now, parts)
+
+
+def _part(share: Share) -> PeerContribution:
+    seconds = share.samples / share.speed if share.speed > 0 else 0.0
+    return PeerContribution(share.peer, share.samples, seconds, share.access)
 
 
 METRICS_MAX_BYTES = 8_000_000

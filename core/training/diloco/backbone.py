@@ -62,10 +62,16 @@ class DilocoBackbone:
         await opt.start()
         try:
             while not stop.is_set():
-                for metrics in self._aggregator.observe(opt.view().reports, time.time()):
+                now = time.time()
+                while opt.witnessed:
+                    self._aggregator.witness(*opt.witnessed.popleft(), now)
+                for metrics in self._aggregator.observe(opt.view().reports, now):
                     if self.on_metrics is not None:
                         self.on_metrics(metrics)
                     await self._maybe_checkpoint(metrics)
+                for metrics in self._aggregator.late_credit(now):
+                    if self.on_metrics is not None:
+                        self.on_metrics(metrics)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), POLL_SECONDS)
         finally:

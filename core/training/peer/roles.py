@@ -204,9 +204,13 @@ async def run_backbone(
 
     def report(metrics: EpochMetrics) -> None:
         metrics_log.write(metrics)
-        on_event(metrics_event(metrics, by_user=True))
         if s.on_metrics is not None:
             s.on_metrics(metrics)
+        if metrics.late:
+            log.info("epoch %d: %d more samples credited (%s), read after the epoch was reported",
+                     metrics.epoch, metrics.samples, ", ".join(sorted(metrics.by_user())))  # fmt: skip
+            return
+        on_event(metrics_event(metrics, by_user=True))
         if evaluator is not None:
             evaluator.epoch_done(metrics.epoch)
 
