@@ -43,7 +43,8 @@ class _Report:
             return f"{len(self.body.get('evidence', []))} accusation(s)"
         if self.kind == "evaluation":
             return f"held-out evaluation of epoch {self.body.get('epoch')}"
-        return f"contributions of epoch {self.body.get('epoch')}"
+        late = " (late)" if self.body.get("late") else ""
+        return f"contributions of epoch {self.body.get('epoch')}{late}"
 
 
 class ContributionReporter:

@@ -379,14 +379,15 @@ class CoordinatorService:
             self.store.peer_keys.owner,
         )(report)
         added = self.store.contributions.record(
-            report.epoch, report.time, report.samples, verdicts.counted
+            report.epoch, report.time, report.samples, verdicts.counted, late=report.late
         )
         if report.figures is not None:
             self.store.figures.record(report.figures, self.clock.time())
         self._page.changed()
         log.info(
-            "epoch %d: %d contributions accepted (%d new), %d rejected",
+            "epoch %d%s: %d contributions accepted (%d new), %d rejected",
             report.epoch,
+            " (late)" if report.late else "",
             len(verdicts.counted),
             added,
             len(verdicts.rejected),

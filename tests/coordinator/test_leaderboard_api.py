@@ -281,3 +281,49 @@ async def test_me_shows_rank_percentile_neighbours_and_daily_history(coordinator
     assert nothing["above"] == nothing["below"] == []
     assert all(d["samples"] == 0 for d in nothing["history"]["30d"])
     assert (await coordinator.client.get("/leaderboard/me")).status == 401
+
+
+async def test_a_late_report_adds_its_new_contributions_to_the_epoch_once(
+    coordinator: Running,
+) -> None:
+    coordinator.add_user("aux", moderator=True)
+    coordinator.add_user("alice")
+    coordinator.add_user("bob")
+    alice, bob = Identity.generate(), Identity.generate()
+    alice_pass = await pass_for(coordinator, "alice", alice)
+    bob_pass = await pass_for(coordinator, "bob", bob)
+    session = (await coordinator.client.login("aux"))["session"]
+    now = coordinator.clock.time()
+    figures = {"loss": 2.5, "samples_per_second": 40.0, "alive_peers": 2}
+    first = {"epoch": 4, "time": now, "samples": 64, **figures,
+             "contributions": [entry(alice, alice_pass, 64)]}  # fmt: skip
+    assert (await coordinator.client.post("/contributions", first, token=session)).status == 200
+    # bob's record of epoch 4 was read after the epoch went out; alice's share comes along again
+    late = {"epoch": 4, "time": now + 5, "samples": 96, "late": True,
+            "contributions": [entry(alice, alice_pass, 64), entry(bob, bob_pass, 32)]}  # fmt: skip
+    for _ in range(2):
+        reply = await coordinator.client.post("/contributions", late, token=session)
+        assert reply.status == 200, reply
+    contributions = coordinator.service.store.contributions
+    assert contributions.epoch_totals() == (1, 96)
+    board = (await coordinator.client.get("/leaderboard")).body
+    assert {u["username"]: u["samples"] for u in board["users"]} == {"alice": 64, "bob": 32}
+    newest = coordinator.service.store.figures.latest()
+    assert newest is not None
+    assert newest.figures.loss == 2.5  # a late report carries no figures
+    broken = {**late, "late": "yes"}
+    assert (await coordinator.client.post("/contributions", broken, token=session)).status == 400
+
+
+async def test_a_late_report_of_an_epoch_never_reported_counts_only_its_shares(
+    coordinator: Running,
+) -> None:
+    coordinator.add_user("aux", moderator=True)
+    coordinator.add_user("alice")
+    alice = Identity.generate()
+    access = await pass_for(coordinator, "alice", alice)
+    session = (await coordinator.client.login("aux"))["session"]
+    late = {"epoch": 9, "time": coordinator.clock.time(), "samples": 999, "late": True,
+            "contributions": [entry(alice, access, 48)]}  # fmt: skip
+    assert (await coordinator.client.post("/contributions", late, token=session)).status == 200
+    assert coordinator.service.store.contributions.epoch_totals() == (1, 48)

@@ -11,6 +11,8 @@ malformed report as a whole is a 400.
 
 A report may also carry the epoch's figures (loss, speed, live peers) for the project page; they
 are read by ``figures.parse_figures`` and are optional, so older auxiliary peers are still heard.
+A *late* report adds contributions the auxiliary peer found after it reported the epoch; it carries
+no figures.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ class EpochReport:
     samples: int
     contributions: list[Any]
     figures: EpochFigures | None = None
-    """None from an auxiliary peer that sends no figures (an older version's)."""
+    """None from an auxiliary peer that sends no figures (an older version's), or in a late one."""
+    late: bool = False
+    """More contributions to an epoch reported before (records read late, a gone peer's share
+    of a round): they add to it, and the report carries no figures."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,11 @@ def parse_report(body: Mapping[str, Any], now: float) -> EpochReport:
         raise BadRequest("contributions must be a list")
     if len(contributions) > MAX_CONTRIBUTIONS:
         raise BadRequest(f"at most {MAX_CONTRIBUTIONS} contributions per report")
+    late = body.get("late", False)
+    if not isinstance(late, bool):
+        raise BadRequest("late must be true or false")
+    if late:
+        return EpochReport(epoch, when, samples, contributions, None, late=True)
     return EpochReport(epoch, when, samples, contributions, parse_figures(body, epoch, when))
 
 

@@ -80,15 +80,27 @@ class Contributions:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    def record(self, epoch: int, time: float, samples: int, counted: Iterable[Counted]) -> int:
-        """Store an epoch and its contributions; returns how many were new (not seen before)."""
+    def record(
+        self,
+        epoch: int,
+        time: float,
+        samples: int,
+        counted: Iterable[Counted],
+        *,
+        late: bool = False,
+    ) -> int:
+        """Store an epoch and its contributions; returns how many were new (not seen before).
+
+        ``late``: contributions found after the epoch was reported; the epoch's samples grow by
+        those that are new (a late report sent twice adds nothing the second time)."""
         day = utc_day(time)
         added = 0
+        added_samples = 0
         with transaction(self._conn):
             self._conn.execute(
                 "INSERT INTO epochs (epoch, samples, time) VALUES (?, ?, ?) "
                 "ON CONFLICT (epoch) DO NOTHING",
-                (epoch, samples, time),
+                (epoch, 0 if late else samples, time),
             )
             for item in counted:
                 inserted = self._conn.execute(
@@ -100,6 +112,7 @@ class Contributions:
                 if not inserted:
                     continue
                 added += 1
+                added_samples += item.samples
                 self._conn.execute(
                     "INSERT INTO totals (user_key, samples, compute_seconds, last_seen) "
                     "VALUES (?, ?, ?, ?) ON CONFLICT (user_key) DO UPDATE SET "
@@ -114,6 +127,11 @@ class Contributions:
                     "samples = samples + excluded.samples, "
                     "compute_seconds = compute_seconds + excluded.compute_seconds",
                     (item.user_key, day, item.samples, item.compute_seconds),
+                )
+            if late and added_samples:
+                self._conn.execute(
+                    "UPDATE epochs SET samples = samples + ? WHERE epoch = ?",
+                    (added_samples, epoch),
                 )
         return added
 
