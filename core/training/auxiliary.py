@@ -46,6 +46,7 @@ from core.averaging import AveragingResult
 from core.averaging.state import DownloadedState, StateDownloadError
 from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
+from core.training.collaborative import MAX_SHORT_ROUNDS
 from core.training.errors import CheckpointError
 from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
 from core.training.links import PeerLinks
@@ -91,6 +92,8 @@ class AuxiliaryConfig:
     """The longest wait between attempts to download the trainers' state."""
     evidence_interval: float = 30.0
     """Seconds between collections of evidence while the epoch does not change."""
+    delay_parameter_updates: bool = False
+    """The trainers' (the manifest's): they step after every round, short or not."""
 
 
 class AuxiliaryPeer:
@@ -141,6 +144,8 @@ class AuxiliaryPeer:
         self.metrics: deque[EpochMetrics] = deque(maxlen=METRICS_KEPT)
         self._aggregator = MetricsAggregator()
         self._joined = -1
+        self._short_rounds = 0
+        """Short rounds in a row at the current epoch (the trainers count them alike)."""
         self._published_at = 0.0
         self._tasks = BackgroundTasks(f"auxiliary/{averager.host.peer_id.short()}")
         self._checkpointing: asyncio.Task[None] | None = None
@@ -248,6 +253,13 @@ class AuxiliaryPeer:
                                   None)  # fmt: skip
         if result is not None:
             self.rounds_joined += 1
+            if self._short(result):
+                # the trainers keep this average and go on with the epoch (``CollaborativeOptimizer.
+                # _average_and_apply``): no step, and we join the epoch's next round with them
+                self._short_rounds += 1
+                self._joined = epoch - 1
+                return
+            self._short_rounds = 0
             weights = {str(peer): weight for peer, weight in result.weights.items()}
             self._aggregator.witness(epoch, weights, time.time())
         self.epoch = epoch + 1
@@ -341,6 +353,15 @@ class AuxiliaryPeer:
         await self._replica_changed()
         await self._publish()
         return True
+
+    def _short(self, result: AveragingResult) -> bool:
+        """The round held fewer samples than the target: the trainers take no step from it, by the
+        rule they all apply alike (every member sees the same total weight)."""
+        return (
+            result.group_weight < self.config.target_batch_size
+            and not self.config.delay_parameter_updates
+            and self._short_rounds < MAX_SHORT_ROUNDS
+        )
 
     async def _replica_changed(self) -> None:
         self._snapshot = await self.bridge.run(self.state.snapshot)

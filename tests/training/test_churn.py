@@ -343,6 +343,68 @@ async def test_a_round_short_of_the_target_does_not_step(nodes) -> None:  # type
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
 
 
+async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # type: ignore[no-untyped-def]
+    """The backbone reduces in a round that holds fewer samples than the target: the trainers take
+    no step from it, and neither may the backbone, nor move on to the next epoch (the trainers would
+    then download its replica and lose the epoch's number; the samples of that round would be
+    credited to nobody)."""
+    backbone = await nodes(None, backbone=True)
+    aux_model = fresh_model()
+    aux = AuxiliaryPeer(
+        TrainingState(aux_model, make_optimizer(aux_model)),
+        backbone.links,
+        AuxiliaryConfig(target_batch_size=64, matchmaking_time=3.0),
+    )
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    ghost = await nodes(backbone.address)
+    me = str(ghost.averager.host.peer_id)
+
+    async def haunt() -> None:
+        while True:
+            await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))
+            await asyncio.sleep(1.0)
+
+    haunting = asyncio.create_task(haunt())
+    node = await nodes(backbone.address)
+    optimizer, model = trainer(
+        node, CollaborativeConfig(target_batch_size=64, matchmaking_time=3.0)
+    )
+    data = dataset()
+    try:
+        await optimizer.start()
+        await poll_until(optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen))
+        await optimizer._refresh()
+        used = 0
+
+        async def microbatch() -> object:
+            nonlocal used
+            inputs, targets = data[0][used * 8 : used * 8 + 8], data[1][used * 8 : used * 8 + 8]
+            used += 1
+            torch.nn.functional.mse_loss(model(inputs), targets).backward()  # type: ignore[no-untyped-call]
+            return await optimizer.step(8, 1.0)
+
+        assert await microbatch() is None  # a short round: 8 of the 64 samples it was ready for
+        await wait_until(lambda: aux.rounds_joined >= 1)
+        assert (aux.epoch, aux.state.epoch, aux.steps_followed) == (0, 0, 0)
+        haunting.cancel()
+        await ghost.links.board.withdraw(PeerProgress(me, 0, 100, 50.0, time.time()))
+        await optimizer._refresh()
+        report = None
+        while report is None:
+            report = await microbatch()
+        assert optimizer.epoch == 1  # stepped, never downloaded a state numbered past its own
+        await wait_until(lambda: aux.state.epoch == 1)
+        assert aux.steps_followed == 1
+        for mine, theirs in zip(aux_model.parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+    finally:
+        haunting.cancel()
+        await optimizer.close()
+        stop.set()
+        await aux_task
+
+
 async def test_alone_a_newcomer_starts_from_the_verified_published_checkpoint(  # type: ignore[no-untyped-def]
     nodes, tmp_path: Path
 ) -> None:

@@ -273,6 +273,7 @@ async def _run_replica(
             checkpoint_every=s.checkpoint_every,
             average_state_every=manifest.training.average_state_every,
             clip_norm=manifest.training.clip_norm or None,
+            delay_parameter_updates=manifest.training.delay_parameter_updates,
         ),
         checkpoints=store,
         on_metrics=report,
