@@ -21,6 +21,7 @@
 - ``access``    a headless peer's login to a moderated project (password from stdin, the environment
   or a prompt) and the session that keeps its pass fresh.
 - ``coordinator`` ``barnraise coordinator``: an organizer's coordinator, and ``users`` to manage it.
+- ``coordinator_audit`` ``barnraise coordinator audit``: the credit against the backbone's records.
 - ``project``   ``barnraise project new``: a new project's folder (manifest, keys, the organizer's
   account, service files for the backbone), and ``project check``: a manifest and its data
   (``core.organize``).

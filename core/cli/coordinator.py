@@ -25,6 +25,9 @@ Rollback: ``barnraise coordinator rollback --to-epoch N [--reason TEXT] [--check
 --manifest F [--db PATH] [--key PATH]`` signs an order with the project key and stores it; every
 peer reads it within one refresh interval, loads the checkpoint of epoch N and trains on, epochs
 numbered on. ``rollback --list`` prints the orders issued.
+
+Audit: ``barnraise coordinator audit --metrics FILE (--db PATH | --manifest F)`` compares what the
+coordinator credited with the backbone's records (``coordinator_audit``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from core.cli.coordinator_audit import register_audit
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.coordinator import (
@@ -127,6 +131,7 @@ def register(commands: Any) -> None:
         action.set_defaults(run=run_users)
     _register_reports(sub)
     _register_rollback(sub)
+    register_audit(sub, default_db)
 
 
 def _register_https(parser: argparse.ArgumentParser) -> None:

@@ -24,6 +24,8 @@ An aiohttp service over one SQLite file, run with ``barnraise coordinator`` (or 
 - ``published_model`` the model the backbone published (``network.checkpoint_url`` + ``model.json``),
   verified with the project key and kept a minute, for the page's download section.
 - ``public_url``   ``check_public_url``: the URL volunteers reach the coordinator by, a bare base.
+- ``audit``        the credit audit: contributions credited against the backbone's metrics lines,
+  per (epoch, user), each difference with its reason; the store's own totals checked.
 - ``errors``       refusals named for what they refuse; ``StoreError`` for the database file.
 """
 

@@ -7,13 +7,14 @@ once, a short grace after its first totals appear, so that slower peers' totals 
 
 Each report also lists every peer's part of the epoch (its samples, an estimate of its compute time,
 and in moderated projects the pass naming its user): what the coordinator's leaderboard counts, so the
-leaderboard and these metrics add up to the same samples. The report carries the epoch's loss, speed
-and alive peers too, for the coordinator's project page.
+leaderboard and these metrics add up to the same samples. The parts come from the records' landed
+epochs (``core.training.credit``): an epoch that no record names as its last finished one is still
+reported, and a part found after its epoch went out is reported late (``late_credit``). The report
+carries the epoch's loss, speed and alive peers too, for the coordinator's project page.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from typing import Any
 from core.training.credit import CreditBook, Landed, Share
 from core.training.progress import PeerProgress
 from core.trust.passes import AccessPass, pass_to_text
-from core.util.process.logfiles import rotate_if_over, rotated_files
+from core.util.process.logfiles import JSON_LINES_BACKUPS, read_json_lines, rotate_if_over
 
 REPORT_MAX_LOSS = 1e6
 REPORT_MAX_SPEED = 1e9
@@ -207,7 +208,7 @@ METRICS_MAX_BYTES = 8_000_000
 """Where ``metrics.jsonl`` is rotated: an epoch's line lists every peer's part (a few hundred bytes
 each), so this holds thousands of epochs of a large collaboration; older ones live on in the
 checkpoints and the coordinator's leaderboard."""
-METRICS_BACKUPS = 2
+METRICS_BACKUPS = JSON_LINES_BACKUPS
 
 
 class MetricsLog:
@@ -233,12 +234,4 @@ class MetricsLog:
     def records(self) -> list[dict[str, Any]]:
         """Every epoch still kept, oldest first, across the rotated files (unreadable lines, as a
         crash mid-write leaves, skipped)."""
-        found: list[dict[str, Any]] = []
-        for path in rotated_files(self.path, METRICS_BACKUPS):
-            with path.open(encoding="utf-8", errors="replace") as lines:
-                for line in lines:
-                    with contextlib.suppress(ValueError):
-                        record = json.loads(line)
-                        if isinstance(record, dict):
-                            found.append(record)
-        return found
+        return read_json_lines(self.path, METRICS_BACKUPS)

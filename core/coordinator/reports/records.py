@@ -149,6 +149,32 @@ class Contributions:
             )
         return counts
 
+    def by_epoch_and_user(self, first: int, last: int) -> dict[tuple[int, str], int]:
+        """Samples credited per (epoch, user key) for epochs ``first`` to ``last``."""
+        rows = self._conn.execute(
+            "SELECT epoch, user_key, sum(samples) FROM contributions "
+            "WHERE epoch BETWEEN ? AND ? GROUP BY epoch, user_key",
+            (first, last),
+        ).fetchall()
+        return {(int(epoch), str(user)): int(samples) for epoch, user, samples in rows}
+
+    def reported_epochs(self) -> set[int]:
+        """Every epoch a report (or a late one) reached us for."""
+        return {int(row[0]) for row in self._conn.execute("SELECT epoch FROM epochs")}
+
+    def sums_by_user(self) -> dict[str, tuple[int, int, int]]:
+        """Per user key: samples in contribution rows, in the totals row, and in the day rows
+        (the three agree unless the file was changed by hand or a write was torn)."""
+        found: dict[str, list[int]] = {}
+        for query, column in (
+            ("SELECT user_key, sum(samples) FROM contributions GROUP BY user_key", 0),
+            ("SELECT user_key, samples FROM totals", 1),
+            ("SELECT user_key, sum(samples) FROM days GROUP BY user_key", 2),
+        ):
+            for user, samples in self._conn.execute(query):
+                found.setdefault(str(user), [0, 0, 0])[column] = int(samples)
+        return {user: (a, b, c) for user, (a, b, c) in found.items()}
+
     def epoch_totals(self) -> tuple[int, int]:
         """How many epochs were reported, and the samples the auxiliary peer counted in them."""
         count, samples = self._conn.execute(

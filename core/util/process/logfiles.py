@@ -15,11 +15,14 @@ the newest older copy), so one folder reads the same whoever rotated it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import logging.handlers
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 LOG_MAX_BYTES = 2_000_000
 """A log a process writes itself (``engine.log``, ``app.log``): a day or more of a busy engine at the
@@ -70,6 +73,24 @@ def rotated_files(path: Path, backups: int) -> list[Path]:
     """``path`` and its older copies that exist, oldest first (to read a rotated file whole)."""
     candidates = [backup_path(path, i) for i in range(backups, 0, -1)] + [path]
     return [p for p in candidates if p.is_file()]
+
+
+JSON_LINES_BACKUPS = 2
+"""Older copies of a JSON-lines file of records (``metrics.jsonl.1``, ``.2``)."""
+
+
+def read_json_lines(path: Path, backups: int = JSON_LINES_BACKUPS) -> list[dict[str, Any]]:
+    """Every JSON object in ``path`` and its rotated copies, oldest first; a line that is not
+    one (a crash mid-write leaves half a line) is skipped."""
+    found: list[dict[str, Any]] = []
+    for part in rotated_files(path, backups):
+        with part.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if isinstance(record, dict):
+                        found.append(record)
+    return found
 
 
 def rotating_handler(

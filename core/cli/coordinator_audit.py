@@ -1,0 +1,91 @@
+"""``barnraise coordinator audit``: what the coordinator credited, against the backbone's records.
+
+``barnraise coordinator audit --metrics FILE [--metrics FILE ...] (--db PATH | --manifest F)
+[--json]`` reads the backbone's ``metrics.jsonl`` (and its rotated ``.1``, ``.2``) and the
+coordinator's database, and prints per volunteer the samples credited and recorded over the epochs
+the records cover, then every difference with its reason (``core.coordinator.audit``). Exit status
+0 when there is none, 1 when there are differences, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.coordinator import CoordinatorStore
+from core.coordinator.audit import Audit, audit, recorded_by_epoch
+from core.coordinator.errors import BadRequest
+from core.project import AnyManifest, load_any_manifest
+from core.util.errors import ConfigError
+from core.util.process.logfiles import read_json_lines
+
+
+def register_audit(sub: Any, default_db: Callable[[AnyManifest], Path]) -> None:
+    parser = sub.add_parser(
+        "audit", help="compare what the coordinator credited with the backbone's records"
+    )
+    parser.add_argument(
+        "--metrics",
+        type=Path,
+        metavar="FILE",
+        action="append",
+        required=True,
+        help="a backbone's metrics.jsonl (its rotated copies are read too); may be repeated",
+    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=Path, metavar="PATH", help="the coordinator's database")
+    where.add_argument(
+        "--manifest", type=Path, metavar="F", help="use the default database of this project"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    parser.set_defaults(run=lambda args: run_audit(args, default_db))
+
+
+def run_audit(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path]) -> int:
+    db: Path = args.db if args.db is not None else default_db(load_any_manifest(args.manifest))
+    if not db.exists():
+        raise ConfigError(f"there is no coordinator database at {db}")
+    lines: list[dict[str, Any]] = []
+    for path in args.metrics:
+        if not path.exists():
+            raise ConfigError(f"there is no metrics file at {path}")
+        lines.extend(read_json_lines(path))
+    try:
+        recorded = recorded_by_epoch(lines)
+    except BadRequest as exc:
+        raise ConfigError(f"the metrics are not a backbone's: {exc}") from None
+    with CoordinatorStore(db) as store:
+        found = store.contributions
+        epochs = [epoch for epoch, _ in recorded]
+        credited = found.by_epoch_and_user(min(epochs), max(epochs)) if epochs else {}
+        result = audit(
+            recorded, credited, found.reported_epochs(), store.users(), found.sums_by_user()
+        )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        _print(result)
+    return 0 if result.clean else 1
+
+
+def _print(result: Audit) -> None:
+    if result.epochs is None:
+        print("the metrics hold no epoch: nothing to compare")
+    else:
+        first, last = result.epochs
+        print(f"epochs {first} to {last} ({result.outside} more at the coordinator, not compared)")
+        print(f"  {'volunteer':<24} {'credited':>12} {'recorded':>12}")
+        for user, (credited, recorded) in sorted(result.users.items()):
+            mark = "" if credited == recorded else "  differs"
+            print(f"  {user:<24} {credited:>12} {recorded:>12}{mark}")
+    for difference in result.differences:
+        print(difference.text())
+    if result.more_differences:
+        print(f"... and {result.more_differences} more differences")
+    for line in result.inconsistent:
+        print(f"the coordinator's own totals disagree: {line}")
+    if result.clean:
+        print("no difference: the coordinator credited exactly what the records show")

@@ -1,0 +1,165 @@
+"""The credit audit: what the coordinator credited, against what the backbone's records show.
+
+The backbone writes one line per epoch to ``metrics.jsonl`` (rotated as ``.1``, ``.2``), with the
+samples of every user in it, and a line of its own for credit it found after the epoch went out
+(``"late": true``). Those lines are what it reported. The audit adds them up per (epoch, user) and
+compares them with the coordinator's contribution rows for the same epochs, and names a reason for
+every difference it can explain: a report that never arrived, a name with no account, a banned
+account, a contribution the coordinator refused (its pass or its key). It also checks the
+coordinator's own three copies of each total (contribution rows, the totals row, the day rows).
+
+Only the epochs the logs cover are compared: a log rotated away, or another backbone's reports,
+are told apart from a difference (``outside``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.coordinator.errors import BadRequest
+from core.coordinator.people.accounts import User
+from core.coordinator.people.names import Username
+
+MAX_LISTED = 200
+"""Differences kept in a report (the rest are counted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    epoch: int
+    user: str
+    credited: int
+    recorded: int
+    reason: str
+
+    def text(self) -> str:
+        return (
+            f"epoch {self.epoch}: {self.user}: credited {self.credited}, the records show "
+            f"{self.recorded} ({self.reason})"
+        )
+
+
+@dataclass(slots=True)
+class Audit:
+    """Per user: samples credited and samples recorded, over the epochs compared."""
+
+    users: dict[str, tuple[int, int]] = field(default_factory=dict)
+    differences: list[Difference] = field(default_factory=list)
+    more_differences: int = 0
+    epochs: tuple[int, int] | None = None
+    """The first and last epoch compared (the logs' range); None when the logs hold none."""
+    outside: int = 0
+    """Epochs the coordinator has outside that range (not compared)."""
+    inconsistent: list[str] = field(default_factory=list)
+    """Users whose contribution rows, totals row and day rows disagree."""
+
+    @property
+    def clean(self) -> bool:
+        return not self.differences and not self.inconsistent and not self.more_differences
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clean": self.clean,
+            "epochs": list(self.epochs) if self.epochs else None,
+            "epochs_outside": self.outside,
+            "users": {u: {"credited": c, "recorded": r} for u, (c, r) in self.users.items()},
+            "differences": [
+                {
+                    "epoch": d.epoch,
+                    "user": d.user,
+                    "credited": d.credited,
+                    "recorded": d.recorded,
+                    "reason": d.reason,
+                }
+                for d in self.differences
+            ],
+            "more_differences": self.more_differences,
+            "inconsistent": self.inconsistent,
+        }
+
+
+def recorded_by_epoch(lines: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], int]:
+    """Samples per (epoch, name) in the backbone's metrics lines (late ones add to their epoch).
+    A line that is not an epoch's is skipped; a malformed one raises ``BadRequest``."""
+    found: dict[tuple[int, str], int] = {}
+    for number, line in enumerate(lines, 1):
+        epoch = line.get("epoch")
+        parts = line.get("contributions")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(parts, dict):
+            shown = json.dumps(line)[:80]
+            raise BadRequest(f"line {number} of the metrics is not an epoch's: {shown}")
+        for name, samples in parts.items():
+            if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
+                raise BadRequest(f"line {number}: {name!r} has {samples!r} samples")
+            found[(epoch, str(name))] = found.get((epoch, str(name)), 0) + samples
+    return found
+
+
+def audit(
+    recorded: Mapping[tuple[int, str], int],
+    credited: Mapping[tuple[int, str], int],
+    reported_epochs: set[int],
+    users: Iterable[User],
+    sums: Mapping[str, tuple[int, int, int]],
+) -> Audit:
+    """Compare ``recorded`` (per (epoch, name), from ``recorded_by_epoch``) with ``credited``
+    (per (epoch, user key), the coordinator's rows for the same epochs)."""
+    by_key = {user.key: user for user in users}
+    result = Audit()
+    for key, (rows, total, days) in sorted(sums.items()):
+        if not rows == total == days:
+            name = by_key[key].name if key in by_key else key
+            result.inconsistent.append(f"{name}: contributions {rows}, total {total}, days {days}")
+    if not recorded:
+        return result
+    first = min(epoch for epoch, _ in recorded)
+    last = max(epoch for epoch, _ in recorded)
+    result.epochs = (first, last)
+    result.outside = sum(1 for e in reported_epochs if not first <= e <= last)
+    shown_by_key: dict[tuple[int, str], int] = {}
+    names = {user.key: user.name for user in by_key.values()}
+    for (epoch, name), samples in recorded.items():
+        key = _key(name)
+        shown_by_key[(epoch, key)] = shown_by_key.get((epoch, key), 0) + samples
+        names.setdefault(key, name)
+    for epoch, key in sorted(set(shown_by_key) | set(credited)):
+        got = credited.get((epoch, key), 0)
+        shown = shown_by_key.get((epoch, key), 0)
+        name = names.get(key, key)
+        before = result.users.get(name, (0, 0))
+        result.users[name] = (before[0] + got, before[1] + shown)
+        if got == shown:
+            continue
+        reason = _reason(epoch, by_key.get(key), got, shown, reported_epochs)
+        if len(result.differences) < MAX_LISTED:
+            result.differences.append(Difference(epoch, name, got, shown, reason))
+        else:
+            result.more_differences += 1
+    return result
+
+
+def _key(name: str) -> str:
+    try:
+        return Username.parse(name).key
+    except BadRequest:
+        return name  # a peer without a pass is listed under its PeerID
+
+
+def _reason(epoch: int, user: User | None, got: int, shown: int, reported: set[int]) -> str:
+    if shown == 0:
+        return "credited by a report that is not in these records (another backbone's?)"
+    if epoch not in reported:
+        return "the epoch's report never reached the coordinator"
+    if user is None:
+        return "no account has this name (a peer without a pass, or a name never registered)"
+    if user.banned:
+        return "the account is banned"
+    if got == 0:
+        return (
+            "the coordinator refused it: a pass not valid then, or a peer key the account "
+            "never proved"
+        )
+    return "the samples differ"

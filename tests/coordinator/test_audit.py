@@ -1,0 +1,121 @@
+"""``barnraise coordinator audit``: the coordinator's credit against a backbone's metrics lines,
+every difference named with its reason, the store's own totals checked, bad input refused."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.cli.main import main
+from core.coordinator import CoordinatorStore
+from core.coordinator.people.names import Username
+from core.coordinator.reports.records import Counted
+
+
+def credit(store: CoordinatorStore, epoch: int, **samples: int) -> None:
+    counted = [
+        Counted(f"peer-{name}", Username.parse(name).key, n, 1.0) for name, n in samples.items()
+    ]
+    store.contributions.record(epoch, 1_700_000_000.0 + epoch, sum(samples.values()), counted)
+
+
+def write_metrics(path: Path, *lines: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{half a line")
+    return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "c.db"
+    with CoordinatorStore(path) as store:
+        for name in ("alice", "bob", "mallory"):
+            store.add_user(name)
+        store.ban("mallory")
+        credit(store, 1, alice=64, bob=32)
+        credit(store, 2, alice=64)
+        credit(store, 9, alice=64)  # beyond what the metrics cover: not compared
+    return path
+
+
+def audit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["coordinator", "audit", *args])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def test_every_difference_is_named_with_its_reason(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metrics = write_metrics(
+        tmp_path / "metrics.jsonl",
+        {"epoch": 1, "contributions": {"Alice": 64, "bob": 32}},
+        {"epoch": 2, "contributions": {"alice": 64, "bob": 32, "mallory": 16, "ghost": 8}},
+        {"epoch": 3, "contributions": {"alice": 64}},
+        {"epoch": 1, "late": True, "contributions": {"bob": 16}},
+    )
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
+    assert code == 1, out
+    assert "epoch 1: bob: credited 32, the records show 48 (the samples differ)" in out
+    assert "epoch 2: bob: credited 0, the records show 32 (the coordinator refused it" in out
+    assert "epoch 2: mallory: credited 0, the records show 16 (the account is banned)" in out
+    assert "epoch 2: ghost: credited 0, the records show 8 (no account has this name" in out
+    assert (
+        "epoch 3: alice: credited 0, the records show 64 (the epoch's report never reached" in out
+    )
+    assert "epochs 1 to 3 (1 more at the coordinator, not compared)" in out
+    assert "no difference" not in out
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db), "--json")
+    report = json.loads(out)
+    assert (code, report["clean"], report["epochs"]) == (1, False, [1, 3])
+    assert report["users"]["alice"] == {"credited": 128, "recorded": 192}
+    assert len(report["differences"]) == 5
+
+
+def test_records_that_match_give_a_clean_audit_across_rotated_files(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    write_metrics(Path(f"{metrics}.1"), {"epoch": 1, "contributions": {"alice": 64, "bob": 16}})
+    write_metrics(
+        metrics,
+        {"epoch": 1, "late": True, "contributions": {"bob": 16}},
+        {"epoch": 2, "contributions": {"alice": 64}},
+    )
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
+    assert code == 0, out
+    assert "no difference: the coordinator credited exactly what the records show" in out
+
+
+def test_totals_that_disagree_with_the_contribution_rows_are_reported(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE totals SET samples = samples + 1 WHERE user_key = 'bob'")
+    metrics = write_metrics(
+        tmp_path / "m.jsonl", {"epoch": 1, "contributions": {"alice": 64, "bob": 32}}
+    )
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
+    assert code == 1
+    assert "the coordinator's own totals disagree: bob: contributions 32, total 33, days 32" in out
+
+
+def test_bad_input_gets_a_clear_error(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = audit(capsys, "--metrics", str(tmp_path / "none.jsonl"), "--db", str(db))
+    assert code != 0
+    assert "there is no metrics file at" in out
+    code, out = audit(capsys, "--metrics", str(db), "--db", str(tmp_path / "nowhere.db"))
+    assert code != 0
+    assert "there is no coordinator database at" in out
+    bad = write_metrics(tmp_path / "bad.jsonl", {"epoch": "one", "contributions": {}})
+    code, out = audit(capsys, "--metrics", str(bad), "--db", str(db))
+    assert code != 0
+    assert "the metrics are not a backbone's: line 1" in out
+    worse = write_metrics(tmp_path / "worse.jsonl", {"epoch": 1, "contributions": {"a": -4}})
+    code, out = audit(capsys, "--metrics", str(worse), "--db", str(db))
+    assert "'a' has -4 samples" in out
