@@ -51,10 +51,13 @@ from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.training.metrics import MetricsLog
 from core.worker.events import PeerEpoch, PeerEvent, PeerMetrics, PeerReady, PeerWaiting
 
 MAX_WAIT = 30.0
 """Seconds a trainer may wait for the state once a donor is up."""
+CREDIT_SETTLE = 5.0
+"""Seconds the backbone runs on after the last trainer stopped, to credit their last epochs."""
 
 
 @dataclass
@@ -178,6 +181,9 @@ class Swarm:
     async def close(self) -> None:
         await asyncio.gather(*(t.child.stop() for t in self.trainers))
         if self.aux is not None:
+            # the trainers' last records (they left) list their last epochs: the backbone reports
+            # them a grace after it reads them
+            await asyncio.sleep(CREDIT_SETTLE)
             await self.aux.stop()
         for task in self._readers:
             task.cancel()
@@ -261,7 +267,10 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
     quarter = max(1, len(memory) // 4)
     second = statistics.median(memory[quarter : 2 * quarter]) if len(memory) >= 4 else None
     last = statistics.median(memory[-quarter:]) if memory else None
+    credit = credit_by_trainer(swarm)
     checks = {
+        "epochs_all_reported": bool(finished) and not missing,
+        "credit_exact": bool(credit) and all(c["exact"] for c in credit.values()),
         "epoch_sizes": bool(ratios) and all(1.0 <= r <= 1.2 for r in ratios.values()),
         "epochs_continuous": contiguous and monotonic,
         "loss_continuous": jump is not None and jump <= noise,
@@ -273,6 +282,8 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
     figures = {
         "epochs": [finished[0], finished[-1]] if finished else None,
         "epochs_unreported": missing,
+        "credit": credit,
+        "credited_from_rounds": sum(1 for line in _metrics_lines(swarm) if line.get("late")),
         "rollbacks": rollbacks,
         "epoch_size_ratios": ratios,
         "epoch_size_ratio_range": [min(ratios.values()), max(ratios.values())] if ratios else None,
@@ -295,6 +306,32 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
         "metrics_epochs": [m.epoch for _, m in swarm.metrics],
     }
     return checks, figures
+
+
+def _metrics_lines(swarm: Swarm) -> list[dict[str, Any]]:
+    return MetricsLog(swarm.work / "aux" / "metrics.jsonl").records()
+
+
+def credit_by_trainer(swarm: Swarm) -> dict[str, dict[str, Any]]:
+    """Per trainer: the samples of the epochs it printed as stepped in, and what the backbone's
+    metrics credited its peer (late credit included). Exact for a trainer that stopped on
+    SIGTERM or ran to the end; a SIGKILLed one may have landed an epoch it never printed, which the
+    backbone still credits (from its records or its round's weights): up to one epoch over."""
+    credited: dict[str, int] = {}
+    for line in _metrics_lines(swarm):
+        for peer, samples in (line.get("contributions") or {}).items():
+            credited[peer] = credited.get(peer, 0) + int(samples)
+    found = {}
+    for t in swarm.trainers:
+        if t.peer is None:
+            continue
+        processed = sum(e.samples for e in t.epochs)
+        got = credited.get(t.peer, 0)
+        largest = max((e.samples for e in t.epochs), default=0)
+        unseen = t.how_stopped == "SIGKILL" and 0 < got - processed <= max(largest, swarm.target)
+        found[t.name] = {"stepped": processed, "credited": got, "how_stopped": t.how_stopped,
+                         "exact": got == processed or unseen}  # fmt: skip
+    return found
 
 
 def samples_per_second(swarm: Swarm, since: float) -> float:

@@ -54,6 +54,8 @@ def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path, demo_da
     soak = json.loads(out.read_text())["soak"]
     figures = {k: v for k, v in soak.items() if k not in ("churn", "epoch_size_ratios")}
     assert soak["checks"] == {
+        "epochs_all_reported": True,
+        "credit_exact": True,
         "epoch_sizes": True,
         "epochs_continuous": True,
         "loss_continuous": True,
