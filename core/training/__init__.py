@@ -21,6 +21,8 @@ mixture-of-experts training (``core.moe``); the model it trains is ``core.models
 - ``call_evidence``  RefusedCalls: an expert server's refused (poisoned) calls as evidence, one
   accusation per caller per window; the backbone's server collects and reports everyone's.
 - ``metrics``        per-epoch metrics from everyone's records, and their JSON-lines log.
+- ``credit``         Landed epochs in every record, and the CreditBook: each landed epoch of each
+  peer credited once, late finds as late credit, a gone peer's share from its round's weights.
 - ``curve``          a trainer's ``metrics`` events: the collaboration's epochs from records at hand;
   its ``evaluation`` events: the backbone's held-out figures from its record.
 - ``evaluation/``    the backbone's replica measured on held-out text every ``every`` epochs.
