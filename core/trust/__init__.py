@@ -9,6 +9,8 @@ reads it without importing ``core.net``.
 - ``passes``     AccessPass: a project's signed {user, peer key, expiry}; issuing and checking.
 - ``evidence``   Evidence: a member's signed accusation against another in an averaging round
   (who, which round, part and chunk, the statistic); signing and checking, wire and JSON forms.
+- ``receipts``   Receipt: a trainer's signed running totals of the expert samples one server
+  computed for it in one session; signing and checking, wire and JSON forms.
 - ``rollback``   RollbackOrder: the moderators' signed "back to the checkpoint of epoch N";
   signing and checking, its text form.
 - ``published_model`` ModelIndex: the signed ``model.json`` beside the published model's archive
