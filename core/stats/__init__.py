@@ -4,7 +4,9 @@
 - ``ledger``        ``Ledger``: per project and UTC hour totals in SQLite, and the queries over them.
 - ``epochs``        ``EpochRow``: the collaboration's completed epochs (the loss curve), newest kept.
 - ``held_out``      ``HeldOutRow``: the backbone's held-out evaluations, newest kept.
-- ``newest``        the queries both keep-the-newest tables share: prune, read the newest back.
+- ``landed``        ``LandedRow``: this computer's landed epochs (its own count, to compare with the
+  coordinator's credit), newest kept.
+- ``newest``        the queries the keep-the-newest tables share: prune, read the newest back.
 - ``meter``         ``ContributionMeter``: sums the engine's deltas in memory between ledger writes.
 - ``schema``        opening the file safely (WAL, schema version, refusing files that are not ours).
 - ``buckets``       which UTC hour, local day and local month a moment belongs to.
@@ -15,16 +17,19 @@ from core.stats.contribution import Contribution, HourRow
 from core.stats.epochs import EPOCHS_KEPT, EpochRow
 from core.stats.errors import LedgerError
 from core.stats.held_out import HeldOutRow
+from core.stats.landed import LANDED_KEPT, LandedRow
 from core.stats.ledger import Ledger
 from core.stats.meter import ContributionMeter
 
 __all__ = [
     "EPOCHS_KEPT",
+    "LANDED_KEPT",
     "Contribution",
     "ContributionMeter",
     "EpochRow",
     "HeldOutRow",
     "HourRow",
+    "LandedRow",
     "Ledger",
     "LedgerError",
 ]

@@ -5,7 +5,9 @@ averaging rounds joined and bytes sent and received; ``add`` increments the row 
 short transaction, so a process killed at any moment loses no committed amount (see ``schema`` for
 the WAL durability promise and for how a file that is not ours is refused and left untouched).
 The same file keeps the collaboration's recent epochs, its loss curve (``add_epoch``, ``epochs``;
-see ``epochs``), and the backbone's held-out evaluations (``add_held_out``, ``held_out``).
+see ``epochs``), the backbone's held-out evaluations (``add_held_out``, ``held_out``), and this
+computer's landed epochs, its own count to compare with the coordinator's credit (``add_landed``,
+``landed``; see ``landed``).
 
 A ``Ledger`` is single-threaded: the engine uses it from its event-loop thread only, and SQLite's
 default same-thread check is kept to catch any other use.
@@ -32,9 +34,10 @@ from core.stats.contribution import Contribution, HourRow, validate_amounts
 from core.stats.epochs import EPOCHS_KEPT, EpochRow, add_epoch, read_epochs, validate_epoch
 from core.stats.errors import LedgerError
 from core.stats.held_out import HeldOutRow, add_held_out, read_held_out, validate_held_out
+from core.stats.landed import LANDED_KEPT, LandedRow, add_landed, read_landed, validate_landed
 from core.stats.schema import open_file, open_memory, transaction
 
-__all__ = ["Contribution", "EpochRow", "HeldOutRow", "HourRow", "Ledger"]
+__all__ = ["Contribution", "EpochRow", "HeldOutRow", "HourRow", "LandedRow", "Ledger"]
 
 _AMOUNT_COLUMNS = ("samples", "compute_seconds", "epochs", "rounds", "bytes_sent", "bytes_received")
 _SUMS = ", ".join(f"COALESCE(SUM({column}), 0)" for column in _AMOUNT_COLUMNS)
@@ -103,6 +106,13 @@ class Ledger:
         validate_held_out(project, row)
         self._write(lambda conn: add_held_out(conn, project, row, keep))
 
+    def add_landed(self, project: str, row: LandedRow, *, keep: int = LANDED_KEPT) -> None:
+        """Record one epoch whose update this computer's peer applied, unless that (project, peer,
+        epoch) is recorded already, keeping the project's newest ``keep`` (one transaction)."""
+        _require_keep(keep)
+        validate_landed(project, row)
+        self._write(lambda conn: add_landed(conn, project, row, keep))
+
     def _write(self, work: Callable[[sqlite3.Connection], object]) -> None:
         """``work`` in one transaction: all of it is committed, or none."""
         conn = self._connection()
@@ -125,6 +135,18 @@ class Ledger:
         conn = self._connection()
         try:
             return read_held_out(conn, project, limit)
+        except sqlite3.Error as error:
+            raise LedgerError(
+                f"could not read the contribution ledger {self._label}: {error}"
+            ) from error
+
+    def landed(self, project: str, peer: str, limit: int = LANDED_KEPT) -> list[LandedRow]:
+        """The newest ``limit`` landed epochs of ``peer`` in ``project``, oldest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise LedgerError(f"the number of epochs must be a whole number >= 0, not {limit!r}")
+        conn = self._connection()
+        try:
+            return read_landed(conn, project, peer, limit)
         except sqlite3.Error as error:
             raise LedgerError(
                 f"could not read the contribution ledger {self._label}: {error}"

@@ -1,6 +1,6 @@
 """The two queries of a per-project table that keeps only its newest rows (the epochs, the held-out
-evaluations): prune past the newest few in the insert's transaction, and read the newest few back
-oldest first. Rows are ordered by their ``id``, that is by arrival."""
+evaluations, the landed epochs): prune past the newest few in the insert's transaction, and read
+the newest few back oldest first. Rows are ordered by their ``id``, that is by arrival."""
 
 from __future__ import annotations
 

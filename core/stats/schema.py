@@ -3,7 +3,8 @@ careful part: refusing files that are not ours, WAL, migrations in one transacti
 
 ``PRAGMA application_id`` marks the file as a Barnraise ledger. Schema versions: 1, the hourly
 ``hours`` table; 2 adds ``epochs`` (the loss curve); 3 adds ``held_out`` (the backbone's held-out
-evaluations). An older file is upgraded in place when it is opened, its rows kept.
+evaluations); 4 adds ``landed`` (this computer's own epochs, to compare with the coordinator's
+credit). An older file is upgraded in place when it is opened, its rows kept.
 
 The journal is WAL with ``synchronous=NORMAL``: a transaction that has committed survives the
 process being killed at any moment (its pages are in the WAL, which the OS writes out on its own).
@@ -19,7 +20,7 @@ from pathlib import Path
 from core.stats.errors import LedgerError
 from core.util.files.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x42524E52  # "BRNR" in ASCII
 
 # Only one engine should use a ledger; if a second process holds the write lock, give up soon
@@ -78,6 +79,23 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
         "CREATE INDEX held_out_by_project ON held_out (project, id)",
+    ),
+    (
+        # Version 4: the epochs whose update this computer's peer applied, per project and peer
+        # key, in arrival order like the epochs; one row per (project, peer, epoch), the first,
+        # as the coordinator credits each (epoch, peer) once.
+        """
+        CREATE TABLE landed (
+            id INTEGER PRIMARY KEY,
+            project TEXT NOT NULL,
+            peer TEXT NOT NULL,
+            epoch INTEGER NOT NULL,
+            samples INTEGER NOT NULL,
+            time REAL NOT NULL,
+            UNIQUE (project, peer, epoch)
+        )
+        """,
+        "CREATE INDEX landed_by_project ON landed (project, id)",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
