@@ -260,6 +260,11 @@ class EngineStore(QObject):
         completion, or why it cannot answer now)."""
         return self._command("asking the model", lambda c: c.try_model(text), None)
 
+    def credit_check(self) -> PendingCall:
+        """Set this computer's count of its epochs beside the project's credit (a
+        ``CreditCheck``: a summary, and the epochs that differ with why)."""
+        return self._command("checking your credit", lambda c: c.credit_check(), None)
+
     def preview_project(self, url: str) -> PendingCall:
         """What the project at ``url`` is and would use (a ``ProjectPreview``); attaches nothing."""
         return self._command("looking up the project", lambda c: c.preview_project(url), None)

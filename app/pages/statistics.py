@@ -4,8 +4,9 @@ All from the engine's contribution ledger (this computer only, every project tog
 day, days without work included so the gaps show. Below them, the active project's model: its
 training loss and, where the project's backbone measures it, the loss on held-out text (text no
 peer trains on, so it says whether the model learns the language or only its shards), with the
-latest held-out figures; and "Try the model": a sentence with a missing word, and the model's
-guesses (``TryModelBox``).
+latest held-out figures; "Try the model": a sentence with a missing word, and the model's
+guesses (``TryModelBox``); and "Check my credit": this computer's count of its epochs beside what
+the project's coordinator credited (``CreditCheckBox``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
 from app import wording
 from app.engine.store import EngineStore
 from app.widgets.charts import BarChart, LineChart
+from app.widgets.credit_check import CreditCheckBox
 from app.widgets.tiles import StatTile
 from app.widgets.try_model import TryModelBox
 from core.api.schema import Statistics
@@ -90,7 +92,9 @@ class StatisticsPage(QWidget):
             charts.addWidget(chart)
         charts.addLayout(self._model_section())
         self.try_model = TryModelBox(store)
-        charts.addWidget(self.try_model)
+        self.credit = CreditCheckBox(store)
+        for box in (self.try_model, self.credit):
+            charts.addWidget(box)
         scroll.setWidget(body)
         outer.addWidget(scroll, 1)
 

@@ -9,4 +9,6 @@
 - ``project_preview``  ProjectPreviewCard: a project looked up by URL, before joining (plain text).
 - ``try_model``   TryModelBox: "Try the model", a sentence for the active project's model and its
   guesses (or completion), or why it cannot answer.
+- ``credit_check``  CreditCheckBox: "Check my credit", this computer's count of its epochs beside
+  what the project's coordinator credited, and the epochs that differ with why.
 """

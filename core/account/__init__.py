@@ -2,7 +2,8 @@
 
 - ``errors``       AccountError and its cases (wrong password, rate limited, refused, sign-up
   closed, coordinator unavailable, not logged in, no keyring), in plain words.
-- ``replies``      SessionTokens, CoordinatorInfo, PassGrant: the coordinator's answers, checked.
+- ``replies``      SessionTokens, CoordinatorInfo, PassGrant, CreditedEpochs: the coordinator's
+  answers, checked.
 - ``client``       CoordinatorClient: the coordinator's HTTP API, one aiohttp session per client
   (a headless login's password variable is ``core.config.environment.PASSWORD_VARIABLE``).
 - ``session``      AccountSession: calls as a logged-in user, renewing the session on a 401.
@@ -10,7 +11,7 @@
 - ``keeper``       PassKeeper: fetches this peer's access pass, renews it, follows revocations.
 - ``credentials``  CredentialStore: session and refresh secrets in the OS keyring (never passwords).
 - ``reporter``     ContributionReporter: an auxiliary peer's epoch reports and members' signed
-  evidence, sent in order, retried.
+  evidence, and an expert server's receipts from its trainers, sent in order, retried.
 
 This package imports neither torch nor the engine, training or coordinator code; the engine uses
 it for ``barnraise ctl login`` and to hand a moderated project's peer an ``AccessGate``.

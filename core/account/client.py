@@ -33,10 +33,12 @@ from core.account.errors import (
 from core.account.proof import Signer, proof_payload, signature_text
 from core.account.replies import (
     CoordinatorInfo,
+    CreditedEpochs,
     PassGrant,
     Reply,
     SessionTokens,
     coordinator_info,
+    credited_epochs,
     pass_grant,
     revoked_peers,
     session_tokens,
@@ -148,6 +150,18 @@ class CoordinatorClient:
         reply.get("history", dict)
         return reply.data
 
+    async def credit_mine(self, tokens: SessionTokens, peer: PeerID, since: int) -> CreditedEpochs:
+        """What the coordinator credited to ``peer`` (a key this account proved it holds), in all
+        and per epoch from ``since`` on; ``AccessRefused`` for a key of someone else's."""
+        reply = await self._call(
+            "GET",
+            "/credit/mine",
+            token=tokens.session,
+            params={"peer": str(peer), "since": str(since)},
+            errors=SESSION_ERRORS,
+        )
+        return credited_epochs(reply, peer)
+
     async def report_contributions(
         self, tokens: SessionTokens, report: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -177,6 +191,18 @@ class CoordinatorClient:
             "POST", "/evidence", body=report, token=tokens.session, errors=SESSION_ERRORS
         )
         reply.number("accepted")
+        reply.get("rejected", list)
+        return reply.data
+
+    async def report_receipts(
+        self, tokens: SessionTokens, report: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Trainers' signed receipts for this account's expert server (``{"receipts": [...]}``)."""
+        reply = await self._call(
+            "POST", "/receipts", body=report, token=tokens.session, errors=SESSION_ERRORS
+        )
+        reply.number("accepted")
+        reply.number("credited")
         reply.get("rejected", list)
         return reply.data
 

@@ -149,3 +149,44 @@ def pass_grant(reply: Reply, peer: PeerID) -> PassGrant:
         revoked=revoked_peers(reply),
         refresh_interval=interval,
     )
+
+
+@dataclass(frozen=True)
+class CreditedEpochs:
+    """What the coordinator credited to one of our peer keys (``GET /credit/mine``)."""
+
+    peer: PeerID
+    samples: int
+    """Over every epoch."""
+    epochs: dict[int, int]
+    """Samples per epoch, from the epoch asked for on (the coordinator lists a bounded number)."""
+    listed: int
+    """How many epochs the coordinator listed (it stops at its limit)."""
+    newest_epoch: int | None
+    """The newest epoch the coordinator has a report of, anyone's; None: none yet."""
+
+
+def credited_epochs(reply: Reply, peer: PeerID) -> CreditedEpochs:
+    """The credit of ``peer``, after checking that the answer is about ``peer``."""
+    if reply.peer(reply.text("peer"), "peer") != peer:
+        raise reply.malformed(f"it is about another peer than {peer}")
+    samples = _count(reply, reply.get("samples", int), "samples")
+    epochs: dict[int, int] = {}
+    for item in reply.get("epochs", list):
+        if not (isinstance(item, list) and len(item) == 2):
+            raise reply.malformed("'epochs' must hold [epoch, samples] pairs")
+        epochs[_count(reply, item[0], "epochs")] = _count(reply, item[1], "epochs")
+    newest = reply.data.get("newest_epoch")
+    return CreditedEpochs(
+        peer=peer,
+        samples=samples,
+        epochs=epochs,
+        listed=len(reply.data["epochs"]),
+        newest_epoch=None if newest is None else _count(reply, newest, "newest_epoch"),
+    )
+
+
+def _count(reply: Reply, value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise reply.malformed(f"{name!r} must hold whole numbers of 0 or more")
+    return value

@@ -1,11 +1,15 @@
 """ContributionReporter: an auxiliary peer's reports to the coordinator — completed epochs, the
-held-out evaluations of its replica, and the evidence members signed against each other.
+held-out evaluations of its replica, and the evidence members signed against each other — and an
+expert server's: the receipts trainers signed for its work.
 
 Reports go out one at a time, in order, from one background task; a coordinator that is down is
 retried with a growing pause (the coordinator counts each (epoch, peer) and each accusation once,
 and keeps one evaluation per epoch, so a retried report is harmless). At shutdown the reporter gets
 a few seconds to send what is queued, so the last epochs of a run still reach the leaderboard.
-Evidence goes in reports of at most ``EVIDENCE_PER_REPORT`` accusations (the coordinator's limit).
+Evidence goes in reports of at most ``EVIDENCE_PER_REPORT`` accusations (the coordinator's limit),
+receipts in reports of at most ``RECEIPTS_PER_REPORT``; a receipt posted twice is credited once (it
+carries running totals). Why the coordinator refuses receipts is logged once per cause: a server
+reports every half minute for weeks, and one refused cause would otherwise fill its log.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from core.account.errors import AccessRefused, AccountError, CoordinatorUnavailable
 from core.account.session import AccountSession
 from core.trust.evidence import Evidence
+from core.trust.receipts import Receipt
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -29,18 +34,24 @@ REJECTIONS_KEPT = 100
 """The latest rejections, for diagnostics: an auxiliary peer reports an epoch every few minutes for
 weeks, and a peer without an account is rejected in every one."""
 EVIDENCE_PER_REPORT = 256
+RECEIPTS_PER_REPORT = 256
+CAUSES_KEPT = 100
+"""Causes of refused receipts already logged: at most this many are remembered."""
 
 
 @dataclass(frozen=True)
 class _Report:
     kind: str
-    """``contributions``, ``evaluation`` or ``evidence``: the endpoint, and the words of the log."""
+    """``contributions``, ``evaluation``, ``evidence`` or ``receipts``: the endpoint, and the words
+    of the log."""
     body: Mapping[str, Any]
 
     @property
     def what(self) -> str:
         if self.kind == "evidence":
             return f"{len(self.body.get('evidence', []))} accusation(s)"
+        if self.kind == "receipts":
+            return f"{len(self.body.get('receipts', []))} receipt(s)"
         if self.kind == "evaluation":
             return f"held-out evaluation of epoch {self.body.get('epoch')}"
         late = " (late)" if self.body.get("late") else ""
@@ -58,6 +69,11 @@ class ContributionReporter:
         """Accusations the coordinator accepted (each counted once, however often it was sent)."""
         self.evaluations_sent = 0
         """Held-out evaluations the coordinator took."""
+        self.receipts_accepted = 0
+        """Receipts the coordinator accepted (a resent one among them, crediting nothing new)."""
+        self.expert_samples_credited = 0
+        """Expert samples the coordinator credited for those receipts."""
+        self._causes: set[str] = set()
         self.failed = 0
         """Reports given up on (the coordinator stayed down, or refused the reporter)."""
         self._queue: asyncio.Queue[_Report] = asyncio.Queue()
@@ -77,6 +93,12 @@ class ContributionReporter:
         for start in range(0, len(evidence), EVIDENCE_PER_REPORT):
             batch = evidence[start : start + EVIDENCE_PER_REPORT]
             self._put(_Report("evidence", {"evidence": [e.to_json() for e in batch]}))
+
+    def submit_receipts(self, receipts: Sequence[Receipt]) -> None:
+        """Queue trainers' receipts for ``/receipts`` (split into reports the coordinator takes)."""
+        for start in range(0, len(receipts), RECEIPTS_PER_REPORT):
+            batch = receipts[start : start + RECEIPTS_PER_REPORT]
+            self._put(_Report("receipts", {"receipts": [r.to_json() for r in batch]}))
 
     def _put(self, report: _Report) -> None:
         if self._worker is None:
@@ -108,12 +130,7 @@ class ContributionReporter:
         pause = self.first_retry
         for attempt in range(RETRIES):
             try:
-                if report.kind == "evidence":
-                    answer = await self.session.report_evidence(report.body)
-                elif report.kind == "evaluation":
-                    answer = await self.session.report_evaluation(report.body)
-                else:
-                    answer = await self.session.report_contributions(report.body)
+                answer = await self._post(report)
             except CoordinatorUnavailable as exc:
                 if attempt == RETRIES - 1:
                     break
@@ -122,20 +139,48 @@ class ContributionReporter:
                 pause *= 2
                 continue
             except AccessRefused as exc:
-                log.error("the coordinator refuses our %s reports: %s", report.kind, exc)
+                if self._first(report, f"refused: {exc}"):
+                    log.error("the coordinator refuses our %s reports: %s", report.kind, exc)
                 break
             except AccountError as exc:
                 log.warning("%s not reported: %s", report.what, exc)
                 break
             self.sent += 1
-            if report.kind == "evidence":
-                self.evidence_sent += int(answer.get("accepted", 0))
-            elif report.kind == "evaluation":
-                self.evaluations_sent += 1
-            else:
-                self.accepted += int(answer.get("accepted", 0))
+            self._count(report, answer)
             for rejected in answer.get("rejected", []):
-                log.warning("the coordinator rejected one of the %s: %s", report.what, rejected)
                 self.rejected.append(rejected)
+                reason = rejected.get("reason") if isinstance(rejected, dict) else None
+                if self._first(report, f"rejected: {reason}"):
+                    log.warning("the coordinator rejected one of the %s: %s", report.what, rejected)
             return
         self.failed += 1
+
+    async def _post(self, report: _Report) -> dict[str, Any]:
+        session = self.session
+        if report.kind == "evidence":
+            return await session.report_evidence(report.body)
+        if report.kind == "receipts":
+            return await session.report_receipts(report.body)
+        if report.kind == "evaluation":
+            return await session.report_evaluation(report.body)
+        return await session.report_contributions(report.body)
+
+    def _count(self, report: _Report, answer: Mapping[str, Any]) -> None:
+        if report.kind == "evidence":
+            self.evidence_sent += int(answer.get("accepted", 0))
+        elif report.kind == "receipts":
+            self.receipts_accepted += int(answer.get("accepted", 0))
+            self.expert_samples_credited += int(answer.get("credited", 0))
+        elif report.kind == "evaluation":
+            self.evaluations_sent += 1
+        else:
+            self.accepted += int(answer.get("accepted", 0))
+
+    def _first(self, report: _Report, cause: str) -> bool:
+        """Whether to log ``cause``: always, except for receipts, whose causes are logged once."""
+        if report.kind != "receipts":
+            return True
+        if cause in self._causes or len(self._causes) >= CAUSES_KEPT:
+            return False
+        self._causes.add(cause)
+        return True

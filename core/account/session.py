@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from core.account.client import CoordinatorClient
 from core.account.errors import NotLoggedIn
 from core.account.proof import Signer
-from core.account.replies import PassGrant, SessionTokens
+from core.account.replies import CreditedEpochs, PassGrant, SessionTokens
 from core.trust.peer_id import PeerID
 from core.util.clock import SYSTEM_CLOCK, Clock
 
@@ -65,6 +65,9 @@ class AccountSession:
     async def leaderboard_me(self) -> dict[str, Any]:
         return await self._authorized(self.client.leaderboard_me)
 
+    async def credit_mine(self, peer: PeerID, since: int) -> CreditedEpochs:
+        return await self._authorized(lambda t: self.client.credit_mine(t, peer, since))
+
     async def report_contributions(self, report: Mapping[str, Any]) -> dict[str, Any]:
         return await self._authorized(lambda t: self.client.report_contributions(t, report))
 
@@ -73,6 +76,9 @@ class AccountSession:
 
     async def report_evidence(self, report: Mapping[str, Any]) -> dict[str, Any]:
         return await self._authorized(lambda t: self.client.report_evidence(t, report))
+
+    async def report_receipts(self, report: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._authorized(lambda t: self.client.report_receipts(t, report))
 
     async def logout(self) -> None:
         """End the session at the coordinator (an expired one is already ended) and forget it."""

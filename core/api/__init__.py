@@ -2,7 +2,8 @@
 
 - ``schema``    versioned dataclasses: EngineState, Progress, Rounds (a diloco project's rounds),
   Statistics, Settings, ProjectInfo, ProjectPreview (a project URL's signed manifest, checked, and
-  what joining would use), AccountInfo, Leaderboard, MyRank, ModelAnswer (the active project's
+  what joining would use), AccountInfo, Leaderboard, MyRank, CreditCheck (this computer's count
+  of its epochs beside the coordinator's credit), ModelAnswer (the active project's
   model asked a question), requests; state names and reason codes (from ``core.policy``).
 - ``events``    typed events of the websocket stream (state changed, progress, epoch, a held-out
   evaluation, peers, errors, account changed, network changed, a signed manifest update taken or
@@ -84,6 +85,8 @@ from core.api.schema import (
     AccountInfo,
     Amounts,
     AttachRequest,
+    CreditCheck,
+    CreditDifference,
     DayAmounts,
     Diagnostics,
     EngineState,
@@ -126,6 +129,8 @@ __all__ = [
     "CollaborationEpoch",
     "Conflict",
     "CoordinatorUnreachable",
+    "CreditCheck",
+    "CreditDifference",
     "DayAmounts",
     "Diagnostics",
     "Endpoint",

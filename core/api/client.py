@@ -25,6 +25,7 @@ from core.api.schema import (
     VERSION_HEADER,
     AccountInfo,
     AttachRequest,
+    CreditCheck,
     Diagnostics,
     EngineState,
     Leaderboard,
@@ -184,6 +185,11 @@ class EngineClient:
 
     async def my_rank(self) -> MyRank:
         return await self._call("GET", "/v1/leaderboard/me", MyRank)
+
+    async def credit_check(self) -> CreditCheck:
+        """This computer's own count of its landed epochs in the active project beside what the
+        project's coordinator credited to its key, and why any epoch differs."""
+        return await self._call("GET", "/v1/credit", CreditCheck)
 
     async def shutdown(self) -> None:
         """Ask the engine to stop (it saves its state first)."""

@@ -408,6 +408,44 @@ class MyRank:
     history_30d: list[HistoryDay] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CreditDifference:
+    """One epoch on which this computer's count and the project's credit disagree."""
+
+    epoch: int
+    local: int
+    """Samples this computer recorded in the epoch (0: it has no record of it)."""
+    credited: int
+    """Samples the project's coordinator credited to this computer's key in it (0: none)."""
+    reason: str
+    """Why, as far as can be told, in plain words."""
+
+
+@dataclass(frozen=True)
+class CreditCheck:
+    """This computer's own count of its landed epochs beside what the active project's coordinator
+    credited to its peer key, over the epochs this computer keeps a record of."""
+
+    project: str
+    peer: str
+    """This computer's peer key (PeerID), the one the coordinator credits."""
+    local_samples: int
+    """This computer's samples over the compared epochs."""
+    credited_samples: int
+    """The coordinator's credit over the same epochs."""
+    matches: bool
+    differences: list[CreditDifference] = field(default_factory=list)
+    """Oldest first."""
+    summary: str = ""
+    """The outcome in a sentence or two."""
+    epochs: int = 0
+    """How many epochs were compared."""
+    since: int | None = None
+    """The oldest epoch compared; None when this computer has no record to compare yet."""
+    credited_total: int = 0
+    """What the coordinator credited to this key over every epoch, older ones included."""
+
+
 # ---- the collaboration's training curve, offers of projects, diagnostics --------------------------
 
 

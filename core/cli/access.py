@@ -169,8 +169,9 @@ async def with_access(
     """``serve(settings, reporter)``, logged in first when the project is moderated: the settings
     then carry a fresh identity, the gate holding its pass, and the coordinator's entry peers unless
     some were given (the mixture-of-experts commands; ``barnraise peer`` also reports
-    contributions). ``report``: the account reports evidence to the coordinator (a moderator's);
-    ``reporter`` is None in an open project or without it."""
+    contributions). ``report``: the account reports to the coordinator (an expert server its
+    trainers' receipts, and a moderator's backbone evidence); ``reporter`` is None in an open
+    project or without it."""
     if not settings.manifest.access.moderated:
         return await serve(settings, None)
     identity = Identity.generate()

@@ -45,7 +45,10 @@ def register_audit(sub: Any, default_db: Callable[[AnyManifest], Path]) -> None:
 
 
 def run_audit(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path]) -> int:
-    db: Path = args.db if args.db is not None else default_db(load_any_manifest(args.manifest))
+    manifest = None if args.manifest is None else load_any_manifest(args.manifest)
+    db: Path = args.db if manifest is None else default_db(manifest)
+    # with --db alone the project is unknown: a receipt's project is then not checked again
+    project = None if manifest is None else manifest.project.name
     if not db.exists():
         raise ConfigError(f"there is no coordinator database at {db}")
     lines: list[dict[str, Any]] = []
@@ -61,9 +64,23 @@ def run_audit(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path
         found = store.contributions
         epochs = [epoch for epoch, _ in recorded]
         credited = found.by_epoch_and_user(min(epochs), max(epochs)) if epochs else {}
+        vouched = store.receipts.credited_by_key()
         result = audit(
-            recorded, credited, found.reported_epochs(), store.users(), found.sums_by_user()
+            recorded,
+            credited,
+            found.reported_epochs(),
+            store.users(),
+            found.sums_by_user(),
+            receipts=vouched,
         )
+        result.vouching = {
+            row["username"]: row["vouching_accounts"] for row in store.receipts.credited_by_user()
+        }
+        result.failing_receipts = [
+            f"{failed['username']}: server {failed['server']}, trainer {failed['trainer']}: "
+            f"{failed['reason']}"
+            for failed in store.receipts.failing(project)
+        ]
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -87,5 +104,11 @@ def _print(result: Audit) -> None:
         print(f"... and {result.more_differences} more differences")
     for line in result.inconsistent:
         print(f"the coordinator's own totals disagree: {line}")
+    for user, samples in sorted(result.experts.items()):
+        vouching = result.vouching.get(user, 0)
+        print(f"  {user}: {samples} expert samples, credited by receipts that {vouching} other "
+              "account(s) signed")  # fmt: skip
+    for line in result.failing_receipts:
+        print(f"a stored receipt fails its check: {line}")
     if result.clean:
         print("no difference: the coordinator credited exactly what the records show")

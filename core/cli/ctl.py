@@ -35,6 +35,9 @@
     barnraise ctl logout                 end the session and forget it
     barnraise ctl account                who is logged in, and until when the access pass is valid
     barnraise ctl leaderboard [--limit N] [--me]   the project's top volunteers, or your own rank
+    barnraise ctl credit                 whether this computer's own count of its epochs matches
+                                         what the project's coordinator credited, and if not,
+                                         which epochs differ and why
 
 ``--json`` prints the API's answer as JSON instead of text.
 """
@@ -80,6 +83,7 @@ ACTIONS = (
     "logout",
     "account",
     "leaderboard",
+    "credit",
     "offers",
     "history",
     "try",
@@ -142,6 +146,7 @@ async def _dispatch(client: EngineClient, args: argparse.Namespace) -> Any:  # n
         "offers": client.offers,
         "history": client.history,
         "diagnostics": client.diagnostics,
+        "credit": client.credit_check,
     }
     if action in simple:
         return await simple[action]()

@@ -8,6 +8,7 @@ from typing import Any
 
 from core.api import (
     AccountInfo,
+    CreditCheck,
     Diagnostics,
     EngineState,
     Leaderboard,
@@ -23,6 +24,8 @@ from core.api import (
 
 HISTORY_SHOWN = 20
 """Epochs ``history`` prints as text (``--json`` gives them all)."""
+CREDIT_SHOWN = 20
+"""Differing epochs ``credit`` prints as text (``--json`` gives them all)."""
 
 
 def text(result: Any) -> str:
@@ -268,6 +271,27 @@ def _rank_text(r: MyRank) -> str:
     return "\n".join(lines)
 
 
+def _credit_text(c: CreditCheck) -> str:
+    lines = [f"{c.project}, peer key {c.peer}:", c.summary]
+    if c.since is not None:
+        lines.append(
+            f"compared: {c.epochs:,} epoch(s) from epoch {c.since} on; this computer counted "
+            f"{c.local_samples:,} samples, the project credited {c.credited_samples:,}"
+        )
+    lines.append(f"credited to this key in all: {c.credited_total:,} samples")
+    if c.differences:
+        lines.append(f"{'epoch':>8} {'here':>10} {'credited':>10}  why")
+        lines.extend(
+            f"{d.epoch:>8} {d.local:>10,} {d.credited:>10,}  {d.reason}"
+            for d in c.differences[:CREDIT_SHOWN]
+        )
+        if len(c.differences) > CREDIT_SHOWN:
+            lines.append(
+                f"... and {len(c.differences) - CREDIT_SHOWN} more (--json lists them all)"
+            )
+    return "\n".join(lines)
+
+
 def _clock(when: float, *, dated: bool = False) -> str:
     moment = datetime.datetime.fromtimestamp(when)
     return moment.strftime("%Y-%m-%d %H:%M" if dated else "%H:%M:%S")
@@ -277,6 +301,7 @@ _RENDERERS: tuple[tuple[type[Any], Callable[[Any], str]], ...] = (
     (AccountInfo, _account_text),
     (Leaderboard, _leaderboard_text),
     (MyRank, _rank_text),
+    (CreditCheck, _credit_text),
     (EngineState, _state_text),
     (Statistics, _stats_text),
     (ProjectOffers, _offers_text),

@@ -20,6 +20,10 @@ every expert that learned since its last checkpoint is saved. In a moderated pro
 first, as ``barnraise peer`` does (``--username``, the password from ``--password-stdin`` or
 ``$BARNRAISE_PASSWORD``).
 
+Trainers sign receipts for the samples this server answered them; logged in, it reports them to
+the coordinator every 30 seconds and when it stops, and the leaderboard credits them to this
+account (when the trainers' keys belong to other accounts).
+
 A call whose tensors are not finite is refused, and each minute the server publishes one signed
 accusation per caller that sent such calls (``core.training.call_evidence``). With
 ``--collect-evidence`` (the organizer's backbone server) it also reads every server's accusations,
@@ -201,12 +205,12 @@ async def _run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     stop = asyncio.Event()
     stop_on_signals(stop)
-    collect = args.collect_evidence
+    # a reporter whenever logged in: every server reports its receipts, a backbone evidence too
     return await with_access(
         settings,
         args,
         lambda chosen, reporter: _serve(chosen, stop, args, reporter),
-        report=collect,
+        report=True,
     )
 
 
@@ -223,13 +227,17 @@ async def _serve(
     def emit(event: ExpertsEvent) -> None:
         print(json.dumps(to_json(event)), flush=True)
 
+    collect = args.collect_evidence
     evidence = evidence_of_refusals(
         settings.manifest.project.name,
         window=WINDOW if args.evidence_window is None else args.evidence_window,
-        collect=args.collect_evidence,
-        on_evidence=None if reporter is None else reporter.submit_evidence,
+        collect=collect,
+        on_evidence=reporter.submit_evidence if reporter is not None and collect else None,
     )
-    server = ExpertHost(dataclasses.replace(settings, evidence=evidence), emit)
+    on_receipts = None if reporter is None else reporter.submit_receipts
+    server = ExpertHost(
+        dataclasses.replace(settings, evidence=evidence, on_receipts=on_receipts), emit
+    )
     try:
         await server.run(stop)
     finally:

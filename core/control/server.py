@@ -111,6 +111,7 @@ class ControlServer:
                 web.post("/v1/account/logout", self._logout),
                 web.get("/v1/leaderboard", self._leaderboard),
                 web.get("/v1/leaderboard/me", self._my_rank),
+                web.get("/v1/credit", self._credit_check),
                 web.get("/v1/events", self._events),
             ]
         )
@@ -251,6 +252,9 @@ class ControlServer:
 
     async def _my_rank(self, request: web.Request) -> web.Response:
         return _ok(await self.engine.my_rank())
+
+    async def _credit_check(self, request: web.Request) -> web.Response:
+        return _ok(await self.engine.credit_check())
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         since_text = request.query.get("since")

@@ -54,11 +54,21 @@ class Audit:
     outside: int = 0
     """Epochs the coordinator has outside that range (not compared)."""
     inconsistent: list[str] = field(default_factory=list)
-    """Users whose contribution rows, totals row and day rows disagree."""
+    """Users whose contribution rows (with their receipts' expert samples), totals row and day
+    rows disagree."""
+    experts: dict[str, int] = field(default_factory=dict)
+    """Expert samples per user, credited by receipts (dmoe projects)."""
+    vouching: dict[str, int] = field(default_factory=dict)
+    """Per user with expert samples: how many other accounts signed the receipts (a sum made of
+    one or two accounts' word is worth a look)."""
+    failing_receipts: list[str] = field(default_factory=list)
+    """Stored receipts that no longer check out (signature, project, or the credit they back)."""
 
     @property
     def clean(self) -> bool:
-        return not self.differences and not self.inconsistent and not self.more_differences
+        return not (
+            self.differences or self.inconsistent or self.more_differences or self.failing_receipts
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +88,9 @@ class Audit:
             ],
             "more_differences": self.more_differences,
             "inconsistent": self.inconsistent,
+            "expert_samples": self.experts,
+            "vouching_accounts": self.vouching,
+            "failing_receipts": self.failing_receipts,
         }
 
 
@@ -103,16 +116,27 @@ def audit(
     credited: Mapping[tuple[int, str], int],
     reported_epochs: set[int],
     users: Iterable[User],
-    sums: Mapping[str, tuple[int, int, int]],
+    sums: Mapping[str, tuple[int, int, int, int]],
+    *,
+    receipts: Mapping[str, int] | None = None,
 ) -> Audit:
     """Compare ``recorded`` (per (epoch, name), from ``recorded_by_epoch``) with ``credited``
-    (per (epoch, user key), the coordinator's rows for the same epochs)."""
+    (per (epoch, user key), the coordinator's rows for the same epochs); check each user's rows
+    against their totals, and the expert samples in the totals against ``receipts`` (per user
+    key, what the receipt rows credited)."""
     by_key = {user.key: user for user in users}
     result = Audit()
-    for key, (rows, total, days) in sorted(sums.items()):
-        if not rows == total == days:
-            name = by_key[key].name if key in by_key else key
-            result.inconsistent.append(f"{name}: contributions {rows}, total {total}, days {days}")
+    receipts = receipts or {}
+    for key, (rows, total, days, expert) in sorted(sums.items()):
+        name = by_key[key].name if key in by_key else key
+        if expert:
+            result.experts[name] = expert
+        vouched = receipts.get(key, 0)
+        if not rows + expert == total == days or vouched != expert:
+            result.inconsistent.append(
+                f"{name}: contributions {rows} and expert samples {expert} (receipts: {vouched}), "
+                f"total {total}, days {days}"
+            )
     if not recorded:
         return result
     first = min(epoch for epoch, _ in recorded)

@@ -42,6 +42,15 @@ served; the numbers only grow, across restarts, so volunteers' engines never see
 
 Schema 7 (held-out evaluations) adds ``evaluations``: the backbone's measurements of its replica
 on held-out text (``evaluations``), one row per epoch, whether or not that epoch was reported.
+
+Schema 8 (receipts for expert work) adds ``receipts``: the newest receipt a trainer signed for an
+expert server's work, one row per (server, trainer, session), with the signed bytes kept so that
+anyone can check it again (``receipts``). ``credited`` is what the row has added to the server
+owner's totals so far (the largest total credited; a newer receipt adds its excess over it), and
+``receipts`` how many receipts raised it. ``user_key`` is the server key's owner, credited;
+``trainer_user`` the owner of the trainer's key when the row arrived. ``totals`` and ``days`` gain
+``expert_samples``: the part of their ``samples`` that receipts credited (0 for rows before);
+``contributions`` gains an index by peer, for a volunteer's check of its own credit.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from pathlib import Path
 from core.coordinator.errors import StoreError
 from core.util.files.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
@@ -218,6 +227,31 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             received REAL NOT NULL
         )
         """,
+    ),
+    (
+        "ALTER TABLE totals ADD COLUMN expert_samples INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE days ADD COLUMN expert_samples INTEGER NOT NULL DEFAULT 0",
+        # a volunteer's engine asks for its own peer's credit (``peer_credit``)
+        "CREATE INDEX contributions_by_peer ON contributions (peer, epoch)",
+        """
+        CREATE TABLE receipts (
+            server TEXT NOT NULL,
+            trainer TEXT NOT NULL,
+            session BLOB NOT NULL,
+            sequence INTEGER NOT NULL CHECK (sequence >= 0),
+            forward_samples INTEGER NOT NULL CHECK (forward_samples >= 0),
+            backward_samples INTEGER NOT NULL CHECK (backward_samples >= 0),
+            credited INTEGER NOT NULL CHECK (credited >= 0),
+            receipts INTEGER NOT NULL CHECK (receipts >= 1),
+            user_key TEXT NOT NULL REFERENCES users (key),
+            trainer_user TEXT NOT NULL REFERENCES users (key),
+            first_received REAL NOT NULL,
+            received REAL NOT NULL,
+            signed BLOB NOT NULL,
+            PRIMARY KEY (server, trainer, session)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX receipts_by_user ON receipts (user_key, first_received)",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

@@ -4,9 +4,12 @@ Endpoints (JSON; ``docs/design/coordinator.md`` describes each): ``GET /info``, 
 ``POST /login``, ``POST /session/refresh``, ``POST /logout``, ``POST /pass/challenge``, ``POST /pass``,
 ``GET /revocations``, ``POST /contributions`` (moderators), ``POST /evaluations`` (moderators: the
 backbone's held-out evaluations, ``evaluations``), ``POST /evidence`` (moderators: members'
-signed accusations, judged in ``evidence``), ``GET /leaderboard``, ``GET /leaderboard/me``,
-``GET /rollback`` (the moderators' latest signed rollback order, ``rollback``), ``GET /manifest``
-(the project's manifest, versioned and signed by the project key, ``manifest_route``).
+signed accusations, judged in ``evidence``), ``POST /receipts`` (an expert server's owner:
+trainers' signed receipts for its work, judged in ``receipts``), ``GET /leaderboard``,
+``GET /leaderboard/me``, ``GET /credit/mine`` (what one of the caller's own peer keys was
+credited, epoch by epoch, ``peer_credit``), ``GET /rollback`` (the moderators' latest signed
+rollback order, ``rollback``), ``GET /manifest`` (the project's manifest, versioned and signed
+by the project key, ``manifest_route``).
 The public pages (``page``): ``GET /`` (the project page), ``GET /stats`` (its live figures, from
 the epoch reports' ``figures``), ``GET /u/<name>`` (a volunteer's page) and ``GET /static/...``.
 With a ``data_dir``, ``GET /data/<path>`` serves the project's public data folder (``data_files``).
@@ -70,6 +73,8 @@ from core.coordinator.public_url import check_public_url
 from core.coordinator.reports.epoch_report import Judge, parse_report
 from core.coordinator.reports.evaluations import parse_evaluation
 from core.coordinator.reports.evidence_report import EvidenceJudge, parse_evidence_report
+from core.coordinator.reports.peer_credit import parse_peer, parse_since
+from core.coordinator.reports.receipts import ReceiptJudge, parse_receipts_report
 from core.coordinator.store import CoordinatorStore
 from core.project import AnyManifest
 from core.trust.errors import PeerIdError
@@ -192,8 +197,10 @@ class CoordinatorService:
                 web.post("/contributions", self._contributions),
                 web.post("/evaluations", self._evaluations),
                 web.post("/evidence", self._evidence),
+                web.post("/receipts", self._receipts),
                 web.get("/leaderboard", self._leaderboard),
                 web.get("/leaderboard/me", self._me),
+                web.get("/credit/mine", self._credit_mine),
                 self._publisher.route(),
                 *self._page.routes(),
                 *(self.data.routes() if self.data is not None else ()),
@@ -429,6 +436,37 @@ class CoordinatorService:
             {"accepted": len(verdicts.accepted), "new": added, "rejected": verdicts.rejected}
         )
 
+    async def _receipts(self, request: web.Request) -> web.Response:
+        """Trainers' signed receipts for an expert server's work, posted by the account that
+        proved the server's key (any logged-in account may try); judged and credited in
+        ``reports.receipts``."""
+        user = self._session_user(request)
+        items = parse_receipts_report(await json_body(request, LARGE_BODY))
+        now = self.clock.time()
+        receipts = self.store.receipts
+        verdicts = ReceiptJudge(
+            self.project,
+            user,
+            now,
+            self.store.accounts.get,
+            self.store.peer_keys.owner,
+            receipts.known,
+            receipts.new_since,
+        )(items)
+        credit = receipts.record(user.key, verdicts.accepted, now)
+        if credit.samples:
+            self._page.changed()
+        log.info("receipts from %s: %d accepted (%d expert samples credited), %d rejected",
+                 user.name, len(verdicts.accepted), credit.samples,
+                 len(verdicts.rejected))  # fmt: skip
+        return answer(
+            {
+                "accepted": len(verdicts.accepted),
+                "credited": credit.samples,
+                "rejected": verdicts.rejected,
+            }
+        )
+
     async def _leaderboard(self, request: web.Request) -> web.Response:
         text = request.query.get("limit", "10")
         # The length first: int() of thousands of digits is slow, and refused beyond 4300.
@@ -442,6 +480,20 @@ class CoordinatorService:
     async def _me(self, request: web.Request) -> web.Response:
         user = self._session_user(request)
         return answer(self.store.leaderboard.me(user.key, user.name, self.clock.time()))
+
+    async def _credit_mine(self, request: web.Request) -> web.Response:
+        """What one peer key of the caller's was credited, in all and from epoch ``since`` on, for
+        its engine to compare with its own count (``peer_credit``). Only a key this account
+        proved it holds: which epochs another volunteer's device joined is theirs to know."""
+        user = self._session_user(request)
+        peer = str(parse_peer(request.query.get("peer")))
+        since = parse_since(request.query.get("since"))
+        if self.store.peer_keys.owner(peer) != user.key:
+            raise Forbidden(
+                f"peer key {peer} is not one this account proved it holds: only the credit of "
+                "your own devices' keys can be read (a device proves its key when it gets a pass)"
+            )
+        return answer(self.store.peer_credit.of(peer, since).to_json())
 
     # ---- helpers -----------------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ from core.coordinator.reports.evaluations import Evaluations
 from core.coordinator.reports.evidence_records import EvidenceRecords
 from core.coordinator.reports.figures import Figures
 from core.coordinator.reports.leaderboard import Leaderboard
+from core.coordinator.reports.peer_credit import PeerCredits
+from core.coordinator.reports.receipts import Receipts
 from core.coordinator.reports.records import Contributions, Passes
 from core.coordinator.reports.rollback import RollbackOrders
 from core.coordinator.schema import open_database, transaction
@@ -52,7 +54,9 @@ class CoordinatorStore:
         self.figures = Figures(self._conn)
         self.evaluations = Evaluations(self._conn)
         self.leaderboard = Leaderboard(self._conn, self.contributions, self.passes)
+        self.peer_credit = PeerCredits(self._conn)
         self.evidence = EvidenceRecords(self._conn)
+        self.receipts = Receipts(self._conn)
         self.rollbacks = RollbackOrders(self._conn)
         self.manifests = ManifestVersions(self._conn)
 
@@ -86,12 +90,20 @@ class CoordinatorStore:
         return self.accounts.all()
 
     def start_new_leaderboard(self) -> None:
-        """Forget every contribution (epochs, their figures and held-out evaluations, per-user
-        totals and days); accounts, sessions and passes stay. For a collaboration that starts again
-        from epoch 0 over the same accounts (the local demo's ``--keep-accounts``): its epochs must
-        not meet the last run's."""
+        """Forget every contribution (epochs, their figures and held-out evaluations, receipts for
+        expert work, per-user totals and days); accounts, sessions and passes stay. For a
+        collaboration that starts again from epoch 0 over the same accounts (the local demo's
+        ``--keep-accounts``): its epochs must not meet the last run's."""
         # our names, not input
-        tables = ("contributions", "epochs", "totals", "days", "figures", "evaluations")
+        tables = (
+            "contributions",
+            "epochs",
+            "totals",
+            "days",
+            "figures",
+            "evaluations",
+            "receipts",
+        )
         with transaction(self._conn):
             for table in tables:
                 self._conn.execute(f"DELETE FROM {table}")

@@ -23,6 +23,9 @@
 - ``events``    EventBus: numbered typed events, kept for late joiners, fanned out in order.
 - ``peer_events`` PeerEvents: the peer's typed events (``core.worker.events``) counted, recorded
   and published.
+- ``credit``    LandedEpochs: this computer's landed epochs kept in the ledger (its own count of
+  its work), and ``compare``: that count beside the coordinator's credit, epoch by epoch, and why
+  they differ.
 - ``history``   History: the collaboration's loss curve and the backbone's held-out evaluations
   per project (memory and the ledger's file).
 - ``offers``    project offers: running local swarms first, then attached projects.

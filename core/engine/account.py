@@ -34,6 +34,7 @@ from core.account import (
     PassKeeper,
     SessionTokens,
 )
+from core.account.replies import CreditedEpochs
 from core.api.codec import decode
 from core.api.errors import ApiError
 from core.api.schema import AccountInfo, HistoryDay, Leaderboard, LeaderboardEntry, MyRank
@@ -245,6 +246,12 @@ class Account:
                 "history_30d": [_pick(HistoryDay, d) for d in _list(history.get("30d"))],
             },
         )
+
+    async def credit_mine(self, peer: PeerID, since: int) -> CreditedEpochs:
+        """What the coordinator credited to ``peer`` (this computer's key), in all and per epoch
+        from ``since`` on; ``NoCoordinator`` and ``NotLoggedIn`` as ``my_rank``."""
+        _, _, session = self._coordinator()
+        return await session.credit_mine(peer, since)
 
     # ---- helpers ---------------------------------------------------------------------------------
 

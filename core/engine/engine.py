@@ -10,7 +10,9 @@ Commands come from the control server under the names of the API's calls (``Engi
 pause, resume, snooze, set_settings, attach, activate_project, detach, login, logout, ...), are
 handed to the part they concern, and fail with the engine's own errors (``errors``), which the
 server maps onto the API's; after each the settings are saved and the scheduler ticks at once.
-``try_model`` asks the active project's model a volunteer's question (``trying``).
+``try_model`` asks the active project's model a volunteer's question (``trying``);
+``credit_check`` sets this computer's count of its landed epochs beside the coordinator's credit
+(``credit``).
 Every change is published as a typed event, and contribution is metered into the ledger. The
 views (state, projects, offers, history, statistics, diagnostics) are built from the parts.
 """
@@ -30,6 +32,7 @@ from core.api.schema import (
     API_VERSION,
     AccountInfo,
     AttachRequest,
+    CreditCheck,
     Diagnostics,
     EngineState,
     Leaderboard,
@@ -49,10 +52,12 @@ from core.api.settings import settings_view
 from core.engine.account import Account
 from core.engine.attached import AttachedProjects
 from core.engine.config import EngineConfig
+from core.engine.credit import LandedEpochs, compare, since
 from core.engine.device import DeviceChoice
 from core.engine.diagnostics import diagnostics
 from core.engine.errors import (
     InvalidArgument,
+    NoCoordinator,
     NotJoinedByUrl,
     SettingsNotSaved,
     ShutdownIncomplete,
@@ -111,7 +116,12 @@ class Engine:
         self._account = Account(
             credentials, on_change=self._account_changed, blocking=parts.blocking
         )
-        self._peer_events = PeerEvents(events, self._wake, parts.metering, parts.curve)
+        self._landed = LandedEpochs(
+            parts.ledger, parts.identity.peer_id, clock=clock, on_error=self._ledger_failed
+        )
+        self._peer_events = PeerEvents(
+            events, self._wake, parts.metering, parts.curve, self._landed
+        )
         # the runner is asked for at each meter: switches and rebuilds replace it
         self._progress = ProgressMeter(config, parts.metering, events, lambda: self.runner)
         self._attached = AttachedProjects(
@@ -358,6 +368,17 @@ class Engine:
     async def my_rank(self) -> MyRank:
         return await self._account.my_rank()
 
+    async def credit_check(self) -> CreditCheck:
+        """This computer's landed epochs of the active project beside what its coordinator
+        credited to this computer's key (``credit``); ``NoCoordinator`` and ``NotLoggedIn`` as
+        ``my_rank``."""
+        project = self.memory.active
+        if project is None:
+            raise NoCoordinator("no project is attached: attach one first (barnraise ctl attach)")
+        rows = self._landed.rows(project)
+        credited = await self._account.credit_mine(self._landed.peer, since(rows))
+        return compare(project, rows, credited)
+
     def projects(self) -> list[ProjectInfo]:
         return self._attached.infos()
 
@@ -431,6 +452,9 @@ class Engine:
         except SettingsNotSaved as exc:
             log.error("%s", exc)
             self.events.publish(ErrorRaised("settings", str(exc)))
+
+    def _ledger_failed(self, message: str) -> None:
+        self.events.publish(ErrorRaised("ledger", message))
 
     def _account_changed(self, info: AccountInfo) -> None:
         self.events.publish(AccountChanged(info))

@@ -19,6 +19,9 @@ experts, trainers find them through the DHT and call them remotely.
   bounded queues, "busy" when full.
 - ``server``       ExpertServer: hosts many backends, answers calls on the Host, runs batches on the
   training thread through the bridge.
+- ``receipts``     receipts for expert work: the trainer's ReceiptSender (running totals per
+  server, signed and handed over every few seconds) and the server's ReceiptBook (each receipt
+  checked against what it answered that trainer, the newest kept for the coordinator).
 - ``hosted``       HostedExpert: a backend on the server's device that counts the samples it serves
   (``Served``), the unit the engine's ledger counts.
 - ``checkpoints``  ExpertCheckpoints (per-expert files, written atomically, the newest readable one

@@ -10,9 +10,12 @@ the batch: it comes back as the exception, classified by ``failure_kind`` (busy,
 unavailable, timeout, malformed, invalid, internal, unreachable) and counted in ``MoEStats``, and
 the layer leaves that expert out of the mixture. Anything else (a bug) propagates.
 
+With a ``ReceiptSender`` the caller also tells it the samples of every call a server answered
+(whole and finite), which the trainer signs into receipts for that server (``receipts``).
+
 Copies of a layer (``copy.deepcopy``, as the asynchronous trainer makes one per batch in flight)
-share their caller: it holds the Host, the bridge, the beam search and its prefix cache, and the
-counters, none of which may be duplicated.
+share their caller: it holds the Host, the bridge, the beam search and its prefix cache, the
+counters and the receipts, none of which may be duplicated.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch import Tensor
 from core.codecs import NONE, Codec
 from core.dht import DHTError
 from core.moe.beam_search import FoundExpert, MoEBeamSearch
+from core.moe.receipts import ReceiptSender
 from core.moe.server import call_expert
 from core.net.errors import (
     InvalidRequestError,
@@ -171,6 +175,7 @@ class ExpertCaller:
         codec: Codec = NONE,
         forward_timeout: float | None = None,
         backward_timeout: float | None = None,
+        receipts: ReceiptSender | None = None,
     ) -> None:
         for name, value in (("forward", forward_timeout), ("backward", backward_timeout)):
             if value is not None and not value > 0:
@@ -185,6 +190,7 @@ class ExpertCaller:
             "backward": backward_timeout or host.config.call_timeout,
         }
         self.stats = MoEStats()
+        self.receipts = receipts
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ExpertCaller:
         return self  # the connections, the search cache and the counters are one per process
@@ -209,6 +215,10 @@ class ExpertCaller:
             _finite(call.uid, outcome) for call, outcome in zip(calls, outcomes, strict=True)
         ]
         self.stats.count_calls(method, checked)
+        if self.receipts is not None:
+            for call, outcome in zip(calls, checked, strict=True):
+                if not isinstance(outcome, BaseException):
+                    self.receipts.count(call.address, method, int(call.tensors[0].shape[0]))
         return checked
 
     async def _call_all(

@@ -59,6 +59,7 @@ from core.moe.calls import (
 )
 from core.moe.gating import StructuredGating
 from core.moe.grid import ExpertGrid
+from core.moe.receipts import ReceiptSender
 from core.net.host.host import Host
 from core.worker.bridge import TrainingBridge
 
@@ -183,7 +184,8 @@ class RemoteMixtureOfExperts(nn.Module):
 
     ``search`` finds the experts (its DHT, its prefix cache); calls go out on ``host``, and the
     worker threads reach the loop through ``bridge``. Tensors travel with ``codec`` (``NONE`` or
-    ``FP16``). A timeout of None is the Host's call timeout.
+    ``FP16``). A timeout of None is the Host's call timeout. ``receipts``, if given, counts what
+    each server answered, for the receipts the trainer signs.
     """
 
     def __init__(
@@ -201,6 +203,7 @@ class RemoteMixtureOfExperts(nn.Module):
         forward_timeout: float | None = None,
         backward_timeout: float | None = None,
         codec: Codec = NONE,
+        receipts: ReceiptSender | None = None,
     ) -> None:
         super().__init__()
         if search.grid != grid:
@@ -225,6 +228,7 @@ class RemoteMixtureOfExperts(nn.Module):
             codec=codec,
             forward_timeout=forward_timeout,
             backward_timeout=backward_timeout,
+            receipts=receipts,
         )
         self.balancing_loss: Tensor | None = None
         """The load-balancing loss of this layer's latest forward (differentiable w.r.t. the gate)."""

@@ -6,7 +6,9 @@ answers on the same stream with a ``ReplyHeader`` message (codec and shapes of w
 result tensors as data frames, and finally an empty ``ExpertDone``. ``moe.forward`` carries the
 inputs and returns the outputs; ``moe.backward`` carries the inputs then the output gradients and
 returns the gradients with respect to the inputs. ``moe.info`` is a unary call that returns an
-expert's ``ExpertInfo`` (per-sample shapes, dtype, largest batch).
+expert's ``ExpertInfo`` (per-sample shapes, dtype, largest batch). ``moe.receipt`` is a unary call
+by which a trainer hands a server its signed receipt (``core.trust.receipts``) for the work that
+server did for it; the server answers whether it kept it as its newest.
 
 Both sides check every declared size against a bound before allocating anything: a header from a
 stranger cannot make us reserve more than ``max_batch`` samples of the expert's own shapes (server)
@@ -29,6 +31,7 @@ from core.codecs.chunks import decode, encode, encoded_size
 from core.net.errors import InvalidRequestError, MalformedResponseError
 from core.net.wire.rpc import Method, StreamMethod
 from core.net.wire.stream import Stream
+from core.trust.receipts import Receipt
 from core.util.errors import WireFormatError
 from core.util.wire import WireMessage
 
@@ -76,9 +79,22 @@ class ExpertDone(WireMessage):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class ReceiptRequest(WireMessage):
+    receipt: Receipt
+    """Parsed strictly on arrival (``Receipt.from_wire``): a malformed one is an invalid request."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptReply(WireMessage):
+    kept: bool
+    """False: the server already holds this receipt or a newer one of the same session."""
+
+
 INFO = Method("moe.info", InfoRequest, ExpertInfo)
 FORWARD = StreamMethod("moe.forward", ExpertRequest, ExpertDone)
 BACKWARD = StreamMethod("moe.backward", ExpertRequest, ExpertDone)
+RECEIPT = Method("moe.receipt", ReceiptRequest, ReceiptReply)
 METHODS = {"forward": FORWARD, "backward": BACKWARD}
 
 

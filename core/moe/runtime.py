@@ -22,6 +22,10 @@ The engine steers it as it steers a trainer (``pause`` / ``resume``):
 Throttling (a duty below 1) does not apply: a server's load is what the trainers send, and resting
 between batches would only make their calls time out; the server computes or is paused.
 
+The server keeps the receipts its trainers sign for the work it answered them (``receipts``) and,
+given ``on_receipts`` (a server logged in to the project's coordinator), hands the new ones over
+every ``receipt_interval`` seconds and once more at close, for the coordinator's leaderboard.
+
 On ``close`` the server stops announcing (the DHT has no delete: the entries expire within
 ``announce_ttl``, and until then calls fail at once with a refused connection), stops answering,
 and saves a last checkpoint of every expert that learned (``close(save=False)``: as if killed); its
@@ -50,6 +54,7 @@ from core.moe.events import ExpertsEvent, ExpertsReady, ExpertsServed, ExpertsSt
 from core.moe.experts import ExpertSpec
 from core.moe.grid import ExpertGrid
 from core.moe.hosted import HostedExpert, Served
+from core.moe.receipts import ReceiptBook
 from core.moe.selection import expand_uids, free_uids
 from core.moe.server import ExpertServer, Refusal, RefusalSink
 from core.net import Host, Identity, NetConfig
@@ -59,6 +64,7 @@ from core.net.presence import Presence, PresenceOptions
 from core.net.reach.monitor import ReachabilityMonitor
 from core.net.reach.reachability import Reachability
 from core.project import DmoeManifest
+from core.trust.receipts import Receipt
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
@@ -70,6 +76,8 @@ log = logging.getLogger(__name__)
 
 SPEED_WINDOW = 10
 """Seconds of totals the served-samples speed is measured over."""
+RECEIPT_INTERVAL = 30.0
+"""Seconds between hand-overs of new receipts to ``on_receipts``."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,10 @@ class ExpertHostSettings:
     evidence: Callable[[DHTNode, Host], RefusalSink] | None = None
     """Builds, once the host and DHT node exist, what turns calls refused for poisoned tensors
     into evidence against their callers (``core.training.call_evidence``); None: only logged."""
+    on_receipts: Callable[[list[Receipt]], None] | None = None
+    """Takes the trainers' new receipts for this server's work (the coordinator's reporter);
+    None: they are checked and kept, not reported."""
+    receipt_interval: float = RECEIPT_INTERVAL
 
 
 class ExpertHost:
@@ -118,6 +130,8 @@ class ExpertHost:
             raise BarnraiseError(
                 f"project {manifest.project.name} is open: it takes no access gate"
             )
+        if not settings.receipt_interval > 0:
+            raise BarnraiseError("the receipts' interval must be a positive number of seconds")
         self.settings = settings
         self.on_event = on_event
         self.grid = ExpertGrid(manifest.grid.prefix, manifest.grid.shape)
@@ -146,6 +160,7 @@ class ExpertHost:
         self.on_refusal: Callable[[Refusal], None] | None = None
         """Told of every call refused for poisoned tensors."""
         self.evidence = settings.evidence(self.dht, self.host) if settings.evidence else None
+        self.receipts = ReceiptBook(manifest.project.name, self.host.peer_id)
         self._tasks = BackgroundTasks(f"experts/{manifest.project.name}")
 
     # ---- running ---------------------------------------------------------------------------------
@@ -198,6 +213,7 @@ class ExpertHost:
             max_queue=manifest.server.max_queue,
             max_wait=manifest.server.max_wait,
             on_refusal=self._refused,
+            receipts=self.receipts,
         )
         await self.server.start()
         if self.evidence is not None:
@@ -209,6 +225,8 @@ class ExpertHost:
         self._tasks.spawn("speed", self._measure())
         if s.stats_interval > 0:
             self._tasks.spawn("stats", self._report(s.stats_interval))
+        if s.on_receipts is not None:
+            self._tasks.spawn("receipts", self._hand_receipts(s.receipt_interval))
 
     async def _choose_uids(self, store: ExpertCheckpoints | None) -> list[str]:
         s = self.settings
@@ -399,6 +417,21 @@ class ExpertHost:
             await asyncio.sleep(interval)
             self.on_event(self.served_event())
 
+    async def _hand_receipts(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.hand_receipts()
+
+    def hand_receipts(self) -> int:
+        """Give ``on_receipts`` the receipts kept since the last time; how many."""
+        on_receipts = self.settings.on_receipts
+        if on_receipts is None:
+            return 0
+        fresh = self.receipts.take()
+        if fresh:
+            on_receipts(fresh)
+        return len(fresh)
+
     # ---- stopping --------------------------------------------------------------------------------
 
     async def close(self, *, save: bool = True) -> None:
@@ -408,6 +441,7 @@ class ExpertHost:
         await self._tasks.close()
         if self.server is not None:
             await self.server.close()
+            self.hand_receipts()  # the last ones: the reporter sends them before it logs out
         if self.evidence is not None:  # its last window goes out while the DHT node still runs
             await self.evidence.close()
         saved: list[str] = []

@@ -13,6 +13,10 @@ pool (``guard``), and each refusal is kept with the caller's PeerID (``refusals`
 the handler too (``faults``), before the pool, so a delayed call never holds back the others.
 Closing the server cancels the runner and answers every waiting call with ``UnavailableError``;
 callers see a typed error, never a hang.
+
+With a ``ReceiptBook`` the server also counts what it answered to each caller and takes
+``moe.receipt``: trainers' signed receipts for that work, checked against those counts
+(``receipts``).
 """
 
 from __future__ import annotations
@@ -37,16 +41,20 @@ from core.moe.protocol import (
     FORWARD,
     INFO,
     METHODS,
+    RECEIPT,
     ExpertDone,
     ExpertInfo,
     ExpertRequest,
     InfoRequest,
+    ReceiptReply,
+    ReceiptRequest,
     ReplyHeader,
     recv_tensors,
     send_tensors,
     validate_reply,
     validate_request,
 )
+from core.moe.receipts import ReceiptBook
 from core.net.errors import (
     InvalidRequestError,
     MalformedResponseError,
@@ -92,7 +100,8 @@ class RefusalSink(Protocol):
 
 
 class ExpertServer:
-    """Serves ``moe.info``, ``moe.forward`` and ``moe.backward`` for ``backends`` on ``host``."""
+    """Serves ``moe.info``, ``moe.forward`` and ``moe.backward`` for ``backends`` on ``host``, and
+    ``moe.receipt`` when given a ``receipts`` book."""
 
     def __init__(
         self,
@@ -104,8 +113,11 @@ class ExpertServer:
         max_wait: float = 0.01,
         faults: ServerFaults | None = None,
         on_refusal: Callable[[Refusal], None] | None = None,
+        receipts: ReceiptBook | None = None,
     ) -> None:
         self._host = host
+        self.receipts = receipts
+        """What this server answered per trainer, and the receipts they signed for it."""
         self.refusals: deque[Refusal] = deque(maxlen=KEPT_REFUSALS)
         self.refused = 0
         """Calls refused for non-finite tensors, all experts together."""
@@ -135,6 +147,8 @@ class ExpertServer:
         router.add(INFO, self._on_info)
         router.add_stream(FORWARD, self._on_forward)
         router.add_stream(BACKWARD, self._on_backward)
+        if self.receipts is not None:
+            router.add(RECEIPT, self._on_receipt)
         self._tasks.spawn("runner", self._run())
 
     async def close(self) -> None:
@@ -142,7 +156,7 @@ class ExpertServer:
         if self._closed:
             return
         self._closed = True
-        for name in (INFO.name, FORWARD.name, BACKWARD.name):
+        for name in (INFO.name, FORWARD.name, BACKWARD.name, RECEIPT.name):
             self._host.router.remove(name)
         await self._tasks.close()
         for pool in self.pools.values():
@@ -162,6 +176,11 @@ class ExpertServer:
         self, ctx: CallContext, request: ExpertRequest, stream: Stream
     ) -> ExpertDone:
         return await self._serve(ctx, "backward", request, stream)
+
+    async def _on_receipt(self, ctx: CallContext, request: ReceiptRequest) -> ReceiptReply:
+        if self._closed or self.receipts is None:
+            raise UnavailableError("the expert server is closing")
+        return ReceiptReply(self.receipts.accept(request.receipt, ctx.peer))
 
     def _info(self, uid: str) -> ExpertInfo:
         if self._closed:
@@ -195,6 +214,9 @@ class ExpertServer:
             ReplyHeader(codec.wire_id, [list(out.shape) for out in outputs]).to_wire()
         )
         await send_tensors(stream, codec, outputs)
+        if self.receipts is not None:
+            # before the call ends: a trainer counts it only once the end has come
+            self.receipts.served(ctx.peer, method, request.batch)
         return ExpertDone()
 
     def _refuse(self, refusal: Refusal) -> None:

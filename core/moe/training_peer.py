@@ -12,6 +12,10 @@ project's name as seed so that all begin alike; what trainers share is the exper
 updates in each backward call. That is Learning@home's split: the big layers live on volunteers'
 servers, a trainer's own part is small.
 
+It signs receipts for the expert work each server answered (``receipts``: the running totals
+per server, handed to that server every few seconds and at the stop), which the servers report to
+the coordinator's leaderboard.
+
 Every ``report_every`` steps it sends a ``MoEProgress`` (mean loss of those steps, throughput,
 staleness, the share of expert calls answered); every ``evaluate_every`` reports it also measures
 the accuracy on the held-out digits (a forward through the same experts, no update) and sends it as
@@ -40,6 +44,7 @@ from core.moe.digits import Digits, digit_batches, load_digits
 from core.moe.experts import uid_seed
 from core.moe.grid import ExpertGrid
 from core.moe.layer import RemoteMixtureOfExperts
+from core.moe.receipts import ReceiptSender
 from core.moe.trainer import AsyncMoETrainer, DigitsMoE, StepReport
 from core.moe.trainer_events import (
     MoEAccuracy,
@@ -107,6 +112,7 @@ class MoETrainerPeer:
         self.dht.rules.add_schema(expert_schema(self.grid, manifest.server.announce_ttl))
         self.bridge = TrainingBridge("moe-trainer", workers=trainer.concurrency)
         self.data: Digits = load_digits()
+        self.receipts = ReceiptSender(self.host, manifest.project.name)
         torch.manual_seed(uid_seed(manifest.project.name))  # every trainer's local layers alike
         self.layer = RemoteMixtureOfExperts(
             hidden=manifest.expert.hidden,
@@ -119,6 +125,7 @@ class MoETrainerPeer:
             k_min=trainer.k_min,
             forward_timeout=trainer.forward_timeout,
             backward_timeout=trainer.backward_timeout,
+            receipts=self.receipts,
         )
         self.model = DigitsMoE(self.layer)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=trainer.lr)
@@ -152,6 +159,7 @@ class MoETrainerPeer:
         self.presence = Presence(self.host, PresenceOptions(use_relays=False, map_port=False))
         await self.presence.start()
         await self.dht.start(list(s.initial_peers or s.manifest.network.initial_peers))
+        self.receipts.start()
         self.address = (
             str(self.host.addresses[0]) if self.host.addresses else str(self.host.peer_id)
         )
@@ -246,6 +254,7 @@ class MoETrainerPeer:
         self.bridge.interrupt()
         await self._tasks.close()
         await self.bridge.aclose()
+        await self.receipts.close()  # the last totals, while the host can still reach the servers
         await self.dht.close()
         if self.presence is not None:
             await self.presence.close()

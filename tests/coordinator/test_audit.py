@@ -13,7 +13,10 @@ import pytest
 from core.cli.main import main
 from core.coordinator import CoordinatorStore
 from core.coordinator.people.names import Username
+from core.coordinator.reports.receipts import Vouched
 from core.coordinator.reports.records import Counted
+from core.net import Identity
+from core.trust.receipts import sign_receipt
 
 
 def credit(store: CoordinatorStore, epoch: int, **samples: int) -> None:
@@ -100,7 +103,10 @@ def test_totals_that_disagree_with_the_contribution_rows_are_reported(
     )
     code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
     assert code == 1
-    assert "the coordinator's own totals disagree: bob: contributions 32, total 33, days 32" in out
+    assert (
+        "the coordinator's own totals disagree: bob: contributions 32 and expert samples 0 "
+        "(receipts: 0), total 33, days 32"
+    ) in out
 
 
 def test_bad_input_gets_a_clear_error(
@@ -119,3 +125,27 @@ def test_bad_input_gets_a_clear_error(
     worse = write_metrics(tmp_path / "worse.jsonl", {"epoch": 1, "contributions": {"a": -4}})
     code, out = audit(capsys, "--metrics", str(worse), "--db", str(db))
     assert "'a' has -4 samples" in out
+
+
+def test_expert_samples_must_be_backed_by_receipts_that_still_check_out(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer, server = Identity.generate(), Identity.generate()
+    signed = sign_receipt(trainer, "collab", server.peer_id, session=bytes(16), sequence=1,
+                          forward_samples=300, backward_samples=100)  # fmt: skip
+    with CoordinatorStore(db) as store:
+        store.receipts.record("alice", [Vouched(signed, "bob")], 1_700_000_000.0)
+    metrics = write_metrics(
+        tmp_path / "m.jsonl", {"epoch": 1, "contributions": {"alice": 64, "bob": 32}}
+    )
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
+    assert code == 0, out
+    assert "alice: 400 expert samples, credited by receipts that 1 other account(s) signed" in out
+    # a row whose credit its signed receipt no longer backs
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE receipts SET credited = credited + 50")
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
+    assert code == 1
+    assert "alice: contributions 192 and expert samples 400 (receipts: 450)" in out
+    assert "a stored receipt fails its check: alice: server" in out
+    assert "the row credited 450 samples, its receipt vouches for 400" in out

@@ -175,7 +175,7 @@ def test_a_schema_6_database_gains_the_evaluations_table(tmp_path: Path) -> None
         )
     conn.close()
     with CoordinatorStore(path) as store:
-        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert store.evaluations.latest() is None
         assert store.figures.newest_epoch() == 7
         store.evaluations.record(Evaluation(7, 2.0, 2.75, 0.5, 10, 100, 1.0), 3.0)

@@ -247,6 +247,7 @@ async def test_me_shows_rank_percentile_neighbours_and_daily_history(coordinator
         "rank",
         "username",
         "samples",
+        "expert_samples",
         "compute_seconds",
         "active_devices",
         "devices",

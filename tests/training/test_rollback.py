@@ -162,7 +162,7 @@ def test_the_event_log_says_what_the_moderators_did() -> None:
     assert line["event"] == "rollback"
     assert from_json(json.loads(json.dumps(line))) == event
     bus = EventBus()
-    PeerEvents(bus, asyncio.Event(), None, None).handle("demo", event)  # type: ignore[arg-type]
+    PeerEvents(bus, asyncio.Event(), None, None, None).handle("demo", event)  # type: ignore[arg-type]
     (published,) = bus.recent()
     assert published.data == RolledBack("demo", 40, 58, "loss exploded")
     assert Event.from_wire(published.to_wire()) == published

@@ -1,13 +1,14 @@
 """FakeCoordinator: the demo project's coordinator as the fake engine reaches it.
 
-Accounts (sign-up, wrong passwords), the leaderboard from the sample data, and a switch that makes
-it unreachable; the fake engine decides who is logged in and what the API answers.
+Accounts (sign-up, wrong passwords), the leaderboard from the sample data, the credit check's
+finding (counts that agree, or what a test sets), and a switch that makes it unreachable; the fake
+engine decides who is logged in and what the API answers.
 """
 
 from __future__ import annotations
 
 from core.api.errors import CoordinatorUnreachable, LoginRefused
-from core.api.schema import Leaderboard, MyRank
+from core.api.schema import CreditCheck, Leaderboard, MyRank
 from core.api.testing import sample_data
 
 COORDINATOR_URL = "http://127.0.0.1:8765"
@@ -19,6 +20,8 @@ class FakeCoordinator:
         self.allow_signup = True
         self.down = False
         """Unreachable: every call raises ``CoordinatorUnreachable``."""
+        self.credit_answer: CreditCheck | None = None
+        """What a credit check finds (``FakeEngine.set_credit``); None: counts that agree."""
 
     def reach(self) -> None:
         if self.down:
@@ -39,3 +42,7 @@ class FakeCoordinator:
     def board(self, project: str, you: str, now: float) -> tuple[Leaderboard, MyRank]:
         self.reach()
         return sample_data.leaderboard(project, you, 1_843_200, now)
+
+    def credit(self, project: str) -> CreditCheck:
+        self.reach()
+        return self.credit_answer or sample_data.matching_credit(project)

@@ -48,6 +48,7 @@ from core.api.schema import (
     API_VERSION,
     AccountInfo,
     AttachRequest,
+    CreditCheck,
     Diagnostics,
     EngineState,
     EpochPoint,
@@ -219,6 +220,11 @@ class FakeEngine:
         (``"not_ready"``, ``"The model is not here yet: ..."``); None: it answers again."""
         with self._lock:
             self.model_refusal = None if code is None else (code, reason)
+
+    def set_credit(self, check: CreditCheck | None) -> None:
+        """What ``credit_check`` answers (differences, say); None: counts that agree."""
+        with self._lock:
+            self.coordinator.credit_answer = check
 
     def serve_project(self, preview: ProjectPreview) -> None:
         """``preview.url`` (with or without a ``#key=`` fragment) now answers previews with
@@ -525,6 +531,14 @@ class FakeEngine:
             if self.username is None:
                 raise LoginRequired("log in to see your place on the leaderboard")
             return self._board()[1]
+
+    async def credit_check(self) -> CreditCheck:
+        await self._enter("credit_check")
+        with self._lock:
+            project = self._moderated_project()
+            if self.username is None:
+                raise LoginRequired("log in to compare your counts with the project's")
+            return self.coordinator.credit(project)
 
     # ---- the stream --------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from core.api.schema import (
     API_VERSION,
     Amounts,
+    CreditCheck,
     DayAmounts,
     Diagnostics,
     EpochPoint,
@@ -301,6 +302,26 @@ def leaderboard(
         history_30d=history,
     )
     return board, place
+
+
+FAKE_PEER = "12D3KooWFakeEnginePeerKeyForTheAppsTests"
+"""The fake engine's peer key as its credit check names it (made up, not a real PeerID)."""
+
+
+def matching_credit(project: str, *, epochs: int = 240, samples: int = 512) -> CreditCheck:
+    """A credit check whose counts agree: ``epochs`` epochs of ``samples`` each."""
+    total = epochs * samples
+    return CreditCheck(
+        project=project,
+        peer=FAKE_PEER,
+        local_samples=total,
+        credited_samples=total,
+        matches=True,
+        summary=f"Your counts match the project's: {total:,} samples over {epochs:,} epochs.",
+        epochs=epochs,
+        since=1000,
+        credited_total=1_843_200,
+    )
 
 
 def diagnostics(started: float) -> Diagnostics:

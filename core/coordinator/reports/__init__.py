@@ -1,5 +1,5 @@
 """What the backbone reports and the coordinator keeps: contributions per epoch, the figures and the
-leaderboard, accusations, and the moderators' rollback orders.
+leaderboard, accusations, receipts for expert work, and the moderators' rollback orders.
 
 - ``epoch_report``      reading the auxiliary peer's epoch report and checking each contribution's pass.
 - ``evidence_report``     reading the auxiliary peer's evidence report: each accusation's signature,
@@ -11,7 +11,12 @@ leaderboard, accusations, and the moderators' rollback orders.
   epoch, the newest and the held-out curve's points.
 - ``evidence_records`` the accepted accusations, and the listing by accused peer (with its user and
   how many distinct accounts accused it) that ``barnraise coordinator reports`` prints.
+- ``receipts``     trainers' signed receipts for expert servers' work (``POST /receipts``): which
+  count, the credit (newest running total less what was credited), the rows, and the audit's
+  queries (credit per account, receipts whose signature no longer checks).
 - ``leaderboard``  top N, one user's rank, percentile and neighbours, daily history.
+- ``peer_credit``  what one peer key was credited, in all and epoch by epoch (``GET /credit/mine``),
+  for the account that proved the key, to compare with its engine's own count.
 - ``rollback``     the moderators' signed rollback orders: numbered, checked against the epochs
   reported, stored; the latest is what ``GET /rollback`` serves to every peer.
 """

@@ -5,6 +5,10 @@ distinct rank. Banned users are left out of ranks and lists; the collaboration's
 their samples, so that the totals reconcile with the epochs the auxiliary peer reported. A user's
 percentile is the share of ranked contributors at or below their rank (rank 1 of 4 is 100, rank 4
 of 4 is 25). History is per UTC day, oldest first, with days without contributions as zeros.
+
+In a mixture-of-experts project the samples an account's expert servers computed for other
+accounts' trainers, as their signed receipts vouch (``receipts``), count among its samples and rank
+with them; ``expert_samples`` says how many of them they are.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ NEIGHBOURS = 2
 
 _RANKED = (
     "SELECT totals.user_key, users.name, totals.samples, totals.compute_seconds, "
-    "totals.last_seen FROM totals JOIN users ON users.key = totals.user_key "
+    "totals.last_seen, totals.expert_samples FROM totals JOIN users ON users.key = totals.user_key "
     "WHERE users.banned = 0"
 )
 _AHEAD = "(totals.samples > ? OR (totals.samples = ? AND totals.user_key < ?))"
@@ -36,6 +40,8 @@ class Row:
     samples: int
     compute_seconds: float
     last_seen: float
+    expert_samples: int
+    """The part of ``samples`` credited by receipts for expert work."""
 
 
 class Leaderboard:
@@ -71,6 +77,7 @@ class Leaderboard:
                 "rank": None,
                 "percentile": None,
                 "samples": 0,
+                "expert_samples": 0,
                 "compute_seconds": 0.0,
                 "above": [],
                 "below": [],
@@ -98,6 +105,7 @@ class Leaderboard:
             "rank": rank,
             "percentile": round(100.0 * (count - rank + 1) / count, 1),
             "samples": mine.samples,
+            "expert_samples": mine.expert_samples,
             "compute_seconds": mine.compute_seconds,
             "above": self._entries(above, rank - len(above), now),
             "below": self._entries(below, rank + 1, now),
@@ -108,18 +116,25 @@ class Leaderboard:
         last = utc_day(now)
         first = last - days + 1
         found = {
-            int(day): (int(samples), float(compute))
-            for day, samples, compute in self._conn.execute(
-                "SELECT day, samples, compute_seconds FROM days "
+            int(day): (int(samples), float(compute), int(expert))
+            for day, samples, compute, expert in self._conn.execute(
+                "SELECT day, samples, compute_seconds, expert_samples FROM days "
                 "WHERE user_key = ? AND day BETWEEN ? AND ?",
                 (user_key, first, last),
             ).fetchall()
         }
         out = []
         for day in range(first, last + 1):
-            samples, compute = found.get(day, (0, 0.0))
+            samples, compute, expert = found.get(day, (0, 0.0, 0))
             label = datetime.date.fromordinal(_EPOCH_ORDINAL + day).isoformat()
-            out.append({"day": label, "samples": samples, "compute_seconds": compute})
+            out.append(
+                {
+                    "day": label,
+                    "samples": samples,
+                    "expert_samples": expert,
+                    "compute_seconds": compute,
+                }
+            )
         return out
 
     def _ranked_count(self) -> int:
@@ -137,6 +152,7 @@ class Leaderboard:
                 "rank": first_rank + i,
                 "username": row.name,
                 "samples": row.samples,
+                "expert_samples": row.expert_samples,
                 "compute_seconds": row.compute_seconds,
                 "active_devices": active.get(row.key, 0),
                 "devices": devices.get(row.key, 0),

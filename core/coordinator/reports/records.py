@@ -162,18 +162,20 @@ class Contributions:
         """Every epoch a report (or a late one) reached us for."""
         return {int(row[0]) for row in self._conn.execute("SELECT epoch FROM epochs")}
 
-    def sums_by_user(self) -> dict[str, tuple[int, int, int]]:
-        """Per user key: samples in contribution rows, in the totals row, and in the day rows
-        (the three agree unless the file was changed by hand or a write was torn)."""
+    def sums_by_user(self) -> dict[str, tuple[int, int, int, int]]:
+        """Per user key: samples in contribution rows, in the totals row, in the day rows, and the
+        totals row's expert samples (credited by receipts). Rows plus expert samples, the total and
+        the days agree unless the file was changed by hand or a write was torn."""
         found: dict[str, list[int]] = {}
         for query, column in (
             ("SELECT user_key, sum(samples) FROM contributions GROUP BY user_key", 0),
             ("SELECT user_key, samples FROM totals", 1),
             ("SELECT user_key, sum(samples) FROM days GROUP BY user_key", 2),
+            ("SELECT user_key, expert_samples FROM totals", 3),
         ):
             for user, samples in self._conn.execute(query):
-                found.setdefault(str(user), [0, 0, 0])[column] = int(samples)
-        return {user: (a, b, c) for user, (a, b, c) in found.items()}
+                found.setdefault(str(user), [0, 0, 0, 0])[column] = int(samples)
+        return {user: (a, b, c, d) for user, (a, b, c, d) in found.items()}
 
     def epoch_totals(self) -> tuple[int, int]:
         """How many epochs were reported, and the samples the auxiliary peer counted in them."""

@@ -1,0 +1,60 @@
+"""``compare``: the engine's landed epochs beside the coordinator's credit, without a coordinator:
+the window, the coordinator's limit, and the summary's words."""
+
+from __future__ import annotations
+
+from core.account.replies import CreditedEpochs
+from core.api import CreditDifference
+from core.engine.credit import NOT_CREDITED, NOT_REPORTED, compare, since
+from core.net import Identity
+from core.stats import LANDED_KEPT, LandedRow
+
+PEER = Identity.generate().peer_id
+
+
+def rows(*pairs: tuple[int, int]) -> list[LandedRow]:
+    return [LandedRow(str(PEER), epoch, samples, 1.0) for epoch, samples in pairs]
+
+
+def credited(
+    epochs: dict[int, int], newest: int | None, *, listed: int | None = None
+) -> CreditedEpochs:
+    total = sum(epochs.values()) + 1000  # older epochs, outside the window
+    return CreditedEpochs(PEER, total, epochs, len(epochs) if listed is None else listed, newest)
+
+
+def test_the_window_starts_at_the_oldest_epoch_kept() -> None:
+    kept = rows((7, 10), (5, 20), (6, 30))  # in arrival order, not by epoch
+    assert since(kept) == 5
+    assert since([]) == 0
+    check = compare("p", kept, credited({4: 99, 5: 20, 6: 30, 7: 10}, 7))
+    assert (check.matches, check.epochs, check.since, check.credited_total) == (True, 3, 5, 1159)
+    assert check.summary == "Your counts match the project's: 60 samples over 3 epochs."
+
+
+def test_nothing_kept_compares_nothing() -> None:
+    check = compare("p", [], credited({1: 5}, 1))
+    assert (check.matches, check.epochs, check.since, check.differences) == (True, 0, None, [])
+    assert "1,005 samples in all" in check.summary
+
+
+def test_epochs_beyond_a_full_answer_are_not_judged() -> None:
+    epochs = dict.fromkeys(range(LANDED_KEPT), 1)
+    kept = rows(*((epoch, 1) for epoch in range(LANDED_KEPT + 2)))
+    full = compare("p", kept, credited(epochs, LANDED_KEPT + 1, listed=LANDED_KEPT))
+    assert (full.matches, full.epochs) == (True, LANDED_KEPT)
+
+
+def test_no_report_yet_and_no_credit_are_told_apart() -> None:
+    check = compare("p", rows((1, 8), (2, 8), (3, 8)), credited({1: 8}, 2))
+    assert check.differences == [
+        CreditDifference(2, 8, 0, NOT_CREDITED),
+        CreditDifference(3, 8, 0, NOT_REPORTED),
+    ]
+    assert check.summary == (
+        "16 samples differ: 1 epoch not reported yet (8 samples); 1 epoch not credited "
+        "(8 samples). The other 1 epoch matches."
+    )
+    never = compare("p", rows((0, 8)), credited({}, None))
+    assert never.differences == [CreditDifference(0, 8, 0, NOT_REPORTED)]
+    assert never.summary.endswith("Check again in a minute.")
