@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from core.swarm.dmoe_run import DmoeLine, DmoeStop
+from core.swarm.dmoe_run import DmoeLine, DmoeStop, ReceiptCredit
 from core.swarm.moderated import Standings
 from core.swarm.run import Joining
 from core.worker.events import PeerEvaluation, PeerMetrics
@@ -108,6 +108,14 @@ class DmoePrinter:
 
     def problem(self, message: str) -> None:
         print(f"barnraise swarm: {message}", file=sys.stderr, flush=True)
+
+    def receipts(self, credited: ReceiptCredit) -> None:
+        # the servers' counts are their last reports: samples in flight at the stop are the rest
+        _say(
+            f"leaderboard: {credited.credited} expert samples credited by the trainers' receipts "
+            f"to {credited.accounts} account(s), of {credited.served} the servers reported "
+            f"computing ({credited.share:.1%})"
+        )
 
 
 def _say(line: str) -> None:

@@ -104,6 +104,21 @@ class DmoeStanding:
 
 
 @dataclass(frozen=True)
+class ReceiptCredit:
+    """At a moderated run's end: what the coordinator credited by trainers' receipts, beside what
+    the servers said they computed (their last ``served`` counts)."""
+
+    credited: int
+    served: int
+    accounts: int
+    """Accounts credited with expert samples."""
+
+    @property
+    def share(self) -> float:
+        return self.credited / self.served if self.served else 1.0
+
+
+@dataclass(frozen=True)
 class DmoeLine:
     seconds: float
     steps: int
@@ -146,6 +161,9 @@ class DmoeOutput(Protocol):
 
     def problem(self, message: str) -> None:
         """Something went wrong (the run may go on)."""
+
+    def receipts(self, credited: ReceiptCredit) -> None:
+        """A moderated run's end: the expert samples the leaderboard credited by receipts."""
 
 
 class LocalDmoeRun:
@@ -317,10 +335,20 @@ class LocalDmoeRun:
             if self._server_readers:  # a server's last line, ``stopped``, may still be unread
                 await asyncio.wait(self._server_readers, timeout=LAST_LINES_TIMEOUT)
             self._tell_stop(stopped)
+            if self._moderated is not None and self._running:
+                await self._tell_receipts(self._moderated)
         finally:
             await self._tasks.close()
             if self._moderated is not None:
                 await self._moderated.service.close()
+
+    async def _tell_receipts(self, swarm: ModeratedSwarm) -> None:
+        """The servers posted their last receipts as they stopped: compare the leaderboard's
+        expert samples with what the servers computed."""
+        rows = swarm.service.store.receipts.credited_by_user()
+        credited = sum(int(row["expert_samples"]) for row in rows)
+        served = sum(self.standing.served.values())
+        self.output.receipts(ReceiptCredit(credited, served, len(rows)))
 
     def _tell_stop(self, stopped_in_time: list[bool]) -> None:
         if not self._running or self._checkpoints is None:

@@ -13,7 +13,7 @@ import pytest
 
 from core.swarm import dmoe_run
 from core.swarm.children import ChildProcess
-from core.swarm.dmoe_run import DmoeLine, DmoeStop, DmoeSwarmOptions, LocalDmoeRun
+from core.swarm.dmoe_run import DmoeLine, DmoeStop, DmoeSwarmOptions, LocalDmoeRun, ReceiptCredit
 from core.util.process.detached import start_detached_async
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="stand-ins stop on SIGTERM")
@@ -60,6 +60,9 @@ class Heard:
 
     def problem(self, message: str) -> None:
         self.problems.append(message)
+
+    def receipts(self, credited: ReceiptCredit) -> None:
+        pass
 
 
 async def stand_in(name: str, script: str) -> ChildProcess:
