@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -133,6 +134,10 @@ class CollaborativeOptimizer:
         self._short_rounds = 0
         self._epoch_started = time.time()
         self._records: list[PeerProgress] = []
+        self._absent: dict[str, float] = {}
+        """Peers whose records promised samples that a short round of this epoch never got (killed
+        since): their record's time then. Readiness leaves such a record out until it is renewed, or
+        every round until it expires would be short again."""
         self._fetched_at = 0.0
         self._refreshing: asyncio.Task[None] | None = None
         self._samples_at_fetch = 0
@@ -247,7 +252,7 @@ class CollaborativeOptimizer:
         return await self._finish_epoch(view)
 
     def view(self) -> CollaborationView:
-        return self.board.view(self._records, self._progress(), self.config.target_batch_size)
+        return self.board.view(self._present(), self._progress(), self.config.target_batch_size)
 
     async def wait_for_state(self) -> None:
         """Catch up with the collaboration before contributing again: retry with backoff until the
@@ -376,7 +381,11 @@ class CollaborativeOptimizer:
         own = Own(
             self._peer, self.epoch, self._tally.samples, self._tally.speed, self._epoch_started
         )
-        return estimate(self._records, own, time.time())
+        return estimate(self._present(), own, time.time())
+
+    def _present(self) -> list[PeerProgress]:
+        """The records, less those a short round of this epoch proved empty (not renewed since)."""
+        return [r for r in self._records if r.time > self._absent.get(r.peer, -math.inf)]
 
     def _reset_epoch(self) -> None:
         self._tally.take()
@@ -489,9 +498,17 @@ class CollaborativeOptimizer:
             self._short_rounds += 1
             log.info("epoch %d: the round held %d of %d samples; the epoch goes on", epoch,
                      weight, target)  # fmt: skip
+            # no group at all: nobody the records promised came
+            members = {str(m) for m in result.members} if result is not None else set()
+            self._absent = {
+                r.peer: r.time
+                for r in self._records
+                if r.training and r.epoch == epoch and r.peer not in members | {self._peer}
+            }
             await self.bridge.run(self.local.keep, grads, samples)
             return False
         self._short_rounds = 0
+        self._absent = {}
         await self.bridge.run(self.local.apply, grads)
         self.state.epoch = epoch + 1
         self.landed.add(epoch, samples)

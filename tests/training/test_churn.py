@@ -343,6 +343,40 @@ async def test_a_round_short_of_the_target_does_not_step(nodes) -> None:  # type
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
 
 
+async def test_a_record_a_short_round_proved_empty_no_longer_makes_the_collaboration_ready(
+    nodes,
+) -> None:  # type: ignore[no-untyped-def]
+    """A peer killed after its last report: its record claims 100 samples for up to 10 s more.
+    The first round shows that it brings none; from then on readiness leaves its record out (until
+    it is renewed), so the epoch goes on until the samples really reach the target, instead of
+    ending in rounds just as short until the peer takes its step on too few."""
+    first = await nodes(None)
+    ghost = await nodes(first.address)
+    me = str(ghost.averager.host.peer_id)
+    await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))  # its last word
+    node = await nodes(first.address)
+    optimizer, model = trainer(
+        node, CollaborativeConfig(target_batch_size=64, matchmaking_time=1.0)
+    )
+    data = dataset()
+    try:
+        await optimizer.start()
+        await poll_until(optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen))
+        await optimizer._refresh()
+        used = 0
+        report = None
+        while report is None:
+            inputs, targets = data[0][used * 8 : used * 8 + 8], data[1][used * 8 : used * 8 + 8]
+            used += 1
+            torch.nn.functional.mse_loss(model(inputs), targets).backward()  # type: ignore[no-untyped-call]
+            report = await optimizer.step(8, 1.0)
+        assert optimizer.epoch == 1
+        assert report.round_samples >= 64  # type: ignore[attr-defined]
+        assert report.samples == used * 8  # type: ignore[attr-defined]
+    finally:
+        await optimizer.close()
+
+
 async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # type: ignore[no-untyped-def]
     """The backbone reduces in a round that holds fewer samples than the target: the trainers take
     no step from it, and neither may the backbone, nor move on to the next epoch (the trainers would
