@@ -205,9 +205,9 @@ async def test_a_server_that_never_says_hello_is_dropped(make_host: MakeHost) ->
     )
     try:
         port = mute_server.sockets[0].getsockname()[1]
-        client = await make_host(NetConfig(handshake_timeout=0.5, close_grace=0.2))
+        client = await make_host(NetConfig(handshake_timeout=3.0, close_grace=0.2))
         target = PeerAddress.tcp("127.0.0.1", port, identity.peer_id)
-        with pytest.raises(ConnectionClosedError, match=r"no hello within 0\.5 s"):
+        with pytest.raises(ConnectionClosedError, match=r"no hello within 3 s"):
             await client.call_raw(target, "anything", None, timeout=5)
     finally:
         for writer in accepted:
