@@ -133,7 +133,8 @@ async def test_peer_silent_after_tls_is_dropped(
     server, bystander = await server_and_bystander(make_host)
     with caplog.at_level(logging.WARNING, logger="core.net"):
         reader, writer = await connect_tls(server)
-        await read_until_closed(reader, timeout=10.0)  # the server's hello, then nothing, then close
+        # the server's hello, then nothing, then close
+        await read_until_closed(reader, timeout=10.0)
     assert "no hello within 3 s" in caplog.text
     await close_writer(writer)
     await still_serving(server, bystander)
