@@ -3,7 +3,8 @@
 Each peer's record carries the loss totals of the last epoch it finished. The loss of an epoch is the
 sum of all peers' losses over the sum of their mini-steps (so a fast peer weighs as much as its work);
 samples and speed are summed; alive peers are the trainers with fresh records. An epoch is reported
-once, a short grace after its first totals appear, so that slower peers' totals are included.
+once, a short grace after a record first lists it as landed (so that slower peers' parts are
+included), or when the trainers have gone past it without landing it.
 
 Each report also lists every peer's part of the epoch (its samples, an estimate of its compute time,
 and in moderated projects the pass naming its user): what the coordinator's leaderboard counts, so the
@@ -115,8 +116,9 @@ class EpochMetrics:
 
 @dataclass
 class _Totals:
-    first_seen: float
     by_peer: dict[str, PeerProgress] = field(default_factory=dict)
+    landed_at: float | None = None
+    """When a record first listed this epoch as landed; the grace runs from then."""
 
 
 class MetricsAggregator:
@@ -154,10 +156,12 @@ class MetricsAggregator:
             self.credit.claim(record.peer, landed, record.access, record.samples_per_second)
             for item in landed:
                 if item.epoch > self._reported:
-                    self._pending.setdefault(item.epoch, _Totals(now))
+                    listed = self._pending.setdefault(item.epoch, _Totals())
+                    if listed.landed_at is None:
+                        listed.landed_at = now
             epoch = record.last_epoch
             if epoch > self._reported:
-                totals = self._pending.setdefault(epoch, _Totals(now))
+                totals = self._pending.setdefault(epoch, _Totals())
                 totals.by_peer[record.peer] = record
         self.credit.settle_witnesses((r.peer for r in records), now)
         trainers = [r for r in records if r.training]
@@ -166,8 +170,12 @@ class MetricsAggregator:
         done = []
         for epoch in sorted(self._pending):
             totals = self._pending[epoch]
-            # an epoch is complete after the grace, or once a later one has also closed
-            if now - totals.first_seen < self.grace and epoch >= newest:
+            # An epoch is complete a grace after its work first landed, or once the trainers have
+            # gone past it. Finished is not landed: a diloco round that formed no group leaves
+            # its trainers at the epoch, to land it in the next try, and reporting it then would
+            # leave its credit to a late report and its line with no samples.
+            landed_at = totals.landed_at
+            if epoch >= newest and (landed_at is None or now - landed_at < self.grace):
                 break
             done.append(self._finish(epoch, totals, speed, len(trainers), now))
         return done

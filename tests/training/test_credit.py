@@ -72,6 +72,38 @@ def test_a_record_read_after_its_epoch_went_out_is_late_credit_with_no_figures()
     assert aggregator.late_shares == 1
 
 
+def finished(peer: str, last: int, landed: list[int], samples: int = BATCH) -> PeerProgress:
+    """A trainer's record that finished epoch ``last`` and landed only ``landed``."""
+    return PeerProgress(
+        peer, last + 1, 0, 16.0, 0.0, "trainer",
+        last_epoch=last, last_loss_sum=2.0, last_mini_steps=1, last_samples=samples,
+        landed=tuple(Landed(e, samples) for e in landed),
+    )  # fmt: skip
+
+
+def test_an_epoch_finished_but_not_landed_waits_for_its_round_before_it_is_reported() -> None:
+    # the round of epoch 3 formed no group: alice finished it and carries her samples to the next
+    # try at epoch 3; its line goes out when that try lands, with her samples, and never before
+    aggregator = MetricsAggregator(grace=1.0)
+    assert aggregator.observe([finished("alice", 2, [2])], 1.0) == []
+    (two,) = aggregator.observe([finished("alice", 3, [2])], 10.0)
+    assert two.epoch == 2
+    assert aggregator.observe([finished("alice", 3, [2])], 60.0) == []
+    assert aggregator.observe([finished("alice", 3, [2, 3], 2 * BATCH)], 70.0) == []  # the grace
+    (three,) = aggregator.observe([finished("alice", 3, [2, 3], 2 * BATCH)], 71.0)
+    assert (three.epoch, three.samples, three.late) == (3, 2 * BATCH, False)
+    assert aggregator.late_credit(72.0) == []
+
+
+def test_an_epoch_no_one_landed_is_reported_once_the_trainers_are_past_it() -> None:
+    aggregator = MetricsAggregator(grace=1.0)
+    assert aggregator.observe([finished("alice", 3, [])], 1.0) == []
+    assert aggregator.observe([finished("alice", 3, [])], 30.0) == []
+    reported = aggregator.observe([finished("alice", 4, [4])], 31.0)
+    assert [(m.epoch, m.samples) for m in reported] == [(3, 0)]
+    assert [(m.epoch, m.samples) for m in aggregator.observe([], 32.0)] == [(4, BATCH)]
+
+
 def test_a_restarted_backbone_credits_what_records_list_but_reports_only_the_newest_epoch() -> None:
     aggregator = MetricsAggregator(grace=0.0)
     done = aggregator.observe([record("alice", [3, 4, 5, 6])], 1.0)
