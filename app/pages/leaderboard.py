@@ -186,9 +186,10 @@ class LeaderboardPage(QWidget):
                     wording.ordinal(round(mine.percentile or 0)),
                     f"ahead of or level with {mine.percentile:.0f} % of volunteers",
                 )
-            self.mine.set(
-                wording.count(mine.samples), f"{wording.hours(mine.compute_seconds)} of compute"
-            )
+            detail = f"{wording.hours(mine.compute_seconds)} of compute"
+            if mine.expert_samples > 0:
+                detail += f", {wording.count(mine.expert_samples)} by your expert servers"
+            self.mine.set(wording.count(mine.samples), detail)
             me = LeaderboardEntry(mine.rank or 0, mine.username, mine.samples, mine.compute_seconds)
             _fill(self.near, [*mine.above, me, *mine.below], mine.username)
             days = mine.history_7d

@@ -367,6 +367,8 @@ class LeaderboardEntry:
     """Peers of this user with a contribution in the last 15 minutes."""
     devices: int = 0
     last_seen: float | None = None
+    expert_samples: int = 0
+    """Of ``samples``, what this user's expert servers computed for others, credited by receipts."""
 
 
 @dataclass(frozen=True)
@@ -375,6 +377,8 @@ class LeaderboardTotals:
     compute_seconds: float = 0.0
     users: int = 0
     epochs: int = 0
+    expert_samples: int = 0
+    """Of ``samples``, what expert servers computed for other users, credited by receipts."""
 
 
 @dataclass(frozen=True)
@@ -406,6 +410,8 @@ class MyRank:
     below: list[LeaderboardEntry] = field(default_factory=list)
     history_7d: list[HistoryDay] = field(default_factory=list)
     history_30d: list[HistoryDay] = field(default_factory=list)
+    expert_samples: int = 0
+    """Of ``samples``, what this user's expert servers computed for others, credited by receipts."""
 
 
 @dataclass(frozen=True)

@@ -256,8 +256,9 @@ def _rank_text(r: MyRank) -> str:
         head = f"{r.username}: no contribution counted yet in {r.project}"
     else:
         top = f" (percentile {r.percentile:.0f})" if r.percentile is not None else ""
+        experts = f" ({r.expert_samples:,} by your expert servers)" if r.expert_samples > 0 else ""
         head = (
-            f"{r.username}: rank {r.rank}{top} in {r.project}, {r.samples:,} samples, "
+            f"{r.username}: rank {r.rank}{top} in {r.project}, {r.samples:,} samples{experts}, "
             f"{r.compute_seconds / 3600:.1f} h of compute"
         )
     lines = [head]

@@ -37,7 +37,14 @@ from core.account import (
 from core.account.replies import CreditedEpochs
 from core.api.codec import decode
 from core.api.errors import ApiError
-from core.api.schema import AccountInfo, HistoryDay, Leaderboard, LeaderboardEntry, MyRank
+from core.api.schema import (
+    AccountInfo,
+    HistoryDay,
+    Leaderboard,
+    LeaderboardEntry,
+    LeaderboardTotals,
+    MyRank,
+)
 from core.engine.errors import InvalidArgument, NoCoordinator
 from core.net.host.gate import AccessGate
 from core.project import AnyManifest, ManifestError, load_any_manifest
@@ -226,7 +233,7 @@ class Account:
                 "project": self.manifest.project.name,
                 "time": data.get("time"),
                 "users": [_pick(LeaderboardEntry, u) for u in data["users"]],
-                "totals": data["totals"],
+                "totals": _pick(LeaderboardTotals, data["totals"]),
             },
         )
 

@@ -1,7 +1,8 @@
 """Leaderboard page: your place, the volunteers around you and at the top, and your last week — and
 what the page says when the coordinator is down, when you are not logged in, or when there is none.
 
-What is checked: rank, percentile, your row marked in both tables, the top 10 and the 7 bars; a failed
+What is checked: rank, percentile, your row marked in both tables, the top 10 and the 7 bars; the
+samples your expert servers computed, named in your samples' tile only when there are any; a failed
 refresh keeps the old board and says when it was fetched; the login form when logged out, the board
 after logging in; the plain note for a project without a coordinator; the refresh timer runs only
 while the page is on screen.
@@ -13,6 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTableWidget, QTableWidgetItem
 from pytestqt.qtbot import QtBot
@@ -20,6 +22,7 @@ from pytestqt.qtbot import QtBot
 from app import wording
 from app.pages.leaderboard import LeaderboardPage
 from app.window import MainWindow
+from core.api.schema import Leaderboard, MyRank
 from core.api.testing import FakeEngine
 
 CLICK = Qt.MouseButton.LeftButton
@@ -75,6 +78,32 @@ def test_shows_your_place_the_tables_and_your_week(
     assert len(page.history.series["samples"]) == 7
     assert page.freshness.text().startswith("Updated ")
     assert not is_stale(page)
+
+
+def test_your_samples_say_how_many_your_expert_servers_computed(
+    make_window: Callable[..., MainWindow],
+    fake: FakeEngine,
+    qtbot: QtBot,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    window = make_window(fake)
+    page = leaderboard(window)
+    qtbot.waitUntil(lambda: page.rank.value.text() == "#7", timeout=10_000)
+    mine = window.store.board.mine
+    assert mine is not None
+    assert mine.expert_samples == 230_400  # an eighth of sam's 1.84 M in the sample data
+    compute = f"{wording.hours(mine.compute_seconds)} of compute"
+    assert page.mine.caption.text() == f"{compute}, 230 k by your expert servers"
+
+    board = fake.coordinator.board
+
+    def without_experts(project: str, you: str, now: float) -> tuple[Leaderboard, MyRank]:
+        top, place = board(project, you, now)
+        return top, dataclasses.replace(place, expert_samples=0)
+
+    monkeypatch.setattr(fake.coordinator, "board", without_experts)
+    qtbot.mouseClick(page.refresh_button, CLICK)
+    qtbot.waitUntil(lambda: page.mine.caption.text() == compute, timeout=10_000)
 
 
 def test_a_failed_refresh_keeps_the_board_and_says_since_when(

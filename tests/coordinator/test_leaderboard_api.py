@@ -138,7 +138,13 @@ async def test_a_report_sent_twice_counts_once(coordinator: Running) -> None:
     board = (await coordinator.client.get("/leaderboard")).body
     assert board["users"][0]["samples"] == 64 + 32
     assert board["users"][0]["compute_seconds"] == 2.0 + 1.5
-    assert board["totals"] == {"samples": 96, "compute_seconds": 3.5, "users": 1, "epochs": 2}
+    assert board["totals"] == {
+        "samples": 96,
+        "expert_samples": 0,
+        "compute_seconds": 3.5,
+        "users": 1,
+        "epochs": 2,
+    }
 
 
 async def test_malformed_reports_are_refused_whole(coordinator: Running) -> None:
@@ -202,7 +208,13 @@ async def test_leaderboard_ranks_totals_devices_and_leaves_out_the_banned(
     assert board["users"][1]["last_seen"] == start
     # the collaboration's totals still include the banned user's work (they reconcile with the
     # epochs' samples); only the list leaves them out
-    assert board["totals"] == {"samples": 650, "compute_seconds": 40.0, "users": 3, "epochs": 2}
+    assert board["totals"] == {
+        "samples": 650,
+        "expert_samples": 0,
+        "compute_seconds": 40.0,
+        "users": 3,
+        "epochs": 2,
+    }
 
     top = (await coordinator.client.get("/leaderboard?limit=2")).body
     assert [u["username"] for u in top["users"]] == ["alice", "Bob"]

@@ -117,6 +117,7 @@ async def test_expert_samples_rank_with_trained_samples(coordinator: Running) ->
     ranked = [(u["username"], u["samples"], u["expert_samples"]) for u in board["users"]]
     assert ranked == [("alice", 200, 200), ("bob", 150, 0)]
     assert board["totals"]["samples"] == 350
+    assert board["totals"]["expert_samples"] == 200
 
 
 async def test_receipts_that_prove_nothing_are_refused_with_their_reason(

@@ -25,10 +25,13 @@ from core.api import (
     CoordinatorUnreachable,
     LoginRefused,
     LoginRequired,
+    MyRank,
 )
+from core.cli.ctl_text import text
 from core.engine.account import Account
 from core.net import Identity
 from core.trust.passes import pass_to_text
+from core.trust.receipts import sign_receipt
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator, running_coordinator
 from tests.account.memory_keyring import MemoryKeyring
 from tests.engine.standin import StandInPeer
@@ -177,6 +180,55 @@ async def _contribute(coordinator: Coordinator, username: str, samples: int) -> 
             "contributions": [contribution],
         }
         assert (await moderator.report_contributions(report))["accepted"] == 1
+
+
+async def _credit_expert_work(coordinator: Coordinator, username: str, samples: int) -> None:
+    """What an expert server's owner posts: a receipt signed by another account's trainer."""
+    server, trainer = Identity.generate(), Identity.generate()
+    async with CoordinatorClient(coordinator.url) as http:
+        owner = AccountSession(http, await http.login(username, PASSWORD))
+        await owner.request_pass(server.peer_id, server.sign, project=PROJECT)
+        moderator = AccountSession(http, await http.login("mod", PASSWORD))
+        await moderator.request_pass(trainer.peer_id, trainer.sign, project=PROJECT)
+        receipt = sign_receipt(
+            trainer,
+            PROJECT,
+            server.peer_id,
+            session=bytes(16),
+            sequence=1,
+            forward_samples=samples // 2,
+            backward_samples=samples - samples // 2,
+        )
+        answer = await owner.report_receipts({"receipts": [receipt.to_json()]})
+        assert answer["credited"] == samples
+
+
+async def test_expert_samples_reach_the_leaderboard_and_my_rank(
+    coordinator: Coordinator, tmp_path: Path
+) -> None:
+    account = Account(CredentialStore(MemoryKeyring()), on_change=lambda _: None)
+    await account.select(coordinator.manifest_file(tmp_path))
+    await account.login("alice", PASSWORD)
+    await _contribute(coordinator, "alice", samples=96)
+    await _credit_expert_work(coordinator, "alice", samples=50)
+    board = await account.leaderboard(5)
+    assert [(u.username, u.samples, u.expert_samples) for u in board.users] == [("alice", 146, 50)]
+    assert (board.totals.samples, board.totals.expert_samples) == (146, 50)
+    mine = await account.my_rank()
+    assert (mine.username, mine.rank, mine.samples, mine.expert_samples) == ("alice", 1, 146, 50)
+    await account.close()
+
+
+def test_ctl_says_how_many_of_your_samples_your_expert_servers_computed() -> None:
+    mine = MyRank("p", "alice", 1, 100.0, samples=12_000, compute_seconds=7200.0)
+    assert text(mine).splitlines()[0] == (
+        "alice: rank 1 (percentile 100) in p, 12,000 samples, 2.0 h of compute"
+    )
+    helped = dataclasses.replace(mine, expert_samples=4_500)
+    assert text(helped).splitlines()[0] == (
+        "alice: rank 1 (percentile 100) in p, 12,000 samples (4,500 by your expert servers), "
+        "2.0 h of compute"
+    )
 
 
 async def test_renewed_secrets_reach_the_keyring_and_no_keyring_still_logs_in(

@@ -246,7 +246,8 @@ def held_out_curve(points: list[EpochPoint], every: int = 10) -> list[HeldOutPoi
 def leaderboard(
     project: str, you: str, your_samples: int, now: float
 ) -> tuple[Leaderboard, MyRank]:
-    """The top of the board and the user's own place (seventh of forty)."""
+    """The top of the board and the user's own place (seventh of forty); an eighth of the user's
+    samples are their expert servers' work for others."""
     rng = random.Random(11)
     others = [
         (name, int(your_samples * factor))
@@ -270,6 +271,7 @@ def leaderboard(
                 active_devices=rng.randrange(0, devices + 1),
                 devices=devices,
                 last_seen=now - rng.uniform(0, 6 * 3600),
+                expert_samples=samples // 8 if name == you else 0,
             )
         )
     mine = next(e for e in entries if e.username == you)
@@ -287,6 +289,7 @@ def leaderboard(
             compute_seconds=round(sum(e.compute_seconds for e in entries), 1),
             users=len(entries),
             epochs=sum(e.samples for e in entries) // 4096,
+            expert_samples=sum(e.expert_samples for e in entries),
         ),
     )
     place = MyRank(
@@ -300,6 +303,7 @@ def leaderboard(
         below=entries[index + 1 : index + 3],
         history_7d=history[-7:],
         history_30d=history,
+        expert_samples=mine.expert_samples,
     )
     return board, place
 

@@ -57,12 +57,14 @@ class Leaderboard:
         return self._entries(rows, 1, now)
 
     def totals(self) -> dict[str, Any]:
-        samples, compute = self._conn.execute(
-            "SELECT COALESCE(sum(samples), 0), COALESCE(sum(compute_seconds), 0.0) FROM totals"
+        samples, compute, experts = self._conn.execute(
+            "SELECT COALESCE(sum(samples), 0), COALESCE(sum(compute_seconds), 0.0), "
+            "COALESCE(sum(expert_samples), 0) FROM totals"
         ).fetchone()
         epochs, _ = self._contributions.epoch_totals()
         return {
             "samples": int(samples),
+            "expert_samples": int(experts),
             "compute_seconds": float(compute),
             "users": self._ranked_count(),
             "epochs": epochs,
