@@ -16,7 +16,11 @@ when none is running. Recorded and checked (``checks``, each true or false):
   than the noise (three standard deviations of the epoch-to-epoch changes, at least 0.05);
 - ``waits``: no trainer waited more than 30 s for the state (its ``waiting`` events);
 - ``backbone_memory_flat``: the backbone's resident memory in the last quarter of the run is within
-  20% (and 40 MB) of the second quarter's.
+  20% (and 40 MB) of the second quarter's. Its first held-out evaluation costs a step of about
+  130 MB once (the held-out text, its tokenizer, the evaluation thread's allocations), which lands
+  wherever that evaluation does: in the second quarter on a quiet machine, later beside busy loops.
+  So the quarters are taken of the samples after that evaluation, or before it when it came in the
+  second half of the run.
 
 Then (unless ``--no-baseline``) the same swarm runs as long without churn, for samples/s side by
 side; and (unless ``--no-newcomer``) the time from a newcomer's start to its first sample counted
@@ -52,7 +56,14 @@ from core.project import load_manifest
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.training.metrics import MetricsLog
-from core.worker.events import PeerEpoch, PeerEvent, PeerMetrics, PeerReady, PeerWaiting
+from core.worker.events import (
+    PeerEpoch,
+    PeerEvaluation,
+    PeerEvent,
+    PeerMetrics,
+    PeerReady,
+    PeerWaiting,
+)
 
 MAX_WAIT = 30.0
 """Seconds a trainer may wait for the state once a donor is up."""
@@ -85,6 +96,8 @@ class Swarm:
         self.trainers: list[Trainer] = []
         self.metrics: list[tuple[float, PeerMetrics]] = []
         self.memory: list[tuple[float, float]] = []
+        self.evaluations: list[tuple[float, float]] = []
+        """(started, ended) of the backbone's held-out evaluations, seconds into the run."""
         self.started = time.monotonic()
         self._readers: list[asyncio.Task[None]] = []
         self._count = 0
@@ -113,6 +126,9 @@ class Swarm:
         while (event := await child.event()) is not None:
             if isinstance(event, PeerMetrics):
                 self.metrics.append((self.now(), event))
+            elif isinstance(event, PeerEvaluation):
+                ended = self.now()
+                self.evaluations.append((ended - event.seconds, ended))
 
     async def sample_memory(self, every: float = 2.0) -> None:
         assert self.aux is not None
@@ -230,6 +246,17 @@ async def churn(
     return {"gap_started_at": round(started_at + gap_start, 1), "events": events}
 
 
+def settled_memory(swarm: Swarm) -> list[tuple[float, float]]:
+    """The memory samples on one side of the backbone's first held-out evaluation: after it, or
+    before it when fewer samples came after (its one-time step is not growth)."""
+    if not swarm.evaluations:
+        return swarm.memory
+    started, ended = swarm.evaluations[0]
+    before = [(at, mb) for at, mb in swarm.memory if at < started - 1]
+    after = [(at, mb) for at, mb in swarm.memory if at > ended + 2]
+    return after if len(after) >= len(before) else before
+
+
 def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], dict[str, Any]]:
     target = swarm.target
     by_epoch: dict[int, float] = {}
@@ -263,7 +290,7 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
     noise = max(0.05, 3 * statistics.pstdev(changes)) if len(changes) >= 2 else 0.05
     jump = after[0][1] - before[-1][1] if before and after else None
     waits = [w for t in swarm.trainers for w in t.waits]
-    memory = [mb for _, mb in swarm.memory]
+    memory = [mb for _, mb in settled_memory(swarm)]
     quarter = max(1, len(memory) // 4)
     second = statistics.median(memory[quarter : 2 * quarter]) if len(memory) >= 4 else None
     last = statistics.median(memory[-quarter:]) if memory else None
@@ -296,11 +323,16 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
             round(t.first_epoch_after, 1) for t in swarm.trainers if t.first_epoch_after is not None
         ),
         "backbone_rss_mb": {
-            "first": memory[0] if memory else None,
+            "first": swarm.memory[0][1] if swarm.memory else None,
             "second_quarter_median": second,
             "last_quarter_median": last,
-            "max": max(memory) if memory else None,
+            "max": max(mb for _, mb in swarm.memory) if swarm.memory else None,
+            "judged_from_s": round(settled_memory(swarm)[0][0], 1) if memory else None,
+            "evaluations_s": [[round(a, 1), round(b, 1)] for a, b in swarm.evaluations],
+            # [seconds into the run, MB], to place a rise against the epochs' and evaluations' times
+            "timeline": [[round(at, 1), round(mb, 1)] for at, mb in swarm.memory],
         },
+        "metrics_at_s": [[round(at, 1), m.epoch] for at, m in swarm.metrics],
         "trainers_started": len(swarm.trainers),
         "epochs_by_trainer": {t.name: [e.epoch for e in t.epochs] for t in swarm.trainers},
         "metrics_epochs": [m.epoch for _, m in swarm.metrics],
