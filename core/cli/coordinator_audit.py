@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,15 @@ def register_audit(sub: Any, default_db: Callable[[AnyManifest], Path]) -> None:
 
 
 def run_audit(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path]) -> int:
+    try:
+        return _run(args, default_db)
+    except ConfigError as exc:
+        # 2, not the 1 of "differences found": a script must tell a failed audit from a bad call
+        print(f"barnraise: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path]) -> int:
     manifest = None if args.manifest is None else load_any_manifest(args.manifest)
     db: Path = args.db if manifest is None else default_db(manifest)
     # with --db alone the project is unknown: a receipt's project is then not checked again

@@ -113,17 +113,18 @@ def test_bad_input_gets_a_clear_error(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = audit(capsys, "--metrics", str(tmp_path / "none.jsonl"), "--db", str(db))
-    assert code != 0
+    assert code == 2
     assert "there is no metrics file at" in out
     code, out = audit(capsys, "--metrics", str(db), "--db", str(tmp_path / "nowhere.db"))
-    assert code != 0
+    assert code == 2
     assert "there is no coordinator database at" in out
     bad = write_metrics(tmp_path / "bad.jsonl", {"epoch": "one", "contributions": {}})
     code, out = audit(capsys, "--metrics", str(bad), "--db", str(db))
-    assert code != 0
+    assert code == 2
     assert "the metrics are not a backbone's: line 1" in out
     worse = write_metrics(tmp_path / "worse.jsonl", {"epoch": 1, "contributions": {"a": -4}})
     code, out = audit(capsys, "--metrics", str(worse), "--db", str(db))
+    assert code == 2
     assert "'a' has -4 samples" in out
 
 
