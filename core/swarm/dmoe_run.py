@@ -228,7 +228,11 @@ class LocalDmoeRun:
             else:
                 # the first server is the swarm's backbone: it relays, and reports the evidence
                 args += ["--offer-relay", "--collect-evidence"]
-            child = await self._spawn(f"experts-{i}", args, work, ORGANIZER if i == 0 else i - 1)
+            # every server runs as the organizer, whose account trains nothing: receipts count
+            # between accounts only, so a volunteer's server would not be credited for the work
+            # it did for that volunteer's own trainer, and the run's last line could not compare
+            # the leaderboard with what the servers computed
+            child = await self._spawn(f"experts-{i}", args, work, ORGANIZER)
             self._servers.append(child)
             ready = await self._ready(child)
             if ready is None:
