@@ -35,6 +35,7 @@ def only_result(folder: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(960)  # its run's own bound: beside busy loops it outlasted 180 s
 def test_the_dry_run_runs_every_check_and_writes_its_results(tmp_path: Path) -> None:
     done = dev("--device", "cpu", "--out", str(tmp_path), timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
