@@ -8,7 +8,7 @@ object name so that ordinary widgets keep their platform feel.
 from __future__ import annotations
 
 from PySide6.QtGui import QColor, QFont, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel
 
 ACCENT = "#2f7d5b"
 """Barnraise green: the contribute switch, the selected page, the loss curve."""
@@ -78,3 +78,13 @@ def apply_theme(app: QApplication) -> None:
         font.setPointSizeF(10)
     app.setFont(font)
     app.setStyleSheet(STYLE)
+
+
+def show_inline(label: QLabel, text: str, *, error: bool) -> None:
+    """Show ``text`` in ``label``, in the error colour or the plain one, and say it to screen readers."""
+    label.setObjectName("inlineError" if error else "")
+    label.style().unpolish(label)  # the style sheet follows the new name
+    label.style().polish(label)
+    label.setText(text)
+    label.setAccessibleDescription(text)
+    label.show()

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.engine.store import EngineStore
 from app.errors import explain
+from app.theme import show_inline
 from app.widgets.tiles import Card
 from core.api.errors import ApiError
 from core.api.schema import CreditCheck
@@ -77,19 +78,11 @@ class CreditCheckBox(Card):
 
     def show_check(self, check: CreditCheck) -> None:
         self.check = check
-        self._show(credit_text(check), error=False)
+        show_inline(self.result, credit_text(check), error=False)
 
     def _failed(self, error: ApiError) -> None:
         self.check = None
-        self._show(explain(error, "checking your credit"), error=True)
-
-    def _show(self, text: str, *, error: bool) -> None:
-        self.result.setObjectName("inlineError" if error else "")
-        self.result.style().unpolish(self.result)  # the style sheet follows the new name
-        self.result.style().polish(self.result)
-        self.result.setText(text)
-        self.result.setAccessibleDescription(text)
-        self.result.show()
+        show_inline(self.result, explain(error, "checking your credit"), error=True)
 
     def _busy(self, busy: bool) -> None:
         self.checking = busy

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidg
 from app import wording
 from app.engine.store import EngineStore
 from app.errors import explain
+from app.theme import show_inline
 from app.widgets.tiles import Card
 from core.api.errors import ApiError
 from core.api.schema import QUESTION_LIMIT, ModelAnswer
@@ -93,19 +94,11 @@ class TryModelBox(Card):
 
     def show_answer(self, answer: ModelAnswer) -> None:
         self.answer = answer
-        self._show(answer_text(answer, time.time()), error=not answer.answered)
+        show_inline(self.result, answer_text(answer, time.time()), error=not answer.answered)
 
     def _failed(self, error: ApiError) -> None:
         self.answer = None
-        self._show(explain(error, "asking the model"), error=True)
-
-    def _show(self, text: str, *, error: bool) -> None:
-        self.result.setObjectName("inlineError" if error else "")
-        self.result.style().unpolish(self.result)  # the style sheet follows the new name
-        self.result.style().polish(self.result)
-        self.result.setText(text)
-        self.result.setAccessibleDescription(text)
-        self.result.show()
+        show_inline(self.result, explain(error, "asking the model"), error=True)
 
     def _busy(self, busy: bool) -> None:
         self.asking = busy
