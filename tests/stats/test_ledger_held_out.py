@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from core.stats import Contribution, EpochRow, HeldOutRow, Ledger, LedgerError
-from core.stats.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
-from core.util.files.sqlite_file import SqliteFile
-
-WHEN = 1_700_000_000.0
+from core.stats.schema import SCHEMA_VERSION
+from tests.support.old_ledger import WHEN, old_ledger
 
 
 def row(epoch: int, loss: float | None = 3.5, accuracy: float = 0.4) -> HeldOutRow:
@@ -71,17 +69,7 @@ def test_bad_evaluations_are_refused_and_nothing_is_written(
 def test_a_version_2_ledger_gains_the_evaluations_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     # a ledger exactly as the release before the evaluations wrote it: two migrations
-    old = SqliteFile("contribution ledger", APPLICATION_ID, _MIGRATIONS[:2], LedgerError)
-    conn = old.open(path)
-    conn.execute(
-        "INSERT INTO hours (project, hour_start, samples, compute_seconds) VALUES (?, ?, ?, ?)",
-        ("p", 1_699_999_200, 96, 2.5),
-    )
-    conn.execute(
-        "INSERT INTO epochs (project, epoch, time, loss, samples, samples_per_second, peers) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        ("p", 4, WHEN, 6.5, 512, 80.0, 3),
-    )
+    conn = old_ledger(path, 2)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     assert (
         conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'held_out'").fetchone()[0]

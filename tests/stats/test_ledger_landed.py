@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from core.stats import Contribution, EpochRow, HeldOutRow, LandedRow, Ledger, LedgerError
-from core.stats.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
-from core.util.files.sqlite_file import SqliteFile
+from core.stats.schema import SCHEMA_VERSION
+from tests.support.old_ledger import WHEN, old_ledger
 
-WHEN = 1_700_000_000.0
 ME = "12D3KooWMe"
 OTHER = "12D3KooWOther"
 
@@ -89,17 +88,7 @@ def test_bad_landed_epochs_are_refused_and_nothing_is_written(
 def test_a_version_3_ledger_gains_the_landed_epochs_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     # a ledger exactly as the release before the landed epochs wrote it: three migrations
-    old = SqliteFile("contribution ledger", APPLICATION_ID, _MIGRATIONS[:3], LedgerError)
-    conn = old.open(path)
-    conn.execute(
-        "INSERT INTO hours (project, hour_start, samples, compute_seconds) VALUES (?, ?, ?, ?)",
-        ("p", 1_699_999_200, 96, 2.5),
-    )
-    conn.execute(
-        "INSERT INTO epochs (project, epoch, time, loss, samples, samples_per_second, peers) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        ("p", 4, WHEN, 6.5, 512, 80.0, 3),
-    )
+    conn = old_ledger(path, 3)
     conn.execute(
         "INSERT INTO held_out (project, epoch, time, loss, accuracy, samples) "
         "VALUES (?, ?, ?, ?, ?, ?)",
