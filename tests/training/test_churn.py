@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -343,6 +344,25 @@ async def test_a_round_short_of_the_target_does_not_step(nodes) -> None:  # type
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
 
 
+class Microbatches:
+    """The dataset's 8-sample microbatches in order, each one's gradient handed to the optimizer."""
+
+    def __init__(
+        self, optimizer: CollaborativeOptimizer, model: torch.nn.Module, data: Any
+    ) -> None:
+        self.optimizer, self.model, self.data = optimizer, model, data
+        self.used = 0
+
+    async def step(self) -> object:
+        """The next microbatch's step: its report when it ended an epoch, else None."""
+        start = self.used * 8
+        inputs, targets = self.data[0][start : start + 8], self.data[1][start : start + 8]
+        self.used += 1
+        loss = torch.nn.functional.mse_loss(self.model(inputs), targets)
+        loss.backward()  # type: ignore[no-untyped-call]
+        return await self.optimizer.step(8, 1.0)
+
+
 async def test_a_record_a_short_round_proved_empty_no_longer_makes_the_collaboration_ready(
     nodes,
 ) -> None:  # type: ignore[no-untyped-def]
@@ -363,16 +383,13 @@ async def test_a_record_a_short_round_proved_empty_no_longer_makes_the_collabora
         await optimizer.start()
         await poll_until(optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen))
         await optimizer._refresh()
-        used = 0
+        feed = Microbatches(optimizer, model, data)
         report = None
         while report is None:
-            inputs, targets = data[0][used * 8 : used * 8 + 8], data[1][used * 8 : used * 8 + 8]
-            used += 1
-            torch.nn.functional.mse_loss(model(inputs), targets).backward()  # type: ignore[no-untyped-call]
-            report = await optimizer.step(8, 1.0)
+            report = await feed.step()
         assert optimizer.epoch == 1
         assert report.round_samples >= 64  # type: ignore[attr-defined]
-        assert report.samples == used * 8  # type: ignore[attr-defined]
+        assert report.samples == feed.used * 8  # type: ignore[attr-defined]
     finally:
         await optimizer.close()
 
@@ -409,15 +426,7 @@ async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # 
         await optimizer.start()
         await poll_until(optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen))
         await optimizer._refresh()
-        used = 0
-
-        async def microbatch() -> object:
-            nonlocal used
-            inputs, targets = data[0][used * 8 : used * 8 + 8], data[1][used * 8 : used * 8 + 8]
-            used += 1
-            torch.nn.functional.mse_loss(model(inputs), targets).backward()  # type: ignore[no-untyped-call]
-            return await optimizer.step(8, 1.0)
-
+        microbatch = Microbatches(optimizer, model, data).step
         assert await microbatch() is None  # a short round: 8 of the 64 samples it was ready for
         await wait_until(lambda: aux.rounds_joined >= 1)
         assert (aux.epoch, aux.state.epoch, aux.steps_followed) == (0, 0, 0)
