@@ -52,16 +52,27 @@ class ReleaseSchedule:
 
     Why at all: a connection's objects form reference cycles that only the cyclic collector frees,
     and its full passes are rare, so a node serving a stream of newcomers keeps growing between them
-    and returns nothing to the OS (``benchmarks/flood.py``'s control scenario)."""
+    and returns nothing to the OS (``benchmarks/flood.py``'s control scenario).
+
+    ``releaser`` and ``timer`` are the release and the clock its cost is measured on: a test gives
+    fakes, since a full collection of a large heap on a busy machine can take seconds."""
 
     def __init__(
-        self, *, after_events: int = 64, min_interval: float = 10.0, max_share: float = 0.01
+        self,
+        *,
+        after_events: int = 64,
+        min_interval: float = 10.0,
+        max_share: float = 0.01,
+        releaser: Callable[[], object] = release_free_memory,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         if after_events < 1 or min_interval <= 0 or not 0 < max_share <= 1:
             raise ValueError("after_events >= 1, min_interval > 0 and 0 < max_share <= 1 required")
         self.after_events = after_events
         self.min_interval = min_interval
         self.max_share = max_share
+        self._releaser = releaser
+        self._timer = timer
         self._events_at_last = 0
         self._next_allowed = float("-inf")
         self.releases = 0
@@ -72,9 +83,9 @@ class ReleaseSchedule:
 
     def release(self, events: int, now: float) -> None:
         """Release free memory now and schedule the earliest next time from what this one took."""
-        started = time.perf_counter()
-        release_free_memory()
-        took = time.perf_counter() - started
+        started = self._timer()
+        self._releaser()
+        took = self._timer() - started
         self._events_at_last = events
         self._next_allowed = now + max(self.min_interval, took / self.max_share)
         self.releases += 1
