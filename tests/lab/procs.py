@@ -85,6 +85,18 @@ class LabProcess:
             if predicate(event):
                 return event
 
+    def drain(self) -> list[Event]:
+        """Every event printed so far, without waiting: those read by ``wait_for`` and the rest."""
+        while True:
+            try:
+                event = self._queue.get_nowait()
+            except queue.Empty:
+                return self.events
+            if event is None:
+                self._queue.put(None)  # the end stays the end for a later ``next_event``
+                return self.events
+            self.events.append(event)
+
     def tail(self, lines: int = 40) -> str:
         try:
             text = self.log.read_text(errors="replace").splitlines()

@@ -10,6 +10,7 @@ expert calls answered ends high, and the trainer's loss falls.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,10 +71,14 @@ def test_a_trainer_behind_a_symmetric_nat_uses_experts_behind_a_cone_nat(
     except AssertionError as exc:
         # which side stalled: the home server's counts, the trainer's own view and its log
         last_served = [e for e in home.events if e.get("event") == "served"][-1:]
-        last_progress = [e for e in trainer.events if e.get("event") == "progress"][-1:]
+        last_progress = [e for e in trainer.drain() if e.get("event") == "progress"][-1:]
+        try:  # where the DHT sends trainers for the home server's experts now
+            record = dht_get(lab, "h2", backbone, "ffn.2.0")
+        except (AssertionError, OSError, subprocess.SubprocessError) as lookup:
+            record = f"(no answer: {lookup})"
         raise AssertionError(
             f"{exc}\nhome's last counts: {last_served}\ntrainer's last progress: "
-            f"{last_progress}\ntrainer's log:\n{trainer.tail()}"
+            f"{last_progress}\nthe DHT's ffn.2.0: {record}\ntrainer's log:\n{trainer.tail()}"
         ) from None
     announced = dht_get(lab, "h2", backbone, "ffn.2.0")
     assert announced.startswith("relay:") or "p2p-circuit" in announced, announced
