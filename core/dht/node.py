@@ -42,7 +42,7 @@ from core.dht.storage import RecordStore
 from core.dht.transport import DHTTransport
 from core.dht.traversal import Search
 from core.dht.validation import Limits, RecordRules, RecordSchema
-from core.net.errors import AddressError, NetError
+from core.net.errors import AddressError, DeadlineExceededError, NetError
 from core.net.host.address import PeerAddress
 from core.util.clock import Clock, SystemClock
 from core.util.errors import BarnraiseError
@@ -180,20 +180,36 @@ class DHTNode:
             self._bootstrapped.set()
 
     async def _ping(self, address: PeerAddress) -> str | None:
+        """None once ``address`` answered as a DHT server, else why it did not.
+
+        A ping that ran out of time is sent again until a lookup's time is spent: its timeout covers
+        connecting too, and on a busy machine the first TLS handshake can outlast one RPC's timeout
+        while the connection goes on being made, which the next ping then finds. A refusal or a
+        failed dial is final at once.
+        """
         assert address.peer_id is not None
         state = self.state
         contact = self.contacts.make(address.peer_id, (address,))
-        state.stats.sent["ping"] += 1
-        try:
-            response = await state.transport.ping(
-                contact, PingRequest(state.config.client_mode), state.config.rpc_timeout
-            )
-        except NetError as exc:
-            return f"{address}: {exc}"
-        if response.client:
-            return f"{address}: it is a DHT client and cannot route"
-        self.contacts.alive(contact)
-        return None
+        config = state.config
+        tries = max(1, int(config.lookup_timeout // config.rpc_timeout))
+        tried = 0
+        while True:
+            tried += 1
+            state.stats.sent["ping"] += 1
+            try:
+                response = await state.transport.ping(
+                    contact, PingRequest(config.client_mode), config.rpc_timeout
+                )
+            except DeadlineExceededError as exc:
+                if tried < tries:
+                    continue
+                return f"{address}: {exc} ({tries} tries)"
+            except NetError as exc:
+                return f"{address}: {exc}"
+            if response.client:
+                return f"{address}: it is a DHT client and cannot route"
+            self.contacts.alive(contact)
+            return None
 
     # ---- the API ---------------------------------------------------------------------------------
 
