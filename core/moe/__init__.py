@@ -33,7 +33,7 @@ experts, trainers find them through the DHT and call them remotely.
   bridge, server, announcer, checkpoints), paused and resumed by the engine.
 - ``faults``       ServerFaults: injected per-request latency and failures for the experiments.
 - ``calls``        ExpertCaller: a trainer's worker thread finds experts and calls many at once
-  through the bridge; failure kinds, counters, MoEError and TooFewExpertsError.
+  through the bridge; failure kinds, counters, the failure log, MoEError and TooFewExpertsError.
 - ``layer``        RemoteMixtureOfExperts: gate, beam search, remote calls in one autograd Function,
   failed experts excluded and weights renormalised, load-balancing loss.
 - ``trainer``      AsyncMoETrainer: several batches in flight on the bridge's workers, steps applied

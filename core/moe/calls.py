@@ -8,7 +8,9 @@ for the beam search and one for all of its expert calls, which run concurrently 
 An expert call that fails for a reason of the network or of the expert's server is not an error of
 the batch: it comes back as the exception, classified by ``failure_kind`` (busy, unknown,
 unavailable, timeout, malformed, invalid, internal, unreachable) and counted in ``MoEStats``, and
-the layer leaves that expert out of the mixture. Anything else (a bug) propagates.
+the layer leaves that expert out of the mixture. Anything else (a bug) propagates. Which server
+failed and why goes to the log, a line per server now and then (``FailureLog``), so that a trainer
+whose calls to one server never get through says so.
 
 With a ``ReceiptSender`` the caller also tells it the samples of every call a server answered
 (whole and finite), which the trainer signs into receipts for that server (``receipts``).
@@ -21,6 +23,7 @@ counters and the receipts, none of which may be duplicated.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -47,8 +50,11 @@ from core.net.errors import (
 )
 from core.net.host.address import PeerAddress
 from core.net.host.host import Host
+from core.util.clock import Clock, SystemClock
 from core.util.errors import BarnraiseError, WireFormatError
 from core.worker.bridge import TrainingBridge
+
+log = logging.getLogger(__name__)
 
 CALL_FAILURES: tuple[type[BaseException], ...] = (NetError, WireFormatError, TimeoutError, OSError)
 """What an expert call may fail with and leave the batch going (the expert is excluded)."""
@@ -163,6 +169,50 @@ class MoEStats:
             }
 
 
+class FailureLog:
+    """Says in the log why calls to a server fail: its first failure at once, then at most one line
+    per server every ``every`` seconds with the count since the last line.
+
+    The share of calls answered says that calls fail, not which server or why; a trainer whose
+    calls to one server all fail (an address it cannot reach, a relay that drops the stream) must
+    say so without a line per call.
+    """
+
+    def __init__(self, every: float = 30.0, clock: Clock | None = None) -> None:
+        self.every = every
+        self.clock = clock or SystemClock()
+        self._last: dict[str, float] = {}  # address -> when its last line was written
+        self._unsaid: Counter[str] = Counter()  # address -> failures since that line
+
+    def __len__(self) -> int:
+        """Servers remembered now."""
+        return len(self._last)
+
+    def failed(self, address: str, error: BaseException) -> str | None:
+        """Count one failed call to ``address``; the line written, if one is due."""
+        now = self.clock.monotonic()
+        self._unsaid[address] += 1
+        last = self._last.get(address)
+        if last is not None and now - last < self.every:
+            return None
+        count = self._unsaid.pop(address)
+        self._last[address] = now
+        if len(self._last) > MAX_LOGGED_SERVERS:  # the oldest lines' servers are forgotten
+            oldest = min(self._last, key=self._last.__getitem__)
+            del self._last[oldest]
+            self._unsaid.pop(oldest, None)
+        line = (
+            f"expert calls to {address[:200]} fail: {failure_kind(error)} "
+            f"({type(error).__name__}: {str(error)[:200]}), {count} since the last line"
+        )
+        log.info("%s", line)
+        return line
+
+
+MAX_LOGGED_SERVERS = 1024
+"""Servers whose failures ``FailureLog`` remembers (anyone may announce addresses)."""
+
+
 class ExpertCaller:
     """Finds experts and calls them from worker threads, through ``bridge`` onto ``host``'s loop."""
 
@@ -191,6 +241,7 @@ class ExpertCaller:
         }
         self.stats = MoEStats()
         self.receipts = receipts
+        self.failure_log = FailureLog()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ExpertCaller:
         return self  # the connections, the search cache and the counters are one per process
@@ -241,6 +292,7 @@ class ExpertCaller:
                     reply_shapes=call.reply_shapes,
                 )
         except CALL_FAILURES as exc:
+            self.failure_log.failed(call.address, exc)
             if failure_kind(exc) in GONE:
                 # its server may have left and another taken the expert over: look again
                 self.search.doubt(call.uid, call.address)
