@@ -84,6 +84,9 @@ class Account:
         self._last: AccountInfo | None = None
         self._tasks = BackgroundTasks("account")
         self._saving = asyncio.Lock()  # rotated secrets are written in the order they came
+        # one change of coordinator at a time; a starting peer asks for its pass after the change
+        # under way (a switch of the active project opens the new peer before the account follows)
+        self._following = asyncio.Lock()
         self._writes: set[asyncio.Task[None]] = set()
         self._signup: bool | None = None
         """The coordinator's ``allow_signup``, once it has told us."""
@@ -101,6 +104,10 @@ class Account:
 
     async def select(self, manifest_path: Path | None) -> None:
         """Follow the project whose manifest is at ``manifest_path`` (None: no project)."""
+        async with self._following:
+            await self._select(manifest_path)
+
+    async def _select(self, manifest_path: Path | None) -> None:
         manifest = None
         error = None
         if manifest_path is not None:
@@ -174,6 +181,8 @@ class Account:
     ) -> PassKeeper:
         """Fetch a pass for ``me`` (``sign``: its key's, proving we hold it) and keep it fresh
         (a moderated project's peer is starting)."""
+        async with self._following:  # a change of project under way ends first
+            pass
         key = manifest.access.key
         session = self.session
         if key is None or manifest.network.coordinator_url != self.url or session is None:
