@@ -2,6 +2,7 @@
 
 python -m tests.lab.dht_probe BOOTSTRAP store KEY VALUE
 python -m tests.lab.dht_probe BOOTSTRAP get KEY        # prints the value, or "missing"
+python -m tests.lab.dht_probe BOOTSTRAP first KEY      # the first copy found, as a trainer reads
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from core.net import Host, Identity, NetConfig
 
 
 async def main(bootstrap: str, op: str, key: str, value: str | None) -> int:
+    if op not in ("store", "get", "first"):
+        print(f"unknown operation {op!r}: store, get or first", file=sys.stderr)
+        return 2
     host = Host(Identity.generate(), NetConfig())
     node = DHTNode(HostTransport(host), DHTConfig(client_mode=True))
     try:
@@ -24,7 +28,7 @@ async def main(bootstrap: str, op: str, key: str, value: str | None) -> int:
             ok = await node.store(key, value, time.time() + 600)
             print("stored" if ok else "not stored", flush=True)
             return 0 if ok else 1
-        found = await node.get(key, latest=True)
+        found = await node.get(key, latest=op == "get")
         print("missing" if found is None else found.value, flush=True)
         return 0 if found is not None else 1
     finally:

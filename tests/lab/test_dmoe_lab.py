@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(420)]
 MANIFEST = resource_path("dmoe-demo/project.toml")
 
 
-def dht_get(lab: NatLab, where: str, bootstrap: str, key: str) -> str:
-    argv = [sys.executable, "-m", "tests.lab.dht_probe", bootstrap, "get", key]
+def dht_get(lab: NatLab, where: str, bootstrap: str, key: str, how: str = "get") -> str:
+    """``key``'s record read from ``where``: whole (``get``) or the first copy found (``first``)."""
+    argv = [sys.executable, "-m", "tests.lab.dht_probe", bootstrap, how, key]
     done = lab.run(where, argv, timeout=60)
     return done.stdout.strip() or done.stderr.strip()[-2000:]
 
@@ -72,13 +73,18 @@ def test_a_trainer_behind_a_symmetric_nat_uses_experts_behind_a_cone_nat(
         # which side stalled: the home server's counts, the trainer's own view and its log
         last_served = [e for e in home.events if e.get("event") == "served"][-1:]
         last_progress = [e for e in trainer.drain() if e.get("event") == "progress"][-1:]
-        try:  # where the DHT sends trainers for the home server's experts now
-            record = dht_get(lab, "h2", backbone, "ffn.2.0")
-        except (AssertionError, OSError, subprocess.SubprocessError) as lookup:
-            record = f"(no answer: {lookup})"
+        # where the DHT sends trainers for the home server's experts now: the expert's record, and
+        # the prefix records the trainer's beam search reads (whole, and the first copy found)
+        records = []
+        for key, how in (("ffn.2.0", "get"), ("ffn", "get"), ("ffn", "first"), ("ffn.2", "get")):
+            try:
+                records.append(f"{key} ({how}): {dht_get(lab, 'h2', backbone, key, how)}")
+            except (AssertionError, OSError, subprocess.SubprocessError) as lookup:
+                records.append(f"{key} ({how}): no answer: {lookup}")
+        said = "\n".join(records)
         raise AssertionError(
             f"{exc}\nhome's last counts: {last_served}\ntrainer's last progress: "
-            f"{last_progress}\nthe DHT's ffn.2.0: {record}\ntrainer's log:\n{trainer.tail()}"
+            f"{last_progress}\nthe DHT's records:\n{said}\ntrainer's log:\n{trainer.tail()}"
         ) from None
     announced = dht_get(lab, "h2", backbone, "ffn.2.0")
     assert announced.startswith("relay:") or "p2p-circuit" in announced, announced
