@@ -169,6 +169,10 @@ class MoEStats:
             }
 
 
+MAX_LOGGED_SERVERS = 1024
+"""Servers whose failures ``FailureLog`` remembers (anyone may announce addresses)."""
+
+
 class FailureLog:
     """Says in the log why calls to a server fail: its first failure at once, then at most one line
     per server every ``every`` seconds with the count since the last line.
@@ -207,10 +211,6 @@ class FailureLog:
         )
         log.info("%s", line)
         return line
-
-
-MAX_LOGGED_SERVERS = 1024
-"""Servers whose failures ``FailureLog`` remembers (anyone may announce addresses)."""
 
 
 class ExpertCaller:
