@@ -1,7 +1,9 @@
 """SingleInstance: one app window per user; starting the app again brings the open one forward.
 
 A local socket named after the user's engine endpoint (so two users, or two ``BARNRAISE_HOME``s,
-each get their own). The second app connects, says "show", and exits.
+each get their own). The second app connects, says "show", and exits. On Unix the socket is a file
+in the temporary folder; an app killed without quitting leaves it behind, and the next launch with
+the same key (or ``remove_stale``) deletes it.
 """
 
 from __future__ import annotations
@@ -12,13 +14,23 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 
+def socket_name(key: str) -> str:
+    """The local socket's name for ``key``: short, and the same in every launch."""
+    return "barnraise-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def remove_stale(key: str) -> None:
+    """Delete the socket an app with ``key`` left behind when it was killed without quitting."""
+    QLocalServer.removeServer(socket_name(key))
+
+
 class SingleInstance(QObject):
     activated = Signal()
     """Another launch asked this app to show itself."""
 
     def __init__(self, key: str, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.name = "barnraise-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+        self.name = socket_name(key)
         self._server: QLocalServer | None = None
 
     def claim(self) -> bool:

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import emit
 
-from core.api import AttachRequest, EngineClient
+from app.instance import remove_stale
+from core.api import AttachRequest, EngineClient, endpoint_path
 from core.config.paths import UserDirs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,6 +139,8 @@ def measure(trials: int, via: str, timeout: float) -> dict[str, Any]:
             ]
         finally:
             asyncio.run(stop_engine(home, engine))
+            # each app was killed, so the last one's single-instance socket is still there
+            remove_stale(str(endpoint_path(UserDirs.under(home))))
     shown = [r["window_shown_s"] for r in runs]
     states = [r["state_shown_s"] for r in runs if r["state_shown_s"] is not None]
     return {

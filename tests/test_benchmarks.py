@@ -348,6 +348,8 @@ def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
 def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
     out = tmp_path / "gui.json"
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    scratch = tmp_path / "tmp"  # the app's single-instance socket lives in the temporary folder
+    scratch.mkdir()
     run_benchmark(
         "gui_startup.py",
         "--trials",
@@ -357,7 +359,10 @@ def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
         "--json",
         str(out),
         timeout=240,
-        env=env | {"QT_QPA_PLATFORM": "offscreen"},
+        env=env | {"QT_QPA_PLATFORM": "offscreen", "TMPDIR": str(scratch)},
+    )
+    assert not [p.name for p in scratch.iterdir() if p.is_socket()], (
+        "the killed app's socket stayed"
     )
     result = json.loads(out.read_text())
     assert result["benchmark"] == "gui_startup"
