@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -83,18 +85,23 @@ def chromium(width: int, height: int, *, phone: bool = False) -> Iterator[Chrome
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver_path = CHROMEDRIVER if CHROMEDRIVER.exists() else shutil.which("chromedriver")
-    driver = webdriver.Chrome(service=Service(str(driver_path)), options=options)
-    try:
-        metrics = {
-            "width": width,
-            "height": height,
-            "deviceScaleFactor": 2 if phone else 1,
-            "mobile": phone,
-        }
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
-        yield driver
-    finally:
-        driver.quit()
+    # Chromium keeps its single-instance socket in a folder of its own under TMPDIR and leaves it
+    # there when the driver ends it; a scratch TMPDIR and profile take everything with them
+    with tempfile.TemporaryDirectory(prefix="barnraise-chromium-") as scratch:
+        options.add_argument(f"--user-data-dir={Path(scratch) / 'profile'}")
+        service = Service(str(driver_path), env=dict(os.environ, TMPDIR=scratch))
+        driver = webdriver.Chrome(service=service, options=options)
+        try:
+            metrics = {
+                "width": width,
+                "height": height,
+                "deviceScaleFactor": 2 if phone else 1,
+                "mobile": phone,
+            }
+            driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+            yield driver
+        finally:
+            driver.quit()
 
 
 def full_page_png(driver: Chrome, width: int, *, phone: bool = False) -> bytes:
