@@ -1,8 +1,14 @@
 """The Host's outbound half: reaching a peer, over the connection we have or a new one.
 
-One dial per peer at a time (concurrent callers share it), over every address we know for it in
-``dialing``'s order with staggered parallel attempts; a TCP connection or a relay's circuit, then TLS
-as the client, the proof that the expected peer answers, and in a moderated project its hello.
+Concurrent callers share a dial to a peer, over every address we know for it in ``dialing``'s order
+with staggered parallel attempts; a TCP connection or a relay's circuit, then TLS as the client, the
+proof that the expected peer answers, and in a moderated project its hello.
+
+A caller joins a dial under way only if that dial tries every address the caller knows; otherwise
+it starts its own. The DHT and the meetings dial a home server by the LAN address it first announced
+while a trainer calls it at its relay address: had those calls joined the LAN dials, each would
+fail with the LAN address's error, never having tried the relay, and on a busy machine (where a
+dial takes long enough to be joined) a trainer missed one server's experts for minutes that way.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import functools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeAlias
 
 from core.net.config import NetConfig
@@ -30,8 +37,16 @@ RelayDialer: TypeAlias = Callable[[PeerAddress], Awaitable[asyncio.Transport]]
 """Opens a byte stream to a relayed address's peer, through its relay (``core.net.relay.client``)."""
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Dial:
+    """A dial under way and the addresses it tries."""
+
+    task: asyncio.Task[Connection]
+    addresses: frozenset[PeerAddress]
+
+
 class Outbound:
-    """Dials peers: one attempt per peer at a time, first address to answer wins."""
+    """Dials peers: callers share a dial that tries their addresses; first address to answer wins."""
 
     def __init__(
         self,
@@ -55,7 +70,7 @@ class Outbound:
         self._register = register
         self._connections = connections
         self._waits_for_hello = waits_for_hello
-        self._dials: dict[PeerID, asyncio.Task[Connection]] = {}
+        self._dials: dict[PeerID, list[_Dial]] = {}
         self.closed = False
         self.relay_dialer: RelayDialer | None = None
         """Set by the relay client; without it relayed addresses cannot be dialed."""
@@ -68,21 +83,32 @@ class Outbound:
             return min(usable, key=lambda conn: conn.relayed_via is not None)
         if self.closed:
             raise DialError("this host is closed")
-        dial = self._dials.get(peer)
+        wanted = frozenset(addresses)
         # a finished dial whose done-callback has not run yet is over: its failure (or its
         # connection, no longer usable above) must not answer a new attempt
-        if dial is None or dial.done():
-            dial = self._tasks.spawn(
+        joined = next(
+            (
+                dial.task
+                for dial in self._dials.get(peer, ())
+                if not dial.task.done() and wanted <= dial.addresses
+            ),
+            None,
+        )
+        if joined is None:
+            joined = self._tasks.spawn(
                 f"dial-{peer.short()}", self._dial_any(peer, addresses), awaited=True
             )
-            self._dials[peer] = dial
-            dial.add_done_callback(functools.partial(self._dial_done, peer))
+            self._dials.setdefault(peer, []).append(_Dial(joined, wanted))
+            joined.add_done_callback(functools.partial(self._dial_done, peer))
         # shielded: a caller that gives up must not cancel a dial others are waiting for
-        return await asyncio.shield(dial)
+        return await asyncio.shield(joined)
 
-    def _dial_done(self, peer: PeerID, dial: asyncio.Task[Connection]) -> None:
-        if self._dials.get(peer) is dial:  # not a newer dial to that peer, started meanwhile
-            del self._dials[peer]
+    def _dial_done(self, peer: PeerID, _task: asyncio.Task[Connection]) -> None:
+        running = [other for other in self._dials.get(peer, ()) if not other.task.done()]
+        if running:
+            self._dials[peer] = running
+        else:
+            self._dials.pop(peer, None)
 
     def _resolve(self, target: Target) -> tuple[PeerID, list[PeerAddress]]:
         if isinstance(target, str):

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from core.net import CallContext, Host, Identity, NetConfig, PeerAddress
-from core.net.errors import ConnectionClosedError, DialError, PeerIdMismatchError, UnavailableError
+from core.net.errors import (
+    ConnectionClosedError,
+    DialError,
+    NetError,
+    PeerIdMismatchError,
+    UnavailableError,
+)
+from core.net.host.outbound import _Dial
 from tests.conftest import FAST, MakeHost
 from tests.support.leaks import HANG_GUARD, wait_until
 
@@ -243,7 +250,7 @@ async def test_a_finished_dial_does_not_answer_the_next_connect(make_host: MakeH
     stale = asyncio.get_running_loop().create_task(failed())
     with pytest.raises(DialError):
         await stale
-    b.outbound._dials[a.peer_id] = stale
+    b.outbound._dials[a.peer_id] = [_Dial(stale, frozenset(a.addresses))]
     b.add_addresses(a.peer_id, a.addresses)
     conn = await b.connect(a.peer_id)
     assert conn.peer == a.peer_id
@@ -283,3 +290,23 @@ async def test_past_the_connection_limit_the_longest_idle_makes_room(make_host: 
     release.set()
     assert await asyncio.gather(*calls) == [0, 0]
     assert len(server.connections()) == 2
+
+
+async def test_a_call_with_an_address_the_running_dial_lacks_dials_it(make_host: MakeHost) -> None:
+    # A dial by PeerID tries only what the peer store knows (here a LAN address that never
+    # answers TLS); a caller holding the peer's working address (a relay's, announced later) must
+    # not share that dial and fail with its error, never having tried its own address.
+    a = await make_host()
+    b = await make_host(NetConfig(handshake_timeout=3.0, close_grace=0.2))
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel accepts; nobody ever answers the TLS handshake
+        dead = PeerAddress.tcp("127.0.0.1", silent.getsockname()[1], a.peer_id)
+        b.add_addresses(a.peer_id, [dead])
+        by_id = asyncio.create_task(b.connect(a.peer_id))
+        await wait_until(lambda: a.peer_id in b.outbound._dials)
+        conn = await b.connect(a.addresses[0])
+        assert conn.peer == a.peer_id
+        assert not by_id.done()  # the working address was dialed, not the other dial waited out
+        with pytest.raises(NetError):
+            await by_id
