@@ -5,10 +5,9 @@ with staggered parallel attempts; a TCP connection or a relay's circuit, then TL
 proof that the expected peer answers, and in a moderated project its hello.
 
 A caller joins a dial under way only if that dial tries every address the caller knows; otherwise
-it starts its own. The DHT and the meetings dial a home server by the LAN address it first announced
-while a trainer calls it at its relay address: had those calls joined the LAN dials, each would
-fail with the LAN address's error, never having tried the relay, and on a busy machine (where a
-dial takes long enough to be joined) a trainer missed one server's experts for minutes that way.
+it starts its own. The DHT and the meetings may still dial a home server at the LAN address it
+first announced while a trainer calls it at its relay address; joining such a dial, the call would
+fail with the LAN address's error without ever trying the relay.
 """
 
 from __future__ import annotations
