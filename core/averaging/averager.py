@@ -186,15 +186,25 @@ class Averager:
         )
 
     async def prepare(
-        self, round_key: str = "", *, timeout: float | None = None, target_size: int | None = None
+        self,
+        round_key: str = "",
+        *,
+        timeout: float | None = None,
+        target_size: int | None = None,
+        weight: float = 0.0,
+        enough: float | None = None,
     ) -> PendingRound:
         """Find a group for ``round_key``; raises ``MatchmakingError`` if none forms in time.
 
         ``target_size`` closes the group early at that many members (never above the config's).
+        ``weight`` is what we will bring; ``enough``, the weight a group should hold before its
+        leader stops waiting for ``target_size`` members (``Matchmaker.form_group``).
         """
         timeout = self.config.max_matchmaking_time if timeout is None else timeout
         self.matchmaker.reconfigure(self.config)  # a role changed since the last round
-        group = await self.matchmaker.form_group(round_key or "default", timeout, target_size)
+        group = await self.matchmaker.form_group(
+            round_key or "default", timeout, target_size, weight=weight, enough=enough
+        )
         pending = PendingRound(self, group)
         try:
             await self._connect_ahead(group)
@@ -234,11 +244,14 @@ class Averager:
         round_key: str = "",
         timeout: float | None = None,
         target_size: int | None = None,
+        enough: float | None = None,
         codec: Codec | None = None,
         feedback: Sequence[Any] | None = None,
     ) -> AveragingResult:
         """Find a group and average ``tensors`` with it, in place (``PendingRound.run``)."""
-        pending = await self.prepare(round_key, timeout=timeout, target_size=target_size)
+        pending = await self.prepare(
+            round_key, timeout=timeout, target_size=target_size, weight=weight, enough=enough
+        )
         return await pending.run(tensors, weight, codec=codec, feedback=feedback)
 
     async def _on_reduce(

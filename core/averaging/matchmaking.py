@@ -13,6 +13,12 @@ A peer still looking past its deadline keeps its declaration alive in the DHT wi
 rank that changed mid-search would let two peers chase each other), and others keep counting it as a
 candidate until the DHT drops it: on a loaded machine declarations can arrive after their deadline.
 Different rounds use different keys, and group ids keep rounds apart on the wire.
+
+A caller that knows how much weight makes the round worth closing (a collaborative step's target
+batch) says so: then a leader whose group holds less keeps waiting past its patience for the members
+the caller expects, up to the whole timeout. Patience learned from past rounds says nothing about a
+late member: the peer that arrives last has the shortest searches, and when it leads next time it
+would close before the others finish the microbatch they were computing when the target was reached.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.averaging.config import AveragerConfig
@@ -70,6 +76,12 @@ class _Search:
     """When our declaration leaves the DHT (extended while we keep looking)."""
     target: int | None = None
     """Close at this many members (the config's target, or fewer when the caller knows better)."""
+    weight: float = 0.0
+    """What this peer brings to the round."""
+    enough: float | None = None
+    """The weight with which a group may close at ``patient_until``; short of it a leader waits
+    until ``deadline`` (None: close at the deadline, which is then the patience)."""
+    patient_until: float = 0.0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -133,27 +145,43 @@ class Matchmaker:
         return f"{self._prefix}.group.{round_key}"
 
     async def form_group(
-        self, round_key: str, timeout: float, target_size: int | None = None
+        self,
+        round_key: str,
+        timeout: float,
+        target_size: int | None = None,
+        *,
+        weight: float = 0.0,
+        enough: float | None = None,
     ) -> GroupSpec:
         """Find a group for ``round_key`` within ``timeout`` seconds; ``MatchmakingError`` otherwise.
 
         ``target_size`` lowers the configured target for this round (e.g. to the number of peers
-        known to be ready), so that a leader closes as soon as they have all joined.
+        known to be ready), so that a leader closes as soon as they have all joined. ``weight`` is
+        what this peer brings (told to the leader); with ``enough``, a leader closes at its
+        patience only when its members' weights add up to that much, and otherwise waits for
+        ``target_size`` members until ``timeout``.
         """
         if round_key in self._searches:
             raise MatchmakingError(f"already looking for a group for {round_key!r}")
         loop = asyncio.get_running_loop()
         started = loop.time()
         clock = self._dht.state.clock
-        deadline = clock.time() + min(timeout, self.patience())
+        now = clock.time()
+        patient_until = now + min(timeout, self.patience())
+        # told what is enough, a leader may wait almost its whole timeout: it closes two margins
+        # before, ahead of the answer "no group" that a follower who started with it gets one
+        # margin before its own timeout (``_on_join``)
+        waits = now + timeout - 2 * self._join_margin()
+        deadline = patient_until if enough is None else max(patient_until, waits)
         me = self._host.peer_id
         search = _Search(round_key, deadline, (deadline, me.to_bytes()))
+        search.weight, search.enough, search.patient_until = weight, enough, patient_until
         target = self._config.target_group_size
         if target_size is not None:
             target = max(self._config.min_group_size, min(target or target_size, target_size))
         search.target = target
         self._searches[round_key] = search
-        info = self._info()
+        info = replace(self._info(), weight=weight)
         try:
             await self._declare(search, info)
             group = await self._find(search, info, started + timeout)
@@ -183,7 +211,8 @@ class Matchmaker:
 
         Ranks are fixed for the whole search, so the peer ranked first never follows anyone and
         everyone converges on it (or on whoever it follows). A candidate that refused us is tried again
-        a little later: it may have been busy following someone and be leading again.
+        a little later: it may have been busy following someone and be leading again. One we could not
+        reach is not tried again in this search.
         """
         loop = asyncio.get_running_loop()
         clock = self._dht.state.clock
@@ -211,7 +240,11 @@ class Matchmaker:
                 )
                 if answer is not None and answer.group is not None and search.group is None:
                     return answer.group
-                tried[leader.peer] = loop.time() + max(0.5, self.patience())
+                # one that refused may lead again soon; one we could not reach is most likely gone
+                # (killed with its declaration still in the DHT): trying it again would disband
+                # our followers each time, for nothing
+                again = loop.time() + max(0.5, self.patience()) if answer is not None else give_up
+                tried[leader.peer] = again
                 if answer is not None and answer.redirect is not None:
                     hint = answer.redirect
                     tried.pop(answer.redirect, None)
@@ -225,8 +258,11 @@ class Matchmaker:
                 # still looking past our deadline: stay visible (same rank) until we give up
                 await self._declare(search, info)
             search.changed.clear()
+            # wake at our deadline and at the end of our patience, not a poll later
+            now = clock.time()
+            due = [t - now for t in (search.patient_until, search.deadline) if t > now]
             try:
-                async with asyncio.timeout(min(poll, max(0.0, give_up - loop.time()))):
+                async with asyncio.timeout(min(poll, *due, max(0.0, give_up - loop.time()))):
                     await search.changed.wait()
             except TimeoutError:
                 poll = min(poll * 1.5, 0.5)
@@ -258,8 +294,15 @@ class Matchmaker:
         target = search.target
         if target is not None and size >= target:
             return True
-        expired = self._dht.state.clock.time() >= search.deadline
-        return expired and size >= self._config.min_group_size
+        if size < self._config.min_group_size:
+            return False
+        now = self._dht.state.clock.time()
+        if now >= search.deadline:
+            return True
+        if search.enough is None or now < search.patient_until:
+            return False
+        held = search.weight + sum(f.info.weight for f in search.followers)
+        return held >= search.enough
 
     async def _candidates(self, search: _Search) -> list[_Candidate]:
         found = await self._dht.get(self._key(search.round_key), latest=True)

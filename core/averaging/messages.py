@@ -22,6 +22,9 @@ class MemberInfo(WireMessage):
     download: float = 0.0
     client: bool = False
     auxiliary: bool = False
+    weight: float = 0.0
+    """What it brings to this round (samples): a leader told how much makes a round worth
+    closing counts its members' claims (``Matchmaker.form_group``)."""
 
     def capacity(self) -> PeerCapacity:
         return PeerCapacity(self.compute, self.upload, self.download, self.client, self.auxiliary)
