@@ -378,6 +378,8 @@ class AllReduce:
         self._averaged.append((span.start, span.end))
         low = self.result.group_weight
         self.result.group_weight = weight if low == 0 else min(low, weight)
+        by_weight = self.result.values_by_weight
+        by_weight[weight] = by_weight.get(weight, 0) + span.count
 
     async def _verify(self, verification: RoundVerification) -> None:
         verification.seal_now()

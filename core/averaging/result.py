@@ -46,6 +46,9 @@ class AveragingResult:
     """How many values each member reduced (the load-balancing plan, in member order)."""
     group_weight: float = 0.0
     """The total weight the averages were taken over (the smallest seen, if parts differ)."""
+    values_by_weight: dict[float, int] = field(default_factory=dict)
+    """How many values were averaged over each total weight (a chunk that screened a sender out
+    was averaged over less than the others)."""
     errors: list[str] = field(default_factory=list)
     failed_reducers: list[PeerID] = field(default_factory=list)
     """Members whose part could not be fetched from them (they died, stalled or refused)."""
@@ -72,6 +75,23 @@ class AveragingResult:
             and not self.excluded
             and not self.errors
         )
+
+    @property
+    def held_weight(self) -> float:
+        """The weight that at least half of the averaged values were averaged over: the samples
+        that reached the round. A sender that brought nothing (killed since its report) is missing
+        from every chunk and lowers it; a chunk or two averaged over less (an honest sender's
+        sparse embedding rows screened out) cannot, and neither can one reducer claiming more for
+        its own part than the others saw, as long as its part is under half of the vector.
+        0 when nothing was averaged."""
+        ordered = sorted(self.values_by_weight.items())
+        half = sum(count for _, count in ordered) / 2
+        seen = 0
+        for weight, count in ordered:
+            seen += count
+            if seen >= half:
+                return weight
+        return 0.0
 
     @property
     def averaged_fraction(self) -> float:

@@ -177,3 +177,33 @@ async def test_honest_rounds_with_centered_clip_are_the_exact_weighted_mean_with
             assert result.group_weight == pytest.approx(16.0)
             for got, want in zip(mine, expected, strict=True):
                 np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
+
+
+async def test_a_chunk_screened_out_does_not_lower_what_the_round_held(
+    make_averagers: MakeAveragers,
+) -> None:
+    """One sender's short tensor is far larger than the others' (an embedding's rare rows that only
+    its batch touched): the chunk holding it is averaged without that sender, every other chunk
+    with it. The round held every sender's weight; only that chunk's average is over less."""
+    averagers = await make_group(make_averagers, AggregationConfig(Method.CENTERED_CLIP))
+    tensors = gradients(seed=5)
+    tensors[BAD][1] *= 1000
+    results = await run_round(averagers, tensors, "robust-sparse")
+    for result in results:
+        assert averagers[BAD].host.peer_id in result.excluded, result.summary()
+        assert result.group_weight == pytest.approx(SIZE - 1)
+        assert result.held_weight == pytest.approx(SIZE)
+
+
+def test_what_a_round_held_is_the_weight_of_most_of_its_values() -> None:
+    def held(values_by_weight: dict[float, int]) -> float:
+        result = AveragingResult(b"", [], 0, sum(values_by_weight.values()))
+        result.values_by_weight = values_by_weight
+        return result.held_weight
+
+    assert held({}) == 0.0
+    assert held({512.0: 1000}) == 512.0
+    assert held({464.0: 10, 512.0: 990}) == 512.0  # one chunk screened a sender out
+    assert held({464.0: 1000}) == 464.0  # a sender that never came: every chunk without it
+    assert held({512.0: 600, 9999.0: 400}) == 512.0  # a reducer inflating its own minority part
+    assert held({400.0: 500, 512.0: 500}) == 400.0  # no majority: the lower of the two
