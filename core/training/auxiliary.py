@@ -249,22 +249,27 @@ class AuxiliaryPeer:
         expected = trainers + 1
         for g in grads:
             g.zero_()  # weight 0 makes them irrelevant, but never let a NaN in
-        result = await self._join(round_key("grads", epoch, self.state.rollback), grads, expected,
-                                  None)  # fmt: skip
-        if result is not None:
-            self.rounds_joined += 1
-            if self._short(result):
-                # the trainers keep this average and go on with the epoch (``CollaborativeOptimizer.
-                # _average_and_apply``): no step, and we join the epoch's next round with them
-                self._short_rounds += 1
-                self._joined = epoch - 1
-                return
-            self._short_rounds = 0
-            weights = {str(peer): weight for peer, weight in result.weights.items()}
-            self._aggregator.witness(epoch, weights, time.time())
+        key = round_key("grads", epoch, self.state.rollback)
+        result = await self._join(key, grads, expected, None, enough=self.config.target_batch_size)
+        if result is None:
+            # no group: whether the trainers stepped without us, only their records can tell
+            # (``_tick`` follows their epoch); a record of ours at the next epoch would make every
+            # trainer wait for a state that nobody has when they did not step
+            self._joined = epoch - 1
+            return
+        self.rounds_joined += 1
+        if self._short(result):
+            # the trainers keep this average and go on with the epoch (``CollaborativeOptimizer.
+            # _average_and_apply``): no step, and we join the epoch's next round with them
+            self._short_rounds += 1
+            self._joined = epoch - 1
+            return
+        self._short_rounds = 0
+        weights = {str(peer): weight for peer, weight in result.weights.items()}
+        self._aggregator.witness(epoch, weights, time.time())
         self.epoch = epoch + 1
         await self._publish()
-        if self.state.epoch == epoch and result is not None and _whole(result):
+        if self.state.epoch == epoch and _whole(result):
             # every value averaged: what each trainer applies now; step exactly as they do
             await self.bridge.run(self._follow_step, grads, epoch + 1)
             self.steps_followed += 1
@@ -356,9 +361,9 @@ class AuxiliaryPeer:
 
     def _short(self, result: AveragingResult) -> bool:
         """The round held fewer samples than the target: the trainers take no step from it, by the
-        rule they all apply alike (every member sees the same total weight)."""
+        rule they all apply alike (``AveragingResult.held_weight``)."""
         return (
-            result.group_weight < self.config.target_batch_size
+            result.held_weight < self.config.target_batch_size
             and not self.config.delay_parameter_updates
             and self._short_rounds < MAX_SHORT_ROUNDS
         )
@@ -371,15 +376,18 @@ class AuxiliaryPeer:
             log.debug("announcing the state failed: %s", exc)
 
     async def _join(
-        self, round_key: str, zeros: list[torch.Tensor], expected: int, codec: Codec | None
-    ) -> AveragingResult | None:
-        """Reduce a share of the trainers' round ``round_key``, contributing nothing (weight 0)."""
+        self, round_key: str, zeros: list[torch.Tensor], expected: int, codec: Codec | None, *,
+        enough: float | None = None,
+    ) -> AveragingResult | None:  # fmt: skip
+        """Reduce a share of the trainers' round ``round_key``, contributing nothing (weight 0);
+        ``enough``: the trainers' target batch, in a gradient round (``PeerLinks.round``)."""
         result = await self.links.round(
             zeros,
             weight=0.0,
             round_key=round_key,
             timeout=self.config.matchmaking_time,
             expected=expected,
+            enough=enough,
             codec=codec,
         )
         if result is None:

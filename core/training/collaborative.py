@@ -132,6 +132,10 @@ class CollaborativeOptimizer:
         self.landed = LandedLog()
         """Epochs whose update we applied, with their samples: what our record asks credit for."""
         self._short_rounds = 0
+        self._committed = 0
+        """Samples handed to the gradient round under way. Our record still counts them for the
+        epoch: peers that have not joined the round yet would otherwise see the collaboration fall
+        short of the target, compute on, and bring a larger batch than the step needs."""
         self._epoch_started = time.time()
         self._records: list[PeerProgress] = []
         self._absent: dict[str, float] = {}
@@ -363,7 +367,7 @@ class CollaborativeOptimizer:
         return PeerProgress(
             self._peer,
             self.epoch,
-            self._tally.samples,
+            self._tally.samples + self._committed,
             self._tally.speed,
             time.time(),
             self.config.mode if self._active.is_set() else "paused",
@@ -478,18 +482,27 @@ class CollaborativeOptimizer:
 
         The readiness counts every fresh record's samples, but a peer killed since its last report
         brings none to the round: stepping then would make an epoch smaller than the target
-        batch. Every member of the round sees the same total weight, so they all decide alike.
+        batch. What the round held is ``AveragingResult.held_weight``: every member sees the same
+        chunks' weights, so they all decide alike, and an honest member's chunk screened out does
+        not make the round short.
         After ``MAX_SHORT_ROUNDS`` such rounds in a row the step is taken anyway (a peer that
         reports samples it never brings must not stall everyone)."""
         key = round_key("grads", epoch, self.state.rollback)
         feedback = None if self.feedback is None else self.feedback.buffers(grads)
-        result = await self._average(grads, float(samples), key, expected, feedback=feedback)
+        target = self.config.target_batch_size
+        if not self.config.delay_parameter_updates:  # else our record is already the next epoch's
+            self._committed = samples
+        try:
+            result = await self._average(
+                grads, float(samples), key, expected, feedback=feedback, enough=float(target)
+            )
+        finally:
+            self._committed = 0
         if self.feedback is not None:
             self.feedback.settle(sent=result is not None)
         if result is not None and not result.complete:
             log.warning("epoch %d: %s", epoch, result.summary())
-        weight = result.group_weight if result is not None else float(samples)
-        target = self.config.target_batch_size
+        weight = result.held_weight if result is not None else float(samples)
         if (
             weight < target
             and not self.config.delay_parameter_updates
@@ -528,6 +541,7 @@ class CollaborativeOptimizer:
     async def _average(
         self, tensors: list[torch.Tensor], weight: float, round_key: str, expected: int, *,
         codec: Codec | None = None, feedback: list[torch.Tensor] | None = None,
+        enough: float | None = None,
     ) -> AveragingResult | None:  # fmt: skip
         result = await self.links.round(
             tensors,
@@ -535,6 +549,7 @@ class CollaborativeOptimizer:
             round_key=round_key,
             timeout=self.config.matchmaking_time,
             expected=expected,
+            enough=enough,
             codec=codec,
             feedback=feedback,
         )

@@ -52,11 +52,14 @@ class PeerLinks:
         round_key: str,
         timeout: float,
         expected: int,
+        enough: float | None = None,
         codec: Codec | None = None,
         feedback: Sequence[Any] | None = None,
     ) -> AveragingResult | None:
         """Average ``tensors`` in place with whoever joins ``round_key``; None when no group formed
-        (said at INFO: a round without a group is part of a small collaboration's life)."""
+        (said at INFO: a round without a group is part of a small collaboration's life). With
+        ``enough`` (a step's target batch), a group short of that weight waits for the
+        ``expected`` members until ``timeout`` instead of closing at its patience."""
         try:
             return await self.averager.average(
                 tensors,
@@ -64,6 +67,7 @@ class PeerLinks:
                 round_key=round_key,
                 timeout=timeout,
                 target_size=expected,
+                enough=enough,
                 codec=codec,
                 feedback=feedback,
             )

@@ -394,6 +394,47 @@ async def test_a_record_a_short_round_proved_empty_no_longer_makes_the_collabora
         await optimizer.close()
 
 
+async def test_a_peer_in_a_round_still_reports_the_samples_it_brought(
+    nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """While its samples are in the gradient round, a peer's record still counts them for the
+    epoch: peers that have not joined yet see the collaboration at its target and join, instead of
+    reading a record of 0 samples, computing on, and bringing a larger batch than the step needs.
+    Once the round is over (short here: the ghost brings nothing), they are counted once."""
+    first = await nodes(None)
+    ghost = await nodes(first.address)
+    me = str(ghost.averager.host.peer_id)
+    node = await nodes(first.address)
+    optimizer, model = trainer(
+        node, CollaborativeConfig(target_batch_size=64, matchmaking_time=1.0)
+    )
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_round = PeerLinks.round
+
+    async def held_round(links: PeerLinks, *args: Any, **kwargs: Any) -> object:
+        entered.set()
+        await release.wait()
+        return await real_round(links, *args, **kwargs)
+
+    monkeypatch.setattr(PeerLinks, "round", held_round)  # the links are frozen: their class
+    try:
+        await optimizer.start()
+        await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))
+        await poll_until(optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen))
+        await optimizer._refresh()  # 8 of ours and the ghost's 100 make the epoch ready
+        stepping = asyncio.create_task(Microbatches(optimizer, model, dataset()).step())
+        await entered.wait()
+        during = optimizer._progress()
+        release.set()
+        assert await stepping is None
+        after = optimizer._progress()
+    finally:
+        release.set()
+        await optimizer.close()
+    assert (during.epoch, during.samples) == (0, 8)
+    assert (after.epoch, after.samples) == (0, 8)
+
+
 async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # type: ignore[no-untyped-def]
     """The backbone reduces in a round that holds fewer samples than the target: the trainers take
     no step from it, and neither may the backbone, nor move on to the next epoch (the trainers would
@@ -447,6 +488,36 @@ async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # 
     finally:
         haunting.cancel()
         await optimizer.close()
+        stop.set()
+        await aux_task
+
+
+async def test_a_backbone_whose_round_forms_no_group_claims_no_new_epoch(
+    nodes, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """A trainer's record makes the epoch look ready, but the trainer never comes to the round
+    (killed since), so the backbone's round forms no group. The backbone stays at the epoch: a
+    record of it at the next one would make every trainer wait for a state that nobody has."""
+    caplog.set_level(logging.INFO, logger="core.training.links")
+    backbone = await nodes(None, backbone=True)
+    aux_model = fresh_model()
+    aux = AuxiliaryPeer(
+        TrainingState(aux_model, make_optimizer(aux_model)),
+        backbone.links,
+        AuxiliaryConfig(target_batch_size=64, matchmaking_time=1.0),
+    )
+    ghost = await nodes(backbone.address)
+    me = str(ghost.averager.host.peer_id)
+    await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    try:
+        await wait_until(lambda: "'grads.0' in time" in caplog.text)
+        # the backbone decides right after its round gives up, without waiting on anything
+        assert aux.epoch == 0
+        await poll_until(ghost.links.board.fetch, lambda seen: any(r.mode == "aux" for r in seen))
+        assert all(r.epoch == 0 for r in await ghost.links.board.fetch())
+    finally:
         stop.set()
         await aux_task
 
