@@ -90,6 +90,17 @@ def trainer(
     ), model
 
 
+def backbone_peer(node: Node, *, matchmaking_time: float) -> tuple[AuxiliaryPeer, torch.nn.Module]:
+    """An auxiliary peer on ``node`` for a target batch of 64, and its replica's model."""
+    model = fresh_model()
+    aux = AuxiliaryPeer(
+        TrainingState(model, make_optimizer(model)),
+        node.links,
+        AuxiliaryConfig(target_batch_size=64, matchmaking_time=matchmaking_time),
+    )
+    return aux, model
+
+
 async def train(
     optimizer: CollaborativeOptimizer, model: torch.nn.Module, node: Node, seed: int, until: int
 ) -> None:
@@ -441,12 +452,7 @@ async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # 
     then download its replica and lose the epoch's number; the samples of that round would be
     credited to nobody)."""
     backbone = await nodes(None, backbone=True)
-    aux_model = fresh_model()
-    aux = AuxiliaryPeer(
-        TrainingState(aux_model, make_optimizer(aux_model)),
-        backbone.links,
-        AuxiliaryConfig(target_batch_size=64, matchmaking_time=3.0),
-    )
+    aux, aux_model = backbone_peer(backbone, matchmaking_time=3.0)
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop))
     ghost = await nodes(backbone.address)
@@ -500,12 +506,7 @@ async def test_a_backbone_whose_round_forms_no_group_claims_no_new_epoch(
     record of it at the next one would make every trainer wait for a state that nobody has."""
     caplog.set_level(logging.INFO, logger="core.training.links")
     backbone = await nodes(None, backbone=True)
-    aux_model = fresh_model()
-    aux = AuxiliaryPeer(
-        TrainingState(aux_model, make_optimizer(aux_model)),
-        backbone.links,
-        AuxiliaryConfig(target_batch_size=64, matchmaking_time=1.0),
-    )
+    aux, _ = backbone_peer(backbone, matchmaking_time=1.0)
     ghost = await nodes(backbone.address)
     me = str(ghost.averager.host.peer_id)
     await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))
