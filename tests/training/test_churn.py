@@ -90,13 +90,13 @@ def trainer(
     ), model
 
 
-def backbone_peer(node: Node, *, matchmaking_time: float) -> tuple[AuxiliaryPeer, torch.nn.Module]:
-    """An auxiliary peer on ``node`` for a target batch of 64, and its replica's model."""
+def backbone_peer(
+    node: Node, config: AuxiliaryConfig, checkpoints: CheckpointStore | None = None
+) -> tuple[AuxiliaryPeer, torch.nn.Module]:
+    """An auxiliary peer on ``node`` with a fresh replica, and the replica's model."""
     model = fresh_model()
     aux = AuxiliaryPeer(
-        TrainingState(model, make_optimizer(model)),
-        node.links,
-        AuxiliaryConfig(target_batch_size=64, matchmaking_time=matchmaking_time),
+        TrainingState(model, make_optimizer(model)), node.links, config, checkpoints=checkpoints
     )
     return aux, model
 
@@ -120,12 +120,10 @@ def weights(model: torch.nn.Module) -> list[torch.Tensor]:
 async def test_the_backbone_keeps_the_state_when_every_trainer_left(nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config = CollaborativeConfig(target_batch_size=TARGET, average_state_every=3)
     backbone = await nodes(None, backbone=True)
-    aux_model = fresh_model()
-    aux = AuxiliaryPeer(
-        TrainingState(aux_model, make_optimizer(aux_model)),
-        backbone.links,
+    aux, aux_model = backbone_peer(
+        backbone,
         AuxiliaryConfig(target_batch_size=TARGET, average_state_every=3),
-        checkpoints=CheckpointStore(tmp_path / "checkpoints"),
+        CheckpointStore(tmp_path / "checkpoints"),
     )
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop))
@@ -186,13 +184,7 @@ async def test_the_backbone_resumes_from_its_newest_checkpoint(nodes, tmp_path: 
     store.save(12, saved.state_dict(), make_optimizer(saved).state_dict(), {}, 1.0)
     store.path_for(13).write_bytes(b"not a checkpoint")
     backbone = await nodes(None, backbone=True)
-    aux_model = fresh_model()
-    aux = AuxiliaryPeer(
-        TrainingState(aux_model, make_optimizer(aux_model)),
-        backbone.links,
-        AuxiliaryConfig(target_batch_size=TARGET),
-        checkpoints=store,
-    )
+    aux, _ = backbone_peer(backbone, AuxiliaryConfig(target_batch_size=TARGET), store)
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop))
     try:
@@ -452,7 +444,9 @@ async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # 
     then download its replica and lose the epoch's number; the samples of that round would be
     credited to nobody)."""
     backbone = await nodes(None, backbone=True)
-    aux, aux_model = backbone_peer(backbone, matchmaking_time=3.0)
+    aux, aux_model = backbone_peer(
+        backbone, AuxiliaryConfig(target_batch_size=64, matchmaking_time=3.0)
+    )
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop))
     ghost = await nodes(backbone.address)
@@ -506,7 +500,7 @@ async def test_a_backbone_whose_round_forms_no_group_claims_no_new_epoch(
     record of it at the next one would make every trainer wait for a state that nobody has."""
     caplog.set_level(logging.INFO, logger="core.training.links")
     backbone = await nodes(None, backbone=True)
-    aux, _ = backbone_peer(backbone, matchmaking_time=1.0)
+    aux, _ = backbone_peer(backbone, AuxiliaryConfig(target_batch_size=64, matchmaking_time=1.0))
     ghost = await nodes(backbone.address)
     me = str(ghost.averager.host.peer_id)
     await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))
