@@ -24,6 +24,7 @@ from core.api.events import (
     RolledBack,
     StateChanged,
 )
+from core.api.modes import active_modes
 from core.api.schema import (
     AccountInfo,
     Network,
@@ -205,9 +206,11 @@ def device_detail(device: TrainingDevice) -> str:
 
 
 def rounds_line(rounds: Rounds) -> str | None:
-    """A diloco project's round and last exchange, in one line for the dashboard: "Round: 34 s
-    of 1 min · Last exchange: 1.23 MB sent"; None in dedloc mode (its epochs say it all)."""
-    if rounds.mode != "diloco" or rounds.round_seconds is None:
+    """A project's round and last exchange, in one line for the dashboard, when its mode's rounds
+    end on the shared clock (diloco): "Round: 34 s of 1 min · Last exchange: 1.23 MB sent"; None
+    in a mode without such rounds (dedloc: its epochs say it all) or one this app does not know."""
+    mode = active_modes().get(rounds.mode)
+    if mode is None or not mode.clock_rounds or rounds.round_seconds is None:
         return None
     elapsed = duration(rounds.round_elapsed or 0.0)
     sent = rounds.last_exchange_bytes
@@ -215,11 +218,10 @@ def rounds_line(rounds: Rounds) -> str | None:
     return f"Round: {elapsed} of {duration(rounds.round_seconds)} · Last exchange: {exchange}"
 
 
-ROUNDS_DETAIL = (
-    "This project trains in rounds: each computer trains on its own, and at the end of every "
-    "round the computers exchange what their models learned (the round ends at the same moment "
-    "everywhere)"
-)
+def rounds_detail(rounds: Rounds) -> str:
+    """The line's tooltip: how the project's mode trains, in words for volunteers."""
+    mode = active_modes().get(rounds.mode)
+    return mode.for_people if mode is not None else f"This project trains in {rounds.mode} mode"
 
 
 def network_detail(network: Network, now: float) -> str:

@@ -7,6 +7,9 @@ contracts hold them to it):
 - ``config``  per-user directories following each platform's conventions; default ports.
 - ``policy``  the pure rules of contributing: preferences, conditions, ``decide``, state names and
   reason codes, their wording (beside ``config``: imports only ``util``; the fake engine uses it too).
+- ``modes``   the training modes (``dedloc``, ``diloco``): one spec per mode in one table, which the
+  manifest, the command lines, the engine, the app, the project page and training read; each spec
+  names the sub-package of ``training`` that builds its trainer and its backbone.
 - ``trust``   who is who and what they signed: peer ids, identity keys, access passes, evidence,
   rollback orders (no networking: the coordinator reads them too).
 - ``net``     authenticated TLS connections, framing, RPC and streams (``wire``), the Host
@@ -39,7 +42,8 @@ contracts hold them to it):
 - ``engine``  the long-running engine: scheduler loop, project runner, metering, events, settings file.
 - ``control`` the control API server, the one-engine-per-user lock, the engine daemon.
 - ``api``     the contract shared with the desktop app and ``barnraise ctl``: schema, events, client
-  (outside the stack: it imports only ``util``, ``config`` and ``policy``, so both sides can).
+  (outside the stack: it imports only ``util``, ``config``, ``policy`` and ``modes``, so both
+  sides can).
 - ``cli``     the ``barnraise`` command line (``__main__``: ``python -m core`` runs it).
 
 ``core`` never imports Qt or ``app``; the desktop app imports only ``core.api``.

@@ -119,7 +119,6 @@ class DashboardPage(QWidget):
         self.network = QLabel("", objectName="caption", wordWrap=True)
         self.network.hide()
         self.rounds = QLabel("", objectName="caption", wordWrap=True)
-        self.rounds.setToolTip(wording.ROUNDS_DETAIL)
         self.rounds.hide()
         self.update_refused = QLabel("", objectName="inlineError", wordWrap=True)
         self.update_refused.setTextFormat(Qt.TextFormat.PlainText)
@@ -236,9 +235,12 @@ class DashboardPage(QWidget):
             self.network.setToolTip(wording.network_detail(network, time.time()))
 
     def _show_rounds(self, state: EngineState) -> None:
-        line = wording.rounds_line(state.rounds) if state.rounds is not None else None
+        rounds = state.rounds
+        line = wording.rounds_line(rounds) if rounds is not None else None
         self.rounds.setText(line or "")
         self.rounds.setVisible(line is not None)
+        if rounds is not None and line is not None:
+            self.rounds.setToolTip(wording.rounds_detail(rounds))
 
     def _show_device(self, state: EngineState) -> None:
         device = state.device

@@ -1,9 +1,9 @@
 """The contract between the engine and its clients (the desktop app, ``barnraise ctl``).
 
-- ``schema``    versioned dataclasses: EngineState, Progress, Rounds (a diloco project's rounds),
-  Statistics, Settings, ProjectInfo, ProjectPreview (a project URL's signed manifest, checked, and
-  what joining would use), AccountInfo, Leaderboard, MyRank, CreditCheck (this computer's count
-  of its epochs beside the coordinator's credit), ModelAnswer (the active project's
+- ``schema``    versioned dataclasses: EngineState, Progress, Rounds (the active project's mode and its
+  rounds), Statistics, Settings, ProjectInfo, ProjectPreview (a project URL's signed manifest,
+  checked, and what joining would use), AccountInfo, Leaderboard, MyRank, CreditCheck (this
+  computer's count of its epochs beside the coordinator's credit), ModelAnswer (the active project's
   model asked a question), requests; state names and reason codes (from ``core.policy``).
 - ``events``    typed events of the websocket stream (state changed, progress, epoch, a held-out
   evaluation, peers, errors, account changed, network changed, a signed manifest update taken or
@@ -17,6 +17,7 @@
 - ``logs``      the app's log files (``app.log``, ``app-crash.log``) and the user's folders, with
   the helpers of ``core.util.process.logfiles`` and ``core.util.process.crashes``, named here for the app.
 - ``login_item``  start at login (``core.util.process.login_item``), named here for the app.
+- ``modes``     the table of training modes (``core.modes``), named here for the app.
 - ``clock``     injectable time (``core.util.clock``: ``Clock``, ``SYSTEM_CLOCK``), named here for the
   app.
 - ``project_url`` ProjectUrl: a project URL (``https://coord.example.org/#key=<PeerID>``) checked
@@ -32,8 +33,8 @@
 - ``testing``   (a subpackage, not exported here) FakeEngine: an in-memory engine with realistic
   data, deciding with the real policy, for GUI tests, screenshots and ``barnraise app --preview``.
 
-This package imports neither Qt nor torch nor the engine (of ``core`` only ``config``, ``policy`` and
-``util``): the GUI imports it and nothing else of ``core``, and both sides of the socket agree
+This package imports neither Qt nor torch nor the engine (of ``core`` only ``config``, ``policy``,
+``modes`` and ``util``): the GUI imports it and nothing else of ``core``, and both sides of the socket agree
 through it. ``EngineClient`` is loaded on first use: it brings aiohttp (a third of a second), which
 the app's window need not wait for.
 """

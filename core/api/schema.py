@@ -120,17 +120,20 @@ class Network:
 
 @dataclass(frozen=True)
 class Rounds:
-    """How the active project trains (its manifest's ``training.mode``) and, in ``diloco`` mode,
-    where its rounds stand: each peer trains alone and the peers exchange what changed once a
-    round, rounds ending when Unix time is a multiple of ``round_seconds``."""
+    """How the active project trains (its manifest's ``training.mode``) and, in a mode whose
+    rounds end on the shared clock (``ModeSpec.clock_rounds``: ``diloco``), where its rounds
+    stand: each peer trains alone and the peers exchange what changed once a round, rounds ending
+    when Unix time is a multiple of ``round_seconds``."""
 
-    mode: Annotated[Literal["dedloc", "diloco"], Fallback("dedloc")] = "dedloc"
+    mode: str = "dedloc"
+    """A name from the table of training modes (``core.api.modes``); one this side does not
+    know (a newer engine's) is shown without a round line."""
     round_seconds: float | None = None
-    """diloco: a round's length (``training.round_seconds``)."""
+    """Clock rounds: a round's length (``training.round_seconds``)."""
     round_elapsed: float | None = None
-    """diloco: seconds into the current round when the state was read."""
+    """Clock rounds: seconds into the current round when the state was read."""
     last_exchange_bytes: int | None = None
-    """diloco: the chunk bytes this peer sent in its last exchange; None before its first."""
+    """Clock rounds: the chunk bytes this peer sent in its last exchange; None before its first."""
 
 
 DEVICE_SETTING = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")

@@ -21,10 +21,11 @@ from core.api.schema import (
     Statistics,
 )
 from core.engine.projects import ProjectSlot
+from core.modes import active_modes
+from core.modes.clock import RoundClock
 from core.project import TrainingSection
 from core.stats import Contribution, Ledger
 from core.swarm import LocalSwarm
-from core.training.diloco.clock import RoundClock
 from core.worker.events import PeerEpoch, PeerNetwork
 
 
@@ -56,13 +57,14 @@ def progress_view(totals: Mapping[str, Any], session_samples: int) -> Progress:
 
 
 def rounds_view(training: TrainingSection, last: PeerEpoch | None, *, now: float) -> Rounds:
-    """The project's mode; in diloco mode, how far into its round Unix time ``now`` is (the
-    rounds every peer ends together, ``RoundClock``) and what the peer's last exchange sent."""
-    if training.mode != "diloco":
-        return Rounds("dedloc")
+    """The project's mode; in a mode whose rounds end on the shared clock (``RoundClock``), how
+    far into its round Unix time ``now`` is and what the peer's last exchange sent."""
+    mode = active_modes().parse(training.mode)
+    if not mode.clock_rounds:
+        return Rounds(mode.name)
     clock = RoundClock(training.round_seconds)
     return Rounds(
-        "diloco",
+        mode.name,
         round_seconds=clock.seconds,
         round_elapsed=clock.seconds - clock.until_end(now),
         last_exchange_bytes=last.bytes_sent if last is not None else None,

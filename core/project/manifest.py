@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urljoin
 
+from core.modes import active_modes
 from core.project.errors import ManifestError
 from core.project.evaluation import EvaluationSection
 from core.project.reading import (
@@ -37,7 +38,6 @@ from core.project.reading import (
 from core.project.sections import (
     DEFAULT_KIND,
     LLAMA_CLM,
-    SPARSE_CODEC,
     AccessSection,
     AveragingSection,
     DataSection,
@@ -95,16 +95,9 @@ class Manifest:
                 f"a {LLAMA_CLM} model predicts every next token and masks none: leave the key "
                 f"out (or at {DataSection.mask_prob}), got {self.data.mask_prob}",
             )
-        sparse = self.averaging.codec == SPARSE_CODEC
-        if self.training.mode == "diloco" and sparse and self.training.outer_momentum != 0:
-            # measured (benchmarks/lowcomm.py, 8 rounds): held-out loss 2.75 with momentum 0.9,
-            # 1.13 without, 1.08 for exact diloco with it
-            raise ManifestError(
-                self.path,
-                "training.outer_momentum",
-                f"must be 0 with averaging.codec {SPARSE_CODEC!r}: the error-feedback residual "
-                "already carries what momentum would (SparseLoCo), and both together overshoot",
-            )
+        mode = active_modes().parse(self.training.mode)  # the section checked the name
+        for key, reason in mode.check(self.training, self.averaging):
+            raise ManifestError(self.path, key, reason)
         if self.access.moderated and not self.network.coordinator_url:
             raise ManifestError(
                 self.path, "network.coordinator_url", "a moderated project needs its coordinator"

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from core.codecs import active_codecs
 from core.config.ports import AUX_PORT, PEER_PORT
+from core.modes import active_modes
 from core.project.validation import FieldCheck
 from core.trust.errors import PeerIdError
 from core.trust.peer_id import PeerID
@@ -34,10 +35,6 @@ MOMENT_OPTIMIZERS = ("lamb", "adamw")
 """The optimizers that can keep 8-bit states and be offloaded (``core.optim.moments``)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 AGGREGATIONS = ("mean", "centered_clip")
-TRAINING_MODES = ("dedloc", "diloco")
-"""``dedloc``: every target batch, the whole gradient is averaged and every peer steps (DeDLOC).
-``diloco``: each peer takes inner steps alone for a round, then the peers average what moved
-(pseudo-gradients) and take one outer step (DiLoCo): far fewer, smaller exchanges."""
 SPARSE_CODEC = "topk"
 """The codec whose ``density`` and ``bits`` the manifest sets (``core.codecs.topk``)."""
 SPARSE_BITS = (2, 4, 8)
@@ -306,7 +303,8 @@ class TrainingSection:
     """Keep the optimizer's statistics and gradient accumulators in host memory and update each
     parameter there, one at a time (``lamb`` and ``adamw`` only): frees GPU memory."""
     mode: str = "dedloc"
-    """``dedloc`` or ``diloco`` (``TRAINING_MODES``). In ``diloco`` mode every microbatch is an
+    """A name from the table of training modes (``core.modes``: ``dedloc``, ``diloco``). In
+    ``diloco`` mode every microbatch is an
     inner step of the optimizer above, and ``target_batch_size``, ``average_state_every`` and
     ``delay_parameter_updates`` do not apply (the last is refused: rounds overlap by ``overlap``)."""
     round_seconds: float = 60.0
@@ -364,16 +362,10 @@ class TrainingSection:
                     f"needs training.optimizer {' or '.join(MOMENT_OPTIMIZERS)}, "
                     f"got {self.optimizer!r}",
                 )
-        check.one_of("mode", TRAINING_MODES)
+        check.one_of("mode", active_modes().names)
         check.in_range("round_seconds", 1.0, MAX_ROUND_SECONDS)
         check.in_range("outer_lr", 0.0, 10.0, low_open=True)
         check.in_range("outer_momentum", 0.0, 1.0, high_open=True)
-        if self.mode == "diloco" and self.delay_parameter_updates:
-            check.fail(
-                "delay_parameter_updates",
-                "applies to dedloc mode only; in diloco mode the exchange overlaps the next round "
-                "with training.overlap",
-            )
 
 
 @dataclass(frozen=True)
@@ -417,6 +409,11 @@ class AveragingSection:
     SHA-256 passes over everything sent and received and a copy of what was sent, 2-3 % of a
     round on 100 Mbit/s links and 1.6x on loopback, where CPU is the bottleneck."""
 
+    @property
+    def sparse(self) -> bool:
+        """The codec sends a few values of each block and keeps the rest for the next round."""
+        return self.codec == SPARSE_CODEC
+
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
         check.one_of("codec", active_codecs().names)
@@ -427,7 +424,7 @@ class AveragingSection:
             check.fail(
                 "bits", f"must be one of {', '.join(map(str, SPARSE_BITS))}, got {self.bits}"
             )
-        sparse = self.codec == SPARSE_CODEC
+        sparse = self.sparse
         if not sparse and (self.density, self.bits) != (0.01, 2):
             field = "density" if self.density != 0.01 else "bits"
             check.fail(field, f"applies to codec {SPARSE_CODEC!r} only (codec is {self.codec!r})")

@@ -12,6 +12,7 @@
   one place a service's blocking work leaves its loop; full: ``PoolBusy``; closed: ``PoolClosed``.
 - ``memory``  after churn: collect cyclic garbage and hand the free heap back (glibc malloc_trim);
   ReleaseSchedule says when, at a bounded share of the time.
+- ``amounts``  bytes, counts and lengths of time written for people ("2.06 TB", "5 min").
 - ``nesting``  ``deeper_than``: whether parsed data nests deeper than a limit, without recursion.
 - ``web_client``  HTTP clients that may reach the internet (``client_session``, ``open_url``): the
   operating system's certificate store (truststore) and proxy settings; loopback goes direct.

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from core.coordinator.page import formats, routes
+from core.coordinator.page import routes
 from core.coordinator.page.home import INSTALL_GUIDE, what_it_trains
 from core.coordinator.page.stats import RECENT
 from core.net import Identity
 from core.project import load_any_manifest
+from core.util.amounts import exact_length
 from tests.coordinator.page_support import Page, running_page
 from tests.coordinator.test_leaderboard_api import entry
 
@@ -86,7 +87,7 @@ async def test_the_page_says_how_the_project_trains(tmp_path: Path) -> None:
         assert "trained together by its volunteers in rounds of 5 min: each computer" in html
         assert "(DiLoCo, the diloco mode).</p>" in html
         assert "samples a step" not in html
-    lengths = [formats.length(s) for s in (1.0, 90.0, 120.0, 5400.0, 7200.0)]
+    lengths = [exact_length(s) for s in (1.0, 90.0, 120.0, 5400.0, 7200.0)]
     assert lengths == ["1 s", "90 s", "2 min", "90 min", "2 h"]
 
 

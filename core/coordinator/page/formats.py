@@ -48,15 +48,6 @@ def compute_time(seconds: float) -> str:
     return f"{seconds / 86400:,.1f} days"
 
 
-def length(seconds: float) -> str:
-    """A set length (a diloco round) in the largest unit that keeps it exact: "90 s", "5 min",
-    "2 h"."""
-    for unit, size in (("h", 3600), ("min", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g} {unit}"
-    return f"{seconds:g} s"
-
-
 def ago(seconds: float) -> str:
     """How long ago, roughly; a clock ahead of ours reads as now."""
     if seconds < 60:

@@ -19,6 +19,7 @@ from core.coordinator.page.html import Child, Markup, el, join
 from core.coordinator.page.layout import document, paragraphs
 from core.coordinator.page.stats import Leader, Stats, user_url
 from core.coordinator.published_model import PublishedModel
+from core.modes import active_modes
 from core.project import AnyManifest, DmoeManifest
 from core.project.sections import LLAMA_CLM
 
@@ -81,13 +82,7 @@ def what_it_trains(manifest: AnyManifest) -> str:
         f"{model.vocab_size:,} tokens, sequences of {model.max_position}), trained together by "
         "its volunteers"
     )
-    if training.mode == "diloco":
-        return (
-            f"{trained} in rounds of {formats.length(training.round_seconds)}: each computer "
-            "trains on its own, and once a round they exchange what their models learned "
-            "(DiLoCo, the diloco mode)."
-        )
-    return f"{trained}, {training.target_batch_size:,} samples a step (DeDLOC, the dedloc mode)."
+    return f"{trained}{active_modes().parse(training.mode).describe(training)}."
 
 
 def render_home(

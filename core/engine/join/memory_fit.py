@@ -23,9 +23,10 @@ import logging
 from dataclasses import dataclass
 
 from core.engine.errors import DoesNotFit
-from core.engine.join.resource_use import count_text, hosted_experts, size_text, training_state
+from core.engine.join.resource_use import hosted_experts, training_state
 from core.project import DmoeManifest
 from core.project.kinds import AnyManifest
+from core.util.amounts import count_text, size_text
 from core.worker.memory import MemoryHere
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ manifest's numbers, rough by nature and said to be so in the notes.
   ``core.models.albert`` (factorized embeddings, one encoder layer shared by every depth, the
   decoder tied to the token embeddings), a Llama-shaped causal model as ``core.models.llama``
   (a layer per depth, grouped-query attention, the read-out tied or not); a dmoe project's experts
-  this computer would host (``server.experts_per_server`` of ``core.moe.experts``' kind and
+  this computer would host (``server.experts_per_server`` of ``core.moe.server.experts``' kind and
   width). Tests keep the formulas equal to torch's count.
 - **Memory**: the weights (fp32) and the optimizer's state (``training_state``), which
   ``memory_fit`` measures against this computer's memory before anything is built; for a dmoe
@@ -18,38 +18,29 @@ manifest's numbers, rough by nature and said to be so in the notes.
   load the state from (``network.checkpoint_url``), and copies the tokenizer; the data is
   streamed, never cached. An expert server keeps ``server.keep_checkpoints`` checkpoints of each
   expert it hosts, with its optimizer's moments.
-- **Network per hour**: a trainer's traffic is its averaging. Each epoch it takes part in one
-  all-reduce of the gradients: in a butterfly all-reduce each member sends about the model once
-  (scatter-reduce) and once more (all-gather), and receives as much, so about four times the
-  model's size in the codec's bytes (its spec's rough figure, ``core.codecs``), sent and received
-  together; every ``training.average_state_every`` epochs it also averages the parameters and the
-  optimizer's moments likewise. Epochs per hour come from the time an epoch takes: the target batch over
-  the speed of a swarm assumed to be ``ASSUMED_PEERS`` computers like this one (whose speed is
-  the model's training FLOPs per sample over an effective FLOP rate of the device), and never
-  shorter than a matchmaking plus ``MIN_ROUND_SECONDS``. An expert server's traffic is the
-  trainers' calls, estimated at ``ASSUMED_SAMPLES_PER_EXPERT`` samples a second to each hosted
-  expert (forward and backward, inputs and outputs of ``expert.hidden`` floats).
-- **Network per hour, diloco mode**: one exchange per ``training.round_seconds``, of the
-  pseudo-gradient (the model's size), and nothing else: no state averaging, however fast the
-  device. In a group of n (``averaging.target_group_size``, at most ``ASSUMED_PEERS``) a member
-  sends (n-1)/n of the model to the other reducers in the project's codec, and sends the mean of
-  its own 1/n back to the n-1 others in the codec that carries a mean of n (``Codec.for_sum``:
-  the codec itself for a dense one; 8-bit codes with their positions, n times denser, for
-  ``topk``, whose return is most of a sparse round); it receives as much. The figure counts what
-  a member sends and receives together, from the codec specs' bytes per value (within a few per
-  cent of the measured round, ``docs/benchmarks/lowcomm-round-bytes.json``). It leaves out the
-  one download of the outer state when joining, and the DHT's small records (as dedloc's does).
+- **Network per hour**: a trainer's traffic is its averaging, which its training mode estimates
+  (``ModeSpec.traffic`` in ``core.modes``) from what is known here: the model's size, the values a
+  state round moves (the parameters and the optimizer's moments), this computer's speed (the
+  model's training FLOPs per sample over an effective FLOP rate of the device), a swarm assumed
+  to be ``ASSUMED_PEERS`` computers like this one, the codec's rough bytes per value (its spec's,
+  ``core.codecs``) and ``MIN_ROUND_SECONDS``. In dedloc mode that is an all-reduce of the
+  gradients every epoch and of the state every ``training.average_state_every`` epochs; in
+  diloco mode one exchange of the pseudo-gradient a round, however fast the device (within a few
+  per cent of the measured round, ``docs/benchmarks/lowcomm-round-bytes.json``). Neither counts
+  the one download of the state when joining, nor the DHT's small records. An expert server's
+  traffic is the trainers' calls, estimated at ``ASSUMED_SAMPLES_PER_EXPERT`` samples a second to
+  each hosted expert (forward and backward, inputs and outputs of ``expert.hidden`` floats).
 """
 
 from __future__ import annotations
 
-import math
-
 from core.api.schema import ResourceUse
 from core.codecs import TOPK, Codec, active_codecs
+from core.modes import TrafficInputs, active_modes
 from core.project import DmoeManifest, Manifest
 from core.project.kinds import AnyManifest
 from core.project.sections import LLAMA_CLM
+from core.util.amounts import count_text, size_text
 
 ASSUMED_PEERS = 10
 """The swarm a collaborative estimate assumes: this many computers like this one."""
@@ -114,7 +105,7 @@ def _flops_per_token(manifest: Manifest) -> int:
 
 
 def expert_parameters(manifest: DmoeManifest) -> int:
-    """One expert's trainable values (``core.moe.experts``)."""
+    """One expert's trainable values (``core.moe.server.experts``)."""
     h = manifest.expert.hidden
     if manifest.expert.kind == "ffn":  # hidden -> 4 hidden -> hidden, with a LayerNorm
         return (h * 4 * h + 4 * h) + (4 * h * h + h) + 2 * h
@@ -159,13 +150,28 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
     t = manifest.training
     published = bool(manifest.network.checkpoint_url)
     disk = TOKENIZER_BYTES + (int(state_bytes) if published else 0)
-    if t.mode == "diloco":
-        per_hour, network = _diloco_traffic(manifest, params)
-    else:
-        per_hour, network = _dedloc_traffic(manifest, params, device_kind)
+    # training FLOPs per sample: 6 per weight and token
+    flops_per_sample = 6 * _flops_per_token(manifest) * manifest.data.seq_len
+    traffic = (
+        active_modes()
+        .parse(t.mode)
+        .traffic(
+            TrafficInputs(
+                training=t,
+                averaging=manifest.averaging,
+                parameters=params,
+                state_values=params * (1 + MOMENTS.get(t.optimizer, 2)),
+                samples_per_second=EFFECTIVE_FLOPS.get(device_kind, EFFECTIVE_FLOPS["cpu"])
+                / flops_per_sample,
+                peers=ASSUMED_PEERS,
+                codec=_round_codec(manifest),
+                min_round_seconds=MIN_ROUND_SECONDS,
+            )
+        )
+    )
     notes = [
         f"model: {count_text(params)} parameters ({size_text(params * 4)} in fp32)",
-        network,
+        traffic.note,
         (
             f"disk: the project's published checkpoint ({size_text(state_bytes)}) and its tokenizer"
             if published
@@ -173,45 +179,7 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
         )
         + "; the training data is streamed, not stored",
     ]
-    return ResourceUse(device_name, params, disk, int(per_hour), notes)
-
-
-def _dedloc_traffic(manifest: Manifest, params: int, device_kind: str) -> tuple[float, str]:
-    """Bytes an hour, and the note saying so."""
-    t, a = manifest.training, manifest.averaging
-    moments = MOMENTS.get(t.optimizer, 2)
-    # the codec's own rough figure (``auto`` mostly sends fp16); the manifest named one in the table
-    codec = active_codecs().parse(a.codec).bytes_per_value
-    gradients = 4 * params * codec
-    states = 4 * params * (1 + moments) * codec / t.average_state_every
-    # training FLOPs per sample: 6 per weight and token
-    flops_per_sample = 6 * _flops_per_token(manifest) * manifest.data.seq_len
-    speed = EFFECTIVE_FLOPS.get(device_kind, EFFECTIVE_FLOPS["cpu"]) / flops_per_sample
-    epoch_seconds = max(
-        t.target_batch_size / (ASSUMED_PEERS * speed), a.matchmaking_time + MIN_ROUND_SECONDS
-    )
-    per_hour = (gradients + states) * 3600.0 / epoch_seconds
-    return per_hour, (
-        f"network: about {size_text(per_hour)} an hour while contributing, averaging with the "
-        f"other peers (one all-reduce every {_duration(epoch_seconds)}, assuming "
-        f"{ASSUMED_PEERS} computers like this one; more peers, more rounds)"
-    )
-
-
-def _diloco_traffic(manifest: Manifest, params: int) -> tuple[float, str]:
-    """Bytes an hour, and the note saying so: one exchange a round, whatever the device."""
-    t, a = manifest.training, manifest.averaging
-    group = min(a.target_group_size, ASSUMED_PEERS)
-    codec = _round_codec(manifest)
-    back = codec.for_sum(group)
-    # out to the other reducers, and our part's mean back to the others: (n-1)/n of the model each
-    sent = params * (group - 1) / group * (codec.bytes_per_value + back.bytes_per_value)
-    per_hour = 2 * sent * 3600.0 / t.round_seconds  # received as much as sent
-    return per_hour, (
-        f"network: about {size_text(per_hour)} an hour while contributing: one exchange of what the "
-        f"model learned every {_duration(t.round_seconds)} (a round), however fast this computer "
-        f"is (assuming groups of {group})"
-    )
+    return ResourceUse(device_name, params, disk, int(traffic.bytes_per_hour), notes)
 
 
 def _round_codec(manifest: Manifest) -> Codec:
@@ -248,27 +216,3 @@ def _dmoe_use(manifest: DmoeManifest, device_name: str) -> ResourceUse:
         f"disk: {manifest.server.keep_checkpoints} checkpoint(s) of each hosted expert",
     ]
     return ResourceUse(device_name, params, int(disk), int(per_hour), notes)
-
-
-def count_text(n: float) -> str:
-    """A count for people: "172 billion"."""
-    for unit, size in (("billion", 1e9), ("million", 1e6), ("thousand", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)}"
-
-
-def size_text(n: float) -> str:
-    """Bytes for people: "2.06 TB"."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} bytes"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{math.ceil(seconds)} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -1,6 +1,5 @@
 """Low-communication training (DiLoCo): inner steps alone, a rare exchange of what moved.
 
-- ``clock``      RoundClock: rounds on the shared wall clock, so nobody waits for the slowest.
 - ``state``      DilocoState: the outer parameters, their momentum, the error-feedback residual,
   and the round's torch work (inner step, pseudo-gradient, landing, rebasing on a newer anchor).
 - ``optimizer``  DilocoOptimizer: rounds, the overlapped exchange, missed rounds, catching up.

@@ -44,7 +44,7 @@ from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
 from core.codecs import Codec
 from core.training.credit import LandedLog
-from core.training.diloco.clock import RoundClock
+from core.modes.clock import RoundClock
 from core.training.diloco.state import DilocoState
 from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks

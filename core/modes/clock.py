@@ -1,4 +1,4 @@
-"""RoundClock: DiLoCo rounds on the wall clock that every peer shares.
+"""RoundClock: rounds on the wall clock that every peer shares (a mode's ``clock_rounds``: DiLoCo's).
 
 Round ``i`` is ``[i * seconds, (i + 1) * seconds)`` in Unix time, so peers agree on when a round
 ends without telling each other (their clocks are synchronised to well under a second by their

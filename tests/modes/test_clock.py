@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.training.diloco.clock import RoundClock
+from core.modes.clock import RoundClock
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,42 @@
+"""Amounts written for people in plain text: bytes, counts and lengths of time.
+
+Shared by what speaks to people outside the app (estimates before joining, the project page, the
+training modes' descriptions), so that one figure reads the same wherever it appears.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def size_text(n: float) -> str:
+    """Bytes for people: "2.06 TB"."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
+def count_text(n: float) -> str:
+    """A count for people: "172 billion"."""
+    for unit, size in (("billion", 1e9), ("million", 1e6), ("thousand", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)}"
+
+
+def rough_duration(seconds: float) -> str:
+    """An estimated length, rounded to what matters: "45 s", "12 min", "3.5 h"."""
+    if seconds < 120:
+        return f"{math.ceil(seconds)} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def exact_length(seconds: float) -> str:
+    """A set length (a round) in the largest unit that keeps it exact: "90 s", "5 min", "2 h"."""
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
