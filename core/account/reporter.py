@@ -6,10 +6,10 @@ Reports go out one at a time, in order, from one background task; a coordinator 
 retried with a growing pause (the coordinator counts each (epoch, peer) and each accusation once,
 and keeps one evaluation per epoch, so a retried report is harmless). At shutdown the reporter gets
 a few seconds to send what is queued, so the last epochs of a run still reach the leaderboard.
-Evidence goes in reports of at most ``EVIDENCE_PER_REPORT`` accusations (the coordinator's limit),
-receipts in reports of at most ``RECEIPTS_PER_REPORT``; a receipt posted twice is credited once (it
-carries running totals). Why the coordinator refuses receipts is logged once per cause: a server
-reports every half minute for weeks, and one refused cause would otherwise fill its log.
+Evidence and receipts go in reports as long as the coordinator takes (``core.trust.reports``); a
+receipt posted twice is credited once (it carries running totals). Why the coordinator refuses
+receipts is logged once per cause: a server reports every half minute for weeks, and one refused
+cause would otherwise fill its log.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from core.account.errors import AccessRefused, AccountError, CoordinatorUnavaila
 from core.account.session import AccountSession
 from core.trust.evidence import Evidence
 from core.trust.receipts import Receipt
+from core.trust.reports import EVIDENCE, RECEIPTS
 from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ RETRIES = 5
 REJECTIONS_KEPT = 100
 """The latest rejections, for diagnostics: an auxiliary peer reports an epoch every few minutes for
 weeks, and a peer without an account is rejected in every one."""
-EVIDENCE_PER_REPORT = 256
-RECEIPTS_PER_REPORT = 256
 CAUSES_KEPT = 100
 """Causes of refused receipts already logged: at most this many are remembered."""
 
@@ -49,9 +48,9 @@ class _Report:
     @property
     def what(self) -> str:
         if self.kind == "evidence":
-            return f"{len(self.body.get('evidence', []))} accusation(s)"
+            return f"{len(self.body.get(EVIDENCE.field, []))} accusation(s)"
         if self.kind == "receipts":
-            return f"{len(self.body.get('receipts', []))} receipt(s)"
+            return f"{len(self.body.get(RECEIPTS.field, []))} receipt(s)"
         if self.kind == "evaluation":
             return f"held-out evaluation of epoch {self.body.get('epoch')}"
         late = " (late)" if self.body.get("late") else ""
@@ -90,15 +89,13 @@ class ContributionReporter:
 
     def submit_evidence(self, evidence: Sequence[Evidence]) -> None:
         """Queue accusations for ``/evidence`` (split into reports the coordinator takes)."""
-        for start in range(0, len(evidence), EVIDENCE_PER_REPORT):
-            batch = evidence[start : start + EVIDENCE_PER_REPORT]
-            self._put(_Report("evidence", {"evidence": [e.to_json() for e in batch]}))
+        for body in EVIDENCE.reports(evidence):
+            self._put(_Report("evidence", body))
 
     def submit_receipts(self, receipts: Sequence[Receipt]) -> None:
         """Queue trainers' receipts for ``/receipts`` (split into reports the coordinator takes)."""
-        for start in range(0, len(receipts), RECEIPTS_PER_REPORT):
-            batch = receipts[start : start + RECEIPTS_PER_REPORT]
-            self._put(_Report("receipts", {"receipts": [r.to_json() for r in batch]}))
+        for body in RECEIPTS.reports(receipts):
+            self._put(_Report("receipts", body))
 
     def _put(self, report: _Report) -> None:
         if self._worker is None:

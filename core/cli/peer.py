@@ -40,7 +40,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import secrets
 import shutil
 import tempfile
@@ -59,6 +58,7 @@ from core.config.paths import UserDirs
 from core.config.ports import AUX_PORT, PEER_PORT, listen_on
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
+from core.trust.reports import evaluation_report
 from core.util.errors import ConfigError
 from core.worker.events import PeerEvaluation, PeerEvent, PeerReady, PeerStopped, to_json
 
@@ -364,25 +364,6 @@ def _architecture(config: Path) -> str:
     if not isinstance(names, list) or not names or not isinstance(names[0], str):
         raise ExportError(f"the export's {config} names no architecture")
     return names[0]
-
-
-def evaluation_report(result: PeerEvaluation) -> dict[str, Any] | None:
-    """The ``/evaluations`` body of a held-out evaluation; None for one the coordinator would
-    refuse (no finite loss within its bound: nothing to plot)."""
-    from core.coordinator.reports.figures import MAX_LOSS  # noqa: PLC0415 - only for aux
-
-    loss = result.loss
-    if loss is None or not math.isfinite(loss) or not 0 <= loss <= MAX_LOSS:
-        return None
-    return {
-        "epoch": result.epoch,
-        "loss": loss,
-        "accuracy": min(max(result.accuracy, 0.0), 1.0),
-        "samples": result.samples,
-        "tokens": result.tokens,
-        "seconds": max(result.seconds, 0.0),
-        "time": result.time,
-    }
 
 
 def reporting_to(settings: PeerSettings, reporter: ContributionReporter) -> PeerSettings:

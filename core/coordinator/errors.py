@@ -2,13 +2,17 @@
 
 The store raises them too (an unknown user, a taken name), so the management commands print the
 same plain words the HTTP API sends as ``{"error": ...}``; which status and code each answers with
-is said in one place, the table in ``http``.
+is said in one place, the table in ``http``. A report's body that does not read
+(``core.trust.reports``) is a ``BadRequest`` in the reader's words (``reading_report``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from core.trust.reports import InvalidReport
 from core.util.errors import BarnraiseError
 
 
@@ -59,3 +63,13 @@ class TooManyAttempts(CoordinatorError):
 
 class StoreError(BarnraiseError):
     """The coordinator's database cannot be opened or is not ours; the message names the file."""
+
+
+@contextmanager
+def reading_report() -> Iterator[None]:
+    """Around the reading of a report's body: ``InvalidReport`` leaves as a ``BadRequest`` with
+    the same message."""
+    try:
+        yield
+    except InvalidReport as exc:
+        raise BadRequest(str(exc)) from None

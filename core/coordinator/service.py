@@ -37,7 +37,14 @@ from typing import Any
 from aiohttp import web
 
 from core.coordinator.data_files import DataFiles
-from core.coordinator.errors import BadProof, BadRequest, Conflict, Forbidden, Unauthorized
+from core.coordinator.errors import (
+    BadProof,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Unauthorized,
+    reading_report,
+)
 from core.coordinator.http import (
     LARGE_BODY,
     answer,
@@ -70,17 +77,17 @@ from core.coordinator.people.possession import (
 )
 from core.coordinator.people.sessions import MAX_TOKEN_CHARS, Tokens
 from core.coordinator.public_url import check_public_url
-from core.coordinator.reports.epoch_report import Judge, parse_report
-from core.coordinator.reports.evaluations import parse_evaluation
-from core.coordinator.reports.evidence_report import EvidenceJudge, parse_evidence_report
+from core.coordinator.reports.epoch_report import Judge
+from core.coordinator.reports.evidence_report import EvidenceJudge
 from core.coordinator.reports.peer_credit import parse_peer, parse_since
-from core.coordinator.reports.receipts import ReceiptJudge, parse_receipts_report
+from core.coordinator.reports.receipts import ReceiptJudge
 from core.coordinator.store import CoordinatorStore
 from core.project import AnyManifest
 from core.trust.errors import PeerIdError
 from core.trust.identity import Identity
 from core.trust.passes import issue_pass, pass_to_text
 from core.trust.peer_id import PeerID
+from core.trust.reports import EVIDENCE, RECEIPTS, EpochReport, Evaluation
 from core.util.clock import Clock, SystemClock
 from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
@@ -377,7 +384,9 @@ class CoordinatorService:
         user = self._session_user(request)
         if not user.moderator:
             raise Forbidden("only a moderator account may report contributions")
-        report = parse_report(await json_body(request, LARGE_BODY), self.clock.time())
+        body = await json_body(request, LARGE_BODY)
+        with reading_report():
+            report = EpochReport.from_json(body, self.clock.time())
         verdicts = Judge(
             self.project,
             self.project_key.peer_id,
@@ -406,7 +415,9 @@ class CoordinatorService:
         if not user.moderator:
             raise Forbidden("only a moderator account may report evaluations")
         now = self.clock.time()
-        evaluation = parse_evaluation(await json_body(request), now)
+        body = await json_body(request)
+        with reading_report():
+            evaluation = Evaluation.from_json(body, now)
         stored = self.store.evaluations.record(evaluation, now)
         if stored:
             self._page.changed()
@@ -419,7 +430,9 @@ class CoordinatorService:
         user = self._session_user(request)
         if not user.moderator:
             raise Forbidden("only a moderator account may report evidence")
-        items = parse_evidence_report(await json_body(request, LARGE_BODY))
+        body = await json_body(request, LARGE_BODY)
+        with reading_report():
+            items = EVIDENCE.entries(body)
         now = self.clock.time()
         store = self.store
         verdicts = EvidenceJudge(
@@ -441,7 +454,9 @@ class CoordinatorService:
         proved the server's key (any logged-in account may try); judged and credited in
         ``reports.receipts``."""
         user = self._session_user(request)
-        items = parse_receipts_report(await json_body(request, LARGE_BODY))
+        body = await json_body(request, LARGE_BODY)
+        with reading_report():
+            items = RECEIPTS.entries(body)
         now = self.clock.time()
         receipts = self.store.receipts
         verdicts = ReceiptJudge(

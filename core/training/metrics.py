@@ -25,17 +25,9 @@ from typing import Any
 
 from core.training.credit import CreditBook, Landed, Share
 from core.training.progress import PeerProgress
-from core.trust.passes import AccessPass, pass_to_text
+from core.trust.passes import AccessPass
+from core.trust.reports import Contribution, EpochFigures, EpochReport
 from core.util.process.logfiles import JSON_LINES_BACKUPS, read_json_lines, rotate_if_over
-
-REPORT_MAX_LOSS = 1e6
-REPORT_MAX_SPEED = 1e9
-REPORT_MAX_PEERS = 1_000_000
-"""The bounds the coordinator holds the figures to (``core.coordinator.reports.figures``)."""
-
-
-def _within(value: float | None, most: float) -> float | None:
-    return value if value is not None and math.isfinite(value) and 0 <= value <= most else None
 
 
 @dataclass(frozen=True)
@@ -86,32 +78,23 @@ class EpochMetrics:
     def to_json(self) -> str:
         return json.dumps(self.summary(), sort_keys=True)
 
-    def contribution_report(self) -> dict[str, object]:
-        """The coordinator's ``/contributions`` body for this epoch: the figures its project page
-        shows and the contributions of peers with a pass. A figure the coordinator would refuse
-        (not finite, negative, beyond its bound: other peers' records make it) goes as null, so
-        that one hostile record cannot cost the epoch its report."""
-        figures = {
-            "loss": _within(self.loss, REPORT_MAX_LOSS),
-            "samples_per_second": _within(self.samples_per_second, REPORT_MAX_SPEED),
-            "alive_peers": self.alive_peers if self.alive_peers <= REPORT_MAX_PEERS else None,
-        }
-        return {
-            "epoch": self.epoch,
-            "time": self.time,
-            "samples": self.samples,
-            **({"late": True} if self.late else figures),
-            "contributions": [
-                {
-                    "peer": part.peer,
-                    "pass": pass_to_text(part.access),
-                    "samples": part.samples,
-                    "compute_seconds": round(part.compute_seconds, 3),
-                }
-                for part in self.contributions
-                if part.access is not None
-            ],
-        }
+    def contribution_report(self) -> dict[str, Any]:
+        """The coordinator's ``/contributions`` body for this epoch (``core.trust.reports``): the
+        figures its project page shows, each within its bound or null, and the contributions of
+        peers with a pass."""
+        figures = None
+        if not self.late:
+            figures = EpochFigures.within_bounds(
+                self.epoch, self.time, self.loss, self.samples_per_second, self.alive_peers
+            )
+        contributions = tuple(
+            Contribution(part.peer, part.access, part.samples, part.compute_seconds)
+            for part in self.contributions
+            if part.access is not None
+        )
+        return EpochReport(
+            self.epoch, self.time, self.samples, contributions, figures, late=self.late
+        ).to_json()
 
 
 @dataclass

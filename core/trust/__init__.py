@@ -17,5 +17,8 @@ reads it without importing ``core.net``.
   (epoch, held-out figures, file, size, SHA-256); reading, checking, and an archive against it.
 - ``signed_index`` what the signed indexes of published files share (the checkpoint's and the
   model's): the checks of their common fields, payload and JSON layouts, the signature's check.
+- ``reports``    the bodies reported to a project's coordinator (an epoch's contributions and
+  figures, a held-out evaluation, lists of accusations and receipts) with their bounds: built by
+  the senders, read by the coordinator.
 - ``errors``     TrustError: PeerIdError (not a PeerID) and IdentityError (no usable key file).
 """

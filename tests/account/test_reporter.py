@@ -10,7 +10,7 @@ from typing import Any, cast
 from core.account import CoordinatorClient
 from core.account.reporter import REJECTIONS_KEPT, ContributionReporter
 from core.account.session import AccountSession
-from core.cli.peer import evaluation_report
+from core.trust.reports import evaluation_report
 from core.worker.events import PeerEvaluation
 from tests.account.coordinator import PASSWORD, Coordinator
 

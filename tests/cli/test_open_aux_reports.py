@@ -11,9 +11,9 @@ import pytest
 
 from core.cli import peer as peer_cli
 from core.config.environment import PASSWORD_VARIABLE
-from core.coordinator.reports.figures import EpochFigures
 from core.training.metrics import EpochMetrics
 from core.training.peer.project_peer import PeerSettings
+from core.trust.reports import EpochFigures
 from core.util.errors import ConfigError
 from tests.coordinator.conftest import PASSWORD
 from tests.coordinator.page_support import AUX, page_manifest, running_page

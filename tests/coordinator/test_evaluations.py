@@ -16,16 +16,15 @@ from typing import Any
 import pytest
 
 from core.cli import peer as peer_cli
-from core.cli.peer import ModelExport, evaluation_report
+from core.cli.peer import ModelExport
 from core.config.environment import PASSWORD_VARIABLE
 from core.coordinator import CoordinatorStore
 from core.coordinator.errors import StoreError
 from core.coordinator.page.curve import MOST_POINTS
-from core.coordinator.reports.evaluations import Evaluation
-from core.coordinator.reports.figures import MAX_LOSS
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.training.peer.project_peer import PeerSettings
 from core.trust.published_model import HeldOut
+from core.trust.reports import MAX_LOSS, Evaluation, evaluation_report
 from core.util.files.sqlite_file import SqliteFile
 from core.worker.events import PeerEvaluation
 from tests.coordinator.conftest import PASSWORD, Reply

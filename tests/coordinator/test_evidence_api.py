@@ -16,6 +16,7 @@ from core.coordinator.reports import evidence_report as judging
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.net import Identity
 from core.trust.evidence import Evidence, sign_evidence
+from core.trust.reports import EVIDENCE
 from core.util.files.sqlite_file import SqliteFile
 from tests.coordinator.conftest import PROJECT, Running
 
@@ -140,7 +141,7 @@ async def test_reporters_are_counted_by_account_and_bounded(
     assert (await report(coordinator, [later.to_json()]))["accepted"] == 1
     # a report as a whole is bounded
     session = (await coordinator.client.login("aux"))["session"]
-    too_many = {"evidence": [later.to_json()] * (judging.MAX_PER_REPORT + 1)}
+    too_many = {"evidence": [later.to_json()] * (EVIDENCE.most + 1)}
     refused = await coordinator.client.post("/evidence", too_many, token=session)
     assert refused.status == 400
     assert "at most 256" in refused.body["error"]

@@ -12,11 +12,10 @@ import pytest
 from core.coordinator import CoordinatorStore
 from core.coordinator.errors import StoreError
 from core.coordinator.page.curve import MOST_POINTS
-from core.coordinator.reports.figures import MAX_LOSS, MAX_PEERS, MAX_SPEED, EpochFigures
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.net import Identity
-from core.training import metrics
 from core.training.metrics import EpochMetrics
+from core.trust.reports import MAX_LOSS, MAX_PEERS, EpochFigures
 from core.util.files.sqlite_file import SqliteFile
 from tests.coordinator.conftest import PASSWORD
 from tests.coordinator.page_support import AUX, running_page
@@ -100,11 +99,6 @@ async def test_an_open_projects_coordinator_takes_a_moderators_reports(tmp_path:
 
 
 def test_the_peer_sends_only_figures_the_coordinator_takes() -> None:
-    assert (metrics.REPORT_MAX_LOSS, metrics.REPORT_MAX_SPEED, metrics.REPORT_MAX_PEERS) == (
-        MAX_LOSS,
-        MAX_SPEED,
-        MAX_PEERS,
-    )
     fine = EpochMetrics(3, 2.5, 640, 50.0, 4, 1_700_000_000.0).contribution_report()
     assert (fine["loss"], fine["samples_per_second"], fine["alive_peers"]) == (2.5, 50.0, 4)
     for loss, speed in ((math.nan, math.inf), (-1.0, -1.0), (1e7, 1e10), (None, 0.0)):

@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 from core.coordinator.page import formats
 from core.coordinator.page.curve import MOST_POINTS, Curve, loss_curve
-from core.coordinator.reports.evaluations import Evaluation
 from core.coordinator.reports.leaderboard import ACTIVE_WINDOW
 from core.coordinator.store import CoordinatorStore
+from core.trust.reports import Evaluation
 
 RECENT = ACTIVE_WINDOW
 """A report older than this says nothing about who is online now."""

@@ -1,14 +1,16 @@
 """What the backbone reports and the coordinator keeps: contributions per epoch, the figures and the
-leaderboard, accusations, receipts for expert work, and the moderators' rollback orders.
+leaderboard, accusations, receipts for expert work, and the moderators' rollback orders. The
+reports' bodies and their bounds are ``core.trust.reports``, which the senders build with.
 
-- ``epoch_report``      reading the auxiliary peer's epoch report and checking each contribution's pass.
+- ``epoch_report``      which contributions of the auxiliary peer's epoch report count: each one's
+  pass and account.
 - ``evidence_report``     reading the auxiliary peer's evidence report: each accusation's signature,
   project, age, and the standing of the account that proved the reporter's key; a rate per account.
 - ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
-- ``figures``      the epoch figures a report may carry (loss, speed, live peers): bounds, one row
-  per epoch, the newest and the loss curve's points.
-- ``evaluations``  the backbone's held-out evaluations (``POST /evaluations``): bounds, one row per
-  epoch, the newest and the held-out curve's points.
+- ``figures``      the epoch figures a report may carry (loss, speed, live peers): one row per
+  epoch, the newest and the loss curve's points.
+- ``evaluations``  the backbone's held-out evaluations (``POST /evaluations``): one row per epoch,
+  the newest and the held-out curve's points.
 - ``evidence_records`` the accepted accusations, and the listing by accused peer (with its user and
   how many distinct accounts accused it) that ``barnraise coordinator reports`` prints.
 - ``receipts``     trainers' signed receipts for expert servers' work (``POST /receipts``): which

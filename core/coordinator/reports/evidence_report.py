@@ -5,7 +5,8 @@ reporter signed it, for this project, within ``MAX_AGE`` seconds (and not in the
 the reporter's key was proved by an account (``peer_keys``) that exists and is not banned: an
 accusation is worth the standing of the account that makes it, and a freshly generated key with no
 account counts for nothing. Each reporting account may add ``MAX_PER_HOUR`` rows an hour, so a
-malicious member cannot fill the table, and a report holds at most ``MAX_PER_REPORT``.
+malicious member cannot fill the table; how many one report may hold is said with its body
+(``core.trust.reports.EVIDENCE``).
 
 Nothing here proves the accused guilty: the reporter says what it measured on data only it
 received. Moderators see how many distinct accounts accused a peer (``evidence_records``) and
@@ -15,7 +16,7 @@ malformed report as a whole is a 400.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +24,13 @@ from core.coordinator.errors import BadRequest, Forbidden
 from core.coordinator.people.accounts import User
 from core.coordinator.reports.evidence_records import Accepted
 from core.trust.evidence import Evidence
+from core.trust.reports import FUTURE_SLACK
 from core.util.errors import BarnraiseError
 
-MAX_PER_REPORT = 256
 MAX_PER_HOUR = 1000
 """Rows one reporting account may add in an hour (an honest reducer finds a few per epoch)."""
 MAX_AGE = 2 * 86400.0
 """Older accusations are stale: the round is long gone, and the model with it."""
-FUTURE_SLACK = 3600.0
 HOUR = 3600.0
 
 
@@ -38,16 +38,6 @@ HOUR = 3600.0
 class EvidenceVerdicts:
     accepted: list[Accepted]
     rejected: list[dict[str, str]]
-
-
-def parse_evidence_report(body: Mapping[str, Any]) -> list[Any]:
-    """The report's list of accusations (each still to be judged)."""
-    items = body.get("evidence")
-    if not isinstance(items, list):
-        raise BadRequest("evidence must be a list")
-    if len(items) > MAX_PER_REPORT:
-        raise BadRequest(f"at most {MAX_PER_REPORT} accusations per report")
-    return items
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,9 @@
 """The collaboration's figures per epoch, as the auxiliary peer reports them: the project page's
 live numbers and its loss curve.
 
-An epoch report may carry ``loss`` (a number, or null when no peer had a finite one),
-``samples_per_second`` (the trainers' summed speed) and ``alive_peers`` (trainers with fresh
-progress records). Auxiliary peers of older versions send none of them: such a report stores no
-figures and is otherwise accepted as before. A value that is present must be a finite number within
-its bound (``MAX_LOSS``, ``MAX_SPEED``, ``MAX_PEERS``), else the report is a 400.
+An epoch report may carry ``loss``, ``samples_per_second`` and ``alive_peers``, each within its
+bound (``core.trust.reports.EpochFigures``). Auxiliary peers of older versions send none of them:
+such a report stores no figures and is otherwise accepted as before.
 
 One row per epoch (``figures``, schema 5). A report sent again (a retry) changes nothing; the same
 epoch reported with a later ``time`` (trained again after a rollback) replaces the row, so the curve
@@ -17,58 +15,10 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from core.coordinator.errors import BadRequest
 from core.coordinator.schema import transaction
-
-MAX_LOSS = 1e6
-"""Far above the loss of any model that learns (a uniform guess over 2**20 tokens is about 14)."""
-MAX_SPEED = 1e9
-"""Samples per second of the whole collaboration."""
-MAX_PEERS = 1_000_000
-FIELDS = ("loss", "samples_per_second", "alive_peers")
-
-
-@dataclass(frozen=True, slots=True)
-class EpochFigures:
-    epoch: int
-    time: float
-    """When the epoch ended, by the reporting peer's clock."""
-    loss: float | None
-    samples_per_second: float | None
-    alive_peers: int | None
-
-
-def parse_figures(body: Mapping[str, Any], epoch: int, time: float) -> EpochFigures | None:
-    """The figures a report carries, or None if it carries none (an older auxiliary peer);
-    ``BadRequest`` for a value that is not a finite number within its bound."""
-    if not any(name in body for name in FIELDS):
-        return None
-    loss = _bounded(body.get("loss"), "loss", MAX_LOSS)
-    speed = _bounded(body.get("samples_per_second"), "samples_per_second", MAX_SPEED)
-    alive = body.get("alive_peers")
-    if alive is not None and (
-        not isinstance(alive, int) or isinstance(alive, bool) or not 0 <= alive <= MAX_PEERS
-    ):
-        raise BadRequest(f"alive_peers must be a whole number from 0 to {MAX_PEERS}, or null")
-    return EpochFigures(epoch, time, loss, speed, alive)
-
-
-def _bounded(value: object, name: str, most: float) -> float | None:
-    if value is None:
-        return None
-    # json.loads reads NaN and Infinity, which fail the comparisons; the range comes first, as
-    # math.isfinite of an int too large for a float raises
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (0 <= value <= most and math.isfinite(value))
-    ):
-        raise BadRequest(f"{name} must be a finite number from 0 to {most:,.0f}, or null")
-    return float(value)
+from core.trust.reports import EpochFigures
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ shows who was credited through how many other accounts, for the moderators' audi
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,6 @@ from core.coordinator.schema import transaction
 from core.trust.receipts import InvalidReceipt, Receipt
 from core.util.errors import BarnraiseError
 
-MAX_PER_REPORT = 256
 MAX_NEW_PER_HOUR = 1000
 """New (server, trainer, session) rows one account may open an hour: a server meets a few
 trainers, and each trainer process is one session."""
@@ -68,16 +67,6 @@ class Credit:
     """Expert samples newly credited."""
     raised: int
     """Receipts that raised their row's credit (new, or newer with a larger total)."""
-
-
-def parse_receipts_report(body: Mapping[str, Any]) -> list[Any]:
-    """The report's list of receipts (each still to be judged)."""
-    items = body.get("receipts")
-    if not isinstance(items, list):
-        raise BadRequest("receipts must be a list")
-    if len(items) > MAX_PER_REPORT:
-        raise BadRequest(f"at most {MAX_PER_REPORT} receipts per report")
-    return items
 
 
 @dataclass(frozen=True, slots=True)
