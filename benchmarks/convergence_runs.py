@@ -80,8 +80,8 @@ def expert_backend(uid: str, hidden: int, lr: float) -> Any:
     """A hosted quarter-size expert, initialised from its uid (as ``ExpertSpec`` does), with Adam."""
     import torch
 
-    from core.moe.backend import ExpertBackend
-    from core.moe.experts import uid_seed
+    from core.moe.grid import uid_seed
+    from core.moe.server.backend import ExpertBackend
 
     state = torch.random.get_rng_state()
     try:
@@ -103,7 +103,7 @@ def stacked_model(blocks: Sequence[Any], hidden: int) -> Any:
     """``Linear(64, H)`` + ReLU, the blocks in turn, ``Linear(H, 10)``."""
     from torch import Tensor, nn
 
-    from core.moe.digits import CLASSES, PIXELS
+    from core.moe.client.digits import CLASSES, PIXELS
 
     class Stacked(nn.Module):
         def __init__(self) -> None:
@@ -164,8 +164,8 @@ async def run_ffn(
     import torch
     from torch.nn import functional
 
-    from core.moe.digits import digit_batches
-    from core.moe.experts import ExpertSpec
+    from core.moe.client.digits import digit_batches
+    from core.moe.server.experts import ExpertSpec
 
     seed = args.convergence_seed
     hidden = args.convergence_hidden
@@ -237,11 +237,11 @@ async def run_dmoe(
     import torch
     from torch.nn import functional
 
-    from core.moe.beam_search import MoEBeamSearch
-    from core.moe.calls import MoEError
-    from core.moe.digits import digit_batches
-    from core.moe.layer import RemoteMixtureOfExperts
-    from core.moe.trainer import AsyncMoETrainer, StepReport
+    from core.moe.client.beam_search import MoEBeamSearch
+    from core.moe.client.calls import MoEError
+    from core.moe.client.digits import digit_batches
+    from core.moe.client.layer import RemoteMixtureOfExperts
+    from core.moe.client.trainer import AsyncMoETrainer, StepReport
 
     seed = args.convergence_seed
     hidden = args.convergence_hidden

@@ -4,8 +4,8 @@
     python benchmarks/expert_gpu.py --device cpu --dry-run --json out.json
 
 What it measures. "ours" is the volunteer's expert host as the product runs it: an ``ExpertHost``
-(``core.moe.runtime``, what ``barnraise experts`` and the engine run) listening on loopback, built
-from a ``dmoe`` manifest whose grid holds ``--experts`` experts of the ``ffn`` architecture
+(``core.moe.server.runtime``, what ``barnraise experts`` and the engine run) listening on loopback,
+built from a ``dmoe`` manifest whose grid holds ``--experts`` experts of the ``ffn`` architecture
 (``LayerNorm(x + W2·gelu(W1·x))``, ``hidden -> 4·hidden -> hidden``, Adam with lr 1e-3) and whose
 device is ``--device``. So the experts are placed where the product places them (the device chosen
 by ``training_device`` on the training thread, then ``HostedExpert`` moves the module and later its
@@ -81,11 +81,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import emit
 from measuring import latency_ms
 
-from core.moe.events import ExpertsEvent
-from core.moe.experts import ExpertSpec
-from core.moe.hosted import HostedExpert, Served
-from core.moe.runtime import ExpertHost, ExpertHostSettings
-from core.moe.server import call_expert
+from core.moe.remote import call_expert
+from core.moe.server.events import ExpertsEvent
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.hosted import HostedExpert, Served
+from core.moe.server.runtime import ExpertHost, ExpertHostSettings
 from core.net import Host, Identity
 from core.net.host.address import PeerAddress
 from core.project import DmoeManifest

@@ -33,8 +33,8 @@ class LoopbackSwarm:
     client: Any  # core.net.Host
     dht: Any  # core.dht.DHTNode (client mode)
     bridge: Any  # core.worker.bridge.TrainingBridge
-    servers: list[Any] = field(default_factory=list)  # core.moe.server.ExpertServer
-    faults: list[Any] = field(default_factory=list)  # core.moe.faults.ServerFaults
+    servers: list[Any] = field(default_factory=list)  # core.moe.server.server.ExpertServer
+    faults: list[Any] = field(default_factory=list)  # core.moe.server.faults.ServerFaults
     hosts: list[Any] = field(default_factory=list)
     nodes: list[Any] = field(default_factory=list)
     server_bridges: list[Any] = field(default_factory=list)
@@ -63,8 +63,8 @@ class LoopbackSwarm:
         """
         from core.dht import DHTConfig, DHTNode, HostTransport
         from core.moe.announce import declare_experts
-        from core.moe.faults import ServerFaults
-        from core.moe.server import ExpertServer
+        from core.moe.server.faults import ServerFaults
+        from core.moe.server.server import ExpertServer
         from core.net import Host, Identity, NetConfig
         from core.worker.bridge import TrainingBridge
 

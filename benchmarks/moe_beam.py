@@ -249,7 +249,7 @@ async def time_searches(
     same search on the announced records themselves."""
     import torch
 
-    from core.moe.beam_search import MoEBeamSearch
+    from core.moe.client.beam_search import MoEBeamSearch
 
     exact = MoEBeamSearch(AnnouncedRecords(items), grid, cache_ttl=0)
     announced: dict[Any, set[Any]] = {}

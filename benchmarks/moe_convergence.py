@@ -3,7 +3,7 @@
 The paper trains a feed-forward network and DMoE variants asynchronously under emulated latency and
 failures (MNIST, Figure 5) and finds that staleness hurts the mixtures much less. This part repeats
 that on the 1,797 real UCI handwritten digits (8x8, ``resources/digits``, as scikit-learn ships
-them; ``core.moe.digits``: 1,437 training and 360 test images) on this machine's CPU.
+them; ``core.moe.client.digits``: 1,437 training and 360 test images) on this machine's CPU.
 
 Models (``--convergence-hidden`` H, default 64; all map 64 pixels -> ``Linear(64, H)`` + ReLU ->
 four blocks -> ``Linear(H, 10)``):
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The part's entry point: the reference, every model in every scenario, the lr check, the plot."""
     import torch
 
-    from core.moe.digits import load_digits
+    from core.moe.client.digits import load_digits
 
     scenarios = [SCENARIOS[name.strip()] for name in args.convergence_scenarios.split(",") if name]
     expert_counts = [int(n) for n in str(args.convergence_experts).split(",") if n.strip()]

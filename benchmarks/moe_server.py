@@ -20,7 +20,7 @@ little after the deadline). The server's CPU time over that window is read from 
 whole process tree (hivemind's includes its p2pd daemon and connection-handler processes).
 
 Ours: ``python benchmarks/moe_server.py serve|client`` (``ExpertServer`` on a ``core.net.Host`` with
-a ``TrainingBridge``; trainers call ``core.moe.server.call_expert``). Hivemind's:
+a ``TrainingBridge``; trainers call ``core.moe.remote.call_expert``). Hivemind's:
 ``.venv-hivemind/bin/python benchmarks/hivemind_moe.py serve|client`` (``hivemind.moe.Server`` and
 ``RemoteExpert``), skipped with ``--no-hivemind`` or when that interpreter is missing.
 """
@@ -100,8 +100,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 async def serve(args: argparse.Namespace) -> None:
     import torch
 
-    from core.moe.experts import ExpertSpec
-    from core.moe.server import ExpertServer
+    from core.moe.server.experts import ExpertSpec
+    from core.moe.server.server import ExpertServer
     from core.net import Host, Identity
     from core.worker.bridge import TrainingBridge
 
@@ -146,7 +146,7 @@ async def client(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)  # a trainer is another machine; here eight share two cores
-    from core.moe.server import call_expert
+    from core.moe.remote import call_expert
     from core.net import Host, Identity
     from core.net.host.address import PeerAddress
 

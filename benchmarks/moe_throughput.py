@@ -131,7 +131,7 @@ class Chain:
         """When each block call of any batch completed (``time.perf_counter``)."""
 
     async def call(self, uid: str, method: str, tensors: list[Any]) -> Any:
-        from core.moe.server import call_expert
+        from core.moe.remote import call_expert
 
         outputs = await call_expert(
             self.host,
@@ -280,7 +280,7 @@ def local(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def block_spec(args: argparse.Namespace) -> Any:
-    from core.moe.experts import ExpertSpec
+    from core.moe.server.experts import ExpertSpec
 
     return ExpertSpec(
         kind="ffn", hidden=args.throughput_hidden, max_batch=4 * args.throughput_batch

@@ -167,7 +167,7 @@ PROBE = """
 import importlib, json, platform, sys, torch
 cuda = torch.cuda.is_available()
 missing = []
-for name in ("core.training.peer.project_peer", "core.moe.runtime", "core.engine", "pytest_asyncio"):
+for name in ("core.training.peer.project_peer", "core.moe.server.runtime", "core.engine", "pytest_asyncio"):
     try:
         importlib.import_module(name)
     except ImportError as exc:

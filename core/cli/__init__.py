@@ -6,8 +6,8 @@
 - ``dht``       ``barnraise dht``: a standalone DHT node (``dht_stdio``: its JSON command interface).
 - ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest;
   ``moe_peer``: ``barnraise peer`` for a ``dmoe`` project, an asynchronous mixture-of-experts trainer.
-- ``experts``   ``barnraise experts``: an expert server of a ``dmoe`` project (``core.moe.runtime``),
-  printing its ready line and what it served as JSON.
+- ``experts``   ``barnraise experts``: an expert server of a ``dmoe`` project
+  (``core.moe.server.runtime``), printing its ready line and what it served as JSON.
 - ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job),
   ``--moderated`` with a coordinator, ``--project dmoe`` a mixture of experts; its arguments, the
   swarm itself being ``core.swarm``.

@@ -49,8 +49,8 @@ from core.util.errors import ConfigError
 if TYPE_CHECKING:
     from core.account.reporter import ContributionReporter
     from core.engine.join.memory_fit import Fit
-    from core.moe.events import ExpertsEvent
-    from core.moe.runtime import ExpertHostSettings
+    from core.moe.server.events import ExpertsEvent
+    from core.moe.server.runtime import ExpertHostSettings
 
 STATS_EVERY = 10.0
 """Seconds between ``served`` lines by default."""
@@ -139,7 +139,7 @@ def register(commands: Any) -> None:
 
 def settings_from_args(args: argparse.Namespace, manifest: DmoeManifest) -> ExpertHostSettings:
     """The server's settings from the command line (``ConfigError`` for a bad combination)."""
-    from core.moe.runtime import ExpertHostSettings  # noqa: PLC0415 - torch only for this command
+    from core.moe.server.runtime import ExpertHostSettings  # noqa: PLC0415 - torch only for this command
     from core.training.call_evidence import MIN_WINDOW  # noqa: PLC0415 - as above
 
     _check_count(args, manifest)
@@ -177,7 +177,7 @@ def experts_fit(args: argparse.Namespace, manifest: DmoeManifest) -> Fit:
 
     if args.uids:
         from core.moe.grid import ExpertGrid  # noqa: PLC0415 - only with --uids
-        from core.moe.selection import expand_uids  # noqa: PLC0415 - only with --uids
+        from core.moe.server.selection import expand_uids  # noqa: PLC0415 - only with --uids
 
         grid = ExpertGrid(manifest.grid.prefix, manifest.grid.shape)
         hosted: int | None = len(expand_uids(grid, args.uids))
@@ -220,8 +220,8 @@ async def _serve(
     args: argparse.Namespace,
     reporter: ContributionReporter | None,
 ) -> int:
-    from core.moe.events import to_json  # noqa: PLC0415
-    from core.moe.runtime import ExpertHost  # noqa: PLC0415
+    from core.moe.server.events import to_json  # noqa: PLC0415
+    from core.moe.server.runtime import ExpertHost  # noqa: PLC0415
     from core.training.call_evidence import WINDOW, evidence_of_refusals  # noqa: PLC0415
 
     def emit(event: ExpertsEvent) -> None:

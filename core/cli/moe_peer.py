@@ -24,12 +24,12 @@ from core.project import DmoeManifest
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
-    from core.moe.trainer_events import MoETrainerEvent
-    from core.moe.training_peer import MoETrainerSettings
+    from core.moe.client.trainer_events import MoETrainerEvent
+    from core.moe.client.training_peer import MoETrainerSettings
 
 
 def settings_from_args(args: argparse.Namespace, manifest: DmoeManifest) -> MoETrainerSettings:
-    from core.moe.training_peer import MoETrainerSettings  # noqa: PLC0415 - torch
+    from core.moe.client.training_peer import MoETrainerSettings  # noqa: PLC0415 - torch
 
     if args.role != "peer":
         raise ConfigError(
@@ -74,8 +74,8 @@ async def run_trainer(args: argparse.Namespace, manifest: DmoeManifest) -> int:
 
 
 async def _train(settings: MoETrainerSettings, stop: asyncio.Event) -> int:
-    from core.moe.trainer_events import to_json  # noqa: PLC0415
-    from core.moe.training_peer import MoETrainerPeer  # noqa: PLC0415
+    from core.moe.client.trainer_events import to_json  # noqa: PLC0415
+    from core.moe.client.training_peer import MoETrainerPeer  # noqa: PLC0415
 
     def emit(event: MoETrainerEvent) -> None:
         print(json.dumps(to_json(event)), flush=True)

@@ -15,7 +15,8 @@
 - ``scheduling`` Scheduling: the scheduler loop; the policy's decision carried out on the runner,
   the engine's state published when it changes.
 - ``hosting``   RunningPeer, what the runner needs of a peer; and the expert server it runs for a
-  ``dmoe`` project (``core.moe.runtime``), where the volunteer contributes by hosting experts.
+  ``dmoe`` project (``core.moe.server.runtime``), where the volunteer contributes by hosting
+  experts.
 - ``account``   Account: the login at the active project's coordinator, the keyring, the leaderboard,
   and the pass keeper whose AccessGate a moderated project's peer shows.
 - ``metering``  Metering: the peer's running totals turned into ledger rows.

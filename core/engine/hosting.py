@@ -79,8 +79,8 @@ def expert_host(
     (``NetworkChoice.listen_settings``). It hosts ``server.experts_per_server`` experts, the number
     whose fit the runner measured (``check_fit``) before calling this: experts that cannot fit
     this computer's memory never reach it."""
-    from core.moe.events import ExpertsEvent, ExpertsReady, ExpertsStopped  # noqa: PLC0415
-    from core.moe.runtime import ExpertHost, ExpertHostSettings  # noqa: PLC0415 - torch
+    from core.moe.server.events import ExpertsEvent, ExpertsReady, ExpertsStopped  # noqa: PLC0415
+    from core.moe.server.runtime import ExpertHost, ExpertHostSettings  # noqa: PLC0415 - torch
     from core.training.call_evidence import evidence_of_refusals  # noqa: PLC0415
 
     def forward(event: ExpertsEvent) -> None:

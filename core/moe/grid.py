@@ -4,10 +4,14 @@ The grid is what makes the DHT search cheap (Learning@home, Section 3 and Append
 enumerates experts, it walks prefixes ``ffn`` -> ``ffn.3`` -> ``ffn.3.17``, one dimension at a time. A
 uid is also a DHT key and arrives from other peers, so parsing is strict: one canonical spelling per
 expert (no leading zeros, signs or spaces), every index inside the grid, exactly ``depth`` indices.
+
+``uid_seed`` turns a uid into a stable seed: every server that hosts a uid starts it from the same
+weights, and every trainer of a project builds its local layers alike from the project's name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import re
@@ -125,3 +129,8 @@ class ExpertGrid:
                 f"index {index} is outside dimension {dim} of grid {self.prefix!r} "
                 f"(size {self.shape[dim]})"
             )
+
+
+def uid_seed(uid: str) -> int:
+    """A stable 63-bit seed for ``uid`` (Python's ``hash`` of text changes between runs)."""
+    return int.from_bytes(hashlib.sha256(uid.encode()).digest()[:8], "big") >> 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.moe.digits import DigitsDataError, load_digits
+from core.moe.client.digits import DigitsDataError, load_digits
 from core.net.errors import AddressError
 from core.net.host.address import PeerAddress
 from core.organize.check_data import first_example, reach_all, reach_findings

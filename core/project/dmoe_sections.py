@@ -3,7 +3,7 @@ that call them, and the data. Each is a frozen dataclass that validates itself (
 every number has an upper bound, written in its field's docstring.
 
 This package sits below ``core.moe`` and never imports torch, so the choices repeated here (expert
-kinds and optimizers, the grid prefix's spelling) are the ones ``core.moe.experts`` and
+kinds and optimizers, the grid prefix's spelling) are the ones ``core.moe.server.experts`` and
 ``core.moe.grid`` accept; a test keeps them equal.
 """
 
@@ -78,7 +78,7 @@ class GridSection:
 
 @dataclass(frozen=True)
 class ExpertSection:
-    """What every expert of the grid is (``core.moe.experts.ExpertSpec``'s fields)."""
+    """What every expert of the grid is (``core.moe.server.experts.ExpertSpec``'s fields)."""
 
     KEY: ClassVar[str] = "expert"
     kind: str = "ffn"

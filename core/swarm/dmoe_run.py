@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Protocol, TypeGuard
 
 from core.config.paths import UserDirs
+from core.moe.client.trainer_events import MoEAccuracy, MoEProgress, report_from_json
 from core.moe.grid import ExpertGrid
-from core.moe.trainer_events import MoEAccuracy, MoEProgress, report_from_json
 from core.project import DmoeManifest, load_dmoe_manifest
 from core.swarm.children import STOP_GRACE, ChildProcess, spawn_command
 from core.swarm.moderated import ORGANIZER, ModeratedSwarm, start_coordinator

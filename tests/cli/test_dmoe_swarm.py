@@ -30,7 +30,7 @@ from core.config.paths import UserDirs
 from core.dht import DHTConfig, DHTNode, HostTransport, owner_marker
 from core.moe.announce import get_experts
 from core.moe.grid import ExpertGrid
-from core.moe.server import RemoteExpert
+from core.moe.remote import RemoteExpert
 from core.net import Host, Identity, NetConfig
 from core.net.errors import InvalidRequestError, NetError
 from core.net.host.address import PeerAddress

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from core.moe.checkpoints import ExpertCheckpoints
-from core.moe.server import RemoteExpert
+from core.moe.remote import RemoteExpert
+from core.moe.server.checkpoints import ExpertCheckpoints
 from core.worker.events import PeerReady, PeerStopped, from_json
 from tests.cli.test_cli import barnraise
 from tests.conftest import MakeHost

@@ -15,9 +15,9 @@ from core.api import AttachRequest
 from core.api.events import ErrorRaised
 from core.engine.hosting import EXPERT_CHECKPOINTS
 from core.engine.projects import NetworkChoice
-from core.moe.checkpoints import ExpertCheckpoints
-from core.moe.runtime import ExpertHost
-from core.moe.server import RemoteExpert
+from core.moe.remote import RemoteExpert
+from core.moe.server.checkpoints import ExpertCheckpoints
+from core.moe.server.runtime import ExpertHost
 from core.net import Host, Identity
 from core.net.errors import ResourceExhaustedError
 from core.project import AnyManifest

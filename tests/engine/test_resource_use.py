@@ -117,7 +117,7 @@ def test_the_llama_formula_counts_what_torch_builds(changes: dict[str, int], tie
 @pytest.mark.parametrize("kind", ["ffn", "linear"])
 def test_the_expert_formula_counts_what_torch_builds(kind: str) -> None:
     pytest.importorskip("torch")
-    from core.moe.experts import ExpertSpec
+    from core.moe.server.experts import ExpertSpec
 
     manifest = load_dmoe_manifest(DMOE_DEMO)
     manifest = dataclasses.replace(manifest, expert=dataclasses.replace(manifest.expert, kind=kind))

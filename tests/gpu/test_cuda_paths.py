@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.moe.experts import ExpertSpec
-from core.moe.hosted import HostedExpert, Served
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.hosted import HostedExpert, Served
 from core.project import Manifest, load_manifest
 from core.training.local import LocalWork
 from core.training.peer.recipe import build_model, build_optimizer, mlm_loss, training_state

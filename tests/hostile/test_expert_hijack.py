@@ -21,7 +21,7 @@ from core.dht.memory import MemoryNetwork
 from core.dht.records import owner_marker
 from core.dht.validation import renewal_bound
 from core.moe.announce import declare_experts, expert_schema, get_experts
-from core.moe.beam_search import MoEBeamSearch
+from core.moe.client.beam_search import MoEBeamSearch
 from core.moe.grid import ExpertGrid
 from core.trust.identity import Identity
 from core.util.clock import FakeClock

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.moe.backend import PoisonedCall
-from core.moe.checkpoints import ExpertCheckpoints
-from core.moe.events import ExpertsEvent, ExpertsReady
-from core.moe.experts import ExpertSpec
-from core.moe.hosted import HostedExpert, Served
-from core.moe.runtime import ExpertHost, ExpertHostSettings, _recover
-from core.moe.server import ExpertServer, RemoteExpert
+from core.moe.remote import RemoteExpert
+from core.moe.server.backend import PoisonedCall
+from core.moe.server.checkpoints import ExpertCheckpoints
+from core.moe.server.events import ExpertsEvent, ExpertsReady
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.hosted import HostedExpert, Served
+from core.moe.server.runtime import ExpertHost, ExpertHostSettings, _recover
+from core.moe.server.server import ExpertServer
 from core.net.errors import InvalidRequestError
 from core.project import parse_dmoe_manifest
 from core.training.call_evidence import evidence_of_refusals

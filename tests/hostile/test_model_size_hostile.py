@@ -102,7 +102,7 @@ def no_peer(monkeypatch: pytest.MonkeyPatch) -> NoPeer:
 
 @pytest.fixture
 def no_experts(monkeypatch: pytest.MonkeyPatch) -> NoPeer:
-    from core.moe import runtime  # loads torch: these tests only
+    from core.moe.server import runtime  # loads torch: these tests only
 
     stand_in = NoPeer()
     monkeypatch.setattr(runtime, "ExpertHost", stand_in)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.moe.gating import GatingInputError, StructuredGating
+from core.moe.client.gating import GatingInputError, StructuredGating
 from core.moe.grid import ExpertGrid, GridError
 
 GRID = ExpertGrid("ffn", (4, 20))

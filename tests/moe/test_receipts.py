@@ -13,15 +13,17 @@ import torch
 
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.moe.announce import announcement
-from core.moe.beam_search import MoEBeamSearch
-from core.moe.events import ExpertsEvent, ExpertsReady
-from core.moe.experts import ExpertSpec
+from core.moe.client.beam_search import MoEBeamSearch
+from core.moe.client.layer import RemoteMixtureOfExperts
+from core.moe.client.receipts import ReceiptSender
 from core.moe.grid import ExpertGrid
-from core.moe.layer import RemoteMixtureOfExperts
 from core.moe.protocol import RECEIPT, ReceiptRequest
-from core.moe.receipts import MAX_SESSIONS, ReceiptBook, ReceiptSender
-from core.moe.runtime import ExpertHost, ExpertHostSettings
-from core.moe.server import ExpertServer, RemoteExpert
+from core.moe.remote import RemoteExpert
+from core.moe.server.events import ExpertsEvent, ExpertsReady
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.receipts import MAX_SESSIONS, ReceiptBook
+from core.moe.server.runtime import ExpertHost, ExpertHostSettings
+from core.moe.server.server import ExpertServer
 from core.net import Host, Identity
 from core.net.errors import InvalidRequestError
 from core.project import parse_dmoe_manifest
@@ -30,7 +32,7 @@ from core.trust.receipts import Receipt, sign_receipt
 from core.util.clock import FakeClock
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
-from tests.moe.test_beam_search import FakeDHT
+from tests.moe.client.test_beam_search import FakeDHT
 from tests.support.leaks import wait_until
 from tests.support.small_dmoe import MANIFEST
 

@@ -215,8 +215,8 @@ def test_overrides_are_revalidated() -> None:
 
 
 def test_the_choices_are_those_the_expert_code_accepts() -> None:
-    from core.moe.experts import KINDS, OPTIMIZERS
     from core.moe.grid import _NAME
+    from core.moe.server.experts import KINDS, OPTIMIZERS
 
     assert EXPERT_KINDS == KINDS
     assert EXPERT_OPTIMIZERS == OPTIMIZERS

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from core.moe.backend import ExpertBackend
-from core.moe.experts import ExpertSpec
+from core.moe.server.backend import ExpertBackend
+from core.moe.server.experts import ExpertSpec
 
 
 @dataclass

@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 
-from core.moe.guard import (
+from core.moe.protocol import DTYPE, ExpertInfo
+from core.moe.server.guard import (
     clip_rows,
     finite_gradients,
     finite_weights,
     non_finite,
 )
-from core.moe.protocol import DTYPE, ExpertInfo
 
 
 class PoisonedCall(ValueError):

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from core.moe.backend import ExpertBackend
-from core.moe.checkpoints import CheckpointSaver, ExpertCheckpointError, ExpertCheckpoints
-from core.moe.experts import ExpertSpec
+from core.moe.server.backend import ExpertBackend
+from core.moe.server.checkpoints import CheckpointSaver, ExpertCheckpointError, ExpertCheckpoints
+from core.moe.server.experts import ExpertSpec
 from core.util.clock import FakeClock
 from core.worker.bridge import TrainingBridge
 
@@ -85,7 +85,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_log_line(
     garbage = store.save(expert)
     garbage.write_bytes(b"not a checkpoint at all")
     fresh = SPEC.backend("ffn.2.0")
-    with caplog.at_level(logging.WARNING, logger="core.moe.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="core.moe.server.checkpoints"):
         assert store.restore(fresh) == good
     assert_same_state(fresh, snapshot)
     skipped = [r.getMessage() for r in caplog.records if "skipping damaged" in r.getMessage()]

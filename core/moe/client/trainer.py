@@ -21,7 +21,7 @@ A batch whose experts fail (``MoEError``, ``TooFewExpertsError``, any network er
 skipped; too many failures in a row stop training with a ``TrainingError``. Pausing is the bridge's:
 ``bridge.interrupt()`` makes every batch in flight drop its work (``Interrupted`` in a watched layer
 or in a network wait), and ``run`` returns once they have. ``DigitsMoE`` is the small model of the
-demo and experiments; ``core.moe.digits`` loads its data.
+demo and experiments; ``core.moe.client.digits`` loads its data.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from core.moe.calls import MoEError
-from core.moe.layer import RemoteMixtureOfExperts
+from core.moe.client.calls import MoEError
+from core.moe.client.layer import RemoteMixtureOfExperts
 from core.net.errors import NetError
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge

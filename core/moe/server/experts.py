@@ -14,14 +14,14 @@ the other.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from core.moe.backend import ExpertBackend
-from core.moe.guard import DEFAULT_MAX_GRAD_NORM
+from core.moe.grid import uid_seed
+from core.moe.server.backend import ExpertBackend
+from core.moe.server.guard import DEFAULT_MAX_GRAD_NORM
 from core.util.errors import BarnraiseError
 
 KINDS = ("ffn", "linear")
@@ -107,8 +107,3 @@ class ExpertSpec:
             max_grad_norm=self.max_grad_norm,
             initial_state=lambda: self.module(uid).state_dict(),
         )
-
-
-def uid_seed(uid: str) -> int:
-    """A stable 63-bit seed for ``uid`` (Python's ``hash`` of text changes between runs)."""
-    return int.from_bytes(hashlib.sha256(uid.encode()).digest()[:8], "big") >> 1

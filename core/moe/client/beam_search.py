@@ -3,8 +3,8 @@
 The gate gives every input one score per index of every grid dimension; an expert's score is the sum
 over its coordinates (``gating``). Walking the grid one dimension at a time, the search keeps, per input,
 the ``beam_size`` best *active* prefixes: it extends each by the next indices that the DHT says are
-active under it (``announce``'s prefix records) and keeps the best of those. After ``depth`` steps the
-beam holds full uids, and the last prefix records already name their servers.
+active under it (``core.moe.announce``'s prefix records) and keeps the best of those. After
+``depth`` steps the beam holds full uids, and the last prefix records already name their servers.
 
 Batched: at each depth the union of all inputs' beam prefixes is looked up in one ``get_many``, so a
 whole minibatch costs ``depth`` lookup rounds over at most ``min(batch · beam_size, prefixes at that

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from core.moe.calls import MAX_LOGGED_SERVERS, FailureLog
+from core.moe.client.calls import MAX_LOGGED_SERVERS, FailureLog
 from core.net.errors import UnavailableError
 from core.util.clock import FakeClock
 
@@ -18,7 +18,7 @@ LAN = "/ip4/10.201.1.2/tcp/7/p2p/QmHome"
 def test_one_line_per_server_per_period_with_the_count(caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     failures = FailureLog(every=30.0, clock=clock)
-    caplog.set_level(logging.INFO, logger="core.moe.calls")
+    caplog.set_level(logging.INFO, logger="core.moe.client.calls")
     first = failures.failed(LAN, ConnectionRefusedError("refused"))
     assert first is not None
     for part in (LAN, "unreachable", "refused", "1 since"):

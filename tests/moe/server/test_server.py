@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from core.codecs import FP16
-from core.moe.backend import ExpertBackend
 from core.moe.protocol import FORWARD, ExpertRequest
-from core.moe.server import ExpertServer, RemoteExpert, call_expert
+from core.moe.remote import RemoteExpert, call_expert
+from core.moe.server.backend import ExpertBackend
+from core.moe.server.server import ExpertServer
 from core.net import Host
 from core.net.errors import (
     InvalidRequestError,

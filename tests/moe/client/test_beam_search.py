@@ -11,7 +11,7 @@ import torch
 
 from core.dht.records import ValueWithExpiration, owner_marker
 from core.moe.announce import announcement, declare_experts
-from core.moe.beam_search import BeamSearchError, FoundExpert, MoEBeamSearch
+from core.moe.client.beam_search import BeamSearchError, FoundExpert, MoEBeamSearch
 from core.moe.grid import ExpertGrid
 from core.trust.identity import Identity
 from core.util.clock import FakeClock

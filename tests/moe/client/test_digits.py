@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.moe.digits import DigitsDataError, digit_batches, load_digits
+from core.moe.client.digits import DigitsDataError, digit_batches, load_digits
 
 
 def test_the_bundled_digits_load_with_a_fixed_split() -> None:

@@ -7,7 +7,7 @@ starting together rarely pick the same ones; slots that already have a checkpoin
 preferred (a volunteer who comes back takes its experts over again, if nobody else did meanwhile).
 When the grid has fewer free slots than asked for, the rest are taken among announced ones: a
 second server of an expert, found when the first leaves (two servers of one uid do not share
-updates; trainers reach whichever announced last, see ``announce``).
+updates; trainers reach whichever announced last, see ``core.moe.announce``).
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 import torch
 
-from core.moe.experts import ExpertSpec
-from core.moe.faults import ServerFaults
-from core.moe.server import ExpertServer, call_expert
+from core.moe.remote import call_expert
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.faults import ServerFaults
+from core.moe.server.server import ExpertServer
 from core.net.errors import UnavailableError
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from core.moe.backend import ExpertBackend
+from core.moe.server.backend import ExpertBackend
 
 
 def make_expert(uid: str = "ffn.0.0", max_batch: int = 16) -> ExpertBackend:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from core.moe.trainer_events import (
+from core.moe.client.trainer_events import (
     MoEAccuracy,
     MoEProgress,
     MoETrainerReady,

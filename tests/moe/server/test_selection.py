@@ -12,7 +12,7 @@ from core.dht import DHTConfig, DHTNode
 from core.dht.memory import MemoryNetwork
 from core.moe.announce import declare_experts
 from core.moe.grid import ExpertGrid, GridError
-from core.moe.selection import expand_uids, free_uids
+from core.moe.server.selection import expand_uids, free_uids
 
 GRID = ExpertGrid("ffn", (3, 4))
 

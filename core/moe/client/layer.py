@@ -46,8 +46,8 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from core.codecs import NONE, Codec
-from core.moe.beam_search import FoundExpert, MoEBeamSearch
-from core.moe.calls import (
+from core.moe.client.beam_search import FoundExpert, MoEBeamSearch
+from core.moe.client.calls import (
     ExpertCall,
     ExpertCaller,
     ExpertSearchError,
@@ -57,9 +57,9 @@ from core.moe.calls import (
     TooFewExpertsError,
     failure_summary,
 )
-from core.moe.gating import StructuredGating
+from core.moe.client.gating import StructuredGating
+from core.moe.client.receipts import ReceiptSender
 from core.moe.grid import ExpertGrid
-from core.moe.receipts import ReceiptSender
 from core.net.host.host import Host
 from core.worker.bridge import TrainingBridge
 

@@ -35,9 +35,9 @@ from torch import Tensor
 
 from core.codecs import NONE, Codec
 from core.dht import DHTError
-from core.moe.beam_search import FoundExpert, MoEBeamSearch
-from core.moe.receipts import ReceiptSender
-from core.moe.server import call_expert
+from core.moe.client.beam_search import FoundExpert, MoEBeamSearch
+from core.moe.client.receipts import ReceiptSender
+from core.moe.remote import call_expert
 from core.net.errors import (
     InvalidRequestError,
     MalformedResponseError,

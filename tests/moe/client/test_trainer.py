@@ -15,14 +15,14 @@ from torch.nn import functional
 
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.moe.announce import declare_experts
-from core.moe.beam_search import MoEBeamSearch
-from core.moe.digits import Digits, digit_batches, load_digits
-from core.moe.experts import ExpertSpec
-from core.moe.faults import ServerFaults
+from core.moe.client.beam_search import MoEBeamSearch
+from core.moe.client.digits import Digits, digit_batches, load_digits
+from core.moe.client.layer import RemoteMixtureOfExperts
+from core.moe.client.trainer import AsyncMoETrainer, DigitsMoE, StepReport
 from core.moe.grid import ExpertGrid
-from core.moe.layer import RemoteMixtureOfExperts
-from core.moe.server import ExpertServer
-from core.moe.trainer import AsyncMoETrainer, DigitsMoE, StepReport
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.faults import ServerFaults
+from core.moe.server.server import ExpertServer
 from core.net import Host
 from core.worker.bridge import TrainingBridge
 from core.worker.errors import TrainingError

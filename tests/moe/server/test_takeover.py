@@ -15,11 +15,11 @@ import torch
 
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.moe.announce import freshest, get_experts
-from core.moe.checkpoints import ExpertCheckpoints
-from core.moe.events import ExpertsEvent, ExpertsReady, ExpertsStopped
-from core.moe.experts import ExpertSpec
-from core.moe.runtime import ExpertHost, ExpertHostSettings
-from core.moe.server import RemoteExpert
+from core.moe.remote import RemoteExpert
+from core.moe.server.checkpoints import ExpertCheckpoints
+from core.moe.server.events import ExpertsEvent, ExpertsReady, ExpertsStopped
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.runtime import ExpertHost, ExpertHostSettings
 from core.net import Host
 from core.net.errors import ResourceExhaustedError
 from core.project import DmoeManifest, parse_dmoe_manifest

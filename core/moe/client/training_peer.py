@@ -39,20 +39,19 @@ from torch.nn import functional
 
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.moe.announce import expert_schema
-from core.moe.beam_search import MoEBeamSearch
-from core.moe.digits import Digits, digit_batches, load_digits
-from core.moe.experts import uid_seed
-from core.moe.grid import ExpertGrid
-from core.moe.layer import RemoteMixtureOfExperts
-from core.moe.receipts import ReceiptSender
-from core.moe.trainer import AsyncMoETrainer, DigitsMoE, StepReport
-from core.moe.trainer_events import (
+from core.moe.client.beam_search import MoEBeamSearch
+from core.moe.client.digits import Digits, digit_batches, load_digits
+from core.moe.client.layer import RemoteMixtureOfExperts
+from core.moe.client.receipts import ReceiptSender
+from core.moe.client.trainer import AsyncMoETrainer, DigitsMoE, StepReport
+from core.moe.client.trainer_events import (
     MoEAccuracy,
     MoEProgress,
     MoETrainerEvent,
     MoETrainerReady,
     MoETrainerStopped,
 )
+from core.moe.grid import ExpertGrid, uid_seed
 from core.net import Host, Identity, NetConfig
 from core.net.host.gate import AccessGate
 from core.net.presence import Presence, PresenceOptions

@@ -48,15 +48,15 @@ import torch
 
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.moe.announce import Announcer, expert_schema
-from core.moe.backend import ExpertBackend
-from core.moe.checkpoints import CheckpointSaver, ExpertCheckpoints
-from core.moe.events import ExpertsEvent, ExpertsReady, ExpertsServed, ExpertsStopped
-from core.moe.experts import ExpertSpec
 from core.moe.grid import ExpertGrid
-from core.moe.hosted import HostedExpert, Served
-from core.moe.receipts import ReceiptBook
-from core.moe.selection import expand_uids, free_uids
-from core.moe.server import ExpertServer, Refusal, RefusalSink
+from core.moe.server.backend import ExpertBackend
+from core.moe.server.checkpoints import CheckpointSaver, ExpertCheckpoints
+from core.moe.server.events import ExpertsEvent, ExpertsReady, ExpertsServed, ExpertsStopped
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.hosted import HostedExpert, Served
+from core.moe.server.receipts import ReceiptBook
+from core.moe.server.selection import expand_uids, free_uids
+from core.moe.server.server import ExpertServer, Refusal, RefusalSink
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
 from core.net.host.gate import AccessGate
@@ -108,7 +108,7 @@ class ExpertHostSettings:
     """Relay for peers behind routers while this server is public (an organizer's backbone)."""
     evidence: Callable[[DHTNode, Host], RefusalSink] | None = None
     """Builds, once the host and DHT node exist, what turns calls refused for poisoned tensors
-    into evidence against their callers (``core.training.call_evidence``); None: only logged."""
+    into evidence against their callers (``core.training.moderation.call_evidence``); None: only logged."""
     on_receipts: Callable[[list[Receipt]], None] | None = None
     """Takes the trainers' new receipts for this server's work (the coordinator's reporter);
     None: they are checked and kept, not reported."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.moe.experts import ExpertSpec, ExpertSpecError, FeedForwardExpert
+from core.moe.server.experts import ExpertSpec, ExpertSpecError, FeedForwardExpert
 
 
 def test_the_same_uid_gives_the_same_weights_and_leaves_the_callers_random_stream_alone() -> None:

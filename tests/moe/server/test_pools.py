@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import torch
 
-from core.moe.pools import TaskPool
+from core.moe.server.pools import TaskPool
 from core.net.errors import InvalidRequestError, ResourceExhaustedError
 
 

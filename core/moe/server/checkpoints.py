@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from core.moe.backend import ExpertBackend
+from core.moe.server.backend import ExpertBackend
 from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import BarnraiseError
 from core.util.files.atomic import remove_old, write_atomically

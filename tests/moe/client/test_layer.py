@@ -14,19 +14,24 @@ from torch import Tensor, nn
 
 from core.codecs import FP16
 from core.moe.announce import announcement
-from core.moe.backend import ExpertBackend
-from core.moe.beam_search import MoEBeamSearch
-from core.moe.experts import ExpertSpec
-from core.moe.faults import ServerFaults
-from core.moe.gating import StructuredGating
+from core.moe.client.beam_search import MoEBeamSearch
+from core.moe.client.gating import StructuredGating
+from core.moe.client.layer import (
+    MoEError,
+    RemoteMixtureOfExperts,
+    TooFewExpertsError,
+    balancing_loss,
+)
 from core.moe.grid import ExpertGrid
-from core.moe.layer import MoEError, RemoteMixtureOfExperts, TooFewExpertsError, balancing_loss
-from core.moe.server import ExpertServer
+from core.moe.server.backend import ExpertBackend
+from core.moe.server.experts import ExpertSpec
+from core.moe.server.faults import ServerFaults
+from core.moe.server.server import ExpertServer
 from core.net import Host
 from core.util.clock import FakeClock
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
-from tests.moe.test_beam_search import FakeDHT
+from tests.moe.client.test_beam_search import FakeDHT
 
 GRID = ExpertGrid("lin", (2, 3))
 HIDDEN = 6
