@@ -3,25 +3,25 @@
 - ``main``      argument parsing, logging set-up and dispatch to the subcommands.
 - ``identity``  ``barnraise identity``: print (creating on first use) this user's PeerID.
 - ``demo``      ``barnraise demo``: two peers on loopback exchange one authenticated call.
-- ``dht``       ``barnraise dht``: a standalone DHT node (``dht_stdio``: its JSON command interface).
-- ``peer``      ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest;
-  ``moe_peer``: ``barnraise peer`` for a ``dmoe`` project, an asynchronous mixture-of-experts trainer.
+- ``dht/``      ``barnraise dht``: a standalone DHT node and its JSON command interface.
+- ``peer/``     ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest;
+  the backbone's composition root (publishing, model export, reporting); a ``dmoe`` project's
+  asynchronous mixture-of-experts trainer.
 - ``experts``   ``barnraise experts``: an expert server of a ``dmoe`` project
   (``core.moe.server.runtime``), printing its ready line and what it served as JSON.
-- ``swarm``     ``barnraise swarm``: a whole local collaboration on the demo project (the main job),
-  ``--moderated`` with a coordinator, ``--project dmoe`` a mixture of experts; its arguments, the
-  swarm itself being ``core.swarm``.
-- ``swarm_text`` SwarmPrinter: what ``barnraise swarm`` prints while it runs (epochs, leaderboard).
+- ``swarm/``    ``barnraise swarm``: a whole local collaboration on the demo project (the main job),
+  ``--moderated`` with a coordinator, ``--project dmoe`` a mixture of experts: its arguments and
+  what it prints, the swarm itself being ``core.swarm``.
 - ``engine``    ``barnraise engine``: the background engine (``core.control``), logging to a file.
-- ``ctl``       ``barnraise ctl``: drives the running engine through its control API.
-- ``ctl_text``  how ``barnraise ctl`` prints the engine's answers as text.
+- ``ctl/``      ``barnraise ctl``: drives the running engine through its control API, and prints
+  its answers as text.
 - ``signals``   stopping long-running commands cleanly on Ctrl-C and SIGTERM.
 - ``exit_guard`` once ``barnraise engine`` has stopped, the process exits within seconds even with
   threads stuck in blocking calls (Python would wait for them for ever).
 - ``access``    a headless peer's login to a moderated project (password from stdin, the environment
   or a prompt) and the session that keeps its pass fresh.
-- ``coordinator`` ``barnraise coordinator``: an organizer's coordinator, and ``users`` to manage it.
-- ``coordinator_audit`` ``barnraise coordinator audit``: the credit against the backbone's records.
+- ``coordinator/`` ``barnraise coordinator``: an organizer's coordinator, ``users`` to manage it,
+  and ``audit``: the credit against the backbone's records.
 - ``project``   ``barnraise project new``: a new project's folder (manifest, keys, the organizer's
   account, service files for the backbone), and ``project check``: a manifest and its data
   (``core.organize``).

@@ -13,7 +13,7 @@ With ``byzantine`` the last trainers misbehave on purpose (``barnraise peer --at
 and passes on the auxiliary peer's accusations as they come (``accused``), with a tally at the end.
 The trainers' own events are read and dropped (a pipe nobody reads would fill and stall them).
 
-What it has to say goes to a ``SwarmOutput``: ``barnraise swarm`` prints it (``core.cli.swarm_text``).
+What it has to say goes to a ``SwarmOutput``: ``barnraise swarm`` prints it (``core.cli.swarm.text``).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class CheckpointPublishing:
     project: str
     beside: Callable[[Path, PublishedIndex], None] | None = None
     """What else to publish beside each checkpoint once it is published, given its path and index:
-    the model in the transformers format, composed above training (``core.cli.peer``)."""
+    the model in the transformers format, composed above training (``core.cli.peer.backbone``)."""
 
     def publish(self, path: Path, epoch: int, loss: float | None) -> PublishedIndex:
         """Publish the checkpoint at ``path`` (see ``publish_checkpoint``), then what goes

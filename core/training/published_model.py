@@ -2,7 +2,7 @@
 a ``model.json`` that the project key signs (``core.trust.published_model``).
 
 The export itself (``core.export``) sits above training and is composed where the backbone's
-publishing is set up (``core.cli.peer``), which hands ``CheckpointPublishing`` a callable that
+publishing is set up (``core.cli.peer.backbone``), which hands ``CheckpointPublishing`` a callable that
 exports the checkpoint it just published and calls ``publish_model`` here with the folder. This
 module only packs, hashes, signs and writes, with the checkpoint index's rules: the archive and the
 index are each written aside and renamed into place (a reader sees the old index or the new one,

@@ -125,7 +125,7 @@ def test_unreachable_initial_peers_are_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_the_dht_command_does_not_import_torch() -> None:
-    code = "import sys, core.cli.dht, core.dht; assert 'torch' not in sys.modules"
+    code = "import sys, core.cli.dht.command, core.dht; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -166,5 +166,5 @@ def test_an_open_projects_node_runs_without_the_coordinator_client(
         if line.startswith("import time:")
     }
     # (importlib's imports, such as main's of the command module itself, are not listed)
-    assert {"core.cli.dht_stdio", "core.dht", "core.net"} <= imported
+    assert {"core.cli.dht.stdio", "core.dht", "core.net"} <= imported
     assert _login_modules(imported) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.cli import peer as peer_cli
+from core.cli.peer import command as peer_cli
 from core.config.environment import PASSWORD_VARIABLE
 from core.training.metrics import EpochMetrics
 from core.training.peer.project_peer import PeerSettings

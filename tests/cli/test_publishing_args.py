@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.peer import publishing_from_args, register
+from core.cli.peer.backbone import publishing_from_args
+from core.cli.peer.command import register
 from core.project import Manifest, load_manifest
 from core.trust.errors import IdentityError
 from core.trust.identity import Identity
@@ -63,7 +64,7 @@ def test_a_manifest_without_a_key_is_warned_about(
 ) -> None:
     key = key_file(tmp_path)
     args = parse("--publish-checkpoints", str(tmp_path / "www"), "--project-key", str(key))
-    with caplog.at_level(logging.WARNING, logger="core.cli.peer"):
+    with caplog.at_level(logging.WARNING, logger="core.cli.peer.backbone"):
         publishing = publishing_from_args(args, manifest(project_key=None))
     assert publishing is not None
     assert f"access.project_key = '{KEY.peer_id}'" in caplog.text

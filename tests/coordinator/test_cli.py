@@ -188,7 +188,7 @@ def test_the_coordinator_process_serves_and_stops_on_sigterm(tmp_path: Path) -> 
 
 def test_the_coordinator_never_imports_torch_or_the_training_code() -> None:
     code = (
-        "import sys, core.cli.coordinator, core.coordinator; "
+        "import sys, core.cli.coordinator.command, core.coordinator; "
         "bad = [m for m in sys.modules if m.split('.')[0] == 'torch' "
         "or m.startswith(('core.training', 'core.engine', 'core.account'))]; "
         "assert not bad, bad"

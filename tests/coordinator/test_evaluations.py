@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from core.cli import peer as peer_cli
-from core.cli.peer import ModelExport
+from core.cli.peer import command as peer_cli
+from core.cli.peer.model_export import ModelExport
 from core.config.environment import PASSWORD_VARIABLE
 from core.coordinator import CoordinatorStore
 from core.coordinator.errors import StoreError

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core.cli import ctl
+from core.cli.ctl import command as ctl
 from core.cli.main import build_parser
 from tests.engine.standin import StandInPeer
 from tests.support.engine import CtlRun, Running

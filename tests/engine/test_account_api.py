@@ -27,7 +27,7 @@ from core.api import (
     LoginRequired,
     MyRank,
 )
-from core.cli.ctl_text import text
+from core.cli.ctl.text import text
 from core.engine.account import Account
 from core.net import Identity
 from core.trust.passes import pass_to_text

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from core.cli.main import build_parser
-from core.cli.peer import _settings
-from core.cli.swarm import _options, _usage_problem
+from core.cli.peer.command import _settings
+from core.cli.swarm.command import _options, _usage_problem
 from core.net import Identity
 from core.project import load_manifest
 from core.swarm import run as swarm_run

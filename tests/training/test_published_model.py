@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import core.export.kinds
-from core.cli.peer import with_model_export
+from core.cli.peer.backbone import with_model_export
 from core.data import train_tokenizer
 from core.project import load_manifest
 from core.training.published import INDEX_NAME, CheckpointPublishing

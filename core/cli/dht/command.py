@@ -5,7 +5,7 @@ it to ``--initial-peers``) and runs until interrupted. In a moderated project ev
 peers without an access pass, so the node then logs in first (``--manifest F --username U``, the
 password from ``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its pass fresh, as a
 project's peers do. With ``--stdio-api`` it also takes JSON commands
-on standard input, one per line, and answers on standard output (see ``dht_stdio``).
+on standard input, one per line, and answers on standard output (see ``stdio``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.cli.access import add_login_arguments, moderated_access, read_password
-from core.cli.dht_stdio import serve_stdio
+from core.cli.dht.stdio import serve_stdio
 from core.cli.signals import run_command, stop_on_signals
 from core.config.ports import DHT_PORT, listen_on
 from core.dht import DHTConfig, DHTNode, HostTransport

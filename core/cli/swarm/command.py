@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from core.cli.signals import run_command, stop_on_signals
-from core.cli.swarm_text import DmoePrinter, SwarmPrinter
+from core.cli.swarm.text import DmoePrinter, SwarmPrinter
 from core.project import DmoeManifest, load_any_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.dmoe_run import DmoeSwarmOptions, LocalDmoeRun
@@ -45,7 +45,7 @@ PROJECTS = {"demo": "demo/project.toml", "dmoe": "dmoe-demo/project.toml"}
 """``--project NAME``: the manifests that ship with Barnraise."""
 
 # the swarm itself is core.swarm (LocalSwarmRun); this module reads the arguments, and what the
-# swarm has to say is printed by swarm_text
+# swarm has to say is printed by core.cli.swarm.text
 
 
 def register(commands: Any) -> None:

@@ -59,7 +59,7 @@ from core.api import (
 )
 from core.api.codec import encode
 from core.api.project_url import is_project_url
-from core.cli.ctl_text import preview_text, text
+from core.cli.ctl.text import preview_text, text
 from core.cli.signals import run_command
 from core.policy import Preferences, PreferencesError
 

@@ -2,7 +2,7 @@
 
     barnraise peer --manifest resources/dmoe-demo/project.toml --initial-peers /ip4/…/p2p/…
 
-``core.cli.peer`` hands over here when the manifest says ``kind = "dmoe"``: the same command
+``core.cli.peer.command`` hands over here when the manifest says ``kind = "dmoe"``: the same command
 trains either kind of project. The trainer finds the experts through the DHT, keeps the manifest's
 ``trainer.concurrency`` batches in flight, and prints one JSON line per event on stdout (``ready``
 with its address, ``progress`` every ``--report-every`` steps with the mean loss, the accuracy on the

@@ -27,7 +27,7 @@ peer reads it within one refresh interval, loads the checkpoint of epoch N and t
 numbered on. ``rollback --list`` prints the orders issued.
 
 Audit: ``barnraise coordinator audit --metrics FILE (--db PATH | --manifest F)`` compares what the
-coordinator credited with the backbone's records (``coordinator_audit``).
+coordinator credited with the backbone's records (``audit``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.cli.coordinator_audit import register_audit
+from core.cli.coordinator.audit import register_audit
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.coordinator import (

@@ -29,7 +29,7 @@ the manifest, larger than the RAM or the GPU's memory) is refused with the figur
 loads (``core.engine.join.memory_fit``).
 
 A ``dmoe`` manifest (a decentralized mixture of experts) makes ``barnraise peer`` one of its
-asynchronous trainers instead (``core.cli.moe_peer``); such a project has no auxiliary peers.
+asynchronous trainers instead (``core.cli.peer.dmoe_trainer``); such a project has no auxiliary peers.
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ import dataclasses
 import json
 import logging
 import secrets
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,21 +51,17 @@ from core.cli.access import (
     read_password,
     reporting_access,
 )
+from core.cli.peer.backbone import backbone_settings, reporting_to
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.config.ports import AUX_PORT, PEER_PORT, listen_on
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
-from core.trust.reports import evaluation_report
-from core.util.errors import ConfigError
-from core.worker.events import PeerEvaluation, PeerEvent, PeerReady, PeerStopped, to_json
+from core.worker.events import PeerEvent, PeerReady, PeerStopped, to_json
 
 if TYPE_CHECKING:
-    from core.account.reporter import ContributionReporter
     from core.swarm.byzantine import Misbehaviour
     from core.training.peer.project_peer import PeerSettings
-    from core.training.published import CheckpointPublishing, PublishedIndex
-    from core.training.published_model import HeldOutHistory
 
 log = logging.getLogger(__name__)
 
@@ -182,19 +176,7 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
     port = default_port if args.port is None else args.port
     work_dir = args.work_dir or UserDirs.default().cache / "projects" / manifest.project.name
     aux = args.role == "aux"
-    publishing = publishing_from_args(args, manifest) if aux else None
-    history: HeldOutHistory | None = None
-    if publishing is not None:
-        history = held_out_history(work_dir)
-        publishing = with_model_export(
-            publishing,
-            manifest,
-            args.manifest,
-            data_base=args.data_base,
-            history=history,
-            scratch=work_dir,
-        )
-    return PeerSettings(
+    settings = PeerSettings(
         manifest,
         work_dir=work_dir,
         role="aux" if aux else ("client" if args.client else "trainer"),
@@ -212,178 +194,8 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         start_from=None if aux else args.from_checkpoint,
         until_epoch=args.until_epoch,
         misbehaviour=_misbehaviour(getattr(args, "attack", None)),
-        publishing=publishing,
-        on_evaluation=None if history is None else history.record,
     )
-
-
-def publishing_from_args(
-    args: argparse.Namespace, manifest: Manifest
-) -> CheckpointPublishing | None:
-    """How ``barnraise aux`` publishes its checkpoints, from ``--publish-checkpoints`` and
-    ``--project-key``; None when it does not.
-
-    Raises ``ConfigError`` when one option comes without the other, when the folder is a file, or
-    when the key is not the one the manifest names (``access.project_key``); ``IdentityError`` when
-    the key file cannot be read.
-    """
-    from core.coordinator.service import check_project_key  # noqa: PLC0415 - only for aux
-    from core.training.published import CheckpointPublishing  # noqa: PLC0415 - loads aiohttp
-
-    folder: Path | None = getattr(args, "publish_checkpoints", None)
-    key_path: Path | None = getattr(args, "project_key", None)
-    if folder is None:
-        if key_path is not None:
-            raise ConfigError("--project-key is used only with --publish-checkpoints FOLDER")
-        return None
-    if key_path is None:
-        raise ConfigError(
-            "--publish-checkpoints needs --project-key PATH: the project key file that signs "
-            "the published checkpoints (the coordinator's <project>-key.pem)"
-        )
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"--publish-checkpoints {folder} is a file, not a folder")
-    project_key = Identity.load(key_path)
-    check_project_key(manifest, project_key.peer_id, f"the key in {key_path}")
-    if manifest.access.key is None:
-        # Publishing still works, but no peer can check the index until the manifest names the key.
-        log.warning(
-            "the manifest names no access.project_key, so peers cannot verify the published "
-            "checkpoints; add access.project_key = %r",
-            str(project_key.peer_id),
-        )
-    return CheckpointPublishing(folder, project_key, manifest.project.name)
-
-
-def held_out_history(work_dir: Path) -> HeldOutHistory:
-    """The backbone's held-out evaluations, starting with those its log kept from earlier runs."""
-    from core.training.metrics import MetricsLog  # noqa: PLC0415 - torch only for this command
-    from core.training.peer.roles import EVALUATION_LOG  # noqa: PLC0415
-    from core.training.published_model import HeldOutHistory  # noqa: PLC0415
-
-    history = HeldOutHistory()
-    log_path = work_dir / EVALUATION_LOG
-    if log_path.exists():
-        try:
-            history.record_all(MetricsLog(log_path).records())
-        except OSError as exc:
-            log.warning("the held-out evaluations in %s cannot be read: %s", log_path, exc)
-    return history
-
-
-def with_model_export(
-    publishing: CheckpointPublishing,
-    manifest: Manifest,
-    manifest_path: Path,
-    *,
-    data_base: str | None,
-    history: HeldOutHistory,
-    scratch: Path,
-) -> CheckpointPublishing:
-    """``publishing`` that also publishes, beside each checkpoint, its model in the transformers
-    format (``ModelExport``); unchanged when the manifest's model kind cannot be exported."""
-    from core.export.kinds import MAPPINGS  # noqa: PLC0415 - loads torch
-
-    if manifest.model.kind not in MAPPINGS:
-        log.info(
-            "models of kind %r cannot be exported yet: only the checkpoints are published",
-            manifest.model.kind,
-        )
-        return publishing
-    export = ModelExport(publishing, manifest_path, data_base, history, scratch)
-    return dataclasses.replace(publishing, beside=export)
-
-
-_SCRATCH_PREFIX = ".model-export-"
-
-
-class ModelExport:
-    """Export a just-published checkpoint (``core.export``) and publish the folder beside it,
-    packed and signed (``core.training.published_model``): what ``CheckpointPublishing`` calls
-    ``beside``. Runs on the publication's worker thread; its failure is the caller's to log."""
-
-    def __init__(
-        self,
-        publishing: CheckpointPublishing,
-        manifest_path: Path,
-        data_base: str | None,
-        history: HeldOutHistory,
-        scratch: Path,
-    ) -> None:
-        self.publishing = publishing
-        self.manifest_path = manifest_path
-        self.data_base = data_base
-        self.history = history
-        self.scratch = scratch
-        # what a run killed mid-export left
-        for leftover in scratch.glob(_SCRATCH_PREFIX + "*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-
-    def __call__(self, checkpoint: Path, index: PublishedIndex) -> None:
-        import torch  # noqa: PLC0415 - the backbone has loaded it already
-
-        from core.export.folder import export_model  # noqa: PLC0415 - loads torch
-        from core.training.published_model import publish_model  # noqa: PLC0415
-        from core.trust.published_model import archive_name  # noqa: PLC0415
-
-        held_out = self.history.at_or_before(index.epoch)
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=_SCRATCH_PREFIX, dir=self.scratch) as scratch:
-            # named as the archive's folder, so that the model card's lines load it as it unpacks
-            out = Path(scratch) / archive_name(index.epoch).removesuffix(".zip")
-            # the export builds the model seeded (``build_model``): the backbone's random state
-            # stays as it was
-            with torch.random.fork_rng(devices=[]):
-                export_model(
-                    self.manifest_path,
-                    checkpoint,
-                    out,
-                    data_base=self.data_base,
-                    evaluation=None if held_out is None else held_out.to_json(),
-                )
-            p = self.publishing
-            publish_model(
-                out,
-                p.folder,
-                p.project_key,
-                project=p.project,
-                epoch=index.epoch,
-                architecture=_architecture(out / "config.json"),
-                held_out=held_out,
-            )
-
-
-def _architecture(config: Path) -> str:
-    """The transformers class an exported folder names (``config.json``'s ``architectures``)."""
-    from core.export.errors import ExportError  # noqa: PLC0415
-
-    try:
-        names = json.loads(config.read_text(encoding="utf-8")).get("architectures")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ExportError(f"the export's {config} cannot be read: {exc}") from None
-    if not isinstance(names, list) or not names or not isinstance(names[0], str):
-        raise ExportError(f"the export's {config} names no architecture")
-    return names[0]
-
-
-def reporting_to(settings: PeerSettings, reporter: ContributionReporter) -> PeerSettings:
-    """``settings`` whose epochs and held-out evaluations also go to the coordinator."""
-    recorded = settings.on_evaluation
-
-    def evaluated(result: PeerEvaluation) -> None:
-        if recorded is not None:
-            recorded(result)
-        report = evaluation_report(result)
-        if report is None:
-            log.info("the held-out evaluation of epoch %d has no loss to report", result.epoch)
-            return
-        reporter.submit_evaluation(report)
-
-    return dataclasses.replace(
-        settings,
-        on_metrics=lambda metrics: reporter.submit(metrics.contribution_report()),
-        on_evaluation=evaluated,
-    )
+    return backbone_settings(settings, args) if aux else settings
 
 
 def _misbehaviour(attack: str | None) -> Misbehaviour | None:
@@ -414,7 +226,7 @@ async def _run(args: argparse.Namespace) -> int:
     import torch  # noqa: PLC0415 - torch loads slowly; only training commands need it
 
     if isinstance(manifest, DmoeManifest):
-        from core.cli.moe_peer import run_trainer  # noqa: PLC0415
+        from core.cli.peer.dmoe_trainer import run_trainer  # noqa: PLC0415
 
         return await run_trainer(args, manifest)
     settings = _settings(args)
