@@ -48,8 +48,8 @@ from benchmarks.byzantine_task import (  # noqa: E402
     shard,
 )
 from core.averaging import Averager, AveragerConfig, AveragingResult  # noqa: E402
-from core.averaging.aggregation import AggregationConfig, Method  # noqa: E402
 from core.averaging.allreduce import AllReduce  # noqa: E402
+from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa: E402
 from core.dht import DHTConfig, DHTNode, HostTransport  # noqa: E402
 from core.net import Host, Identity, NetConfig  # noqa: E402
 from core.swarm.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour  # noqa: E402

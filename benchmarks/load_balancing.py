@@ -48,7 +48,7 @@ async def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)  # five peers share this machine's cores
     from core.averaging import Averager, AveragerConfig
-    from core.averaging.load_balancing import PlanCache
+    from core.averaging.round.load_balancing import PlanCache
     from core.dht import DHTConfig, DHTNode, HostTransport
     from core.net import Host, Identity, NetConfig
 
@@ -172,7 +172,7 @@ def predicted_seconds(speeds: list[float], aux: list[bool], parts: list[int], nu
 
 def lp_solve_ms(speeds: list[float], aux: list[bool], vector_bytes: int) -> float:
     """How long one member takes to solve this group's program (what a new group costs)."""
-    from core.averaging.load_balancing import PeerCapacity, solve
+    from core.averaging.round.load_balancing import PeerCapacity, solve
 
     peers = [
         PeerCapacity(0.0 if a else 1.0, speed, speed, auxiliary=a)

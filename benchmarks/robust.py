@@ -49,7 +49,7 @@ VERIFIED = "verified"
 
 async def worker(args: argparse.Namespace) -> None:
     from core.averaging import Averager, AveragerConfig
-    from core.averaging.aggregation import AggregationConfig, Method
+    from core.averaging.robust.aggregation import AggregationConfig, Method
     from core.averaging.verification import VerificationConfig
     from core.dht import DHTConfig, DHTNode, HostTransport
     from core.net import Host, Identity

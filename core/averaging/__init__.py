@@ -3,19 +3,11 @@
 - ``averager``        Averager and PendingRound: the API (average, or prepare then run).
 - ``matchmaking``     forming groups through the DHT (leaders, followers, redirects, adaptive waiting).
 - ``allreduce``       one member's side of a load-balanced butterfly all-reduce.
-- ``reducer``         PartReducer: aggregating one part chunk by chunk, excluding senders that fail
-                      or that the checks screen out, and recording findings.
-- ``aggregation``     one chunk from its senders' chunks: screening, then the mean or CenteredClip.
-- ``screening``       the cheap checks before aggregating: NaN/infinity, norm far above the group's.
-- ``centered_clip``   CenteredClip from the medoid, iterated on the offsets' Gram matrix.
-- ``verification``    verified reducers: VerificationConfig, and which parts a member checks.
-- ``commitments``     senders' signed chunk hashes, reducers' signed seals of their parts (and their shape).
-- ``verifier``        checking one reducer's part: fetch committed inputs, recompute, compare.
-- ``verified_round``  one member's side of a verified round (commit, seal, check, serve).
-- ``retained``        rounds whose inputs verifiers may still fetch, for a while after they end.
+- ``round/``          reducers, tensors and their chunks, load balancing.
+- ``robust/``         screening and robust aggregation of one chunk (mean, CenteredClip).
+- ``verified/``       verified reducers: commitments, seals, the verifier, rounds kept for verifiers.
+- ``verification``    VerificationConfig, and which parts a member checks.
 - ``bans``            members this peer caught lying and does not group with, for a while.
-- ``load_balancing``  the DeDLOC linear program and whole-element part sizes.
-- ``tensors``         TensorSet (in-place float32 views) and the chunk layout.
 - ``moshpit``         group rounds over a grid of keys, and choosing the group size.
 - ``state``           sharing and downloading the full state from several donors.
 - ``registry``        rounds in progress by group id (those nobody starts are forgotten).

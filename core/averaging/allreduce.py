@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.averaging.config import AveragerConfig
-from core.averaging.load_balancing import PeerCapacity, PlanCache, split
 from core.averaging.messages import (
     REDUCE,
     GroupSpec,
@@ -33,10 +32,11 @@ from core.averaging.messages import (
     ReduceRequest,
     ReduceSummary,
 )
-from core.averaging.reducer import PartReducer, Spares
 from core.averaging.result import AveragingResult
-from core.averaging.tensors import Span, TensorSet, layout, schema_hash
-from core.averaging.verified_round import RoundVerification
+from core.averaging.round.load_balancing import PeerCapacity, PlanCache, split
+from core.averaging.round.reducer import PartReducer, Spares
+from core.averaging.round.tensors import Span, TensorSet, layout, schema_hash
+from core.averaging.verified.verified_round import RoundVerification
 from core.codecs import NONE
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode, encoded_size

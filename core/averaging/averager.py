@@ -22,7 +22,6 @@ from typing import Any
 from core.averaging.allreduce import AllReduce
 from core.averaging.bans import BanList
 from core.averaging.config import AveragerConfig
-from core.averaging.load_balancing import PlanCache
 from core.averaging.matchmaking import Matchmaker
 from core.averaging.messages import (
     REDUCE,
@@ -36,9 +35,10 @@ from core.averaging.messages import (
 )
 from core.averaging.registry import RoundRegistry
 from core.averaging.result import AveragingResult
-from core.averaging.retained import RetainedRounds
-from core.averaging.tensors import TensorSet
+from core.averaging.round.load_balancing import PlanCache
+from core.averaging.round.tensors import TensorSet
 from core.averaging.verification import PROVEN
+from core.averaging.verified.retained import RetainedRounds
 from core.codecs import Codec
 from core.codecs.chunks import warm_up
 from core.dht import DHTNode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.averaging.aggregation import AggregationConfig
+from core.averaging.robust.aggregation import AggregationConfig
 from core.averaging.verification import VerificationConfig
 from core.codecs import NONE, Codec
 from core.util.errors import ConfigError
@@ -23,7 +23,7 @@ class AveragerConfig:
     """Raw bytes per chunk: reducing one chunk overlaps receiving the next."""
     sender_timeout: float = 5.0
     """A sender that delivers nothing for the current chunk this long is left out of the average
-    (time during which this peer's event loop was held up does not count: ``reducer``)."""
+    (time during which this peer's event loop was held up does not count: ``round.reducer``)."""
     reducer_timeout: float = 10.0
     """A reducer that returns nothing this long is given up on (its part keeps local values)."""
     allreduce_timeout: float = 60.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.averaging.load_balancing import PeerCapacity
+from core.averaging.round.load_balancing import PeerCapacity
 from core.net.wire.rpc import Method, StreamMethod
 from core.trust.peer_id import PeerID
 from core.util.wire import WireMessage

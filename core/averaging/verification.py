@@ -2,9 +2,9 @@
 
 A reducer can lie: return an aggregate its inputs do not give, or give different members different
 results. In the spirit of BTARD (Gorbunov et al. 2021, "Secure Distributed Training at Scale"), when
-``VerificationConfig.enabled`` every sender commits to each chunk it sends (``commitments``), every
-reducer signs a seal of its part, and after the round members recompute a few parts from the
-committed inputs (``verifier``); ``verified_round`` runs all this for one member.
+``VerificationConfig.enabled`` every sender commits to each chunk it sends (``verified.commitments``),
+every reducer signs a seal of its part, and after the round members recompute a few parts from the
+committed inputs (``verified.verifier``); ``verified.verified_round`` runs all this for one member.
 
 Who checks what is each member's own coin, tossed after the round with the system's randomness: a
 reducer learns that its part is checked only when a verifier asks for inputs, after it has returned

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from core.averaging.allreduce import AllReduce
-from core.averaging.reducer import ChunkResult, PartReducer
+from core.averaging.round.reducer import ChunkResult, PartReducer
 from core.codecs import NONE
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from core.averaging.aggregation import (
+from core.averaging.robust.aggregation import (
     AggregationConfig,
     ChunkAggregate,
     Method,
@@ -15,9 +15,9 @@ from core.averaging.aggregation import (
     aggregate_chunk,
     weighted_mean,
 )
-from core.averaging.reducer import PartReducer
-from core.averaging.screening import lower_median, screen
-from core.averaging.tensors import Span
+from core.averaging.robust.screening import lower_median, screen
+from core.averaging.round.reducer import PartReducer
+from core.averaging.round.tensors import Span
 from core.codecs import NONE
 from core.trust.identity import Identity
 from core.util.errors import ConfigError

@@ -15,8 +15,8 @@ import pytest
 
 from core.averaging import Averager, AveragingResult
 from core.averaging.allreduce import AllReduce
-from core.averaging.reducer import PartReducer
-from core.averaging.tensors import Span
+from core.averaging.round.reducer import PartReducer
+from core.averaging.round.tensors import Span
 from core.codecs import NONE
 from tests.averaging.conftest import QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD

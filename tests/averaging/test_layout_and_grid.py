@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core.averaging.moshpit import Grid, choose_group_size, grid_for, starting_coords
-from core.averaging.tensors import TensorSet, layout, schema_hash
+from core.averaging.round.tensors import TensorSet, layout, schema_hash
 from core.codecs import AUTO, FP16, NONE
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.averaging.load_balancing import PeerCapacity, PlanCache, solve, split
+from core.averaging.round.load_balancing import PeerCapacity, PlanCache, solve, split
 
 TRAINER = PeerCapacity(compute=1.0, upload=100.0, download=100.0)
 
@@ -87,7 +87,7 @@ def test_the_solution_is_identical_in_another_process() -> None:
     here = solve(peers, vector_bytes=4e7, batch_size=4096.0)
     fields = [[p.compute, p.upload, p.download, p.client, p.auxiliary] for p in peers]
     code = (
-        "import json; from core.averaging.load_balancing import PeerCapacity, solve\n"
+        "import json; from core.averaging.round.load_balancing import PeerCapacity, solve\n"
         f"peers = [PeerCapacity(*p) for p in {fields!r}]\n"
         "plan = solve(peers, vector_bytes=4e7, batch_size=4096.0)\n"
         "print(json.dumps([list(plan.shares), list(plan.contributes), plan.rounds_per_second]))"

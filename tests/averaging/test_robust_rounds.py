@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from core.averaging import Averager, AveragingResult
-from core.averaging.aggregation import AggregationConfig, Method
+from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.codecs import FP16, NONE
 from tests.averaging.conftest import PATIENT, MakeAveragers
 from tests.support.leaks import HANG_GUARD

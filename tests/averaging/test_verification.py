@@ -18,22 +18,12 @@ from core.averaging import (
     AveragerConfig,
     AveragingResult,
     MatchmakingError,
-    verified_round,
 )
-from core.averaging import reducer as reducer_module
-from core.averaging.aggregation import AggregationConfig
 from core.averaging.allreduce import AllReduce
 from core.averaging.bans import BanList
-from core.averaging.commitments import (
-    ReducerLedger,
-    SenderLedger,
-    malformed_seal,
-    row_signed,
-    seal_digest,
-    seal_signed,
-    values_digest,
-)
 from core.averaging.messages import InputRow, PartSeal, ReduceSummary
+from core.averaging.robust.aggregation import AggregationConfig
+from core.averaging.round import reducer as reducer_module
 from core.averaging.verification import (
     COMMITMENT_MISMATCH,
     REDUCER_EQUIVOCATION,
@@ -44,7 +34,17 @@ from core.averaging.verification import (
     choose_checks,
     possible_checks,
 )
-from core.averaging.verifier import PartCheck, mismatch
+from core.averaging.verified import verified_round
+from core.averaging.verified.commitments import (
+    ReducerLedger,
+    SenderLedger,
+    malformed_seal,
+    row_signed,
+    seal_digest,
+    seal_signed,
+    values_digest,
+)
+from core.averaging.verified.verifier import PartCheck, mismatch
 from core.codecs import NONE, UINT8
 from core.dht import owner_marker
 from core.net.errors import InvalidRequestError

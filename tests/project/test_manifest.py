@@ -488,7 +488,7 @@ def test_the_package_does_not_import_torch() -> None:
 
 def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: Path) -> None:
     pytest.importorskip("torch")  # core.training builds the averager's settings
-    from core.averaging.aggregation import AggregationConfig, Method
+    from core.averaging.robust.aggregation import AggregationConfig, Method
     from core.training.peer.recipe import averager_config
 
     default = parse_manifest(render(base()))

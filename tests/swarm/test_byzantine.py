@@ -27,8 +27,8 @@ import torch
 
 from benchmarks.byzantine_runs import Curve, Scenario, run_scenarios
 from benchmarks.byzantine_task import data_gap, reference, within
-from core.averaging.reducer import PartReducer
-from core.averaging.tensors import Span
+from core.averaging.round.reducer import PartReducer
+from core.averaging.round.tensors import Span
 from core.codecs import NONE
 from core.swarm.byzantine import Attack, Misbehaviour, shifted
 from core.util.errors import ConfigError

@@ -17,7 +17,7 @@ from typing import TypeAlias
 import torch
 
 from core.averaging import AveragerConfig
-from core.averaging.aggregation import AggregationConfig, Method
+from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.averaging.verification import VerificationConfig
 from core.codecs import TOPK, Codec, active_codecs
 from core.codecs.topk import top_k

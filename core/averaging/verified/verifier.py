@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.averaging.aggregation import AggregationConfig, aggregate_chunk
-from core.averaging.commitments import SenderLedger, digest, row_signed, values_digest
 from core.averaging.messages import VERIFY, GroupSpec, InputRow, PartSeal, SealStamp, VerifyRequest
 from core.averaging.result import Finding
-from core.averaging.tensors import Span
+from core.averaging.robust.aggregation import AggregationConfig, aggregate_chunk
+from core.averaging.round.tensors import Span
 from core.averaging.verification import (
     COMMITMENT_MISMATCH,
     REDUCER_MISMATCH,
     VERIFICATION_REFUSED,
     VerificationConfig,
 )
+from core.averaging.verified.commitments import SenderLedger, digest, row_signed, values_digest
 from core.codecs import NONE, Codec
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode, encoded_size, max_abs_error

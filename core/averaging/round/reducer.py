@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.averaging.aggregation import (
+from core.averaging.result import Finding
+from core.averaging.robust.aggregation import (
     CLIP_WEIGHT,
     AggregationConfig,
     Workspace,
     aggregate_chunk,
 )
-from core.averaging.result import Finding
-from core.averaging.tensors import Span
+from core.averaging.round.tensors import Span
 from core.codecs import NONE, Codec
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode

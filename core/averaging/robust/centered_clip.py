@@ -50,7 +50,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from core.averaging.screening import lower_median
+from core.averaging.robust.screening import lower_median
 from core.codecs.arrays import F32
 
 F64 = npt.NDArray[np.float64]

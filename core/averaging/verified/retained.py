@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from core.averaging.verified_round import RoundVerification
+    from core.averaging.verified.verified_round import RoundVerification
 
 
 class RetainedRounds:

@@ -28,8 +28,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from core.averaging.centered_clip import centered_clip
-from core.averaging.screening import screen
+from core.averaging.robust.centered_clip import centered_clip
+from core.averaging.robust.screening import screen
 from core.codecs.arrays import F32
 from core.util.errors import ConfigError
 

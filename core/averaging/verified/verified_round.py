@@ -24,16 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core.averaging.aggregation import AggregationConfig
-from core.averaging.commitments import (
-    ReducerLedger,
-    SenderLedger,
-    malformed_seal,
-    seal_digest,
-    seal_signed,
-    stamp_signed,
-    values_digest,
-)
 from core.averaging.messages import (
     GroupSpec,
     InputCommitment,
@@ -43,7 +33,8 @@ from core.averaging.messages import (
     VerifyRequest,
 )
 from core.averaging.result import Finding
-from core.averaging.tensors import Span
+from core.averaging.robust.aggregation import AggregationConfig
+from core.averaging.round.tensors import Span
 from core.averaging.verification import (
     COMMITMENT_MISMATCH,
     REDUCER_EQUIVOCATION,
@@ -53,7 +44,16 @@ from core.averaging.verification import (
     pick_chunks,
     possible_checks,
 )
-from core.averaging.verifier import PartCheck, verify_part
+from core.averaging.verified.commitments import (
+    ReducerLedger,
+    SenderLedger,
+    malformed_seal,
+    seal_digest,
+    seal_signed,
+    stamp_signed,
+    values_digest,
+)
+from core.averaging.verified.verifier import PartCheck, verify_part
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode
 from core.net.errors import InvalidRequestError, PermissionDeniedError, ResourceExhaustedError

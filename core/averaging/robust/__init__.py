@@ -1,0 +1,6 @@
+"""Robust aggregation: how a reducer turns its senders' chunks of one part into one chunk.
+
+- ``aggregation``     one chunk from its senders' chunks: screening, then the mean or CenteredClip.
+- ``screening``       the cheap checks before aggregating: NaN/infinity, norm far above the group's.
+- ``centered_clip``   CenteredClip from the medoid, iterated on the offsets' Gram matrix.
+"""
