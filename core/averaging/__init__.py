@@ -1,9 +1,12 @@
 """Decentralized averaging (DeDLOC's communication layer); chunks travel encoded by ``core.codecs``.
 
+A round is planned, carried out, and wrapped: ``round/`` plans and moves it, ``robust/`` is how a
+reducer combines what it receives, ``verified/`` checks the reducers around the transfer.
+
 - ``averager``        Averager and PendingRound: the API (average, or prepare then run).
 - ``matchmaking``     forming groups through the DHT (leaders, followers, redirects, adaptive waiting).
-- ``allreduce``       one member's side of a load-balanced butterfly all-reduce.
-- ``round/``          reducers, tensors and their chunks, load balancing.
+- ``allreduce``       AllReduce: one member's round, composed from its plan, transfer and wrappers.
+- ``round/``          the round's plan, the transfer that carries it out, reducers, tensors, load balancing.
 - ``robust/``         screening and robust aggregation of one chunk (mean, CenteredClip).
 - ``verified/``       verified reducers: commitments, seals, the verifier, rounds kept for verifiers.
 - ``verification``    VerificationConfig, and which parts a member checks.

@@ -77,7 +77,7 @@ class PendingRound:
         ``codec`` overrides the configured one for this round (every member must pass the same,
         e.g. ``core.codecs.NONE`` for parameters that must not lose precision). ``feedback``
         (CPU float32 arrays shaped like ``tensors``) receives what the codec left out of what we
-        sent, for error feedback (``AllReduce``).
+        sent, for error feedback (``round.feedback``).
         """
         if self._used:
             raise BarnraiseError("this round has already been run")

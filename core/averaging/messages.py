@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.averaging.round.load_balancing import PeerCapacity
 from core.net.wire.rpc import Method, StreamMethod
 from core.trust.peer_id import PeerID
 from core.util.wire import WireMessage
@@ -25,9 +24,6 @@ class MemberInfo(WireMessage):
     weight: float = 0.0
     """What it brings to this round (samples): a leader told how much makes a round worth
     closing counts its members' claims (``Matchmaker.form_group``)."""
-
-    def capacity(self) -> PeerCapacity:
-        return PeerCapacity(self.compute, self.upload, self.download, self.client, self.auxiliary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from core.averaging import Averager, AveragingResult
-from core.averaging.allreduce import AllReduce
 from core.averaging.round.reducer import PartReducer
 from core.averaging.round.tensors import Span
+from core.averaging.round.transfer import Transfer
 from core.codecs import NONE
 from tests.averaging.conftest import QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD
@@ -98,17 +98,17 @@ async def test_a_member_that_dies_before_sending(make_averagers: MakeAveragers) 
 def sabotage(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Callable[[str, Any, Callable[..., Awaitable[Any]]], None]:
-    """Replace an AllReduce method for one member only (the others keep the real one)."""
+    """Replace a Transfer method for one member only (the others keep the real one)."""
 
     def install(name: str, victim_peer: Any, replacement: Callable[..., Awaitable[Any]]) -> None:
-        original = getattr(AllReduce, name)
+        original = getattr(Transfer, name)
 
-        async def dispatch(self: AllReduce, *args: Any, **kwargs: Any) -> Any:
-            if self.me.peer == victim_peer:
+        async def dispatch(self: Transfer, *args: Any, **kwargs: Any) -> Any:
+            if self.plan.me.peer == victim_peer:
                 return await replacement(self, original, *args, **kwargs)
             return await original(self, *args, **kwargs)
 
-        monkeypatch.setattr(AllReduce, name, dispatch)
+        monkeypatch.setattr(Transfer, name, dispatch)
 
     return install
 
@@ -130,7 +130,7 @@ async def test_a_member_that_dies_while_sending(
     victim = averagers[3]
 
     async def send_a_little_then_die(
-        self: AllReduce, original: Any, stream: Any, spans: list[Any]
+        self: Transfer, original: Any, stream: Any, spans: list[Any]
     ) -> None:
         await stream.send_data(self.tensors.view(spans[0]))  # one chunk, then the machine goes away
         await asyncio.sleep(0.05)  # (enough for that chunk to leave, if the machine lets it)
@@ -151,10 +151,10 @@ async def test_a_reducer_that_dies_midway(make_averagers: MakeAveragers, sabotag
     victim = averagers[2]
 
     async def serve_a_little_then_die(
-        self: AllReduce, original: Any, ctx: Any, request: Any, stream: Any
+        self: Transfer, original: Any, ctx: Any, request: Any, stream: Any
     ) -> Any:
         reducer = self.reducer
-        spans = self.spans[self.index]
+        spans = self.plan.spans[self.plan.index]
         self._tasks.spawn("take", self._take(stream, request.sender, spans, request.weight))
         outcome = await reducer.result(0)
         await stream.send_data(outcome.data)
@@ -179,7 +179,7 @@ async def test_a_sender_that_is_too_slow_is_left_out(
     averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
     victim = averagers[1]
 
-    async def dawdle(self: AllReduce, original: Any, stream: Any, spans: list[Any]) -> None:
+    async def dawdle(self: Transfer, original: Any, stream: Any, spans: list[Any]) -> None:
         await asyncio.sleep(QUICK.sender_timeout * 3)
         await original(self, stream, spans)
 
@@ -222,7 +222,7 @@ async def test_a_reducer_that_is_too_slow_is_given_up_on(
     averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
     victim = averagers[0]
 
-    async def stall(self: AllReduce, original: Any, ctx: Any, request: Any, stream: Any) -> Any:
+    async def stall(self: Transfer, original: Any, ctx: Any, request: Any, stream: Any) -> Any:
         await asyncio.sleep(QUICK.reducer_timeout * 2)
         return await original(self, ctx, request, stream)
 

@@ -24,6 +24,7 @@ from core.averaging.bans import BanList
 from core.averaging.messages import InputRow, PartSeal, ReduceSummary
 from core.averaging.robust.aggregation import AggregationConfig
 from core.averaging.round import reducer as reducer_module
+from core.averaging.round.transfer import Transfer
 from core.averaging.verification import (
     COMMITMENT_MISMATCH,
     REDUCER_EQUIVOCATION,
@@ -226,10 +227,10 @@ async def test_a_reducer_that_tells_one_member_something_else_is_caught(
 
     async def equivocate(self: AllReduce, ctx: Any, request: Any, stream: Any) -> ReduceSummary:
         summary = await original(self, ctx, request, stream)
-        if self.me.peer != liar or ctx.peer != victim or summary.seal is None:
+        if self.plan.me.peer != liar or ctx.peer != victim or summary.seal is None:
             return summary
         other = replace(summary.seal, results=[bytes(32), *summary.seal.results[1:]])
-        digest = seal_digest(self.group.group_id, self.index, other)
+        digest = seal_digest(self.plan.group_id, self.plan.index, other)
         other = replace(other, signature=self.host.identity.sign(digest))
         return replace(summary, seal=other)
 
@@ -249,15 +250,15 @@ async def test_every_member_spot_checks_what_it_received(
     config = replace(verifying(target_group_size=3), verification=replace(EVERYTHING, parts=0.0))
     averagers = await make_averagers(3, config)
     victim = averagers[2].host.peer_id
-    original = AllReduce._receive_chunk
+    original = Transfer._receive_chunk
 
-    async def tampered(self: AllReduce, stream: Any, index: int, span: Any) -> Any:
+    async def tampered(self: Transfer, stream: Any, index: int, span: Any) -> Any:
         outcome = await original(self, stream, index, span)
-        if self.me.peer == victim:
+        if self.plan.me.peer == victim:
             self.tensors.view(span)[:] += np.float32(0.5)  # as if its reducer had sent it this
         return outcome
 
-    monkeypatch.setattr(AllReduce, "_receive_chunk", tampered)
+    monkeypatch.setattr(Transfer, "_receive_chunk", tampered)
     results = await one_round(averagers, "spot", tensors_for(3))
     others = {p for p in results[2].members if p != victim}
     assert against(results[2], REDUCER_MISMATCH) == others

@@ -48,7 +48,7 @@ async def test_a_failing_task_is_logged_with_its_name(caplog: pytest.LogCaptureF
     await tasks.close()
 
 
-# A finished task whose done-callback has not run yet: the state AllReduce.run's ``finally`` meets
+# A finished task whose done-callback has not run yet: the state Transfer.exchange's ``finally`` meets
 # when its last worker has just returned. Run in a child process, so that a close() that spins (as
 # it did on Python 3.12 and 3.13, where gather() over finished tasks returns without yielding to
 # the loop) fails this test by its timeout instead of hanging the suite.

@@ -92,7 +92,7 @@ class Spares:
 class PartReducer:
     def __init__(
         self,
-        spans: list[Span],
+        spans: Sequence[Span],
         expected: set[int],
         receivers: int,
         sender_timeout: float,

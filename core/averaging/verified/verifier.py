@@ -21,7 +21,7 @@ decoded them, so codecs change nothing but the final comparison, which allows on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,7 @@ class PartCheck:
     group: GroupSpec
     me: int
     part: int
-    spans: list[Span]
+    spans: Sequence[Span]
     seal: PartSeal
     chunks: tuple[int, ...]
     received: Callable[[int], F32]

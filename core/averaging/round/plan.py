@@ -1,0 +1,189 @@
+"""RoundPlan: what a round decides before any byte moves, built by a pure function of the group.
+
+Every member builds the same plan from the same group list and settings; only its place in the group
+and its own weight differ. The plan says who reduces which part (sized by the load-balancing program),
+how the parts are cut into chunks and in which codec each travels, what members must agree on to
+exchange them, and the roles that make a member send, reduce, receive or verify nothing. ``plan_round``
+computes it without a network (the plan cache only remembers solved programs), so it can be tested as
+a table; ``Transfer`` carries it out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from core.averaging.config import AveragerConfig
+from core.averaging.messages import GroupSpec, MemberInfo
+from core.averaging.round.load_balancing import PeerCapacity, PlanCache, split
+from core.averaging.round.tensors import Span, layout, schema_hash
+from core.averaging.verification import possible_checks
+from core.codecs.chunks import encoded_size
+from core.trust.peer_id import PeerID
+from core.util.errors import ConfigError
+
+PIPELINE_FILL_SECONDS = 0.05
+MIN_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One round as this member will run it.
+
+    The rules that decide what the round's numbers count for live here, not in the transfer that
+    moves them, so that changing one touches only the plan:
+
+    - ``weight_of``: what a sender's claimed weight counts for in the average (an auxiliary
+      member's counts for nothing). Bounding claimed weights, so that no member steers the
+      average by what it claims, belongs there.
+    - ``lands``: whether an averaged chunk replaces a member's own values, given the weight it was
+      averaged over. How a round that lost members lands (how much of the expected weight a chunk
+      must hold, with ``senders`` saying whose data a reducer waits for) belongs there.
+    """
+
+    group: GroupSpec
+    """The members in their order: member j reduces part j."""
+    index: int
+    """This member's place in the group."""
+    weight: float
+    """What this member's data counts for (``weight_of`` its claim)."""
+    parts: tuple[int, ...]
+    """Values each member reduces, in member order (0: it reduces nothing)."""
+    chunk: int
+    """Values per chunk, at most."""
+    spans: tuple[tuple[Span, ...], ...]
+    """Each part's chunks, each inside one tensor, with the codec it travels in and comes back in."""
+    schema: bytes
+    """What two members must agree on to exchange chunks: the tensors' sizes, the codec, the chunk
+    size, and when reducers are verified the aggregation settings (verifiers recompute with their
+    own settings: members that differ in them must not meet, or honest reducers would be accused)."""
+    senders: frozenset[int]
+    """Members whose data a reducer waits for: all but auxiliary ones, which have none."""
+    receivers: frozenset[int]
+    """Members that take the averages back: all but auxiliary ones. Each opens a stream to every
+    other reducer, and sends its data on it when it has weight."""
+    verified: bool
+    """Senders commit to their chunks and reducers seal their parts (``core.averaging.verified``)."""
+    verifiers: frozenset[int]
+    """Members that check other parts' reducers after the round: the receivers, when verified (an
+    auxiliary member takes no results, so holds no seals to check)."""
+
+    @property
+    def members(self) -> list[MemberInfo]:
+        return self.group.members
+
+    @property
+    def me(self) -> MemberInfo:
+        return self.group.members[self.index]
+
+    @property
+    def group_id(self) -> bytes:
+        return self.group.group_id
+
+    @property
+    def peers(self) -> list[PeerID]:
+        return [m.peer for m in self.group.members]
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts)
+
+    @property
+    def reducers(self) -> frozenset[int]:
+        """Members with a part to reduce (a client member, which nobody can dial, has none)."""
+        return frozenset(j for j, spans in enumerate(self.spans) if spans)
+
+    def weight_of(self, sender: int, claimed: float) -> float:
+        """What ``sender``'s data counts for when it claims ``claimed`` (0: it contributes nothing).
+        A claim that is not a finite positive number is the reducer's to refuse (``PartReducer``)."""
+        return 0.0 if self.group.members[sender].auxiliary else float(claimed)
+
+    def lands(self, weight: float) -> bool:
+        """Whether a chunk averaged over ``weight`` replaces our values (0: no sender's data
+        reached its reducer, and the chunk keeps its local values)."""
+        return weight > 0
+
+    def checks(self, member: int) -> tuple[int, ...]:
+        """The parts ``member`` may check after the round: every other part, if it verifies. Which
+        of them it does check is its own coin, tossed after the round (``verification``)."""
+        if member not in self.verifiers:
+            return ()
+        return tuple(p for p in sorted(self.reducers) if p != member)
+
+    @property
+    def check_pairs(self) -> int:
+        """How many (verifier, part) checks the group allows: what one check's chance divides."""
+        return possible_checks([len(s) for s in self.spans], sorted(self.verifiers))
+
+
+def plan_round(
+    group: GroupSpec,
+    index: int,
+    sizes: Sequence[int],
+    *,
+    weight: float,
+    config: AveragerConfig,
+    plans: PlanCache | None = None,
+) -> RoundPlan:
+    """The plan of ``group``'s round for its member ``index``, averaging tensors of ``sizes`` values
+    with ``weight``; ``plans`` keeps solved load-balancing programs between rounds."""
+    codec = config.codec
+    verified = config.verification.enabled
+    if codec.sparse and verified:
+        raise ConfigError(
+            f"codec {codec.name}: reducers cannot be verified (the mean goes back in "
+            "another codec); turn verification off or use another codec"
+        )
+    members = group.members
+    total = sum(sizes)
+    capacities = [_capacity(m) for m in members]
+    wire_bytes = encoded_size(codec.resolve(total), total) if total else 0
+    program = (plans or PlanCache()).plan(capacities, wire_bytes)
+    parts = split(total, program.shares)
+    chunk = chunk_elements(config, capacities, sum(1 for p in parts if p > 0))
+    spans = layout(sizes, parts, chunk, codec, len(members))
+    schema = schema_hash(sizes, codec, chunk)
+    if verified:
+        settings = repr(config.aggregation).encode()
+        schema = hashlib.sha256(schema + settings).digest()[: len(schema)]
+    takers = frozenset(i for i, m in enumerate(members) if not m.auxiliary)
+    plan = RoundPlan(
+        group=group,
+        index=index,
+        weight=0.0,
+        parts=tuple(parts),
+        chunk=chunk,
+        spans=tuple(tuple(s) for s in spans),
+        schema=schema,
+        senders=takers,
+        receivers=takers,
+        verified=verified,
+        verifiers=takers if verified else frozenset(),
+    )
+    return replace(plan, weight=plan.weight_of(index, weight))  # its own rule, as for others'
+
+
+def chunk_elements(
+    config: AveragerConfig, capacities: Sequence[PeerCapacity] = (), reducers: int = 1
+) -> int:
+    """Values per chunk: ``config.chunk_bytes``, smaller when a member announced a slow link.
+
+    Until a reducer has every member's first chunk, nothing comes back, and after the last one the
+    last averages still have to travel; a slow member feeds all reducers at once, so each of its
+    streams moves at its link speed over the number of reducers. On a 2.5 MB/s link a 1 MiB chunk
+    costs 0.4 s of waiting per round; chunks that take ~50 ms on each stream of the slowest announced
+    link keep that short. Every member computes the same size from the same group list.
+    """
+    size = config.chunk_bytes
+    links = [min(c.upload, c.download) for c in capacities if c.upload > 0 and c.download > 0]
+    if links:
+        per_stream = min(links) / max(1, reducers)
+        size = min(size, max(MIN_CHUNK_BYTES, int(per_stream * PIPELINE_FILL_SECONDS)))
+    return max(1024, size // 4)
+
+
+def _capacity(member: MemberInfo) -> PeerCapacity:
+    return PeerCapacity(
+        member.compute, member.upload, member.download, member.client, member.auxiliary
+    )
