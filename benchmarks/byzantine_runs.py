@@ -53,7 +53,7 @@ from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa:
 from core.dht import DHTConfig, DHTNode, HostTransport  # noqa: E402
 from core.net import Host, Identity, NetConfig  # noqa: E402
 from core.swarm.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour  # noqa: E402
-from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer  # noqa: E402
+from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer  # noqa: E402
 from core.training.links import PeerLinks  # noqa: E402
 from core.training.state import TrainingState  # noqa: E402
 from core.training.trainer import Trainer  # noqa: E402

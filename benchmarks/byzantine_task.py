@@ -3,7 +3,7 @@
 Every microbatch is a trainer's whole shard, so a trainer's gradient depends only on the model's
 state, and an honest collaboration takes the steps of full-batch SGD over the four shards in one
 process: ``reference``, the clean run without the jitter of a collaboration's timing
-(``tests/training/test_collaborative.py`` shows that equivalence). ``within`` measures a run against
+(``tests/training/dedloc/test_collaborative.py`` shows that equivalence). ``within`` measures a run against
 it; ``data_gap`` is how far a perfect defence lands from it, having lost one shard of four.
 """
 

@@ -81,7 +81,7 @@ async def worker(args: argparse.Namespace) -> None:
     from core.codecs.topk import top_k
     from core.dht import DHTConfig, DHTNode, HostTransport
     from core.net import Host, Identity
-    from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
+    from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
     from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
     from core.training.diloco.state import DilocoState
     from core.training.links import PeerLinks

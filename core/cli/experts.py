@@ -25,7 +25,7 @@ the coordinator every 30 seconds and when it stops, and the leaderboard credits 
 account (when the trainers' keys belong to other accounts).
 
 A call whose tensors are not finite is refused, and each minute the server publishes one signed
-accusation per caller that sent such calls (``core.training.call_evidence``). With
+accusation per caller that sent such calls (``core.training.moderation.call_evidence``). With
 ``--collect-evidence`` (the organizer's backbone server) it also reads every server's accusations,
 logs them and, in a moderated project, reports them to the coordinator as a moderator.
 """
@@ -140,7 +140,7 @@ def register(commands: Any) -> None:
 def settings_from_args(args: argparse.Namespace, manifest: DmoeManifest) -> ExpertHostSettings:
     """The server's settings from the command line (``ConfigError`` for a bad combination)."""
     from core.moe.server.runtime import ExpertHostSettings  # noqa: PLC0415 - torch only for this command
-    from core.training.call_evidence import MIN_WINDOW  # noqa: PLC0415 - as above
+    from core.training.moderation.call_evidence import MIN_WINDOW  # noqa: PLC0415 - as above
 
     _check_count(args, manifest)
     if args.stats_every < 0:
@@ -222,7 +222,7 @@ async def _serve(
 ) -> int:
     from core.moe.server.events import to_json  # noqa: PLC0415
     from core.moe.server.runtime import ExpertHost  # noqa: PLC0415
-    from core.training.call_evidence import WINDOW, evidence_of_refusals  # noqa: PLC0415
+    from core.training.moderation.call_evidence import WINDOW, evidence_of_refusals  # noqa: PLC0415
 
     def emit(event: ExpertsEvent) -> None:
         print(json.dumps(to_json(event)), flush=True)

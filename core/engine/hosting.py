@@ -11,7 +11,7 @@ says what a pause does to callers and announcements). Its ``ready`` becomes the 
 ``PeerReady`` (role ``experts``) and its ``stopped`` a ``PeerStopped``; what it served reaches the
 ledger through ``progress()``, as a trainer's samples do (``Metering``): ``samples`` counts expert
 samples served, forward and backward together. Calls it refuses for poisoned tensors become
-signed evidence against their callers in the DHT (``core.training.call_evidence``).
+signed evidence against their callers in the DHT (``core.training.moderation.call_evidence``).
 
 Torch loads only here, inside the function, when the scheduler first says "run".
 """
@@ -81,7 +81,7 @@ def expert_host(
     this computer's memory never reach it."""
     from core.moe.server.events import ExpertsEvent, ExpertsReady, ExpertsStopped  # noqa: PLC0415
     from core.moe.server.runtime import ExpertHost, ExpertHostSettings  # noqa: PLC0415 - torch
-    from core.training.call_evidence import evidence_of_refusals  # noqa: PLC0415
+    from core.training.moderation.call_evidence import evidence_of_refusals  # noqa: PLC0415
 
     def forward(event: ExpertsEvent) -> None:
         if isinstance(event, ExpertsReady):

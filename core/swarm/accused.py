@@ -1,6 +1,6 @@
 """The auxiliary peer's accusations, as ``barnraise swarm`` shows them.
 
-The backbone names every peer the members accuse of misbehaving (``core.training.auxiliary``: one
+The backbone names every peer the members accuse of misbehaving (``core.training.dedloc.backbone``: one
 ``evidence: peer <PeerID> …`` line in its log per accused peer and round). Those lines go to the
 auxiliary peer's log, not to its stdout, so the swarm follows the log (``LogTail``) and passes them
 on with the swarm's own name for the peer (``peer-2``) and, for a trainer started with
@@ -20,7 +20,7 @@ from pathlib import Path
 from core.util.clock import SYSTEM_CLOCK, Clock
 
 EVIDENCE = re.compile(r"evidence: peer (?P<peer>[1-9A-HJ-NP-Za-km-z]{20,80})\b")
-"""What the auxiliary peer writes for each accusation (``core.training.evidence.accusations``)."""
+"""What the auxiliary peer writes for each accusation (``core.training.moderation.evidence.accusations``)."""
 REPEAT_SECONDS = 30.0
 """After a peer's first accusation, at most one line for it this often."""
 MAX_LINE = 64 * 1024

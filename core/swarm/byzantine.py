@@ -14,7 +14,7 @@ run. This module makes one peer bad in these ways, with the real code paths arou
 The gradient attacks are a ``GradientAttack`` the collaborative optimizer applies to its mean
 gradient before it goes to averaging (``CollaborativeOptimizer.tamper``, installed by
 ``Misbehaviour.install`` through the training peer's ``Misbehaving`` seam,
-``core.training.peer.settings``); the peer is otherwise
+``core.training.settings``); the peer is otherwise
 honest (it reduces honestly, applies the collaboration's aggregate, reports its true samples), so
 what is measured is the defence against its data alone. The lying reducer is a ``LyingReducer``
 around the honest ``PartReducer`` of a round: everything it reduces is shifted, for every receiver
@@ -44,7 +44,7 @@ from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from core.averaging import Averager
-    from core.training.collaborative import CollaborativeOptimizer
+    from core.training.settings import Tamperable
 
 
 class Attack(StrEnum):
@@ -109,7 +109,7 @@ class Misbehaviour:
             Attack.LYING_REDUCER: f"its part's aggregate shifted by {f:g} times its RMS",
         }[self.attack]
 
-    def install(self, optimizer: CollaborativeOptimizer, averager: Averager) -> None:
+    def install(self, optimizer: Tamperable, averager: Averager) -> None:
         """Make a training peer misbehave: tamper with its gradients, or lie as a reducer."""
         if self.attack.gradients:
             optimizer.tamper = self.gradient_attack()

@@ -10,7 +10,7 @@ values, so that opening a checkpoint from elsewhere cannot run code. ``metadata`
 hold only ``None``, bool, int, float, str, and lists, tuples and str-keyed dicts of these;
 ``save`` checks this up front rather than writing a file that ``load`` would refuse.
 
-Rolling back (``core.training.rollback``) needs the checkpoint the moderators name, usually from
+Rolling back (``core.training.moderation.rollback``) needs the checkpoint the moderators name, usually from
 before the trouble began, so older than the last few. With ``milestone_every`` E the store also keeps
 the newest ``milestones`` checkpoints whose epoch is a multiple of E: a backbone that checkpoints
 every 10 epochs with ``keep=3``, E=100 and 10 milestones holds at most 13 files and can roll back to

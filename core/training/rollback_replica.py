@@ -39,7 +39,7 @@ from core.net.host.gate import AccessGate
 from core.training.checkpoints import Checkpoint, CheckpointStore
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.rollback import OrderReader, applied_of
+from core.training.moderation.rollback import OrderReader, applied_of
 from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
 from core.worker.events import PeerRolledBack

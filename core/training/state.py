@@ -20,7 +20,7 @@ import torch
 
 from core.optim.moments import DENSE_KEYS, MomentOptimizer, is_absmax
 from core.training.checkpoints import Checkpoint
-from core.training.rollback import METADATA_KEY, applied_of
+from core.training.moderation.rollback import METADATA_KEY, applied_of
 
 
 class TrainingState:
@@ -36,7 +36,7 @@ class TrainingState:
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.epoch = 0
         self.rollback = 0
-        """The last rollback order applied to this state (``core.training.rollback``; 0: none):
+        """The last rollback order applied to this state (``core.training.moderation.rollback``; 0: none):
         travels with snapshots and checkpoints, so that each order applies once."""
         self._lr_lambda = lr_lambda
         self._base_lrs = [float(group["lr"]) for group in optimizer.param_groups]

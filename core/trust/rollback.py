@@ -4,7 +4,7 @@ An order is {project, sequence, to_epoch, issued, reason}, signed by the project
 pass is (``passes``). ``barnraise coordinator rollback`` signs it, the coordinator stores and serves
 the latest (``GET /rollback``), each moderated peer's pass keeper leaves its text on the
 ``AccessGate``, and the peer's training checks it against the manifest's project key before applying
-it (``core.training.rollback``). Whoever carries it is trusted with delivery only: a forged or
+it (``core.training.moderation.rollback``). Whoever carries it is trusted with delivery only: a forged or
 altered order fails ``check``; ``project`` is in the signed bytes, so an order for another project
 signed by the same key fails too; an old order served again is refused by its ``sequence``, which
 every replica remembers (the last one it applied).

@@ -37,7 +37,7 @@ from core.net.host.address import PeerAddress
 from core.net.host.gate import AccessGate
 from core.project import load_dmoe_manifest
 from core.swarm import running_swarms
-from core.training.call_evidence import STATISTIC
+from core.training.moderation.call_evidence import STATISTIC
 
 ROOT = Path(__file__).resolve().parents[2]
 UIDS = [f"ffn.{i}.{j}" for i in range(4) for j in range(4)]

@@ -25,7 +25,7 @@ from core.moe.server.runtime import ExpertHost, ExpertHostSettings, _recover
 from core.moe.server.server import ExpertServer
 from core.net.errors import InvalidRequestError
 from core.project import parse_dmoe_manifest
-from core.training.call_evidence import evidence_of_refusals
+from core.training.moderation.call_evidence import evidence_of_refusals
 from core.trust.evidence import Evidence
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost

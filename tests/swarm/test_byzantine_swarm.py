@@ -131,7 +131,7 @@ async def test_the_last_trainers_attack_and_the_accusations_name_them(
         assert told.of("byzantine") == [("peer-2", peers[2], "nan")]
         with log.open("a") as file:  # what the auxiliary peer logs, as it logs it
             for _ in range(3):
-                file.write(f"2026 WARNING core.training.auxiliary: evidence: peer {peers[2]} "
+                file.write(f"2026 WARNING core.training.dedloc.backbone: evidence: peer {peers[2]} "
                            "accused by 3 peer(s) (3 finding(s)); part 1 ... nonfinite\n")  # fmt: skip
             file.write(f"evidence: peer {peers[0]} accused by 1 peer(s) (1 finding(s)); clip\n")
         await wait_until(lambda: len(told.of("evidence")) == 2)

@@ -15,9 +15,9 @@ import torch
 from core.averaging import Averager, AveragerConfig
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, NetConfig
-from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
+from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
+from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
 from core.worker.bridge import TrainingBridge

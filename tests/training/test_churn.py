@@ -22,9 +22,9 @@ from core.averaging.state import StateDownloadError, StateSharing
 from core.data import ShardServer
 from core.dht import DHTNode
 from core.net import Identity
-from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
+from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
+from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
 from core.training.links import PeerLinks
 from core.training.progress import PeerProgress
 from core.training.published import fetch_published_checkpoint, publish_checkpoint
@@ -34,7 +34,13 @@ from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
 from tests.training.conftest import AVERAGING, start_node
-from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
+from tests.training.dedloc.test_collaborative import (
+    Recorder,
+    dataset,
+    fresh_model,
+    make_optimizer,
+    mse,
+)
 
 TARGET = 128
 
@@ -216,18 +222,18 @@ async def test_a_newcomer_that_cannot_load_the_state_waits_without_spinning(
     node = await nodes(first.address)
     optimizer, _ = trainer(node, CollaborativeConfig(target_batch_size=TARGET, retry_cap=2.0))
     asked = 0
-    download = optimizer.sharing.download
+    download = optimizer.links.sharing.download
 
     async def counted(**kwargs):  # type: ignore[no-untyped-def]
         nonlocal asked
         asked += 1
         return await download(**kwargs)
 
-    optimizer.sharing.download = counted  # type: ignore[method-assign]
+    optimizer.links.sharing.download = counted  # type: ignore[method-assign]
     waits: list[str | None] = []
     optimizer.on_waiting = waits.append
     try:
-        with caplog.at_level(logging.WARNING, logger="core.training.collaborative"):
+        with caplog.at_level(logging.WARNING, logger="core.training.dedloc.optimizer"):
             starting = asyncio.create_task(optimizer.start())
             # six seconds on purpose: how many attempts it makes in them is what is under test
             await asyncio.sleep(6.0)

@@ -15,14 +15,14 @@ from core.optim.lamb import Lamb
 from core.optim.moments import MomentOptimizer
 from core.optim.offload import Offload
 from core.project import load_manifest
-from core.training.collaborative import CollaborativeConfig
+from core.training.dedloc.optimizer import CollaborativeConfig
 from core.training.local import LocalWork
 from core.training.peer.recipe import build_model, build_optimizer
 from core.training.peer.residency import Residency
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
-from tests.training import test_collaborative as collab
 from tests.training.conftest import MakePeer
+from tests.training.dedloc import test_collaborative as collab
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.toml"
 
@@ -202,7 +202,7 @@ def test_the_peers_move_between_devices_leaves_offloaded_statistics_on_the_host(
 async def test_three_peers_with_8bit_offloaded_states_match_one_large_batch_run(
     make_peer: MakePeer,
 ) -> None:
-    # tests/training/test_collaborative.py's equivalence, with AdamW keeping 8-bit moments on the
+    # tests/training/dedloc/test_collaborative.py's equivalence, with AdamW keeping 8-bit moments on the
     # host (the threshold lowered so that this small model's weight matrices are quantised), and
     # the state averaged twice over the network (dequantised, averaged, quantised again)
     def optimizer_for(model: torch.nn.Module) -> AdamW:

@@ -1,7 +1,7 @@
 """The moderators' rollback orders: stored in order, the latest served to every peer.
 
 ``barnraise coordinator rollback --to-epoch N`` signs an order with the project key
-(``core.training.rollback``: {project, sequence, to_epoch, issued, reason}) and stores it here; the
+(``core.training.moderation.rollback``: {project, sequence, to_epoch, issued, reason}) and stores it here; the
 service answers ``GET /rollback`` with the latest, which every moderated peer's pass keeper reads
 with its revocations, once per refresh interval. The coordinator treats the signed text as opaque:
 it never imports the training code, and it need not be trusted with anything but delivery, since
@@ -29,7 +29,7 @@ from core.coordinator.errors import BadRequest
 from core.coordinator.schema import transaction
 
 MAX_REASON_CHARS = 500
-"""The same bound as the signed order's (``core.training.rollback``)."""
+"""The same bound as the signed order's (``core.training.moderation.rollback``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Low-communication training (DiLoCo): inner steps alone, a rare exchange of what moved.
 
+- ``mode``       ``MODE``: builds a trainer's optimizer and the backbone from a peer's parts.
 - ``state``      DilocoState: the outer parameters, their momentum, the error-feedback residual,
   and the round's torch work (inner step, pseudo-gradient, landing, rebasing on a newer anchor).
 - ``optimizer``  DilocoOptimizer: rounds, the overlapped exchange, missed rounds, catching up.

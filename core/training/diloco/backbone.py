@@ -26,7 +26,7 @@ from core.training.diloco.optimizer import DilocoOptimizer
 from core.training.diloco.state import DilocoState
 from core.training.errors import CheckpointError
 from core.training.metrics import EpochMetrics, MetricsAggregator
-from core.training.rollback import METADATA_KEY
+from core.training.moderation.rollback import METADATA_KEY
 from core.util.errors import BarnraiseError
 from core.worker.bridge import TrainingBridge
 

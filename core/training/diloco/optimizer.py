@@ -29,7 +29,6 @@ weight 0, receives the average, takes the same outer step, and serves the outer 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -43,21 +42,15 @@ import numpy as np
 from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
 from core.codecs import Codec
-from core.training.credit import LandedLog
 from core.modes.clock import RoundClock
+from core.training.credit import LandedLog
 from core.training.diloco.state import DilocoState
 from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
-from core.training.progress import (
-    KEEPALIVE,
-    RECORD_TTL,
-    CollaborationView,
-    PeerProgress,
-    StepTally,
-)
-from core.training.rollback import round_key
+from core.training.moderation.rollback import round_key
+from core.training.participation import Participation
+from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
 from core.util.errors import BarnraiseError
-from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks
 from core.worker.events import PeerEpoch
 
@@ -104,13 +97,20 @@ class DilocoOptimizer:
         self.links = links
         self.bridge = links.bridge
         self.board = links.board
-        self.sharing = links.sharing
         self.config = config
         self.codec = codec if codec is not None else links.averager.config.codec
         self.rounds = RoundClock(config.round_seconds)
         self._now = clock
         self.reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
-        self.on_waiting: Callable[[str | None], None] | None = None
+        self._tasks = BackgroundTasks(f"diloco/{links.averager.host.peer_id.short()}")
+        self.part = Participation(
+            links,
+            config.mode,
+            snapshot=state.snapshot(),
+            retry_cap=config.retry_cap,
+            tasks=self._tasks,
+        )
+        """Our records, our pause, our waits and our state offer (shared with dedloc)."""
         self.fallback: Callable[[int], Awaitable[Path | None]] | None = None
         """Unused by diloco (its checkpoints hold the outer state in another layout); kept for
         the roles' interface."""
@@ -120,27 +120,18 @@ class DilocoOptimizer:
         self.exchange_seconds = 0.0
         """Time spent in exchanges, all of them (overlapped or not)."""
         self.rounds_missed = 0
-        self._peer = str(links.averager.host.peer_id)
-        self._tasks = BackgroundTasks(f"diloco/{links.averager.host.peer_id.short()}")
+        self._peer = self.part.peer
         self._lock = asyncio.Lock()
         """Held for any torch work on the model: an inner step, a round's end, a landing."""
-        self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
-        self._tally = StepTally()
+        self._tally = self.part.tally
         """Samples since the last round's end (their work is in the model, not yet sent)."""
         self._carried = 0
         """Samples of rounds whose exchange failed: their work goes out with the next round."""
-        self._last = (-1, 0.0, 0, 0)
-        self.landed = LandedLog()
-        """Rounds that landed with our samples in them: what our record asks credit for."""
         self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
         """The backbone's landed rounds and their senders' weights, until its metrics take them
         (evidence of work for a member that is gone before its record says so)."""
-        self._records: list[PeerProgress] = []
         self._exchange: asyncio.Task[None] | None = None
         self._pending_reports: list[PeerEpoch] = []
-        self._snapshot = state.snapshot()
-        self._active = asyncio.Event()
-        self._active.set()
         self._stopping = False
         self._said_slow = False
 
@@ -149,16 +140,34 @@ class DilocoOptimizer:
         return self.diloco.epoch
 
     @property
+    def landed(self) -> LandedLog:
+        """Rounds that landed with our samples in them: what our record asks credit for."""
+        return self.part.landed
+
+    @property
+    def on_waiting(self) -> Callable[[str | None], None] | None:
+        return self.part.on_waiting
+
+    @on_waiting.setter
+    def on_waiting(self, told: Callable[[str | None], None] | None) -> None:
+        self.part.on_waiting = told
+
+    @property
+    def offloadable(self) -> None:
+        """Nothing of ours moves with a pause: the round's work lives in the model itself."""
+        return None
+
+    @property
     def speed(self) -> float:
         return self._tally.speed
 
     @property
     def waiting_for(self) -> str | None:
-        return self._catching_up.reason
+        return self.part.waiting_for
 
     @property
     def paused(self) -> bool:
-        return not self._active.is_set()
+        return self.part.paused
 
     @property
     def exchanging(self) -> bool:
@@ -169,29 +178,23 @@ class DilocoOptimizer:
     async def start(self) -> None:
         """Serve our outer state, report, catch up if the collaboration is ahead, start the
         round clock."""
-        self.sharing.serve(lambda: self._snapshot)
-        await self.sharing.announce(self.epoch)
+        await self.part.offer(lambda: self.epoch)
         await self._publish()
         await self._refresh()
         if self.view().epoch > self.epoch:
             await self._catch_up()
         await self._take_unsent()
         self._tasks.spawn("publish", self._publish_loop())
-        self._tasks.spawn("announce", self.sharing.keep_announced(lambda: self.epoch))
         self._tasks.spawn("rounds", self._round_loop())
 
     async def pause(self) -> None:
         """Step aside: no more exchanges until resumed; the round's work so far stays."""
-        if self.paused:
-            return
-        self._active.clear()
-        self._tally.stop()
-        await self._publish()
+        if self.part.step_aside():
+            await self._publish()
 
     async def resume(self) -> None:
-        if not self.paused:
+        if not self.part.come_back():
             return
-        self._active.set()
         await self._refresh()
         await self._publish()
         if self.view().epoch > self.epoch:
@@ -204,8 +207,7 @@ class DilocoOptimizer:
         if self._exchange is not None:
             await asyncio.gather(self._exchange, return_exceptions=True)
         await self._tasks.close()
-        self.sharing.stop_serving()
-        await self.links.withdraw(self._progress())
+        await self.part.leave(self._progress())
         await self._keep_unsent()
 
     async def _keep_unsent(self) -> None:
@@ -261,7 +263,7 @@ class DilocoOptimizer:
         return None
 
     def view(self) -> CollaborationView:
-        return self.board.view(self._records, self._progress(), 1)
+        return self.board.view(self.part.records, self._progress(), 1)
 
     # ---- rounds ----------------------------------------------------------------------------------
 
@@ -288,7 +290,7 @@ class DilocoOptimizer:
             samples = computed + self._carried
             self._carried = 0
         epoch = self.epoch
-        self._last = (epoch, loss_sum, mini_steps, samples)
+        self.part.last = (epoch, loss_sum, mini_steps, samples)
         self._exchange = self._tasks.spawn(
             f"exchange-{epoch}", self._run_exchange(delta, samples, epoch), awaited=True
         )
@@ -338,10 +340,9 @@ class DilocoOptimizer:
         self.reports.append(report)
         if self.config.mode != "aux":
             self._pending_reports.append(report)
-        self._snapshot = self.diloco.snapshot(self.state.rollback)
+        self.part.snapshot = self.diloco.snapshot(self.state.rollback)
         await self._publish()
-        with contextlib.suppress(BarnraiseError):
-            await self.sharing.announce(self.epoch)
+        await self.part.announce(self.epoch)
 
     async def _outcome(
         self,
@@ -388,16 +389,14 @@ class DilocoOptimizer:
             reason = await self._download()
             if reason is None:
                 break
-            self._set_waiting(reason)
-            await asyncio.sleep(self._catching_up.failed(reason))
+            self.part.set_waiting(reason)
+            await asyncio.sleep(self.part.failed(reason))
             await self._refresh()
-        self._set_waiting(None)
+        self.part.set_waiting(None)
 
     async def _download(self) -> str | None:
         try:
-            got = await self.sharing.download(
-                newer_than=self.epoch, timeout=self.config.state_timeout
-            )
+            got = await self.part.download(self.epoch, self.config.state_timeout)
         except (StateDownloadError, TimeoutError) as exc:
             return (
                 f"no peer could give the state of epoch {self.view().epoch}: {exc or 'timed out'}"
@@ -412,18 +411,10 @@ class DilocoOptimizer:
             except ValueError as exc:
                 return f"the state peers give does not fit this model: {exc}"
         log.info("took the outer state of epoch %d from %d peer(s)", got.version, len(got.donors))
-        self._snapshot = self.diloco.snapshot(self.state.rollback)
+        self.part.snapshot = self.diloco.snapshot(self.state.rollback)
         await self._publish()
-        with contextlib.suppress(BarnraiseError):
-            await self.sharing.announce(self.epoch)
+        await self.part.announce(self.epoch)
         return None
-
-    def _set_waiting(self, reason: str | None) -> None:
-        before = self._catching_up.reason
-        if reason is None:
-            self._catching_up.succeeded()
-        if reason != before and self.on_waiting is not None:
-            self.on_waiting(reason)
 
     # ---- progress records ------------------------------------------------------------------------
 
@@ -438,41 +429,25 @@ class DilocoOptimizer:
                         self.config.round_seconds)  # fmt: skip
 
     def _progress(self) -> PeerProgress:
-        mode = self.config.mode if self._active.is_set() else "paused"
-        return PeerProgress(
-            self._peer,
-            self.epoch,
-            self._tally.samples,
-            self._tally.speed,
-            time.time(),
-            mode,
-            self._tally.loss_sum,
-            self._tally.mini_steps,
-            *self._last,
-            landed=self.landed.items(),
-        )
+        return self.part.record(self.epoch, self._tally.samples)
 
     async def _publish(self) -> None:
-        try:
-            await self.board.publish(self._progress())
-        except BarnraiseError as exc:
-            log.debug("publishing progress failed: %s", exc)
+        await self.part.publish(self._progress())
 
     async def _refresh(self) -> None:
         """Read the others' records, keeping for each peer the newest one seen: a read that
         finds fewer records than there are (a DHT lookup that timed out under load) must not
         make this peer think it is alone and land a round by itself. Records age out of the view
         by their time (``ProgressBoard.view``), and out of memory after ``RECORD_TTL``."""
-        try:
-            fetched = await self.board.fetch()
-        except BarnraiseError as exc:
-            log.debug("reading progress failed: %s", exc)
+        fetched = await self.part.read()
+        if fetched is None:
             return
-        newest = {r.peer: r for r in self._records if time.time() - r.time <= RECORD_TTL}
+        now = time.time()
+        newest = {r.peer: r for r in self.part.records if now - r.time <= RECORD_TTL}
         for record in fetched:
             if record.peer not in newest or record.time >= newest[record.peer].time:
                 newest[record.peer] = record
-        self._records = list(newest.values())
+        self.part.records = list(newest.values())
 
     async def _publish_loop(self) -> None:
         while True:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from core.optim.outer import F32, OuterNesterov
-from core.training.rollback import METADATA_KEY
+from core.training.moderation.rollback import METADATA_KEY
 from core.training.state import TrainingState
 from core.worker.precision import clip_gradients
 

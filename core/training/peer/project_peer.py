@@ -11,7 +11,8 @@ the parts in reverse.
 The engine steers a trainer with ``pause`` / ``resume`` / ``set_threads``: a pause drops the current
 microbatch, tells the collaboration we stepped aside and gives the GPU's memory back (``residency``:
 tensors moved to the CPU, the allocator's cache emptied); a resume moves them back and catches up
-if needed. ``PeerSettings`` and ``Misbehaving`` (``settings``) are imported from here too.
+if needed. ``PeerSettings`` and ``Misbehaving`` (``core.training.settings``) are imported from
+here too.
 """
 
 from __future__ import annotations
@@ -26,15 +27,14 @@ import torch
 from core.averaging import Averager
 from core.net import Identity
 from core.net.reach.monitor import ReachabilityMonitor
-from core.training.collaborative import CollaborativeOptimizer
-from core.training.diloco.optimizer import DilocoOptimizer
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
+from core.training.mode import ModeOptimizer
 from core.training.peer.recipe import averager_config, build_model, load_checkpoint, training_state
 from core.training.peer.residency import Residency
 from core.training.peer.roles import TrainerRole, run_backbone
-from core.training.peer.settings import Misbehaving, PeerSettings
 from core.training.peer.stack import NetworkStack, check_gate
+from core.training.settings import Misbehaving, PeerSettings
 from core.training.trainer import Trainer
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
@@ -71,13 +71,14 @@ class ProjectPeer:
         self._tasks = BackgroundTasks(f"peer/{self.prefix}")
 
     @property
-    def optimizer(self) -> CollaborativeOptimizer | DilocoOptimizer | None:
+    def optimizer(self) -> ModeOptimizer | None:
         return self._role.optimizer if self._role is not None else None
 
     def _local_work(self) -> LocalWork | None:
-        """The dedloc optimizer's accumulators, which move with a pause (diloco keeps none)."""
+        """What the mode's optimizer keeps on the device besides the model, which moves with a
+        pause (dedloc: its accumulators; diloco: nothing)."""
         optimizer = self.optimizer
-        return optimizer.local if isinstance(optimizer, CollaborativeOptimizer) else None
+        return optimizer.offloadable if optimizer is not None else None
 
     @property
     def trainer(self) -> Trainer | None:

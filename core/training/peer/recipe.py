@@ -37,6 +37,7 @@ from core.optim.schedule import albert_lr_lambda
 from core.project import Manifest
 from core.project.sections import ALBERT_MLM, LLAMA_CLM
 from core.training.checkpoints import CheckpointStore
+from core.training.mode import mode_of
 from core.training.state import TrainingState
 from core.util.errors import ConfigError
 from core.util.web_client import open_url
@@ -183,13 +184,12 @@ def mlm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
 
 def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
     a = manifest.averaging
-    wait = matchmaking_time(manifest)
+    wait = mode_of(manifest).matchmaking(manifest)
     return AveragerConfig(
         target_group_size=a.target_group_size,
         min_group_size=min(a.min_group_size, a.target_group_size),
-        # diloco: a leader waits for everyone it expects (it closes as soon as they are in)
-        min_matchmaking_time=wait if manifest.training.mode == "diloco" else min(1.0, wait),
-        max_matchmaking_time=wait,
+        min_matchmaking_time=wait.least,
+        max_matchmaking_time=wait.most,
         codec=project_codec(manifest),
         allreduce_timeout=a.allreduce_timeout,
         compute=0.0 if role == "aux" else 1.0,
@@ -205,14 +205,6 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         ),
         verification=VerificationConfig(enabled=a.verify_reducers),
     )
-
-
-def matchmaking_time(manifest: Manifest) -> float:
-    """How long a round's group may take to form. In diloco mode the members of a round reach
-    its end up to one microbatch apart (a round ends between microbatches), and with overlap the
-    wait costs no computing: a third of a round, or the manifest's time if longer."""
-    t, wait = manifest.training, manifest.averaging.matchmaking_time
-    return max(wait, t.round_seconds / 3) if t.mode == "diloco" else wait
 
 
 def project_codec(manifest: Manifest) -> Codec:

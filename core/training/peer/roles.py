@@ -1,14 +1,15 @@
 """What a project peer does once it is on the network, by its role: train, or be the backbone.
 
+What either builds depends on the project's training mode, and is the mode's to build
+(``core.training.mode``: ``mode_of`` the manifest); what is here is what every mode shares.
+
 A trainer (or a client, which others cannot dial) places the state on its training device with
-the manifest's precision, fetches the tokenizer, streams its data, and trains through the
-``CollaborativeOptimizer`` until stopped (``TrainerRole``); it follows the collaboration's curve
-(``curve``) from the progress records its optimizer fetches anyway, and when no peer can give it
-the state, the organizers' published checkpoint (``published``). An auxiliary peer, the backbone
-(``run_backbone``), keeps and serves a replica of the state, writes checkpoints, and logs and
-reports each completed epoch. In a moderated project both follow the moderators' rollback orders
-(``rollback_replica``); each applied order is a ``rollback`` event. The backbone also measures
-its replica on the project's held-out text (``core.training.evaluation``).
+the manifest's precision, fetches the tokenizer, streams its data, and trains through its mode's
+optimizer until stopped (``TrainerRole``); it follows the collaboration's curve (``curve``) from
+the progress records its optimizer fetches anyway. An auxiliary peer, the backbone
+(``run_backbone``), runs its mode's backbone: a replica of the state kept and served, checkpoints
+written (and published); each completed epoch is logged and reported here, and the replica is
+measured on the project's held-out text (``core.training.evaluation``).
 """
 
 from __future__ import annotations
@@ -17,35 +18,25 @@ import asyncio
 import copy
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
-from core.project import Manifest
-from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
 from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import CollaborativeConfig, CollaborativeOptimizer
 from core.training.curve import follow_metrics, metrics_event
-from core.training.diloco.backbone import DilocoBackbone
-from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
-from core.training.diloco.state import DilocoState
 from core.training.evaluation import HeldOutEvaluator
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
-from core.training.peer.recipe import data_stream, fetch_tokenizer, matchmaking_time, mlm_loss
+from core.training.mode import BackboneParts, ModeOptimizer, PeerParts, mode_of
+from core.training.peer.recipe import data_stream, fetch_tokenizer, mlm_loss
 from core.training.peer.residency import Residency
-from core.training.peer.settings import PeerSettings
 from core.training.progress import HeldOut
-from core.training.published import published_fallback
-from core.training.rollback_replica import ReplicaRollback, RolledBack
+from core.training.settings import PeerSettings
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
-from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
 from core.worker.control import TrainingControl
 from core.worker.device import training_device
 from core.worker.events import PeerEvaluation, PeerEvent, PeerWaiting
-from core.worker.precision import Precision, choose_precision
+from core.worker.precision import choose_precision
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +45,6 @@ MILESTONE_EVERY = 10
 rollback to an older epoch than the last few needs."""
 EVALUATION_LOG = "evaluation.jsonl"
 """In the backbone's work folder: one line per held-out evaluation (``PeerEvaluation``'s fields)."""
-UNSENT_FILE = "diloco-unsent.npz"
-"""In a trainer's work folder: its unsent diloco work across a restart (``UnsentWork``)."""
 
 
 class TrainerRole:
@@ -78,7 +67,7 @@ class TrainerRole:
         self.residency = residency
         self.on_event = on_event
         self._tasks = tasks
-        self.optimizer: CollaborativeOptimizer | DilocoOptimizer | None = None
+        self.optimizer: ModeOptimizer | None = None
         """Once the state is on its device and the data flows."""
         self.trainer: Trainer | None = None
         """Once the optimizer has caught up with the collaboration."""
@@ -93,60 +82,9 @@ class TrainerRole:
         await bridge.run(self.state.model.to, precision.device)
         tokenizer = await bridge.run(fetch_tokenizer, manifest, s.data_base, s.work_dir)
         batches = data_stream(manifest, tokenizer, data_base=s.data_base, seed=s.data_seed)
-        if t.mode == "diloco":
-            await self._run_diloco(stop, batches, precision)
-            return
-        self.optimizer = optimizer = CollaborativeOptimizer(
-            self.state,
-            self.links,
-            config=CollaborativeConfig(
-                target_batch_size=t.target_batch_size,
-                mode="client" if s.role == "client" else "trainer",
-                average_state_every=t.average_state_every,
-                delay_parameter_updates=t.delay_parameter_updates,
-                clip_norm=t.clip_norm or None,
-                matchmaking_time=manifest.averaging.matchmaking_time,
-                averaging_timeout=manifest.averaging.allreduce_timeout,
-            ),
-        )
+        parts = PeerParts(s, self.state, self.links, self.on_event)
+        self.optimizer = optimizer = mode_of(manifest).trainer(parts)
         optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
-        optimizer.fallback = published_fallback(manifest, s.work_dir)
-        if s.misbehaviour is not None:
-            log.warning("this peer misbehaves on purpose: %s", s.misbehaviour.describe())
-            s.misbehaviour.install(optimizer, self.links.averager)
-        optimizer.rollback = ReplicaRollback.following(
-            s.access,
-            optimizer.local,
-            self.links,
-            published=optimizer.fallback,
-            on_applied=self._rolled_back,
-        )
-        await self._train(optimizer, stop, batches, precision)
-
-    async def _run_diloco(
-        self, stop: asyncio.Event, batches: Iterator[Any], precision: Precision
-    ) -> None:
-        s, manifest = self.settings, self.settings.manifest
-        if s.misbehaviour is not None:
-            raise ConfigError("the demo's misbehaving peers run in dedloc mode only")
-        self.optimizer = optimizer = diloco_optimizer(
-            manifest,
-            self.state,
-            self.links,
-            "client" if s.role == "client" else "trainer",
-            unsent_file=s.work_dir / UNSENT_FILE,
-        )
-        optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
-        await self._train(optimizer, stop, batches, precision)
-
-    async def _train(
-        self,
-        optimizer: CollaborativeOptimizer | DilocoOptimizer,
-        stop: asyncio.Event,
-        batches: Iterator[Any],
-        precision: Precision,
-    ) -> None:
-        """Start ``optimizer`` (paused if the engine is), follow the curve, and train until stopped."""
         self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, optimizer))
         await optimizer.start()
         if not self.control.running:
@@ -170,9 +108,6 @@ class TrainerRole:
             )
         finally:
             trainer.close()
-
-    def _rolled_back(self, done: RolledBack) -> None:
-        self.on_event(done.event())
 
 
 async def run_backbone(
@@ -234,93 +169,15 @@ async def run_backbone(
             snapshot=lambda: (state.epoch, copy.deepcopy(state.model)),
             on_result=evaluated,
         )
+    parts = BackboneParts(settings, state, links, on_event, checkpoints=store, report=report)
     try:
-        await _run_replica(
-            settings, state, links, store=store, report=report, on_event=on_event, stop=stop
-        )
+        await mode_of(manifest).backbone(parts).run(stop)
     finally:
         if evaluator is not None:
             await evaluator.aclose()
 
 
-async def _run_replica(
-    settings: PeerSettings,
-    state: TrainingState,
-    links: PeerLinks,
-    *,
-    store: CheckpointStore | None,
-    report: Callable[[EpochMetrics], None],
-    on_event: Callable[[PeerEvent], None],
-    stop: asyncio.Event,
-) -> None:
-    s, manifest = settings, settings.manifest
-    if manifest.training.mode == "diloco":
-        backbone = DilocoBackbone(
-            diloco_optimizer(manifest, state, links, "aux"),
-            checkpoints=store,
-            checkpoint_every=s.checkpoint_every,
-            on_metrics=report,
-            publish=s.publishing.publish if s.publishing is not None else None,
-        )
-        await backbone.run(stop)
-        return
-    aux = AuxiliaryPeer(
-        state,
-        links,
-        config=AuxiliaryConfig(
-            target_batch_size=manifest.training.target_batch_size,
-            matchmaking_time=manifest.averaging.matchmaking_time,
-            checkpoint_every=s.checkpoint_every,
-            average_state_every=manifest.training.average_state_every,
-            clip_norm=manifest.training.clip_norm or None,
-            delay_parameter_updates=manifest.training.delay_parameter_updates,
-        ),
-        checkpoints=store,
-        on_metrics=report,
-        # it says where it published; a failure is the auxiliary peer's to report
-        publish=s.publishing.publish if s.publishing is not None else None,
-        on_evidence=s.on_evidence,
-    )
-    aux.rollback = ReplicaRollback.following(
-        s.access,
-        aux.local,
-        links,
-        checkpoints=store,
-        on_applied=lambda done: on_event(done.event()),
-    )
-    await aux.run(stop)
-
-
-def diloco_optimizer(
-    manifest: Manifest,
-    state: TrainingState,
-    links: PeerLinks,
-    mode: str,
-    unsent_file: Path | None = None,
-) -> DilocoOptimizer:
-    """The manifest's DiLoCo rounds around ``state`` (already on its training device);
-    ``unsent_file``: where a trainer keeps its unsent work across a restart."""
-    t, codec = manifest.training, links.averager.config.codec
-    diloco = DilocoState(
-        state,
-        outer_lr=t.outer_lr,
-        outer_momentum=t.outer_momentum,
-        overlap=t.overlap,
-        sparse=codec.sparse,
-        clip_norm=t.clip_norm or None,
-    )
-    config = DilocoConfig(
-        round_seconds=t.round_seconds,
-        mode=mode,
-        matchmaking_time=matchmaking_time(manifest),
-        unsent_file=unsent_file,
-    )
-    return DilocoOptimizer(diloco, links, config)
-
-
-async def _interrupt_on(
-    stop: asyncio.Event, optimizer: CollaborativeOptimizer | DilocoOptimizer
-) -> None:
+async def _interrupt_on(stop: asyncio.Event, optimizer: ModeOptimizer) -> None:
     """A stop ends a wait for the state at once, not after the backoff."""
     await stop.wait()
     optimizer.interrupt()

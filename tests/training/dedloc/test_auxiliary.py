@@ -13,15 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.training.auxiliary import AuxiliaryConfig
 from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import CollaborativeConfig
+from core.training.dedloc.backbone import AuxiliaryConfig
+from core.training.dedloc.optimizer import CollaborativeConfig
 from core.training.metrics import EpochMetrics
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
 from tests.training.conftest import AVERAGING, MakePeer, close_aux, start_aux
-from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
+from tests.training.dedloc.test_collaborative import (
+    Recorder,
+    dataset,
+    fresh_model,
+    make_optimizer,
+    mse,
+)
 
 
 async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(

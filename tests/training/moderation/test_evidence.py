@@ -17,10 +17,15 @@ from core.account.reporter import ContributionReporter
 from core.averaging import Averager, AveragingResult, Finding
 from core.dht import DHTConfig, DHTNode, HostTransport, owner_marker
 from core.net import Identity
-from core.training.auxiliary import AuxiliaryConfig, AuxiliaryPeer
-from core.training.collaborative import CollaborativeConfig
-from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
+from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
+from core.training.dedloc.optimizer import CollaborativeConfig
 from core.training.links import PeerLinks
+from core.training.moderation.evidence import (
+    EvidenceBoard,
+    EvidenceCollector,
+    Reported,
+    accusations,
+)
 from core.training.state import TrainingState
 from core.trust.evidence import Evidence, InvalidEvidence, sign_evidence
 from core.util.msgpack_codec import pack, unpack
@@ -219,7 +224,7 @@ async def test_the_auxiliary_peer_collects_names_and_reports_evidence(
             AuxiliaryConfig(target_batch_size=10**6, evidence_interval=0.2),
             on_evidence=reporter.submit_evidence,
         )
-        caplog.set_level(logging.WARNING, logger="core.training.auxiliary")
+        caplog.set_level(logging.WARNING, logger="core.training.dedloc.backbone")
         task = asyncio.create_task(aux.run(stop))
         alice = EvidenceBoard(alice_dht, alice_host.identity, PROJECT)
         finding = Finding(mallory.peer_id, 2, -1, "norm_ratio", 850.0, "norm 850× the median")

@@ -20,13 +20,13 @@ from core.averaging.state import StateDownloadError, StateSharing
 from core.engine.events import EventBus
 from core.engine.peer_events import PeerEvents
 from core.net import Identity
-from core.training.auxiliary import AuxiliaryConfig
 from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import CollaborativeConfig
+from core.training.dedloc.backbone import AuxiliaryConfig
+from core.training.dedloc.optimizer import CollaborativeConfig
 from core.training.errors import CheckpointError
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.rollback import OrderReader, applied_of, round_key
+from core.training.moderation.rollback import OrderReader, applied_of, round_key
 from core.training.rollback_replica import ReplicaRollback
 from core.training.rollback_replica import RolledBack as Applied
 from core.training.trainer import Trainer
@@ -43,7 +43,13 @@ from core.worker.events import PeerRolledBack, from_json, to_json
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
 from tests.training.conftest import MakePeer, close_aux, start_aux, start_node
-from tests.training.test_collaborative import Recorder, dataset, fresh_model, make_optimizer, mse
+from tests.training.dedloc.test_collaborative import (
+    Recorder,
+    dataset,
+    fresh_model,
+    make_optimizer,
+    mse,
+)
 
 PROJECT = "rollback-test"
 
@@ -126,7 +132,7 @@ def test_the_reader_ignores_forged_and_replayed_orders_with_a_log_line(
     assert reader.pending(applied=0) == first
     assert reader.pending(applied=1) is None  # applied: the coordinator still serves it, quietly
 
-    caplog.set_level(logging.WARNING, "core.training.rollback")
+    caplog.set_level(logging.WARNING, "core.training.moderation.rollback")
     served[0] = order_to_text(order(forger, 2, 0))
     assert reader.pending(applied=1) is None
     assert reader.pending(applied=1) is None

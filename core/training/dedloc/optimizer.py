@@ -38,19 +38,19 @@ from core.averaging.state import StateDownloadError
 from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
 from core.training.credit import LandedLog
+from core.training.dedloc.feedback import ErrorFeedback
+from core.training.dedloc.readiness import Own, estimate
 from core.training.errors import CheckpointError
-from core.training.evidence import EvidenceBoard
-from core.training.feedback import ErrorFeedback
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress, StepTally
-from core.training.readiness import Own, estimate
-from core.training.rollback import applied_of, round_key
+from core.training.moderation.evidence import EvidenceBoard
+from core.training.moderation.rollback import applied_of, round_key
+from core.training.participation import Participation
+from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
 from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
-from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks
 from core.worker.events import PeerEpoch
 
@@ -101,15 +101,21 @@ class CollaborativeOptimizer:
         self.state = state
         self.averager = averager = links.averager
         self.links = links
-        self.sharing = links.sharing
         self.board = links.board
         self.bridge = links.bridge
         self.config = config
         self.reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
         self.states_averaged: deque[int] = deque(maxlen=REPORTS_KEPT)
         """Epochs at which the state was averaged with a group (completely or not)."""
-        self.on_waiting: Callable[[str | None], None] | None = None
-        """Told the reason whenever we start or stop waiting for the collaboration."""
+        self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
+        self.part = Participation(
+            links,
+            config.mode,
+            snapshot=state.snapshot(),
+            retry_cap=config.retry_cap,
+            tasks=self._tasks,
+        )
+        """Our records, our pause, our waits and our state offer (shared with diloco)."""
         self.fallback: Callable[[int], Awaitable[Path | None]] | None = None
         """A checkpoint the organizers published, newer than the given epoch (verified), or None:
         tried when no peer can give the state."""
@@ -121,23 +127,17 @@ class CollaborativeOptimizer:
         """With a sparse codec: what it left out of our gradients, sent with the next round."""
         """Changes our mean gradient in place before it is averaged: only a Byzantine peer on
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
-        self._catching_up = Retry("could not load the state", log, cap=config.retry_cap)
-        self._peer = str(averager.host.peer_id)
-        self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
+        self._peer = self.part.peer
         self.local = LocalWork(state, config.clip_norm)
         self.evidence = EvidenceBoard.of(averager)
         """Publishes what our rounds found against others, signed (the backbone reports it)."""
-        self._tally = StepTally()
-        self._last = (-1, 0.0, 0, 0)  # epoch, loss sum, mini-steps, samples of the last finished
-        self.landed = LandedLog()
-        """Epochs whose update we applied, with their samples: what our record asks credit for."""
+        self._tally = self.part.tally
         self._short_rounds = 0
         self._committed = 0
         """Samples handed to the gradient round under way. Our record still counts them for the
         epoch: peers that have not joined the round yet would otherwise see the collaboration fall
         short of the target, compute on, and bring a larger batch than the step needs."""
         self._epoch_started = time.time()
-        self._records: list[PeerProgress] = []
         self._absent: dict[str, float] = {}
         """Peers whose records promised samples that a short round of this epoch never got (killed
         since): their record's time then. Readiness leaves such a record out until it is renewed, or
@@ -146,10 +146,7 @@ class CollaborativeOptimizer:
         self._refreshing: asyncio.Task[None] | None = None
         self._samples_at_fetch = 0
         self._publish_wanted = asyncio.Event()
-        self._snapshot = state.snapshot()
         self._pending_update: asyncio.Task[bool] | None = None
-        self._active = asyncio.Event()
-        self._active.set()
         self._stopping = False
         self._wake = asyncio.Event()
         """Ends a wait between attempts early (a pause or a stop)."""
@@ -158,18 +155,35 @@ class CollaborativeOptimizer:
     def epoch(self) -> int:
         return self.state.epoch
 
+    @property
+    def landed(self) -> LandedLog:
+        """Epochs whose update we applied, with their samples: what our record asks credit for."""
+        return self.part.landed
+
+    @property
+    def on_waiting(self) -> Callable[[str | None], None] | None:
+        """Told the reason whenever we start or stop waiting for the collaboration."""
+        return self.part.on_waiting
+
+    @on_waiting.setter
+    def on_waiting(self, told: Callable[[str | None], None] | None) -> None:
+        self.part.on_waiting = told
+
+    @property
+    def offloadable(self) -> LocalWork:
+        """What a pause moves off the device with the model: our accumulators."""
+        return self.local
+
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Share our state, start reporting, and catch up if the collaboration is ahead."""
         await self.bridge.run(self.local.zeros)
-        self.sharing.serve(lambda: self._snapshot)
-        await self.sharing.announce(self.epoch)
+        await self.part.offer(lambda: self.epoch)
         await self._publish()
         await self._refresh()
         self._tasks.spawn("publish", self._publish_loop())
         self._tasks.spawn("refresh", self._refresh_loop())
-        self._tasks.spawn("announce", self.sharing.keep_announced(lambda: self.epoch))
         if self.view().epoch > self.epoch:
             await self.wait_for_state()
         elif self.fallback is not None and len(self.view().peers) == 1:
@@ -184,28 +198,25 @@ class CollaborativeOptimizer:
     @property
     def waiting_for(self) -> str | None:
         """Why we cannot contribute now (the state cannot be loaded), or None."""
-        return self._catching_up.reason
+        return self.part.waiting_for
 
     @property
     def paused(self) -> bool:
-        return not self._active.is_set()
+        return self.part.paused
 
     async def pause(self) -> None:
         """Step aside: tell the others we are paused (they stop counting on us) and stop polling.
 
         Our accumulated samples stay; they count again if we resume within the same epoch."""
-        if self.paused:
+        if not self.part.step_aside():
             return
-        self._active.clear()
         self._wake.set()
-        self._tally.stop()
         await self._publish()
 
     async def resume(self) -> None:
         """Rejoin: report again, and load the newest state if the collaboration moved on."""
-        if not self.paused:
+        if not self.part.come_back():
             return
-        self._active.set()
         self._tally.last_step_at = None  # the pause is not slowness
         await asyncio.gather(self._publish(), self._refresh())
         if self.view().epoch > self.epoch:
@@ -221,8 +232,7 @@ class CollaborativeOptimizer:
         if self._pending_update is not None:
             await asyncio.gather(self._pending_update, return_exceptions=True)
         await self._tasks.close()
-        self.sharing.stop_serving()
-        await self.links.withdraw(self._progress())
+        await self.part.leave(self._progress())
 
     # ---- the training loop's side ----------------------------------------------------------------
 
@@ -266,21 +276,14 @@ class CollaborativeOptimizer:
             reason = await self.catch_up()
             if reason is None or not self._behind():
                 break
-            self._set_waiting(reason)
+            self.part.set_waiting(reason)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._catching_up.failed(reason))
+                await asyncio.wait_for(self._wake.wait(), self.part.failed(reason))
             await self._refresh()
             if not self._behind():
                 break
-        self._set_waiting(None)
-
-    def _set_waiting(self, reason: str | None) -> None:
-        before = self._catching_up.reason
-        if reason is None:
-            self._catching_up.succeeded()
-        if reason != before and self.on_waiting is not None:
-            self.on_waiting(reason)
+        self.part.set_waiting(None)
 
     async def catch_up(self) -> str | None:
         """Load the newest state newer than ours from peers (our unshared samples are dropped),
@@ -291,8 +294,8 @@ class CollaborativeOptimizer:
         if self.rollback is not None and (order := self.rollback.pending()) is not None:
             return await self._roll_back(order)
         try:
-            downloaded = await self.sharing.download(
-                newer_than=self.epoch, timeout=self.config.state_timeout, accept=self._accepts
+            downloaded = await self.part.download(
+                self.epoch, self.config.state_timeout, accept=self._accepts
             )
         except (StateDownloadError, TimeoutError) as exc:
             if await self._from_published():
@@ -363,25 +366,10 @@ class CollaborativeOptimizer:
     # ---- accounting ------------------------------------------------------------------------------
 
     def _progress(self) -> PeerProgress:
-        last_epoch, last_loss, last_mini, last_samples = self._last
-        return PeerProgress(
-            self._peer,
-            self.epoch,
-            self._tally.samples + self._committed,
-            self._tally.speed,
-            time.time(),
-            self.config.mode if self._active.is_set() else "paused",
-            self._tally.loss_sum,
-            self._tally.mini_steps,
-            last_epoch,
-            last_loss,
-            last_mini,
-            last_samples,
-            landed=self.landed.items(),
-        )
+        return self.part.record(self.epoch, self._tally.samples + self._committed)
 
     def _estimate(self) -> float:
-        """Samples towards our epoch (``core.training.readiness``)."""
+        """Samples towards our epoch (``core.training.dedloc.readiness``)."""
         own = Own(
             self._peer, self.epoch, self._tally.samples, self._tally.speed, self._epoch_started
         )
@@ -389,7 +377,7 @@ class CollaborativeOptimizer:
 
     def _present(self) -> list[PeerProgress]:
         """The records, less those a short round of this epoch proved empty (not renewed since)."""
-        return [r for r in self._records if r.time > self._absent.get(r.peer, -math.inf)]
+        return [r for r in self.part.records if r.time > self._absent.get(r.peer, -math.inf)]
 
     def _reset_epoch(self) -> None:
         self._tally.take()
@@ -401,16 +389,12 @@ class CollaborativeOptimizer:
 
     async def _publish(self) -> None:
         self._publish_wanted.clear()
-        try:
-            await self.board.publish(self._progress())
-        except BarnraiseError as exc:
-            log.debug("publishing progress failed: %s", exc)
+        await self.part.publish(self._progress())
 
     async def _refresh(self) -> None:
-        try:
-            self._records = await self.board.fetch()
-        except BarnraiseError as exc:
-            log.debug("reading progress failed: %s", exc)
+        records = await self.part.read()
+        if records is not None:
+            self.part.records = records
         self._fetched_at = time.monotonic()
         self._samples_at_fetch = self._tally.samples
 
@@ -422,7 +406,7 @@ class CollaborativeOptimizer:
 
     async def _publish_loop(self) -> None:
         while True:
-            await self._active.wait()  # a paused peer's record may expire: nobody waits for it
+            await self.part.wait_active()  # paused: our record may expire, nobody waits for it
             try:
                 async with asyncio.timeout(KEEPALIVE):  # keep the record alive while idle
                     await self._publish_wanted.wait()
@@ -433,7 +417,7 @@ class CollaborativeOptimizer:
 
     async def _refresh_loop(self) -> None:
         while True:
-            await self._active.wait()  # paused: no polling, so the engine stays quiet
+            await self.part.wait_active()  # paused: no polling, so the engine stays quiet
             await asyncio.sleep(self.config.refresh_interval)
             if time.monotonic() - self._fetched_at >= self.config.refresh_interval:
                 await self._refresh()
@@ -453,8 +437,8 @@ class CollaborativeOptimizer:
         expected = len(view.trainers_at_epoch) + sum(
             1 for p in view.peers if p.mode == "aux" and p.epoch == epoch
         )
-        totals, previous = (self._tally.loss_sum, self._tally.mini_steps), self._last
-        self._last = (epoch, *totals, samples)
+        totals, previous = (self._tally.loss_sum, self._tally.mini_steps), self.part.last
+        self.part.last = (epoch, *totals, samples)
         self._reset_epoch()
         update = self._average_and_apply(grads, samples, epoch, max(1, expected), started)
         if self.config.delay_parameter_updates:
@@ -471,7 +455,7 @@ class CollaborativeOptimizer:
             # so far kept in our accumulators (it weighs as the samples we brought to it)
             t = self._tally
             t.samples, t.loss_sum, t.mini_steps = samples, *totals
-            self._last = previous
+            self.part.last = previous
             return None
         return self.reports[-1]
 
@@ -515,7 +499,7 @@ class CollaborativeOptimizer:
             members = {str(m) for m in result.members} if result is not None else set()
             self._absent = {
                 r.peer: r.time
-                for r in self._records
+                for r in self.part.records
                 if r.training and r.epoch == epoch and r.peer not in members | {self._peer}
             }
             await self.bridge.run(self.local.keep, grads, samples)
@@ -574,9 +558,6 @@ class CollaborativeOptimizer:
         self.states_averaged.append(epoch)
 
     async def _after_epoch_change(self) -> None:
-        self._snapshot = await self.bridge.run(self.state.snapshot)
+        self.part.snapshot = await self.bridge.run(self.state.snapshot)
         await self._publish()
-        try:
-            await self.sharing.announce(self.epoch)
-        except BarnraiseError as exc:
-            log.debug("announcing the state failed: %s", exc)
+        await self.part.announce(self.epoch)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from core.training.feedback import ErrorFeedback
+from core.training.dedloc.feedback import ErrorFeedback
 
 
 def test_what_a_round_left_out_joins_the_next_rounds_gradients() -> None:

@@ -1,11 +1,11 @@
 """RefusedCalls: the calls an expert server refused for poisoned tensors, as evidence.
 
-An expert server refuses a call whose tensors are not finite (``core.moe.server``): answered as an
-invalid request, it spoils nothing. Such a call is also evidence against its caller, as a poisoned
-part is in an averaging round: the server signs an accusation and publishes it in its own evidence
-record (``EvidenceBoard``). A dmoe project has no auxiliary peer, so the backbone's expert server
-collects everyone's records (``collect``) and hands them to the coordinator's reporter, as the
-auxiliary peer does in a collaborative project.
+An expert server refuses a call whose tensors are not finite (``core.moe.server.server``):
+answered as an invalid request, it spoils nothing. Such a call is also evidence against its caller,
+as a poisoned part is in an averaging round: the server signs an accusation and publishes it in its
+own evidence record (``EvidenceBoard``). A dmoe project has no auxiliary peer, so the backbone's
+expert server collects everyone's records (``collect``) and hands them to the coordinator's
+reporter, as the auxiliary peer does in a collaborative project.
 
 One accusation per caller per window (``window`` seconds), however many calls it sent: the value
 counts the calls, the reason names the first. A flood of poisoned calls is then a few records a
@@ -25,7 +25,7 @@ from typing import Protocol
 
 from core.dht import DHTNode
 from core.net import Host
-from core.training.evidence import EvidenceBoard, EvidenceCollector, accusations
+from core.training.moderation.evidence import EvidenceBoard, EvidenceCollector, accusations
 from core.trust.evidence import MAX_CHUNK, Evidence
 from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
@@ -46,7 +46,7 @@ STATISTIC = "refused_calls"
 
 
 class Refused(Protocol):
-    """A refused call as the expert server describes it (``core.moe.server.Refusal``)."""
+    """A refused call as the expert server describes it (``core.moe.server.server.Refusal``)."""
 
     @property
     def caller(self) -> PeerID: ...

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.codecs.topk import top_k
-from core.training.collaborative import CollaborativeConfig
+from core.training.dedloc.optimizer import CollaborativeConfig
 from core.training.trainer import Trainer
 from tests.training.conftest import AVERAGING, MakePeer, Peer
 

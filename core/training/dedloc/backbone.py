@@ -22,7 +22,7 @@ writes its replica as a checkpoint (never one whose loss is NaN), and publishes 
 rollback order of the moderators puts the replica on one of those checkpoints, one epoch past the
 newest it knows of, for the trainers to download (``rollback_replica``).
 
-It collects the members' signed evidence (``core.training.evidence``) at every new epoch and every
+It collects the members' signed evidence (``core.training.moderation.evidence``) at every new epoch and every
 ``evidence_interval`` seconds, names each accused peer (and its user, from the progress records'
 passes) in its log, and hands the new accusations to ``on_evidence`` (the coordinator's reporter).
 Its own findings as a reducer are published like a trainer's.
@@ -46,14 +46,20 @@ from core.averaging import AveragingResult
 from core.averaging.state import DownloadedState, StateDownloadError
 from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
-from core.training.collaborative import MAX_SHORT_ROUNDS
+from core.training.dedloc.optimizer import MAX_SHORT_ROUNDS
 from core.training.errors import CheckpointError
-from core.training.evidence import EvidenceBoard, EvidenceCollector, Reported, accusations
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator
+from core.training.moderation.evidence import (
+    EvidenceBoard,
+    EvidenceCollector,
+    Reported,
+    accusations,
+)
+from core.training.moderation.rollback import METADATA_KEY, applied_of, round_key
+from core.training.participation import Participation
 from core.training.progress import KEEPALIVE, PeerProgress
-from core.training.rollback import METADATA_KEY, applied_of, round_key
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
 from core.trust.evidence import Evidence
@@ -116,8 +122,12 @@ class AuxiliaryPeer:
         """The replica of the collaboration's state (``state.epoch``: the epoch it is at)."""
         self.averager = averager
         self.links = links
-        self.sharing = links.sharing
         self.board = links.board
+        self._tasks = BackgroundTasks(f"auxiliary/{averager.host.peer_id.short()}")
+        self.part = Participation(
+            links, "aux", snapshot=state.snapshot(), retry_cap=config.retry_cap, tasks=self._tasks
+        )
+        """Our offer of the replica (the trainers' records are read here, not through it)."""
         self.bridge = links.bridge
         self.config = config
         self.checkpoints = checkpoints
@@ -147,10 +157,8 @@ class AuxiliaryPeer:
         self._short_rounds = 0
         """Short rounds in a row at the current epoch (the trainers count them alike)."""
         self._published_at = 0.0
-        self._tasks = BackgroundTasks(f"auxiliary/{averager.host.peer_id.short()}")
         self._checkpointing: asyncio.Task[None] | None = None
         self._saved_epoch = -1
-        self._snapshot = state.snapshot()
         self._downloading: asyncio.Task[DownloadedState] | None = None
         self._joining: asyncio.Task[None] | None = None
         self._resync = Retry("the backbone could not refresh its state", log, cap=config.retry_cap)
@@ -166,9 +174,7 @@ class AuxiliaryPeer:
         grads = [torch.zeros(p.shape, dtype=torch.float32) for p in self.state.parameters]
         try:
             await self._resume_from_checkpoint()
-            self.sharing.serve(lambda: self._snapshot)
-            await self.sharing.announce(self.state.epoch)
-            self._tasks.spawn("announce", self.sharing.keep_announced(lambda: self.state.epoch))
+            await self.part.offer(lambda: self.state.epoch)
             while stop is None or not stop.is_set():
                 try:
                     await self._tick(grads)
@@ -183,8 +189,7 @@ class AuxiliaryPeer:
                     await self._collect_evidence()
         finally:
             await self._tasks.close()
-            self.sharing.stop_serving()
-            await self.links.withdraw(self._record())
+            await self.part.leave(self._record())
 
     async def _resume_from_checkpoint(self) -> None:
         """The replica starts from the newest checkpoint that loads (none: the initial weights)."""
@@ -329,11 +334,7 @@ class AuxiliaryPeer:
             return
         self._downloading = self._tasks.spawn(
             f"download-{newest}",
-            self.sharing.download(
-                newer_than=self.state.epoch,
-                timeout=self.config.state_timeout,
-                accept=self._accepts,
-            ),
+            self.part.download(self.state.epoch, self.config.state_timeout, accept=self._accepts),
         )
 
     def _accepts(self, metadata: dict[str, Any]) -> bool:
@@ -369,11 +370,8 @@ class AuxiliaryPeer:
         )
 
     async def _replica_changed(self) -> None:
-        self._snapshot = await self.bridge.run(self.state.snapshot)
-        try:
-            await self.sharing.announce(self.state.epoch)
-        except BarnraiseError as exc:
-            log.debug("announcing the state failed: %s", exc)
+        self.part.snapshot = await self.bridge.run(self.state.snapshot)
+        await self.part.announce(self.state.epoch)
 
     async def _join(
         self, round_key: str, zeros: list[torch.Tensor], expected: int, codec: Codec | None, *,

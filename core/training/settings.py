@@ -1,7 +1,8 @@
 """PeerSettings: what one peer of a project is (its role, where it listens, its data and hooks);
 ``Misbehaving``, the seam through which the demo makes a trainer misbehave on purpose.
 
-``ProjectPeer`` (``peer``) is built from these; the CLI and the engine fill them from their options.
+``ProjectPeer`` (``core.training.peer``) is built from these, and each mode builds its parts from
+them (``core.training.mode``); the CLI and the engine fill them from their options.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import torch
+
 from core.averaging import Averager
 from core.net import Identity
 from core.net.host.gate import AccessGate
 from core.project import Manifest
-from core.training.collaborative import CollaborativeOptimizer
 from core.training.metrics import EpochMetrics
 from core.training.published import CheckpointPublishing
 from core.trust.evidence import Evidence
@@ -23,6 +25,13 @@ from core.worker.errors import TrainingError
 from core.worker.events import PeerEvaluation
 
 ROLES = ("trainer", "client", "aux")
+
+
+class Tamperable(Protocol):
+    """An optimizer whose mean gradient a misbehaving peer may change before it is averaged
+    (``CollaborativeOptimizer``: the mode whose spec hosts the demo, ``misbehaving_demo``)."""
+
+    tamper: Callable[[list[torch.Tensor]], None] | None
 
 
 class Misbehaving(Protocol):
@@ -34,7 +43,7 @@ class Misbehaving(Protocol):
         """What it does, in words (for the log)."""
         ...
 
-    def install(self, optimizer: CollaborativeOptimizer, averager: Averager) -> None:
+    def install(self, optimizer: Tamperable, averager: Averager) -> None:
         """Put itself in place: the optimizer's ``tamper`` or the averager's ``round_hook``."""
         ...
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from core.net import Identity
-from core.training.call_evidence import MAX_ACCUSED, STATISTIC, RefusedCalls
-from core.training.evidence import EvidenceBoard
+from core.training.moderation.call_evidence import MAX_ACCUSED, STATISTIC, RefusedCalls
+from core.training.moderation.evidence import EvidenceBoard
 from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
 from core.util.clock import FakeClock

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from core.training.dedloc.readiness import Own, estimate, fresh
 from core.training.progress import RECORD_TTL, PeerProgress, ProgressBoard
-from core.training.readiness import Own, estimate, fresh
 from tests.conftest import MakeHost
 from tests.training.conftest import start_node
 

@@ -1,0 +1,78 @@
+"""The ``diloco`` mode's training code: a trainer's ``DilocoOptimizer`` and the backbone's
+``DilocoBackbone``, built from a project peer's parts (``core.training.mode``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.project import Manifest
+from core.training.diloco.backbone import DilocoBackbone
+from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
+from core.training.diloco.state import DilocoState
+from core.training.links import PeerLinks
+from core.training.mode import BackboneParts, Matchmaking, PeerParts
+from core.training.state import TrainingState
+from core.util.errors import ConfigError
+
+UNSENT_FILE = "diloco-unsent.npz"
+"""In a trainer's work folder: its unsent work across a restart (``UnsentWork``)."""
+
+
+class Diloco:
+    def matchmaking(self, manifest: Manifest) -> Matchmaking:
+        """The members of a round reach its end up to one microbatch apart (a round ends between
+        microbatches), and with overlap the wait costs no computing: a leader waits for everyone
+        it expects, up to a third of a round or the manifest's time if longer."""
+        t, wait = manifest.training, manifest.averaging.matchmaking_time
+        most = max(wait, t.round_seconds / 3)
+        return Matchmaking(most, most)
+
+    def trainer(self, parts: PeerParts) -> DilocoOptimizer:
+        s = parts.settings
+        if s.misbehaviour is not None:
+            raise ConfigError("the demo's misbehaving peers run in dedloc mode only")
+        role = "client" if s.role == "client" else "trainer"
+        return self.optimizer(
+            parts.manifest, parts.state, parts.links, role, unsent_file=s.work_dir / UNSENT_FILE
+        )
+
+    def backbone(self, parts: BackboneParts) -> DilocoBackbone:
+        s = parts.settings
+        return DilocoBackbone(
+            self.optimizer(parts.manifest, parts.state, parts.links, "aux"),
+            checkpoints=parts.checkpoints,
+            checkpoint_every=s.checkpoint_every,
+            on_metrics=parts.report,
+            publish=s.publishing.publish if s.publishing is not None else None,
+        )
+
+    def optimizer(
+        self,
+        manifest: Manifest,
+        state: TrainingState,
+        links: PeerLinks,
+        role: str,
+        unsent_file: Path | None = None,
+    ) -> DilocoOptimizer:
+        """The manifest's DiLoCo rounds around ``state`` (already on its training device), for a
+        trainer, a client or the backbone (``role`` aux); ``unsent_file``: where a trainer keeps
+        its unsent work across a restart."""
+        t, codec = manifest.training, links.averager.config.codec
+        diloco = DilocoState(
+            state,
+            outer_lr=t.outer_lr,
+            outer_momentum=t.outer_momentum,
+            overlap=t.overlap,
+            sparse=codec.sparse,
+            clip_norm=t.clip_norm or None,
+        )
+        config = DilocoConfig(
+            round_seconds=t.round_seconds,
+            mode=role,
+            matchmaking_time=self.matchmaking(manifest).most,
+            unsent_file=unsent_file,
+        )
+        return DilocoOptimizer(diloco, links, config)
+
+
+MODE = Diloco()

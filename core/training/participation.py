@@ -1,0 +1,178 @@
+"""Participation: what every mode's peer does to take part in the collaboration, whatever its
+rounds look like.
+
+Both optimizers (``dedloc``'s and ``diloco``'s, the latter also as the diloco backbone) compose
+one: it holds this peer's side of the progress records (the tally of its work since the last report
+point, the epochs whose work landed, the totals of its last finished epoch, the record it
+publishes and the records it last read), whether it is paused, why it waits (the catch-up's
+backoff and the reason told to its owner), and its state offer (the snapshot it serves, announced
+with its epoch) and downloads. What differs between modes, when to read, when to publish, when to
+catch up and what a downloaded state does to the model, stays with the mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from core.averaging.state import DownloadedState
+from core.training.credit import LandedLog
+from core.training.links import PeerLinks
+from core.training.progress import PeerProgress, StepTally
+from core.util.errors import BarnraiseError
+from core.util.retry import Retry
+from core.util.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+Snapshot = tuple[int, dict[str, Any], list[Any]]
+"""What a peer serves of its state: its epoch, the metadata, the flat arrays."""
+Finished = tuple[int, float, int, int]
+"""The last epoch this peer finished: its number, loss sum, mini-steps and samples."""
+NONE_FINISHED: Finished = (-1, 0.0, 0, 0)
+
+
+class Participation:
+    def __init__(
+        self,
+        links: PeerLinks,
+        role: str,
+        *,
+        snapshot: Snapshot,
+        retry_cap: float,
+        tasks: BackgroundTasks,
+    ) -> None:
+        """``role``: what the record says while the peer is active (trainer, client or aux);
+        ``tasks``: its owner's, where the announcement is kept alive."""
+        self.links = links
+        self.role = role
+        self.peer = str(links.averager.host.peer_id)
+        self.tally = StepTally()
+        self.landed = LandedLog()
+        """Epochs whose work landed, with their samples: what our record asks credit for."""
+        self.last: Finished = NONE_FINISHED
+        self.records: list[PeerProgress] = []
+        """The others' records as last read (the owner decides how a read updates them)."""
+        self.snapshot = snapshot
+        """What peers that fell behind download from us; replaced whenever the state moves."""
+        self.on_waiting: Callable[[str | None], None] | None = None
+        """Told the reason whenever we start or stop waiting for the collaboration."""
+        self._active = asyncio.Event()
+        self._active.set()
+        self._catching_up = Retry("could not load the state", log, cap=retry_cap)
+        self._tasks = tasks
+
+    # ---- paused or taking part -------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return not self._active.is_set()
+
+    async def wait_active(self) -> None:
+        await self._active.wait()
+
+    def step_aside(self) -> bool:
+        """Paused from now on: no speed, and records say so. False if it already was."""
+        if self.paused:
+            return False
+        self._active.clear()
+        self.tally.stop()
+        return True
+
+    def come_back(self) -> bool:
+        """Active again. False if it already was."""
+        if not self.paused:
+            return False
+        self._active.set()
+        return True
+
+    # ---- why we wait -----------------------------------------------------------------------------
+
+    @property
+    def waiting_for(self) -> str | None:
+        """Why we cannot contribute now (the state cannot be loaded), or None."""
+        return self._catching_up.reason
+
+    def failed(self, reason: str) -> float:
+        """Another attempt to catch up failed: the seconds to wait before the next."""
+        return self._catching_up.failed(reason)
+
+    def set_waiting(self, reason: str | None) -> None:
+        """We wait for ``reason`` (None: no longer); the owner hears of every change."""
+        before = self._catching_up.reason
+        if reason is None:
+            self._catching_up.succeeded()
+        if reason != before and self.on_waiting is not None:
+            self.on_waiting(reason)
+
+    # ---- our record and theirs -------------------------------------------------------------------
+
+    def record(self, epoch: int, samples: int) -> PeerProgress:
+        """Our progress record: at ``epoch`` with ``samples`` towards it, our speed and loss
+        totals, our last finished epoch, the epochs that landed; "paused" while paused."""
+        last_epoch, last_loss, last_mini, last_samples = self.last
+        return PeerProgress(
+            self.peer,
+            epoch,
+            samples,
+            self.tally.speed,
+            time.time(),
+            "paused" if self.paused else self.role,
+            self.tally.loss_sum,
+            self.tally.mini_steps,
+            last_epoch,
+            last_loss,
+            last_mini,
+            last_samples,
+            landed=self.landed.items(),
+        )
+
+    async def publish(self, record: PeerProgress) -> None:
+        try:
+            await self.links.board.publish(record)
+        except BarnraiseError as exc:
+            log.debug("publishing progress failed: %s", exc)
+
+    async def read(self) -> list[PeerProgress] | None:
+        """Everyone's records now, or None when the read failed (a busy DHT: try again later)."""
+        try:
+            return await self.links.board.fetch()
+        except BarnraiseError as exc:
+            log.debug("reading progress failed: %s", exc)
+            return None
+
+    # ---- our state for others, theirs for us -----------------------------------------------------
+
+    async def offer(self, epoch: Callable[[], int]) -> None:
+        """Serve our snapshot to peers that fell behind, announced with our epoch from now on."""
+        sharing = self.links.sharing
+        sharing.serve(lambda: self.snapshot)
+        await sharing.announce(epoch())
+        self._tasks.spawn("announce", sharing.keep_announced(epoch))
+
+    async def announce(self, epoch: int) -> None:
+        """Our state moved to ``epoch``: say so now rather than at the next keep-alive."""
+        try:
+            await self.links.sharing.announce(epoch)
+        except BarnraiseError as exc:
+            log.debug("announcing the state failed: %s", exc)
+
+    async def download(
+        self,
+        newer_than: int,
+        timeout: float,
+        accept: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> DownloadedState:
+        """The newest state a donor gives that is newer than ``newer_than`` (and that ``accept``
+        takes); ``StateDownloadError`` or ``TimeoutError`` when nobody can."""
+        return await self.links.sharing.download(
+            newer_than=newer_than, timeout=timeout, accept=accept
+        )
+
+    async def leave(self, record: PeerProgress) -> None:
+        """Stop serving, and tell the others at once: our record and our offer withdrawn."""
+        self.links.sharing.stop_serving()
+        await self.links.withdraw(record)
