@@ -41,6 +41,10 @@ class ModeTable:
         """The first row: a manifest that names no mode trains in it."""
         return self.modes[0]
 
+    def described(self) -> str:
+        """Every mode with its summary, for a command's help: "dedloc: ...; diloco: ..."."""
+        return "; ".join(f"{mode.name}: {mode.summary}" for mode in self.modes)
+
     def get(self, name: str) -> ModeSpec | None:
         return self._by_name.get(name)
 

@@ -58,6 +58,7 @@ from core.coordinator.data_files import check_data_folder
 from core.coordinator.reports.evidence_records import Accused
 from core.coordinator.reports.rollback import StoredOrder
 from core.coordinator.tls import ServerTls, server_tls_context
+from core.modes import active_modes
 from core.net.errors import AddressError
 from core.net.host.address import PeerAddress
 from core.project import AnyManifest, Manifest, load_any_manifest
@@ -440,10 +441,12 @@ def run_rollback(args: argparse.Namespace) -> int:
             f"project {manifest.project.name} is open: peers hear rollback orders only from the "
             "coordinator of a moderated project"
         )
-    if isinstance(manifest, Manifest) and manifest.training.mode == "diloco":
+    if isinstance(manifest, Manifest) and not (
+        active_modes().parse(manifest.training.mode).follows_rollbacks
+    ):
         raise ConfigError(
-            f"project {manifest.project.name} trains in diloco mode ([training] mode), whose "
-            "peers do not follow rollback orders yet: no order was signed"
+            f"project {manifest.project.name} trains in {manifest.training.mode} mode ([training] "
+            "mode), whose peers do not follow rollback orders yet: no order was signed"
         )
     key_path: Path = args.key or db.parent / f"{manifest.project.name}-key.pem"
     if not key_path.exists():

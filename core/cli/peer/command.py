@@ -55,6 +55,7 @@ from core.cli.peer.backbone import backbone_settings, reporting_to
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
 from core.config.ports import AUX_PORT, PEER_PORT, listen_on
+from core.modes import active_modes
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
 from core.worker.events import PeerEvent, PeerReady, PeerStopped, to_json
@@ -103,9 +104,10 @@ def register(commands: Any) -> None:
         )
         parser.add_argument(
             "--mode",
-            choices=("dedloc", "diloco"),
+            choices=active_modes().names,
             default=None,
-            help="override the manifest's training.mode (every peer of a project must agree)",
+            help="override the manifest's training.mode (every peer of a project must agree); "
+            + active_modes().described(),
         )
         parser.add_argument(
             "--round-seconds",

@@ -35,6 +35,7 @@ from typing import Any
 
 from core.cli.signals import run_command, stop_on_signals
 from core.cli.swarm.text import DmoePrinter, SwarmPrinter
+from core.modes import active_modes
 from core.project import DmoeManifest, load_any_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.dmoe_run import DmoeSwarmOptions, LocalDmoeRun
@@ -77,10 +78,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--target-batch-size", type=int, default=None)
     parser.add_argument(
         "--mode",
-        choices=("dedloc", "diloco"),
+        choices=active_modes().names,
         default=None,
-        help="how the peers train: dedloc (average every step) or diloco (rounds of inner "
-        "steps, a rare exchange); default: the manifest's",
+        help=f"how the peers train (default: the manifest's): {active_modes().described()}",
     )
     parser.add_argument(
         "--round-seconds", type=float, default=None, help="diloco: a round's length"
@@ -172,8 +172,11 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--keep-accounts goes with --moderated (an open swarm has no accounts)"
     if not 0 <= args.byzantine <= args.peers:
         return f"--byzantine must be 0 to --peers ({args.peers}), not {args.byzantine}"
-    if args.byzantine and args.mode == "diloco":
-        return "--byzantine shows the defences of dedloc rounds; leave out --mode diloco"
+    if args.byzantine and args.mode is not None:
+        modes = active_modes()
+        if not modes.parse(args.mode).misbehaving_demo:
+            hosts = " or ".join(m.name for m in modes if m.misbehaving_demo)
+            return f"--byzantine shows the defences of {hosts} rounds; leave out --mode {args.mode}"
     if args.round_seconds is not None and args.round_seconds < 1:
         return f"--round-seconds must be 1 or more, not {args.round_seconds:g}"
     return None
