@@ -1,4 +1,5 @@
-"""A/B comparison of two commits on the transport, DHT and all-reduce benchmarks, runs alternated.
+"""A/B comparison of two commits on the transport, DHT, all-reduce and demo swarm benchmarks, runs
+alternated.
 
     python benchmarks/compare.py 6518c0c HEAD --repeats 3 --json ab.json
     python benchmarks/compare.py 6518c0c HEAD --only dht --hivemind      # with hivemind's figures
@@ -76,6 +77,20 @@ def allreduce_cpu(result: dict[str, Any]) -> float | None:
     return statistics.median(totals) if totals else None
 
 
+def demo_run(name: str) -> Extract:
+    """Reads ``name`` of the demo swarm's first run (the benchmark runs one peer count here)."""
+
+    def read(result: dict[str, Any]) -> float | None:
+        runs = result.get("runs")
+        first = runs[0] if isinstance(runs, list) and runs and isinstance(runs[0], dict) else {}
+        value = first.get(name)
+        return (
+            float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        )
+
+    return read
+
+
 @dataclass(frozen=True)
 class Metric:
     label: str
@@ -104,6 +119,8 @@ DHT_SHAPE = ("--nodes", "30", "--ops", "60")
 DHT_QUICK = ("--nodes", "3", "--ops", "3", "--settle", "0.2")
 AVG_SHAPE = ("--peers", "4", "--numel", "10000000", "--rounds", "3", "--compression", "none")
 AVG_QUICK = ("--peers", "2", "--numel", "100000", "--rounds", "1", "--compression", "none")
+DEMO_SHAPE = ("--peers", "2", "--seconds", "60")
+DEMO_QUICK = ("--peers", "1", "--seconds", "10")
 
 BENCHMARKS = (
     Benchmark(
@@ -165,6 +182,23 @@ BENCHMARKS = (
         ("avg", *AVG_SHAPE),
         ("avg", *AVG_QUICK),
         own_reference_option=True,
+    ),
+    Benchmark(
+        "demo",
+        "swarm.py",
+        DEMO_SHAPE,
+        DEMO_QUICK,
+        (
+            Metric("demo swarm (higher is better)", "samples/s", demo_run("samples_per_s"), True),
+            Metric("demo swarm / plain (higher is better)", "x", demo_run("ratio_to_plain"), True),
+            Metric(
+                "plain training (higher is better)",
+                "samples/s",
+                field("plain", "samples_per_s"),
+                True,
+            ),
+            Metric("averaging per epoch (median)", "s", demo_run("averaging_s_per_epoch_median")),
+        ),
     ),
 )
 

@@ -1,6 +1,7 @@
-"""The documentation stays true: package maps list every module, the docs name only commands, scripts
-and files that exist, the README stays a front page, the site's navigation lists every page, and the
-architecture notes draw the layers that the import contracts enforce.
+"""The documentation stays true: package maps list every module (and no folder holds more than a map
+can show at a glance), the docs name only commands, scripts and files that exist, the README stays a
+front page, the site's navigation lists every page, and the architecture notes draw the layers that
+the import contracts enforce.
 
 The docs are README.md and every page under docs/ (the MkDocs site: mkdocs.yml). Building the site in
 strict mode (``packaging/dev.py docs``, also a step of the test command) checks links and anchors;
@@ -33,6 +34,9 @@ check's records (its Markdown summaries are results, not pages)."""
 PAGES = sorted(p for p in DOCS.rglob("*.md") if not LEFT_OUT & set(p.relative_to(DOCS).parts[:-1]))
 DOC_FILES = [ROOT / "README.md", *PAGES]
 README_MAX_LINES = 250
+MAX_MODULES = 20
+"""Modules a folder of the code may hold (its ``__init__.py`` not counted): past that, a folder
+holds more than one concept, and its map stops being one a reader takes in at a glance."""
 REPO_PATH = r"(?:core|app|tests|benchmarks|packaging|resources|docs)/"
 
 
@@ -47,6 +51,14 @@ def test_each_package_map_lists_every_module(package: Path) -> None:
     doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
     missing = [m for m in members(package) if not re.search(rf"``{re.escape(m)}/?``", doc)]
     assert not missing, f"{package.relative_to(ROOT)}/__init__.py's map lacks {missing}"
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_folder_holds_more_than_twenty_modules(package: Path) -> None:
+    modules = [p.stem for p in package.glob("*.py") if p.stem != "__init__"]
+    assert len(modules) <= MAX_MODULES, (
+        f"{package.relative_to(ROOT)} holds {len(modules)} modules: give some a room of their own"
+    )
 
 
 # ---- what the docs show ------------------------------------------------------------------------

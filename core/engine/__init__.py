@@ -29,9 +29,8 @@
   they differ.
 - ``history``   History: the collaboration's loss curve and the backbone's held-out evaluations
   per project (memory and the ledger's file).
-- ``offers``    project offers: running local swarms first, then attached projects.
 - ``join/``     joining a project by its URL or a manifest file, and following its signed updates;
-  what a project would use here.
+  what a project would use here; the projects offered to join.
 - ``diagnostics`` versions, folders and the log's last lines for a bug report (no secrets).
 - ``device``    DeviceChoice: what the active project trains on and why, found without torch when
   the engine opens (NVIDIA driver, Apple silicon, the installed torch); whether it uses a GPU.

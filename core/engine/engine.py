@@ -67,7 +67,7 @@ from core.engine.events import EventBus
 from core.engine.join.following import ManifestFollower
 from core.engine.join.joining import preview, slot_for
 from core.engine.join.manifest_updates import ManifestPoll
-from core.engine.offers import project_offers
+from core.engine.join.offers import project_offers
 from core.engine.parts import Closing, EngineParts
 from core.engine.peer_events import PeerEvents
 from core.engine.progress import ProgressMeter

@@ -1,6 +1,7 @@
-"""Joining a project: its signed manifest fetched and checked, the preview of what it would use,
-the attach, and each later look for a signed update.
+"""Joining a project: what is offered, its signed manifest fetched and checked, the preview of what
+it would use, the attach, and each later look for a signed update.
 
+- ``offers``    project offers: running local swarms first, then attached projects.
 - ``joining``   joining by URL (the preview, the attach, each look for a signed update) or from a
   manifest file.
 - ``remote_manifest`` fetching a project URL's signed manifest (size cap, timeouts), checking it
