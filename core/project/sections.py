@@ -466,7 +466,7 @@ class NetworkSection:
     checkpoint_url: str = ""
     """The http(s):// URL of the folder where the organizer serves the backbone's latest
     checkpoint (``<url>/index.json``, signed by ``access.project_key``; see
-    ``core.training.published``); a peer that finds no other peer may start from it. Empty: none."""
+    ``core.training.publish.checkpoint``); a peer that finds no other peer may start from it. Empty: none."""
     peer_port: int = PEER_PORT
     """The TCP port volunteers' peers listen on (``core.config.ports``); 0: any free port."""
     aux_port: int = AUX_PORT

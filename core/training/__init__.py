@@ -38,12 +38,9 @@ peer takes part in the collaboration the same way (``participation``).
 - ``errors``          CheckpointError (the worker's TrainingError is ``core.worker.errors``).
 - ``moderation/``     signed evidence against members (from rounds and from expert calls) and the
   moderators' rollback orders.
-- ``published``       publish / fetch a checkpoint over HTTP, verified by an index the project key
-  signs; the fallback a trainer takes when no peer can give it the state.
-- ``published_model`` the model published beside each checkpoint: an exported folder packed into
-  ``model-EPOCH.zip`` with a signed ``model.json``; the held-out evaluations each one carries.
-- ``published_folder`` the folder both publish into: the file its index named before, and pruning
-  the rest.
+- ``publish/``        what the backbone publishes beside its checkpoints for everyone (the checkpoint,
+  verified by an index the project key signs; the model exported for transformers), and the
+  trainer's fallback that fetches it.
 - ``evaluation/``     the backbone's replica measured on held-out text every ``every`` epochs.
 - ``peer/``           the project peer: a trainer, client or auxiliary peer built from a manifest.
 """

@@ -19,7 +19,7 @@ from core.net import Identity
 from core.net.host.gate import AccessGate
 from core.project import Manifest
 from core.training.metrics import EpochMetrics
-from core.training.published import CheckpointPublishing
+from core.training.publish.checkpoint import CheckpointPublishing
 from core.trust.evidence import Evidence
 from core.worker.errors import TrainingError
 from core.worker.events import PeerEvaluation

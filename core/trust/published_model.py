@@ -15,7 +15,7 @@ reader cannot change the figures, the file name or the file unnoticed. The archi
 named after it (``model-00000030/``) that transformers' ``from_pretrained`` loads.
 
 Here only the index itself: its fields checked, the signature, and a downloaded archive checked
-against its size and SHA-256. The backbone writes it (``core.training.published_model``), the
+against its size and SHA-256. The backbone writes it (``core.training.publish.model``), the
 coordinator reads it to offer the download on the project page; neither needs the other.
 """
 

@@ -1,5 +1,5 @@
 """What every signed index of a published file shares: the project key's word on one file in a
-folder served over HTTP, be it the checkpoint's ``index.json`` (``core.training.published``) or the
+folder served over HTTP, be it the checkpoint's ``index.json`` (``core.training.publish.checkpoint``) or the
 model's ``model.json`` (``published_model``).
 
 Each names the project, an epoch, the file (a plain name, never a path), its size and SHA-256, when

@@ -15,7 +15,7 @@ import pytest
 
 from core.coordinator.published_model import TTL
 from core.data.server import ShardServer
-from core.training.published_model import publish_model
+from core.training.publish.model import publish_model
 from core.trust.identity import Identity
 from core.trust.published_model import INDEX_NAME, HeldOut, ModelIndex
 from tests.coordinator.page_support import Page, running_page

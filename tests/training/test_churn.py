@@ -27,7 +27,7 @@ from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
 from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
 from core.training.links import PeerLinks
 from core.training.progress import PeerProgress
-from core.training.published import fetch_published_checkpoint, publish_checkpoint
+from core.training.publish.checkpoint import fetch_published_checkpoint, publish_checkpoint
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from core.worker.bridge import TrainingBridge

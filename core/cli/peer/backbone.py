@@ -27,8 +27,8 @@ from core.util.errors import ConfigError
 if TYPE_CHECKING:
     from core.account.reporter import ContributionReporter
     from core.training.peer.project_peer import PeerSettings
-    from core.training.published import CheckpointPublishing
-    from core.training.published_model import HeldOutHistory
+    from core.training.publish.checkpoint import CheckpointPublishing
+    from core.training.publish.model import HeldOutHistory
     from core.worker.events import PeerEvaluation
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def publishing_from_args(
     the key file cannot be read.
     """
     from core.coordinator.service import check_project_key  # noqa: PLC0415 - only for aux
-    from core.training.published import CheckpointPublishing  # noqa: PLC0415 - loads aiohttp
+    from core.training.publish.checkpoint import CheckpointPublishing  # noqa: PLC0415 - loads aiohttp
 
     folder: Path | None = getattr(args, "publish_checkpoints", None)
     key_path: Path | None = getattr(args, "project_key", None)
@@ -95,7 +95,7 @@ def held_out_history(work_dir: Path) -> HeldOutHistory:
     """The backbone's held-out evaluations, starting with those its log kept from earlier runs."""
     from core.training.metrics import MetricsLog  # noqa: PLC0415 - torch only for this command
     from core.training.peer.roles import EVALUATION_LOG  # noqa: PLC0415
-    from core.training.published_model import HeldOutHistory  # noqa: PLC0415
+    from core.training.publish.model import HeldOutHistory  # noqa: PLC0415
 
     history = HeldOutHistory()
     log_path = work_dir / EVALUATION_LOG

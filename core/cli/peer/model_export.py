@@ -2,7 +2,7 @@
 
 ``barnraise aux --publish-checkpoints`` publishes, beside each checkpoint, the model for everyone:
 the checkpoint exported in the transformers format (``core.export``), packed and signed
-(``core.training.published_model``) with the newest held-out figures at or before its epoch. The
+(``core.training.publish.model``) with the newest held-out figures at or before its epoch. The
 backbone's composition root (``backbone``) hands it to the checkpoints' publication.
 """
 
@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from core.training.published import CheckpointPublishing, PublishedIndex
-    from core.training.published_model import HeldOutHistory
+    from core.training.publish.checkpoint import CheckpointPublishing, PublishedIndex
+    from core.training.publish.model import HeldOutHistory
 
 _SCRATCH_PREFIX = ".model-export-"
 
 
 class ModelExport:
     """Export a just-published checkpoint (``core.export``) and publish the folder beside it,
-    packed and signed (``core.training.published_model``): what ``CheckpointPublishing`` calls
+    packed and signed (``core.training.publish.model``): what ``CheckpointPublishing`` calls
     ``beside``. Runs on the publication's worker thread; its failure is the caller's to log."""
 
     def __init__(
@@ -47,7 +47,7 @@ class ModelExport:
         import torch  # noqa: PLC0415 - the backbone has loaded it already
 
         from core.export.folder import export_model  # noqa: PLC0415 - loads torch
-        from core.training.published_model import publish_model  # noqa: PLC0415
+        from core.training.publish.model import publish_model  # noqa: PLC0415
         from core.trust.published_model import archive_name  # noqa: PLC0415
 
         held_out = self.history.at_or_before(index.epoch)

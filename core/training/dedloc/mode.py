@@ -9,7 +9,7 @@ from core.project import Manifest
 from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
 from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
-from core.training.published import published_fallback
+from core.training.publish.checkpoint import published_fallback
 from core.training.rollback_replica import ReplicaRollback
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ The folder keeps the file the index names and the one published before it, so th
 began just before a new publication still finds its file.
 
 Beside each checkpoint the backbone may publish the model in the transformers format, in an archive
-with an index of its own (``published_model``).
+with an index of its own (``model``).
 
 The checkpoint is only bytes here: this module does not import torch (``CheckpointStore.load``
 reads the fetched file).
@@ -43,7 +43,7 @@ import aiohttp
 
 from core.project import Manifest
 from core.training.errors import CheckpointError
-from core.training.published_folder import previously_published, prune
+from core.training.publish.folder import previously_published, prune
 from core.trust.identity import Identity
 from core.trust.peer_id import PeerID
 from core.trust.signed_index import (

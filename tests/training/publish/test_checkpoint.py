@@ -14,7 +14,7 @@ import torch
 
 from core.data.server import ShardServer
 from core.training.checkpoints import CheckpointStore
-from core.training.published import (
+from core.training.publish.checkpoint import (
     INDEX_NAME,
     CheckpointPublishing,
     PublishedCheckpointError,

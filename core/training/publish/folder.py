@@ -1,5 +1,5 @@
 """The folder a backbone publishes into and a web server serves: a signed index and the files it
-names, the checkpoint's (``published``) or the model's (``published_model``).
+names, the checkpoint's (``checkpoint``) or the model's (``model``).
 
 A publication keeps the file the index names and the one named before it, so that a download that
 began just before a new publication still finds its file; here the one named before is found and

@@ -20,8 +20,8 @@ import core.export.kinds
 from core.cli.peer.backbone import with_model_export
 from core.data import train_tokenizer
 from core.project import load_manifest
-from core.training.published import INDEX_NAME, CheckpointPublishing
-from core.training.published_model import HeldOutHistory, publish_model
+from core.training.publish.checkpoint import INDEX_NAME, CheckpointPublishing
+from core.training.publish.model import HeldOutHistory, publish_model
 from core.trust.identity import Identity
 from core.trust.published_model import (
     INDEX_NAME as MODEL_INDEX,
@@ -325,7 +325,7 @@ def test_a_failed_export_is_logged_and_the_checkpoint_still_published(
 ) -> None:
     (backbone.manifest.parent / "tokenizer.json").unlink()
     publishing = backbone.publishing()
-    with caplog.at_level(logging.WARNING, logger="core.training.published"):
+    with caplog.at_level(logging.WARNING, logger="core.training.publish.checkpoint"):
         index = publishing.publish(backbone.checkpoint, EPOCH, 3.5)
     assert sorted(p.name for p in backbone.public.iterdir()) == sorted([INDEX_NAME, index.file])
     assert "the model of epoch 7 was not published" in caplog.text
@@ -336,7 +336,7 @@ def test_a_failed_export_is_logged_and_the_checkpoint_still_published(
         raise RuntimeError("torch fell over")
 
     publishing = dataclasses.replace(publishing, beside=broken)
-    with caplog.at_level(logging.WARNING, logger="core.training.published"):
+    with caplog.at_level(logging.WARNING, logger="core.training.publish.checkpoint"):
         publishing.publish(backbone.checkpoint, EPOCH + 1, 3.0)
     assert "torch fell over" in caplog.text
     assert json.loads((backbone.public / INDEX_NAME).read_text())["epoch"] == EPOCH + 1

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from core.training.published_folder import previously_published, prune
+from core.training.publish.folder import previously_published, prune
 from core.trust.identity import Identity
 from core.trust.published_model import (
     FILE_NAME,
