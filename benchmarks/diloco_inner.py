@@ -12,9 +12,9 @@ masked-LM batches, forward and backward under the precision the manifest picks f
   by the same recipe), a ``LambdaLR`` with the manifest's schedule, ``zero_grad``. It never waits
   for the device.
 - ``diloco``: ``DilocoState.inner_step`` on a ``TrainingState`` built as a peer builds it
-  (``training_state``, wrapped as ``diloco_optimizer`` wraps it): the same clipping and optimizer
-  step, the learning rate set from its inner-step clock, and one wait for the gradient norm per
-  step (a non-finite norm skips the step).
+  (``training_state``, wrapped as the diloco mode's ``optimizer`` wraps it): the same clipping and
+  optimizer step, the learning rate set from its inner-step clock, and one wait for the gradient
+  norm per step (a non-finite norm skips the step).
 - ``plain`` again: the device's own run-to-run difference, the floor the comparison is held to
   (0 on a CPU; a GPU's atomic reductions may differ in the last bits).
 

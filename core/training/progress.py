@@ -46,8 +46,10 @@ from core.worker.events import PeerEvaluation
 
 log = logging.getLogger(__name__)
 
-TRAINING_MODES = ("trainer", "client")
-MODES = (*TRAINING_MODES, "aux", "paused", "left")
+COMPUTING = ("trainer", "client")
+"""What a record says of a peer that computes (its role); not to be confused with the project's
+training mode (``core.modes``), which every record of a project shares."""
+RECORD_MODES = (*COMPUTING, "aux", "paused", "left")
 """A paused peer keeps its record (with its epoch) but counts neither samples nor speed; a peer that
 left says so, and its record is dropped by readers."""
 _WIRE_FIELDS = 11
@@ -191,7 +193,7 @@ class PeerProgress:
     @property
     def training(self) -> bool:
         """A trainer or client that is computing (not an auxiliary or a paused peer)."""
-        return self.mode in TRAINING_MODES
+        return self.mode in COMPUTING
 
     def to_wire(self) -> list[Any]:
         held_out = self.held_out if self.mode == "aux" else None
@@ -243,7 +245,7 @@ class PeerProgress:
                 last_n,
             ) = value[:_WIRE_FIELDS]
             numbers = (sps, when, loss_sum, last_loss)
-            if mode not in MODES or not all(isinstance(x, int | float) for x in numbers):
+            if mode not in RECORD_MODES or not all(isinstance(x, int | float) for x in numbers):
                 return None
             ints = (epoch, samples, mini, last, last_mini, last_n)
             if not all(isinstance(x, int) and not isinstance(x, bool) for x in ints):
