@@ -7,7 +7,9 @@ point, the epochs whose work landed, the totals of its last finished epoch, the 
 publishes and the records it last read), whether it is paused, why it waits (the catch-up's
 backoff and the reason told to its owner), and its state offer (the snapshot it serves, announced
 with its epoch) and downloads. What differs between modes, when to read, when to publish, when to
-catch up and what a downloaded state does to the model, stays with the mode.
+catch up and what a downloaded state does to the model, stays with the mode. ``TakingPart`` is
+what an optimizer says of it (its speed, whether it is paused, why it waits), for the role and the
+engine.
 """
 
 from __future__ import annotations
@@ -176,3 +178,37 @@ class Participation:
         """Stop serving, and tell the others at once: our record and our offer withdrawn."""
         self.links.sharing.stop_serving()
         await self.links.withdraw(record)
+
+
+class TakingPart:
+    """What every mode's optimizer says of its part in the collaboration: read from ``part``."""
+
+    part: Participation
+
+    @property
+    def landed(self) -> LandedLog:
+        """Epochs whose work landed, with their samples: what our record asks credit for."""
+        return self.part.landed
+
+    @property
+    def on_waiting(self) -> Callable[[str | None], None] | None:
+        """Told the reason whenever we start or stop waiting for the collaboration."""
+        return self.part.on_waiting
+
+    @on_waiting.setter
+    def on_waiting(self, told: Callable[[str | None], None] | None) -> None:
+        self.part.on_waiting = told
+
+    @property
+    def speed(self) -> float:
+        """Our recent samples per second."""
+        return self.part.tally.speed
+
+    @property
+    def waiting_for(self) -> str | None:
+        """Why we cannot contribute now (the state cannot be loaded), or None."""
+        return self.part.waiting_for
+
+    @property
+    def paused(self) -> bool:
+        return self.part.paused

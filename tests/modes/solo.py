@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from core.modes import ModeSpec, Traffic, TrafficInputs
 from core.modes.spec import AveragingKnobs, Problem, TrainingKnobs
@@ -19,7 +19,7 @@ from core.project import Manifest
 from core.training.links import PeerLinks
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
-from core.training.participation import Participation
+from core.training.participation import Participation, TakingPart
 from core.training.progress import CollaborationView, PeerProgress
 from core.training.state import TrainingState
 from core.util.tasks import BackgroundTasks
@@ -58,7 +58,7 @@ SOLO = ModeSpec(
 )
 
 
-class SoloOptimizer:
+class SoloOptimizer(TakingPart):
     """A step of the peer's own optimizer at every microbatch: one epoch each."""
 
     def __init__(self, state: TrainingState, links: PeerLinks, role: str) -> None:
@@ -70,28 +70,8 @@ class SoloOptimizer:
         )
 
     @property
-    def on_waiting(self) -> Callable[[str | None], None] | None:
-        return self.part.on_waiting
-
-    @on_waiting.setter
-    def on_waiting(self, told: Callable[[str | None], None] | None) -> None:
-        self.part.on_waiting = told
-
-    @property
     def epoch(self) -> int:
         return self.state.epoch
-
-    @property
-    def speed(self) -> float:
-        return self.part.tally.speed
-
-    @property
-    def waiting_for(self) -> str | None:
-        return self.part.waiting_for
-
-    @property
-    def paused(self) -> bool:
-        return self.part.paused
 
     @property
     def offloadable(self) -> None:

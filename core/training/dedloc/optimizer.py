@@ -37,7 +37,6 @@ from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
 from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
-from core.training.credit import LandedLog
 from core.training.dedloc.feedback import ErrorFeedback
 from core.training.dedloc.readiness import Own, estimate
 from core.training.errors import CheckpointError
@@ -45,7 +44,7 @@ from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.moderation.evidence import EvidenceBoard
 from core.training.moderation.rollback import applied_of, round_key
-from core.training.participation import Participation
+from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
@@ -91,7 +90,7 @@ class CollaborativeConfig:
             raise ValueError("average_state_every must be 0 (never) or more")
 
 
-class CollaborativeOptimizer:
+class CollaborativeOptimizer(TakingPart):
     def __init__(
         self,
         state: TrainingState,
@@ -156,20 +155,6 @@ class CollaborativeOptimizer:
         return self.state.epoch
 
     @property
-    def landed(self) -> LandedLog:
-        """Epochs whose update we applied, with their samples: what our record asks credit for."""
-        return self.part.landed
-
-    @property
-    def on_waiting(self) -> Callable[[str | None], None] | None:
-        """Told the reason whenever we start or stop waiting for the collaboration."""
-        return self.part.on_waiting
-
-    @on_waiting.setter
-    def on_waiting(self, told: Callable[[str | None], None] | None) -> None:
-        self.part.on_waiting = told
-
-    @property
     def offloadable(self) -> LocalWork:
         """What a pause moves off the device with the model: our accumulators."""
         return self.local
@@ -189,20 +174,6 @@ class CollaborativeOptimizer:
         elif self.fallback is not None and len(self.view().peers) == 1:
             # nobody else around: the organizers' checkpoint, if newer, beats the initial weights
             await self._from_published()
-
-    @property
-    def speed(self) -> float:
-        """Our recent samples per second."""
-        return self._tally.speed
-
-    @property
-    def waiting_for(self) -> str | None:
-        """Why we cannot contribute now (the state cannot be loaded), or None."""
-        return self.part.waiting_for
-
-    @property
-    def paused(self) -> bool:
-        return self.part.paused
 
     async def pause(self) -> None:
         """Step aside: tell the others we are paused (they stop counting on us) and stop polling.

@@ -43,12 +43,11 @@ from core.averaging import AveragingResult
 from core.averaging.state import StateDownloadError
 from core.codecs import Codec
 from core.modes.clock import RoundClock
-from core.training.credit import LandedLog
 from core.training.diloco.state import DilocoState
 from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
 from core.training.moderation.rollback import round_key
-from core.training.participation import Participation
+from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
@@ -80,7 +79,7 @@ class DilocoConfig:
             raise ValueError("round_seconds must be above 0")
 
 
-class DilocoOptimizer:
+class DilocoOptimizer(TakingPart):
     def __init__(
         self,
         state: DilocoState,
@@ -140,34 +139,9 @@ class DilocoOptimizer:
         return self.diloco.epoch
 
     @property
-    def landed(self) -> LandedLog:
-        """Rounds that landed with our samples in them: what our record asks credit for."""
-        return self.part.landed
-
-    @property
-    def on_waiting(self) -> Callable[[str | None], None] | None:
-        return self.part.on_waiting
-
-    @on_waiting.setter
-    def on_waiting(self, told: Callable[[str | None], None] | None) -> None:
-        self.part.on_waiting = told
-
-    @property
     def offloadable(self) -> None:
         """Nothing of ours moves with a pause: the round's work lives in the model itself."""
         return None
-
-    @property
-    def speed(self) -> float:
-        return self._tally.speed
-
-    @property
-    def waiting_for(self) -> str | None:
-        return self.part.waiting_for
-
-    @property
-    def paused(self) -> bool:
-        return self.part.paused
 
     @property
     def exchanging(self) -> bool:
