@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
+import logging
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -98,10 +100,16 @@ async def test_a_member_that_dies_before_sending(make_averagers: MakeAveragers) 
 def sabotage(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Callable[[str, Any, Callable[..., Awaitable[Any]]], None]:
-    """Replace a Transfer method for one member only (the others keep the real one)."""
+    """Replace a Transfer method for one member only (the others keep the real one).
+
+    The replacement takes ``(self, original, ...)`` and then what the method takes: one that takes
+    anything else would fail when called, and the member would fail some other way than planned."""
 
     def install(name: str, victim_peer: Any, replacement: Callable[..., Awaitable[Any]]) -> None:
         original = getattr(Transfer, name)
+        takes = list(inspect.signature(original).parameters)[1:]
+        given = list(inspect.signature(replacement).parameters)[2:]
+        assert given == takes, f"Transfer.{name} takes {takes}; its replacement takes {given}"
 
         async def dispatch(self: Transfer, *args: Any, **kwargs: Any) -> Any:
             if self.plan.me.peer == victim_peer:
@@ -129,15 +137,25 @@ async def test_a_member_that_dies_while_sending(
     averagers = await make_averagers(SIZE, patient_senders)
     victim = averagers[3]
 
+    sent: list[int] = []
+    dying: list[asyncio.Task[None]] = []
+
     async def send_a_little_then_die(
-        self: Transfer, original: Any, stream: Any, spans: list[Any]
+        self: Transfer, original: Any, stream: Any, part: int, spans: list[Any]
     ) -> None:
-        await stream.send_data(self.tensors.view(spans[0]))  # one chunk, then the machine goes away
+        await original(self, stream, part, spans[:1])  # one chunk, then the machine goes away
+        sent.append(part)
         await asyncio.sleep(0.05)  # (enough for that chunk to leave, if the machine lets it)
-        await self.host.close()
+        if not dying:
+            # a task of its own: the round cancels this sender once its streams break, and the
+            # machine must go away all the same
+            dying.append(asyncio.create_task(self.host.close()))
+        await asyncio.wait(dying)
 
     sabotage("_send_part", victim.host.peer_id, send_a_little_then_die)
     outcomes, tensors = await run_round(averagers, -1)
+    await asyncio.gather(*dying)
+    assert sent, "the victim died before it sent anything"
     survivors = (1 + 2 + 3) / 3
     for index in range(3):
         outcome = outcomes[index]
@@ -179,12 +197,18 @@ async def test_a_sender_that_is_too_slow_is_left_out(
     averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
     victim = averagers[1]
 
-    async def dawdle(self: Transfer, original: Any, stream: Any, spans: list[Any]) -> None:
+    dawdled: list[int] = []
+
+    async def dawdle(
+        self: Transfer, original: Any, stream: Any, part: int, spans: list[Any]
+    ) -> None:
+        dawdled.append(part)
         await asyncio.sleep(QUICK.sender_timeout * 3)
-        await original(self, stream, spans)
+        await original(self, stream, part, spans)
 
     sabotage("_send_part", victim.host.peer_id, dawdle)
     outcomes, tensors = await run_round(averagers, -1)
+    assert dawdled, "the victim never started sending"
     without_victim = (1 + 3 + 4) / 3
     for index, outcome in enumerate(outcomes):
         assert isinstance(outcome, AveragingResult)
@@ -195,6 +219,37 @@ async def test_a_sender_that_is_too_slow_is_left_out(
         else:
             assert "no data for chunk 0" in reason
             check_honest(outcome, tensors[index], float(index + 1), {ALL, without_victim})
+
+
+async def test_a_sender_whose_sending_fails_says_so(
+    make_averagers: MakeAveragers, sabotage: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error of ours while sending (not the network's) shows in the round's result and the log:
+    the reducers only see a sender that sends nothing."""
+    averagers = await make_averagers(SIZE, replace(QUICK, target_group_size=SIZE))
+    victim = averagers[2]
+
+    async def break_down(
+        self: Transfer, original: Any, stream: Any, part: int, spans: list[Any]
+    ) -> None:
+        raise RuntimeError("the encoder broke")
+
+    sabotage("_send_part", victim.host.peer_id, break_down)
+    with caplog.at_level(logging.ERROR, logger="core.averaging.round.transfer"):
+        outcomes, tensors = await run_round(averagers, -1)
+    without_victim = (1 + 2 + 4) / 3
+    for index, outcome in enumerate(outcomes):
+        assert isinstance(outcome, AveragingResult)
+        assert not outcome.complete
+        if index == 2:
+            failures = [e for e in outcome.errors if "sending failed" in e]
+            assert len(failures) == SIZE - 1, outcome.errors  # one per other reducer
+            assert all("RuntimeError: the encoder broke" in e for e in failures), failures
+        else:
+            assert "no data for chunk 0" in outcome.excluded[victim.host.peer_id]
+            check_honest(outcome, tensors[index], float(index + 1), {ALL, without_victim})
+    logged = [r for r in caplog.records if r.exc_info and "the encoder broke" in str(r.exc_info[1])]
+    assert len(logged) == SIZE - 1, caplog.records
 
 
 async def test_a_reducer_held_up_past_the_sender_timeout_still_reads_what_came_meanwhile() -> None:

@@ -213,8 +213,11 @@ class Transfer:
                     # still be sending, and what it says about us matters more than that error.
                     summary = await call.result()
                 finally:
-                    if sending is not None and not sending.done():
+                    if sending is not None:
+                        # the reducer answered every chunk, or the part is over: the rest is of no use
                         sending.cancel()
+                        await asyncio.wait([sending])
+                        self._sent(part, sending)
                     call.stream.lend_buffers(None)
                     del self._lent[call.stream]
                 for sender, reason in summary.excluded.items():
@@ -234,6 +237,23 @@ class Transfer:
                 received,
                 reason,
             )
+
+    def _sent(self, part: int, sending: asyncio.Task[None]) -> None:
+        """Report how sending our chunks of ``part`` ended, once it has.
+
+        A network error is the stream's, and its receiving side reports it (or the reducer's
+        answers say whether our data got in); any other error is ours, and nothing else would tell.
+        """
+        if sending.cancelled() or (exc := sending.exception()) is None:
+            return
+        peer = self.plan.members[part].peer
+        if isinstance(exc, NetError):
+            log.info("sending part %d to %s stopped: %s", part, peer, exc)
+            return
+        self.result.errors.append(
+            f"part {part} (reducer {peer.short()}): sending failed: {type(exc).__name__}: {exc}"
+        )
+        log.error("sending part %d to %s failed", part, peer, exc_info=exc)
 
     async def _send_part(self, stream: Stream, part: int, spans: Sequence[Span]) -> None:
         for i, span in enumerate(spans):
