@@ -80,7 +80,8 @@ class Codec:
     accepts: nearly lossless (8-bit codecs are too lossy for them)."""
     summed: Callable[[int], Codec] | None = None
     """For a sparse codec, whose mean of several chunks is denser than each: the codec that
-    carries a mean of up to n of them back from a reducer. None: this codec carries it."""
+    carries a mean of up to n of them back from a reducer (it may keep only the mean's largest
+    values, whose senders then keep the rest for later). None: this codec carries it."""
 
     def __post_init__(self) -> None:
         if (self.make_kernel is None) == (self.picker is None):

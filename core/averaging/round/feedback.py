@@ -1,9 +1,14 @@
-"""FeedbackOutgoing: what the codec left out of every chunk we send, where the caller wants it.
+"""FeedbackOutgoing: what of our values the round's result does not hold, where the caller wants it.
 
-Error feedback rides on ``Outgoing``, so the transfer never knows of it: each chunk that leaves in a
+Error feedback rides on ``Outgoing``, so the transfer never knows of it. Each chunk that leaves in a
 lossy codec (our own input to our own part too, when it is sparse) puts ``values - decode(encode(values))``
 in the matching range of the caller's buffers, which the caller adds to what it averages next time.
-Ranges nothing was sent for stay zero.
+When the chunk's mean lands, what it does not hold of ours goes back in whole: every value, when the
+reducer left our data out (we were late, or screened out); the values at the positions the mean
+dropped, when a sparse mean keeps only its largest values (``core.codecs.topk.MEAN_FAN_IN``). So a
+value we sent either reached the result or waits in the buffers for a later round, never both.
+A chunk that did not land keeps our own values in the tensor, and its range here says only what the
+codec dropped: the caller knows from ``AveragingResult.missing`` which ranges those are.
 """
 
 from __future__ import annotations
@@ -38,6 +43,19 @@ class FeedbackOutgoing(Outgoing):
         if span.codec.sparse:
             self._left_out(span, values)
         return values
+
+    @property
+    def settles(self) -> bool:
+        return True
+
+    def landing(self, span: Span, mean: F32, included: bool) -> None:
+        values, left = self.tensors.view(span), self.feedback.view(span)
+        if not included:
+            left[:] = values
+            return
+        # where the mean holds nothing, nothing of ours landed: a position we sent that the mean
+        # dropped comes back whole (one we did not send holds all of its value already)
+        np.copyto(left, values, where=mean == 0)
 
     def _left_out(self, span: Span, sent: F32) -> None:
         np.subtract(self.tensors.view(span), sent, out=self.feedback.view(span))

@@ -1,12 +1,14 @@
 """Outgoing: what this member sends of each chunk, read from the caller's tensors.
 
-The transfer asks it for every chunk it sends and for its own input to its own part; a subclass sees
-each chunk as it leaves (``feedback``: what a lossy codec left out of it).
+The transfer asks it for every chunk it sends and for its own input to its own part, and tells it of
+every averaged chunk before its mean replaces our values; a subclass sees each chunk as it leaves and
+as its mean lands (``feedback``: what of ours the round's result does not hold).
 """
 
 from __future__ import annotations
 
 from core.averaging.round.tensors import Span, TensorSet
+from core.codecs import NONE
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode
 
@@ -29,3 +31,18 @@ class Outgoing:
         if span.codec.sparse:
             return decode(span.codec, encode(span.codec, values), span.count)
         return values
+
+    @property
+    def settles(self) -> bool:
+        """Whether ``landing`` needs a chunk's mean before it replaces our values (the transfer
+        then decodes a coded mean apart first, rather than straight into the tensor)."""
+        return False
+
+    def landing(self, span: Span, mean: F32, included: bool) -> None:
+        """A chunk's ``mean`` is about to replace our values (still in the tensor); ``included``:
+        whether our data is in it."""
+
+
+def coded(span: Span) -> bool:
+    """The chunk's mean comes back coded (not raw float32)."""
+    return span.returned is not NONE

@@ -167,6 +167,8 @@ class Transfer:
                 continue
             outcome = await reducer.result(i)
             self.hooks.reduced(i, outcome)
+            if outcome.values is not None and plan.lands(outcome.weight):
+                self.outgoing.landing(span, outcome.values, plan.index in outcome.included)
             self._apply(span, outcome.weight, outcome.values)
             reducer.taken(i)
 
@@ -294,17 +296,26 @@ class Transfer:
         ):
             raise InvalidRequestError(f"unexpected chunk trailer {trailer!r}")
         weight = float(trailer[1])
+        included = trailer[2]
         if got_data != (weight > 0):
             raise InvalidRequestError("a chunk's data and its weight disagree")
+        lands = self.plan.lands(weight)
         if data is not None:
-            if self.plan.lands(weight):
-                view[:] = np.frombuffer(data, dtype=np.float32)
+            if lands:
+                mean = np.frombuffer(data, dtype=np.float32)
+                self.outgoing.landing(span, mean, included)
+                view[:] = mean
             landed = _taken_back(self._lent.get(stream, deque()), data)
             if landed is not None:
                 self._results.give([landed])
-        elif got_data and self.plan.lands(weight):
-            decode(codec, buffer, span.count, out=view)
-        return weight, trailer[2]
+        elif got_data and lands:
+            if self.outgoing.settles:
+                mean = decode(codec, buffer, span.count)
+                self.outgoing.landing(span, mean, included)
+                view[:] = mean
+            else:
+                decode(codec, buffer, span.count, out=view)
+        return weight, included
 
     def _apply(self, span: Span, weight: float, values: np.ndarray | None) -> None:
         """Record a chunk's outcome (and copy the reducer's own values in, for our own part)."""
