@@ -10,8 +10,8 @@
 - ``clock``   ``Clock``: wall and monotonic time, injectable (``SYSTEM_CLOCK``, ``FakeClock`` for tests).
 - ``blocking``  ``BlockingPool``: bounded daemon threads for blocking calls (files, the keyring), the
   one place a service's blocking work leaves its loop; full: ``PoolBusy``; closed: ``PoolClosed``.
-- ``memory``  after churn: collect cyclic garbage and hand the free heap back (glibc malloc_trim);
-  ReleaseSchedule says when, at a bounded share of the time.
+- ``memory``  after churn: collect the young cyclic garbage on the loop and hand the free heap back
+  on a worker thread (glibc malloc_trim); ReleaseSchedule says when, at a bounded share of the time.
 - ``amounts``  bytes, counts and lengths of time written for people ("2.06 TB", "5 min").
 - ``nesting``  ``deeper_than``: whether parsed data nests deeper than a limit, without recursion.
 - ``web_client``  HTTP clients that may reach the internet (``client_session``, ``open_url``): the

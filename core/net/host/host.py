@@ -453,6 +453,8 @@ class Host:
                 if conn.is_usable and conn.idle_for(now) >= limit:
                     self._tasks.spawn(f"close-idle-{conn.peer}", conn.close("idle"))
             # connections come and go (newcomers, a flood): hand the memory they took back to the OS
+            # in a task of its own, so that neither the loop nor this sweep waits for the trim (the
+            # task starts before this sweep's next turn, and is not due again until it ends)
             churn = self._closes + self.inbound.admission.dropped
             if self._release.due(churn, now):
-                self._release.release(churn, now)
+                self._tasks.spawn("release-memory", self._release.release(churn, now))
