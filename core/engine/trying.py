@@ -1,13 +1,15 @@
 """ModelTrial: "try the model", the active project's latest replica asked a volunteer's question.
 
-The answer comes from the trainer's model (``core.training.peer.tryout``: a CPU copy of its weights,
-taken between two microbatches and reused for ``COPY_EVERY`` seconds, asked on a thread of its
-own, so training never waits). A paused peer keeps its model, so it answers too. When there is no
-model to ask the answer says why, in plain words: no project attached; a dmoe project (its experts
-are spread over many computers: no single model); the model not here yet (the peer has not started,
-or is still loading the collaboration's state); or the engine unloaded it (the peer stopped since
-a copy answered). A question that cannot be asked (empty, too long, no missing word for a masked
-model) is ``InvalidArgument``.
+The answer comes from the trainer's replica at the epoch it names (``core.training.peer.tryout``: a
+CPU copy of the weights the mode says hold that epoch, the model's own in dedloc and the outer
+parameters in diloco, whose model moves with every inner step; taken between two microbatches and
+reused for ``COPY_EVERY`` seconds, asked on a thread of its own, so training never waits). A paused
+peer keeps its model, so it answers too. When there is no model to ask the answer says why, in
+plain words: no project attached; a dmoe project (its experts are spread over many computers: no
+single model); the model not here yet (the peer has not started, or is still loading the
+collaboration's state); or the engine unloaded it (the peer stopped since a copy answered). A
+question that cannot be asked (empty, too long, no missing word for a masked model) is
+``InvalidArgument``.
 
 Torch loads only with the tryout, once the active peer is ready (it has loaded torch by then): an
 engine that never trained answers without it. The copy is dropped ``KEEP_COPY`` seconds after the

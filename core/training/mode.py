@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+import numpy as np
 
 from core.modes import ModeSpec, active_modes
 from core.project import Manifest
@@ -59,6 +61,12 @@ class ModeOptimizer(Protocol):
     @property
     def offloadable(self) -> LocalWork | None:
         """What a pause moves off the device besides the model (None: nothing)."""
+        ...
+
+    def tryout_weights(self) -> Mapping[str, np.ndarray] | None:
+        """What "Try the model" answers from, where the model's own parameters are not ``epoch``'s:
+        the parameters by name (``named_parameters``; flat arrays will do), read on the training
+        thread, where the copy is taken (they may be live arrays). None: the model's own."""
         ...
 
     async def start(self) -> None: ...

@@ -77,6 +77,9 @@ class SoloOptimizer(TakingPart):
     def offloadable(self) -> None:
         return None
 
+    def tryout_weights(self) -> None:
+        return None  # each step lands in the model itself
+
     async def start(self) -> None:
         await self.part.offer(lambda: self.epoch)
         await self.part.publish(self._record())

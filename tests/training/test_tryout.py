@@ -1,23 +1,33 @@
 """Trying the model, on the torch side: a real tiny model (the demo's, and the Llama demo's) answers
 as its own logits say; the copy is taken on the thread that owns the model, leaves it untouched,
-answers while training is paused, and is reused for ``COPY_EVERY`` seconds; questions that cannot
-be asked are refused in words; a stopped peer's model is gone."""
+answers while training is paused, and is reused for ``COPY_EVERY`` seconds; a diloco trainer's
+answers come from its outer parameters (the epoch's), not from the model its inner steps move;
+questions that cannot be asked are refused in words; a stopped peer's model is gone."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
+from core.averaging import Averager
+from core.codecs import NONE
 from core.data import TextTokenizer, train_tokenizer, write_demo_corpus
 from core.project import Manifest, load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
+from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
+from core.training.diloco.state import DilocoState
+from core.training.links import PeerLinks
+from core.training.peer.project_peer import PeerSettings, ProjectPeer
 from core.training.peer.recipe import build_model
 from core.training.peer.tryout import (
     COMPLETION_TOKENS,
@@ -30,9 +40,12 @@ from core.training.peer.tryout import (
     copy_to_cpu,
     replica_of,
 )
+from core.training.state import TrainingState
 from core.util.process.resources import resource_path
 from core.worker.bridge import TrainingBridge
 from core.worker.errors import Interrupted
+from tests.conftest import MakeHost
+from tests.training.conftest import AVERAGING, start_node
 
 MASKED = "the [MASK] of the river was quiet in the morning."
 LLAMA_DEMO = resource_path("llama-demo/project.toml")
@@ -277,6 +290,101 @@ async def test_the_copy_is_taken_on_the_training_thread_and_leaves_the_model_alo
     assert len(reply.guesses) == TOP_GUESSES
     for hook in hooks:
         hook.remove()
+
+
+async def test_given_weights_replace_the_models_own_in_the_copy(
+    demo: Manifest, training: TrainingBridge
+) -> None:
+    model = build_model(demo)
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    shapes = dict(model.named_parameters())
+    # flat float32 arrays, as a mode keeps its outer parameters; the tied embedding once, by the
+    # name ``named_parameters`` gives it
+    weights = {
+        "token_embedding.weight": np.full(shapes["token_embedding.weight"].numel(), 0.5, "float32"),
+        "decoder.bias": np.arange(shapes["decoder.bias"].numel(), dtype=np.float32),
+    }
+
+    twin = await training.run(copy_to_cpu, model, weights)
+    assert torch.equal(
+        twin.token_embedding.weight, torch.full_like(model.token_embedding.weight, 0.5)
+    )
+    assert twin.decoder.weight is twin.token_embedding.weight  # tied weights stay tied
+    assert torch.equal(twin.decoder.bias, torch.from_numpy(weights["decoder.bias"]))
+    for name, t in twin.state_dict().items():
+        if name not in {*weights, "decoder.weight"}:
+            assert torch.equal(t, before[name]), name  # the rest is the model's own
+    for name, t in model.state_dict().items():
+        assert torch.equal(t, before[name]), name  # the model is left alone
+    weights["decoder.bias"][:] = -1.0  # the copy keeps none of the arrays it was given
+    assert not torch.equal(twin.decoder.bias, torch.from_numpy(weights["decoder.bias"]))
+
+    with pytest.raises(ValueError, match=r"no parameters named nowhere\.weight"):
+        await training.run(copy_to_cpu, model, {"nowhere.weight": np.zeros(1, "float32")})
+
+
+async def test_a_diloco_trainer_answers_from_its_outer_parameters(
+    demo: Manifest, tokenizer: TextTokenizer, make_host: MakeHost, tmp_path: Path
+) -> None:
+    peer = ProjectPeer(PeerSettings(demo, tmp_path), lambda event: None)
+    training = peer.bridge
+    host, dht = await start_node(make_host, None)
+    averager = Averager(host, dht, "tryout", AVERAGING)
+    model = build_model(demo)
+    state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.05))
+    diloco = DilocoState(state, outer_lr=0.7, outer_momentum=0.9, overlap=False, sparse=False,
+                         clip_norm=None)  # fmt: skip
+    optimizer = DilocoOptimizer(
+        diloco, PeerLinks.create(averager, training), DilocoConfig(round_seconds=10**9), codec=NONE
+    )
+    # what a trainer that caught up holds: its model, and the mode's optimizer
+    role = SimpleNamespace(trainer=SimpleNamespace(model=model), optimizer=optimizer)
+    peer._role = role  # type: ignore[assignment]
+    try:
+        generator = torch.Generator().manual_seed(5)
+        for _ in range(3):  # inner steps: theta moves, the anchor stays where the epoch put it
+
+            def backward() -> None:
+                ids = torch.randint(5, tokenizer.vocab_size, (4, 16), generator=generator)
+                logits = model(ids, torch.ones_like(ids)).logits
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+                loss.backward()  # type: ignore[no-untyped-call]
+
+            await training.run(backward)
+            await optimizer.step(4, 1.0)
+        anchor = [
+            torch.from_numpy(a).reshape(p.shape)
+            for a, p in zip(diloco.anchor, state.parameters, strict=True)
+        ]
+        theta = [p.detach().clone() for p in state.parameters]
+        assert not all(torch.equal(a, t) for a, t in zip(anchor, theta, strict=True))
+
+        replica = replica_of(peer)
+        assert replica is not None
+        # this test's tokenizer: the demo's is written where a swarm serves its data
+        tryout = ModelTryout(dataclasses.replace(replica, tokenizer=lambda: tokenizer))
+        try:
+            reply = await tryout.answer(MASKED)
+            answering = tryout._copy
+        finally:
+            await tryout.aclose()
+        assert reply.epoch == optimizer.epoch == 0
+        assert answering is not None
+        trainable = list(answering.parameters())
+        assert len(trainable) == len(anchor)
+        for mine, outer in zip(trainable, anchor, strict=True):
+            assert mine.dtype == torch.float32
+            assert torch.equal(mine, outer)
+        assert not answering.training
+        for p, t in zip(state.parameters, theta, strict=True):  # training's own weights untouched
+            assert torch.equal(p, t)
+            assert p.requires_grad
+    finally:
+        optimizer.interrupt()
+        await optimizer.close()
+        await averager.close()
+        await training.aclose()
+        await dht.close()
 
 
 async def test_a_stopped_peers_model_is_gone(

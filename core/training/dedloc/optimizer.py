@@ -159,6 +159,10 @@ class CollaborativeOptimizer(TakingPart):
         """What a pause moves off the device with the model: our accumulators."""
         return self.local
 
+    def tryout_weights(self) -> None:
+        """The model's own: every collaborative step lands in it, so it holds ``epoch``'s."""
+        return None
+
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -429,3 +429,10 @@ class DilocoOptimizer(TakingPart):
             if self.paused:
                 continue
             await asyncio.gather(self._publish(), self._refresh())
+
+    def tryout_weights(self) -> dict[str, np.ndarray]:
+        """On the training thread: the outer parameters by name (the live anchor), what "Try the
+        model" answers from. They are ``epoch``'s, where the model's own move with every inner
+        step and hold this peer's work that no round has averaged yet."""
+        trainable = (name for name, p in self.state.model.named_parameters() if p.requires_grad)
+        return dict(zip(trainable, self.diloco.anchor, strict=True))

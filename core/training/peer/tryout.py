@@ -8,6 +8,11 @@ gradients, no hooks, the training model untouched), and asked on a thread of the
 (a ``TrainingBridge`` of its own, as ``core.training.evaluation``'s evaluator does). A copy answers
 for ``COPY_EVERY`` seconds: the questions asked meanwhile reuse it.
 
+The copy holds the weights of the epoch it is labelled with, which the mode's optimizer says
+(``ModeOptimizer.tryout_weights``): dedloc's are the model's own, where every collaborative step
+lands; diloco's are its outer parameters (the anchor every peer of the last round stands on), while
+the model's own move with every inner step and hold this peer's work not yet averaged.
+
 A masked model (``albert-mlm``) guesses the word at each ``[MASK]``: the ``TOP_GUESSES`` best for
 the first, and the best for each. A causal model (``llama-clm``) completes the text greedily, up to
 ``COMPLETION_TOKENS`` tokens, stopping at ``[SEP]`` (the end of a text in its training sequences).
@@ -21,10 +26,11 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from core.data import TextTokenizer
@@ -70,6 +76,9 @@ class Replica:
     """The epoch the model is at (read on the training thread, with the copy)."""
     tokenizer: Callable[[], TextTokenizer]
     """The project's tokenizer, called on the tryout's thread (it reads a file)."""
+    weights: Callable[[], Mapping[str, np.ndarray] | None] | None = None
+    """The weights of ``epoch`` by parameter name where they are not ``model``'s own (called on the
+    training thread, with the copy: ``ModeOptimizer.tryout_weights``); None: ``model``'s own."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ def replica_of(peer: object) -> Replica | None:
         trainer.model,
         epoch=lambda: optimizer.epoch,
         tokenizer=lambda: fetch_tokenizer(s.manifest, s.data_base, s.work_dir),
+        weights=optimizer.tryout_weights,
     )
 
 
@@ -163,7 +173,8 @@ class ModelTryout:
         replica = self.replica
 
         def take() -> tuple[torch.nn.Module, int]:
-            return copy_to_cpu(replica.model), replica.epoch()
+            weights = replica.weights() if replica.weights is not None else None
+            return copy_to_cpu(replica.model, weights), replica.epoch()
 
         try:
             model, epoch = await replica.bridge.run(take)
@@ -180,16 +191,30 @@ class ModelTryout:
         return model
 
 
-def copy_to_cpu(model: torch.nn.Module) -> torch.nn.Module:
-    """On the thread that owns ``model``: a model of its own with the same weights, on the CPU,
-    floating tensors in float32, in eval mode, without gradients or hooks; ``model`` is left as
-    it was (its device, dtype, mode, gradients and hooks)."""
+def copy_to_cpu(
+    model: torch.nn.Module, weights: Mapping[str, np.ndarray] | None = None
+) -> torch.nn.Module:
+    """On the thread that owns ``model`` (and ``weights``): a model of its own with the same
+    weights, on the CPU, floating tensors in float32, in eval mode, without gradients or hooks;
+    ``model`` is left as it was (its device, dtype, mode, gradients and hooks).
+
+    ``weights``: parameters by name (as ``named_parameters`` gives them) to take instead of the
+    model's, each reshaped to its parameter (a flat array will do); a name the model lacks is a
+    ``ValueError``."""
+    given = weights or {}
+    named = dict(model.named_parameters())
+    unknown = sorted(set(given) - set(named))
+    if unknown:
+        raise ValueError(f"the model has no parameters named {', '.join(unknown)}")
     # deepcopy takes the module's structure (tied weights stay tied: one entry per tensor), and
     # the tensors from ``memo``: copied straight to the CPU, never a second copy on a GPU
     memo: dict[int, Any] = {}
     with torch.no_grad():
-        for parameter in model.parameters():
-            memo[id(parameter)] = torch.nn.Parameter(_on_cpu(parameter), requires_grad=False)
+        for name, parameter in named.items():
+            source: torch.Tensor = parameter
+            if name in given:
+                source = torch.from_numpy(given[name]).reshape(parameter.shape)
+            memo[id(parameter)] = torch.nn.Parameter(_on_cpu(source), requires_grad=False)
         for buffer in model.buffers():
             memo[id(buffer)] = _on_cpu(buffer)
         twin = copy.deepcopy(model, memo)
