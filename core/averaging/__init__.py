@@ -22,11 +22,13 @@ from core.averaging.averager import Averager, PendingRound
 from core.averaging.config import AveragerConfig
 from core.averaging.matchmaking import MatchmakingError
 from core.averaging.result import AveragingResult, Finding
+from core.averaging.round.columns import ColumnRequest
 
 __all__ = [
     "Averager",
     "AveragerConfig",
     "AveragingResult",
+    "ColumnRequest",
     "Finding",
     "MatchmakingError",
     "PendingRound",

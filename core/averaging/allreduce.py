@@ -1,7 +1,8 @@
 """AllReduce: one round of averaging, composed from its plan, its transfer and what wraps the transfer.
 
 The plan (``round.plan``) decides the round before any byte moves; the transfer (``round.transfer``)
-carries it out; error feedback rides on what the transfer sends (``round.feedback``), and when the plan
+carries it out; error feedback rides on what the transfer sends (``round.feedback``), a round of several
+groups averages each slot over its column (``round.columns``), and when the plan
 says so, the verified round (``verified``) is the transfer's hooks and checks the reducers after it.
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from core.averaging.config import AveragerConfig
 from core.averaging.messages import GroupSpec, ReduceRequest, ReduceSummary
 from core.averaging.result import AveragingResult
+from core.averaging.round.columns import Columns
 from core.averaging.round.feedback import FeedbackOutgoing
 from core.averaging.round.load_balancing import PlanCache
 from core.averaging.round.outgoing import Outgoing
@@ -42,14 +44,16 @@ class AllReduce:
         config: AveragerConfig,
         plans: PlanCache | None = None,
         feedback: TensorSet | None = None,
+        columns: Columns | None = None,
     ) -> None:
         """``feedback``: shaped like ``tensors``; receives, for every chunk we send (our own part
         included), what the codec left out of it (error feedback: the caller adds it to what it
         averages next time), and zero where nothing was sent."""
         self.host = host
         self.plan = plan_round(
-            group, index, tensors.sizes, weight=weight, config=config, plans=plans
-        )
+            group, index, tensors.sizes, weight=weight, config=config, plans=plans,
+            slots=group.slots,
+        )  # fmt: skip
         outgoing = Outgoing(tensors) if feedback is None else FeedbackOutgoing(tensors, feedback)
         self.verification: RoundVerification | None = None
         if self.plan.verified:
@@ -57,8 +61,9 @@ class AllReduce:
                 host, self.plan, config=config.verification, aggregation=config.aggregation
             )
         self.transfer = Transfer(
-            host, self.plan, tensors, config, outgoing=outgoing, hooks=self.verification
-        )
+            host, self.plan, tensors, config, outgoing=outgoing, hooks=self.verification,
+            columns=columns,
+        )  # fmt: skip
 
     @property
     def reducer(self) -> PartReducer | None:

@@ -15,6 +15,7 @@ exactly what was averaged (see ``AveragingResult``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from core.averaging.allreduce import AllReduce
 from core.averaging.bans import BanList
 from core.averaging.config import AveragerConfig
-from core.averaging.matchmaking import Matchmaker
+from core.averaging.matchmaking import Matchmaker, MatchmakingError
 from core.averaging.messages import (
     REDUCE,
     VERIFY,
@@ -35,11 +36,13 @@ from core.averaging.messages import (
 )
 from core.averaging.registry import RoundRegistry
 from core.averaging.result import AveragingResult
+from core.averaging.round.columns import ColumnRequest, Columns
 from core.averaging.round.load_balancing import PlanCache
 from core.averaging.round.tensors import TensorSet
 from core.averaging.verification import PROVEN
 from core.averaging.verified.retained import RetainedRounds
 from core.codecs import Codec
+from core.codecs.arrays import F32
 from core.codecs.chunks import warm_up
 from core.dht import DHTNode
 from core.net.errors import NotFoundError
@@ -49,13 +52,18 @@ from core.net.wire.rpc import CallContext
 from core.net.wire.stream import Stream
 from core.util.errors import BarnraiseError, ConfigError
 
+log = logging.getLogger(__name__)
+
 
 class PendingRound:
     """A group found for one round, waiting for this member to start its all-reduce."""
 
-    def __init__(self, averager: Averager, group: GroupSpec) -> None:
+    def __init__(
+        self, averager: Averager, group: GroupSpec, columns: ColumnRequest | None = None
+    ) -> None:
         self.group = group
         self._averager = averager
+        self._columns = columns
         peers = [m.peer for m in group.members]
         self.index = peers.index(averager.host.peer_id)
         self._used = False
@@ -92,6 +100,7 @@ class PendingRound:
             config=averager.config if codec is None else replace(averager.config, codec=codec),
             plans=averager.plans,
             feedback=None if feedback is None else TensorSet(feedback),
+            columns=averager.columns(self._columns, self.group),
         )
         if averager.round_hook is not None:
             averager.round_hook(runner)
@@ -193,19 +202,25 @@ class Averager:
         target_size: int | None = None,
         weight: float = 0.0,
         enough: float | None = None,
+        columns: ColumnRequest | None = None,
+        uncapped: bool = False,
     ) -> PendingRound:
         """Find a group for ``round_key``; raises ``MatchmakingError`` if none forms in time.
 
-        ``target_size`` closes the group early at that many members (never above the config's).
-        ``weight`` is what we will bring; ``enough``, the weight a group should hold before its
-        leader stops waiting for ``target_size`` members (``Matchmaker.form_group``).
+        ``target_size`` closes the group early at that many members (never above the config's,
+        unless ``uncapped``). ``weight`` is what we will bring; ``enough``, the weight a group
+        should hold before its leader stops waiting for ``target_size`` members
+        (``Matchmaker.form_group``). ``columns``: the round may form several groups, which then
+        average their slots across groups (``round.columns``).
         """
         timeout = self.config.max_matchmaking_time if timeout is None else timeout
         self.matchmaker.reconfigure(self.config)  # a role changed since the last round
+        slots = (columns.slots, columns.everyone) if columns is not None else (0, 0)
         group = await self.matchmaker.form_group(
-            round_key or "default", timeout, target_size, weight=weight, enough=enough
-        )
-        pending = PendingRound(self, group)
+            round_key or "default", timeout, target_size, weight=weight, enough=enough,
+            uncapped=uncapped, slots=slots,
+        )  # fmt: skip
+        pending = PendingRound(self, group, columns)
         try:
             await self._connect_ahead(group)
         except BaseException:
@@ -247,12 +262,38 @@ class Averager:
         enough: float | None = None,
         codec: Codec | None = None,
         feedback: Sequence[Any] | None = None,
+        columns: ColumnRequest | None = None,
+        uncapped: bool = False,
     ) -> AveragingResult:
         """Find a group and average ``tensors`` with it, in place (``PendingRound.run``)."""
         pending = await self.prepare(
-            round_key, timeout=timeout, target_size=target_size, weight=weight, enough=enough
-        )
+            round_key, timeout=timeout, target_size=target_size, weight=weight, enough=enough,
+            columns=columns, uncapped=uncapped,
+        )  # fmt: skip
         return await pending.run(tensors, weight, codec=codec, feedback=feedback)
+
+    def columns(self, request: ColumnRequest | None, group: GroupSpec) -> Columns | None:
+        """How ``group``'s reducers meet the other groups' (None: its leader dealt no slots)."""
+        if request is None or not group.slots:
+            return None
+        key = f"{group.round_key}.column"
+
+        async def combine(
+            slot: int, values: list[F32], weight: float, codec: Codec
+        ) -> AveragingResult | None:
+            try:
+                return await self.average(
+                    values, weight=weight, round_key=f"{key}{slot}", timeout=request.timeout,
+                    target_size=request.groups, codec=codec, uncapped=True,
+                )  # fmt: skip
+            except MatchmakingError as exc:
+                log.info("slot %d of %s met no other group: %s", slot, group.round_key, exc)
+                return None
+
+        # a member waits for a slot's first mean as long as the column's matchmaking may take,
+        # and the column's own round after it
+        seconds = request.timeout + self.config.allreduce_timeout
+        return Columns(group.slots, combine, seconds)
 
     async def _on_reduce(
         self, ctx: CallContext, request: ReduceRequest, stream: Stream

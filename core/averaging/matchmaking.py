@@ -82,6 +82,9 @@ class _Search:
     """The weight with which a group may close at ``patient_until``; short of it a leader waits
     until ``deadline`` (None: close at the deadline, which is then the patience)."""
     patient_until: float = 0.0
+    slots: tuple[int, int] = (0, 0)
+    """(slots, everyone): a group that closes with fewer than ``everyone`` members deals the
+    round's vector in ``slots`` (its reducers then average it with the other groups')."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -152,8 +155,14 @@ class Matchmaker:
         *,
         weight: float = 0.0,
         enough: float | None = None,
+        uncapped: bool = False,
+        slots: tuple[int, int] = (0, 0),
     ) -> GroupSpec:
         """Find a group for ``round_key`` within ``timeout`` seconds; ``MatchmakingError`` otherwise.
+
+        ``uncapped``: ``target_size`` may exceed the configured target (a column of groups, whose
+        members each bring a small slot). ``slots`` (slots, everyone): if we lead, a group of fewer
+        than ``everyone`` members deals the vector in ``slots`` (``GroupSpec.slots``).
 
         ``target_size`` lowers the configured target for this round (e.g. to the number of peers
         known to be ready), so that a leader closes as soon as they have all joined. ``weight`` is
@@ -178,8 +187,10 @@ class Matchmaker:
         search.weight, search.enough, search.patient_until = weight, enough, patient_until
         target = self._config.target_group_size
         if target_size is not None:
-            target = max(self._config.min_group_size, min(target or target_size, target_size))
+            cap = target_size if uncapped else (target or target_size)
+            target = max(self._config.min_group_size, min(cap, target_size))
         search.target = target
+        search.slots = slots
         self._searches[round_key] = search
         info = replace(self._info(), weight=weight)
         try:
@@ -340,7 +351,9 @@ class Matchmaker:
     def _close_group(self, search: _Search, info: MemberInfo) -> GroupSpec:
         search.followers = [f for f in search.followers if not f.answer.done()]
         members = [info] + [f.info for f in search.followers]
-        group = GroupSpec(os.urandom(16), search.round_key, members)
+        slots, everyone = search.slots
+        dealt = slots if slots and len(members) < everyone else 0
+        group = GroupSpec(os.urandom(16), search.round_key, members, dealt)
         self._registry.expect(group.group_id)
         search.group = group
         for follower in search.followers:

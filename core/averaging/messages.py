@@ -33,6 +33,9 @@ class GroupSpec(WireMessage):
     group_id: bytes
     round_key: str
     members: list[MemberInfo]
+    slots: int = 0
+    """Equal slots the round's vector is dealt in (a round of several groups; the leader decides
+    for everyone, ``round.columns``); 0: parts sized by the load-balancing program."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,14 @@ class AveragingResult:
     index: int
     total_elements: int
     averaged_elements: int = 0
+    included_elements: int = 0
+    """Values averaged with our own data in them (a reducer may leave our data out of a chunk:
+    we were late, or screened out; then that chunk's mean lands without it)."""
+    column_groups: int = 0
+    """In a round of several groups: the most groups that a column of the slots we reduced
+    averaged over (0: we reduced no slot, or no column formed: no other group met ours)."""
+    left_out: list[tuple[int, int]] = field(default_factory=list)
+    """The averaged ranges whose mean lacks our data (chunks, in the order they landed)."""
     missing: list[tuple[int, int]] = field(default_factory=list)
     excluded: dict[PeerID, str] = field(default_factory=dict)
     parts: list[int] = field(default_factory=list)

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,25 @@ ANNOUNCE_EVERY = 5.0
 
 StateProvider = Callable[[], tuple[int, dict[str, Any], Sequence[Any]]]
 """Returns (version, metadata, tensors) of the current state."""
+
+
+@dataclass(frozen=True)
+class PackedState:
+    """A state laid out as it travels: every tensor's bytes one after another in ``data``.
+
+    A donor whose state is large packs it where its tensors live (a training thread), once per
+    version and only when asked, rather than have every version copied on the event loop."""
+
+    version: int
+    metadata: dict[str, Any]
+    shapes: list[list[int]]
+    dtypes: list[str]
+    data: np.ndarray
+    """uint8, ``sum(prod(shape) * itemsize)`` bytes."""
+
+
+PackedProvider = Callable[[], Awaitable[PackedState]]
+"""Packs the current state (awaited when a downloader first asks for a version)."""
 
 
 class StateDownloadError(BarnraiseError):
@@ -90,18 +109,32 @@ class StateSharing:
             RecordSchema("state", self._key, subkeys="owned", max_ahead=renewal_bound(STATE_TTL))
         )
         self._provider: StateProvider | None = None
+        self._packed: tuple[Callable[[], int], PackedProvider] | None = None
         self._snapshot: _Snapshot | None = None
+        self._packing = asyncio.Lock()
+        """One packing at a time: downloaders asking together share it."""
         self._keep = keep_seconds
 
     # ---- donor side ------------------------------------------------------------------------------
 
     def serve(self, provider: StateProvider) -> None:
+        """Serve what ``provider`` returns, copied on the event loop when a version is first
+        asked for (small states)."""
         self._provider = provider
+        self._host.router.add(STATE_HEADER, self._on_header)
+        self._host.router.add_stream(STATE_RANGE, self._on_range)
+
+    def serve_packed(self, version: Callable[[], int], pack: PackedProvider) -> None:
+        """Serve what ``pack`` makes when a downloader first asks for ``version()``: a large
+        state's owner packs it off the event loop (``PackedState``), and nothing is copied for
+        a version nobody asks for."""
+        self._packed = (version, pack)
         self._host.router.add(STATE_HEADER, self._on_header)
         self._host.router.add_stream(STATE_RANGE, self._on_range)
 
     def stop_serving(self) -> None:
         self._provider = None
+        self._packed = None
         self._snapshot = None
         self._host.router.remove(STATE_HEADER.name)
         self._host.router.remove(STATE_RANGE.name)
@@ -134,18 +167,14 @@ class StateSharing:
             self._key, [-1, []], time.time() + ttl, subkey=owner_marker(self._host.peer_id)
         )
 
-    def _current(self) -> _Snapshot:
+    async def _current(self) -> _Snapshot:
+        if self._packed is not None:
+            return await self._current_packed(*self._packed)
         if self._provider is None:
             raise NotFoundError("this peer shares no state")
         version, metadata, tensors = self._provider()
-        now = time.monotonic()
-        held = self._snapshot
-        if (
-            held is not None
-            and held.header.version == version
-            and now - held.last_used < self._keep
-        ):
-            held.last_used = now
+        held = self._held(version)
+        if held is not None:
             return held
         arrays = [_as_array(t) for t in tensors]
         data = (
@@ -160,14 +189,34 @@ class StateSharing:
             [a.dtype.str for a in arrays],
             int(data.size),
         )
-        self._snapshot = _Snapshot(header, data, now)
+        self._snapshot = _Snapshot(header, data, time.monotonic())
         return self._snapshot
 
+    async def _current_packed(self, version: Callable[[], int], pack: PackedProvider) -> _Snapshot:
+        async with self._packing:
+            held = self._held(version())
+            if held is not None:
+                return held
+            packed = await pack()
+            header = StateHeader(
+                packed.version, packed.metadata, packed.shapes, packed.dtypes, int(packed.data.size)
+            )
+            self._snapshot = _Snapshot(header, packed.data, time.monotonic())
+            return self._snapshot
+
+    def _held(self, version: int) -> _Snapshot | None:
+        """The snapshot of ``version`` already made, unless nobody used it for ``_keep`` s."""
+        held, now = self._snapshot, time.monotonic()
+        if held is None or held.header.version != version or now - held.last_used >= self._keep:
+            return None
+        held.last_used = now
+        return held
+
     async def _on_header(self, ctx: CallContext, request: Empty) -> StateHeader:
-        return self._current().header
+        return (await self._current()).header
 
     async def _on_range(self, ctx: CallContext, request: StateRequest, stream: Stream) -> Empty:
-        snapshot = self._snapshot or self._current()
+        snapshot = self._snapshot or await self._current()
         if not 0 <= request.start <= request.end <= snapshot.data.size:
             raise NotFoundError("that range is outside the state")
         snapshot.last_used = time.monotonic()

@@ -53,6 +53,12 @@ def _topk_sum(contributions: int) -> Codec:
     return top_k(TOPK_DENSITY, TOPK_BITS).for_sum(contributions)
 
 
+def _topk_whole(contributions: int) -> Codec:
+    from core.codecs.topk import top_k  # noqa: PLC0415 - as in _half
+
+    return top_k(TOPK_DENSITY, TOPK_BITS).for_whole_sum(contributions)
+
+
 def _blockwise8() -> Kernel:
     from core.codecs.blockwise8 import Blockwise8  # noqa: PLC0415 - as in _half
 
@@ -69,6 +75,7 @@ TOPK = Codec(
     bytes_per_value=TOPK_DENSITY * (1.5 + TOPK_BITS / 8),  # 12-bit positions and the codes
     make_kernel=_topk,
     summed=_topk_sum,
+    whole=_topk_whole,
 )
 AUTO = Codec(
     "auto",

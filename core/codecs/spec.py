@@ -112,9 +112,17 @@ class Codec:
         """Its chunks keep a few values each, so a mean of them travels in another codec."""
         return self.summed is not None
 
+    whole: Callable[[int], Codec] | None = None
+    """For a sparse codec: the codec that carries a sum of up to n of its chunks with every value
+    kept (a group's mean on its way to the other groups' reducers). None: this codec does."""
+
     def for_sum(self, contributions: int) -> Codec:
         """The codec for a mean of up to ``contributions`` chunks of this one."""
         return self if self.summed is None else self.summed(contributions)
+
+    def for_whole_sum(self, contributions: int) -> Codec:
+        """The codec that carries a sum of up to ``contributions`` chunks of this one whole."""
+        return self if self.whole is None else self.whole(contributions)
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r})"

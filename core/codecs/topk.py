@@ -343,5 +343,6 @@ def top_k(density: float, bits: int, fan_in: int = 1) -> Codec:
         bytes_per_value=min(1.0, density * fan_in) * (1.5 + bits / 8),
         make_kernel=lambda: kernel,
         # a mean goes back in 8-bit codes, its largest values only (``MEAN_FAN_IN``)
-        summed=(lambda n: top_k(density, 8, min(n, MEAN_FAN_IN))) if sent else None,
+        summed=(lambda n: top_k(density, 8, min(n, MEAN_FAN_IN))) if bits < 16 else None,
+        whole=(lambda n: top_k(density, 8, n)) if sent else None,
     )

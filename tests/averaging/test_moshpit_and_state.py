@@ -90,7 +90,7 @@ async def test_state_comes_from_several_donors_and_resumes_when_one_leaves(
     ) -> Any:
         if self is not quitter:
             return await original(self, ctx, request, stream)
-        snapshot = self._current()
+        snapshot = await self._current()
         middle = (request.start + request.end) // 2
         await stream.send_data(snapshot.data[request.start : middle].data)
         await asyncio.sleep(0.05)  # (enough for that half to leave, if the machine lets it)

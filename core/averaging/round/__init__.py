@@ -9,6 +9,7 @@ feedback rides on what the transfer sends.
 - ``hooks``           RoundHooks: the points where a round may do more than move bytes (no-ops here).
 - ``outgoing``        Outgoing: what this member sends of each chunk.
 - ``feedback``        FeedbackOutgoing: what the codec left out of each chunk we send (error feedback).
+- ``columns``         Columns: a round of several groups, each slot averaged across the groups' reducers.
 - ``reducer``         PartReducer: aggregating one part chunk by chunk, excluding senders that fail
                       or that the checks screen out, and recording findings.
 - ``tensors``         TensorSet (in-place float32 views) and the chunk layout.

@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 
 from core.averaging.config import AveragerConfig
 from core.averaging.messages import GroupSpec, MemberInfo
+from core.averaging.round.columns import MAX_SLOTS
 from core.averaging.round.load_balancing import PeerCapacity, PlanCache, split
 from core.averaging.round.tensors import Span, layout, schema_hash
 from core.averaging.verification import possible_checks
+from core.codecs import Codec
 from core.codecs.chunks import encoded_size
 from core.trust.peer_id import PeerID
 from core.util.errors import ConfigError
@@ -68,6 +70,10 @@ class RoundPlan:
     verifiers: frozenset[int]
     """Members that check other parts' reducers after the round: the receivers, when verified (an
     auxiliary member takes no results, so holds no seals to check)."""
+    slots: tuple[tuple[int, ...], ...] = ()
+    """With slots (``plan_round``'s ``slots``): for each member, the slot of each of its chunks.
+    The vector is cut into that many equal slots, the same in every group of a round, so that the
+    reducers of one slot in different groups can average it across groups (``round.columns``)."""
 
     @property
     def members(self) -> list[MemberInfo]:
@@ -125,9 +131,12 @@ def plan_round(
     weight: float,
     config: AveragerConfig,
     plans: PlanCache | None = None,
+    slots: int = 0,
 ) -> RoundPlan:
     """The plan of ``group``'s round for its member ``index``, averaging tensors of ``sizes`` values
-    with ``weight``; ``plans`` keeps solved load-balancing programs between rounds."""
+    with ``weight``; ``plans`` keeps solved load-balancing programs between rounds. With ``slots``
+    (a round of several groups) the vector is cut into that many equal slots, dealt out in turn to
+    the members able to reduce, instead of parts sized by the load-balancing program."""
     codec = config.codec
     verified = config.verification.enabled
     if codec.sparse and verified:
@@ -135,15 +144,30 @@ def plan_round(
             f"codec {codec.name}: reducers cannot be verified (the mean goes back in "
             "another codec); turn verification off or use another codec"
         )
+    if not 0 <= slots <= MAX_SLOTS:
+        raise ConfigError(f"a round is dealt in at most {MAX_SLOTS} slots, not {slots}")
+    if slots and verified:
+        raise ConfigError(
+            "reducers cannot be verified in a round of several groups (a reducer's mean then "
+            "holds the other groups' too)"
+        )
     members = group.members
     total = sum(sizes)
     capacities = [_capacity(m) for m in members]
-    wire_bytes = encoded_size(codec.resolve(total), total) if total else 0
-    program = (plans or PlanCache()).plan(capacities, wire_bytes)
-    parts = split(total, program.shares)
-    chunk = chunk_elements(config, capacities, sum(1 for p in parts if p > 0))
-    spans = layout(sizes, parts, chunk, codec, len(members))
+    if slots:
+        # the chunk size every group computes alike: from the settings, not from the members
+        chunk = chunk_elements(config, (), slots)
+        spans, slot_of, parts = _dealt(sizes, slots, members, chunk, codec)
+    else:
+        wire_bytes = encoded_size(codec.resolve(total), total) if total else 0
+        program = (plans or PlanCache()).plan(capacities, wire_bytes)
+        parts = split(total, program.shares)
+        chunk = chunk_elements(config, capacities, sum(1 for p in parts if p > 0))
+        spans = layout(sizes, parts, chunk, codec, len(members))
+        slot_of = []
     schema = schema_hash(sizes, codec, chunk)
+    if slots:  # a member that deals slots and one that balances parts cut differently
+        schema = hashlib.sha256(schema + b"slots%d" % slots).digest()[: len(schema)]
     if verified:
         settings = repr(config.aggregation).encode()
         schema = hashlib.sha256(schema + settings).digest()[: len(schema)]
@@ -160,8 +184,33 @@ def plan_round(
         receivers=takers,
         verified=verified,
         verifiers=takers if verified else frozenset(),
+        slots=tuple(tuple(s) for s in slot_of),
     )
     return replace(plan, weight=plan.weight_of(index, weight))  # its own rule, as for others'
+
+
+def _dealt(
+    sizes: Sequence[int],
+    slots: int,
+    members: Sequence[MemberInfo],
+    chunk: int,
+    codec: Codec,
+) -> tuple[list[list[Span]], list[list[int]], list[int]]:
+    """Equal slots of the vector, dealt in turn to the members able to reduce (not clients):
+    each member's chunks, the slot of each chunk, and the values each member reduces. A slot's
+    chunks are cut the same way whoever reduces it, so that a slot's reducers in different groups
+    average chunks of the same ranges."""
+    total = sum(sizes)
+    slot_spans = layout(sizes, split(total, [1.0 / slots] * slots), chunk, codec, len(members))
+    able = [j for j, m in enumerate(members) if not m.client] or [0]
+    spans: list[list[Span]] = [[] for _ in members]
+    slot_of: list[list[int]] = [[] for _ in members]
+    for slot, chunks in enumerate(slot_spans):
+        reducer = able[slot % len(able)]
+        spans[reducer].extend(chunks)
+        slot_of[reducer].extend([slot] * len(chunks))
+    parts = [sum(span.count for span in member) for member in spans]
+    return spans, slot_of, parts
 
 
 def chunk_elements(

@@ -20,9 +20,11 @@ but not finished.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,11 +35,15 @@ from core.averaging.robust.aggregation import (
     Workspace,
     aggregate_chunk,
 )
+from core.averaging.round.columns import Columns, column_outcome
 from core.averaging.round.tensors import Span
 from core.codecs import NONE, Codec
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode
 from core.trust.peer_id import PeerID
+from core.util.errors import BarnraiseError
+
+log = logging.getLogger(__name__)
 
 WEIGHT = "weight"
 STEPS = 8
@@ -63,6 +69,8 @@ class ChunkResult:
 class _Chunk:
     index: int
     span: Span
+    aggregate: ChunkResult | None = None
+    """With columns: the group's mean, held until its slot's column has averaged it."""
     inputs: dict[int, F32] = field(default_factory=dict)
     """Each sender's values, held until the chunk is complete (released when it is aggregated)."""
     weights: dict[int, float] = field(default_factory=dict)
@@ -100,8 +108,14 @@ class PartReducer:
         aggregation: AggregationConfig | None = None,
         peers: Sequence[PeerID] = (),
         part: int = 0,
+        columns: Columns | None = None,
+        slots: Sequence[int] = (),
+        spawn: Callable[[str, Coroutine[Any, Any, None]], object] | None = None,
     ) -> None:
-        """``peers`` are the group's members in order (findings name them); ``part`` is ours."""
+        """``peers`` are the group's members in order (findings name them); ``part`` is ours.
+        With ``columns`` (a round of several groups), each chunk's mean waits until every chunk of
+        its slot (``slots``: the slot of each chunk) is aggregated, and goes back as its column's
+        mean, averaged over the other groups in a task ``spawn`` starts (``round.columns``)."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.spans = spans
@@ -121,6 +135,13 @@ class PartReducer:
         self._receivers = receivers
         self._timeout = sender_timeout
         self._chunks = [_Chunk(i, span, done=loop.create_future()) for i, span in enumerate(spans)]
+        self._columns = columns if columns is not None and spawn is not None else None
+        self.column_groups = 0
+        """The most groups a column of ours averaged over (0: none formed, or no columns)."""
+        self._slots = list(slots)
+        self._spawn = spawn
+        if self._columns is not None and len(self._slots) != len(self._chunks):
+            raise ValueError("with columns, every chunk needs its slot")
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._heard = 0
@@ -223,8 +244,12 @@ class PartReducer:
         return await asyncio.shield(future)
 
     async def wait_finished(self) -> None:
-        """Until every chunk is averaged (or given up on)."""
+        """Until every chunk is averaged (or given up on), over its column too with columns."""
         await self._all_done.wait()
+        if self._columns is not None:
+            pending = [c.done for c in self._chunks if c.done is not None and not c.done.done()]
+            if pending:
+                await asyncio.wait([asyncio.ensure_future(asyncio.shield(f)) for f in pending])
 
     def taken(self, index: int) -> None:
         """One receiver has the chunk; after the last one its buffers are released."""
@@ -266,7 +291,7 @@ class PartReducer:
         chunk.inputs, chunk.weights, chunk.decoded = {}, {}, []
         if not inputs:
             self._spares.give(decoded)
-            chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
+            self._done(chunk, ChunkResult(0.0, b"", None, frozenset()))
             return
         outcome = aggregate_chunk(inputs, weights, self._aggregation, self._workspace)
         # the senders' buffers go now, not when the receivers are served (the aggregate is new)
@@ -287,15 +312,76 @@ class PartReducer:
                 f"CenteredClip gave its chunk {chunk.index} {factor:.3g} of its weight",
             )
         if outcome.values is None or outcome.weight <= 0:
-            chunk.done.set_result(ChunkResult(0.0, b"", None, frozenset()))
+            self._done(chunk, ChunkResult(0.0, b"", None, frozenset()))
             return
-        codec = chunk.span.returned
-        data = encode(codec, outcome.values)
-        values = outcome.values if codec is NONE else decode(codec, data, chunk.span.count)
         inputs_used = outcome.included | frozenset(outcome.screened)
+        if self._columns is not None:
+            mean = ChunkResult(outcome.weight, b"", outcome.values, outcome.included, inputs_used)
+            self._done(chunk, mean)
+            return
         chunk.done.set_result(
-            ChunkResult(outcome.weight, data, values, outcome.included, inputs_used)
+            _encoded(chunk.span, outcome.values, outcome.weight, outcome.included, inputs_used)
         )
+
+    def _done(self, chunk: _Chunk, mean: ChunkResult) -> None:
+        """The group's ``mean`` of ``chunk`` (raw: nothing encoded yet with columns)."""
+        assert chunk.done is not None
+        if self._columns is None:
+            chunk.done.set_result(mean)
+            return
+        chunk.aggregate = mean
+        slot = self._slots[chunk.index]
+        members = [c for c in self._chunks if self._slots[c.index] == slot]
+        if all(c.aggregate is not None for c in members):
+            assert self._spawn is not None
+            self._spawn(f"column-{slot}", self._combine(slot, members))
+
+    async def _combine(self, slot: int, chunks: list[_Chunk]) -> None:
+        """Average the slot's group means over its column, then send them back (each chunk's
+        future); whatever goes wrong, every future is answered."""
+        assert self._columns is not None
+        means = [c.aggregate for c in chunks if c.aggregate is not None]
+        finals: list[ChunkResult] = [ChunkResult(0.0, b"", None, frozenset()) for _ in chunks]
+        try:
+            finals = await self._column(slot, chunks, means)
+        except (BarnraiseError, OSError) as exc:
+            log.info("the column of slot %d failed: %s", slot, exc)
+        finally:
+            for chunk, final in zip(chunks, finals, strict=True):
+                chunk.aggregate = None
+                if chunk.done is not None and not chunk.done.done():
+                    chunk.done.set_result(final)
+
+    async def _column(
+        self, slot: int, chunks: list[_Chunk], means: list[ChunkResult]
+    ) -> list[ChunkResult]:
+        assert self._columns is not None
+        if len(means) != len(chunks) or any(m.values is None or m.weight <= 0 for m in means):
+            # a chunk of the group averaged over nothing: its zeros would drag the column's
+            # mean down, so the group's own means stand for this slot
+            return [
+                _encoded(c.span, m.values, m.weight, m.included, m.inputs)
+                if m.values is not None and m.weight > 0
+                else ChunkResult(0.0, b"", None, frozenset())
+                for c, m in zip(chunks, means, strict=True)
+            ]
+        arrays = [m.values for m in means if m.values is not None]
+        weight = max(m.weight for m in means)
+        # the group's mean travels whole (a sparse one with every value of its members): what
+        # the column's mean then leaves out, it leaves out for everyone, and they all see it
+        codec = chunks[0].span.codec.for_whole_sum(len(self._peers))
+        result = await self._columns.combine(slot, arrays, weight, codec)
+        if result is not None:
+            self.column_groups = max(self.column_groups, len(result.members))
+        column = column_outcome(result, [c.span.count for c in chunks], weight)
+        finals = []
+        for chunk, mean, array, fate in zip(chunks, means, arrays, column.chunks, strict=True):
+            if not fate.landed:
+                finals.append(ChunkResult(0.0, b"", None, frozenset()))
+                continue
+            included = mean.included if fate.ours else frozenset()
+            finals.append(_encoded(chunk.span, array, column.weight, included, mean.inputs))
+        return finals
 
     def _record(self, sender: int, index: int, statistic: str, value: float, reason: str) -> None:
         # our own chunk screened out stays out, but a peer does not accuse itself
@@ -336,3 +422,14 @@ class PartReducer:
         for sender in sorted(self.active - chunk.got):
             self.exclude(sender, f"no data for chunk {index} within {self._timeout:g} s")
         self._advance()
+
+
+def _encoded(
+    span: Span, values: F32, weight: float, included: frozenset[int], inputs: frozenset[int]
+) -> ChunkResult:
+    """A mean as it goes back: encoded once, and decoded for the reducer itself so that it takes
+    the same values as every receiver even when the codec is lossy."""
+    codec = span.returned
+    data = encode(codec, values)
+    kept = values if codec is NONE else decode(codec, data, span.count)
+    return ChunkResult(weight, data, kept, included, inputs)

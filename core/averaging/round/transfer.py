@@ -28,6 +28,7 @@ import numpy as np
 from core.averaging.config import AveragerConfig
 from core.averaging.messages import REDUCE, ReduceRequest, ReduceSummary
 from core.averaging.result import AveragingResult
+from core.averaging.round.columns import Columns
 from core.averaging.round.hooks import RoundHooks
 from core.averaging.round.outgoing import Outgoing
 from core.averaging.round.plan import RoundPlan
@@ -60,7 +61,10 @@ class Transfer:
         *,
         outgoing: Outgoing | None = None,
         hooks: RoundHooks | None = None,
+        columns: Columns | None = None,
     ) -> None:
+        """``columns``: the round has several groups, and the plan deals slots
+        (``round.columns``)."""
         self.host = host
         self.plan = plan
         self.tensors = tensors
@@ -68,6 +72,8 @@ class Transfer:
         self.outgoing = outgoing or Outgoing(tensors)
         self.hooks = hooks or RoundHooks()
         index = plan.index
+        self.columns = columns if plan.slots else None
+        self._tasks = BackgroundTasks(f"allreduce-{plan.group_id.hex()[:8]}")
         self.reducer: PartReducer | None = None
         if plan.parts[index] > 0:
             self.reducer = PartReducer(
@@ -78,11 +84,13 @@ class Transfer:
                 aggregation=config.aggregation,
                 peers=plan.peers,
                 part=index,
+                columns=self.columns,
+                slots=plan.slots[index] if plan.slots else (),
+                spawn=self._tasks.spawn,
             )
         self.result = AveragingResult(
             plan.group_id, plan.peers, index, tensors.total, parts=list(plan.parts)
         )
-        self._tasks = BackgroundTasks(f"allreduce-{plan.group_id.hex()[:8]}")
         self._results = Spares()
         """Arrays the reducers' results land in before they are copied into the tensors."""
         self._lent: dict[Stream, deque[tuple[memoryview, F32]]] = {}
@@ -122,6 +130,7 @@ class Transfer:
                     if sender not in self.reducer.excluded
                 }
                 self.result.findings.extend(self.reducer.findings)
+                self.result.column_groups = self.reducer.column_groups
             await self._tasks.close()
 
     def land(self) -> AveragingResult:
@@ -167,9 +176,10 @@ class Transfer:
                 continue
             outcome = await reducer.result(i)
             self.hooks.reduced(i, outcome)
+            included = plan.index in outcome.included
             if outcome.values is not None and plan.lands(outcome.weight):
-                self.outgoing.landing(span, outcome.values, plan.index in outcome.included)
-            self._apply(span, outcome.weight, outcome.values)
+                self.outgoing.landing(span, outcome.values, included)
+            self._apply(span, outcome.weight, outcome.values, included)
             reducer.taken(i)
 
     async def _watch_chunk(self, index: int) -> None:
@@ -200,16 +210,17 @@ class Transfer:
                     sending = self._tasks.spawn(
                         f"send-{part}", self._send_part(call.stream, part, spans), awaited=True
                     )
+                waits = self._waits(part)
                 try:
                     for i, span in enumerate(spans):
-                        async with asyncio.timeout(self.config.reducer_timeout):
+                        async with asyncio.timeout(waits[i]):
                             weight, included = await self._receive_chunk(call.stream, i, span)
                         if weight > 0 and not included and plan.weight > 0:
                             # told per chunk: known even if the reducer dies before its summary
                             self.result.excluded.setdefault(
                                 plan.me.peer, f"reducer {part} averaged chunk {i} without our data"
                             )
-                        self._apply(span, weight, None)
+                        self._apply(span, weight, None, included)
                         received = i + 1
                     # The summary first: a reducer that left us out closes the stream while we may
                     # still be sending, and what it says about us matters more than that error.
@@ -239,6 +250,19 @@ class Transfer:
                 received,
                 reason,
             )
+
+    def _waits(self, part: int) -> list[float]:
+        """How long to wait for each chunk of ``part``'s means: a reducer's timeout, and before
+        the first chunk of each slot, the time its column may take too."""
+        spans = self.plan.spans[part]
+        base = self.config.reducer_timeout
+        if self.columns is None:
+            return [base] * len(spans)
+        slots = self.plan.slots[part]
+        return [
+            base + (self.columns.seconds if i == 0 or slots[i] != slots[i - 1] else 0.0)
+            for i in range(len(spans))
+        ]
 
     def _sent(self, part: int, sending: asyncio.Task[None]) -> None:
         """Report how sending our chunks of ``part`` ended, once it has.
@@ -317,13 +341,17 @@ class Transfer:
                 decode(codec, buffer, span.count, out=view)
         return weight, included
 
-    def _apply(self, span: Span, weight: float, values: np.ndarray | None) -> None:
+    def _apply(self, span: Span, weight: float, values: np.ndarray | None, included: bool) -> None:
         """Record a chunk's outcome (and copy the reducer's own values in, for our own part)."""
         if not self.plan.lands(weight):
             return  # nothing averaged: the local values stay, and _account_missing reports the range
         if values is not None:
             self.tensors.view(span)[:] = values
         self.result.averaged_elements += span.count
+        if included:
+            self.result.included_elements += span.count
+        else:
+            self.result.left_out.append((span.start, span.end))
         self._averaged.append((span.start, span.end))
         low = self.result.group_weight
         self.result.group_weight = weight if low == 0 else min(low, weight)
