@@ -22,7 +22,7 @@ The same ops on the same inputs: after the inner steps the parameters of ``diloc
 ``plain``'s, within 1e-6 or twice that floor, whichever is larger. The speed of ``plain`` is the
 mean of its two runs, which bracket ``diloco``'s. Then the DilocoState ends its round
 (``end_round``: every parameter copied to the host, the pseudo-gradient) and lands it alone
-(``land(delta, residual_sent=False)``) with outer lr 1 and momentum 0: that outer step moves the
+(``land_alone(delta)``) with outer lr 1 and momentum 0: that outer step moves the
 anchor by the full pseudo-gradient, back onto the inner loop's result, so the model must come back
 where the inner steps left it, up to float32 rounding of ``anchor - (anchor - theta)``. The state
 is built with ``overlap`` and a sparse codec's residual, the most it keeps in host memory (the
@@ -166,17 +166,17 @@ def run_diloco(
     began = time.perf_counter()
     delta = diloco.end_round()
     ended = time.perf_counter()
-    diloco.land(delta, residual_sent=False)
+    diloco.land_alone(delta)
     synchronize(on.device)
     landed = time.perf_counter()
     theta = host_parameters(model)
     count = sum(a.size for a in diloco.anchor)
     kept = {
         "anchor": diloco.anchor,
-        "momentum": diloco.outer.buffers,
+        "momentum": diloco.outer.buffers if diloco.outer.momentum else [],
         "base": [] if diloco.base is diloco.anchor else diloco.base,
         "residual": diloco.residual or [],
-        "feedback": diloco.feedback or [],
+        "spare": diloco.spare or [],
     }
     per_array = {name: sum(a.nbytes for a in arrays) / count for name, arrays in kept.items()}
     round_figures = {

@@ -65,6 +65,10 @@ DEDLOC = ModeSpec(
 )
 
 
+RESIDUAL_DECAY = 0.95
+"""diloco's default ``residual_decay`` (SparseLoCo's): what a sparse codec's residual keeps a round."""
+
+
 def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterator[Problem]:
     if training.delay_parameter_updates:
         reason = (
@@ -80,6 +84,12 @@ def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterato
             "already carries what momentum would (SparseLoCo), and both together overshoot"
         )
         yield "training.outer_momentum", reason
+    if not averaging.sparse and training.residual_decay != RESIDUAL_DECAY:
+        reason = (
+            f"applies with a sparse codec only (topk), not averaging.codec {averaging.codec!r}: "
+            "an exact codec's residual holds only work that has not landed yet, never decayed"
+        )
+        yield "training.residual_decay", reason
 
 
 def _diloco_traffic(inputs: TrafficInputs) -> Traffic:

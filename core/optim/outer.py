@@ -39,15 +39,29 @@ class OuterNesterov:
                 raise ValueError(f"outer parameters are float32, got {p.dtype}")
         self.lr = np.float32(lr)
         self.momentum = np.float32(momentum)
-        self.buffers = [np.zeros_like(p) for p in self.params]
+        # without momentum (``topk``'s rule) a buffer would only ever hold zeros: none is kept
+        self._buffers = [np.zeros_like(p) for p in self.params] if momentum else None
+
+    @property
+    def buffers(self) -> list[F32]:
+        """The momentum, one buffer per parameter (zeros, made for the asker, without momentum)."""
+        if self._buffers is None:
+            return [np.zeros_like(p) for p in self.params]
+        return self._buffers
 
     def step(self, grads: Sequence[F32]) -> None:
         """One outer step with the averaged pseudo-gradient ``grads`` (not changed)."""
         if len(grads) != len(self.params):
             raise ValueError(f"{len(grads)} pseudo-gradients for {len(self.params)} parameters")
-        for p, m, g in zip(self.params, self.buffers, grads, strict=True):
+        for p, g in zip(self.params, grads, strict=True):
             if g.shape != p.shape:
                 raise ValueError(f"a pseudo-gradient of shape {g.shape} for {p.shape}")
+        if self._buffers is None:
+            for p, g in zip(self.params, grads, strict=True):
+                update = np.multiply(g, self.lr)
+                np.subtract(p, update, out=p)
+            return
+        for p, m, g in zip(self.params, self._buffers, grads, strict=True):
             np.multiply(m, self.momentum, out=m)
             np.add(m, g, out=m)
             update = np.multiply(m, self.momentum)
@@ -59,8 +73,10 @@ class OuterNesterov:
         """Take another peer's momentum (a newcomer's download), shapes checked first."""
         if len(buffers) != len(self.buffers):
             raise ValueError(f"{len(buffers)} momentum buffers for {len(self.buffers)} parameters")
-        for mine, theirs in zip(self.buffers, buffers, strict=True):
-            if mine.shape != tuple(theirs.shape):
-                raise ValueError(f"a momentum buffer of shape {theirs.shape} for {mine.shape}")
-        for mine, theirs in zip(self.buffers, buffers, strict=True):
+        for p, theirs in zip(self.params, buffers, strict=True):
+            if p.shape != tuple(theirs.shape):
+                raise ValueError(f"a momentum buffer of shape {theirs.shape} for {p.shape}")
+        if self._buffers is None:
+            return  # no momentum here: what another peer kept of it does not apply
+        for mine, theirs in zip(self._buffers, buffers, strict=True):
             mine[...] = theirs

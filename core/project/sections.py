@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from core.codecs import active_codecs
 from core.config.ports import AUX_PORT, PEER_PORT
-from core.modes import active_modes
+from core.modes import RESIDUAL_DECAY, active_modes
 from core.project.validation import FieldCheck
 from core.trust.errors import PeerIdError
 from core.trust.peer_id import PeerID
@@ -321,6 +321,12 @@ class TrainingSection:
     """diloco: the exchange of a round runs while the next round computes, and its outer step
     lands one round late on top of the work done meanwhile; false waits for it at each round's
     end (every peer then starts each round from identical parameters)."""
+    residual_decay: float = RESIDUAL_DECAY
+    """diloco with a sparse codec (``topk``): the share of its error-feedback residual a peer
+    keeps at each round's end before adding the round's work, in (0, 1] (SparseLoCo's 0.95). The
+    residual stands in for the outer momentum there, and the decay lets old leftovers fade. With
+    an exact codec the residual holds only work that has not landed yet, which is never decayed:
+    another value is refused there."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
@@ -366,6 +372,7 @@ class TrainingSection:
         check.in_range("round_seconds", 1.0, MAX_ROUND_SECONDS)
         check.in_range("outer_lr", 0.0, 10.0, low_open=True)
         check.in_range("outer_momentum", 0.0, 1.0, high_open=True)
+        check.in_range("residual_decay", 0.0, 1.0, low_open=True)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.averaging import Averager, AveragingResult, MatchmakingError
+from core.averaging import Averager, AveragingResult, ColumnRequest, MatchmakingError
 from core.averaging.state import StateSharing
 from core.codecs import Codec
 from core.training.progress import PeerProgress, ProgressBoard
@@ -55,11 +55,13 @@ class PeerLinks:
         enough: float | None = None,
         codec: Codec | None = None,
         feedback: Sequence[Any] | None = None,
+        columns: ColumnRequest | None = None,
     ) -> AveragingResult | None:
         """Average ``tensors`` in place with whoever joins ``round_key``; None when no group formed
         (said at INFO: a round without a group is part of a small collaboration's life). With
         ``enough`` (a step's target batch), a group short of that weight waits for the
-        ``expected`` members until ``timeout`` instead of closing at its patience."""
+        ``expected`` members until ``timeout`` instead of closing at its patience. ``columns``:
+        the round may form several groups, which then average across groups."""
         try:
             return await self.averager.average(
                 tensors,
@@ -70,6 +72,7 @@ class PeerLinks:
                 enough=enough,
                 codec=codec,
                 feedback=feedback,
+                columns=columns,
             )
         except MatchmakingError as exc:
             log.info("%s: %s", round_key, exc)

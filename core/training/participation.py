@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.averaging.state import DownloadedState
+from core.averaging.state import DownloadedState, PackedProvider
 from core.training.credit import LandedLog
 from core.training.links import PeerLinks
 from core.training.progress import PeerProgress, StepTally
@@ -43,7 +43,7 @@ class Participation:
         links: PeerLinks,
         role: str,
         *,
-        snapshot: Snapshot,
+        snapshot: Snapshot | None,
         retry_cap: float,
         tasks: BackgroundTasks,
     ) -> None:
@@ -59,7 +59,8 @@ class Participation:
         self.records: list[PeerProgress] = []
         """The others' records as last read (the owner decides how a read updates them)."""
         self.snapshot = snapshot
-        """What peers that fell behind download from us; replaced whenever the state moves."""
+        """What peers that fell behind download from us; replaced whenever the state moves (None
+        for a mode that packs its state when asked: ``offer_packed``)."""
         self.on_waiting: Callable[[str | None], None] | None = None
         """Told the reason whenever we start or stop waiting for the collaboration."""
         self._active = asyncio.Event()
@@ -112,9 +113,10 @@ class Participation:
 
     # ---- our record and theirs -------------------------------------------------------------------
 
-    def record(self, epoch: int, samples: int) -> PeerProgress:
+    def record(self, epoch: int, samples: int, anchor: str = "") -> PeerProgress:
         """Our progress record: at ``epoch`` with ``samples`` towards it, our speed and loss
-        totals, our last finished epoch, the epochs that landed; "paused" while paused."""
+        totals, our last finished epoch, the epochs that landed, the digest of what we hold at
+        ``epoch`` (``anchor``, diloco); "paused" while paused."""
         last_epoch, last_loss, last_mini, last_samples = self.last
         return PeerProgress(
             self.peer,
@@ -130,6 +132,7 @@ class Participation:
             last_mini,
             last_samples,
             landed=self.landed.items(),
+            anchor=anchor,
         )
 
     async def publish(self, record: PeerProgress) -> None:
@@ -150,8 +153,21 @@ class Participation:
 
     async def offer(self, epoch: Callable[[], int]) -> None:
         """Serve our snapshot to peers that fell behind, announced with our epoch from now on."""
+        snapshot = self.snapshot
+        if snapshot is None:
+            raise BarnraiseError("no snapshot to offer")
         sharing = self.links.sharing
-        sharing.serve(lambda: self.snapshot)
+        sharing.serve(lambda: self.snapshot or snapshot)
+        await self._announce_from_now_on(epoch)
+
+    async def offer_packed(self, epoch: Callable[[], int], pack: PackedProvider) -> None:
+        """Serve our state as ``pack`` makes it when a peer that fell behind first asks for an
+        epoch (a large state, packed off the event loop), announced with our epoch from now on."""
+        self.links.sharing.serve_packed(epoch, pack)
+        await self._announce_from_now_on(epoch)
+
+    async def _announce_from_now_on(self, epoch: Callable[[], int]) -> None:
+        sharing = self.links.sharing
         await sharing.announce(epoch())
         self._tasks.spawn("announce", sharing.keep_announced(epoch))
 

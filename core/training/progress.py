@@ -16,8 +16,9 @@ peers this one caught lying (``Averager.bans``) are left out of the view.
 The backbone's record (``mode == "aux"``) also carries the newest held-out evaluation of its replica
 (``HeldOut``), so that every trainer sees it in the records it reads anyway. Every record carries the
 epochs whose work its peer saw land (``core.training.credit``): what the leaderboard credits, each
-epoch once, however seldom the backbone reads. The wire form is the record's eleven values, then the
-pass (nil in an open project), the evaluation (nil but in the backbone's) and the landed epochs.
+epoch once, however seldom the backbone reads. A diloco peer's record carries the digest of its
+outer parameters too. The wire form is the record's eleven values, then the pass (nil in an open
+project), the evaluation (nil but in the backbone's), the landed epochs and the digest.
 A reader of a release that knew only the first twelve would drop such a record as malformed, and a
 moderated project's DHT of that release would refuse to keep it: a mixed swarm misses the newer
 peers, never misreads them.
@@ -55,6 +56,8 @@ left says so, and its record is dropped by readers."""
 _WIRE_FIELDS = 11
 """Fields of a progress record (epoch ... last_samples); the pass, the held-out evaluation and the
 landed epochs follow them (nil where a record has no pass or no evaluation)."""
+MAX_DIGEST = 64
+"""The longest anchor digest a record may carry (diloco's are 16 hexadecimal digits)."""
 MAX_HELD_OUT_LOSS = 1e3
 """The largest held-out loss a record may carry (per token: far beyond a uniform guess over any
 vocabulary); a larger one, or one that is not finite, travels as unknown."""
@@ -185,6 +188,10 @@ class PeerProgress:
     landed: tuple[Landed, ...] | None = None
     """The last epochs whose work this peer saw land, with their samples (``core.training.credit``):
     what the leaderboard credits. None in a record of a release that did not list them."""
+    anchor: str = ""
+    """diloco: a digest of the outer parameters this peer holds at ``epoch`` (empty in dedloc
+    mode): a peer whose digest most others at its epoch do not share took a mean they did not,
+    and downloads theirs."""
 
     @property
     def username(self) -> str | None:
@@ -200,10 +207,12 @@ class PeerProgress:
         access = None if self.access is None else self.access.to_wire()
         # nil holds the place of a pass (open project) or of an evaluation (not the backbone)
         tail: list[Any] = [access] if access is not None else []
-        if held_out is not None or self.landed is not None:
+        if held_out is not None or self.landed is not None or self.anchor:
             tail = [access, None if held_out is None else held_out.to_wire()]
-        if self.landed is not None:
-            tail.append(landed_to_wire(self.landed))
+        if self.landed is not None or self.anchor:
+            tail.append(None if self.landed is None else landed_to_wire(self.landed))
+        if self.anchor:
+            tail.append(self.anchor)
         return [
             self.epoch,
             self.samples,
@@ -223,12 +232,15 @@ class PeerProgress:
     def from_wire(cls, peer: str, value: Any) -> PeerProgress | None:
         """None for anything malformed: another peer's bad record must not stop us."""
         try:
-            if not isinstance(value, list) or not _WIRE_FIELDS <= len(value) <= _WIRE_FIELDS + 3:
+            if not isinstance(value, list) or not _WIRE_FIELDS <= len(value) <= _WIRE_FIELDS + 4:
                 return None
             tail = value[_WIRE_FIELDS:]
             if tail == [None]:
                 raise WireFormatError("a nil pass stands only before an evaluation")
-            landed = landed_from_wire(tail[2]) if len(tail) == 3 else None
+            landed = landed_from_wire(tail[2]) if len(tail) >= 3 and tail[2] is not None else None
+            anchor = tail[3] if len(tail) == 4 else ""
+            if not isinstance(anchor, str) or len(anchor) > MAX_DIGEST:
+                raise WireFormatError(f"an anchor digest is a string of at most {MAX_DIGEST}")
             # the pass was checked by the DHT's rules when the record was read
             access = AccessPass.from_wire(tail[0]) if tail and tail[0] is not None else None
             (
@@ -259,7 +271,7 @@ class PeerProgress:
             )
             return cls(
                 peer, epoch, samples, float(sps), float(when), mode, float(loss_sum), mini,
-                last, float(last_loss), last_mini, last_n, access, held_out, landed,
+                last, float(last_loss), last_mini, last_n, access, held_out, landed, anchor,
             )  # fmt: skip
         except (TypeError, ValueError, WireFormatError):
             return None
@@ -363,7 +375,7 @@ class ProgressBoard:
         ahead = renewal_bound(ttl)
         if access is not None:
             schema = pass_carrying_schema(
-                "progress", self._key, access, _WIRE_FIELDS, max_ahead=ahead, after_pass=2
+                "progress", self._key, access, _WIRE_FIELDS, max_ahead=ahead, after_pass=3
             )
         else:
             schema = RecordSchema("progress", self._key, subkeys="owned", max_ahead=ahead)

@@ -51,6 +51,9 @@ class PeerEpoch(WireMessage):
     anchor: str = ""
     """diloco: a digest of the outer parameters after the round; every member of a round has
     the same one (empty in dedloc mode)."""
+    late: int = 0
+    """diloco: how many rounds before this one the oldest work it landed of ours was computed
+    (0: all of it in this round; a round missed, or late, carries its work to a later one)."""
 
 
 @dataclass(frozen=True)

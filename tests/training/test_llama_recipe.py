@@ -176,7 +176,7 @@ def test_diloco_rounds_train_it_and_keep_the_peers_anchors_identical() -> None:
         deltas = [peer.end_round() for peer in peers]
         mean = [np.mean(np.stack(parts), axis=0) for parts in zip(*deltas, strict=True)]
         for peer in peers:
-            peer.land([m.copy() for m in mean], residual_sent=False)
+            peer.land([m.copy() for m in mean], peer.feedback(), [])
         assert peers[0].anchor_digest() == peers[1].anchor_digest(), f"round {r}"
         for a, b in zip(peers[0].state.parameters, peers[1].state.parameters, strict=True):
             assert torch.equal(a, b)

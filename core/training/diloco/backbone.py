@@ -23,7 +23,7 @@ import torch
 
 from core.training.checkpoints import CheckpointStore
 from core.training.diloco.optimizer import DilocoOptimizer
-from core.training.diloco.state import DilocoState
+from core.training.diloco.state import SCHEDULE_KEY, DilocoState
 from core.training.errors import CheckpointError
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.moderation.rollback import METADATA_KEY
@@ -122,8 +122,10 @@ async def resume_from_checkpoint(
             if not isinstance(momentum, list):
                 raise CheckpointError("it holds no outer momentum")
             buffers = [_flat(m) for m in momentum]
+            kept = checkpoint.optimizer.get(SCHEDULE_KEY, 0.0)
+            schedule = float(kept) if isinstance(kept, int | float) else 0.0
             await bridge.run(diloco.state.model.load_state_dict, checkpoint.model)
-            await bridge.run(diloco.restart, checkpoint.epoch, buffers)
+            await bridge.run(diloco.restart, checkpoint.epoch, buffers, schedule)
         except (CheckpointError, ValueError, RuntimeError, KeyError) as exc:
             log.warning("checkpoint %s cannot be used: %s", path, exc)
             continue

@@ -65,6 +65,7 @@ class Diloco:
             overlap=t.overlap,
             sparse=codec.sparse,
             clip_norm=t.clip_norm or None,
+            residual_decay=t.residual_decay,
         )
         config = DilocoConfig(
             round_seconds=t.round_seconds,

@@ -14,12 +14,16 @@ because it needs one exchange per round and no schedule of fragments, and its co
 Streaming DiLoCo's overlap also pays: the outer step uses a pseudo-gradient one round old. Only
 when one exchange takes longer than a round does the next round's end wait for it.
 
-A round whose exchange fails (no group while others train, an incomplete average, a group
-without a trainer the records show at this epoch: a split round) changes
-nothing here: the peer's work stays in its parameters and goes out with the next round, and
-when the others landed meanwhile, the peer takes their newer anchor and keeps its work on top
-of it (``DilocoState.rebase``): no rollback, and nothing computed is dropped. A peer alone
-applies its own pseudo-gradient. A paused peer takes no part in exchanges; on resume it takes
+A round lands with whoever made it: every member whose group averaged takes the mean where it
+was averaged, and what of its own the mean lacks (a range whose reducer failed, data the reducer
+left out, what a sparse codec or the mean dropped) stays as its residual and goes out with a later
+round, never twice. A member screened out, missing, late or in another group stops nobody. A round
+in which this peer found no group while others train lands nothing here: its work waits for the
+next round, and when the others landed meanwhile, the peer takes their newer anchor and keeps its
+work on top of it (``DilocoState.rebase``): no rollback, and nothing computed is dropped. Late work
+counts at its full sample weight in the round that lands it (the samples it took, as Decoupled
+DiLoCo merges late learners by tokens); each report says how many rounds late it landed. A peer
+alone applies its own pseudo-gradient. A paused peer takes no part in exchanges; on resume it takes
 the newest anchor the same way, and its half-done round goes out at the next round's end.
 
 The backbone runs this class too (``mode="aux"``): it computes nothing, joins every round with
@@ -30,8 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from core.averaging import AveragingResult
-from core.averaging.state import StateDownloadError
+from core.averaging import AveragingResult, ColumnRequest
+from core.averaging.state import PackedState, StateDownloadError
 from core.codecs import Codec
 from core.modes.clock import RoundClock
-from core.training.diloco.state import DilocoState
+from core.training.diloco.state import DIGEST_KEY, SCHEDULE_KEY, DilocoState
 from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
 from core.training.moderation.rollback import round_key
@@ -103,11 +108,7 @@ class DilocoOptimizer(TakingPart):
         self.reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
         self._tasks = BackgroundTasks(f"diloco/{links.averager.host.peer_id.short()}")
         self.part = Participation(
-            links,
-            config.mode,
-            snapshot=state.snapshot(),
-            retry_cap=config.retry_cap,
-            tasks=self._tasks,
+            links, config.mode, snapshot=None, retry_cap=config.retry_cap, tasks=self._tasks
         )
         """Our records, our pause, our waits and our state offer (shared with dedloc)."""
         self.fallback: Callable[[int], Awaitable[Path | None]] | None = None
@@ -119,13 +120,22 @@ class DilocoOptimizer(TakingPart):
         self.exchange_seconds = 0.0
         """Time spent in exchanges, all of them (overlapped or not)."""
         self.rounds_missed = 0
+        self.repairs = 0
+        """Times this peer took the outer parameters most peers at its epoch held instead of
+        its own (a round it landed apart from them)."""
         self._peer = self.part.peer
         self._lock = asyncio.Lock()
         """Held for any torch work on the model: an inner step, a round's end, a landing."""
         self._tally = self.part.tally
         """Samples since the last round's end (their work is in the model, not yet sent)."""
         self._carried = 0
-        """Samples of rounds whose exchange failed: their work goes out with the next round."""
+        """Samples of rounds whose work did not land: it goes out with a later round."""
+        self._carried_from: int | None = None
+        """The epoch the oldest carried work was computed at (None: nothing carried)."""
+        self._batch = 0
+        """The last inner step's samples (what a round's steps are counted in)."""
+        self._held = (state.epoch, state.digest)
+        """(epoch, digest of the outer parameters) as of their last move, read together."""
         self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
         """The backbone's landed rounds and their senders' weights, until its metrics take them
         (evidence of work for a member that is gone before its record says so)."""
@@ -152,7 +162,8 @@ class DilocoOptimizer(TakingPart):
     async def start(self) -> None:
         """Serve our outer state, report, catch up if the collaboration is ahead, start the
         round clock."""
-        await self.part.offer(lambda: self.epoch)
+        self._moved()  # the backbone resumed from a checkpoint before this
+        await self.part.offer_packed(lambda: self.epoch, self._pack)
         await self._publish()
         await self._refresh()
         if self.view().epoch > self.epoch:
@@ -189,7 +200,7 @@ class DilocoOptimizer(TakingPart):
         if path is None or self.config.mode == "aux":
             return
         async with self._lock:
-            delta = await self.bridge.run(self.diloco.end_round)
+            delta = await self.bridge.run(self.diloco.unsent)
             samples = self._tally.take()[0] + self._carried
             self._carried = 0
         if samples == 0 and not any(np.any(d) for d in delta):
@@ -209,7 +220,7 @@ class DilocoOptimizer(TakingPart):
             return
         async with self._lock:
             await self.bridge.run(self.diloco.carry, work.arrays)
-            self._carried += work.samples
+            self._carry(work.samples, self.epoch)
         # taken: a crash from now on must not apply it a second time
         path.unlink(missing_ok=True)
         log.info("%d samples' unsent work from before the restart (epoch %d) go out with the "
@@ -258,11 +269,15 @@ class DilocoOptimizer(TakingPart):
         await self._refresh()
         if self.view().epoch > self.epoch:
             await self._catch_up()  # others landed a round we missed: their anchor first
+        elif (held := self._majority()) is not None:
+            await self._repair(held)  # most peers at our epoch took another mean than ours
         async with self._lock:
-            delta = await self.bridge.run(self.diloco.end_round)
             computed, loss_sum, mini_steps = self._tally.take()
-            samples = computed + self._carried
-            self._carried = 0
+            # a round that computed nothing keeps its residual whole (no new work to decay it by)
+            delta = await self.bridge.run(lambda: self.diloco.end_round(decay=computed > 0))
+            if computed:
+                self._carry(computed, self.epoch)
+            samples = self._carried
         epoch = self.epoch
         self.part.last = (epoch, loss_sum, mini_steps, samples)
         self._exchange = self._tasks.spawn(
@@ -272,12 +287,25 @@ class DilocoOptimizer(TakingPart):
         if not self.diloco.overlap:
             await asyncio.gather(self._exchange, return_exceptions=True)
 
+    def _carry(self, samples: int, epoch: int) -> None:
+        """``samples`` of work computed at ``epoch`` wait to land."""
+        if samples and self._carried_from is None:
+            self._carried_from = epoch
+        self._carried += samples
+
+    def _credit(self, epoch: int) -> tuple[int, int]:
+        """The carried work landed at ``epoch``: its samples, and how many rounds late the
+        oldest of it is; nothing is carried any more."""
+        samples, oldest = self._carried, self._carried_from
+        self._carried, self._carried_from = 0, None
+        return samples, 0 if oldest is None else max(0, epoch - oldest)
+
     async def _run_exchange(self, delta: list[Any], samples: int, epoch: int) -> None:
         started = time.monotonic()
         view = self.view()
         at_epoch = [p for p in view.peers if p.epoch == epoch and (p.training or p.mode == "aux")]
         others = [p for p in at_epoch if p.peer != self._peer and p.training]
-        feedback = self.diloco.feedback
+        left = await self.bridge.run(self.diloco.feedback)
         result: AveragingResult | None = await self.links.round(
             delta,
             weight=float(samples),
@@ -285,23 +313,31 @@ class DilocoOptimizer(TakingPart):
             timeout=self.config.matchmaking_time,
             expected=max(1, len(at_epoch)),
             codec=self.codec,
-            feedback=feedback,
+            feedback=left,
+            columns=self._columns(len(at_epoch)),
         )
         seconds = time.monotonic() - started
         self.exchange_seconds += seconds
         if result is not None:
             self.last_bytes_sent = result.bytes_sent
             self.bytes_sent += result.bytes_sent
-        landed, summary, group = await self._outcome(result, delta, samples, others, epoch)
+        per_round = self._steps_per_round(view)
+        landed, summary, group = await self._outcome(
+            result, delta, left, others=others, epoch=epoch, per_round=per_round
+        )
         if not landed:
             self.rounds_missed += 1
-            self._carried += samples
             if samples:
-                log.warning("round at epoch %d: %s; this peer's %d samples of it go out with the "
-                            "next round", epoch, summary, samples)  # fmt: skip
+                log.warning("round at epoch %d: %s; this peer's %d samples of it go out with a "
+                            "later round", epoch, summary, samples)  # fmt: skip
             return
-        if samples:
-            self.landed.add(epoch, samples)
+        credited, late = 0, 0
+        if result is None or result.included_elements * 2 >= result.total_elements:
+            # most of our work landed (all of it alone): its samples are credited now, and what
+            # of it the mean lacks goes out with a later round (without new samples)
+            credited, late = self._credit(epoch)
+        if credited:
+            self.landed.add(epoch, credited)
         if result is not None and self.config.mode == "aux":
             weights = {str(peer): weight for peer, weight in result.weights.items()}
             self.witnessed.append((epoch, weights))
@@ -309,12 +345,12 @@ class DilocoOptimizer(TakingPart):
         sent = result.bytes_sent if result is not None else 0
         anchor = await self.bridge.run(self.diloco.anchor_digest)
         report = PeerEpoch(
-            epoch, samples, group, result is not None, summary, seconds, weight, sent, anchor
-        )
+            epoch, credited, group, result is not None, summary, seconds, weight, sent, anchor,
+            late,
+        )  # fmt: skip
         self.reports.append(report)
         if self.config.mode != "aux":
             self._pending_reports.append(report)
-        self.part.snapshot = self.diloco.snapshot(self.state.rollback)
         await self._publish()
         await self.part.announce(self.epoch)
 
@@ -322,37 +358,74 @@ class DilocoOptimizer(TakingPart):
         self,
         result: AveragingResult | None,
         delta: list[Any],
-        samples: int,
+        left: list[Any],
+        *,
         others: list[PeerProgress],
         epoch: int,
+        per_round: float,
     ) -> tuple[bool, str, int]:
-        """Land the round or record it as missed: (landed, what happened, group size)."""
+        """Land the round, or keep its work for a later one: (landed, what happened, group size)."""
+        diloco = self.diloco
         async with self._lock:
             if self.epoch != epoch:
-                # a newer anchor was taken meanwhile: it holds this round, our part included
+                # a newer anchor was taken meanwhile: it holds what landed of ours, if anything
+                if result is not None and result.averaged_elements:
+                    missing = result.missing
+                    await self.bridge.run(lambda: diloco.landed_elsewhere(delta, left, missing))
+                else:
+                    await self.bridge.run(diloco.missed, delta)
                 return False, f"the collaboration moved on to epoch {self.epoch}", 0
             if result is None:
-                if others or samples == 0:
-                    await self.bridge.run(self.diloco.missed, delta)
+                if others or not self._carried:
+                    await self.bridge.run(diloco.missed, delta)
                     return False, "no group formed", 0
-                await self.bridge.run(lambda: self.diloco.land(delta, residual_sent=False))
+                await self.bridge.run(diloco.land_alone, delta, per_round)
                 self.state.epoch = epoch + 1
+                self._moved()
                 return True, "no group: this peer's own pseudo-gradient", 1
-            if not result.complete or result.group_weight <= 0:
-                # members may disagree on what an incomplete round averaged: nobody lands it,
-                # and everyone carries it (a member that saw it complete is followed by download)
-                await self.bridge.run(self.diloco.missed, delta)
-                return False, result.summary(), len(result.members)
-            members = {str(member) for member in result.members}
-            absent = [p.peer for p in others if p.peer not in members]
-            if absent:
-                # a trainer at this epoch averaged elsewhere (matchmaking split the round) or
-                # left: landing would fork the anchor, so the round is carried, by both sides
-                await self.bridge.run(self.diloco.missed, delta)
-                return False, f"{len(absent)} trainer(s) at this epoch were not in the group", 0
-            await self.bridge.run(lambda: self.diloco.land(delta, residual_sent=True))
+            if result.averaged_elements == 0 or result.group_weight <= 0:
+                await self.bridge.run(diloco.missed, delta)
+                return False, result.summary(), 0
+            if len(result.members) == 1 and result.column_groups < 2 and others:
+                # a group of one that met no other group, while others train, is no round: its
+                # work waits for one with them (min_group_size 1 lets such groups form). Its
+                # "mean" is its own values as sent; with what they left out, all of its work
+                await self.bridge.run(lambda: diloco.missed(delta, left))
+                return False, "no group formed", 0
+            # whatever a reducer failed or left out: the members that averaged a range share its
+            # mean, and each keeps what of its own it lacks (members of other groups, and the
+            # late, carry theirs to a later round)
+            missing = result.missing
+            await self.bridge.run(lambda: diloco.land(delta, left, missing, per_round))
             self.state.epoch = epoch + 1
+            self._moved()
             return True, result.summary(), len(result.members)
+
+    def _columns(self, everyone: int) -> ColumnRequest | None:
+        """A round of more members than a group holds forms several groups, whose reducers then
+        average each slot across them (``core.averaging.round.columns``): one model. Verified
+        reducers cannot take part in that (their means would hold other groups' values)."""
+        config = self.links.averager.config
+        size = config.target_group_size
+        if size is None or config.verification.enabled:
+            return None
+        return ColumnRequest(size, everyone, timeout=self.config.matchmaking_time)
+
+    def _steps_per_round(self, view: CollaborationView) -> float:
+        """The collaboration's inner steps per round: the median of what the trainers' speeds
+        make of a round (this peer's own steps when no speed is known)."""
+        speeds = [p.samples_per_second for p in view.peers if p.training]
+        speeds = [speed for speed in speeds if speed > 0]
+        if not speeds or self._batch <= 0:
+            return float(self.diloco.last_round_steps)
+        return statistics.median(speeds) * self.config.round_seconds / self._batch
+
+    async def _pack(self) -> PackedState:
+        """Our outer state, packed for a downloader on the training thread (the landing that
+        moves it runs there too)."""
+        rollback = self.state.rollback
+        async with self._lock:
+            return await self.bridge.run(lambda: self.diloco.packed(rollback))
 
     # ---- catching up -----------------------------------------------------------------------------
 
@@ -379,20 +452,70 @@ class DilocoOptimizer(TakingPart):
             return None
         if got.metadata.get("mode") != "diloco":
             return "the peers' state is not a diloco state (do they run another mode?)"
+        schedule = got.metadata.get(SCHEDULE_KEY)
+        clock = float(schedule) if isinstance(schedule, int | float) else None
         async with self._lock:
             try:
-                await self.bridge.run(self.diloco.rebase, got.version, got.tensors)
+                await self.bridge.run(self.diloco.rebase, got.version, got.tensors, clock)
             except ValueError as exc:
                 return f"the state peers give does not fit this model: {exc}"
+            self._moved()
         log.info("took the outer state of epoch %d from %d peer(s)", got.version, len(got.donors))
-        self.part.snapshot = self.diloco.snapshot(self.state.rollback)
         await self._publish()
         await self.part.announce(self.epoch)
         return None
 
+    def _majority(self) -> str | None:
+        """The digest most peers at our epoch hold, when it is not ours (None otherwise).
+
+        Two groups whose columns never met (a split the matchmaking could not mend) land
+        different means: the members of the smaller side take the larger side's outer parameters
+        (a tie goes to the side the backbone is on, then to the smaller digest, so that everyone
+        picks the same side). What the smaller side's round did is lost; a log line says so."""
+        epoch, mine = self._held
+        if epoch != self.epoch or not mine:
+            return None
+        at = [p for p in self.view().peers if p.epoch == epoch and p.anchor]
+        counts = Counter(p.anchor for p in at)
+        if not counts:
+            return None
+        backed = {p.anchor for p in at if p.mode == "aux"}
+        best = max(counts, key=lambda d: (counts[d], d in backed, [-ord(c) for c in d]))
+        return None if best == mine else best
+
+    async def _repair(self, digest: str) -> None:
+        epoch = self.epoch
+        log.warning("this peer's outer parameters at epoch %d differ from those most peers at "
+                    "it hold: it takes theirs, and the round it landed apart is lost", epoch)  # fmt: skip
+
+        def theirs(metadata: dict[str, Any]) -> bool:
+            newer = isinstance(metadata.get("epoch"), int) and metadata["epoch"] > epoch
+            return newer or metadata.get(DIGEST_KEY) == digest
+
+        try:
+            got = await self.part.download(epoch - 1, self.config.state_timeout, accept=theirs)
+        except (StateDownloadError, TimeoutError) as exc:
+            log.info("no peer gave the outer parameters most peers hold: %s", exc or "timed out")
+            return
+        if got.version < epoch or got.metadata.get("mode") != "diloco":
+            return
+        schedule = got.metadata.get(SCHEDULE_KEY)
+        clock = float(schedule) if isinstance(schedule, int | float) else None
+        async with self._lock:
+            try:
+                await self.bridge.run(self.diloco.rebase, got.version, got.tensors, clock)
+            except ValueError as exc:
+                log.warning("the outer parameters most peers hold do not fit this model: %s", exc)
+                return
+            self._moved()
+        self.repairs += 1
+        await self._publish()
+        await self.part.announce(self.epoch)
+
     # ---- progress records ------------------------------------------------------------------------
 
     def _count(self, batch_size: int, loss: float | None) -> None:
+        self._batch = batch_size
         gap = self._tally.count(batch_size, loss)
         if gap is not None and gap > self.config.round_seconds and not self._said_slow:
             self._said_slow = True
@@ -403,7 +526,14 @@ class DilocoOptimizer(TakingPart):
                         self.config.round_seconds)  # fmt: skip
 
     def _progress(self) -> PeerProgress:
-        return self.part.record(self.epoch, self._tally.samples)
+        epoch, digest = self._held
+        return self.part.record(
+            self.epoch, self._tally.samples, digest if epoch == self.epoch else ""
+        )
+
+    def _moved(self) -> None:
+        """The outer parameters moved (a landing, a download): what our record says we hold."""
+        self._held = (self.epoch, self.diloco.digest)
 
     async def _publish(self) -> None:
         await self.part.publish(self._progress())

@@ -1,32 +1,54 @@
-"""DilocoState: the outer parameters, their momentum, the error-feedback residual, and the torch
-work of a DiLoCo round, all of it on the training thread.
+"""DilocoState: the outer parameters, their momentum, the work not landed yet, and the torch work of
+a DiLoCo round, all of it on the training thread.
 
-Four float32 vectors the size of the model live in host memory: the outer parameters
-(``anchor``, where every peer of the last round stands), the outer momentum, and with a sparse
-codec the residual (what the codec has not sent yet) and the buffer the next residual is written
-into. With ``overlap`` one more, ``base``: the model as it was when the last round ended, from
-which the work done since is measured. Without overlap ``base`` is ``anchor`` itself.
+Float32 vectors the size of the model live in host memory, each 4 bytes a parameter:
 
-The model's own parameters (``theta``) are where the inner steps go. A round's pseudo-gradient
-is ``base - theta`` plus the residual. When the round's average lands, the outer step moves the
-anchor, and ``theta`` moves by as much as the anchor did past ``base``: without overlap that puts
-every peer on the identical anchor; with overlap the inner steps taken meanwhile stay on top.
+- ``anchor``: the outer parameters, where every peer of the last round stands;
+- the outer momentum (none without momentum, ``topk``'s rule);
+- with ``overlap``, ``base``: the model as it was when the last round ended, from which the work
+  done since is measured (without overlap ``base`` is ``anchor`` itself);
+- two working buffers, used in turn: the round's pseudo-gradient, which the exchange averages in
+  place, and the buffer the exchange writes what of ours its result lacks into. After a landing
+  the second is the residual (work not landed yet: what a sparse codec or the mean left out, a
+  range whose reducer failed, data a reducer left out) and the first becomes the next round's
+  second.
+
+That is 16 bytes a parameter with ``topk`` (no momentum) and overlap, 20 with momentum. A state
+served to a newcomer is packed only when one asks (``packed``: 8 bytes a parameter more while it is
+served). The model's own parameters (``theta``) are where the inner steps go. A round's
+pseudo-gradient is ``base - theta`` plus the residual (decayed by ``residual_decay`` with a sparse
+codec, whose residual stands in for the outer momentum, as SparseLoCo's error feedback does). When
+the round's average lands, the outer step moves the anchor, and ``theta`` moves by as much as the
+anchor did past ``base``: without overlap that puts every peer on the identical anchor; with
+overlap the inner steps taken meanwhile stay on top.
+
+The inner learning-rate schedule follows the collaboration, not this peer: its clock is the
+collaboration's inner steps per round, added up over the rounds that landed (``schedule``, handed
+to newcomers with the anchor), plus this peer's steps into the current round (at most a round's
+worth). A fast device does not run ahead of the schedule, a slow one does not lag, and a newcomer
+does not warm up again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from core.averaging.state import PackedState
 from core.optim.outer import F32, OuterNesterov
 from core.training.moderation.rollback import METADATA_KEY
 from core.training.state import TrainingState
 from core.worker.precision import clip_gradients
+
+SCHEDULE_KEY = "schedule"
+"""In a shared state's metadata and a checkpoint's: the inner schedule's clock at that epoch."""
+DIGEST_KEY = "anchor"
+"""In a shared state's metadata: the anchor's digest (``anchor_digest``)."""
 
 
 class DilocoState:
@@ -39,21 +61,38 @@ class DilocoState:
         overlap: bool,
         sparse: bool,
         clip_norm: float | None,
+        residual_decay: float = 1.0,
     ) -> None:
+        """``residual_decay``: how much of the residual each round keeps before it adds its own
+        work (1: all; applies with a sparse codec only, whose residual carries momentum)."""
+        if not 0 < residual_decay <= 1:
+            raise ValueError(f"residual_decay must be in (0, 1], got {residual_decay}")
         self.state = state
         self.overlap = overlap
         self.clip_norm = clip_norm
+        self.sparse = sparse
+        self.residual_decay = residual_decay if sparse else 1.0
         self.anchor: list[F32] = [_host_copy(p) for p in state.parameters]
         self.outer = OuterNesterov(self.anchor, lr=outer_lr, momentum=outer_momentum)
         self.base: list[F32] = [a.copy() for a in self.anchor] if overlap else self.anchor
         self.residual: list[F32] | None = None
-        self.feedback: list[F32] | None = None
-        if sparse:
-            self.residual = [np.zeros_like(a) for a in self.anchor]
-            self.feedback = [np.zeros_like(a) for a in self.anchor]
+        """Work measured and not landed yet, added to the next pseudo-gradient (None: none yet;
+        the pseudo-gradient is built in this buffer, so it is None while a round is out)."""
+        self.spare: list[F32] | None = None
+        """The buffer the next exchange writes what its result lacks of ours into."""
         self.inner_steps = 0
-        """Inner steps this peer took: the inner learning-rate schedule's clock."""
+        """Inner steps this peer took, all rounds together (for the logs)."""
+        self.round_steps = 0
+        """Inner steps since this peer's last round end."""
+        self.last_round_steps = 0
+        """Inner steps of this peer's last ended round."""
+        self.schedule = 0.0
+        """The inner schedule's clock at the last landing: the collaboration's inner steps."""
+        self.per_round = 0.0
+        """The collaboration's inner steps per round, as the last landing estimated them."""
         self.skipped = 0
+        self.digest = self.anchor_digest()
+        """``anchor_digest()`` as of the anchor's last move (read from any thread)."""
 
     @property
     def epoch(self) -> int:
@@ -62,6 +101,11 @@ class DilocoState:
 
     # ---- inner steps -----------------------------------------------------------------------------
 
+    def schedule_clock(self) -> float:
+        """Where the inner schedule stands: the landed rounds' steps, and this round's so far."""
+        into = self.round_steps if self.per_round <= 0 else min(self.round_steps, self.per_round)
+        return self.schedule + into
+
     def inner_step(self) -> bool:
         """One step of the inner optimizer with the gradients in ``.grad`` (then cleared);
         False if their norm was not finite (the step is skipped)."""
@@ -69,9 +113,10 @@ class DilocoState:
         norm = clip_gradients(params, self.clip_norm)
         stepped = math.isfinite(norm)
         if stepped:
-            self.state.set_learning_rate(self.inner_steps)
+            self.state.set_learning_rate(int(self.schedule_clock()))
             self.state.optimizer.step()
             self.inner_steps += 1
+            self.round_steps += 1
         else:
             self.skipped += 1
         for p in params:
@@ -80,54 +125,107 @@ class DilocoState:
 
     # ---- a round ---------------------------------------------------------------------------------
 
-    def end_round(self) -> list[F32]:
-        """The round's pseudo-gradient (``base - theta`` plus the residual) as new arrays, which
-        the exchange averages in place; the work from now on is measured from ``theta``."""
-        theta = [_host_copy(p) for p in self.state.parameters]
-        delta = [np.subtract(b, t) for b, t in zip(self.base, theta, strict=True)]
-        if self.residual is not None:
-            for d, r in zip(delta, self.residual, strict=True):
-                np.add(d, r, out=d)
-        if self.overlap:
-            for b, t in zip(self.base, theta, strict=True):
-                b[...] = t
+    def end_round(self, *, decay: bool = True) -> list[F32]:
+        """The round's pseudo-gradient: ``base - theta`` plus the residual (times
+        ``residual_decay`` when ``decay``: a round that computed nothing keeps it whole), built in
+        the residual's buffer, which the exchange then averages in place. The work from now on is
+        measured from ``theta``. Reads the parameters only: a microbatch in flight on another
+        thread may go on (its step waits for the lock that the round's end holds)."""
+        delta = self.residual if self.residual is not None else self._zeros()
+        self.residual = None
+        beta = np.float32(self.residual_decay if decay else 1.0)
+        for d, b, p in zip(delta, self.base, self.state.parameters, strict=True):
+            theta = _host_copy(p)  # one tensor at a time: no second copy of the model
+            if beta != 1:
+                np.multiply(d, beta, out=d)
+            np.add(d, b, out=d)
+            np.subtract(d, theta, out=d)
+            if self.overlap:
+                b[...] = theta
+        self.last_round_steps, self.round_steps = self.round_steps, 0
         return delta
 
-    def land(self, averaged: list[F32], *, residual_sent: bool) -> None:
-        """The round's outer step with the averaged pseudo-gradient; ``theta`` follows the anchor.
-        ``residual_sent``: the feedback buffer holds what the codec left out (the next residual);
-        otherwise everything went (a peer alone applies its own pseudo-gradient exactly)."""
+    def feedback(self) -> list[F32]:
+        """Where the exchange writes what of ours its result lacks (the next residual): zeros."""
+        if self.spare is None:
+            self.spare = self._zeros()
+        else:
+            for s in self.spare:
+                s[...] = 0.0
+        return self.spare
+
+    def land(
+        self,
+        averaged: list[F32],
+        left: list[F32],
+        missing: Sequence[tuple[int, int]],
+        per_round: float | None = None,
+    ) -> None:
+        """The round landed: ``averaged`` holds the mean where it landed and our own values in the
+        ``missing`` ranges of the concatenated vector (nothing was averaged there); ``left``
+        (``feedback``) holds what of ours the mean lacks. The outer step takes the mean (nothing
+        where missing), ``theta`` follows the anchor, and what did not land is the residual. The
+        schedule moves on by ``per_round`` (None: this peer's own steps of the round)."""
+        self._keep_missing(averaged, left, missing)
         self.outer.step(averaged)
         self._follow_anchor()
-        if self.residual is not None:
-            if residual_sent and self.feedback is not None:
-                self.residual, self.feedback = self.feedback, self.residual
-            else:
-                for r in self.residual:
-                    r[...] = 0.0
+        self.residual, self.spare = left, averaged
+        self._advance_schedule(per_round)
 
-    def missed(self, delta: list[F32]) -> None:
-        """The round did not land here: nothing moves, and its work goes out with the next
-        round. Without overlap ``theta`` still holds all the work since the anchor, so the next
-        pseudo-gradient carries it; with overlap the round's pseudo-gradient (``delta``, its
-        residual included) becomes the residual. Where an incomplete round averaged some ranges,
-        ``delta`` holds the group's means there: every member carries the same means, so the
-        next round's average puts them back at their weight."""
+    def landed_elsewhere(
+        self, averaged: list[F32], left: list[F32], missing: Sequence[tuple[int, int]]
+    ) -> None:
+        """The round landed, but this peer took a newer anchor meanwhile (which holds it): only
+        what the result lacks of ours stays, as the residual."""
+        self._keep_missing(averaged, left, missing)
+        self.residual, self.spare = left, averaged
+
+    def land_alone(self, delta: list[F32], per_round: float | None = None) -> None:
+        """Nobody else trains: this peer's own pseudo-gradient is the round's, exactly."""
+        self.outer.step(delta)
+        self._follow_anchor()
+        for d in delta:
+            d[...] = 0.0
+        self.residual = delta
+        self._advance_schedule(per_round)
+
+    def missed(self, delta: list[F32], left: list[F32] | None = None) -> None:
+        """The round did not land here and nothing of it was averaged with anyone: its work goes
+        out with the next round (``left``: what the exchange left out of ``delta``, which then
+        holds what was sent of it). With overlap the pseudo-gradient becomes the residual;
+        without, ``theta`` still holds the work since the anchor (the next round measures it
+        again), so only the rest of it (the decayed residual) stays."""
+        for d, rest in zip(delta, left or [], strict=False):
+            np.add(d, rest, out=d)
         if not self.overlap:
-            return
-        residual = self._residual()
-        for r, d in zip(residual, delta, strict=True):
-            r[...] = d
+            for d, a, p in zip(delta, self.anchor, self.state.parameters, strict=True):
+                np.subtract(d, a, out=d)
+                np.add(d, _host_copy(p), out=d)
+        self.residual = delta
 
     def carry(self, arrays: list[F32]) -> None:
         """Work measured earlier (a restart's unsent work) joins the residual: the next round
         sends it."""
-        for r, a in zip(self._residual(), arrays, strict=True):
+        if self.residual is None:
+            self.residual = self._zeros()
+        for r, a in zip(self.residual, arrays, strict=True):
             np.add(r, a, out=r)
 
-    def rebase(self, epoch: int, arrays: list[np.ndarray]) -> None:
+    def unsent(self) -> list[F32]:
+        """All the work of ours nobody has (the residual and the steps since the last round's end),
+        as new arrays; changes nothing."""
+        out = [
+            np.subtract(b, _host_copy(p))
+            for b, p in zip(self.base, self.state.parameters, strict=True)
+        ]
+        for o, r in zip(out, self.residual or [], strict=False):
+            np.add(o, r, out=o)
+        return out
+
+    def rebase(self, epoch: int, arrays: list[np.ndarray], schedule: float | None = None) -> None:
         """Take a newer outer state (anchor, then momentum) from a peer: ``theta`` keeps the work
-        it did since ``base`` on top of it. Raises ValueError, changing nothing, if it does not fit."""
+        it did since ``base`` on top of it, and the residual stays. Raises ValueError, changing
+        nothing, if it does not fit."""
         count = len(self.anchor)
         if len(arrays) != 2 * count:
             raise ValueError(f"the state has {len(arrays)} tensors, diloco needs {2 * count}")
@@ -146,9 +244,12 @@ class DilocoState:
             mine[...] = theirs
         if self.overlap:
             self._follow_anchor()
+        self.digest = self.anchor_digest()
         self.state.epoch = epoch
+        if schedule is not None and math.isfinite(schedule) and schedule >= 0:
+            self.schedule = schedule
 
-    def restart(self, epoch: int, momentum: list[np.ndarray]) -> None:
+    def restart(self, epoch: int, momentum: list[np.ndarray], schedule: float = 0.0) -> None:
         """Start over from the model's current parameters as the anchor (a checkpoint loaded
         into the model), with this momentum; the residual is dropped."""
         self.outer.load_buffers(momentum)
@@ -157,13 +258,39 @@ class DilocoState:
         if self.overlap:
             for b, a in zip(self.base, self.anchor, strict=True):
                 b[...] = a
-        for r in self.residual or []:
-            r[...] = 0.0
+        self.residual = None
         self.state.epoch = epoch
+        self.schedule = schedule
+        self.digest = self.anchor_digest()
+
+    def _advance_schedule(self, per_round: float | None) -> None:
+        """A round landed in which the collaboration's trainers took ``per_round`` inner steps
+        each (an estimate; None: as many as this peer): the schedule moves on by as much."""
+        steps = float(self.last_round_steps) if per_round is None else per_round
+        if math.isfinite(steps) and steps > 0:
+            self.per_round = steps
+            self.schedule += steps
+
+    def _keep_missing(
+        self, averaged: list[F32], left: list[F32], missing: Sequence[tuple[int, int]]
+    ) -> None:
+        """Where nothing was averaged, ``averaged`` holds our own values: they move to ``left``
+        (the residual to be), and the outer step takes nothing there."""
+        offsets = np.cumsum([0, *(a.size for a in averaged)])
+        for start, end in missing:
+            for k, values in enumerate(averaged):
+                lo, hi = max(start, int(offsets[k])), min(end, int(offsets[k + 1]))
+                if lo >= hi:
+                    continue
+                span = slice(lo - int(offsets[k]), hi - int(offsets[k]))
+                flat, rest = values.reshape(-1), left[k].reshape(-1)
+                rest[span] = flat[span]
+                flat[span] = 0.0
 
     def _follow_anchor(self) -> None:
         """``theta += anchor - base``, then ``base = anchor``; without overlap, ``theta = anchor``
         exactly (no inner step happens between a round's end and its landing)."""
+        self.digest = self.anchor_digest()
         if self.overlap:
             self._shift_theta(
                 np.subtract(a, b) for a, b in zip(self.anchor, self.base, strict=True)
@@ -181,11 +308,8 @@ class DilocoState:
             for p, m in zip(self.state.parameters, moved, strict=True):
                 p.add_(torch.from_numpy(m).reshape(p.shape).to(p.device, p.dtype))
 
-    def _residual(self) -> list[F32]:
-        """The residual, made (zero) the first time an exact codec's round has something to carry."""
-        if self.residual is None:
-            self.residual = [np.zeros_like(a) for a in self.anchor]
-        return self.residual
+    def _zeros(self) -> list[F32]:
+        return [np.zeros_like(a) for a in self.anchor]
 
     def anchor_digest(self) -> str:
         """A short digest of the outer parameters, from a fixed sample of about 4096 values per
@@ -198,10 +322,28 @@ class DilocoState:
 
     # ---- sharing and checkpoints -----------------------------------------------------------------
 
-    def snapshot(self, rollback: int = 0) -> tuple[int, dict[str, Any], list[np.ndarray]]:
-        """The outer state for a peer that joins: (epoch, metadata, anchor + momentum)."""
-        arrays = [a.copy() for a in self.anchor] + [m.copy() for m in self.outer.buffers]
-        return self.epoch, {"epoch": self.epoch, "mode": "diloco", METADATA_KEY: rollback}, arrays
+    def metadata(self, rollback: int = 0) -> dict[str, Any]:
+        """What a shared outer state says of itself."""
+        return {
+            "epoch": self.epoch,
+            "mode": "diloco",
+            METADATA_KEY: rollback,
+            SCHEDULE_KEY: self.schedule,
+            DIGEST_KEY: self.digest,
+        }
+
+    def packed(self, rollback: int = 0) -> PackedState:
+        """The outer state for a peer that joins, anchor then momentum, packed into one buffer
+        (8 bytes a parameter, made only when a peer asks: ``StateSharing.serve_packed``)."""
+        sizes = [a.nbytes for a in self.anchor]
+        data = np.empty(2 * sum(sizes), dtype=np.uint8)
+        position = 0
+        momentum = self.outer.buffers
+        for array in (*self.anchor, *momentum):
+            data[position : position + array.nbytes] = array.reshape(-1).view(np.uint8)
+            position += array.nbytes
+        shapes = [list(a.shape) for a in self.anchor] * 2
+        return PackedState(self.epoch, self.metadata(rollback), shapes, ["<f4"] * len(shapes), data)
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The model's state dict with the anchor as its parameters (what a checkpoint keeps)."""
@@ -218,6 +360,7 @@ class DilocoState:
             "outer_momentum": [torch.from_numpy(m.copy()) for m in self.outer.buffers],
             "inner": self.state.optimizer.state_dict(),
             "inner_steps": self.inner_steps,
+            SCHEDULE_KEY: self.schedule,
         }
 
 

@@ -72,7 +72,7 @@ def test_four_workers_reach_the_large_batch_loss_with_identical_anchors() -> Non
             for parts in zip(*deltas, strict=True)
         ]
         for state in workers:
-            state.land([m.copy() for m in mean], residual_sent=False)
+            state.land([m.copy() for m in mean], state.feedback(), [])
         anchors = {b"".join(a.tobytes() for a in state.anchor) for state in workers}
         assert len(anchors) == 1, f"round {r}: the workers' outer parameters differ"
 

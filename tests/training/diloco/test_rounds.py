@@ -88,10 +88,12 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         matchmaking: float = 10.0,
         round_seconds: float = NEVER,
         unsent_file: Path | None = None,
+        group_size: int | None = None,
     ) -> DPeer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         compute = 0.0 if mode == "aux" else 1.0
-        averager = Averager(host, dht, "diloco", replace(AVERAGING_PATIENT, compute=compute))
+        config = replace(AVERAGING_PATIENT, compute=compute, target_group_size=group_size)
+        averager = Averager(host, dht, "diloco", config)
         bridge = TrainingBridge()
         model = fresh_model()
         state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
@@ -339,33 +341,31 @@ async def test_a_missed_exchange_carries_its_samples_into_the_next_round(
     assert early.optimizer.reports[-1].round_samples == 24.0
 
 
-async def test_a_round_split_into_two_groups_lands_on_neither_side(
-    make_dpeer: MakeDPeer,
-) -> None:
-    peers = [await make_dpeer(matchmaking=1.0) for _ in range(2)]
+async def test_more_trainers_than_a_group_land_one_model(make_dpeer: MakeDPeer) -> None:
+    # groups of two: three trainers and the backbone make two groups, whose reducers average
+    # each slot across them
+    peers = [await make_dpeer(group_size=2) for _ in range(3)]
+    peers.append(await make_dpeer(group_size=2, mode="aux"))
     await settle(peers)
-    early, late = peers
-    start = early.anchor()
-    # early completes a group of its own, as a matchmaking split leaves one side
-    averager = early.optimizer.links.averager
-    real_average = averager.average
-
-    async def elsewhere(tensors: Any, **kwargs: Any) -> Any:
-        alone = {"round_key": kwargs["round_key"] + "-x", "target_size": 1}
-        return await real_average(tensors, **{**kwargs, **alone})
-
-    averager.average = elsewhere  # type: ignore[method-assign]
-    await early.train(2, seed=0)
-    await late.train(2, seed=1)
+    start = peers[0].anchor()
+    for seed, peer in enumerate(peers[:3]):
+        await peer.train(2 + seed, seed=seed)
+    thetas = [np.frombuffer(p.parameters(), dtype=np.float32) for p in peers[:3]]
     await end_rounds(peers)
-    assert [p.optimizer.epoch for p in peers] == [0, 0]  # neither forked the anchor
-    assert [p.optimizer.rounds_missed for p in peers] == [1, 1]
-    assert early.anchor() == late.anchor() == start
-    averager.average = real_average  # type: ignore[method-assign]
-    await end_rounds_together(peers)  # the carried work lands, all of it
-    assert [p.optimizer.epoch for p in peers] == [1, 1]
-    assert early.anchor() == late.anchor() != start
-    assert [p.optimizer.reports[-1].samples for p in peers] == [8, 8]
+    assert [p.optimizer.epoch for p in peers] == [1, 1, 1, 1]
+    groups = {p.optimizer.reports[-1].group_size for p in peers}
+    assert groups != {4}, "the round formed one group: this test shows nothing"
+    anchors = {p.anchor() for p in peers}
+    assert len(anchors) == 1
+    assert start not in anchors
+    assert [p.optimizer.reports[-1].samples for p in peers[:3]] == [8, 12, 16]
+    # everyone's work at its weight: the outer step (lr 0.7, momentum 0.9) of the weighted mean
+    before = np.frombuffer(start, dtype=np.float32)
+    mean = sum(w * (before - t) for w, t in zip((8, 12, 16), thetas, strict=True)) / 36
+    after = np.frombuffer(peers[0].anchor(), dtype=np.float32)
+    np.testing.assert_allclose(after, before - 0.7 * 1.9 * mean, rtol=1e-4, atol=1e-6)
+    for peer in peers:  # nothing of anyone waits for a later round
+        assert not any(np.any(r) for r in peer.optimizer.diloco.residual or [])
 
 
 async def test_a_round_shorter_than_one_step_is_said_naming_the_key(
@@ -418,3 +418,36 @@ async def test_unsent_work_that_does_not_fit_the_model_is_left_alone(
     assert kept.exists()
     assert "does not fit" in caplog.text
     assert peer.optimizer.diloco.residual is None  # nothing was carried
+
+
+async def test_groups_that_landed_apart_end_on_the_larger_sides_model(
+    make_dpeer: MakeDPeer,
+) -> None:
+    peers = [await make_dpeer(matchmaking=2.0) for _ in range(4)]
+    peers.append(await make_dpeer(matchmaking=2.0, mode="aux"))
+    await settle(peers)
+    # two of them meet under another key, as a split no column could mend: two means land
+    apart = peers[:2]
+    for peer in apart:
+        averager = peer.optimizer.links.averager
+        real_average = averager.average
+
+        async def elsewhere(tensors: Any, real: Any = real_average, **kwargs: Any) -> Any:
+            return await real(tensors, **{**kwargs, "round_key": kwargs["round_key"] + "-x"})
+
+        averager.average = elsewhere  # type: ignore[method-assign]
+    for seed, peer in enumerate(peers[:4]):
+        await peer.train(2, seed=seed)
+    await end_rounds(peers)
+    assert [p.optimizer.epoch for p in peers] == [1] * 5
+    assert apart[0].anchor() == apart[1].anchor() != peers[2].anchor() == peers[4].anchor()
+    # at the next round's end the smaller side sees most peers hold another mean, and takes it
+    await asyncio.gather(*(p.optimizer._refresh() for p in peers))
+    await asyncio.gather(*(p.optimizer._publish() for p in peers))
+    await asyncio.sleep(0.5)
+    await asyncio.gather(*(p.optimizer._refresh() for p in peers))
+    for peer in apart:
+        assert peer.optimizer._majority() == peers[2].optimizer.diloco.digest
+        await peer.optimizer._repair(peers[2].optimizer.diloco.digest)
+    assert len({p.anchor() for p in peers}) == 1
+    assert [p.optimizer.repairs for p in peers] == [1, 1, 0, 0, 0]
