@@ -72,7 +72,8 @@ BLOCKWISE8 = Codec("blockwise8", 3, bytes_per_value=1.0, make_kernel=_blockwise8
 TOPK = Codec(
     "topk",
     10,
-    bytes_per_value=TOPK_DENSITY * (1.5 + TOPK_BITS / 8),  # 12-bit positions and the codes
+    # 12-bit positions and the codes, and each block's bounds (two float32 per 4096 values)
+    bytes_per_value=TOPK_DENSITY * (1.5 + TOPK_BITS / 8) + 8 / 4096,
     make_kernel=_topk,
     summed=_topk_sum,
     whole=_topk_whole,

@@ -63,6 +63,8 @@ BITS = (2, 4, 8, 16)
 FP16_MAX = 65504.0
 WIRE_IDS_FROM = 1000
 """``top_k``'s wire ids lie above the built-in codecs'."""
+BOUNDS_PER_VALUE = 8 / BLOCK
+"""Each block's ``lo`` and ``hi`` (two float32), per value of the block."""
 MEAN_FAN_IN = 1
 """How many contributions' worth of values a reducer's mean keeps per block: the mean of n sparse
 contributions holds up to n times the values of one, and a reducer sends it to every other member,
@@ -338,9 +340,10 @@ def top_k(density: float, bits: int, fan_in: int = 1) -> Codec:
     return Codec(
         name,
         wire_id,
-        # 12-bit positions and the codes (each block's lo and hi, 8 bytes in 4096, left out); a
-        # block keeps at most all of its values, however many contributions it sums
-        bytes_per_value=min(1.0, density * fan_in) * (1.5 + bits / 8),
+        # 12-bit positions and the codes, and each block's lo and hi (8 bytes in 4096); a block
+        # keeps at most all of its values, however many contributions it sums
+        bytes_per_value=min(1.0, density * fan_in) * (1.5 + bits / 8)
+        + BOUNDS_PER_VALUE * (bits < 16),
         make_kernel=lambda: kernel,
         # a mean goes back in 8-bit codes, its largest values only (``MEAN_FAN_IN``)
         summed=(lambda n: top_k(density, 8, min(n, MEAN_FAN_IN))) if bits < 16 else None,

@@ -11,7 +11,7 @@ import pytest
 
 from core.averaging.messages import StateRequest
 from core.averaging.moshpit import Grid, moshpit_average
-from core.averaging.state import StateDownloadError, StateSharing
+from core.averaging.state import PackedState, StateDownloadError, StateSharing
 from core.net.wire.rpc import CallContext
 from core.net.wire.stream import Stream
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
@@ -119,6 +119,38 @@ async def test_no_donor_is_a_clear_error(make_averagers: MakeAveragers) -> None:
     (averager,) = await make_averagers(1)
     with pytest.raises(StateDownloadError, match="no peer announces a state"):
         await StateSharing(averager.host, averager.dht, "nobody").download(timeout=5)
+
+
+async def test_a_packed_state_is_packed_once_per_version_and_only_when_asked(
+    make_averagers: MakeAveragers,
+) -> None:
+    donor_averager, first, second = await make_averagers(3)
+    version = [3]
+    packs: list[int] = []
+
+    async def pack() -> PackedState:
+        packs.append(version[0])
+        values = np.full(5000, version[0], np.float32)
+        return PackedState(
+            version[0], {"epoch": version[0]}, [[5000]], ["<f4"], values.view(np.uint8)
+        )
+
+    donor = StateSharing(donor_averager.host, donor_averager.dht, "packed")
+    donor.serve_packed(lambda: version[0], pack)
+    assert await donor.announce(3)
+    assert packs == []  # nobody asked yet
+    for downloader in (first, second):  # two downloads of one version: one packing
+        got = await StateSharing(downloader.host, downloader.dht, "packed").download(
+            timeout=10, range_bytes=4096
+        )
+        assert got.version == 3
+        np.testing.assert_array_equal(got.tensors[0], np.full(5000, 3, np.float32))
+    assert packs == [3]
+    version[0] = 4  # the state moved on: the next download packs it anew
+    assert await donor.announce(4)
+    got = await StateSharing(first.host, first.dht, "packed").download(newer_than=3, timeout=10)
+    assert got.version == 4
+    assert packs == [3, 4]
 
 
 async def test_the_freshest_state_wins(make_averagers: MakeAveragers) -> None:

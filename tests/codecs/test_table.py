@@ -36,7 +36,7 @@ def test_the_built_in_codecs_keep_their_names_wire_ids_and_costs() -> None:
         ("uint8", 2, 1.0, ("8bit",)),
         ("blockwise8", 3, 1.0, ()),
         ("auto", 9, 2.0, ()),
-        ("topk", 10, 0.0175, ()),
+        ("topk", 10, 0.0175 + 8 / 4096, ()),
     ]
     assert CODECS.names == ("none", "fp16", "uint8", "blockwise8", "auto", "topk")
     assert CODECS.concrete == (NONE, FP16, UINT8, BLOCKWISE8, TOPK)

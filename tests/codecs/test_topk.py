@@ -239,9 +239,10 @@ def test_specs_name_their_setting() -> None:
     }
     assert len(ids) == 24
     assert codec.kernel == TopK(0.01, 2)
-    assert codec.bytes_per_value == pytest.approx(0.01 * 1.75)  # 12-bit positions, 2-bit codes
+    # 12-bit positions, 2-bit codes, and each block's two float32 bounds
+    assert codec.bytes_per_value == pytest.approx(0.01 * 1.75 + 8 / 4096)
     # a mean goes back as dense as one contribution (its largest values), at 8 bits
-    assert top_k(0.5, 2).for_sum(4).bytes_per_value == 1.25
+    assert top_k(0.5, 2).for_sum(4).bytes_per_value == 1.25 + 8 / 4096
     assert codec.concrete
     with pytest.raises(ValueError, match="name"):
         top_k(0.01000001, 2)  # its name would say 0.01

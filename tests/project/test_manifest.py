@@ -360,6 +360,14 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "training.outer_momentum",
         "must be 0 with averaging.codec 'topk'",
     ),
+    ("residual decay 0", {"training.residual_decay": 0.0}, "training.residual_decay", "got 0"),
+    ("residual decay > 1", {"training.residual_decay": 1.5}, "training.residual_decay", "1.5"),
+    (
+        "residual decay of an exact codec",
+        {"training.mode": "diloco", "training.residual_decay": 0.9},
+        "training.residual_decay",
+        "sparse codec only",
+    ),
 ]
 
 
@@ -520,9 +528,11 @@ def test_diloco_with_the_sparse_codec_loads_and_builds_its_codec(tmp_path: Path)
     from core.training.peer.recipe import project_codec
 
     edits = {"training.mode": "diloco", "training.outer_lr": 1.0, "training.outer_momentum": 0.0,
-             "averaging.codec": "topk", "averaging.density": 0.03, "averaging.bits": 4}  # fmt: skip
+             "averaging.codec": "topk", "averaging.density": 0.03, "averaging.bits": 4,
+             "training.residual_decay": 0.9}  # fmt: skip
     manifest = load_manifest(write(tmp_path, render(edited(edits))))
     assert manifest.training.mode == "diloco"
+    assert manifest.training.residual_decay == 0.9  # a sparse codec's residual decays
     assert (manifest.training.outer_lr, manifest.training.outer_momentum) == (1.0, 0.0)
     # dedloc mode reads no outer step: topk goes with the default momentum there
     dedloc = {"averaging.codec": "topk"}

@@ -507,6 +507,8 @@ class DilocoOptimizer(TakingPart):
             except ValueError as exc:
                 log.warning("the outer parameters most peers hold do not fit this model: %s", exc)
                 return
+            # where our last round averaged nothing, the others' mean holds our data
+            await self.bridge.run(self.diloco.drop_missing)
             self._moved()
         self.repairs += 1
         await self._publish()

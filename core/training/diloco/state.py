@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,9 @@ class DilocoState:
         self.per_round = 0.0
         """The collaboration's inner steps per round, as the last landing estimated them."""
         self.skipped = 0
+        self.missing: list[tuple[int, int]] = []
+        """The ranges the last landing averaged nothing in here (our own values there went to
+        the residual)."""
         self.digest = self.anchor_digest()
         """``anchor_digest()`` as of the anchor's last move (read from any thread)."""
 
@@ -138,8 +141,8 @@ class DilocoState:
             theta = _host_copy(p)  # one tensor at a time: no second copy of the model
             if beta != 1:
                 np.multiply(d, beta, out=d)
-            np.add(d, b, out=d)
-            np.subtract(d, theta, out=d)
+            moved = np.subtract(b, theta)  # the work first: no work adds exactly nothing
+            np.add(d, moved, out=d)
             if self.overlap:
                 b[...] = theta
         self.last_round_steps, self.round_steps = self.round_steps, 0
@@ -170,6 +173,7 @@ class DilocoState:
         self.outer.step(averaged)
         self._follow_anchor()
         self.residual, self.spare = left, averaged
+        self.missing = list(missing)
         self._advance_schedule(per_round)
 
     def landed_elsewhere(
@@ -179,6 +183,7 @@ class DilocoState:
         what the result lacks of ours stays, as the residual."""
         self._keep_missing(averaged, left, missing)
         self.residual, self.spare = left, averaged
+        self.missing = []
 
     def land_alone(self, delta: list[F32], per_round: float | None = None) -> None:
         """Nobody else trains: this peer's own pseudo-gradient is the round's, exactly."""
@@ -187,6 +192,7 @@ class DilocoState:
         for d in delta:
             d[...] = 0.0
         self.residual = delta
+        self.missing = []
         self._advance_schedule(per_round)
 
     def missed(self, delta: list[F32], left: list[F32] | None = None) -> None:
@@ -221,6 +227,15 @@ class DilocoState:
         for o, r in zip(out, self.residual or [], strict=False):
             np.add(o, r, out=o)
         return out
+
+    def drop_missing(self) -> None:
+        """Forget what the last landing left in the residual where it averaged nothing here:
+        another member's mean there, which we are about to take, already holds it (a reducer
+        that failed after answering some members had averaged our data)."""
+        if self.residual is not None:
+            for k, span in _spans(self.residual, self.missing):
+                self.residual[k].reshape(-1)[span] = 0.0
+        self.missing = []
 
     def rebase(self, epoch: int, arrays: list[np.ndarray], schedule: float | None = None) -> None:
         """Take a newer outer state (anchor, then momentum) from a peer: ``theta`` keeps the work
@@ -276,16 +291,10 @@ class DilocoState:
     ) -> None:
         """Where nothing was averaged, ``averaged`` holds our own values: they move to ``left``
         (the residual to be), and the outer step takes nothing there."""
-        offsets = np.cumsum([0, *(a.size for a in averaged)])
-        for start, end in missing:
-            for k, values in enumerate(averaged):
-                lo, hi = max(start, int(offsets[k])), min(end, int(offsets[k + 1]))
-                if lo >= hi:
-                    continue
-                span = slice(lo - int(offsets[k]), hi - int(offsets[k]))
-                flat, rest = values.reshape(-1), left[k].reshape(-1)
-                rest[span] = flat[span]
-                flat[span] = 0.0
+        for k, span in _spans(averaged, missing):
+            flat, rest = averaged[k].reshape(-1), left[k].reshape(-1)
+            rest[span] = flat[span]
+            flat[span] = 0.0
 
     def _follow_anchor(self) -> None:
         """``theta += anchor - base``, then ``base = anchor``; without overlap, ``theta = anchor``
@@ -362,6 +371,18 @@ class DilocoState:
             "inner_steps": self.inner_steps,
             SCHEDULE_KEY: self.schedule,
         }
+
+
+def _spans(
+    arrays: Sequence[F32], ranges: Sequence[tuple[int, int]]
+) -> Iterator[tuple[int, slice]]:
+    """Where ``ranges`` of the arrays laid end to end fall: (array, slice of it) pairs."""
+    offsets = np.cumsum([0, *(a.size for a in arrays)])
+    for start, end in ranges:
+        for k in range(len(arrays)):
+            lo, hi = max(start, int(offsets[k])), min(end, int(offsets[k + 1]))
+            if lo < hi:
+                yield k, slice(lo - int(offsets[k]), hi - int(offsets[k]))
 
 
 def _host_copy(p: torch.Tensor) -> F32:

@@ -1,0 +1,142 @@
+"""DiLoCo peers on real loopback connections, in one process: each with its own Host, DHT node,
+averager and training thread, a small model, and rounds the test ends itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.averaging import Averager
+from core.codecs import NONE, Codec
+from core.dht import DHTNode
+from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
+from core.training.diloco.state import DilocoState
+from core.training.links import PeerLinks
+from core.training.state import TrainingState
+from core.worker.bridge import TrainingBridge
+from tests.conftest import MakeHost
+from tests.training.conftest import AVERAGING, start_node
+
+NEVER = 10**9
+"""A round length the clock never reaches in a test: the test ends rounds itself."""
+AVERAGING_PATIENT = replace(AVERAGING, max_matchmaking_time=20.0, reducer_timeout=20.0,
+                            sender_timeout=10.0, allreduce_timeout=60.0)  # fmt: skip
+
+
+def fresh_model() -> torch.nn.Module:
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+
+@dataclass
+class DPeer:
+    optimizer: DilocoOptimizer
+    model: torch.nn.Module
+    bridge: TrainingBridge
+    dht: DHTNode
+    averager: Averager
+
+    @property
+    def address(self) -> str:
+        return str(self.averager.host.addresses[0])
+
+    async def train(self, steps: int, seed: int) -> None:
+        """Inner steps on this peer's own batches."""
+        generator = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            inputs = torch.randn(4, 8, generator=generator)
+            targets = inputs[:, :2] * 2.0
+
+            def backward(inputs: torch.Tensor = inputs, targets: torch.Tensor = targets) -> None:
+                loss = torch.nn.functional.mse_loss(self.model(inputs), targets)
+                loss.backward()  # type: ignore[no-untyped-call]
+
+            await self.bridge.run(backward)
+            await self.optimizer.step(4, 1.0)
+
+    def anchor(self) -> bytes:
+        return b"".join(a.tobytes() for a in self.optimizer.diloco.anchor)
+
+    def parameters(self) -> bytes:
+        return b"".join(p.detach().numpy().tobytes() for p in self.model.parameters())
+
+
+MakeDPeer = Callable[..., Awaitable[DPeer]]
+
+
+@pytest.fixture
+async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
+    made: list[DPeer] = []
+
+    async def make(
+        *,
+        overlap: bool = False,
+        codec: Codec = NONE,
+        mode: str = "trainer",
+        lr: float = 0.7,
+        matchmaking: float = 10.0,
+        round_seconds: float = NEVER,
+        unsent_file: Path | None = None,
+        group_size: int | None = None,
+        momentum: float = 0.9,
+        residual_decay: float = 1.0,
+    ) -> DPeer:
+        host, dht = await start_node(make_host, made[0].address if made else None)
+        compute = 0.0 if mode == "aux" else 1.0
+        config = replace(AVERAGING_PATIENT, compute=compute, target_group_size=group_size)
+        averager = Averager(host, dht, "diloco", config)
+        bridge = TrainingBridge()
+        model = fresh_model()
+        state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+        diloco = DilocoState(state, outer_lr=lr, outer_momentum=momentum, overlap=overlap,
+                             sparse=codec.sparse, clip_norm=None,
+                             residual_decay=residual_decay)  # fmt: skip
+        config = DilocoConfig(round_seconds=round_seconds, mode=mode, matchmaking_time=matchmaking,
+                              refresh_interval=0.2, unsent_file=unsent_file)  # fmt: skip
+        optimizer = DilocoOptimizer(diloco, PeerLinks.create(averager, bridge), config, codec=codec)
+        peer = DPeer(optimizer, model, bridge, dht, averager)
+        made.append(peer)
+        await optimizer.start()
+        return peer
+
+    yield make
+    for peer in reversed(made):
+        peer.optimizer.interrupt()
+        await peer.optimizer.close()
+        await peer.averager.close()
+        await peer.bridge.aclose()
+        await peer.dht.close()
+
+
+async def settle(peers: list[DPeer]) -> None:
+    """Everyone has read everyone's progress record (who to expect in a round)."""
+    for _ in range(100):
+        await asyncio.gather(*(p.optimizer._refresh() for p in peers))
+        if all(len(p.optimizer.view().peers) == len(peers) for p in peers):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the peers never saw each other")
+
+
+async def end_rounds(peers: list[DPeer]) -> None:
+    await asyncio.gather(*(p.optimizer.end_round() for p in peers))
+    await asyncio.gather(*(p.optimizer._exchange for p in peers if p.optimizer._exchange))
+
+
+async def end_rounds_together(peers: list[DPeer]) -> None:
+    """A round after a test's short, missed one: with the usual window, as a busy machine needs
+    seconds for a group of two to form. Matchmaking may still split them into groups of one; then
+    neither lands (each sees the other missing from its group), both carry the work into the next
+    round, and that one lands it."""
+    for peer in peers:
+        peer.optimizer.config = replace(peer.optimizer.config, matchmaking_time=10.0)
+    before = [p.optimizer.epoch for p in peers]
+    await end_rounds(peers)
+    if [p.optimizer.epoch for p in peers] == before:
+        assert all(p.optimizer.rounds_missed >= 1 for p in peers)
+        await end_rounds(peers)

@@ -1,0 +1,118 @@
+"""What a diloco peer has not landed yet: its residual survives a round that computed nothing,
+decays by its share with a sparse codec, and nothing of it is applied twice, even when a reducer
+answered some members and not others."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.averaging.allreduce import AllReduce
+from core.codecs.topk import top_k
+from core.net.errors import NetError
+from core.net.wire.rpc import CallContext
+from core.net.wire.stream import Stream
+from core.training.diloco.state import DilocoState
+from core.training.state import TrainingState
+from tests.training.diloco.conftest import MakeDPeer, end_rounds, settle
+
+
+def flat(arrays: list[np.ndarray] | None) -> np.ndarray:
+    return np.concatenate([a.reshape(-1) for a in arrays or []])
+
+
+async def test_a_round_that_computed_nothing_keeps_the_residual_whole(
+    make_dpeer: MakeDPeer,
+) -> None:
+    codec = top_k(0.05, 2)
+    peers = [await make_dpeer(codec=codec, residual_decay=0.5) for _ in range(2)]
+    await settle(peers)
+    for seed, peer in enumerate(peers):
+        await peer.train(3, seed=seed)
+    await end_rounds(peers)
+    idle, busy = peers
+    kept = flat(idle.optimizer.diloco.residual).copy()
+    assert np.any(kept)  # what top-k did not send waits
+    await busy.train(2, seed=5)  # the idle one computes nothing this round
+    await end_rounds(peers)
+    assert [p.optimizer.epoch for p in peers] == [2, 2]
+    # neither zeroed (it sent nothing, so nothing of it landed) nor decayed (no new work)
+    np.testing.assert_array_equal(flat(idle.optimizer.diloco.residual), kept)
+
+
+def test_the_residual_decays_by_its_share_before_a_rounds_work_joins() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    state = TrainingState(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    diloco = DilocoState(state, outer_lr=1.0, outer_momentum=0.0, overlap=True, sparse=True,
+                         clip_norm=None, residual_decay=0.5)  # fmt: skip
+    residual = [np.full_like(a, 2.0) for a in diloco.anchor]
+    diloco.carry(residual)
+    model(torch.ones(2, 4)).sum().backward()
+    assert diloco.inner_step()
+    params = list(model.parameters())
+    work = [b - p.detach().numpy().reshape(-1) for b, p in zip(diloco.base, params, strict=True)]
+    delta = diloco.end_round()
+    for d, w in zip(delta, work, strict=True):
+        np.testing.assert_allclose(d, 0.5 * 2.0 + w, rtol=1e-6)
+    # a round that computed nothing adds it whole
+    diloco.missed(delta)
+    again = diloco.end_round(decay=False)
+    for d, w in zip(again, work, strict=True):
+        np.testing.assert_allclose(d, 0.5 * 2.0 + w, rtol=1e-6)
+
+
+async def test_a_member_a_reducer_did_not_answer_takes_the_others_mean_and_its_data_once(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """The reducer of one part averages everyone's data there, then fails to answer one member
+    (as a reducer killed while sending does). The others land that mean; the member keeps its
+    own values there, which differ, so at the next round's end it takes the others' outer
+    parameters. Its data in that part is in them already: it must not go out again."""
+    peers = [await make_dpeer(lr=1.0, momentum=0.0) for _ in range(3)]
+    await settle(peers)
+    reducer, cut_off, other = peers
+    cut_peer = cut_off.optimizer.links.averager.host.peer_id
+
+    def refuse_one(runner: AllReduce) -> None:
+        transfer = runner.transfer
+        serve = transfer.serve
+        index = transfer.plan.peers.index(cut_peer)
+
+        async def serving(ctx: CallContext, request: Any, stream: Stream) -> Any:
+            if request.sender == index:
+
+                async def gone(data: Any) -> None:
+                    raise NetError("the reducer went away while sending")
+
+                stream.send_data = gone  # type: ignore[method-assign]
+            return await serve(ctx, request, stream)
+
+        transfer.serve = serving  # type: ignore[method-assign]
+
+    reducer.optimizer.links.averager.round_hook = refuse_one
+    for seed, peer in enumerate(peers):
+        await peer.train(2, seed=seed)
+    await end_rounds(peers)
+    reducer.optimizer.links.averager.round_hook = None
+    assert [p.optimizer.epoch for p in peers] == [1, 1, 1]
+    assert reducer.anchor() == other.anchor() != cut_off.anchor()
+    assert cut_off.optimizer.diloco.missing, "the injected failure did not happen"
+    assert np.any(flat(cut_off.optimizer.diloco.residual))  # its own values there, for now
+    # the next round's end: most peers hold another mean, and it takes it
+    held = None
+    for _ in range(50):
+        await asyncio.gather(*(p.optimizer._refresh() for p in peers))
+        held = cut_off.optimizer._majority()
+        if held is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert held == reducer.optimizer.diloco.digest
+    await cut_off.optimizer._repair(held)
+    assert cut_off.optimizer.repairs == 1
+    assert cut_off.anchor() == reducer.anchor()
+    # nothing of its data waits to go out a second time
+    assert not np.any(flat(cut_off.optimizer.diloco.residual))
