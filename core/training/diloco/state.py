@@ -373,9 +373,7 @@ class DilocoState:
         }
 
 
-def _spans(
-    arrays: Sequence[F32], ranges: Sequence[tuple[int, int]]
-) -> Iterator[tuple[int, slice]]:
+def _spans(arrays: Sequence[F32], ranges: Sequence[tuple[int, int]]) -> Iterator[tuple[int, slice]]:
     """Where ``ranges`` of the arrays laid end to end fall: (array, slice of it) pairs."""
     offsets = np.cumsum([0, *(a.size for a in arrays)])
     for start, end in ranges:

@@ -29,9 +29,7 @@ def traced() -> Iterator[None]:
 
 def model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(
-        *(torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS))
-    )
+    return torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS)))
 
 
 def steps(net: torch.nn.Module, diloco: DilocoState, count: int) -> None:
