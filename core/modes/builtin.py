@@ -129,6 +129,7 @@ DILOCO = ModeSpec(
     traffic=_diloco_traffic,
     describe=_diloco_describe,
     clock_rounds=True,
+    misbehaving_demo=True,
 )
 
 MODES = ModeTable((DEDLOC, DILOCO))

@@ -11,12 +11,13 @@ run. This module makes one peer bad in these ways, with the real code paths arou
 - ``lying-reducer``  as a reducer, it returns its part's aggregate shifted by 10 times the chunk's
   RMS (it sends honest data; it lies where only reducer verification can see it).
 
-The gradient attacks are a ``GradientAttack`` the collaborative optimizer applies to its mean
-gradient before it goes to averaging (``CollaborativeOptimizer.tamper``, installed by
-``Misbehaviour.install`` through the training peer's ``Misbehaving`` seam,
-``core.training.settings``); the peer is otherwise
-honest (it reduces honestly, applies the collaboration's aggregate, reports its true samples), so
-what is measured is the defence against its data alone. The lying reducer is a ``LyingReducer``
+The gradient attacks are a ``GradientAttack`` the optimizer applies to what it sends before it
+goes to averaging: dedloc's mean gradient (``CollaborativeOptimizer.tamper``), diloco's
+pseudo-gradient (``DilocoOptimizer.tamper``), installed by ``Misbehaviour.install`` through the
+training peer's ``Misbehaving`` seam (``core.training.settings``); the peer is otherwise honest
+(it reduces honestly, applies the collaboration's aggregate, reports its true samples; in diloco
+it keeps none of its attack for a later round), so what is measured is the defence against its
+data alone. The lying reducer is a ``LyingReducer``
 around the honest ``PartReducer`` of a round: everything it reduces is shifted, for every receiver
 and for itself alike.
 

@@ -28,8 +28,8 @@ ROLES = ("trainer", "client", "aux")
 
 
 class Tamperable(Protocol):
-    """An optimizer whose mean gradient a misbehaving peer may change before it is averaged
-    (``CollaborativeOptimizer``: the mode whose spec hosts the demo, ``misbehaving_demo``)."""
+    """An optimizer whose mean gradient (dedloc) or pseudo-gradient (diloco) a misbehaving peer
+    may change before it is averaged (the modes whose spec hosts the demo, ``misbehaving_demo``)."""
 
     tamper: Callable[[list[torch.Tensor]], None] | None
 

@@ -92,7 +92,7 @@ def test_the_command_lines_offer_it_and_refuse_what_it_does_not_do(
         )
         # the demo's attacks are on rounds of the mode that hosts them
         assert _usage_problem(swarm) == (
-            "--byzantine shows the defences of dedloc rounds; leave out --mode solo"
+            "--byzantine shows the defences of dedloc or diloco rounds; leave out --mode solo"
         )
         # its peers follow no rollback order: the coordinator signs none
         signing = ["coordinator", "rollback", "--to-epoch", "3", "--manifest", str(moderated)]

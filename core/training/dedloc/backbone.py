@@ -55,7 +55,7 @@ from core.training.moderation.evidence import (
     EvidenceBoard,
     EvidenceCollector,
     Reported,
-    accusations,
+    pass_on,
 )
 from core.training.moderation.rollback import METADATA_KEY, applied_of, round_key
 from core.training.participation import Participation
@@ -422,18 +422,8 @@ class AuxiliaryPeer:
 
     async def _collect_evidence(self) -> None:
         """Read the accusations published since the last collection; log and pass them on."""
-        try:
-            fresh = await self._collector.collect()
-        except BarnraiseError as exc:
-            log.debug("collecting evidence failed: %s", exc)
-            return
-        if not fresh:
-            return
-        for line in accusations(fresh, self._users):
-            log.warning("%s", line)
+        fresh = await pass_on(self._collector, self._users, self.on_evidence)
         self.accusations.extend(fresh)
-        if self.on_evidence is not None:
-            self.on_evidence([item.evidence for item in fresh])
 
     # ---- metrics and checkpoints -----------------------------------------------------------------
 

@@ -6,7 +6,9 @@ weight 0, reduces a share of it, receives the average and takes the trainers' ou
 model outlives its trainers and newcomers download the anchor and the outer momentum from it. On
 start it resumes from its newest checkpoint, whose model holds the anchor and whose optimizer
 part holds the outer momentum. The per-round metrics come from the progress records, as the
-dedloc backbone's do.
+dedloc backbone's do, and so do its accusations: it collects the members' signed evidence at each
+new epoch (and every ``EVIDENCE_INTERVAL`` s), names each accused peer in its log and passes the
+evidence on to the coordinator.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,13 +30,18 @@ from core.training.diloco.optimizer import DilocoOptimizer
 from core.training.diloco.state import SCHEDULE_KEY, DilocoState
 from core.training.errors import CheckpointError
 from core.training.metrics import EpochMetrics, MetricsAggregator
+from core.training.moderation.evidence import EvidenceCollector, Reported, pass_on
 from core.training.moderation.rollback import METADATA_KEY
+from core.trust.evidence import Evidence
 from core.util.errors import BarnraiseError
 from core.worker.bridge import TrainingBridge
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
+EVIDENCE_INTERVAL = 30.0
+"""Seconds between collections of the members' evidence while the epoch does not change."""
+ACCUSATIONS_KEPT = 256
 
 
 class DilocoBackbone:
@@ -44,6 +53,8 @@ class DilocoBackbone:
         checkpoint_every: int,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
         publish: Callable[[Path, int, float | None], object] | None = None,
+        on_evidence: Callable[[list[Evidence]], None] | None = None,
+        evidence_interval: float = EVIDENCE_INTERVAL,
     ) -> None:
         if optimizer.config.mode != "aux":
             raise ValueError("the backbone's optimizer runs in aux mode")
@@ -54,6 +65,13 @@ class DilocoBackbone:
         self.publish = publish
         self._aggregator = MetricsAggregator()
         self._saved = -1
+        self.on_evidence = on_evidence
+        self.accusations: deque[Reported] = deque(maxlen=ACCUSATIONS_KEPT)
+        """The newest accusations collected (each once), for diagnostics and tests."""
+        self._collector = EvidenceCollector(optimizer.evidence)
+        self._evidence_every = evidence_interval
+        self._collected = (-1, -math.inf)
+        """(epoch, monotonic time) of the last collection of evidence."""
 
     async def run(self, stop: asyncio.Event) -> None:
         opt = self.optimizer
@@ -72,11 +90,23 @@ class DilocoBackbone:
                 for metrics in self._aggregator.late_credit(now):
                     if self.on_metrics is not None:
                         self.on_metrics(metrics)
+                await self._collect_evidence()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), POLL_SECONDS)
         finally:
             opt.interrupt()
             await opt.close()
+
+    async def _collect_evidence(self) -> None:
+        """The members' accusations, at each new epoch and every ``evidence_interval`` seconds:
+        each accused peer named in the log, the evidence passed on (``pass_on``)."""
+        epoch, at = self._collected
+        now = time.monotonic()
+        if epoch == self.optimizer.epoch and now - at < self._evidence_every:
+            return
+        self._collected = (self.optimizer.epoch, now)
+        users = {r.peer: r.username for r in self.optimizer.view().reports if r.username}
+        self.accusations.extend(await pass_on(self._collector, users, self.on_evidence))
 
     async def _maybe_checkpoint(self, metrics: EpochMetrics) -> None:
         opt, store = self.optimizer, self.checkpoints

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from core.project import Manifest
@@ -12,7 +13,8 @@ from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
 from core.training.state import TrainingState
-from core.util.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 UNSENT_FILE = "diloco-unsent.npz"
 """In a trainer's work folder: its unsent work across a restart (``UnsentWork``)."""
@@ -28,13 +30,16 @@ class Diloco:
         return Matchmaking(most, most)
 
     def trainer(self, parts: PeerParts) -> DilocoOptimizer:
+        """The diloco optimizer and, in the demo only, a misbehaviour."""
         s = parts.settings
-        if s.misbehaviour is not None:
-            raise ConfigError("the demo's misbehaving peers run in dedloc mode only")
         role = "client" if s.role == "client" else "trainer"
-        return self.optimizer(
+        optimizer = self.optimizer(
             parts.manifest, parts.state, parts.links, role, unsent_file=s.work_dir / UNSENT_FILE
         )
+        if s.misbehaviour is not None:
+            log.warning("this peer misbehaves on purpose: %s", s.misbehaviour.describe())
+            s.misbehaviour.install(optimizer, parts.links.averager)
+        return optimizer
 
     def backbone(self, parts: BackboneParts) -> DilocoBackbone:
         s = parts.settings
@@ -44,6 +49,7 @@ class Diloco:
             checkpoint_every=s.checkpoint_every,
             on_metrics=parts.report,
             publish=s.publishing.publish if s.publishing is not None else None,
+            on_evidence=s.on_evidence,
         )
 
     def optimizer(

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from core.averaging import AveragingResult, ColumnRequest
 from core.averaging.state import PackedState, StateDownloadError
@@ -51,6 +52,7 @@ from core.modes.clock import RoundClock
 from core.training.diloco.state import DIGEST_KEY, SCHEDULE_KEY, DilocoState
 from core.training.diloco.unsent import UnsentWork
 from core.training.links import PeerLinks
+from core.training.moderation.evidence import EvidenceBoard
 from core.training.moderation.rollback import round_key
 from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
@@ -136,6 +138,11 @@ class DilocoOptimizer(TakingPart):
         """The last inner step's samples (what a round's steps are counted in)."""
         self._held = (state.epoch, state.digest)
         """(epoch, digest of the outer parameters) as of their last move, read together."""
+        self.tamper: Callable[[list[torch.Tensor]], None] | None = None
+        """Changes the pseudo-gradient before it goes out: only a peer that misbehaves on
+        purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
+        self.evidence = EvidenceBoard.of(links.averager)
+        """Where what our rounds found against others is signed and published."""
         self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
         """The backbone's landed rounds and their senders' weights, until its metrics take them
         (evidence of work for a member that is gone before its record says so)."""
@@ -275,6 +282,8 @@ class DilocoOptimizer(TakingPart):
             computed, loss_sum, mini_steps = self._tally.take()
             # a round that computed nothing keeps its residual whole (no new work to decay it by)
             delta = await self.bridge.run(lambda: self.diloco.end_round(decay=computed > 0))
+            if self.tamper is not None:
+                await self.bridge.run(self.tamper, [torch.from_numpy(d) for d in delta])
             if computed:
                 self._carry(computed, self.epoch)
             samples = self._carried
@@ -321,10 +330,17 @@ class DilocoOptimizer(TakingPart):
         if result is not None:
             self.last_bytes_sent = result.bytes_sent
             self.bytes_sent += result.bytes_sent
+        if result is not None and result.findings:  # in the background: nobody waits for it
+            key = round_key("diloco", epoch, self.state.rollback)
+            self._tasks.spawn(f"evidence-{epoch}", self.evidence.publish(result, key))
         per_round = self._steps_per_round(view)
         landed, summary, group = await self._outcome(
             result, delta, left, others=others, epoch=epoch, per_round=per_round
         )
+        if self.tamper is not None:
+            # what of its attack did not land, a misbehaving peer does not send again (it would
+            # compound its own attack); it is otherwise honest
+            await self.bridge.run(self.diloco.forget_residual)
         if not landed:
             self.rounds_missed += 1
             if samples:

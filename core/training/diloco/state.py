@@ -209,6 +209,11 @@ class DilocoState:
                 np.add(d, _host_copy(p), out=d)
         self.residual = delta
 
+    def forget_residual(self) -> None:
+        """Drop what has not landed (a peer that misbehaves on purpose keeps none of its attack)."""
+        for r in self.residual or []:
+            r[...] = 0.0
+
     def carry(self, arrays: list[F32]) -> None:
         """Work measured earlier (a restart's unsent work) joins the residual: the next round
         sends it."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from core.averaging import Averager, AveragingResult
@@ -243,6 +243,26 @@ class EvidenceCollector:
                 self._seen.popitem(last=False)
             fresh.append(item)
         return fresh
+
+
+async def pass_on(
+    collector: EvidenceCollector,
+    users: Mapping[str, str],
+    on_evidence: Callable[[list[Evidence]], None] | None,
+) -> list[Reported]:
+    """What a backbone does with the members' evidence: collect what is new, name each accused
+    peer in its log (one line per peer and round: ``accusations``) and hand the evidence to
+    ``on_evidence`` (the coordinator's reporter). Nothing when the collection fails (said)."""
+    try:
+        fresh = await collector.collect()
+    except BarnraiseError as exc:
+        log.debug("collecting evidence failed: %s", exc)
+        return []
+    for line in accusations(fresh, users):
+        log.warning("%s", line)
+    if fresh and on_evidence is not None:
+        on_evidence([item.evidence for item in fresh])
+    return fresh
 
 
 def accusations(reported: Iterable[Reported], users: Mapping[str, str]) -> list[str]:

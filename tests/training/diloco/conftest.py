@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from core.averaging import Averager
+from core.averaging.robust.aggregation import AggregationConfig
 from core.codecs import NONE, Codec
 from core.dht import DHTNode
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
@@ -85,10 +86,13 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         group_size: int | None = None,
         momentum: float = 0.9,
         residual_decay: float = 1.0,
+        aggregation: AggregationConfig | None = None,
     ) -> DPeer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         compute = 0.0 if mode == "aux" else 1.0
         config = replace(AVERAGING_PATIENT, compute=compute, target_group_size=group_size)
+        if aggregation is not None:
+            config = replace(config, aggregation=aggregation)
         averager = Averager(host, dht, "diloco", config)
         bridge = TrainingBridge()
         model = fresh_model()
