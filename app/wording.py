@@ -206,22 +206,39 @@ def device_detail(device: TrainingDevice) -> str:
 
 
 def rounds_line(rounds: Rounds) -> str | None:
-    """A project's round and last exchange, in one line for the dashboard, when its mode's rounds
-    end on the shared clock (diloco): "Round: 34 s of 1 min · Last exchange: 1.23 MB sent"; None
-    in a mode without such rounds (dedloc: its epochs say it all) or one this app does not know."""
+    """A project's round, last exchange and how late this computer's work lands, in one line for
+    the dashboard, when its mode's rounds end on the shared clock (diloco): "Round: 34 s of 1 min
+    · Last exchange: 1.23 MB sent, on time"; None in a mode without such rounds (dedloc: its
+    epochs say it all) or one this app does not know."""
     mode = active_modes().get(rounds.mode)
     if mode is None or not mode.clock_rounds or rounds.round_seconds is None:
         return None
     elapsed = duration(rounds.round_elapsed or 0.0)
     sent = rounds.last_exchange_bytes
-    exchange = "none yet" if sent is None else f"{data_size(sent)} sent"
+    exchange = "none yet" if sent is None else f"{data_size(sent)} sent{_lateness(rounds)}"
     return f"Round: {elapsed} of {duration(rounds.round_seconds)} · Last exchange: {exchange}"
 
 
+def _lateness(rounds: Rounds) -> str:
+    late = rounds.work_late
+    if late is None:
+        return ""
+    if late == 0:
+        return ", on time"
+    return f", work {late} round{'s' if late > 1 else ''} late"
+
+
 def rounds_detail(rounds: Rounds) -> str:
-    """The line's tooltip: how the project's mode trains, in words for volunteers."""
+    """The line's tooltip: how the project's mode trains, in words for volunteers, and what late
+    work means when this computer's was."""
     mode = active_modes().get(rounds.mode)
-    return mode.for_people if mode is not None else f"This project trains in {rounds.mode} mode"
+    said = mode.for_people if mode is not None else f"This project trains in {rounds.mode} mode"
+    if rounds.work_late:
+        said += (
+            ". This computer's last work reached the others a round or more after it was done "
+            "(it missed a round's exchange, or came late to it): it still counts in full"
+        )
+    return said
 
 
 def network_detail(network: Network, now: float) -> str:

@@ -134,6 +134,10 @@ class Rounds:
     """Clock rounds: seconds into the current round when the state was read."""
     last_exchange_bytes: int | None = None
     """Clock rounds: the chunk bytes this peer sent in its last exchange; None before its first."""
+    work_late: int | None = None
+    """Clock rounds: how many rounds late this computer's work landed in its last landed round
+    (0: in the round it was computed; a round it missed, or reached late, carries its work to a
+    later one); None before its first."""
 
 
 DEVICE_SETTING = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")

@@ -68,6 +68,7 @@ def rounds_view(training: TrainingSection, last: PeerEpoch | None, *, now: float
         round_seconds=clock.seconds,
         round_elapsed=clock.seconds - clock.until_end(now),
         last_exchange_bytes=last.bytes_sent if last is not None else None,
+        work_late=last.late if last is not None else None,
     )
 
 

@@ -6,11 +6,13 @@ the loop keeps answering peers while a batch computes. Coroutines hand blocking 
 with ``await bridge.run(fn, *args)``; nothing else in the engine starts threads for torch.
 
 One worker is the default and what data-parallel training uses: its torch work stays ordered (a
-parameter update never races a backward pass). A decentralized mixture-of-experts trainer asks for
-several (``workers=N``): there the local compute per batch is small and most of a batch's time is
-spent waiting for remote experts, so it keeps N batches in flight, each blocking its own thread on
-the network. Those threads reach the loop the other way round, with ``bridge.wait(coro_factory)``:
-the coroutine runs on the loop and the worker blocks until it ends. Both directions live here, so
+parameter update never races a backward pass). Beside the workers, one more thread takes short
+reads that must not wait behind a microbatch in flight (``run_beside``: a diloco round's end).
+A decentralized mixture-of-experts trainer asks for several (``workers=N``): there the local
+compute per batch is small and most of a batch's time is spent waiting for remote experts, so it
+keeps N batches in flight, each blocking its own thread on the network. Those threads reach the
+loop the other way round, with ``bridge.wait(coro_factory)``: the coroutine runs on the loop and
+the worker blocks until it ends. Both directions live here, so
 this stays the one place where threads meet the loop.
 
 The loop can also ask the workers to drop what they are computing (``interrupt``): hooks installed on
@@ -45,6 +47,8 @@ class TrainingBridge:
             raise ValueError(f"a training bridge needs at least one worker thread, not {workers}")
         self._workers = workers
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._beside: ThreadPoolExecutor | None = None
+        """``run_beside``'s thread, made at its first use."""
         self._closed = False
         self._interrupt = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -113,12 +117,27 @@ class TrainingBridge:
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` on a worker thread and return its result."""
+        return await self._submit(self._executor, fn, *args, **kwargs)
+
+    async def run_beside(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on a thread of its own, beside whatever the workers
+        compute, and return its result: for short reads that must not wait behind a microbatch
+        (a diloco round's end reads the parameters at the round's time, however slow the
+        device). The caller makes sure that nothing on the workers writes what ``fn`` touches
+        meanwhile (diloco: its inner steps wait for the lock the round's end holds)."""
+        if self._beside is None:
+            self._beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="beside")
+        return await self._submit(self._beside, fn, *args, **kwargs)
+
+    async def _submit(
+        self, executor: ThreadPoolExecutor, fn: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T:
         if self._closed:
             raise RuntimeError("the training bridge is closed")
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self.bind(loop)
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
 
     # ---- a worker waits on the loop --------------------------------------------------------------
 
@@ -176,11 +195,17 @@ class TrainingBridge:
     def close(self) -> None:
         """Stop accepting work; the threads exit once their current jobs end (never mid-step)."""
         self._closed = True
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for executor in self._executors():
+            executor.shutdown(wait=False, cancel_futures=True)
 
     async def aclose(self) -> None:
         """Close and wait for the worker threads to finish their current jobs."""
         self._closed = True
-        await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(self._executor.shutdown, wait=True, cancel_futures=True)
-        )
+        loop = asyncio.get_running_loop()
+        for executor in self._executors():
+            await loop.run_in_executor(
+                None, functools.partial(executor.shutdown, wait=True, cancel_futures=True)
+            )
+
+    def _executors(self) -> list[ThreadPoolExecutor]:
+        return [self._executor] + ([self._beside] if self._beside is not None else [])

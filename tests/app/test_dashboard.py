@@ -48,6 +48,14 @@ def test_a_diloco_project_shows_its_round_and_its_last_exchange(
             "Round: 34 s of 1 min · Last exchange: 1.23 MB sent",
         ),
         (Rounds("diloco", 300.0, 125.0, None), "Round: 2 min of 5 min · Last exchange: none yet"),
+        (
+            Rounds("diloco", 60.0, 5.0, 2_000_000, 0),
+            "Round: 5 s of 1 min · Last exchange: 2.00 MB sent, on time",
+        ),
+        (
+            Rounds("diloco", 60.0, 5.0, 2_000_000, 2),
+            "Round: 5 s of 1 min · Last exchange: 2.00 MB sent, work 2 rounds late",
+        ),
     ):
         fake.set_rounds(rounds)
         with qtbot.waitSignal(page.store.stateChanged):
@@ -62,6 +70,9 @@ def test_a_diloco_project_shows_its_round_and_its_last_exchange(
         assert page.rounds.isHidden()
         assert page.epoch.value.text() == "149"
     assert wording.rounds_line(Rounds("dedloc", 60.0, 1.0, 5)) is None
+    # the tooltip says what late work means, when this computer's was
+    assert "still counts in full" in wording.rounds_detail(Rounds("diloco", 60.0, 5.0, 1, 2))
+    assert "late" not in wording.rounds_detail(Rounds("diloco", 60.0, 5.0, 1, 0))
 
 
 def test_the_reason_is_the_engines_own_words(

@@ -4,6 +4,7 @@ dedloc's are, with the bytes from the host's traffic counters alone."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from core.api import AttachRequest, Rounds
@@ -39,7 +40,9 @@ def test_the_round_is_where_unix_time_is_in_it() -> None:
     training = demo.with_training(mode="diloco", round_seconds=60.0).training
     assert rounds_view(training, None, now=ROUND_END + 34.0) == Rounds("diloco", 60.0, 34.0, None)
     started = rounds_view(training, epoch(1_234_567), now=ROUND_END)
-    assert started == Rounds("diloco", 60.0, 0.0, 1_234_567)  # a boundary starts a round
+    assert started == Rounds("diloco", 60.0, 0.0, 1_234_567, 0)  # a boundary starts a round
+    late = dataclasses.replace(epoch(5), late=3)
+    assert rounds_view(training, late, now=ROUND_END).work_late == 3
 
 
 async def test_the_state_says_the_round_and_the_ledger_credits_the_epoch(

@@ -273,6 +273,7 @@ class DilocoOptimizer(TakingPart):
         """End the round now: the pseudo-gradient goes out (in the background with overlap)."""
         if self._exchange is not None:
             await asyncio.gather(self._exchange, return_exceptions=True)  # one in flight at most
+        began = self.epoch  # the anchor this round's work was computed on
         await self._refresh()
         if self.view().epoch > self.epoch:
             await self._catch_up()  # others landed a round we missed: their anchor first
@@ -281,11 +282,14 @@ class DilocoOptimizer(TakingPart):
         async with self._lock:
             computed, loss_sum, mini_steps = self._tally.take()
             # a round that computed nothing keeps its residual whole (no new work to decay it by)
-            delta = await self.bridge.run(lambda: self.diloco.end_round(decay=computed > 0))
+            # beside the microbatch in flight: a slow device's round ends at the round's time,
+            # and that microbatch's step (which waits for our lock) counts in the next round
+            read = self.bridge.run_beside if self.diloco.on_cpu else self.bridge.run
+            delta = await read(lambda: self.diloco.end_round(decay=computed > 0))
             if self.tamper is not None:
-                await self.bridge.run(self.tamper, [torch.from_numpy(d) for d in delta])
+                await read(self.tamper, [torch.from_numpy(d) for d in delta])
             if computed:
-                self._carry(computed, self.epoch)
+                self._carry(computed, began)
             samples = self._carried
         epoch = self.epoch
         self.part.last = (epoch, loss_sum, mini_steps, samples)

@@ -102,6 +102,13 @@ class DilocoState:
         """Rounds landed: the collaboration's outer step count."""
         return self.state.epoch
 
+    @property
+    def on_cpu(self) -> bool:
+        """The parameters live on the CPU: a round's end may read them from another thread while
+        a microbatch computes (on a GPU that read would queue behind the microbatch's kernels on
+        the device's stream anyway)."""
+        return all(p.device.type == "cpu" for p in self.state.parameters)
+
     # ---- inner steps -----------------------------------------------------------------------------
 
     def schedule_clock(self) -> float:
