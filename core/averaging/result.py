@@ -62,8 +62,11 @@ class AveragingResult:
     """Members whose part could not be fetched from them (they died, stalled or refused)."""
     seconds: float = 0.0
     bytes_sent: int = 0
-    """Chunk bytes this member sent: its data to the reducers, and its part's means back to
-    them (stream framing and commitments not counted)."""
+    """Chunk bytes this member sent: its data to the reducers, its part's means back to them,
+    and in a round of several groups what its slots' columns sent (stream framing and
+    commitments not counted)."""
+    bytes_received: int = 0
+    """Chunk bytes this member received, counted alike."""
     weights: dict[PeerID, float] = field(default_factory=dict)
     """The weight each sender claimed, as our part's reducer received it (senders it left out
     not listed; empty when we reduced no part)."""

@@ -69,6 +69,13 @@ async def test_every_group_lands_the_mean_of_everyone(make_averagers: MakeAverag
         np.testing.assert_allclose(tensors[0][k], expected, rtol=1e-5, atol=1e-6)
     assert all(r.averaged_elements == r.total_elements for r in results)
     assert all(r.included_elements == r.total_elements for r in results)
+    # what a member sent and received counts its columns too: at most a float32 vector out and
+    # back over the group, and a slot's worth out and back in its column
+    dense = 4 * sum(SIZES)
+    for r in results:
+        assert r.column_groups >= 2 or r.parts[r.index] == 0
+        assert 0 < r.bytes_sent <= 2 * dense
+        assert 0 < r.bytes_received <= 2 * dense
 
 
 async def test_sparse_groups_land_one_mean_and_keep_what_it_lacks(

@@ -138,6 +138,8 @@ class PartReducer:
         self._columns = columns if columns is not None and spawn is not None else None
         self.column_groups = 0
         """The most groups a column of ours averaged over (0: none formed, or no columns)."""
+        self.column_bytes = [0, 0]
+        """Chunk bytes our columns sent and received."""
         self._slots = list(slots)
         self._spawn = spawn
         if self._columns is not None and len(self._slots) != len(self._chunks):
@@ -373,6 +375,8 @@ class PartReducer:
         result = await self._columns.combine(slot, arrays, weight, codec)
         if result is not None:
             self.column_groups = max(self.column_groups, len(result.members))
+            self.column_bytes[0] += result.bytes_sent
+            self.column_bytes[1] += result.bytes_received
         column = column_outcome(result, [c.span.count for c in chunks], weight)
         finals = []
         for chunk, mean, array, fate in zip(chunks, means, arrays, column.chunks, strict=True):

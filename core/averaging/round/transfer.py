@@ -131,6 +131,8 @@ class Transfer:
                 }
                 self.result.findings.extend(self.reducer.findings)
                 self.result.column_groups = self.reducer.column_groups
+                self.result.bytes_sent += self.reducer.column_bytes[0]
+                self.result.bytes_received += self.reducer.column_bytes[1]
             await self._tasks.close()
 
     def land(self) -> AveragingResult:
@@ -311,35 +313,29 @@ class Transfer:
             got_data, trailer = await stream.recv_data_or_message(buffer)
             if got_data:
                 trailer = await stream.recv_message()
-        if not (
-            isinstance(trailer, list)
-            and len(trailer) == 3
-            and trailer[0] == index
-            and isinstance(trailer[1], (int, float))
-            and isinstance(trailer[2], bool)
-        ):
-            raise InvalidRequestError(f"unexpected chunk trailer {trailer!r}")
-        weight = float(trailer[1])
-        included = trailer[2]
+        weight, included = _trailer(trailer, index)
         if got_data != (weight > 0):
             raise InvalidRequestError("a chunk's data and its weight disagree")
-        lands = self.plan.lands(weight)
+        if not got_data:
+            return weight, included
+        self.result.bytes_received += encoded_size(codec, span.count)
         if data is not None:
-            if lands:
-                mean = np.frombuffer(data, dtype=np.float32)
-                self.outgoing.landing(span, mean, included)
-                view[:] = mean
+            if self.plan.lands(weight):
+                self._land(span, np.frombuffer(data, dtype=np.float32), included)
             landed = _taken_back(self._lent.get(stream, deque()), data)
             if landed is not None:
                 self._results.give([landed])
-        elif got_data and lands:
+        elif self.plan.lands(weight):
             if self.outgoing.settles:
-                mean = decode(codec, buffer, span.count)
-                self.outgoing.landing(span, mean, included)
-                view[:] = mean
+                self._land(span, decode(codec, buffer, span.count), included)
             else:
                 decode(codec, buffer, span.count, out=view)
         return weight, included
+
+    def _land(self, span: Span, mean: F32, included: bool) -> None:
+        """A chunk's mean replaces our values, once what it lacks of ours is kept aside."""
+        self.outgoing.landing(span, mean, included)
+        self.tensors.view(span)[:] = mean
 
     def _apply(self, span: Span, weight: float, values: np.ndarray | None, included: bool) -> None:
         """Record a chunk's outcome (and copy the reducer's own values in, for our own part)."""
@@ -420,6 +416,7 @@ class Transfer:
             for i, span in enumerate(spans):
                 commitment = await hooks.before_take(stream)
                 data = await _receive_exactly(stream, encoded_size(span.codec, span.count))
+                self.result.bytes_received += len(data)
                 refused = hooks.accept(sender, weight, commitment, data)
                 if refused is not None:
                     reducer.exclude(sender, refused)
@@ -435,6 +432,19 @@ class Transfer:
             reducer.exclude(sender, f"its stream failed: {exc}")
         finally:
             stream.lend_buffers(None)
+
+
+def _trailer(trailer: object, index: int) -> tuple[float, bool]:
+    """A chunk's trailer, ``[index, weight, whether our data is in it]``, checked."""
+    if not (
+        isinstance(trailer, list)
+        and len(trailer) == 3
+        and trailer[0] == index
+        and isinstance(trailer[1], (int, float))
+        and isinstance(trailer[2], bool)
+    ):
+        raise InvalidRequestError(f"unexpected chunk trailer {trailer!r}")
+    return float(trailer[1]), trailer[2]
 
 
 def _lender(
