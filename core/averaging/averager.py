@@ -215,7 +215,7 @@ class Averager:
         """
         timeout = self.config.max_matchmaking_time if timeout is None else timeout
         self.matchmaker.reconfigure(self.config)  # a role changed since the last round
-        slots = (columns.slots, columns.everyone) if columns is not None else (0, 0)
+        slots = (columns.slots, columns.groups) if columns is not None else (0, 0)
         group = await self.matchmaker.form_group(
             round_key or "default", timeout, target_size, weight=weight, enough=enough,
             uncapped=uncapped, slots=slots,
@@ -276,7 +276,7 @@ class Averager:
         """How ``group``'s reducers meet the other groups' (None: its leader dealt no slots)."""
         if request is None or not group.slots:
             return None
-        key = f"{group.round_key}.column"
+        key = f"{request.key}.column"
 
         async def combine(
             slot: int, values: list[F32], weight: float, codec: Codec
@@ -310,7 +310,7 @@ class Averager:
         return await verification.serve(ctx.peer, request, stream)
 
     async def close(self) -> None:
-        self.matchmaker.close()
+        await self.matchmaker.close()
         self.host.router.remove(REDUCE.name)
         self.host.router.remove(VERIFY.name)
         self.retained.close()

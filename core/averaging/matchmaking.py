@@ -24,6 +24,7 @@ would close before the others finish the microbatch they were computing when the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -41,8 +42,21 @@ from core.net.host.host import Host
 from core.net.wire.rpc import CallContext
 from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
+from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
+
+
+NOT_LOOKING = "not looking for a group for that round"
+FULL = "the group is full"
+FINAL = frozenset((NOT_LOOKING, FULL))
+"""Refusals that stand for the rest of a round: that peer is in a group already, or leads a full
+one. Another refusal (it follows someone, it is about to give up) may not hold a moment later."""
+TAKEN = "taken"
+"""In a declaration's place of the client flag: that peer is in a group for the round already
+(readers of any release skip it, as they skip a client's)."""
+BUSY_RETRY = 0.5
+"""Seconds before a candidate that refused for a passing reason is tried again."""
 
 
 class MatchmakingError(BarnraiseError):
@@ -83,8 +97,8 @@ class _Search:
     until ``deadline`` (None: close at the deadline, which is then the patience)."""
     patient_until: float = 0.0
     slots: tuple[int, int] = (0, 0)
-    """(slots, everyone): a group that closes with fewer than ``everyone`` members deals the
-    round's vector in ``slots`` (its reducers then average it with the other groups')."""
+    """(slots, groups): in a round of more than one group, the group deals the round's vector in
+    ``slots`` (its reducers then average it with the other groups')."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -110,6 +124,7 @@ class Matchmaker:
         self._info = info
         self._banned = banned or (lambda peer: False)
         self._searches: dict[str, _Search] = {}
+        self._tasks = BackgroundTasks(f"matchmaking/{host.peer_id.short()}")
         self._typical: float | None = None  # moving average of how long groups took to form
         if not config.client_mode:
             host.router.add(JOIN, self._on_join)
@@ -128,11 +143,12 @@ class Matchmaker:
                 self._host.router.add(JOIN, self._on_join)
         self._config = config
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if not self._config.client_mode:
             self._host.router.remove(JOIN.name)
         for search in list(self._searches.values()):
             self._disband(search, "the peer is shutting down", None)
+        await self._tasks.close()
 
     def patience(self) -> float:
         """How long a leader waits for a full group, from how long groups have been taking."""
@@ -161,8 +177,8 @@ class Matchmaker:
         """Find a group for ``round_key`` within ``timeout`` seconds; ``MatchmakingError`` otherwise.
 
         ``uncapped``: ``target_size`` may exceed the configured target (a column of groups, whose
-        members each bring a small slot). ``slots`` (slots, everyone): if we lead, a group of fewer
-        than ``everyone`` members deals the vector in ``slots`` (``GroupSpec.slots``).
+        members each bring a small slot). ``slots`` (slots, groups): if we lead a group of a round
+        of more than one, it deals the vector in ``slots`` (``GroupSpec.slots``).
 
         ``target_size`` lowers the configured target for this round (e.g. to the number of peers
         known to be ready), so that a leader closes as soon as they have all joined. ``weight`` is
@@ -204,7 +220,21 @@ class Matchmaker:
         took = loop.time() - started
         self._typical = took if self._typical is None else 0.7 * self._typical + 0.3 * took
         self._registry.expect(group.group_id)
+        if not self._config.client_mode:
+            self._tasks.spawn(f"taken-{round_key}", self._taken(search))
         return group
+
+    async def _taken(self, search: _Search) -> None:
+        """We are in a group: our declaration says so, and nobody tries to join us any more. When
+        a round holds more peers than a group, those left over would otherwise spend their whole
+        wait being refused by the members of full groups, one after another, and never meet."""
+        with contextlib.suppress(BarnraiseError):
+            await self._dht.store(
+                self._key(search.round_key),
+                [search.deadline, TAKEN, []],
+                search.expires,
+                subkey=owner_marker(self._host.peer_id),
+            )
 
     async def _declare(self, search: _Search, info: MemberInfo) -> None:
         """Publish (or extend) our declaration; the deadline in it, and so our rank, never changes."""
@@ -251,11 +281,14 @@ class Matchmaker:
                 )
                 if answer is not None and answer.group is not None and search.group is None:
                     return answer.group
-                # one that refused may lead again soon; one we could not reach is most likely gone
-                # (killed with its declaration still in the DHT): trying it again would disband
-                # our followers each time, for nothing
-                again = loop.time() + max(0.5, self.patience()) if answer is not None else give_up
-                tried[leader.peer] = again
+                # one we could not reach is most likely gone (killed with its declaration still
+                # in the DHT), and one in a group already or leading a full one stays so this
+                # round: trying them again would disband our followers each time, for nothing.
+                # One that refused in passing (it was following someone, say while it tried a
+                # better peer itself) may lead a moment later: when a round holds more peers than
+                # a group, the peers left over gather on the best of them
+                final = answer is None or answer.reason in FINAL
+                tried[leader.peer] = give_up if final else loop.time() + BUSY_RETRY
                 if answer is not None and answer.redirect is not None:
                     hint = answer.redirect
                     tried.pop(answer.redirect, None)
@@ -351,8 +384,8 @@ class Matchmaker:
     def _close_group(self, search: _Search, info: MemberInfo) -> GroupSpec:
         search.followers = [f for f in search.followers if not f.answer.done()]
         members = [info] + [f.info for f in search.followers]
-        slots, everyone = search.slots
-        dealt = slots if slots and len(members) < everyone else 0
+        slots, groups = search.slots
+        dealt = slots if slots and groups > 1 else 0
         group = GroupSpec(os.urandom(16), search.round_key, members, dealt)
         self._registry.expect(group.group_id)
         search.group = group
@@ -378,12 +411,12 @@ class Matchmaker:
             )
         search = self._searches.get(request.round_key)
         if search is None or search.closed or search.group is not None:
-            return JoinResponse(None, "not looking for a group for that round")
+            return JoinResponse(None, NOT_LOOKING)
         if search.following is not None:
             return JoinResponse(None, "following another leader", search.following)
         target = search.target
         if target is not None and 1 + len(search.followers) >= target:
-            return JoinResponse(None, "the group is full")
+            return JoinResponse(None, FULL)
         follower = _Follower(request.info, asyncio.get_running_loop().create_future())
         search.followers.append(follower)
         search.changed.set()

@@ -35,7 +35,8 @@ async def several_groups(
 ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]], list[AveragingResult]]:
     tensors = [[t.copy() for t in ts] for ts in inputs]
     feedback = [[np.zeros_like(t) for t in ts] for ts in inputs]
-    request = ColumnRequest(GROUP, everyone or len(averagers), timeout=HANG_GUARD / 4)
+    groups = -(-(everyone or len(averagers)) // GROUP)
+    request = ColumnRequest("cols", GROUP, groups, timeout=HANG_GUARD / 4)
     results = await asyncio.gather(
         *(
             a.average(

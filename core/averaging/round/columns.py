@@ -45,18 +45,16 @@ MAX_SLOTS = 256
 class ColumnRequest:
     """What a caller says of a round that may form several groups (``Averager.average``)."""
 
+    key: str
+    """The round's own key, the same in every group (a group may meet under a key of its own)."""
     slots: int
     """Equal slots a group deals the vector in (the configured group size: one slot a member
     in a full group); the same for every member of the round."""
-    everyone: int
-    """How many members the caller expects in the round, over all groups: a group holding fewer
-    averages its slots across groups, and expects ``ceil(everyone / slots)`` groups in a column."""
+    groups: int
+    """How many groups the caller expects in the round: with more than one, a group's leader
+    deals slots, and each slot's column waits for that many reducers."""
     timeout: float
     """How long a column's matchmaking may take."""
-
-    @property
-    def groups(self) -> int:
-        return max(1, -(-self.everyone // max(1, self.slots)))
 
 
 @dataclass(frozen=True)

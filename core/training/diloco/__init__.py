@@ -4,6 +4,9 @@
 - ``state``      DilocoState: the outer parameters, their momentum, the error-feedback residual,
   and the round's torch work (inner step, pseudo-gradient, landing, rebasing on a newer anchor).
 - ``optimizer``  DilocoOptimizer: rounds, the overlapped exchange, missed rounds, catching up.
-- ``unsent``     UnsentWork: a stopped trainer's unsent work and samples, kept for its restart.
+- ``groups``     which group of a round each member looks for (a pure rule over the records).
+- ``unsent``     UnsentWork and UnsentFile: a trainer's unsent work and samples, kept on disk for its
+  restart (on a clean stop, and the residual now and then after a landing).
+- ``late``       Carried: the samples of work not landed yet, credited where it lands, and how late.
 - ``backbone``   DilocoBackbone: the auxiliary peer's custody of the outer state, checkpoints.
 """

@@ -49,8 +49,11 @@ from core.averaging import AveragingResult, ColumnRequest
 from core.averaging.state import PackedState, StateDownloadError
 from core.codecs import Codec
 from core.modes.clock import RoundClock
+from core.training.diloco.groups import Groups, bucket_key, plan_groups
+from core.training.diloco.groups import Member as GroupMember
+from core.training.diloco.late import Carried
 from core.training.diloco.state import DIGEST_KEY, SCHEDULE_KEY, DilocoState
-from core.training.diloco.unsent import UnsentWork
+from core.training.diloco.unsent import UnsentFile, UnsentWork
 from core.training.links import PeerLinks
 from core.training.moderation.evidence import EvidenceBoard
 from core.training.moderation.rollback import round_key
@@ -78,6 +81,9 @@ class DilocoConfig:
     retry_cap: float = 15.0
     unsent_file: Path | None = None
     """Where a trainer keeps its unsent work across a restart (None: it is lost on a stop)."""
+    unsent_every: float = 60.0
+    """Seconds between two writes of the residual to ``unsent_file`` after a landing (a crash
+    then loses at most the work since: the rounds' own, not what waits in the residual)."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -118,7 +124,9 @@ class DilocoOptimizer(TakingPart):
         the roles' interface."""
         self.last_bytes_sent = 0
         """Chunk bytes this peer sent in its last exchange (the dashboard's figure)."""
+        self.last_bytes_received = 0
         self.bytes_sent = 0
+        self.bytes_received = 0
         self.exchange_seconds = 0.0
         """Time spent in exchanges, all of them (overlapped or not)."""
         self.rounds_missed = 0
@@ -130,12 +138,17 @@ class DilocoOptimizer(TakingPart):
         """Held for any torch work on the model: an inner step, a round's end, a landing."""
         self._tally = self.part.tally
         """Samples since the last round's end (their work is in the model, not yet sent)."""
-        self._carried = 0
-        """Samples of rounds whose work did not land: it goes out with a later round."""
-        self._carried_from: int | None = None
-        """The epoch the oldest carried work was computed at (None: nothing carried)."""
+        self._carried = Carried()
+        """Samples whose work did not land yet: it goes out with a later round."""
         self._batch = 0
         """The last inner step's samples (what a round's steps are counted in)."""
+        path = config.unsent_file
+        self.unsent = (
+            UnsentFile(path, every=config.unsent_every, tasks=self._tasks)
+            if path is not None and config.mode != "aux"
+            else None
+        )
+        """Where this trainer keeps its unsent work across a restart (None: nowhere)."""
         self._held = (state.epoch, state.digest)
         """(epoch, digest of the outer parameters) as of their last move, read together."""
         self.tamper: Callable[[list[torch.Tensor]], None] | None = None
@@ -154,6 +167,11 @@ class DilocoOptimizer(TakingPart):
     @property
     def epoch(self) -> int:
         return self.diloco.epoch
+
+    @property
+    def waiting_samples(self) -> int:
+        """Samples computed here whose work has not landed yet (credited when it does)."""
+        return self._carried.samples + self._tally.samples
 
     @property
     def offloadable(self) -> None:
@@ -198,38 +216,35 @@ class DilocoOptimizer(TakingPart):
     async def close(self) -> None:
         if self._exchange is not None:
             await asyncio.gather(self._exchange, return_exceptions=True)
+        if self.unsent is not None:
+            await self.unsent.settle()
         await self._tasks.close()
         await self.part.leave(self._progress())
-        await self._keep_unsent()
+        if self.unsent is not None:
+            async with self._lock:
+                delta = await self.bridge.run(self.diloco.unsent)
+                samples = self._tally.take()[0] + self._carried.take()
+            await self.unsent.keep(UnsentWork(delta, samples, self.epoch))
+            if samples:
+                log.info("kept %d samples' unsent work in %s for the next start", samples,
+                         self.unsent.path)  # fmt: skip
 
-    async def _keep_unsent(self) -> None:
-        path = self.config.unsent_file
-        if path is None or self.config.mode == "aux":
-            return
-        async with self._lock:
-            delta = await self.bridge.run(self.diloco.unsent)
-            samples = self._tally.take()[0] + self._carried
-            self._carried = 0
-        if samples == 0 and not any(np.any(d) for d in delta):
-            path.unlink(missing_ok=True)
-            return
-        work = UnsentWork(delta, samples, self.epoch)
-        await asyncio.to_thread(work.save, path)
-        log.info("kept %d samples' unsent work in %s for the next start", samples, path)
+    async def _copy_residual(self) -> UnsentWork | None:
+        """What has not landed yet, copied on the training thread (None when nothing)."""
+        residual = await self.bridge.run(lambda: [r.copy() for r in self.diloco.residual or []])
+        if not any(np.any(r) for r in residual):
+            return None
+        return UnsentWork(residual, self._carried.samples, self.epoch)
 
     async def _take_unsent(self) -> None:
-        path = self.config.unsent_file
-        if path is None or self.config.mode == "aux":
+        if self.unsent is None:
             return
-        shapes = [a.shape for a in self.diloco.anchor]
-        work = await asyncio.to_thread(UnsentWork.load, path, shapes)
+        work = await self.unsent.take([a.shape for a in self.diloco.anchor])
         if work is None:
             return
         async with self._lock:
             await self.bridge.run(self.diloco.carry, work.arrays)
-            self._carry(work.samples, self.epoch)
-        # taken: a crash from now on must not apply it a second time
-        path.unlink(missing_ok=True)
+            self._carried.add(work.samples, self.epoch)
         log.info("%d samples' unsent work from before the restart (epoch %d) go out with the "
                  "next round", work.samples, work.epoch)  # fmt: skip
 
@@ -274,6 +289,8 @@ class DilocoOptimizer(TakingPart):
         if self._exchange is not None:
             await asyncio.gather(self._exchange, return_exceptions=True)  # one in flight at most
         began = self.epoch  # the anchor this round's work was computed on
+        if self.unsent is not None:
+            await self.unsent.void()  # the residual goes out now: a copy kept must not return
         await self._refresh()
         if self.view().epoch > self.epoch:
             await self._catch_up()  # others landed a round we missed: their anchor first
@@ -289,8 +306,8 @@ class DilocoOptimizer(TakingPart):
             if self.tamper is not None:
                 await read(self.tamper, [torch.from_numpy(d) for d in delta])
             if computed:
-                self._carry(computed, began)
-            samples = self._carried
+                self._carried.add(computed, began)
+            samples = self._carried.samples
         epoch = self.epoch
         self.part.last = (epoch, loss_sum, mini_steps, samples)
         self._exchange = self._tasks.spawn(
@@ -300,40 +317,30 @@ class DilocoOptimizer(TakingPart):
         if not self.diloco.overlap:
             await asyncio.gather(self._exchange, return_exceptions=True)
 
-    def _carry(self, samples: int, epoch: int) -> None:
-        """``samples`` of work computed at ``epoch`` wait to land."""
-        if samples and self._carried_from is None:
-            self._carried_from = epoch
-        self._carried += samples
-
-    def _credit(self, epoch: int) -> tuple[int, int]:
-        """The carried work landed at ``epoch``: its samples, and how many rounds late the
-        oldest of it is; nothing is carried any more."""
-        samples, oldest = self._carried, self._carried_from
-        self._carried, self._carried_from = 0, None
-        return samples, 0 if oldest is None else max(0, epoch - oldest)
-
     async def _run_exchange(self, delta: list[Any], samples: int, epoch: int) -> None:
         started = time.monotonic()
         view = self.view()
-        at_epoch = [p for p in view.peers if p.epoch == epoch and (p.training or p.mode == "aux")]
-        others = [p for p in at_epoch if p.peer != self._peer and p.training]
+        others = [p for p in view.peers if p.peer != self._peer and p.training]
+        groups = self._groups(view, epoch)
+        key = round_key("diloco", epoch, self.state.rollback)
         left = await self.bridge.run(self.diloco.feedback)
         result: AveragingResult | None = await self.links.round(
             delta,
             weight=float(samples),
-            round_key=round_key("diloco", epoch, self.state.rollback),
+            round_key=bucket_key(key, groups, self._peer),
             timeout=self.config.matchmaking_time,
-            expected=max(1, len(at_epoch)),
+            expected=groups.size_of(self._peer),
             codec=self.codec,
             feedback=left,
-            columns=self._columns(len(at_epoch)),
+            columns=self._columns(key, groups),
         )
         seconds = time.monotonic() - started
         self.exchange_seconds += seconds
         if result is not None:
             self.last_bytes_sent = result.bytes_sent
             self.bytes_sent += result.bytes_sent
+            self.last_bytes_received = result.bytes_received
+            self.bytes_received += result.bytes_received
         if result is not None and result.findings:  # in the background: nobody waits for it
             key = round_key("diloco", epoch, self.state.rollback)
             self._tasks.spawn(f"evidence-{epoch}", self.evidence.publish(result, key))
@@ -355,7 +362,7 @@ class DilocoOptimizer(TakingPart):
         if result is None or result.included_elements * 2 >= result.total_elements:
             # most of our work landed (all of it alone): its samples are credited now, and what
             # of it the mean lacks goes out with a later round (without new samples)
-            credited, late = self._credit(epoch)
+            credited, late = self._carried.land(epoch)
         if credited:
             self.landed.add(epoch, credited)
         if result is not None and self.config.mode == "aux":
@@ -371,6 +378,8 @@ class DilocoOptimizer(TakingPart):
         self.reports.append(report)
         if self.config.mode != "aux":
             self._pending_reports.append(report)
+            if self.unsent is not None:
+                self.unsent.keep_soon(self._copy_residual)
         await self._publish()
         await self.part.announce(self.epoch)
 
@@ -396,7 +405,7 @@ class DilocoOptimizer(TakingPart):
                     await self.bridge.run(diloco.missed, delta)
                 return False, f"the collaboration moved on to epoch {self.epoch}", 0
             if result is None:
-                if others or not self._carried:
+                if others or not self._carried.samples:
                     await self.bridge.run(diloco.missed, delta)
                     return False, "no group formed", 0
                 await self.bridge.run(diloco.land_alone, delta, per_round)
@@ -421,15 +430,28 @@ class DilocoOptimizer(TakingPart):
             self._moved()
             return True, result.summary(), len(result.members)
 
-    def _columns(self, everyone: int) -> ColumnRequest | None:
-        """A round of more members than a group holds forms several groups, whose reducers then
-        average each slot across them (``core.averaging.round.columns``): one model. Verified
-        reducers cannot take part in that (their means would hold other groups' values)."""
+    def _groups(self, view: CollaborationView, epoch: int) -> Groups:
+        """The round's groups (``groups``): everyone fresh at its epoch or one behind (who catches
+        up first), the backbone too; one group when reducers are verified (a verified reducer's
+        mean must hold its own group's values only, so groups cannot average across)."""
         config = self.links.averager.config
-        size = config.target_group_size
-        if size is None or config.verification.enabled:
+        members = [
+            GroupMember(p.peer, p.mode != "client")
+            for p in view.peers
+            if (p.training or p.mode == "aux") and epoch - 1 <= p.epoch <= epoch
+        ]
+        members.append(GroupMember(self._peer, self.config.mode != "client"))
+        size = None if config.verification.enabled else config.target_group_size
+        return plan_groups(members, epoch, size)
+
+    def _columns(self, key: str, groups: Groups) -> ColumnRequest | None:
+        """A round of several groups: each slot's reducers average it across them
+        (``core.averaging.round.columns``), one model. A column may wait for the slowest group
+        to form as well as for its own: twice the matchmaking time."""
+        size = self.links.averager.config.target_group_size
+        if groups.count < 2 or size is None:
             return None
-        return ColumnRequest(size, everyone, timeout=self.config.matchmaking_time)
+        return ColumnRequest(key, size, groups.count, timeout=2 * self.config.matchmaking_time)
 
     def _steps_per_round(self, view: CollaborationView) -> float:
         """The collaboration's inner steps per round: the median of what the trainers' speeds

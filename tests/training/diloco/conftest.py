@@ -87,6 +87,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         momentum: float = 0.9,
         residual_decay: float = 1.0,
         aggregation: AggregationConfig | None = None,
+        unsent_every: float = 60.0,
     ) -> DPeer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         compute = 0.0 if mode == "aux" else 1.0
@@ -101,7 +102,8 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
                              sparse=codec.sparse, clip_norm=None,
                              residual_decay=residual_decay)  # fmt: skip
         config = DilocoConfig(round_seconds=round_seconds, mode=mode, matchmaking_time=matchmaking,
-                              refresh_interval=0.2, unsent_file=unsent_file)  # fmt: skip
+                              refresh_interval=0.2, unsent_file=unsent_file,
+                              unsent_every=unsent_every)  # fmt: skip
         optimizer = DilocoOptimizer(diloco, PeerLinks.create(averager, bridge), config, codec=codec)
         peer = DPeer(optimizer, model, bridge, dht, averager)
         made.append(peer)

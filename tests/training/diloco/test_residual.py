@@ -5,6 +5,7 @@ answered some members and not others."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,3 +117,33 @@ async def test_a_member_a_reducer_did_not_answer_takes_the_others_mean_and_its_d
     assert cut_off.anchor() == reducer.anchor()
     # nothing of its data waits to go out a second time
     assert not np.any(flat(cut_off.optimizer.diloco.residual))
+
+
+async def test_the_residual_is_kept_after_a_landing_and_voided_when_it_goes_out(
+    make_dpeer: MakeDPeer, tmp_path: Path
+) -> None:
+    """A crash writes nothing: the residual is written after a landing, and a restart from that
+    file sends it; once the next round's end sends it itself, the file is gone (never twice)."""
+    kept = tmp_path / "unsent.npz"
+    codec = top_k(0.05, 2)
+    first = await make_dpeer(codec=codec, unsent_file=kept, unsent_every=0.0)
+    other = await make_dpeer(codec=codec)
+    await settle([first, other])
+    for seed, peer in enumerate((first, other)):
+        await peer.train(3, seed=seed)
+    await end_rounds([first, other])
+    assert first.optimizer.unsent is not None
+    await first.optimizer.unsent.settle()
+    assert kept.is_file()
+    residual = flat(first.optimizer.diloco.residual).copy()
+    assert np.any(residual)
+    # a crash now, and a restart from the same work folder: the residual comes back, once
+    copy = kept.with_name("copy.npz")
+    copy.write_bytes(kept.read_bytes())
+    again = await make_dpeer(codec=codec, unsent_file=copy)
+    assert not copy.exists()
+    np.testing.assert_array_equal(flat(again.optimizer.diloco.residual), residual)
+    # no crash: the next round's end sends the residual, and the copy of it is void
+    await first.train(1, seed=7)
+    await first.optimizer.end_round()
+    assert not kept.exists()

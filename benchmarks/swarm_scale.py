@@ -1,0 +1,554 @@
+"""DiLoCo at swarm scale: more trainers than a group, slow devices, churn, one poisoner.
+
+    python benchmarks/swarm_scale.py --json out.json                 # everything (about an hour)
+    python benchmarks/swarm_scale.py --only bytes --sizes 8,16 --json out.json
+
+Every trainer is its own Host, DHT node, averager, training thread and ``DilocoOptimizer`` on
+loopback, in this one process, built by the diloco mode's own wiring from the demo manifest in
+diloco mode with the averaging settings a manifest gets by default: groups of ``target_group_size``
+16 (at least 2), CenteredClip with screening, matchmaking a third of a round; the backbone (a
+``DilocoOptimizer`` in aux mode) joins every round. Rounds end on the shared clock
+(``round_seconds``). The task: a small MLP learns a fixed noisy teacher function, each trainer on
+its own seeded stream of examples; a microbatch "computes" for its device's time (a sleep on the
+training thread, so that a slow device really has a microbatch in flight when its round ends); the
+held-out loss is the backbone's outer parameters' on examples nobody trains on, after each round it
+lands.
+
+Scenarios:
+
+- ``scale``: 64 trainers, device speeds spread 4x (the slowest microbatch takes more than a
+  third of a round), 10 % of them replaced every 10 rounds (half leave cleanly, half vanish),
+  one of them poisoning (``--attack``: sign-flip x10 by default, or nan); and the same 64 trainers
+  without churn or attacker (``clean``). Goals: >= 95 % of rounds land for >= 90 % of the honest
+  trainers (of the rounds each was there for, past its first); every honest trainer that stayed
+  has all of its samples credited or still waiting to land; the held-out loss at equal samples
+  within 3 % of the clean run's.
+- ``bytes``: 8, 16, 32 and 64 trainers at equal speed, in fp16 and in ``topk`` (1 %, 2 bits):
+  the chunk bytes each member sends and receives a round (``AveragingResult``), and everything
+  its Host sent (the DHT included), against the formula of ``expected_bytes``.
+- ``billion``: the same formula for a 1 B-parameter pseudo-gradient (``encoded_size`` of the
+  codecs, no model), at each size, with the upload time at 20 Mbit/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the checkout's core
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from core.averaging import Averager, AveragerConfig  # noqa: E402
+from core.codecs import FP16, Codec  # noqa: E402
+from core.codecs.chunks import encoded_size  # noqa: E402
+from core.codecs.topk import top_k  # noqa: E402
+from core.dht import DHTConfig, DHTNode, HostTransport  # noqa: E402
+from core.net import Host, Identity, NetConfig  # noqa: E402
+from core.project import Manifest, load_manifest  # noqa: E402
+from core.swarm.byzantine import Attack, Misbehaviour  # noqa: E402
+from core.swarm.demo_data import DEMO_MANIFEST  # noqa: E402
+from core.training.diloco.mode import MODE  # noqa: E402
+from core.training.diloco.optimizer import DilocoOptimizer  # noqa: E402
+from core.training.links import PeerLinks  # noqa: E402
+from core.training.peer.recipe import averager_config  # noqa: E402
+from core.training.state import TrainingState  # noqa: E402
+from core.worker.bridge import TrainingBridge  # noqa: E402
+
+DIM, HIDDEN = 64, 1024
+"""The MLP: 64 inputs, 1024 hidden units, one output (67,585 parameters): tensors of many blocks
+of 4096, so that a sparse codec's bytes are what they are for a large model."""
+MICROBATCH = 32
+INNER_LR = 2e-4
+OUTER_LR, OUTER_MOMENTUM = 1.0, 0.0
+"""On this task DiLoCo's outer Nesterov step (0.7, 0.9) swings the held-out loss by 2-5x from
+round to round (its step lands a round late, on top of the next round's work); plain averaging
+of the models falls smoothly, and is what ``topk`` uses anyway."""
+ROUND_SECONDS = 20.0
+GROUP = 16
+"""The manifest's default ``target_group_size``."""
+STEP_SECONDS = (1.75, 7.0)
+"""The fastest and slowest device's microbatch (4x): the slowest takes more than a third of a
+round (6.7 s), so its round ends with one in flight."""
+CHURN_EVERY, CHURN_SHARE = 10, 0.1
+NET = NetConfig(dial_timeout=30.0, handshake_timeout=30.0, call_timeout=20.0, close_grace=0.2)
+
+
+def manifest(codec: Codec) -> Manifest:
+    """The demo project in diloco mode, with the averaging settings a manifest gets by default
+    (groups of 16, CenteredClip with screening) and ``codec``."""
+    sparse = codec.sparse
+    demo = load_manifest(DEMO_MANIFEST).with_training(
+        mode="diloco",
+        round_seconds=ROUND_SECONDS,
+        outer_lr=OUTER_LR if not sparse else 1.0,
+        outer_momentum=OUTER_MOMENTUM if not sparse else 0.0,
+    )
+    return demo.with_averaging(codec="topk" if sparse else codec.name, density=0.01, bits=2)
+
+
+def averaging(codec: Codec, role: str) -> AveragerConfig:
+    """What a peer of ``manifest(codec)`` averages with (``recipe.averager_config``)."""
+    return averager_config(manifest(codec), role)
+
+
+# ---- the task ------------------------------------------------------------------------------------
+
+
+def teacher(seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Examples of one fixed noisy nonlinear function (the same teacher for every seed)."""
+    fixed = torch.Generator().manual_seed(1234)
+    w1 = torch.randn(DIM, HIDDEN, generator=fixed) / DIM**0.5
+    w2 = torch.randn(HIDDEN, 1, generator=fixed) / HIDDEN**0.5
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(count, DIM, generator=generator)
+    return x, torch.tanh(x @ w1) @ w2 + 0.05 * torch.randn(count, 1, generator=generator)
+
+
+def fresh_model() -> torch.nn.Module:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(DIM, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, 1)
+    )
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_((torch.rand(p.shape, generator=generator) * 2 - 1) / p.shape[-1] ** 0.5)
+    return model
+
+
+HELD_OUT = teacher(10**6, 4096)
+
+
+def held_out_loss(anchor: Sequence[np.ndarray]) -> float:
+    model = fresh_model()
+    with torch.no_grad():
+        for p, a in zip(model.parameters(), anchor, strict=True):
+            p.copy_(torch.from_numpy(a).reshape(p.shape))
+        return float(torch.nn.functional.mse_loss(model(HELD_OUT[0]), HELD_OUT[1]))
+
+
+# ---- one member ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Member:
+    name: str
+    optimizer: DilocoOptimizer
+    host: Host
+    dht: DHTNode
+    averager: Averager
+    bridge: TrainingBridge
+    model: torch.nn.Module
+    step_seconds: float = 0.0
+    honest: bool = True
+    joined: int = 0
+    """The backbone's epoch when it joined."""
+    left: int | None = None
+    computed: int = 0
+    """Samples it computed."""
+    loop: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> str:
+        return str(self.host.addresses[0])
+
+    @property
+    def credited(self) -> int:
+        return sum(r.samples for r in self.optimizer.reports)
+
+
+async def start_member(
+    name: str,
+    codec: Codec,
+    join: str | None,
+    *,
+    aux: bool = False,
+    step_seconds: float = 0.0,
+    attack: Attack | None = None,
+) -> Member:
+    host = Host(Identity.generate(), NET)
+    await host.start()
+    dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=5.0))
+    await dht.start([join] if join else [])
+    if join:
+        await dht.wait_bootstrapped()
+    averager = Averager(host, dht, "scale", averaging(codec, "aux" if aux else "trainer"))
+    bridge = TrainingBridge(name)
+    model = fresh_model()
+    state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=INNER_LR))
+    # the mode's own wiring, around this task's model and state
+    optimizer = MODE.optimizer(
+        manifest(codec), state, PeerLinks.create(averager, bridge), "aux" if aux else "trainer"
+    )
+    member = Member(name, optimizer, host, dht, averager, bridge, model, step_seconds)
+    if attack is not None:
+        optimizer.tamper = Misbehaviour(attack).gradient_attack()
+        member.honest = False
+    await optimizer.start()
+    return member
+
+
+async def train(member: Member, seed: int) -> None:
+    """Microbatches for ever: each computes for the device's time on the training thread."""
+    x, y = teacher(seed, 1 << 16)
+    at = 0
+
+    def step(batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        time.sleep(member.step_seconds)
+        loss = torch.nn.functional.mse_loss(member.model(batch[0]), batch[1])
+        loss.backward()  # type: ignore[no-untyped-call]
+        return float(loss.detach())
+
+    while True:
+        batch = (x[at : at + MICROBATCH], y[at : at + MICROBATCH])
+        at = (at + MICROBATCH) % (x.shape[0] - MICROBATCH)
+        loss = await member.bridge.run(step, batch)
+        await member.optimizer.step(MICROBATCH, loss)
+        member.computed += MICROBATCH
+
+
+async def stop(member: Member, *, cleanly: bool) -> None:
+    """A volunteer leaving: politely (its record withdrawn), or vanishing (a crash: nothing)."""
+    if member.loop is not None:
+        member.loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await member.loop
+    member.optimizer.interrupt()
+    if not cleanly:
+        await member.host.close()  # gone: nothing it says on leaving reaches anyone
+    await member.optimizer.close()
+    await member.averager.close()
+    await member.bridge.aclose()
+    await member.dht.close()
+    await member.host.close()
+
+
+# ---- a swarm -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Swarm:
+    codec: Codec
+    backbone: Member
+    trainers: list[Member] = field(default_factory=list)
+    gone: list[Member] = field(default_factory=list)
+    curve: list[tuple[int, float, float]] = field(default_factory=list)
+    """(epoch, samples landed so far, held-out loss) after each round the backbone landed."""
+    seeds: int = 0
+
+    async def add(self, step_seconds: float, attack: Attack | None = None) -> Member:
+        self.seeds += 1
+        member = await start_member(f"t{self.seeds}", self.codec, self.backbone.address,
+                                    step_seconds=step_seconds, attack=attack)  # fmt: skip
+        member.joined = self.backbone.optimizer.epoch
+        member.loop = asyncio.create_task(train(member, self.seeds))
+        self.trainers.append(member)
+        return member
+
+    async def replace_some(self, count: int, speeds: Sequence[float]) -> None:
+        honest = [t for t in self.trainers if t.honest]
+        leaving = honest[:count]
+        for i, member in enumerate(leaving):
+            member.left = self.backbone.optimizer.epoch
+            self.trainers.remove(member)
+            self.gone.append(member)
+            await stop(member, cleanly=i % 2 == 0)
+        for i in range(count):
+            await self.add(speeds[(self.seeds + i) % len(speeds)])
+
+    def observe(self) -> None:
+        """The backbone's rounds landed since the last look: their samples and held-out loss."""
+        reports = self.backbone.optimizer.reports
+        while len(self.curve) < len(reports):
+            report = reports[len(self.curve)]
+            landed = (self.curve[-1][1] if self.curve else 0.0) + report.round_samples
+            loss = held_out_loss(self.backbone.optimizer.diloco.anchor)
+            self.curve.append((report.epoch + 1, landed, loss))
+
+    async def close(self) -> None:
+        for member in [*self.trainers, self.backbone]:
+            await stop(member, cleanly=True)
+
+
+async def run_swarm(
+    trainers: int,
+    codec: Codec,
+    rounds: int,
+    *,
+    speeds: Sequence[float],
+    attack: Attack | None = None,
+    churn: bool = False,
+) -> Swarm:
+    swarm = Swarm(codec, await start_member("backbone", codec, None, aux=True))
+    for i in range(trainers):
+        last = attack is not None and i == trainers - 1
+        await swarm.add(speeds[i % len(speeds)], attack if last else None)
+    print(f"  {trainers} trainers started", flush=True)
+    churned = shown = 0
+    try:
+        while swarm.backbone.optimizer.epoch < rounds:
+            await asyncio.sleep(1.0)
+            swarm.observe()
+            epoch = swarm.backbone.optimizer.epoch
+            if churn and epoch >= (churned + 1) * CHURN_EVERY and epoch < rounds:
+                churned += 1
+                count = max(1, round(CHURN_SHARE * trainers))
+                print(f"  round {epoch}: {count} trainers replaced", flush=True)
+                await swarm.replace_some(count, speeds)
+            while len(swarm.curve) > shown:
+                e, landed, loss = swarm.curve[shown]
+                print(f"  epoch {e:3d}  samples {landed:9.0f}  held-out {loss:.4f}", flush=True)
+                shown += 1
+        swarm.observe()
+    finally:
+        for member in swarm.trainers:
+            if member.loop is not None:
+                member.loop.cancel()
+    return swarm
+
+
+# ---- what a run shows ----------------------------------------------------------------------------
+
+
+def landing(swarm: Swarm, last: int) -> dict[str, Any]:
+    """Per honest trainer: the share of the rounds it was there for (from its second on: the
+    first a newcomer spends loading the state) in which it landed."""
+    shares = []
+    for member in [*swarm.trainers, *swarm.gone]:
+        if not member.honest:
+            continue
+        end = last if member.left is None else member.left
+        there = range(member.joined + 1, end)
+        if len(there) < 3:
+            continue
+        landed = {r.epoch for r in member.optimizer.reports}
+        shares.append(sum(1 for e in there if e in landed) / len(there))
+    good = sum(1 for s in shares if s >= 0.95)
+    return {
+        "honest_trainers_counted": len(shares),
+        "share_landing_95_percent": good / len(shares) if shares else 0.0,
+        "median_share_of_rounds_landed": statistics.median(shares) if shares else 0.0,
+        "lowest_share_of_rounds_landed": min(shares) if shares else 0.0,
+    }
+
+
+def credit(swarm: Swarm) -> dict[str, Any]:
+    """Every honest trainer still there at the end: computed = credited + still waiting to land
+    (counted in its own reports and its carried samples)."""
+    off = []
+    for member in swarm.trainers:
+        if not member.honest:
+            continue
+        waiting = member.optimizer.waiting_samples
+        if member.credited + waiting != member.computed:
+            off.append({"trainer": member.name, "computed": member.computed,
+                        "credited": member.credited, "waiting": waiting})  # fmt: skip
+    left = [m for m in swarm.gone if m.honest]
+    return {
+        "trainers_checked": sum(1 for m in swarm.trainers if m.honest),
+        "mismatched": off,
+        "departed_credited_share": (
+            sum(m.credited for m in left) / max(1, sum(m.computed for m in left)) if left else None
+        ),
+    }
+
+
+def at_samples(curve: list[tuple[int, float, float]], samples: float) -> float:
+    """The held-out loss at ``samples`` landed (linear between the rounds around it)."""
+    points = [(0.0, held_out_loss([p.detach().numpy() for p in fresh_model().parameters()]))]
+    points += [(landed, loss) for _, landed, loss in curve]
+    for (s0, l0), (s1, l1) in itertools.pairwise(points):
+        if s0 <= samples <= s1:
+            return l0 + (l1 - l0) * (samples - s0) / max(1e-9, s1 - s0)
+    return math.nan
+
+
+def compare(clean: Swarm, hard: Swarm) -> dict[str, Any]:
+    """The hard run's held-out loss against the clean run's at equal samples: where the clean
+    run first fell below a half, a quarter and an eighth of its first loss (the model learning),
+    and at the most samples both landed."""
+    end = min(clean.curve[-1][1], hard.curve[-1][1])
+    start = at_samples(clean.curve, 0.0)
+    marks = [
+        next((landed for _, landed, loss in clean.curve if loss < start * share), end)
+        for share in (0.5, 0.25, 0.125)
+    ]
+    marks = [*sorted({min(m, end) for m in marks}), end]
+    rows = [
+        {"samples": m, "clean": at_samples(clean.curve, m), "hard": at_samples(hard.curve, m)}
+        for m in marks
+    ]
+    for row in rows:
+        row["gap"] = row["hard"] / row["clean"] - 1.0
+    return {"at_equal_samples": rows, "worst_gap": max(abs(r["gap"]) for r in rows)}
+
+
+async def scale(args: argparse.Namespace) -> dict[str, Any]:
+    speeds = list(np.geomspace(*STEP_SECONDS, num=8))
+    attack = Attack.parse(args.attack)
+    print(f"clean: {args.trainers} trainers, {args.rounds} rounds", flush=True)
+    clean = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds)
+    await clean.close()
+    print(f"hard: churn, speeds spread 4x, one {attack} attacker", flush=True)
+    hard = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds, attack=attack,
+                           churn=True)  # fmt: skip
+    last = hard.backbone.optimizer.epoch
+    figures = {
+        "trainers": args.trainers,
+        "rounds": args.rounds,
+        "round_seconds": ROUND_SECONDS,
+        "step_seconds": [float(s) for s in speeds],
+        "attack": attack.value,
+        "landing": landing(hard, last),
+        "credit": credit(hard),
+        "loss": compare(clean, hard),
+        "clean_curve": clean.curve,
+        "hard_curve": hard.curve,
+        "backbone_repairs": hard.backbone.optimizer.repairs,
+        "trainer_repairs": sum(m.optimizer.repairs for m in [*hard.trainers, *hard.gone]),
+    }
+    await hard.close()
+    figures["goals"] = {
+        "rounds_land_for_90_percent": figures["landing"]["share_landing_95_percent"] >= 0.9,
+        "every_honest_sample_credited": not figures["credit"]["mismatched"],
+        "held_out_within_3_percent": figures["loss"]["worst_gap"] <= 0.03,
+    }
+    return figures
+
+
+# ---- bytes ---------------------------------------------------------------------------------------
+
+
+def expected_bytes(sizes: Sequence[int], trainers: int, codec: Codec) -> dict[str, float]:
+    """What one member sends (and receives) a round, from the codecs' sizes: with ``m`` groups
+    of ``g`` (the backbone in one of them), its data to the other reducers ``(g-1)/g`` of a
+    contribution ``c``, its slots' means back ``(g-1)/g`` of a mean ``b``; with several groups,
+    in its slots' columns a group's mean out whole (``w``) and the column's mean back, each
+    ``(m-1)/m`` of its slots, ``1/g`` of the vector."""
+    members = trainers + 1
+    groups = math.ceil(members / GROUP)
+    g = members / groups
+
+    def size(of: Codec) -> int:  # each tensor in its own blocks
+        return sum(encoded_size(of.resolve(n), n) for n in sizes)
+
+    c, b, w = size(codec), size(codec.for_sum(GROUP)), size(codec.for_whole_sum(GROUP))
+    group = (g - 1) / g * (c + b)
+    column = (groups - 1) / groups * (w + b) / g if groups > 1 else 0.0
+    return {"groups": groups, "group_bytes": group, "column_bytes": column,
+            "bytes": group + column}  # fmt: skip
+
+
+async def until_epoch(swarm: Swarm, epoch: int) -> None:
+    """Until the backbone reaches ``epoch`` (its rounds end on the clock: a poll costs nothing)."""
+    while swarm.backbone.optimizer.epoch < epoch:  # noqa: ASYNC110 - an epoch is no event here
+        await asyncio.sleep(1.0)
+
+
+async def measured_bytes(trainers: int, codec: Codec, rounds: int) -> dict[str, Any]:
+    swarm = await run_swarm(trainers, codec, 2, speeds=[STEP_SECONDS[0]])  # warm: groups formed
+    before = {m.name: (m.host.traffic.snapshot(), len(m.optimizer.reports)) for m in swarm.trainers}
+    start = swarm.backbone.optimizer.epoch
+    for member in swarm.trainers:
+        member.loop = asyncio.create_task(train(member, 100 + len(member.name)))
+    await until_epoch(swarm, start + rounds)
+    chunk_out, chunk_in, host_out, host_in, groups = [], [], [], [], []
+    for member in swarm.trainers:
+        (sent0, got0), first = before[member.name]
+        sent1, got1 = member.host.traffic.snapshot()
+        reports = list(member.optimizer.reports)[first:]
+        results = [r for r in reports if r.bytes_sent]
+        if not results:
+            continue
+        chunk_out.append(statistics.mean(r.bytes_sent for r in results))
+        groups.append(statistics.mean(r.group_size for r in results))
+        host_out.append((sent1 - sent0) / rounds)
+        host_in.append((got1 - got0) / rounds)
+    received = [m.optimizer.last_bytes_received for m in swarm.trainers]
+    chunk_in = [r for r in received if r]
+    sizes = [p.numel() for p in fresh_model().parameters()]
+    await swarm.close()
+    return {
+        "trainers": trainers,
+        "codec": codec.name,
+        "parameters": sum(sizes),
+        "group_size_seen": statistics.mean(groups) if groups else 0.0,
+        "chunk_bytes_sent": statistics.mean(chunk_out) if chunk_out else 0.0,
+        "chunk_bytes_received": statistics.mean(chunk_in) if chunk_in else 0.0,
+        "host_bytes_sent": statistics.mean(host_out) if host_out else 0.0,
+        "host_bytes_received": statistics.mean(host_in) if host_in else 0.0,
+        "formula": expected_bytes(sizes, trainers, codec),
+    }
+
+
+async def byte_table(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for codec in (FP16, top_k(0.01, 2)):
+        for size in args.sizes:
+            print(f"bytes: {size} trainers, {codec.name}", flush=True)
+            row = await measured_bytes(size, codec, args.byte_rounds)
+            print(f"  sent {row['chunk_bytes_sent']:.0f} B a round (formula "
+                  f"{row['formula']['bytes']:.0f}), received {row['chunk_bytes_received']:.0f}",
+                  flush=True)  # fmt: skip
+            rows.append(row)
+    return rows
+
+
+def billion(sizes: Sequence[int]) -> list[dict[str, Any]]:
+    rows = []
+    for codec in (FP16, top_k(0.01, 2)):
+        for size in sizes:
+            sent = expected_bytes([10**9], size, codec)
+            rows.append({"trainers": size, "codec": codec.name, **sent,
+                         "upload_seconds_at_20_mbit": sent["bytes"] * 8 / 20e6})  # fmt: skip
+    return rows
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {"benchmark": "swarm_scale"}
+    if args.only in (None, "billion"):
+        result["billion"] = billion(args.sizes)
+    if args.only in (None, "bytes"):
+        result["bytes"] = await byte_table(args)
+    if args.only in (None, "scale"):
+        result["scale"] = await scale(args)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=("scale", "bytes", "billion"))
+    parser.add_argument("--trainers", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument("--attack", default="sign-flip", help="sign-flip or nan")
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
+                        default=[8, 16, 32, 64])  # fmt: skip
+    parser.add_argument("--byte-rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    result = asyncio.run(main_async(args))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
