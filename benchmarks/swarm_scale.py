@@ -85,6 +85,15 @@ STEP_SECONDS = (1.75, 7.0)
 """The fastest and slowest device's microbatch (4x): the slowest takes more than a third of a
 round (6.7 s), so its round ends with one in flight."""
 CHURN_EVERY, CHURN_SHARE = 10, 0.1
+WARM_UP = 2
+"""Rounds after the start that the landing figures leave out: the first, which starts before
+every peer's progress record has reached every other, and the next."""
+REPLICAS = 5
+"""Copies of each DHT record (20 by default). Here every peer's DHT node runs in this one process,
+and each copy of the records every peer publishes every second costs this process's CPU: with 20,
+48 peers took the event loop past its capacity and the rounds' own timing fell apart."""
+START_AT_ONCE = 8
+"""Trainers started together (one after another, 64 peers took minutes in this one process)."""
 NET = NetConfig(dial_timeout=30.0, handshake_timeout=30.0, call_timeout=20.0, close_grace=0.2)
 
 
@@ -161,6 +170,7 @@ class Member:
     computed: int = 0
     """Samples it computed."""
     loop: asyncio.Task[None] | None = None
+    seed: int = 0
 
     @property
     def address(self) -> str:
@@ -179,10 +189,12 @@ async def start_member(
     aux: bool = False,
     step_seconds: float = 0.0,
     attack: Attack | None = None,
+    started: bool = True,
 ) -> Member:
+    """A member on its own Host and DHT node; its rounds start now unless not ``started``."""
     host = Host(Identity.generate(), NET)
     await host.start()
-    dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=5.0))
+    dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=5.0, replicas=REPLICAS))
     await dht.start([join] if join else [])
     if join:
         await dht.wait_bootstrapped()
@@ -198,7 +210,8 @@ async def start_member(
     if attack is not None:
         optimizer.tamper = Misbehaviour(attack).gradient_attack()
         member.honest = False
-    await optimizer.start()
+    if started:
+        await optimizer.start()
     return member
 
 
@@ -237,6 +250,138 @@ async def stop(member: Member, *, cleanly: bool) -> None:
     await member.host.close()
 
 
+# ---- a crowd of trainers, in one process ---------------------------------------------------------
+
+
+def summary(member: Member) -> dict[str, Any]:
+    """What the figures need of a trainer, as plain data (it may come from another process)."""
+    sent, received = member.host.traffic.snapshot()
+    return {
+        "name": member.name,
+        "honest": member.honest,
+        "joined": member.joined,
+        "left": member.left,
+        "computed": member.computed,
+        "credited": member.credited,
+        "waiting": member.optimizer.waiting_samples,
+        "repairs": member.optimizer.repairs,
+        "host_sent": sent,
+        "host_received": received,
+        "reports": [
+            [r.epoch, r.samples, r.late, r.group_size, r.bytes_sent]
+            for r in member.optimizer.reports
+        ],
+        "last_bytes_received": member.optimizer.last_bytes_received,
+    }
+
+
+@dataclass
+class Crowd:
+    """Trainers hosted by this process, joined to a swarm through ``join``."""
+
+    codec: Codec
+    join: str
+    trainers: list[Member] = field(default_factory=list)
+    gone: list[Member] = field(default_factory=list)
+
+    async def add(
+        self, name: str, seed: int, step_seconds: float, *, attack: Attack | None, epoch: int
+    ) -> None:
+        """A trainer that neither takes part in rounds nor trains until ``begin``."""
+        member = await start_member(name, self.codec, self.join, step_seconds=step_seconds,
+                                    attack=attack, started=False)  # fmt: skip
+        member.joined, member.seed = epoch, seed
+        self.trainers.append(member)
+
+    async def begin(self) -> None:
+        """Every trainer not started yet: its rounds, then its training, all at once (trainers
+        that start one by one spend their first rounds downloading the state to each other)."""
+        waiting = [m for m in self.trainers if m.loop is None]
+        await asyncio.gather(*(m.optimizer.start() for m in waiting))
+        for member in waiting:
+            member.loop = asyncio.create_task(train(member, member.seed))
+
+    async def leave(self, count: int, epoch: int) -> None:
+        """``count`` honest trainers go: half of them politely, half vanishing."""
+        for i, member in enumerate([t for t in self.trainers if t.honest][:count]):
+            member.left = epoch
+            self.trainers.remove(member)
+            self.gone.append(member)
+            await stop(member, cleanly=i % 2 == 0)
+
+    def summaries(self) -> list[dict[str, Any]]:
+        return [summary(m) for m in [*self.trainers, *self.gone]]
+
+    async def close(self) -> None:
+        for member in self.trainers:
+            await stop(member, cleanly=True)
+        self.trainers.clear()
+
+
+async def serve_crowd(codec_name: str, join: str) -> None:
+    """A worker process: a ``Crowd`` driven by JSON lines on stdin, each answered on stdout."""
+    codec = FP16 if codec_name == "fp16" else top_k(0.01, 2)
+    crowd = Crowd(codec, join)
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        order = json.loads(line)
+        answer: Any = None
+        if order["do"] == "add":
+            attack = Attack.parse(order["attack"]) if order["attack"] else None
+            await crowd.add(order["name"], order["seed"], order["step"], attack=attack,
+                            epoch=order["epoch"])  # fmt: skip
+        elif order["do"] == "begin":
+            await crowd.begin()
+        elif order["do"] == "leave":
+            await crowd.leave(order["count"], order["epoch"])
+        elif order["do"] == "summaries":
+            answer = crowd.summaries()
+        elif order["do"] == "close":
+            answer = crowd.summaries()
+            await crowd.close()
+        sys.stdout.write(json.dumps({"answer": answer}) + "\n")
+        sys.stdout.flush()
+        if order["do"] == "close":
+            return
+
+
+class Worker:
+    """A worker process hosting a crowd, driven from here."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.count = 0
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def start(cls, codec: Codec, join: str) -> Worker:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--crowd", "fp16" if not codec.sparse else "topk", join,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return cls(process)
+
+    async def ask(self, order: dict[str, Any]) -> Any:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        async with self._lock:
+            self.process.stdin.write((json.dumps(order) + "\n").encode())
+            await self.process.stdin.drain()
+            line = await self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"a crowd's process ended (exit {self.process.returncode})")
+        return json.loads(line)["answer"]
+
+    async def close(self) -> list[dict[str, Any]]:
+        try:
+            return list(await self.ask({"do": "close"}))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                await asyncio.wait_for(self.process.wait(), 60)
+
+
 # ---- a swarm -------------------------------------------------------------------------------------
 
 
@@ -244,31 +389,38 @@ async def stop(member: Member, *, cleanly: bool) -> None:
 class Swarm:
     codec: Codec
     backbone: Member
-    trainers: list[Member] = field(default_factory=list)
-    gone: list[Member] = field(default_factory=list)
+    workers: list[Worker]
     curve: list[tuple[int, float, float]] = field(default_factory=list)
     """(epoch, samples landed so far, held-out loss) after each round the backbone landed."""
     seeds: int = 0
+    settled: int = 0
+    """The first epoch counted for landing (after everyone started and ``WARM_UP`` rounds)."""
+    members: list[dict[str, Any]] = field(default_factory=list)
+    """Every trainer's ``summary``, once the swarm is closed."""
 
-    async def add(self, step_seconds: float, attack: Attack | None = None) -> Member:
+    async def add(self, step_seconds: float, attack: Attack | None = None) -> None:
+        """A trainer in the least crowded worker; it starts with the next ``begin``."""
         self.seeds += 1
-        member = await start_member(f"t{self.seeds}", self.codec, self.backbone.address,
-                                    step_seconds=step_seconds, attack=attack)  # fmt: skip
-        member.joined = self.backbone.optimizer.epoch
-        member.loop = asyncio.create_task(train(member, self.seeds))
-        self.trainers.append(member)
-        return member
+        worker = min(self.workers, key=lambda w: w.count)
+        worker.count += 1
+        await worker.ask({"do": "add", "name": f"t{self.seeds}", "seed": self.seeds,
+                          "step": step_seconds, "attack": attack.value if attack else None,
+                          "epoch": self.backbone.optimizer.epoch})  # fmt: skip
+
+    async def begin(self) -> None:
+        await asyncio.gather(*(w.ask({"do": "begin"}) for w in self.workers))
 
     async def replace_some(self, count: int, speeds: Sequence[float]) -> None:
-        honest = [t for t in self.trainers if t.honest]
-        leaving = honest[:count]
-        for i, member in enumerate(leaving):
-            member.left = self.backbone.optimizer.epoch
-            self.trainers.remove(member)
-            self.gone.append(member)
-            await stop(member, cleanly=i % 2 == 0)
+        epoch = self.backbone.optimizer.epoch
+        shares = [count // len(self.workers)] * len(self.workers)
+        for i in range(count % len(self.workers)):
+            shares[i] += 1
+        for worker, share in zip(self.workers, shares, strict=True):
+            await worker.ask({"do": "leave", "count": share, "epoch": epoch})
+            worker.count -= share
         for i in range(count):
             await self.add(speeds[(self.seeds + i) % len(speeds)])
+        await self.begin()
 
     def observe(self) -> None:
         """The backbone's rounds landed since the last look: their samples and held-out loss."""
@@ -280,8 +432,9 @@ class Swarm:
             self.curve.append((report.epoch + 1, landed, loss))
 
     async def close(self) -> None:
-        for member in [*self.trainers, self.backbone]:
-            await stop(member, cleanly=True)
+        for worker in self.workers:
+            self.members.extend(await worker.close())
+        await stop(self.backbone, cleanly=True)
 
 
 async def run_swarm(
@@ -292,18 +445,25 @@ async def run_swarm(
     speeds: Sequence[float],
     attack: Attack | None = None,
     churn: bool = False,
+    processes: int = 2,
 ) -> Swarm:
-    swarm = Swarm(codec, await start_member("backbone", codec, None, aux=True))
+    """A swarm of ``trainers`` in ``processes`` worker processes and the backbone here, for
+    ``rounds`` rounds; closed (its trainers' summaries in ``members``) when this returns."""
+    backbone = await start_member("backbone", codec, None, aux=True)
+    workers = [await Worker.start(codec, backbone.address) for _ in range(processes)]
+    swarm = Swarm(codec, backbone, workers)
+    began = time.monotonic()
     for i in range(trainers):
-        last = attack is not None and i == trainers - 1
-        await swarm.add(speeds[i % len(speeds)], attack if last else None)
-    print(f"  {trainers} trainers started", flush=True)
+        await swarm.add(speeds[i % len(speeds)], attack if i == trainers - 1 else None)
+    await swarm.begin()
+    swarm.settled = backbone.optimizer.epoch + WARM_UP
+    print(f"  {trainers} trainers started in {time.monotonic() - began:.0f} s", flush=True)
     churned = shown = 0
     try:
-        while swarm.backbone.optimizer.epoch < rounds:
+        while backbone.optimizer.epoch < rounds:
             await asyncio.sleep(1.0)
             swarm.observe()
-            epoch = swarm.backbone.optimizer.epoch
+            epoch = backbone.optimizer.epoch
             if churn and epoch >= (churned + 1) * CHURN_EVERY and epoch < rounds:
                 churned += 1
                 count = max(1, round(CHURN_SHARE * trainers))
@@ -315,9 +475,7 @@ async def run_swarm(
                 shown += 1
         swarm.observe()
     finally:
-        for member in swarm.trainers:
-            if member.loop is not None:
-                member.loop.cancel()
+        await swarm.close()
     return swarm
 
 
@@ -325,44 +483,46 @@ async def run_swarm(
 
 
 def landing(swarm: Swarm, last: int) -> dict[str, Any]:
-    """Per honest trainer: the share of the rounds it was there for (from its second on: the
-    first a newcomer spends loading the state) in which it landed."""
+    """Per honest trainer: the share of the rounds it was there for, from the settled one and
+    its second (the first a newcomer spends loading the state), in which it landed."""
     shares = []
-    for member in [*swarm.trainers, *swarm.gone]:
-        if not member.honest:
+    for member in swarm.members:
+        if not member["honest"]:
             continue
-        end = last if member.left is None else member.left
-        there = range(member.joined + 1, end)
+        end = last if member["left"] is None else member["left"]
+        there = range(max(member["joined"] + 1, swarm.settled), end)
         if len(there) < 3:
             continue
-        landed = {r.epoch for r in member.optimizer.reports}
+        landed = {r[0] for r in member["reports"]}
         shares.append(sum(1 for e in there if e in landed) / len(there))
     good = sum(1 for s in shares if s >= 0.95)
+    lateness = [r[2] for m in swarm.members for r in m["reports"] if m["honest"]]
     return {
         "honest_trainers_counted": len(shares),
         "share_landing_95_percent": good / len(shares) if shares else 0.0,
         "median_share_of_rounds_landed": statistics.median(shares) if shares else 0.0,
         "lowest_share_of_rounds_landed": min(shares) if shares else 0.0,
+        "landed_rounds_late": sum(1 for late in lateness if late),
+        "landed_rounds": len(lateness),
     }
 
 
 def credit(swarm: Swarm) -> dict[str, Any]:
-    """Every honest trainer still there at the end: computed = credited + still waiting to land
-    (counted in its own reports and its carried samples)."""
+    """Every honest trainer still there at the end: computed = credited + still waiting to land;
+    those that left: the share of their samples credited (a crash loses its last round's)."""
     off = []
-    for member in swarm.trainers:
-        if not member.honest:
-            continue
-        waiting = member.optimizer.waiting_samples
-        if member.credited + waiting != member.computed:
-            off.append({"trainer": member.name, "computed": member.computed,
-                        "credited": member.credited, "waiting": waiting})  # fmt: skip
-    left = [m for m in swarm.gone if m.honest]
+    stayed = [m for m in swarm.members if m["honest"] and m["left"] is None]
+    for member in stayed:
+        if member["credited"] + member["waiting"] != member["computed"]:
+            off.append({k: member[k] for k in ("name", "computed", "credited", "waiting")})
+    left = [m for m in swarm.members if m["honest"] and m["left"] is not None]
     return {
-        "trainers_checked": sum(1 for m in swarm.trainers if m.honest),
+        "trainers_checked": len(stayed),
         "mismatched": off,
         "departed_credited_share": (
-            sum(m.credited for m in left) / max(1, sum(m.computed for m in left)) if left else None
+            sum(m["credited"] for m in left) / max(1, sum(m["computed"] for m in left))
+            if left
+            else None
         ),
     }
 
@@ -402,7 +562,6 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
     attack = Attack.parse(args.attack)
     print(f"clean: {args.trainers} trainers, {args.rounds} rounds", flush=True)
     clean = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds)
-    await clean.close()
     print(f"hard: churn, speeds spread 4x, one {attack} attacker", flush=True)
     hard = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds, attack=attack,
                            churn=True)  # fmt: skip
@@ -419,9 +578,8 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
         "clean_curve": clean.curve,
         "hard_curve": hard.curve,
         "backbone_repairs": hard.backbone.optimizer.repairs,
-        "trainer_repairs": sum(m.optimizer.repairs for m in [*hard.trainers, *hard.gone]),
+        "trainer_repairs": sum(m["repairs"] for m in hard.members),
     }
-    await hard.close()
     figures["goals"] = {
         "rounds_land_for_90_percent": figures["landing"]["share_landing_95_percent"] >= 0.9,
         "every_honest_sample_credited": not figures["credit"]["mismatched"],
@@ -453,35 +611,21 @@ def expected_bytes(sizes: Sequence[int], trainers: int, codec: Codec) -> dict[st
             "bytes": group + column}  # fmt: skip
 
 
-async def until_epoch(swarm: Swarm, epoch: int) -> None:
-    """Until the backbone reaches ``epoch`` (its rounds end on the clock: a poll costs nothing)."""
-    while swarm.backbone.optimizer.epoch < epoch:  # noqa: ASYNC110 - an epoch is no event here
-        await asyncio.sleep(1.0)
-
-
 async def measured_bytes(trainers: int, codec: Codec, rounds: int) -> dict[str, Any]:
-    swarm = await run_swarm(trainers, codec, 2, speeds=[STEP_SECONDS[0]])  # warm: groups formed
-    before = {m.name: (m.host.traffic.snapshot(), len(m.optimizer.reports)) for m in swarm.trainers}
-    start = swarm.backbone.optimizer.epoch
-    for member in swarm.trainers:
-        member.loop = asyncio.create_task(train(member, 100 + len(member.name)))
-    await until_epoch(swarm, start + rounds)
+    """What each trainer sent and received a round, once the swarm settled."""
+    swarm = await run_swarm(trainers, codec, WARM_UP + rounds, speeds=[STEP_SECONDS[0]])
     chunk_out, chunk_in, host_out, host_in, groups = [], [], [], [], []
-    for member in swarm.trainers:
-        (sent0, got0), first = before[member.name]
-        sent1, got1 = member.host.traffic.snapshot()
-        reports = list(member.optimizer.reports)[first:]
-        results = [r for r in reports if r.bytes_sent]
-        if not results:
+    for member in swarm.members:
+        settled = [r for r in member["reports"] if r[0] >= swarm.settled and r[4]]
+        if not settled:
             continue
-        chunk_out.append(statistics.mean(r.bytes_sent for r in results))
-        groups.append(statistics.mean(r.group_size for r in results))
-        host_out.append((sent1 - sent0) / rounds)
-        host_in.append((got1 - got0) / rounds)
-    received = [m.optimizer.last_bytes_received for m in swarm.trainers]
-    chunk_in = [r for r in received if r]
+        chunk_out.append(statistics.mean(r[4] for r in settled))
+        groups.append(statistics.mean(r[3] for r in settled))
+        chunk_in.append(member["last_bytes_received"])
+        epochs = max(1, swarm.backbone.optimizer.epoch - member["joined"])
+        host_out.append(member["host_sent"] / epochs)
+        host_in.append(member["host_received"] / epochs)
     sizes = [p.numel() for p in fresh_model().parameters()]
-    await swarm.close()
     return {
         "trainers": trainers,
         "codec": codec.name,
@@ -530,6 +674,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--crowd"]:  # a worker process of run_swarm
+        torch.set_num_threads(1)
+        asyncio.run(serve_crowd(sys.argv[2], sys.argv[3]))
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -16,6 +16,7 @@ from core.dht.records import (
 )
 from core.dht.validation import Limits, RecordRules, RecordSchema
 from core.net import Identity
+from core.trust.peer_id import PeerID
 from core.util.msgpack_codec import pack
 from core.util.wire import WireMessage
 
@@ -63,6 +64,30 @@ def test_owned_records_need_the_owners_signature() -> None:
     moved = signed(owner, "other_key", subkey, {"samples": 5}, NOW + 60)
     with pytest.raises(InvalidRecord, match="signature is not"):
         rules.check("run_progress", subkey, moved, NOW)
+
+
+def test_a_signature_that_held_is_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = RecordRules(RULES)
+    owner = Identity.generate()
+    subkey = owner_marker(owner.peer_id)
+    good = signed(owner, "run_progress", subkey, {"samples": 5}, NOW + 60)
+    checked: list[bytes] = []
+    real = PeerID.verify
+
+    def counted(self: PeerID, signature: bytes, data: bytes) -> bool:
+        checked.append(signature)
+        return real(self, signature, data)
+
+    monkeypatch.setattr(PeerID, "verify", counted)
+    for _ in range(3):  # the same record from three nodes of a lookup
+        rules.check("run_progress", subkey, good, NOW)
+    assert len(checked) == 1
+    # the same signature over other bytes is checked, and refused, every time
+    tampered = StoredValue(pack({"samples": 5000}), good.expiration, good.signature)
+    for _ in range(2):
+        with pytest.raises(InvalidRecord, match="signature is not"):
+            rules.check("run_progress", subkey, tampered, NOW)
+    assert len(checked) == 3
 
 
 def test_key_and_subkey_owned_by_different_peers_is_invalid() -> None:

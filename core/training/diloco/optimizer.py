@@ -75,8 +75,10 @@ class DilocoConfig:
     mode: str = "trainer"
     """trainer, client (no incoming connections) or aux (the backbone: computes nothing)."""
     matchmaking_time: float = 5.0
-    refresh_interval: float = 1.0
-    """How often the others' progress is read (a round is long: no need to read at each step)."""
+    refresh_interval: float = 5.0
+    """How often the others' progress is read between round ends (each round's end reads it
+    anyway, and a round is long): every read brings every peer's record, so in a swarm of n the
+    peers holding the records serve n times n of them per read interval."""
     state_timeout: float = 120.0
     retry_cap: float = 15.0
     unsent_file: Path | None = None
@@ -598,10 +600,17 @@ class DilocoOptimizer(TakingPart):
         self.part.records = list(newest.values())
 
     async def _publish_loop(self) -> None:
+        """Our record every ``KEEPALIVE / 2`` (it must outlive a lost store), theirs every
+        ``refresh_interval``."""
+        read_at = time.monotonic()
         while True:
             await asyncio.sleep(min(KEEPALIVE / 2, self.config.refresh_interval))
             if self.paused:
                 continue
+            if time.monotonic() - read_at < self.config.refresh_interval:
+                await self._publish()
+                continue
+            read_at = time.monotonic()
             await asyncio.gather(self._publish(), self._refresh())
 
     def tryout_weights(self) -> dict[str, np.ndarray]:
