@@ -1,6 +1,7 @@
 """Rounds of several groups on real loopback connections: each slot's reducers average it across
 the groups (its column), so that every member of every group lands the same mean of everyone's
-values, in an exact codec and in a sparse one; a group that meets no other keeps its own mean."""
+values, in an exact codec and in a sparse one (a group of one too); a group that meets no other
+keeps its own mean."""
 
 from __future__ import annotations
 
@@ -104,6 +105,25 @@ async def test_sparse_groups_land_one_mean_and_keep_what_it_lacks(
         dense = sum(w * s for w, s in zip(weights, landed, strict=True)) / sum(weights)
         assert np.abs(mean - dense).max() <= 2 * np.abs(dense).max() / 254 + 1e-6
         assert np.count_nonzero(dense[mean == 0]) == 0
+
+
+async def test_a_sparse_group_of_one_meets_the_groups_of_two_in_its_columns(
+    make_averagers: MakeAveragers,
+) -> None:
+    """2 + 2 + 1: the group of one's whole mean travels in the same codec as the full groups'
+    (sized for a full group), so its columns form with them and everyone lands one mean."""
+    averagers = await make_averagers(5, replace(TWO_GROUPS_OF_TWO, chunk_bytes=4 * 4096))
+    inputs = [vectors(20 + seed) for seed in range(5)]
+    tensors, _, results = await several_groups(
+        averagers, inputs, [1.0, 2.0, 3.0, 4.0, 5.0], top_k(0.02, 2)
+    )
+    assert sorted(len(r.members) for r in results) == [1, 2, 2, 2, 2]
+    for other in tensors[1:]:
+        for mine, theirs in zip(tensors[0], other, strict=True):
+            assert mine.tobytes() == theirs.tobytes()
+    alone = next(r for r in results if len(r.members) == 1)
+    assert alone.column_groups == 3
+    assert alone.averaged_elements == alone.total_elements
 
 
 async def test_a_group_that_meets_no_other_keeps_its_own_mean(

@@ -370,8 +370,10 @@ class PartReducer:
         arrays = [m.values for m in means if m.values is not None]
         weight = max(m.weight for m in means)
         # the group's mean travels whole (a sparse one with every value of its members): what
-        # the column's mean then leaves out, it leaves out for everyone, and they all see it
-        codec = chunks[0].span.codec.for_whole_sum(len(self._peers))
+        # the column's mean then leaves out, it leaves out for everyone, and they all see it.
+        # Sized for a full group, not ours: every reducer of the column must send in one codec,
+        # and a round of several groups has groups of fewer members than others
+        codec = chunks[0].span.codec.for_whole_sum(self._columns.slots)
         result = await self._columns.combine(slot, arrays, weight, codec)
         if result is not None:
             self.column_groups = max(self.column_groups, len(result.members))
