@@ -21,12 +21,14 @@ masked-LM batches, forward and backward under the precision the manifest picks f
 The same ops on the same inputs: after the inner steps the parameters of ``diloco`` must equal
 ``plain``'s, within 1e-6 or twice that floor, whichever is larger. The speed of ``plain`` is the
 mean of its two runs, which bracket ``diloco``'s. Then the DilocoState ends its round
-(``end_round``: every parameter copied to the host, the pseudo-gradient) and lands it alone
-(``land_alone(delta)``) with outer lr 1 and momentum 0: that outer step moves the
+(``end_round``: every parameter copied to the host, the pseudo-gradient) and lands it as an
+exchange's mean (``land``, with the exchange's second buffer) with outer lr 1 and momentum 0: that
+outer step moves the
 anchor by the full pseudo-gradient, back onto the inner loop's result, so the model must come back
 where the inner steps left it, up to float32 rounding of ``anchor - (anchor - theta)``. The state
-is built with ``overlap`` and a sparse codec's residual, the most it keeps in host memory (the
-modes page's 8 to 20 bytes per parameter); its arrays are counted.
+is built with ``overlap`` and a sparse codec's residual and no momentum (``topk``'s settings: 16
+bytes a parameter of the modes page's 8 to 20; momentum would add 4 but no longer lands back
+exactly); its arrays are counted.
 
 Goals: the parameters agree, the landing returns them, the host state is at most 20 B/parameter,
 and on a GPU ``diloco`` runs at least 0.9 of ``plain``'s inner steps/s for albert-large: its step
@@ -166,7 +168,9 @@ def run_diloco(
     began = time.perf_counter()
     delta = diloco.end_round()
     ended = time.perf_counter()
-    diloco.land_alone(delta)
+    # an exchange's path: the buffer for what of ours the mean lacks, then the landing of a mean
+    # that is our own pseudo-gradient whole (as a group whose members sent the same)
+    diloco.land(delta, diloco.feedback(), [])
     synchronize(on.device)
     landed = time.perf_counter()
     theta = host_parameters(model)

@@ -84,6 +84,7 @@ KEY_NOTES = {
     "training.outer_lr": "diloco: the outer Nesterov step's learning rate",
     "training.outer_momentum": "diloco: the outer Nesterov step's momentum (0 with topk)",
     "training.overlap": "diloco: true: exchange round r while round r+1 computes",
+    "training.residual_decay": "diloco with topk: share of unsent work kept each round (0.95)",
     "averaging.codec": "compression of what peers send (auto: fp16 small, 8-bit large tensors)",
     "averaging.target_group_size": "peers in one averaging group",
     "averaging.min_group_size": "fewest peers a group averages with",
