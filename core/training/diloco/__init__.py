@@ -7,6 +7,7 @@
 - ``groups``     which group of a round each member looks for (a pure rule over the records).
 - ``unsent``     UnsentWork and UnsentFile: a trainer's unsent work and samples, kept on disk for its
   restart (on a clean stop, and the residual now and then after a landing).
+- ``mend``       when a peer that landed a round apart from most takes their outer parameters.
 - ``late``       Carried: the samples of work not landed yet, credited where it lands, and how late.
 - ``backbone``   DilocoBackbone: the auxiliary peer's custody of the outer state, checkpoints.
 """

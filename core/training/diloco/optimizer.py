@@ -52,6 +52,7 @@ from core.modes.clock import RoundClock
 from core.training.diloco.groups import Groups, bucket_key, plan_groups
 from core.training.diloco.groups import Member as GroupMember
 from core.training.diloco.late import Carried
+from core.training.diloco.mend import Mending, mend_due
 from core.training.diloco.state import DIGEST_KEY, SCHEDULE_KEY, DilocoState
 from core.training.diloco.unsent import UnsentFile, UnsentWork
 from core.training.links import PeerLinks
@@ -66,6 +67,11 @@ from core.worker.events import PeerEpoch
 log = logging.getLogger(__name__)
 
 REPORTS_KEPT = 1000
+PUBLISH_EVERY = 2 * KEEPALIVE
+"""Seconds between two of our records: a record lives ``RECORD_TTL`` (10 s), so one lost store
+still leaves it alive. Each record is signed anew, and every reader checks every record it reads:
+in a swarm of n, a record a second each made the readers' checks grow as n squared, for figures
+(samples, speed) that diloco needs only at a round's end, where it publishes anyway."""
 MODES = ("trainer", "client", "aux")
 
 
@@ -95,6 +101,10 @@ class DilocoConfig:
 
 
 class DilocoOptimizer(TakingPart):
+    fallback: Callable[[int], Awaitable[Path | None]] | None = None
+    """Unused by diloco (its checkpoints hold the outer state in another layout); kept for the
+    roles' interface."""
+
     def __init__(
         self,
         state: DilocoState,
@@ -121,9 +131,6 @@ class DilocoOptimizer(TakingPart):
             links, config.mode, snapshot=None, retry_cap=config.retry_cap, tasks=self._tasks
         )
         """Our records, our pause, our waits and our state offer (shared with dedloc)."""
-        self.fallback: Callable[[int], Awaitable[Path | None]] | None = None
-        """Unused by diloco (its checkpoints hold the outer state in another layout); kept for
-        the roles' interface."""
         self.last_bytes_sent = 0
         """Chunk bytes this peer sent in its last exchange (the dashboard's figure)."""
         self.last_bytes_received = 0
@@ -162,6 +169,7 @@ class DilocoOptimizer(TakingPart):
         """The backbone's landed rounds and their senders' weights, until its metrics take them
         (evidence of work for a member that is gone before its record says so)."""
         self._exchange: asyncio.Task[None] | None = None
+        self._mending = Mending()
         self._pending_reports: list[PeerEpoch] = []
         self._stopping = False
         self._said_slow = False
@@ -290,6 +298,8 @@ class DilocoOptimizer(TakingPart):
         """End the round now: the pseudo-gradient goes out (in the background with overlap)."""
         if self._exchange is not None:
             await asyncio.gather(self._exchange, return_exceptions=True)  # one in flight at most
+        if self._mending.task is not None:
+            await asyncio.gather(self._mending.task, return_exceptions=True)
         began = self.epoch  # the anchor this round's work was computed on
         if self.unsent is not None:
             await self.unsent.void()  # the residual goes out now: a copy kept must not return
@@ -527,6 +537,21 @@ class DilocoOptimizer(TakingPart):
         best = max(counts, key=lambda d: (counts[d], d in backed, [-ord(c) for c in d]))
         return None if best == mine else best
 
+    def _mend_now(self) -> str | None:
+        """The digest to take now, between round ends (``mend``), when most peers at our epoch
+        hold other outer parameters than ours; None: not now."""
+        idle = not (self.exchanging or self.paused or self._stopping or self._mending.busy)
+        due = mend_due(
+            until_end=self.rounds.until_end(self._now()),
+            round_seconds=self.config.round_seconds,
+            idle=idle,
+            fresh=self._mending.tried != self._held,
+        )
+        held = self._majority() if due else None
+        if held is not None:
+            self._mending.tried = self._held
+        return held
+
     async def _repair(self, digest: str) -> None:
         epoch = self.epoch
         log.warning("this peer's outer parameters at epoch %d differ from those most peers at "
@@ -600,18 +625,27 @@ class DilocoOptimizer(TakingPart):
         self.part.records = list(newest.values())
 
     async def _publish_loop(self) -> None:
-        """Our record every ``KEEPALIVE / 2`` (it must outlive a lost store), theirs every
-        ``refresh_interval``."""
-        read_at = time.monotonic()
+        """Our record every ``PUBLISH_EVERY`` (and at each round's end: what a round needs of
+        it, the epoch and the digest, is fresh then), theirs every ``refresh_interval``."""
+        published_at = read_at = time.monotonic()
         while True:
-            await asyncio.sleep(min(KEEPALIVE / 2, self.config.refresh_interval))
+            due_publish = published_at + PUBLISH_EVERY
+            due_read = read_at + self.config.refresh_interval
+            await asyncio.sleep(max(0.0, min(due_publish, due_read) - time.monotonic()))
+            now = time.monotonic()
             if self.paused:
+                published_at = read_at = now
                 continue
-            if time.monotonic() - read_at < self.config.refresh_interval:
-                await self._publish()
-                continue
-            read_at = time.monotonic()
-            await asyncio.gather(self._publish(), self._refresh())
+            steps: list[Awaitable[None]] = []
+            if now >= due_publish:
+                published_at = now
+                steps.append(self._publish())
+            if now >= due_read:
+                read_at = now
+                steps.append(self._refresh())
+            await asyncio.gather(*steps)
+            if now >= due_read and (held := self._mend_now()) is not None:
+                self._mending.task = self._tasks.spawn(f"mend-{self.epoch}", self._repair(held))
 
     def tryout_weights(self) -> dict[str, np.ndarray]:
         """On the training thread: the outer parameters by name (the live anchor), what "Try the

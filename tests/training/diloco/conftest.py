@@ -4,6 +4,7 @@ averager and training thread, a small model, and rounds the test ends itself."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -88,6 +89,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         residual_decay: float = 1.0,
         aggregation: AggregationConfig | None = None,
         unsent_every: float = 60.0,
+        clock: Callable[[], float] = time.time,
     ) -> DPeer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         compute = 0.0 if mode == "aux" else 1.0
@@ -104,7 +106,8 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         config = DilocoConfig(round_seconds=round_seconds, mode=mode, matchmaking_time=matchmaking,
                               refresh_interval=0.2, unsent_file=unsent_file,
                               unsent_every=unsent_every)  # fmt: skip
-        optimizer = DilocoOptimizer(diloco, PeerLinks.create(averager, bridge), config, codec=codec)
+        links = PeerLinks.create(averager, bridge)
+        optimizer = DilocoOptimizer(diloco, links, config, codec=codec, clock=clock)
         peer = DPeer(optimizer, model, bridge, dht, averager)
         made.append(peer)
         await optimizer.start()

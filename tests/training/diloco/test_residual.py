@@ -103,16 +103,11 @@ async def test_a_member_a_reducer_did_not_answer_takes_the_others_mean_and_its_d
     assert reducer.anchor() == other.anchor() != cut_off.anchor()
     assert cut_off.optimizer.diloco.missing, "the injected failure did not happen"
     assert np.any(flat(cut_off.optimizer.diloco.residual))  # its own values there, for now
-    # the next round's end: most peers hold another mean, and it takes it
-    held = None
-    for _ in range(50):
-        await asyncio.gather(*(p.optimizer._refresh() for p in peers))
-        held = cut_off.optimizer._majority()
-        if held is not None:
+    # between round ends it reads that most peers hold another mean, and takes it
+    for _ in range(200):
+        if cut_off.optimizer.repairs:
             break
         await asyncio.sleep(0.1)
-    assert held == reducer.optimizer.diloco.digest
-    await cut_off.optimizer._repair(held)
     assert cut_off.optimizer.repairs == 1
     assert cut_off.anchor() == reducer.anchor()
     # nothing of its data waits to go out a second time

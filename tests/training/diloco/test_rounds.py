@@ -16,6 +16,7 @@ from core.codecs.topk import top_k
 from core.training.diloco.unsent import UnsentWork
 from core.training.progress import PeerProgress
 from tests.training.diloco.conftest import (
+    DPeer,
     MakeDPeer,
     end_rounds,
     end_rounds_together,
@@ -320,13 +321,50 @@ async def test_groups_that_landed_apart_end_on_the_larger_sides_model(
     await end_rounds(peers)
     assert [p.optimizer.epoch for p in peers] == [1] * 5
     assert apart[0].anchor() == apart[1].anchor() != peers[2].anchor() == peers[4].anchor()
-    # at the next round's end the smaller side sees most peers hold another mean, and takes it
-    await asyncio.gather(*(p.optimizer._refresh() for p in peers))
-    await asyncio.gather(*(p.optimizer._publish() for p in peers))
-    await asyncio.sleep(0.5)
-    await asyncio.gather(*(p.optimizer._refresh() for p in peers))
-    for peer in apart:
-        assert peer.optimizer._majority() == peers[2].optimizer.diloco.digest
-        await peer.optimizer._repair(peers[2].optimizer.diloco.digest)
+    # between round ends (these rounds never end on their own: the clock is always in a round's
+    # second half) the smaller side reads that most peers hold another mean, and takes it
+    await wait_for_repairs(apart)
     assert len({p.anchor() for p in peers}) == 1
     assert [p.optimizer.repairs for p in peers] == [1, 1, 0, 0, 0]
+
+
+async def test_a_peer_apart_from_most_waits_for_the_rounds_second_half_to_take_theirs(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """In a round's first half the others may not have landed the last round yet: what their
+    records say then is no majority to follow. The round's end repairs it all the same."""
+    seconds = 3600.0
+    now = [1000 * seconds + 1.0]  # a second into a round of an hour
+    peers = [
+        await make_dpeer(matchmaking=2.0, round_seconds=seconds, clock=lambda: now[0], mode=mode)
+        for mode in ("trainer",) * 4 + ("aux",)
+    ]
+    await settle(peers)
+    apart = peers[:2]  # they meet under another key: two means land
+    for peer in apart:
+        averager = peer.optimizer.links.averager
+        real_average = averager.average
+
+        async def elsewhere(tensors: Any, real: Any = real_average, **kwargs: Any) -> Any:
+            return await real(tensors, **{**kwargs, "round_key": kwargs["round_key"] + "-x"})
+
+        averager.average = elsewhere  # type: ignore[method-assign]
+    for seed, peer in enumerate(peers[:4]):
+        await peer.train(2, seed=seed)
+    await end_rounds(peers)
+    assert apart[0].anchor() == apart[1].anchor() != peers[2].anchor() == peers[4].anchor()
+    await asyncio.sleep(1.5)  # several reads of the records: no repair in the first half
+    assert [p.optimizer._majority() for p in apart] == [peers[2].optimizer.diloco.digest] * 2
+    assert [p.optimizer.repairs for p in apart] == [0, 0]
+    now[0] += seconds / 2  # the second half: the next read takes theirs
+    await wait_for_repairs(apart)
+    assert len({p.anchor() for p in peers}) == 1
+
+
+async def wait_for_repairs(peers: list[DPeer], timeout: float = 20.0) -> None:
+    """Until each of ``peers`` has repaired once (it reads the records every 0.2 s here)."""
+    for _ in range(int(timeout / 0.1)):
+        if all(p.optimizer.repairs == 1 for p in peers):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"repairs: {[p.optimizer.repairs for p in peers]}")
