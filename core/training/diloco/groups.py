@@ -6,12 +6,15 @@ after another, until their wait is over; members behind a router (clients, which
 cannot lead a group at all, and are left out whenever the members that can fill the groups first.
 So each member works out the round's groups from the records it read: ``ceil(n / size)`` groups of
 the ``n`` members (never more than there are members able to lead one), the members dealt out in
-an order drawn afresh each round, those able to lead first, so that every group has one. Each then
-looks for its group under a key of its own (``bucket_key``), and expects the group's size.
+an order drawn afresh each round, in runs: those able to lead in one run per group, so that every
+group has one, the others in runs too. Each then looks for its group under a key of its own
+(``bucket_key``), and expects the group's size.
 
-Members read records a moment apart, so they may see a member more or fewer: a member whose view
-differs finds a group of others who agree, or none (its work then waits for the next round, and
-the records it reads then agree again). The members of a round are everyone fresh at the round's
+Members read records a moment apart, so they may see a member more or fewer. Because each group
+is a run of the order, such a view moves only the members at the runs' ends (one a group at
+most) into another group than the others think: they find a group of others who agree, or none
+(their work then waits for the next round, and the records they read then agree again), and the
+rest of the round forms as planned. The members of a round are everyone fresh at the round's
 epoch or one behind it (a member one round behind catches up first, then joins this round).
 """
 
@@ -51,8 +54,14 @@ def plan_groups(members: Sequence[Member], epoch: int, size: int | None) -> Grou
     count = 1 if size is None else max(1, math.ceil(len(everyone) / size))
     count = max(1, min(count, len(leaders)))
     of: dict[str, int] = {}
-    for position, member in enumerate([*leaders, *others]):
-        of[member.peer] = position % count
+    # in runs along the drawn order: a member more or fewer in a view moves only the members at
+    # the runs' ends to another group (at most one a group), where dealing in turn would move
+    # every member after it. The others' runs go the other way round, so that the groups the
+    # leaders' remainder made larger get fewer of them
+    for position, member in enumerate(leaders):
+        of[member.peer] = position * count // len(leaders)
+    for position, member in enumerate(others):
+        of[member.peer] = count - 1 - position * count // len(others)
     sizes = tuple(sum(1 for g in of.values() if g == group) for group in range(count))
     return Groups(count, of, sizes)
 

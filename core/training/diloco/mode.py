@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.project import Manifest
 from core.training.diloco.backbone import DilocoBackbone
-from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
+from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer, reads_every
 from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
@@ -77,6 +77,7 @@ class Diloco:
             round_seconds=t.round_seconds,
             mode=role,
             matchmaking_time=self.matchmaking(manifest).most,
+            refresh_interval=reads_every(t.round_seconds),
             unsent_file=unsent_file,
         )
         return DilocoOptimizer(diloco, links, config)

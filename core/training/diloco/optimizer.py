@@ -75,6 +75,15 @@ in a swarm of n, a record a second each made the readers' checks grow as n squar
 MODES = ("trainer", "client", "aux")
 
 
+def reads_every(round_seconds: float) -> float:
+    """Seconds between two reads of the others' records: twice a round, and no more often than
+    every 5 s. Each round's end reads them anyway (what the round's groups are planned from),
+    and the read in its second half is what a peer apart from most mends by (``mend``); every
+    read brings every peer's record, so in a swarm of n the peers holding the records serve n
+    times n of them each time: read every 5 s, 64 trainers on two cores spent a core on it."""
+    return max(5.0, round_seconds / 2)
+
+
 @dataclass(frozen=True)
 class DilocoConfig:
     round_seconds: float
@@ -82,9 +91,8 @@ class DilocoConfig:
     """trainer, client (no incoming connections) or aux (the backbone: computes nothing)."""
     matchmaking_time: float = 5.0
     refresh_interval: float = 5.0
-    """How often the others' progress is read between round ends (each round's end reads it
-    anyway, and a round is long): every read brings every peer's record, so in a swarm of n the
-    peers holding the records serve n times n of them per read interval."""
+    """How often the others' progress is read between round ends (``reads_every`` for a round's
+    length)."""
     state_timeout: float = 120.0
     retry_cap: float = 15.0
     unsent_file: Path | None = None
