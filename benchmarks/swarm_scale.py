@@ -28,6 +28,9 @@ Scenarios:
   its Host sent (the DHT included), against the formula of ``expected_bytes``.
 - ``billion``: the same formula for a 1 B-parameter pseudo-gradient (``encoded_size`` of the
   codecs, no model), at each size, with the upload time at 20 Mbit/s.
+- ``byzantine``: four trainers, one of them attacking (scale, sign-flip, noise, nan), against
+  the clean four: the held-out loss at equal samples within 5 %, and the members' evidence
+  accusing the attacker and nobody else.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from core.training.diloco.optimizer import DilocoOptimizer  # noqa: E402
 from core.training.links import PeerLinks  # noqa: E402
 from core.training.peer.recipe import averager_config  # noqa: E402
 from core.training.state import TrainingState  # noqa: E402
+from core.util.errors import BarnraiseError  # noqa: E402
 from core.worker.bridge import TrainingBridge  # noqa: E402
 
 DIM, HIDDEN = 64, 1024
@@ -258,6 +262,7 @@ def summary(member: Member) -> dict[str, Any]:
     sent, received = member.host.traffic.snapshot()
     return {
         "name": member.name,
+        "peer": str(member.host.peer_id),
         "honest": member.honest,
         "joined": member.joined,
         "left": member.left,
@@ -397,6 +402,8 @@ class Swarm:
     """The first epoch counted for landing (after everyone started and ``WARM_UP`` rounds)."""
     members: list[dict[str, Any]] = field(default_factory=list)
     """Every trainer's ``summary``, once the swarm is closed."""
+    accused: list[str] = field(default_factory=list)
+    """Every peer the members' signed evidence accuses, as the backbone read it at the end."""
 
     async def add(self, step_seconds: float, attack: Attack | None = None) -> None:
         """A trainer in the least crowded worker; it starts with the next ``begin``."""
@@ -432,6 +439,9 @@ class Swarm:
             self.curve.append((report.epoch + 1, landed, loss))
 
     async def close(self) -> None:
+        with contextlib.suppress(BarnraiseError):
+            found = await self.backbone.optimizer.evidence.fetch()
+            self.accused = sorted({str(item.evidence.accused) for item in found})
         for worker in self.workers:
             self.members.extend(await worker.close())
         await stop(self.backbone, cleanly=True)
@@ -557,6 +567,31 @@ def compare(clean: Swarm, hard: Swarm) -> dict[str, Any]:
     return {"at_equal_samples": rows, "worst_gap": max(abs(r["gap"]) for r in rows)}
 
 
+async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
+    """One of four trainers attacks: the held-out loss against the clean run's at equal samples,
+    and whom the members' evidence accuses."""
+    speeds = [STEP_SECONDS[0]]
+    print(f"byzantine: 4 trainers, {args.byzantine_rounds} rounds, clean", flush=True)
+    clean = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds, processes=1)
+    runs: dict[str, Any] = {"clean_curve": clean.curve, "attacks": {}}
+    for attack in (Attack.SCALE, Attack.SIGN_FLIP, Attack.NOISE, Attack.NAN):
+        print(f"byzantine: one trainer of four, {attack}", flush=True)
+        hard = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds, attack=attack,
+                               processes=1)  # fmt: skip
+        attacker = next(m["peer"] for m in hard.members if not m["honest"])
+        runs["attacks"][attack.value] = {
+            "loss": compare(clean, hard),
+            "curve": hard.curve,
+            "accused": hard.accused,
+            "attacker_accused_alone": hard.accused == [attacker],
+        }
+    runs["goals"] = {
+        "within_5_percent": all(r["loss"]["worst_gap"] <= 0.05 for r in runs["attacks"].values()),
+        "attacker_named": all(r["attacker_accused_alone"] for r in runs["attacks"].values()),
+    }
+    return runs
+
+
 async def scale(args: argparse.Namespace) -> dict[str, Any]:
     speeds = list(np.geomspace(*STEP_SECONDS, num=8))
     attack = Attack.parse(args.attack)
@@ -668,6 +703,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["billion"] = billion(args.sizes)
     if args.only in (None, "bytes"):
         result["bytes"] = await byte_table(args)
+    if args.only in (None, "byzantine"):
+        result["byzantine"] = await byzantine(args)
     if args.only in (None, "scale"):
         result["scale"] = await scale(args)
     return result
@@ -681,7 +718,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=("scale", "bytes", "billion"))
+    parser.add_argument("--only", choices=("scale", "bytes", "billion", "byzantine"))
+    parser.add_argument("--byzantine-rounds", type=int, default=12)
     parser.add_argument("--trainers", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--attack", default="sign-flip", help="sign-flip or nan")
