@@ -343,7 +343,10 @@ class DilocoOptimizer(TakingPart):
         others = [p for p in view.peers if p.peer != self._peer and p.training]
         groups = self._groups(view, epoch)
         key = round_key("diloco", epoch, self.state.rollback)
-        left = await self.bridge.run(self.diloco.feedback)
+        # beside a microbatch in flight, as the round's end reads the parameters: behind it, a
+        # slow device would reach matchmaking a whole microbatch late, after its group formed
+        beside = self.bridge.run_beside if self.diloco.on_cpu else self.bridge.run
+        left = await beside(self.diloco.feedback)
         result: AveragingResult | None = await self.links.round(
             delta,
             weight=float(samples),

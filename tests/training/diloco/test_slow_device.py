@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -27,11 +28,22 @@ async def test_a_round_ends_beside_the_microbatch_in_flight(make_dpeer: MakeDPee
         started.set()
         released.wait(HANG_GUARD)
 
+    averager = peer.optimizer.links.averager
+    real_average = averager.average
+    looking = asyncio.Event()
+
+    async def average(*args: Any, **kwargs: Any) -> Any:
+        looking.set()
+        return await real_average(*args, **kwargs)
+
+    averager.average = average  # type: ignore[method-assign]
     computing = asyncio.ensure_future(peer.bridge.run(microbatch))
     assert await asyncio.to_thread(started.wait, HANG_GUARD)
     try:
-        # the round ends while the worker computes: it does not wait for the microbatch
+        # the round ends while the worker computes: it does not wait for the microbatch, and
+        # neither does its exchange, which looks for its group meanwhile
         await asyncio.wait_for(peer.optimizer.end_round(), HANG_GUARD)
+        await asyncio.wait_for(looking.wait(), HANG_GUARD)
         assert not computing.done()
         # what went out is the work up to the round's end: its two steps
         base = np.concatenate([b.reshape(-1) for b in peer.optimizer.diloco.base])
