@@ -110,12 +110,28 @@ async def test_sparse_groups_land_one_mean_and_keep_what_it_lacks(
 async def test_a_sparse_group_of_one_meets_the_groups_of_two_in_its_columns(
     make_averagers: MakeAveragers,
 ) -> None:
-    """2 + 2 + 1: the group of one's whole mean travels in the same codec as the full groups'
-    (sized for a full group), so its columns form with them and everyone lands one mean."""
+    """2 + 2 + 1, each group under a key of its own as diloco plans them: the group of one's whole
+    mean travels in the same codec as the full groups' (sized for a full group), so its columns
+    form with them and everyone lands one mean."""
     averagers = await make_averagers(5, replace(TWO_GROUPS_OF_TWO, chunk_bytes=4 * 4096))
     inputs = [vectors(20 + seed) for seed in range(5)]
-    tensors, _, results = await several_groups(
-        averagers, inputs, [1.0, 2.0, 3.0, 4.0, 5.0], top_k(0.02, 2)
+    tensors = [[t.copy() for t in ts] for ts in inputs]
+    planned = [0, 0, 1, 1, 2]
+    request = ColumnRequest("cols", GROUP, 3, timeout=HANG_GUARD / 4)
+    results = await asyncio.gather(
+        *(
+            a.average(
+                t,
+                weight=float(k + 1),
+                round_key=f"cols.{group}",
+                timeout=20.0,
+                target_size=planned.count(group),
+                codec=top_k(0.02, 2),
+                feedback=[np.zeros_like(x) for x in t],
+                columns=request,
+            )
+            for k, (a, t, group) in enumerate(zip(averagers, tensors, planned, strict=True))
+        )
     )
     assert sorted(len(r.members) for r in results) == [1, 2, 2, 2, 2]
     for other in tensors[1:]:
