@@ -69,9 +69,9 @@ log = logging.getLogger(__name__)
 REPORTS_KEPT = 1000
 PUBLISH_EVERY = 2 * KEEPALIVE
 """Seconds between two of our records: a record lives ``RECORD_TTL`` (10 s), so one lost store
-still leaves it alive. Each record is signed anew, and every reader checks every record it reads:
-in a swarm of n, a record a second each made the readers' checks grow as n squared, for figures
-(samples, speed) that diloco needs only at a round's end, where it publishes anyway."""
+still leaves it alive. Each record is signed anew and every reader checks every record it
+reads (n squared checks in a swarm of n), for figures (samples, speed) that diloco needs only at
+a round's end, where it publishes anyway."""
 MODES = ("trainer", "client", "aux")
 
 
@@ -80,7 +80,7 @@ def reads_every(round_seconds: float) -> float:
     every 5 s. Each round's end reads them anyway (what the round's groups are planned from),
     and the read in its second half is what a peer apart from most mends by (``mend``); every
     read brings every peer's record, so in a swarm of n the peers holding the records serve n
-    times n of them each time: read every 5 s, 64 trainers on two cores spent a core on it."""
+    times n of them each time."""
     return max(5.0, round_seconds / 2)
 
 
