@@ -204,6 +204,7 @@ class Averager:
         enough: float | None = None,
         columns: ColumnRequest | None = None,
         uncapped: bool = False,
+        rank: int | None = None,
     ) -> PendingRound:
         """Find a group for ``round_key``; raises ``MatchmakingError`` if none forms in time.
 
@@ -211,14 +212,15 @@ class Averager:
         unless ``uncapped``). ``weight`` is what we will bring; ``enough``, the weight a group
         should hold before its leader stops waiting for ``target_size`` members
         (``Matchmaker.form_group``). ``columns``: the round may form several groups, which then
-        average their slots across groups (``round.columns``).
+        average their slots across groups (``round.columns``). ``rank``: our place in a group
+        the caller planned (``Matchmaker.form_group``).
         """
         timeout = self.config.max_matchmaking_time if timeout is None else timeout
         self.matchmaker.reconfigure(self.config)  # a role changed since the last round
         slots = (columns.slots, columns.groups) if columns is not None else (0, 0)
         group = await self.matchmaker.form_group(
             round_key or "default", timeout, target_size, weight=weight, enough=enough,
-            uncapped=uncapped, slots=slots,
+            uncapped=uncapped, slots=slots, rank=rank,
         )  # fmt: skip
         pending = PendingRound(self, group, columns)
         try:
@@ -264,11 +266,12 @@ class Averager:
         feedback: Sequence[Any] | None = None,
         columns: ColumnRequest | None = None,
         uncapped: bool = False,
+        rank: int | None = None,
     ) -> AveragingResult:
         """Find a group and average ``tensors`` with it, in place (``PendingRound.run``)."""
         pending = await self.prepare(
             round_key, timeout=timeout, target_size=target_size, weight=weight, enough=enough,
-            columns=columns, uncapped=uncapped,
+            columns=columns, uncapped=uncapped, rank=rank,
         )  # fmt: skip
         return await pending.run(tensors, weight, codec=codec, feedback=feedback)
 
@@ -278,13 +281,19 @@ class Averager:
             return None
         key = f"{request.key}.column"
 
+        def timeout() -> float:
+            if request.until is None:
+                return request.timeout
+            left = request.until - asyncio.get_running_loop().time()
+            return max(0.0, min(request.timeout, left))
+
         async def combine(
             slot: int, values: list[F32], weight: float, codec: Codec
         ) -> AveragingResult | None:
             try:
                 return await self.average(
-                    values, weight=weight, round_key=f"{key}{slot}", timeout=request.timeout,
-                    target_size=request.groups, codec=codec, uncapped=True,
+                    values, weight=weight, round_key=f"{key}{slot}", timeout=timeout(),
+                    target_size=request.groups, codec=codec, uncapped=True, rank=request.rank,
                 )  # fmt: skip
             except MatchmakingError as exc:
                 log.info("slot %d of %s met no other group: %s", slot, group.round_key, exc)
@@ -292,7 +301,7 @@ class Averager:
 
         # a member waits for a slot's first mean as long as the column's matchmaking may take,
         # and the column's own round after it
-        seconds = request.timeout + self.config.allreduce_timeout
+        seconds = timeout() + self.config.allreduce_timeout
         return Columns(group.slots, combine, seconds)
 
     async def _on_reduce(

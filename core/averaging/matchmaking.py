@@ -9,10 +9,19 @@ too. A leader closes its group when it reaches the target size, or at its deadli
 minimum size; it draws a random group id and sends every member the same ordered member list.
 
 How long a leader waits adapts: twice the recent time groups took to form, between the configured bounds.
-A peer still looking past its deadline keeps its declaration alive in the DHT with the same rank (a
-rank that changed mid-search would let two peers chase each other), and others keep counting it as a
+A peer still looking past its deadline keeps its declaration alive in the DHT with the same place in
+the order (one that changed mid-search would let two peers chase each other), and others keep counting it as a
 candidate until the DHT drops it: on a loaded machine declarations can arrive after their deadline.
 Different rounds use different keys, and group ids keep rounds apart on the wire.
+
+A caller that planned the round's groups (diloco: each member works the groups out from the
+progress records) gives each searcher a *rank* in its group, and ranked peers are ordered by rank
+instead, ahead of any unranked one: the group gathers at its planned leader (rank 0) as soon as
+each member has read its declaration once, instead of at whoever came first, whose followers are
+redirected whenever a better one turns up. Rank 0 expects nobody better: it reads the others'
+declarations only now and then (views a member apart may have planned another leader), and a
+member joining it does not make it read them again. In a swarm of many groups those reads were
+most of the DHT's load at a round's end, and the load made groups miss their window.
 
 A caller that knows how much weight makes the round worth closing (a collaborative step's target
 batch) says so: then a leader whose group holds less keeps waiting past its patience for the members
@@ -57,6 +66,15 @@ TAKEN = "taken"
 (readers of any release skip it, as they skip a client's)."""
 BUSY_RETRY = 0.5
 """Seconds before a candidate that refused for a passing reason is tried again."""
+POLL_CAP = 0.5
+"""The longest wait between two reads of the declarations while looking (they start quicker)."""
+FIRST_POLL_CAP = 2.0
+"""The same for a planned leader (rank 0), which expects nobody better than itself."""
+MAX_RANK = 1 << 16
+
+Order = tuple[int, float, bytes]
+"""Searchers' order, best first: (0, rank, PeerID) for a ranked one, (1, deadline, PeerID)
+otherwise."""
 
 
 class MatchmakingError(BarnraiseError):
@@ -65,7 +83,7 @@ class MatchmakingError(BarnraiseError):
 
 @dataclass
 class _Candidate:
-    order: tuple[float, bytes]
+    order: Order
     peer: PeerID
     addresses: list[PeerAddress]
 
@@ -81,7 +99,9 @@ class _Search:
     round_key: str
     deadline: float
     """Wall-clock time this peer stops waiting as a leader."""
-    order: tuple[float, bytes]
+    order: Order
+    rank: int | None = None
+    """Our place in a group the caller planned (None: by our deadline)."""
     followers: list[_Follower] = field(default_factory=list)
     following: PeerID | None = None
     group: GroupSpec | None = None
@@ -96,6 +116,9 @@ class _Search:
     """The weight with which a group may close at ``patient_until``; short of it a leader waits
     until ``deadline`` (None: close at the deadline, which is then the patience)."""
     patient_until: float = 0.0
+    answer_by: float = 0.0
+    """When a leader with followers closes at the latest: before those who started with it give
+    up (``deadline`` is when a leader alone stops waiting)."""
     slots: tuple[int, int] = (0, 0)
     """(slots, groups): in a round of more than one group, the group deals the round's vector in
     ``slots`` (its reducers then average it with the other groups')."""
@@ -173,6 +196,7 @@ class Matchmaker:
         enough: float | None = None,
         uncapped: bool = False,
         slots: tuple[int, int] = (0, 0),
+        rank: int | None = None,
     ) -> GroupSpec:
         """Find a group for ``round_key`` within ``timeout`` seconds; ``MatchmakingError`` otherwise.
 
@@ -180,7 +204,9 @@ class Matchmaker:
         members each bring a small slot). ``slots`` (slots, groups): if we lead a group of a round
         of more than one, it deals the vector in ``slots`` (``GroupSpec.slots``).
 
-        ``target_size`` lowers the configured target for this round (e.g. to the number of peers
+        ``rank``: our place in the group the caller planned (0: its leader; see the module's
+        docstring); None orders us by our deadline. ``target_size`` lowers the configured target
+        for this round (e.g. to the number of peers
         known to be ready), so that a leader closes as soon as they have all joined. ``weight`` is
         what this peer brings (told to the leader); with ``enough``, a leader closes at its
         patience only when its members' weights add up to that much, and otherwise waits for
@@ -193,14 +219,20 @@ class Matchmaker:
         clock = self._dht.state.clock
         now = clock.time()
         patient_until = now + min(timeout, self.patience())
-        # told what is enough, a leader may wait almost its whole timeout: it closes two margins
-        # before, ahead of the answer "no group" that a follower who started with it gets one
-        # margin before its own timeout (``_on_join``)
+        # told what is enough, a leader may wait almost its whole timeout. With followers it
+        # closes two margins before it either way, ahead of the answer "no group" that a
+        # follower who started with it gets one margin before its own timeout (``_on_join``): a
+        # caller whose members share one deadline (diloco's rounds) would otherwise lose every
+        # group whose leader came last
         waits = now + timeout - 2 * self._join_margin()
         deadline = patient_until if enough is None else max(patient_until, waits)
         me = self._host.peer_id
-        search = _Search(round_key, deadline, (deadline, me.to_bytes()))
+        if rank is not None and not 0 <= rank < MAX_RANK:
+            raise ValueError(f"a rank is between 0 and {MAX_RANK - 1}")
+        order = (1, deadline, me.to_bytes()) if rank is None else (0, float(rank), me.to_bytes())
+        search = _Search(round_key, deadline, order, rank)
         search.weight, search.enough, search.patient_until = weight, enough, patient_until
+        search.answer_by = waits
         target = self._config.target_group_size
         if target_size is not None:
             cap = target_size if uncapped else (target or target_size)
@@ -240,9 +272,12 @@ class Matchmaker:
         """Publish (or extend) our declaration; the deadline in it, and so our rank, never changes."""
         now = self._dht.state.clock.time()
         search.expires = max(search.deadline, now) + 2 * self._config.request_timeout
+        value: list[Any] = [search.deadline, self._config.client_mode, info.addresses]
+        if search.rank is not None:
+            value.append(search.rank)
         await self._dht.store(
             self._key(search.round_key),
-            [search.deadline, self._config.client_mode, info.addresses],
+            value,
             search.expires,
             subkey=owner_marker(self._host.peer_id),
         )
@@ -253,17 +288,30 @@ class Matchmaker:
         Ranks are fixed for the whole search, so the peer ranked first never follows anyone and
         everyone converges on it (or on whoever it follows). A candidate that refused us is tried again
         a little later: it may have been busy following someone and be leading again. One we could not
-        reach is not tried again in this search.
+        reach is not tried again in this search. The declarations are read again when the last
+        read's candidates are all tried; a planned leader reads them on its poll's timer only, not
+        each time a member joins it.
         """
         loop = asyncio.get_running_loop()
         clock = self._dht.state.clock
         tried: dict[PeerID, float] = {}
         hint: PeerID | None = None
         poll = 0.02
+        first = search.rank == 0
+        cap = FIRST_POLL_CAP if first else POLL_CAP
+        read_at = loop.time()
+        better: list[_Candidate] = []
         while search.group is None and loop.time() < give_up:
             now = loop.time()
             tried = {peer: until for peer, until in tried.items() if until > now}
-            better = await self._better_candidates(search, set(tried))
+            # the next candidate of the last read before reading again: a late joiner would
+            # otherwise read once for each member of a group that has closed
+            better = [c for c in better if c.peer not in tried]
+            if hint is not None and all(c.peer != hint for c in better):
+                better = []
+            if not better and (not first or now >= read_at):
+                better = await self._better_candidates(search, set(tried))
+                read_at = now + poll
             if hint is not None:
                 better.sort(key=lambda c: c.peer != hint)
                 hint = None
@@ -299,17 +347,11 @@ class Matchmaker:
                 not self._config.client_mode
                 and clock.time() > search.expires - self._config.request_timeout
             ):
-                # still looking past our deadline: stay visible (same rank) until we give up
+                # still looking past our deadline: stay visible (same place) until we give up
                 await self._declare(search, info)
-            search.changed.clear()
-            # wake at our deadline and at the end of our patience, not a poll later
-            now = clock.time()
-            due = [t - now for t in (search.patient_until, search.deadline) if t > now]
-            try:
-                async with asyncio.timeout(min(poll, *due, max(0.0, give_up - loop.time()))):
-                    await search.changed.wait()
-            except TimeoutError:
-                poll = min(poll * 1.5, 0.5)
+            wait = max(0.0, read_at - loop.time()) if first else poll
+            if not await self._changed(search, wait, give_up):
+                poll = min(poll * 1.5, cap)
         if search.group is not None:
             return search.group
         found = 1 + len(search.followers)
@@ -317,6 +359,21 @@ class Matchmaker:
             f"found {found} of the {self._config.min_group_size} peers needed for "
             f"{search.round_key!r} in time"
         )
+
+    async def _changed(self, search: _Search, wait: float, give_up: float) -> bool:
+        """Wait up to ``wait`` seconds for the search to change (a member joined); False when
+        nothing did. We wake at our deadlines and at the end of our patience, not a poll later."""
+        search.changed.clear()
+        now = self._dht.state.clock.time()
+        times = (search.patient_until, search.deadline, search.answer_by)
+        due = [t - now for t in times if t > now]
+        left = max(0.0, give_up - asyncio.get_running_loop().time())
+        try:
+            async with asyncio.timeout(min(wait, *due, left)):
+                await search.changed.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def _better_candidates(self, search: _Search, tried: set[PeerID]) -> list[_Candidate]:
         """Candidates to follow, best first: strictly better ones, or any at all for a client
@@ -341,7 +398,7 @@ class Matchmaker:
         if size < self._config.min_group_size:
             return False
         now = self._dht.state.clock.time()
-        if now >= search.deadline:
+        if now >= search.deadline or (search.followers and now >= search.answer_by):
             return True
         if search.enough is None or now < search.patient_until:
             return False
@@ -437,7 +494,8 @@ class Matchmaker:
 
 
 def _parse_declaration(subkey: Any, value: Any) -> _Candidate | None:
-    """A peer's declaration, or None if it is malformed or from a client (who cannot lead).
+    """A peer's declaration, or None if it is malformed or from a client (who cannot lead):
+    ``[deadline, client, addresses]``, then the peer's rank when it has one.
 
     A declaration whose deadline has passed still counts until the DHT drops it: its peer is most
     likely still looking (it renews), and a slow DHT must not hide every peer from every other.
@@ -447,15 +505,21 @@ def _parse_declaration(subkey: Any, value: Any) -> _Candidate | None:
         peer = owner_of(subkey)
     except InvalidRecord:
         return None
-    if peer is None or not (isinstance(value, list) and len(value) == 3):
+    if peer is None or not (isinstance(value, list) and len(value) in (3, 4)):
         return None
-    deadline, client, addresses = value
+    deadline, client, addresses = value[:3]
     if not isinstance(deadline, int | float) or client is not False:
         return None
     if not isinstance(addresses, list):
         return None
+    order: Order = (1, float(deadline), peer.to_bytes())
+    if len(value) == 4:
+        rank = value[3]
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < MAX_RANK:
+            return None
+        order = (0, float(rank), peer.to_bytes())
     return _Candidate(
-        (float(deadline), peer.to_bytes()),
+        order,
         peer,
         PeerAddress.of_peer(peer, [a for a in addresses if isinstance(a, str)]),
     )

@@ -56,12 +56,14 @@ class PeerLinks:
         codec: Codec | None = None,
         feedback: Sequence[Any] | None = None,
         columns: ColumnRequest | None = None,
+        rank: int | None = None,
     ) -> AveragingResult | None:
         """Average ``tensors`` in place with whoever joins ``round_key``; None when no group formed
         (said at INFO: a round without a group is part of a small collaboration's life). With
         ``enough`` (a step's target batch), a group short of that weight waits for the
         ``expected`` members until ``timeout`` instead of closing at its patience. ``columns``:
-        the round may form several groups, which then average across groups."""
+        the round may form several groups, which then average across groups. ``rank``: our place
+        in the group the caller planned (0: its leader)."""
         try:
             return await self.averager.average(
                 tensors,
@@ -73,6 +75,7 @@ class PeerLinks:
                 codec=codec,
                 feedback=feedback,
                 columns=columns,
+                rank=rank,
             )
         except MatchmakingError as exc:
             log.info("%s: %s", round_key, exc)

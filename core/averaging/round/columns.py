@@ -54,7 +54,15 @@ class ColumnRequest:
     """How many groups the caller expects in the round: with more than one, a group's leader
     deals slots, and each slot's column waits for that many reducers."""
     timeout: float
-    """How long a column's matchmaking may take."""
+    """How long a column's matchmaking may take (at most)."""
+    until: float | None = None
+    """The event loop's time (``loop.time()``) by which the column must have formed, when the
+    caller's rounds give every member one deadline (None: ``timeout`` from when its slot is
+    ready)."""
+    rank: int | None = None
+    """Our group's place in the round's plan, when the caller planned the groups: each column
+    gathers at the reducer of the first planned group (``Matchmaker.form_group``); None: at
+    whichever reducer came first."""
 
 
 @dataclass(frozen=True)
