@@ -8,7 +8,10 @@ So each member works out the round's groups from the records it read: ``ceil(n /
 the ``n`` members (never more than there are members able to lead one), the members dealt out in
 an order drawn afresh each round, in runs: those able to lead in one run per group, so that every
 group has one, the others in runs too. Each then looks for its group under a key of its own
-(``bucket_key``), and expects the group's size.
+(``bucket_key``), and expects the group's size. The members able to lead a group are ranked in
+the drawn order (``Groups.ranks``): the group gathers at its first (the matchmaking's rank), and
+each slot's column at the reducer of the first group, so that nobody waits for whoever happened
+to come first.
 
 Members read records a moment apart, so they may see a member more or fewer. Because each group
 is a run of the order, such a view moves only the members at the runs' ends (one a group at
@@ -40,6 +43,8 @@ class Groups:
     of: dict[str, int]
     """Each member's group."""
     sizes: tuple[int, ...]
+    ranks: dict[str, int]
+    """Each member able to lead, its place among those of its group (0: the group's leader)."""
 
     def size_of(self, peer: str) -> int:
         return self.sizes[self.of[peer]]
@@ -54,16 +59,20 @@ def plan_groups(members: Sequence[Member], epoch: int, size: int | None) -> Grou
     count = 1 if size is None else max(1, math.ceil(len(everyone) / size))
     count = max(1, min(count, len(leaders)))
     of: dict[str, int] = {}
+    ranks: dict[str, int] = {}
+    first: dict[int, int] = {}
     # in runs along the drawn order: a member more or fewer in a view moves only the members at
     # the runs' ends to another group (at most one a group), where dealing in turn would move
     # every member after it. The others' runs go the other way round, so that the groups the
     # leaders' remainder made larger get fewer of them
     for position, member in enumerate(leaders):
-        of[member.peer] = position * count // len(leaders)
+        group = position * count // len(leaders)
+        ranks[member.peer] = position - first.setdefault(group, position)
+        of[member.peer] = group
     for position, member in enumerate(others):
         of[member.peer] = count - 1 - position * count // len(others)
     sizes = tuple(sum(1 for g in of.values() if g == group) for group in range(count))
-    return Groups(count, of, sizes)
+    return Groups(count, of, sizes, ranks)
 
 
 def bucket_key(round_key: str, groups: Groups, peer: str) -> str:

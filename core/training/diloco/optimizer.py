@@ -73,6 +73,9 @@ still leaves it alive. Each record is signed anew and every reader checks every 
 reads (n squared checks in a swarm of n), for figures (samples, speed) that diloco needs only at
 a round's end, where it publishes anyway."""
 MODES = ("trainer", "client", "aux")
+LAST_CHANCE = 0.5
+"""Seconds a member that reaches matchmaking after the round's window still looks for a group
+(a group closing just then may take it)."""
 
 
 def reads_every(round_seconds: float) -> float:
@@ -294,16 +297,26 @@ class DilocoOptimizer(TakingPart):
 
     async def _round_loop(self) -> None:
         while not self._stopping:
-            await asyncio.sleep(self.rounds.until_end(self._now()))
+            now = self._now()
+            ends = now + self.rounds.until_end(now)
+            await asyncio.sleep(ends - now)
             if self.paused:
                 continue  # a paused peer keeps its work for after the pause
             try:
-                await self.end_round()
+                await self.end_round(ended=ends)
             except BarnraiseError as exc:
                 log.warning("diloco round at epoch %d: %s", self.epoch, exc)
 
-    async def end_round(self) -> None:
-        """End the round now: the pseudo-gradient goes out (in the background with overlap)."""
+    async def end_round(self, ended: float | None = None) -> None:
+        """End the round now: the pseudo-gradient goes out (in the background with overlap).
+
+        ``ended``: when the round ended on the shared clock (None: now). Every member's
+        matchmaking window closes ``matchmaking_time`` after it, so that a member that reached it
+        late (a busy machine, a download first) closes its group when the others stop waiting,
+        not a whole window after them."""
+        loop = asyncio.get_running_loop()
+        window = self.config.matchmaking_time
+        until = loop.time() + window + (self._now() if ended is None else ended) - self._now()
         if self._exchange is not None:
             await asyncio.gather(self._exchange, return_exceptions=True)  # one in flight at most
         if self._mending.task is not None:
@@ -331,13 +344,15 @@ class DilocoOptimizer(TakingPart):
         epoch = self.epoch
         self.part.last = (epoch, loss_sum, mini_steps, samples)
         self._exchange = self._tasks.spawn(
-            f"exchange-{epoch}", self._run_exchange(delta, samples, epoch), awaited=True
+            f"exchange-{epoch}", self._run_exchange(delta, samples, epoch, until), awaited=True
         )
         await self._publish()
         if not self.diloco.overlap:
             await asyncio.gather(self._exchange, return_exceptions=True)
 
-    async def _run_exchange(self, delta: list[Any], samples: int, epoch: int) -> None:
+    async def _run_exchange(self, delta: list[Any], samples: int, epoch: int, until: float) -> None:
+        """Average ``delta`` with this round's group and land it; ``until``: the event loop's time
+        when the round's matchmaking window closes (its columns' a window later)."""
         started = time.monotonic()
         view = self.view()
         others = [p for p in view.peers if p.peer != self._peer and p.training]
@@ -351,11 +366,12 @@ class DilocoOptimizer(TakingPart):
             delta,
             weight=float(samples),
             round_key=bucket_key(key, groups, self._peer),
-            timeout=self.config.matchmaking_time,
+            timeout=max(LAST_CHANCE, until - asyncio.get_running_loop().time()),
             expected=groups.size_of(self._peer),
             codec=self.codec,
             feedback=left,
-            columns=self._columns(key, groups),
+            columns=self._columns(key, groups, until + self.config.matchmaking_time),
+            rank=groups.ranks.get(self._peer),
         )
         seconds = time.monotonic() - started
         self.exchange_seconds += seconds
@@ -467,14 +483,18 @@ class DilocoOptimizer(TakingPart):
         size = None if config.verification.enabled else config.target_group_size
         return plan_groups(members, epoch, size)
 
-    def _columns(self, key: str, groups: Groups) -> ColumnRequest | None:
+    def _columns(self, key: str, groups: Groups, until: float) -> ColumnRequest | None:
         """A round of several groups: each slot's reducers average it across them
         (``core.averaging.round.columns``), one model. A column may wait for the slowest group
-        to form as well as for its own: twice the matchmaking time."""
+        to form as well as for its own: until a window after the groups' (``until``, the event
+        loop's time). Its reducers gather at the first planned group's."""
         size = self.links.averager.config.target_group_size
         if groups.count < 2 or size is None:
             return None
-        return ColumnRequest(key, size, groups.count, timeout=2 * self.config.matchmaking_time)
+        timeout = 2 * self.config.matchmaking_time
+        return ColumnRequest(
+            key, size, groups.count, timeout, until=until, rank=groups.of[self._peer]
+        )
 
     def _steps_per_round(self, view: CollaborationView) -> float:
         """The collaboration's inner steps per round: the median of what the trainers' speeds

@@ -1,6 +1,6 @@
 """The rule that deals a round's members into groups: as many groups as the size asks, never more
 than members able to lead, balanced, each with a leader, the same for everyone who sees the same
-members, drawn anew each round."""
+members, drawn anew each round, with the members able to lead ranked within each group."""
 
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ def test_groups_are_balanced_and_each_has_a_leader(
         assert any(m.leads for m in everyone if groups.of[m.peer] == group)
     for member in everyone:
         assert groups.size_of(member.peer) == groups.sizes[groups.of[member.peer]]
+    # those able to lead are ranked within their group from 0 (its leader) on; clients are not
+    assert set(groups.ranks) == {m.peer for m in everyone if m.leads}
+    for group in range(count):
+        ranks = sorted(r for peer, r in groups.ranks.items() if groups.of[peer] == group)
+        assert ranks == list(range(len(ranks)))
 
 
 def test_everyone_who_sees_the_same_members_deals_them_alike_and_anew_each_round() -> None:
