@@ -17,7 +17,8 @@ lands.
 Scenarios:
 
 - ``scale``: 64 trainers, device speeds spread 4x (the slowest microbatch takes more than a
-  third of a round), 10 % of them replaced every 10 rounds (half leave cleanly, half vanish),
+  third of a round; the round is the manifest's default, 60 s, or ``--round-seconds``, and the
+  microbatches scale with it), 10 % of them replaced every 10 rounds (half leave cleanly, half vanish),
   one of them poisoning (``--attack``: sign-flip x10 by default, or nan); and the same 64 trainers
   without churn or attacker (``clean``). Goals: >= 95 % of rounds land for >= 90 % of the honest
   trainers (of the rounds each was there for, past its first); every honest trainer that stayed
@@ -83,11 +84,13 @@ OUTER_LR, OUTER_MOMENTUM = 1.0, 0.0
 round to round (its step lands a round late, on top of the next round's work); plain averaging
 of the models falls smoothly, and is what ``topk`` uses anyway."""
 ROUND_SECONDS = 20.0
+"""A round's length in the scenarios other than ``scale`` (shorter than the manifest's 60 s, so
+that they take minutes)."""
 GROUP = 16
 """The manifest's default ``target_group_size``."""
-STEP_SECONDS = (1.75, 7.0)
-"""The fastest and slowest device's microbatch (4x): the slowest takes more than a third of a
-round (6.7 s), so its round ends with one in flight."""
+STEP_SHARES = (0.0875, 0.35)
+"""The fastest and slowest device's microbatch (4x), in rounds: the slowest takes more than a
+third of a round (7 s of a round of 20), so its round ends with one in flight."""
 CHURN_EVERY, CHURN_SHARE = 10, 0.1
 WARM_UP = 2
 """Rounds after the start that the landing figures leave out: the first, which starts before
@@ -101,22 +104,28 @@ START_AT_ONCE = 8
 NET = NetConfig(dial_timeout=30.0, handshake_timeout=30.0, call_timeout=20.0, close_grace=0.2)
 
 
-def manifest(codec: Codec) -> Manifest:
+def microbatch_range(round_seconds: float) -> tuple[float, float]:
+    """The fastest and slowest device's microbatch in rounds of ``round_seconds``."""
+    fastest, slowest = STEP_SHARES
+    return fastest * round_seconds, slowest * round_seconds
+
+
+def manifest(codec: Codec, round_seconds: float = ROUND_SECONDS) -> Manifest:
     """The demo project in diloco mode, with the averaging settings a manifest gets by default
     (groups of 16, CenteredClip with screening) and ``codec``."""
     sparse = codec.sparse
     demo = load_manifest(DEMO_MANIFEST).with_training(
         mode="diloco",
-        round_seconds=ROUND_SECONDS,
+        round_seconds=round_seconds,
         outer_lr=OUTER_LR if not sparse else 1.0,
         outer_momentum=OUTER_MOMENTUM if not sparse else 0.0,
     )
     return demo.with_averaging(codec="topk" if sparse else codec.name, density=0.01, bits=2)
 
 
-def averaging(codec: Codec, role: str) -> AveragerConfig:
+def averaging(codec: Codec, role: str, round_seconds: float = ROUND_SECONDS) -> AveragerConfig:
     """What a peer of ``manifest(codec)`` averages with (``recipe.averager_config``)."""
-    return averager_config(manifest(codec), role)
+    return averager_config(manifest(codec, round_seconds), role)
 
 
 # ---- the task ------------------------------------------------------------------------------------
@@ -194,6 +203,7 @@ async def start_member(
     step_seconds: float = 0.0,
     attack: Attack | None = None,
     started: bool = True,
+    round_seconds: float = ROUND_SECONDS,
 ) -> Member:
     """A member on its own Host and DHT node; its rounds start now unless not ``started``."""
     host = Host(Identity.generate(), NET)
@@ -202,13 +212,14 @@ async def start_member(
     await dht.start([join] if join else [])
     if join:
         await dht.wait_bootstrapped()
-    averager = Averager(host, dht, "scale", averaging(codec, "aux" if aux else "trainer"))
+    role = "aux" if aux else "trainer"
+    averager = Averager(host, dht, "scale", averaging(codec, role, round_seconds))
     bridge = TrainingBridge(name)
     model = fresh_model()
     state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=INNER_LR))
     # the mode's own wiring, around this task's model and state
     optimizer = MODE.optimizer(
-        manifest(codec), state, PeerLinks.create(averager, bridge), "aux" if aux else "trainer"
+        manifest(codec, round_seconds), state, PeerLinks.create(averager, bridge), role
     )
     member = Member(name, optimizer, host, dht, averager, bridge, model, step_seconds)
     if attack is not None:
@@ -286,6 +297,7 @@ class Crowd:
 
     codec: Codec
     join: str
+    round_seconds: float = ROUND_SECONDS
     trainers: list[Member] = field(default_factory=list)
     gone: list[Member] = field(default_factory=list)
 
@@ -294,7 +306,8 @@ class Crowd:
     ) -> None:
         """A trainer that neither takes part in rounds nor trains until ``begin``."""
         member = await start_member(name, self.codec, self.join, step_seconds=step_seconds,
-                                    attack=attack, started=False)  # fmt: skip
+                                    attack=attack, started=False,
+                                    round_seconds=self.round_seconds)  # fmt: skip
         member.joined, member.seed = epoch, seed
         self.trainers.append(member)
 
@@ -318,15 +331,16 @@ class Crowd:
         return [summary(m) for m in [*self.trainers, *self.gone]]
 
     async def close(self) -> None:
-        for member in self.trainers:
-            await stop(member, cleanly=True)
+        """Every trainer stops at once (one by one, each waits for its exchange in flight, while
+        the others keep ending rounds: minutes at 64)."""
+        await asyncio.gather(*(stop(member, cleanly=True) for member in self.trainers))
         self.trainers.clear()
 
 
-async def serve_crowd(codec_name: str, join: str) -> None:
+async def serve_crowd(codec_name: str, join: str, round_seconds: float) -> None:
     """A worker process: a ``Crowd`` driven by JSON lines on stdin, each answered on stdout."""
     codec = FP16 if codec_name == "fp16" else top_k(0.01, 2)
-    crowd = Crowd(codec, join)
+    crowd = Crowd(codec, join, round_seconds)
     reader = asyncio.StreamReader()
     loop = asyncio.get_running_loop()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -361,10 +375,10 @@ class Worker:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def start(cls, codec: Codec, join: str) -> Worker:
+    async def start(cls, codec: Codec, join: str, round_seconds: float) -> Worker:
         process = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--crowd", "fp16" if not codec.sparse else "topk", join,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            str(round_seconds), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         return cls(process)
 
@@ -456,11 +470,12 @@ async def run_swarm(
     attack: Attack | None = None,
     churn: bool = False,
     processes: int = 2,
+    round_seconds: float = ROUND_SECONDS,
 ) -> Swarm:
     """A swarm of ``trainers`` in ``processes`` worker processes and the backbone here, for
     ``rounds`` rounds; closed (its trainers' summaries in ``members``) when this returns."""
-    backbone = await start_member("backbone", codec, None, aux=True)
-    workers = [await Worker.start(codec, backbone.address) for _ in range(processes)]
+    backbone = await start_member("backbone", codec, None, aux=True, round_seconds=round_seconds)
+    workers = [await Worker.start(codec, backbone.address, round_seconds) for _ in range(processes)]
     swarm = Swarm(codec, backbone, workers)
     began = time.monotonic()
     for i in range(trainers):
@@ -570,7 +585,7 @@ def compare(clean: Swarm, hard: Swarm) -> dict[str, Any]:
 async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
     """One of four trainers attacks: the held-out loss against the clean run's at equal samples,
     and whom the members' evidence accuses."""
-    speeds = [STEP_SECONDS[0]]
+    speeds = [microbatch_range(ROUND_SECONDS)[0]]
     print(f"byzantine: 4 trainers, {args.byzantine_rounds} rounds, clean", flush=True)
     clean = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds, processes=1)
     runs: dict[str, Any] = {"clean_curve": clean.curve, "attacks": {}}
@@ -593,18 +608,19 @@ async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def scale(args: argparse.Namespace) -> dict[str, Any]:
-    speeds = list(np.geomspace(*STEP_SECONDS, num=8))
+    length = args.round_seconds or load_manifest(DEMO_MANIFEST).training.round_seconds
+    speeds = list(np.geomspace(*microbatch_range(length), num=8))
     attack = Attack.parse(args.attack)
-    print(f"clean: {args.trainers} trainers, {args.rounds} rounds", flush=True)
-    clean = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds)
+    print(f"clean: {args.trainers} trainers, {args.rounds} rounds of {length:g} s", flush=True)
+    clean = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds, round_seconds=length)
     print(f"hard: churn, speeds spread 4x, one {attack} attacker", flush=True)
     hard = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds, attack=attack,
-                           churn=True)  # fmt: skip
+                           churn=True, round_seconds=length)  # fmt: skip
     last = hard.backbone.optimizer.epoch
     figures = {
         "trainers": args.trainers,
         "rounds": args.rounds,
-        "round_seconds": ROUND_SECONDS,
+        "round_seconds": length,
         "step_seconds": [float(s) for s in speeds],
         "attack": attack.value,
         "landing": landing(hard, last),
@@ -648,7 +664,9 @@ def expected_bytes(sizes: Sequence[int], trainers: int, codec: Codec) -> dict[st
 
 async def measured_bytes(trainers: int, codec: Codec, rounds: int) -> dict[str, Any]:
     """What each trainer sent and received a round, once the swarm settled."""
-    swarm = await run_swarm(trainers, codec, WARM_UP + rounds, speeds=[STEP_SECONDS[0]])
+    swarm = await run_swarm(
+        trainers, codec, WARM_UP + rounds, speeds=[microbatch_range(ROUND_SECONDS)[0]]
+    )
     chunk_out, chunk_in, host_out, host_in, groups = [], [], [], [], []
     for member in swarm.members:
         settled = [r for r in member["reports"] if r[0] >= swarm.settled and r[4]]
@@ -713,7 +731,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     if sys.argv[1:2] == ["--crowd"]:  # a worker process of run_swarm
         torch.set_num_threads(1)
-        asyncio.run(serve_crowd(sys.argv[2], sys.argv[3]))
+        asyncio.run(serve_crowd(sys.argv[2], sys.argv[3], float(sys.argv[4])))
         return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -722,6 +740,12 @@ def main() -> None:
     parser.add_argument("--byzantine-rounds", type=int, default=12)
     parser.add_argument("--trainers", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument(
+        "--round-seconds",
+        type=float,
+        default=None,
+        help="the scale scenario's round (default: the manifest's, 60 s); microbatches scale",
+    )
     parser.add_argument("--attack", default="sign-flip", help="sign-flip or nan")
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
                         default=[8, 16, 32, 64])  # fmt: skip
