@@ -10,8 +10,9 @@ minimum size; it draws a random group id and sends every member the same ordered
 
 How long a leader waits adapts: twice the recent time groups took to form, between the configured bounds.
 A peer still looking past its deadline keeps its declaration alive in the DHT with the same place in
-the order (one that changed mid-search would let two peers chase each other), and others keep counting it as a
-candidate until the DHT drops it: on a loaded machine declarations can arrive after their deadline.
+the order (one that changed mid-search would let two peers chase each other), and others keep
+counting it as a candidate until the DHT drops it: on a loaded machine declarations can arrive
+after their deadline.
 Different rounds use different keys, and group ids keep rounds apart on the wire.
 
 A caller that planned the round's groups (diloco: each member works the groups out from the
@@ -20,8 +21,8 @@ instead, ahead of any unranked one: the group gathers at its planned leader (ran
 each member has read its declaration once, instead of at whoever came first, whose followers are
 redirected whenever a better one turns up. Rank 0 expects nobody better: it reads the others'
 declarations only now and then (views a member apart may have planned another leader), and a
-member joining it does not make it read them again. In a swarm of many groups those reads were
-most of the DHT's load at a round's end, and the load made groups miss their window.
+member joining it does not make it read them again. In a swarm of many groups such reads are
+most of the DHT's load at a round's end.
 
 A caller that knows how much weight makes the round worth closing (a collaborative step's target
 batch) says so: then a leader whose group holds less keeps waiting past its patience for the members
@@ -206,11 +207,10 @@ class Matchmaker:
 
         ``rank``: our place in the group the caller planned (0: its leader; see the module's
         docstring); None orders us by our deadline. ``target_size`` lowers the configured target
-        for this round (e.g. to the number of peers
-        known to be ready), so that a leader closes as soon as they have all joined. ``weight`` is
-        what this peer brings (told to the leader); with ``enough``, a leader closes at its
-        patience only when its members' weights add up to that much, and otherwise waits for
-        ``target_size`` members until ``timeout``.
+        for this round (e.g. to the number of peers known to be ready), so that a leader closes
+        as soon as they have all joined. ``weight`` is what this peer brings (told to the
+        leader); with ``enough``, a leader closes at its patience only when its members' weights
+        add up to that much, and otherwise waits for ``target_size`` members until ``timeout``.
         """
         if round_key in self._searches:
             raise MatchmakingError(f"already looking for a group for {round_key!r}")
@@ -269,7 +269,8 @@ class Matchmaker:
             )
 
     async def _declare(self, search: _Search, info: MemberInfo) -> None:
-        """Publish (or extend) our declaration; the deadline in it, and so our rank, never changes."""
+        """Publish (or extend) our declaration; the deadline and rank in it, and so our place in
+        the order, never change."""
         now = self._dht.state.clock.time()
         search.expires = max(search.deadline, now) + 2 * self._config.request_timeout
         value: list[Any] = [search.deadline, self._config.client_mode, info.addresses]

@@ -314,9 +314,9 @@ class DilocoOptimizer(TakingPart):
         matchmaking window closes ``matchmaking_time`` after it, so that a member that reached it
         late (a busy machine, a download first) closes its group when the others stop waiting,
         not a whole window after them."""
-        loop = asyncio.get_running_loop()
-        window = self.config.matchmaking_time
-        until = loop.time() + window + (self._now() if ended is None else ended) - self._now()
+        now = self._now()
+        since = 0.0 if ended is None else now - ended
+        until = asyncio.get_running_loop().time() + self.config.matchmaking_time - since
         if self._exchange is not None:
             await asyncio.gather(self._exchange, return_exceptions=True)  # one in flight at most
         if self._mending.task is not None:
