@@ -509,8 +509,10 @@ async def run_swarm(
 
 def landing(swarm: Swarm, last: int) -> dict[str, Any]:
     """Per honest trainer: the share of the rounds it was there for, from the settled one and
-    its second (the first a newcomer spends loading the state), in which it landed."""
+    its second (the first a newcomer spends loading the state), in which it landed; and by
+    round, how many of the honest trainers there for it missed it (where the misses are)."""
     shares = []
+    missed: dict[int, list[int]] = {}  # round: [missed, there]
     for member in swarm.members:
         if not member["honest"]:
             continue
@@ -520,6 +522,10 @@ def landing(swarm: Swarm, last: int) -> dict[str, Any]:
             continue
         landed = {r[0] for r in member["reports"]}
         shares.append(sum(1 for e in there if e in landed) / len(there))
+        for epoch in there:
+            counts = missed.setdefault(epoch, [0, 0])
+            counts[0] += epoch not in landed
+            counts[1] += 1
     good = sum(1 for s in shares if s >= 0.95)
     lateness = [r[2] for m in swarm.members for r in m["reports"] if m["honest"]]
     return {
@@ -529,6 +535,7 @@ def landing(swarm: Swarm, last: int) -> dict[str, Any]:
         "lowest_share_of_rounds_landed": min(shares) if shares else 0.0,
         "landed_rounds_late": sum(1 for late in lateness if late),
         "landed_rounds": len(lateness),
+        "missed_by_round": {str(e): missed[e] for e in sorted(missed)},
     }
 
 
