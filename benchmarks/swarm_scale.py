@@ -62,6 +62,7 @@ from core.codecs import FP16, Codec  # noqa: E402
 from core.codecs.chunks import encoded_size  # noqa: E402
 from core.codecs.topk import top_k  # noqa: E402
 from core.dht import DHTConfig, DHTNode, HostTransport  # noqa: E402
+from core.modes.clock import RoundClock  # noqa: E402
 from core.net import Host, Identity, NetConfig  # noqa: E402
 from core.project import Manifest, load_manifest  # noqa: E402
 from core.swarm.byzantine import Attack, Misbehaviour  # noqa: E402
@@ -95,6 +96,8 @@ CHURN_EVERY, CHURN_SHARE = 10, 0.1
 WARM_UP = 2
 """Rounds after the start that the landing figures leave out: the first, which starts before
 every peer's progress record has reached every other, and the next."""
+START_AFTER = 1.0
+"""Seconds into a round at which a swarm's trainers begin."""
 REPLICAS = 5
 """Copies of each DHT record (20 by default). Here every peer's DHT node runs in this one process,
 and each copy of the records every peer publishes every second costs this process's CPU: with 20,
@@ -330,11 +333,13 @@ class Crowd:
     def summaries(self) -> list[dict[str, Any]]:
         return [summary(m) for m in [*self.trainers, *self.gone]]
 
-    async def close(self) -> None:
+    async def close(self) -> list[dict[str, Any]]:
         """Every trainer stops at once (one by one, each waits for its exchange in flight, while
-        the others keep ending rounds: minutes at 64)."""
+        the others keep ending rounds: minutes at 64); their summaries once stopped."""
         await asyncio.gather(*(stop(member, cleanly=True) for member in self.trainers))
+        summaries = self.summaries()
         self.trainers.clear()
+        return summaries
 
 
 async def serve_crowd(codec_name: str, join: str, round_seconds: float) -> None:
@@ -357,9 +362,8 @@ async def serve_crowd(codec_name: str, join: str, round_seconds: float) -> None:
             await crowd.leave(order["count"], order["epoch"])
         elif order["do"] == "summaries":
             answer = crowd.summaries()
-        elif order["do"] == "close":
-            answer = crowd.summaries()
-            await crowd.close()
+        elif order["do"] == "close":  # after the rounds in flight landed (or not)
+            answer = await crowd.close()
         sys.stdout.write(json.dumps({"answer": answer}) + "\n")
         sys.stdout.flush()
         if order["do"] == "close":
@@ -480,6 +484,10 @@ async def run_swarm(
     began = time.monotonic()
     for i in range(trainers):
         await swarm.add(speeds[i % len(speeds)], attack if i == trainers - 1 else None)
+    # the first round a whole one, in every run: a run that began late in a round lands a first
+    # round of a few samples, and every later round of it sits a fraction of a round apart from
+    # another run's at equal samples
+    await asyncio.sleep(RoundClock(round_seconds).until_end(time.time()) + START_AFTER)
     await swarm.begin()
     swarm.settled = backbone.optimizer.epoch + WARM_UP
     print(f"  {trainers} trainers started in {time.monotonic() - began:.0f} s", flush=True)
@@ -586,7 +594,21 @@ def compare(clean: Swarm, hard: Swarm) -> dict[str, Any]:
     ]
     for row in rows:
         row["gap"] = row["hard"] / row["clean"] - 1.0
-    return {"at_equal_samples": rows, "worst_gap": max(abs(r["gap"]) for r in rows)}
+    # at equal rounds too: a diloco round moves the model by what each member's inner steps
+    # went, whatever the number of members, so where the loss falls fast a run that lands fewer
+    # samples a round (an attacker's left out, churn) is ahead at equal samples
+    hard_at = {epoch: loss for epoch, _, loss in hard.curve}
+    by_round = [
+        {"epoch": epoch, "clean": loss, "hard": hard_at[epoch], "gap": hard_at[epoch] / loss - 1.0}
+        for epoch, _, loss in clean.curve
+        if epoch in hard_at
+    ]
+    return {
+        "at_equal_samples": rows,
+        "worst_gap": max(abs(r["gap"]) for r in rows),
+        "at_equal_rounds": by_round,
+        "worst_gap_at_equal_rounds": max((abs(r["gap"]) for r in by_round), default=math.nan),
+    }
 
 
 async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
@@ -595,7 +617,14 @@ async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
     speeds = [microbatch_range(ROUND_SECONDS)[0]]
     print(f"byzantine: 4 trainers, {args.byzantine_rounds} rounds, clean", flush=True)
     clean = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds, processes=1)
-    runs: dict[str, Any] = {"clean_curve": clean.curve, "attacks": {}}
+    # what two runs with nobody attacking differ by: the gaps below mean something only beyond it
+    print("byzantine: 4 trainers, clean again", flush=True)
+    again = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds, processes=1)
+    runs: dict[str, Any] = {
+        "clean_curve": clean.curve,
+        "clean_again": {"loss": compare(clean, again), "curve": again.curve},
+        "attacks": {},
+    }
     for attack in (Attack.SCALE, Attack.SIGN_FLIP, Attack.NOISE, Attack.NAN):
         print(f"byzantine: one trainer of four, {attack}", flush=True)
         hard = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds, attack=attack,
@@ -609,6 +638,9 @@ async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
         }
     runs["goals"] = {
         "within_5_percent": all(r["loss"]["worst_gap"] <= 0.05 for r in runs["attacks"].values()),
+        "within_5_percent_at_equal_rounds": all(
+            r["loss"]["worst_gap_at_equal_rounds"] <= 0.05 for r in runs["attacks"].values()
+        ),
         "attacker_named": all(r["attacker_accused_alone"] for r in runs["attacks"].values()),
     }
     return runs
@@ -642,6 +674,9 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
         "rounds_land_for_90_percent": figures["landing"]["share_landing_95_percent"] >= 0.9,
         "every_honest_sample_credited": not figures["credit"]["mismatched"],
         "held_out_within_3_percent": figures["loss"]["worst_gap"] <= 0.03,
+        "held_out_within_3_percent_at_equal_rounds": (
+            figures["loss"]["worst_gap_at_equal_rounds"] <= 0.03
+        ),
     }
     return figures
 

@@ -572,3 +572,37 @@ def test_outcome_benchmark_compares_curves_at_equal_samples(tmp_path: Path) -> N
     assert diloco["within_goal"]
     assert not diloco["equivalent"]
     assert png.stat().st_size > 1000
+
+
+def test_swarm_scale_compares_runs_at_equal_samples_and_at_equal_rounds() -> None:
+    """A run that lands three quarters of the samples a round with the same loss every round is
+    ahead at equal samples and level at equal rounds; the landing figures count by round."""
+    from benchmarks import swarm_scale
+    from core.codecs import FP16
+
+    def swarm(curve: list[tuple[int, float, float]]) -> swarm_scale.Swarm:
+        return swarm_scale.Swarm(FP16, backbone=None, workers=[], curve=curve)  # type: ignore[arg-type]
+
+    losses = [0.3, 0.15, 0.08, 0.04]
+    clean = swarm([(e + 1, 1000.0 * (e + 1), loss) for e, loss in enumerate(losses)])
+    hard = swarm([(e + 1, 750.0 * (e + 1), loss) for e, loss in enumerate(losses)])
+    found = swarm_scale.compare(clean, hard)
+    assert found["worst_gap_at_equal_rounds"] == 0.0
+    assert [r["epoch"] for r in found["at_equal_rounds"]] == [1, 2, 3, 4]
+    assert all(r["gap"] < 0 for r in found["at_equal_samples"])  # ahead: fewer samples a round
+    assert found["worst_gap"] > 0.03
+
+    hard.settled = 2
+    hard.members = [
+        {"honest": True, "joined": 0, "left": None, "reports": [[e, 32, 0, 16, 10] for e in range(2, 8)]},
+        # missed round 5; the rounds before it joined and its first (loading the state) not counted
+        {"honest": True, "joined": 3, "left": None, "reports": [[e, 32, 1, 16, 10] for e in (4, 6, 7)]},
+        {"honest": False, "joined": 0, "left": None, "reports": []},
+    ]  # fmt: skip
+    shown = swarm_scale.landing(hard, 8)
+    assert shown["honest_trainers_counted"] == 2
+    assert shown["share_landing_95_percent"] == 0.5
+    assert shown["lowest_share_of_rounds_landed"] == 3 / 4
+    assert shown["missed_by_round"]["5"] == [1, 2]
+    assert shown["missed_by_round"]["3"] == [0, 1]
+    assert shown["landed_rounds_late"] == 3
