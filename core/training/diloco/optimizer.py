@@ -389,8 +389,10 @@ class DilocoOptimizer(TakingPart):
         )
         if self.tamper is not None:
             # what of its attack did not land, a misbehaving peer does not send again (it would
-            # compound its own attack); it is otherwise honest
+            # compound its own attack), nor claim the samples of it: otherwise honest, it would
+            # go out with every screened round's samples added up, and CenteredClip weighs by them
             await self.bridge.run(self.diloco.forget_residual)
+            self._carried.take()
         if not landed:
             self.rounds_missed += 1
             if samples:

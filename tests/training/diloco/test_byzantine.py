@@ -50,5 +50,6 @@ async def test_an_attacker_is_left_out_and_named(make_dpeer: MakeDPeer, attack: 
             break
         await asyncio.sleep(0.1)
     assert accused == {attacker_id}
-    # what of its attack did not land, it does not send again
+    # what of its attack did not land, it does not send again, nor claim its samples again
     assert not any(np.any(r) for r in attacker.optimizer.diloco.residual or [])
+    assert attacker.optimizer.waiting_samples == 0
