@@ -387,23 +387,25 @@ class DilocoOptimizer(TakingPart):
         landed, summary, group = await self._outcome(
             result, delta, left, others=others, epoch=epoch, per_round=per_round
         )
+        # most of our work landed (all of it alone): its samples are credited now, and what of it
+        # the mean lacks goes out with a later round (without new samples)
+        credits = landed and (
+            result is None or result.included_elements * 2 >= result.total_elements
+        )
         if self.tamper is not None:
             # what of its attack did not land, a misbehaving peer does not send again (it would
             # compound its own attack), nor claim the samples of it: otherwise honest, it would
             # go out with every screened round's samples added up, and CenteredClip weighs by them
             await self.bridge.run(self.diloco.forget_residual)
-            self._carried.take()
+            if not credits:
+                self._carried.take()
         if not landed:
             self.rounds_missed += 1
             if samples:
                 log.warning("round at epoch %d: %s; this peer's %d samples of it go out with a "
                             "later round", epoch, summary, samples)  # fmt: skip
             return
-        credited, late = 0, 0
-        if result is None or result.included_elements * 2 >= result.total_elements:
-            # most of our work landed (all of it alone): its samples are credited now, and what
-            # of it the mean lacks goes out with a later round (without new samples)
-            credited, late = self._carried.land(epoch)
+        credited, late = self._carried.land(epoch) if credits else (0, 0)
         if credited:
             self.landed.add(epoch, credited)
         if result is not None and self.config.mode == "aux":
