@@ -113,6 +113,17 @@ class Participation:
 
     # ---- our record and theirs -------------------------------------------------------------------
 
+    @property
+    def mode(self) -> str:
+        """What our record says we are: "paused" while paused; a trainer that others cannot dial
+        (its averager went client, ``PeerStack``) says "client", so that nobody plans a group for
+        it to lead (diloco's ``plan_groups``): a group of two such members never forms."""
+        if self.paused:
+            return "paused"
+        if self.role == "trainer" and self.links.averager.config.client_mode:
+            return "client"
+        return self.role
+
     def record(self, epoch: int, samples: int, anchor: str = "") -> PeerProgress:
         """Our progress record: at ``epoch`` with ``samples`` towards it, our speed and loss
         totals, our last finished epoch, the epochs that landed, the digest of what we hold at
@@ -124,7 +135,7 @@ class Participation:
             samples,
             self.tally.speed,
             time.time(),
-            "paused" if self.paused else self.role,
+            self.mode,
             self.tally.loss_sum,
             self.tally.mini_steps,
             last_epoch,

@@ -185,6 +185,35 @@ def test_a_norm_far_above_the_groups_is_screened_with_its_ratio(config: Aggregat
     assert result.included == frozenset({0, 1, 2, 3, 5})
 
 
+@pytest.mark.parametrize(
+    ("factor", "noise", "left_out"),
+    [
+        (-9.5, 1.0, True),  # flipped, just under the norm limit: points away from the others
+        (-9.5, 3.0, True),  # the same where the others agree little (a noisy round)
+        (7.0, 1.0, False),  # a sender that did seven times the work: large, but with the others
+        (-3.0, 1.0, False),  # flipped below half the limit: CenteredClip's to bound, not this
+    ],
+)
+def test_a_large_chunk_pointing_away_from_the_others_is_screened(
+    factor: float, noise: float, left_out: bool
+) -> None:
+    rng = np.random.default_rng(5)
+    signal = rng.standard_normal(SIZE).astype(np.float32)
+    rows = [signal + noise * rng.standard_normal(SIZE).astype(np.float32) for _ in range(4)]
+    rows[3] = (factor * rows[3] / np.linalg.norm(rows[3]) * np.linalg.norm(rows[0])).astype(
+        np.float32
+    )
+    checks = screen(read_only(dict(enumerate(rows))), CC.norm_ratio_limit)
+    assert (3 in checks.screened) is left_out
+    assert set(checks.screened) <= {3}
+    if left_out:
+        statistic, cosine, reason = checks.screened[3]
+        assert statistic == "opposed"
+        assert cosine < 0
+        assert "points away from the others" in reason
+        assert 3 not in checks.unattributed  # a finding: three others agree on the direction
+
+
 def test_a_pair_screens_only_what_no_honest_pair_shows() -> None:
     # a pair has no majority: a chunk 12x its partner's is as likely an honest sparse one as a
     # liar, so the pair's limit is five times the group's; x1000 is still far beyond it

@@ -42,6 +42,16 @@ MAJORITY = 3
 """Senders with data (finite, non-zero chunks) for a majority; fewer get ``PAIR_FACTOR``."""
 PAIR_FACTOR = 5.0
 """A pair's limit over the group's: no majority says which of two chunks is wrong."""
+OPPOSED = "opposed"
+OPPOSED_FROM = 0.5
+"""Above this share of the norm limit, a chunk that points away from the others (a negative
+cosine with their coordinate-wise median) is left out too: a gradient flipped and scaled to just
+under the limit. Honest chunks reach a cosine near 0 once the model learns little, but not with a
+norm several times the median."""
+OPPOSED_SIZE = 256
+"""The fewest values a chunk needs for its direction to say anything: a chunk of one value (a
+bias) has a cosine of +1 or -1 whoever sent it, and an honest scalar 6.5x the median with the
+other sign was accused that way."""
 
 
 def lower_median(values: Sequence[float]) -> float:
@@ -112,4 +122,34 @@ def screen(inputs: Mapping[int, F32], norm_ratio_limit: float) -> Screening:
                     "senders nobody can tell which is wrong, so nobody is accused)"
                 )
             result.screened[sender] = (NORM_RATIO, ratio, reason)
+    if pair or next(iter(inputs.values())).size < OPPOSED_SIZE:
+        return result
+    for sender, norm in list(result.norms.items()):
+        if sender in result.screened or norm / result.reference <= limit * OPPOSED_FROM:
+            continue
+        ratio = norm / result.reference
+        cosine = _cosine_to_others(inputs, sender, result)
+        if cosine < 0.0:
+            reason = (
+                f"its norm is {ratio:.3g}x the group's median and it points away from the "
+                f"others (cosine {cosine:.2f} with their median)"
+            )
+            result.screened[sender] = (OPPOSED, cosine, reason)
     return result
+
+
+def _cosine_to_others(inputs: Mapping[int, F32], sender: int, checks: Screening) -> float:
+    """The cosine between ``sender``'s chunk and the coordinate-wise median of the other senders'
+    usable chunks (finite, not zero, not screened)."""
+    others = [
+        inputs[s]
+        for s in sorted(inputs)
+        if s != sender and s not in checks.screened and checks.norms[s] > 0
+    ]
+    if not others:
+        return 1.0
+    centre = np.median(np.stack(others), axis=0).astype(np.float32)
+    scale = checks.norms[sender] * l2_norm(centre)
+    if not scale > 0:
+        return 1.0
+    return float(np.dot(inputs[sender], centre)) / scale

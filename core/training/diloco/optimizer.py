@@ -483,7 +483,9 @@ class DilocoOptimizer(TakingPart):
             for p in view.peers
             if (p.training or p.mode == "aux") and epoch - 1 <= p.epoch <= epoch
         ]
-        members.append(GroupMember(self._peer, self.config.mode != "client"))
+        # a trainer nobody can dial averages as a client: it cannot lead, whatever its role
+        leads = self.config.mode != "client" and not config.client_mode
+        members.append(GroupMember(self._peer, leads))
         size = None if config.verification.enabled else config.target_group_size
         return plan_groups(members, epoch, size)
 

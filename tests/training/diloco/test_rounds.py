@@ -5,6 +5,7 @@ mid-round, a paused peer, a missed exchange."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,50 @@ async def test_more_trainers_than_a_group_land_one_model(make_dpeer: MakeDPeer) 
     np.testing.assert_allclose(after, before - 0.7 * 1.9 * mean, rtol=1e-4, atol=1e-6)
     for peer in peers:  # nothing of anyone waits for a later round
         assert not any(np.any(r) for r in peer.optimizer.diloco.residual or [])
+
+
+async def test_trainers_nobody_can_dial_are_planned_as_clients_and_land_every_round(
+    make_dpeer: MakeDPeer,
+) -> None:
+    # two trainers behind routers (their averagers went client, as reachability makes them) and
+    # one others can dial, with the backbone, in groups of two: a plan that took the two for
+    # leaders pairs them in a third of the rounds, and such a group never forms
+    peers = [await make_dpeer(group_size=2) for _ in range(3)]
+    peers.append(await make_dpeer(group_size=2, mode="aux"))
+    homes = peers[:2]
+    for peer in homes:
+        peer.averager.set_client_mode(True)
+    await asyncio.gather(*(p.optimizer._publish() for p in peers))
+    await settle(peers)
+    for _ in range(50):  # everyone has read the homes' records since they went client
+        await asyncio.gather(*(p.optimizer._refresh() for p in peers))
+        if all(r.mode == "client" for r in _records_of(peers[2:], homes)):
+            break
+        await asyncio.sleep(0.1)
+    assert [p.optimizer._progress().mode for p in peers] == ["client", "client", "trainer", "aux"]
+    assert {r.mode for r in _records_of(peers[2:], homes)} == {"client"}
+    names = {str(p.optimizer.part.peer): i for i, p in enumerate(peers)}
+    for epoch in range(30):  # every member's plan: each group gathers at a member that can lead
+        for peer in peers:
+            view = peer.optimizer.view()
+            view = replace(view, peers=[replace(r, epoch=epoch) for r in view.peers])  # all fresh
+            groups = peer.optimizer._groups(view, epoch)
+            assert sorted(names[p] for p in groups.ranks) == [2, 3]
+            assert sorted(groups.of[p] for p in groups.ranks) == [0, 1]
+    for round_ in range(2):
+        for seed, peer in enumerate(peers[:3]):
+            await peer.train(2, seed=10 * round_ + seed)
+        await end_rounds(peers)
+        assert [p.optimizer.epoch for p in peers] == [round_ + 1] * 4
+        assert {p.optimizer.reports[-1].group_size for p in peers} == {2}
+        assert len({p.anchor() for p in peers}) == 1
+    assert [p.optimizer.rounds_missed for p in peers] == [0] * 4
+
+
+def _records_of(readers: list[DPeer], peers: list[DPeer]) -> list[PeerProgress]:
+    """What ``readers`` last read of ``peers``' progress records."""
+    wanted = {p.optimizer.part.peer for p in peers}
+    return [r for reader in readers for r in reader.optimizer.view().peers if r.peer in wanted]
 
 
 async def test_a_round_shorter_than_one_step_is_said_naming_the_key(
