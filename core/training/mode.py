@@ -2,10 +2,10 @@
 
 A mode's spec names a module (``ModeSpec.implementation``, one sub-package of ``core.training``
 per mode: ``dedloc``, ``diloco``) whose ``MODE`` satisfies ``Mode``: how long its rounds may wait
-for a group, the optimizer a trainer drives (``ModeOptimizer``) and what the backbone runs
-(``Backbone``). The project peer (``core.training.peer``) asks ``mode_of`` for the manifest's mode
-and builds whatever it returns: it never names a mode itself, so a new mode is its sub-package and
-one row of the table.
+for a group, how reducers screen its chunks, the optimizer a trainer drives (``ModeOptimizer``)
+and what the backbone runs (``Backbone``). The project peer (``core.training.peer``) asks
+``mode_of`` for the manifest's mode and builds whatever it returns: it never names a mode itself,
+so a new mode is its sub-package and one row of the table.
 
 Both kinds of part take what they need from ``PeerParts`` (the backbone's from
 ``BackboneParts``): the peer's settings, its state, its links to the collaboration and where its
@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from core.averaging.robust.aggregation import AggregationConfig
 from core.modes import ModeSpec, active_modes
 from core.project import Manifest
 from core.training.checkpoints import CheckpointStore
@@ -129,6 +130,12 @@ class BackboneParts(PeerParts):
 @runtime_checkable
 class Mode(Protocol):
     def matchmaking(self, manifest: Manifest) -> Matchmaking: ...
+
+    def aggregation(self, base: AggregationConfig) -> AggregationConfig:
+        """How reducers treat this mode's chunks: the manifest's ``base`` with whatever the mode's
+        updates call for (``AggregationConfig.opposed_from``: only updates over many steps agree in
+        direction across honest members)."""
+        ...
 
     def trainer(self, parts: PeerParts) -> ModeOptimizer:
         """The optimizer of a trainer or client (``parts.settings.role``)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from core.averaging.robust.aggregation import (
     aggregate_chunk,
     weighted_mean,
 )
-from core.averaging.robust.screening import lower_median, screen
+from core.averaging.robust.screening import OPPOSED_FROM, OPPOSED_SIZE, lower_median, screen
 from core.averaging.round.reducer import PartReducer
 from core.averaging.round.tensors import Span
 from core.codecs import NONE
@@ -203,7 +204,8 @@ def test_a_large_chunk_pointing_away_from_the_others_is_screened(
     rows[3] = (factor * rows[3] / np.linalg.norm(rows[3]) * np.linalg.norm(rows[0])).astype(
         np.float32
     )
-    checks = screen(read_only(dict(enumerate(rows))), CC.norm_ratio_limit)
+    inputs = read_only(dict(enumerate(rows)))
+    checks = screen(inputs, CC.norm_ratio_limit, OPPOSED_FROM)
     assert (3 in checks.screened) is left_out
     assert set(checks.screened) <= {3}
     if left_out:
@@ -212,6 +214,23 @@ def test_a_large_chunk_pointing_away_from_the_others_is_screened(
         assert cosine < 0
         assert "points away from the others" in reason
         assert 3 not in checks.unattributed  # a finding: three others agree on the direction
+    # a mode that does not screen by direction (dedloc's one-batch gradients) lets it through
+    assert screen(inputs, CC.norm_ratio_limit).screened == {}
+    on = aggregate_chunk(inputs, ones(inputs), replace(CC, opposed_from=OPPOSED_FROM))
+    assert (3 not in on.included) is left_out
+
+
+def test_a_chunk_too_small_to_have_a_direction_is_not_screened_by_it() -> None:
+    # a bias of a few values has a cosine of about +-1 whoever sent it: an honest one 6.5x the
+    # median with the other sign was accused that way
+    rng = np.random.default_rng(6)
+    small = OPPOSED_SIZE - 1
+    rows = [np.abs(rng.standard_normal(small)).astype(np.float32) for _ in range(4)]
+    rows[3] = -7.0 * rows[3]
+    assert screen(read_only(dict(enumerate(rows))), 10.0, OPPOSED_FROM).screened == {}
+    rows = [np.abs(rng.standard_normal(OPPOSED_SIZE)).astype(np.float32) for _ in range(4)]
+    rows[3] = -7.0 * rows[3]
+    assert set(screen(read_only(dict(enumerate(rows))), 10.0, OPPOSED_FROM).screened) == {3}
 
 
 def test_a_pair_screens_only_what_no_honest_pair_shows() -> None:
@@ -362,6 +381,8 @@ def test_weighted_mean_scales_by_shares_so_huge_weights_cannot_overflow() -> Non
         ({"norm_ratio_limit": math.nan}, "norm_ratio_limit must be above 1"),
         ({"clip_finding_below": 1.5}, r"clip_finding_below must be in \[0, 1\]"),
         ({"spread_floor": 1.0}, r"spread_floor must be in \[0, 1\)"),
+        ({"opposed_from": 0.0}, r"opposed_from must be in \(0, 1\]"),
+        ({"opposed_from": 1.5}, r"opposed_from must be in \(0, 1\]"),
     ],
 )
 def test_bad_settings_are_refused_with_the_reason(changes: dict[str, object], message: str) -> None:

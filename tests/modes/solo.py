@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
+from core.averaging.robust.aggregation import AggregationConfig
 from core.modes import ModeSpec, Traffic, TrafficInputs
 from core.modes.spec import AveragingKnobs, Problem, TrainingKnobs
 from core.project import Manifest
@@ -156,6 +157,9 @@ class SoloBackbone:
 class Solo:
     def matchmaking(self, manifest: Manifest) -> Matchmaking:
         return Matchmaking(SOLO_WAIT, SOLO_WAIT)
+
+    def aggregation(self, base: AggregationConfig) -> AggregationConfig:
+        return base
 
     def trainer(self, parts: PeerParts) -> SoloOptimizer:
         role = "client" if parts.settings.role == "client" else "trainer"

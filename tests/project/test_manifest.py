@@ -497,6 +497,7 @@ def test_the_package_does_not_import_torch() -> None:
 def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: Path) -> None:
     pytest.importorskip("torch")  # core.training builds the averager's settings
     from core.averaging.robust.aggregation import AggregationConfig, Method
+    from core.averaging.robust.screening import OPPOSED_FROM
     from core.training.peer.recipe import averager_config
 
     default = parse_manifest(render(base()))
@@ -514,6 +515,13 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
     manifest = load_manifest(write(tmp_path, render(edited(chosen))))
     assert averager_config(manifest, "aux").aggregation == AggregationConfig(
         Method.MEAN, clip_tau=3.0, clip_iterations=5, norm_ratio_limit=20.5
+    )
+    # diloco's pseudo-gradients are screened by direction as well; dedloc's gradients are not
+    assert default.training.mode == "dedloc"
+    assert averager_config(default, "trainer").aggregation.opposed_from is None
+    diloco = load_manifest(write(tmp_path, render(edited({"training.mode": "diloco"}))))
+    assert averager_config(diloco, "trainer").aggregation == AggregationConfig(
+        Method.CENTERED_CLIP, opposed_from=OPPOSED_FROM
     )
     # reducer verification: off unless the manifest asks for it
     assert not default.averaging.verify_reducers

@@ -63,6 +63,10 @@ class AggregationConfig:
     five times τ from the aggregate. Honest senders sit within about 0.6 τ on average, but with
     0.5 (2 τ) every defended test run accused one honest trainer (shards differ), and a finding
     becomes signed evidence against a user."""
+    opposed_from: float | None = None
+    """Screen by direction too (``screening``): a chunk above this share of the norm limit that
+    points away from the others is left out. None: off, as for one batch's gradients; a mode whose
+    updates span many steps turns it on (``Mode.aggregation``)."""
     spread_floor: float = 1e-3
     """The spread that sets τ is at least this times the reference norm: differences below it are
     rounding, not outliers."""
@@ -93,6 +97,8 @@ class AggregationConfig:
             raise ConfigError(
                 f"clip_finding_below must be in [0, 1], got {self.clip_finding_below}"
             )
+        if self.opposed_from is not None and not 0 < self.opposed_from <= 1:
+            raise ConfigError(f"opposed_from must be in (0, 1], got {self.opposed_from}")
         if not 0 <= self.spread_floor < 1:
             raise ConfigError(f"spread_floor must be in [0, 1), got {self.spread_floor}")
 
@@ -145,7 +151,7 @@ def aggregate_chunk(
     """
     _check(inputs, weights)
     workspace = workspace or Workspace()
-    checks = screen(inputs, config.norm_ratio_limit)
+    checks = screen(inputs, config.norm_ratio_limit, config.opposed_from)
     if not config.screen:
         checks.screened = {}
         checks.unattributed = set()

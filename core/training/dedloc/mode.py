@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from core.averaging.robust.aggregation import AggregationConfig
 from core.project import Manifest
 from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
 from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
@@ -23,6 +24,11 @@ class Dedloc:
     def matchmaking(self, manifest: Manifest) -> Matchmaking:
         wait = manifest.averaging.matchmaking_time
         return Matchmaking(min(LEADER_PATIENCE, wait), wait)
+
+    def aggregation(self, base: AggregationConfig) -> AggregationConfig:
+        """As the manifest says: one batch's gradient need not point the others' way (an
+        embedding row one batch touched), so no screening by direction."""
+        return base
 
     def trainer(self, parts: PeerParts) -> CollaborativeOptimizer:
         """The collaborative optimizer, its fallback to the published checkpoint, the moderators'

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
+from core.averaging.robust.aggregation import AggregationConfig
+from core.averaging.robust.screening import OPPOSED_FROM
 from core.project import Manifest
 from core.training.diloco.backbone import DilocoBackbone
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer, reads_every
@@ -28,6 +31,11 @@ class Diloco:
         t, wait = manifest.training, manifest.averaging.matchmaking_time
         most = max(wait, t.round_seconds / 3)
         return Matchmaking(most, most)
+
+    def aggregation(self, base: AggregationConfig) -> AggregationConfig:
+        """Pseudo-gradients span a round of inner steps: honest members' point the same way, so
+        a large one that points away is screened (a sign flip just under the norm limit)."""
+        return replace(base, opposed_from=OPPOSED_FROM)
 
     def trainer(self, parts: PeerParts) -> DilocoOptimizer:
         """The diloco optimizer and, in the demo only, a misbehaviour."""

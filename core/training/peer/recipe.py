@@ -184,7 +184,8 @@ def mlm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
 
 def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
     a = manifest.averaging
-    wait = mode_of(manifest).matchmaking(manifest)
+    mode = mode_of(manifest)
+    wait = mode.matchmaking(manifest)
     return AveragerConfig(
         target_group_size=a.target_group_size,
         min_group_size=min(a.min_group_size, a.target_group_size),
@@ -197,11 +198,13 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         # the backbone joins with weight 0 but as a member that receives the averages: it steps
         # its replica of the state with them (``AuxiliaryPeer``)
         auxiliary=False,
-        aggregation=AggregationConfig(
-            method=Method(a.aggregation),
-            clip_tau=a.clip_tau,
-            clip_iterations=a.clip_iterations,
-            norm_ratio_limit=a.norm_ratio_limit,
+        aggregation=mode.aggregation(
+            AggregationConfig(
+                method=Method(a.aggregation),
+                clip_tau=a.clip_tau,
+                clip_iterations=a.clip_iterations,
+                norm_ratio_limit=a.norm_ratio_limit,
+            )
         ),
         verification=VerificationConfig(enabled=a.verify_reducers),
     )
