@@ -23,7 +23,7 @@ Scenarios:
   without churn or attacker (``clean``). Goals: >= 95 % of rounds land for >= 90 % of the honest
   trainers (of the rounds each was there for, past its first); every honest trainer that stayed
   has all of its samples credited or still waiting to land; the held-out loss at equal samples
-  within 3 % of the clean run's.
+  within 3 % of the clean run's; nobody honest accused (the evidence of either run).
 - ``bytes``: 8, 16, 32 and 64 trainers at equal speed, in fp16 and in ``topk`` (1 %, 2 bits):
   the chunk bytes each member sends and receives a round (``AveragingResult``), and everything
   its Host sent (the DHT included), against the formula of ``expected_bytes``.
@@ -641,6 +641,12 @@ async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
         "within_5_percent_at_equal_rounds": all(
             r["loss"]["worst_gap_at_equal_rounds"] <= 0.05 for r in runs["attacks"].values()
         ),
+        # at equal samples an attacker screened out every round makes the run look better (three
+        # members' rounds at three quarters of the samples): harm is a loss above the clean run's
+        "never_5_percent_worse": all(
+            max(r["gap"] for r in a["loss"]["at_equal_samples"]) <= 0.05
+            for a in runs["attacks"].values()
+        ),
         "attacker_named": all(r["attacker_accused_alone"] for r in runs["attacks"].values()),
     }
     return runs
@@ -669,6 +675,9 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
         "hard_curve": hard.curve,
         "backbone_repairs": hard.backbone.optimizer.repairs,
         "trainer_repairs": sum(m["repairs"] for m in hard.members),
+        "accused": hard.accused,
+        "clean_accused": clean.accused,
+        "honest_accused": honest_accused(clean, hard),
     }
     figures["goals"] = {
         "rounds_land_for_90_percent": figures["landing"]["share_landing_95_percent"] >= 0.9,
@@ -677,8 +686,16 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
         "held_out_within_3_percent_at_equal_rounds": (
             figures["loss"]["worst_gap_at_equal_rounds"] <= 0.03
         ),
+        "no_honest_trainer_accused": not figures["honest_accused"],
     }
     return figures
+
+
+def honest_accused(clean: Swarm, hard: Swarm) -> list[str]:
+    """Whom the members' evidence accuses that attacked nobody: anyone in the clean run, anyone
+    but the attacker in the attacked one (a screen that accuses honest members is a defect)."""
+    attackers = {m["peer"] for m in hard.members if not m["honest"]}
+    return sorted({*clean.accused, *(set(hard.accused) - attackers)})
 
 
 # ---- bytes ---------------------------------------------------------------------------------------

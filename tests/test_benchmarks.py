@@ -599,6 +599,12 @@ def test_swarm_scale_compares_runs_at_equal_samples_and_at_equal_rounds() -> Non
         {"honest": True, "joined": 3, "left": None, "reports": [[e, 32, 1, 16, 10] for e in (4, 6, 7)]},
         {"honest": False, "joined": 0, "left": None, "reports": []},
     ]  # fmt: skip
+    clean.accused, hard.accused = [], ["attacker"]
+    hard.members[2]["peer"] = "attacker"
+    assert swarm_scale.honest_accused(clean, hard) == []
+    hard.accused = ["attacker", "honest"]  # a screen that accuses a member that did no wrong
+    clean.accused = ["someone"]
+    assert swarm_scale.honest_accused(clean, hard) == ["honest", "someone"]
     shown = swarm_scale.landing(hard, 8)
     assert shown["honest_trainers_counted"] == 2
     assert shown["share_landing_95_percent"] == 0.5
