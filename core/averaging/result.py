@@ -26,7 +26,8 @@ class Finding:
     chunk: int
     """The chunk of that part; -1 when the finding is about the whole part."""
     statistic: str
-    """What was measured: ``nonfinite``, ``norm_ratio``, ``clip_weight``, ``reducer_mismatch``."""
+    """What was measured: ``nonfinite``, ``norm_ratio``, ``opposed``, ``clip_weight``,
+    ``reducer_mismatch``."""
     value: float
     """Its value (for example the chunk's norm over the group's median norm)."""
     reason: str

@@ -66,7 +66,7 @@ class Evidence:
     chunk: int
     """-1 when the finding is about the whole part."""
     statistic: str
-    """``nonfinite``, ``norm_ratio``, ``clip_weight``, ``reducer_mismatch``…"""
+    """``nonfinite``, ``norm_ratio``, ``opposed``, ``clip_weight``, ``reducer_mismatch``…"""
     value: float | None
     """The statistic's value; None when it was not a finite number."""
     reason: str
