@@ -27,9 +27,13 @@ direction (``opposed_from``): there honest members' norms sit within about 10 % 
 gradient flipped and scaled x10 lands right at the norm limit and passes whenever its own norm is
 a little low, and CenteredClip's radius, set by that small honest spread, still lets it bend the
 mean (the held-out loss went 11-18 % off the clean run). Such a chunk has a large norm *and* points
-away from the others; an honest pseudo-gradient has neither. A single batch's gradient (dedloc)
-may: an embedding row that one batch touched is far above the median and unrelated to the others',
-so the rule is off there.
+away from the others, and is left out. It is not accused: in a clean swarm of 64 with speeds spread
+4x, three honest chunks of members far ahead in inner steps had norms 6-7.6x the median and cosines
+of -0.78 to -0.94 (they overshot where the slower members had not yet arrived); leaving such a chunk
+out costs its sender that chunk of one round, accusing it would put signed evidence against a
+volunteer for having a fast GPU. A single batch's gradient (dedloc) is a worse fit still: an
+embedding row that one batch touched is far above the median and unrelated to the others', so the
+rule is off there.
 
 Everything here is a pure function of its inputs, in ascending sender order, so that a verifier
 recomputing a reducer's chunk reaches the same verdicts.
@@ -145,9 +149,11 @@ def screen(
         if cosine < 0.0:
             reason = (
                 f"its norm is {ratio:.3g}x the group's median and it points away from the "
-                f"others (cosine {cosine:.2f} with their median)"
+                f"others (cosine {cosine:.2f} with their median; not accused: an honest member "
+                "many inner steps ahead of the others can overshoot that way)"
             )
             result.screened[sender] = (OPPOSED, cosine, reason)
+            result.unattributed.add(sender)
     return result
 
 

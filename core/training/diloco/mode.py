@@ -34,8 +34,12 @@ class Diloco:
 
     def aggregation(self, base: AggregationConfig) -> AggregationConfig:
         """Pseudo-gradients span a round of inner steps: honest members' point the same way, so
-        a large one that points away is screened (a sign flip just under the norm limit)."""
-        return replace(base, opposed_from=OPPOSED_FROM)
+        a large one that points away is screened (a sign flip just under the norm limit). How
+        far one lies from the others grows with its sender's inner steps, so CenteredClip's clip
+        factor says how fast a member is as much as whether it lies: it bounds the pull but makes
+        no finding (a clean swarm of 64 with speeds spread 4x drew 13 against honest members in
+        12 rounds); the screens' findings name the attacks."""
+        return replace(base, opposed_from=OPPOSED_FROM, clip_finding_below=0.0)
 
     def trainer(self, parts: PeerParts) -> DilocoOptimizer:
         """The diloco optimizer and, in the demo only, a misbehaviour."""
