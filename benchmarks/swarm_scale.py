@@ -422,6 +422,10 @@ class Swarm:
     """Every trainer's ``summary``, once the swarm is closed."""
     accused: list[str] = field(default_factory=list)
     """Every peer the members' signed evidence accuses, as the backbone read it at the end."""
+    findings: dict[str, int] = field(default_factory=dict)
+    """How many of those accusations each statistic made (``norm_ratio``, ``opposed``…)."""
+    first_accused_at: int | None = None
+    """The earliest round any accusation was made in."""
 
     async def add(self, step_seconds: float, attack: Attack | None = None) -> None:
         """A trainer in the least crowded worker; it starts with the next ``begin``."""
@@ -460,6 +464,9 @@ class Swarm:
         with contextlib.suppress(BarnraiseError):
             found = await self.backbone.optimizer.evidence.fetch()
             self.accused = sorted({str(item.evidence.accused) for item in found})
+            statistics = [item.evidence.statistic for item in found]
+            self.findings = {s: statistics.count(s) for s in sorted(set(statistics))}
+            self.first_accused_at = min((item.evidence.epoch for item in found), default=None)
         for worker in self.workers:
             self.members.extend(await worker.close())
         await stop(self.backbone, cleanly=True)
@@ -634,6 +641,7 @@ async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
             "loss": compare(clean, hard),
             "curve": hard.curve,
             "accused": hard.accused,
+            "findings": hard.findings,
             "attacker_accused_alone": hard.accused == [attacker],
         }
     runs["goals"] = {
@@ -678,6 +686,9 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
         "accused": hard.accused,
         "clean_accused": clean.accused,
         "honest_accused": honest_accused(clean, hard),
+        "findings": hard.findings,
+        "clean_findings": clean.findings,
+        "clean_first_accused_at": clean.first_accused_at,
     }
     figures["goals"] = {
         "rounds_land_for_90_percent": figures["landing"]["share_landing_95_percent"] >= 0.9,
