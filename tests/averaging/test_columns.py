@@ -42,7 +42,10 @@ async def several_groups(
     tensors = [[t.copy() for t in ts] for ts in inputs]
     feedback = [[np.zeros_like(t) for t in ts] for ts in inputs]
     groups = -(-(everyone or len(averagers)) // GROUP)
-    request = ColumnRequest("cols", GROUP, groups, timeout=HANG_GUARD / 4)
+    # the group of one closes only after its leader's 5 s wait for members: its column must
+    # still find the pairs' columns waiting on a loaded machine (7.5 s left them 2.5 s, and a CI
+    # run's pairs closed their columns without it, landing means that differ)
+    request = ColumnRequest("cols", GROUP, groups, timeout=HANG_GUARD / 2)
     results = await asyncio.gather(
         *(
             a.average(
