@@ -71,6 +71,9 @@ class AveragingResult:
     weights: dict[PeerID, float] = field(default_factory=dict)
     """The weight each sender claimed, as our part's reducer received it (senders it left out
     not listed; empty when we reduced no part)."""
+    capped: dict[PeerID, float] = field(default_factory=dict)
+    """Senders whose claimed weight was above the bound (``AggregationConfig.weight_ratio_limit``)
+    in some chunk of our part: the least weight it counted with there. Not a finding."""
     findings: list[Finding] = field(default_factory=list)
     """What this member found against others in this round (see ``Finding``); empty when all were
     honest, and never a reason by itself for ``complete`` to be False (``excluded`` is that)."""

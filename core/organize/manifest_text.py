@@ -97,6 +97,7 @@ KEY_NOTES = {
     "averaging.clip_tau": "CenteredClip's radius, relative to the peers' spread",
     "averaging.clip_iterations": "CenteredClip's iterations",
     "averaging.norm_ratio_limit": "parts this many times the median norm are left out",
+    "averaging.weight_ratio_limit": "no peer's claimed samples count for more than this times the median",
     "averaging.verify_reducers": "true: members check each other's reducers (costs hashing)",
     "network.initial_peers": "the backbone's DHT node: where volunteers' peers enter the swarm",
     "network.coordinator_url": "the project URL: accounts, passes, the page, the manifest",

@@ -410,6 +410,10 @@ class AveragingSection:
     norm_ratio_limit: float = 10.0
     """A chunk whose norm is more than this times the group's median is left out: above 1, at
     most 10**6."""
+    weight_ratio_limit: float = 4.0
+    """No peer's claimed samples count for more than this times the group's median claim in an
+    average: at least 1, at most 10**6. A claim is the peer's own word; honest devices within
+    this ratio of the median are averaged exactly as they claim."""
     verify_reducers: bool = False
     """Members check each other's reducers (signed commitments, seals, spot checks recomputed
     from the committed inputs: ``core.averaging.verification``). Off by default: it costs two
@@ -451,6 +455,7 @@ class AveragingSection:
         check.in_range("clip_tau", 0.0, 1000.0, low_open=True)
         check.in_range("clip_iterations", 1, 100)
         check.in_range("norm_ratio_limit", 1.0, 1e6, low_open=True)
+        check.in_range("weight_ratio_limit", 1.0, 1e6)
         check.in_range("target_group_size", 1, MAX_GROUP)
         check.in_range("min_group_size", 1, MAX_GROUP)
         if self.min_group_size > self.target_group_size:

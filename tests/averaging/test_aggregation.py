@@ -14,6 +14,7 @@ from core.averaging.robust.aggregation import (
     Method,
     Workspace,
     aggregate_chunk,
+    bounded_weights,
     weighted_mean,
 )
 from core.averaging.robust.screening import OPPOSED_FROM, OPPOSED_SIZE, lower_median, screen
@@ -149,6 +150,83 @@ def test_more_iterations_approach_the_fixed_point() -> None:
     assert converged is not None
     assert relative(results[1], converged) < relative(results[0], converged)
     assert relative(results[1], converged) < 0.05
+
+
+# ---- claimed weights ------------------------------------------------------------------------------
+
+BOUNDED = 4.0
+"""The manifest's default ``weight_ratio_limit``."""
+
+
+@pytest.mark.parametrize(
+    ("claims", "limit", "expected"),
+    [
+        ([1.0, 2.0, 3.0, 4.0], BOUNDED, [1.0, 2.0, 3.0, 4.0]),  # within the limit: as claimed
+        ([10.0, 10.0, 10.0, 1000.0], BOUNDED, [10.0, 10.0, 10.0, 40.0]),  # one claiming 100x
+        ([10.0, 10.0, 1000.0, 1000.0], BOUNDED, [10.0, 10.0, 40.0, 40.0]),  # half cannot lift it
+        ([10.0, 1000.0], BOUNDED, [10.0, 40.0]),  # a pair: the smaller sets the ceiling
+        ([10.0, 1000.0], math.inf, [10.0, 1000.0]),  # off
+        ([1000.0], BOUNDED, [1000.0]),  # alone: nothing to compare with, nobody to steer
+        ([3.0, 5.0, 100.0], 1.0, [3.0, 5.0, 5.0]),  # 1: nobody above the lower median
+    ],
+)
+def test_claimed_weights_are_bounded_by_the_lower_median(
+    claims: list[float], limit: float, expected: list[float]
+) -> None:
+    assert bounded_weights(claims, limit) == expected
+
+
+def inflated_flip(claim: float, strength: float) -> tuple[dict[int, np.ndarray], dict[int, float]]:
+    """Three honest senders of 10 samples each, and one sending their gradient x``strength``
+    (negative: sign-flipped) while claiming ``claim`` times their samples."""
+    rng = np.random.default_rng(21)
+    signal = rng.standard_normal(SIZE).astype(np.float32)
+    good = [signal + 0.5 * rng.standard_normal(SIZE).astype(np.float32) for _ in range(3)]
+    inputs = read_only({0: good[0], 1: good[1], 2: good[2], 3: strength * good[0]})
+    return inputs, {0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0 * claim}
+
+
+@pytest.mark.parametrize("claim", [10.0, 100.0])
+@pytest.mark.parametrize("strength", [-3.0, -10.0])
+def test_a_flip_claiming_many_samples_steers_centered_clip_no_more_than_an_honest_claim(
+    claim: float, strength: float
+) -> None:
+    inputs, weights = inflated_flip(claim, strength)
+    honest_mean = np.mean([inputs[i] for i in range(3)], axis=0)
+    config = replace(CC, weight_ratio_limit=BOUNDED)
+    fair = aggregate_chunk(inputs, ones(inputs), config)
+    claimed = aggregate_chunk(inputs, weights, config)
+    # the attack passes the norm screen (3x and 10x are within 10x): only clipping holds it
+    assert claimed.screened == {}
+    assert relative(claimed.values, honest_mean) <= relative(fair.values, honest_mean) * 1.05
+    assert relative(claimed.values, honest_mean) < 0.35
+    # the attack is real: the mean weighing the claim as made goes far the wrong way
+    as_claimed = aggregate_chunk(inputs, weights, MEAN)
+    assert relative(as_claimed.values, honest_mean) > 3
+    # and the result says what each claim counted for, and what the round held
+    assert claimed.capped == {3: 40.0}
+    assert claimed.weight == pytest.approx(30.0 + 10.0 * claim)
+
+
+def test_the_plain_mean_counts_an_inflated_claim_at_the_bound() -> None:
+    inputs, weights = inflated_flip(100.0, 1.0)  # honest data, a claim of 100x
+    inputs = read_only({**inputs, 3: np.full(SIZE, 5.0, dtype=np.float32)})
+    mean = aggregate_chunk(inputs, weights, replace(MEAN, weight_ratio_limit=BOUNDED))
+    expected = (10 * (inputs[0] + inputs[1] + inputs[2]) + 40 * inputs[3]) / 70
+    assert mean.values is not None
+    np.testing.assert_allclose(mean.values, expected, rtol=0, atol=2e-6)
+
+
+def test_a_clipped_sender_pulls_with_no_more_than_the_median_share() -> None:
+    # the bound off, so that only CenteredClip's own rule is at work: a far sender's claim of
+    # 1000x must not buy it more pull than an honest claim would
+    inputs, weights = inflated_flip(1000.0, -3.0)
+    honest_mean = np.mean([inputs[i] for i in range(3)], axis=0)
+    unbounded = replace(CC, weight_ratio_limit=math.inf)
+    fair = aggregate_chunk(inputs, ones(inputs), unbounded)
+    claimed = aggregate_chunk(inputs, weights, unbounded)
+    assert set(claimed.clipped) == {3}
+    assert relative(claimed.values, honest_mean) < 1.05 * relative(fair.values, honest_mean)
 
 
 # ---- screening ------------------------------------------------------------------------------------
@@ -383,6 +461,8 @@ def test_weighted_mean_scales_by_shares_so_huge_weights_cannot_overflow() -> Non
         ({"norm_ratio_limit": math.nan}, "norm_ratio_limit must be above 1"),
         ({"clip_finding_below": 1.5}, r"clip_finding_below must be in \[0, 1\]"),
         ({"spread_floor": 1.0}, r"spread_floor must be in \[0, 1\)"),
+        ({"weight_ratio_limit": 0.5}, "weight_ratio_limit must be at least 1"),
+        ({"weight_ratio_limit": math.nan}, "weight_ratio_limit must be at least 1"),
         ({"opposed_from": 0.0}, r"opposed_from must be in \(0, 1\]"),
         ({"opposed_from": 1.5}, r"opposed_from must be in \(0, 1\]"),
     ],

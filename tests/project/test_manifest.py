@@ -280,6 +280,12 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "in (1.0, 1000000.0], got 1.0",
     ),
     (
+        "weight_ratio_limit",
+        {"averaging.weight_ratio_limit": 0.5},
+        "averaging.weight_ratio_limit",
+        "in [1.0, 1000000.0], got 0.5",
+    ),
+    (
         "norm_ratio_limit inf",
         {"averaging.norm_ratio_limit": math.inf},
         "averaging.norm_ratio_limit",
@@ -502,8 +508,9 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
 
     default = parse_manifest(render(base()))
     assert default.averaging.aggregation == "centered_clip"
+    # claims count for at most 4 medians by default
     assert averager_config(default, "trainer").aggregation == AggregationConfig(
-        Method.CENTERED_CLIP
+        Method.CENTERED_CLIP, weight_ratio_limit=4.0
     )
     assert load_manifest(DEMO).averaging.aggregation == "centered_clip"
     chosen = {
@@ -511,10 +518,11 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
         "averaging.clip_tau": 3,
         "averaging.clip_iterations": 5,
         "averaging.norm_ratio_limit": 20.5,
+        "averaging.weight_ratio_limit": 2.5,
     }
     manifest = load_manifest(write(tmp_path, render(edited(chosen))))
     assert averager_config(manifest, "aux").aggregation == AggregationConfig(
-        Method.MEAN, clip_tau=3.0, clip_iterations=5, norm_ratio_limit=20.5
+        Method.MEAN, clip_tau=3.0, clip_iterations=5, norm_ratio_limit=20.5, weight_ratio_limit=2.5
     )
     # diloco's pseudo-gradients are screened by direction as well; dedloc's gradients are not
     assert default.training.mode == "dedloc"
@@ -522,7 +530,10 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
     diloco = load_manifest(write(tmp_path, render(edited({"training.mode": "diloco"}))))
     # and CenteredClip's clip factor makes no finding there (it grows with a member's steps)
     assert averager_config(diloco, "trainer").aggregation == AggregationConfig(
-        Method.CENTERED_CLIP, opposed_from=OPPOSED_FROM, clip_finding_below=0.0
+        Method.CENTERED_CLIP,
+        opposed_from=OPPOSED_FROM,
+        clip_finding_below=0.0,
+        weight_ratio_limit=4.0,
     )
     # reducer verification: off unless the manifest asks for it
     assert not default.averaging.verify_reducers

@@ -1,7 +1,9 @@
 """How a reducer turns its senders' chunks into one: screening, then the mean or CenteredClip.
 
 Every chunk is screened first (``screening``): non-finite chunks and chunks whose norm is far above
-the group's are left out. The rest are aggregated by the configured method:
+the group's are left out. The claimed sample weights of the rest are bounded (``bounded_weights``):
+none counts for more than ``weight_ratio_limit`` times the group's lower median weight, since a
+weight is only its sender's say-so. Then the chunks are aggregated by the configured method:
 
 - ``mean``: the sample-weighted mean, as plain averaging has always done.
 - ``centered_clip``: CenteredClip (``centered_clip``): a sender far from the others pulls the
@@ -29,7 +31,7 @@ from enum import StrEnum
 import numpy as np
 
 from core.averaging.robust.centered_clip import centered_clip
-from core.averaging.robust.screening import screen
+from core.averaging.robust.screening import lower_median, screen
 from core.codecs.arrays import F32
 from core.util.errors import ConfigError
 
@@ -63,6 +65,10 @@ class AggregationConfig:
     five times τ from the aggregate. Honest senders sit within about 0.6 τ on average, but with
     0.5 (2 τ) every defended test run accused one honest trainer (shards differ), and a finding
     becomes signed evidence against a user."""
+    weight_ratio_limit: float = math.inf
+    """No sender's weight counts for more than this times the lower median of the senders'
+    weights (``bounded_weights``); inf: weights as claimed, as plain averaging has always done.
+    A project's manifest sets it (``averaging.weight_ratio_limit``)."""
     opposed_from: float | None = None
     """Screen by direction too (``screening``): a chunk above this share of the norm limit that
     points away from the others is left out. None: off, as for one batch's gradients; a mode whose
@@ -92,6 +98,11 @@ class AggregationConfig:
             raise ConfigError(
                 f"norm_ratio_limit must be above 1 (inf turns the check off), "
                 f"got {self.norm_ratio_limit}"
+            )
+        if math.isnan(self.weight_ratio_limit) or self.weight_ratio_limit < 1:
+            raise ConfigError(
+                f"weight_ratio_limit must be at least 1 (inf: weights as claimed), "
+                f"got {self.weight_ratio_limit}"
             )
         if not 0 <= self.clip_finding_below <= 1:
             raise ConfigError(
@@ -127,7 +138,8 @@ class ChunkAggregate:
     values: F32 | None
     """The aggregate, a new array (None when nothing could be aggregated)."""
     weight: float
-    """Total sample weight of the senders included."""
+    """Total sample weight the included senders claimed (the samples that reached the round; how
+    much each of them steered ``values`` is bounded: ``capped``)."""
     included: frozenset[int]
     """Sender indices whose data went in."""
     screened: dict[int, tuple[str, float, str]] = field(default_factory=dict)
@@ -136,6 +148,9 @@ class ChunkAggregate:
     """Sender -> its CenteredClip factor min(1, τ/‖x − v‖), when below ``clip_finding_below``."""
     unattributed: frozenset[int] = frozenset()
     """Screened senders that are no finding (``Screening.unattributed``)."""
+    capped: dict[int, float] = field(default_factory=dict)
+    """Sender -> the weight it counted with, for included senders whose claim was above the bound
+    (``bounded_weights``). Not a finding: honest devices differ in speed."""
 
 
 def aggregate_chunk(
@@ -161,8 +176,10 @@ def aggregate_chunk(
             None, 0.0, frozenset(), checks.screened, unattributed=frozenset(checks.unattributed)
         )
     rows = [inputs[s] for s in kept]
-    shares = [float(weights[s]) for s in kept]
-    total = math.fsum(shares)
+    claims = [float(weights[s]) for s in kept]
+    total = math.fsum(claims)
+    shares = bounded_weights(claims, config.weight_ratio_limit)
+    capped = {s: b for s, w, b in zip(kept, claims, shares, strict=True) if b < w}
     clipped: dict[int, float] = {}
     if len(rows) == 1:
         values = rows[0].copy()
@@ -185,8 +202,29 @@ def aggregate_chunk(
                 s: f for s, f in zip(kept, factors, strict=True) if f < config.clip_finding_below
             }
     return ChunkAggregate(
-        values, total, frozenset(kept), checks.screened, clipped, frozenset(checks.unattributed)
+        values,
+        total,
+        frozenset(kept),
+        checks.screened,
+        clipped,
+        frozenset(checks.unattributed),
+        capped,
     )
+
+
+def bounded_weights(claims: Sequence[float], ratio_limit: float) -> list[float]:
+    """Each claimed weight, at most ``ratio_limit`` times the lower median of all of them.
+
+    A claim is a number its sender chose. The lower median (``screening.lower_median``) is one a
+    minority cannot move, however much it claims, nor can half of the senders raise it; so a
+    sender claiming 100 times its samples counts for at most ``ratio_limit`` honest medians. Honest
+    weights within the limit of each other come out as claimed (the exact weighted mean), and a
+    fast device far above the others still counts for more, only less than it did.
+    """
+    if math.isinf(ratio_limit) or len(claims) < 2:
+        return list(claims)
+    ceiling = ratio_limit * lower_median(claims)
+    return [min(w, ceiling) for w in claims]
 
 
 def _check(inputs: Mapping[int, F32], weights: Mapping[int, float]) -> None:

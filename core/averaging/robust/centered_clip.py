@@ -7,12 +7,21 @@ drag the result off.
 
 Choices, and why:
 
-- **Start: the medoid**, the sender whose weighted sum of distances to all the others is smallest.
-  The iterations stay near the honest mean only if they do not start dragged off, and a reducer has
-  no earlier aggregate to start from (parts move between reducers). Like the coordinate-wise median,
+- **Start: the medoid**, the sender whose sum of distances to all the others is smallest. The
+  iterations stay near the honest mean only if they do not start dragged off, and a reducer has no
+  earlier aggregate to start from (parts move between reducers). Like the coordinate-wise median,
   the medoid cannot be taken by a minority far from the rest; unlike it, it needs no pass over the
   chunk to find (a sorting network for the median of four 1 MiB chunks cost as much as everything
-  else here together), only the n x n distances the iterations need anyway.
+  else here together), only the n x n distances the iterations need anyway. The sum is unweighted:
+  weighted by claimed samples, one sender claiming enough would be the medoid wherever it sat.
+- **Weight buys influence only among agreeing senders.** A sender whose offset is clipped (farther
+  than τ from the point) pulls with at most the senders' lower median share, whatever weight it
+  claimed: against honest peers of similar weights its force is then what it would be had it
+  claimed as they did. (1/n would not do: a claim of 100 times leaves the others' shares tiny, so
+  an equal 1/n against them is still several honest peers' worth.) Senders within τ keep their
+  sample weights, so with honest peers (none clipped) the result is still the exact weighted mean.
+  The weights themselves are bounded before this (``aggregation.bounded_weights``), which is all the
+  plain mean has.
 - **τ relative to the spread**: ``tau`` times the lower median of the other senders' distances from
   the medoid. An absolute τ would need tuning per model, per layer and per phase of training
   (gradients shrink by orders of magnitude). Honest senders sit at similar distances from each
@@ -86,7 +95,7 @@ def centered_clip(
         return rows[origin].copy(), [1.0] * count
     squares = np.diagonal(gram)
     apart = np.sqrt(np.maximum(squares[:, None] + squares[None, :] - 2.0 * gram, 0.0))
-    medoid = int(np.argmin(apart @ shares))
+    medoid = int(np.argmin(apart.sum(axis=1)))
     # the same offsets seen from the medoid: (D_i - D_m) . (D_j - D_m)
     gram = gram - gram[:, [medoid]] - gram[[medoid], :] + gram[medoid, medoid]
     spread = [float(apart[medoid, i]) for i in range(count) if i != medoid and norms[i] > 0]
@@ -95,10 +104,13 @@ def centered_clip(
         count, dtype=np.float64
     )  # the point is x_medoid + Σ a_j (x_j - x_medoid)
     factors = np.ones(count, dtype=np.float64)
+    equal = np.minimum(shares, lower_median([float(w) for w in shares]))
     for _ in range(iterations):
         distances = _distances(gram, coefficients)
-        factors = np.where(distances > radius, radius / np.maximum(distances, 1e-300), 1.0)
-        pulls = shares * factors
+        far = distances > radius
+        factors = np.where(far, radius / np.maximum(distances, 1e-300), 1.0)
+        counted = np.where(far, equal, shares)
+        pulls = counted / counted.sum() * factors
         moved = coefficients * (1.0 - pulls.sum()) + pulls
         settled = float(np.max(np.abs(moved - coefficients))) <= SETTLED
         coefficients = moved

@@ -127,6 +127,9 @@ class PartReducer:
         self.weights: dict[int, float] = {}
         """The weight each sender claimed with its first chunk to us (its samples: what the
         backbone credits a member that is gone before its record says the round landed)."""
+        self.capped: dict[int, float] = {}
+        """Sender -> the least weight it counted with in a chunk, where its claim was above the
+        bound (``aggregation.bounded_weights``)."""
         self._aggregation = aggregation or AggregationConfig()
         self._workspace = Workspace()
         self._spares = Spares()
@@ -305,6 +308,8 @@ class PartReducer:
                 self._record(sender, chunk.index, statistic, value, reason)
             # not exclude(): _advance() is what called us, and it goes on with one sender fewer
             self._leave_out(sender, reason)
+        for sender, counted in outcome.capped.items():
+            self.capped[sender] = min(counted, self.capped.get(sender, counted))
         for sender, factor in outcome.clipped.items():
             self._record(
                 sender,

@@ -129,6 +129,11 @@ class Transfer:
                     for sender, weight in self.reducer.weights.items()
                     if sender not in self.reducer.excluded
                 }
+                self.result.capped = {
+                    plan.members[sender].peer: weight
+                    for sender, weight in self.reducer.capped.items()
+                    if sender not in self.reducer.excluded
+                }
                 self.result.findings.extend(self.reducer.findings)
                 self.result.column_groups = self.reducer.column_groups
                 self.result.bytes_sent += self.reducer.column_bytes[0]

@@ -204,6 +204,7 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
                 clip_tau=a.clip_tau,
                 clip_iterations=a.clip_iterations,
                 norm_ratio_limit=a.norm_ratio_limit,
+                weight_ratio_limit=a.weight_ratio_limit,
             )
         ),
         verification=VerificationConfig(enabled=a.verify_reducers),
