@@ -50,6 +50,7 @@ from benchmarks.byzantine_task import (  # noqa: E402
 from core.averaging import Averager, AveragerConfig, AveragingResult  # noqa: E402
 from core.averaging.allreduce import AllReduce  # noqa: E402
 from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa: E402
+from core.averaging.robust.screening import lower_median  # noqa: E402
 from core.dht import DHTConfig, DHTNode, HostTransport  # noqa: E402
 from core.net import Host, Identity, NetConfig  # noqa: E402
 from core.swarm.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour  # noqa: E402
@@ -88,6 +89,9 @@ AVERAGING = AveragerConfig(
     request_timeout=2.0,
 )
 
+WEIGHT_RATIO_LIMIT = 4.0
+"""The manifest's ``averaging.weight_ratio_limit``."""
+
 MakeHost = Callable[..., Awaitable[Host]]
 
 
@@ -102,10 +106,16 @@ class Scenario:
     """CenteredClip with screening (and reducer verification); else the plain mean, unscreened."""
     strength: float | None = None
     """The attack's strength (``Misbehaviour.strength``); None: its default."""
+    claim: float = 1.0
+    """Samples the Byzantine peer claims per sample it computed (``Misbehaviour.claim``)."""
 
     @property
     def name(self) -> str:
         kind = "clean" if self.attack is None else self.attack.value
+        if self.strength is not None:
+            kind += f"x{self.strength:g}"
+        if self.claim != 1:
+            kind += f"/claims x{self.claim:g}"
         return f"{kind}/{'centered_clip' if self.defended else 'mean'}"
 
 
@@ -135,6 +145,13 @@ class Curve:
     byzantine_peer: str = ""
     microbatches: int = 0
     """Computed by all trainers together (at best one per trainer and epoch)."""
+    byzantine_computed: int = 0
+    """Samples the Byzantine peer computed."""
+    byzantine_credit_claimed: int = 0
+    """Samples its landed epochs claimed (what its records would have credited)."""
+    byzantine_weight_ratio: float = 0.0
+    """The most the Byzantine peer's weight counted for in an honest reducer's part, over the
+    lower median of that part's claims (``AggregationConfig.weight_ratio_limit`` bounds it)."""
     seconds: float = 0.0
 
     @property
@@ -153,7 +170,9 @@ def averager_config(scenario: Scenario) -> AveragerConfig:
     """The plain mean without screening, or the defence."""
     if not scenario.defended:
         return replace(AVERAGING, aggregation=AggregationConfig(method=Method.MEAN, screen=False))
-    config = replace(AVERAGING, aggregation=AggregationConfig(method=Method.CENTERED_CLIP))
+    # the manifest's defaults: CenteredClip, claims bounded at 4 medians
+    defence = AggregationConfig(method=Method.CENTERED_CLIP, weight_ratio_limit=WEIGHT_RATIO_LIMIT)
+    config = replace(AVERAGING, aggregation=defence)
     if scenario.attack is Attack.LYING_REDUCER:
         from core.averaging.verification import VerificationConfig
 
@@ -171,9 +190,18 @@ class _WatchedAverager(Averager):
         self.accused: dict[str, set[str]] = {}
         self.rounds_with: dict[str, int] = {}
         """Member -> rounds of ours it was in."""
+        self.weight_ratios: dict[str, float] = {}
+        """Sender -> the most its weight counted for in our part, over the part's lower median
+        claim."""
 
     def observe(self, result: AveragingResult) -> None:
         super().observe(result)
+        if len(result.weights) >= 2:
+            median = lower_median(list(result.weights.values()))
+            for peer, claimed in result.weights.items():
+                ratio = result.capped.get(peer, claimed) / median
+                key = str(peer)
+                self.weight_ratios[key] = max(ratio, self.weight_ratios.get(key, 0.0))
         for finding in result.findings:
             self.accused.setdefault(str(finding.peer), set()).add(finding.statistic)
         for member in result.members:
@@ -259,8 +287,19 @@ async def run_scenario(
             )
         attack: GradientAttack | None = None
         liars: _Liars | None = None
+        credit_claimed = [0]
         if scenario.attack is not None:
-            misbehaviour = Misbehaviour(scenario.attack, scenario.strength)
+            misbehaviour = Misbehaviour(scenario.attack, scenario.strength, claim=scenario.claim)
+            assert byzantine.optimizer is not None
+            byzantine.optimizer.claim = scenario.claim
+            landed = byzantine.optimizer.landed
+            plain_add = landed.add
+
+            def counted_add(epoch: int, samples: int) -> None:
+                credit_claimed[0] += samples  # every landed epoch, not only the last ones kept
+                plain_add(epoch, samples)
+
+            landed.add = counted_add  # type: ignore[method-assign]
             if scenario.attack.gradients:
                 attack = misbehaviour.gradient_attack()
                 assert byzantine.optimizer is not None
@@ -302,6 +341,8 @@ async def run_scenario(
                 on_epoch=(lambda _: measured(peer.model, optimizer.epoch)) if honest else None,
             )
             curve.microbatches += trainer.microbatches
+            if not honest:
+                curve.byzantine_computed = trainer.microbatches * SHARD
             if honest:
                 stop.set()  # one is done: the others need not wait for a round it will not join
 
@@ -331,6 +372,11 @@ async def run_scenario(
                     peer.averager.rounds_with.get(curve.byzantine_peer, 0)
                 )
                 curve.banned_by += byzantine.host.peer_id in peer.averager.bans
+                curve.byzantine_weight_ratio = max(
+                    curve.byzantine_weight_ratio,
+                    peer.averager.weight_ratios.get(curve.byzantine_peer, 0.0),
+                )
+        curve.byzantine_credit_claimed = credit_claimed[0]
         curve.attacks = attack.rounds if attack is not None else liars.lies if liars else 0
     curve.seconds = time.monotonic() - started
     return curve
@@ -350,13 +396,13 @@ async def run_scenarios(
         async with slots:
             return await run_scenario(scenario, epochs, make)
 
-    async with _hosts(make_host) as make:
+    async with hosts(make_host) as make:
         curves = await asyncio.gather(*(one(s, make) for s in scenarios))
     return {curve.scenario.name: curve for curve in curves}
 
 
 @contextlib.asynccontextmanager
-async def _hosts(make_host: MakeHost | None) -> AsyncIterator[MakeHost]:
+async def hosts(make_host: MakeHost | None) -> AsyncIterator[MakeHost]:
     """The caller's ``make_host`` (a test's fixture closes them), or ours, closed at the end."""
     if make_host is not None:
         yield make_host

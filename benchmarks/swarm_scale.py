@@ -57,7 +57,8 @@ if str(ROOT) not in sys.path:  # run as a script: the checkout's core
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from core.averaging import Averager, AveragerConfig  # noqa: E402
+from core.averaging import Averager, AveragerConfig, AveragingResult  # noqa: E402
+from core.averaging.robust.screening import lower_median  # noqa: E402
 from core.codecs import FP16, Codec  # noqa: E402
 from core.codecs.chunks import encoded_size  # noqa: E402
 from core.codecs.topk import top_k  # noqa: E402
@@ -187,6 +188,10 @@ class Member:
     """Samples it computed."""
     loop: asyncio.Task[None] | None = None
     seed: int = 0
+    weight_ratios: dict[str, float] = field(default_factory=dict)
+    """An honest member's ``watch_weights``."""
+    credit_claimed: int = 0
+    """A misbehaving member's ``count_credit_claimed``."""
 
     @property
     def address(self) -> str:
@@ -204,7 +209,7 @@ async def start_member(
     *,
     aux: bool = False,
     step_seconds: float = 0.0,
-    attack: Attack | None = None,
+    attack: Misbehaviour | None = None,
     started: bool = True,
     round_seconds: float = ROUND_SECONDS,
 ) -> Member:
@@ -226,8 +231,12 @@ async def start_member(
     )
     member = Member(name, optimizer, host, dht, averager, bridge, model, step_seconds)
     if attack is not None:
-        optimizer.tamper = Misbehaviour(attack).gradient_attack()
+        optimizer.tamper = attack.gradient_attack()
+        optimizer.claim = attack.claim
         member.honest = False
+        count_credit_claimed(member)
+    else:
+        watch_weights(member)
     if started:
         await optimizer.start()
     return member
@@ -268,6 +277,47 @@ async def stop(member: Member, *, cleanly: bool) -> None:
     await member.host.close()
 
 
+def misbehaviour_to(attack: Misbehaviour | None) -> dict[str, Any] | None:
+    """As a crowd's order carries it."""
+    if attack is None:
+        return None
+    return {"attack": attack.attack.value, "strength": attack.strength, "claim": attack.claim}
+
+
+def misbehaviour_from(order: dict[str, Any] | None) -> Misbehaviour | None:
+    if order is None:
+        return None
+    return Misbehaviour(Attack.parse(order["attack"]), order["strength"], claim=order["claim"])
+
+
+def watch_weights(member: Member) -> None:
+    """Keep, for every sender of the honest member's rounds, the most its weight counted for in
+    the member's part over the part's lower median claim."""
+    observe = member.averager.observe
+
+    def keep(result: AveragingResult) -> None:
+        observe(result)
+        if len(result.weights) >= 2:
+            median = lower_median(list(result.weights.values()))
+            for peer, claimed in result.weights.items():
+                ratio, key = result.capped.get(peer, claimed) / median, str(peer)
+                member.weight_ratios[key] = max(ratio, member.weight_ratios.get(key, 0.0))
+
+    member.averager.observe = keep  # type: ignore[method-assign]
+
+
+def count_credit_claimed(member: Member) -> None:
+    """Add up every landed epoch the member's records claim (they keep only the last ones)."""
+    landed = member.optimizer.landed
+    add = landed.add
+
+    def counted(epoch: int, samples: int) -> None:
+        member.credit_claimed += samples
+        add(epoch, samples)
+
+    landed.add = counted  # type: ignore[method-assign]
+
+
 # ---- a crowd of trainers, in one process ---------------------------------------------------------
 
 
@@ -291,6 +341,8 @@ def summary(member: Member) -> dict[str, Any]:
             for r in member.optimizer.reports
         ],
         "last_bytes_received": member.optimizer.last_bytes_received,
+        "weight_ratios": member.weight_ratios,
+        "credit_claimed": member.credit_claimed,
     }
 
 
@@ -305,7 +357,13 @@ class Crowd:
     gone: list[Member] = field(default_factory=list)
 
     async def add(
-        self, name: str, seed: int, step_seconds: float, *, attack: Attack | None, epoch: int
+        self,
+        name: str,
+        seed: int,
+        step_seconds: float,
+        *,
+        attack: Misbehaviour | None,
+        epoch: int,
     ) -> None:
         """A trainer that neither takes part in rounds nor trains until ``begin``."""
         member = await start_member(name, self.codec, self.join, step_seconds=step_seconds,
@@ -353,7 +411,7 @@ async def serve_crowd(codec_name: str, join: str, round_seconds: float) -> None:
         order = json.loads(line)
         answer: Any = None
         if order["do"] == "add":
-            attack = Attack.parse(order["attack"]) if order["attack"] else None
+            attack = misbehaviour_from(order["attack"])
             await crowd.add(order["name"], order["seed"], order["step"], attack=attack,
                             epoch=order["epoch"])  # fmt: skip
         elif order["do"] == "begin":
@@ -427,13 +485,13 @@ class Swarm:
     first_accused_at: int | None = None
     """The earliest round any accusation was made in."""
 
-    async def add(self, step_seconds: float, attack: Attack | None = None) -> None:
+    async def add(self, step_seconds: float, attack: Misbehaviour | None = None) -> None:
         """A trainer in the least crowded worker; it starts with the next ``begin``."""
         self.seeds += 1
         worker = min(self.workers, key=lambda w: w.count)
         worker.count += 1
         await worker.ask({"do": "add", "name": f"t{self.seeds}", "seed": self.seeds,
-                          "step": step_seconds, "attack": attack.value if attack else None,
+                          "step": step_seconds, "attack": misbehaviour_to(attack),
                           "epoch": self.backbone.optimizer.epoch})  # fmt: skip
 
     async def begin(self) -> None:
@@ -478,7 +536,7 @@ async def run_swarm(
     rounds: int,
     *,
     speeds: Sequence[float],
-    attack: Attack | None = None,
+    attack: Misbehaviour | None = None,
     churn: bool = False,
     processes: int = 2,
     round_seconds: float = ROUND_SECONDS,
@@ -634,7 +692,8 @@ async def byzantine(args: argparse.Namespace) -> dict[str, Any]:
     }
     for attack in (Attack.SCALE, Attack.SIGN_FLIP, Attack.NOISE, Attack.NAN):
         print(f"byzantine: one trainer of four, {attack}", flush=True)
-        hard = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds, attack=attack,
+        hard = await run_swarm(4, FP16, args.byzantine_rounds, speeds=speeds,
+                               attack=Misbehaviour(attack),
                                processes=1)  # fmt: skip
         attacker = next(m["peer"] for m in hard.members if not m["honest"])
         runs["attacks"][attack.value] = {
@@ -667,7 +726,8 @@ async def scale(args: argparse.Namespace) -> dict[str, Any]:
     print(f"clean: {args.trainers} trainers, {args.rounds} rounds of {length:g} s", flush=True)
     clean = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds, round_seconds=length)
     print(f"hard: churn, speeds spread 4x, one {attack} attacker", flush=True)
-    hard = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds, attack=attack,
+    hard = await run_swarm(args.trainers, FP16, args.rounds, speeds=speeds,
+                           attack=Misbehaviour(attack),
                            churn=True, round_seconds=length)  # fmt: skip
     last = hard.backbone.optimizer.epoch
     figures = {

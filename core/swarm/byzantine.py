@@ -11,6 +11,10 @@ run. This module makes one peer bad in these ways, with the real code paths arou
 - ``lying-reducer``  as a reducer, it returns its part's aggregate shifted by 10 times the chunk's
   RMS (it sends honest data; it lies where only reducer verification can see it).
 
+Any of them may also inflate its claims (``Misbehaviour.claim``): the samples it says it computed,
+as the weight it averages with and in the landed epochs its records credit, are that many times
+what it computed (a claimed weight is what a plain weighted mean and CenteredClip weigh by).
+
 The gradient attacks are a ``GradientAttack`` the optimizer applies to what it sends before it
 goes to averaging: dedloc's mean gradient (``CollaborativeOptimizer.tamper``), diloco's
 pseudo-gradient (``DilocoOptimizer.tamper``), installed by ``Misbehaviour.install`` through the
@@ -90,10 +94,16 @@ class Misbehaviour:
     the honest values' RMS; None: the attack's default (``DEFAULT_STRENGTH``)."""
     seed: int = 0
     """The noise's seed: a run is reproducible."""
+    claim: float = 1.0
+    """Samples it claims per sample it computed (``Tamperable.claim``); 1: honest claims."""
 
     def __post_init__(self) -> None:
         if self.strength is not None and not math.isfinite(self.strength):
             raise ConfigError(f"an attack's strength must be a finite number, not {self.strength}")
+        if not (math.isfinite(self.claim) and self.claim >= 1):
+            raise ConfigError(
+                f"an inflated claim must be a finite factor of at least 1, not {self.claim}"
+            )
 
     @property
     def factor(self) -> float:
@@ -102,16 +112,19 @@ class Misbehaviour:
     def describe(self) -> str:
         """What it does, in words (for the log and the demo's output)."""
         f = self.factor
+        claims = f", claiming {self.claim:g}x the samples it computed" if self.claim != 1 else ""
         return {
             Attack.SCALE: f"its gradients x{f:g}",
             Attack.SIGN_FLIP: f"its gradients x{f:g} (sign-flipped)",
             Attack.NOISE: f"Gaussian noise {f:g} times its gradients' RMS instead of them",
             Attack.NAN: "NaN instead of its gradients",
             Attack.LYING_REDUCER: f"its part's aggregate shifted by {f:g} times its RMS",
-        }[self.attack]
+        }[self.attack] + claims
 
     def install(self, optimizer: Tamperable, averager: Averager) -> None:
-        """Make a training peer misbehave: tamper with its gradients, or lie as a reducer."""
+        """Make a training peer misbehave: tamper with its gradients, or lie as a reducer; and
+        inflate its claims."""
+        optimizer.claim = self.claim
         if self.attack.gradients:
             optimizer.tamper = self.gradient_attack()
         else:

@@ -32,6 +32,9 @@ class Tamperable(Protocol):
     may change before it is averaged (the modes whose spec hosts the demo, ``misbehaving_demo``)."""
 
     tamper: Callable[[list[torch.Tensor]], None] | None
+    claim: float
+    """What the peer multiplies its samples by where it claims them: the weight it averages
+    with and the samples of the epochs its records say landed (1 for an honest peer)."""
 
 
 class Misbehaving(Protocol):
@@ -44,7 +47,8 @@ class Misbehaving(Protocol):
         ...
 
     def install(self, optimizer: Tamperable, averager: Averager) -> None:
-        """Put itself in place: the optimizer's ``tamper`` or the averager's ``round_hook``."""
+        """Put itself in place: the optimizer's ``tamper`` and ``claim``, or the averager's
+        ``round_hook``."""
         ...
 
 

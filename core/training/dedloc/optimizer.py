@@ -122,6 +122,9 @@ class CollaborativeOptimizer(TakingPart):
         """Applies the moderators' rollback orders (``core.training.rollback_replica``): checked
         at every microbatch; none in an open project."""
         self.tamper: Callable[[list[torch.Tensor]], None] | None = None
+        self.claim = 1.0
+        """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose
+        (``core.swarm.byzantine``)."""
         self.feedback = ErrorFeedback() if averager.config.codec.sparse else None
         """With a sparse codec: what it left out of our gradients, sent with the next round."""
         """Changes our mean gradient in place before it is averaged: only a Byzantine peer on
@@ -453,7 +456,7 @@ class CollaborativeOptimizer(TakingPart):
             self._committed = samples
         try:
             result = await self._average(
-                grads, float(samples), key, expected, feedback=feedback, enough=float(target)
+                grads, samples * self.claim, key, expected, feedback=feedback, enough=float(target)
             )
         finally:
             self._committed = 0
@@ -483,7 +486,7 @@ class CollaborativeOptimizer(TakingPart):
         self._absent = {}
         await self.bridge.run(self.local.apply, grads)
         self.state.epoch = epoch + 1
-        self.landed.add(epoch, samples)
+        self.landed.add(epoch, round(samples * self.claim))
         await self.bridge.run(self.state.set_learning_rate)
         group = len(result.members) if result is not None else 1
         summary = result.summary() if result is not None else "no group: local gradients only"

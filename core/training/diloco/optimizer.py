@@ -145,8 +145,7 @@ class DilocoOptimizer(TakingPart):
         self.last_bytes_sent = 0
         """Chunk bytes this peer sent in its last exchange (the dashboard's figure)."""
         self.last_bytes_received = 0
-        self.bytes_sent = 0
-        self.bytes_received = 0
+        self.bytes_sent = self.bytes_received = 0
         self.exchange_seconds = 0.0
         """Time spent in exchanges, all of them (overlapped or not)."""
         self.rounds_missed = 0
@@ -174,6 +173,8 @@ class DilocoOptimizer(TakingPart):
         self.tamper: Callable[[list[torch.Tensor]], None] | None = None
         """Changes the pseudo-gradient before it goes out: only a peer that misbehaves on
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
+        self.claim = 1.0
+        """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose."""
         self.evidence = EvidenceBoard.of(links.averager)
         """Where what our rounds found against others is signed and published."""
         self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
@@ -364,7 +365,7 @@ class DilocoOptimizer(TakingPart):
         left = await beside(self.diloco.feedback)
         result: AveragingResult | None = await self.links.round(
             delta,
-            weight=float(samples),
+            weight=samples * self.claim,
             round_key=bucket_key(key, groups, self._peer),
             timeout=max(LAST_CHANCE, until - asyncio.get_running_loop().time()),
             expected=groups.size_of(self._peer),
@@ -407,7 +408,7 @@ class DilocoOptimizer(TakingPart):
             return
         credited, late = self._carried.land(epoch) if credits else (0, 0)
         if credited:
-            self.landed.add(epoch, credited)
+            self.landed.add(epoch, round(credited * self.claim))
         if result is not None and self.config.mode == "aux":
             weights = {str(peer): weight for peer, weight in result.weights.items()}
             self.witnessed.append((epoch, weights))

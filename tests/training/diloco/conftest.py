@@ -42,6 +42,7 @@ class DPeer:
     bridge: TrainingBridge
     dht: DHTNode
     averager: Averager
+    swarm: str = "diloco"
 
     @property
     def address(self) -> str:
@@ -90,13 +91,16 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         aggregation: AggregationConfig | None = None,
         unsent_every: float = 60.0,
         clock: Callable[[], float] = time.time,
+        swarm: str = "diloco",
     ) -> DPeer:
-        host, dht = await start_node(make_host, made[0].address if made else None)
+        """``swarm``: peers of another name form a swarm of their own (another DHT)."""
+        first = next((p for p in made if p.swarm == swarm), None)
+        host, dht = await start_node(make_host, first.address if first else None)
         compute = 0.0 if mode == "aux" else 1.0
         config = replace(AVERAGING_PATIENT, compute=compute, target_group_size=group_size)
         if aggregation is not None:
             config = replace(config, aggregation=aggregation)
-        averager = Averager(host, dht, "diloco", config)
+        averager = Averager(host, dht, swarm, config)
         bridge = TrainingBridge()
         model = fresh_model()
         state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
@@ -108,7 +112,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
                               unsent_every=unsent_every)  # fmt: skip
         links = PeerLinks.create(averager, bridge)
         optimizer = DilocoOptimizer(diloco, links, config, codec=codec, clock=clock)
-        peer = DPeer(optimizer, model, bridge, dht, averager)
+        peer = DPeer(optimizer, model, bridge, dht, averager, swarm)
         made.append(peer)
         await optimizer.start()
         return peer

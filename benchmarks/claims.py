@@ -1,0 +1,207 @@
+"""What a member's claims are worth: a trainer claiming 10x and 100x the samples it computed.
+
+    python benchmarks/claims.py --json out.json            # both modes (about 30 minutes)
+    python benchmarks/claims.py --only dedloc --json out.json
+
+The weight a member attaches to what it sends is its own word: the plain weighted mean and
+CenteredClip weigh by it, and its credit is what it says landed. One trainer of four flips its
+update (x-3: within every screen's limit; x-10: at the norm screen's) and claims 10 or 100 times the
+samples it computed. Both modes, with the defences a manifest gets by default (CenteredClip,
+screening, claims bounded at ``averaging.weight_ratio_limit`` = 4 times the median claim):
+
+- ``dedloc``: four trainers of ``byzantine_runs`` (a regression MLP, 30 epochs, the real
+  collaborative optimizer and averager on loopback), against full-batch SGD over the four shards
+  (``reference``: what an honest collaboration computes step for step). One control: the same
+  100x claim with a x-3 flip under the plain mean that takes claims as made (the attack is real).
+- ``diloco``: four trainers and a backbone of ``swarm_scale`` (worker process, rounds on the wall
+  clock, 12 rounds), against a clean run at equal samples and at equal rounds.
+
+For each attacked run: the loss gap, the most its weight counted for in an honest reducer's part
+over that part's lower median claim (``weight_ratio``: at most the bound), its credit as claimed
+over what it computed (``credit_ratio``), and whom the honest members' evidence accuses.
+
+Goals (the issue's): loss within 5 % of the clean run; weight at most the bound; credit at most
+1.2x what it computed (credit follows claims until work is checked: see the closing notes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the checkout's packages
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from benchmarks import swarm_scale  # noqa: E402
+from benchmarks.byzantine_runs import (  # noqa: E402
+    AVERAGING,
+    WEIGHT_RATIO_LIMIT,
+    Curve,
+    Scenario,
+    hosts,
+    run_scenario,
+    run_scenarios,
+)
+from benchmarks.byzantine_task import reference, within  # noqa: E402
+from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa: E402
+from core.codecs import FP16  # noqa: E402
+from core.swarm.byzantine import Attack, Misbehaviour  # noqa: E402
+
+CLAIMS = (10.0, 100.0)
+STRENGTHS = (-3.0, -10.0)
+WITHIN = 0.05
+CREDIT_BOUND = 1.2
+
+
+def attacks() -> list[tuple[float, float]]:
+    return [(claim, strength) for claim in CLAIMS for strength in STRENGTHS]
+
+
+def label(claim: float, strength: float) -> str:
+    return f"flip x{-strength:g}, claims x{claim:g}"
+
+
+# ---- dedloc --------------------------------------------------------------------------------------
+
+
+def dedloc_figures(curve: Curve, epochs: int) -> dict[str, Any]:
+    gap = within(curve.losses, reference(epochs))
+    return {
+        "gap_to_reference": gap if math.isfinite(gap) else str(gap),
+        "final_loss": curve.losses[-1] if curve.losses else None,
+        "stopped": curve.stopped,
+        "attacked_rounds": curve.attacks,
+        "weight_ratio": curve.byzantine_weight_ratio,
+        "credit_ratio": curve.byzantine_credit_claimed / max(1, curve.byzantine_computed),
+        "accused": {peer: sorted(stats) for peer, stats in curve.accused.items()},
+        "honest_accused": sorted(curve.honest_accused),
+        "seconds": round(curve.seconds, 1),
+    }
+
+
+async def dedloc(epochs: int) -> dict[str, Any]:
+    scenarios = {
+        label(c, s): Scenario(Attack.SIGN_FLIP, True, strength=s, claim=c) for c, s in attacks()
+    }
+    print(f"dedloc: {len(scenarios)} attacked collaborations, {epochs} epochs", flush=True)
+    curves = await run_scenarios(list(scenarios.values()), epochs)
+    runs = {name: dedloc_figures(curves[s.name], epochs) for name, s in scenarios.items()}
+    # the control: the plain mean (screened) taking the 100x claim at its word
+    as_claimed = replace(AVERAGING, aggregation=AggregationConfig(method=Method.MEAN))
+    control = Scenario(Attack.SIGN_FLIP, True, strength=-3.0, claim=100.0)
+    async with hosts(None) as make:
+        taken = await run_scenario(control, epochs, make, config=as_claimed)
+    return {
+        "epochs": epochs,
+        "runs": runs,
+        "control_mean_as_claimed": dedloc_figures(taken, epochs),
+        "goals": goals(runs, gap_key="gap_to_reference"),
+    }
+
+
+# ---- diloco --------------------------------------------------------------------------------------
+
+
+def diloco_figures(clean: swarm_scale.Swarm, hard: swarm_scale.Swarm) -> dict[str, Any]:
+    attacker = next(m for m in hard.members if not m["honest"])
+    ratios = [m["weight_ratios"].get(attacker["peer"], 0.0) for m in hard.members if m["honest"]]
+    loss = swarm_scale.compare(clean, hard)
+    return {
+        "loss": loss,
+        "worse_at_equal_samples": max(r["gap"] for r in loss["at_equal_samples"]),
+        "worse_at_equal_rounds": max((r["gap"] for r in loss["at_equal_rounds"]), default=0.0),
+        "curve": hard.curve,
+        "weight_ratio": max(ratios, default=0.0),
+        "credit_ratio": attacker["credit_claimed"] / max(1, attacker["computed"]),
+        "computed": attacker["computed"],
+        "credit_claimed": attacker["credit_claimed"],
+        "accused": hard.accused,
+        "findings": hard.findings,
+        "honest_accused": sorted(set(hard.accused) - {attacker["peer"]}),
+    }
+
+
+async def diloco(rounds: int) -> dict[str, Any]:
+    speeds = [swarm_scale.microbatch_range(swarm_scale.ROUND_SECONDS)[0]]
+    print(f"diloco: 4 trainers, {rounds} rounds, clean", flush=True)
+    clean = await swarm_scale.run_swarm(4, FP16, rounds, speeds=speeds, processes=1)
+    runs: dict[str, Any] = {}
+    for claim, strength in attacks():
+        name = label(claim, strength)
+        print(f"diloco: one trainer of four, {name}", flush=True)
+        attack = Misbehaviour(Attack.SIGN_FLIP, strength, claim=claim)
+        hard = await swarm_scale.run_swarm(4, FP16, rounds, speeds=speeds, attack=attack,
+                                           processes=1)  # fmt: skip
+        runs[name] = diloco_figures(clean, hard)
+    return {
+        "rounds": rounds,
+        "clean_curve": clean.curve,
+        "clean_accused": clean.accused,
+        "runs": runs,
+        "goals": goals(runs, gap_key=None),
+    }
+
+
+# ---- both ----------------------------------------------------------------------------------------
+
+
+def goals(runs: dict[str, Any], gap_key: str | None) -> dict[str, bool]:
+    """``gap_key``: the run's two-sided gap to its reference (dedloc); None: diloco's harm, a loss
+    above the clean run's at equal samples and at equal rounds."""
+
+    def within_goal(run: dict[str, Any]) -> bool:
+        if gap_key is not None:
+            gap = run[gap_key]
+            return isinstance(gap, float) and gap <= WITHIN
+        return max(run["worse_at_equal_samples"], run["worse_at_equal_rounds"]) <= WITHIN
+
+    return {
+        "loss_within_5_percent": all(within_goal(r) for r in runs.values()),
+        "weight_at_most_the_bound": all(
+            r["weight_ratio"] <= WEIGHT_RATIO_LIMIT for r in runs.values()
+        ),
+        "credit_at_most_1_2x": all(r["credit_ratio"] <= CREDIT_BOUND for r in runs.values()),
+        "nobody_honest_accused": all(not r["honest_accused"] for r in runs.values()),
+    }
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    result: dict[str, Any] = {"benchmark": "claims", "weight_ratio_limit": WEIGHT_RATIO_LIMIT}
+    if args.only in (None, "dedloc"):
+        result["dedloc"] = await dedloc(args.epochs)
+    if args.only in (None, "diloco"):
+        result["diloco"] = await diloco(args.rounds)
+    result["seconds"] = round(time.monotonic() - started)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=("dedloc", "diloco"))
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    result = asyncio.run(main_async(args))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
