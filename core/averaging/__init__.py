@@ -12,7 +12,7 @@ reducer combines what it receives, ``verified/`` checks the reducers around the 
 - ``verification``    VerificationConfig, and which parts a member checks.
 - ``bans``            members this peer caught lying and does not group with, for a while.
 - ``moshpit``         group rounds over a grid of keys, and choosing the group size.
-- ``state``           sharing and downloading the full state from several donors.
+- ``sharing/``        the full state for peers that catch up: donors, digests, who vouches for a state.
 - ``registry``        rounds in progress by group id (those nobody starts are forgotten).
 - ``result``          AveragingResult: what a round really averaged.
 - ``messages``        wire messages; ``config``: AveragerConfig.

@@ -148,6 +148,10 @@ class StateHeader(WireMessage):
     shapes: list[list[int]]
     dtypes: list[str]
     total_bytes: int
+    block_bytes: int = 0
+    blocks: list[bytes] = field(default_factory=list)
+    """SHA-256 of every ``block_bytes`` of the state (``sharing.digest``); a header without them
+    commits to nothing, and no downloader loads its state."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.averaging import Averager, AveragingResult, ColumnRequest, MatchmakingError
-from core.averaging.state import StateSharing
+from core.averaging.sharing.state import StateSharing
 from core.codecs import Codec
 from core.training.progress import PeerProgress, ProgressBoard
 from core.util.errors import BarnraiseError

@@ -20,10 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.averaging.state import DownloadedState, PackedProvider
+from core.averaging.sharing.state import DownloadedState, PackedProvider, StateDownloadError
+from core.averaging.sharing.vouching import Vouching
 from core.training.credit import LandedLog
 from core.training.links import PeerLinks
+from core.training.moderation.evidence import EvidenceBoard
 from core.training.progress import PeerProgress, StepTally
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
 from core.util.tasks import BackgroundTasks
@@ -35,6 +38,8 @@ Snapshot = tuple[int, dict[str, Any], list[Any]]
 Finished = tuple[int, float, int, int]
 """The last epoch this peer finished: its number, loss sum, mini-steps and samples."""
 NONE_FINISHED: Finished = (-1, 0.0, 0, 0)
+STATE_MISMATCH = "state_mismatch"
+"""The statistic of an accusation against a donor caught serving another state than it claims."""
 
 
 class Participation:
@@ -67,6 +72,10 @@ class Participation:
         self._active.set()
         self._catching_up = Retry("could not load the state", log, cap=retry_cap)
         self._tasks = tasks
+        self.evidence = EvidenceBoard.of(links.averager)
+        """Where this peer signs and publishes what it found against others: its rounds' findings
+        and donors caught serving another state than they claimed (one board: it holds every
+        accusation the peer's record carries)."""
 
     # ---- paused or taking part -------------------------------------------------------------------
 
@@ -194,12 +203,49 @@ class Participation:
         newer_than: int,
         timeout: float,
         accept: Callable[[dict[str, Any]], bool] | None = None,
+        *,
+        exact: bool = False,
     ) -> DownloadedState:
-        """The newest state a donor gives that is newer than ``newer_than`` (and that ``accept``
-        takes); ``StateDownloadError`` or ``TimeoutError`` when nobody can."""
-        return await self.links.sharing.download(
-            newer_than=newer_than, timeout=timeout, accept=accept
-        )
+        """The newest state newer than ``newer_than`` (and that ``accept`` takes) that donors
+        vouch for (``core.averaging.sharing.vouching``): donors of two networks offering the same
+        bytes, or every donor agreeing at the epoch most fresh records are at. ``exact``: the
+        mode's honest donors of an epoch hold the same bytes for the same anchor (diloco).
+        ``StateDownloadError`` or ``TimeoutError`` when nobody can; donors caught serving another
+        state than they claim are accused either way (signed evidence, published)."""
+        vouching = Vouching(settled=self._settled, exact=exact)
+        try:
+            got = await self.links.sharing.download(
+                newer_than=newer_than, timeout=timeout, accept=accept, vouching=vouching
+            )
+        except StateDownloadError as exc:
+            self._accuse(exc.refused.accused)
+            raise
+        self._accuse(got.accused)
+        return got
+
+    def _settled(self, epoch: int) -> bool:
+        """At least half of the others' fresh records (the last read) are at ``epoch`` or past
+        it: a lone peer announcing an epoch ahead of everyone is not where the swarm is."""
+        others = [r for r in self.records if r.peer != self.peer and r.mode != "left"]
+        return bool(others) and 2 * sum(r.epoch >= epoch for r in others) >= len(others)
+
+    def _accuse(self, accused: dict[PeerID, str]) -> None:
+        signed = []
+        for peer, reason in accused.items():
+            log.warning("state donor %s: %s", peer, reason)
+            evidence = self.evidence.accuse(
+                peer,
+                round_key="state",
+                group=b"",
+                chunk=-1,
+                statistic=STATE_MISMATCH,
+                value=0.0,
+                reason=reason,
+            )
+            if evidence is not None:
+                signed.append(evidence)
+        if signed:
+            self._tasks.spawn("evidence-state", self.evidence.publish_signed(signed, "state"))
 
     async def leave(self, record: PeerProgress) -> None:
         """Stop serving, and tell the others at once: our record and our offer withdrawn."""

@@ -11,11 +11,16 @@ import pytest
 
 from core.averaging.messages import StateRequest
 from core.averaging.moshpit import Grid, moshpit_average
-from core.averaging.state import PackedState, StateDownloadError, StateSharing
+from core.averaging.sharing.state import PackedState, StateDownloadError, StateSharing
+from core.averaging.sharing.vouching import Vouching
 from core.net.wire.rpc import CallContext
 from core.net.wire.stream import Stream
 from tests.averaging.conftest import PATIENT, QUICK, MakeAveragers
 from tests.support.leaks import HANG_GUARD
+
+ONE_DONOR = Vouching(networks=1)
+"""Any donor's state will do: for the tests of serving and fetching (``test_state_vouching``
+tests whom a downloader believes)."""
 
 
 async def test_sixteen_peers_on_a_4x4_grid_reach_the_exact_weighted_mean_in_two_rounds(
@@ -141,14 +146,16 @@ async def test_a_packed_state_is_packed_once_per_version_and_only_when_asked(
     assert packs == []  # nobody asked yet
     for downloader in (first, second):  # two downloads of one version: one packing
         got = await StateSharing(downloader.host, downloader.dht, "packed").download(
-            timeout=10, range_bytes=4096
+            timeout=10, range_bytes=4096, vouching=ONE_DONOR
         )
         assert got.version == 3
         np.testing.assert_array_equal(got.tensors[0], np.full(5000, 3, np.float32))
     assert packs == [3]
     version[0] = 4  # the state moved on: the next download packs it anew
     assert await donor.announce(4)
-    got = await StateSharing(first.host, first.dht, "packed").download(newer_than=3, timeout=10)
+    got = await StateSharing(first.host, first.dht, "packed").download(
+        newer_than=3, timeout=10, vouching=ONE_DONOR
+    )
     assert got.version == 4
     assert packs == [3, 4]
 
@@ -160,7 +167,9 @@ async def test_the_freshest_state_wins(make_averagers: MakeAveragers) -> None:
         donor = StateSharing(averager.host, averager.dht, "test")
         donor.serve(lambda v=version: (v, {"epoch": v}, [np.full(1000, v, np.float32)]))
         assert await donor.announce(version)
-    got = await StateSharing(averagers[3].host, averagers[3].dht, "test").download(timeout=10)
+    got = await StateSharing(averagers[3].host, averagers[3].dht, "test").download(
+        timeout=10, vouching=ONE_DONOR
+    )
     assert got.version == 9
     assert got.metadata == {"epoch": 9}
     np.testing.assert_array_equal(got.tensors[0], np.full(1000, 9, np.float32))
@@ -171,7 +180,7 @@ async def test_the_freshest_state_wins(make_averagers: MakeAveragers) -> None:
     careful = StateSharing(
         downloader.host, downloader.dht, "test", refuse=downloader.bans.__contains__
     )
-    got = await careful.download(timeout=10)
+    got = await careful.download(timeout=10, vouching=ONE_DONOR)
     assert got.version == 5
     assert averagers[1].host.peer_id not in got.donors
 

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from core.averaging import Averager
-from core.averaging.state import StateDownloadError, StateSharing
+from core.averaging.sharing.state import StateDownloadError, StateSharing
+from core.averaging.sharing.vouching import Vouching
 from core.data import ShardServer
 from core.dht import DHTNode
 from core.net import Identity
@@ -280,14 +281,15 @@ async def test_a_dead_newest_donor_falls_back_to_a_live_older_one(nodes) -> None
     await live_sharing.announce(6)
     await dead.close()  # killed: its announcement stays until it expires
     mine = StateSharing(me.averager.host, me.dht, "collab")
-    got = await mine.download(newer_than=3, timeout=30)
+    one = Vouching(networks=1)  # one donor per epoch, each taken at its word: this is failover
+    got = await mine.download(newer_than=3, timeout=30, vouching=one)
     assert got.version == 6
     assert float(got.tensors[0][0]) == 6.0
     # never an older state than our own, even when the newest donor is dead
     with pytest.raises(StateDownloadError, match="epoch 9"):
-        await mine.download(newer_than=6, timeout=30)
+        await mine.download(newer_than=6, timeout=30, vouching=one)
     with pytest.raises(StateDownloadError, match="no donor has a state newer than epoch 9"):
-        await mine.download(newer_than=9, timeout=30)
+        await mine.download(newer_than=9, timeout=30, vouching=one)
     # a donor that stops withdraws its announcement: nobody tries it any more
     await live_sharing.withdraw()
     live_sharing.stop_serving()

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from core.averaging import AveragingResult
-from core.averaging.state import DownloadedState, StateDownloadError
+from core.averaging.sharing.state import DownloadedState, StateDownloadError
 from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
 from core.training.dedloc.optimizer import MAX_SHORT_ROUNDS
@@ -52,7 +52,6 @@ from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.moderation.evidence import (
-    EvidenceBoard,
     EvidenceCollector,
     Reported,
     pass_on,
@@ -134,7 +133,7 @@ class AuxiliaryPeer:
         self.on_metrics = on_metrics
         self.publish = publish
         self.on_evidence = on_evidence
-        self.evidence = EvidenceBoard.of(averager)
+        self.evidence = self.part.evidence
         self.accusations: deque[Reported] = deque(maxlen=ACCUSATIONS_KEPT)
         """The newest accusations collected (each once), for diagnostics and tests."""
         self._collector = EvidenceCollector(self.evidence)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from core.averaging import AveragingResult
-from core.averaging.state import StateDownloadError
+from core.averaging.sharing.state import StateDownloadError
 from core.codecs import NONE, Codec
 from core.training.checkpoints import CheckpointStore
 from core.training.dedloc.feedback import ErrorFeedback
@@ -42,7 +42,6 @@ from core.training.dedloc.readiness import Own, estimate
 from core.training.errors import CheckpointError
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.moderation.evidence import EvidenceBoard
 from core.training.moderation.rollback import applied_of, round_key
 from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
@@ -122,16 +121,15 @@ class CollaborativeOptimizer(TakingPart):
         """Applies the moderators' rollback orders (``core.training.rollback_replica``): checked
         at every microbatch; none in an open project."""
         self.tamper: Callable[[list[torch.Tensor]], None] | None = None
-        self.claim = 1.0
-        """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose
-        (``core.swarm.byzantine``)."""
-        self.feedback = ErrorFeedback() if averager.config.codec.sparse else None
-        """With a sparse codec: what it left out of our gradients, sent with the next round."""
         """Changes our mean gradient in place before it is averaged: only a Byzantine peer on
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
+        self.claim = 1.0
+        """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose."""
+        self.feedback = ErrorFeedback() if averager.config.codec.sparse else None
+        """With a sparse codec: what it left out of our gradients, sent with the next round."""
         self._peer = self.part.peer
         self.local = LocalWork(state, config.clip_norm)
-        self.evidence = EvidenceBoard.of(averager)
+        self.evidence = self.part.evidence
         """Publishes what our rounds found against others, signed (the backbone reports it)."""
         self._tally = self.part.tally
         self._short_rounds = 0

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from core.averaging import AveragingResult, ColumnRequest
-from core.averaging.state import PackedState, StateDownloadError
+from core.averaging.sharing.state import PackedState, StateDownloadError
 from core.codecs import Codec
 from core.modes.clock import RoundClock
 from core.training.diloco.groups import Groups, bucket_key, plan_groups
@@ -56,7 +56,6 @@ from core.training.diloco.mend import Mending, mend_due
 from core.training.diloco.state import DIGEST_KEY, SCHEDULE_KEY, DilocoState
 from core.training.diloco.unsent import UnsentFile, UnsentWork
 from core.training.links import PeerLinks
-from core.training.moderation.evidence import EvidenceBoard
 from core.training.moderation.rollback import round_key
 from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
@@ -175,7 +174,7 @@ class DilocoOptimizer(TakingPart):
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
         self.claim = 1.0
         """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose."""
-        self.evidence = EvidenceBoard.of(links.averager)
+        self.evidence = self.part.evidence
         """Where what our rounds found against others is signed and published."""
         self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
         """The backbone's landed rounds and their senders' weights, until its metrics take them
@@ -535,7 +534,7 @@ class DilocoOptimizer(TakingPart):
 
     async def _download(self) -> str | None:
         try:
-            got = await self.part.download(self.epoch, self.config.state_timeout)
+            got = await self.part.download(self.epoch, self.config.state_timeout, exact=True)
         except (StateDownloadError, TimeoutError) as exc:
             return (
                 f"no peer could give the state of epoch {self.view().epoch}: {exc or 'timed out'}"
@@ -600,7 +599,9 @@ class DilocoOptimizer(TakingPart):
             return newer or metadata.get(DIGEST_KEY) == digest
 
         try:
-            got = await self.part.download(epoch - 1, self.config.state_timeout, accept=theirs)
+            got = await self.part.download(
+                epoch - 1, self.config.state_timeout, accept=theirs, exact=True
+            )
         except (StateDownloadError, TimeoutError) as exc:
             log.info("no peer gave the outer parameters most peers hold: %s", exc or "timed out")
             return

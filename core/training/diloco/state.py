@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.averaging.state import PackedState
+from core.averaging.sharing.digest import block_digests
+from core.averaging.sharing.state import PackedState
 from core.optim.outer import F32, OuterNesterov
 from core.training.moderation.rollback import METADATA_KEY
 from core.training.state import TrainingState
@@ -364,7 +365,15 @@ class DilocoState:
             data[position : position + array.nbytes] = array.reshape(-1).view(np.uint8)
             position += array.nbytes
         shapes = [list(a.shape) for a in self.anchor] * 2
-        return PackedState(self.epoch, self.metadata(rollback), shapes, ["<f4"] * len(shapes), data)
+        # hashed here, on the training thread, rather than on the event loop that serves it
+        return PackedState(
+            self.epoch,
+            self.metadata(rollback),
+            shapes,
+            ["<f4"] * len(shapes),
+            data,
+            block_digests([data]),
+        )
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The model's state dict with the anchor as its parameters (what a checkpoint keeps)."""

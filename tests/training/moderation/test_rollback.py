@@ -16,7 +16,8 @@ import torch
 
 from app.wording import describe_event
 from core.api.events import Event, RolledBack
-from core.averaging.state import StateDownloadError, StateSharing
+from core.averaging.sharing.state import StateDownloadError, StateSharing
+from core.averaging.sharing.vouching import Vouching
 from core.engine.events import EventBus
 from core.engine.peer_events import PeerEvents
 from core.net import Identity
@@ -208,12 +209,14 @@ async def test_a_state_from_before_a_rollback_is_never_downloaded(make_host: Mak
         rolled.serve(lambda: (6, {"epoch": 6, "rollback": 1}, [np.full(10, 6.0, np.float32)]))
         assert await stale.announce(9)
         assert await rolled.announce(6)
-        assert (await me.download(timeout=20)).version == 9  # without a filter: the newest
-        got = await me.download(timeout=20, accept=lambda meta: applied_of(meta) >= 1)
+        # one donor per epoch, each taken at its word: what is tested here is the filter
+        one = Vouching(networks=1)
+        assert (await me.download(timeout=20, vouching=one)).version == 9  # unfiltered: newest
+        got = await me.download(timeout=20, accept=lambda meta: applied_of(meta) >= 1, vouching=one)
         assert (got.version, got.metadata) == (6, {"epoch": 6, "rollback": 1})
         np.testing.assert_array_equal(got.tensors[0], np.full(10, 6.0, np.float32))
         with pytest.raises(StateDownloadError, match="not one to load"):
-            await me.download(timeout=20, accept=lambda meta: applied_of(meta) >= 2)
+            await me.download(timeout=20, accept=lambda meta: applied_of(meta) >= 2, vouching=one)
     finally:
         for _, dht in nodes:
             await dht.close()

@@ -12,6 +12,12 @@ that version fails (a trainer that left without withdrawing its announcement), t
 that a live donor with an older state (an auxiliary peer) still serves, while one no newer than the
 downloader's own state is never used (nobody is rolled back). Announcements live ``STATE_TTL``
 seconds; donors renew them every ``ANNOUNCE_EVERY`` and withdraw them when they stop.
+
+Nothing is taken on one donor's word. Every header lists the digests of its state's blocks
+(``digest``); the downloader asks every donor of a version for its header and loads a state only
+when enough donors vouch for it (``vouching``). Each range is fetched whole from one donor and its
+blocks checked on arrival, so a donor that sends other bytes than its header lists is caught,
+accused (``DownloadedState.accused``) and not asked again, and the range is fetched elsewhere.
 """
 
 from __future__ import annotations
@@ -21,12 +27,20 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from core.averaging.messages import STATE_HEADER, STATE_RANGE, Empty, StateHeader, StateRequest
+from core.averaging.sharing.digest import (
+    BLOCK_BYTES,
+    DIGEST_BYTES,
+    block_count,
+    block_digests,
+    state_digest,
+)
+from core.averaging.sharing.vouching import Offer, Vouching, choose, network_of
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
 from core.dht.validation import RecordSchema, renewal_bound
@@ -62,14 +76,14 @@ class PackedState:
     dtypes: list[str]
     data: np.ndarray
     """uint8, ``sum(prod(shape) * itemsize)`` bytes."""
+    blocks: list[bytes] | None = None
+    """``digest.block_digests([data], block_bytes)``, made where the state was packed (None: the
+    sharing hashes it, on the event loop)."""
+    block_bytes: int = BLOCK_BYTES
 
 
 PackedProvider = Callable[[], Awaitable[PackedState]]
 """Packs the current state (awaited when a downloader first asks for a version)."""
-
-
-class StateDownloadError(BarnraiseError):
-    """No donor could provide the state."""
 
 
 @dataclass
@@ -78,6 +92,30 @@ class DownloadedState:
     metadata: dict[str, Any]
     tensors: list[np.ndarray]
     donors: list[PeerID]
+    digest: str = ""
+    """``digest.state_digest`` of what was loaded."""
+    vouched: str = ""
+    """How the state was vouched for (``vouching.Verdict.reason``)."""
+    skipped: dict[PeerID, str] = field(default_factory=dict)
+    """Donors not used, and why (another state of the version, a malformed header)."""
+    accused: dict[PeerID, str] = field(default_factory=dict)
+    """Donors caught serving another state than they claimed: evidence for the caller to sign."""
+
+
+@dataclass
+class Refused:
+    """Donors a failed download skipped or caught, for the caller to know (and accuse)."""
+
+    skipped: dict[PeerID, str] = field(default_factory=dict)
+    accused: dict[PeerID, str] = field(default_factory=dict)
+
+
+class StateDownloadError(BarnraiseError):
+    """No donor could provide the state (``refused``: whom the attempt skipped or caught)."""
+
+    def __init__(self, message: str, refused: Refused | None = None) -> None:
+        super().__init__(message)
+        self.refused = refused or Refused()
 
 
 @dataclass
@@ -188,6 +226,8 @@ class StateSharing:
             [list(a.shape) for a in arrays],
             [a.dtype.str for a in arrays],
             int(data.size),
+            BLOCK_BYTES,
+            block_digests([data], BLOCK_BYTES),
         )
         self._snapshot = _Snapshot(header, data, time.monotonic())
         return self._snapshot
@@ -198,8 +238,16 @@ class StateSharing:
             if held is not None:
                 return held
             packed = await pack()
+            block_bytes = packed.block_bytes if packed.blocks is not None else BLOCK_BYTES
+            blocks = packed.blocks or block_digests([packed.data], block_bytes)
             header = StateHeader(
-                packed.version, packed.metadata, packed.shapes, packed.dtypes, int(packed.data.size)
+                packed.version,
+                packed.metadata,
+                packed.shapes,
+                packed.dtypes,
+                int(packed.data.size),
+                block_bytes,
+                blocks,
             )
             self._snapshot = _Snapshot(header, packed.data, time.monotonic())
             return self._snapshot
@@ -264,11 +312,14 @@ class StateSharing:
         max_donors: int = 3,
         range_bytes: int = 8 << 20,
         accept: Callable[[dict[str, Any]], bool] | None = None,
+        vouching: Vouching | None = None,
     ) -> DownloadedState:
-        """The newest state newer than ``newer_than`` that a donor can give, fetched from up to
-        ``max_donors`` donors of that version at once. ``accept`` (given the metadata a donor's
-        header names) may refuse states of a kind the caller must not load: the next older
-        version is tried then."""
+        """The newest state newer than ``newer_than`` that donors vouch for (``vouching``; by
+        default, donors of two networks offering the same bytes), fetched from up to
+        ``max_donors`` of them at once. ``accept`` (given the metadata a donor's header names)
+        may refuse states of a kind the caller must not load. A version whose donors vouch for
+        nothing, or all fail, gives way to the next older one."""
+        refused = Refused()
         async with asyncio.timeout(timeout):
             donors = await self.donors()
             if not donors:
@@ -282,59 +333,156 @@ class StateSharing:
             reasons = []
             for version in reversed(versions):
                 candidates = [(peer, addresses) for v, peer, addresses in donors if v == version]
-                for peer, addresses in candidates:
+                for peer, addresses in candidates[:MAX_ASKED]:
                     if addresses:
                         self._host.add_addresses(peer, addresses)
                 try:
-                    return await self._fetch(
-                        version, candidates[: max(1, max_donors)], candidates, range_bytes, accept
+                    got = await self._fetch(
+                        version,
+                        [peer for peer, _ in candidates[:MAX_ASKED]],
+                        max_donors=max(1, max_donors),
+                        range_bytes=range_bytes,
+                        accept=accept,
+                        vouching=vouching or Vouching(),
+                        refused=refused,
                     )
                 except StateDownloadError as exc:
                     reasons.append(f"epoch {version}: {exc}")
-            raise StateDownloadError("; ".join(reasons))
+                    continue
+                got.skipped, got.accused = refused.skipped, refused.accused
+                return got
+            raise StateDownloadError("; ".join(reasons), refused)
 
     async def _fetch(
         self,
         version: int,
-        chosen: list[tuple[PeerID, list[PeerAddress]]],
-        everyone: list[tuple[PeerID, list[PeerAddress]]],
+        candidates: list[PeerID],
+        *,
+        max_donors: int,
         range_bytes: int,
-        accept: Callable[[dict[str, Any]], bool] | None = None,
+        accept: Callable[[dict[str, Any]], bool] | None,
+        vouching: Vouching,
+        refused: Refused,
     ) -> DownloadedState:
-        header, reasons = None, []
-        for peer, _ in everyone:
-            try:
-                header = await self._host.call(peer, STATE_HEADER, Empty())
-            except NetError as exc:
-                reasons.append(f"{peer.short()}: {exc}")
+        headers, offers, reasons = {}, [], []
+        answers = await asyncio.gather(
+            *(self._host.call(peer, STATE_HEADER, Empty()) for peer in candidates),
+            return_exceptions=True,
+        )
+        for peer, answer in zip(candidates, answers, strict=True):
+            if isinstance(answer, NetError):
+                reasons.append(f"{peer.short()}: {answer}")
                 continue
-            if header.version == version and (accept is None or accept(dict(header.metadata))):
-                break
-            if header.version == version:
-                reasons.append(f"{peer.short()}: its state is not one to load")
-            header = None
-        if header is None:
+            if isinstance(answer, BaseException):
+                raise answer
+            problem = header_problem(answer, version)
+            if problem is None and accept is not None and not accept(dict(answer.metadata)):
+                problem = "its state is not one to load"
+            if problem is not None:
+                refused.skipped[peer] = problem
+                reasons.append(f"{peer.short()}: {problem}")
+                continue
+            headers[peer] = answer
+            anchor = answer.metadata.get(ANCHOR_KEY)
+            offers.append(
+                Offer(
+                    peer,
+                    digest_of(answer),
+                    network_of(self._remote(peer)),
+                    anchor if isinstance(anchor, str) else "",
+                )
+            )
+        if not offers:
             raise StateDownloadError("no donor answered: " + "; ".join(reasons))
-        job = _Download(self._host, header, range_bytes)
-        chosen_peers = [peer for peer, _ in chosen]
-        await job.run(chosen_peers, [peer for peer, _ in everyone if peer not in chosen_peers])
-        return DownloadedState(header.version, dict(header.metadata), job.tensors(), job.used)
+        verdict = choose(offers, vouching, version)
+        refused.skipped.update(verdict.skipped)
+        refused.accused.update(verdict.accused)
+        if verdict.digest is None:
+            raise StateDownloadError(verdict.reason)
+        header = headers[verdict.vouchers[0]]
+        job = _Download(self._host, header, range_bytes, refused)
+        await job.run(verdict.vouchers[:max_donors], verdict.vouchers[max_donors:])
+        return DownloadedState(
+            header.version,
+            dict(header.metadata),
+            job.tensors(),
+            job.used,
+            verdict.digest,
+            verdict.reason,
+        )
+
+    def _remote(self, peer: PeerID) -> tuple[str, int] | None:
+        """Where our connection to ``peer`` goes (its network's evidence)."""
+        for connection in self._host.connections(peer):
+            if connection.remote_address is not None:
+                return connection.remote_address
+        return None
+
+
+MAX_ASKED = 16
+"""Donors of one version asked for their header (all at once)."""
+ANCHOR_KEY = "anchor"
+"""A state's metadata may name it (diloco: the digest of its outer parameters): ``Offer.anchor``."""
+
+
+def digest_of(header: StateHeader) -> str:
+    return state_digest(header.shapes, header.dtypes, header.block_bytes, header.blocks)
+
+
+def header_problem(header: StateHeader, version: int) -> str | None:
+    """Why a donor's header cannot be loaded from (None: it can): another version, a layout that
+    does not add up to its size, or block digests that do not cover it."""
+    if header.version != version:
+        return f"it announced epoch {version} but offers epoch {header.version}"
+    problem = _layout_problem(header)
+    if problem is not None:
+        return problem
+    if header.block_bytes <= 0 or not header.blocks:
+        return "its header lists no block digests: it commits to nothing"
+    if len(header.blocks) != block_count(header.total_bytes, header.block_bytes) or any(
+        len(b) != DIGEST_BYTES for b in header.blocks
+    ):
+        return "its block digests do not cover its state"
+    return None
+
+
+def _layout_problem(header: StateHeader) -> str | None:
+    if len(header.shapes) != len(header.dtypes):
+        return "its header lists shapes and dtypes of different counts"
+    total = 0
+    for shape, dtype in zip(header.shapes, header.dtypes, strict=True):
+        try:
+            size = np.dtype(dtype).itemsize
+        except TypeError:
+            return f"its header names a dtype numpy does not know: {dtype[:40]!r}"
+        if any(d < 0 for d in shape):
+            return "its header lists a negative dimension"
+        total += int(np.prod(shape, dtype=np.int64)) * size if shape else size
+    if total != header.total_bytes:
+        return f"its layout adds up to {total} bytes, not the {header.total_bytes} it states"
+    return None
 
 
 class _Download:
-    """One download: byte ranges handed to donors, and handed back when a donor fails."""
+    """One download: byte ranges of whole blocks handed to donors, each range fetched whole from
+    one donor and checked against the header's block digests, and handed back when a donor fails
+    or lies."""
 
-    def __init__(self, host: Host, header: StateHeader, range_bytes: int) -> None:
+    def __init__(self, host: Host, header: StateHeader, range_bytes: int, refused: Refused) -> None:
         self._host = host
         self.header = header
+        self.digest = digest_of(header)
         self.data = np.empty(header.total_bytes, dtype=np.uint8)
+        block = header.block_bytes
+        step = max(block, range_bytes // block * block)
         self.ranges: deque[tuple[int, int]] = deque(
-            (start, min(start + range_bytes, header.total_bytes))
-            for start in range(0, header.total_bytes, range_bytes)
+            (start, min(start + step, header.total_bytes))
+            for start in range(0, header.total_bytes, step)
         )
         self.used: list[PeerID] = []
         self.failed: set[PeerID] = set()
         self.reasons: list[str] = []
+        self.refused = refused
 
     async def run(self, active: list[PeerID], spare: list[PeerID]) -> None:
         while self.ranges:
@@ -344,7 +492,9 @@ class _Download:
             active = [peer for peer in active if peer not in self.failed]
             if not active:
                 if not spare:
-                    raise StateDownloadError("every donor failed: " + "; ".join(self.reasons))
+                    raise StateDownloadError(
+                        "every donor failed: " + "; ".join(self.reasons), self.refused
+                    )
                 active = [spare.pop(0)]
 
     def _failed(self, peer: PeerID, reason: str) -> None:
@@ -357,8 +507,8 @@ class _Download:
         except NetError as exc:
             self._failed(peer, str(exc))
             return
-        if theirs != self.header:  # another snapshot: its bytes would not fit ours
-            self._failed(peer, "its state differs")
+        if header_problem(theirs, self.header.version) or digest_of(theirs) != self.digest:
+            self._failed(peer, "its state differs")  # another snapshot: its bytes would not fit
             return
         while self.ranges:
             start, end = self.ranges.popleft()
@@ -369,18 +519,42 @@ class _Download:
                 ) as call:
                     while start + got < end:
                         chunk = await call.stream.recv_data()
+                        if len(chunk) > end - start - got:
+                            raise NetError("it sent more bytes than the range holds")
                         self.data[start + got : start + got + len(chunk)] = np.frombuffer(
                             chunk, np.uint8
                         )
                         got += len(chunk)
                     await call.result()
             except NetError as exc:
-                self.ranges.appendleft((start + got, end))  # resume where this donor stopped
+                # the whole range again, from another donor: a range's blocks come from one donor,
+                # so a bad one is that donor's
+                self.ranges.appendleft((start, end))
                 self._failed(peer, str(exc))
                 log.info("state donor %s failed after %d bytes: %s", peer, got, exc)
                 return
+            bad = self._bad_block(start, end)
+            if bad is not None:
+                self.ranges.appendleft((start, end))
+                reason = (
+                    f"block {bad} of its state of epoch {self.header.version} is not the bytes "
+                    "its header lists"
+                )
+                self.refused.accused[peer] = reason
+                self._failed(peer, reason)
+                log.warning("state donor %s: %s", peer, reason)
+                return
             if peer not in self.used:
                 self.used.append(peer)
+
+    def _bad_block(self, start: int, end: int) -> int | None:
+        """The first block of [start, end) whose bytes do not match the header's digest."""
+        block = self.header.block_bytes
+        for index in range(start // block, -(-end // block)):
+            piece = self.data[index * block : min((index + 1) * block, self.header.total_bytes)]
+            if block_digests([piece], block)[0] != self.header.blocks[index]:
+                return index
+        return None
 
     def tensors(self) -> list[np.ndarray]:
         out = []
