@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from core.averaging.state import STATE_TTL, StateSharing
+from core.averaging.sharing.state import STATE_TTL, StateSharing
 from core.dht import DHTConfig, DHTNode, HostTransport, owner_marker
 from core.dht.validation import renewal_bound
 from core.training.progress import RECORD_TTL, PeerProgress, ProgressBoard
