@@ -3,6 +3,8 @@ output array, refusing a codec that picks per tensor), the rest is its kernel's.
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 
 from core.codecs.arrays import F32, Buffer
@@ -33,6 +35,21 @@ def encoded_size(codec: Codec, count: int) -> int:
 def max_abs_error(codec: Codec, values: F32) -> float:
     """The worst error ``decode(encode(values))`` may have for these values."""
     return 0.0 if values.size == 0 else codec.kernel.error_bound(values)
+
+
+@runtime_checkable
+class Edged(Protocol):
+    """A sparse kernel whose kept values are its blocks' largest (``topk.TopK.edges``)."""
+
+    def edges(self, values: F32) -> F32: ...
+
+
+def flip_edges(codec: Codec, values: F32) -> F32 | None:
+    """For a sparse codec, per position of a decoded chunk: how large a value may be that one
+    machine keeps and another drops (a tie at its block's smallest kept magnitude that float32
+    rounding breaks otherwise); None for a codec that keeps every position."""
+    kernel = codec.kernel
+    return kernel.edges(values) if codec.sparse and isinstance(kernel, Edged) else None
 
 
 def warm_up(codec: Codec) -> None:

@@ -249,6 +249,21 @@ class TopK:
     def warm_up(self) -> None:
         pass  # numpy only, imported with this module
 
+    def edges(self, values: F32) -> F32:
+        """For a decoded chunk: at every position, the smallest nonzero magnitude of its block
+        (0 in a block of zeros). A value at most about this large may be kept on one machine and
+        dropped on another whose float32 sums round otherwise (``chunks.flip_edges``)."""
+        flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        if flat.size == 0:
+            return flat.copy()
+        starts = np.arange(0, flat.size, self.block, dtype=np.int64)
+        magnitudes = np.abs(flat)
+        nonzero = np.where(magnitudes == 0, np.float32(np.inf), magnitudes)
+        smallest = np.minimum.reduceat(nonzero, starts)
+        smallest[~np.isfinite(smallest)] = 0.0
+        edges: F32 = np.repeat(smallest, np.diff(np.append(starts, flat.size)))
+        return edges
+
     def kept_per_block(self, count: int) -> I64:
         full, tail = divmod(count, self.block)
         per_block = np.full(full + (tail > 0), self.kept(self.block), dtype=np.int64)

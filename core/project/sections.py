@@ -439,12 +439,6 @@ class AveragingSection:
         if not sparse and (self.density, self.bits) != (0.01, 2):
             field = "density" if self.density != 0.01 else "bits"
             check.fail(field, f"applies to codec {SPARSE_CODEC!r} only (codec is {self.codec!r})")
-        if sparse and self.verify_reducers:
-            check.fail(
-                "verify_reducers",
-                f"cannot check reducers of codec {SPARSE_CODEC!r} (its chunks are re-encoded "
-                "sparse on the way back); use another codec or verify_reducers = false",
-            )
         if self.moshpit:
             check.fail(
                 "moshpit",

@@ -47,6 +47,8 @@ from core.averaging.verified.commitments import (
 )
 from core.averaging.verified.verifier import PartCheck, mismatch
 from core.codecs import NONE, UINT8
+from core.codecs.chunks import decode, encode
+from core.codecs.topk import top_k
 from core.dht import owner_marker
 from core.net.errors import InvalidRequestError
 from core.trust.identity import Identity
@@ -437,6 +439,61 @@ def test_the_comparison_allows_rounding_and_one_codec_step_but_no_more() -> None
     broken = values.copy()
     broken[5] = np.nan
     assert mismatch(broken, values, NONE, 1e-5) == float("inf")
+
+
+def test_a_sparse_mean_may_break_a_tie_otherwise_and_nothing_more() -> None:
+    codec = top_k(0.01, 8).for_sum(4)
+    rng = np.random.default_rng(5)
+    dense = rng.standard_normal(8192).astype(np.float32)
+    expected = decode(codec, encode(codec, dense), dense.size)
+    kept = np.flatnonzero(expected)
+    assert 0 < kept.size < dense.size
+    assert mismatch(expected.copy(), expected, codec, 1e-5) == 0.0
+    # another machine rounds the sums otherwise: the smallest kept value of a block and the
+    # largest dropped one, nearly equal, trade places
+    first_block = kept[kept < 4096]
+    edge = first_block[np.argmin(np.abs(expected[first_block]))]
+    dropped = np.setdiff1d(np.arange(4096), first_block)
+    rival = dropped[np.argmax(np.abs(dense[dropped]))]
+    traded = expected.copy()
+    traded[rival], traded[edge] = expected[edge], 0.0
+    assert mismatch(traded, expected, codec, 1e-5) <= 1.0
+    # but a kept value moved, zeroed or added anywhere larger than the edge is a lie
+    moved = expected.copy()
+    moved[kept[-1]] *= -1
+    assert mismatch(moved, expected, codec, 1e-5) > 1.0
+    zeroed = expected.copy()
+    largest = first_block[np.argmax(np.abs(expected[first_block]))]
+    zeroed[largest] = 0.0
+    assert mismatch(zeroed, expected, codec, 1e-5) > 1.0
+    added = expected.copy()
+    added[rival] = 10 * np.abs(expected[first_block]).max()
+    assert mismatch(added, expected, codec, 1e-5) > 1.0
+
+
+async def test_a_sparse_round_is_verified_and_a_lying_reducer_caught(
+    make_averagers: MakeAveragers,
+    lying_reducer: Callable[[AggregationConfig], None],
+    checks_run: list[tuple[PeerID, int]],
+) -> None:
+    """``topk``: the senders commit to their sparse chunks, the reducer's own input is taken (and
+    committed) as sparse as theirs, and the mean is recomputed in the denser codec it goes back in:
+    an honest round finds nothing, a reducer shifting its means is named by every other member."""
+    base = verifying(target_group_size=4, codec=top_k(0.01, 2))
+    honest = await make_averagers(4, base)
+    for result in await one_round(honest, "sparse", tensors_for(4)):
+        assert result.complete, result.summary()
+        assert result.findings == []
+    assert len(checks_run) == 4 * 3
+    liar_config = replace(base, aggregation=AggregationConfig())
+    lying_reducer(liar_config.aggregation)
+    averagers = await make_averagers(4, configs=[base, liar_config, base, base])
+    liar = averagers[1].host.peer_id
+    results = await one_round(averagers, "sparse-lie", tensors_for(4))
+    for i, result in enumerate(results):
+        if i != 1:
+            assert against(result, REDUCER_MISMATCH) == {liar}, result.findings
+            assert all(f.peer == liar for f in result.findings)
 
 
 def test_bans_last_as_long_as_configured() -> None:

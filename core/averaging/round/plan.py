@@ -139,11 +139,6 @@ def plan_round(
     the members able to reduce, instead of parts sized by the load-balancing program."""
     codec = config.codec
     verified = config.verification.enabled
-    if codec.sparse and verified:
-        raise ConfigError(
-            f"codec {codec.name}: reducers cannot be verified (the mean goes back in "
-            "another codec); turn verification off or use another codec"
-        )
     if not 0 <= slots <= MAX_SLOTS:
         raise ConfigError(f"a round is dealt in at most {MAX_SLOTS} slots, not {slots}")
     if slots and verified:

@@ -175,8 +175,10 @@ class Transfer:
             reducer.contributes_nothing(plan.index)
         else:
             for i, span in enumerate(spans):
-                self.hooks.own_input(i, self.tensors.view(span), plan.weight)
-                reducer.contribute(plan.index, i, self.outgoing.own(span), plan.weight)
+                # committed as the reducer takes it (a sparse codec's own input is sparse too)
+                own = self.outgoing.own(span)
+                self.hooks.own_input(i, own, plan.weight)
+                reducer.contribute(plan.index, i, own, plan.weight)
         for i, span in enumerate(spans):
             if plan.index not in plan.receivers:
                 await self._watch_chunk(i)

@@ -10,8 +10,9 @@ checks it makes sure, in order:
 3. that every member's input, fetched from that member (our own from our ledger), hashes to its row
    (else the member swapped its data after committing: it is the liar, not the reducer — or, for
    the reducer's own row, the reducer is);
-4. that ``aggregate_chunk`` over those inputs, encoded with the part's codec and decoded as every
-   member does, gives the reducer's values within the tolerance (else the reducer lied).
+4. that ``aggregate_chunk`` over those inputs, encoded in the codec the part's means go back in
+   (a sparse codec's: denser than its inputs') and decoded as every member does, gives the
+   reducer's values within the tolerance (else the reducer lied).
 
 A member that does not hand over its inputs is reported (``verification_refused``) unless it already
 failed in the round; a chunk it fed is then not recomputed. Inputs are decoded exactly as the reducer
@@ -40,7 +41,7 @@ from core.averaging.verification import (
 from core.averaging.verified.commitments import SenderLedger, digest, row_signed, values_digest
 from core.codecs import NONE, Codec
 from core.codecs.arrays import F32
-from core.codecs.chunks import decode, encode, encoded_size, max_abs_error
+from core.codecs.chunks import decode, encode, encoded_size, flip_edges, max_abs_error
 from core.net.errors import NetError, RpcError
 from core.trust.peer_id import PeerID
 from core.util.errors import WireFormatError
@@ -240,9 +241,10 @@ def _recompute(
         )
         return
     expected = outcome.values
-    if span.codec is not NONE:
-        expected = decode(span.codec, encode(span.codec, expected), span.count)
-    ratio = mismatch(got, expected, span.codec, check.config.tolerance)
+    back = span.returned  # what the reducer sends back in (a sparse codec's mean: denser)
+    if back is not NONE:
+        expected = decode(back, encode(back, expected), span.count)
+    ratio = mismatch(got, expected, back, check.config.tolerance)
     if ratio <= 1.0:
         check.confirmed.add(c)
     else:
@@ -262,7 +264,10 @@ def mismatch(got: F32, expected: F32, codec: Codec, tolerance: float) -> float:
 
     Allowed: ``tolerance`` times the chunk's largest value (rounding differs between machines and
     summation orders), plus one step of a lossy codec (a value that rounding puts on the other side
-    of a step's boundary decodes a whole step away).
+    of a step's boundary decodes a whole step away). A sparse codec's mean (``topk``) keeps each
+    block's largest values: a position one side kept and the other dropped is allowed its block's
+    smallest kept magnitude besides (two values tied at the edge, the tie broken otherwise), so a
+    reducer may not move, drop or add anything larger than what rounding could.
     """
     if np.array_equal(got.view(np.uint32), expected.view(np.uint32)):
         return 0.0
@@ -273,4 +278,14 @@ def mismatch(got: F32, expected: F32, codec: Codec, tolerance: float) -> float:
         return float("inf")
     allowed = tolerance * scale + 2 * max_abs_error(codec, expected)
     allowed = max(allowed, float(np.finfo(np.float32).tiny))
-    return error / allowed
+    edges = flip_edges(codec, expected)
+    if edges is None:
+        return error / allowed
+    # a sparse codec: where one side kept a value and the other did not, the value may be as
+    # large as its block's smallest kept one (a tie broken otherwise), and no larger
+    flipped = (got != 0) != (expected != 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        off = np.abs(got - expected)
+        room = np.where(flipped, allowed + edges, allowed)
+        ratio = float(np.max(off / room))
+    return ratio if np.isfinite(ratio) else float("inf")
