@@ -16,6 +16,10 @@ screening, claims bounded at ``averaging.weight_ratio_limit`` = 4 times the medi
 - ``diloco``: four trainers and a backbone of ``swarm_scale`` (worker process, rounds on the wall
   clock, 12 rounds), against a clean run at equal samples and at equal rounds.
 
+``state``: a backbone and three diloco trainers land two rounds, then one trainer serves a forged
+outer state (its anchor +1 everywhere, under the honest digest its metadata names) while newcomers
+join: which state each loads, and whom the evidence names.
+
 For each attacked run: the loss gap, the most its weight counted for in an honest reducer's part
 over that part's lower median claim (``weight_ratio``: at most the bound), its credit as claimed
 over what it computed (``credit_ratio``), and whom the honest members' evidence accuses.
@@ -40,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the checkout's packages
     sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import swarm_scale  # noqa: E402
@@ -54,6 +59,7 @@ from benchmarks.byzantine_runs import (  # noqa: E402
 )
 from benchmarks.byzantine_task import reference, within  # noqa: E402
 from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa: E402
+from core.averaging.sharing.state import PackedState  # noqa: E402
 from core.codecs import FP16  # noqa: E402
 from core.swarm.byzantine import Attack, Misbehaviour  # noqa: E402
 
@@ -65,6 +71,10 @@ CREDIT_BOUND = 1.2
 
 def attacks() -> list[tuple[float, float]]:
     return [(claim, strength) for claim in CLAIMS for strength in STRENGTHS]
+
+
+CONTROL = (1.0, -3.0)
+"""The weakest flip with an honest claim: what the claims above add to it, if anything."""
 
 
 def label(claim: float, strength: float) -> str:
@@ -91,7 +101,8 @@ def dedloc_figures(curve: Curve, epochs: int) -> dict[str, Any]:
 
 async def dedloc(epochs: int) -> dict[str, Any]:
     scenarios = {
-        label(c, s): Scenario(Attack.SIGN_FLIP, True, strength=s, claim=c) for c, s in attacks()
+        label(c, s): Scenario(Attack.SIGN_FLIP, True, strength=s, claim=c)
+        for c, s in [CONTROL, *attacks()]
     }
     print(f"dedloc: {len(scenarios)} attacked collaborations, {epochs} epochs", flush=True)
     curves = await run_scenarios(list(scenarios.values()), epochs)
@@ -105,7 +116,9 @@ async def dedloc(epochs: int) -> dict[str, Any]:
         "epochs": epochs,
         "runs": runs,
         "control_mean_as_claimed": dedloc_figures(taken, epochs),
-        "goals": goals(runs, gap_key="gap_to_reference"),
+        "goals": goals(
+            {k: v for k, v in runs.items() if k != label(*CONTROL)}, gap_key="gap_to_reference"
+        ),
     }
 
 
@@ -127,7 +140,11 @@ def diloco_figures(clean: swarm_scale.Swarm, hard: swarm_scale.Swarm) -> dict[st
         "credit_claimed": attacker["credit_claimed"],
         "accused": hard.accused,
         "findings": hard.findings,
-        "honest_accused": sorted(set(hard.accused) - {attacker["peer"]}),
+        # what honest members accused honest members of (an attacker's evidence proves nothing)
+        "honest_accused": sorted(
+            {a for r, a, _ in hard.reports if r != attacker["peer"]} - {attacker["peer"]}
+        ),
+        "accused_by_the_attacker": sorted({a for r, a, _ in hard.reports if r == attacker["peer"]}),
     }
 
 
@@ -136,7 +153,7 @@ async def diloco(rounds: int) -> dict[str, Any]:
     print(f"diloco: 4 trainers, {rounds} rounds, clean", flush=True)
     clean = await swarm_scale.run_swarm(4, FP16, rounds, speeds=speeds, processes=1)
     runs: dict[str, Any] = {}
-    for claim, strength in attacks():
+    for claim, strength in [CONTROL, *attacks()]:
         name = label(claim, strength)
         print(f"diloco: one trainer of four, {name}", flush=True)
         attack = Misbehaviour(Attack.SIGN_FLIP, strength, claim=claim)
@@ -148,7 +165,87 @@ async def diloco(rounds: int) -> dict[str, Any]:
         "clean_curve": clean.curve,
         "clean_accused": clean.accused,
         "runs": runs,
-        "goals": goals(runs, gap_key=None),
+        "goals": goals({k: v for k, v in runs.items() if k != label(*CONTROL)}, gap_key=None),
+    }
+
+
+# ---- a donor serving a tampered state -------------------------------------------------------------
+
+
+def forge(member: swarm_scale.Member) -> None:
+    """From now on the member serves its outer state with every anchor value +1, under its true
+    metadata (the honest anchor digest): a consistent header, other bytes."""
+    sharing = member.optimizer.links.sharing
+    assert sharing._packed is not None
+    version, honest = sharing._packed
+
+    async def forged() -> PackedState:
+        packed = await honest()
+        values = packed.data.view(np.float32).copy()
+        values[: values.size // 2] += 1.0  # the anchor; the outer momentum is the second half
+        return PackedState(
+            packed.version, packed.metadata, packed.shapes, packed.dtypes, values.view(np.uint8)
+        )
+
+    sharing._packed = (version, forged)
+    sharing._snapshot = None
+
+
+async def tampered_state(newcomers: int) -> dict[str, Any]:
+    """A backbone and three trainers land two rounds; one trainer then serves a forged state, and
+    ``newcomers`` trainers join one after another: which state each loads, and whom the evidence
+    accuses. Also what the block digests add to a state's bytes."""
+    print(f"state: a forging donor, {newcomers} newcomers", flush=True)
+    codec, seconds = FP16, swarm_scale.ROUND_SECONDS
+    backbone = await swarm_scale.start_member("backbone", codec, None, aux=True)
+    members = [await swarm_scale.start_member(f"t{i}", codec, backbone.address) for i in range(3)]
+    loops = [asyncio.create_task(swarm_scale.train(m, i)) for i, m in enumerate(members)]
+    joined: list[swarm_scale.Member] = []
+    loaded: list[dict[str, Any]] = []
+    try:
+        for _ in range(int(4 * seconds / 0.5)):  # two rounds land within about three
+            if backbone.optimizer.epoch >= 2:
+                break
+            await asyncio.sleep(0.5)
+        forger = members[0]
+        forge(forger)
+        for i in range(newcomers):
+            newcomer = await swarm_scale.start_member(f"n{i}", codec, backbone.address)
+            joined.append(newcomer)
+            honest = {
+                m.optimizer.epoch: m.optimizer.diloco.digest for m in [backbone, *members[1:]]
+            }
+            mine = newcomer.optimizer
+            loaded.append(
+                {
+                    "epoch": mine.epoch,
+                    "honest_state": honest.get(mine.epoch) == mine.diloco.digest,
+                    "waiting_for": mine.waiting_for,
+                }
+            )
+        await asyncio.sleep(2.0)  # the evidence is published in the background
+        found = await backbone.optimizer.evidence.fetch()
+        header = (await forger.optimizer.links.sharing._current()).header
+    finally:
+        for loop in loops:
+            loop.cancel()
+        for member in [*joined, *members, backbone]:
+            await swarm_scale.stop(member, cleanly=True)
+    accused = sorted({str(item.evidence.accused) for item in found})
+    forger_id = str(forger.host.peer_id)
+    return {
+        "round_seconds": seconds,
+        "newcomers": loaded,
+        "newcomers_on_the_honest_state": sum(item["honest_state"] for item in loaded),
+        "accused": accused,
+        "statistics": sorted({item.evidence.statistic for item in found}),
+        "forger_accused_alone": accused == [forger_id],
+        "state_bytes": header.total_bytes,
+        "digest_bytes": len(header.blocks) * 32,
+        "goals": {
+            "no_newcomer_loads_it": all(item["honest_state"] for item in loaded),
+            "donor_accused": accused == [forger_id],
+        },
     }
 
 
@@ -163,7 +260,8 @@ def goals(runs: dict[str, Any], gap_key: str | None) -> dict[str, bool]:
         if gap_key is not None:
             gap = run[gap_key]
             return isinstance(gap, float) and gap <= WITHIN
-        return max(run["worse_at_equal_samples"], run["worse_at_equal_rounds"]) <= WITHIN
+        worse = float(max(run["worse_at_equal_samples"], run["worse_at_equal_rounds"]))
+        return worse <= WITHIN
 
     return {
         "loss_within_5_percent": all(within_goal(r) for r in runs.values()),
@@ -182,6 +280,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["dedloc"] = await dedloc(args.epochs)
     if args.only in (None, "diloco"):
         result["diloco"] = await diloco(args.rounds)
+    if args.only in (None, "state"):
+        result["state"] = await tampered_state(args.newcomers)
     result["seconds"] = round(time.monotonic() - started)
     return result
 
@@ -190,7 +290,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=("dedloc", "diloco"))
+    parser.add_argument("--only", choices=("dedloc", "diloco", "state"))
+    parser.add_argument("--newcomers", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--json", type=Path)

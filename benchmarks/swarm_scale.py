@@ -484,6 +484,8 @@ class Swarm:
     """How many of those accusations each statistic made (``norm_ratio``, ``opposed``…)."""
     first_accused_at: int | None = None
     """The earliest round any accusation was made in."""
+    reports: list[tuple[str, str, str]] = field(default_factory=list)
+    """Every accusation as (reporter, accused, statistic): an attacker may accuse anyone."""
 
     async def add(self, step_seconds: float, attack: Misbehaviour | None = None) -> None:
         """A trainer in the least crowded worker; it starts with the next ``begin``."""
@@ -525,6 +527,12 @@ class Swarm:
             statistics = [item.evidence.statistic for item in found]
             self.findings = {s: statistics.count(s) for s in sorted(set(statistics))}
             self.first_accused_at = min((item.evidence.epoch for item in found), default=None)
+            self.reports = sorted(
+                {
+                    (str(e.reporter), str(e.accused), e.statistic)
+                    for e in (i.evidence for i in found)
+                }
+            )
         for worker in self.workers:
             self.members.extend(await worker.close())
         await stop(self.backbone, cleanly=True)

@@ -17,7 +17,13 @@ from core.averaging.robust.aggregation import (
     bounded_weights,
     weighted_mean,
 )
-from core.averaging.robust.screening import OPPOSED_FROM, OPPOSED_SIZE, lower_median, screen
+from core.averaging.robust.screening import (
+    NORM_SIZE,
+    OPPOSED_FROM,
+    OPPOSED_SIZE,
+    lower_median,
+    screen,
+)
 from core.averaging.round.reducer import PartReducer
 from core.averaging.round.tensors import Span
 from core.codecs import NONE
@@ -270,7 +276,9 @@ def test_a_norm_far_above_the_groups_is_screened_with_its_ratio(config: Aggregat
         (-9.5, 1.0, True),  # flipped, just under the norm limit: points away from the others
         (-9.5, 3.0, True),  # the same where the others agree little (a noisy round)
         (7.0, 1.0, False),  # a sender that did seven times the work: large, but with the others
-        (-3.0, 1.0, False),  # flipped below half the limit: CenteredClip's to bound, not this
+        (-3.0, 1.0, True),  # flipped x3: far under the norm limit, above twice the median
+        (-1.5, 1.0, False),  # flipped, within twice the median: CenteredClip's to bound
+        (2.5, 3.0, False),  # a fast member where the others agree little: with them still
     ],
 )
 def test_a_large_chunk_pointing_away_from_the_others_is_screened(
@@ -311,6 +319,25 @@ def test_a_chunk_too_small_to_have_a_direction_is_not_screened_by_it() -> None:
     rows = [np.abs(rng.standard_normal(OPPOSED_SIZE)).astype(np.float32) for _ in range(4)]
     rows[3] = -7.0 * rows[3]
     assert set(screen(read_only(dict(enumerate(rows))), 10.0, OPPOSED_FROM).screened) == {3}
+
+
+def test_a_chunk_too_small_for_statistics_is_left_out_but_nobody_is_accused() -> None:
+    # an output bias: one honest sender's was 10-27x another's in four-trainer dedloc runs
+    small = [np.full(1, v, dtype=np.float32) for v in (0.001, 0.002, 0.0015, 0.03)]
+    checks = screen(read_only(dict(enumerate(small))), 10.0)
+    assert set(checks.screened) == {3}
+    statistic, ratio, reason = checks.screened[3]
+    assert statistic == "norm_ratio"
+    assert ratio == pytest.approx(20.0)
+    assert "too small to tell" in reason
+    assert checks.unattributed == {3}
+    # a chunk of NORM_SIZE values or more accuses as before
+    rng = np.random.default_rng(9)
+    rows = [rng.standard_normal(NORM_SIZE).astype(np.float32) for _ in range(4)]
+    rows[3] = rows[3] * 20
+    checks = screen(read_only(dict(enumerate(rows))), 10.0)
+    assert set(checks.screened) == {3}
+    assert checks.unattributed == set()
 
 
 def test_a_pair_screens_only_what_no_honest_pair_shows() -> None:

@@ -16,7 +16,8 @@ peer let the noise in, and the loss went 23 % off the clean run). Honest pairs s
 times: in the demo swarm, pairs of honest trainers differed by 61x to 150x in one chunk of the
 embedding. So a pair's larger chunk is left out, but not *accused* (``unattributed``): no finding,
 no evidence against a volunteer whom nobody can show to be wrong. A group of three screens against
-its true median, and accuses.
+its true median, and accuses, except in a chunk of fewer than ``NORM_SIZE`` values (a bias),
+whose norms differ between honest senders by tens of times: such a chunk is left out unattributed.
 
 Chunks that are exactly zero take no part in the reference. A zero chunk has no scale to compare
 with (a peer whose batch touched none of the chunk's rows), and counting zeros would make the one
@@ -25,9 +26,10 @@ sender that did have data look like an outlier. When every chunk is zero there i
 A mode whose chunks are updates over many steps (diloco's pseudo-gradients) may also screen by
 direction (``opposed_from``): there honest members' norms sit within about 10 % of each other, so a
 gradient flipped and scaled x10 lands right at the norm limit and passes whenever its own norm is
-a little low, and CenteredClip's radius, set by that small honest spread, still lets it bend the
-mean (the held-out loss went 11-18 % off the clean run). Such a chunk has a large norm *and* points
-away from the others, and is left out. It is not accused: in a clean swarm of 64 with speeds spread
+a little low, and CenteredClip's radius, set by the honest spread, still lets it bend the mean (the
+held-out loss went 11-18 % off the clean run; a flip x3, far below the norm limit, up to 80 %).
+Such a chunk has a norm above ``OPPOSED_FROM`` of the limit (twice the median) *and* points away
+from the others, and is left out. It is not accused: in a clean swarm of 64 with speeds spread
 4x, three honest chunks of members far ahead in inner steps had norms 6-7.6x the median and cosines
 of -0.78 to -0.94 (they overshot where the slower members had not yet arrived); leaving such a chunk
 out costs its sender that chunk of one round, accusing it would put signed evidence against a
@@ -56,15 +58,22 @@ MAJORITY = 3
 PAIR_FACTOR = 5.0
 """A pair's limit over the group's: no majority says which of two chunks is wrong."""
 OPPOSED = "opposed"
-OPPOSED_FROM = 0.5
+OPPOSED_FROM = 0.2
 """The share of the norm limit above which a mode that screens by direction leaves out a chunk
-that points away from the others (a negative cosine with their coordinate-wise median). Honest
-pseudo-gradients reach a cosine near 0 once the model learns little, but not with a norm several
-times the median."""
+that points away from the others (a negative cosine with their coordinate-wise median): twice the
+median at the default limit. Honest pseudo-gradients reach a cosine near 0 once the model learns
+little, but seldom with a norm twice the median; a flip x3, which every other screen lets through
+and CenteredClip only bounds by the honest spread, cost a diloco swarm up to 80 % at equal rounds
+in its first rounds with the limit at half (5x)."""
 OPPOSED_SIZE = 256
 """The fewest values a chunk needs for its direction to say anything: a chunk of one value (a
 bias) has a cosine of +1 or -1 whoever sent it, and an honest scalar 6.5x the median with the
 other sign was accused that way."""
+NORM_SIZE = 16
+"""The fewest values a chunk needs for its norm to accuse anyone: an honest output bias (one value)
+was 10-27x another honest one's in four-trainer dedloc runs, where a vector of a few dozen values
+differs between honest senders by a few times at most. A smaller chunk is still left out above the
+limit, without a finding."""
 
 
 def lower_median(values: Sequence[float]) -> float:
@@ -132,6 +141,12 @@ def screen(
         ratio = norm / result.reference
         if ratio > limit:
             reason = f"its norm is {ratio:.3g}x the group's median (limit {limit:g}x)"
+            if not pair and inputs[sender].size < NORM_SIZE:
+                result.unattributed.add(sender)
+                reason += (
+                    f"; a chunk of {inputs[sender].size} values is too small to tell an honest "
+                    "outlier from a bad one, so nobody is accused"
+                )
             if pair:
                 result.unattributed.add(sender)
                 reason = (
