@@ -340,6 +340,22 @@ def test_a_chunk_too_small_for_statistics_is_left_out_but_nobody_is_accused() ->
     assert checks.unattributed == set()
 
 
+@pytest.mark.parametrize(
+    ("factor", "accused"), [(11.0, False), (29.0, False), (31.0, True), (1000.0, True)]
+)
+def test_a_mode_may_accuse_only_far_above_the_limit(factor: float, accused: bool) -> None:
+    rng = np.random.default_rng(10)
+    rows = [rng.standard_normal(1024).astype(np.float32) for _ in range(4)]
+    rows[3] = rows[3] * np.float32(factor)
+    inputs = read_only(dict(enumerate(rows)))
+    checks = screen(inputs, 10.0, accuse_from=3.0)
+    assert set(checks.screened) == {3}  # left out either way
+    assert (checks.unattributed == set()) is accused
+    if not accused:
+        assert "not accused below 30x" in checks.screened[3][2]
+    assert screen(inputs, 10.0).unattributed == set()  # by default every one is a finding
+
+
 def test_a_pair_screens_only_what_no_honest_pair_shows() -> None:
     # a pair has no majority: a chunk 12x its partner's is as likely an honest sparse one as a
     # liar, so the pair's limit is five times the group's; x1000 is still far beyond it
@@ -490,6 +506,7 @@ def test_weighted_mean_scales_by_shares_so_huge_weights_cannot_overflow() -> Non
         ({"spread_floor": 1.0}, r"spread_floor must be in \[0, 1\)"),
         ({"weight_ratio_limit": 0.5}, "weight_ratio_limit must be at least 1"),
         ({"weight_ratio_limit": math.nan}, "weight_ratio_limit must be at least 1"),
+        ({"accuse_from": 0.5}, "accuse_from must be at least 1"),
         ({"opposed_from": 0.0}, r"opposed_from must be in \(0, 1\]"),
         ({"opposed_from": 1.5}, r"opposed_from must be in \(0, 1\]"),
     ],

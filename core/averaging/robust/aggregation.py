@@ -69,6 +69,10 @@ class AggregationConfig:
     """No sender's weight counts for more than this times the lower median of the senders'
     weights (``bounded_weights``); inf: weights as claimed, as plain averaging has always done.
     A project's manifest sets it (``averaging.weight_ratio_limit``)."""
+    accuse_from: float = 1.0
+    """A chunk left out for its norm is a finding only from this multiple of the limit (below:
+    unattributed, ``screening``); a mode whose honest updates can sit just over the limit raises
+    it (``Mode.aggregation``)."""
     opposed_from: float | None = None
     """Screen by direction too (``screening``): a chunk above this share of the norm limit that
     points away from the others is left out. None: off, as for one batch's gradients; a mode whose
@@ -108,6 +112,8 @@ class AggregationConfig:
             raise ConfigError(
                 f"clip_finding_below must be in [0, 1], got {self.clip_finding_below}"
             )
+        if math.isnan(self.accuse_from) or self.accuse_from < 1:
+            raise ConfigError(f"accuse_from must be at least 1, got {self.accuse_from}")
         if self.opposed_from is not None and not 0 < self.opposed_from <= 1:
             raise ConfigError(f"opposed_from must be in (0, 1], got {self.opposed_from}")
         if not 0 <= self.spread_floor < 1:
@@ -166,7 +172,7 @@ def aggregate_chunk(
     """
     _check(inputs, weights)
     workspace = workspace or Workspace()
-    checks = screen(inputs, config.norm_ratio_limit, config.opposed_from)
+    checks = screen(inputs, config.norm_ratio_limit, config.opposed_from, config.accuse_from)
     if not config.screen:
         checks.screened = {}
         checks.unattributed = set()

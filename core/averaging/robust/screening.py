@@ -37,6 +37,12 @@ volunteer for having a fast GPU. A single batch's gradient (dedloc) is a worse f
 embedding row that one batch touched is far above the median and unrelated to the others', so the
 rule is off there.
 
+How far above the limit a chunk must be to be *accused* is the mode's too (``accuse_from``, a
+multiple of the limit): in a clean diloco swarm of four at equal speed, one honest member's output
+layer sat at 10.1-11.8x the median in five of the converged rounds (its data kept moving it while
+the others' had settled), and was accused by four reducers. Diloco accuses from three times the
+limit: what lies between is left out all the same, without a finding.
+
 Everything here is a pure function of its inputs, in ascending sender order, so that a verifier
 recomputing a reducer's chunk reaches the same verdicts.
 """
@@ -69,6 +75,9 @@ OPPOSED_SIZE = 256
 """The fewest values a chunk needs for its direction to say anything: a chunk of one value (a
 bias) has a cosine of +1 or -1 whoever sent it, and an honest scalar 6.5x the median with the
 other sign was accused that way."""
+ACCUSE_FROM = 3.0
+"""The multiple of the norm limit from which a mode whose honest updates can sit just over the limit
+accuses (diloco's); what lies between the limit and it is left out without a finding."""
 NORM_SIZE = 16
 """The fewest values a chunk needs for its norm to accuse anyone: an honest output bias (one value)
 was 10-27x another honest one's in four-trainer dedloc runs, where a vector of a few dozen values
@@ -112,11 +121,15 @@ class Screening:
 
 
 def screen(
-    inputs: Mapping[int, F32], norm_ratio_limit: float, opposed_from: float | None = None
+    inputs: Mapping[int, F32],
+    norm_ratio_limit: float,
+    opposed_from: float | None = None,
+    accuse_from: float = 1.0,
 ) -> Screening:
     """Which senders' chunks to leave out, and why (see the module's docstring for the rules);
     ``opposed_from``: the share of the limit from which a chunk is screened by direction too
-    (None: not at all)."""
+    (None: not at all); ``accuse_from``: the multiple of the limit from which a chunk left out
+    for its norm is a finding (below it: left out, unattributed)."""
     result = Screening()
     for sender in sorted(inputs):
         values = inputs[sender]
@@ -140,19 +153,9 @@ def screen(
             continue
         ratio = norm / result.reference
         if ratio > limit:
-            reason = f"its norm is {ratio:.3g}x the group's median (limit {limit:g}x)"
-            if not pair and inputs[sender].size < NORM_SIZE:
+            reason, accused = _norm_verdict(ratio, limit, pair, inputs[sender].size, accuse_from)
+            if not accused:
                 result.unattributed.add(sender)
-                reason += (
-                    f"; a chunk of {inputs[sender].size} values is too small to tell an honest "
-                    "outlier from a bad one, so nobody is accused"
-                )
-            if pair:
-                result.unattributed.add(sender)
-                reason = (
-                    f"its norm is {ratio:.3g}x the other sender's (limit {limit:g}x; with two "
-                    "senders nobody can tell which is wrong, so nobody is accused)"
-                )
             result.screened[sender] = (NORM_RATIO, ratio, reason)
     if opposed_from is None or pair or next(iter(inputs.values())).size < OPPOSED_SIZE:
         return result
@@ -170,6 +173,29 @@ def screen(
             result.screened[sender] = (OPPOSED, cosine, reason)
             result.unattributed.add(sender)
     return result
+
+
+def _norm_verdict(
+    ratio: float, limit: float, pair: bool, size: int, accuse_from: float
+) -> tuple[str, bool]:
+    """Why a chunk ``ratio`` times the median, above ``limit``, is left out, and whether that
+    accuses its sender."""
+    if pair:
+        why = (
+            f"its norm is {ratio:.3g}x the other sender's (limit {limit:g}x; with two senders "
+            "nobody can tell which is wrong, so nobody is accused)"
+        )
+        return why, False
+    reason = f"its norm is {ratio:.3g}x the group's median (limit {limit:g}x)"
+    if size < NORM_SIZE:
+        why = (
+            f"{reason}; a chunk of {size} values is too small to tell an honest outlier from a "
+            "bad one, so nobody is accused"
+        )
+        return why, False
+    if ratio <= limit * accuse_from:
+        return f"{reason}; not accused below {limit * accuse_from:g}x", False
+    return reason, True
 
 
 def _cosine_to_others(inputs: Mapping[int, F32], sender: int, checks: Screening) -> float:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.averaging.robust.aggregation import AggregationConfig
-from core.averaging.robust.screening import OPPOSED_FROM
+from core.averaging.robust.screening import ACCUSE_FROM, OPPOSED_FROM
 from core.project import Manifest
 from core.training.diloco.backbone import DilocoBackbone
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer, reads_every
@@ -38,8 +38,12 @@ class Diloco:
         far one lies from the others grows with its sender's inner steps, so CenteredClip's clip
         factor says how fast a member is as much as whether it lies: it bounds the pull but makes
         no finding (a clean swarm of 64 with speeds spread 4x drew 13 against honest members in
-        12 rounds); the screens' findings name the attacks."""
-        return replace(base, opposed_from=OPPOSED_FROM, clip_finding_below=0.0)
+        12 rounds); the screens' findings name the attacks, the norm screen's from three times
+        its limit (``ACCUSE_FROM``: an honest member's output layer sat at 10-12x the median in
+        converged rounds)."""
+        return replace(
+            base, opposed_from=OPPOSED_FROM, clip_finding_below=0.0, accuse_from=ACCUSE_FROM
+        )
 
     def trainer(self, parts: PeerParts) -> DilocoOptimizer:
         """The diloco optimizer and, in the demo only, a misbehaviour."""
