@@ -44,7 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the checkout's packages
     sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import swarm_scale  # noqa: E402
@@ -59,9 +58,8 @@ from benchmarks.byzantine_runs import (  # noqa: E402
 )
 from benchmarks.byzantine_task import reference, within  # noqa: E402
 from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa: E402
-from core.averaging.sharing.state import PackedState  # noqa: E402
 from core.codecs import FP16  # noqa: E402
-from core.swarm.byzantine import Attack, Misbehaviour  # noqa: E402
+from core.swarm.byzantine import Attack, Misbehaviour, forge_state  # noqa: E402
 
 CLAIMS = (10.0, 100.0)
 STRENGTHS = (-3.0, -10.0)
@@ -172,25 +170,6 @@ async def diloco(rounds: int) -> dict[str, Any]:
 # ---- a donor serving a tampered state -------------------------------------------------------------
 
 
-def forge(member: swarm_scale.Member) -> None:
-    """From now on the member serves its outer state with every anchor value +1, under its true
-    metadata (the honest anchor digest): a consistent header, other bytes."""
-    sharing = member.optimizer.links.sharing
-    assert sharing._packed is not None
-    version, honest = sharing._packed
-
-    async def forged() -> PackedState:
-        packed = await honest()
-        values = packed.data.view(np.float32).copy()
-        values[: values.size // 2] += 1.0  # the anchor; the outer momentum is the second half
-        return PackedState(
-            packed.version, packed.metadata, packed.shapes, packed.dtypes, values.view(np.uint8)
-        )
-
-    sharing._packed = (version, forged)
-    sharing._snapshot = None
-
-
 async def tampered_state(newcomers: int) -> dict[str, Any]:
     """A backbone and three trainers land two rounds; one trainer then serves a forged state, and
     ``newcomers`` trainers join one after another: which state each loads, and whom the evidence
@@ -208,7 +187,7 @@ async def tampered_state(newcomers: int) -> dict[str, Any]:
                 break
             await asyncio.sleep(0.5)
         forger = members[0]
-        forge(forger)
+        forge_state(forger.optimizer.links.sharing)
         for i in range(newcomers):
             newcomer = await swarm_scale.start_member(f"n{i}", codec, backbone.address)
             joined.append(newcomer)

@@ -25,6 +25,9 @@ data alone. The lying reducer is a ``LyingReducer``
 around the honest ``PartReducer`` of a round: everything it reduces is shifted, for every receiver
 and for itself alike.
 
+``forge_state`` makes a donor serve a tampered state under its true metadata (a consistent header,
+other bytes): what verified downloads are for.
+
 Nothing here runs in a volunteer's peer: the ways in are the swarm's ``--byzantine K`` demo flag
 (``barnraise peer --attack KIND``, hidden), ``benchmarks/byzantine_losses.py`` and the tests.
 """
@@ -42,6 +45,7 @@ import torch
 
 from core.averaging.allreduce import AllReduce
 from core.averaging.round.reducer import ChunkResult, PartReducer
+from core.averaging.sharing.state import PackedProvider, PackedState, StateSharing
 from core.codecs import NONE
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode
@@ -218,3 +222,22 @@ def shifted(values: F32, shift: float) -> F32:
     out = values.astype(np.float32, copy=True)
     out += np.float32(shift * (rms or 1e-3))
     return out
+
+
+def forge_state(sharing: StateSharing) -> None:
+    """From now on ``sharing`` serves its packed state with the first half of its float32 values
+    +1 (diloco's anchor; the outer momentum is the second half), under the metadata of the honest
+    state, anchor digest included."""
+
+    def forging(honest: PackedProvider) -> PackedProvider:
+        async def forged() -> PackedState:
+            packed = await honest()
+            values = packed.data.view(np.float32).copy()
+            values[: values.size // 2] += 1.0
+            return PackedState(
+                packed.version, packed.metadata, packed.shapes, packed.dtypes, values.view(np.uint8)
+            )
+
+        return forged
+
+    sharing.wrap_packed(forging)

@@ -8,33 +8,12 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
-
-from core.averaging.sharing.state import PackedProvider, PackedState
+from core.swarm.byzantine import forge_state
 from core.training.moderation.evidence import EvidenceBoard
 from core.training.participation import STATE_MISMATCH
-from tests.training.diloco.conftest import DPeer, MakeDPeer, end_rounds, make_dpeer, settle
+from tests.training.diloco.conftest import MakeDPeer, end_rounds, make_dpeer, settle
 
 __all__ = ["make_dpeer"]  # the fixture, used by name
-
-
-def forge(peer: DPeer) -> None:
-    """From now on the peer serves its state with every anchor value +1, under its true metadata."""
-    sharing = peer.optimizer.links.sharing
-    assert sharing._packed is not None
-    version, honest = sharing._packed
-
-    async def forged() -> PackedState:
-        packed = await honest()
-        values = packed.data.view(np.float32).copy()
-        values[: values.size // 2] += 1.0  # the anchor (the momentum is the second half)
-        return PackedState(
-            packed.version, packed.metadata, packed.shapes, packed.dtypes, values.view(np.uint8)
-        )
-
-    pack: PackedProvider = forged
-    sharing._packed = (version, pack)
-    sharing._snapshot = None
 
 
 async def test_a_newcomer_loads_the_vouched_state_and_accuses_the_forger(
@@ -47,7 +26,7 @@ async def test_a_newcomer_loads_the_vouched_state_and_accuses_the_forger(
     await end_rounds(peers)
     assert [p.optimizer.epoch for p in peers] == [1, 1, 1]
     forger, *honest = peers
-    forge(forger)
+    forge_state(forger.optimizer.links.sharing)
     newcomer = await make_dpeer(lr=1.0, momentum=0.0)
     await settle([*peers, newcomer])
     if newcomer.optimizer.epoch < 1:

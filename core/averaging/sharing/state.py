@@ -170,6 +170,15 @@ class StateSharing:
         self._host.router.add(STATE_HEADER, self._on_header)
         self._host.router.add_stream(STATE_RANGE, self._on_range)
 
+    def wrap_packed(self, wrap: Callable[[PackedProvider], PackedProvider]) -> None:
+        """Serve what ``wrap`` makes of the packer ``serve_packed`` was given, from the next
+        request on: only a peer misbehaving on purpose does (``core.swarm.byzantine``)."""
+        if self._packed is None:
+            raise RuntimeError("nothing packed is served")
+        version, pack = self._packed
+        self._packed = (version, wrap(pack))
+        self._snapshot = None
+
     def stop_serving(self) -> None:
         self._provider = None
         self._packed = None
