@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import sys
 import time
@@ -57,6 +56,7 @@ from benchmarks.byzantine_runs import (  # noqa: E402
     run_scenarios,
 )
 from benchmarks.byzantine_task import reference, within  # noqa: E402
+from benchmarks.harness import emit  # noqa: E402
 from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa: E402
 from core.codecs import FP16  # noqa: E402
 from core.swarm.byzantine import Attack, Misbehaviour, forge_state  # noqa: E402
@@ -276,11 +276,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    result = asyncio.run(main_async(args))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    emit(asyncio.run(main_async(args)), args.json)
 
 
 if __name__ == "__main__":
