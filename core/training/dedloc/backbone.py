@@ -126,7 +126,8 @@ class AuxiliaryPeer:
         self.part = Participation(
             links, "aux", snapshot=state.snapshot(), retry_cap=config.retry_cap, tasks=self._tasks
         )
-        """Our offer of the replica (the trainers' records are read here, not through it)."""
+        """Our offer of the replica and our downloads (the trainers' records are read here and
+        handed to it)."""
         self.bridge = links.bridge
         self.config = config
         self.checkpoints = checkpoints
@@ -212,6 +213,7 @@ class AuxiliaryPeer:
 
     async def _tick(self, grads: list[torch.Tensor]) -> None:
         records = await self.board.fetch()
+        self.part.records = records  # what a download asks of where the swarm is
         view = self.board.view(records, self._record(), self.config.target_batch_size)
         trainers = [p for p in view.peers if p.training]
         # with trainers: their newest epoch; without: our replica's, the newest state there is, so
