@@ -220,7 +220,7 @@ class Participation:
         except StateDownloadError as exc:
             self._accuse(exc.refused.accused)
             raise
-        self._accuse(got.accused)
+        self._accuse(got.refused.accused)
         return got
 
     def _settled(self, epoch: int) -> bool:

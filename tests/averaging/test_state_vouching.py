@@ -208,7 +208,7 @@ async def test_a_donor_sending_other_bytes_than_its_header_lists_is_caught_and_a
     np.testing.assert_array_equal(got.tensors[0], state()[2][0])
     liar_id = averagers[0].host.peer_id
     assert liar_id not in got.donors
-    assert "is not the bytes its header lists" in got.accused[liar_id]
+    assert "is not the bytes its header lists" in got.refused.accused[liar_id]
     assert got.digest == digest_of((await donors[1]._current()).header)
 
 
@@ -225,7 +225,7 @@ async def test_a_tampered_state_offered_beside_honest_ones_is_never_loaded(
         downloader = StateSharing(averagers[3].host, averagers[3].dht, "test")
         got = await downloader.download(timeout=30)
         np.testing.assert_array_equal(got.tensors[0], np.full(12_345, 1.0, np.float32))
-        assert averagers[0].host.peer_id in got.skipped
+        assert averagers[0].host.peer_id in got.refused.skipped
         assert averagers[0].host.peer_id not in got.donors
 
 

@@ -87,6 +87,16 @@ PackedProvider = Callable[[], Awaitable[PackedState]]
 
 
 @dataclass
+class Refused:
+    """Donors a download skipped or caught, for the caller to know (and accuse)."""
+
+    skipped: dict[PeerID, str] = field(default_factory=dict)
+    """Not used, and why (another state of the version, a malformed header)."""
+    accused: dict[PeerID, str] = field(default_factory=dict)
+    """Caught serving another state than they claimed: evidence for the caller to sign."""
+
+
+@dataclass
 class DownloadedState:
     version: int
     metadata: dict[str, Any]
@@ -96,18 +106,8 @@ class DownloadedState:
     """``digest.state_digest`` of what was loaded."""
     vouched: str = ""
     """How the state was vouched for (``vouching.Verdict.reason``)."""
-    skipped: dict[PeerID, str] = field(default_factory=dict)
-    """Donors not used, and why (another state of the version, a malformed header)."""
-    accused: dict[PeerID, str] = field(default_factory=dict)
-    """Donors caught serving another state than they claimed: evidence for the caller to sign."""
-
-
-@dataclass
-class Refused:
-    """Donors a failed download skipped or caught, for the caller to know (and accuse)."""
-
-    skipped: dict[PeerID, str] = field(default_factory=dict)
-    accused: dict[PeerID, str] = field(default_factory=dict)
+    refused: Refused = field(default_factory=Refused)
+    """Donors the download did not use, or caught."""
 
 
 class StateDownloadError(BarnraiseError):
@@ -358,7 +358,7 @@ class StateSharing:
                 except StateDownloadError as exc:
                     reasons.append(f"epoch {version}: {exc}")
                     continue
-                got.skipped, got.accused = refused.skipped, refused.accused
+                got.refused = refused
                 return got
             raise StateDownloadError("; ".join(reasons), refused)
 
