@@ -27,7 +27,7 @@ than importing it. The table in force works as the codecs' does (``core.codecs.a
 """
 
 from core.modes.active import active_modes, using_modes
-from core.modes.builtin import DEDLOC, DILOCO, MODES, RESIDUAL_DECAY
+from core.modes.builtin import DEDLOC, DILOCO, MODES, RESIDUAL_DECAY, WORK_CHECKS
 from core.modes.spec import ModeSpec, Traffic, TrafficInputs
 from core.modes.table import ModeTable
 
@@ -36,6 +36,7 @@ __all__ = [
     "DILOCO",
     "MODES",
     "RESIDUAL_DECAY",
+    "WORK_CHECKS",
     "ModeSpec",
     "ModeTable",
     "Traffic",

@@ -62,11 +62,14 @@ DEDLOC = ModeSpec(
     describe=_dedloc_describe,
     follows_rollbacks=True,
     misbehaving_demo=True,
+    checks_work=True,
 )
 
 
 RESIDUAL_DECAY = 0.95
 """diloco's default ``residual_decay`` (SparseLoCo's): what a sparse codec's residual keeps a round."""
+WORK_CHECKS = 0.1
+"""dedloc's default ``work_checks``: the share of a trainer's epochs spot-checked at random."""
 
 
 def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterator[Problem]:
@@ -76,6 +79,12 @@ def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterato
             "with training.overlap"
         )
         yield "training.delay_parameter_updates", reason
+    if training.work_checks != WORK_CHECKS:
+        reason = (
+            "applies to dedloc mode only: a diloco microbatch's gradient is taken at parameters "
+            "of the member's own inner steps, which no checker holds"
+        )
+        yield "training.work_checks", reason
     if averaging.sparse and training.outer_momentum != 0:
         # measured (benchmarks/lowcomm.py, 8 rounds): held-out loss 2.75 with momentum 0.9,
         # 1.13 without, 1.08 for exact diloco with it

@@ -36,6 +36,8 @@ class TrainingKnobs(Protocol):
     def outer_momentum(self) -> float: ...
     @property
     def residual_decay(self) -> float: ...
+    @property
+    def work_checks(self) -> float: ...
 
 
 class AveragingKnobs(Protocol):
@@ -120,6 +122,9 @@ class ModeSpec:
     dashboard shows how far into the round it is and what the last exchange sent."""
     follows_rollbacks: bool = False
     """Its peers follow the moderators' rollback orders (a coordinator signs none otherwise)."""
+    checks_work: bool = False
+    """Its backbone spot-checks the trainers' microbatches (``training.work_checks``), which
+    needs a deterministic forward pass (no dropout)."""
     misbehaving_demo: bool = False
     """The demo's Byzantine peers (``barnraise swarm --byzantine``) can attack its rounds."""
 

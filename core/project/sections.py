@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from core.codecs import active_codecs
 from core.config.ports import AUX_PORT, PEER_PORT
-from core.modes import RESIDUAL_DECAY, active_modes
+from core.modes import RESIDUAL_DECAY, WORK_CHECKS, active_modes
 from core.project.validation import FieldCheck
 from core.trust.errors import PeerIdError
 from core.trust.peer_id import PeerID
@@ -294,6 +294,12 @@ class TrainingSection:
     average_state_every: int = 5
     """Epochs between averaging of parameters and optimizer state, 1 to 10**9."""
     delay_parameter_updates: bool = False
+    work_checks: float = WORK_CHECKS
+    """dedloc: the share of each trainer's epochs whose work the backbone spot-checks at random
+    (recomputing sampled microbatches), in [0, 1], within 5 % of the backbone's time (1: every
+    epoch, whatever it costs). A newcomer's credit waits until a check of it passes; a trainer
+    caught faking work is accused and credited nothing more. 0 checks nothing and credits claims
+    as made. Checks need a deterministic forward pass: refused with ``model.dropout`` above 0."""
     seed: int = 0
     """0 to 2**63 - 1."""
     optimizer_states: str = "32bit"
@@ -356,6 +362,7 @@ class TrainingSection:
             )
         check.one_of("precision", PRECISIONS)
         check.in_range("average_state_every", 1, MAX_STEPS)
+        check.in_range("work_checks", 0.0, 1.0)
         check.in_range("seed", 0, 2**63, high_open=True)
         check.one_of("optimizer_states", OPTIMIZER_STATES)
         for field, wanted in (

@@ -38,7 +38,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -49,6 +49,9 @@ from core.averaging.sharing.state import PackedProvider, PackedState, StateShari
 from core.codecs import NONE
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode
+from core.training.work import Forgery, Recorder, WorkLedger
+from core.training.work.fingerprint import batch_digest, batch_tensors
+from core.training.work.receipts import FINGERPRINT_BYTES, WorkReceipt
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -100,10 +103,14 @@ class Misbehaviour:
     """The noise's seed: a run is reproducible."""
     claim: float = 1.0
     """Samples it claims per sample it computed (``Tamperable.claim``); 1: honest claims."""
+    computes: float = 1.0
+    """The share of the microbatches it counts that it computes (``FreeRider``); 1: all."""
 
     def __post_init__(self) -> None:
         if self.strength is not None and not math.isfinite(self.strength):
             raise ConfigError(f"an attack's strength must be a finite number, not {self.strength}")
+        if not 0.0 <= self.computes <= 1.0:
+            raise ConfigError(f"a peer computes a share in [0, 1] of its work, not {self.computes}")
         if not (math.isfinite(self.claim) and self.claim >= 1):
             raise ConfigError(
                 f"an inflated claim must be a finite factor of at least 1, not {self.claim}"
@@ -117,18 +124,31 @@ class Misbehaviour:
         """What it does, in words (for the log and the demo's output)."""
         f = self.factor
         claims = f", claiming {self.claim:g}x the samples it computed" if self.claim != 1 else ""
-        return {
-            Attack.SCALE: f"its gradients x{f:g}",
-            Attack.SIGN_FLIP: f"its gradients x{f:g} (sign-flipped)",
-            Attack.NOISE: f"Gaussian noise {f:g} times its gradients' RMS instead of them",
-            Attack.NAN: "NaN instead of its gradients",
-            Attack.LYING_REDUCER: f"its part's aggregate shifted by {f:g} times its RMS",
-        }[self.attack] + claims
+        rides = (
+            f", computing {self.computes:.0%} of the microbatches it counts"
+            if self.computes < 1
+            else ""
+        )
+        return (
+            {
+                Attack.SCALE: f"its gradients x{f:g}",
+                Attack.SIGN_FLIP: f"its gradients x{f:g} (sign-flipped)",
+                Attack.NOISE: f"Gaussian noise {f:g} times its gradients' RMS instead of them",
+                Attack.NAN: "NaN instead of its gradients",
+                Attack.LYING_REDUCER: f"its part's aggregate shifted by {f:g} times its RMS",
+            }[self.attack]
+            + claims
+            + rides
+        )
 
     def install(self, optimizer: Tamperable, averager: Averager) -> None:
         """Make a training peer misbehave: tamper with its gradients, or lie as a reducer; and
-        inflate its claims."""
+        inflate its claims, or forge the receipts of work it skips."""
         optimizer.claim = self.claim
+        if self.computes < 1:
+            if not isinstance(optimizer, Forgeable):
+                raise ConfigError("free riding is tried where work is checked: dedloc mode only")
+            optimizer.forge = FreeRider(self.computes)
         if self.attack.gradients:
             optimizer.tamper = self.gradient_attack()
         else:
@@ -151,6 +171,49 @@ class Misbehaviour:
         # duck-typed: everything but ``result`` goes to the honest reducer
         round_.reducer = cast(PartReducer, liar)
         return liar
+
+
+@runtime_checkable
+class Forgeable(Protocol):
+    """An optimizer whose work receipts a free rider can forge (``core.training.work``)."""
+
+    forge: Forgery | None
+
+
+class FreeRider:
+    """Claims microbatches it never computed. Of the microbatches it counts, it computes the share
+    ``computes`` (spread evenly); for the others it fetched the batch but sends no gradient, and
+    its receipt copies the last real one's fingerprint (zeros before any) with the batch's loss:
+    the cheapest receipt that looks like work, and a loss as good as the real one."""
+
+    def __init__(self, computes: float) -> None:
+        self.computes = computes
+        self.forged = 0
+        """Receipts it forged (the tests check that it really ran)."""
+
+    def __call__(self, ledger: WorkLedger) -> Recorder:
+        counted = 0
+        last: WorkReceipt | None = None
+
+        def record(batch: Any, loss: float) -> None:
+            nonlocal counted, last
+            real = math.floor((counted + 1) * self.computes) > math.floor(counted * self.computes)
+            counted += 1
+            if real:
+                ledger.record(batch, loss)
+                last = ledger.last()
+                return
+            for p in ledger.parameters:
+                p.grad = None  # nothing computed: nothing to accumulate
+            host = {name: t.detach().to("cpu") for name, t in batch_tensors(batch).items()}
+            samples = int(next(iter(host.values())).shape[0])
+            fingerprint = last.fingerprint if last is not None else bytes(FINGERPRINT_BYTES)
+            receipt = WorkReceipt(samples, batch_digest(host), float(loss), fingerprint,
+                                  ledger.params_epoch())  # fmt: skip
+            ledger.file(receipt, host)
+            self.forged += 1
+
+        return record
 
 
 class GradientAttack:

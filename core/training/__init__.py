@@ -36,6 +36,8 @@ peer takes part in the collaboration the same way (``participation``).
   rolled-back state, else checkpoint N from our store or the published URL), epochs numbered on.
 - ``trainer``         Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).
 - ``errors``          CheckpointError (the worker's TrainingError is ``core.worker.errors``).
+- ``work/``           checked work: a trainer's receipt of every microbatch, the backbone's spot
+  checks that recompute a few, and credit as the checks support it (dedloc).
 - ``moderation/``     signed evidence against members (from rounds and from expert calls) and the
   moderators' rollback orders.
 - ``publish/``        what the backbone publishes beside its checkpoints for everyone (the checkpoint,

@@ -15,14 +15,19 @@ killed after its round but before its record said so still gets what the round u
 peer's own record stays the authority (a diloco member that did not land a round carries its samples
 to the next one and claims them there, so crediting the round too would count them twice).
 
+Where the backbone checks work (``core.training.work``), its ``Standings`` judge each share
+before it is handed out (``CreditBook.judge``): a share waits while its peer's claims wait for a
+check, and goes out with what the checks support (nothing, for a peer caught faking work).
+
 A share of an epoch that the metrics already reported is *late*: it goes to the coordinator in a
 report of its own for that epoch, which adds it (the coordinator counts each (epoch, peer) once).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +47,9 @@ WITNESS_KEPT = 600.0
 CREDITED_KEPT = 8 * RECENT
 """Epochs, below the newest seen, for which (peer, epoch) credits are remembered: a claim older
 than that can no longer arrive (records carry ``RECENT`` epochs)."""
+
+Judge = Callable[[str, int, int, float], "int | None"]
+"""(peer, epoch, samples claimed, now) -> samples to credit, or None while the share waits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +138,12 @@ class CreditBook:
         self._waiting: dict[int, dict[str, Share]] = {}
         self._witnessed: dict[tuple[str, int], _Witness] = {}
         self._peers: dict[str, tuple[AccessPass | None, float]] = {}
+        self._claims: dict[tuple[str, int], int] = {}
         self._newest = -1
+        self.judge: Judge | None = None
+        """What the work checks support of a share (None: every claim as made)."""
+        self.withheld = 0
+        """Samples claimed that the checks did not support."""
         self.witnessed_shares = 0
         """Shares credited from rounds' weights (their peers were gone)."""
 
@@ -145,6 +158,7 @@ class CreditBook:
             self._newest = max(self._newest, item.epoch)
             if item.samples <= 0 or self.credited(peer, item.epoch):
                 continue
+            self._claims[(peer, item.epoch)] = item.samples
             waiting = self._waiting.setdefault(item.epoch, {})
             # a record newer than the one that first listed the epoch says the same or corrects it
             waiting[peer] = Share(peer, item.epoch, item.samples, access, speed)
@@ -171,17 +185,34 @@ class CreditBook:
                     access, speed = self._peers.get(peer, (None, 0.0))
                     waiting[peer] = Share(peer, epoch, seen.samples, access, speed, witnessed=True)
 
-    def take(self, epoch: int) -> list[Share]:
-        """The shares of ``epoch`` waiting now; they count as credited from here on."""
-        shares = list(self._waiting.pop(epoch, {}).values())
-        self._mark(epoch, shares)
+    def claimed(self, peer: str, epoch: int) -> int | None:
+        """The samples ``peer``'s records claim for ``epoch`` (None: none read)."""
+        return self._claims.get((peer, epoch))
+
+    def take(self, epoch: int, now: float = 0.0) -> list[Share]:
+        """The shares of ``epoch`` the judge lets out now (all of them without one), with what it
+        supports; they count as credited from here on. The others keep waiting."""
+        waiting = self._waiting.pop(epoch, {})
+        shares, settled, held = [], [], {}
+        for peer, share in waiting.items():
+            judged = self.judge(peer, epoch, share.samples, now) if self.judge else share.samples
+            if judged is None:
+                held[peer] = share
+                continue
+            settled.append(share)
+            self.withheld += share.samples - judged
+            if judged > 0:
+                shares.append(dataclasses.replace(share, samples=judged))
+        if held:
+            self._waiting[epoch] = held
+        self._mark(epoch, settled)
         return shares
 
-    def late(self, reported: int) -> dict[int, list[Share]]:
+    def late(self, reported: int, now: float = 0.0) -> dict[int, list[Share]]:
         """Shares waiting for epochs up to ``reported`` (whose metrics went out without them)."""
         found = {}
         for epoch in sorted(e for e in self._waiting if e <= reported):
-            shares = self.take(epoch)
+            shares = self.take(epoch, now)
             if shares:
                 found[epoch] = shares
         return found
@@ -196,5 +227,7 @@ class CreditBook:
             del self._credited[old]
         for old in [e for e in self._waiting if e < floor]:
             del self._waiting[old]
+        for key in [k for k in self._claims if k[1] < floor]:
+            del self._claims[key]
         if len(self._peers) > 10_000:
             self._peers.clear()  # refilled by the next records; only a gone peer's pass is lost

@@ -167,7 +167,7 @@ class MetricsAggregator:
         """Credit found for epochs already reported (``EpochMetrics.late``), oldest first: what
         records listed after their epoch's metrics went out, and gone peers' shares of rounds."""
         found = []
-        for epoch, shares in self.credit.late(self._reported).items():
+        for epoch, shares in self.credit.late(self._reported, now).items():
             self.late_shares += len(shares)
             parts = tuple(_part(share) for share in shares)
             samples = sum(part.samples for part in parts)
@@ -185,7 +185,7 @@ class MetricsAggregator:
         loss_sum = sum(r.last_loss_sum for r in records)
         steps = sum(r.last_mini_steps for r in records)
         loss = loss_sum / steps if steps and math.isfinite(loss_sum) else None
-        parts = tuple(_part(share) for share in self.credit.take(epoch))
+        parts = tuple(_part(share) for share in self.credit.take(epoch, now))
         samples = sum(part.samples for part in parts)
         return EpochMetrics(epoch, loss, samples, round(speed, 1), alive, now, parts)
 

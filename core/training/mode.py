@@ -33,6 +33,8 @@ from core.training.metrics import EpochMetrics
 from core.training.progress import CollaborationView
 from core.training.settings import PeerSettings
 from core.training.state import TrainingState
+from core.training.trainer import LossFn
+from core.training.work import CheckRecord, Recorder
 from core.util.errors import ConfigError
 from core.worker.events import PeerEpoch, PeerEvent
 
@@ -74,6 +76,12 @@ class ModeOptimizer(Protocol):
 
     async def step(self, batch_size: int, loss: float | None = None) -> PeerEpoch | None:
         """One microbatch whose gradients are in ``.grad``; a finished epoch's report, or None."""
+        ...
+
+    def keep_receipts(self, precision: str) -> Recorder | None:
+        """Keep (and serve) a receipt of each microbatch computed in ``precision`` for the
+        backbone's work checks; what the training loop calls after each backward pass, or None
+        where the mode's work is not checked."""
         ...
 
     def view(self) -> CollaborationView: ...
@@ -125,6 +133,10 @@ class BackboneParts(PeerParts):
     """Where the backbone keeps its checkpoints (None: it writes none)."""
     report: Callable[[EpochMetrics], None]
     """Each completed epoch's metrics (logged, told, reported, evaluated)."""
+    loss: LossFn | None = None
+    """The loss of one batch, for a mode whose backbone recomputes trainers' work."""
+    on_check: Callable[[CheckRecord], None] | None = None
+    """Each work check the backbone makes (logged for the audit)."""
 
 
 @runtime_checkable

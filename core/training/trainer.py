@@ -82,7 +82,10 @@ class Trainer:
         precision: Precision | None = None,
         batch_size_of: Callable[[Any], int] | None = None,
         control: TrainingControl | None = None,
+        witness: Callable[[Any, float], None] | None = None,
     ) -> None:
+        """``witness``: told each microbatch and its loss on the training thread, while its
+        gradients are in ``.grad`` (the work receipts, ``core.training.work``)."""
         self.model = model
         self.optimizer = optimizer
         self.bridge = bridge
@@ -94,6 +97,7 @@ class Trainer:
             _LossScale() if precision is not None and precision.dtype == torch.float16 else None
         )
         self.control = control
+        self.witness = witness
         self.microbatches = 0
         self.skipped = 0
         self.interrupted = 0
@@ -181,6 +185,8 @@ class Trainer:
                 return None
         else:
             loss.backward()  # type: ignore[no-untyped-call]
+        if self.witness is not None:
+            self.witness(batch, value)
         return self._batch_size_of(batch), value
 
 

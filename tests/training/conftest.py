@@ -131,3 +131,45 @@ async def make_peer(make_host: MakeHost) -> AsyncIterator[MakePeer]:
         await peer.averager.close()
         await peer.bridge.aclose()
         await peer.dht.close()
+
+
+@dataclass
+class Node:
+    """One peer's network side and training thread (a trainer's or the backbone's)."""
+
+    bridge: TrainingBridge
+    dht: DHTNode
+    averager: Averager
+    links: PeerLinks
+    closed: bool = False
+
+    @property
+    def address(self) -> str:
+        return str(self.averager.host.addresses[0])
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.averager.close()
+            await self.bridge.aclose()
+            await self.dht.close()
+            await self.averager.host.close()  # gone from the network, as a stopped process is
+
+
+@pytest.fixture
+async def nodes(make_host: MakeHost) -> AsyncIterator[list[Node]]:
+    made: list[Node] = []
+
+    async def make(join: str | None, *, backbone: bool = False) -> Node:
+        host, dht = await start_node(make_host, join)
+        averager = Averager(
+            host, dht, "collab", replace(AVERAGING, compute=0.0 if backbone else 1.0)
+        )
+        bridge = TrainingBridge()
+        node = Node(bridge, dht, averager, PeerLinks.create(averager, bridge))
+        made.append(node)
+        return node
+
+    yield make  # type: ignore[misc]
+    for node in reversed(made):
+        await node.close()

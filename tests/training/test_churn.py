@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.averaging import Averager
 from core.averaging.sharing.state import StateDownloadError, StateSharing
 from core.averaging.sharing.vouching import Vouching
 from core.data import ShardServer
-from core.dht import DHTNode
 from core.net import Identity
 from core.training.checkpoints import CheckpointStore
 from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
@@ -31,10 +27,8 @@ from core.training.progress import PeerProgress
 from core.training.publish.checkpoint import fetch_published_checkpoint, publish_checkpoint
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
-from core.worker.bridge import TrainingBridge
-from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
-from tests.training.conftest import AVERAGING, start_node
+from tests.training.conftest import Node
 from tests.training.dedloc.test_collaborative import (
     Recorder,
     dataset,
@@ -44,48 +38,6 @@ from tests.training.dedloc.test_collaborative import (
 )
 
 TARGET = 128
-
-
-@dataclass
-class Node:
-    """One peer's network side and training thread (a trainer's or the backbone's)."""
-
-    bridge: TrainingBridge
-    dht: DHTNode
-    averager: Averager
-    links: PeerLinks
-    closed: bool = False
-
-    @property
-    def address(self) -> str:
-        return str(self.averager.host.addresses[0])
-
-    async def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            await self.averager.close()
-            await self.bridge.aclose()
-            await self.dht.close()
-            await self.averager.host.close()  # gone from the network, as a stopped process is
-
-
-@pytest.fixture
-async def nodes(make_host: MakeHost) -> AsyncIterator[list[Node]]:
-    made: list[Node] = []
-
-    async def make(join: str | None, *, backbone: bool = False) -> Node:
-        host, dht = await start_node(make_host, join)
-        averager = Averager(
-            host, dht, "collab", replace(AVERAGING, compute=0.0 if backbone else 1.0)
-        )
-        bridge = TrainingBridge()
-        node = Node(bridge, dht, averager, PeerLinks.create(averager, bridge))
-        made.append(node)
-        return node
-
-    yield make  # type: ignore[misc]
-    for node in reversed(made):
-        await node.close()
 
 
 def trainer(

@@ -61,6 +61,8 @@ from core.training.participation import Participation
 from core.training.progress import KEEPALIVE, PeerProgress
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
+from core.training.trainer import LossFn
+from core.training.work import CheckRecord, Standings, WorkChecker
 from core.trust.evidence import Evidence
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -79,6 +81,16 @@ FINAL_COLLECTION = 5.0
 
 Publisher = Callable[[Path, int, float | None], object]
 """Called with a checkpoint's path, epoch and loss once it is written (on a worker thread)."""
+
+
+@dataclass(frozen=True)
+class WorkChecks:
+    """The backbone's spot checks of the trainers' work (``core.training.work``)."""
+
+    rate: float
+    """The share of epochs checked at random, besides each peer's first."""
+    loss: LossFn
+    on_check: Callable[[CheckRecord], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,7 @@ class AuxiliaryPeer:
         on_metrics: Callable[[EpochMetrics], None] | None = None,
         publish: Publisher | None = None,
         on_evidence: Callable[[list[Evidence]], None] | None = None,
+        work_checks: WorkChecks | None = None,
     ) -> None:
         averager = links.averager
         if averager.config.client_mode or averager.config.auxiliary:
@@ -149,8 +162,7 @@ class AuxiliaryPeer:
         """Gradient rounds whose average the replica applied (it stepped with the trainers)."""
         self.state_rounds_joined = 0
         """State rounds averaged completely with every trainer that was expected."""
-        self.downloads = 0
-        """States downloaded from trainers (after a missed round)."""
+        self.downloads = 0  # states downloaded from trainers (after a missed round)
         self.metrics: deque[EpochMetrics] = deque(maxlen=METRICS_KEPT)
         self._aggregator = MetricsAggregator()
         self._joined = -1
@@ -167,6 +179,25 @@ class AuxiliaryPeer:
         """Applies the moderators' rollback orders to the replica (from our own checkpoints)."""
         self._rollback_after = 0.0
         self._me = str(averager.host.peer_id)
+        # with ``work_checks`` the trainers' work is spot-checked and credit waits for the
+        # checks (``core.training.work``); without, every claim is credited as made
+        self.checker = None if work_checks is None else self._checker(work_checks)
+
+    def _checker(self, checks: WorkChecks) -> WorkChecker:
+        standings = Standings(checks.rate)
+        self._aggregator.credit.judge = standings.supported
+        return WorkChecker(
+            self.state,
+            self.averager.host,
+            bridge=self.links.bridge,
+            loss=checks.loss,
+            standings=standings,
+            evidence=self.evidence,
+            tasks=self._tasks,
+            claimed=self._aggregator.credit.claimed,
+            user_of=self._users.get,
+            on_check=checks.on_check,
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -214,6 +245,10 @@ class AuxiliaryPeer:
     async def _tick(self, grads: list[torch.Tensor]) -> None:
         records = await self.board.fetch()
         self.part.records = records  # what a download asks of where the swarm is
+        if self.checker is not None:
+            standings = self.checker.standings
+            standings.seen({r.peer for r in records if r.mode != "left"}, time.time())
+            standings.left({r.peer for r in records if r.mode == "left"})
         view = self.board.view(records, self._record(), self.config.target_batch_size)
         trainers = [p for p in view.peers if p.training]
         # with trainers: their newest epoch; without: our replica's, the newest state there is, so
@@ -256,6 +291,9 @@ class AuxiliaryPeer:
         for g in grads:
             g.zero_()  # weight 0 makes them irrelevant, but never let a NaN in
         key = round_key("grads", epoch, self.state.rollback)
+        if self.checker is not None and self.state.epoch == epoch:
+            # what the trainers computed this epoch's microbatches at
+            await self.bridge.run(self.checker.snapshot, epoch)
         result = await self._join(key, grads, expected, None, enough=self.config.target_batch_size)
         if result is None:
             # no group: whether the trainers stepped without us, only their records can tell
@@ -273,6 +311,8 @@ class AuxiliaryPeer:
         self._short_rounds = 0
         weights = {str(peer): weight for peer, weight in result.weights.items()}
         self._aggregator.witness(epoch, weights, time.time())
+        if self.checker is not None:
+            self.checker.landed(epoch, [peer for peer, weight in weights.items() if weight > 0])
         self.epoch = epoch + 1
         await self._publish()
         if self.state.epoch == epoch and _whole(result):

@@ -7,7 +7,7 @@ import logging
 
 from core.averaging.robust.aggregation import AggregationConfig
 from core.project import Manifest
-from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
+from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer, WorkChecks
 from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
 from core.training.publish.checkpoint import published_fallback
@@ -46,6 +46,7 @@ class Dedloc:
                 clip_norm=t.clip_norm or None,
                 matchmaking_time=manifest.averaging.matchmaking_time,
                 averaging_timeout=manifest.averaging.allreduce_timeout,
+                keep_receipts=t.work_checks > 0,
             ),
         )
         optimizer.fallback = published_fallback(manifest, s.work_dir)
@@ -82,6 +83,11 @@ class Dedloc:
             # it says where it published; a failure is the auxiliary peer's to report
             publish=s.publishing.publish if s.publishing is not None else None,
             on_evidence=s.on_evidence,
+            work_checks=(
+                WorkChecks(t.work_checks, parts.loss, parts.on_check)
+                if t.work_checks > 0 and parts.loss is not None
+                else None
+            ),
         )
         aux.rollback = ReplicaRollback.following(
             s.access,

@@ -47,6 +47,7 @@ from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
+from core.training.work import Entry, Forgery, WorkLedger
 from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
@@ -79,6 +80,9 @@ class CollaborativeConfig:
     state_timeout: float = 120.0
     retry_cap: float = 15.0
     """The longest wait between attempts to load the state (backoff doubles up to it)."""
+    keep_receipts: bool = False
+    """Keep a work receipt of every microbatch and serve them to the backbone's checks (the
+    manifest's ``work_checks`` above 0)."""
 
     def __post_init__(self) -> None:
         if self.target_batch_size < 1:
@@ -125,6 +129,14 @@ class CollaborativeOptimizer(TakingPart):
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
         self.claim = 1.0
         """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose."""
+        self.work: WorkLedger | None = None
+        """Our work receipts, once the training loop keeps them (``keep_receipts``)."""
+        self.forge: Forgery | None = None
+        """Wraps how receipts are recorded: only a peer misbehaving on purpose has one (a free
+        rider, ``core.swarm.byzantine``)."""
+        self._params_epoch = state.epoch
+        """The epoch of the parameters the model holds (behind ``epoch`` while a delayed update
+        is in flight); set on the training thread, where the receipts read it."""
         self.feedback = ErrorFeedback() if averager.config.codec.sparse else None
         """With a sparse codec: what it left out of our gradients, sent with the next round."""
         self._peer = self.part.peer
@@ -159,6 +171,18 @@ class CollaborativeOptimizer(TakingPart):
     def offloadable(self) -> LocalWork:
         """What a pause moves off the device with the model: our accumulators."""
         return self.local
+
+    def keep_receipts(self, precision: str) -> Callable[[Any, float], None] | None:
+        """Start keeping work receipts of what is computed in ``precision`` and serving them;
+        what the training loop calls after each backward pass (None: this project checks no
+        work)."""
+        if not self.config.keep_receipts:
+            return None
+        self.work = ledger = WorkLedger(
+            self.state.parameters, precision, lambda: self._params_epoch
+        )
+        ledger.serve(self.averager.host)
+        return ledger.record if self.forge is None else self.forge(ledger)
 
     def tryout_weights(self) -> None:
         """The model's own: every collaborative step lands in it, so it holds ``epoch``'s."""
@@ -208,6 +232,8 @@ class CollaborativeOptimizer(TakingPart):
         if self._pending_update is not None:
             await asyncio.gather(self._pending_update, return_exceptions=True)
         await self._tasks.close()
+        if self.work is not None:
+            WorkLedger.stop_serving(self.averager.host)
         await self.part.leave(self._progress())
 
     # ---- the training loop's side ----------------------------------------------------------------
@@ -281,7 +307,7 @@ class CollaborativeOptimizer(TakingPart):
         if downloaded.version <= self.epoch or not self._accepts(downloaded.metadata):
             return None
         try:
-            await self.bridge.run(self.local.load, downloaded.version, downloaded.tensors)
+            await self.bridge.run(self._load, downloaded.version, downloaded.tensors)
         except ValueError as exc:  # a donor with another model: not ours to train
             return f"the state peers give does not fit this model: {exc}"
         self.state.rollback = applied_of(downloaded.metadata)
@@ -315,6 +341,17 @@ class CollaborativeOptimizer(TakingPart):
             raise CheckpointError(f"{path.name} is from before rollback #{self.state.rollback}")
         self.state.restore(checkpoint)
         self.local.zeros()
+        self._params_epoch = self.state.epoch
+
+    def _load(self, version: int, tensors: list[Any]) -> None:
+        """On the training thread: a downloaded state, our samples dropped."""
+        self.local.load(version, tensors)
+        self._params_epoch = version
+
+    def _apply(self, grads: list[torch.Tensor], epoch: int) -> None:
+        """On the training thread: the step that makes the parameters ``epoch``'s."""
+        self.local.apply(grads)
+        self._params_epoch = epoch
 
     def _accepts(self, metadata: dict[str, Any]) -> bool:
         """A state of peers or organizers may replace ours unless it predates a rollback ours
@@ -328,6 +365,7 @@ class CollaborativeOptimizer(TakingPart):
         done = await self.rollback.apply(order, max(self.view().epoch, self.epoch))
         if isinstance(done, str):
             return None if self.rollback.give_up_if_late(order, done) else done
+        self._params_epoch = self.epoch
         self._reset_epoch()
         await self._after_epoch_change()
         return None
@@ -356,6 +394,9 @@ class CollaborativeOptimizer(TakingPart):
         return [r for r in self.part.records if r.time > self._absent.get(r.peer, -math.inf)]
 
     def _reset_epoch(self) -> None:
+        """A new epoch's counting starts (what was counted is sent, or dropped with its receipts)."""
+        if self.work is not None:
+            self.work.drop()
         self._tally.take()
         self._tally.last_step_at = None
         self._epoch_started = time.time()
@@ -415,8 +456,11 @@ class CollaborativeOptimizer(TakingPart):
         )
         totals, previous = (self._tally.loss_sum, self._tally.mini_steps), self.part.last
         self.part.last = (epoch, *totals, samples)
+        receipts = self.work.cut() if self.work is not None else []
         self._reset_epoch()
-        update = self._average_and_apply(grads, samples, epoch, max(1, expected), started)
+        update = self._average_and_apply(
+            grads, samples, epoch, max(1, expected), started, receipts=receipts
+        )
         if self.config.delay_parameter_updates:
             # the next batch is computed while this one is averaged; its gradients go to fresh
             # accumulators and the step lands before the next epoch's own averaging
@@ -432,11 +476,20 @@ class CollaborativeOptimizer(TakingPart):
             t = self._tally
             t.samples, t.loss_sum, t.mini_steps = samples, *totals
             self.part.last = previous
+            if self.work is not None:
+                self.work.restore(receipts)
             return None
         return self.reports[-1]
 
     async def _average_and_apply(
-        self, grads: list[torch.Tensor], samples: int, epoch: int, expected: int, started: float
+        self,
+        grads: list[torch.Tensor],
+        samples: int,
+        epoch: int,
+        expected: int,
+        started: float,
+        *,
+        receipts: list[Entry],
     ) -> bool:
         """Average and step; False (no step) when the round held fewer samples than the target.
 
@@ -482,8 +535,10 @@ class CollaborativeOptimizer(TakingPart):
             return False
         self._short_rounds = 0
         self._absent = {}
-        await self.bridge.run(self.local.apply, grads)
+        await self.bridge.run(self._apply, grads, epoch + 1)
         self.state.epoch = epoch + 1
+        if self.work is not None:  # filed before the record claims the epoch
+            self.work.seal(epoch, receipts)
         self.landed.add(epoch, round(samples * self.claim))
         await self.bridge.run(self.state.set_learning_rate)
         group = len(result.members) if result is not None else 1

@@ -686,6 +686,11 @@ class DilocoOptimizer(TakingPart):
             if now >= due_read and (held := self._mend_now()) is not None:
                 self._mending.task = self._tasks.spawn(f"mend-{self.epoch}", self._repair(held))
 
+    def keep_receipts(self, precision: str) -> None:
+        """Diloco's work is not spot-checked: a microbatch's gradient is taken at parameters of
+        this peer's own inner steps, which no checker holds (see ``docs/design/robust.md``)."""
+        return None
+
     def tryout_weights(self) -> dict[str, np.ndarray]:
         """On the training thread: the outer parameters by name (the live anchor), what "Try the
         model" answers from. They are ``epoch``'s, where the model's own move with every inner

@@ -32,6 +32,7 @@ from core.training.progress import HeldOut
 from core.training.settings import PeerSettings
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
+from core.training.work.fingerprint import precision_name
 from core.util.tasks import BackgroundTasks
 from core.worker.control import TrainingControl
 from core.worker.device import training_device
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 MILESTONE_EVERY = 10
 """The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
 rollback to an older epoch than the last few needs."""
+CHECKS_LOG = "checks.jsonl"
+"""In the backbone's work folder: one line per work check (``CheckRecord``), for the audit."""
 EVALUATION_LOG = "evaluation.jsonl"
 """In the backbone's work folder: one line per held-out evaluation (``PeerEvaluation``'s fields)."""
 
@@ -101,6 +104,7 @@ class TrainerRole:
             mlm_loss,
             precision=precision,
             control=self.control,
+            witness=optimizer.keep_receipts(precision_name(precision.dtype)),
         )
         try:
             await trainer.run(
@@ -169,7 +173,17 @@ async def run_backbone(
             snapshot=lambda: (state.epoch, copy.deepcopy(state.model)),
             on_result=evaluated,
         )
-    parts = BackboneParts(settings, state, links, on_event, checkpoints=store, report=report)
+    checks_log = MetricsLog(s.work_dir / CHECKS_LOG)
+    parts = BackboneParts(
+        settings,
+        state,
+        links,
+        on_event,
+        checkpoints=store,
+        report=report,
+        loss=mlm_loss,
+        on_check=lambda record: checks_log.write_record(record.to_json()),
+    )
     try:
         await mode_of(manifest).backbone(parts).run(stop)
     finally:

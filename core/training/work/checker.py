@@ -1,0 +1,353 @@
+"""WorkChecker: the backbone spot-checks the microbatches trainers claim, and holds credit until
+a check supports it (``standing``).
+
+When a gradient round of epoch E lands, the backbone picks members to check (``Standings.due``).
+For each it asks the member's receipts of E (``receipts``), compares their samples with what the
+member's record claims, and recomputes ``SAMPLED`` microbatches chosen after the receipts are in:
+the batch (whose digest must match), the loss and the gradient's fingerprint, at the parameters of
+the receipt's epoch, which the backbone snapshotted before the round (its replica steps with the
+trainers, so it holds exactly what they computed at). A neighbouring epoch's parameters are tried
+too before anything is called a mismatch: with delayed updates a microbatch may straddle a step.
+A mismatch, a batch counted twice, or claimed samples no receipt backs is signed evidence against
+the member (``work_*``); a member that cannot be reached is asked again at its next epoch.
+
+The recomputation runs on the backbone's training thread in float32, on a copy of the model.
+Random checks stop when recomputing has taken ``budget`` of the time since the backbone started;
+a newcomer's, which its credit waits for, are made anyway, and so is every check of a project
+that asks for all of them (``work_checks`` = 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.net.errors import MalformedResponseError, NetError, NotFoundError
+from core.net.host.host import Host
+from core.training.moderation.evidence import EvidenceBoard
+from core.training.state import TrainingState
+from core.training.work.fingerprint import Fingerprinter, batch_digest, from_bytes, unpack_batch
+from core.training.work.judge import Mismatch, judge
+from core.training.work.receipts import (
+    WORK_BATCH,
+    WORK_RECEIPTS,
+    BatchRequest,
+    EpochReceipts,
+    ReceiptsRequest,
+    WorkReceipt,
+)
+from core.training.work.standing import Standings
+from core.trust.evidence import Evidence
+from core.trust.peer_id import PeerID
+from core.util.errors import BarnraiseError, WireFormatError
+from core.util.msgpack_codec import pack
+from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
+
+log = logging.getLogger(__name__)
+
+SAMPLED = 2
+"""Microbatches recomputed per check: a peer that faked a share f of its receipts passes with
+(1 - f)²."""
+SNAPSHOTS = 3
+"""Epochs of parameters kept to check against."""
+CALL_TIMEOUT = 10.0
+SEALED_WAIT = 10.0
+"""Seconds a checker waits for a member to file the receipts of the epoch that just landed, and
+for its record to claim it."""
+BUDGET = 0.05
+"""Random checks stop above this share of the backbone's time."""
+
+LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """One check, as the backbone's ``checks.jsonl`` keeps it (the audit reads it)."""
+
+    time: float
+    epoch: int
+    peer: str
+    user: str | None
+    verdict: str
+    """``passed``, ``caught`` or ``unreached``."""
+    claimed: int
+    backed: int
+    """Samples the receipts account for."""
+    sampled: int
+    seconds: float
+    """Wall time of the check (the calls wait on the network)."""
+    compute: float = 0.0
+    """Of which recomputing, on the backbone's training thread."""
+    margin: float = 0.0
+    """How close the recomputed microbatches came to failing, in units of the tolerance
+    (``judge.Judgement.margin``; above 1 fails)."""
+    received: int = 0
+    """Bytes of the member's replies (receipts and batches)."""
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What one check found so far (for its record)."""
+
+    claimed: int = 0
+    backed: int = 0
+    sampled: int = 0
+    compute: float = 0.0
+    margin: float = 0.0
+    received: int = 0
+
+
+class _Caught(Exception):
+    def __init__(self, statistic: str, value: float, reason: str, chunk: int = -1) -> None:
+        super().__init__(reason)
+        self.statistic, self.value, self.reason, self.chunk = statistic, value, reason, chunk
+
+
+class WorkChecker:
+    def __init__(
+        self,
+        state: TrainingState,
+        host: Host,
+        *,
+        bridge: TrainingBridge,
+        loss: LossFn,
+        standings: Standings,
+        evidence: EvidenceBoard,
+        tasks: BackgroundTasks,
+        claimed: Callable[[str, int], int | None],
+        user_of: Callable[[str], str | None] = lambda _: None,
+        on_check: Callable[[CheckRecord], None] | None = None,
+        budget: float = BUDGET,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``host``: the backbone's, which calls the members; ``claimed(peer, epoch)``: the
+        samples the peer's record claims for the epoch, None while none does."""
+        self.state = state
+        self._host = host
+        self.bridge = bridge
+        self.loss = loss
+        self.standings = standings
+        self.evidence = evidence
+        self._tasks = tasks
+        self._claimed = claimed
+        self._user_of = user_of
+        self.on_check = on_check
+        self.budget = budget
+        self._rng = rng or random.Random()
+        self._snapshots: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
+        self._model: torch.nn.Module | None = None
+        self._fingerprint: Fingerprinter | None = None
+        self._started = time.monotonic()
+        self.seconds = 0.0
+        """Time spent checking (fetching and recomputing)."""
+        self.compute_seconds = 0.0
+        """Of which recomputing, on the training thread."""
+        self.records: list[CheckRecord] = []
+        """The newest checks (for tests and the benchmark; the log keeps them all)."""
+
+    @property
+    def share(self) -> float:
+        """Of the backbone's time since it started, the share its training thread spent
+        recomputing (what the budget bounds: the calls only wait on the network)."""
+        return self.compute_seconds / max(1e-9, time.monotonic() - self._started)
+
+    # ---- the backbone's side ---------------------------------------------------------------------
+
+    def snapshot(self, epoch: int) -> None:
+        """On the training thread: the replica's parameters now are those of ``epoch``."""
+        self._snapshots.pop(epoch, None)
+        self._snapshots[epoch] = [
+            p.detach().to("cpu", torch.float32).clone() for p in self.state.parameters
+        ]
+        while len(self._snapshots) > SNAPSHOTS:
+            self._snapshots.popitem(last=False)
+
+    def landed(self, epoch: int, members: list[str]) -> None:
+        """The round of ``epoch`` landed with these senders: check those that are due."""
+        if epoch not in self._snapshots:
+            return  # the replica was not at this epoch: nothing to recompute against
+        for peer in members:
+            newcomer = self.standings.due(peer, 1.0)  # due whatever the draw: credit waits for it
+            affordable = self.standings.rate >= 1.0 or self.share < self.budget
+            drawn = affordable and self.standings.due(peer, self._rng.random())
+            if not (newcomer or drawn):
+                continue
+            self._tasks.spawn(f"check-{peer[:8]}-{epoch}", self._check(peer, epoch))
+
+    # ---- one check -------------------------------------------------------------------------------
+
+    async def _check(self, peer: str, epoch: int) -> None:
+        started = time.monotonic()
+        tally = _Tally()
+        verdict, reason = "passed", ""
+        try:
+            receipts = await self._receipts(peer, epoch, tally)
+            tally.claimed = await self._claim(peer, epoch)
+            tally.backed = receipts.samples
+            await self._verify(peer, epoch, receipts, tally)
+            self.standings.passed(peer, epoch)
+        except _Caught as caught:
+            verdict, reason = "caught", caught.reason
+            self.standings.failed(peer)
+            await self._accuse(peer, epoch, caught)
+        except (NetError, TimeoutError, BarnraiseError) as exc:
+            verdict, reason = "unreached", str(exc) or type(exc).__name__
+            self.standings.unreached(peer, epoch)
+        seconds = time.monotonic() - started
+        self.seconds += seconds
+        record = CheckRecord(
+            time.time(), epoch, peer, self._user_of(peer), verdict, tally.claimed, tally.backed,
+            tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
+            tally.received, reason,
+        )  # fmt: skip
+        self.records = [*self.records[-999:], record]
+        if verdict != "passed":
+            log.warning("work check of %s at epoch %d: %s (%s)", peer[:12], epoch, verdict, reason)
+        if self.on_check is not None:
+            self.on_check(record)
+
+    async def _receipts(self, peer: str, epoch: int, tally: _Tally) -> EpochReceipts:
+        """The member's receipts of ``epoch``, waiting a little for it to file them."""
+        deadline = time.monotonic() + SEALED_WAIT
+        while True:
+            try:
+                receipts: EpochReceipts = await self._host.call(
+                    PeerID.from_string(peer), WORK_RECEIPTS, ReceiptsRequest(epoch),
+                    timeout=CALL_TIMEOUT,
+                )  # fmt: skip
+                tally.received += len(pack(receipts.to_wire()))
+                return receipts
+            except NotFoundError:
+                if time.monotonic() <= deadline:
+                    await asyncio.sleep(0.2)
+                    continue
+                if self._claimed(peer, epoch) is None:
+                    raise  # it never claimed the epoch (its own round did not land it)
+                raise _Caught(
+                    "work_unbacked", 0.0, f"claims epoch {epoch} and keeps no receipts of it"
+                ) from None
+            except MalformedResponseError as exc:
+                raise _Caught("work_malformed", 0.0, f"malformed receipts: {exc}") from None
+
+    async def _claim(self, peer: str, epoch: int) -> int:
+        deadline = time.monotonic() + SEALED_WAIT
+        while (claimed := self._claimed(peer, epoch)) is None:
+            if time.monotonic() > deadline:
+                return 0  # no record claims it (yet): nothing to compare
+            await asyncio.sleep(0.2)
+        return claimed
+
+    async def _verify(self, peer: str, epoch: int, receipts: EpochReceipts, tally: _Tally) -> None:
+        entries = receipts.receipts
+        if tally.claimed > receipts.samples:
+            raise _Caught(
+                "work_unbacked",
+                tally.claimed / max(1, receipts.samples),
+                f"claims {tally.claimed} samples, its receipts back {receipts.samples}",
+            )
+        if len({r.digest for r in entries}) != len(entries):
+            raise _Caught("work_repeated", 0.0, "a batch is counted twice among the receipts")
+        for index in self._rng.sample(range(len(entries)), min(SAMPLED, len(entries))):
+            receipt = entries[index]
+            try:
+                packed = await self._host.call(
+                    PeerID.from_string(peer), WORK_BATCH, BatchRequest(epoch, index),
+                    timeout=CALL_TIMEOUT,
+                )  # fmt: skip
+                tally.received += len(pack(packed.to_wire()))
+                batch = unpack_batch(packed)
+            except (WireFormatError, MalformedResponseError, NotFoundError) as exc:
+                raise _Caught("work_malformed", 0.0, f"microbatch {index}: {exc}", index) from None
+            if batch_digest(batch) != receipt.digest:
+                reason = f"microbatch {index} is not the batch its receipt names"
+                raise _Caught("work_batch", 0.0, reason, index)
+            if int(next(iter(batch.values())).shape[0]) < receipt.samples:
+                reason = f"microbatch {index} holds fewer samples than its receipt counts"
+                raise _Caught("work_unbacked", receipt.samples, reason, index)
+            mismatch = await self._recheck(receipt, batch, receipts.precision, tally)
+            tally.sampled += 1
+            if mismatch is not None:
+                reason = f"microbatch {index}: {mismatch.reason}"
+                raise _Caught(mismatch.statistic, mismatch.value, reason, index)
+
+    async def _recheck(
+        self,
+        receipt: WorkReceipt,
+        batch: dict[str, torch.Tensor],
+        precision: str,
+        tally: _Tally,
+    ) -> Mismatch | None:
+        """None when the parameters of the receipt's epoch, or of a neighbouring one, give what it
+        says; else the mismatch at the first epoch tried."""
+        claimed = from_bytes(receipt.fingerprint)
+        first: Mismatch | None = None
+        tried = False
+        for epoch in (receipt.params_epoch, receipt.params_epoch - 1, receipt.params_epoch + 1):
+            params = self._snapshots.get(epoch)
+            if params is None:
+                continue
+            tried = True
+            started = time.monotonic()
+            loss, recomputed = await self.bridge.run(self._recompute, params, batch)
+            spent = time.monotonic() - started
+            self.compute_seconds += spent
+            tally.compute += spent
+            judged = judge(receipt, claimed, loss, recomputed, precision)
+            if judged.mismatch is None:
+                tally.margin = max(tally.margin, judged.margin)
+                return None
+            first = first or judged.mismatch
+        if not tried:
+            raise NotFoundError(f"no parameters of epoch {receipt.params_epoch} to check against")
+        return first
+
+    def _recompute(
+        self, params: list[torch.Tensor], batch: dict[str, torch.Tensor]
+    ) -> tuple[float, np.ndarray]:
+        """On the training thread: the loss and fingerprint of ``batch`` at ``params``."""
+        if self._model is None:
+            self._model = copy.deepcopy(self.state.model).to("cpu", torch.float32)
+            self._fingerprint = Fingerprinter(
+                [p for p in self._model.parameters() if p.requires_grad]
+            )
+        model, fingerprint = self._model, self._fingerprint
+        assert fingerprint is not None
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        with torch.no_grad():
+            for p, value in zip(trainable, params, strict=True):
+                p.copy_(value)
+        model.train()
+        model.zero_grad(set_to_none=True)
+        loss = self.loss(model, batch)
+        loss.backward()  # type: ignore[no-untyped-call]
+        found = fingerprint.read()
+        model.zero_grad(set_to_none=True)
+        return float(loss.detach()), found
+
+    async def _accuse(self, peer: str, epoch: int, caught: _Caught) -> None:
+        evidence: Evidence | None = self.evidence.accuse(
+            PeerID.from_string(peer),
+            round_key=f"work.{epoch}",
+            group=b"",
+            chunk=caught.chunk,
+            statistic=caught.statistic,
+            value=caught.value if np.isfinite(caught.value) else 1e30,
+            reason=caught.reason,
+        )
+        if evidence is not None:
+            await self.evidence.publish_signed([evidence], f"work check of epoch {epoch}")

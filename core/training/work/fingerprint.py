@@ -1,0 +1,174 @@
+"""What a receipt says about one microbatch: the digest of its batch and its gradient's fingerprint.
+
+The fingerprint is the microbatch's gradient read at ``FINGERPRINT_SIZE`` fixed coordinates of the model's
+parameters. It costs one gather per microbatch, and nobody can produce it without the gradient of
+that batch at those parameters: a gradient of one small batch is mostly noise around the mean, so
+neither the last round's average nor another batch's gradient lands near it (the claims benchmark
+measures both). The coordinates are the same on every peer (a fixed seed over the parameters'
+shapes), so the checker reads the same ones from the gradient it recomputes; knowing them in advance
+helps a cheat no more than knowing the batch does.
+
+Batches travel compressed (``pack_batch``): a checker asks for a sampled few, never all of them, and
+token ids compress several times over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.training.work.receipts import (
+    FINGERPRINT_SIZE,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_TENSORS,
+    SampledBatch,
+)
+from core.util.errors import WireFormatError
+
+SEED = 0x5EED
+"""The coordinates' seed: fixed, so that every peer and every checker reads the same ones."""
+_DTYPES = {
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+    "float32": torch.float32,
+}
+"""What a batch may hold: token ids, masks, labels, and float inputs for other models."""
+
+Batch = Mapping[str, torch.Tensor]
+
+
+def coordinates(
+    shapes: Sequence[Sequence[int]], count: int = FINGERPRINT_SIZE
+) -> list[tuple[int, int]]:
+    """``count`` (tensor, flat index) pairs: a tensor drawn uniformly among the non-empty ones,
+    then a position in it. Drawn per tensor rather than per value, so that a large embedding whose
+    rows most batches never touch does not take every coordinate."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    usable = [i for i, n in enumerate(sizes) if n > 0]
+    if not usable:
+        raise ValueError("a fingerprint needs parameters")
+    rng = np.random.default_rng(SEED)
+    picks = rng.choice(len(usable), size=count)
+    return sorted((usable[int(t)], int(rng.integers(sizes[usable[int(t)]]))) for t in picks)
+
+
+class Fingerprinter:
+    """Reads the fingerprint from the gradients in ``.grad`` of ``parameters`` (any device)."""
+
+    def __init__(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        picked = coordinates([tuple(p.shape) for p in parameters])
+        by_tensor: dict[int, list[int]] = {}
+        for tensor, flat in picked:
+            by_tensor.setdefault(tensor, []).append(flat)
+        self._parameters = list(parameters)
+        self._where = [
+            (t, torch.tensor(flats, dtype=torch.long)) for t, flats in sorted(by_tensor.items())
+        ]
+
+    def read(self) -> np.ndarray:
+        """The fingerprint of the gradients now in ``.grad`` (a missing one reads as zeros)."""
+        parts = []
+        for tensor, flats in self._where:
+            p = self._parameters[tensor]
+            if p.grad is None:
+                parts.append(torch.zeros(len(flats), dtype=torch.float32))
+                continue
+            grad = p.grad.detach().reshape(-1)
+            parts.append(grad[flats.to(grad.device)].to(torch.float32))
+        return torch.cat([part.cpu() for part in parts]).numpy()
+
+
+def precision_name(dtype: torch.dtype | None) -> str:
+    """A receipt's name for the precision a trainer computes in (None: full, float32)."""
+    return "float32" if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def to_bytes(fingerprint: np.ndarray) -> bytes:
+    return np.ascontiguousarray(fingerprint, dtype="<f4").tobytes()
+
+
+def from_bytes(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype="<f4").astype(np.float64)
+
+
+def batch_tensors(batch: Any) -> dict[str, torch.Tensor]:
+    """The batch as named tensors: a dict of tensors as it is, a lone tensor as ``input``."""
+    if isinstance(batch, torch.Tensor):
+        return {"input": batch}
+    if isinstance(batch, Mapping) and all(isinstance(v, torch.Tensor) for v in batch.values()):
+        return {str(k): v for k, v in batch.items()}
+    raise TypeError(f"work receipts take a tensor or a dict of tensors, not {type(batch).__name__}")
+
+
+def batch_digest(batch: Batch) -> bytes:
+    """SHA-256 over the batch's names, dtypes, shapes and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(batch):
+        tensor = batch[name].detach().to("cpu").contiguous()
+        digest.update(
+            f"{name}|{str(tensor.dtype).removeprefix('torch.')}|{list(tensor.shape)}|".encode()
+        )
+        digest.update(tensor.numpy().tobytes())
+    return digest.digest()
+
+
+def pack_batch(batch: Batch) -> SampledBatch:
+    names = sorted(batch)
+    tensors = [batch[n].detach().to("cpu").contiguous() for n in names]
+    raw = b"".join(t.numpy().tobytes() for t in tensors)
+    return SampledBatch(
+        names=names,
+        dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
+        shapes=[list(t.shape) for t in tensors],
+        data=zlib.compress(raw, 1),
+    )
+
+
+def unpack_batch(packed: SampledBatch) -> dict[str, torch.Tensor]:
+    """The batch ``pack_batch`` made; ``WireFormatError`` for anything that is not one (sizes
+    checked before anything is inflated beyond them)."""
+    if not 0 < len(packed.names) <= MAX_BATCH_TENSORS:
+        raise WireFormatError(f"a batch holds 1 to {MAX_BATCH_TENSORS} tensors")
+    if not len(packed.names) == len(packed.dtypes) == len(packed.shapes):
+        raise WireFormatError("a batch lists as many names, dtypes and shapes")
+    if len(set(packed.names)) != len(packed.names):
+        raise WireFormatError("a batch names a tensor twice")
+    sizes = []
+    for dtype, shape in zip(packed.dtypes, packed.shapes, strict=True):
+        if dtype not in _DTYPES:
+            raise WireFormatError(f"a batch tensor of dtype {dtype!r} is not taken")
+        if len(shape) > 8 or any(not isinstance(d, int) or d < 0 for d in shape):
+            raise WireFormatError("a batch tensor's shape is out of range")
+        element = torch.empty((), dtype=_DTYPES[dtype]).element_size()
+        sizes.append(int(np.prod(shape, dtype=np.int64)) * element)
+    expected = sum(sizes)
+    if expected > MAX_BATCH_BYTES:
+        raise WireFormatError(f"a batch is at most {MAX_BATCH_BYTES} bytes")
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(packed.data, expected + 1)
+    except zlib.error as exc:
+        raise WireFormatError(f"a batch's bytes do not inflate: {exc}") from None
+    if len(raw) != expected or inflater.unconsumed_tail:
+        raise WireFormatError("a batch's bytes do not match its shapes")
+    out: dict[str, torch.Tensor] = {}
+    offset = 0
+    for name, dtype, shape, size in zip(
+        packed.names, packed.dtypes, packed.shapes, sizes, strict=True
+    ):
+        array = (
+            torch.frombuffer(bytearray(raw[offset : offset + size]), dtype=_DTYPES[dtype])
+            if size
+            else torch.empty(0, dtype=_DTYPES[dtype])
+        )
+        out[name] = array.reshape(shape)
+        offset += size
+    return out

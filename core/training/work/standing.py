@@ -1,0 +1,112 @@
+"""Standings: what the checks support of each peer's claims, as a pure rule of what was seen.
+
+A newcomer's claims wait until a check of it passes, as BOINC holds a new host's credit until a
+result of it is validated. From then on its claims are credited as made while it stays in good
+standing, and its epochs are checked at random (``rate``): BOINC's adaptive replication, which
+checks trusted hosts less. A check that fails, or finds claimed samples that no receipt backs,
+catches the peer: nothing of it is credited from then on, its waiting claims included, and it is
+accused. What it was credited before is not taken back here (that needs the coordinator to
+withdraw credit).
+
+A newcomer that goes away (its records stopped, or it said it left) before a check caught it is
+credited what it claimed: a volunteer whose computer went off must not lose an epoch to a check it
+could not answer, and a cheat that leaves within a check's second of each epoch gains an epoch
+per identity at most. One that could not be reached for a check is not caught; it is asked again
+at its next epoch, and after ``UNREACHED_LIMIT`` tries in a row its claims so far are credited
+unchecked (a volunteer behind a router the backbone cannot dial keeps its credit; the audit shows
+it unchecked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GONE_AFTER = 30.0
+"""Seconds without a fresh record before a newcomer waiting for its first check counts as gone
+(records live 10 s)."""
+UNREACHED_LIMIT = 3
+"""Checks in a row that could not reach a live peer before its claims are credited unchecked."""
+
+
+@dataclass(slots=True)
+class Standing:
+    vouched: int = -1
+    """The newest epoch a passed check covers (claims up to it are credited)."""
+    caught: bool = False
+    checks: int = 0
+    passed: int = 0
+    unreached: int = 0
+    """Checks in a row that could not reach the peer."""
+    unchecked_through: int = -1
+    """Claims up to this epoch were credited without a check (the peer could not be reached)."""
+    seen: float = 0.0
+    """When its last fresh record was read."""
+
+
+class Standings:
+    def __init__(self, rate: float) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError("the share of epochs checked is in [0, 1]")
+        self.rate = rate
+        self._peers: dict[str, Standing] = {}
+
+    def of(self, peer: str) -> Standing:
+        return self._peers.setdefault(peer, Standing())
+
+    def peers(self) -> dict[str, Standing]:
+        return dict(self._peers)
+
+    def seen(self, peers: set[str], now: float) -> None:
+        """These peers have fresh records now."""
+        for peer in peers:
+            self.of(peer).seen = now
+
+    def left(self, peers: set[str]) -> None:
+        """These peers said they left (a clean stop): gone from now on, without the wait."""
+        for peer in peers:
+            self.of(peer).seen = -GONE_AFTER
+
+    # ---- what to check ---------------------------------------------------------------------------
+
+    def due(self, peer: str, draw: float) -> bool:
+        """Whether to check ``peer``'s epoch that just landed (``draw``: uniform in [0, 1))."""
+        if self.rate == 0.0:
+            return False
+        s = self.of(peer)
+        return not s.caught and (s.vouched < 0 or draw < self.rate)
+
+    # ---- what the checks found -------------------------------------------------------------------
+
+    def passed(self, peer: str, epoch: int) -> None:
+        s = self.of(peer)
+        s.checks += 1
+        s.passed += 1
+        s.unreached = 0
+        s.vouched = max(s.vouched, epoch)
+
+    def failed(self, peer: str) -> None:
+        s = self.of(peer)
+        s.checks += 1
+        s.caught = True
+
+    def unreached(self, peer: str, epoch: int) -> None:
+        s = self.of(peer)
+        s.unreached += 1
+        if s.unreached >= UNREACHED_LIMIT:
+            s.unchecked_through = max(s.unchecked_through, epoch)
+
+    # ---- credit ----------------------------------------------------------------------------------
+
+    def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
+        """What to credit of ``peer``'s claim of ``samples`` for ``epoch``: a number of samples,
+        or None while a newcomer waits for its first check."""
+        if self.rate == 0.0:
+            return samples
+        s = self.of(peer)
+        if s.caught:
+            return 0
+        if s.vouched >= 0 or epoch <= s.unchecked_through:
+            return samples
+        if now - s.seen > GONE_AFTER:
+            return samples
+        return None

@@ -1,0 +1,132 @@
+"""Checked work in a real collaboration on loopback: two honest trainers and one that lies about
+its work, with a backbone that checks every epoch. The liar is caught, accused and credited
+nothing; the honest trainers pass every check and are credited exactly what they computed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from core.swarm.byzantine import Attack, Misbehaviour
+from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer, WorkChecks
+from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
+from core.training.metrics import EpochMetrics
+from core.training.state import TrainingState
+from core.training.trainer import Trainer
+from tests.support.leaks import wait_until
+from tests.training.conftest import Node
+from tests.training.dedloc.test_collaborative import dataset, fresh_model, make_optimizer
+
+TARGET, MICRO, EPOCHS = 128, 16, 6
+
+
+def batches(seed: int) -> Iterator[dict[str, torch.Tensor]]:
+    inputs, targets = dataset()
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        index = torch.randint(0, len(inputs), (MICRO,), generator=generator)
+        yield {"inputs": inputs[index], "targets": targets[index]}
+
+
+def loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    time.sleep(0.01)  # a microbatch takes time (see test_collaborative.mse)
+    return torch.nn.functional.mse_loss(model(batch["inputs"]), batch["targets"])
+
+
+def trainer(node: Node) -> tuple[CollaborativeOptimizer, torch.nn.Module]:
+    model = fresh_model()
+    config = CollaborativeConfig(target_batch_size=TARGET, keep_receipts=True)
+    return CollaborativeOptimizer(
+        TrainingState(model, make_optimizer(model)), node.links, config
+    ), model
+
+
+@pytest.mark.parametrize(
+    ("attack", "statistic"),
+    [
+        (Misbehaviour(Attack.SCALE, 1.0, computes=0.0), "work_gradient"),  # computes nothing
+        (Misbehaviour(Attack.SCALE, 1.0, computes=0.1), "work_gradient"),  # a tenth
+        (Misbehaviour(Attack.SCALE, 1.0, claim=10.0), "work_unbacked"),  # claims ten times more
+    ],
+)
+async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
+    nodes,
+    attack: Misbehaviour,
+    statistic: str,
+) -> None:
+    backbone = await nodes(None, backbone=True)
+    model = fresh_model()
+    reported: list[EpochMetrics] = []
+    aux = AuxiliaryPeer(
+        TrainingState(model, make_optimizer(model)),
+        backbone.links,
+        AuxiliaryConfig(target_batch_size=TARGET),
+        on_metrics=reported.append,
+        work_checks=WorkChecks(1.0, loss),
+    )
+    assert aux.checker is not None
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    try:
+        members = [await nodes(backbone.address) for _ in range(3)]
+        peers = [trainer(node) for node in members]
+        liar, _ = peers[2]
+        attack.install(liar, members[2].averager)
+        for optimizer, _ in peers:
+            await optimizer.start()
+        await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    Trainer(
+                        m, o, n.bridge, batches(10 + i), loss, witness=o.keep_receipts("float32")
+                    ).run(until_epoch=EPOCHS)
+                    for i, ((o, m), n) in enumerate(zip(peers, members, strict=True))
+                )
+            ),
+            timeout=240,
+        )
+        ids = [str(n.averager.host.peer_id) for n in members]
+        claimed = {
+            peer: {item.epoch: item.samples for item in o.landed.items()}
+            for peer, (o, _) in zip(ids, peers, strict=True)
+        }
+
+        def credited() -> dict[str, dict[int, int]]:
+            found: dict[str, dict[int, int]] = defaultdict(dict)
+            for metrics in reported:
+                for part in metrics.contributions:
+                    found[part.peer][metrics.epoch] = part.samples
+            return found
+
+        # every honest claim is credited once a check vouched for it
+        try:
+            await wait_until(lambda: all(credited()[p] == claimed[p] for p in ids[:2]), 60)
+        except TimeoutError:
+            checks = "\n".join(map(str, aux.checker.records))
+            pytest.fail(f"claimed {claimed}, credited {dict(credited())}; checks:\n{checks}")
+        records = aux.checker.records
+        by_peer = {p: [r.verdict for r in records if r.peer == p] for p in ids}
+        for honest in ids[:2]:
+            assert by_peer[honest]
+            assert set(by_peer[honest]) == {"passed"}
+        assert by_peer[ids[2]][0] == "caught"  # at its first epoch
+        assert aux.checker.standings.of(ids[2]).caught
+        assert sum(claimed[ids[2]].values()) > 0
+        assert credited().get(ids[2], {}) == {}  # nothing of what it claimed
+
+        # the accusation is signed and published, like a round's findings
+        await wait_until(
+            lambda: any(r.evidence.statistic == statistic for r in aux.accusations), 60
+        )
+        accused = {str(r.evidence.accused) for r in aux.accusations}
+        assert accused == {ids[2]}
+        for optimizer, _ in peers:
+            await optimizer.close()
+    finally:
+        stop.set()
+        await aux_task

@@ -1,0 +1,140 @@
+"""Receipts, fingerprints and batches on the wire: what a checker takes from a stranger is bounded."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from core.training.work.fingerprint import (
+    Fingerprinter,
+    batch_digest,
+    coordinates,
+    pack_batch,
+    unpack_batch,
+)
+from core.training.work.receipts import (
+    FINGERPRINT_BYTES,
+    MAX_BATCH_BYTES,
+    EpochReceipts,
+    SampledBatch,
+    WorkReceipt,
+)
+from core.util.errors import WireFormatError
+
+
+def receipt(**changes: object) -> WorkReceipt:
+    fields: dict[str, object] = {
+        "samples": 8,
+        "digest": bytes(32),
+        "loss": 2.5,
+        "fingerprint": bytes(FINGERPRINT_BYTES),
+        "params_epoch": 3,
+    }
+    fields.update(changes)
+    return WorkReceipt(**fields)  # type: ignore[arg-type]
+
+
+def test_a_receipt_survives_the_wire() -> None:
+    sent = EpochReceipts(4, "bfloat16", [receipt(), receipt(samples=3)])
+    back = EpochReceipts.from_wire(sent.to_wire())
+    assert back == sent
+    assert back.samples == 11
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"samples": 0},
+        {"digest": bytes(31)},
+        {"fingerprint": bytes(FINGERPRINT_BYTES - 4)},
+        {"loss": float("nan")},
+        {"loss": float("inf")},
+        {"params_epoch": -1},
+    ],
+)
+def test_a_malformed_receipt_is_refused(changes: dict[str, object]) -> None:
+    wire = receipt().to_wire()
+    good = receipt()
+    names = ["samples", "digest", "loss", "fingerprint", "params_epoch"]
+    for key, value in changes.items():
+        wire[names.index(key)] = value
+    with pytest.raises(WireFormatError):
+        WorkReceipt.from_wire(wire)
+    assert good.samples == 8
+
+
+def test_an_unknown_precision_is_refused() -> None:
+    with pytest.raises(WireFormatError, match="precision"):
+        EpochReceipts.from_wire([1, "float8", []])
+
+
+def test_the_coordinates_are_the_same_everywhere_and_spread_over_tensors() -> None:
+    shapes = [(1000, 16), (16,), (16, 4), (4,)]
+    first = coordinates(shapes)
+    assert first == coordinates(shapes)
+    assert len(first) == 64
+    assert {tensor for tensor, _ in first} == {0, 1, 2, 3}  # the big one does not take them all
+    assert all(0 <= flat < int(np.prod(shapes[t])) for t, flat in first)
+
+
+def test_the_fingerprint_reads_the_gradient_at_those_coordinates() -> None:
+    model = torch.nn.Linear(5, 3)
+    params = list(model.parameters())
+    model(torch.randn(4, 5)).pow(2).sum().backward()
+    read = Fingerprinter(params).read()
+    expected = [
+        float(params[t].grad.reshape(-1)[flat])
+        for t, flat in coordinates([p.shape for p in params])
+    ]  # type: ignore[union-attr]
+    assert np.allclose(read, expected)
+
+
+def batch() -> dict[str, torch.Tensor]:
+    return {
+        "input_ids": torch.randint(0, 1000, (4, 32)),
+        "attention_mask": torch.ones(4, 32, dtype=torch.int64),
+        "labels": torch.full((4, 32), -100),
+    }
+
+
+def test_a_batch_comes_back_whole_and_compressed() -> None:
+    sent = batch()
+    packed = SampledBatch.from_wire(pack_batch(sent).to_wire())
+    assert len(packed.data) < 3 * 4 * 32 * 8 / 2
+    back = unpack_batch(packed)
+    assert batch_digest(back) == batch_digest(sent)
+    assert all(torch.equal(back[k], sent[k]) for k in sent)
+
+
+def test_a_digest_changes_with_any_token() -> None:
+    one = batch()
+    other = {k: v.clone() for k, v in one.items()}
+    other["input_ids"][2, 5] += 1
+    assert batch_digest(one) != batch_digest(other)
+
+
+@pytest.mark.parametrize(
+    ("packed", "match"),
+    [
+        (SampledBatch(["x"], ["float64"], [[2]], zlib.compress(bytes(16))), "dtype"),
+        (SampledBatch(["x"], ["int64"], [[4]], zlib.compress(bytes(16))), "do not match"),
+        (SampledBatch(["x"], ["int64"], [[2]], b"not deflated"), "inflate"),
+        (
+            SampledBatch(["x", "x"], ["int64", "int64"], [[1], [1]], zlib.compress(bytes(16))),
+            "twice",
+        ),
+        (SampledBatch([], [], [], b""), "1 to"),
+        # a bomb: a few kilobytes that would inflate past the limit are refused before inflating
+        (
+            SampledBatch(["x"], ["uint8"], [[MAX_BATCH_BYTES + 1]], zlib.compress(bytes(2**20))),
+            "at most",
+        ),
+        (SampledBatch(["x"], ["uint8"], [[4]], zlib.compress(bytes(2**20))), "do not match"),
+    ],
+)
+def test_a_bad_batch_is_refused(packed: SampledBatch, match: str) -> None:
+    with pytest.raises(WireFormatError, match=match):
+        unpack_batch(packed)

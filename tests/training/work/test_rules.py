@@ -1,0 +1,130 @@
+"""The pure rules of checked work: whether a recomputation matches a receipt, which epochs are
+checked, and what of each claim is credited."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.training.credit import CreditBook, Landed
+from core.training.work.fingerprint import to_bytes
+from core.training.work.judge import judge
+from core.training.work.receipts import WorkReceipt
+from core.training.work.standing import GONE_AFTER, UNREACHED_LIMIT, Standings
+
+RNG = np.random.default_rng(0)
+TRUE = RNG.normal(size=64) * 1e-2
+
+
+def receipt(loss: float, fingerprint: np.ndarray) -> WorkReceipt:
+    return WorkReceipt(8, bytes(32), loss, to_bytes(fingerprint), 0)
+
+
+@pytest.mark.parametrize(
+    ("precision", "loss", "fingerprint", "verdict"),
+    [
+        ("float32", 2.0, TRUE, None),
+        ("float32", 2.0 + 1e-4, TRUE * (1 + 1e-3), None),  # rounding
+        ("float32", 2.1, TRUE, "work_loss"),
+        ("float32", 2.0, TRUE * 1.2, "work_gradient"),
+        ("float32", 2.0, np.zeros(64), "work_gradient"),  # computed nothing
+        ("float32", 2.0, -TRUE, "work_gradient"),
+        ("bfloat16", 2.03, TRUE + RNG.normal(size=64) * 1e-3, None),  # half precision's rounding
+        ("bfloat16", 2.0, TRUE + RNG.normal(size=64) * 1e-2, "work_gradient"),  # another batch
+        ("float16", 2.0, TRUE * 0.85, None),
+        ("float16", 2.0, TRUE * 0.7, "work_gradient"),
+    ],
+)
+def test_a_recomputation_matches_its_receipt_within_the_precisions_tolerance(
+    precision: str, loss: float, fingerprint: np.ndarray, verdict: str | None
+) -> None:
+    claimed = receipt(loss, fingerprint.astype(np.float32))
+    judged = judge(
+        claimed, np.frombuffer(claimed.fingerprint, "<f4").astype(float), 2.0, TRUE, precision
+    )
+    found = judged.mismatch
+    assert (found.statistic if found else None) == verdict
+    assert (judged.margin > 1) == (found is not None)
+    if found is not None:
+        assert found.value > 1
+
+
+def test_untouched_parameters_match_when_both_sides_are_zero() -> None:
+    zeros = np.zeros(64)
+    assert judge(receipt(1.0, zeros), zeros, 1.0, zeros, "float32").mismatch is None
+
+
+def test_a_newcomer_is_checked_until_a_check_passes_then_at_random() -> None:
+    s = Standings(0.1)
+    assert s.due("a", draw=0.99)  # a newcomer: always
+    s.unreached("a", 0)
+    assert s.due("a", draw=0.99)  # still: nothing vouched for it yet
+    s.passed("a", 1)
+    assert not s.due("a", draw=0.99)
+    assert s.due("a", draw=0.05)
+    s.failed("a")
+    assert not s.due("a", draw=0.0)  # caught: nothing more to check
+
+
+@pytest.mark.parametrize(
+    ("events", "epoch", "seen_ago", "credit"),
+    [
+        ([], 3, 0.0, None),  # a newcomer never checked, alive: waits
+        ([("passed", 5)], 3, 0.0, 8),
+        ([("passed", 5)], 9, 0.0, 8),  # in good standing: as claimed
+        ([("passed", 5), ("failed", 7)], 3, 0.0, 0),  # caught: nothing from now on
+        ([("failed", 1)], 9, 0.0, 0),
+        ([("passed", 5)], 9, GONE_AFTER + 1, 8),
+        ([], 9, GONE_AFTER + 1, 8),  # a newcomer gone before a check: the benefit of the doubt
+        ([("failed", 1)], 9, GONE_AFTER + 1, 0),  # one caught: nothing
+        ([("unreached", 4)] * (UNREACHED_LIMIT - 1), 3, 0.0, None),
+        ([("unreached", 4)] * UNREACHED_LIMIT, 3, 0.0, 8),  # cannot be reached: unchecked credit
+        ([("unreached", 4)] * UNREACHED_LIMIT, 5, 0.0, None),
+    ],
+)
+def test_what_the_checks_support(
+    events: list[tuple[str, int]], epoch: int, seen_ago: float, credit: int | None
+) -> None:
+    s = Standings(0.1)
+    now = 1000.0
+    s.seen({"a"}, now - seen_ago)
+    for kind, at in events:
+        if kind == "passed":
+            s.passed("a", at)
+        elif kind == "failed":
+            s.failed("a")
+        else:
+            s.unreached("a", at)
+    assert s.supported("a", epoch, 8, now) == credit
+
+
+def test_a_peer_that_left_is_gone_at_once() -> None:
+    s = Standings(0.1)
+    s.seen({"a", "b"}, 100.0)
+    s.left({"a"})
+    assert s.supported("a", 5, 8, now=101.0) == 8  # left before its first check
+    assert s.supported("b", 5, 8, now=101.0) is None
+
+
+def test_no_checks_credit_every_claim_as_made() -> None:
+    assert Standings(0.0).supported("a", 3, 8, now=0.0) == 8
+    assert not Standings(0.0).due("a", draw=0.0)
+
+
+def test_the_credit_book_holds_a_share_until_a_check_and_releases_it_late() -> None:
+    s = Standings(0.5)
+    book = CreditBook()
+    book.judge = s.supported
+    s.seen({"a", "b"}, 100.0)
+    book.claim("a", [Landed(0, 8)], None, 1.0)
+    book.claim("b", [Landed(0, 16)], None, 1.0)
+    assert book.claimed("a", 0) == 8
+    assert book.take(0, now=100.0) == []  # both wait
+    s.passed("a", 0)
+    s.failed("b")
+    late = book.late(0, now=101.0)
+    assert [(x.peer, x.samples) for x in late[0]] == [("a", 8)]
+    assert book.withheld == 16
+    assert book.credited("a", 0)
+    assert book.credited("b", 0)
+    assert book.late(0, now=102.0) == {}
