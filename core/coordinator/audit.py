@@ -10,10 +10,15 @@ coordinator's own three copies of each total (contribution rows, the totals row,
 
 Only the epochs the logs cover are compared: a log rotated away, or another backbone's reports,
 are told apart from a difference (``outside``).
+
+Where the backbone checks the trainers' work, it logs every check beside its metrics
+(``checks.jsonl``): ``checked_by_user`` adds them up per user, and the audit shows each user's
+checked share, the samples of the epochs whose work was recomputed over the samples recorded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +48,41 @@ class Difference:
 
 
 @dataclass(slots=True)
+class Checked:
+    """One user's work checks, from the backbone's ``checks.jsonl``."""
+
+    passed: int = 0
+    caught: int = 0
+    unreached: int = 0
+    samples: int = 0
+    """Claimed samples of the epochs a check passed for."""
+
+
+def checked_by_user(lines: Iterable[Mapping[str, Any]]) -> dict[str, Checked]:
+    """The backbone's check lines added up per user (per peer for peers without one); a line
+    that is not a check's raises ``BadRequest``."""
+    found: dict[str, Checked] = {}
+    for number, line in enumerate(lines, 1):
+        verdict, claimed = line.get("verdict"), line.get("claimed")
+        name = line.get("user") or line.get("peer")
+        if verdict not in ("passed", "caught", "unreached") or not isinstance(name, str):
+            raise BadRequest(
+                f"line {number} of the checks is not a check's: {json.dumps(line)[:80]}"
+            )
+        if not isinstance(claimed, int) or isinstance(claimed, bool) or claimed < 0:
+            raise BadRequest(f"line {number}: the check claims {claimed!r} samples")
+        tally = found.setdefault(name, Checked())
+        if verdict == "passed":
+            tally.passed += 1
+            tally.samples += claimed
+        elif verdict == "caught":
+            tally.caught += 1
+        else:
+            tally.unreached += 1
+    return found
+
+
+@dataclass(slots=True)
 class Audit:
     """Per user: samples credited and samples recorded, over the epochs compared."""
 
@@ -63,6 +103,8 @@ class Audit:
     one or two accounts' word is worth a look)."""
     failing_receipts: list[str] = field(default_factory=list)
     """Stored receipts that no longer check out (signature, project, or the credit they back)."""
+    checked: dict[str, Checked] = field(default_factory=dict)
+    """Per user: the backbone's work checks of its peers (``checked_by_user``)."""
 
     @property
     def clean(self) -> bool:
@@ -91,7 +133,20 @@ class Audit:
             "expert_samples": self.experts,
             "vouching_accounts": self.vouching,
             "failing_receipts": self.failing_receipts,
+            "checked": {
+                user: {**dataclasses.asdict(c), "share": self.checked_share(user)}
+                for user, c in self.checked.items()
+            },
         }
+
+    def checked_share(self, user: str) -> float | None:
+        """The user's samples in checked epochs over the samples the records show (None: no
+        samples recorded)."""
+        recorded = self.users.get(user, (0, 0))[1]
+        found = self.checked.get(user)
+        if not recorded:
+            return None
+        return min(1.0, (found.samples if found else 0) / recorded)
 
 
 def recorded_by_epoch(lines: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], int]:

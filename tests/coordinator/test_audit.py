@@ -4,6 +4,7 @@ every difference named with its reason, the store's own totals checked, bad inpu
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,43 @@ def test_expert_samples_must_be_backed_by_receipts_that_still_check_out(
     assert "alice: contributions 192 and expert samples 400 (receipts: 450)" in out
     assert "a stored receipt fails its check: alice: server" in out
     assert "the row credited 450 samples, its receipt vouches for 400" in out
+
+
+def test_the_audit_shows_each_users_checked_share_from_the_checks_beside_the_metrics(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metrics = write_metrics(
+        tmp_path / "metrics.jsonl",
+        {"epoch": 1, "contributions": {"alice": 64, "bob": 32}},
+        {"epoch": 2, "contributions": {"alice": 64}},
+    )
+
+    def check(user: str, verdict: str, claimed: int) -> dict[str, object]:
+        return {"epoch": 1, "peer": "12D3", "user": user, "verdict": verdict, "claimed": claimed}
+
+    write_metrics(
+        tmp_path / "checks.jsonl",
+        check("alice", "passed", 64),
+        check("bob", "unreached", 0),
+        check("bob", "caught", 16),
+    )
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
+    assert code == 0, out
+    assert re.search(r"alice\s+128\s+128\s+50%", out), out
+    assert re.search(r"bob\s+32\s+32\s+0%", out), out
+    assert "bob: 1 check(s) caught faked work, 1 could not reach its peer" in out
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db), "--json")
+    checked = json.loads(out)["checked"]
+    assert checked["alice"] == {
+        "passed": 1,
+        "caught": 0,
+        "unreached": 0,
+        "samples": 64,
+        "share": 0.5,
+    }
+    assert checked["bob"]["caught"] == 1
+    # a file that is not a backbone's checks is refused, naming the line
+    bad = write_metrics(tmp_path / "bad.jsonl", {"verdict": "maybe", "user": "alice"})
+    code, out = audit(capsys, "--metrics", str(metrics), "--checks", str(bad), "--db", str(db))
+    assert code == 2
+    assert "the checks are not a backbone's: line 1" in out

@@ -1,10 +1,12 @@
 """``barnraise coordinator audit``: what the coordinator credited, against the backbone's records.
 
-``barnraise coordinator audit --metrics FILE [--metrics FILE ...] (--db PATH | --manifest F)
-[--json]`` reads the backbone's ``metrics.jsonl`` (and its rotated ``.1``, ``.2``) and the
+``barnraise coordinator audit --metrics FILE [--metrics FILE ...] [--checks FILE ...]
+(--db PATH | --manifest F) [--json]`` reads the backbone's ``metrics.jsonl`` (and its rotated
+``.1``, ``.2``), its ``checks.jsonl`` of work checks (beside the metrics unless named) and the
 coordinator's database, and prints per volunteer the samples credited and recorded over the epochs
-the records cover, then every difference with its reason (``core.coordinator.audit``). Exit status
-0 when there is none, 1 when there are differences, 2 for bad input.
+the records cover and the share of them whose work was checked, then every difference with its
+reason (``core.coordinator.audit``). Exit status 0 when there is none, 1 when there are
+differences, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from core.coordinator import CoordinatorStore
-from core.coordinator.audit import Audit, audit, recorded_by_epoch
+from core.coordinator.audit import Audit, Checked, audit, checked_by_user, recorded_by_epoch
 from core.coordinator.errors import BadRequest
 from core.project import AnyManifest, load_any_manifest
 from core.util.errors import ConfigError
 from core.util.process.logfiles import read_json_lines
+
+CHECKS_FILE = "checks.jsonl"
+"""The backbone's log of work checks, beside its ``metrics.jsonl``."""
 
 
 def register_audit(sub: Any, default_db: Callable[[AnyManifest], Path]) -> None:
@@ -40,6 +45,13 @@ def register_audit(sub: Any, default_db: Callable[[AnyManifest], Path]) -> None:
     where.add_argument("--db", type=Path, metavar="PATH", help="the coordinator's database")
     where.add_argument(
         "--manifest", type=Path, metavar="F", help="use the default database of this project"
+    )
+    parser.add_argument(
+        "--checks",
+        type=Path,
+        metavar="FILE",
+        action="append",
+        help="a backbone's checks.jsonl (default: the one beside each --metrics file, if any)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     parser.set_defaults(run=lambda args: run_audit(args, default_db))
@@ -70,6 +82,7 @@ def _run(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path]) ->
         recorded = recorded_by_epoch(lines)
     except BadRequest as exc:
         raise ConfigError(f"the metrics are not a backbone's: {exc}") from None
+    checked = _checks(args)
     with CoordinatorStore(db) as store:
         found = store.contributions
         epochs = [epoch for epoch, _ in recorded]
@@ -86,6 +99,7 @@ def _run(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path]) ->
         result.vouching = {
             row["username"]: row["vouching_accounts"] for row in store.receipts.credited_by_user()
         }
+        result.checked = checked
         result.failing_receipts = [
             f"{failed['username']}: server {failed['server']}, trainer {failed['trainer']}: "
             f"{failed['reason']}"
@@ -98,16 +112,38 @@ def _run(args: argparse.Namespace, default_db: Callable[[AnyManifest], Path]) ->
     return 0 if result.clean else 1
 
 
+def _checks(args: argparse.Namespace) -> dict[str, Checked]:
+    """The work checks of the backbone logs named (or found beside the metrics)."""
+    paths: list[Path] = args.checks or [
+        m.parent / CHECKS_FILE for m in args.metrics if (m.parent / CHECKS_FILE).exists()
+    ]
+    lines: list[dict[str, Any]] = []
+    for path in paths:
+        if not path.exists():
+            raise ConfigError(f"there is no checks file at {path}")
+        lines.extend(read_json_lines(path))
+    try:
+        return checked_by_user(lines)
+    except BadRequest as exc:
+        raise ConfigError(f"the checks are not a backbone's: {exc}") from None
+
+
 def _print(result: Audit) -> None:
     if result.epochs is None:
         print("the metrics hold no epoch: nothing to compare")
     else:
         first, last = result.epochs
         print(f"epochs {first} to {last} ({result.outside} more at the coordinator, not compared)")
-        print(f"  {'volunteer':<24} {'credited':>12} {'recorded':>12}")
+        print(f"  {'volunteer':<24} {'credited':>12} {'recorded':>12} {'checked':>8}")
         for user, (credited, recorded) in sorted(result.users.items()):
             mark = "" if credited == recorded else "  differs"
-            print(f"  {user:<24} {credited:>12} {recorded:>12}{mark}")
+            share = result.checked_share(user)
+            shown = "-" if share is None or not result.checked else f"{share:.0%}"
+            print(f"  {user:<24} {credited:>12} {recorded:>12} {shown:>8}{mark}")
+    for user, found in sorted(result.checked.items()):
+        if found.caught or found.unreached:
+            print(f"  {user}: {found.caught} check(s) caught faked work, {found.unreached} could "
+                  "not reach its peer")  # fmt: skip
     for difference in result.differences:
         print(difference.text())
     if result.more_differences:
