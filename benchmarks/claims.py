@@ -2,6 +2,7 @@
 
     python benchmarks/claims.py --json out.json            # both modes (about 30 minutes)
     python benchmarks/claims.py --only dedloc --json out.json
+    python benchmarks/claims.py --only checks --json out.json   # work checks (about 20 minutes)
 
 The weight a member attaches to what it sends is its own word: the plain weighted mean and
 CenteredClip weigh by it, and its credit is what it says landed. One trainer of four flips its
@@ -15,6 +16,10 @@ screening, claims bounded at ``averaging.weight_ratio_limit`` = 4 times the medi
   100x claim with a x-3 flip under the plain mean that takes claims as made (the attack is real).
 - ``diloco``: four trainers and a backbone of ``swarm_scale`` (worker process, rounds on the wall
   clock, 12 rounds), against a clean run at equal samples and at equal rounds.
+
+``checks``: the backbone's spot checks of the trainers' work on the demo (``work_checks``): false
+accusations in 1,000 honest checks, their cost, and what a free rider or an inflated claim is
+credited.
 
 ``state``: a backbone and three diloco trainers land two rounds, then one trainer serves a forged
 outer state (its anchor +1 everywhere, under the honest digest its metadata names) while newcomers
@@ -45,7 +50,7 @@ if str(ROOT) not in sys.path:  # run as a script: the checkout's packages
 
 import torch  # noqa: E402
 
-from benchmarks import swarm_scale  # noqa: E402
+from benchmarks import swarm_scale, work_checks  # noqa: E402
 from benchmarks.byzantine_runs import (  # noqa: E402
     AVERAGING,
     WEIGHT_RATIO_LIMIT,
@@ -261,6 +266,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["diloco"] = await diloco(args.rounds)
     if args.only in (None, "state"):
         result["state"] = await tampered_state(args.newcomers)
+    if args.only in (None, "checks"):
+        result["checks"] = await work_checks.checks(
+            args.honest_checks, args.check_epochs, args.liar_epochs
+        )
     result["seconds"] = round(time.monotonic() - started)
     return result
 
@@ -269,7 +278,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=("dedloc", "diloco", "state"))
+    parser.add_argument("--only", choices=("dedloc", "diloco", "state", "checks"))
+    parser.add_argument("--honest-checks", type=int, default=1000)
+    parser.add_argument("--check-epochs", type=int, default=100)
+    parser.add_argument("--liar-epochs", type=int, default=20)
     parser.add_argument("--newcomers", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=12)

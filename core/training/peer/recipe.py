@@ -65,8 +65,7 @@ def build_model(manifest: Manifest) -> LanguageModel:
             dropout=section.dropout,
             gradient_checkpointing=section.gradient_checkpointing,
         )
-        torch.manual_seed(manifest.training.seed)
-        return AlbertMLM(albert)
+        return AlbertMLM(albert, _initial(manifest))
     if section.kind == LLAMA_CLM:
         llama = LlamaConfig(
             vocab_size=section.vocab_size,
@@ -80,9 +79,16 @@ def build_model(manifest: Manifest) -> LanguageModel:
             tie_embeddings=section.tie_embeddings,
             gradient_checkpointing=section.gradient_checkpointing,
         )
-        torch.manual_seed(manifest.training.seed)
-        return LlamaCLM(llama)
+        return LlamaCLM(llama, _initial(manifest))
     raise TrainingError(f"unknown model kind {section.kind!r}")
+
+
+def _initial(manifest: Manifest) -> torch.Generator:
+    """The initial weights' source: a generator of the manifest's seed, never torch's global one,
+    from which other peers of the same process (the engine's projects, a swarm's peers in one
+    test) may draw while this model is built. A peer whose first weights differ trains its first
+    epochs on other parameters than the backbone's replica, and fails its work checks."""
+    return torch.Generator().manual_seed(manifest.training.seed)
 
 
 def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
