@@ -368,6 +368,19 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "training.residual_decay",
         "sparse codec only",
     ),
+    ("work checks > 1", {"training.work_checks": 1.5}, "training.work_checks", "got 1.5"),
+    (
+        "work checks in diloco",
+        {"training.mode": "diloco", "training.work_checks": 0.5},
+        "training.work_checks",
+        "dedloc mode only",
+    ),
+    (
+        "work checks with dropout",
+        {"model.dropout": 0.1},
+        "training.work_checks",
+        "forward pass without dropout",
+    ),
 ]
 
 
@@ -575,3 +588,9 @@ def test_diloco_groups_wait_for_members_a_microbatch_late(tmp_path: Path) -> Non
     assert (config.min_matchmaking_time, config.max_matchmaking_time) == (30.0, 30.0)
     short = load_manifest(write(tmp_path, render(edited({**edits, "training.round_seconds": 6}))))
     assert averager_config(short, "trainer").max_matchmaking_time == wait  # never below it
+
+
+def test_dropout_is_taken_with_work_checks_off(tmp_path: Path) -> None:
+    path = write(tmp_path, render(edited({"model.dropout": 0.1, "training.work_checks": 0.0})))
+    manifest = load_manifest(path)
+    assert (manifest.model.dropout, manifest.training.work_checks) == (0.1, 0.0)

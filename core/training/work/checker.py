@@ -157,6 +157,8 @@ class WorkChecker:
         """Time spent checking (fetching and recomputing)."""
         self.compute_seconds = 0.0
         """Of which recomputing, on the training thread."""
+        self._recomputed = 0
+        """Checks that recomputed something."""
         self.records: list[CheckRecord] = []
         """The newest checks (for tests and the benchmark; the log keeps them all)."""
 
@@ -165,6 +167,14 @@ class WorkChecker:
         """Of the backbone's time since it started, the share its training thread spent
         recomputing (what the budget bounds: the calls only wait on the network)."""
         return self.compute_seconds / max(1e-9, time.monotonic() - self._started)
+
+    def _affordable(self) -> bool:
+        """Whether one more check, costing what the checks so far cost on average, keeps the
+        recomputing within ``budget`` of the backbone's time."""
+        done = self._recomputed
+        average = self.compute_seconds / done if done else 0.0
+        elapsed = max(1e-9, time.monotonic() - self._started)
+        return (self.compute_seconds + average) / elapsed <= self.budget
 
     # ---- the backbone's side ---------------------------------------------------------------------
 
@@ -183,7 +193,7 @@ class WorkChecker:
             return  # the replica was not at this epoch: nothing to recompute against
         for peer in members:
             newcomer = self.standings.due(peer, 1.0)  # due whatever the draw: credit waits for it
-            affordable = self.standings.rate >= 1.0 or self.share < self.budget
+            affordable = self.standings.rate >= 1.0 or self._affordable()
             drawn = affordable and self.standings.due(peer, self._rng.random())
             if not (newcomer or drawn):
                 continue
@@ -210,6 +220,7 @@ class WorkChecker:
             self.standings.unreached(peer, epoch)
         seconds = time.monotonic() - started
         self.seconds += seconds
+        self._recomputed += tally.compute > 0
         record = CheckRecord(
             time.time(), epoch, peer, self._user_of(peer), verdict, tally.claimed, tally.backed,
             tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
@@ -302,9 +313,7 @@ class WorkChecker:
             if params is None:
                 continue
             tried = True
-            started = time.monotonic()
-            loss, recomputed = await self.bridge.run(self._recompute, params, batch)
-            spent = time.monotonic() - started
+            loss, recomputed, spent = await self.bridge.run(self._recompute, params, batch)
             self.compute_seconds += spent
             tally.compute += spent
             judged = judge(receipt, claimed, loss, recomputed, precision)
@@ -318,8 +327,10 @@ class WorkChecker:
 
     def _recompute(
         self, params: list[torch.Tensor], batch: dict[str, torch.Tensor]
-    ) -> tuple[float, np.ndarray]:
-        """On the training thread: the loss and fingerprint of ``batch`` at ``params``."""
+    ) -> tuple[float, np.ndarray, float]:
+        """On the training thread: the loss and fingerprint of ``batch`` at ``params``, and the
+        seconds they took (not counting the wait for the thread)."""
+        started = time.perf_counter()
         if self._model is None:
             self._model = copy.deepcopy(self.state.model).to("cpu", torch.float32)
             self._fingerprint = Fingerprinter(
@@ -337,7 +348,7 @@ class WorkChecker:
         loss.backward()  # type: ignore[no-untyped-call]
         found = fingerprint.read()
         model.zero_grad(set_to_none=True)
-        return float(loss.detach()), found
+        return float(loss.detach()), found, time.perf_counter() - started
 
     async def _accuse(self, peer: str, epoch: int, caught: _Caught) -> None:
         evidence: Evidence | None = self.evidence.accuse(
