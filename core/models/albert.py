@@ -109,9 +109,7 @@ class EncoderLayer(nn.Module):
 
 
 class AlbertMLM(nn.Module):
-    def __init__(self, config: AlbertConfig, generator: torch.Generator | None = None) -> None:
-        """``generator``: where the initial weights are drawn from (torch's global one if None:
-        another thread of the process may draw from it at the same time)."""
+    def __init__(self, config: AlbertConfig) -> None:
         super().__init__()
         self.config = config
         e, h = config.embedding_size, config.hidden_size
@@ -124,14 +122,14 @@ class AlbertMLM(nn.Module):
         self.head_dense = nn.Linear(h, e)
         self.head_norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(e, config.vocab_size)
-        self.apply(lambda module: self._init_weights(module, generator))
+        self.apply(self._init_weights)
         # tied after init: the decoder reads out with the very matrix that embeds tokens
         self.decoder.weight = self.token_embedding.weight
 
     @staticmethod
-    def _init_weights(module: nn.Module, generator: torch.Generator | None = None) -> None:
+    def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=generator)
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
         if isinstance(module, nn.LayerNorm):

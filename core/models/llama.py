@@ -196,22 +196,20 @@ class LlamaBody(nn.Module):
 
 
 class LlamaCLM(nn.Module):
-    def __init__(self, config: LlamaConfig, generator: torch.Generator | None = None) -> None:
-        """``generator``: where the initial weights are drawn from (torch's global one if None:
-        another thread of the process may draw from it at the same time)."""
+    def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config
         self.model = LlamaBody(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.apply(lambda module: self._init_weights(module, generator))
+        self.apply(self._init_weights)
         if config.tie_embeddings:
             # tied after init: the read-out scores with the very matrix that embeds tokens
             self.lm_head.weight = self.model.embed_tokens.weight
 
     @staticmethod
-    def _init_weights(module: nn.Module, generator: torch.Generator | None = None) -> None:
+    def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=generator)
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, RMSNorm):
             nn.init.ones_(module.weight)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeAlias
 
@@ -65,7 +66,7 @@ def build_model(manifest: Manifest) -> LanguageModel:
             dropout=section.dropout,
             gradient_checkpointing=section.gradient_checkpointing,
         )
-        return AlbertMLM(albert, _initial(manifest))
+        return _seeded(manifest, lambda: AlbertMLM(albert))
     if section.kind == LLAMA_CLM:
         llama = LlamaConfig(
             vocab_size=section.vocab_size,
@@ -79,16 +80,22 @@ def build_model(manifest: Manifest) -> LanguageModel:
             tie_embeddings=section.tie_embeddings,
             gradient_checkpointing=section.gradient_checkpointing,
         )
-        return LlamaCLM(llama, _initial(manifest))
+        return _seeded(manifest, lambda: LlamaCLM(llama))
     raise TrainingError(f"unknown model kind {section.kind!r}")
 
 
-def _initial(manifest: Manifest) -> torch.Generator:
-    """The initial weights' source: a generator of the manifest's seed, never torch's global one,
-    from which other peers of the same process (the engine's projects, a swarm's peers in one
-    test) may draw while this model is built. A peer whose first weights differ trains its first
-    epochs on other parameters than the backbone's replica, and fails its work checks."""
-    return torch.Generator().manual_seed(manifest.training.seed)
+_GLOBAL_RNG = threading.Lock()
+"""Held while a model draws its initial weights from torch's process-wide generator: the engine's
+projects (and a test's swarm) build models on several threads of one process, and two builds that
+interleave their draws give peers of one project different initial weights (a peer that starts on
+other weights than the backbone's replica fails its work checks)."""
+
+
+def _seeded(manifest: Manifest, build: Callable[[], LanguageModel]) -> LanguageModel:
+    """``build()`` with torch's generator seeded with the manifest's seed, and put back after."""
+    with _GLOBAL_RNG, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(manifest.training.seed)
+        return build()
 
 
 def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.Optimizer:
