@@ -1,7 +1,8 @@
 """Standings: what the checks support of each peer's claims, as a pure rule of what was seen.
 
-A newcomer's claims wait until a check of it passes, as BOINC holds a new host's credit until a
-result of it is validated. From then on its claims are credited as made while it stays in good
+A newcomer's claims wait until a check of it passes (``HOLD`` seconds at most: a check the backbone
+cannot make must not hold them), as BOINC holds a new host's credit until a result of it is
+validated. From then on its claims are credited as made while it stays in good
 standing, and its epochs are checked at random (``rate``): BOINC's adaptive replication, which
 checks trusted hosts less. A check that fails, or finds claimed samples that no receipt backs,
 catches the peer: nothing of it is credited from then on, its waiting claims included, and it is
@@ -19,11 +20,14 @@ it unchecked).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 GONE_AFTER = 30.0
 """Seconds without a fresh record before a newcomer waiting for its first check counts as gone
 (records live 10 s)."""
+HOLD = 10.0
+"""Seconds at most a newcomer's claim waits for a check: a check takes a second or two, and one the
+backbone cannot make (its replica behind the epoch) must not hold credit until the peer is gone."""
 UNREACHED_LIMIT = 3
 """Checks in a row that could not reach a live peer before its claims are credited unchecked."""
 
@@ -41,6 +45,8 @@ class Standing:
     """Claims up to this epoch were credited without a check (the peer could not be reached)."""
     seen: float = 0.0
     """When its last fresh record was read."""
+    waiting: dict[int, float] = field(default_factory=dict)
+    """A newcomer's claims waiting for a check: epoch, and when the wait began."""
 
 
 class Standings:
@@ -103,10 +109,12 @@ class Standings:
         if self.rate == 0.0:
             return samples
         s = self.of(peer)
+        since = s.waiting.pop(epoch, now)
         if s.caught:
             return 0
-        if s.vouched >= 0 or epoch <= s.unchecked_through:
+        if s.vouched >= 0 or epoch <= s.unchecked_through or now - s.seen > GONE_AFTER:
             return samples
-        if now - s.seen > GONE_AFTER:
-            return samples
+        if now - since > HOLD:
+            return samples  # no check came in time
+        s.waiting[epoch] = since
         return None

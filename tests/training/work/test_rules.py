@@ -10,7 +10,7 @@ from core.training.credit import CreditBook, Landed
 from core.training.work.fingerprint import to_bytes
 from core.training.work.judge import judge
 from core.training.work.receipts import WorkReceipt
-from core.training.work.standing import GONE_AFTER, UNREACHED_LIMIT, Standings
+from core.training.work.standing import GONE_AFTER, HOLD, UNREACHED_LIMIT, Standings
 
 RNG = np.random.default_rng(0)
 TRUE = RNG.normal(size=64) * 1e-2
@@ -104,6 +104,17 @@ def test_a_peer_that_left_is_gone_at_once() -> None:
     s.left({"a"})
     assert s.supported("a", 5, 8, now=101.0) == 8  # left before its first check
     assert s.supported("b", 5, 8, now=101.0) is None
+
+
+def test_a_newcomers_claim_waits_for_a_check_a_few_seconds_at_most() -> None:
+    s = Standings(0.1)
+    s.seen({"a", "b"}, 100.0)
+    assert s.supported("a", 3, 8, now=100.0) is None
+    assert s.supported("a", 3, 8, now=100.0 + HOLD) is None
+    assert s.supported("a", 3, 8, now=101.0 + HOLD) == 8  # no check came: as claimed
+    assert s.supported("b", 3, 8, now=100.0) is None
+    s.failed("b")
+    assert s.supported("b", 3, 8, now=101.0 + HOLD) == 0  # caught in time: nothing
 
 
 def test_no_checks_credit_every_claim_as_made() -> None:
