@@ -292,8 +292,7 @@ class AuxiliaryPeer:
             g.zero_()  # weight 0 makes them irrelevant, but never let a NaN in
         key = round_key("grads", epoch, self.state.rollback)
         if self.checker is not None and self.state.epoch == epoch:
-            # what the trainers computed this epoch's microbatches at
-            await self.bridge.run(self.checker.snapshot, epoch)
+            self.checker.snapshot_soon(epoch)  # what the trainers computed this epoch's batches at
         result = await self._join(key, grads, expected, None, enough=self.config.target_batch_size)
         if result is None:
             # no group: whether the trainers stepped without us, only their records can tell

@@ -150,6 +150,7 @@ class WorkChecker:
         self.budget = budget
         self._rng = rng or random.Random()
         self._snapshots: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
+        self._copying: dict[int, asyncio.Task[None]] = {}
         self._model: torch.nn.Module | None = None
         self._fingerprint: Fingerprinter | None = None
         self._started = time.monotonic()
@@ -178,6 +179,17 @@ class WorkChecker:
 
     # ---- the backbone's side ---------------------------------------------------------------------
 
+    def snapshot_soon(self, epoch: int) -> None:
+        """The replica's parameters now are those of ``epoch``: copy them on the training thread,
+        without waiting behind the recomputations queued there (the round the backbone is about
+        to join would start late). The copy is queued before anything the round changes them
+        with, and checks wait for it."""
+        self._copying[epoch] = self._tasks.spawn(
+            f"snapshot-{epoch}", self.bridge.run(self.snapshot, epoch)
+        )
+        for old in [e for e in self._copying if e < epoch - SNAPSHOTS]:
+            del self._copying[old]
+
     def snapshot(self, epoch: int) -> None:
         """On the training thread: the replica's parameters now are those of ``epoch``."""
         self._snapshots.pop(epoch, None)
@@ -189,7 +201,7 @@ class WorkChecker:
 
     def landed(self, epoch: int, members: list[str]) -> None:
         """The round of ``epoch`` landed with these senders: check those that are due."""
-        if epoch not in self._snapshots:
+        if epoch not in self._snapshots and epoch not in self._copying:
             return  # the replica was not at this epoch: nothing to recompute against
         for peer in members:
             newcomer = self.standings.due(peer, 1.0)  # due whatever the draw: credit waits for it
@@ -309,6 +321,8 @@ class WorkChecker:
         first: Mismatch | None = None
         tried = False
         for epoch in (receipt.params_epoch, receipt.params_epoch - 1, receipt.params_epoch + 1):
+            if (copying := self._copying.get(epoch)) is not None:
+                await asyncio.shield(copying)
             params = self._snapshots.get(epoch)
             if params is None:
                 continue
