@@ -163,12 +163,6 @@ class WorkChecker:
         self.records: list[CheckRecord] = []
         """The newest checks (for tests and the benchmark; the log keeps them all)."""
 
-    @property
-    def share(self) -> float:
-        """Of the backbone's time since it started, the share its training thread spent
-        recomputing (what the budget bounds: the calls only wait on the network)."""
-        return self.compute_seconds / max(1e-9, time.monotonic() - self._started)
-
     def _affordable(self) -> bool:
         """Whether one more check, costing what the checks so far cost on average, keeps the
         recomputing within ``budget`` of the backbone's time."""
