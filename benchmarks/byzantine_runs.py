@@ -56,6 +56,7 @@ from core.net import Host, Identity, NetConfig  # noqa: E402
 from core.swarm.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour  # noqa: E402
 from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer  # noqa: E402
 from core.training.links import PeerLinks  # noqa: E402
+from core.training.moderation.repeated import Found, RepeatedFindings  # noqa: E402
 from core.training.state import TrainingState  # noqa: E402
 from core.training.trainer import Trainer  # noqa: E402
 from core.worker.bridge import TrainingBridge  # noqa: E402
@@ -183,11 +184,16 @@ def averager_config(scenario: Scenario) -> AveragerConfig:
 
 
 class _WatchedAverager(Averager):
-    """An averager that keeps what its rounds found against others."""
+    """An averager that keeps what its rounds found against others, and whom it would accuse: its
+    findings that a peer signs (``RepeatedFindings``: a screen's once it repeats)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.accused: dict[str, set[str]] = {}
+        self.found: dict[str, set[str]] = {}
+        """Peer -> statistics of every finding, signed or not."""
+        self._repeated = RepeatedFindings()
+        self._rounds = 0
         self.rounds_with: dict[str, int] = {}
         """Member -> rounds of ours it was in."""
         self.weight_ratios: dict[str, float] = {}
@@ -202,8 +208,12 @@ class _WatchedAverager(Averager):
                 ratio = result.capped.get(peer, claimed) / median
                 key = str(peer)
                 self.weight_ratios[key] = max(ratio, self.weight_ratios.get(key, 0.0))
+        self._rounds += 1
         for finding in result.findings:
-            self.accused.setdefault(str(finding.peer), set()).add(finding.statistic)
+            self.found.setdefault(str(finding.peer), set()).add(finding.statistic)
+        held = [Found("", result.group_id, self._rounds, f) for f in result.findings]
+        for item in self._repeated.admit(held):
+            self.accused.setdefault(str(item.finding.peer), set()).add(item.finding.statistic)
         for member in result.members:
             self.rounds_with[str(member)] = self.rounds_with.get(str(member), 0) + 1
 

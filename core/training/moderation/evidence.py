@@ -1,7 +1,8 @@
 """Publishing what a peer found against others in its rounds, and collecting everyone's.
 
 A round's ``AveragingResult.findings`` (a sender screened out or clipped, a reducer caught lying)
-become signed ``Evidence`` (``core.trust.evidence``). Each peer keeps its newest ``KEPT`` records
+become signed ``Evidence`` (``core.trust.evidence``); a screen's finding only once it repeats
+(``repeated``). Each peer keeps its newest ``KEPT`` records
 and publishes them under ``<prefix>.evidence`` in one subkey that only it can write (the DHT's
 owned subkeys, as progress records do), living ``EVIDENCE_TTL`` seconds; in a moderated project the
 record carries the reporter's pass, and peers' DHTs refuse one whose pass does not admit its
@@ -26,6 +27,7 @@ from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
 from core.dht.validation import renewal_bound
 from core.net.host.gate import AccessGate
+from core.training.moderation.repeated import Found, RepeatedFindings
 from core.training.progress import pass_carrying_schema
 from core.trust.evidence import Evidence, InvalidEvidence, sign_evidence
 from core.trust.identity import Identity
@@ -79,6 +81,8 @@ class EvidenceBoard:
         self._ttl = ttl
         self._clock = clock
         self._mine: list[Evidence] = []
+        self.repeated = RepeatedFindings()
+        """The screens' findings held until they repeat."""
         if access is not None:
             dht.rules.add_schema(
                 pass_carrying_schema("evidence", self._key, access, 1, max_ahead=renewal_bound(ttl))
@@ -95,20 +99,24 @@ class EvidenceBoard:
         return cls(averager.dht, host.identity, averager.prefix, access=host.access)
 
     def sign(self, result: AveragingResult, round_key: str) -> list[Evidence]:
-        """The round's findings as evidence signed by this peer."""
+        """The round's findings as evidence signed by this peer: its facts, and its screens'
+        findings against senders found in enough epochs lately (``repeated``), with those held
+        against them until now."""
         now = self._clock.time()
         epoch = _epoch_of(round_key)
+        found = [Found(round_key, result.group_id, epoch, f) for f in result.findings]
         signed = []
-        for finding in result.findings:
+        for item in self.repeated.admit(found):
+            finding = item.finding
             try:
                 signed.append(
                     sign_evidence(
                         self._identity,
                         self.project,
                         finding.peer,
-                        round_key=round_key,
-                        group=result.group_id,
-                        epoch=epoch,
+                        round_key=item.round_key,
+                        group=item.group,
+                        epoch=item.epoch,
                         part=finding.part,
                         chunk=finding.chunk,
                         statistic=finding.statistic,

@@ -188,10 +188,16 @@ async def test_a_trainers_round_publishes_its_findings(
         return found
 
     monkeypatch.setattr(PeerLinks, "round", round_with_findings)
+    board = peer.optimizer.evidence
+    for epoch in (5, 6):  # one screen's finding in two epochs: held, not signed
+        assert await peer.optimizer._average([torch.zeros(3)], 1.0, f"grads.{epoch}", 1) is found
+    await wait_until(lambda: board.repeated.held(accused) == 2)
     assert await peer.optimizer._average([torch.zeros(3)], 1.0, "grads.7", 1) is found
     other = EvidenceBoard(peer.dht, peer.averager.host.identity, "collab")
-    seen = await poll_until(other.fetch, lambda got: len(got) > 0)
-    assert [(r.evidence.accused, r.evidence.round_key) for r in seen] == [(accused, "grads.7")]
+    seen = await poll_until(other.fetch, lambda got: len(got) == 3)
+    assert sorted((str(r.evidence.accused), r.evidence.round_key) for r in seen) == [
+        (str(accused), f"grads.{epoch}") for epoch in (5, 6, 7)
+    ]
 
 
 async def test_the_auxiliary_peer_collects_names_and_reports_evidence(
@@ -228,7 +234,8 @@ async def test_the_auxiliary_peer_collects_names_and_reports_evidence(
         task = asyncio.create_task(aux.run(stop))
         alice = EvidenceBoard(alice_dht, alice_host.identity, PROJECT)
         finding = Finding(mallory.peer_id, 2, -1, "norm_ratio", 850.0, "norm 850× the median")
-        await alice.publish(result_with(finding), "grads.12")
+        for epoch in (10, 11, 12):  # a screen's finding is signed once it repeats
+            await alice.publish(result_with(finding), f"grads.{epoch}")
         await wait_until(lambda: len(coordinator.store.evidence.accused()) > 0)
         (accused,) = coordinator.store.evidence.accused()
         assert (accused.peer, accused.username, accused.reporters) == (
