@@ -53,6 +53,8 @@ class _Report:
             return f"{len(self.body.get(RECEIPTS.field, []))} receipt(s)"
         if self.kind == "evaluation":
             return f"held-out evaluation of epoch {self.body.get('epoch')}"
+        if self.body.get("withdrawn"):
+            return f"credit withdrawn from epoch {self.body.get('epoch')}"
         late = " (late)" if self.body.get("late") else ""
         return f"contributions of epoch {self.body.get('epoch')}{late}"
 

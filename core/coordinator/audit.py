@@ -2,7 +2,8 @@
 
 The backbone writes one line per epoch to ``metrics.jsonl`` (rotated as ``.1``, ``.2``), with the
 samples of every user in it, and a line of its own for credit it found after the epoch went out
-(``"late": true``). Those lines are what it reported. The audit adds them up per (epoch, user) and
+(``"late": true``), and one for credit it took back (``"withdrawn": true``: a peer caught faking
+work). Those lines are what it reported. The audit adds them up per (epoch, user) and
 compares them with the coordinator's contribution rows for the same epochs, and names a reason for
 every difference it can explain: a report that never arrived, a name with no account, a banned
 account, a contribution the coordinator refused (its pass or its key). It also checks the
@@ -150,8 +151,8 @@ class Audit:
 
 
 def recorded_by_epoch(lines: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], int]:
-    """Samples per (epoch, name) in the backbone's metrics lines (late ones add to their epoch).
-    A line that is not an epoch's is skipped; a malformed one raises ``BadRequest``."""
+    """Samples per (epoch, name) in the backbone's metrics lines (late ones add to their epoch,
+    withdrawn ones take away from it). A malformed line raises ``BadRequest``."""
     found: dict[tuple[int, str], int] = {}
     for number, line in enumerate(lines, 1):
         epoch = line.get("epoch")
@@ -159,10 +160,12 @@ def recorded_by_epoch(lines: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str
         if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(parts, dict):
             shown = json.dumps(line)[:80]
             raise BadRequest(f"line {number} of the metrics is not an epoch's: {shown}")
+        sign = -1 if line.get("withdrawn") is True else 1
         for name, samples in parts.items():
             if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
                 raise BadRequest(f"line {number}: {name!r} has {samples!r} samples")
-            found[(epoch, str(name))] = found.get((epoch, str(name)), 0) + samples
+            key = (epoch, str(name))
+            found[key] = max(0, found.get(key, 0) + sign * samples)
     return found
 
 

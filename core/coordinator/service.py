@@ -87,7 +87,14 @@ from core.trust.errors import PeerIdError
 from core.trust.identity import Identity
 from core.trust.passes import issue_pass, pass_to_text
 from core.trust.peer_id import PeerID
-from core.trust.reports import EVIDENCE, RECEIPTS, EpochReport, Evaluation
+from core.trust.reports import (
+    EVIDENCE,
+    RECEIPTS,
+    Contribution,
+    EpochReport,
+    Evaluation,
+    Refused,
+)
 from core.util.clock import Clock, SystemClock
 from core.util.errors import ConfigError
 from core.util.tasks import BackgroundTasks
@@ -387,6 +394,8 @@ class CoordinatorService:
         body = await json_body(request, LARGE_BODY)
         with reading_report():
             report = EpochReport.from_json(body, self.clock.time())
+        if report.withdrawn:
+            return self._withdraw(report)
         verdicts = Judge(
             self.project,
             self.project_key.peer_id,
@@ -409,6 +418,22 @@ class CoordinatorService:
             len(verdicts.rejected),
         )
         return answer({"accepted": len(verdicts.counted), "rejected": verdicts.rejected})
+
+    def _withdraw(self, report: EpochReport) -> web.Response:
+        """Credit the backbone takes back (a peer caught faking work): whichever account the
+        stored rows credited, whatever its standing or its pass's now."""
+        peers = [part.peer for part in report.contributions if isinstance(part, Contribution)]
+        refused = [
+            {"peer": part.peer, "reason": part.reason}
+            for part in report.contributions
+            if isinstance(part, Refused)
+        ]
+        taken = self.store.contributions.withdraw(report.epoch, peers)
+        if taken:
+            self._page.changed()
+        log.warning("epoch %d: %d samples of %d peer(s) withdrawn (work checks caught them)",
+                    report.epoch, taken, len(peers))  # fmt: skip
+        return answer({"accepted": 0, "withdrawn": taken, "rejected": refused})
 
     async def _evaluations(self, request: web.Request) -> web.Response:
         user = self._session_user(request)

@@ -21,6 +21,8 @@ check, and goes out with what the checks support (nothing, for a peer caught fak
 
 A share of an epoch that the metrics already reported is *late*: it goes to the coordinator in a
 report of its own for that epoch, which adds it (the coordinator counts each (epoch, peer) once).
+A share handed out can be *withdrawn* (``withdraw``: its peer was caught faking work) while the book
+still remembers it, ``CREDITED_KEPT`` epochs; it stays credited, so it is never handed out again.
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ class CreditBook:
         self._witnessed: dict[tuple[str, int], _Witness] = {}
         self._peers: dict[str, tuple[AccessPass | None, float]] = {}
         self._claims: dict[tuple[str, int], int] = {}
+        self._given: dict[tuple[str, int], Share] = {}
         self._newest = -1
         self.judge: Judge | None = None
         """What the work checks support of a share (None: every claim as made)."""
@@ -146,6 +149,8 @@ class CreditBook:
         """Samples claimed that the checks did not support."""
         self.witnessed_shares = 0
         """Shares credited from rounds' weights (their peers were gone)."""
+        self.withdrawn = 0
+        """Samples credited and then withdrawn."""
 
     def credited(self, peer: str, epoch: int) -> bool:
         return peer in self._credited.get(epoch, ())
@@ -202,11 +207,25 @@ class CreditBook:
             settled.append(share)
             self.withheld += share.samples - judged
             if judged > 0:
-                shares.append(dataclasses.replace(share, samples=judged))
+                given = dataclasses.replace(share, samples=judged)
+                shares.append(given)
+                self._given[(peer, epoch)] = given
         if held:
             self._waiting[epoch] = held
         self._mark(epoch, settled)
         return shares
+
+    def withdraw(self, peer: str, after: int) -> dict[int, Share]:
+        """Take back what ``peer`` was handed out for epochs after ``after`` (those the book still
+        remembers): per epoch, the share that was credited. They stay credited: no claim of them
+        is handed out again."""
+        found = {
+            epoch: self._given.pop((who, epoch))
+            for who, epoch in sorted(self._given)
+            if who == peer and epoch > after
+        }
+        self.withdrawn += sum(share.samples for share in found.values())
+        return found
 
     def late(self, reported: int, now: float = 0.0) -> dict[int, list[Share]]:
         """Shares waiting for epochs up to ``reported`` (whose metrics went out without them)."""
@@ -229,5 +248,7 @@ class CreditBook:
             del self._waiting[old]
         for key in [k for k in self._claims if k[1] < floor]:
             del self._claims[key]
+        for key in [k for k in self._given if k[1] < floor]:
+            del self._given[key]
         if len(self._peers) > 10_000:
             self._peers.clear()  # refilled by the next records; only a gone peer's pass is lost

@@ -60,6 +60,9 @@ class EpochMetrics:
     late: bool = False
     """Credit found after the epoch was reported (a record read late, or a gone peer's share of a
     round): only these contributions, to be added to the epoch's; no figures."""
+    withdrawn: bool = False
+    """Credit taken back from an epoch already reported (its peer was caught faking work): these
+    contributions' samples are subtracted from the epoch's; no figures."""
 
     def summary(self) -> dict[str, object]:
         """The metrics as plain JSON values; contributions by user (passes left out)."""
@@ -83,7 +86,7 @@ class EpochMetrics:
         figures its project page shows, each within its bound or null, and the contributions of
         peers with a pass."""
         figures = None
-        if not self.late:
+        if not (self.late or self.withdrawn):
             figures = EpochFigures.within_bounds(
                 self.epoch, self.time, self.loss, self.samples_per_second, self.alive_peers
             )
@@ -93,7 +96,13 @@ class EpochMetrics:
             if part.access is not None
         )
         return EpochReport(
-            self.epoch, self.time, self.samples, contributions, figures, late=self.late
+            self.epoch,
+            self.time,
+            self.samples,
+            contributions,
+            figures,
+            late=self.late,
+            withdrawn=self.withdrawn,
         ).to_json()
 
 
@@ -173,6 +182,14 @@ class MetricsAggregator:
             samples = sum(part.samples for part in parts)
             found.append(EpochMetrics(epoch, None, samples, 0.0, 0, now, parts, late=True))
         return found
+
+    def withdraw(self, peer: str, after: int, now: float) -> list[EpochMetrics]:
+        """Take back ``peer``'s credit for the epochs after ``after`` (``CreditBook.withdraw``):
+        one ``EpochMetrics.withdrawn`` per epoch, oldest first."""
+        return [
+            EpochMetrics(epoch, None, share.samples, 0.0, 0, now, (_part(share),), withdrawn=True)
+            for epoch, share in self.credit.withdraw(peer, after).items()
+        ]
 
     def _finish(
         self, epoch: int, totals: _Totals, speed: float, alive: int, now: float

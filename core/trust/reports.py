@@ -3,7 +3,8 @@ that the sender builds and the coordinator reads.
 
 - ``EpochReport`` (``POST /contributions``): a completed epoch's samples, each peer's
   ``Contribution`` with the pass naming its user, and the project page's ``EpochFigures``; or, in
-  its *late* form, more contributions to an epoch reported before, without figures.
+  its *late* form, more contributions to an epoch reported before, without figures; or, in its
+  *withdrawn* form, the peers whose credit for an epoch reported before is taken back.
 - ``Evaluation`` (``POST /evaluations``): one held-out evaluation of the backbone's replica.
 - ``EVIDENCE`` and ``RECEIPTS`` (``POST /evidence``, ``POST /receipts``): lists of signed statements
   (``core.trust.evidence``, ``core.trust.receipts``), at most so many per report.
@@ -186,12 +187,17 @@ class EpochReport:
     late: bool = False
     """More contributions to an epoch reported before (records read late, a gone peer's share of
     a round): they add to it, and the report carries no figures."""
+    withdrawn: bool = False
+    """Contributions to an epoch reported before that are taken back (their peer was caught
+    faking work): the coordinator zeroes them; no figures."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``POST /contributions`` body."""
         body: dict[str, Any] = {"epoch": self.epoch, "time": self.time, "samples": self.samples}
         if self.late:
             body["late"] = True
+        elif self.withdrawn:
+            body["withdrawn"] = True
         elif self.figures is not None:
             body.update(self.figures.to_json())
         body["contributions"] = [
@@ -217,12 +223,16 @@ class EpochReport:
             raise InvalidReport("contributions must be a list")
         if len(entries) > MAX_CONTRIBUTIONS:
             raise InvalidReport(f"at most {MAX_CONTRIBUTIONS} contributions per report")
-        late = body.get("late", False)
+        late, withdrawn = body.get("late", False), body.get("withdrawn", False)
         if not isinstance(late, bool):
             raise InvalidReport("late must be true or false")
-        figures = None if late else EpochFigures.from_json(body, epoch, when)
+        if not isinstance(withdrawn, bool):
+            raise InvalidReport("withdrawn must be true or false")
+        if late and withdrawn:
+            raise InvalidReport("a report adds late credit or withdraws credit, not both")
+        figures = None if late or withdrawn else EpochFigures.from_json(body, epoch, when)
         contributions = tuple(_contribution(entry) for entry in entries)
-        return cls(epoch, when, samples, contributions, figures, late=late)
+        return cls(epoch, when, samples, contributions, figures, late=late, withdrawn=withdrawn)
 
 
 def _contribution(entry: object) -> Contribution | Refused:

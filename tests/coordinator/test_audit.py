@@ -94,6 +94,40 @@ def test_records_that_match_give_a_clean_audit_across_rotated_files(
     assert "no difference: the coordinator credited exactly what the records show" in out
 
 
+def test_credit_withdrawn_at_both_ends_audits_clean_and_keeps_the_three_copies_agreeing(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # bob was caught faking work: the backbone took back his epoch 1, the coordinator too
+    with CoordinatorStore(db) as store:
+        assert store.contributions.withdraw(1, ["peer-bob"]) == 32
+        assert store.contributions.withdraw(1, ["peer-bob"]) == 0  # sent again: nothing more
+        assert store.contributions.withdraw(7, ["peer-bob"]) == 0  # nothing to take
+        credit(store, 1, bob=32)  # the epoch's report sent again cannot give it back
+        sums = store.contributions.sums_by_user()
+        assert sums[Username.parse("bob").key] == (0, 0, 0, 0)
+        assert sums[Username.parse("alice").key][:3] == (192, 192, 192)
+        assert store.contributions.epoch_totals() == (3, 64 + 64 + 64)
+    metrics = write_metrics(
+        tmp_path / "metrics.jsonl",
+        {"epoch": 1, "contributions": {"alice": 64, "bob": 32}},
+        {"epoch": 2, "contributions": {"alice": 64}},
+        {"epoch": 1, "withdrawn": True, "contributions": {"bob": 32}},
+    )
+    code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db), "--json")
+    report = json.loads(out)
+    assert (code, report["clean"], report["inconsistent"]) == (0, True, [])
+    assert report["users"]["bob"] == {"credited": 0, "recorded": 0}
+    # the same records without the withdrawal: the coordinator credited less than they show
+    unwithdrawn = write_metrics(
+        tmp_path / "m2.jsonl",
+        {"epoch": 1, "contributions": {"alice": 64, "bob": 32}},
+        {"epoch": 2, "contributions": {"alice": 64}},
+    )
+    code, out = audit(capsys, "--metrics", str(unwithdrawn), "--db", str(db))
+    assert code == 1
+    assert "epoch 1: bob: credited 0, the records show 32" in out
+
+
 def test_totals_that_disagree_with_the_contribution_rows_are_reported(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -340,3 +340,42 @@ async def test_a_late_report_of_an_epoch_never_reported_counts_only_its_shares(
             "contributions": [entry(alice, access, 48)]}  # fmt: skip
     assert (await coordinator.client.post("/contributions", late, token=session)).status == 200
     assert coordinator.service.store.contributions.epoch_totals() == (1, 48)
+
+
+async def test_a_withdrawal_takes_a_caught_peers_credit_back_once_and_refuses_bad_bodies(
+    coordinator: Running,
+) -> None:
+    coordinator.add_user("aux", moderator=True)
+    coordinator.add_user("alice")
+    coordinator.add_user("mallory")
+    alice, mallory = Identity.generate(), Identity.generate()
+    alice_pass = await pass_for(coordinator, "alice", alice)
+    mallory_pass = await pass_for(coordinator, "mallory", mallory)
+    session = (await coordinator.client.login("aux"))["session"]
+    now = coordinator.clock.time()
+    for epoch in (4, 5):
+        parts = [entry(alice, alice_pass, 64), entry(mallory, mallory_pass, 32)]
+        body = {"epoch": epoch, "time": now + epoch, "samples": 96, "contributions": parts}
+        assert (await coordinator.client.post("/contributions", body, token=session)).status == 200
+    # the backbone caught mallory faking work after epoch 4 was vouched for: epoch 5 is taken back
+    withdrawal = {"epoch": 5, "time": now + 9, "samples": 32, "withdrawn": True,
+                  "contributions": [entry(mallory, mallory_pass, 32)]}  # fmt: skip
+    answers = []
+    for _ in range(2):
+        reply = await coordinator.client.post("/contributions", withdrawal, token=session)
+        assert reply.status == 200, reply
+        answers.append(reply.body["withdrawn"])
+    assert answers == [32, 0]  # sent twice, taken once
+    board = (await coordinator.client.get("/leaderboard")).body
+    assert {u["username"]: u["samples"] for u in board["users"]} == {"alice": 128, "mallory": 32}
+    assert coordinator.service.store.contributions.epoch_totals() == (2, 96 + 64)
+    mine = (await coordinator.client.login("mallory"))["session"]
+    me = (await coordinator.client.get("/leaderboard/me", token=mine)).body
+    assert me["samples"] == 32
+    assert sum(d["samples"] for d in me["history"]["30d"]) == 32
+    # a withdrawal is no late credit, and only a moderator sends one
+    both = {**withdrawal, "late": True}
+    assert (await coordinator.client.post("/contributions", both, token=session)).status == 400
+    odd = {**withdrawal, "withdrawn": "yes"}
+    assert (await coordinator.client.post("/contributions", odd, token=session)).status == 400
+    assert (await coordinator.client.post("/contributions", withdrawal, token=mine)).status == 403

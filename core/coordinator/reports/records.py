@@ -8,7 +8,9 @@ before schema 2 may name keys their user never held, and must not get those revo
 ``Contributions`` stores each epoch the auxiliary peer reports and each peer's share in it;
 (epoch, peer) is the primary key, so a report sent twice counts once. The per-user totals and
 UTC-day rows the leaderboard reads are updated in the same transaction as the contribution they
-add, so they always agree with the contribution rows.
+add, so they always agree with the contribution rows. A share the auxiliary peer withdraws (its
+peer was caught faking work) keeps its row at zero samples: a withdrawal sent twice takes nothing
+more, and the epoch's report sent again cannot add the share back.
 """
 
 from __future__ import annotations
@@ -134,6 +136,42 @@ class Contributions:
                     (added_samples, epoch),
                 )
         return added
+
+    def withdraw(self, epoch: int, peers: Iterable[str]) -> int:
+        """Zero these peers' contributions to ``epoch`` and take their samples and compute time
+        off the totals, the days they were added to and the epoch; returns the samples taken."""
+        taken = 0
+        with transaction(self._conn):
+            for peer in set(peers):
+                row = self._conn.execute(
+                    "SELECT user_key, samples, compute_seconds, time FROM contributions "
+                    "WHERE epoch = ? AND peer = ?",
+                    (epoch, peer),
+                ).fetchone()
+                if row is None or (row[1] == 0 and row[2] == 0):
+                    continue
+                user_key, samples, seconds, time = row
+                self._conn.execute(
+                    "UPDATE contributions SET samples = 0, compute_seconds = 0 "
+                    "WHERE epoch = ? AND peer = ?",
+                    (epoch, peer),
+                )
+                self._conn.execute(
+                    "UPDATE totals SET samples = samples - ?, compute_seconds = compute_seconds - ? "
+                    "WHERE user_key = ?",
+                    (samples, seconds, user_key),
+                )
+                self._conn.execute(
+                    "UPDATE days SET samples = samples - ?, compute_seconds = compute_seconds - ? "
+                    "WHERE user_key = ? AND day = ?",
+                    (samples, seconds, user_key, utc_day(time)),
+                )
+                self._conn.execute(
+                    "UPDATE epochs SET samples = max(0, samples - ?) WHERE epoch = ?",
+                    (samples, epoch),
+                )
+                taken += int(samples)
+        return taken
 
     def active_devices(self, since: float, user_keys: Sequence[str]) -> dict[str, int]:
         """Distinct peers with a contribution at or after ``since``, per user."""

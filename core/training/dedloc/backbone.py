@@ -265,6 +265,10 @@ class AuxiliaryPeer:
             await self._report(metrics)
         for metrics in self._aggregator.late_credit(now):
             await self._report(metrics)
+        if self.checker is not None:
+            for peer, vouched in self.checker.standings.withdrawals().items():
+                for metrics in self._aggregator.withdraw(peer, vouched, now):
+                    await self._report(metrics)
         self._remember_users(view.reports)
         self._collect_evidence_soon()
         joining = self._joining is not None and not self._joining.done()
@@ -470,8 +474,8 @@ class AuxiliaryPeer:
     async def _report(self, metrics: EpochMetrics) -> None:
         if self.on_metrics is not None:
             self.on_metrics(metrics)
-        if metrics.late:
-            return  # more credit for an epoch already reported and checkpointed
+        if metrics.late or metrics.withdrawn:
+            return  # credit for an epoch already reported and checkpointed
         self.metrics.append(metrics)
         every = self.config.checkpoint_every
         if self.checkpoints is not None and every and (metrics.epoch + 1) % every == 0:

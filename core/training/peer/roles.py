@@ -145,6 +145,10 @@ async def run_backbone(
         metrics_log.write(metrics)
         if s.on_metrics is not None:
             s.on_metrics(metrics)
+        if metrics.withdrawn:
+            log.warning("epoch %d: %d samples of credit withdrawn from %s (caught faking work)",
+                        metrics.epoch, metrics.samples, ", ".join(sorted(metrics.by_user())))  # fmt: skip
+            return
         if metrics.late:
             log.info("epoch %d: %d more samples credited (%s), read after the epoch was reported",
                      metrics.epoch, metrics.samples, ", ".join(sorted(metrics.by_user())))  # fmt: skip

@@ -6,8 +6,8 @@ validated. From then on its claims are credited as made while it stays in good
 standing, and its epochs are checked at random (``rate``): BOINC's adaptive replication, which
 checks trusted hosts less. A check that fails, or finds claimed samples that no receipt backs,
 catches the peer: nothing of it is credited from then on, its waiting claims included, and it is
-accused. What it was credited before is not taken back here (that needs the coordinator to
-withdraw credit).
+accused, and what it was credited since the last check it passed is withdrawn
+(``withdrawals``: the backbone takes it back from its credit book and tells the coordinator).
 
 A newcomer that goes away (its records stopped, or it said it left) before a check caught it is
 credited what it claimed: a volunteer whose computer went off must not lose an epoch to a check it
@@ -37,6 +37,8 @@ class Standing:
     vouched: int = -1
     """The newest epoch a passed check covers (claims up to it are credited)."""
     caught: bool = False
+    withdrawn: bool = False
+    """Its credit since ``vouched`` was withdrawn (once, when it was caught)."""
     checks: int = 0
     passed: int = 0
     unreached: int = 0
@@ -102,6 +104,17 @@ class Standings:
             s.unchecked_through = max(s.unchecked_through, epoch)
 
     # ---- credit ----------------------------------------------------------------------------------
+
+    def withdrawals(self) -> dict[str, int]:
+        """The peers caught since the last call, each with the newest epoch a passed check covers
+        (-1: none did): their credit for the epochs after it was given on trust, and is taken
+        back. Each caught peer is named once."""
+        found = {}
+        for peer, s in self._peers.items():
+            if s.caught and not s.withdrawn:
+                s.withdrawn = True
+                found[peer] = s.vouched
+        return found
 
     def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``: a number of samples,

@@ -5,6 +5,7 @@ nothing; the honest trainers pass every check and are credited exactly what they
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from core.swarm.byzantine import Attack, Misbehaviour
+from core.swarm.byzantine import Attack, FreeRider, Misbehaviour
 from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer, WorkChecks
 from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
 from core.training.metrics import EpochMetrics
@@ -125,6 +126,92 @@ async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
         )
         accused = {str(r.evidence.accused) for r in aux.accusations}
         assert accused == {ids[2]}
+        for optimizer, _ in peers:
+            await optimizer.close()
+    finally:
+        stop.set()
+        await aux_task
+
+
+async def test_a_trainer_that_turns_free_rider_loses_the_credit_it_was_given_on_trust(
+    nodes,
+) -> None:
+    # checked at every epoch until it is vouched for, then at none while it skips its work, then
+    # at every epoch again: the check that catches it takes back what it was credited unchecked
+    backbone = await nodes(None, backbone=True)
+    model = fresh_model()
+    reported: list[EpochMetrics] = []
+    aux = AuxiliaryPeer(
+        TrainingState(model, make_optimizer(model)),
+        backbone.links,
+        AuxiliaryConfig(target_batch_size=TARGET),
+        on_metrics=reported.append,
+        work_checks=WorkChecks(1.0, loss),
+    )
+    assert aux.checker is not None
+    standings = aux.checker.standings
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    try:
+        members = [await nodes(backbone.address) for _ in range(3)]
+        peers = [trainer(node) for node in members]
+        for optimizer, _ in peers:
+            await optimizer.start()
+        witnesses = [o.keep_receipts("float32") for o, _ in peers]
+        turncoat, turned = peers[2][0], threading.Event()
+        assert turncoat.work is not None
+        assert witnesses[2] is not None
+        honest, cheat = witnesses[2], FreeRider(0.0)(turncoat.work)
+
+        def turncoat_witness(batch: object, value: float) -> None:
+            (cheat if turned.is_set() else honest)(batch, value)
+
+        witnesses[2] = turncoat_witness
+        runs = asyncio.gather(
+            *(
+                Trainer(m, o, n.bridge, batches(10 + i), loss, witness=w).run(until_epoch=16)
+                for i, ((o, m), n, w) in enumerate(zip(peers, members, witnesses, strict=True))
+            )
+        )
+        ids = [str(n.averager.host.peer_id) for n in members]
+        mine = standings.of(ids[2])
+
+        def net() -> dict[int, int]:
+            """The turncoat's credit per epoch, less what was withdrawn."""
+            found: dict[int, int] = defaultdict(int)
+            for metrics in reported:
+                for part in metrics.contributions:
+                    if part.peer == ids[2]:
+                        found[metrics.epoch] += -part.samples if metrics.withdrawn else part.samples
+            return found
+
+        await wait_until(lambda: mine.vouched >= 1, 120)
+        standings.rate = 1e-12  # vouched for: its epochs are credited unchecked from here on
+        turned.set()
+        trusted_from = turncoat.epoch + 1
+        await wait_until(lambda: max(net(), default=-1) >= trusted_from + 1, 120)
+        vouched = mine.vouched
+        assert not mine.caught
+        unchecked = {e: n for e, n in net().items() if e > vouched}
+        assert sum(unchecked.values()) > 0, net()  # credited on trust
+        standings.rate = 1.0
+        await wait_until(lambda: mine.caught, 120)
+        await wait_until(lambda: any(m.withdrawn for m in reported), 60)
+        await asyncio.wait_for(runs, 240)
+        await asyncio.sleep(2.0)  # the last records read
+        withdrawn = {m.epoch for m in reported if m.withdrawn}
+        assert withdrawn
+        assert min(withdrawn) > vouched
+        # a check already under way when it turned may have vouched for one more honest epoch
+        vouched = mine.vouched
+        assert {e for e in unchecked if e > vouched} <= withdrawn
+        after = net()
+        assert all(after[e] == 0 for e in after if e > vouched), after
+        assert sum(after[e] for e in after if e <= vouched) > 0  # what checks vouched for stays
+        assert aux.checker.standings.of(ids[0]).withdrawn is False
+        assert not any(
+            part.peer != ids[2] for m in reported if m.withdrawn for part in m.contributions
+        )
         for optimizer, _ in peers:
             await optimizer.close()
     finally:

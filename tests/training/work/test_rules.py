@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from core.training.credit import CreditBook, Landed
+from core.training.metrics import MetricsAggregator
 from core.training.work.fingerprint import to_bytes
 from core.training.work.judge import judge
 from core.training.work.receipts import WorkReceipt
@@ -139,3 +140,37 @@ def test_the_credit_book_holds_a_share_until_a_check_and_releases_it_late() -> N
     assert book.credited("a", 0)
     assert book.credited("b", 0)
     assert book.late(0, now=102.0) == {}
+
+
+def test_a_caught_peer_loses_the_credit_given_on_trust_since_its_last_passed_check() -> None:
+    s = Standings(0.1)
+    aggregator = MetricsAggregator(grace=0.0)
+    book = aggregator.credit
+    book.judge = s.supported
+    s.seen({"a", "b"}, 0.0)
+    s.passed("a", 0)
+    s.passed("b", 0)
+    for epoch in range(5):  # both vouched for at epoch 0, then credited as claimed
+        book.claim("a", [Landed(epoch, 8)], None, 1.0)
+        book.claim("b", [Landed(epoch, 16)], None, 1.0)
+        assert {x.peer for x in book.take(epoch, now=1.0)} == {"a", "b"}
+    s.passed("b", 2)
+    assert s.withdrawals() == {}  # nobody caught
+    s.failed("b")  # its check of epoch 4
+    s.failed("b")  # and of another: named once
+    assert s.withdrawals() == {"b": 2}
+    assert s.withdrawals() == {}
+    taken = aggregator.withdraw("b", 2, now=5.0)
+    assert [(m.epoch, m.samples, m.withdrawn, m.late) for m in taken] == [
+        (3, 16, True, False),
+        (4, 16, True, False),
+    ]
+    assert [part.peer for m in taken for part in m.contributions] == ["b", "b"]
+    assert all(m.contribution_report()["withdrawn"] for m in taken)
+    assert book.withdrawn == 32
+    assert aggregator.withdraw("b", 2, now=6.0) == []  # taken once
+    # the withdrawn epochs stay credited: a record listing them again gets nothing
+    book.claim("b", [Landed(3, 16), Landed(5, 16)], None, 1.0)
+    assert book.take(3, now=7.0) == []
+    assert book.take(5, now=7.0) == []  # caught: nothing from now on
+    assert book.withheld == 16
