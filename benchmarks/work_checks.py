@@ -15,6 +15,9 @@ loopback), a backbone and four trainers (``ProjectPeer``), dedloc with the defau
 - ``free_rider`` (computes nothing), ``free_rider_10`` (computes a tenth of what it counts),
   ``claims_10x`` and ``claims_100x``: one trainer of four lies, at the default rate; its credit
   over its claim and over what it computed, whether it was accused, and with what.
+- ``turncoat``: honest until epoch ``TURNS_AT`` (its first check passes, so it is trusted and
+  checked at random), then computes nothing: what it was credited on trust since its last passed
+  check is withdrawn when a check catches it (``credited`` is net of ``withdrawn``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ TARGET = 128
 """The demo's target batch halved: twice the epochs (and checks) in the same time."""
 SETTLE = 20.0
 """Seconds after the trainers stop for the last checks and credit to come in."""
+TURNS_AT = 5
+"""The epoch from which the turncoat computes nothing."""
+TURNCOAT_EPOCHS = 150
+"""Epochs at most the turncoat's run lasts (it stops when a check catches it): at the default
+rate, within the checks' 5 % budget, a trusted trainer of this demo is checked about every 30."""
 FREE_RIDER_BOUND = 0.10
 CREDIT_BOUND = 1.2
 COMPUTE_BUDGET = 0.05
@@ -57,6 +65,9 @@ def liars() -> dict[str, Misbehaviour]:
         "free_rider_10": Misbehaviour(*honest_gradients, computes=0.1),
         "claims_10x": Misbehaviour(*honest_gradients, claim=10.0),
         "claims_100x": Misbehaviour(*honest_gradients, claim=100.0),
+        # honest until the checks trust it, then nothing: what it was credited on trust is
+        # withdrawn when a random check catches it
+        "turncoat": Misbehaviour(*honest_gradients, computes=0.0, rides_from=TURNS_AT),
     }
 
 
@@ -79,6 +90,7 @@ async def run_swarm(
     reported: list[EpochMetrics] = []
     accused: list[Evidence] = []
     counted: dict[int, int] = defaultdict(int)  # trainer -> samples it counted
+    computed: dict[int, int] = defaultdict(int)  # trainer -> samples it computed
     claimed: dict[int, int] = defaultdict(int)  # trainer -> samples its records claim
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
@@ -99,12 +111,17 @@ async def run_swarm(
         address = await asyncio.wait_for(asyncio.shield(ready), 120)
         for index in range(TRAINERS):
             lying = liar if index == TRAINERS - 1 else None
-            claim = lying.claim if lying is not None else 1.0
 
-            def on_event(event: PeerEvent, index: int = index, claim: float = claim) -> None:
+            def on_event(
+                event: PeerEvent, index: int = index, lying: Misbehaviour | None = lying
+            ) -> None:
                 if isinstance(event, PeerEpoch):
                     counted[index] += event.samples
+                    claim = lying.claim if lying is not None else 1.0
                     claimed[index] += round(event.samples * claim)
+                    rides = lying is not None and event.epoch >= lying.rides_from
+                    computes = lying.computes if rides and lying is not None else 1.0
+                    computed[index] += round(event.samples * computes)
 
             peer = ProjectPeer(
                 PeerSettings(manifest, work_dir=work / f"peer-{index}", data_base=base,
@@ -138,26 +155,45 @@ async def run_swarm(
         await aux.close()
         await server.close()
     checks = _lines(work / "aux" / CHECKS_LOG)
-    credited: dict[str, int] = defaultdict(int)
+    credited: dict[str, int] = defaultdict(int)  # net of what was withdrawn
+    withdrawn: dict[str, int] = defaultdict(int)
     for metrics in reported:
         for part in metrics.contributions:
-            credited[part.peer] += part.samples
+            credited[part.peer] += -part.samples if metrics.withdrawn else part.samples
+            if metrics.withdrawn:
+                withdrawn[part.peer] += part.samples
     trainers = []
     for index, peer in enumerate(ids):
         mine = [c for c in checks if c["peer"] == peer]
         trainers.append({
             "liar": liar is not None and index == TRAINERS - 1,
             "counted": counted[index],
+            "computed": computed[index],
             "claimed": claimed[index],
             "credited": credited.get(peer, 0),
+            "withdrawn": withdrawn.get(peer, 0),
             "checks": len(mine),
             "verdicts": sorted({c["verdict"] for c in mine}),
             "check_bytes": sum(c["received"] for c in mine),
             "bytes_sent": sent[index],
             "accused_with": sorted({e.statistic for e in accused if str(e.accused) == peer}),
         })  # fmt: skip
+    index_of = {peer: index for index, peer in enumerate(ids)}
+    findings = [
+        {
+            "accused": index_of.get(str(e.accused), -1),
+            "reporter": index_of.get(str(e.reporter), -1),
+            "round": e.round_key,
+            "part": e.part,
+            "chunk": e.chunk,
+            "statistic": e.statistic,
+            "value": e.value,
+        }
+        for e in accused
+    ]
     return {
         "epochs": max((m.epoch for m in reported), default=-1) + 1,
+        "findings": findings,
         "seconds": round(trained, 1),
         "checks": checks,
         "trainers": trainers,
@@ -201,12 +237,13 @@ def cost_summary(run: dict[str, Any]) -> dict[str, Any]:
 def liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
     bad = next(t for t in run["trainers"] if t["liar"])
     honest = [t for t in run["trainers"] if not t["liar"]]
-    computed = bad["counted"] * liar.computes
+    computed = bad["computed"]
     return {
         "epochs": run["epochs"],
         "claimed": bad["claimed"],
-        "computed": round(computed),
+        "computed": computed,
         "credited": bad["credited"],
+        "withdrawn": bad["withdrawn"],
         "credit_over_claim": bad["credited"] / bad["claimed"] if bad["claimed"] else 0.0,
         "credit_over_computed": bad["credited"] / computed if computed else 0.0,
         "verdicts": bad["verdicts"],
@@ -227,8 +264,13 @@ async def checks(honest_checks: int, epochs: int, liar_epochs: int = 20) -> dict
         out["honest_every_epoch"] = honest_summary(run)
         run = await run_swarm(data, root / "default", epochs=epochs, rate=0.1)
         out["default_rate"] = cost_summary(run)
+        caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
         for name, liar in liars().items():
-            run = await run_swarm(data, root / name, epochs=liar_epochs, rate=0.1, liar=liar)
+            if liar.rides_from:  # checked at random once trusted: until a check catches it
+                run = await run_swarm(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
+                                      liar=liar, stop_when=caught)  # fmt: skip
+            else:
+                run = await run_swarm(data, root / name, epochs=liar_epochs, rate=0.1, liar=liar)
             out[name] = liar_summary(run, liar)
         out["goals"] = check_goals(out)
         return out
@@ -252,14 +294,12 @@ def check_goals(out: dict[str, Any]) -> dict[str, bool]:
         "checks_within_2_percent_of_trainer_bytes": (
             cost["check_bytes_share_of_trainer_bytes"] <= BYTES_BUDGET
         ),
+        "turncoat_keeps_at_most_what_it_computed": (
+            out["turncoat"]["credit_over_computed"] <= CREDIT_BOUND
+            and bool(out["turncoat"]["accused_with"])
+        ),
         "honest_credit_exact": honest["credit_exact"]
         and cost["credit_exact"]
-        and all(
-            out[k]["honest_credit_exact"]
-            for k in ("free_rider", "free_rider_10", "claims_10x", "claims_100x")
-        ),
-        "nobody_honest_accused": not any(
-            out[k]["honest_accused"]
-            for k in ("free_rider", "free_rider_10", "claims_10x", "claims_100x")
-        ),
+        and all(out[k]["honest_credit_exact"] for k in liars()),
+        "nobody_honest_accused": not any(out[k]["honest_accused"] for k in liars()),
     }

@@ -105,8 +105,13 @@ class Misbehaviour:
     """Samples it claims per sample it computed (``Tamperable.claim``); 1: honest claims."""
     computes: float = 1.0
     """The share of the microbatches it counts that it computes (``FreeRider``); 1: all."""
+    rides_from: int = 0
+    """The epoch from which it computes only ``computes`` of its work: before it, it computes it
+    all and earns the checks' trust first."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.rides_from, bool) or self.rides_from < 0:
+            raise ConfigError(f"free riding starts at an epoch, 0 or later, not {self.rides_from}")
         if self.strength is not None and not math.isfinite(self.strength):
             raise ConfigError(f"an attack's strength must be a finite number, not {self.strength}")
         if not 0.0 <= self.computes <= 1.0:
@@ -126,6 +131,7 @@ class Misbehaviour:
         claims = f", claiming {self.claim:g}x the samples it computed" if self.claim != 1 else ""
         rides = (
             f", computing {self.computes:.0%} of the microbatches it counts"
+            + (f" from epoch {self.rides_from}" if self.rides_from else "")
             if self.computes < 1
             else ""
         )
@@ -148,7 +154,7 @@ class Misbehaviour:
         if self.computes < 1:
             if not isinstance(optimizer, Forgeable):
                 raise ConfigError("free riding is tried where work is checked: dedloc mode only")
-            optimizer.forge = FreeRider(self.computes)
+            optimizer.forge = FreeRider(self.computes, self.rides_from)
         if self.attack.gradients:
             optimizer.tamper = self.gradient_attack()
         else:
@@ -186,8 +192,10 @@ class FreeRider:
     its receipt copies the last real one's fingerprint (zeros before any) with the batch's loss:
     the cheapest receipt that looks like work, and a loss as good as the real one."""
 
-    def __init__(self, computes: float) -> None:
+    def __init__(self, computes: float, from_epoch: int = 0) -> None:
         self.computes = computes
+        self.from_epoch = from_epoch
+        """Before this epoch (of the parameters it computes at) it computes everything."""
         self.forged = 0
         """Receipts it forged (the tests check that it really ran)."""
 
@@ -197,8 +205,12 @@ class FreeRider:
 
         def record(batch: Any, loss: float) -> None:
             nonlocal counted, last
-            real = math.floor((counted + 1) * self.computes) > math.floor(counted * self.computes)
-            counted += 1
+            if ledger.params_epoch() < self.from_epoch:
+                real = True
+            else:
+                whole = math.floor((counted + 1) * self.computes)
+                real = whole > math.floor(counted * self.computes)
+                counted += 1
             if real:
                 ledger.record(batch, loss)
                 last = ledger.last()

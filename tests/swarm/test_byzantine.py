@@ -118,6 +118,10 @@ def test_attacks_are_named_and_misuse_is_refused() -> None:
         Misbehaviour(Attack.SCALE).lie_in(_Round(None))
     with pytest.raises(ConfigError, match="finite"):
         Misbehaviour(Attack.SCALE, strength=math.inf)
+    with pytest.raises(ConfigError, match="starts at an epoch"):
+        Misbehaviour(Attack.SCALE, computes=0.0, rides_from=-1)
+    turncoat = Misbehaviour(Attack.SCALE, 1.0, computes=0.0, rides_from=5)
+    assert turncoat.describe().endswith("computing 0% of the microbatches it counts from epoch 5")
     assert Misbehaviour(Attack.LYING_REDUCER).lie_in(_Round(None)) is None  # reduces nothing
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.swarm.byzantine import FreeRider
 from core.training.work.fingerprint import (
     Fingerprinter,
     batch_digest,
@@ -15,6 +16,7 @@ from core.training.work.fingerprint import (
     pack_batch,
     unpack_batch,
 )
+from core.training.work.ledger import Recorder, WorkLedger
 from core.training.work.receipts import (
     FINGERPRINT_BYTES,
     MAX_BATCH_BYTES,
@@ -138,3 +140,35 @@ def test_a_digest_changes_with_any_token() -> None:
 def test_a_bad_batch_is_refused(packed: SampledBatch, match: str) -> None:
     with pytest.raises(WireFormatError, match=match):
         unpack_batch(packed)
+
+
+def test_a_free_rider_forges_the_share_it_skips_and_a_turncoat_only_from_its_epoch() -> None:
+    model = torch.nn.Linear(4, 1)
+    epoch = [0]
+    ledger = WorkLedger(list(model.parameters()), "float32", lambda: epoch[0])
+
+    def microbatch(record: Recorder) -> bool:
+        """One microbatch through ``record``; whether its gradient was left in place."""
+        batch = {"inputs": torch.randn(8, 4)}
+        model.zero_grad()
+        loss = model(batch["inputs"]).square().mean()
+        loss.backward()
+        record(batch, loss.item())
+        return model.weight.grad is not None
+
+    tenth = FreeRider(0.1)
+    record = tenth(ledger)
+    assert sum(microbatch(record) for _ in range(20)) == 2  # it computes a tenth
+    assert tenth.forged == 18
+    turncoat = FreeRider(0.0, from_epoch=2)
+    record = turncoat(ledger)
+    assert all(microbatch(record) for _ in range(5))  # epochs 0 and 1: all of it
+    epoch[0] = 1
+    assert all(microbatch(record) for _ in range(5))
+    assert turncoat.forged == 0
+    epoch[0] = 2
+    assert not any(microbatch(record) for _ in range(5))
+    assert turncoat.forged == 5
+    receipts = [entry.receipt for entry in ledger.cut()]
+    assert [r.params_epoch for r in receipts[-5:]] == [2] * 5
+    assert len({r.fingerprint for r in receipts[-6:]}) == 1  # copies of its last real one
