@@ -51,7 +51,7 @@ TURNS_AT = 5
 """The epoch from which the turncoat computes nothing."""
 TURNCOAT_EPOCHS = 150
 """Epochs at most the turncoat's run lasts (it stops when a check catches it): at the default
-rate, within the checks' 5 % budget, a trusted trainer of this demo is checked about every 30."""
+rate, within the checks' 5 % budget, a trusted trainer of this demo may go 80 epochs unchecked."""
 FREE_RIDER_BOUND = 0.10
 CREDIT_BOUND = 1.2
 COMPUTE_BUDGET = 0.05
