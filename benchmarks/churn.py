@@ -15,6 +15,8 @@ when none is running. Recorded and checked (``checks``, each true or false):
 - ``loss_continuous``: the first loss after the gap is not above the last one before it by more
   than the noise (three standard deviations of the epoch-to-epoch changes, at least 0.05);
 - ``waits``: no trainer waited more than 30 s for the state (its ``waiting`` events);
+- ``nobody_accused``: every trainer is honest, so the backbone's log names no accusation (its
+  ``evidence:`` lines, one per accused peer and round);
 - ``backbone_memory_flat``: the backbone's resident memory in the last quarter of the run is within
   20% (and 40 MB) of the second quarter's. Its first held-out evaluation costs a step of about
   130 MB once (the held-out text, its tokenizer, the evaluation thread's allocations), which lands
@@ -295,6 +297,7 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
     second = statistics.median(memory[quarter : 2 * quarter]) if len(memory) >= 4 else None
     last = statistics.median(memory[-quarter:]) if memory else None
     credit = credit_by_trainer(swarm)
+    accusations = accusation_lines(swarm)
     checks = {
         "epochs_all_reported": bool(finished) and not missing,
         "credit_exact": bool(credit) and all(c["exact"] for c in credit.values()),
@@ -302,6 +305,7 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
         "epochs_continuous": contiguous and monotonic,
         "loss_continuous": jump is not None and jump <= noise,
         "waits": all(w <= MAX_WAIT for w in waits),
+        "nobody_accused": not accusations,
         "backbone_memory_flat": second is not None
         and last is not None
         and last <= max(second * 1.2, second + 40),
@@ -311,6 +315,7 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
         "epochs_unreported": missing,
         "credit": credit,
         "credited_from_rounds": sum(1 for line in _metrics_lines(swarm) if line.get("late")),
+        "accusations": accusations[:20],
         "rollbacks": rollbacks,
         "epoch_size_ratios": ratios,
         "epoch_size_ratio_range": [min(ratios.values()), max(ratios.values())] if ratios else None,
@@ -338,6 +343,15 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
         "metrics_epochs": [m.epoch for _, m in swarm.metrics],
     }
     return checks, figures
+
+
+def accusation_lines(swarm: Swarm) -> list[str]:
+    """The backbone's log lines that name an accused peer (``moderation.evidence.accusations``)."""
+    log = swarm.work / "aux.log"
+    if not log.exists():
+        return []
+    text = log.read_text(errors="replace")
+    return [line.strip() for line in text.splitlines() if "evidence: peer" in line]
 
 
 def _metrics_lines(swarm: Swarm) -> list[dict[str, Any]]:

@@ -2,8 +2,8 @@
 trainers leaving (SIGTERM and SIGKILL) and joining at random, with 20 seconds in the middle when none
 runs. The soak itself judges the run (``benchmarks/churn.py``, whose ten-minute version is the
 benchmark): every step taken on 1.0-1.2x the target batch, the epochs one unbroken sequence across
-the gap, the loss going on where it stopped, no trainer waiting more than 30 s for the state, and the
-backbone's memory flat."""
+the gap, the loss going on where it stopped, no trainer waiting more than 30 s for the state, no
+honest trainer accused, and the backbone's memory flat."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path, demo_da
         "epochs_continuous": True,
         "loss_continuous": True,
         "waits": True,
+        "nobody_accused": True,
         "backbone_memory_flat": True,
     }, figures
     # it trained before and after the gap (how many epochs it made is the machine's speed: beside
