@@ -226,16 +226,10 @@ def bounded_weights(claims: Sequence[float], ratio_limit: float) -> list[float]:
     sender claiming 100 times its samples counts for at most ``ratio_limit`` honest medians. Honest
     weights within the limit of each other come out as claimed (the exact weighted mean), and a
     fast device far above the others still counts for more, only less than it did.
-
-    In a pair neither claim counts for more than the other: two senders have no majority to tell
-    which claim is honest (as ``screening`` says of their norms). With the ratio's ceiling a sign
-    flip x10 claiming 100x, which a pair's norm screen lets through, outweighed the honest sender
-    four to one: the likely way in for the one attacked dedloc run that diverged, under load,
-    where rounds pair members more often.
     """
     if math.isinf(ratio_limit) or len(claims) < 2:
         return list(claims)
-    ceiling = (1.0 if len(claims) == 2 else ratio_limit) * lower_median(claims)
+    ceiling = ratio_limit * lower_median(claims)
     return [min(w, ceiling) for w in claims]
 
 
