@@ -60,9 +60,13 @@ async def test_an_attacker_is_left_out_and_named(make_dpeer: MakeDPeer, attack: 
     if attack is not Attack.NAN:
         await asyncio.sleep(0.5)  # what one round found would be published by now
         assert await board.fetch() == []
-        for round_ in (2, 3):
+        # a busy machine may split a round's group or miss it (fewer epochs found): go on
+        # attacking until a reporter has found the attacker in three epochs, for a while
+        for round_ in range(2, 10):
             for seed, peer in enumerate(peers):
                 await peer.train(3, seed=10 * round_ + seed)
             await end_rounds(peers)
-        assert tamper.rounds == 3
+            if round_ >= 3 and await accused():
+                break
+        assert tamper.rounds >= 3
     assert await accused() == {attacker_id}
