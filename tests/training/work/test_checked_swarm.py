@@ -47,6 +47,21 @@ def trainer(node: Node) -> tuple[CollaborativeOptimizer, torch.nn.Module]:
     ), model
 
 
+async def checking_backbone(nodes) -> tuple[Node, AuxiliaryPeer, list[EpochMetrics]]:
+    """A backbone node and its auxiliary peer checking every epoch, with what it reports."""
+    backbone = await nodes(None, backbone=True)
+    model = fresh_model()
+    reported: list[EpochMetrics] = []
+    aux = AuxiliaryPeer(
+        TrainingState(model, make_optimizer(model)),
+        backbone.links,
+        AuxiliaryConfig(target_batch_size=TARGET),
+        on_metrics=reported.append,
+        work_checks=WorkChecks(1.0, loss),
+    )
+    return backbone, aux, reported
+
+
 @pytest.mark.parametrize(
     ("attack", "statistic"),
     [
@@ -60,16 +75,7 @@ async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
     attack: Misbehaviour,
     statistic: str,
 ) -> None:
-    backbone = await nodes(None, backbone=True)
-    model = fresh_model()
-    reported: list[EpochMetrics] = []
-    aux = AuxiliaryPeer(
-        TrainingState(model, make_optimizer(model)),
-        backbone.links,
-        AuxiliaryConfig(target_batch_size=TARGET),
-        on_metrics=reported.append,
-        work_checks=WorkChecks(1.0, loss),
-    )
+    backbone, aux, reported = await checking_backbone(nodes)
     assert aux.checker is not None
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop))
@@ -138,16 +144,7 @@ async def test_a_trainer_that_turns_free_rider_loses_the_credit_it_was_given_on_
 ) -> None:
     # checked at every epoch until it is vouched for, then at none while it skips its work, then
     # at every epoch again: the check that catches it takes back what it was credited unchecked
-    backbone = await nodes(None, backbone=True)
-    model = fresh_model()
-    reported: list[EpochMetrics] = []
-    aux = AuxiliaryPeer(
-        TrainingState(model, make_optimizer(model)),
-        backbone.links,
-        AuxiliaryConfig(target_batch_size=TARGET),
-        on_metrics=reported.append,
-        work_checks=WorkChecks(1.0, loss),
-    )
+    backbone, aux, reported = await checking_backbone(nodes)
     assert aux.checker is not None
     standings = aux.checker.standings
     stop = asyncio.Event()
