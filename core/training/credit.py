@@ -209,7 +209,8 @@ class CreditBook:
             if judged > 0:
                 given = dataclasses.replace(share, samples=judged)
                 shares.append(given)
-                self._given[(peer, epoch)] = given
+                if self.judge is not None:  # only checked work is ever withdrawn
+                    self._given[(peer, epoch)] = given
         if held:
             self._waiting[epoch] = held
         self._mark(epoch, settled)
