@@ -22,6 +22,7 @@ from core.averaging.averager import Averager, PendingRound
 from core.averaging.config import AveragerConfig
 from core.averaging.matchmaking import MatchmakingError
 from core.averaging.result import AveragingResult, Finding
+from core.averaging.robust.contribution import Contribution
 from core.averaging.round.columns import ColumnRequest
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "AveragerConfig",
     "AveragingResult",
     "ColumnRequest",
+    "Contribution",
     "Finding",
     "MatchmakingError",
     "PendingRound",

@@ -31,6 +31,7 @@ from enum import StrEnum
 import numpy as np
 
 from core.averaging.robust.centered_clip import centered_clip
+from core.averaging.robust.contribution import leave_one_out
 from core.averaging.robust.screening import lower_median, screen
 from core.codecs.arrays import F32
 from core.util.errors import ConfigError
@@ -157,6 +158,9 @@ class ChunkAggregate:
     capped: dict[int, float] = field(default_factory=dict)
     """Sender -> the weight it counted with, for included senders whose claim was above the bound
     (``bounded_weights``). Not a finding: honest devices differ in speed."""
+    along: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    """Included sender -> (<x, r>, ‖x‖², ‖r‖²), ``r`` the others' mean by the weights they
+    counted with (``contribution.leave_one_out``); empty with fewer than two included."""
 
 
 def aggregate_chunk(
@@ -187,10 +191,12 @@ def aggregate_chunk(
     shares = bounded_weights(claims, config.weight_ratio_limit)
     capped = {s: b for s, w, b in zip(kept, claims, shares, strict=True) if b < w}
     clipped: dict[int, float] = {}
+    along = None
     if len(rows) == 1:
         values = rows[0].copy()
     elif config.method is Method.MEAN:
         values = weighted_mean(rows, shares, workspace)
+        along = leave_one_out(rows, shares, values)
     else:
         count, size = len(rows), rows[0].size
         values, factors = centered_clip(
@@ -207,6 +213,7 @@ def aggregate_chunk(
             clipped = {
                 s: f for s, f in zip(kept, factors, strict=True) if f < config.clip_finding_below
             }
+        along = leave_one_out(rows, [b * f for b, f in zip(shares, factors, strict=True)])
     return ChunkAggregate(
         values,
         total,
@@ -215,6 +222,7 @@ def aggregate_chunk(
         clipped,
         frozenset(checks.unattributed),
         capped,
+        dict(zip(kept, along, strict=True)) if along is not None else {},
     )
 
 

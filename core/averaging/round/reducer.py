@@ -130,6 +130,9 @@ class PartReducer:
         self.capped: dict[int, float] = {}
         """Sender -> the least weight it counted with in a chunk, where its claim was above the
         bound (``aggregation.bounded_weights``)."""
+        self.along: dict[int, tuple[float, float, float]] = {}
+        """Sender -> its chunks' sums along the others' mean (``ChunkAggregate.along``), added
+        up over the chunks it was included in."""
         self._aggregation = aggregation or AggregationConfig()
         self._workspace = Workspace()
         self._spares = Spares()
@@ -310,6 +313,9 @@ class PartReducer:
             self._leave_out(sender, reason)
         for sender, counted in outcome.capped.items():
             self.capped[sender] = min(counted, self.capped.get(sender, counted))
+        for sender, sums in outcome.along.items():
+            kept = self.along.get(sender, (0.0, 0.0, 0.0))
+            self.along[sender] = (kept[0] + sums[0], kept[1] + sums[1], kept[2] + sums[2])
         for sender, factor in outcome.clipped.items():
             self._record(
                 sender,
