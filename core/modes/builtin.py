@@ -81,8 +81,8 @@ def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterato
         yield "training.delay_parameter_updates", reason
     if training.work_checks != WORK_CHECKS:
         reason = (
-            "applies to dedloc mode only: a diloco microbatch's gradient is taken at parameters "
-            "of the member's own inner steps, which no checker holds"
+            "applies to dedloc mode only: no checker holds the parameters of a diloco member's "
+            "inner steps, so diloco's backbone scores every round's updates instead"
         )
         yield "training.work_checks", reason
     if averaging.sparse and training.outer_momentum != 0:

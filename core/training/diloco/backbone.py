@@ -9,6 +9,11 @@ part holds the outer momentum. The per-round metrics come from the progress reco
 dedloc backbone's do, and so do its accusations: it collects the members' signed evidence at each
 new epoch (and every ``EVIDENCE_INTERVAL`` s), names each accused peer in its log and passes the
 evidence on to the coordinator.
+
+Credit follows the members' contribution scores (``core.training.work.contribution``): the part of
+each round the backbone reduces shows how far each member's update went along the others' per
+sample it claimed, and a claim its updates do not show is cut to what they do, accused, and logged
+as a check (``checks.jsonl``: the audit's checked share).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.averaging import Contribution
 from core.training.checkpoints import CheckpointStore
 from core.training.diloco.optimizer import DilocoOptimizer
 from core.training.diloco.state import SCHEDULE_KEY, DilocoState
@@ -32,7 +38,10 @@ from core.training.errors import CheckpointError
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.moderation.evidence import EvidenceCollector, Reported, pass_on
 from core.training.moderation.rollback import METADATA_KEY
+from core.training.work.checker import CheckRecord
+from core.training.work.contribution import FULL, ContributionScores
 from core.trust.evidence import Evidence
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 from core.worker.bridge import TrainingBridge
 
@@ -55,6 +64,7 @@ class DilocoBackbone:
         publish: Callable[[Path, int, float | None], object] | None = None,
         on_evidence: Callable[[list[Evidence]], None] | None = None,
         evidence_interval: float = EVIDENCE_INTERVAL,
+        on_check: Callable[[CheckRecord], None] | None = None,
     ) -> None:
         if optimizer.config.mode != "aux":
             raise ValueError("the backbone's optimizer runs in aux mode")
@@ -72,6 +82,12 @@ class DilocoBackbone:
         self._evidence_every = evidence_interval
         self._collected = (-1, -math.inf)
         """(epoch, monotonic time) of the last collection of evidence."""
+        seconds = optimizer.config.round_seconds
+        self.scores = ContributionScores(
+            hold=max(10.0, seconds), newcomer_hold=max(30.0, 4 * seconds)
+        )
+        self._aggregator.credit.judge = self.scores.supported
+        self.on_check = on_check
 
     async def run(self, stop: asyncio.Event) -> None:
         opt = self.optimizer
@@ -83,6 +99,8 @@ class DilocoBackbone:
                 now = time.time()
                 while opt.witnessed:
                     self._aggregator.witness(*opt.witnessed.popleft(), now)
+                while opt.scored:
+                    await self._score(*opt.scored.popleft())
                 for metrics in self._aggregator.observe(opt.view().reports, now):
                     if self.on_metrics is not None:
                         self.on_metrics(metrics)
@@ -96,6 +114,34 @@ class DilocoBackbone:
         finally:
             opt.interrupt()
             await opt.close()
+
+    async def _score(self, epoch: int, contributions: dict[str, Contribution]) -> None:
+        """Score the round's senders; log each as a check, accuse those whose work is not there."""
+        ratios = self.scores.observe(epoch, contributions)
+        users = {r.peer: r.username for r in self.optimizer.view().reports if r.username}
+        for peer, ratio in ratios.items():
+            standing = self.scores.standing(peer, epoch) or 0.0
+            claimed = int(contributions[peer].weight)
+            backed = claimed if standing >= FULL else int(claimed * max(0.0, standing))
+            record = CheckRecord(
+                time.time(), epoch, peer, users.get(peer), "passed" if backed == claimed else "caught",
+                claimed, backed, 0, 0.0,
+                reason=f"contribution score {ratio:.2f} of the round's median, standing {standing:.2f}",
+            )  # fmt: skip
+            if self.on_check is not None:
+                self.on_check(record)
+        for peer, standing in self.scores.accusations().items():
+            reason = (
+                f"its updates show {standing:.2f} of the work per sample the others' show, over "
+                f"its last rounds: it claims samples it did not compute"
+            )
+            log.warning("evidence: peer %s %s", peer, reason)
+            evidence = self.optimizer.evidence.accuse(
+                PeerID.from_string(peer), round_key=f"work.{epoch}", group=b"", chunk=-1,
+                statistic="work_score", value=standing, reason=reason,
+            )  # fmt: skip
+            if evidence is not None:
+                await self.optimizer.evidence.publish_signed([evidence], f"scores of epoch {epoch}")
 
     async def _collect_evidence(self) -> None:
         """The members' accusations, at each new epoch and every ``evidence_interval`` seconds:

@@ -66,6 +66,7 @@ class Diloco:
             on_metrics=parts.report,
             publish=s.publishing.publish if s.publishing is not None else None,
             on_evidence=s.on_evidence,
+            on_check=parts.on_check,
         )
 
     def optimizer(

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.averaging import AveragingResult, ColumnRequest
+from core.averaging import AveragingResult, ColumnRequest, Contribution
 from core.averaging.sharing.state import PackedState, StateDownloadError
 from core.codecs import Codec
 from core.modes.clock import RoundClock
@@ -179,11 +179,13 @@ class DilocoOptimizer(TakingPart):
         self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
         """The backbone's landed rounds and their senders' weights, until its metrics take them
         (evidence of work for a member that is gone before its record says so)."""
+        # the backbone's rounds and what its part showed of each sender's work, until it scores
+        # them (``core.training.work.contribution``)
+        self.scored: deque[tuple[int, dict[str, Contribution]]] = deque(maxlen=64)
         self._exchange: asyncio.Task[None] | None = None
         self._mending = Mending()
         self._pending_reports: list[PeerEpoch] = []
-        self._stopping = False
-        self._said_slow = False
+        self._stopping = self._said_slow = False
 
     @property
     def epoch(self) -> int:
@@ -383,6 +385,8 @@ class DilocoOptimizer(TakingPart):
         if result is not None and result.findings:  # in the background: nobody waits for it
             key = round_key("diloco", epoch, self.state.rollback)
             self._tasks.spawn(f"evidence-{epoch}", self.evidence.publish(result, key))
+        if result is not None and result.contributions and self.config.mode == "aux":
+            self.scored.append((epoch, {str(p): c for p, c in result.contributions.items()}))
         per_round = self._steps_per_round(view)
         landed, summary, group = await self._outcome(
             result, delta, left, others=others, epoch=epoch, per_round=per_round
@@ -687,8 +691,9 @@ class DilocoOptimizer(TakingPart):
                 self._mending.task = self._tasks.spawn(f"mend-{self.epoch}", self._repair(held))
 
     def keep_receipts(self, precision: str) -> None:
-        """Diloco's work is not spot-checked: a microbatch's gradient is taken at parameters of
-        this peer's own inner steps, which no checker holds (see ``docs/design/robust.md``)."""
+        """Diloco keeps no receipts: a microbatch's gradient is taken at parameters of this peer's
+        own inner steps, which no checker holds; the backbone scores its rounds' updates instead
+        (``core.training.work.contribution``)."""
         return None
 
     def tryout_weights(self) -> dict[str, np.ndarray]:

@@ -1,0 +1,143 @@
+"""ContributionScores: what a diloco member's pseudo-gradients show of the samples it claims, as a
+pure rule of what the backbone's part of each round saw.
+
+No checker can recompute a diloco microbatch: its gradient is taken at parameters of the member's
+own inner steps, and fetching them would cost thousands of times what a sparse round sends. What
+the backbone does hold is every member's chunk of the part it reduces, each with the samples its
+sender claimed. How far a member's update went along the others' (``core.averaging.robust.
+contribution``: leave one out) grows with the inner steps it took, so per claimed sample it is about
+the same for every honest member, and a claim ten times the work scores a tenth of the rest.
+
+- **A round's ratios.** Per sender: its score per claimed sample over the round's median of them.
+  A round proves something only with ``SENDERS`` senders or more (a majority sets the median) whose
+  median cosine with the others' mean is at least ``MIN_COSINE`` (updates that share a direction);
+  otherwise it is left out, as a round the backbone did not reduce in.
+- **A standing**: the median of a member's last ``WINDOW`` ratios. One round proves little (a chunk
+  screened out, a round after a download), so credit follows the standing: the claim as made at
+  ``FULL`` or above, and below it the claim times the standing, which is what the work supports.
+- **Accused** when its standing is below ``ACCUSE_BELOW`` over ``WINDOW`` rounds or more: a member
+  that sends nothing, a flipped update, or a claim five times its work. Once, until it recovers.
+- **Waiting.** A share waits for the backbone's round of its epoch (``hold`` seconds at most) and a
+  newcomer's for its first scored round (``newcomer_hold``); after that it is credited as claimed,
+  unscored: a member never grouped with the backbone, or a round it did not reduce in, must not hold
+  a volunteer's credit for ever.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from core.averaging import Contribution
+
+SENDERS = 3
+MIN_COSINE = 0.05
+"""Below it the members' updates share no direction (a model at rest): the scores are noise."""
+WINDOW = 5
+FULL = 0.5
+"""A standing at or above this is credited in full. Honest members sat between 0.7 and 1.5 in the
+benchmark's rounds; the most an honest-computing member gains by claiming more is 1/FULL."""
+ACCUSE_BELOW = 0.2
+KEPT = 128
+"""Ratios kept per member, by epoch."""
+
+
+@dataclass(slots=True)
+class Scored:
+    ratios: OrderedDict[int, float] = field(default_factory=OrderedDict)
+    """Epoch -> its ratio in that round (rounds that proved something only)."""
+    waiting: dict[int, float] = field(default_factory=dict)
+    """Epoch -> when its claim began to wait."""
+    accused: bool = False
+    credited: int = 0
+    withheld: int = 0
+    """Samples claimed that the standing did not support."""
+    unscored: int = 0
+    """Samples credited with no standing to judge them (waits over)."""
+
+
+class ContributionScores:
+    def __init__(self, hold: float, newcomer_hold: float) -> None:
+        self.hold = hold
+        self.newcomer_hold = newcomer_hold
+        self._peers: dict[str, Scored] = {}
+        self._newest = -1
+        """The newest epoch of a round the backbone saw (proving something or not)."""
+
+    def of(self, peer: str) -> Scored:
+        return self._peers.setdefault(peer, Scored())
+
+    def peers(self) -> dict[str, Scored]:
+        return dict(self._peers)
+
+    # ---- what the rounds showed ------------------------------------------------------------------
+
+    def observe(self, epoch: int, contributions: Mapping[str, Contribution]) -> dict[str, float]:
+        """The backbone's part of the round of ``epoch``: each sender's ratio (empty when the
+        round proves nothing)."""
+        self._newest = max(self._newest, epoch)
+        senders = {p: c for p, c in contributions.items() if c.weight > 0}
+        if len(senders) < SENDERS:
+            return {}
+        if statistics.median(c.cosine for c in senders.values()) < MIN_COSINE:
+            return {}
+        per_sample = {p: c.projection / c.weight for p, c in senders.items()}
+        reference = statistics.median(per_sample.values())
+        if reference <= 0:
+            return {}
+        ratios = {p: q / reference for p, q in per_sample.items()}
+        for peer, ratio in ratios.items():
+            kept = self.of(peer).ratios
+            kept[epoch] = ratio
+            while len(kept) > KEPT:
+                kept.popitem(last=False)
+        return ratios
+
+    def standing(self, peer: str, epoch: int | None = None) -> float | None:
+        """The median of ``peer``'s last ``WINDOW`` ratios up to ``epoch`` (None: none yet)."""
+        ratios = self.of(peer).ratios
+        recent = [r for e, r in ratios.items() if epoch is None or e <= epoch][-WINDOW:]
+        return statistics.median(recent) if recent else None
+
+    def accusations(self) -> dict[str, float]:
+        """Members newly found claiming work their updates do not show, with their standing."""
+        found = {}
+        for peer, s in self._peers.items():
+            standing = self.standing(peer)
+            if standing is None or len(s.ratios) < WINDOW:
+                continue
+            if standing < ACCUSE_BELOW and not s.accused:
+                s.accused = True
+                found[peer] = standing
+            elif standing >= FULL:
+                s.accused = False
+        return found
+
+    # ---- credit ----------------------------------------------------------------------------------
+
+    def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
+        """What to credit of ``peer``'s claim of ``samples`` for ``epoch``, or None while it
+        waits for the round's scores."""
+        s = self.of(peer)
+        since = s.waiting.pop(epoch, now)
+        standing = self.standing(peer, epoch)
+        scored_round = epoch in s.ratios or epoch <= self._newest
+        if standing is not None and scored_round:
+            return self._credit(s, samples, standing)
+        limit = self.hold if standing is not None else self.newcomer_hold
+        if now - since < limit:
+            s.waiting[epoch] = since
+            return None
+        if standing is not None:
+            return self._credit(s, samples, standing)
+        s.unscored += samples
+        s.credited += samples
+        return samples
+
+    def _credit(self, s: Scored, samples: int, standing: float) -> int:
+        credit = samples if standing >= FULL else int(samples * max(0.0, standing))
+        s.credited += credit
+        s.withheld += samples - credit
+        return credit

@@ -1,0 +1,84 @@
+"""Diloco credit follows what a member's updates show: four trainers and a backbone land rounds on
+loopback, one trainer lies about its work, and the backbone's contribution scores credit it what
+it computed, accuse it and log the checks, while the honest trainers keep their whole claims."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.averaging.robust.aggregation import AggregationConfig, Method
+from core.swarm.byzantine import Attack, Misbehaviour
+from core.training.diloco.backbone import DilocoBackbone
+from core.training.diloco.mode import MODE
+from core.training.work.checker import CheckRecord
+from core.training.work.contribution import WINDOW, ContributionScores
+from tests.training.diloco.conftest import MakeDPeer, end_rounds, make_dpeer, settle
+
+__all__ = ["make_dpeer"]  # the fixture, used by name
+
+STEPS = 6
+BATCH = 4  # ``DPeer.train``'s microbatch
+ROUNDS = WINDOW + 1
+DEFENDED = MODE.aggregation(AggregationConfig(method=Method.CENTERED_CLIP, weight_ratio_limit=4.0))
+"""What a diloco manifest averages with by default. The scores use the round's weights: under
+the plain mean a flipped update enters every honest member's reference, and no round proves
+anything."""
+LATER = 1e12
+"""A time when no claim waits any more."""
+
+
+def credit(scores: ContributionScores, peer: str, epoch: int, samples: int) -> int:
+    """What the scores credit of a claim asked now and once no claim waits."""
+    scores.supported(peer, epoch, samples, now=0.0)
+    found = scores.supported(peer, epoch, samples, now=LATER)
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize(
+    ("strength", "claim", "share"),
+    [
+        (1.0, 10.0, 0.1),  # computes it all, claims ten times as much
+        (0.0, 1.0, 0.0),  # sends nothing of what it computed
+        (-3.0, 1.0, 0.0),  # a flipped update
+    ],
+)
+async def test_a_liar_is_credited_what_its_updates_show(
+    make_dpeer: MakeDPeer, strength: float, claim: float, share: float
+) -> None:
+    aux = await make_dpeer(mode="aux", lr=0.5, momentum=0.0, aggregation=DEFENDED)
+    trainers = [await make_dpeer(lr=0.5, momentum=0.0, aggregation=DEFENDED) for _ in range(4)]
+    peers = [aux, *trainers]
+    await settle(peers)
+    *honest, liar = trainers
+    Misbehaviour(Attack.SCALE, strength, claim=claim).install(liar.optimizer, liar.averager)
+    checks: list[CheckRecord] = []
+    backbone = DilocoBackbone(
+        aux.optimizer, checkpoints=None, checkpoint_every=0, on_check=checks.append
+    )
+    for number in range(ROUNDS):
+        for seed, peer in enumerate(trainers):
+            await peer.train(STEPS, seed=100 * number + seed)
+        await end_rounds(peers)
+    while aux.optimizer.scored:
+        await backbone._score(*aux.optimizer.scored.popleft())
+
+    scores = backbone.scores
+    name = str(liar.averager.host.peer_id)
+    credited = claimed = 0
+    for epoch, samples in ((i.epoch, i.samples) for i in liar.optimizer.landed.items()):
+        claimed += samples
+        credited += credit(scores, name, epoch, samples)
+    computed = STEPS * BATCH * len(liar.optimizer.landed.items())
+    assert claimed == pytest.approx(claim * computed)
+    assert credited <= max(1.2 * share * claimed, 0.0) + 1
+    if share:
+        assert credited >= 0.8 * share * claimed  # what it computed is not lost
+    for peer in honest:
+        mine = str(peer.averager.host.peer_id)
+        for epoch, samples in ((i.epoch, i.samples) for i in peer.optimizer.landed.items()):
+            assert credit(scores, mine, epoch, samples) == samples
+    assert scores.of(name).accused
+    assert not any(scores.of(str(p.averager.host.peer_id)).accused for p in honest)
+    assert {c.verdict for c in checks if c.peer == name} >= {"caught"}
+    assert all(c.verdict == "passed" for c in checks if c.peer != name)

@@ -1,0 +1,120 @@
+"""ContributionScores: credit for what a diloco member's updates show, as a table of cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.averaging import Contribution
+from core.training.work.contribution import (
+    ACCUSE_BELOW,
+    FULL,
+    MIN_COSINE,
+    WINDOW,
+    ContributionScores,
+)
+
+
+def sent(weight: float, projection: float, cosine: float = 0.5) -> Contribution:
+    """A sender's sums with this projection on the others' direction and this cosine."""
+    reference2 = 1.0
+    norm2 = (projection / cosine) ** 2 if cosine else 1.0
+    return Contribution(weight, projection, norm2, reference2)
+
+
+def honest_round(liar: tuple[float, float] | None = None) -> dict[str, Contribution]:
+    """Three honest members of 100 samples (projections 0.9, 1.0, 1.1) and one ``(claim,
+    projection)``, or a fourth honest one."""
+    found = {"a": sent(100, 0.9), "b": sent(100, 1.0), "c": sent(100, 1.1)}
+    found["x"] = sent(*liar) if liar is not None else sent(100, 1.0)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("liar", "credited_share"),
+    [
+        ((100, 1.0), 1.0),  # honest
+        ((1000, 1.0), 0.1),  # claims 10x what it computed: credited what it computed
+        ((10000, 1.0), 0.01),  # 100x
+        ((100, 0.0), 0.0),  # computes nothing
+        ((100, 0.1), 0.1),  # computes a tenth of what it claims
+        ((100, -3.0), 0.0),  # a flipped update
+        ((150, 1.0), 1.0),  # a little above: within FULL, credited as claimed
+    ],
+)
+def test_credit_is_what_the_updates_show(liar: tuple[float, float], credited_share: float) -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    for epoch in range(WINDOW):
+        scores.observe(epoch, honest_round(liar))
+    claim = int(liar[0])
+    credit = scores.supported("x", WINDOW - 1, claim, now=0.0)
+    assert credit == pytest.approx(claim * credited_share, abs=claim * 0.02)
+    assert scores.supported("a", WINDOW - 1, 100, now=0.0) == 100
+    accused = scores.accusations()
+    assert ("x" in accused) == (credited_share < ACCUSE_BELOW)
+    assert scores.accusations() == {}  # once
+
+
+def test_one_bad_round_costs_an_honest_member_nothing() -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    for epoch in range(WINDOW):
+        scores.observe(epoch, honest_round((100, 0.0) if epoch == 2 else None))
+    assert scores.supported("x", 2, 100, now=0.0) == 100
+    assert scores.accusations() == {}
+
+
+def test_a_turncoat_loses_its_credit_within_the_window() -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    for epoch in range(10):
+        scores.observe(epoch, honest_round((1000, 1.0) if epoch >= 5 else None))
+    assert scores.supported("x", 4, 100, now=0.0) == 100
+    assert scores.supported("x", 9, 1000, now=0.0) == pytest.approx(100, abs=20)
+    assert "x" in scores.accusations()
+
+
+@pytest.mark.parametrize(
+    "round_",
+    [
+        {"a": sent(100, 1.0), "b": sent(100, 1.0)},  # a pair: no majority sets the median
+        {p: sent(100, 1.0, cosine=MIN_COSINE / 2) for p in "abcd"},  # no shared direction
+        {p: sent(100, -1.0) for p in "abcd"},  # everyone away from everyone
+    ],
+)
+def test_a_round_that_proves_nothing_scores_no_one(round_: dict[str, Contribution]) -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    assert scores.observe(0, round_) == {}
+    assert scores.standing("a") is None
+
+
+def test_waiting_for_the_round_then_crediting() -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    # a newcomer's claim waits for its first scored round
+    assert scores.supported("x", 0, 1000, now=100.0) is None
+    scores.observe(0, honest_round((1000, 1.0)))
+    assert scores.supported("x", 0, 1000, now=101.0) == pytest.approx(100, abs=5)
+    # a known member's claim waits for its round, at most ``hold`` seconds
+    assert scores.supported("a", 1, 100, now=110.0) is None
+    assert scores.supported("a", 1, 100, now=115.0) is None
+    assert scores.supported("a", 1, 100, now=121.0) == 100  # by its standing
+    # a round the backbone saw without the member: its standing judges at once
+    scores.observe(2, {"a": sent(100, 1.0), "b": sent(100, 1.0), "c": sent(100, 1.0)})
+    assert scores.supported("x", 2, 1000, now=122.0) == pytest.approx(100, abs=5)
+
+
+def test_a_member_never_scored_is_credited_after_the_newcomers_wait() -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    assert scores.supported("y", 3, 500, now=0.0) is None
+    assert scores.supported("y", 3, 500, now=29.0) is None
+    assert scores.supported("y", 3, 500, now=31.0) == 500
+    assert scores.of("y").unscored == 500
+
+
+def test_a_recovered_member_can_be_accused_again() -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    epoch = 0
+    for liar in [(100, 0.0), (100, 1.0), (100, 0.0)]:
+        for _ in range(WINDOW):
+            scores.observe(epoch, honest_round(liar))
+            epoch += 1
+        accused = scores.accusations()
+        assert ("x" in accused) == (liar[1] == 0.0)
+    assert scores.standing("x") is not None and scores.standing("x") < FULL  # type: ignore[operator]
