@@ -17,10 +17,11 @@ the same for every honest member, and a claim ten times the work scores a tenth 
   ``FULL`` or above, and below it the claim times the standing, which is what the work supports.
 - **Accused** when its standing is below ``ACCUSE_BELOW`` over ``WINDOW`` rounds or more: a member
   that sends nothing, a flipped update, or a claim five times its work. Once, until it recovers.
-- **Waiting.** A share waits for the backbone's round of its epoch (``hold`` seconds at most) and a
-  newcomer's for its first scored round (``newcomer_hold``); after that it is credited as claimed,
-  unscored: a member never grouped with the backbone, or a round it did not reduce in, must not hold
-  a volunteer's credit for ever.
+- **Waiting.** A share waits for the backbone's round of its epoch (``hold`` seconds at most), and
+  a newcomer's for its first scored round (``newcomer_hold``) when the backbone's group was
+  another; after that it is credited as claimed, unscored: a member never grouped with the
+  backbone must not hold a volunteer's credit for ever. A newcomer's share of a round that proved
+  nothing (too few senders: a swarm of two) has nothing to wait for and goes out unscored at once.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class ContributionScores:
         self._peers: dict[str, Scored] = {}
         self._newest = -1
         """The newest epoch of a round the backbone saw (proving something or not)."""
+        self._proved: OrderedDict[int, None] = OrderedDict()
+        """The last ``KEPT`` epochs whose round proved something."""
 
     def of(self, peer: str) -> Scored:
         return self._peers.setdefault(peer, Scored())
@@ -88,6 +91,9 @@ class ContributionScores:
         if reference <= 0:
             return {}
         ratios = {p: q / reference for p, q in per_sample.items()}
+        self._proved[epoch] = None
+        while len(self._proved) > KEPT:
+            self._proved.popitem(last=False)
         for peer, ratio in ratios.items():
             kept = self.of(peer).ratios
             kept[epoch] = ratio
@@ -96,9 +102,13 @@ class ContributionScores:
         return ratios
 
     def standing(self, peer: str, epoch: int | None = None) -> float | None:
-        """The median of ``peer``'s last ``WINDOW`` ratios up to ``epoch`` (None: none yet)."""
+        """The median of ``peer``'s last ``WINDOW`` ratios up to ``epoch``; for an epoch before
+        its first, of its first ones after (a newcomer's first rounds judge the claims it made
+        before the backbone's group met it). None: no ratio yet."""
         ratios = self.of(peer).ratios
         recent = [r for e, r in ratios.items() if epoch is None or e <= epoch][-WINDOW:]
+        if not recent:
+            recent = [r for e, r in ratios.items() if epoch is not None and e > epoch][:WINDOW]
         return statistics.median(recent) if recent else None
 
     def accusations(self) -> dict[str, float]:
@@ -123,15 +133,20 @@ class ContributionScores:
         s = self.of(peer)
         since = s.waiting.pop(epoch, now)
         standing = self.standing(peer, epoch)
-        scored_round = epoch in s.ratios or epoch <= self._newest
-        if standing is not None and scored_round:
+        seen = epoch in s.ratios or epoch <= self._newest
+        if standing is not None and seen:
             return self._credit(s, samples, standing)
+        if standing is None and seen and epoch not in self._proved:
+            return self._unscored(s, samples)  # no score is coming: the round proved nothing
         limit = self.hold if standing is not None else self.newcomer_hold
         if now - since < limit:
             s.waiting[epoch] = since
             return None
         if standing is not None:
             return self._credit(s, samples, standing)
+        return self._unscored(s, samples)
+
+    def _unscored(self, s: Scored, samples: int) -> int:
         s.unscored += samples
         s.credited += samples
         return samples

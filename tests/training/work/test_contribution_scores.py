@@ -117,4 +117,24 @@ def test_a_recovered_member_can_be_accused_again() -> None:
             epoch += 1
         accused = scores.accusations()
         assert ("x" in accused) == (liar[1] == 0.0)
-    assert scores.standing("x") is not None and scores.standing("x") < FULL  # type: ignore[operator]
+    standing = scores.standing("x")
+    assert standing is not None
+    assert standing < FULL
+
+
+def test_a_round_that_proved_nothing_holds_no_newcomer() -> None:
+    """Two trainers: no round can prove anything, and nobody's credit waits for one."""
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores.observe(0, {"a": sent(100, 1.0), "b": sent(100, 1.0)})
+    assert scores.supported("a", 0, 100, now=0.0) == 100
+    assert scores.of("a").unscored == 100
+    # a round the backbone has not seen yet still waits
+    assert scores.supported("a", 1, 100, now=0.0) is None
+
+
+def test_a_newcomer_outside_a_proved_round_waits_for_its_own() -> None:
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores.observe(0, honest_round())
+    assert scores.supported("new", 0, 100, now=0.0) is None  # the backbone's group was another
+    scores.observe(1, honest_round() | {"new": sent(1000, 1.0)})
+    assert scores.supported("new", 0, 100, now=1.0) == pytest.approx(10, abs=1)
