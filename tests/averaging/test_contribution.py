@@ -54,7 +54,7 @@ def test_work_not_claims_sets_the_score() -> None:
     out = aggregate_chunk(
         dict(enumerate(rows)),
         dict(enumerate(claims)),
-        AggregationConfig(method=Method.CENTERED_CLIP, screen=False),
+        AggregationConfig(method=Method.CENTERED_CLIP, screen=False, contributions=True),
     )
     sums = {s: Contribution(claims[s], *v) for s, v in out.along.items()}
     along = {s: c.along for s, c in sums.items()}
@@ -71,7 +71,7 @@ def test_a_claim_raised_does_not_raise_the_score() -> None:
     """Leave one out: a sender's own weight in the aggregate adds nothing to its score."""
     rng = np.random.default_rng(1)
     rows = [rng.standard_normal(300).astype(np.float32) for _ in range(4)]
-    config = AggregationConfig(weight_ratio_limit=4.0)
+    config = AggregationConfig(weight_ratio_limit=4.0, contributions=True)
     low = aggregate_chunk(dict(enumerate(rows)), {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}, config)
     high = aggregate_chunk(dict(enumerate(rows)), {0: 1.0, 1: 1.0, 2: 1.0, 3: 100.0}, config)
     assert high.along[3][0] == pytest.approx(low.along[3][0], rel=1e-4)  # float32 sums
@@ -80,8 +80,20 @@ def test_a_claim_raised_does_not_raise_the_score() -> None:
 def test_screened_senders_have_no_sums() -> None:
     rows = {0: np.ones(64, np.float32), 1: np.ones(64, np.float32), 2: np.ones(64, np.float32)}
     rows[2] = rows[2] * 1000
-    out = aggregate_chunk(rows, {0: 1.0, 1: 1.0, 2: 1.0}, AggregationConfig())
-    assert 2 in out.screened and set(out.along) == {0, 1}
+    out = aggregate_chunk(rows, {0: 1.0, 1: 1.0, 2: 1.0}, AggregationConfig(contributions=True))
+    assert 2 in out.screened
+    assert set(out.along) == {0, 1}
+
+
+def test_only_a_mode_that_scores_pays_for_the_sums() -> None:
+    rows = {i: np.full(64, i + 1.0, np.float32) for i in range(3)}
+    weights = dict.fromkeys(rows, 1.0)
+    assert aggregate_chunk(rows, weights, AggregationConfig()).along == {}
+    assert set(aggregate_chunk(rows, weights, AggregationConfig(contributions=True)).along) == {
+        0,
+        1,
+        2,
+    }
 
 
 def test_a_contribution_adds_up_over_chunks() -> None:

@@ -81,6 +81,10 @@ class AggregationConfig:
     spread_floor: float = 1e-3
     """The spread that sets τ is at least this times the reference norm: differences below it are
     rounding, not outliers."""
+    contributions: bool = False
+    """Also keep each sender's sums along the others' mean (``ChunkAggregate.along``), which
+    diloco's backbone scores work by. They nearly double the arithmetic of a chunk (not its
+    decoding or transfer), so only a mode that scores them asks: diloco, once a round."""
     screen: bool = True
     """False turns the checks off (NaN then reaches the aggregate): only for showing, in tests and
     benchmarks, what the checks prevent."""
@@ -160,7 +164,8 @@ class ChunkAggregate:
     (``bounded_weights``). Not a finding: honest devices differ in speed."""
     along: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     """Included sender -> (<x, r>, ‖x‖², ‖r‖²), ``r`` the others' mean by the weights they
-    counted with (``contribution.leave_one_out``); empty with fewer than two included."""
+    counted with (``contribution.leave_one_out``); empty with fewer than two included, or unless
+    ``AggregationConfig.contributions``."""
 
 
 def aggregate_chunk(
@@ -196,7 +201,8 @@ def aggregate_chunk(
         values = rows[0].copy()
     elif config.method is Method.MEAN:
         values = weighted_mean(rows, shares, workspace)
-        along = leave_one_out(rows, shares, values)
+        if config.contributions:
+            along = leave_one_out(rows, shares, values)
     else:
         count, size = len(rows), rows[0].size
         values, factors = centered_clip(
@@ -213,7 +219,8 @@ def aggregate_chunk(
             clipped = {
                 s: f for s, f in zip(kept, factors, strict=True) if f < config.clip_finding_below
             }
-        along = leave_one_out(rows, [b * f for b, f in zip(shares, factors, strict=True)])
+        if config.contributions:
+            along = leave_one_out(rows, [b * f for b, f in zip(shares, factors, strict=True)])
     return ChunkAggregate(
         values,
         total,

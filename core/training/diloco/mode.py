@@ -40,9 +40,14 @@ class Diloco:
         no finding (a clean swarm of 64 with speeds spread 4x drew 13 against honest members in
         12 rounds); the screens' findings name the attacks, the norm screen's from three times
         its limit (``ACCUSE_FROM``: an honest member's output layer sat at 10-12x the median in
-        converged rounds)."""
+        converged rounds). Reducers keep each sender's sums along the others' mean: the
+        backbone scores the members' work by them (``core.training.work.contribution``)."""
         return replace(
-            base, opposed_from=OPPOSED_FROM, clip_finding_below=0.0, accuse_from=ACCUSE_FROM
+            base,
+            opposed_from=OPPOSED_FROM,
+            clip_finding_below=0.0,
+            accuse_from=ACCUSE_FROM,
+            contributions=True,
         )
 
     def trainer(self, parts: PeerParts) -> DilocoOptimizer:
