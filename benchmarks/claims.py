@@ -15,7 +15,12 @@ screening, claims bounded at ``averaging.weight_ratio_limit`` = 4 times the medi
   (``reference``: what an honest collaboration computes step for step). One control: the same
   100x claim with a x-3 flip under the plain mean that takes claims as made (the attack is real).
 - ``diloco``: four trainers and a backbone of ``swarm_scale`` (worker process, rounds on the wall
-  clock, 12 rounds), against a clean run at equal samples and at equal rounds.
+  clock, 12 rounds), against a clean run at equal samples and at equal rounds. Credit there is
+  what the backbone's contribution scores support (``core.training.work.contribution``), asked of
+  every claim the attacker's records made; besides the flips, one member sends its honest update
+  under a claim ten times its samples, and two free riders count microbatches they skip (one
+  sends zeros, one computes a tenth). Also: what the scores credit of the honest members' claims
+  (all of it), and the share of the run the backbone spent on the scores' sums.
 
 ``checks``: the backbone's spot checks of the trainers' work on the demo (``work_checks``): false
 accusations in 1,000 honest checks, their cost, and what a free rider or an inflated claim is
@@ -26,20 +31,24 @@ outer state (its anchor +1 everywhere, under the honest digest its metadata name
 join: which state each loads, and whom the evidence names.
 
 For each attacked run: the loss gap, the most its weight counted for in an honest reducer's part
-over that part's lower median claim (``weight_ratio``: at most the bound), its credit as claimed
-over what it computed (``credit_ratio``), and whom the honest members' evidence accuses.
+over that part's lower median claim (``weight_ratio``: at most the bound), whom the honest
+members' evidence accuses, and in diloco its credit over what it computed (``credit_ratio``; in
+dedloc its records' claims over it, ``claimed_ratio``: those runs check no work, ``checks`` does).
 
 Goals (the issue's): loss within 5 % of the clean run; weight at most the bound; credit at most
-1.2x what it computed (credit follows claims until work is checked: see the closing notes).
+1.2x what it computed; a free rider credited at most 10 % of its claim and accused; the honest
+members' credit exact; scoring within 5 % of the backbone's time (it sends nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +71,7 @@ from benchmarks.byzantine_runs import (  # noqa: E402
 )
 from benchmarks.byzantine_task import reference, within  # noqa: E402
 from benchmarks.harness import emit  # noqa: E402
+from core.averaging.robust import aggregation  # noqa: E402
 from core.averaging.robust.aggregation import AggregationConfig, Method  # noqa: E402
 from core.codecs import FP16  # noqa: E402
 from core.swarm.byzantine import Attack, Misbehaviour, forge_state  # noqa: E402
@@ -95,7 +105,8 @@ def dedloc_figures(curve: Curve, epochs: int) -> dict[str, Any]:
         "stopped": curve.stopped,
         "attacked_rounds": curve.attacks,
         "weight_ratio": curve.byzantine_weight_ratio,
-        "credit_ratio": curve.byzantine_credit_claimed / max(1, curve.byzantine_computed),
+        # what its records claimed: these runs check no work (the checks section credits)
+        "claimed_ratio": curve.byzantine_credit_claimed / max(1, curve.byzantine_computed),
         "accused": {peer: sorted(stats) for peer, stats in curve.accused.items()},
         "honest_accused": sorted(curve.honest_accused),
         "seconds": round(curve.seconds, 1),
@@ -128,19 +139,35 @@ async def dedloc(epochs: int) -> dict[str, Any]:
 # ---- diloco --------------------------------------------------------------------------------------
 
 
+def honest_credit(swarm: swarm_scale.Swarm) -> dict[str, Any]:
+    """What the contribution scores credit of the honest members' claims: all of it, or the
+    rule costs volunteers."""
+    honest = [m for m in swarm.members if m["honest"]]
+    claimed = sum(s for m in honest for _, s in m["claims"])
+    credited = sum(swarm_scale.scored_credit(swarm, m) for m in honest)
+    standings = {m["name"]: swarm.scores.standing(m["peer"]) for m in honest}
+    return {"claimed": claimed, "credited": credited, "standings": standings}
+
+
 def diloco_figures(clean: swarm_scale.Swarm, hard: swarm_scale.Swarm) -> dict[str, Any]:
     attacker = next(m for m in hard.members if not m["honest"])
     ratios = [m["weight_ratios"].get(attacker["peer"], 0.0) for m in hard.members if m["honest"]]
     loss = swarm_scale.compare(clean, hard)
+    credited = swarm_scale.scored_credit(hard, attacker)
     return {
         "loss": loss,
         "worse_at_equal_samples": max(r["gap"] for r in loss["at_equal_samples"]),
         "worse_at_equal_rounds": max((r["gap"] for r in loss["at_equal_rounds"]), default=0.0),
         "curve": hard.curve,
         "weight_ratio": max(ratios, default=0.0),
-        "credit_ratio": attacker["credit_claimed"] / max(1, attacker["computed"]),
+        "credit_ratio": credited / max(1, attacker["computed"]),
         "computed": attacker["computed"],
         "credit_claimed": attacker["credit_claimed"],
+        "credited": credited,
+        "standing": hard.scores.standing(attacker["peer"]),
+        "scores_accused": attacker["peer"] in hard.scores.accusations()
+        or hard.scores.of(attacker["peer"]).accused,
+        "honest_credit": honest_credit(hard),
         "accused": hard.accused,
         "findings": hard.findings,
         # what honest members accused honest members of (an attacker's evidence proves nothing)
@@ -151,24 +178,109 @@ def diloco_figures(clean: swarm_scale.Swarm, hard: swarm_scale.Swarm) -> dict[st
     }
 
 
-async def diloco(rounds: int) -> dict[str, Any]:
+FREE_RIDERS = {
+    "computes nothing": Misbehaviour(Attack.SCALE, 0.0, computes=0.0),
+    "computes a tenth": Misbehaviour(Attack.SCALE, 1.0, computes=0.1),
+}
+"""Diloco free riders: counting microbatches they skip (the inner step moves nothing for them),
+one sending zeros, one the update of the tenth it computed."""
+INFLATED = Misbehaviour(Attack.SCALE, 1.0, claim=10.0)
+"""An honest update under a claim ten times its samples: nothing for the screens to see."""
+INFLATED_NAME = "honest update, claims x10"
+
+
+@contextlib.contextmanager
+def timed_scoring() -> Iterator[list[float]]:
+    """Seconds this process's reducers spend on the leave-one-out sums (the backbone's: the
+    trainers run in worker processes), over the ``with``."""
+    spent = [0.0]
+    original = aggregation.leave_one_out
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - began
+
+    aggregation.leave_one_out = timed  # type: ignore[assignment]
+    try:
+        yield spent
+    finally:
+        aggregation.leave_one_out = original
+
+
+async def diloco_run(rounds: int, attack: Misbehaviour | None) -> tuple[swarm_scale.Swarm, float]:
+    """A run of four trainers, the last one ``attack``; and the share of the run's time the
+    backbone spent scoring."""
     speeds = [swarm_scale.microbatch_range(swarm_scale.ROUND_SECONDS)[0]]
+    began = time.monotonic()
+    with timed_scoring() as spent:
+        swarm = await swarm_scale.run_swarm(4, FP16, rounds, speeds=speeds, attack=attack,
+                                            processes=1)  # fmt: skip
+    return swarm, spent[0] / (time.monotonic() - began)
+
+
+async def diloco(rounds: int) -> dict[str, Any]:
     print(f"diloco: 4 trainers, {rounds} rounds, clean", flush=True)
-    clean = await swarm_scale.run_swarm(4, FP16, rounds, speeds=speeds, processes=1)
+    clean, clean_share = await diloco_run(rounds, None)
     runs: dict[str, Any] = {}
-    for claim, strength in [CONTROL, *attacks()]:
-        name = label(claim, strength)
+    attacked = {
+        label(claim, strength): Misbehaviour(Attack.SIGN_FLIP, strength, claim=claim)
+        for claim, strength in [CONTROL, *attacks()]
+    }
+    shares = [clean_share]
+    for name, attack in [*attacked.items(), (INFLATED_NAME, INFLATED)]:
         print(f"diloco: one trainer of four, {name}", flush=True)
-        attack = Misbehaviour(Attack.SIGN_FLIP, strength, claim=claim)
-        hard = await swarm_scale.run_swarm(4, FP16, rounds, speeds=speeds, attack=attack,
-                                           processes=1)  # fmt: skip
-        runs[name] = diloco_figures(clean, hard)
-    return {
+        hard, share = await diloco_run(rounds, attack)
+        runs[name] = diloco_figures(clean, hard) | {"scoring_share": share}
+        shares.append(share)
+    riders: dict[str, Any] = {}
+    for name, attack in FREE_RIDERS.items():
+        print(f"diloco: one trainer of four {name}", flush=True)
+        hard, share = await diloco_run(rounds, attack)
+        figures = diloco_figures(clean, hard)
+        claimed = figures["credit_claimed"]
+        riders[name] = figures | {"credited_share": figures["credited"] / max(1, claimed)}
+        shares.append(share)
+    result = {
         "rounds": rounds,
         "clean_curve": clean.curve,
         "clean_accused": clean.accused,
+        "clean_honest_credit": honest_credit(clean),
         "runs": runs,
-        "goals": goals({k: v for k, v in runs.items() if k != label(*CONTROL)}, gap_key=None),
+        "free_riders": riders,
+        "scoring_share_of_backbone_time": max(shares),
+    }
+    return result | {"goals": diloco_goals(result)}
+
+
+def diloco_goals(result: dict[str, Any]) -> dict[str, bool]:
+    """The issue's goals over a diloco result. The loss goal is the flips' (the honest update
+    under a claim of x10 counts its claimed samples on the curve, so its gap at equal samples
+    says nothing about the model; its gap at equal rounds is in its figures)."""
+    runs, riders = result["runs"], result["free_riders"]
+    liars = {k: v for k, v in runs.items() if k != label(*CONTROL)}
+    flips = {k: v for k, v in liars.items() if k != INFLATED_NAME}
+    honest = [result["clean_honest_credit"]]
+    honest += [r["honest_credit"] for r in [*runs.values(), *riders.values()]]
+    return goals(flips, gap_key=None) | {
+        "credit_at_most_1_2x": all(r["credit_ratio"] <= CREDIT_BOUND for r in liars.values()),
+        "weight_at_most_the_bound": all(
+            r["weight_ratio"] <= WEIGHT_RATIO_LIMIT for r in liars.values()
+        ),
+        "free_rider_credited_at_most_10_percent": all(
+            r["credited_share"] <= 0.1 for r in riders.values()
+        ),
+        "liars_accused_by_scores": all(
+            r["scores_accused"] for r in [*riders.values(), *liars.values()]
+        ),
+        "honest_credit_exact": all(h["credited"] == h["claimed"] for h in honest),
+        "nobody_honest_accused": all(
+            not r["honest_accused"] for r in [*runs.values(), *riders.values()]
+        ),
+        "scoring_within_5_percent_of_backbone_time": result["scoring_share_of_backbone_time"]
+        <= 0.05,
     }
 
 
@@ -247,14 +359,16 @@ def goals(runs: dict[str, Any], gap_key: str | None) -> dict[str, bool]:
         worse = float(max(run["worse_at_equal_samples"], run["worse_at_equal_rounds"]))
         return worse <= WITHIN
 
-    return {
+    found = {
         "loss_within_5_percent": all(within_goal(r) for r in runs.values()),
         "weight_at_most_the_bound": all(
             r["weight_ratio"] <= WEIGHT_RATIO_LIMIT for r in runs.values()
         ),
-        "credit_at_most_1_2x": all(r["credit_ratio"] <= CREDIT_BOUND for r in runs.values()),
         "nobody_honest_accused": all(not r["honest_accused"] for r in runs.values()),
     }
+    if gap_key is None:  # dedloc's credit is the work checks' (``checks``)
+        found["credit_at_most_1_2x"] = all(r["credit_ratio"] <= CREDIT_BOUND for r in runs.values())
+    return found
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

@@ -73,6 +73,7 @@ from core.training.diloco.optimizer import DilocoOptimizer  # noqa: E402
 from core.training.links import PeerLinks  # noqa: E402
 from core.training.peer.recipe import averager_config  # noqa: E402
 from core.training.state import TrainingState  # noqa: E402
+from core.training.work.contribution import ContributionScores  # noqa: E402
 from core.util.errors import BarnraiseError  # noqa: E402
 from core.worker.bridge import TrainingBridge  # noqa: E402
 
@@ -192,6 +193,10 @@ class Member:
     """An honest member's ``watch_weights``."""
     credit_claimed: int = 0
     """A misbehaving member's ``count_credit_claimed``."""
+    claims: list[tuple[int, int]] = field(default_factory=list)
+    """A misbehaving member's every (epoch, samples) landed claim."""
+    computes: float = 1.0
+    """The share of its microbatches a free rider computes (the rest it only counts)."""
 
     @property
     def address(self) -> str:
@@ -233,6 +238,7 @@ async def start_member(
     if attack is not None:
         optimizer.tamper = attack.gradient_attack()
         optimizer.claim = attack.claim
+        member.computes = attack.computes
         member.honest = False
         count_credit_claimed(member)
     else:
@@ -253,12 +259,19 @@ async def train(member: Member, seed: int) -> None:
         loss.backward()  # type: ignore[no-untyped-call]
         return float(loss.detach())
 
+    owed = 0.0  # a free rider's microbatches to compute, of those it counts
     while True:
         batch = (x[at : at + MICROBATCH], y[at : at + MICROBATCH])
         at = (at + MICROBATCH) % (x.shape[0] - MICROBATCH)
-        loss = await member.bridge.run(step, batch)
+        owed += member.computes
+        if owed >= 1.0:
+            owed -= 1.0
+            loss: float | None = await member.bridge.run(step, batch)
+            member.computed += MICROBATCH
+        else:  # counted, not computed: no gradient, so the inner step moves nothing
+            await member.bridge.run(time.sleep, member.step_seconds)
+            loss = None
         await member.optimizer.step(MICROBATCH, loss)
-        member.computed += MICROBATCH
 
 
 async def stop(member: Member, *, cleanly: bool) -> None:
@@ -281,13 +294,23 @@ def misbehaviour_to(attack: Misbehaviour | None) -> dict[str, Any] | None:
     """As a crowd's order carries it."""
     if attack is None:
         return None
-    return {"attack": attack.attack.value, "strength": attack.strength, "claim": attack.claim}
+    return {
+        "attack": attack.attack.value,
+        "strength": attack.strength,
+        "claim": attack.claim,
+        "computes": attack.computes,
+    }
 
 
 def misbehaviour_from(order: dict[str, Any] | None) -> Misbehaviour | None:
     if order is None:
         return None
-    return Misbehaviour(Attack.parse(order["attack"]), order["strength"], claim=order["claim"])
+    return Misbehaviour(
+        Attack.parse(order["attack"]),
+        order["strength"],
+        claim=order["claim"],
+        computes=order["computes"],
+    )
 
 
 def watch_weights(member: Member) -> None:
@@ -313,6 +336,7 @@ def count_credit_claimed(member: Member) -> None:
 
     def counted(epoch: int, samples: int) -> None:
         member.credit_claimed += samples
+        member.claims.append((epoch, samples))
         add(epoch, samples)
 
     landed.add = counted  # type: ignore[method-assign]
@@ -343,6 +367,9 @@ def summary(member: Member) -> dict[str, Any]:
         "last_bytes_received": member.optimizer.last_bytes_received,
         "weight_ratios": member.weight_ratios,
         "credit_claimed": member.credit_claimed,
+        "claims": member.claims
+        if not member.honest
+        else [(r.epoch, r.samples) for r in member.optimizer.reports if r.samples],
     }
 
 
@@ -486,6 +513,10 @@ class Swarm:
     """The earliest round any accusation was made in."""
     reports: list[tuple[str, str, str]] = field(default_factory=list)
     """Every accusation as (reporter, accused, statistic): an attacker may accuse anyone."""
+    scores: ContributionScores = field(
+        default_factory=lambda: ContributionScores(hold=0.0, newcomer_hold=0.0)
+    )
+    """The backbone's rule of credit, fed with its rounds (``scored_credit``)."""
 
     async def add(self, step_seconds: float, attack: Misbehaviour | None = None) -> None:
         """A trainer in the least crowded worker; it starts with the next ``begin``."""
@@ -512,7 +543,10 @@ class Swarm:
         await self.begin()
 
     def observe(self) -> None:
-        """The backbone's rounds landed since the last look: their samples and held-out loss."""
+        """The backbone's rounds landed since the last look: their samples and held-out loss;
+        and what its part of each round showed of the senders' work."""
+        while self.backbone.optimizer.scored:
+            self.scores.observe(*self.backbone.optimizer.scored.popleft())
         reports = self.backbone.optimizer.reports
         while len(self.curve) < len(reports):
             report = reports[len(self.curve)]
@@ -586,6 +620,15 @@ async def run_swarm(
 
 
 # ---- what a run shows ----------------------------------------------------------------------------
+
+
+def scored_credit(swarm: Swarm, member: dict[str, Any]) -> int:
+    """What the backbone's contribution scores credit of every claim the member's records made
+    (asked after the run: no claim waits)."""
+    return sum(
+        swarm.scores.supported(member["peer"], epoch, samples, math.inf) or 0
+        for epoch, samples in member["claims"]
+    )
 
 
 def landing(swarm: Swarm, last: int) -> dict[str, Any]:
