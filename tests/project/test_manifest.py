@@ -535,14 +535,17 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
     assert default.training.mode == "dedloc"
     assert averager_config(default, "trainer").aggregation.opposed_from is None
     diloco = load_manifest(write(tmp_path, render(edited({"training.mode": "diloco"}))))
-    # and CenteredClip's clip factor makes no finding there (it grows with a member's steps)
+    # and CenteredClip's clip factor makes no finding there (it grows with a member's steps);
+    # its reducers keep the sums the backbone scores work by, dedloc's do not
     assert averager_config(diloco, "trainer").aggregation == AggregationConfig(
         Method.CENTERED_CLIP,
         opposed_from=OPPOSED_FROM,
         clip_finding_below=0.0,
         accuse_from=ACCUSE_FROM,
         weight_ratio_limit=4.0,
+        contributions=True,
     )
+    assert not averager_config(default, "aux").aggregation.contributions
     # reducer verification: off unless the manifest asks for it
     assert not default.averaging.verify_reducers
     assert not averager_config(default, "trainer").verification.enabled
