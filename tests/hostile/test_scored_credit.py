@@ -18,7 +18,7 @@ __all__ = ["make_dpeer"]  # the fixture, used by name
 
 STEPS = 6
 BATCH = 4  # ``DPeer.train``'s microbatch
-ROUNDS = WINDOW + 1
+ROUNDS = WINDOW + 3
 DEFENDED = MODE.aggregation(AggregationConfig(method=Method.CENTERED_CLIP, weight_ratio_limit=4.0))
 """What a diloco manifest averages with by default. The scores use the round's weights: under
 the plain mean a flipped update enters every honest member's reference, and no round proves
@@ -78,7 +78,7 @@ async def test_a_liar_is_credited_what_its_updates_show(
         mine = str(peer.averager.host.peer_id)
         for epoch, samples in ((i.epoch, i.samples) for i in peer.optimizer.landed.items()):
             assert credit(scores, mine, epoch, samples) == samples
-    assert scores.of(name).accused
+    assert scores.of(name).accused, (scores.of(name), scores.cosines)
     assert not any(scores.of(str(p.averager.host.peer_id)).accused for p in honest)
     assert {c.verdict for c in checks if c.peer == name} >= {"caught"}
     assert all(c.verdict == "passed" for c in checks if c.peer != name)

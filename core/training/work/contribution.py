@@ -10,8 +10,10 @@ the same for every honest member, and a claim ten times the work scores a tenth 
 
 - **A round's ratios.** Per sender: its score per claimed sample over the round's median of them.
   A round proves something only with ``SENDERS`` senders or more (a majority sets the median) whose
-  median cosine with the others' mean is at least ``MIN_COSINE`` (updates that share a direction);
-  otherwise it is left out, as a round the backbone did not reduce in.
+  median cosine with the others' mean is at least ``MIN_COSINE``: while the model learns. Once its
+  loss is flat the updates are mostly noise, a fast member's overshoots, and its score says little
+  of its work; such a round is left out, and credit follows the standing from rounds that proved
+  something (a newcomer that has none is credited unscored).
 - **A standing**: the median of a member's last ``WINDOW`` ratios. One round proves little (a chunk
   screened out, a round after a download), so credit follows the standing: the claim as made at
   ``FULL`` or above, and below it the claim times the standing, which is what the work supports.
@@ -34,8 +36,12 @@ from dataclasses import dataclass, field
 from core.averaging import Contribution
 
 SENDERS = 3
-MIN_COSINE = 0.05
-"""Below it the members' updates share no direction (a model at rest): the scores are noise."""
+MIN_COSINE = 0.5
+"""A round proves something when its members' updates agree this well with the others' (the
+median cosine). While the model learns they sit at 0.7-0.95, and each member's score is its work:
+with speeds spread 4x, every honest score within 0.86-1.1 of the median. Once the loss is flat they
+fall to 0.1-0.5 and the scores turn to noise: the fastest member, overshooting, scored 0.6, 0.29,
+0.43 and -0.23 in a row and lost a tenth of its credit (with the floor at 0.05)."""
 WINDOW = 5
 FULL = 0.5
 """A standing at or above this is credited in full. Honest members sat between 0.7 and 1.5 in the
@@ -68,6 +74,8 @@ class ContributionScores:
         """The newest epoch of a round the backbone saw (proving something or not)."""
         self._proved: OrderedDict[int, None] = OrderedDict()
         """The last ``KEPT`` epochs whose round proved something."""
+        self.cosines: OrderedDict[int, float] = OrderedDict()
+        """The last ``KEPT`` rounds' median cosine (whether they proved something)."""
 
     def of(self, peer: str) -> Scored:
         return self._peers.setdefault(peer, Scored())
@@ -84,7 +92,11 @@ class ContributionScores:
         senders = {p: c for p, c in contributions.items() if c.weight > 0}
         if len(senders) < SENDERS:
             return {}
-        if statistics.median(c.cosine for c in senders.values()) < MIN_COSINE:
+        cosine = statistics.median(c.cosine for c in senders.values())
+        self.cosines[epoch] = cosine
+        while len(self.cosines) > KEPT:
+            self.cosines.popitem(last=False)
+        if cosine < MIN_COSINE:
             return {}
         per_sample = {p: c.projection / c.weight for p, c in senders.items()}
         reference = statistics.median(per_sample.values())

@@ -14,7 +14,7 @@ from core.training.work.contribution import (
 )
 
 
-def sent(weight: float, projection: float, cosine: float = 0.5) -> Contribution:
+def sent(weight: float, projection: float, cosine: float = 0.8) -> Contribution:
     """A sender's sums with this projection on the others' direction and this cosine."""
     reference2 = 1.0
     norm2 = (projection / cosine) ** 2 if cosine else 1.0
@@ -138,3 +138,15 @@ def test_a_newcomer_outside_a_proved_round_waits_for_its_own() -> None:
     assert scores.supported("new", 0, 100, now=0.0) is None  # the backbone's group was another
     scores.observe(1, honest_round() | {"new": sent(1000, 1.0)})
     assert scores.supported("new", 0, 100, now=1.0) == pytest.approx(10, abs=1)
+
+
+def test_a_round_at_rest_leaves_the_standing_to_the_rounds_that_proved_something() -> None:
+    """Once the loss is flat a fast member's update overshoots; those rounds judge nobody."""
+    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    for epoch in range(WINDOW):
+        scores.observe(epoch, honest_round())
+    for epoch in range(WINDOW, 2 * WINDOW):
+        flat = {p: sent(100, 1.0, cosine=0.3) for p in "abc"} | {"x": sent(400, -0.5, cosine=-0.3)}
+        assert scores.observe(epoch, flat) == {}
+    assert scores.cosines[2 * WINDOW - 1] == pytest.approx(0.3)
+    assert scores.supported("x", 2 * WINDOW - 1, 400, now=0.0) == 400
