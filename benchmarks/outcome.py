@@ -15,6 +15,9 @@ out), trained three ways, each measured on the same held-out sequences (``[evalu
 - ``diloco``: the same swarm and churn in diloco mode (``--round-seconds``), the backbone's
   evaluations of the outer parameters.
 
+Every trainer is honest, so each swarm run also lists the backbone's log lines that name an
+accused peer (``accusations``: each one false).
+
 The runs are compared at equal samples: each curve's held-out loss is interpolated at the sample
 counts of the single-process evaluations, up to the fewest samples any run reached. Goal: neither
 swarm's final held-out loss more than 2 % above the single process's (DeDLOC, Appendix G, finds the
@@ -42,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from churn import Swarm
+from churn import Swarm, accusation_lines
 from harness import emit
 
 from core.data import ShardServer
@@ -173,6 +176,8 @@ async def swarm_run(
     ]  # fmt: skip
     return {
         "points": points,
+        # every trainer is honest: a line naming an accused peer is a false accusation
+        "accusations": accusation_lines(swarm),
         "leaves": leaves,
         "joins": joins,
         "seconds": round(time.monotonic() - started, 1),
