@@ -1,6 +1,6 @@
 """Diloco credit follows what a member's updates show: four trainers and a backbone land rounds on
-loopback, one trainer lies about its work, and the backbone's contribution scores credit it what
-it computed, accuse it and log the checks, while the honest trainers keep their whole claims."""
+loopback, one trainer lies about its work, and the backbone's contribution scores catch it (credit
+nothing, accused, the checks logged), while the honest trainers keep their whole claims."""
 
 from __future__ import annotations
 
@@ -36,15 +36,15 @@ def credit(scores: ContributionScores, peer: str, epoch: int, samples: int) -> i
 
 
 @pytest.mark.parametrize(
-    ("strength", "claim", "share"),
+    ("strength", "claim"),
     [
-        (1.0, 10.0, 0.1),  # computes it all, claims ten times as much
-        (0.0, 1.0, 0.0),  # sends nothing of what it computed
-        (-3.0, 1.0, 0.0),  # a flipped update
+        (1.0, 10.0),  # computes it all, claims ten times as much
+        (0.0, 1.0),  # sends nothing of what it computed
+        (-3.0, 1.0),  # a flipped update
     ],
 )
-async def test_a_liar_is_credited_what_its_updates_show(
-    make_dpeer: MakeDPeer, strength: float, claim: float, share: float
+async def test_a_liar_is_caught_by_what_its_updates_show(
+    make_dpeer: MakeDPeer, strength: float, claim: float
 ) -> None:
     aux = await make_dpeer(mode="aux", lr=0.5, momentum=0.0, aggregation=DEFENDED)
     trainers = [await make_dpeer(lr=0.5, momentum=0.0, aggregation=DEFENDED) for _ in range(4)]
@@ -71,9 +71,7 @@ async def test_a_liar_is_credited_what_its_updates_show(
         credited += credit(scores, name, epoch, samples)
     computed = STEPS * BATCH * len(liar.optimizer.landed.items())
     assert claimed == pytest.approx(claim * computed)
-    assert credited <= max(1.2 * share * claimed, 0.0) + 1
-    if share:
-        assert credited >= 0.8 * share * claimed  # what it computed is not lost
+    assert credited == 0  # caught faking work: what it computed buys nothing either
     for peer in honest:
         mine = str(peer.averager.host.peer_id)
         for epoch, samples in ((i.epoch, i.samples) for i in peer.optimizer.landed.items()):

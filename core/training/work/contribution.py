@@ -16,9 +16,14 @@ the same for every honest member, and a claim ten times the work scores a tenth 
   something (a newcomer that has none is credited unscored).
 - **A standing**: the median of a member's last ``WINDOW`` ratios. One round proves little (a chunk
   screened out, a round after a download), so credit follows the standing: the claim as made at
-  ``FULL`` or above, and below it the claim times the standing, which is what the work supports.
-- **Accused** when its standing is below ``ACCUSE_BELOW`` over ``WINDOW`` rounds or more: a member
-  that sends nothing, a flipped update, or a claim five times its work. Once, until it recovers.
+  ``FULL`` or above; between ``ACCUSE_BELOW`` and ``FULL`` the claim times the standing, which is
+  what the work supports; below ``ACCUSE_BELOW`` nothing. There the member is caught faking work
+  (a member that sends nothing, a flipped update, a claim five times its work), as a failed
+  dedloc check catches one, and what it did compute buys no credit: with the claim times the
+  standing, a free rider computing a tenth was credited 7 % and 10.3 % of its claim in two runs,
+  its standing's noise around the tenth.
+- **Accused** when its standing is below ``ACCUSE_BELOW`` over ``WINDOW`` rounds or more. Once,
+  until it recovers.
 - **Waiting.** A share waits for the backbone's round of its epoch (``hold`` seconds at most), and
   a newcomer's for its first scored round (``newcomer_hold``) when the backbone's group was
   another; after that it is credited as claimed, unscored: a member never grouped with the
@@ -47,6 +52,7 @@ FULL = 0.5
 """A standing at or above this is credited in full. Honest members sat between 0.7 and 1.5 in the
 benchmark's rounds; the most an honest-computing member gains by claiming more is 1/FULL."""
 ACCUSE_BELOW = 0.2
+"""Below this a standing is credited nothing, and after ``WINDOW`` rounds accused."""
 KEPT = 128
 """Ratios kept per member, by epoch."""
 
@@ -164,7 +170,12 @@ class ContributionScores:
         return samples
 
     def _credit(self, s: Scored, samples: int, standing: float) -> int:
-        credit = samples if standing >= FULL else int(samples * max(0.0, standing))
+        if standing >= FULL:
+            credit = samples
+        elif standing >= ACCUSE_BELOW:
+            credit = int(samples * standing)
+        else:
+            credit = 0
         s.credited += credit
         s.withheld += samples - credit
         return credit

@@ -33,10 +33,14 @@ def honest_round(liar: tuple[float, float] | None = None) -> dict[str, Contribut
     ("liar", "credited_share"),
     [
         ((100, 1.0), 1.0),  # honest
-        ((1000, 1.0), 0.1),  # claims 10x what it computed: credited what it computed
-        ((10000, 1.0), 0.01),  # 100x
+        ((1000, 1.0), 0.0),  # claims 10x what it computed: caught, credited nothing
+        ((10000, 1.0), 0.0),  # 100x
         ((100, 0.0), 0.0),  # computes nothing
-        ((100, 0.1), 0.1),  # computes a tenth of what it claims
+        ((100, 0.1), 0.0),  # computes a tenth of what it claims
+        ((300, 1.0), 1 / 3),  # claims 3x: credited what it computed
+        ((100, 0.4), 0.4),  # computes 40 %: credited that
+        ((100, ACCUSE_BELOW + 0.05), ACCUSE_BELOW + 0.05),  # just above the floor
+        ((100, ACCUSE_BELOW - 0.05), 0.0),  # just below: caught
         ((100, -3.0), 0.0),  # a flipped update
         ((150, 1.0), 1.0),  # a little above: within FULL, credited as claimed
     ],
@@ -47,10 +51,11 @@ def test_credit_is_what_the_updates_show(liar: tuple[float, float], credited_sha
         scores.observe(epoch, honest_round(liar))
     claim = int(liar[0])
     credit = scores.supported("x", WINDOW - 1, claim, now=0.0)
-    assert credit == pytest.approx(claim * credited_share, abs=claim * 0.02)
+    # the round's median is 0.95 of an honest member's, not 1: within 5 %
+    assert credit == pytest.approx(claim * credited_share, abs=claim * 0.05)
     assert scores.supported("a", WINDOW - 1, 100, now=0.0) == 100
     accused = scores.accusations()
-    assert ("x" in accused) == (credited_share < ACCUSE_BELOW)
+    assert ("x" in accused) == (credited_share == 0)
     assert scores.accusations() == {}  # once
 
 
@@ -67,7 +72,7 @@ def test_a_turncoat_loses_its_credit_within_the_window() -> None:
     for epoch in range(10):
         scores.observe(epoch, honest_round((1000, 1.0) if epoch >= 5 else None))
     assert scores.supported("x", 4, 100, now=0.0) == 100
-    assert scores.supported("x", 9, 1000, now=0.0) == pytest.approx(100, abs=20)
+    assert scores.supported("x", 9, 1000, now=0.0) == 0
     assert "x" in scores.accusations()
 
 
@@ -89,15 +94,15 @@ def test_waiting_for_the_round_then_crediting() -> None:
     scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
     # a newcomer's claim waits for its first scored round
     assert scores.supported("x", 0, 1000, now=100.0) is None
-    scores.observe(0, honest_round((1000, 1.0)))
-    assert scores.supported("x", 0, 1000, now=101.0) == pytest.approx(100, abs=5)
+    scores.observe(0, honest_round((300, 1.0)))
+    assert scores.supported("x", 0, 300, now=101.0) == pytest.approx(100, abs=5)
     # a known member's claim waits for its round, at most ``hold`` seconds
     assert scores.supported("a", 1, 100, now=110.0) is None
     assert scores.supported("a", 1, 100, now=115.0) is None
     assert scores.supported("a", 1, 100, now=121.0) == 100  # by its standing
     # a round the backbone saw without the member: its standing judges at once
     scores.observe(2, {"a": sent(100, 1.0), "b": sent(100, 1.0), "c": sent(100, 1.0)})
-    assert scores.supported("x", 2, 1000, now=122.0) == pytest.approx(100, abs=5)
+    assert scores.supported("x", 2, 300, now=122.0) == pytest.approx(100, abs=5)
 
 
 def test_a_member_never_scored_is_credited_after_the_newcomers_wait() -> None:
@@ -136,8 +141,8 @@ def test_a_newcomer_outside_a_proved_round_waits_for_its_own() -> None:
     scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
     scores.observe(0, honest_round())
     assert scores.supported("new", 0, 100, now=0.0) is None  # the backbone's group was another
-    scores.observe(1, honest_round() | {"new": sent(1000, 1.0)})
-    assert scores.supported("new", 0, 100, now=1.0) == pytest.approx(10, abs=1)
+    scores.observe(1, honest_round() | {"new": sent(300, 1.0)})
+    assert scores.supported("new", 0, 90, now=1.0) == pytest.approx(30, abs=1)
 
 
 def test_a_round_at_rest_leaves_the_standing_to_the_rounds_that_proved_something() -> None:
