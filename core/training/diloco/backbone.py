@@ -39,7 +39,7 @@ from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.moderation.evidence import EvidenceCollector, Reported, pass_on
 from core.training.moderation.rollback import METADATA_KEY
 from core.training.work.checker import CheckRecord
-from core.training.work.contribution import FULL, ContributionScores
+from core.training.work.contribution import ContributionScores, credited
 from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
@@ -122,7 +122,7 @@ class DilocoBackbone:
         for peer, ratio in ratios.items():
             standing = self.scores.standing(peer, epoch) or 0.0
             claimed = int(contributions[peer].weight)
-            backed = claimed if standing >= FULL else int(claimed * max(0.0, standing))
+            backed = credited(claimed, standing)
             record = CheckRecord(
                 time.time(), epoch, peer, users.get(peer), "passed" if backed == claimed else "caught",
                 claimed, backed, 0, 0.0,

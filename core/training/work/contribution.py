@@ -170,12 +170,17 @@ class ContributionScores:
         return samples
 
     def _credit(self, s: Scored, samples: int, standing: float) -> int:
-        if standing >= FULL:
-            credit = samples
-        elif standing >= ACCUSE_BELOW:
-            credit = int(samples * standing)
-        else:
-            credit = 0
+        credit = credited(samples, standing)
         s.credited += credit
         s.withheld += samples - credit
         return credit
+
+
+def credited(samples: int, standing: float) -> int:
+    """What a claim of ``samples`` is worth at ``standing``: whole from ``FULL``, the claim times
+    the standing from ``ACCUSE_BELOW``, nothing below."""
+    if standing >= FULL:
+        return samples
+    if standing >= ACCUSE_BELOW:
+        return int(samples * standing)
+    return 0
