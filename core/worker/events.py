@@ -87,6 +87,9 @@ class PeerEvaluation(WireMessage):
     """Tokens predicted (masked ones, or every next token of a causal model)."""
     seconds: float
     time: float
+    floor: float | None = None
+    """The unigram floor on the same tokens (``core.training.evaluation.floor``); None when it
+    could not be computed."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import torch
 
 from core.data import TextTokenizer
 from core.project import Manifest
+from core.training.evaluation.floor import below_floor, project_floor
 from core.training.evaluation.held_out import HeldOutSet, load_held_out
 from core.training.evaluation.measure import measure
 from core.util.errors import BarnraiseError
@@ -60,6 +61,8 @@ class HeldOutEvaluator:
         self._tasks = BackgroundTasks("evaluation")
         self._running: asyncio.Task[None] | None = None
         self._held_out: HeldOutSet | None = None
+        self.floor: float | None = None
+        """The unigram floor on the held-out set, once computed (``floor``)."""
         self._last_problem = ""
         self.results: deque[PeerEvaluation] = deque(maxlen=RESULTS_KEPT)
         """The newest evaluations of this run, oldest first (for diagnostics; the log has all)."""
@@ -82,6 +85,7 @@ class HeldOutEvaluator:
         try:
             if self._held_out is None:
                 self._held_out = await self._bridge.run(self._load)
+                self.floor = await self._bridge.run(self._floor, self._held_out)
             held_out = self._held_out
             epoch, model = await self._replica.run(self._snapshot)
             measured = await self._bridge.run(
@@ -99,15 +103,28 @@ class HeldOutEvaluator:
             tokens=measured.tokens,
             seconds=round(time.monotonic() - started, 3),
             time=time.time(),
+            floor=self.floor,
         )
         self.results.append(result)
-        shown = "-" if result.loss is None else f"{result.loss:.4f}"
-        log.info("held-out evaluation at epoch %d: loss %s, accuracy %.1f %% (%d sequences)",
-                 epoch, shown, 100 * result.accuracy, result.samples)  # fmt: skip
+        log.info("held-out evaluation at epoch %d: %s, accuracy %.1f %% (%d sequences)",
+                 epoch, below_floor(result.loss, self.floor), 100 * result.accuracy,
+                 result.samples)  # fmt: skip
         self._on_result(result)
 
     def _load(self) -> HeldOutSet:
         return load_held_out(self.manifest, self._tokenizer(), data_base=self._data_base)
+
+    def _floor(self, held_out: HeldOutSet) -> float | None:
+        """Computed once; training shards that cannot be read leave the figures without it."""
+        try:
+            floor = project_floor(
+                self.manifest, self._tokenizer(), held_out, data_base=self._data_base
+            )
+        except (BarnraiseError, OSError, ValueError) as exc:
+            log.warning("the unigram floor could not be computed: %s (figures go on without)", exc)
+            return None
+        log.info("unigram floor on the held-out text: %.4f nats", floor)
+        return floor
 
     def _problem(self, message: str) -> None:
         if message != self._last_problem:
