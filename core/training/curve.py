@@ -5,8 +5,9 @@ their mini-steps, samples, speed, alive trainers) is aggregated from the progres
 peer's optimizer fetches anyway, about once a second: following the curve adds no DHT traffic.
 Each is handed on as a ``PeerMetrics`` event, the same event an auxiliary peer emits.
 
-The backbone's record carries its newest held-out evaluation (``HeldOut``); each new one (by epoch,
-the newest of any aux record's) is handed on as a ``PeerEvaluation`` event, once.
+The backbone's record carries its newest held-out evaluation (``HeldOut``, its unigram floor
+included); each new one (by epoch, the newest of any aux record's) is handed on as a
+``PeerEvaluation`` event, once.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def evaluation_event(held_out: HeldOut, now: float) -> PeerEvaluation:
         tokens=0,
         seconds=0.0,
         time=now,
+        floor=held_out.floor,
     )
 
 

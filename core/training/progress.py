@@ -14,7 +14,8 @@ that a volunteer who quits right after a step keeps its part of that epoch's met
 peers this one caught lying (``Averager.bans``) are left out of the view.
 
 The backbone's record (``mode == "aux"``) also carries the newest held-out evaluation of its replica
-(``HeldOut``), so that every trainer sees it in the records it reads anyway. Every record carries the
+(``HeldOut``, with the unigram floor beside the loss where the backbone computed one), so that
+every trainer sees it in the records it reads anyway. Every record carries the
 epochs whose work its peer saw land (``core.training.credit``): what the leaderboard credits, each
 epoch once, however seldom the backbone reads. A diloco peer's record carries the digest of its
 outer parameters too. The wire form is the record's eleven values, then the pass (nil in an open
@@ -59,8 +60,8 @@ landed epochs follow them (nil where a record has no pass or no evaluation)."""
 MAX_DIGEST = 64
 """The longest anchor digest a record may carry (diloco's are 16 hexadecimal digits)."""
 MAX_HELD_OUT_LOSS = 1e3
-"""The largest held-out loss a record may carry (per token: far beyond a uniform guess over any
-vocabulary); a larger one, or one that is not finite, travels as unknown."""
+"""The largest held-out loss (or floor) a record may carry (per token: far beyond a uniform guess
+over any vocabulary); a larger one, or one that is not finite, travels as unknown."""
 RECORD_TTL = 10.0
 """Seconds a progress record lives in the DHT (and counts) unless its peer refreshes it."""
 KEEPALIVE = 2.0
@@ -123,34 +124,57 @@ class HeldOut:
     """Share of predicted tokens guessed right, 0 to 1."""
     samples: int
     """Sequences measured."""
+    floor: float | None = None
+    """The unigram floor on the same tokens (``PeerEvaluation.floor``); None where the backbone
+    had none (or an older one, which sends none)."""
 
     @classmethod
     def of(cls, result: PeerEvaluation) -> HeldOut:
         """The figures of the backbone's evaluation, within the bounds every reader checks."""
-        loss = result.loss
-        if loss is not None and not (math.isfinite(loss) and 0 <= loss <= MAX_HELD_OUT_LOSS):
-            loss = None
         return cls(
-            max(0, result.epoch), loss, min(1.0, max(0.0, result.accuracy)), max(0, result.samples)
+            max(0, result.epoch),
+            _bounded_loss(result.loss),
+            min(1.0, max(0.0, result.accuracy)),
+            max(0, result.samples),
+            _bounded_loss(result.floor),
         )
 
     def to_wire(self) -> list[Any]:
-        return [self.epoch, self.loss, self.accuracy, self.samples]
+        """[epoch, loss, accuracy, samples], then the floor where there is one: without it, the
+        form a reader that knows no floor reads (with one, such a reader drops the record)."""
+        figures = [self.epoch, self.loss, self.accuracy, self.samples]
+        return figures if self.floor is None else [*figures, self.floor]
 
     @classmethod
     def from_wire(cls, value: Any) -> HeldOut:
         """Raise ``WireFormatError`` unless ``value`` is [epoch, loss or nil, accuracy, samples]
-        with counts of at least 0, a loss of 0 to ``MAX_HELD_OUT_LOSS`` and an accuracy of 0 to 1."""
-        if not isinstance(value, list) or len(value) != 4:
-            raise WireFormatError("a held-out evaluation is a list of 4 values")
-        epoch, loss, accuracy, samples = value
+        with counts of at least 0, a loss of 0 to ``MAX_HELD_OUT_LOSS`` and an accuracy of 0 to 1,
+        and maybe a fifth value: the floor, nil or bounded like the loss."""
+        if not isinstance(value, list) or len(value) not in (4, 5):
+            raise WireFormatError("a held-out evaluation is a list of 4 or 5 values")
+        epoch, loss, accuracy, samples = value[:4]
+        floor = value[4] if len(value) == 5 else None
         if not all(_is_int(x) and x >= 0 for x in (epoch, samples)):
             raise WireFormatError("a held-out evaluation counts with whole numbers of at least 0")
-        if loss is not None and not (_is_number(loss) and 0 <= loss <= MAX_HELD_OUT_LOSS):
-            raise WireFormatError(f"a held-out loss is nil or 0 to {MAX_HELD_OUT_LOSS:g}")
+        for name, figure in (("loss", loss), ("floor", floor)):
+            if figure is not None and not (_is_number(figure) and 0 <= figure <= MAX_HELD_OUT_LOSS):
+                raise WireFormatError(f"a held-out {name} is nil or 0 to {MAX_HELD_OUT_LOSS:g}")
         if not (_is_number(accuracy) and 0 <= accuracy <= 1):
             raise WireFormatError("a held-out accuracy is 0 to 1")
-        return cls(epoch, None if loss is None else float(loss), float(accuracy), samples)
+        return cls(
+            epoch,
+            None if loss is None else float(loss),
+            float(accuracy),
+            samples,
+            None if floor is None else float(floor),
+        )
+
+
+def _bounded_loss(loss: float | None) -> float | None:
+    """``loss`` if a record may carry it, else None (unknown)."""
+    if loss is None or not (math.isfinite(loss) and 0 <= loss <= MAX_HELD_OUT_LOSS):
+        return None
+    return loss
 
 
 def _is_int(value: Any) -> bool:

@@ -1,7 +1,8 @@
 """Amounts written for people in plain text: bytes, counts and lengths of time.
 
 Shared by what speaks to people outside the app (estimates before joining, the project page, the
-training modes' descriptions), so that one figure reads the same wherever it appears.
+training modes' descriptions, a held-out loss beside its floor), so that one figure reads the same
+wherever it appears.
 """
 
 from __future__ import annotations
@@ -40,3 +41,16 @@ def exact_length(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g} {unit}"
     return f"{seconds:g} s"
+
+
+def below_floor(loss: float | None, floor: float | None) -> str:
+    """A held-out loss in words, with the unigram floor (``core.training.evaluation.floor``)
+    beside it: "loss 5.7312 nats, 0.51 below the unigram floor (6.24)"; without a floor, the loss
+    alone."""
+    if loss is None:
+        return "loss not finite"
+    if floor is None:
+        return f"loss {loss:.4f} nats"
+    gap = floor - loss
+    side = "below" if gap >= 0 else "above"
+    return f"loss {loss:.4f} nats, {abs(gap):.2f} {side} the unigram floor ({floor:.2f})"

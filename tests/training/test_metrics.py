@@ -96,6 +96,16 @@ def test_each_evaluation_is_told_once_and_the_newest_epochs_is_followed() -> Non
     assert follower.observe([aux_record("t", HeldOut(9, 1.0, 0.9, 1), "trainer")], 6.0) is None
 
 
+def test_the_floor_a_record_carries_is_handed_on() -> None:
+    floored = aux_record("aux", HeldOut(5, 3.5, 0.4, 256, 6.25))
+    told = HeldOutFollower().observe([floored], 2.0)
+    assert told == PeerEvaluation(5, 3.5, 0.4, 256, 0, 0.0, 2.0, floor=6.25)
+    # an older backbone's record has none: the event says so
+    bare = HeldOutFollower().observe([aux_record("aux", HeldOut(5, 3.5, 0.4, 256))], 2.0)
+    assert bare is not None
+    assert bare.floor is None
+
+
 def test_a_rebuilt_peer_tells_the_newest_evaluation_once_more() -> None:
     records = [aux_record("aux", HeldOut(4, 3.0, 0.5, 64))]
     assert HeldOutFollower().observe(records, 1.0) is not None

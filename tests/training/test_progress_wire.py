@@ -1,6 +1,6 @@
-"""The progress record's wire form with the backbone's held-out evaluation: round trips, only aux
-records carry one, values out of bounds make the record malformed, and what a reader of the form
-without evaluations makes of it (it drops the record)."""
+"""The progress record's wire form with the backbone's held-out evaluation: round trips (with and
+without the unigram floor), only aux records carry one, values out of bounds make the record
+malformed, and what a reader of the form without evaluations makes of it (it drops the record)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,23 @@ def test_an_aux_record_round_trips_with_its_evaluation() -> None:
     assert PeerProgress.from_wire("aux-peer", wire) == record
     unknown = aux(HeldOut(12, None, 0.0, 0))
     assert PeerProgress.from_wire("aux-peer", unknown.to_wire()) == unknown
+
+
+def test_an_evaluation_carries_its_floor_and_reads_without_one() -> None:
+    floored = aux(HeldOut(12, 3.25, 0.41, 256, 6.24))
+    wire = floored.to_wire()
+    assert wire[12] == [12, 3.25, 0.41, 256, 6.24]
+    read = PeerProgress.from_wire("aux-peer", wire)
+    assert read == floored
+    assert read is not None
+    assert read.held_out is not None
+    assert read.held_out.floor == 6.24
+    # a backbone without a floor sends the four values an older reader knows
+    assert aux().to_wire()[12] == [12, 3.25, 0.41, 256]
+    assert HeldOut.from_wire([12, 3.25, 0.41, 256]).floor is None
+    # a nil floor is as good as none, and an integer one reads as a number
+    assert HeldOut.from_wire([12, None, 0.41, 256, None]) == HeldOut(12, None, 0.41, 256)
+    assert HeldOut.from_wire([1, 3, 0, 2, 6]) == HeldOut(1, 3.0, 0.0, 2, 6.0)
 
 
 def test_a_record_without_an_evaluation_keeps_the_shorter_form() -> None:
@@ -65,7 +82,13 @@ def test_only_aux_records_carry_an_evaluation() -> None:
         [1, 3.0, None, 1],
         [1, "3.0", 0.5, 1],
         [1, 3.0, 0.5],  # a value short
-        [1, 3.0, 0.5, 1, 9],
+        [1, 3.0, 0.5, 1, 6.2, 9],  # one beyond the floor
+        [1, 3.0, 0.5, 1, -0.5],  # a floor out of the loss's bounds
+        [1, 3.0, 0.5, 1, MAX_HELD_OUT_LOSS * 2],
+        [1, 3.0, 0.5, 1, math.inf],
+        [1, 3.0, 0.5, 1, math.nan],
+        [1, 3.0, 0.5, 1, "6.2"],
+        [1, 3.0, 0.5, 1, True],
         "12,3.0,0.5,1",
     ],
 )
@@ -113,3 +136,9 @@ def test_the_backbones_result_becomes_figures_within_the_bounds() -> None:
     diverged = PeerEvaluation(7, 5e4, 0.0, 64, 8192, 3.5, 1_700_000_000.0)
     assert HeldOut.of(diverged).loss is None
     assert HeldOut.of(PeerEvaluation(7, None, 0.5, 64, 1, 1.0, 0.0)).loss is None
+    floored = PeerEvaluation(7, 2.5, 0.625, 64, 8192, 3.5, 1_700_000_000.0, floor=6.25)
+    assert HeldOut.of(floored) == HeldOut(7, 2.5, 0.625, 64, 6.25)
+    # a floor beyond the bounds travels as unknown, like such a loss
+    for floor in (math.inf, math.nan, -1.0, 5e4):
+        wild = dataclasses.replace(floored, floor=floor)
+        assert HeldOut.of(wild).floor is None

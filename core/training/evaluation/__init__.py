@@ -5,16 +5,18 @@
 - ``measure``   ``measure``: mean cross-entropy per predicted token and top-1 accuracy of a model on
   those sequences, without gradients and without changing the model's mode for good.
 - ``floor``     ``project_floor``: the unigram floor, what a model that only counts tokens scores
-  on the held-out set; ``below_floor`` says a loss beside it.
+  on the held-out set; ``below_floor`` (from ``core.util.amounts``, torch-free) says a loss
+  beside it.
 - ``evaluator`` ``HeldOutEvaluator``: the backbone's evaluation every ``every`` epochs, on a copy
   of its replica in a thread of its own, so that averaging never waits for it; a failure is
   logged and never stops training.
 """
 
 from core.training.evaluation.evaluator import HeldOutEvaluator
-from core.training.evaluation.floor import below_floor, project_floor, unigram_floor
+from core.training.evaluation.floor import project_floor, unigram_floor
 from core.training.evaluation.held_out import HeldOutSet, load_held_out
 from core.training.evaluation.measure import Measured, measure
+from core.util.amounts import below_floor
 
 __all__ = [
     "HeldOutEvaluator",

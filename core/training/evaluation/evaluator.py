@@ -21,9 +21,10 @@ import torch
 
 from core.data import TextTokenizer
 from core.project import Manifest
-from core.training.evaluation.floor import below_floor, project_floor
+from core.training.evaluation.floor import project_floor
 from core.training.evaluation.held_out import HeldOutSet, load_held_out
 from core.training.evaluation.measure import measure
+from core.util.amounts import below_floor
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge

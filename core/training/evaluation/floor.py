@@ -4,7 +4,8 @@ A model that has learned nothing about context can still learn how often each to
 predicting those frequencies everywhere scores the unigram cross-entropy. On the demo's held-out
 shard that is about 6.2 nats against ln(4096) = 8.3 for a uniform guess, so a curve that falls from
 8.3 to 6.3 has learned almost nothing a word count would not know. Every held-out figure is shown
-beside this floor so that "below the floor" means the model uses context.
+beside this floor so that "below the floor" means the model uses context (``below_floor``, in
+``core.util.amounts`` so that what shows the figures needs no torch, words a loss beside it).
 
 The frequencies come from the training shards (never the held-out ones), read in file order, one
 shard of each source in turn, until ``FLOOR_TOKENS`` target tokens are counted: the tokens the
@@ -111,18 +112,6 @@ def project_floor(
     if not math.isfinite(floor):
         raise DataError("the unigram floor is not finite")
     return floor
-
-
-def below_floor(loss: float | None, floor: float | None) -> str:
-    """A held-out loss in words, with the floor beside it: "loss 5.73 nats, 0.51 below the
-    unigram floor (6.24)"."""
-    if loss is None:
-        return "loss not finite"
-    if floor is None:
-        return f"loss {loss:.4f} nats"
-    gap = floor - loss
-    side = "below" if gap >= 0 else "above"
-    return f"loss {loss:.4f} nats, {abs(gap):.2f} {side} the unigram floor ({floor:.2f})"
 
 
 def _alternate(lists: Sequence[list[tuple[str, DataSource]]]) -> Iterator[tuple[str, DataSource]]:
