@@ -8,11 +8,15 @@ Beside each checkpoint it publishes, the backbone publishes the model in the tra
      "file": "model-00000030.zip", "size": 6912345, "sha256": "<hex>",
      "published_at": 1718000000.0, "signature": "<hex>"}
 
-``held_out`` is the newest held-out evaluation at or before the model's epoch, or null. The
-signature is the project key's over a canonical msgpack payload of every other field, as the
-checkpoint's ``index.json`` is signed: a web server, mirror or cache between the backbone and a
-reader cannot change the figures, the file name or the file unnoticed. The archive holds one folder
-named after it (``model-00000030/``) that transformers' ``from_pretrained`` loads.
+``held_out`` is the newest held-out evaluation at or before the model's epoch, or null; where the
+backbone computed the unigram floor (what a model that only counts tokens scores on the same text),
+it carries ``"floor": 6.24`` too. The signature is the project key's over a canonical msgpack
+payload of every other field, as the checkpoint's ``index.json`` is signed: a web server, mirror or
+cache between the backbone and a reader cannot change the figures, the file name or the file
+unnoticed. A reader that knows no floor checks the signature over four held-out figures, so an index
+with a floor fails there: the coordinator serving the page must be as new as the backbone. The
+archive holds one folder named after it (``model-00000030/``) that transformers' ``from_pretrained``
+loads.
 
 Here only the index itself: its fields checked, the signature, and a downloaded archive checked
 against its size and SHA-256. The backbone writes it (``core.training.publish.model``), the
@@ -83,17 +87,22 @@ class HeldOut:
     """Share of predicted tokens guessed right, 0 to 1."""
     samples: int
     """Held-out sequences measured."""
+    floor: float | None = None
+    """The unigram floor on the same text; None where the backbone had none."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        figures: dict[str, Any] = {
             "epoch": self.epoch,
             "loss": self.loss,
             "accuracy": self.accuracy,
             "samples": self.samples,
         }
+        return figures if self.floor is None else {**figures, "floor": self.floor}
 
     def payload(self) -> list[Any]:
-        return [int(self.epoch), float(self.loss), float(self.accuracy), int(self.samples)]
+        # without a floor, the four figures an index signed before there was one
+        figures = [int(self.epoch), float(self.loss), float(self.accuracy), int(self.samples)]
+        return figures if self.floor is None else [*figures, float(self.floor)]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,6 +193,7 @@ def _held_out(raw: object, bad: Callable[[str], PublishedModelError]) -> HeldOut
     loss: Any = raw.get("loss")
     accuracy: Any = raw.get("accuracy")
     samples: Any = raw.get("samples")
+    floor: Any = raw.get("floor")
     if not is_int(epoch) or epoch < 0:
         raise bad("held_out.epoch is not a whole number of 0 or more")
     if not (is_number(loss) and math.isfinite(loss) and loss >= 0):
@@ -192,7 +202,15 @@ def _held_out(raw: object, bad: Callable[[str], PublishedModelError]) -> HeldOut
         raise bad("held_out.accuracy is not a number from 0 to 1")
     if not is_int(samples) or samples < 0:
         raise bad("held_out.samples is not a whole number of 0 or more")
-    return HeldOut(int(epoch), float(loss), float(accuracy), int(samples))
+    if floor is not None and not (is_number(floor) and math.isfinite(floor) and floor >= 0):
+        raise bad("held_out.floor is neither null nor a finite number of 0 or more")
+    return HeldOut(
+        int(epoch),
+        float(loss),
+        float(accuracy),
+        int(samples),
+        None if floor is None else float(floor),
+    )
 
 
 def sign_model_index(

@@ -10,7 +10,7 @@ and the archive an index names is always whole), names are plain, and the folder
 the index names and the one before it, for a download that began just before.
 
 ``HeldOutHistory`` remembers the backbone's held-out evaluations, so that each model's index (and
-its model card) carries the newest one at or before its epoch.
+its model card) carries the newest one at or before its epoch, with its unigram floor.
 """
 
 from __future__ import annotations
@@ -65,7 +65,12 @@ class HeldOutHistory:
         if evaluation.loss is None or not math.isfinite(evaluation.loss):
             return
         accuracy = min(max(float(evaluation.accuracy), 0.0), 1.0)
-        held_out = HeldOut(evaluation.epoch, float(evaluation.loss), accuracy, evaluation.samples)
+        floor = evaluation.floor
+        if floor is not None and not (math.isfinite(floor) and floor >= 0):
+            floor = None  # an index refuses it; the loss is still worth publishing
+        held_out = HeldOut(
+            evaluation.epoch, float(evaluation.loss), accuracy, evaluation.samples, floor
+        )
         with self._lock:
             self._by_epoch[held_out.epoch] = held_out
             if len(self._by_epoch) > self._kept:
@@ -73,7 +78,7 @@ class HeldOutHistory:
 
     def record_all(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Remember the evaluations a log kept (``evaluation.jsonl``); lines that are not one are
-        skipped."""
+        skipped, and lines written before the floor was computed have none."""
         for record in records:
             try:
                 evaluation = PeerEvaluation(
@@ -84,6 +89,7 @@ class HeldOutHistory:
                     tokens=int(record.get("tokens", 0)),
                     seconds=float(record.get("seconds", 0.0)),
                     time=float(record.get("time", 0.0)),
+                    floor=None if record.get("floor") is None else float(record["floor"]),
                 )
             except (KeyError, TypeError, ValueError):
                 continue

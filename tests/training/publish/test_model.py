@@ -20,6 +20,8 @@ import core.export.kinds
 from core.cli.peer.backbone import with_model_export
 from core.data import train_tokenizer
 from core.project import load_manifest
+from core.training.metrics import MetricsLog
+from core.training.peer.roles import EVALUATION_LOG
 from core.training.publish.checkpoint import INDEX_NAME, CheckpointPublishing
 from core.training.publish.model import HeldOutHistory, publish_model
 from core.trust.identity import Identity
@@ -84,6 +86,25 @@ def test_an_index_survives_its_json_and_is_the_project_keys() -> None:
     assert without.held_out is None
 
 
+def test_the_floor_is_signed_with_the_held_out_figures() -> None:
+    index = signed(held_out=HeldOut(28, 3.5, 0.25, 256, 6.25))
+    document = json.loads(json.dumps(index.to_json()))
+    assert document["held_out"] == {
+        "epoch": 28, "loss": 3.5, "accuracy": 0.25, "samples": 256, "floor": 6.25
+    }  # fmt: skip
+    read = ModelIndex.from_json(document, "model.json")
+    read.check(PROJECT, KEY.peer_id, "model.json")
+    assert read.held_out == HeldOut(28, 3.5, 0.25, 256, 6.25)
+    # without a floor the index is the one signed before there was one: four figures
+    assert "floor" not in signed().to_json()["held_out"]
+    # the floor is part of what the key signed: changed or dropped, the check fails
+    for floor in (5.0, None):
+        changed = {**document["held_out"], "floor": floor}
+        tampered = ModelIndex.from_json({**document, "held_out": changed}, "model.json")
+        with pytest.raises(PublishedModelError, match="not signed by the project key"):
+            tampered.check(PROJECT, KEY.peer_id, "model.json")
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -137,6 +158,14 @@ def test_another_key_or_project_is_refused() -> None:
         ({"held_out": {"epoch": 1, "loss": float("nan"), "accuracy": 0.5, "samples": 1}}, "loss"),
         ({"held_out": {"epoch": 1, "loss": 1.0, "accuracy": 1.5, "samples": 1}}, "accuracy"),
         ({"held_out": [1, 2]}, "held_out"),
+        (
+            {"held_out": {"epoch": 1, "loss": 1.0, "accuracy": 0.5, "samples": 1, "floor": -1}},
+            "floor",
+        ),
+        (
+            {"held_out": {"epoch": 1, "loss": 1.0, "accuracy": 0.5, "samples": 1, "floor": "6"}},
+            "floor",
+        ),
         ({"format": 2}, "format"),
     ],
 )
@@ -237,6 +266,24 @@ def test_the_held_out_history_gives_the_newest_at_or_before_an_epoch(tmp_path: P
     ]
     history.record_all(logged)
     assert history.at_or_before(23) == HeldOut(20, 2.0, 0.5, 8)
+
+
+def test_the_held_out_history_keeps_the_floor_from_events_and_the_log(tmp_path: Path) -> None:
+    history = HeldOutHistory()
+    history.record(dataclasses.replace(evaluation(2, 5.0), floor=6.25))
+    history.record(dataclasses.replace(evaluation(4, 4.5), floor=float("nan")))
+    assert history.at_or_before(3) == HeldOut(2, 5.0, 0.25, 64, 6.25)
+    assert history.at_or_before(4) == HeldOut(4, 4.5, 0.25, 64)  # a floor no index takes
+    # evaluation.jsonl holds the event's fields (the backbone writes them as they are)
+    log = MetricsLog(tmp_path / EVALUATION_LOG)
+    log.write_record(dataclasses.asdict(dataclasses.replace(evaluation(8, 3.0), floor=6.5)))
+    log.write_record(dataclasses.asdict(evaluation(9, 2.75)))
+    log.write_record({"epoch": 10, "loss": 2.5, "accuracy": 0.5, "samples": 8, "floor": "x"})
+    assert json.loads((tmp_path / EVALUATION_LOG).read_text().splitlines()[0])["floor"] == 6.5
+    history.record_all(log.records())
+    assert history.at_or_before(8) == HeldOut(8, 3.0, 0.25, 64, 6.5)
+    assert history.at_or_before(9) == HeldOut(9, 2.75, 0.25, 64)  # a line of a run without one
+    assert history.at_or_before(10) == HeldOut(9, 2.75, 0.25, 64)  # not a floor: not a line
 
 
 # ---- the export beside a checkpoint ------------------------------------------------------------
