@@ -236,9 +236,16 @@ class LiveCoordinator:
         return self.call(self._client.report_contributions(self._aux, body))
 
     def evaluate(
-        self, epoch: int, loss: float, *, accuracy: float = 0.3, samples: int = 256
+        self,
+        epoch: int,
+        loss: float,
+        *,
+        accuracy: float = 0.3,
+        samples: int = 256,
+        floor: float | None = None,
     ) -> dict[str, Any]:
-        """The auxiliary peer's held-out evaluation of ``epoch``, measured now."""
+        """The auxiliary peer's held-out evaluation of ``epoch``, measured now (with the unigram
+        ``floor`` where given)."""
         body = {
             "epoch": epoch,
             "loss": loss,
@@ -247,6 +254,7 @@ class LiveCoordinator:
             "tokens": samples * 32,
             "seconds": 4.0,
             "time": time.time(),
+            "floor": floor,
         }
         assert self._client is not None
         assert self._aux is not None

@@ -51,6 +51,10 @@ owner's totals so far (the largest total credited; a newer receipt adds its exce
 ``trainer_user`` the owner of the trainer's key when the row arrived. ``totals`` and ``days`` gain
 ``expert_samples``: the part of their ``samples`` that receipts credited (0 for rows before);
 ``contributions`` gains an index by peer, for a volunteer's check of its own credit.
+
+Schema 9 (the unigram floor) adds ``evaluations.floor``: what a model that only counts tokens scores
+on the same held-out text, as the backbone reported it; null for rows before, and for a backbone
+that reports none.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from pathlib import Path
 from core.coordinator.errors import StoreError
 from core.util.files.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
@@ -253,6 +257,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX receipts_by_user ON receipts (user_key, first_received)",
     ),
+    ("ALTER TABLE evaluations ADD COLUMN floor REAL",),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

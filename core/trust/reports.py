@@ -259,6 +259,8 @@ class Measurement(Protocol):
     def seconds(self) -> float: ...
     @property
     def time(self) -> float: ...
+    @property
+    def floor(self) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,9 +278,12 @@ class Evaluation:
     """Held-out sequences measured."""
     tokens: int
     seconds: float
+    floor: float | None = None
+    """The unigram floor on the same text (what a model that only counts tokens scores); None
+    where the backbone had none, or is older than the floor (its reports do not name one)."""
 
     def to_json(self) -> dict[str, Any]:
-        """The ``POST /evaluations`` body."""
+        """The ``POST /evaluations`` body (a coordinator that knows no floor ignores it)."""
         return {
             "epoch": self.epoch,
             "time": self.time,
@@ -287,13 +292,15 @@ class Evaluation:
             "samples": self.samples,
             "tokens": self.tokens,
             "seconds": self.seconds,
+            "floor": self.floor,
         }
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any], now: float) -> Evaluation:
         """The evaluation ``body`` reports; ``InvalidReport`` naming the first field that is
         wrong: a finite loss from 0 to ``MAX_LOSS``, an accuracy from 0 to 1, whole counts, the
-        seconds it took, and its time, not in the future."""
+        seconds it took, and its time, not in the future; the floor, bounded like the loss, may be
+        null or absent."""
         epoch = _count(body.get("epoch"), "epoch")
         loss = _measured(body.get("loss"), "loss", 0.0, MAX_LOSS)
         accuracy = _measured(body.get("accuracy"), "accuracy", 0.0, 1.0)
@@ -303,15 +310,22 @@ class Evaluation:
         when = _measured(body.get("time"), "time", 0.0, now + FUTURE_SLACK)
         if when <= 0:
             raise InvalidReport("time must be the Unix time of the evaluation")
-        return cls(epoch, when, loss, accuracy, samples, tokens, seconds)
+        floor = body.get("floor")
+        if floor is not None:
+            floor = _measured(floor, "floor", 0.0, MAX_LOSS)
+        return cls(epoch, when, loss, accuracy, samples, tokens, seconds, floor)
 
 
 def evaluation_report(result: Measurement) -> dict[str, Any] | None:
     """The ``POST /evaluations`` body of a held-out measurement; None for one the coordinator
-    would refuse (no finite loss within its bound: nothing to plot)."""
+    would refuse (no finite loss within its bound: nothing to plot). A floor out of bounds is left
+    out rather than costing the loss."""
     loss = result.loss
     if loss is None or not _is_within(loss, 0, MAX_LOSS):
         return None
+    floor = (
+        result.floor if result.floor is not None and _is_within(result.floor, 0, MAX_LOSS) else None
+    )
     return Evaluation(
         result.epoch,
         result.time,
@@ -320,6 +334,7 @@ def evaluation_report(result: Measurement) -> dict[str, Any] | None:
         result.samples,
         result.tokens,
         max(result.seconds, 0.0),
+        floor,
     ).to_json()
 
 

@@ -68,12 +68,16 @@
     }
     const curve = stats.curve || {};
     const heldOut = curve.held_out || {};
+    const floor = curve.floor || {};
     setPath("loss-path", curve.path, curve.points);
     setPath("held-out-path", heldOut.path, heldOut.points);
     setPath("held-out-dots", heldOut.dots, null);
+    setPath("floor-path", floor.path, null);
     toggle("curve-empty", !(curve.points > 0 || heldOut.points > 0));
     toggle("curve-legend", heldOut.points > 0);
+    toggle("floor-key", Boolean(floor.path));
     toggle("held-out", Boolean(stats.evaluation));
+    toggle("held-out-floor", Boolean(shown.held_out_floor));
     toggle("stale", !stats.recent);
     showLeaders(stats.leaderboard);
     showModel(stats.model);

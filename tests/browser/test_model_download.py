@@ -2,8 +2,8 @@
 headless Chromium, driven by selenium, against a coordinator running on this machine that reads
 the model's signed index from a web server on this machine. The page offers the download (link,
 size, epoch, held-out loss, SHA-256, the lines that load it), shows the held-out figures and curve
-only once there is an evaluation, updates them in place, fits a phone's 360 px, and breaks none of
-its own Content-Security-Policy.
+(with the unigram floor's line and words) only once there is an evaluation, updates them in place,
+fits a phone's 360 px, and breaks none of its own Content-Security-Policy.
 
 Skipped, with the reason, where Chromium, its driver or selenium is missing (``.ci/run`` installs
 them on Debian as root)."""
@@ -111,10 +111,11 @@ def test_the_page_offers_the_model_and_shows_held_out_figures_as_they_come(
         assert not driver.find_element(By.ID, "curve-legend").is_displayed()
         held_out = driver.find_element(By.ID, "held-out-path")
         assert held_out.get_attribute("data-points") == "0"
+        assert driver.find_element(By.ID, "floor-path").get_attribute("d") == ""
         driver.execute_script("window.notReloaded = true")
 
-        coordinator.evaluate(1, 5.25, accuracy=0.125, samples=128)
-        coordinator.evaluate(3, 4.25, accuracy=0.25, samples=256)
+        coordinator.evaluate(1, 5.25, accuracy=0.125, samples=128, floor=6.5)
+        coordinator.evaluate(3, 4.25, accuracy=0.25, samples=256, floor=6.5)
         WebDriverWait(driver, WAIT).until(
             lambda d: d.find_element(By.ID, "held-out-path").get_attribute("data-points") == "2"
         )
@@ -124,6 +125,15 @@ def test_the_page_offers_the_model_and_shows_held_out_figures_as_they_come(
         assert figure("held_out_loss") == "4.25"
         assert figure("held_out_accuracy") == "25.0%"
         assert figure("held_out_when") == "at epoch 3, on 256 held-out sequences"
+        # the unigram floor: words beside the loss, and a level line across the plot at the top
+        # of its scale (above the first training loss, 6.0)
+        assert driver.find_element(By.ID, "held-out-floor").is_displayed()
+        assert figure("held_out_floor").startswith("2.25 below the unigram floor (6.50)")
+        assert driver.find_element(By.ID, "floor-key").is_displayed()
+        floor = driver.find_element(By.ID, "floor-path")
+        assert floor.get_attribute("d") == "M0 8.0 H600"
+        assert floor.rect["width"] > 300
+        assert figure("curve_top") == "6.5"
         path = driver.find_element(By.ID, "held-out-path")
         assert str(path.get_attribute("d")).count("L") == 1
         assert path.rect["width"] > 100  # epochs 1 to 3 of 0 to 3

@@ -1,11 +1,13 @@
 """The backbone's held-out evaluations at the coordinator: hostile reports are refused whole with
 the field named, the newest per epoch is kept (an epoch never reported too), and the project page
-and ``/stats`` show the held-out curve and the latest figures only once there are some."""
+and ``/stats`` show the held-out curve and the latest figures only once there are some, with the
+unigram floor as a line and in words where the backbone reported one."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import re
@@ -39,6 +41,7 @@ GOOD: dict[str, Any] = {
     "tokens": 4096,
     "seconds": 12.5,
     "time": 1_700_000_000.0,
+    "floor": None,
 }
 
 
@@ -83,6 +86,11 @@ async def post_text(page: Page, text: str) -> Reply:
         ({"time": "-5"}, "time"),
         ({"time": '"now"'}, "time"),
         ({"time": "4000000000"}, "time"),  # in the future: the peer's clock is wrong
+        ({"floor": "NaN"}, "floor"),
+        ({"floor": "-1"}, "floor"),
+        ({"floor": "1e300"}, "floor"),
+        ({"floor": '"6.2"'}, "floor"),
+        ({"floor": "true"}, "floor"),
     ],
 )
 async def test_hostile_evaluations_are_refused_and_nothing_is_stored(
@@ -101,7 +109,7 @@ async def test_hostile_evaluations_are_refused_and_nothing_is_stored(
 
 async def test_a_missing_field_or_a_body_that_is_no_object_is_refused(tmp_path: Path) -> None:
     async with running_page(tmp_path) as page:
-        for name in GOOD:
+        for name in GOOD.keys() - {"floor"}:  # the floor alone may be missing
             partial = {key: value for key, value in GOOD.items() if key != name}
             reply = await page.client.post("/evaluations", partial, token=page.token)
             assert reply.status == 400, (name, reply)
@@ -133,6 +141,22 @@ async def test_the_bounds_are_taken_and_an_epoch_never_reported_is_stored(
         stored = page.service.store.evaluations.latest()
         assert stored == Evaluation(9, page.clock.time(), MAX_LOSS, 1.0, 0, 0, 0.0)
         assert (await page.evaluate(10, 0.0, accuracy=0)).status == 200
+
+
+async def test_a_floor_is_stored_and_a_report_without_one_still_taken(tmp_path: Path) -> None:
+    async with running_page(tmp_path) as page:
+        assert (await page.evaluate(2, 5.0, floor=6.25)).status == 200
+        stored = page.service.store.evaluations.get(2)
+        assert stored is not None
+        assert stored.floor == 6.25
+        # an older backbone names none
+        older = {key: value for key, value in GOOD.items() if key != "floor"}
+        older["time"] = page.clock.time()
+        assert (await page.client.post("/evaluations", older, token=page.token)).status == 200
+        latest = page.service.store.evaluations.latest()
+        assert latest is not None
+        assert (latest.epoch, latest.floor) == (4, None)
+        assert (await page.client.get("/stats")).body["evaluation"]["floor"] is None
 
 
 def test_the_store_keeps_the_newest_evaluation_of_each_epoch(tmp_path: Path) -> None:
@@ -181,6 +205,24 @@ def test_a_schema_6_database_gains_the_evaluations_table(tmp_path: Path) -> None
         assert store.evaluations.losses(MOST_POINTS) == [(7.0, 2.75)]
 
 
+def test_a_schema_8_database_keeps_its_evaluations_without_a_floor(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    old = SqliteFile("coordinator database", APPLICATION_ID, _MIGRATIONS[:8], StoreError)
+    conn = old.open(path)
+    with conn:
+        conn.execute(
+            "INSERT INTO evaluations (epoch, time, loss, accuracy, samples, tokens, seconds, "
+            "received) VALUES (5, 1.0, 4.5, 0.25, 256, 4096, 2.0, 1.0)"
+        )
+    conn.close()
+    with CoordinatorStore(path) as store:
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert store.evaluations.latest() == Evaluation(5, 1.0, 4.5, 0.25, 256, 4096, 2.0)
+        # measured again, now with a floor: the row takes it
+        store.evaluations.record(Evaluation(5, 2.0, 4.25, 0.25, 256, 4096, 2.0, 6.0), 3.0)
+        assert store.evaluations.get(5) == Evaluation(5, 2.0, 4.25, 0.25, 256, 4096, 2.0, 6.0)
+
+
 async def four_epochs_two_evaluations(page: Page) -> None:
     for epoch, loss in enumerate((6.0, 5.0, 4.5, 4.0)):
         assert (await page.report(epoch, loss=loss, samples_per_second=10.0)).status == 200
@@ -225,6 +267,45 @@ async def test_the_page_and_stats_show_the_held_out_curve_and_latest_figures(
         assert "Training loss" in html
 
 
+async def test_the_floor_is_a_line_on_the_curve_and_words_beside_the_loss(
+    tmp_path: Path,
+) -> None:
+    async with running_page(tmp_path) as page:
+        for epoch, loss in enumerate((6.0, 5.0, 4.5, 4.0)):
+            assert (await page.report(epoch, loss=loss)).status == 200
+        assert (await page.evaluate(1, 5.5, floor=7.0)).status == 200
+        assert (await page.evaluate(3, 4.75, floor=7.0)).status == 200
+        stats = (await page.client.get("/stats")).body
+        assert stats["evaluation"]["floor"] == 7.0
+        curve = stats["curve"]
+        # the scale reaches up to the floor (4 to 7), which is a level line across the plot
+        assert curve["losses"] == [4.0, 7.0]
+        assert curve["floor"] == {"value": 7.0, "path": "M0 8.0 H600"}
+        assert curve["held_out"]["path"] == "M202.7 100.0 L592.0 146.0"
+        words = "2.25 below the unigram floor (7.00): what a model that only counts words scores"
+        assert stats["display"]["held_out_floor"] == words
+        assert stats["display"]["curve_top"] == "7"
+
+        _, html, _ = await page.text("/")
+        assert figure(html, "held_out_floor") == words
+        assert '<p id="held-out-floor" class="note">' in html
+        line = re.search(r'<path id="floor-path"[^>]*>', html)
+        assert line
+        assert 'd="M0 8.0 H600"' in line.group(0)
+        assert 'class="floor"' in line.group(0)
+        assert (
+            '<span id="floor-key" class="key floor">unigram floor (a model that only counts '
+            "words)</span>"
+        ) in html
+
+
+async def test_a_loss_above_the_floor_says_so(tmp_path: Path) -> None:
+    async with running_page(tmp_path) as page:
+        assert (await page.evaluate(1, 8.25, floor=6.25)).status == 200
+        shown = (await page.client.get("/stats")).body["display"]
+        assert shown["held_out_floor"].startswith("2.00 above the unigram floor (6.25)")
+
+
 async def test_without_evaluations_the_page_says_nothing_of_them(tmp_path: Path) -> None:
     async with running_page(tmp_path) as page:
         for epoch, loss in enumerate((6.0, 5.0)):
@@ -232,13 +313,18 @@ async def test_without_evaluations_the_page_says_nothing_of_them(tmp_path: Path)
         stats = (await page.client.get("/stats")).body
         assert stats["evaluation"] is None
         assert stats["curve"]["held_out"] == {"points": 0, "path": "", "dots": ""}
+        assert stats["curve"]["floor"] == {"value": None, "path": ""}
         assert stats["display"]["held_out_loss"] == ""
+        assert stats["display"]["held_out_floor"] == ""
         _, html, _ = await page.text("/")
         # the script's places are there, hidden and empty, for the first evaluation to fill
         assert '<div id="held-out" class="held-out" hidden>' in html
         assert '<p id="curve-legend" class="legend" hidden>' in html
+        assert '<p id="held-out-floor" class="note" hidden>' in html
+        assert '<span id="floor-key" class="key floor" hidden>' in html
         assert figure(html, "held_out_loss") == ""
         assert re.search(r'<path id="held-out-path"[^>]* d=""', html)
+        assert re.search(r'<path id="floor-path"[^>]* d=""', html)
 
 
 async def test_a_held_out_curve_alone_is_drawn(tmp_path: Path) -> None:
@@ -257,6 +343,14 @@ def test_the_peer_reports_only_evaluations_the_coordinator_takes() -> None:
 
     report = evaluation_report(result(3.5))
     assert report == {**GOOD, "epoch": 5, "loss": 3.5, "accuracy": 0.5, "seconds": 3.0}
+    floored = evaluation_report(dataclasses.replace(result(3.5), floor=6.25))
+    assert floored is not None
+    assert floored["floor"] == 6.25
+    # a floor the coordinator would refuse is left out; the loss is still reported
+    for floor in (math.nan, -1.0, MAX_LOSS * 2):
+        wild = evaluation_report(dataclasses.replace(result(3.5), floor=floor))
+        assert wild is not None
+        assert (wild["loss"], wild["floor"]) == (3.5, None)
     for loss in (None, math.nan, math.inf, -1.0, MAX_LOSS * 2):
         assert evaluation_report(result(loss)) is None
     clamped = evaluation_report(result(2.0, accuracy=1.0000001))

@@ -117,6 +117,20 @@ async def test_the_page_offers_the_model_the_project_key_signed(
         )
 
 
+async def test_the_models_held_out_loss_stands_beside_its_floor(
+    tmp_path: Path, server: ShardServer
+) -> None:
+    async with running_page(tmp_path / "c", checkpoint_url=server.url + FOLDER) as page:
+        publish(tmp_path, page.key, 30, held_out=HeldOut(28, 5.75, 0.375, 256, 6.25))
+        _, html, _ = await page.text("/")
+        assert figure(html, "model_held_out") == (
+            "5.75 (accuracy 37.5%, measured at epoch 28 on 256 sequences), 0.50 below the "
+            "unigram floor (6.25)"
+        )
+        model = await model_of(page)
+        assert model["held_out"]["floor"] == 6.25
+
+
 async def test_a_causal_model_loads_with_its_auto_class(
     tmp_path: Path, server: ShardServer
 ) -> None:

@@ -4,8 +4,10 @@ The curve lives in a fixed ``WIDTH`` x ``HEIGHT`` view box that the page stretch
 (``preserveAspectRatio="none"`` with strokes that do not scale), so the path fits any screen; the
 axis labels are HTML beside it, which stays readable on a phone. The held-out loss, measured every
 few epochs, shares the plot and its scale: a second, dashed line with a dot at each evaluation. The
-script only swaps the path data and the labels' text that ``/stats`` brings: it never computes
-geometry or builds markup.
+unigram floor the backbone reports with it (what a model that only counts words scores on the same
+text) is a dotted horizontal line across the plot, inside its scale, so that a curve flattening
+onto it reads as a model that learned word counts and nothing more. The script only swaps the path
+data and the labels' text that ``/stats`` brings: it never computes geometry or builds markup.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class Curve:
     held_out_dots: str = ""
     """A dot at each held-out point: evaluations are sparser than epochs, and a line between two
     of them says nothing about the epochs in between."""
+    floor: float | None = None
+    """The unigram floor drawn; None without one (or without any line to draw it beside)."""
+    floor_path: str = ""
+    """The floor as a horizontal line across the view box; empty without one."""
 
     def labels(self) -> dict[str, str]:
         """The axis labels' text, by the ``data-figure`` name the page gives each."""
@@ -61,19 +67,22 @@ class Curve:
                 "path": self.held_out_path,
                 "dots": self.held_out_dots,
             },
+            "floor": {"value": self.floor, "path": self.floor_path},
         }
 
 
 def loss_curve(
-    points: Sequence[tuple[float, float]], held_out: Sequence[tuple[float, float]] = ()
+    points: Sequence[tuple[float, float]],
+    held_out: Sequence[tuple[float, float]] = (),
+    floor: float | None = None,
 ) -> Curve:
     """The curves through (epoch, loss) points of training and of the held-out evaluations,
-    oldest first, on one scale."""
+    oldest first, on one scale, with the unigram ``floor`` as a level line within it."""
     every = [*points, *held_out]
     if not every:
         return Curve(0, "", None, None)
     epochs = [p[0] for p in every]
-    losses = [p[1] for p in every]
+    losses = [p[1] for p in every] + ([] if floor is None else [floor])
     first, last = min(epochs), max(epochs)
     low, high = min(losses), max(losses)
     if high - low < 1e-9:  # a flat line sits in the middle
@@ -95,14 +104,24 @@ def loss_curve(
         return path
 
     dots = " ".join(f"M{x(e):.1f} {y(v):.1f} h0.1" for e, v in held_out)
+    level = "" if floor is None else f"M0 {y(floor):.1f} H{WIDTH:.0f}"
     return Curve(
-        len(points), line(points), (first, last), (low, high), len(held_out), line(held_out), dots
+        len(points),
+        line(points),
+        (first, last),
+        (low, high),
+        len(held_out),
+        line(held_out),
+        dots,
+        floor,
+        level,
     )
 
 
 def curve_svg(curve: Curve) -> Markup:
-    """The plot: a frame, three grid lines, the training loss (``id="loss-path"`` for the script)
-    and the held-out loss with its dots (``held-out-path``, ``held-out-dots``)."""
+    """The plot: a frame, three grid lines, the unigram floor (``floor-path``), the training loss
+    (``id="loss-path"`` for the script) and the held-out loss with its dots (``held-out-path``,
+    ``held-out-dots``)."""
     grid = [
         el(
             "line",
@@ -119,6 +138,14 @@ def curve_svg(curve: Curve) -> Markup:
         "svg",
         el("title", "Loss per epoch"),
         grid,
+        el(
+            "path",
+            id="floor-path",
+            class_="floor",
+            d=curve.floor_path,
+            fill="none",
+            vector_effect="non-scaling-stroke",
+        ),
         el(
             "path",
             id="loss-path",

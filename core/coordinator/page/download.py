@@ -1,6 +1,6 @@
 """The project page's "Download the model" section: the archive the backbone published beside its
-latest checkpoint (``published_model``), its size, epoch, held-out loss and SHA-256, and the lines
-that load it with transformers once unpacked.
+latest checkpoint (``published_model``), its size, epoch, held-out loss (beside the unigram floor
+where the index names one) and SHA-256, and the lines that load it with transformers once unpacked.
 
 The section is on the page only while a model is known; ``/stats`` carries it too (``model``), and
 its text under ``display`` (``model_*``), for the script to show a model published after the page
@@ -16,6 +16,7 @@ from typing import Any
 from core.coordinator.page import formats
 from core.coordinator.page.html import Markup, el
 from core.coordinator.published_model import PublishedModel
+from core.util.amounts import floor_gap
 
 FIELDS = (
     "model_file",
@@ -42,9 +43,10 @@ def model_display(model: PublishedModel | None) -> dict[str, str]:
     if held_out is None:
         measured = ""
     else:
+        floor = "" if held_out.floor is None else f", {floor_gap(held_out.loss, held_out.floor)}"
         measured = (
             f"{formats.loss(held_out.loss)} (accuracy {formats.share(held_out.accuracy)}, "
-            f"measured at epoch {held_out.epoch:,} on {held_out.samples:,} sequences)"
+            f"measured at epoch {held_out.epoch:,} on {held_out.samples:,} sequences){floor}"
         )
     return {
         "model_file": index.file,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 
+from core.util.amounts import floor_gap
+
 NOTHING = "—"
 
 
@@ -18,6 +20,13 @@ def speed(value: float | None) -> str:
 
 def loss(value: float | None) -> str:
     return NOTHING if value is None else f"{value:.4g}"
+
+
+def beside_floor(loss: float, floor: float | None) -> str:
+    """A held-out loss against the unigram floor, in words ("" without a floor)."""
+    if floor is None:
+        return ""
+    return f"{floor_gap(loss, floor)}: what a model that only counts words scores"
 
 
 def share(value: float) -> str:

@@ -2,7 +2,8 @@
 
 Read from the store on each request (a few indexed queries, each curve at most ``MOST_POINTS``
 rows): the newest report's loss, speed and live peers, the epoch, all the samples reported, the loss
-curve with the held-out loss beside it, the newest held-out evaluation, and the leaderboard's top.
+curve with the held-out loss beside it, the newest held-out evaluation (with where it stands against
+the unigram floor, when the backbone reported one), and the leaderboard's top.
 Volunteers online and the speed are the newest report's only if it arrived within ``RECENT``
 seconds; older, they read 0 and the page says that no report is recent.
 
@@ -22,6 +23,8 @@ from core.coordinator.reports.leaderboard import ACTIVE_WINDOW
 from core.coordinator.store import CoordinatorStore
 from core.trust.reports import Evaluation
 
+HELD_OUT_FIGURES = ("held_out_loss", "held_out_accuracy", "held_out_when", "held_out_floor")
+"""The ``data-figure`` names of the newest held-out evaluation's text."""
 RECENT = ACTIVE_WINDOW
 """A report older than this says nothing about who is online now."""
 TOP = 10
@@ -122,6 +125,7 @@ def read_stats(store: CoordinatorStore, now: float) -> Stats:
         alive = latest.figures.alive_peers
     _, samples = store.contributions.epoch_totals()
     board = store.leaderboard
+    evaluation = store.evaluations.latest()
     leaders = tuple(
         Leader(e["rank"], e["username"], e["samples"], e["compute_seconds"])
         for e in board.top(TOP, now)
@@ -135,17 +139,21 @@ def read_stats(store: CoordinatorStore, now: float) -> Stats:
         volunteers_online=alive or 0,
         last_report=None if latest is None else latest.received,
         recent=recent,
-        curve=loss_curve(store.figures.losses(MOST_POINTS), store.evaluations.losses(MOST_POINTS)),
+        curve=loss_curve(
+            store.figures.losses(MOST_POINTS),
+            store.evaluations.losses(MOST_POINTS),
+            None if evaluation is None else evaluation.floor,
+        ),
         leaders=leaders,
         contributors=board.totals()["users"],
-        evaluation=store.evaluations.latest(),
+        evaluation=evaluation,
     )
 
 
 def held_out_display(evaluation: Evaluation | None) -> dict[str, str]:
     """The text of the newest held-out evaluation's figures (empty before any)."""
     if evaluation is None:
-        return {"held_out_loss": "", "held_out_accuracy": "", "held_out_when": ""}
+        return dict.fromkeys(HELD_OUT_FIGURES, "")
     return {
         "held_out_loss": formats.loss(evaluation.loss),
         "held_out_accuracy": formats.share(evaluation.accuracy),
@@ -153,4 +161,5 @@ def held_out_display(evaluation: Evaluation | None) -> dict[str, str]:
             f"at epoch {evaluation.epoch:,}, on {evaluation.samples:,} held-out "
             f"sequence{'' if evaluation.samples == 1 else 's'}"
         ),
+        "held_out_floor": formats.beside_floor(evaluation.loss, evaluation.floor),
     }

@@ -8,16 +8,21 @@ a 400 that names the field; nothing is stored then. An epoch the coordinator has
 yet is stored all the same.
 
 One row per epoch (``evaluations``, schema 7): a report sent again changes nothing, and the same
-epoch measured again later (after a rollback) replaces it, as the figures do.
+epoch measured again later (after a rollback) replaces it, as the figures do. Each keeps the unigram
+floor its report named (schema 9), or null.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sqlite3
 
 from core.coordinator.schema import transaction
 from core.trust.reports import Evaluation
+
+_COLUMNS = "epoch, time, loss, accuracy, samples, tokens, seconds, floor"
+"""``Evaluation``'s fields, in its order (rows are written and read as its tuple)."""
 
 
 class Evaluations:
@@ -26,32 +31,29 @@ class Evaluations:
 
     def record(self, evaluation: Evaluation, received: float) -> bool:
         """Store one evaluation; False if the same (or a newer one of its epoch) is stored."""
-        e = evaluation
         with transaction(self._conn):
             changed = self._conn.execute(
-                "INSERT INTO evaluations "
-                "(epoch, time, loss, accuracy, samples, tokens, seconds, received) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (epoch) DO UPDATE SET "
+                f"INSERT INTO evaluations ({_COLUMNS}, received) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (epoch) DO UPDATE SET "
                 "time = excluded.time, loss = excluded.loss, accuracy = excluded.accuracy, "
                 "samples = excluded.samples, tokens = excluded.tokens, "
-                "seconds = excluded.seconds, received = excluded.received "
+                "seconds = excluded.seconds, floor = excluded.floor, "
+                "received = excluded.received "
                 "WHERE excluded.time > evaluations.time",
-                (e.epoch, e.time, e.loss, e.accuracy, e.samples, e.tokens, e.seconds, received),
+                (*dataclasses.astuple(evaluation), received),
             ).rowcount
         return bool(changed)
 
     def latest(self) -> Evaluation | None:
         """The evaluation of the newest epoch (epochs only grow, across rollbacks too)."""
         row = self._conn.execute(
-            "SELECT epoch, time, loss, accuracy, samples, tokens, seconds FROM evaluations "
-            "ORDER BY epoch DESC LIMIT 1"
+            f"SELECT {_COLUMNS} FROM evaluations ORDER BY epoch DESC LIMIT 1"
         ).fetchone()
         return None if row is None else Evaluation(*row)
 
     def get(self, epoch: int) -> Evaluation | None:
         row = self._conn.execute(
-            "SELECT epoch, time, loss, accuracy, samples, tokens, seconds FROM evaluations "
-            "WHERE epoch = ?",
+            f"SELECT {_COLUMNS} FROM evaluations WHERE epoch = ?",
             (epoch,),
         ).fetchone()
         return None if row is None else Evaluation(*row)
