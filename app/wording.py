@@ -258,6 +258,20 @@ def _peers(n: int) -> str:
     return f"{n} peer" if n == 1 else f"{n} peers"
 
 
+FLOOR_NAME = "unigram floor (word counts only)"
+"""What the held-out curve's level line is called: the loss of a model that knows how often each
+token occurs and nothing of context."""
+
+
+def beside_floor(loss: float | None, floor: float | None) -> str:
+    """Where a held-out loss stands against the unigram floor: "0.51 below the unigram floor
+    (6.24)" (below: the model uses context); "" without both."""
+    if loss is None or floor is None:
+        return ""
+    gap = floor - loss
+    return f"{abs(gap):.2f} {'below' if gap >= 0 else 'above'} the unigram floor ({floor:.2f})"
+
+
 def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911, PLR0912 - a case a type
     """(kind, text) of one event for the event log."""
     data: object = event.data  # not narrowed to the known types: a newer engine may send others
@@ -281,9 +295,10 @@ def describe_event(event: Event) -> tuple[str, str]:  # noqa: PLR0911, PLR0912 -
         )
     if isinstance(data, HeldOutMeasured):
         loss = "unknown" if data.point.loss is None else f"{data.point.loss:.3f}"
+        floor = beside_floor(data.point.loss, data.point.floor)
         return "Collaboration", (
             f"The model of epoch {data.point.epoch} measured on held-out text: loss {loss}, "
-            f"{100 * data.point.accuracy:.1f} % of tokens right"
+            f"{100 * data.point.accuracy:.1f} % of tokens right" + (f"; {floor}" if floor else "")
         )
     if isinstance(data, PeersSeen):
         return "Peers", f"{data.peers} peer(s) training on {data.project}"

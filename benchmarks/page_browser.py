@@ -284,8 +284,14 @@ def contribution(peer: Identity, access: str, samples: int, compute: float) -> d
     }
 
 
+SAMPLE_FLOOR = 6.24
+"""The sample project's unigram floor (the demo's): its loss starts above it and falls below."""
+
+
 def sample_project(live: LiveCoordinator, epochs: int = 40) -> None:
-    """A project some way into training: a falling, noisy loss, and a leaderboard."""
+    """A project some way into training: a falling, noisy loss, the backbone's held-out
+    evaluation every fifth epoch (a little above the training loss) beside the unigram floor, and
+    a leaderboard."""
     names = ("arnab", "rahima", "tanvir", "nusrat", "shafiq", "mitu", "joy")
     volunteers = [(name, *live.volunteer(name)) for name in names]
     for epoch in range(epochs):
@@ -298,3 +304,7 @@ def sample_project(live: LiveCoordinator, epochs: int = 40) -> None:
         live.report(
             epoch, round(loss, 4), samples=samples, contributions=parts, ago=(epochs - epoch) * 90.0
         )
+        if epoch % 5 == 4:
+            held_out = loss + 0.25  # text the model never saw
+            accuracy = round(max(0.0, min(1.0, 0.9 - held_out / 12)), 4)
+            live.evaluate(epoch, round(held_out, 4), accuracy=accuracy, floor=SAMPLE_FLOOR)

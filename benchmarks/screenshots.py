@@ -5,14 +5,16 @@
 Runs offscreen (unless QT_QPA_PLATFORM says otherwise): the real window, bridge and store, with a
 ``FakeEngine`` on the far side. Writes one PNG per page and state (first run's three steps, joining
 by a project URL (a bare host refused, the project's preview, a refused update on the dashboard), the
-dashboard contributing, waiting and paused, schedule, statistics, projects, the leaderboard logged in,
+dashboard contributing, waiting and paused, schedule, statistics (and scrolled to the model: training
+and held-out loss beside the unigram floor's dashed line), projects, the leaderboard logged in,
 stale and logged out, events, the engine-stopped banner, the tray menu and its four icons, the close
 question) and ``index.json`` listing them. Look at them after changing the GUI; keep them out of git.
 
 Then the coordinator's project page (``benchmarks/page_browser``): a real coordinator on this
-machine with a project's sample figures, photographed whole by headless Chromium at a desktop's and
-a phone's width (``project-page.png``, ``project-page-phone.png``) and a volunteer's page
-(``project-user-page.png``). Without Chromium those are skipped, with a note in ``index.json``.
+machine with a project's sample figures (held-out evaluations and their floor included),
+photographed whole by headless Chromium at a desktop's and a phone's width (``project-page.png``,
+``project-page-phone.png``) and a volunteer's page (``project-user-page.png``). Without Chromium
+those are skipped, with a note in ``index.json``.
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QEvent, QTimer
+from PySide6.QtCore import QEvent, QPoint, QTimer
 from PySide6.QtGui import QPixmap
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
 from app.engine.bridge import EngineBridge
 from app.engine.preview import FakeConnector
 from app.engine.store import EngineStore
 from app.icons import tray_icon
+from app.pages.statistics import StatisticsPage
 from app.settings import AppSettings
 from app.theme import apply_theme
 from app.tray import Tray
@@ -205,6 +208,7 @@ def _main_pages(s: Shooter) -> None:
         window.show_page(key)
         s.settle(0.8)
         s.save(name, window, what)
+    _statistics_model(s, window)
     window.show_page("dashboard")
     fake.set_conditions(idle_seconds=20.0)  # at the computer: a GPU project waits
     s.settle(0.6)
@@ -222,6 +226,25 @@ def _main_pages(s: Shooter) -> None:
     s.settle(0.4)
     s.save("13-engine-stopped", window, "the engine was stopped: the banner offers to start it")
     window.hide()
+
+
+def _statistics_model(s: Shooter, window: MainWindow) -> None:
+    """The statistics page scrolled down to the model: the held-out curve and its floor."""
+    window.show_page("statistics")
+    page = window.page["statistics"]
+    assert isinstance(page, StatisticsPage)
+    s.wait(lambda: bool(page.loss_chart.levels))  # the sample evaluations carry the floor
+    scroll = page.findChild(QScrollArea)
+    assert scroll is not None
+    s.settle(0.8)  # laid out first: the chart's place in the scrolled body is known only then
+    top = page.loss_chart.mapTo(scroll.widget(), QPoint(0, 0)).y()
+    scroll.verticalScrollBar().setValue(top - 8)
+    s.settle(0.4)
+    s.save(
+        "07b-statistics-model",
+        window,
+        "statistics: training and held-out loss, the unigram floor's line, the held-out tile",
+    )
 
 
 def _leaderboard_states(s: Shooter) -> None:

@@ -3,8 +3,9 @@
 All from the engine's contribution ledger (this computer only, every project together), by local
 day, days without work included so the gaps show. Below them, the active project's model: its
 training loss and, where the project's backbone measures it, the loss on held-out text (text no
-peer trains on, so it says whether the model learns the language or only its shards), with the
-latest held-out figures; "Try the model": a sentence with a missing word, and the model's
+peer trains on, so it says whether the model learns the language or only its shards) beside the
+unigram floor (a dashed line: what a model that only counts words scores there), with the latest
+held-out figures; "Try the model": a sentence with a missing word, and the model's
 guesses (``TryModelBox``); and "Check my credit": this computer's count of its epochs beside what
 the project's coordinator credited (``CreditCheckBox``).
 """
@@ -114,15 +115,18 @@ class StatisticsPage(QWidget):
             "Training loss: the mean loss every peer reports at each completed epoch. Held-out "
             "loss: the model measured by the project's backbone on text no peer trains on. "
             "Lower is better; held-out loss rising while training loss falls means the model "
-            "learns its shards by heart",
+            "learns its shards by heart. The dashed unigram floor is what a model that only "
+            "counts how often each word occurs scores on the held-out text: below it, the model "
+            "uses context",
             "epoch",
             "loss",
         )
         self.loss_chart.setMinimumHeight(280)  # room for the legend and the loss axis' labels
         self.held_out = StatTile(
             "Held-out loss",
-            "The newest loss of the model on the project's held-out text, and the share of "
-            "tokens it guessed right",
+            "The newest loss of the model on the project's held-out text, the share of tokens it "
+            "guessed right, and how far below the unigram floor it is (the loss of a model that "
+            "only counts words)",
         )
         self.held_out.setMinimumWidth(170)
         row.addWidget(self.loss_chart, 1)
@@ -132,21 +136,25 @@ class StatisticsPage(QWidget):
     def show_model(self) -> None:
         """The active project's training and held-out losses, and the newest held-out figures."""
         points, held_out = self.store.history, self.store.held_out
+        # the floor is the project's (one held-out text, one count of its words): the newest
+        # reported stands for all, older backbones' evaluations having none
+        floor = next((e.floor for e in reversed(held_out) if e.floor is not None), None)
         self.loss_chart.set_lines(
             {
                 "training loss": ([p.epoch for p in points], [p.loss for p in points]),
                 "held-out loss": ([e.epoch for e in held_out], [e.loss for e in held_out]),
             },
             empty="the curve appears after the collaboration's first epoch",
+            levels={} if floor is None else {wording.FLOOR_NAME: floor},
         )
         if not held_out:
             self.held_out.set("–", "not measured yet: only projects that keep text apart do")
             return
         newest = held_out[-1]
         loss = "unknown" if newest.loss is None else f"{newest.loss:.3f}"
-        self.held_out.set(
-            loss, f"{100 * newest.accuracy:.1f} % of tokens right, epoch {newest.epoch}"
-        )
+        caption = f"{100 * newest.accuracy:.1f} % of tokens right, epoch {newest.epoch}"
+        beside = wording.beside_floor(newest.loss, newest.floor)
+        self.held_out.set(loss, f"{caption}; {beside}" if beside else caption)
 
     def _period_changed(self, index: int) -> None:
         self.store.statistics_days = int(self.period.itemData(index))

@@ -69,6 +69,8 @@ class LineChart(_Chart):
         self.count = 0
         self.lines: dict[str, list[tuple[float, float]]] = {}
         """The points drawn, by line (lines without any left out)."""
+        self.levels: dict[str, float] = {}
+        """The level lines drawn across the plot, by name (none while no line is drawn)."""
 
     def set_points(self, xs: Sequence[float], ys: Sequence[float | None], *, empty: str) -> None:
         self.set_lines({self.y_title: (xs, ys)}, empty=empty)
@@ -78,10 +80,14 @@ class LineChart(_Chart):
         lines: Mapping[str, tuple[Sequence[float], Sequence[float | None]]],
         *,
         empty: str,
+        levels: Mapping[str, float] | None = None,
     ) -> None:
         """Named lines of (x, y) on the same axes, a legend naming them when more than one is
         drawn; a y of None is a gap. The first is the main line (``count`` is its points); the
-        others are measurements at some x only, so their points show where they were taken."""
+        others are measurements at some x only, so their points show where they were taken.
+        ``levels``: named y values drawn as dashed horizontal lines across the plot (a reference,
+        such as the loss of a model that knows nothing of context), within the y range; only
+        beside a line: alone they are no curve."""
         chart = self._reset()
         drawn: dict[str, list[tuple[float, float]]] = {}
         for index, (name, (xs, ys)) in enumerate(lines.items()):
@@ -91,6 +97,7 @@ class LineChart(_Chart):
             if pairs:
                 drawn[name] = pairs
         self.lines = drawn
+        self.levels = {name: float(y) for name, y in (levels or {}).items()} if drawn else {}
         if not drawn:
             self._say_empty(empty)
             return
@@ -104,7 +111,8 @@ class LineChart(_Chart):
         every = [pair for pairs in drawn.values() for pair in pairs]
         low_x, high_x = min(x for x, _ in every), max(x for x, _ in every)
         x_axis.setRange(low_x, high_x if high_x > low_x else low_x + 1)
-        low, high = min(y for _, y in every), max(y for _, y in every)
+        heights = [y for _, y in every] + list(self.levels.values())
+        low, high = min(heights), max(heights)
         pad = (high - low) * 0.08 or 0.5
         y_axis.setRange(low - pad, high + pad)
         x_axis.applyNiceNumbers()
@@ -115,33 +123,45 @@ class LineChart(_Chart):
         ):
             axis.setLabelsColor(QColor(MUTED))
             chart.addAxis(axis, side)
-        for index, (name, colour) in enumerate(zip(lines, SERIES_COLOURS, strict=False)):
-            if name not in drawn:
-                continue
+        dashed = QPen(QColor(MUTED), 1.5, Qt.PenStyle.DashLine)
+        styles = [
+            (name, drawn[name], QPen(QColor(colour), 2), index > 0)
+            for index, (name, colour) in enumerate(zip(lines, SERIES_COLOURS, strict=False))
+            if name in drawn
+        ] + [
+            # across the whole plot, the axis' rounded ends included
+            (name, [(x_axis.min(), level), (x_axis.max(), level)], dashed, False)
+            for name, level in self.levels.items()
+        ]
+        for name, pairs, pen, dotted in styles:
             series = QLineSeries()
             series.setName(name)
-            series.setPen(QPen(QColor(colour), 2))
-            series.setPointsVisible(index > 0)
-            series.replace([QPointF(x, y) for x, y in drawn[name]])
+            series.setPen(pen)
+            series.setPointsVisible(dotted)
+            series.replace([QPointF(x, y) for x, y in pairs])
             chart.addSeries(series)
             series.attachAxis(x_axis)
             series.attachAxis(y_axis)
-        chart.legend().setVisible(len(drawn) > 1)
+        chart.legend().setVisible(len(styles) > 1)
         chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
-        if list(drawn) == [self.y_title]:
-            (pairs,) = drawn.values()
+        self.setAccessibleDescription(self._description())
+
+    def _description(self) -> str:
+        """The numbers drawn, for a screen reader."""
+        if list(self.lines) == [self.y_title] and not self.levels:
+            (pairs,) = self.lines.values()
             last_x, last_y = pairs[-1]
-            self.setAccessibleDescription(
+            return (
                 f"{len(pairs)} points; latest {self.y_title} {last_y:.3f} at {self.x_title} "
                 f"{last_x:.0f}"
             )
-            return
-        self.setAccessibleDescription(
-            "; ".join(
+        return "; ".join(
+            [
                 f"{name}: {len(pairs)} points, latest {pairs[-1][1]:.3f} at {self.x_title} "
                 f"{pairs[-1][0]:.0f}"
-                for name, pairs in drawn.items()
-            )
+                for name, pairs in self.lines.items()
+            ]
+            + [f"{name}: {level:.3f}" for name, level in self.levels.items()]
         )
 
 

@@ -493,6 +493,10 @@ class HeldOutPoint:
     """Share of predicted tokens guessed right, 0 to 1."""
     samples: int
     """Sequences measured."""
+    floor: float | None = None
+    """The unigram floor on the same text: the loss of a model that only counts words (how often
+    each token occurs). A loss below it means the model uses context. None where the backbone
+    reported none (an older one, or one that could not read its training text)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ started afresh counts from 0 again, and the curve should show that.
 
 The backbone's held-out evaluations (``PeerEvaluation`` events, which a trainer reads in the
 backbone's progress record) are kept beside the points the same way, as ``HeldOutPoint``s in a
-ledger table of their own: an evaluation may be seen before its epoch completes, or after.
+ledger table of their own: an evaluation may be seen before its epoch completes, or after. Each
+keeps the unigram floor its event carried (a floor that is not finite is as unknown as none).
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ class History:
         if kept and kept[-1].epoch == point.epoch:
             return False
         kept.append(point)
-        row = HeldOutRow(point.epoch, point.time, point.loss, point.accuracy, point.samples)
+        row = HeldOutRow(
+            point.epoch, point.time, point.loss, point.accuracy, point.samples, point.floor
+        )
         try:
             self._ledger.add_held_out(project, row, keep=self._keep)
         except LedgerError as exc:
@@ -95,7 +98,10 @@ class History:
                 log.error("could not read the evaluations of %s: %s", project, exc)
                 rows = []
             kept = collections.deque(
-                (HeldOutPoint(r.epoch, r.time, r.loss, r.accuracy, r.samples) for r in rows),
+                (
+                    HeldOutPoint(r.epoch, r.time, r.loss, r.accuracy, r.samples, r.floor)
+                    for r in rows
+                ),
                 maxlen=self._keep,
             )
             self._held_out[project] = kept
@@ -135,8 +141,8 @@ def point_from_event(event: PeerMetrics) -> EpochPoint | None:
 
 def held_out_from_event(event: PeerEvaluation) -> HeldOutPoint | None:
     """The ``HeldOutPoint`` of an evaluation; None (and a warning) if a value is out of range:
-    counts of at least 0, a finite time, an accuracy of 0 to 1 (a loss that is not finite is
-    unknown)."""
+    counts of at least 0, a finite time, an accuracy of 0 to 1 (a loss or floor that is not finite
+    is unknown)."""
     if min(event.epoch, event.samples) < 0 or not math.isfinite(event.time):
         log.warning("ignored an evaluation event with impossible values: %r", event)
         return None
@@ -144,7 +150,8 @@ def held_out_from_event(event: PeerEvaluation) -> HeldOutPoint | None:
         log.warning("ignored an evaluation event with an impossible accuracy: %r", event)
         return None
     loss = event.loss if event.loss is not None and math.isfinite(event.loss) else None
-    return HeldOutPoint(event.epoch, event.time, loss, event.accuracy, event.samples)
+    floor = event.floor if event.floor is not None and math.isfinite(event.floor) else None
+    return HeldOutPoint(event.epoch, event.time, loss, event.accuracy, event.samples, floor)
 
 
 def _row(point: EpochPoint) -> EpochRow:

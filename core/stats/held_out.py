@@ -2,7 +2,8 @@
 
 ``HeldOutRow`` is one evaluation as this computer's peer saw it in the backbone's progress record:
 the epoch of the model measured, the mean loss per predicted token (``None`` when not finite), the
-share of tokens guessed right and the sequences measured. ``validate_held_out`` is the check made
+share of tokens guessed right, the sequences measured and the unigram floor (``None`` where the
+backbone reported none; schema 5). ``validate_held_out`` is the check made
 before anything is written; ``add_held_out`` and ``read_held_out`` are the SQL, run by ``Ledger``.
 
 Like the epochs, the rows are kept in arrival order and only the newest ``EPOCHS_KEPT`` of each
@@ -19,7 +20,7 @@ from core.stats.errors import LedgerError
 from core.stats.newest import keep_newest, newest_rows
 
 _MAX_INT = 2**63 - 1
-_COLUMNS = "epoch, time, loss, accuracy, samples"
+_COLUMNS = "epoch, time, loss, accuracy, samples, floor"
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class HeldOutRow:
     accuracy: float
     """0 to 1."""
     samples: int
+    floor: float | None = None
 
 
 def _finite(value: object) -> bool:
@@ -51,13 +53,17 @@ def validate_held_out(project: str, row: HeldOutRow) -> None:
         raise LedgerError(f"an evaluation's accuracy must be 0 to 1, not {row.accuracy!r}")
     if row.loss is not None and not _finite(row.loss):
         raise LedgerError(f"an evaluation's loss must be a finite number or None, not {row.loss!r}")
+    if row.floor is not None and not _finite(row.floor):
+        raise LedgerError(
+            f"an evaluation's floor must be a finite number or None, not {row.floor!r}"
+        )
 
 
 def add_held_out(conn: sqlite3.Connection, project: str, row: HeldOutRow, keep: int) -> None:
     """Insert ``row`` and drop the project's rows beyond the newest ``keep`` (inside the caller's
     transaction)."""
     conn.execute(
-        f"INSERT INTO held_out (project, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO held_out (project, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (
             project,
             row.epoch,
@@ -65,6 +71,7 @@ def add_held_out(conn: sqlite3.Connection, project: str, row: HeldOutRow, keep: 
             None if row.loss is None else float(row.loss),
             float(row.accuracy),
             row.samples,
+            None if row.floor is None else float(row.floor),
         ),
     )
     keep_newest(conn, "held_out", project, keep)
@@ -80,6 +87,7 @@ def read_held_out(conn: sqlite3.Connection, project: str, limit: int) -> list[He
             loss=None if loss is None else float(loss),
             accuracy=float(accuracy),
             samples=int(samples),
+            floor=None if floor is None else float(floor),
         )
-        for epoch, when, loss, accuracy, samples in rows
+        for epoch, when, loss, accuracy, samples, floor in rows
     ]

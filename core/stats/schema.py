@@ -4,7 +4,8 @@ careful part: refusing files that are not ours, WAL, migrations in one transacti
 ``PRAGMA application_id`` marks the file as a Barnraise ledger. Schema versions: 1, the hourly
 ``hours`` table; 2 adds ``epochs`` (the loss curve); 3 adds ``held_out`` (the backbone's held-out
 evaluations); 4 adds ``landed`` (this computer's own epochs, to compare with the coordinator's
-credit). An older file is upgraded in place when it is opened, its rows kept.
+credit); 5 adds ``held_out.floor`` (the unigram floor beside each evaluation, null for rows before
+it and where the backbone reported none). An older file is upgraded in place when it is opened, its rows kept.
 
 The journal is WAL with ``synchronous=NORMAL``: a transaction that has committed survives the
 process being killed at any moment (its pages are in the WAL, which the OS writes out on its own).
@@ -20,7 +21,7 @@ from pathlib import Path
 from core.stats.errors import LedgerError
 from core.util.files.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION_ID = 0x42524E52  # "BRNR" in ASCII
 
 # Only one engine should use a ledger; if a second process holds the write lock, give up soon
@@ -97,6 +98,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX landed_by_project ON landed (project, id)",
     ),
+    ("ALTER TABLE held_out ADD COLUMN floor REAL",),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

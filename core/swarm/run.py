@@ -116,7 +116,8 @@ class SwarmOutput(Protocol):
         """The auxiliary peer's metrics of one epoch."""
 
     def evaluation(self, event: PeerEvaluation) -> None:
-        """The auxiliary peer measured its replica on the held-out text."""
+        """The auxiliary peer measured its replica on the held-out text (``event.floor``: the
+        unigram floor to show beside the loss, where it has one)."""
 
     def problem(self, message: str) -> None:
         """Something went wrong (the run may go on: a record that could not be written)."""

@@ -23,6 +23,8 @@ from core.api import (
     ProjectsChanged,
     StateChanged,
 )
+from core.api.codec import decode, encode
+from core.api.schema import HeldOutPoint
 from core.api.settings import settings_view
 from core.api.testing import CALM, DEMO, FakeEngine
 from core.api.testing.sample_data import REMOTE_PREVIEW
@@ -292,3 +294,14 @@ async def test_the_fakes_history_carries_the_backbones_evaluations() -> None:
     assert (await fake.history()).held_out[-1] == told
     assert fake.recent[-1].data == HeldOutMeasured(DEMO, told)
     assert (await FakeEngine("fresh").history()).held_out == []
+
+
+def test_a_held_out_point_reads_with_and_without_its_floor() -> None:
+    floored = HeldOutPoint(10, 1.0, 5.5, 0.25, 256, 6.25)
+    assert encode(floored)["floor"] == 6.25
+    assert decode(HeldOutPoint, encode(floored)) == floored
+    # an engine older than the floor sends none: the point reads without one
+    older = {k: v for k, v in encode(floored).items() if k != "floor"}
+    assert decode(HeldOutPoint, older) == HeldOutPoint(10, 1.0, 5.5, 0.25, 256)
+    # the fake's sample curve carries the demo's floor, as the real backbone reports it
+    assert {e.floor for e in FakeEngine("contributing").held_out_} == {6.24}

@@ -4,12 +4,14 @@ What is checked: the tiles carry the sample data's totals in plain words (counts
 sizes) with today's amounts under them; each chart has one bar per day with the engine's numbers and
 an accessible description with the totals; choosing another period reads that many days; without any
 contribution the charts say so; a bar describes itself by day and exact value; the model's chart
-draws the held-out loss beside the training loss, with a legend, and the newest held-out figures
-show as a tile, updated by the engine's events.
+draws the held-out loss beside the training loss and the unigram floor as a dashed level line, with
+a legend, and the newest held-out figures (with where they stand against the floor) show as a
+tile, updated by the engine's events.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -171,22 +173,65 @@ def test_the_model_chart_draws_the_held_out_loss_beside_the_training_loss(
     chart = page.loss_chart
     assert list(chart.lines) == ["training loss", "held-out loss"]
     assert chart.lines["held-out loss"] == [(float(e.epoch), e.loss) for e in fake.held_out_]
-    assert [s.name() for s in chart.chart().series()] == ["training loss", "held-out loss"]
+    assert [s.name() for s in chart.chart().series()] == [
+        "training loss",
+        "held-out loss",
+        wording.FLOOR_NAME,
+    ]
     assert chart.chart().legend().isVisible()
     assert "held-out loss: 15 points" in chart.accessibleDescription()
     newest = fake.held_out_[-1]
     assert newest.loss is not None
+    assert newest.floor is not None
     assert page.held_out.value.text() == f"{newest.loss:.3f}"
     assert page.held_out.caption.text() == (
-        f"{100 * newest.accuracy:.1f} % of tokens right, epoch {newest.epoch}"
+        f"{100 * newest.accuracy:.1f} % of tokens right, epoch {newest.epoch}; "
+        f"{newest.floor - newest.loss:.2f} below the unigram floor (6.24)"
     )
     # a new evaluation reaches the page as the engine tells it
     fake.advance(loss=4.25)
-    fake.evaluate(loss=4.375, accuracy=0.5)
+    fake.evaluate(loss=4.375, accuracy=0.5, floor=6.25)
     qtbot.waitUntil(lambda: page.held_out.value.text() == "4.375", timeout=10_000)
-    assert page.held_out.caption.text() == "50.0 % of tokens right, epoch 150"
+    assert page.held_out.caption.text() == (
+        "50.0 % of tokens right, epoch 150; 1.88 below the unigram floor (6.25)"
+    )
     assert chart.lines["held-out loss"][-1] == (150.0, 4.375)
     assert chart.lines["training loss"][-1] == (150.0, 4.25)
+    assert chart.levels == {wording.FLOOR_NAME: 6.25}
+
+
+def test_the_floor_is_a_dashed_level_line_across_the_held_out_curve(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    page = statistics_page(make_window(fake))
+    qtbot.waitUntil(lambda: page.loss_chart.count == len(fake.history_), timeout=10_000)
+    chart = page.loss_chart
+    assert chart.levels == {wording.FLOOR_NAME: 6.24}
+    (level,) = [s for s in chart.chart().series() if s.name() == wording.FLOOR_NAME]
+    assert level.pen().style() == Qt.PenStyle.DashLine
+    ends = [(p.x(), p.y()) for p in level.points()]
+    assert [y for _, y in ends] == [6.24, 6.24]
+    first, last = fake.history_[0].epoch, fake.history_[-1].epoch
+    assert ends[0][0] <= first
+    assert ends[1][0] >= last  # across the whole curve
+    assert f"{wording.FLOOR_NAME}: 6.240" in chart.accessibleDescription()
+    # an older backbone's evaluation has no floor: the line stays, the caption says the loss alone
+    fake.evaluate(loss=4.5, accuracy=0.5)
+    qtbot.waitUntil(lambda: page.held_out.value.text() == "4.500", timeout=10_000)
+    assert page.held_out.caption.text() == "50.0 % of tokens right, epoch 149"
+    assert chart.levels == {wording.FLOOR_NAME: 6.24}
+
+
+def test_without_a_floor_the_chart_draws_no_level_line(
+    make_window: Callable[..., MainWindow], fake: FakeEngine, qtbot: QtBot
+) -> None:
+    fake.held_out_ = [dataclasses.replace(e, floor=None) for e in fake.held_out_]
+    page = statistics_page(make_window(fake))
+    qtbot.waitUntil(lambda: page.loss_chart.count == len(fake.history_), timeout=10_000)
+    assert page.loss_chart.levels == {}
+    names = [s.name() for s in page.loss_chart.chart().series()]
+    assert names == ["training loss", "held-out loss"]
+    assert "floor" not in page.held_out.caption.text()
 
 
 def test_without_evaluations_the_held_out_figure_says_it_is_not_measured(

@@ -14,6 +14,8 @@ import pytest
 
 from app import wording
 from app.presets import DEFAULT_PRESET, PRESETS, current_preset
+from core.api.events import Event, HeldOutMeasured
+from core.api.schema import HeldOutPoint
 from core.policy import Preferences
 
 # ---- wording -------------------------------------------------------------------------------------
@@ -148,6 +150,38 @@ def test_rounding_never_shows_a_thousand_of_the_smaller_unit() -> None:
     assert wording.count(99_999) == "100 k"
     assert wording.duration(59.6) == "1 min"
     assert wording.ago(NOW - 3599, NOW) == "1 h ago"
+
+
+@pytest.mark.parametrize(
+    ("loss", "floor", "text"),
+    [
+        (5.7312, 6.2412, "0.51 below the unigram floor (6.24)"),
+        (6.24, 6.24, "0.00 below the unigram floor (6.24)"),
+        (7.0, 6.24, "0.76 above the unigram floor (6.24)"),
+        (5.0, None, ""),
+        (None, 6.24, ""),
+    ],
+)
+def test_beside_floor(loss: float | None, floor: float | None, text: str) -> None:
+    assert wording.beside_floor(loss, floor) == text
+
+
+def test_a_held_out_event_says_where_the_loss_stands_against_the_floor() -> None:
+    point = HeldOutPoint(30, 0.0, 5.5, 0.25, 256, 6.25)
+    event = Event(1, 0.0, HeldOutMeasured("demo", point))
+    assert wording.describe_event(event) == (
+        "Collaboration",
+        (
+            "The model of epoch 30 measured on held-out text: loss 5.500, 25.0 % of tokens "
+            "right; 0.75 below the unigram floor (6.25)"
+        ),
+    )
+    bare = dataclasses.replace(
+        event, data=HeldOutMeasured("demo", HeldOutPoint(30, 0.0, 5.5, 0.25, 256))
+    )
+    assert wording.describe_event(bare)[1] == (
+        "The model of epoch 30 measured on held-out text: loss 5.500, 25.0 % of tokens right"
+    )
 
 
 def test_trillions_keep_three_digits() -> None:

@@ -138,6 +138,27 @@ async def test_evaluations_become_held_out_points_and_events(engine: Running) ->
     assert published == [HeldOutMeasured(PROJECT, p) for p in history.held_out]
 
 
+async def test_an_evaluations_floor_is_kept_across_a_restart(tmp_path: Path) -> None:
+    config = fast_config(tmp_path / "home")
+    async with daemon_at(config) as (daemon, client):
+        await client.attach(AttachRequest(str(DEMO)))
+        feed = peer_events(daemon)
+        feed(evaluation(1, 6.5, floor=6.25))
+        feed(evaluation(2, 6.0, floor=math.inf))  # not finite: as unknown as none
+        feed(evaluation(3, 5.5))  # an older backbone reports none
+        expected = [
+            HeldOutPoint(1, T0 + 1, 6.5, 0.4, 256, 6.25),
+            HeldOutPoint(2, T0 + 2, 6.0, 0.4, 256, None),
+            HeldOutPoint(3, T0 + 3, 5.5, 0.4, 256, None),
+        ]
+        assert (await client.history()).held_out == expected
+        events = daemon.engine.events.recent()
+        told = [e.data.point for e in events if isinstance(e.data, HeldOutMeasured)]
+        assert told == expected
+    async with daemon_at(config) as (daemon, client):
+        assert (await client.history()).held_out == expected
+
+
 async def test_the_curve_survives_a_restart_and_a_repeated_epoch_is_dropped(
     tmp_path: Path,
 ) -> None:
@@ -237,3 +258,33 @@ async def test_ctl_history_prints_the_held_out_figures_where_measured(
     as_json = json.loads(await ctl_run("--json", "history"))
     assert [e["epoch"] for e in as_json["held_out"]] == [0, 2, 4]
     assert as_json["held_out"][-1]["loss"] is None
+
+
+async def test_ctl_history_prints_the_floor_beside_the_held_out_loss(
+    engine: Running, ctl_run: CtlRun
+) -> None:
+    await engine.client.attach(AttachRequest(str(DEMO)))
+    feed = peer_events(engine)
+    for epoch in range(3):
+        feed(metrics(epoch, 8.0 - epoch))
+    feed(evaluation(0, 8.25, accuracy=0.05))  # an older backbone's: no floor
+    feed(evaluation(2, 5.7312, accuracy=0.125, floor=6.2412))
+    out = (await ctl_run("history")).splitlines()
+    assert out[1].split() == [
+        "epoch", "loss", "held-out", "accuracy", "floor", "samples", "samples/s", "peers", "time",
+    ]  # fmt: skip
+    rows = {int(line.split()[0]): line for line in out[2:5]}
+    assert rows[2].split()[1:5] == ["6.0000", "5.7312", "12.5", "%"]
+    assert rows[2].split()[5] == "6.24"
+    assert rows[0].split()[1:5] == ["8.0000", "8.2500", "5.0", "%"]
+    assert rows[0].split()[5] == "256"  # no floor: blank, the samples next
+    assert len(rows[0]) == len(rows[1]) == len(rows[2])  # blanks keep the columns in place
+    assert out[5:] == [
+        (
+            "held-out text, measured by the backbone at epoch 2: loss 5.7312 nats, 0.51 below "
+            "the unigram floor (6.24), accuracy 12.5 % (256 sequences)"
+        ),
+        "(the unigram floor: the loss of a model that only counts words)",
+    ]
+    as_json = json.loads(await ctl_run("--json", "history"))
+    assert [e["floor"] for e in as_json["held_out"]] == [None, 6.2412]

@@ -1,6 +1,6 @@
-"""The backbone's held-out evaluations in the ledger: round trips, pruning to the newest rows, bad
-rows refused, and a ledger of the schema before them (version 2) upgraded in place with its hours
-and epochs kept."""
+"""The backbone's held-out evaluations in the ledger: round trips (with the unigram floor and
+without), pruning to the newest rows, bad rows refused, and ledgers of the schemas before them
+(version 2) and before the floor (version 4) upgraded in place with their rows kept."""
 
 from __future__ import annotations
 
@@ -31,6 +31,15 @@ def test_evaluations_round_trip_oldest_first_per_project() -> None:
         assert ledger.epochs("a") == []  # the loss curve is a table of its own
 
 
+def test_the_floor_round_trips_beside_rows_without_one() -> None:
+    with Ledger.in_memory() as ledger:
+        floored = HeldOutRow(3, WHEN, 5.75, 0.25, 256, 6.25)
+        ledger.add_held_out("a", row(1))
+        ledger.add_held_out("a", floored)
+        assert ledger.held_out("a") == [row(1), floored]
+        assert [r.floor for r in ledger.held_out("a")] == [None, 6.25]
+
+
 def test_only_the_newest_evaluations_of_each_project_are_kept() -> None:
     with Ledger.in_memory() as ledger:
         for epoch in range(9):
@@ -50,6 +59,8 @@ def test_only_the_newest_evaluations_of_each_project_are_kept() -> None:
         ("a", HeldOutRow(1, WHEN, 1.0, 1.5, 1), "accuracy"),
         ("a", HeldOutRow(1, WHEN, 1.0, math.nan, 1), "accuracy"),
         ("a", HeldOutRow(1, WHEN, 1.0, 0.5, -3), "samples"),
+        ("a", HeldOutRow(1, WHEN, 1.0, 0.5, 1, math.inf), "floor"),
+        ("a", HeldOutRow(1, WHEN, 1.0, 0.5, 1, math.nan), "floor"),
     ],
 )
 def test_bad_evaluations_are_refused_and_nothing_is_written(
@@ -92,3 +103,24 @@ def test_a_version_2_ledger_gains_the_evaluations_and_keeps_its_rows(tmp_path: P
         assert ledger.held_out("p") == [row(5)]
         assert ledger.epochs("p") == [EpochRow(4, WHEN, 6.5, 512, 80.0, 3)]
         assert ledger.totals("p").samples == 96
+
+
+def test_a_version_4_ledger_gains_the_floor_and_keeps_its_evaluations(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    conn = old_ledger(path, 4)
+    conn.execute(
+        "INSERT INTO held_out (project, epoch, time, loss, accuracy, samples) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        ("p", 4, WHEN, 7.0, 0.25, 64),
+    )
+    conn.close()
+    with Ledger(path) as ledger:
+        assert ledger.held_out("p") == [HeldOutRow(4, WHEN, 7.0, 0.25, 64, None)]
+        ledger.add_held_out("p", HeldOutRow(6, WHEN, 6.0, 0.5, 64, 6.5))
+    with Ledger(path) as ledger:
+        assert [r.floor for r in ledger.held_out("p")] == [None, 6.5]
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    finally:
+        check.close()

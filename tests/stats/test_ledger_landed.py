@@ -107,7 +107,7 @@ def test_a_version_3_ledger_gains_the_landed_epochs_and_keeps_its_rows(tmp_path:
         ledger.add_landed("p", row(5))
     check = sqlite3.connect(path)
     try:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         check.close()

@@ -276,11 +276,14 @@ class FakeEngine:
             self._publish(ProgressUpdated(project, self.progress))
             return point
 
-    def evaluate(self, loss: float | None = 4.8, accuracy: float = 0.35) -> HeldOutPoint:
-        """The backbone measured the model of the newest epoch on its held-out text."""
+    def evaluate(
+        self, loss: float | None = 4.8, accuracy: float = 0.35, floor: float | None = None
+    ) -> HeldOutPoint:
+        """The backbone measured the model of the newest epoch on its held-out text (``floor``:
+        the unigram floor it reported, None as an older backbone)."""
         with self._lock:
             epoch = self.history_[-1].epoch if self.history_ else 0
-            point = HeldOutPoint(epoch, self._clock.time(), loss, accuracy, 256)
+            point = HeldOutPoint(epoch, self._clock.time(), loss, accuracy, 256, floor)
             self.held_out_.append(point)
             self._publish(HeldOutMeasured(self.active or DEMO, point))
             return point

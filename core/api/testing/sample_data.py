@@ -222,9 +222,15 @@ def loss_curve(now: float, epochs: int, *, seed: int = 3) -> list[EpochPoint]:
     return points
 
 
+UNIGRAM_FLOOR = 6.24
+"""The demo's unigram floor (what a model that only counts words scores on its held-out text):
+the sample curve starts above it, at a uniform guess, and falls below it."""
+
+
 def held_out_curve(points: list[EpochPoint], every: int = 10) -> list[HeldOutPoint]:
     """The backbone's evaluations every ``every`` epochs of ``points``: a held-out loss a little
-    above the training loss (text the model never saw), and an accuracy that rises as it falls."""
+    above the training loss (text the model never saw), an accuracy that rises as it falls, and
+    the demo's unigram floor beside each."""
     rng = random.Random(5)
     evaluated = []
     for point in points:
@@ -238,6 +244,7 @@ def held_out_curve(points: list[EpochPoint], every: int = 10) -> list[HeldOutPoi
                 loss=round(loss, 4),
                 accuracy=round(max(0.0, min(1.0, 0.95 - loss / 9.0)), 4),
                 samples=256,
+                floor=UNIGRAM_FLOOR,
             )
         )
     return evaluated

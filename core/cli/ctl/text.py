@@ -21,6 +21,7 @@ from core.api import (
     Statistics,
     TrainingHistory,
 )
+from core.util.amounts import below_floor
 
 HISTORY_SHOWN = 20
 """Epochs ``history`` prints as text (``--json`` gives them all)."""
@@ -117,9 +118,13 @@ def _history_text(h: TrainingHistory) -> str:
     lines = [f"{h.project}: {len(h.points)} epoch(s) seen" + (
         f", the last {len(shown)} shown (--json for all)" if len(shown) < len(h.points) else ""
     )]  # fmt: skip
-    # the held-out columns only where the project evaluates: blank where an epoch was not
+    # the held-out columns only where the project evaluates: blank where an epoch was not; the
+    # unigram floor's only where the backbone reported one
     evaluated = {e.epoch: e for e in h.held_out}
+    floored = any(e.floor is not None for e in h.held_out)
     held_out_title = f"  {'held-out':>8}  {'accuracy':>8}" if evaluated else ""
+    if floored:
+        held_out_title += f"  {'floor':>6}"
     lines.append(
         f"{'epoch':>6}  {'loss':>8}{held_out_title}  {'samples':>8}  {'samples/s':>9}  peers  time"
     )
@@ -130,6 +135,9 @@ def _history_text(h: TrainingHistory) -> str:
             e = evaluated.get(p.epoch)
             figures = ("", "") if e is None else (_loss(e.loss), f"{100 * e.accuracy:.1f} %")
             held_out = f"  {figures[0]:>8}  {figures[1]:>8}"
+            if floored:
+                floor = "" if e is None or e.floor is None else f"{e.floor:.2f}"
+                held_out += f"  {floor:>6}"
         lines.append(
             f"{p.epoch:>6}  {loss:>8}{held_out}  {p.samples:>8}  {p.samples_per_second:>9.1f}  "
             f"{p.peers:>5}  {_clock(p.time, dated=True)}"
@@ -142,14 +150,19 @@ def _loss(loss: float | None) -> str:
 
 
 def _newest_held_out(h: TrainingHistory) -> str:
-    """A last line with the newest held-out evaluation (its epoch may not have completed yet)."""
+    """A last line with the newest held-out evaluation (its epoch may not have completed yet),
+    and where it stands against the unigram floor, with a word on what that is."""
     if not h.held_out:
         return ""
     e = h.held_out[-1]
-    return (
-        f"\nheld-out text, measured by the backbone at epoch {e.epoch}: loss {_loss(e.loss)}, "
+    figures = f"loss {_loss(e.loss)}" if e.floor is None else below_floor(e.loss, e.floor)
+    line = (
+        f"\nheld-out text, measured by the backbone at epoch {e.epoch}: {figures}, "
         f"accuracy {100 * e.accuracy:.1f} % ({e.samples} sequences)"
     )
+    if e.floor is not None:
+        line += "\n(the unigram floor: the loss of a model that only counts words)"
+    return line
 
 
 def _diagnostics_text(d: Diagnostics) -> str:

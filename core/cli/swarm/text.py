@@ -1,8 +1,8 @@
 """SwarmPrinter: what ``barnraise swarm`` prints while its swarm runs (a ``SwarmOutput``).
 
 Progress and one line per epoch go to stdout, flushed at once (a terminal, a pipe, the desktop app's
-log file); problems go to stderr, prefixed with the command's name. Tests read the ``epoch`` and
-``join with:`` lines, so their shape is kept.
+log file); problems go to stderr, prefixed with the command's name. Tests read the ``epoch``,
+``held-out at epoch`` and ``join with:`` lines, so their shape is kept.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from core.swarm.dmoe_run import DmoeLine, DmoeStop, ReceiptCredit
 from core.swarm.moderated import Standings
 from core.swarm.run import Joining
+from core.util.amounts import below_floor
 from core.worker.events import PeerEvaluation, PeerMetrics
 
 
@@ -43,11 +44,12 @@ class SwarmPrinter:
         )
 
     def evaluation(self, event: PeerEvaluation) -> None:
-        shown = f"{event.loss:.4f}" if event.loss is not None else "   -  "
-        # not an "epoch" line: readers of those take every one to be a training epoch's
+        # not an "epoch" line: readers of those take every one to be a training epoch's; the
+        # loss stays the sixth word, with the unigram floor after it where the backbone has one
         _say(
-            f"held-out at epoch {event.epoch:>4}  loss {shown}  accuracy "
-            f"{100 * event.accuracy:5.1f} %  ({event.samples} sequences, {event.tokens} tokens)"
+            f"held-out at epoch {event.epoch:>4}  {below_floor(event.loss, event.floor)}  "
+            f"accuracy {100 * event.accuracy:5.1f} %  ({event.samples} sequences, "
+            f"{event.tokens} tokens)"
         )
 
     def problem(self, message: str) -> None:
