@@ -32,6 +32,8 @@ peer takes part in the collaboration the same way (``participation``).
   hand; its ``evaluation`` events: the backbone's held-out figures from its record.
 - ``checkpoints``     CheckpointStore: atomic, last K kept plus milestones (for rollbacks), never a
   non-finite one.
+- ``samples``         SamplesTally: the samples behind each checkpoint, the backbone's reported
+  epochs summed (``samples_total`` reads what a checkpoint records).
 - ``rollback_replica`` ReplicaRollback: applying a moderators' order to one replica (a peer's
   rolled-back state, else checkpoint N from our store or the published URL), epochs numbered on.
 - ``trainer``         Trainer: the training loop (data, forward/backward, fp16 loss scaling, step).

@@ -18,9 +18,10 @@ no trainer is left, its own progress record carries its replica's epoch, so that
 from there (the epoch number and the loss go on where they stopped).
 
 It aggregates everyone's progress into per-epoch metrics, and every ``checkpoint_every`` epochs it
-writes its replica as a checkpoint (never one whose loss is NaN), and publishes it if asked. A
-rollback order of the moderators puts the replica on one of those checkpoints, one epoch past the
-newest it knows of, for the trainers to download (``rollback_replica``).
+writes its replica as a checkpoint (never one whose loss is NaN) with the samples behind it
+(``core.training.samples``), and publishes it if asked. A rollback order of the moderators puts the
+replica on one of those checkpoints, one epoch past the newest it knows of, for the trainers to
+download (``rollback_replica``).
 
 It collects the members' signed evidence (``core.training.moderation.evidence``) at every new epoch and every
 ``evidence_interval`` seconds, names each accused peer (and its user, from the progress records'
@@ -60,6 +61,7 @@ from core.training.moderation.rollback import METADATA_KEY, applied_of, round_ke
 from core.training.participation import Participation
 from core.training.progress import KEEPALIVE, PeerProgress
 from core.training.rollback_replica import ReplicaRollback
+from core.training.samples import SAMPLES_TOTAL, SamplesTally
 from core.training.state import TrainingState
 from core.training.trainer import LossFn
 from core.training.work import CheckRecord, Standings, WorkChecker
@@ -114,7 +116,7 @@ class AuxiliaryConfig:
 
 
 class AuxiliaryPeer:
-    def __init__(
+    def __init__(  # noqa: PLR0915 - one statement per part of the peer it sets up
         self,
         state: TrainingState,
         links: PeerLinks,
@@ -164,6 +166,8 @@ class AuxiliaryPeer:
         """State rounds averaged completely with every trainer that was expected."""
         self.downloads = 0  # states downloaded from trainers (after a missed round)
         self.metrics: deque[EpochMetrics] = deque(maxlen=METRICS_KEPT)
+        self.samples = SamplesTally()
+        """The samples behind the replica's epochs, for its checkpoints."""
         self._aggregator = MetricsAggregator()
         self._joined = -1
         self._short_rounds = 0
@@ -235,6 +239,7 @@ class AuxiliaryPeer:
                 continue
             self._saved_epoch = checkpoint.epoch
             self.epoch = max(self.epoch, checkpoint.epoch)
+            self.samples.resume(checkpoint.metadata, checkpoint.epoch, self.state.rollback)
             await self._replica_changed()
             log.info("the backbone resumes the collaboration from %s (epoch %d)", path.name,
                      checkpoint.epoch)  # fmt: skip
@@ -472,6 +477,7 @@ class AuxiliaryPeer:
     # ---- metrics and checkpoints -----------------------------------------------------------------
 
     async def _report(self, metrics: EpochMetrics) -> None:
+        self.samples.add(metrics)
         if self.on_metrics is not None:
             self.on_metrics(metrics)
         if metrics.late or metrics.withdrawn:
@@ -499,7 +505,12 @@ class AuxiliaryPeer:
             epoch = state.epoch
             if epoch <= self._saved_epoch:
                 return epoch, None  # the replica did not move since the last one
-            metadata = {"epoch": epoch, "samples": metrics.samples, METADATA_KEY: state.rollback}
+            metadata = {
+                "epoch": epoch,
+                "samples": metrics.samples,
+                SAMPLES_TOTAL: self.samples.before(epoch, state.rollback),
+                METADATA_KEY: state.rollback,
+            }
             path = store.save(
                 epoch, state.model.state_dict(), state.optimizer.state_dict(), metadata, loss
             )

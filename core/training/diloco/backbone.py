@@ -31,13 +31,14 @@ import numpy as np
 import torch
 
 from core.averaging import Contribution
-from core.training.checkpoints import CheckpointStore
+from core.training.checkpoints import Checkpoint, CheckpointStore
 from core.training.diloco.optimizer import DilocoOptimizer
 from core.training.diloco.state import SCHEDULE_KEY, DilocoState
 from core.training.errors import CheckpointError
 from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.moderation.evidence import EvidenceCollector, Reported, pass_on
 from core.training.moderation.rollback import METADATA_KEY
+from core.training.samples import SAMPLES_TOTAL, SamplesTally
 from core.training.work.checker import CheckRecord
 from core.training.work.contribution import ContributionScores, credited
 from core.trust.evidence import Evidence
@@ -74,6 +75,8 @@ class DilocoBackbone:
         self.on_metrics = on_metrics
         self.publish = publish
         self._aggregator = MetricsAggregator()
+        self.samples = SamplesTally()
+        """The samples behind the outer state's epochs, for its checkpoints."""
         self._saved = -1
         self.on_evidence = on_evidence
         self.accusations: deque[Reported] = deque(maxlen=ACCUSATIONS_KEPT)
@@ -91,7 +94,9 @@ class DilocoBackbone:
 
     async def run(self, stop: asyncio.Event) -> None:
         opt = self.optimizer
-        await resume_from_checkpoint(opt.diloco, opt.bridge, self.checkpoints)
+        resumed = await resume_from_checkpoint(opt.diloco, opt.bridge, self.checkpoints)
+        if resumed is not None:
+            self.samples.resume(resumed.metadata, resumed.epoch, opt.diloco.state.rollback)
         self._saved = opt.epoch
         await opt.start()
         try:
@@ -102,10 +107,12 @@ class DilocoBackbone:
                 while opt.scored:
                     await self._score(*opt.scored.popleft())
                 for metrics in self._aggregator.observe(opt.view().reports, now):
+                    self.samples.add(metrics)
                     if self.on_metrics is not None:
                         self.on_metrics(metrics)
                     await self._maybe_checkpoint(metrics)
                 for metrics in self._aggregator.late_credit(now):
+                    self.samples.add(metrics)
                     if self.on_metrics is not None:
                         self.on_metrics(metrics)
                 await self._collect_evidence()
@@ -163,8 +170,10 @@ class DilocoBackbone:
         epoch = opt.epoch
 
         def save() -> Path | None:
+            rollback = diloco.state.rollback
             metadata = {"epoch": epoch, "mode": "diloco", "samples": metrics.samples,
-                        METADATA_KEY: diloco.state.rollback}  # fmt: skip
+                        SAMPLES_TOTAL: self.samples.before(epoch, rollback),
+                        METADATA_KEY: rollback}  # fmt: skip
             loss = float("nan") if metrics.loss is None else metrics.loss
             return store.save(epoch, diloco.model_state(), diloco.outer_state(), metadata, loss)
 
@@ -185,10 +194,11 @@ class DilocoBackbone:
 
 async def resume_from_checkpoint(
     diloco: DilocoState, bridge: TrainingBridge, store: CheckpointStore | None
-) -> None:
-    """The newest diloco checkpoint that loads becomes the outer state (none: the initial one)."""
+) -> Checkpoint | None:
+    """The newest diloco checkpoint that loads becomes the outer state (none: the initial one);
+    returns it."""
     if store is None:
-        return
+        return None
     for path in reversed(store.list()):
         try:
             checkpoint = await bridge.run(CheckpointStore.load, path)
@@ -206,7 +216,8 @@ async def resume_from_checkpoint(
             log.warning("checkpoint %s cannot be used: %s", path, exc)
             continue
         log.info("the backbone resumes from %s (epoch %d)", path.name, checkpoint.epoch)
-        return
+        return checkpoint
+    return None
 
 
 def _flat(tensor: torch.Tensor) -> np.ndarray:

@@ -17,6 +17,7 @@ from core.training.checkpoints import CheckpointStore
 from core.training.dedloc.backbone import AuxiliaryConfig
 from core.training.dedloc.optimizer import CollaborativeConfig
 from core.training.metrics import EpochMetrics
+from core.training.samples import SAMPLES_TOTAL
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
@@ -198,3 +199,49 @@ async def test_a_checkpoint_saved_behind_a_step_names_the_epoch_its_weights_belo
     finally:
         release.set()
         await close_aux(aux)
+
+
+async def test_checkpoints_record_the_samples_behind_them(
+    make_peer: MakePeer, make_host: MakeHost, tmp_path: Path
+) -> None:
+    first_model = fresh_model()
+    first = await make_peer(
+        first_model, make_optimizer(first_model), CollaborativeConfig(target_batch_size=256)
+    )
+    store = CheckpointStore(tmp_path / "checkpoints", keep=5)
+    config = AuxiliaryConfig(target_batch_size=256, checkpoint_every=10)
+
+    async def backbone_reporting(epochs: range, samples: int) -> None:
+        """A backbone on ``store`` (resumed from its newest checkpoint) that is told of
+        ``epochs`` of ``samples`` each, its replica at the epoch after them."""
+        model = fresh_model()
+        aux = await start_aux(
+            first, make_host, model=model, optimizer=make_optimizer(model), config=config,
+            checkpoints=store,
+        )  # fmt: skip
+        peer = aux.peer
+        try:
+            await peer._resume_from_checkpoint()
+            peer.state.epoch = epochs.stop  # as if it had stepped with the trainers
+            for number in epochs:
+                await peer._report(EpochMetrics(number, 6.0, samples, 100.0, 3, time.time()))
+            assert peer._checkpointing is not None
+            await peer._checkpointing
+        finally:
+            await close_aux(aux)
+
+    # the last epoch overshot the target: 288 is what that epoch alone saw
+    await backbone_reporting(range(10), 288)
+    saved = CheckpointStore.load(store.path_for(10))
+    assert (saved.metadata["samples"], saved.metadata[SAMPLES_TOTAL]) == (288, 2880)
+    # restarted, the backbone goes on from its checkpoint's count
+    await backbone_reporting(range(10, 20), 256)
+    saved = CheckpointStore.load(store.path_for(20))
+    assert saved.metadata[SAMPLES_TOTAL] == 2880 + 2560
+
+    # a checkpoint without the count: the count is unknown from then on
+    old = CheckpointStore.load(store.path_for(20))
+    del old.metadata[SAMPLES_TOTAL]
+    store.save(20, old.model, old.optimizer, old.metadata, old.loss)
+    await backbone_reporting(range(20, 30), 256)
+    assert CheckpointStore.load(store.path_for(30)).metadata[SAMPLES_TOTAL] is None
