@@ -15,6 +15,8 @@ folder that transformers' ``from_pretrained`` loads and the Hub takes as it is.
   written with transformers' tokenizer files.
 - ``card``      the model card (``README.md``): front matter for the Hub, the project, its data,
   how far it trained, held-out figures, the lines that load it.
+- ``records``   what the backbone's work folder says for the card: the held-out figures of the
+  checkpoint's epoch (``evaluation.jsonl``), the contributors before it (``metrics.jsonl``).
 - ``staging``   the output folder, written aside and renamed into place; never over a folder that
   holds anything unless asked to overwrite.
 - ``errors``    ``ExportError``.

@@ -1,16 +1,19 @@
 """The model card: the folder's ``README.md``, which the Hugging Face Hub shows as the model's page.
 
 YAML front matter for the Hub (library, task, language, tags), then what a reader needs to trust and
-use the model: which project trained it, on what data, how far (epoch and samples of the
-checkpoint), how well on held-out text when the caller measured it, by how many volunteers when
-known, and the lines that load it (and, for a causal model, generate with it).
+use the model: which project trained it, on what data, how far (the checkpoint's epoch and the
+samples behind it, when it records them), how well on held-out text (beside the unigram floor, when
+known) or why that is not known, by how many contributors when known, and the lines that load it
+(and, for a causal model, generate with it).
+
+It names no local path: the card is published as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from core.export.records import Contributors, HeldOutFigures, NotEvaluated
 from core.project import Manifest
 
 SHOWN_URLS = 5
@@ -36,12 +39,12 @@ class CardFacts:
     """The tokenizer's vocabulary."""
     epoch: int
     samples: int | None
-    """Samples the collaboration had trained on by then, when the checkpoint says."""
+    """Samples the collaboration had trained on before the checkpoint's epoch, when it records
+    them (``core.training.samples``)."""
     loss: float | None
     """The training loss the checkpoint recorded."""
-    evaluation: Mapping[str, float | int] | None
-    """Held-out figures: ``loss``, ``accuracy``, ``epoch``, ``samples`` (each optional)."""
-    contributors: int | None
+    evaluation: HeldOutFigures | NotEvaluated
+    contributors: Contributors | None
     folder_name: str
 
 
@@ -73,7 +76,7 @@ def model_card(facts: CardFacts) -> str:
         ),
         _data(facts),
         _training(facts),
-        _evaluation(facts.evaluation, causal=facts.causal),
+        _evaluation(facts),
         _use(facts),
     ]
     return front + "\n" + "\n".join(sections)
@@ -105,38 +108,64 @@ def _data(facts: CardFacts) -> str:
 
 def _training(facts: CardFacts) -> str:
     t = facts.manifest.training
-    seen = f"after {facts.samples:,} samples" if facts.samples is not None else "samples unknown"
+    seen = (
+        f"after {facts.samples:,} samples in all"
+        if facts.samples is not None
+        else "which does not record how many samples came before it"
+    )
     loss = f"; its training loss then was {facts.loss:.4f}" if facts.loss is not None else ""
-    people = (
-        f" {facts.contributors:,} volunteer(s) contributed to it."
-        if facts.contributors is not None
-        else ""
+    epochs = (
+        f"Each epoch is one round of {t.round_seconds:g} seconds in which every peer takes its own "
+        f"steps ({t.optimizer}, learning rate {t.lr:g}), then their updates are averaged (DiLoCo)."
+        if t.mode == "diloco"
+        else "Each epoch is one optimizer step over a collaborative batch of at least "
+        f"{t.target_batch_size:,} samples ({t.optimizer}, learning rate {t.lr:g})."
     )
     return (
         "## Training\n\n"
-        f"These are the weights of the collaboration's checkpoint of epoch {facts.epoch:,} "
-        f"({seen}){loss}. Each epoch is one optimizer step over a collaborative batch of "
-        f"{t.target_batch_size:,} samples ({t.optimizer}, learning rate {t.lr:g}).{people}\n"
+        f"These are the weights of the collaboration's checkpoint of epoch {facts.epoch:,}, "
+        f"{seen}{loss}. {epochs}{_contributors(facts.contributors)}\n"
     )
 
 
-def _evaluation(evaluation: Mapping[str, float | int] | None, *, causal: bool) -> str:
-    if not evaluation:
-        return "## Evaluation\n\nNot evaluated: no held-out figures were given for this export.\n"
-    figures = []
-    if "loss" in evaluation:
-        figures.append(f"loss {float(evaluation['loss']):.4f}")
-    if "accuracy" in evaluation:
-        predicted = "next tokens" if causal else "masked tokens"
-        figures.append(f"accuracy {float(evaluation['accuracy']):.2%} of {predicted}")
-    when = []
-    if "epoch" in evaluation:
-        when.append(f"epoch {int(evaluation['epoch']):,}")
-    if "samples" in evaluation:
-        when.append(f"{int(evaluation['samples']):,} samples")
-    at = f" (measured at {', '.join(when)})" if when else ""
-    shown = ", ".join(figures) or "no figures"
-    return f"## Evaluation\n\nOn held-out text, never trained on: {shown}{at}.\n"
+def _contributors(found: Contributors | None) -> str:
+    if found is None:
+        return ""
+    many = "" if found.complete else "at least "
+    if found.accounts:
+        return f" {many}{found.count:,} volunteer(s) contributed to it."
+    # an open project's peers have no accounts: a volunteer's second computer, or a command-line
+    # peer restarted with a new identity, is one more peer
+    return (
+        f" {many}{found.count:,} peer(s) contributed to it (an open project counts computers, "
+        "not people)."
+    )
+
+
+def _evaluation(facts: CardFacts) -> str:
+    evaluation = facts.evaluation
+    if isinstance(evaluation, NotEvaluated):
+        return f"## Evaluation\n\nNot evaluated: {evaluation.reason}.\n"
+    token = "next token" if facts.causal else "masked token"
+    loss = f"loss {evaluation.loss:.4f} nats per {token}"
+    floor = evaluation.floor
+    if floor is not None:
+        gap = floor - evaluation.loss
+        side = "below" if gap >= 0 else "above"
+        loss += (
+            f", {abs(gap):.2f} {side} the unigram floor of {floor:.2f} nats (what a model that "
+            "only counts how often each token occurs scores)"
+        )
+    when = (
+        f"its epoch {evaluation.epoch:,}"
+        if evaluation.epoch == facts.epoch
+        else f"epoch {evaluation.epoch:,}, the newest evaluation before this checkpoint"
+    )
+    return (
+        "## Evaluation\n\n"
+        f"On {evaluation.sequences:,} held-out sequences, never trained on, measured at {when}: "
+        f"{loss}; accuracy {evaluation.accuracy:.2%} of {token}s.\n"
+    )
 
 
 def _use(facts: CardFacts) -> str:

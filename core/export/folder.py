@@ -10,13 +10,16 @@ the embeddings (``tokenizer``). The folder then appears whole or not at all (``s
 
 The model is built on torch's meta device, which allocates nothing: only its config and the names
 and shapes of its tensors are needed, and the checkpoint brings the values.
+
+The model card states the samples behind the checkpoint as the checkpoint records them
+(``core.training.samples``), and reads the rest from the backbone's work folder when it is named
+(``records``): the held-out figures of the checkpoint's epoch and how many contributed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +29,22 @@ from safetensors.torch import save_file
 from core.export.card import CardFacts, model_card
 from core.export.errors import ExportError
 from core.export.kinds import mapping_for
+from core.export.records import (
+    NO_FIGURES,
+    Contributors,
+    Evaluated,
+    HeldOutFigures,
+    NotEvaluated,
+    contributors_before,
+    held_out_at,
+)
 from core.export.staging import EXPORT_FOLDER
 from core.export.tokenizer import project_tokenizer, write_json, write_tokenizer
 from core.export.weights import checked_state, newest_checkpoint, read_checkpoint
 from core.project import DmoeManifest, Manifest, load_any_manifest
 from core.training.peer.recipe import build_model
+from core.training.peer.roles import EVALUATION_LOG, METRICS_LOG
+from core.training.samples import samples_total
 from core.util.files.staged_folder import StagedFolder, check_target
 
 WEIGHTS = "model.safetensors"
@@ -47,6 +61,11 @@ class Exported:
     """Each file's name and size in bytes, by name."""
     sha256: str
     """Of ``model.safetensors``."""
+    samples: int | None
+    """The samples behind the checkpoint, as it records them."""
+    evaluation: Evaluated | NotEvaluated
+    """The card's held-out figures and where they came from, or why it has none."""
+    contributors: Contributors | None
 
 
 def export_model(
@@ -56,18 +75,20 @@ def export_model(
     *,
     checkpoints: Path | None = None,
     data_base: str | None = None,
-    evaluation: Mapping[str, float | int] | None = None,
-    contributors: int | None = None,
+    backbone_dir: Path | None = None,
+    evaluation: HeldOutFigures | None = None,
     overwrite: bool = False,
 ) -> Exported:
     """Write the model of the checkpoint at ``checkpoint`` (else the newest in the folder
     ``checkpoints``) of the project at ``manifest_path`` into the folder ``out_dir``.
 
     ``data_base`` resolves a relative ``data.tokenizer`` as peers resolve it (default: the
-    manifest's folder). ``evaluation`` (held-out ``loss``, ``accuracy``, ``epoch``, ``samples``)
-    and ``contributors`` go into the model card when given. An existing ``out_dir`` that holds
-    anything is refused unless ``overwrite``. Raises ``ExportError`` (or the manifest's
-    ``ManifestError``) with a message for the person exporting.
+    manifest's folder). ``backbone_dir``: the auxiliary peer's work folder, whose
+    ``evaluation.jsonl`` gives the card the newest held-out figures at or before the checkpoint's
+    epoch and whose ``metrics.jsonl`` gives the contributors; ``evaluation``: figures to show when
+    that log has none. An existing ``out_dir`` that holds anything is refused unless ``overwrite``.
+    Raises ``ExportError`` (or the manifest's ``ManifestError``) with a message for the person
+    exporting; a missing or damaged log only leaves its part of the card out, saying why.
     """
     out_dir = out_dir.expanduser().absolute()
     check_target(out_dir, EXPORT_FOLDER, overwrite=overwrite)
@@ -86,7 +107,15 @@ def export_model(
         tensors = mapping.tensors(model, state)
         config = mapping.config(model, tokenizer)
         config["dtype"] = str(state[next(iter(state))].dtype).removeprefix("torch.")
-        samples = saved.metadata.get("samples")
+        held_out = _held_out(backbone_dir, saved.epoch, evaluation)
+        contributors = (
+            None
+            if backbone_dir is None
+            else contributors_before(
+                backbone_dir / METRICS_LOG, saved.epoch, accounts=manifest.access.moderated
+            )
+        )
+        samples = samples_total(saved.metadata)
         facts = CardFacts(
             manifest=manifest,
             architecture=mapping.architecture,
@@ -98,9 +127,9 @@ def export_model(
             parameters=sum(p.numel() for p in model.parameters()),
             tokens=tokenizer.vocab_size,
             epoch=saved.epoch,
-            samples=samples if isinstance(samples, int) and not isinstance(samples, bool) else None,
+            samples=samples,
             loss=saved.loss,
-            evaluation=evaluation,
+            evaluation=held_out.figures if isinstance(held_out, Evaluated) else held_out,
             contributors=contributors,
             folder_name=out_dir.name,
         )
@@ -119,7 +148,22 @@ def export_model(
             files = tuple(sorted((p.name, p.stat().st_size) for p in staging.iterdir()))
             digest = _sha256(staging / WEIGHTS)
             staged.commit()
-    return Exported(out_dir, checkpoint, saved.epoch, files, digest)
+    return Exported(
+        out_dir, checkpoint, saved.epoch, files, digest, samples, held_out, contributors
+    )
+
+
+def _held_out(
+    backbone_dir: Path | None, epoch: int, given: HeldOutFigures | None
+) -> Evaluated | NotEvaluated:
+    """The held-out figures for the card of a checkpoint of ``epoch``: the backbone's log's, else
+    the caller's (``given``), else why there are none."""
+    found = (
+        NO_FIGURES if backbone_dir is None else held_out_at(backbone_dir / EVALUATION_LOG, epoch)
+    )
+    if isinstance(found, NotEvaluated) and given is not None:
+        return Evaluated(given, None)
+    return found
 
 
 def _collaborative(path: Path) -> Manifest:

@@ -3,6 +3,7 @@ their manifests, tokenizer and trained-looking checkpoints (seconds to make, no 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from core.models.llama import LlamaCLM
 from core.project import load_manifest
 from core.training.checkpoints import CheckpointStore
 from core.training.peer.recipe import build_model
+from core.training.samples import SAMPLES_TOTAL
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog",
@@ -29,6 +31,7 @@ TEXTS = [
 VOCAB = 128
 EPOCH = 7
 SAMPLES = 1234
+"""The last epoch's samples, which a checkpoint records beside the samples behind it."""
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_DEMO = ROOT / "resources" / "llama-demo" / "project.toml"
 ROPE_THETA = 5000.0
@@ -141,11 +144,55 @@ def trained_llama(manifest: Path) -> LlamaCLM:
     return moved(model)
 
 
-def save(model: nn.Module, checkpoints: Path, epoch: int = EPOCH) -> Path:
-    metadata = {"epoch": epoch, "samples": SAMPLES}
+def save(
+    model: nn.Module, checkpoints: Path, epoch: int = EPOCH, *, samples_total: int | None = None
+) -> Path:
+    """A checkpoint as the backbone writes it; without ``samples_total``, one that does not
+    record the samples behind it."""
+    metadata: dict[str, object] = {"epoch": epoch, "samples": SAMPLES}
+    if samples_total is not None:
+        metadata[SAMPLES_TOTAL] = samples_total
     path = CheckpointStore(checkpoints).save(epoch, model.state_dict(), {}, metadata, loss=3.5)
     assert path is not None
     return path
+
+
+# ---- the backbone's logs beside its checkpoints -------------------------------------------------
+
+
+def write_lines(path: Path, lines: list[object]) -> None:
+    """JSON lines as the backbone logs them; a str is written as it is (a damaged line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    path.write_text(text)
+
+
+def held_out(epoch: int, loss: float | None, floor: float | None = 6.2412) -> dict[str, object]:
+    """An ``evaluation.jsonl`` line (``PeerEvaluation``'s fields; an old one has no floor)."""
+    line: dict[str, object] = {
+        "epoch": epoch,
+        "loss": loss,
+        "accuracy": 0.4125,
+        "samples": 512,
+        "tokens": 9000,
+        "seconds": 3.0,
+        "time": 1_700_000_000.0,
+    }
+    if floor is not None:
+        line["floor"] = floor
+    return line
+
+
+def epoch_line(epoch: int, contributions: dict[str, int], **flags: bool) -> dict[str, object]:
+    """A ``metrics.jsonl`` line (``EpochMetrics.summary``)."""
+    samples = sum(contributions.values())
+    return {
+        "epoch": epoch,
+        "loss": 6.0,
+        "samples": samples,
+        "contributions": contributions,
+        **flags,
+    }
 
 
 @pytest.fixture

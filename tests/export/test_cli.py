@@ -4,12 +4,13 @@ one clear line with exit status 2 when the export cannot be made."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
 from core.cli.main import main
-from tests.export.conftest import Project
+from tests.export.conftest import Project, epoch_line, held_out, save, write_lines
 
 
 def test_export_prints_the_folder_its_files_and_the_hash(
@@ -62,3 +63,58 @@ def test_checkpoint_and_checkpoints_exclude_each_other(project: Project, tmp_pat
     with pytest.raises(SystemExit) as exited:
         main([*args, "--out", str(tmp_path / "m")])
     assert exited.value.code == 2
+
+
+def test_the_card_reads_the_backbone_folder_beside_the_checkpoints(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    aux = project.checkpoints.parent
+    save(project.model, project.checkpoints, 110, samples_total=28_160)
+    write_lines(
+        aux / "evaluation.jsonl",
+        [held_out(100, 5.9), "{broken", held_out(110, 5.7312), held_out(120, 5.1)],
+    )
+    write_lines(aux / "metrics.jsonl", [epoch_line(e, {"peer-a": 256}) for e in range(110)])
+    out = tmp_path / "model"
+    # no --checkpoint: the newest of aux/checkpoints, and aux/ holds the backbone's logs
+    assert main(["export", str(project.manifest), "--out", str(out)]) == 0
+    card = (out / "README.md").read_text()
+    assert "checkpoint of epoch 110, after 28,160 samples in all" in card
+    assert "measured at its epoch 110: loss 5.7312 nats per masked token, 0.51 below" in card
+    assert " 1 peer(s) contributed to it" in card
+    printed = capsys.readouterr().out
+    assert "samples: 28,160 before epoch 110, as the checkpoint records" in printed
+    assert (
+        f"held-out figures: of epoch 110, from {aux / 'evaluation.jsonl'} "
+        "(1 damaged line(s) skipped)"
+    ) in printed
+    assert f"contributors: 1 peer(s), from {aux / 'metrics.jsonl'}" in printed
+
+
+def test_an_old_checkpoint_elsewhere_is_exported_saying_what_is_unknown(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a checkpoint copied away from its backbone: its logs are named with --backbone-dir
+    elsewhere = tmp_path / "downloads" / "checkpoint-00000007.pt"
+    elsewhere.parent.mkdir()
+    shutil.copy(project.checkpoint, elsewhere)
+    args = ["export", str(project.manifest), "--checkpoint", str(elsewhere)]
+    assert main([*args, "--out", str(tmp_path / "m")]) == 0
+    printed = capsys.readouterr().out
+    assert "samples: unknown, the checkpoint does not record them" in printed
+    missing = tmp_path / "evaluation.jsonl"
+    assert (
+        "held-out figures: none, the collaboration's backbone logged no held-out evaluation "
+        f"({missing})"
+    ) in printed
+    assert (
+        f"contributors: not stated, {tmp_path / 'metrics.jsonl'} has no epoch before 7" in printed
+    )
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert "Not evaluated: the collaboration's backbone logged no held-out evaluation." in card
+
+    write_lines(project.checkpoints.parent / "evaluation.jsonl", [held_out(5, 6.0)])
+    backbone = ["--backbone-dir", str(project.checkpoints.parent)]
+    assert main([*args, *backbone, "--out", str(tmp_path / "n")]) == 0
+    card = (tmp_path / "n" / "README.md").read_text()
+    assert "measured at epoch 5, the newest evaluation before this checkpoint: loss 6.0000" in card

@@ -13,13 +13,24 @@ from safetensors import safe_open
 
 from core.data import ShardServerThread
 from core.export.errors import ExportError
-from core.export.folder import WEIGHTS, export_model
+from core.export.folder import WEIGHTS, Exported, export_model
 from core.export.kinds import MAPPINGS, mapping_for
+from core.export.records import Evaluated, HeldOutFigures, NotEvaluated
 from core.project import ManifestError
 from core.project.sections import MODEL_KINDS
 from core.training.checkpoints import CheckpointStore
 from core.util.errors import BarnraiseError
-from tests.export.conftest import EPOCH, SAMPLES, Project, manifest_text, save, trained
+from tests.export.conftest import (
+    EPOCH,
+    SAMPLES,
+    Project,
+    epoch_line,
+    held_out,
+    manifest_text,
+    save,
+    trained,
+    write_lines,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DMOE_DEMO = ROOT / "resources" / "dmoe-demo" / "project.toml"
@@ -93,23 +104,149 @@ def test_the_files_say_what_the_model_is(project: Project, tmp_path: Path) -> No
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: fill-mask\n")
     for text in ("# tiny-export", "A tiny model to export.", "shards/shard-00000.jsonl.gz"):
         assert text in card
-    assert f"epoch {EPOCH} (after {SAMPLES:,} samples)" in card
-    assert "Not evaluated" in card
+    # a checkpoint that does not record the samples behind it: its last epoch's own are never
+    # shown as those
+    assert f"epoch {EPOCH}, which does not record how many samples came before it" in card
+    assert f"{SAMPLES:,}" not in card
+    assert "Not evaluated: no held-out figures were given for this export." in card
     assert "loads as `AlbertForMaskedLM`" in card
     assert 'model = AutoModelForMaskedLM.from_pretrained("model")' in card
     assert "generate" not in card
     assert len(exported.sha256) == 64
 
 
-def test_the_card_gives_held_out_figures_and_contributors(project: Project, tmp_path: Path) -> None:
-    out = tmp_path / "model"
-    evaluation = {"loss": 2.5, "accuracy": 0.4125, "epoch": 6, "samples": 1000}
-    export_model(project.manifest, project.checkpoint, out, evaluation=evaluation, contributors=12)
-    card = (out / "README.md").read_text()
-    assert "Not evaluated" not in card
-    assert "loss 2.5000, accuracy 41.25% of masked tokens" in card
-    assert "(measured at epoch 6, 1,000 samples)" in card
-    assert "12 volunteer(s)" in card
+def card_of(
+    project: Project, out: Path, epoch: int, *, evaluation: HeldOutFigures | None = None
+) -> tuple[str, Exported]:
+    """The card of the project's model exported from a checkpoint of ``epoch`` in its backbone's
+    folder (``aux``), whose logs it reads."""
+    checkpoint = save(project.model, project.checkpoints, epoch, samples_total=256 * epoch)
+    exported = export_model(
+        project.manifest,
+        checkpoint,
+        out,
+        backbone_dir=project.checkpoints.parent,
+        evaluation=evaluation,
+    )
+    return (out / "README.md").read_text(), exported
+
+
+def test_the_card_gives_the_samples_behind_the_checkpoint(project: Project, tmp_path: Path) -> None:
+    # 110 epochs of 256 samples; the last epoch's own (288: the trainers overshot the target) is
+    # what the checkpoint's ``samples`` says, and the card never shows it
+    checkpoint = save(project.model, project.checkpoints, 110, samples_total=28_160)
+    assert CheckpointStore.load(checkpoint).metadata["samples"] == SAMPLES
+    exported = export_model(project.manifest, checkpoint, tmp_path / "m")
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert "checkpoint of epoch 110, after 28,160 samples in all" in card
+    assert f"{SAMPLES:,}" not in card
+    assert exported.samples == 28_160
+
+
+def test_the_card_gives_the_held_out_figures_of_its_epoch(project: Project, tmp_path: Path) -> None:
+    write_lines(
+        project.checkpoints.parent / "evaluation.jsonl",
+        [
+            held_out(100, 5.9),
+            '{"epoch": 105, "loss": 5.8, "accura',  # a crash mid-write
+            held_out(110, 5.7312),
+            {"epoch": "110", "loss": 1.0},  # not an evaluation
+            held_out(112, None),  # a loss that was not finite: nothing to show
+            held_out(120, 5.1),  # after the checkpoint: not its figures
+        ],
+    )
+    card, exported = card_of(project, tmp_path / "m", 110)
+    assert (
+        "On 512 held-out sequences, never trained on, measured at its epoch 110: loss 5.7312 nats "
+        "per masked token, 0.51 below the unigram floor of 6.24 nats (what a model that only "
+        "counts how often each token occurs scores); accuracy 41.25% of masked tokens."
+    ) in card
+    assert "5.1000" not in card
+    assert isinstance(exported.evaluation, Evaluated)
+    assert exported.evaluation.skipped == 2
+    assert exported.evaluation.log == project.checkpoints.parent / "evaluation.jsonl"
+
+    # between two evaluations: the newest before it, said to be that
+    card, _ = card_of(project, tmp_path / "n", 115)
+    assert (
+        "measured at epoch 110, the newest evaluation before this checkpoint: loss 5.7312" in card
+    )
+    # before the first: none, and why
+    card, exported = card_of(project, tmp_path / "o", 99)
+    assert "Not evaluated: no held-out evaluation was logged at or before epoch 99." in card
+    assert isinstance(exported.evaluation, NotEvaluated)
+
+
+def test_an_evaluation_without_a_floor_shows_the_loss_alone(
+    project: Project, tmp_path: Path
+) -> None:
+    write_lines(project.checkpoints.parent / "evaluation.jsonl", [held_out(110, 5.7312, None)])
+    card, _ = card_of(project, tmp_path / "m", 110)
+    assert "loss 5.7312 nats per masked token; accuracy 41.25% of masked tokens." in card
+    assert "floor" not in card
+    # a loss above the floor says so
+    write_lines(project.checkpoints.parent / "evaluation.jsonl", [held_out(110, 6.5)])
+    card, _ = card_of(project, tmp_path / "n", 110)
+    assert "loss 6.5000 nats per masked token, 0.26 above the unigram floor of 6.24 nats" in card
+
+
+def test_a_missing_or_damaged_log_leaves_the_card_unevaluated(
+    project: Project, tmp_path: Path
+) -> None:
+    card, exported = card_of(project, tmp_path / "m", 110)
+    assert "Not evaluated: the collaboration's backbone logged no held-out evaluation." in card
+    assert isinstance(exported.evaluation, NotEvaluated)
+    assert exported.evaluation.log == project.checkpoints.parent / "evaluation.jsonl"
+    assert str(tmp_path) not in card  # the card is published: it names no local path
+    assert exported.contributors is None
+    assert "contributed" not in card
+
+    write_lines(project.checkpoints.parent / "evaluation.jsonl", ["garbage", "[1, 2]", "{}"])
+    card, _ = card_of(project, tmp_path / "n", 110)
+    assert "Not evaluated: no held-out evaluation was logged at or before epoch 110." in card
+    assert (tmp_path / "n" / "model.safetensors").is_file()  # the export itself goes on
+
+
+def test_figures_given_by_the_caller_stand_in_for_a_log_without_any(
+    project: Project, tmp_path: Path
+) -> None:
+    given = HeldOutFigures(6, 2.5, 0.4125, 1000)
+    export_model(project.manifest, project.checkpoint, tmp_path / "m", evaluation=given)
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert "On 1,000 held-out sequences, never trained on, measured at epoch 6, the newest" in card
+    assert "loss 2.5000 nats per masked token; accuracy 41.25% of masked tokens" in card
+    # the log's, when it has some: it carries the floor
+    write_lines(project.checkpoints.parent / "evaluation.jsonl", [held_out(110, 5.7312)])
+    card, _ = card_of(project, tmp_path / "n", 110, evaluation=given)
+    assert "loss 5.7312 nats per masked token, 0.51 below the unigram floor" in card
+
+
+def test_the_card_counts_the_contributors_before_its_epoch(
+    project: Project, tmp_path: Path
+) -> None:
+    metrics = project.checkpoints.parent / "metrics.jsonl"
+    write_lines(
+        metrics,
+        [
+            epoch_line(0, {"peer-a": 200, "peer-b": 88}),
+            *(epoch_line(e, {"peer-a": 128, "peer-b": 160}) for e in range(1, 110)),
+            "not json",
+            epoch_line(40, {"peer-c": 32}, late=True),  # found after its epoch went out
+            epoch_line(50, {"peer-d": 64}),
+            epoch_line(50, {"peer-d": 64}, withdrawn=True),  # caught faking work: no credit
+            epoch_line(110, {"peer-e": 256}),  # the checkpoint's own epoch: after its weights
+        ],
+    )
+    card, exported = card_of(project, tmp_path / "m", 110)
+    assert " 3 peer(s) contributed to it (an open project counts computers, not people)." in card
+    assert exported.contributors is not None
+    assert (exported.contributors.count, exported.contributors.complete) == (3, True)
+    assert exported.contributors.skipped == 1
+
+    # a log that no longer reaches the first epoch (rotated away) gives a lower bound
+    write_lines(metrics, [epoch_line(e, {"peer-a": 256}) for e in range(60, 110)])
+    card, _ = card_of(project, tmp_path / "n", 110)
+    assert " at least 1 peer(s) contributed to it" in card
 
 
 def test_the_newest_checkpoint_of_a_folder(project: Project, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from safetensors import safe_open
 
 from core.export.errors import ExportError
 from core.export.folder import WEIGHTS, export_model
+from core.export.records import HeldOutFigures
 from core.training.checkpoints import CheckpointStore
 from tests.export.conftest import EPOCH, ROPE_THETA, LlamaProject
 
@@ -78,7 +79,7 @@ def test_the_read_out_is_written_as_transformers_saves_it(
 def test_the_files_say_what_the_model_is(llama_project: LlamaProject, tmp_path: Path) -> None:
     p = llama_project
     out = tmp_path / "model"
-    evaluation = {"loss": 2.5, "accuracy": 0.4125}
+    evaluation = HeldOutFigures(EPOCH, 2.5, 0.4125, 100, floor=4.5)
     export_model(p.manifest, p.checkpoint, out, evaluation=evaluation)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "llama"
@@ -112,6 +113,7 @@ def test_the_files_say_what_the_model_is(llama_project: LlamaProject, tmp_path: 
     assert 'model = AutoModelForCausalLM.from_pretrained("model")' in card
     assert "model.generate(**inputs" in card
     assert "predict every next token" in card
+    assert "loss 2.5000 nats per next token, 2.00 below the unigram floor of 4.50 nats" in card
     assert "accuracy 41.25% of next tokens" in card
     assert "masked" not in card
     tied = "a read-out that reuses the token embedding" in card

@@ -49,6 +49,7 @@ def backbone_settings(settings: PeerSettings, args: argparse.Namespace) -> PeerS
         data_base=settings.data_base,
         history=history,
         scratch=settings.work_dir,
+        work_dir=settings.work_dir,
     )
     return dataclasses.replace(settings, publishing=publishing, on_evaluation=history.record)
 
@@ -115,9 +116,11 @@ def with_model_export(
     data_base: str | None,
     history: HeldOutHistory,
     scratch: Path,
+    work_dir: Path | None = None,
 ) -> CheckpointPublishing:
     """``publishing`` that also publishes, beside each checkpoint, its model in the transformers
-    format (``ModelExport``); unchanged when the manifest's model kind cannot be exported."""
+    format (``ModelExport``; ``work_dir``: the backbone's, whose logs its model card reads);
+    unchanged when the manifest's model kind cannot be exported."""
     from core.export.kinds import MAPPINGS  # noqa: PLC0415 - loads torch
 
     if manifest.model.kind not in MAPPINGS:
@@ -126,7 +129,7 @@ def with_model_export(
             manifest.model.kind,
         )
         return publishing
-    export = ModelExport(publishing, manifest_path, data_base, history, scratch)
+    export = ModelExport(publishing, manifest_path, data_base, history, scratch, work_dir=work_dir)
     return dataclasses.replace(publishing, beside=export)
 
 

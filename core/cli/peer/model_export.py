@@ -2,7 +2,9 @@
 
 ``barnraise aux --publish-checkpoints`` publishes, beside each checkpoint, the model for everyone:
 the checkpoint exported in the transformers format (``core.export``), packed and signed
-(``core.training.publish.model``) with the newest held-out figures at or before its epoch. The
+(``core.training.publish.model``) with the newest held-out figures at or before its epoch. Its model
+card reads them, with the unigram floor and the contributors, from the backbone's logs in its work
+folder, as ``barnraise export`` does (the figures it remembers when the log has none). The
 backbone's composition root (``backbone``) hands it to the checkpoints' publication.
 """
 
@@ -33,12 +35,16 @@ class ModelExport:
         data_base: str | None,
         history: HeldOutHistory,
         scratch: Path,
+        *,
+        work_dir: Path | None = None,
     ) -> None:
+        """``work_dir``: the backbone's, whose logs the model card reads (none: only ``history``)."""
         self.publishing = publishing
         self.manifest_path = manifest_path
         self.data_base = data_base
         self.history = history
         self.scratch = scratch
+        self.work_dir = work_dir
         # what a run killed mid-export left
         for leftover in scratch.glob(_SCRATCH_PREFIX + "*"):
             shutil.rmtree(leftover, ignore_errors=True)
@@ -47,6 +53,7 @@ class ModelExport:
         import torch  # noqa: PLC0415 - the backbone has loaded it already
 
         from core.export.folder import export_model  # noqa: PLC0415 - loads torch
+        from core.export.records import HeldOutFigures  # noqa: PLC0415
         from core.training.publish.model import publish_model  # noqa: PLC0415
         from core.trust.published_model import archive_name  # noqa: PLC0415
 
@@ -63,7 +70,12 @@ class ModelExport:
                     checkpoint,
                     out,
                     data_base=self.data_base,
-                    evaluation=None if held_out is None else held_out.to_json(),
+                    backbone_dir=self.work_dir,
+                    evaluation=None
+                    if held_out is None
+                    else HeldOutFigures(
+                        held_out.epoch, held_out.loss, held_out.accuracy, held_out.samples
+                    ),
                 )
             p = self.publishing
             publish_model(

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 MILESTONE_EVERY = 10
 """The backbone keeps every 10th checkpoint longer (``CheckpointStore`` milestones): what a
 rollback to an older epoch than the last few needs."""
+METRICS_LOG = "metrics.jsonl"
+"""In the backbone's work folder: one line per completed epoch (``EpochMetrics.summary``)."""
 CHECKS_LOG = "checks.jsonl"
 """In the backbone's work folder: one line per work check (``CheckRecord``), for the audit."""
 EVALUATION_LOG = "evaluation.jsonl"
@@ -128,7 +130,7 @@ async def run_backbone(
     replica measured on the held-out text every ``every`` epochs (``evaluation.jsonl``, a
     ``PeerEvaluation`` event)."""
     s, manifest = settings, settings.manifest
-    metrics_log = MetricsLog(s.work_dir / "metrics.jsonl")
+    metrics_log = MetricsLog(s.work_dir / METRICS_LOG)
     store = (
         CheckpointStore(
             s.work_dir / "checkpoints",
