@@ -66,3 +66,11 @@ def test_without_a_log_the_published_card_shows_what_the_backbone_remembers(
         json.loads((tmp_path / "public" / INDEX_NAME).read_text()), "model.json"
     )
     assert index.held_out == HeldOut(105, 5.8, 0.4, 512)
+
+    # the floor it remembers too
+    history.record(PeerEvaluation(108, 5.7312, 0.4, 512, 9000, 3.0, 1_700_000_000.0, 6.2412))
+    card = published_card(project, tmp_path / "public", history, 110)
+    assert (
+        "measured at epoch 108, the newest evaluation before this checkpoint: loss 5.7312" in card
+    )
+    assert "0.51 below the unigram floor of 6.24 nats" in card

@@ -74,7 +74,11 @@ class ModelExport:
                     evaluation=None
                     if held_out is None
                     else HeldOutFigures(
-                        held_out.epoch, held_out.loss, held_out.accuracy, held_out.samples
+                        held_out.epoch,
+                        held_out.loss,
+                        held_out.accuracy,
+                        held_out.samples,
+                        held_out.floor,
                     ),
                 )
             p = self.publishing
