@@ -516,20 +516,35 @@ def test_moe_experiments_write_their_curves_and_plots(tmp_path: Path) -> None:
         assert len(data) > 10_000  # axes, labels and lines, not an empty image
 
 
-def test_lowcomm_benchmark_writes_its_three_runs_and_round_bytes(tmp_path: Path) -> None:
+def test_lowcomm_benchmark_writes_its_three_runs_and_round_bytes(
+    tmp_path: Path, demo_data: Path
+) -> None:
+    """The demo's language model on the demo's text, a few microbatches a run: every figure and
+    goal the page quotes, the unigram floor beside each run's loss."""
     out = tmp_path / "lowcomm.json"
     run_benchmark(
         "lowcomm.py",
-        "--peers", "2", "--samples", "256", "--microbatch", "32", "--target", "128",
-        "--inner", "4", "--round-bytes", "3000000", "--json", str(out),
+        "--peers", "2", "--samples", "64", "--target", "64", "--inner", "2",
+        "--data", str(demo_data), "--round-bytes", "3000000", "--json", str(out),
         timeout=400,
     )  # fmt: skip
     result = json.loads(out.read_text())
+    assert result["settings"]["model"] == "demo"
+    assert result["settings"]["microbatch"] == 16  # the manifest's
+    floor = result["floor"]
+    assert floor > 0
     assert set(result["runs"]) == {"dedloc-fp16", "diloco-exact", "diloco-topk2"}
     for run in result["runs"].values():
+        assert run["samples"] == 2 * 64
+        assert run["parameters"] > 100_000  # the language model, not a toy
+        assert run["lr"] > 0
         assert run["chunk_bytes_per_peer_per_sample"] > 0
+        assert run["host_bytes_per_peer_per_sample"] >= run["chunk_bytes_per_peer_per_sample"]
         assert run["held_out_loss"] > 0
+        assert run["below_floor"] == pytest.approx(floor - run["held_out_loss"])
     assert result["compressed_bytes_vs_dedloc"] < 1
+    assert result["compressed_host_bytes_vs_dedloc"] < 1
+    assert isinstance(result["compressed_loss_vs_dedloc"], float)
     assert result["round_bytes"][0]["bytes_one_member_sends"] > 0
     assert set(result["goals"]) >= {"bytes_at_most_1_500", "loss_within_3_percent"}
 
