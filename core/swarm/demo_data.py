@@ -22,8 +22,9 @@ TOKENIZER_SAMPLE = 20_000
 """Texts the tokenizer is trained on."""
 
 
-def prepare_demo_data(manifest: Manifest, root: Path) -> None:
-    """The shards and tokenizer the demo manifest names, written once under ``root``."""
+def prepare_demo_data(manifest: Manifest, root: Path, *, packages: bool = False) -> None:
+    """The shards and tokenizer the demo manifest names, written once under ``root``
+    (``packages``: the larger corpus with the installed packages' docstrings, for benchmarks)."""
     # imported here: torch and datasets load slowly, and the rest of the package never needs them
     from core.data import (  # noqa: PLC0415
         DataSource,
@@ -34,7 +35,7 @@ def prepare_demo_data(manifest: Manifest, root: Path) -> None:
     from core.data.shard_files import MANIFEST  # noqa: PLC0415
     from core.data.stdlib_text import write_stdlib_corpus  # noqa: PLC0415
 
-    write_stdlib_corpus(root / "shards", shards=SHARDS, seed=0)
+    write_stdlib_corpus(root / "shards", shards=SHARDS, seed=0, packages=packages)
     tokenizer = root / manifest.data.tokenizer
     # the corpus is rewritten when it changes (another Python, an older demo's text), and a
     # tokenizer trained on what was there before would not fit the new text

@@ -92,6 +92,43 @@ def test_held_out_text_is_never_trained_on_and_the_files_are_deterministic(tmp_p
     assert [f["name"] for f in manifest["files"]][-1] == "held-out/shard-00000.jsonl.gz"
 
 
+def test_installed_packages_join_held_out_whole(tmp_path: Path) -> None:
+    stdlib = fake_stdlib(tmp_path / "lib")
+    purelib = tmp_path / "site"
+    for n in range(64):
+        (purelib / f"pkg{n}").mkdir(parents=True)
+        (purelib / f"pkg{n}" / "core.py").write_text(
+            f'"""Package number {n} alone explains this. {SENTENCE}"""\n'
+        )
+    for skipped in ("tests", "_vendor"):
+        (purelib / "pkg0" / skipped).mkdir()
+        (purelib / "pkg0" / skipped / "x.py").write_text(
+            f'"""Copied or testing code, not to learn. {SENTENCE}"""\n'
+        )
+    shards, held = write_stdlib_corpus(
+        tmp_path / "a", shards=3, stdlib=stdlib, packages=True, purelib=purelib
+    )
+    trained = [text for shard in shards for text in texts(shard)]
+    held_texts = texts(held)
+    every = " ".join(trained + held_texts)
+    assert "Package number 63 alone" in every
+    assert "not to learn" not in every
+    held_packages = {n for n in range(64) if held_out(f"pkg{n}")}
+    assert held_packages  # 64 names: a few are held out
+    for n in range(64):
+        side = held_texts if n in held_packages else trained
+        assert any(f"Package number {n} alone" in text for text in side)
+    manifest = json.loads((tmp_path / "a" / MANIFEST).read_text())
+    assert manifest["source"] == "python-docs+packages"
+    # the smaller corpus in the same folder is written anew, not taken for the larger one
+    plain, _ = write_stdlib_corpus(tmp_path / "a", shards=3, stdlib=stdlib)
+    assert "Package number" not in " ".join(t for shard in plain for t in texts(shard))
+    with pytest.raises(DataError, match="no installed packages at"):
+        write_stdlib_corpus(
+            tmp_path / "b", stdlib=stdlib, packages=True, purelib=tmp_path / "nowhere"
+        )
+
+
 def test_bad_arguments_are_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="at least one shard"):
         write_stdlib_corpus(tmp_path / "c", shards=0)
