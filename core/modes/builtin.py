@@ -7,6 +7,7 @@ sentence and the dashboard's line.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from core.modes.spec import (
@@ -126,6 +127,17 @@ def _diloco_describe(training: TrainingKnobs) -> str:
     )
 
 
+def diloco_inner_lr(training: TrainingKnobs) -> float:
+    """An inner step takes one microbatch, where ``lr`` was chosen for steps of the whole
+    ``target_batch_size``: scaled down by the square root of the batch ratio, the rule for
+    adaptive optimizers (Malladi et al. 2022), unless ``inner_lr`` is given. At the full rate,
+    steps of a few samples each wander in their own noise: on the demo the held-out loss stayed
+    at the unigram floor (``benchmarks/diloco_sweep.py``)."""
+    if training.inner_lr > 0:
+        return training.inner_lr
+    return training.lr * math.sqrt(training.microbatch_size / training.target_batch_size)
+
+
 DILOCO = ModeSpec(
     "diloco",
     summary="each peer takes inner steps alone for a round, then the peers average what moved "
@@ -137,6 +149,7 @@ DILOCO = ModeSpec(
     check=_diloco_check,
     traffic=_diloco_traffic,
     describe=_diloco_describe,
+    learning_rate=diloco_inner_lr,
     clock_rounds=True,
     misbehaving_demo=True,
 )

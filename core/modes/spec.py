@@ -27,6 +27,12 @@ class TrainingKnobs(Protocol):
     @property
     def target_batch_size(self) -> int: ...
     @property
+    def microbatch_size(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def inner_lr(self) -> float: ...
+    @property
     def average_state_every(self) -> int: ...
     @property
     def delay_parameter_updates(self) -> bool: ...
@@ -117,6 +123,9 @@ class ModeSpec:
     describe: Callable[[TrainingKnobs], str]
     """How the model is trained, for the project page: the end of the sentence that begins
     "<the model>, trained together by its volunteers" (with its leading comma or space)."""
+    learning_rate: Callable[[TrainingKnobs], float] = lambda training: training.lr
+    """The rate the peers' optimizer steps at: ``training.lr`` as given, unless the mode's step
+    takes another batch than the ``target_batch_size`` that ``lr`` was chosen for."""
     clock_rounds: bool = False
     """Its rounds end together on the shared wall clock (``training.round_seconds``): the
     dashboard shows how far into the round it is and what the last exchange sent."""

@@ -82,6 +82,7 @@ KEY_NOTES = {
     "training.offload_optimizer": "true: optimizer states in host memory (small GPUs)",
     "training.mode": "dedloc: average every step; diloco: average once a round (home links)",
     "training.round_seconds": "diloco: seconds of local steps between two exchanges",
+    "training.inner_lr": "diloco: inner steps' rate (0: lr x sqrt(microbatch / target batch))",
     "training.outer_lr": "diloco: the outer Nesterov step's learning rate",
     "training.outer_momentum": "diloco: the outer Nesterov step's momentum (0 with topk)",
     "training.overlap": "diloco: true: exchange round r while round r+1 computes",

@@ -317,6 +317,11 @@ class TrainingSection:
     """diloco: the length of a round on the shared clock, 1 to 86400 s. Pick it so that one round
     computes the inner samples wanted on the slowest device that should count, and so that the
     exchange (``docs/organizers/modes.md``) takes less than a round."""
+    inner_lr: float = 0.0
+    """diloco: the inner steps' learning rate, 0 to 10. 0 (the default): ``lr`` scaled from the
+    ``target_batch_size`` it was chosen for to one microbatch by the square-root rule,
+    ``lr * sqrt(microbatch_size / target_batch_size)`` (the demo: 0.01 becomes 0.0025); ``lr``
+    itself on every microbatch leaves the model at the unigram floor."""
     outer_lr: float = 0.7
     """diloco: the outer Nesterov step's learning rate, above 0 and at most 10 (DiLoCo's 0.7)."""
     outer_momentum: float = 0.9
@@ -377,6 +382,7 @@ class TrainingSection:
                 )
         check.one_of("mode", active_modes().names)
         check.in_range("round_seconds", 1.0, MAX_ROUND_SECONDS)
+        check.in_range("inner_lr", 0.0, 10.0)
         check.in_range("outer_lr", 0.0, 10.0, low_open=True)
         check.in_range("outer_momentum", 0.0, 1.0, high_open=True)
         check.in_range("residual_decay", 0.0, 1.0, low_open=True)

@@ -32,6 +32,7 @@ from core.data import (
 )
 from core.models.albert import AlbertConfig, AlbertMLM
 from core.models.llama import LlamaCLM, LlamaConfig
+from core.modes import active_modes
 from core.optim.adamw import AdamW
 from core.optim.lamb import Lamb
 from core.optim.schedule import albert_lr_lambda
@@ -111,24 +112,24 @@ def build_optimizer(model: torch.nn.Module, manifest: Manifest) -> torch.optim.O
             f"not {t.optimizer!r}"
         )
     states, offload = t.optimizer_states, t.offload_optimizer
+    # the mode's rate: a diloco inner step takes one microbatch, not the collaboration's batch
+    lr = active_modes().parse(t.mode).learning_rate(t)
     if t.optimizer == "lamb":
         return Lamb(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
+            params, lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
             states=states, offload=offload,
         )  # fmt: skip
     if t.optimizer == "adamw" and special:
         return AdamW(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
+            params, lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay,
             states=states, offload=offload,
         )  # fmt: skip
     if t.optimizer == "adam":
-        return torch.optim.Adam(params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
+        return torch.optim.Adam(params, lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
     if t.optimizer == "adamw":
-        return torch.optim.AdamW(
-            params, t.lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay
-        )
+        return torch.optim.AdamW(params, lr, betas=t.betas, eps=t.eps, weight_decay=t.weight_decay)
     if t.optimizer == "sgd":
-        return torch.optim.SGD(params, t.lr, momentum=t.betas[0], weight_decay=t.weight_decay)
+        return torch.optim.SGD(params, lr, momentum=t.betas[0], weight_decay=t.weight_decay)
     raise TrainingError(f"unknown optimizer {t.optimizer!r}")
 
 
