@@ -550,42 +550,50 @@ def test_lowcomm_benchmark_writes_its_three_runs_and_round_bytes(
 
 
 def test_outcome_benchmark_compares_curves_at_equal_samples(tmp_path: Path) -> None:
-    """The comparison and the plot, from an earlier run's curves (a real run trains three models for
-    many minutes: ``benchmarks/outcome.py``)."""
+    """The comparison and the plot, from an earlier run's curves (a real run trains four models for
+    many minutes: ``benchmarks/outcome.py``): each mode against its own goal, the reference's
+    distance to the floor, and whether each curve still falls at the compared point."""
     curves = {
         "single": [
             {"epoch": 2, "samples": 512, "loss": 8.0, "accuracy": 0.01},
             {"epoch": 4, "samples": 1024, "loss": 7.0, "accuracy": 0.02},
+            {"epoch": 6, "samples": 1536, "loss": 5.0, "accuracy": 0.03},
         ],
-        # evaluated at other sample counts: interpolated at the single run's 1024
-        "swarm": [
+        # evaluated at other sample counts: interpolated at the single run's 1536
+        "dedloc": [
             {"epoch": 2, "samples": 600, "loss": 7.9, "accuracy": 0.01},
-            {"epoch": 4, "samples": 1200, "loss": 6.9, "accuracy": 0.02},
+            {"epoch": 4, "samples": 1200, "loss": 6.0, "accuracy": 0.02},
+            {"epoch": 6, "samples": 1800, "loss": 4.6, "accuracy": 0.03},
         ],
-        "diloco": [
-            {"epoch": 1, "samples": 700, "loss": 6.0, "accuracy": 0.03},
-            {"epoch": 2, "samples": 1400, "loss": 5.0, "accuracy": 0.04},
+        # flat where compared: within its 3 % goal, but no longer learning
+        "diloco-topk": [
+            {"epoch": 1, "samples": 700, "loss": 5.1, "accuracy": 0.03},
+            {"epoch": 2, "samples": 1400, "loss": 5.1, "accuracy": 0.04},
+            {"epoch": 3, "samples": 2100, "loss": 5.1, "accuracy": 0.04},
         ],
     }
     earlier = tmp_path / "earlier.json"
-    settings = {"epochs": 4, "target_batch_size": 256}
-    earlier.write_text(json.dumps({"curves": curves, "settings": settings}))
+    settings = {"model": "demo", "trainers": 3, "churn_every": 60}
+    earlier.write_text(json.dumps({"curves": curves, "settings": settings, "floor": 6.2}))
     out, png = tmp_path / "outcome.json", tmp_path / "outcome.png"
     run_benchmark(
         "outcome.py", "--from-json", str(earlier), "--json", str(out), "--png", str(png),
         timeout=120,
     )  # fmt: skip
     comparison = json.loads(out.read_text())["comparison"]
-    assert comparison["compared_at_samples"] == 1024
-    swarm = comparison["swarm"]
-    assert swarm["loss"] == pytest.approx(7.9 - (1024 - 600) / 600)  # between its two points
-    assert swarm["relative_gap"] == pytest.approx(0.0276, abs=1e-4)
-    assert not swarm["within_goal"]  # 2.8 % above the single process
-    assert not swarm["equivalent"]
-    diloco = comparison["diloco"]
-    assert diloco["relative_gap"] < -0.2
-    assert diloco["within_goal"]
-    assert not diloco["equivalent"]
+    assert comparison["compared_at_samples"] == 1536
+    assert comparison["single_below_floor"] == pytest.approx(1.2)
+    assert comparison["learning_regime"]  # at least 1 nat below the floor
+    dedloc = comparison["dedloc"]
+    assert dedloc["loss"] == pytest.approx(6.0 - 1.4 * (1536 - 1200) / 600)  # between two points
+    assert dedloc["relative_gap"] == pytest.approx(dedloc["loss"] / 5.0 - 1)
+    assert dedloc["goal"] == 0.02
+    assert not dedloc["within_goal"]  # 4.3 % above the reference
+    assert dedloc["falling"]
+    topk = comparison["diloco-topk"]
+    assert topk["goal"] == 0.03
+    assert topk["within_goal"]  # 2 % above: within 3 %
+    assert not topk["falling"]
     assert png.stat().st_size > 1000
 
 
