@@ -1,14 +1,17 @@
 """A PNG of every page of the desktop app, with realistic data from the fake engine.
 
-    python benchmarks/screenshots.py OUTDIR [--width 1100 --height 760]
+    python benchmarks/screenshots.py OUTDIR [--width 1100 --height 760] [--only NAME ...]
 
 Runs offscreen (unless QT_QPA_PLATFORM says otherwise): the real window, bridge and store, with a
 ``FakeEngine`` on the far side. Writes one PNG per page and state (first run's three steps, joining
 by a project URL (a bare host refused, the project's preview, a refused update on the dashboard), the
 dashboard contributing, waiting and paused, schedule, statistics (and scrolled to the model: training
-and held-out loss beside the unigram floor's dashed line), projects, the leaderboard logged in,
-stale and logged out, events, the engine-stopped banner, the tray menu and its four icons, the close
-question) and ``index.json`` listing them. Look at them after changing the GUI; keep them out of git.
+and held-out loss beside the unigram floor's dashed line, then "Try the model" below it answering a
+sentence with a missing word), projects, the leaderboard logged in, stale and logged out, events,
+the engine-stopped banner, the tray menu and its four icons, the close question) and
+``index.json`` listing them. Look at them after changing the GUI; keep them out of git.
+``--only NAME`` (repeatable) takes only the shots whose file name contains NAME, running just the
+groups that take them (``--only 07b --only 07c``: the statistics page's model).
 
 Then the coordinator's project page (``benchmarks/page_browser``): a real coordinator on this
 machine with a project's sample figures (held-out evaluations and their floor included),
@@ -25,7 +28,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,7 +36,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QEvent, QPoint, QTimer
 from PySide6.QtGui import QPixmap
-from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
+from PySide6.QtWidgets import QApplication, QScrollArea, QScrollBar, QWidget
 
 from app.engine.bridge import EngineBridge
 from app.engine.preview import FakeConnector
@@ -55,13 +58,23 @@ from core.api.events import ErrorRaised
 from core.api.testing import FakeEngine
 from core.api.testing.sample_data import REMOTE_PREVIEW
 
+TRY_SENTENCE = "Volunteers share their computers to train a ___."
+"""The question photographed in "Try the model" (the fake model's best guess for it: "model")."""
+
 
 class Shooter:
-    def __init__(self, out: Path, size: tuple[int, int]) -> None:
+    def __init__(self, out: Path, size: tuple[int, int], only: Sequence[str] = ()) -> None:
         self.out = out
         self.size = size
+        self.only = tuple(only)
+        self.group: tuple[str, ...] = ()
+        """The shots the running group declares in ``GROUPS``."""
         self.saved: list[dict[str, object]] = []
         self.bridges: list[EngineBridge] = []
+
+    def wants(self, name: str) -> bool:
+        """Whether ``--only`` keeps the shot ``name`` (every shot without it)."""
+        return not self.only or any(part in name for part in self.only)
 
     def wait(self, condition: Callable[[], bool], seconds: float = 10.0) -> None:
         deadline = time.monotonic() + seconds
@@ -82,6 +95,10 @@ class Shooter:
             time.sleep(0.01)
 
     def save(self, name: str, widget: QWidget | QPixmap, what: str) -> None:
+        if name not in self.group:
+            raise ValueError(f"{name} is missing from its group's shots in GROUPS")
+        if not self.wants(name):
+            return
         picture = widget if isinstance(widget, QPixmap) else widget.grab()
         path = self.out / f"{name}.png"
         if not picture.save(str(path)):
@@ -111,15 +128,14 @@ class Shooter:
             bridge.stop()
 
 
-def shoot(out: Path, size: tuple[int, int]) -> list[dict[str, object]]:
-    s = Shooter(out, size)
+def shoot(out: Path, size: tuple[int, int], only: Sequence[str] = ()) -> list[dict[str, object]]:
+    """Every group of shots in ``GROUPS`` that takes one ``only`` keeps: the files saved."""
+    s = Shooter(out, size, only)
     try:
-        _first_run(s)
-        _join_by_url(s)
-        _add_project(s)
-        _main_pages(s)
-        _leaderboard_states(s)
-        _tray_and_dialogs(s)
+        for group, names in GROUPS:
+            if any(s.wants(name) for name in names):
+                s.group = names
+                group(s)
     finally:
         s.close()
     return s.saved
@@ -208,7 +224,6 @@ def _main_pages(s: Shooter) -> None:
         window.show_page(key)
         s.settle(0.8)
         s.save(name, window, what)
-    _statistics_model(s, window)
     window.show_page("dashboard")
     fake.set_conditions(idle_seconds=20.0)  # at the computer: a GPU project waits
     s.settle(0.6)
@@ -228,23 +243,49 @@ def _main_pages(s: Shooter) -> None:
     window.hide()
 
 
-def _statistics_model(s: Shooter, window: MainWindow) -> None:
-    """The statistics page scrolled down to the model: the held-out curve and its floor."""
+def _statistics_model(s: Shooter) -> None:
+    """The statistics page scrolled down to the model: the held-out curve and its floor, then
+    "Try the model" under it, answering a sentence with a missing word."""
+    window = s.window(FakeEngine("contributing"))
     window.show_page("statistics")
     page = window.page["statistics"]
     assert isinstance(page, StatisticsPage)
     s.wait(lambda: bool(page.loss_chart.levels))  # the sample evaluations carry the floor
     scroll = page.findChild(QScrollArea)
     assert scroll is not None
+    body = scroll.widget()
+    bar = scroll.verticalScrollBar()
+    assert body is not None
+    assert bar is not None
     s.settle(0.8)  # laid out first: the chart's place in the scrolled body is known only then
-    top = page.loss_chart.mapTo(scroll.widget(), QPoint(0, 0)).y()
-    scroll.verticalScrollBar().setValue(top - 8)
+    top = page.loss_chart.mapTo(body, QPoint(0, 0)).y()
+    bar.setValue(top - 8)
     s.settle(0.4)
     s.save(
         "07b-statistics-model",
         window,
         "statistics: training and held-out loss, the unigram floor's line, the held-out tile",
     )
+    box = page.try_model
+    box.question.setText(TRY_SENTENCE)
+    box.ask_button.click()
+    s.wait(lambda: box.answer is not None and not box.asking)
+    s.settle(0.6)  # the answer's lines lengthen the body: laid out again before scrolling
+    _scroll_to_show(bar, top - 8, box.mapTo(body, QPoint(0, box.height())).y() + 8)
+    s.settle(0.4)
+    s.save(
+        "07c-try-the-model",
+        window,
+        "statistics: the held-out curve with its floor, and the model's guesses for a missing word",
+    )
+    window.hide()
+
+
+def _scroll_to_show(bar: QScrollBar, top: int, bottom: int) -> None:
+    """Scroll so that the body from ``top`` to ``bottom`` is in view, or as much of its top as
+    fits with its bottom (the answer) in view."""
+    view = bar.pageStep()  # the viewport's height
+    bar.setValue(max(top, bottom - view) if bottom - top > view else top)
 
 
 def _leaderboard_states(s: Shooter) -> None:
@@ -292,6 +333,42 @@ def _tray_and_dialogs(s: Shooter) -> None:
     window.hide()
 
 
+GROUPS: tuple[tuple[Callable[[Shooter], None], tuple[str, ...]], ...] = (
+    (
+        _first_run,
+        (
+            "01-first-run-project",
+            "02-first-run-account",
+            "03-first-run-preset",
+            "04-dashboard-after-first-run",
+        ),
+    ),
+    (
+        _join_by_url,
+        ("01b-first-run-url-problem", "01c-first-run-preview", "04b-dashboard-update-refused"),
+    ),
+    (_add_project, ("01d-add-project",)),
+    (
+        _main_pages,
+        (
+            "05-dashboard",
+            "06-schedule",
+            "07-statistics",
+            "08-leaderboard",
+            "09-events",
+            "09b-projects",
+            "10-dashboard-waiting",
+            "11-dashboard-on-battery",
+            "12-dashboard-engine-warning",
+            "13-engine-stopped",
+        ),
+    ),
+    (_statistics_model, ("07b-statistics-model", "07c-try-the-model")),
+    (_leaderboard_states, ("14-leaderboard-stale", "15-leaderboard-login")),
+    (_tray_and_dialogs, ("16-tray-menu", "17-tray-icons", "18-close-question")),
+)
+"""Each group of shots (one window on its own fake engine) and the shots it saves, in order."""
+
 PAGES = (
     ("project-page", "/", 1100, 900, False, "the project page at a desktop's width"),
     ("project-page-phone", "/", 360, 740, True, "the project page on a phone (360 px)"),
@@ -299,8 +376,12 @@ PAGES = (
 )
 
 
-def project_pages(out: Path) -> tuple[list[dict[str, object]], list[str]]:
-    """The coordinator's pages in headless Chromium: (files saved, notes on what was skipped)."""
+def project_pages(out: Path, only: Sequence[str] = ()) -> tuple[list[dict[str, object]], list[str]]:
+    """The coordinator's pages in headless Chromium: (files saved, notes on what was skipped);
+    with ``only``, just the pages whose name contains one of its parts."""
+    pages = [p for p in PAGES if not only or any(part in p[0] for part in only)]
+    if not pages:
+        return [], []
     missing = chromium_missing()
     if missing is not None:
         note = f"project page screenshots skipped: {missing}"
@@ -309,7 +390,7 @@ def project_pages(out: Path) -> tuple[list[dict[str, object]], list[str]]:
     saved: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as folder, LiveCoordinator(Path(folder)) as live:
         sample_project(live)
-        for name, path, width, height, phone, what in PAGES:
+        for name, path, width, height, phone, what in pages:
             with chromium(width, height, phone=phone) as driver:
                 driver.get(live.url + path)
                 png = full_page_png(driver, width, phone=phone)
@@ -327,14 +408,21 @@ def main() -> int:
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--width", type=int, default=1100)
     parser.add_argument("--height", type=int, default=760)
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="take only the shots whose file name contains NAME (repeatable; default: all)",
+    )
     args = parser.parse_args()
     args.outdir.mkdir(parents=True, exist_ok=True)
     qapp = QApplication(sys.argv[:1])
     apply_theme(qapp)
     QTimer.singleShot(0, lambda: None)
-    saved = shoot(args.outdir, (args.width, args.height))
+    saved = shoot(args.outdir, (args.width, args.height), args.only)
     (args.outdir / ".screenshots-app.ini").unlink(missing_ok=True)
-    pages, notes = project_pages(args.outdir)
+    pages, notes = project_pages(args.outdir, args.only)
     saved += pages
     index = {
         "benchmark": "screenshots",

@@ -337,6 +337,8 @@ def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
         assert any(page in name for name in names), page
     assert any("events" in name for name in names)
     assert any("tray-menu" in name for name in names)
+    # the model's held-out curve with its floor, and Try the model answering (docs/images)
+    assert {"07b-statistics-model.png", "07c-try-the-model.png"} <= names
     # the coordinator's project page, photographed by headless Chromium where there is one
     if chromium_missing() is None:
         assert {"project-page.png", "project-page-phone.png", "project-user-page.png"} <= names
