@@ -29,7 +29,10 @@ and SparseLoCo match their baselines within a few percent): **dedloc within 2 %,
 ``LEARNED`` nats below the floor and every curve still falls (``falling``: lower than at
 ``FALLING_SHARE`` of the compared samples). Every trainer is honest, so each swarm run also lists
 the backbone's log lines that name an accused peer (``accusations``: each one false).
-``--from-json`` compares and draws the curves of an earlier run again without training.
+``--export DIR`` also exports the reference's final model with ``barnraise export``'s code and
+scores it with transformers' Auto class on the held-out tokens (``runs.single.export``: its loss
+beside the floor). ``--from-json`` compares and draws the curves of an earlier run again without
+training.
 """
 
 from __future__ import annotations
@@ -75,9 +78,11 @@ Point = dict[str, float]
 # ---- one process, the global batch ----------------------------------------------------------------
 
 
-def single_process(manifest: Manifest, data: Path, samples: int) -> list[Point]:
+def single_process(
+    manifest: Manifest, data: Path, samples: int, checkpoints: Path | None = None
+) -> list[Point]:
     """Steps on the global batch until ``samples`` are trained on; the held-out figures every
-    ``evaluation.every`` steps."""
+    ``evaluation.every`` steps; the final model saved as a checkpoint into ``checkpoints``."""
     from core.training.evaluation import load_held_out, measure
     from core.training.local import LocalWork
     from core.training.peer.recipe import (
@@ -120,7 +125,65 @@ def single_process(manifest: Manifest, data: Path, samples: int) -> list[Point]:
                  "accuracy": measured.accuracy}
             )  # fmt: skip
             print(f"single  epoch {state.epoch:>4}  held-out loss {measured.loss:.4f}", flush=True)
+    if checkpoints is not None:
+        from core.training.checkpoints import CheckpointStore
+
+        metadata = {"samples": done, "samples_total": done}
+        CheckpointStore(checkpoints).save(
+            state.epoch, model.state_dict(), state.optimizer.state_dict(), metadata, None
+        )
     return points
+
+
+def exported_reference(
+    manifest_path: Path, checkpoints: Path, data: Path, folder: Path, *, floor: float,
+    last: Point | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The reference's checkpoint exported (``barnraise export``'s code) and scored by
+    transformers' Auto class on the held-out set's tokens: the model a user would download."""
+    import torch
+    import transformers
+
+    from core.export.folder import export_model
+    from core.export.records import HeldOutFigures
+    from core.training.evaluation import load_held_out
+    from core.training.peer.recipe import fetch_tokenizer
+
+    manifest = load_manifest(manifest_path)
+    figures = None
+    if last is not None:
+        figures = HeldOutFigures(int(last["epoch"]), last["loss"], last["accuracy"],
+                                 manifest.evaluation.samples, floor)  # fmt: skip
+    exported = export_model(manifest_path, None, folder, checkpoints=checkpoints,
+                            data_base=str(data), evaluation=figures, overwrite=True)  # fmt: skip
+    causal = manifest.model.kind == "llama-clm"
+    auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForMaskedLM
+    model = auto.from_pretrained(str(folder)).eval()
+    held = load_held_out(manifest, fetch_tokenizer(manifest, str(data), data), data_base=str(data))
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in held.batches:
+            logits = model(input_ids=batch["input_ids"],
+                           attention_mask=batch["attention_mask"]).logits  # fmt: skip
+            labels = batch["labels"]
+            if causal:
+                logits, labels = logits[:, :-1], labels[:, 1:]
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
+                ignore_index=-100, reduction="sum",
+            )  # fmt: skip
+            total += float(loss)
+            tokens += int((labels != -100).sum())
+    loss = total / tokens
+    return {
+        "folder": str(folder),
+        "epoch": exported.epoch,
+        "transformers_class": auto.__name__,
+        "transformers_loss": loss,
+        "floor": floor,
+        "below_floor": floor - loss,
+        "card_says_samples": exported.samples,
+    }
 
 
 def floor_of(manifest: Manifest, data: Path) -> float:
@@ -352,8 +415,19 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         if "single" in paths:
             started = time.monotonic()
             single = load_manifest(paths["single"])
-            runs["single"] = await asyncio.to_thread(single_process, single, data, args.samples)
+            checkpoints = work / "single-checkpoints" if args.export else None
+            runs["single"] = await asyncio.to_thread(
+                single_process, single, data, args.samples, checkpoints
+            )
             details["single"] = {"seconds": round(time.monotonic() - started, 1)}
+            if args.export and checkpoints is not None:
+                last = runs["single"][-1] if runs["single"] else None
+                details["single"]["export"] = await asyncio.to_thread(
+                    lambda: exported_reference(
+                        paths["single"], checkpoints, data, args.export, floor=floor, last=last
+                    )
+                )
+                print(f"exported reference: {details['single']['export']}", flush=True)
         server = ShardServer(data)
         base = await server.start()
         try:
@@ -431,6 +505,10 @@ def main() -> None:
         help="the demo's text, or with the installed packages' docstrings (never repeated)",
     )  # fmt: skip
     parser.add_argument("--data", type=Path, default=None, help="keep the corpus here for reruns")
+    parser.add_argument(
+        "--export", type=Path, default=None,
+        help="export the reference's final model here and score it in transformers",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--png", default=None, help="where to draw the curves")
     parser.add_argument("--from-json", type=Path, default=None, help="an earlier run's JSON")
