@@ -39,8 +39,8 @@ inner optimizer steps at the rate the diloco mode takes for one microbatch (each
 
 Goals: diloco with compression sends at most 1/500 of dedloc-fp16's chunk bytes per sample; its
 held-out loss is within 3 % of dedloc's. The defaults (3 peers, 25600 samples each, rounds of 50
-inner steps: 32 rounds, 300 dedloc steps) take about 15 minutes for the three runs with ``demo`` on
-a quiet 2-core machine; ``llama-demo`` takes longer.
+inner steps: 32 rounds, 300 dedloc steps) took 43 minutes for the three runs with ``demo`` on a
+2-core machine busy with a test run beside them; ``llama-demo`` takes longer.
 """
 
 from __future__ import annotations
