@@ -73,7 +73,7 @@ def _batches(
     if len(ordinary) == 0:
         raise DataError("the tokenizer has no ordinary tokens to train on")
     rows: list[list[int]] = []
-    for sequence in pack_sequences(_token_lists(texts, tokenizer), tokenizer, seq_len):
+    for sequence in packed_sequences(texts, tokenizer, seq_len):
         rows.append(sequence)
         if len(rows) == batch_size:
             input_ids = torch.tensor(rows, dtype=torch.int64)
@@ -114,7 +114,7 @@ def _causal_batches(
     texts: Iterator[str], tokenizer: TextTokenizer, *, seq_len: int, batch_size: int
 ) -> Iterator[dict[str, torch.Tensor]]:
     rows: list[list[int]] = []
-    for sequence in pack_sequences(_token_lists(texts, tokenizer), tokenizer, seq_len):
+    for sequence in packed_sequences(texts, tokenizer, seq_len):
         rows.append(sequence)
         if len(rows) == batch_size:
             input_ids = torch.tensor(rows, dtype=torch.int64)
@@ -156,7 +156,14 @@ def pack_sequences(
             current = [tokenizer.cls_id]
 
 
-def _token_lists(texts: Iterator[str], tokenizer: TextTokenizer) -> Iterator[list[int]]:
+def packed_sequences(
+    texts: Iterable[str], tokenizer: TextTokenizer, seq_len: int
+) -> Iterator[list[int]]:
+    """``texts`` tokenized as they arrive and packed as the batches pack them (``pack_sequences``)."""
+    return pack_sequences(_token_lists(texts, tokenizer), tokenizer, seq_len)
+
+
+def _token_lists(texts: Iterable[str], tokenizer: TextTokenizer) -> Iterator[list[int]]:
     group: list[str] = []
     for text in texts:
         group.append(text)

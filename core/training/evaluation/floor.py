@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 
 from core.data import DataSource, TextTokenizer
-from core.data.batches import IGNORE_INDEX, pack_sequences
+from core.data.batches import IGNORE_INDEX, packed_sequences
 from core.data.errors import DataError
 from core.data.readers import read_shard
 from core.project import Manifest
@@ -31,7 +31,6 @@ from core.training.evaluation.held_out import HeldOutSet, is_causal
 
 FLOOR_TOKENS = 2_000_000
 """Target tokens counted: a few seconds of tokenizing; rare tokens barely move the mean."""
-_ENCODE_AT_ONCE = 64
 
 
 def token_counts(
@@ -47,7 +46,7 @@ def token_counts(
     counts = torch.zeros(tokenizer.vocab_size, dtype=torch.int64)
     specials = torch.tensor(sorted(tokenizer.special_ids), dtype=torch.int64)
     counted = 0
-    for sequence in pack_sequences(_token_lists(texts, tokenizer), tokenizer, seq_len):
+    for sequence in packed_sequences(texts, tokenizer, seq_len):
         ids = torch.tensor(sequence, dtype=torch.int64)
         # the targets evaluation scores: a causal model never predicts the first id, a masked one
         # only ordinary tokens
@@ -117,9 +116,3 @@ def project_floor(
 def _alternate(lists: Sequence[list[tuple[str, DataSource]]]) -> Iterator[tuple[str, DataSource]]:
     for row in itertools.zip_longest(*lists):
         yield from (item for item in row if item is not None)
-
-
-def _token_lists(texts: Iterable[str], tokenizer: TextTokenizer) -> Iterator[list[int]]:
-    iterator = iter(texts)
-    while group := list(itertools.islice(iterator, _ENCODE_AT_ONCE)):
-        yield from tokenizer.encode_batch(group)
