@@ -14,7 +14,12 @@ equivalent), on the same seeds.
 A variant is ``name:key=value,key=value`` over ``workers``, ``inner`` (inner steps a round),
 ``outer_lr``, ``momentum``, ``inner_lr`` (the manifest's ``training.inner_lr``: 0 for the
 square-root rule), ``full`` (1: the inner steps at ``lr`` itself), ``total`` (the inner
-schedule's total steps) and ``warmup``; ``--variant`` may be given many times. The default set is
+schedule's total steps), ``warmup``, and for the ``topk`` codec ``density`` (above 0: the
+exchange goes through it), ``bits`` and ``decay`` (``residual_decay``); ``--variant`` may be given
+many times. With ``topk`` each replica's pseudo-gradient goes through the codec as a sender's chunk
+does, the mean of what arrived goes back as a reducer sends it (its largest values, 8-bit), and
+what of a replica's work the mean lacks is its residual, as ``core.averaging.round.feedback`` keeps
+it. The default set is
 the one the benchmarks page explains: the inner steps at the full ``lr`` (as diloco ran before
 the square-root rule), the manifest's diloco defaults, then one change at a time.
 """
@@ -47,7 +52,11 @@ DEFAULT_VARIANTS = (
     "inner-128:inner=128",
     "outer-1-no-momentum:outer_lr=1.0,momentum=0.0",
 )
-KEYS = ("workers", "inner", "outer_lr", "momentum", "inner_lr", "full", "total", "warmup")
+KEYS = (
+    "workers", "inner", "outer_lr", "momentum", "inner_lr", "full", "total", "warmup",
+    "density", "bits", "decay",
+)  # fmt: skip
+FLOATS = ("outer_lr", "momentum", "inner_lr", "density", "decay")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +72,11 @@ class Variant:
     """1: the inner steps take ``lr`` itself, as before the square-root rule."""
     total: int | None = None
     warmup: int | None = None
+    density: float = 0.0
+    """Above 0: the pseudo-gradients travel through ``topk`` at this density (0: exactly)."""
+    bits: int = 2
+    decay: float = 0.95
+    """``residual_decay``: what the residual keeps a round (with ``topk`` only)."""
 
     @classmethod
     def parse(cls, text: str) -> Variant:
@@ -72,8 +86,7 @@ class Variant:
             key, _, value = item.partition("=")
             if key not in KEYS:
                 raise SystemExit(f"unknown key {key!r} in {text!r}; choose from {', '.join(KEYS)}")
-            floats = ("outer_lr", "momentum", "inner_lr")
-            values[key] = float(value) if key in floats else int(value)
+            values[key] = float(value) if key in FLOATS else int(value)
         return cls(name or "variant", **values)
 
 
@@ -87,6 +100,44 @@ def tuned(manifest: Manifest, variant: Variant) -> Manifest:
         warmup_steps=t.warmup_steps if variant.warmup is None else variant.warmup,
     )
     return dataclasses.replace(manifest, training=training)
+
+
+def exchange(
+    deltas: list[list[np.ndarray]], density: float, bits: int
+) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """The mean that lands and each replica's residual. ``density`` 0: the exact mean, nothing
+    left; else through ``topk`` as the network's round carries it (one chunk for the whole vector:
+    the blocks of 4096 fall a little differently than in a group's parts)."""
+    shapes = [d.shape for d in deltas[0]]
+    if density == 0:
+        return [np.mean([d[i] for d in deltas], axis=0) for i in range(len(shapes))], [
+            [np.zeros_like(a) for a in d] for d in deltas
+        ]
+    from core.codecs.chunks import decode, encode
+    from core.codecs.topk import top_k
+
+    codec = top_k(density, bits)
+    flats = [np.concatenate([a.reshape(-1) for a in d]).astype(np.float32) for d in deltas]
+    count = flats[0].size
+    sent = [decode(codec, encode(codec, f), count) for f in flats]
+    mean = np.mean(sent, axis=0).astype(np.float32)
+    back = codec.for_sum(len(deltas))
+    landed = decode(back, encode(back, mean), count)
+    lefts = []
+    for flat, own in zip(flats, sent, strict=True):
+        left = flat - own
+        np.copyto(left, flat, where=landed == 0)  # a value the mean dropped comes back whole
+        lefts.append(left)
+
+    def split(flat: np.ndarray) -> list[np.ndarray]:
+        out, at = [], 0
+        for shape in shapes:
+            size = int(np.prod(shape))
+            out.append(flat[at : at + size].reshape(shape).copy())
+            at += size
+        return out
+
+    return split(landed), [split(left) for left in lefts]
 
 
 def run(
@@ -116,7 +167,8 @@ def run(
         state = training_state(model, manifest)
         diloco = DilocoState(
             state, outer_lr=variant.outer_lr, outer_momentum=variant.momentum,
-            overlap=False, sparse=False, clip_norm=clip,
+            overlap=False, sparse=variant.density > 0, clip_norm=clip,
+            residual_decay=variant.decay,
         )  # fmt: skip
         batches = data_stream(manifest, tokenizer, data_base=str(data), seed=k + 1)
         replicas.append((model, diloco, Trainer(model, None, None, batches, mlm_loss)))  # type: ignore[arg-type]
@@ -132,9 +184,8 @@ def run(
                     diloco.inner_step()
                     done += outcome[0]
             deltas.append(diloco.end_round())
-        mean = [np.mean([d[i] for d in deltas], axis=0) for i in range(len(deltas[0]))]
-        for _, diloco, _ in replicas:
-            left = [np.zeros_like(m) for m in mean]
+        mean, lefts = exchange(deltas, variant.density, variant.bits)
+        for (_, diloco, _), left in zip(replicas, lefts, strict=True):
             diloco.land([m.copy() for m in mean], left, [], per_round=variant.inner)
         if done >= next_measure:
             model = replicas[0][0]
@@ -167,6 +218,11 @@ def reference(manifest: Manifest, data: Path, samples: int, every: int) -> dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--manifest", type=Path, default=DEMO_MANIFEST)
+    parser.add_argument(
+        "--corpus", choices=("python-docs", "packages"), default="python-docs",
+        help="the demo's text, or with the installed packages' docstrings (outcome.py's)",
+    )  # fmt: skip
+    parser.add_argument("--data", type=Path, default=None, help="where the corpus is kept")
     parser.add_argument("--samples", type=int, default=40960)
     parser.add_argument("--every", type=int, default=2560, help="samples between evaluations")
     parser.add_argument("--variant", action="append", default=None)
@@ -174,14 +230,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     manifest = load_manifest(args.manifest)
-    data = Path(os.environ.get("BARNRAISE_DEMO_DATA", "/tmp/barnraise-demo-data"))
-    prepare_demo_data(load_manifest(DEMO_MANIFEST), data)
+    data = args.data or Path(os.environ.get("BARNRAISE_DEMO_DATA", "/tmp/barnraise-demo-data"))
+    prepare_demo_data(load_manifest(DEMO_MANIFEST), data, packages=args.corpus == "packages")
     variants = [Variant.parse(v) for v in (args.variant or DEFAULT_VARIANTS)]
     result: dict[str, Any] = {
         "benchmark": "diloco_sweep",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "settings": {
             "manifest": str(args.manifest),
+            "corpus": args.corpus,
             "samples": args.samples,
             "every": args.every,
         },

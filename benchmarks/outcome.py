@@ -17,8 +17,10 @@ modules held out) is trained four ways, each measured on the same held-out seque
   with its own data order; the backbone's evaluations are the curve;
 - ``diloco``: the same swarm and churn in diloco mode with the preset's outer step and an exact
   codec (fp16);
-- ``diloco-topk``: the same with the ``topk`` codec (its error feedback, outer lr 1.0, no outer
-  momentum, as the manifest reference advises).
+- ``diloco-topk``: the same with the ``topk`` codec at ``--density`` (its error feedback, outer
+  lr 1.0, no outer momentum, as the manifest reference advises). The default, 10 %, is what a
+  run of a few dozen rounds needs (``benchmarks/diloco_sweep.py``: at 1 % a round touches too few
+  coordinates for the model to get far past the floor in so few rounds).
 
 Every run goes on until it has trained on ``--samples`` samples (or ``--minutes`` pass). The
 runs are compared at equal samples: each curve's held-out loss is interpolated at the sample
@@ -388,7 +390,7 @@ def manifests(preset: Path, work: Path, args: argparse.Namespace) -> dict[str, P
         "diloco-topk": with_keys(
             with_keys(base, "training", {**diloco, "outer_lr": "1.0", "outer_momentum": "0.0"}),
             "averaging",
-            {"codec": '"topk"'},
+            {"codec": '"topk"', "density": f"{args.density:g}"},
         ),
     }
     paths = {}
@@ -453,6 +455,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "trainers": TRAINERS,
             "churn_every": args.churn_every,
             "round_seconds": args.round_seconds,
+            "topk_density": args.density,
             "goals": GOALS,
             "learned": LEARNED,
             "target_batch_size": t.target_batch_size,
@@ -499,6 +502,9 @@ def main() -> None:
     parser.add_argument("--round-seconds", type=float, default=20.0, help="diloco: a round")
     parser.add_argument("--minutes", type=float, default=15.0, help="longest a swarm run may take")
     parser.add_argument("--every", type=int, default=10, help="epochs between evaluations")
+    parser.add_argument(
+        "--density", type=float, default=0.1, help="diloco-topk: the share of values sent"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--corpus", choices=("python-docs", "packages"), default="packages",

@@ -637,3 +637,38 @@ def test_swarm_scale_compares_runs_at_equal_samples_and_at_equal_rounds() -> Non
     assert shown["missed_by_round"]["5"] == [1, 2]
     assert shown["missed_by_round"]["3"] == [0, 1]
     assert shown["landed_rounds_late"] == 3
+
+
+def test_diloco_sweep_exchange_keeps_what_topk_left_out() -> None:
+    """The sweep's round through ``topk`` keeps, for each replica, what of its work did not land:
+    the codec's error where the mean holds a value, the whole value where the mean dropped it;
+    an exact exchange lands the mean and leaves nothing."""
+    import numpy as np
+
+    from benchmarks.diloco_sweep import exchange
+    from core.codecs.topk import TopK
+
+    rng = np.random.default_rng(0)
+    deltas = [
+        [
+            rng.standard_normal((64, 128)).astype(np.float32),
+            rng.standard_normal(300).astype(np.float32),
+        ]
+        for _ in range(3)
+    ]
+    mean, lefts = exchange(deltas, 0.0, 2)
+    np.testing.assert_allclose(mean[0], np.mean([d[0] for d in deltas], axis=0), rtol=1e-6)
+    assert all(not left.any() for replica in lefts for left in replica)
+
+    mean, lefts = exchange(deltas, 0.05, 2)
+    assert [m.shape for m in mean] == [(64, 128), (300,)]
+    landed = np.concatenate([m.reshape(-1) for m in mean])
+    # the mean keeps one contribution's worth a block: about 5 % of the values, not the union
+    assert 0 < np.count_nonzero(landed) <= TopK(0.05, 8).total_kept(landed.size)
+    for delta, left in zip(deltas, lefts, strict=True):
+        flat = np.concatenate([a.reshape(-1) for a in delta])
+        rest = np.concatenate([a.reshape(-1) for a in left])
+        dropped = landed == 0
+        np.testing.assert_array_equal(rest[dropped], flat[dropped])
+        # where a value landed, only the codec's error stays: smaller than the value's whole size
+        assert np.abs(rest[~dropped]).mean() < np.abs(flat[~dropped]).mean()

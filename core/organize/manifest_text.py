@@ -93,7 +93,7 @@ KEY_NOTES = {
     "averaging.matchmaking_time": "seconds a group waits for members (longer over the internet)",
     "averaging.allreduce_timeout": "seconds before a stuck round is abandoned",
     "averaging.moshpit": "must be false: training averages in one group per round",
-    "averaging.density": "topk: the share of values each peer sends",
+    "averaging.density": "topk: the share of values each peer sends (density x rounds >= 1)",
     "averaging.bits": "topk: bits per value sent (2, 4 or 8)",
     "averaging.aggregation": "centered_clip bounds what one wrong or hostile peer can do",
     "averaging.clip_tau": "CenteredClip's radius, relative to the peers' spread",
