@@ -129,13 +129,11 @@ def exchange(
         np.copyto(left, flat, where=landed == 0)  # a value the mean dropped comes back whole
         lefts.append(left)
 
+    ends = np.cumsum([int(np.prod(shape)) for shape in shapes])[:-1]
+
     def split(flat: np.ndarray) -> list[np.ndarray]:
-        out, at = [], 0
-        for shape in shapes:
-            size = int(np.prod(shape))
-            out.append(flat[at : at + size].reshape(shape).copy())
-            at += size
-        return out
+        parts = np.split(flat, ends)
+        return [part.reshape(shape).copy() for part, shape in zip(parts, shapes, strict=True)]
 
     return split(landed), [split(left) for left in lefts]
 
