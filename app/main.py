@@ -190,7 +190,7 @@ class App:
         self.qapp.quit()
 
     def _probe(self, what: str) -> None:
-        """Start-up timings for ``benchmarks/gui_startup.py`` (first time each only)."""
+        """Start-up timings for ``benchmarks/app/gui_startup.py`` (first time each only)."""
         if self.probe is None or what in self._probe_written:
             return
         self._probe_written.add(what)

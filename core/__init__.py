@@ -28,7 +28,7 @@ contracts hold them to it):
 - ``moe``      decentralized mixture-of-experts (Learning@home): expert grid, DHT announcements, gating,
   beam search, the expert server.
 - ``training`` collaborative training (DeDLOC): the collaborative optimizer, the backbone's
-  auxiliary peer, checkpoints and rollbacks, the project peer.
+  backbone, checkpoints and rollbacks, the project peer.
 - ``stats``   the contribution ledger (SQLite, per project and hour) and its meter.
 - ``scheduler`` the sensors the policy decides from (idle, battery, load, memory, GPU), sampled.
 - ``account`` the coordinator client, login session, pass keeper, keyring credentials, reporter.

@@ -127,7 +127,7 @@ def has_display() -> bool:
 def run_main(extra: list[str]) -> int:
     # The main job. On a desktop: the app, attached to a local demo swarm it starts (a backbone,
     # two trainers and a coordinator on this machine) and stops when it quits. Without a display:
-    # that collaboration headless (an auxiliary peer and three trainers) for three minutes, one
+    # that collaboration headless (a backbone and three trainers) for three minutes, one
     # line per epoch. Extra arguments go to the app, or replace the swarm's defaults. Headless, it
     # trains in diloco mode: a step every microbatch, no exchange to wait for, and on two cores it
     # ends well below the unigram floor, where dedloc's steps of 256 samples stay near it.

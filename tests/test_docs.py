@@ -23,14 +23,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = sorted(
     init.parent
-    for tree in ("core", "app")
+    for tree in ("core", "app", "benchmarks")
     for init in (ROOT / tree).rglob("__init__.py")
     if "__pycache__" not in init.parts
 )
 DOCS = ROOT / "docs"
-LEFT_OUT = {"hooks", "benchmarks"}
+LEFT_OUT = {"hooks", "gpu-check"}
 """Folders mkdocs.yml's ``exclude_docs`` leaves out of the site: the build's hooks, and the GPU
-check's records (its Markdown summaries are results, not pages)."""
+check's records (``docs/benchmarks/gpu-check/``: its Markdown summaries are results, not pages)."""
 PAGES = sorted(p for p in DOCS.rglob("*.md") if not LEFT_OUT & set(p.relative_to(DOCS).parts[:-1]))
 DOC_FILES = [ROOT / "README.md", *PAGES]
 README_MAX_LINES = 250
@@ -206,6 +206,11 @@ def test_every_dev_py_verb_and_script_the_docs_name_exists() -> None:
             f"{where}: {script}"
             for script in re.findall(r"(?<![\w/.-])((?:benchmarks|packaging)/[\w/-]+\.py)\b", text)
             if not (ROOT / script).is_file()
+        ]
+        wrong += [  # python -m benchmarks.<room>.<name>, perhaps broken over two lines
+            f"{where}: -m {module}"
+            for module in re.findall(r"-m\s+(benchmarks(?:\.\w+)+)", text)
+            if not (ROOT / Path(*module.split("."))).with_suffix(".py").is_file()
         ]
     assert not wrong, f"the docs name scripts or dev.py verbs that do not exist: {wrong}"
 

@@ -10,7 +10,7 @@
 - ``proof``        what the peer key signs to prove it is ours when asking for a pass.
 - ``keeper``       PassKeeper: fetches this peer's access pass, renews it, follows revocations.
 - ``credentials``  CredentialStore: session and refresh secrets in the OS keyring (never passwords).
-- ``reporter``     ContributionReporter: an auxiliary peer's epoch reports and members' signed
+- ``reporter``     CoordinatorReporter: a backbone's epoch reports and members' signed
   evidence, and an expert server's receipts from its trainers, sent in order, retried.
 
 This package imports neither torch nor the engine, training or coordinator code; the engine uses

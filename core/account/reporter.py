@@ -1,4 +1,4 @@
-"""ContributionReporter: an auxiliary peer's reports to the coordinator — completed epochs, the
+"""CoordinatorReporter: a backbone's reports to the coordinator — completed epochs, the
 held-out evaluations of its replica, and the evidence members signed against each other — and an
 expert server's: the receipts trainers signed for its work.
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 RETRIES = 5
 REJECTIONS_KEPT = 100
-"""The latest rejections, for diagnostics: an auxiliary peer reports an epoch every few minutes for
+"""The latest rejections, for diagnostics: a backbone reports an epoch every few minutes for
 weeks, and a peer without an account is rejected in every one."""
 CAUSES_KEPT = 100
 """Causes of refused receipts already logged: at most this many are remembered."""
@@ -59,7 +59,7 @@ class _Report:
         return f"contributions of epoch {self.body.get('epoch')}{late}"
 
 
-class ContributionReporter:
+class CoordinatorReporter:
     def __init__(self, session: AccountSession, *, first_retry: float = 1.0) -> None:
         self.session = session
         self.first_retry = first_retry

@@ -8,8 +8,8 @@ reducer combines what it receives, ``verified/`` checks the reducers around the 
 - ``allreduce``       AllReduce: one member's round, composed from its plan, transfer and wrappers.
 - ``round/``          the round's plan, the transfer that carries it out, reducers, tensors, load balancing.
 - ``robust/``         screening and robust aggregation of one chunk (mean, CenteredClip).
-- ``verified/``       verified reducers: commitments, seals, the verifier, rounds kept for verifiers.
-- ``verification``    VerificationConfig, and which parts a member checks.
+- ``verified/``       verified reducers: commitments, seals, the verifier, rounds kept for verifiers
+  (their settings and which parts a member checks: ``round/checks``).
 - ``bans``            members this peer caught lying and does not group with, for a while.
 - ``moshpit``         group rounds over a grid of keys, and choosing the group size.
 - ``sharing/``        the full state for peers that catch up: donors, digests, who vouches for a state.
@@ -22,15 +22,15 @@ from core.averaging.averager import Averager, PendingRound
 from core.averaging.config import AveragerConfig
 from core.averaging.matchmaking import MatchmakingError
 from core.averaging.result import AveragingResult, Finding
-from core.averaging.robust.contribution import Contribution
+from core.averaging.robust.alignment import Alignment
 from core.averaging.round.columns import ColumnRequest
 
 __all__ = [
+    "Alignment",
     "Averager",
     "AveragerConfig",
     "AveragingResult",
     "ColumnRequest",
-    "Contribution",
     "Finding",
     "MatchmakingError",
     "PendingRound",

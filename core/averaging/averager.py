@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -36,10 +37,10 @@ from core.averaging.messages import (
 )
 from core.averaging.registry import RoundRegistry
 from core.averaging.result import AveragingResult
+from core.averaging.round.checks import PROVEN
 from core.averaging.round.columns import ColumnRequest, Columns
 from core.averaging.round.load_balancing import PlanCache
 from core.averaging.round.tensors import TensorSet
-from core.averaging.verification import PROVEN
 from core.averaging.verified.retained import RetainedRounds
 from core.codecs import Codec
 from core.codecs.arrays import F32
@@ -160,8 +161,8 @@ class Averager:
         """
         if client == self.config.client_mode:
             return
-        if client and self.config.auxiliary:
-            raise ConfigError("an auxiliary peer must accept connections (it reduces)")
+        if client and self.config.reduce_only:
+            raise ConfigError("a reduce-only member must accept connections (it reduces)")
         self.config = replace(self.config, client_mode=client)
 
     @property
@@ -191,7 +192,7 @@ class Averager:
             config.upload,
             config.download,
             config.client_mode,
-            config.auxiliary,
+            config.reduce_only,
         )
 
     async def prepare(
@@ -233,8 +234,8 @@ class Averager:
     async def _connect_ahead(self, group: GroupSpec) -> None:
         """Open the connections the all-reduce will use now, so that it starts without handshakes."""
         me = self.host.peer_id
-        if self.config.auxiliary:
-            return  # an auxiliary peer only answers
+        if self.config.reduce_only:
+            return  # a reduce-only member only answers
         targets = []
         for member in group.members:
             if member.peer == me:
@@ -291,9 +292,15 @@ class Averager:
             slot: int, values: list[F32], weight: float, codec: Codec
         ) -> AveragingResult | None:
             try:
+                # no weight is enough short of every group: the column's leader waits for the
+                # groups the caller expects until the column's timeout, not only its patience.
+                # A group short of members closes at its own leader's patience, and so comes to
+                # the columns about one patience after the others: columns that closed at
+                # theirs would leave it out by a hair, and the groups would land different means
                 return await self.average(
                     values, weight=weight, round_key=f"{key}{slot}", timeout=timeout(),
-                    target_size=request.groups, codec=codec, uncapped=True, rank=request.rank,
+                    target_size=request.groups, enough=math.inf, codec=codec, uncapped=True,
+                    rank=request.rank,
                 )  # fmt: skip
             except MatchmakingError as exc:
                 log.info("slot %d of %s met no other group: %s", slot, group.round_key, exc)

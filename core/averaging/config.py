@@ -1,13 +1,50 @@
-"""Settings of an averager, with the reason for each default."""
+"""Settings of an averager, with the reason for each default: the averager's own, and those of its
+verified reducers (``VerificationConfig``)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from core.averaging.robust.aggregation import AggregationConfig
-from core.averaging.verification import VerificationConfig
 from core.codecs import NONE, Codec
 from core.util.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class VerificationConfig:
+    enabled: bool = False
+    """Commit, seal and verify in every round. Off by default: it keeps a copy of what this peer sent
+    for ``timeout`` seconds after the round (memory as large as the averaged tensors) and hashes
+    every chunk twice (docs/benchmarks/robust.md has the figures). Every member of a group must agree."""
+    parts: float = 1.0
+    """How many parts the group checks per round, on average; n * (n - 1) or more (for n members):
+    every member checks every part it received."""
+    chunks: int = 1
+    """How many chunks of a checked part are recomputed (0: all). A verifier downloads each sender's
+    copy of those chunks, so checking a whole part costs it about as much as the round itself; one
+    chunk catches a reducer that lies in every chunk, a lie in one chunk of c is caught 1/c of the
+    time."""
+    timeout: float = 10.0
+    """How long a verifier waits for each member's inputs, and members keep theirs for verifiers
+    after the round."""
+    tolerance: float = 1e-5
+    """Allowed difference from the recomputed aggregate, relative to the chunk's largest value (plus
+    one step of a lossy codec): summation order and BLAS kernels differ between machines."""
+    ban_seconds: float = 3600.0
+    """How long this peer refuses to group with a member it caught lying."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.parts) and self.parts >= 0):
+            raise ConfigError(f"verification parts must be 0 or more, got {self.parts}")
+        if isinstance(self.chunks, bool) or self.chunks < 0:
+            raise ConfigError(f"verification chunks must be 0 (all) or more, got {self.chunks}")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ConfigError(f"verification timeout must be positive, got {self.timeout}")
+        if not (math.isfinite(self.tolerance) and 0 <= self.tolerance < 1):
+            raise ConfigError(f"verification tolerance must be in [0, 1), got {self.tolerance}")
+        if not (math.isfinite(self.ban_seconds) and self.ban_seconds >= 0):
+            raise ConfigError(f"ban_seconds must be 0 or more, got {self.ban_seconds}")
 
 
 @dataclass(frozen=True)
@@ -37,7 +74,7 @@ class AveragerConfig:
     """Bytes per second; 0 for both leaves the program out (every able member reduces an equal share)."""
     client_mode: bool = False
     """No incoming connections: this peer sends and receives but reduces nothing and never leads."""
-    auxiliary: bool = False
+    reduce_only: bool = False
     """No data of its own (weight 0): it helps to reduce and takes no result."""
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     """How this peer, as a reducer, screens and aggregates its part (the plain mean by default; a
@@ -54,7 +91,7 @@ class AveragerConfig:
             raise ConfigError("0 < min_matchmaking_time <= max_matchmaking_time")
         if self.chunk_bytes < 4096:
             raise ConfigError("chunk_bytes must be at least 4 KiB")
-        if self.client_mode and self.auxiliary:
-            raise ConfigError("an auxiliary peer must accept connections (it reduces)")
+        if self.client_mode and self.reduce_only:
+            raise ConfigError("a reduce-only member must accept connections (it reduces)")
         if self.reducer_timeout <= self.sender_timeout:
             raise ConfigError("reducer_timeout must exceed sender_timeout")

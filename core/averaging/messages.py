@@ -20,7 +20,7 @@ class MemberInfo(WireMessage):
     upload: float = 0.0
     download: float = 0.0
     client: bool = False
-    auxiliary: bool = False
+    reduce_only: bool = False
     weight: float = 0.0
     """What it brings to this round (samples): a leader told how much makes a round worth
     closing counts its members' claims (``Matchmaker.form_group``)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.averaging.robust.contribution import Contribution
+from core.averaging.robust.alignment import Alignment
 from core.trust.peer_id import PeerID
 
 
@@ -75,9 +75,9 @@ class AveragingResult:
     capped: dict[PeerID, float] = field(default_factory=dict)
     """Senders whose claimed weight was above the bound (``AggregationConfig.weight_ratio_limit``)
     in some chunk of our part: the least weight it counted with there. Not a finding."""
-    contributions: dict[PeerID, Contribution] = field(default_factory=dict)
+    alignments: dict[PeerID, Alignment] = field(default_factory=dict)
     """Every sender to our part, screened out or not: its claim and how far its chunks went along
-    the others' (``robust.contribution``); empty when we reduced no part."""
+    the others' (``robust.alignment``); empty when we reduced no part."""
     findings: list[Finding] = field(default_factory=list)
     """What this member found against others in this round (see ``Finding``); empty when all were
     honest, and never a reason by itself for ``complete`` to be False (``excluded`` is that)."""

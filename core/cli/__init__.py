@@ -4,7 +4,7 @@
 - ``identity``  ``barnraise identity``: print (creating on first use) this user's PeerID.
 - ``demo``      ``barnraise demo``: two peers on loopback exchange one authenticated call.
 - ``dht/``      ``barnraise dht``: a standalone DHT node and its JSON command interface.
-- ``peer/``     ``barnraise peer`` and ``barnraise aux``: one peer of a project, from its manifest;
+- ``peer/``     ``barnraise peer`` and ``barnraise backbone``: one peer of a project, from its manifest;
   the backbone's composition root (publishing, model export, reporting); a ``dmoe`` project's
   asynchronous mixture-of-experts trainer.
 - ``experts``   ``barnraise experts``: an expert server of a ``dmoe`` project

@@ -1,10 +1,10 @@
-"""Logging a headless peer (``barnraise peer`` / ``aux``) in to its project's coordinator.
+"""Logging a headless peer (``barnraise peer`` / ``backbone``) in to its project's coordinator.
 
 The password comes from ``--password-stdin``, else the ``BARNRAISE_PASSWORD`` environment variable,
 else a prompt when a terminal is attached; it is used once, for the login, and never stored or logged.
 In a moderated project the session then keeps the peer's pass fresh (a ``PassKeeper``) and, for an
-auxiliary peer, reports completed epochs to the coordinator (a ``ContributionReporter``). An open
-project's auxiliary peer given an account only reports (``reporting_access``): its epochs' figures
+backbone, reports completed epochs to the coordinator (a ``CoordinatorReporter``). An open
+project's backbone given an account only reports (``reporting_access``): its epochs' figures
 are what the coordinator's project page shows.
 """
 
@@ -27,7 +27,7 @@ from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from core.account import PassKeeper
-    from core.account.reporter import ContributionReporter
+    from core.account.reporter import CoordinatorReporter
     from core.project import AnyManifest
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 class PeerAccess:
     gate: AccessGate
     keeper: PassKeeper
-    reporter: ContributionReporter | None
+    reporter: CoordinatorReporter | None
 
     @property
     def bootstrap(self) -> list[str]:
@@ -86,7 +86,7 @@ async def moderated_access(
     # the coordinator client (aiohttp) and the keyring only for a login: an open project's node,
     # and every command's --help, start without them
     from core.account import AccountError, AccountSession, CoordinatorClient, PassKeeper  # noqa: PLC0415
-    from core.account.reporter import ContributionReporter  # noqa: PLC0415
+    from core.account.reporter import CoordinatorReporter  # noqa: PLC0415
 
     key = manifest.access.key
     if key is None or not manifest.network.coordinator_url:
@@ -104,7 +104,7 @@ async def moderated_access(
 
         keeper = PassKeeper(session, gate, identity.sign, on_error=warn)
         await keeper.start()
-        reporter = ContributionReporter(session) if report else None
+        reporter = CoordinatorReporter(session) if report else None
         try:
             yield PeerAccess(gate, keeper, reporter)
         finally:
@@ -120,11 +120,11 @@ async def moderated_access(
 @asynccontextmanager
 async def reporting_access(
     manifest: AnyManifest, username: str, password: str
-) -> AsyncIterator[ContributionReporter]:
+) -> AsyncIterator[CoordinatorReporter]:
     """Log in (an open project: no pass to keep) and report epochs while the block runs; then send
     what is queued and log out. The account must be a moderator's, as for any reporter."""
     from core.account import AccountError, AccountSession, CoordinatorClient  # noqa: PLC0415
-    from core.account.reporter import ContributionReporter  # noqa: PLC0415
+    from core.account.reporter import CoordinatorReporter  # noqa: PLC0415
 
     url = manifest.network.coordinator_url
     if not url:
@@ -134,7 +134,7 @@ async def reporting_access(
         )
     async with CoordinatorClient(url) as client:
         session = AccountSession(client, await client.login(username, password))
-        reporter = ContributionReporter(session)
+        reporter = CoordinatorReporter(session)
         try:
             yield reporter
         finally:
@@ -162,7 +162,7 @@ SettingsT = TypeVar("SettingsT", bound=_MoESettings)
 async def with_access(
     settings: SettingsT,
     args: argparse.Namespace,
-    serve: Callable[[SettingsT, ContributionReporter | None], Awaitable[int]],
+    serve: Callable[[SettingsT, CoordinatorReporter | None], Awaitable[int]],
     *,
     report: bool = False,
 ) -> int:

@@ -47,7 +47,7 @@ from core.project import DmoeManifest, load_dmoe_manifest
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
-    from core.account.reporter import ContributionReporter
+    from core.account.reporter import CoordinatorReporter
     from core.engine.join.memory_fit import Fit
     from core.moe.server.events import ExpertsEvent
     from core.moe.server.runtime import ExpertHostSettings
@@ -218,7 +218,7 @@ async def _serve(
     settings: ExpertHostSettings,
     stop: asyncio.Event,
     args: argparse.Namespace,
-    reporter: ContributionReporter | None,
+    reporter: CoordinatorReporter | None,
 ) -> int:
     from core.moe.server.events import to_json  # noqa: PLC0415
     from core.moe.server.runtime import ExpertHost  # noqa: PLC0415

@@ -2,16 +2,16 @@
 the Hugging Face Hub.
 
     barnraise export project.toml --out myproject-model
-    barnraise export project.toml --checkpoint aux/checkpoints/checkpoint-00000120.pt --out DIR
+    barnraise export project.toml --checkpoint backbone/checkpoints/checkpoint-00000120.pt --out DIR
 
 Without ``--checkpoint`` it takes the newest checkpoint of ``--checkpoints DIR``, by default the
-auxiliary peer's ``aux/checkpoints`` beside the manifest (the folder ``barnraise project new``
+backbone's ``backbone/checkpoints`` beside the manifest (the folder ``barnraise project new``
 makes). It writes ``config.json``, ``model.safetensors``, the project's tokenizer
 (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``) and a model card
 (``README.md``), into a folder that appears whole or not at all, never over one that holds anything
 unless ``--overwrite``.
 
-The card's held-out figures and contributors come from the auxiliary peer's work folder
+The card's held-out figures and contributors come from the backbone's work folder
 (``--backbone-dir``, by default the folder that holds the checkpoints' folder): its
 ``evaluation.jsonl`` and ``metrics.jsonl``. A missing log leaves its part out, saying why; a
 damaged line is skipped. It prints the folder, its files with their sizes, the SHA-256 of
@@ -31,8 +31,8 @@ from core.util.errors import BarnraiseError
 if TYPE_CHECKING:
     from core.export.folder import Exported
 
-CHECKPOINTS = Path("aux") / "checkpoints"
-"""The auxiliary peer's checkpoints in a project's folder (``core.organize.backbone``)."""
+CHECKPOINTS = Path("backbone") / "checkpoints"
+"""The backbone's checkpoints in a project's folder (``core.organize.backbone``)."""
 USAGE_ERROR = 2
 
 
@@ -60,7 +60,7 @@ def register(commands: Any) -> None:
         "--backbone-dir",
         type=Path,
         metavar="DIR",
-        help="the auxiliary peer's work folder, whose evaluation.jsonl and metrics.jsonl the model "
+        help="the backbone's work folder, whose evaluation.jsonl and metrics.jsonl the model "
         "card reads (default: the folder that holds the checkpoints' folder)",
     )
     parser.add_argument(

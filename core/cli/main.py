@@ -25,6 +25,7 @@ COMMANDS = {
     "demo": "core.cli.demo",
     "dht": "core.cli.dht.command",
     "peer": "core.cli.peer.command",
+    "backbone": "core.cli.peer.command",
     "aux": "core.cli.peer.command",
     "experts": "core.cli.experts",
     "swarm": "core.cli.swarm.command",

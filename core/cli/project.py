@@ -8,7 +8,7 @@ manifest ``project.toml``, the project key ``project-key.pem``, the coordinator'
 your moderator account, the DHT node's key, the demo's data in ``data/`` (when used: the coordinator
 serves it at ``<public URL>/data/`` and the manifest names it there, unless ``--data-url`` says where
 you publish it instead), and ``services/``: systemd units, a Containerfile and compose.yaml for the
-backbone (coordinator, DHT node, auxiliary peer), with a README of the ports to open. The project
+organizer's services (coordinator, DHT node, backbone), with a README of the ports to open. The project
 is moderated unless ``--mode open``: volunteers sign up and train under an account. On a terminal
 it asks for what no flag gave, showing each default; elsewhere (or with ``--non-interactive``) it
 takes the defaults. The password comes from a prompt,

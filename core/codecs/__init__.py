@@ -17,7 +17,8 @@ returns a new one), and a caller puts another in force for a ``with`` block only
 it, so no mutable state outlives the block; every lookup goes through it, so a test that adds a
 codec there finds it in every place that should know it.
 
-- ``spec``        ``Codec`` (a codec's spec), the ``Kernel`` and ``Picker`` protocols.
+- ``spec``        ``Codec`` (a codec's spec), the ``Kernel`` and ``Picker`` protocols, ``Tuning``
+                  (what a manifest may set of a codec).
 - ``table``       ``CodecTable``: immutable, by name, alias or wire id; ``with_codec``.
 - ``builtin``     the shipped codecs (``NONE``, ``FP16``, ``UINT8``, ``BLOCKWISE8``, ``AUTO``,
                   ``TOPK``), their error bounds, and ``CODECS``.
@@ -45,9 +46,11 @@ from core.codecs.builtin import (
     FP16,
     NONE,
     TOPK,
+    TOPK_BITS,
+    TOPK_DENSITY,
     UINT8,
 )
-from core.codecs.spec import Codec, Kernel, Picker
+from core.codecs.spec import Codec, Kernel, Picker, Tuning
 from core.codecs.table import CodecTable
 
 __all__ = [
@@ -58,11 +61,14 @@ __all__ = [
     "FP16",
     "NONE",
     "TOPK",
+    "TOPK_BITS",
+    "TOPK_DENSITY",
     "UINT8",
     "Codec",
     "CodecTable",
     "Kernel",
     "Picker",
+    "Tuning",
     "active_codecs",
     "using_codecs",
 ]

@@ -13,12 +13,13 @@ neither numpy nor torch.
 from __future__ import annotations
 
 from core.codecs.by_size import BySize
-from core.codecs.spec import Codec, Kernel
+from core.codecs.spec import Codec, Kernel, Tuning
 from core.codecs.table import CodecTable
 
 TOPK_DENSITY = 0.01
 TOPK_BITS = 2
-"""What the table's ``topk`` keeps; a manifest sets its own (``core.codecs.topk.top_k``)."""
+"""What the table's ``topk`` keeps, and what a manifest's ``averaging.density`` and ``bits`` are
+unless it sets them (``core.codecs.topk.top_k`` makes the codec at its own)."""
 AUTO_FP16_BELOW = 1 << 16
 """``auto`` sends tensors of fewer values as float16, larger ones as blockwise 8-bit."""
 
@@ -59,6 +60,12 @@ def _topk_whole(contributions: int) -> Codec:
     return top_k(TOPK_DENSITY, TOPK_BITS).for_whole_sum(contributions)
 
 
+def _topk_at(density: float, bits: int) -> Codec:
+    from core.codecs.topk import top_k  # noqa: PLC0415 - as in _half
+
+    return top_k(density, bits)
+
+
 def _blockwise8() -> Kernel:
     from core.codecs.blockwise8 import Blockwise8  # noqa: PLC0415 - as in _half
 
@@ -75,6 +82,7 @@ TOPK = Codec(
     # 12-bit positions and the codes, and each block's bounds (two float32 per 4096 values)
     bytes_per_value=TOPK_DENSITY * (1.5 + TOPK_BITS / 8) + 8 / 4096,
     make_kernel=_topk,
+    tuning=Tuning(bits=(2, 4, 8), make=_topk_at),
     summed=_topk_sum,
     whole=_topk_whole,
 )

@@ -60,6 +60,17 @@ class Picker(Protocol):
     def pick(self, numel: int) -> Codec: ...
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """What a manifest may set of a codec (``averaging.density`` and ``averaging.bits``), and the
+    codec those settings make: a sparse codec's share of values sent and bits per value."""
+
+    bits: tuple[int, ...]
+    """The bits per value it takes."""
+    make: Callable[[float, int], Codec]
+    """The codec at a density and a number of bits (a spec of its own per setting)."""
+
+
 @dataclass(frozen=True, eq=False)
 class Codec:
     """A codec: compared by identity, so a spec is the one in its table."""
@@ -78,6 +89,9 @@ class Codec:
     activations: bool = False
     """Fit for a mixture-of-experts' activations and gradients, which the expert call's wire
     accepts: nearly lossless (8-bit codecs are too lossy for them)."""
+    tuning: Tuning | None = None
+    """What a manifest may set of it (None: nothing; ``averaging.density`` and ``bits`` stay at
+    their defaults)."""
     summed: Callable[[int], Codec] | None = None
     """For a sparse codec, whose mean of several chunks is denser than each: the codec that
     carries a mean of up to n of them back from a reducer (it may keep only the mean's largest

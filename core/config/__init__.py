@@ -7,5 +7,6 @@
   login's password).
 - ``runtime_packages``  the user's folder for the torch a light bundle fetches on first run, put
   on ``sys.path`` by every process of the bundle, and published there whole.
+- ``roles``  a peer's role in a project (trainer, client, backbone) and how records write it.
 - ``ports``  the default listening port of each role, and listen addresses for every interface.
 """

@@ -11,12 +11,12 @@ from types import MappingProxyType
 
 PEER_PORT = 4001
 """A volunteer's trainer (CLI ``peer`` and the desktop engine's peer)."""
-AUX_PORT = 4002
-"""An auxiliary peer on the backbone."""
+BACKBONE_PORT = 4002
+"""The backbone (CLI ``backbone``)."""
 DHT_PORT = 4003
 """A bare DHT node (``barnraise dht``), e.g. a bootstrap peer."""
 
-DEFAULT_PORTS = MappingProxyType({"peer": PEER_PORT, "aux": AUX_PORT, "dht": DHT_PORT})
+DEFAULT_PORTS = MappingProxyType({"peer": PEER_PORT, "backbone": BACKBONE_PORT, "dht": DHT_PORT})
 """Read-only: role name to default port."""
 
 ALL_INTERFACES = ("/ip4/0.0.0.0/tcp/{port}", "/ip6/::/tcp/{port}")

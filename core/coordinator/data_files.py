@@ -10,7 +10,7 @@ would block the reader). A folder that holds the coordinator's database or the p
 refused at start: it must hold only what everyone may download; and whatever folder it is, nothing
 named like a secret is served (``named_like_secret``: keys, env files, databases with their
 journals and backups, SSH keys, credentials, passwords, tokens, in any file or folder name of the
-path), so a folder given by mistake (the project's ``services/`` with its ``aux.env``) leaks no
+path), so a folder given by mistake (the project's ``services/`` with its ``backbone.env``) leaks no
 password. Nor is a hard link (a file with more than one name): a public data file has no reason to
 be one, and a link to the coordinator's database or key under an innocent name (``notes.txt``)
 would pass every rule by name. A refused file answers exactly as a missing one does, so a request
@@ -143,7 +143,7 @@ SECRET_PARTS = frozenset(
     {"pem", "key", "env", "db", "sqlite", "sqlite3", "netrc", "pgpass", "p12", "pfx", "ppk", "kdbx"}
 )
 """Dot-separated parts of a name that mark a secret: keys, env files, databases, password files
-(``barnraise project new`` writes ``*-key.pem``, ``services/aux.env``, ``coordinator.db``). After
+(``barnraise project new`` writes ``*-key.pem``, ``services/backbone.env``, ``coordinator.db``). After
 the first part, one followed by ``-`` or ``_`` marks one too: a database's ``db-journal``,
 ``db-wal``, ``sqlite3-shm``."""
 SECRET_WORDS = (
@@ -164,7 +164,7 @@ SECRET_TOKENS = frozenset({"token"})
 
 def named_like_secret(name: str) -> bool:
     """Whether a file or folder named ``name`` may hold a secret, case aside: a part of
-    ``SECRET_PARTS`` (``aux.env.txt``, ``coordinator.db.bak``, ``c.db-journal``), one of
+    ``SECRET_PARTS`` (``backbone.env.txt``, ``coordinator.db.bak``, ``c.db-journal``), one of
     ``SECRET_WORDS`` anywhere in it, or a word of ``SECRET_TOKENS``. An editor's backup
     (``coordinator.db~``) is named like what it copies."""
     lowered = name.lower()

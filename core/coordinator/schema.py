@@ -23,7 +23,7 @@ Schema 2 (hardening) adds:
   legacy pass it holds still admits it until it expires (at most ``pass_lifetime``).
 
 Schema 3 (accountability) adds ``evidence``: members' signed accusations, as the
-auxiliary peer passed them on (``evidence``, ``evidence_records``). One row per accusation
+backbone passed them on (``evidence``, ``evidence_records``). One row per accusation
 (reporter, accused, group, part, chunk, statistic), so a report sent twice counts once; the
 signature is kept so that anyone can check a row again. ``reporter_user`` is the account that had
 proved the reporter's key when the row arrived; the accused's account is looked up when read
@@ -32,8 +32,8 @@ proved the reporter's key when the row arrived; the accused's account is looked 
 Schema 4 (rollback) adds ``rollbacks``: the moderators' signed rollback orders, numbered
 from 1, never removed (``rollback``).
 
-Schema 5 (the project page) adds ``figures``: the loss, speed and live peers the auxiliary
-peer reports with each epoch (``figures``), one row per epoch; ``received`` is when the report
+Schema 5 (the project page) adds ``figures``: the loss, speed and live peers the
+backbone reports with each epoch (``figures``), one row per epoch; ``received`` is when the report
 arrived, by the coordinator's clock.
 
 Schema 6 (join by URL) adds ``manifests``: every distinct text of the project's manifest

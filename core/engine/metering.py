@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.stats import Contribution, ContributionMeter, Ledger
+from core.stats import Ledger, WorkDone, WorkMeter
 from core.util.clock import SYSTEM_CLOCK, Clock
 
 _TOTALS = ("samples", "compute_seconds", "bytes_sent", "bytes_received")
@@ -21,14 +21,14 @@ class Metering:
     def __init__(self, ledger: Ledger, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ledger = ledger
         self._clock = clock
-        self._meters: dict[str, ContributionMeter] = {}
+        self._meters: dict[str, WorkMeter] = {}
         self._seen: dict[str, tuple[int, dict[str, float]]] = {}
         self.session_samples = 0
         """Samples counted since this engine started."""
         self._month: tuple[float, int] | None = None
 
-    def count(self, project: str, amounts: Contribution) -> None:
-        self._meters.setdefault(project, ContributionMeter()).count(amounts)
+    def count(self, project: str, amounts: WorkDone) -> None:
+        self._meters.setdefault(project, WorkMeter()).count(amounts)
 
     def observe(self, project: str, source: object | None, totals: dict[str, Any]) -> None:
         """Count what the running totals of ``source`` (the peer) grew by since the last look."""
@@ -40,7 +40,7 @@ class Metering:
             last = dict.fromkeys(_TOTALS, 0.0)  # a new peer counts from zero
         grown = {k: max(0.0, current[k] - last[k]) for k in _TOTALS}
         self._seen[project] = (id(source), current)
-        amounts = Contribution(
+        amounts = WorkDone(
             samples=int(grown["samples"]),
             compute_seconds=grown["compute_seconds"],
             bytes_sent=int(grown["bytes_sent"]),

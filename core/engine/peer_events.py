@@ -28,7 +28,7 @@ from core.engine.events import EventBus
 from core.engine.history import History, held_out_from_event, point_from_event
 from core.engine.metering import Metering
 from core.engine.views import epoch_finished, network_view
-from core.stats import Contribution
+from core.stats import WorkDone
 from core.worker.events import (
     PeerEpoch,
     PeerEvaluation,
@@ -61,7 +61,7 @@ class PeerEvents:
     def handle(self, project: str, event: PeerEvent) -> None:
         if isinstance(event, PeerEpoch):
             rounds = 1 if event.group_size > 1 else 0
-            self._metering.count(project, Contribution(epochs=1, rounds=rounds))
+            self._metering.count(project, WorkDone(epochs=1, rounds=rounds))
             self._landed.record(project, event)
             self._events.publish(epoch_finished(project, event))
         elif isinstance(event, PeerMetrics):

@@ -24,7 +24,7 @@ from core.engine.projects import ProjectSlot
 from core.modes import active_modes
 from core.modes.clock import RoundClock
 from core.project import TrainingSection
-from core.stats import Contribution, Ledger
+from core.stats import Ledger, WorkDone
 from core.swarm import LocalSwarm
 from core.worker.events import PeerEpoch, PeerNetwork
 
@@ -133,5 +133,5 @@ def network_lines(details: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _amounts(c: Contribution) -> Amounts:
+def _amounts(c: WorkDone) -> Amounts:
     return Amounts(**dataclasses.asdict(c))

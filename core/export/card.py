@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.export.records import Contributors, HeldOutFigures, NotEvaluated
+from core.modes import active_modes
 from core.project import Manifest
 
 SHOWN_URLS = 5
@@ -40,7 +41,7 @@ class CardFacts:
     epoch: int
     samples: int | None
     """Samples the collaboration had trained on before the checkpoint's epoch, when it records
-    them (``core.training.samples``)."""
+    them (``core.training.credit.samples``)."""
     loss: float | None
     """The training loss the checkpoint recorded."""
     evaluation: HeldOutFigures | NotEvaluated
@@ -114,12 +115,9 @@ def _training(facts: CardFacts) -> str:
         else "which does not record how many samples came before it"
     )
     loss = f"; its training loss then was {facts.loss:.4f}" if facts.loss is not None else ""
+    epoch = active_modes().parse(t.mode).epoch(t)
     epochs = (
-        f"Each epoch is one round of {t.round_seconds:g} seconds in which every peer takes its own "
-        f"steps ({t.optimizer}, learning rate {t.lr:g}), then their updates are averaged (DiLoCo)."
-        if t.mode == "diloco"
-        else "Each epoch is one optimizer step over a collaborative batch of at least "
-        f"{t.target_batch_size:,} samples ({t.optimizer}, learning rate {t.lr:g})."
+        f"Each epoch is {epoch}; the peers' optimizer is {t.optimizer} at learning rate {t.lr:g}."
     )
     return (
         "## Training\n\n"

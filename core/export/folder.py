@@ -12,7 +12,7 @@ The model is built on torch's meta device, which allocates nothing: only its con
 and shapes of its tensors are needed, and the checkpoint brings the values.
 
 The model card states the samples behind the checkpoint as the checkpoint records them
-(``core.training.samples``), and reads the rest from the backbone's work folder when it is named
+(``core.training.credit.samples``), and reads the rest from the backbone's work folder when it is named
 (``records``): the held-out figures of the checkpoint's epoch and how many contributed.
 """
 
@@ -42,9 +42,9 @@ from core.export.staging import EXPORT_FOLDER
 from core.export.tokenizer import project_tokenizer, write_json, write_tokenizer
 from core.export.weights import checked_state, newest_checkpoint, read_checkpoint
 from core.project import DmoeManifest, Manifest, load_any_manifest
+from core.training.credit.samples import samples_total
 from core.training.peer.recipe import build_model
 from core.training.peer.roles import EVALUATION_LOG, METRICS_LOG
-from core.training.samples import samples_total
 from core.util.files.staged_folder import StagedFolder, check_target
 
 WEIGHTS = "model.safetensors"
@@ -83,7 +83,7 @@ def export_model(
     ``checkpoints``) of the project at ``manifest_path`` into the folder ``out_dir``.
 
     ``data_base`` resolves a relative ``data.tokenizer`` as peers resolve it (default: the
-    manifest's folder). ``backbone_dir``: the auxiliary peer's work folder, whose
+    manifest's folder). ``backbone_dir``: the backbone's work folder, whose
     ``evaluation.jsonl`` gives the card the newest held-out figures at or before the checkpoint's
     epoch and whose ``metrics.jsonl`` gives the contributors; ``evaluation``: figures to show when
     that log has none. An existing ``out_dir`` that holds anything is refused unless ``overwrite``.

@@ -1,6 +1,6 @@
 """What the backbone's work folder says about a checkpoint, for its model card.
 
-The auxiliary peer keeps two logs beside its ``checkpoints`` folder (``core.training.peer.roles``):
+The backbone keeps two logs beside its ``checkpoints`` folder (``core.training.peer.roles``):
 ``evaluation.jsonl``, one line per held-out evaluation (``PeerEvaluation``'s fields, the unigram
 floor among them), and ``metrics.jsonl``, one line per epoch with each contributor's samples. The
 card of a checkpoint of epoch E shows the newest evaluation at or before E (``held_out_at``) and how
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.training.metrics import METRICS_BACKUPS
+from core.training.credit.metrics import METRICS_BACKUPS
 from core.util.process.logfiles import rotated_files
 
 

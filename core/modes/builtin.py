@@ -51,6 +51,13 @@ def _dedloc_describe(training: TrainingKnobs) -> str:
     return f", {training.target_batch_size:,} samples a step (DeDLOC, the dedloc mode)"
 
 
+def _dedloc_epoch(training: TrainingKnobs) -> str:
+    return (
+        "one optimizer step over a collaborative batch of at least "
+        f"{training.target_batch_size:,} samples"
+    )
+
+
 DEDLOC = ModeSpec(
     "dedloc",
     summary="every target batch, the whole gradient is averaged and every peer takes the same "
@@ -61,6 +68,7 @@ DEDLOC = ModeSpec(
     check=_no_problems,
     traffic=_dedloc_traffic,
     describe=_dedloc_describe,
+    epoch=_dedloc_epoch,
     follows_rollbacks=True,
     misbehaving_demo=True,
     checks_work=True,
@@ -87,7 +95,7 @@ def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterato
         )
         yield "training.work_checks", reason
     if averaging.sparse and training.outer_momentum != 0:
-        # measured (benchmarks/lowcomm.py, 8 rounds): held-out loss 2.75 with momentum 0.9,
+        # measured (benchmarks/learning/lowcomm.py, 8 rounds): held-out loss 2.75 with momentum 0.9,
         # 1.13 without, 1.08 for exact diloco with it
         reason = (
             f"must be 0 with averaging.codec {averaging.codec!r}: the error-feedback residual "
@@ -120,6 +128,13 @@ def _diloco_traffic(inputs: TrafficInputs) -> Traffic:
     )
 
 
+def _diloco_epoch(training: TrainingKnobs) -> str:
+    return (
+        f"one round of {training.round_seconds:g} seconds in which every peer takes its own "
+        "steps, then their updates are averaged (DiLoCo)"
+    )
+
+
 def _diloco_describe(training: TrainingKnobs) -> str:
     return (
         f" in rounds of {exact_length(training.round_seconds)}: each computer trains on its own, "
@@ -132,7 +147,7 @@ def diloco_inner_lr(training: TrainingKnobs) -> float:
     ``target_batch_size``: scaled down by the square root of the batch ratio, the rule for
     adaptive optimizers (Malladi et al. 2022), unless ``inner_lr`` is given. At the full rate,
     steps of a few samples each wander in their own noise: on the demo the held-out loss stayed
-    at the unigram floor (``benchmarks/diloco_sweep.py``)."""
+    at the unigram floor (``benchmarks/learning/diloco_sweep.py``)."""
     if training.inner_lr > 0:
         return training.inner_lr
     return training.lr * math.sqrt(training.microbatch_size / training.target_batch_size)
@@ -149,6 +164,7 @@ DILOCO = ModeSpec(
     check=_diloco_check,
     traffic=_diloco_traffic,
     describe=_diloco_describe,
+    epoch=_diloco_epoch,
     learning_rate=diloco_inner_lr,
     clock_rounds=True,
     misbehaving_demo=True,

@@ -123,6 +123,9 @@ class ModeSpec:
     describe: Callable[[TrainingKnobs], str]
     """How the model is trained, for the project page: the end of the sentence that begins
     "<the model>, trained together by its volunteers" (with its leading comma or space)."""
+    epoch: Callable[[TrainingKnobs], str]
+    """What one epoch is, for the exported model's card: the end of the sentence that begins
+    "Each epoch is" (without its full stop)."""
     learning_rate: Callable[[TrainingKnobs], float] = lambda training: training.lr
     """The rate the peers' optimizer steps at: ``training.lr`` as given, unless the mode's step
     takes another batch than the ``target_batch_size`` that ``lr`` was chosen for."""

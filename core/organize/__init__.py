@@ -5,7 +5,7 @@
 - ``answers``      what a new project needs to know: flags, questions with their defaults, the checks
   on each answer (``settle``); the ``Asker`` a terminal implements.
 - ``manifest_text`` a built manifest as commented TOML: every key with a note on why it matters.
-- ``backbone``     the backbone's programs (coordinator, DHT node, auxiliary peer or expert server):
+- ``backbone``     the backbone's programs (coordinator, DHT node, backbone or expert server):
   their real ``barnraise`` command lines, ports and file names, for every file that starts them.
 - ``services``     those files: systemd units, the password's env file, a Containerfile, compose.yaml
   and a README with the ports and steps.

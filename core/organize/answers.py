@@ -37,7 +37,7 @@ from core.util.errors import ConfigError
 MODERATED = "moderated"
 DEFAULT_MODE = MODERATED
 """Volunteers sign up (open by default: ``access.allow_signup``) and train under an account, which
-a moderator can ban; the backbone's DHT node and auxiliary peer log in as the organizer."""
+a moderator can ban; the backbone's DHT node and backbone log in as the organizer."""
 DEFAULT_ORGANIZER = "organizer"
 ATTEMPTS = 5
 """Bad replies to one question before the command gives up (a script typing into a terminal)."""
@@ -176,7 +176,7 @@ def settle(given: Given, asker: Asker | None) -> Answers:
     organizer = _answer(
         given.organizer,
         asker,
-        "Your account name (a moderator; the auxiliary peer reports under it)?",
+        "Your account name (a moderator; the backbone reports under it)?",
         default_organizer(),
         check_organizer,
     )

@@ -3,10 +3,10 @@
 One list, read by every file that starts them (the systemd units, the compose file, the README's
 commands by hand), so that they cannot drift apart. Each runs in the project's folder and names its
 files relative to it. The coordinator also serves the project's public ``data/`` folder when the
-manifest names the data there. A collaborative project's backbone is the coordinator, a DHT node that
+manifest names the data there. A collaborative project's services are the coordinator, a DHT node that
 volunteers enter the swarm through (its key kept, so its address stays the one in the manifest)
-and an auxiliary peer (averaging with the volunteers, metrics, checkpoints, the leaderboard's
-reports); a dmoe project has no auxiliary peers, and hosts experts on the backbone instead.
+and the backbone (averaging with the volunteers, metrics, checkpoints, the leaderboard's
+reports); a dmoe project has no backbone, and hosts experts on the organizer's server instead.
 In a moderated project every peer refuses peers without an access pass, the DHT node's included:
 there the DHT node and the helper log in to the coordinator as the organizer (the password from
 ``ENV_FILE``), so the coordinator starts first.
@@ -26,8 +26,8 @@ MANIFEST = "project.toml"
 DATABASE = "coordinator.db"
 PROJECT_KEY = "project-key.pem"
 DHT_KEY = "dht-key.pem"
-AUX_WORK = "aux"
-"""The auxiliary peer's folder: its metrics and checkpoints."""
+BACKBONE_WORK = "backbone"
+"""The backbone's folder: its metrics and checkpoints."""
 PUBLISHED = "published"
 """Checkpoints signed for a web server to serve at ``network.checkpoint_url``."""
 DATA = "data"
@@ -37,12 +37,12 @@ EXPERTS = "experts"
 """A dmoe backbone's expert checkpoints."""
 STATE = "state"
 """``BARNRAISE_HOME`` of the services: nothing they keep lands outside the folder."""
-ENV_FILE = "services/aux.env"
+ENV_FILE = "services/backbone.env"
 """The organizer's password for the peer that logs in (``BARNRAISE_PASSWORD``)."""
 TRUSTED_PROXIES = ("127.0.0.1/32", "::1/128")
 """The web server in front of a coordinator behind a proxy: on this machine."""
 CHECKPOINT_EVERY = 10
-"""Epochs between the auxiliary peer's checkpoints."""
+"""Epochs between the backbone's checkpoints."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Program:
     """One backbone service."""
 
     name: str
-    """``coordinator``, ``dht``, ``aux`` or ``experts``; the unit is ``barnraise-<name>``."""
+    """``coordinator``, ``dht``, ``backbone`` or ``experts``; the unit is ``barnraise-<name>``."""
     summary: str
     args: tuple[str, ...]
     """After ``barnraise``."""
@@ -127,7 +127,7 @@ def programs(answers: Answers, aux_port: int) -> list[Program]:
                 "--checkpoints",
                 EXPERTS,
                 "--offer-relay",
-                # no auxiliary peer here: this server gathers the evidence of poisoned calls
+                # no backbone here: this server gathers the evidence of poisoned calls
                 "--collect-evidence",
                 *login,
             ),
@@ -138,16 +138,16 @@ def programs(answers: Answers, aux_port: int) -> list[Program]:
         )
     else:
         helper = Program(
-            "aux",
-            "auxiliary peer (averages with volunteers, metrics, checkpoints, leaderboard reports)",
+            "backbone",
+            "backbone (averages with volunteers, metrics, checkpoints, leaderboard reports)",
             (
-                "aux",
+                "backbone",
                 "--manifest",
                 MANIFEST,
                 "--port",
                 str(aux_port),
                 "--work-dir",
-                AUX_WORK,
+                BACKBONE_WORK,
                 "--checkpoint-every",
                 str(CHECKPOINT_EVERY),
                 "--publish-checkpoints",

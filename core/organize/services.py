@@ -175,7 +175,7 @@ def check_env_password(password: str) -> None:
     """``ConfigError`` for a password the env file cannot hold the same for all its readers."""
     if "'" in password or any(ord(char) < 32 or ord(char) == 127 for char in password):
         raise ConfigError(
-            "the organizer's password goes into services/aux.env between single quotes, for the "
+            "the organizer's password goes into services/backbone.env between single quotes, for the "
             "backbone's logins: choose one without ' or control characters (nothing was written)"
         )
 

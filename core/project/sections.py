@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from core.codecs import active_codecs
-from core.config.ports import AUX_PORT, PEER_PORT
+from core.codecs import TOPK_BITS, TOPK_DENSITY, Codec, active_codecs
+from core.config.ports import BACKBONE_PORT, PEER_PORT
 from core.modes import RESIDUAL_DECAY, WORK_CHECKS, active_modes
 from core.project.validation import FieldCheck
 from core.trust.errors import PeerIdError
@@ -35,9 +35,6 @@ MOMENT_OPTIMIZERS = ("lamb", "adamw")
 """The optimizers that can keep 8-bit states and be offloaded (``core.optim.moments``)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 AGGREGATIONS = ("mean", "centered_clip")
-SPARSE_CODEC = "topk"
-"""The codec whose ``density`` and ``bits`` the manifest sets (``core.codecs.topk``)."""
-SPARSE_BITS = (2, 4, 8)
 MAX_ROUND_SECONDS = 86400.0
 URL_SCHEMES = ("file", "http", "https")
 ACCESS_MODES = ("open", "moderated")
@@ -395,10 +392,10 @@ class AveragingSection:
     """A name from the codec table in force (``core.codecs``: none, fp16, uint8, blockwise8,
     auto, topk). ``topk`` sends the ``density`` largest values of each block of 4096 at ``bits``
     bits, and keeps what it did not send for the next round (error feedback)."""
-    density: float = 0.01
-    """``topk``: the share of values sent, in (0, 1]."""
-    bits: int = 2
-    """``topk``: bits per value sent, 2, 4 or 8."""
+    density: float = TOPK_DENSITY
+    """A codec that takes settings (``topk``): the share of values sent, in (0, 1]."""
+    bits: int = TOPK_BITS
+    """A codec that takes settings (``topk``): bits per value sent, 2, 4 or 8."""
     target_group_size: int = 16
     """Peers in a group, 1 to 1024."""
     min_group_size: int = 2
@@ -429,14 +426,20 @@ class AveragingSection:
     this ratio of the median are averaged exactly as they claim."""
     verify_reducers: bool = False
     """Members check each other's reducers (signed commitments, seals, spot checks recomputed
-    from the committed inputs: ``core.averaging.verification``). Off by default: it costs two
+    from the committed inputs: ``core.averaging.round.checks``). Off by default: it costs two
     SHA-256 passes over everything sent and received and a copy of what was sent, 2-3 % of a
     round on 100 Mbit/s links and 1.6x on loopback, where CPU is the bottleneck."""
 
     @property
     def sparse(self) -> bool:
         """The codec sends a few values of each block and keeps the rest for the next round."""
-        return self.codec == SPARSE_CODEC
+        return active_codecs().parse(self.codec).sparse
+
+    def round_codec(self) -> Codec:
+        """What rounds travel in: the codec of the table in force, at ``density`` and ``bits``
+        where it takes settings (``topk``; its kernel loads numpy with the first chunk)."""
+        codec = active_codecs().parse(self.codec)
+        return codec if codec.tuning is None else codec.tuning.make(self.density, self.bits)
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
@@ -444,14 +447,19 @@ class AveragingSection:
         check.in_range("density", 0.0, 1.0, low_open=True)
         if float(f"{self.density:g}") != self.density:
             check.fail("density", f"at most 6 significant digits, got {self.density!r}")
-        if self.bits not in SPARSE_BITS:
+        tuning = active_codecs().parse(self.codec).tuning
+        if tuning is None and (self.density, self.bits) != (TOPK_DENSITY, TOPK_BITS):
+            field = "density" if self.density != TOPK_DENSITY else "bits"
+            tuned = [c.name for c in active_codecs() if c.tuning is not None]
             check.fail(
-                "bits", f"must be one of {', '.join(map(str, SPARSE_BITS))}, got {self.bits}"
+                field,
+                f"applies to {' or '.join(map(repr, tuned))} only (codec {self.codec!r} takes "
+                "no settings)",
             )
-        sparse = self.sparse
-        if not sparse and (self.density, self.bits) != (0.01, 2):
-            field = "density" if self.density != 0.01 else "bits"
-            check.fail(field, f"applies to codec {SPARSE_CODEC!r} only (codec is {self.codec!r})")
+        if tuning is not None and self.bits not in tuning.bits:
+            check.fail(
+                "bits", f"must be one of {', '.join(map(str, tuning.bits))}, got {self.bits}"
+            )
         if self.moshpit:
             check.fail(
                 "moshpit",
@@ -488,8 +496,8 @@ class NetworkSection:
     ``core.training.publish.checkpoint``); a peer that finds no other peer may start from it. Empty: none."""
     peer_port: int = PEER_PORT
     """The TCP port volunteers' peers listen on (``core.config.ports``); 0: any free port."""
-    aux_port: int = AUX_PORT
-    """The TCP port auxiliary peers listen on: the one organizers open in the backbone's firewall."""
+    aux_port: int = BACKBONE_PORT
+    """The TCP port backbones listen on: the one organizers open in the backbone's firewall."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)

@@ -30,14 +30,14 @@ from core.stats.buckets import (
     require_finite,
     require_offset,
 )
-from core.stats.contribution import Contribution, HourRow, validate_amounts
 from core.stats.epochs import EPOCHS_KEPT, EpochRow, add_epoch, read_epochs, validate_epoch
 from core.stats.errors import LedgerError
 from core.stats.held_out import HeldOutRow, add_held_out, read_held_out, validate_held_out
 from core.stats.landed import LANDED_KEPT, LandedRow, add_landed, read_landed, validate_landed
 from core.stats.schema import open_file, open_memory, transaction
+from core.stats.work_done import HourRow, WorkDone, validate_amounts
 
-__all__ = ["Contribution", "EpochRow", "HeldOutRow", "HourRow", "LandedRow", "Ledger"]
+__all__ = ["EpochRow", "HeldOutRow", "HourRow", "LandedRow", "Ledger", "WorkDone"]
 
 _AMOUNT_COLUMNS = ("samples", "compute_seconds", "epochs", "rounds", "bytes_sent", "bytes_received")
 _SUMS = ", ".join(f"COALESCE(SUM({column}), 0)" for column in _AMOUNT_COLUMNS)
@@ -67,7 +67,7 @@ class Ledger:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def add(self, project: str, amounts: Contribution, *, when: float) -> None:
+    def add(self, project: str, amounts: WorkDone, *, when: float) -> None:
         """Add ``amounts`` to ``project``'s row for the UTC hour containing ``when``.
 
         Committed before returning. Empty amounts write nothing; invalid ones raise ``LedgerError``
@@ -75,7 +75,7 @@ class Ledger:
         """
         self.add_many([(project, amounts, when)])
 
-    def add_many(self, entries: Iterable[tuple[str, Contribution, float]]) -> None:
+    def add_many(self, entries: Iterable[tuple[str, WorkDone, float]]) -> None:
         """Add several entries in one transaction: all of them are committed, or none."""
         rows: list[tuple[Any, ...]] = []
         # Validate everything before the transaction starts, so a bad entry writes nothing.
@@ -164,16 +164,16 @@ class Ledger:
                 f"could not read the contribution ledger {self._label}: {error}"
             ) from error
 
-    def totals(self, project: str | None = None) -> Contribution:
+    def totals(self, project: str | None = None) -> WorkDone:
         """Everything ever recorded, for one project or (``None``) all of them."""
         where, params = _filter(project, [])
-        return _contribution(self._query_one(f"SELECT {_SUMS} FROM hours {where}", params))
+        return _work_done(self._query_one(f"SELECT {_SUMS} FROM hours {where}", params))
 
-    def since(self, start: float, project: str | None = None) -> Contribution:
+    def since(self, start: float, project: str | None = None) -> WorkDone:
         """The sum of the hours from the one containing ``start`` onwards."""
         require_finite(start, "the start")
         where, params = _filter(project, ["hour_start >= ?"], hour_start(start))
-        return _contribution(self._query_one(f"SELECT {_SUMS} FROM hours {where}", params))
+        return _work_done(self._query_one(f"SELECT {_SUMS} FROM hours {where}", params))
 
     def hours(self, project: str | None, start: float, end: float) -> list[HourRow]:
         """Stored rows from the hour containing ``start`` up to (not including) ``end``.
@@ -191,11 +191,11 @@ class Ledger:
             "ORDER BY hour_start, project",
             params,
         )
-        return [HourRow(str(row[0]), int(row[1]), _contribution(row[2:])) for row in rows]
+        return [HourRow(str(row[0]), int(row[1]), _work_done(row[2:])) for row in rows]
 
     def daily(
         self, project: str | None, days: int, *, now: float, utc_offset_seconds: int = 0
-    ) -> list[tuple[str, Contribution]]:
+    ) -> list[tuple[str, WorkDone]]:
         """The last ``days`` local days up to today, oldest first, as ("YYYY-MM-DD", amounts).
 
         Days with nothing recorded are included with empty amounts. An hour counts for the local
@@ -213,14 +213,14 @@ class Ledger:
             day_start(first, utc_offset_seconds),
             day_start(today + 1, utc_offset_seconds),
         )
-        per_day = {day: Contribution() for day in range(first, today + 1)}
+        per_day = {day: WorkDone() for day in range(first, today + 1)}
         rows = self._query(
             f"SELECT hour_start, {_SUMS} FROM hours {where} GROUP BY hour_start", params
         )
         for row in rows:
             # Bucketing in Python: SQLite's integer division truncates toward zero, not down.
             day = local_day(int(row[0]), utc_offset_seconds)
-            per_day[day] = per_day[day] + _contribution(row[1:])
+            per_day[day] = per_day[day] + _work_done(row[1:])
         return [(day_label(day), amounts) for day, amounts in per_day.items()]
 
     def month_bytes(self, *, now: float, utc_offset_seconds: int = 0) -> int:
@@ -287,14 +287,14 @@ def _require_project(project: str) -> None:
         raise LedgerError(f"a contribution needs a project name, not {project!r}")
 
 
-def _amount_values(amounts: Contribution) -> Iterator[Any]:
+def _amount_values(amounts: WorkDone) -> Iterator[Any]:
     return (getattr(amounts, column) for column in _AMOUNT_COLUMNS)
 
 
-def _contribution(values: Sequence[Any]) -> Contribution:
+def _work_done(values: Sequence[Any]) -> WorkDone:
     # int()/float(): callers always get the declared types, whatever SQLite's affinity returned.
     samples, seconds, epochs, rounds, sent, received = values
-    return Contribution(
+    return WorkDone(
         samples=int(samples),
         compute_seconds=float(seconds),
         epochs=int(epochs),

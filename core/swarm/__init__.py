@@ -9,7 +9,7 @@ finds and follows it.
 - ``follow``     ``SwarmFollower``: keeps the active project, and its account, on its swarm's current
   run; callback-based, it knows nothing of the engine.
 - ``demo_data``  ``prepare_demo_data``: the demo corpus and tokenizer, written once; ``DEMO_MANIFEST``.
-- ``children``   ``ChildProcess``: one peer (``barnraise peer|aux``) as a detached OS process, its JSON
+- ``children``   ``ChildProcess``: one peer (``barnraise peer|backbone``) as a detached OS process, its JSON
   events read from its stdout, stopped politely then firmly.
 - ``moderated``  ``ModeratedSwarm``: a moderated run's coordinator, accounts and manifest copy, and its
   ``standings`` at the end.
@@ -17,7 +17,7 @@ finds and follows it.
   stopped in reverse; it reports to a ``SwarmOutput``.
 - ``dmoe_run``   ``LocalDmoeRun``: a mixture-of-experts collaboration (``--project dmoe``): expert
   servers, then asynchronous trainers, their reports combined into one line every few seconds.
-- ``accused``    the auxiliary peer's accusations, read from its log, named and tallied for the
+- ``accused``    the backbone's accusations, read from its log, named and tallied for the
   swarm's output (``--byzantine`` shows who the defences caught).
 - ``byzantine``  ``Misbehaviour``: a trainer that misbehaves on purpose (gradients x1000, sign-flipped
   x10, noise, NaN, a lying reducer), installed through the training peer's ``Misbehaving`` seam: how

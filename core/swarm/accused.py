@@ -1,8 +1,8 @@
-"""The auxiliary peer's accusations, as ``barnraise swarm`` shows them.
+"""The backbone's accusations, as ``barnraise swarm`` shows them.
 
 The backbone names every peer the members accuse of misbehaving (``core.training.dedloc.backbone``: one
 ``evidence: peer <PeerID> …`` line in its log per accused peer and round). Those lines go to the
-auxiliary peer's log, not to its stdout, so the swarm follows the log (``LogTail``) and passes them
+backbone's log, not to its stdout, so the swarm follows the log (``LogTail``) and passes them
 on with the swarm's own name for the peer (``peer-2``) and, for a trainer started with
 ``--byzantine``, the fact that it misbehaves on purpose: the demo shows both what was done and who
 the defences caught. A peer accused in every round would drown the epoch lines, so after its first
@@ -20,11 +20,11 @@ from pathlib import Path
 from core.util.clock import SYSTEM_CLOCK, Clock
 
 EVIDENCE = re.compile(r"evidence: peer (?P<peer>[1-9A-HJ-NP-Za-km-z]{20,80})\b")
-"""What the auxiliary peer writes for each accusation (``core.training.moderation.evidence.accusations``)."""
+"""What the backbone writes for each accusation (``core.training.moderation.evidence.accusations``)."""
 REPEAT_SECONDS = 30.0
 """After a peer's first accusation, at most one line for it this often."""
 MAX_LINE = 64 * 1024
-"""A longer "line" is not one of the auxiliary peer's: it is dropped, not held."""
+"""A longer "line" is not one of the backbone's: it is dropped, not held."""
 
 
 class LogTail:

@@ -16,7 +16,7 @@ as the weight it averages with and in the landed epochs its records credit, are 
 what it computed (a claimed weight is what a plain weighted mean and CenteredClip weigh by).
 
 The gradient attacks are a ``GradientAttack`` the optimizer applies to what it sends before it
-goes to averaging: dedloc's mean gradient (``CollaborativeOptimizer.tamper``), diloco's
+goes to averaging: dedloc's mean gradient (``DedlocOptimizer.tamper``), diloco's
 pseudo-gradient (``DilocoOptimizer.tamper``), installed by ``Misbehaviour.install`` through the
 training peer's ``Misbehaving`` seam (``core.training.settings``); the peer is otherwise honest
 (it reduces honestly, applies the collaboration's aggregate, reports its true samples; in diloco
@@ -29,7 +29,7 @@ and for itself alike.
 other bytes): what verified downloads are for.
 
 Nothing here runs in a volunteer's peer: the ways in are the swarm's ``--byzantine K`` demo flag
-(``barnraise peer --attack KIND``, hidden), ``benchmarks/byzantine_losses.py`` and the tests.
+(``barnraise peer --attack KIND``, hidden), ``benchmarks/robust/byzantine_losses.py`` and the tests.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from core.averaging.sharing.state import PackedProvider, PackedState, StateShari
 from core.codecs import NONE
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode
-from core.training.work import Forgery, Recorder, WorkLedger
-from core.training.work.fingerprint import batch_digest, batch_tensors
-from core.training.work.receipts import FINGERPRINT_BYTES, WorkReceipt
+from core.training.credit.checks import Forgery, Recorder, WorkLedger
+from core.training.credit.checks.fingerprint import batch_digest, batch_tensors
+from core.training.credit.checks.receipts import FINGERPRINT_BYTES, WorkReceipt
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ class Misbehaviour:
 
 @runtime_checkable
 class Forgeable(Protocol):
-    """An optimizer whose work receipts a free rider can forge (``core.training.work``)."""
+    """An optimizer whose work receipts a free rider can forge (``core.training.credit.checks``)."""
 
     forge: Forgery | None
 

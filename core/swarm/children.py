@@ -1,6 +1,6 @@
 """ChildProcess: one peer of the local swarm, a ``barnraise`` command in an OS process of its own.
 
-Each peer runs as if on its own machine: ``barnraise peer|aux …`` (``core.util.process.launch``: Python's
+Each peer runs as if on its own machine: ``barnraise peer|backbone …`` (``core.util.process.launch``: Python's
 ``-P -m core.cli.main``, or the bundle's program), in its log folder rather than wherever the
 swarm was started, detached (``core.util.process.detached``: its own session or process group, so Ctrl-C
 in the terminal reaches only the swarm, which then stops each child in order). Its stdout carries

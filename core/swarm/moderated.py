@@ -2,11 +2,11 @@
 
 For ``barnraise swarm --moderated`` the swarm makes a project key, starts the coordinator inside
 its own process (on loopback, on a port the system chooses), opens accounts for an organizer (a
-moderator, whom the auxiliary peer logs in as to report epochs) and two volunteers, and writes a
+moderator, whom the backbone logs in as to report epochs) and two volunteers, and writes a
 moderated copy of the manifest that names the key and the coordinator (relative data paths still
 resolve against the shard server's URL). Trainer peers log in as the volunteers in turn. At the end
-its ``standings`` are the leaderboard and whether its total adds up to the samples the auxiliary
-peer counted.
+its ``standings`` are the leaderboard and whether its total adds up to the samples the
+backbone counted.
 
 The copy allows sign-up: it is a local demo, and anyone at this computer (the desktop app's user,
 joining through the engine) may create an account at its coordinator. Each run starts a new
@@ -101,7 +101,7 @@ def _write(path: Path, document: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Standings:
-    """The leaderboard at the end of a moderated run, and what the auxiliary peer counted."""
+    """The leaderboard at the end of a moderated run, and what the backbone counted."""
 
     users: list[dict[str, Any]]
     """The top volunteers as the coordinator ranks them (rank, username, samples, compute_seconds,
@@ -109,13 +109,13 @@ class Standings:
     samples: int
     """The leaderboard's total."""
     epochs: int
-    """Epochs the auxiliary peer reported."""
+    """Epochs the backbone reported."""
     counted: int
-    """Samples in those epochs, by the auxiliary peer's metrics."""
+    """Samples in those epochs, by the backbone's metrics."""
 
     @property
     def match(self) -> bool:
-        """Every sample the auxiliary peer counted is credited to someone, and nothing more."""
+        """Every sample the backbone counted is credited to someone, and nothing more."""
         return self.counted == self.samples
 
 

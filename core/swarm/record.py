@@ -1,9 +1,9 @@
 """LocalSwarm: the record a running local swarm leaves for the engine on the same computer.
 
 A demo swarm listens on ports the system picks, so its addresses change every run. Once its
-auxiliary peer is ready and its trainers are spawned, the swarm writes one small JSON record to
+backbone is ready and its trainers are spawned, the swarm writes one small JSON record to
 ``<runtime>/swarms/<project>.json`` (atomically, readable by the user only): the project, its
-manifest, where to join (the auxiliary peer's address, the shard server's URL), whether it is
+manifest, where to join (the backbone's address, the shard server's URL), whether it is
 moderated, when it started, and the processes it runs. It removes the record when it stops. The
 engine reads these records to offer the swarm on first run, to join it (afresh at every start of
 its peer), and to leave the swarm's processes out of "other programs' CPU use".
@@ -85,7 +85,7 @@ class LocalSwarm:
     data_base: str
     """The URL of its shard server, where the manifest's relative data paths point."""
     pids: tuple[SwarmProcess, ...]
-    """The swarm process first, then its children (the auxiliary peer, the trainers)."""
+    """The swarm process first, then its children (the backbone, the trainers)."""
     moderated: bool
     started: float
     """Unix time the swarm started."""

@@ -1,16 +1,16 @@
 """LocalSwarmRun: one run of the local swarm, a whole collaboration on this computer.
 
 It writes the demo data (once, in the cache; ``demo_data``), serves the shards over a local HTTP
-server, starts a coordinator when moderated (``moderated``), then an auxiliary/backbone peer and N
+server, starts a coordinator when moderated (``moderated``), then a backbone and N
 trainer peers on loopback (``children``), each its own OS process as if on its own machine. Once
 they run it announces itself to engines on this computer with its record (``record``), passes on the
-auxiliary peer's metrics, one per epoch, until told to stop or its time is up, and then stops
+backbone's metrics, one per epoch, until told to stop or its time is up, and then stops
 everything in reverse: the record first (nobody should join a swarm that is stopping), the peers,
 the shard server, and the coordinator after its standings are read.
 
 With ``byzantine`` the last trainers misbehave on purpose (``barnraise peer --attack``;
 ``core.swarm.byzantine``), to show the defences at work: the swarm names them when they start,
-and passes on the auxiliary peer's accusations as they come (``accused``), with a tally at the end.
+and passes on the backbone's accusations as they come (``accused``), with a tally at the end.
 The trainers' own events are read and dropped (a pipe nobody reads would fill and stall them).
 
 What it has to say goes to a ``SwarmOutput``: ``barnraise swarm`` prints it (``core.cli.swarm.text``).
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
 LOOPBACK = ("--host", "127.0.0.1", "--port", "0")
 """A demo swarm's peers listen on loopback, on any free port: it never leaves this computer."""
 READY_TIMEOUT = 120.0
-"""Seconds the auxiliary peer has to say it is ready (it loads torch and the model first)."""
+"""Seconds the backbone has to say it is ready (it loads torch and the model first)."""
 EVIDENCE_POLL = 1.0
-"""Seconds between reads of the auxiliary peer's log for accusations."""
+"""Seconds between reads of the backbone's log for accusations."""
 ATTACKS = ("scale", "sign-flip", "noise", "nan", "lying-reducer")
 """What ``byzantine`` trainers can do (``core.swarm.byzantine.Attack``). With a lying reducer
 every peer of the swarm verifies reducers (``--verify-reducers``), which is what catches it."""
@@ -96,7 +96,7 @@ class Joining:
     manifest: Path
     """The manifest its peers use (a moderated swarm's own copy)."""
     address: str
-    """The auxiliary peer's address: the initial peer to join through."""
+    """The backbone's address: the initial peer to join through."""
     data_base: str
     """The shard server's URL."""
     logs: Path
@@ -113,10 +113,10 @@ class SwarmOutput(Protocol):
         """Every peer has started."""
 
     def metrics(self, event: PeerMetrics) -> None:
-        """The auxiliary peer's metrics of one epoch."""
+        """The backbone's metrics of one epoch."""
 
     def evaluation(self, event: PeerEvaluation) -> None:
-        """The auxiliary peer measured its replica on the held-out text (``event.floor``: the
+        """The backbone measured its replica on the held-out text (``event.floor``: the
         unigram floor to show beside the loss, where it has one)."""
 
     def problem(self, message: str) -> None:
@@ -129,7 +129,7 @@ class SwarmOutput(Protocol):
         """Trainer ``name`` (PeerID ``peer``) misbehaves on purpose (``--byzantine``): ``attack``."""
 
     def evidence(self, line: str) -> None:
-        """The auxiliary peer named an accused peer (its line, with the swarm's name added)."""
+        """The backbone named an accused peer (its line, with the swarm's name added)."""
 
     def accused(self, lines: list[str]) -> None:
         """At the end: each accused peer and how often (nothing when nobody was)."""
@@ -149,21 +149,21 @@ class LocalSwarmRun:
         self._announced: LocalSwarm | None = None
         self._tasks = BackgroundTasks("swarm")
         self._accusations = Accusations()
-        self._aux_log: LogTail | None = None
+        self._backbone_log: LogTail | None = None
 
     async def run(self, stop: asyncio.Event) -> int:
         """Start, pass on metrics until ``stop`` is set or the time is up, and stop everything.
 
-        Returns 0, or 1 when the auxiliary peer did not start (its log says why)."""
+        Returns 0, or 1 when the backbone did not start (its log says why)."""
         started = time.monotonic()
         try:
             manifest, work, base = await self._serve_data()
             if stop.is_set():  # told to stop while the data was being written: start no peers
                 return 0
-            aux = await self._start_peers(manifest, work, base)
-            if aux is None:
+            backbone = await self._start_peers(manifest, work, base)
+            if backbone is None:
                 return 1
-            await self._follow(aux, stop, started)
+            await self._follow(backbone, stop, started)
         finally:
             await self._close()
         return 0
@@ -181,7 +181,7 @@ class LocalSwarmRun:
         return manifest, work, await self._server.start()
 
     async def _start_peers(self, manifest: Manifest, work: Path, base: str) -> ChildProcess | None:
-        """The coordinator (when moderated), the peers and the record; the auxiliary peer, or None
+        """The coordinator (when moderated), the peers and the record; the backbone, or None
         if it did not start."""
         options = self.options
         manifest_path = options.manifest
@@ -202,16 +202,16 @@ class LocalSwarmRun:
             common += ["--mode", options.mode]
         if options.round_seconds is not None:
             common += ["--round-seconds", str(options.round_seconds)]
-        aux_args = ["aux", *common, "--work-dir", str(work / "aux")]
-        aux_args += ["--checkpoint-every", str(options.checkpoint_every)]
-        self._aux_log = LogTail.at_end(work / "logs" / "aux.log")  # this run's lines only
-        aux = await self._spawn("aux", aux_args, work, ORGANIZER)
+        backbone_args = ["backbone", *common, "--work-dir", str(work / "backbone")]
+        backbone_args += ["--checkpoint-every", str(options.checkpoint_every)]
+        self._backbone_log = LogTail.at_end(work / "logs" / "backbone.log")  # this run's lines only
+        backbone = await self._spawn("backbone", backbone_args, work, ORGANIZER)
         try:
-            ready = await asyncio.wait_for(aux.event(), READY_TIMEOUT)
+            ready = await asyncio.wait_for(backbone.event(), READY_TIMEOUT)
         except TimeoutError:
             ready = None
         if not isinstance(ready, PeerReady):
-            self.output.problem("the auxiliary peer did not start; see its log")
+            self.output.problem("the backbone did not start; see its log")
             return None
         address = ready.address
         self._tasks.spawn("evidence", self._pass_on_evidence())
@@ -226,7 +226,7 @@ class LocalSwarmRun:
             self._tasks.spawn(f"events-{child.name}", self._read_trainer(child, byzantine))
         self._announce(manifest, manifest_path, address, base)
         self.output.running(Joining(options.peers, manifest_path, address, base, work / "logs"))
-        return aux
+        return backbone
 
     async def _spawn(
         self, name: str, args: list[str], work: Path, user: str | None
@@ -254,7 +254,7 @@ class LocalSwarmRun:
             data_base=base,
             children=[child.proc.pid for child in self._children],
             moderated=self._moderated is not None,
-            trainers=len(self._children) - 1,  # all but the auxiliary peer
+            trainers=len(self._children) - 1,  # all but the backbone
         )
         try:
             write_swarm(self.dirs, record)
@@ -263,8 +263,8 @@ class LocalSwarmRun:
             return
         self._announced = record
 
-    async def _follow(self, aux: ChildProcess, stop: asyncio.Event, started: float) -> None:
-        """Pass on the auxiliary peer's metrics until told to stop or the time is up."""
+    async def _follow(self, backbone: ChildProcess, stop: asyncio.Event, started: float) -> None:
+        """Pass on the backbone's metrics until told to stop or the time is up."""
         seconds = self.options.seconds
         stopping = asyncio.create_task(stop.wait(), name="swarm/stop")
         try:
@@ -272,7 +272,7 @@ class LocalSwarmRun:
                 left = None if seconds is None else seconds - (time.monotonic() - started)
                 if left is not None and left <= 0:
                     return
-                reading = asyncio.create_task(aux.event(), name="swarm/aux-event")
+                reading = asyncio.create_task(backbone.event(), name="swarm/backbone-event")
                 done, _ = await asyncio.wait(
                     {reading, stopping}, timeout=left, return_when="FIRST_COMPLETED"
                 )
@@ -281,7 +281,7 @@ class LocalSwarmRun:
                     continue
                 event = reading.result()
                 if event is None:
-                    self.output.problem("the auxiliary peer exited")
+                    self.output.problem("the backbone exited")
                     return
                 if isinstance(event, PeerMetrics):
                     self.output.metrics(event)
@@ -313,9 +313,9 @@ class LocalSwarmRun:
             await asyncio.sleep(EVIDENCE_POLL)
 
     def _read_evidence(self) -> None:
-        if self._aux_log is None:
+        if self._backbone_log is None:
             return
-        for line in self._aux_log.new_lines():
+        for line in self._backbone_log.new_lines():
             if (accusation := self._accusations.read(line)) is not None:
                 self.output.evidence(accusation)
 
@@ -328,7 +328,7 @@ class LocalSwarmRun:
             await asyncio.gather(*(child.stop() for child in reversed(self._children)))
         finally:
             await self._tasks.close()
-            self._read_evidence()  # what the auxiliary peer wrote on its way out
+            self._read_evidence()  # what the backbone wrote on its way out
             if self._accusations.counts:
                 self.output.accused(self._accusations.summary())
             if self._server is not None:

@@ -3,10 +3,10 @@
 Each completed epoch of the whole collaboration (loss = sum of all peers' losses over the sum of
 their mini-steps, samples, speed, alive trainers) is aggregated from the progress records the
 peer's optimizer fetches anyway, about once a second: following the curve adds no DHT traffic.
-Each is handed on as a ``PeerMetrics`` event, the same event an auxiliary peer emits.
+Each is handed on as a ``PeerMetrics`` event, the same event a backbone emits.
 
 The backbone's record carries its newest held-out evaluation (``HeldOut``, its unigram floor
-included); each new one (by epoch, the newest of any aux record's) is handed on as a
+included); each new one (by epoch, the newest of any backbone record's) is handed on as a
 ``PeerEvaluation`` event, once.
 """
 
@@ -18,7 +18,8 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from core.training.metrics import EpochMetrics, MetricsAggregator
+from core.config.roles import BACKBONE
+from core.training.credit.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import CollaborationView, HeldOut, PeerProgress
 from core.worker.events import PeerEvaluation, PeerEvent, PeerMetrics
 
@@ -30,7 +31,7 @@ METRICS_INTERVAL = 1.0
 
 def metrics_event(metrics: EpochMetrics, *, by_user: bool = False) -> PeerMetrics:
     """The event of one completed epoch of the whole collaboration (a diverged loss as None);
-    ``by_user``: with the samples per user (an auxiliary peer's, which reports them)."""
+    ``by_user``: with the samples per user (a backbone's, which reports them)."""
     loss = metrics.loss
     return PeerMetrics(
         epoch=metrics.epoch,
@@ -61,7 +62,7 @@ def evaluation_event(held_out: HeldOut, now: float) -> PeerEvaluation:
 class HeldOutFollower:
     """The newest held-out evaluation in the records, each epoch's told once.
 
-    When several aux records carry one, the newest epoch's is followed; an evaluation of an epoch
+    When several backbone records carry one, the newest epoch's is followed; an evaluation of an epoch
     already told, or of an older one, is not told. A follower made afresh (a rebuilt peer) tells
     the newest one again, once, as the metrics do."""
 
@@ -69,7 +70,7 @@ class HeldOutFollower:
         self._told = -1
 
     def observe(self, records: Iterable[PeerProgress], now: float) -> PeerEvaluation | None:
-        carried = [r.held_out for r in records if r.mode == "aux" and r.held_out is not None]
+        carried = [r.held_out for r in records if r.role == BACKBONE and r.held_out is not None]
         newest = max(carried, key=lambda h: h.epoch, default=None)
         if newest is None or newest.epoch <= self._told:
             return None

@@ -34,6 +34,12 @@ class LocalWork:
         self._accumulators: list[torch.Tensor] = []
 
     @property
+    def accumulators(self) -> tuple[torch.Tensor, ...]:
+        """The float32 sums of this epoch's gradients, one per trainable parameter (read them on
+        the training thread; empty before ``zeros``)."""
+        return tuple(self._accumulators)
+
+    @property
     def offloaded(self) -> bool:
         """Whether the optimizer's update runs in host memory (and so do the accumulators)."""
         optimizer = self.state.optimizer

@@ -27,14 +27,14 @@ from core.averaging.robust.aggregation import AggregationConfig
 from core.modes import ModeSpec, active_modes
 from core.project import Manifest
 from core.training.checkpoints import CheckpointStore
+from core.training.credit.checks import CheckRecord, Recorder
+from core.training.credit.metrics import EpochMetrics
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.metrics import EpochMetrics
 from core.training.progress import CollaborationView
 from core.training.settings import PeerSettings
 from core.training.state import TrainingState
 from core.training.trainer import LossFn
-from core.training.work import CheckRecord, Recorder
 from core.util.errors import ConfigError
 from core.worker.events import PeerEpoch, PeerEvent
 
@@ -98,7 +98,7 @@ class ModeOptimizer(Protocol):
 
 
 class Backbone(Protocol):
-    """The auxiliary peer's work in a mode: keep, serve and checkpoint the model, report epochs."""
+    """The backbone's work in a mode: keep, serve and checkpoint the model, report epochs."""
 
     async def run(self, stop: asyncio.Event) -> None: ...
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from core.averaging.sharing.state import DownloadedState, PackedProvider, StateDownloadError
 from core.averaging.sharing.vouching import Vouching
-from core.training.credit import LandedLog
+from core.config.roles import CLIENT, TRAINER
 from core.training.links import PeerLinks
 from core.training.moderation.evidence import EvidenceBoard
-from core.training.progress import PeerProgress, StepTally
+from core.training.progress import LEFT, PAUSED, LandedLog, PeerProgress, StepTally
 from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -52,7 +52,7 @@ class Participation:
         retry_cap: float,
         tasks: BackgroundTasks,
     ) -> None:
-        """``role``: what the record says while the peer is active (trainer, client or aux);
+        """``role``: what the record says while the peer is active (trainer, client or backbone);
         ``tasks``: its owner's, where the announcement is kept alive."""
         self.links = links
         self.role = role
@@ -123,14 +123,14 @@ class Participation:
     # ---- our record and theirs -------------------------------------------------------------------
 
     @property
-    def mode(self) -> str:
+    def record_role(self) -> str:
         """What our record says we are: "paused" while paused; a trainer that others cannot dial
         (its averager went client, ``PeerStack``) says "client", so that nobody plans a group for
         it to lead (diloco's ``plan_groups``): a group of two such members never forms."""
         if self.paused:
-            return "paused"
-        if self.role == "trainer" and self.links.averager.config.client_mode:
-            return "client"
+            return PAUSED
+        if self.role == TRAINER and self.links.averager.config.client_mode:
+            return CLIENT
         return self.role
 
     def record(self, epoch: int, samples: int, anchor: str = "") -> PeerProgress:
@@ -144,7 +144,7 @@ class Participation:
             samples,
             self.tally.speed,
             time.time(),
-            self.mode,
+            self.record_role,
             self.tally.loss_sum,
             self.tally.mini_steps,
             last_epoch,
@@ -226,7 +226,7 @@ class Participation:
     def _settled(self, epoch: int) -> bool:
         """At least half of the others' fresh records (the last read) are at ``epoch`` or past
         it: a lone peer announcing an epoch ahead of everyone is not where the swarm is."""
-        others = [r for r in self.records if r.peer != self.peer and r.mode != "left"]
+        others = [r for r in self.records if r.peer != self.peer and r.role != LEFT]
         return bool(others) and 2 * sum(r.epoch >= epoch for r in others) >= len(others)
 
     def _accuse(self, accused: dict[PeerID, str]) -> None:

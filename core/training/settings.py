@@ -15,16 +15,15 @@ from typing import Protocol
 import torch
 
 from core.averaging import Averager
+from core.config.roles import ROLES
 from core.net import Identity
 from core.net.host.gate import AccessGate
 from core.project import Manifest
-from core.training.metrics import EpochMetrics
+from core.training.credit.metrics import EpochMetrics
 from core.training.publish.checkpoint import CheckpointPublishing
 from core.trust.evidence import Evidence
 from core.worker.errors import TrainingError
 from core.worker.events import PeerEvaluation
-
-ROLES = ("trainer", "client", "aux")
 
 
 class Tamperable(Protocol):
@@ -65,7 +64,7 @@ class PeerSettings:
     port_fallback: bool = False
     """Take another free port when the one asked for is taken (the default ports only)."""
     offer_relay: bool = False
-    """Relay for volunteers behind routers while others can dial us (on for auxiliary peers)."""
+    """Relay for volunteers behind routers while others can dial us (on for backbones)."""
     data_base: str | None = None
     """Where the manifest's relative data URLs point (e.g. a local shard server)."""
     data_seed: int = 0
@@ -85,13 +84,13 @@ class PeerSettings:
     access: AccessGate | None = None
     """The gate holding this peer's pass (kept fresh by its owner); required in moderated projects."""
     on_metrics: Callable[[EpochMetrics], None] | None = None
-    """An auxiliary peer's hook for each completed epoch (e.g. reporting to the coordinator)."""
+    """A backbone's hook for each completed epoch (e.g. reporting to the coordinator)."""
     on_evidence: Callable[[list[Evidence]], None] | None = None
-    """An auxiliary peer's hook for the members' new signed accusations (reported likewise)."""
+    """A backbone's hook for the members' new signed accusations (reported likewise)."""
     on_evaluation: Callable[[PeerEvaluation], None] | None = None
-    """An auxiliary peer's hook for each held-out evaluation of its replica (reported likewise)."""
+    """A backbone's hook for each held-out evaluation of its replica (reported likewise)."""
     publishing: CheckpointPublishing | None = None
-    """Where an auxiliary peer also publishes its checkpoints (signed), for newcomers."""
+    """Where a backbone also publishes its checkpoints (signed), for newcomers."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -85,7 +85,7 @@ class Trainer:
         witness: Callable[[Any, float], None] | None = None,
     ) -> None:
         """``witness``: told each microbatch and its loss on the training thread, while its
-        gradients are in ``.grad`` (the work receipts, ``core.training.work``)."""
+        gradients are in ``.grad`` (the work receipts, ``core.training.credit.checks``)."""
         self.model = model
         self.optimizer = optimizer
         self.bridge = bridge
@@ -123,7 +123,7 @@ class Trainer:
                 if stop is not None and stop.is_set():
                     return
             started = time.monotonic()
-            outcome = await self.bridge.run(self._microbatch)
+            outcome = await self.bridge.run(self.microbatch)
             if outcome == "end":
                 log.info("the data iterator is exhausted")
                 return
@@ -141,15 +141,24 @@ class Trainer:
             if self.control is not None:
                 await self.control.rest(computed)
 
+    @property
+    def loss_scale(self) -> float | None:
+        """The dynamic loss scale of fp16 training now; None under bf16 and fp32, which need none."""
+        return self._scale.value if self._scale is not None else None
+
     def close(self) -> None:
         """Remove the interrupt hooks from the model."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
 
-    def _microbatch(self) -> tuple[int, float] | str | None:
-        """Forward and backward of one batch (training thread); "end" when the data ran out,
-        "interrupted" when a pause dropped it (its partial gradients are discarded)."""
+    def microbatch(self) -> tuple[int, float] | str | None:
+        """Forward and backward of one batch, on the calling thread (``run`` calls it on the
+        training thread): its size and loss, its gradients left in ``.grad`` for whoever
+        accumulates them; None when it was skipped (a non-finite loss, or an overflow under fp16),
+        "end" when the data ran out, "interrupted" when a pause dropped it (its partial gradients
+        are discarded). The optimizer is not stepped: a caller driving the local work itself
+        (a benchmark, a test) steps it as it likes."""
         try:
             return self._forward_backward()
         except Interrupted:

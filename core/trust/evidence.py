@@ -4,7 +4,7 @@ A member that screens a sender's part out (non-finite values, a norm far beyond 
 it hard, or catches a reducer returning a wrong aggregate, signs what it saw with its identity key:
 {project, reporter, accused, round key, group id, epoch, part, chunk, statistic, value, reason,
 time}. Anyone can check the signature against the reporter's PeerID, so nobody can accuse in
-another's name, and the record travels unchanged from the DHT to the auxiliary peer to the
+another's name, and the record travels unchanged from the DHT to the backbone to the
 coordinator. It is an accusation, not proof: one reporter's word about data only it received.
 Whoever reads it counts how many distinct reporters accused the same peer.
 

@@ -93,7 +93,7 @@ class EpochFigures:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any], epoch: int, time: float) -> EpochFigures | None:
-        """The figures a report carries, or None if it carries none (an older auxiliary peer's);
+        """The figures a report carries, or None if it carries none (an older backbone's);
         ``InvalidReport`` for a value that is not a finite number within its bound."""
         if not any(name in body for name in FIGURES):
             return None
@@ -173,7 +173,7 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class EpochReport:
-    """The auxiliary peer's report of one completed epoch."""
+    """The backbone's report of one completed epoch."""
 
     epoch: int
     time: float
@@ -183,7 +183,7 @@ class EpochReport:
     """Those of peers with a pass, in the report's order; the reader's ``Refused`` entries stand
     where the entries that did not read were."""
     figures: EpochFigures | None = None
-    """None in a late report, and from an auxiliary peer that sends no figures (an older one)."""
+    """None in a late report, and from a backbone that sends no figures (an older one)."""
     late: bool = False
     """More contributions to an epoch reported before (records read late, a gone peer's share of
     a round): they add to it, and the report carries no figures."""

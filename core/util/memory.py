@@ -75,7 +75,7 @@ class ReleaseSchedule:
 
     Why at all: a connection's objects form reference cycles that only the cyclic collector frees,
     and a quiet process collects rarely, so a node serving a stream of newcomers would keep their
-    memory and return nothing to the OS (``benchmarks/flood.py``'s control scenario).
+    memory and return nothing to the OS (``benchmarks/net/flood.py``'s control scenario).
 
     ``collect``, ``trim`` and ``timer`` are the two parts and the clock their cost is measured on:
     a test gives fakes, since what they take on a busy machine is anyone's guess."""

@@ -32,7 +32,7 @@ class PeerReady(WireMessage):
 
 @dataclass(frozen=True)
 class PeerEpoch(WireMessage):
-    """One collaborative step of this peer: what ``CollaborativeOptimizer.step`` returns at an epoch's end."""
+    """One collaborative step of this peer: what ``DedlocOptimizer.step`` returns at an epoch's end."""
 
     epoch: int
     """The epoch that was finished."""
@@ -68,7 +68,7 @@ class PeerMetrics(WireMessage):
     alive_peers: int
     time: float
     contributions: dict[str, int] = field(default_factory=dict)
-    """Samples per user (an auxiliary peer's metrics only)."""
+    """Samples per user (a backbone's metrics only)."""
 
 
 @dataclass(frozen=True)

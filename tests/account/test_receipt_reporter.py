@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from core.account import AccountSession, CoordinatorClient
-from core.account.reporter import ContributionReporter
+from core.account.reporter import CoordinatorReporter
 from core.net import Identity
 from core.trust.receipts import Receipt, sign_receipt
 from tests.account.coordinator import PASSWORD, PROJECT, Coordinator
@@ -35,7 +35,7 @@ async def test_receipts_are_credited_and_refusals_logged_once(
     mod = AccountSession(client, await client.login("mod", PASSWORD))
     await mod.request_pass(trainer.peer_id, trainer.sign, project=PROJECT)
 
-    reporter = ContributionReporter(alice, first_retry=0.01)
+    reporter = CoordinatorReporter(alice, first_retry=0.01)
     caplog.set_level(logging.WARNING, logger="core.account.reporter")
     reporter.submit_receipts([receipt(trainer, server, 10, 1), receipt(stranger, server, 5, 1)])
     reporter.submit_receipts([receipt(trainer, server, 30, 2), receipt(stranger, server, 9, 2)])

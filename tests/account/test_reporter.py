@@ -1,4 +1,4 @@
-"""ContributionReporter against a fake coordinator session, and its held-out evaluations against
+"""CoordinatorReporter against a fake coordinator session, and its held-out evaluations against
 a real coordinator."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from core.account import CoordinatorClient
-from core.account.reporter import REJECTIONS_KEPT, ContributionReporter
+from core.account.reporter import REJECTIONS_KEPT, CoordinatorReporter
 from core.account.session import AccountSession
 from core.trust.reports import evaluation_report
 from core.worker.events import PeerEvaluation
@@ -24,8 +24,8 @@ class RejectingSession:
 
 
 async def test_only_the_latest_rejections_are_kept() -> None:
-    """An auxiliary peer reports every epoch for weeks: rejections must not pile up in memory."""
-    reporter = ContributionReporter(cast(AccountSession, RejectingSession()))
+    """A backbone reports every epoch for weeks: rejections must not pile up in memory."""
+    reporter = CoordinatorReporter(cast(AccountSession, RejectingSession()))
     for epoch in range(2_000):
         reporter.submit({"epoch": epoch, "contributions": []})
     await reporter.close()
@@ -38,7 +38,7 @@ async def test_held_out_evaluations_reach_the_coordinator(
     coordinator: Coordinator, client: CoordinatorClient
 ) -> None:
     session = AccountSession(client, await client.login("mod", PASSWORD))
-    reporter = ContributionReporter(session, first_retry=0.01)
+    reporter = CoordinatorReporter(session, first_retry=0.01)
     now = time.time()
     for epoch, loss in ((2, 4.5), (4, 4.0), (4, 4.0)):  # the last sent twice, as a retry would
         report = evaluation_report(PeerEvaluation(epoch, loss, 0.375, 64, 2048, 1.5, now))
@@ -59,7 +59,7 @@ async def test_a_volunteers_account_cannot_report_evaluations(
     coordinator: Coordinator, client: CoordinatorClient
 ) -> None:
     session = AccountSession(client, await client.login("alice", PASSWORD))
-    reporter = ContributionReporter(session, first_retry=0.01)
+    reporter = CoordinatorReporter(session, first_retry=0.01)
     report = evaluation_report(PeerEvaluation(1, 3.0, 0.5, 8, 80, 0.5, time.time()))
     assert report is not None
     reporter.submit_evaluation(report)

@@ -2,7 +2,7 @@
 local demo swarm. First run offers the running swarm and joins it; the dashboard's switch turns
 contribution on — samples are counted in the ledger and shown — and off — they stop.
 
-The swarm is a backbone only (``barnraise swarm --peers 0``: an auxiliary peer and the shard
+The swarm is a backbone only (``barnraise swarm --peers 0``: a backbone and the shard
 server), so the engine's peer is the collaboration's one trainer. The Maximum preset is chosen so
 that the test's own CPU use never counts as "other programs are busy". Once the peer has trained,
 the statistics page's "Try the model" asks the engine's model, paused.

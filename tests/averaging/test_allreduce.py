@@ -72,7 +72,7 @@ async def test_weighted_mean_and_group_weight(make_averagers: MakeAveragers) -> 
 
 
 @pytest.mark.parametrize(("clients", "auxiliaries"), [(2, 1), (2, 2), (0, 2), (1, 0)])
-async def test_clients_and_auxiliary_peers(
+async def test_clients_and_reduce_only_members(
     make_averagers: MakeAveragers, clients: int, auxiliaries: int
 ) -> None:
     trainers = 4
@@ -81,7 +81,7 @@ async def test_clients_and_auxiliary_peers(
         replace(PATIENT, target_group_size=size, client_mode=i < clients) for i in range(trainers)
     ]
     configs += [
-        replace(PATIENT, target_group_size=size, auxiliary=True) for _ in range(auxiliaries)
+        replace(PATIENT, target_group_size=size, reduce_only=True) for _ in range(auxiliaries)
     ]
     averagers = await make_averagers(size, configs=configs)
     tensors = [random_tensors(20 + i) for i in range(size)]
@@ -92,7 +92,7 @@ async def test_clients_and_auxiliary_peers(
         index_of = {peer: i for i, peer in enumerate(result.members)}
         for client in averagers[:clients]:
             assert result.parts[index_of[client.host.peer_id]] == 0  # clients reduce nothing
-        if not config.auxiliary:
+        if not config.reduce_only:
             for got, want in zip(mine, expected, strict=True):
                 np.testing.assert_allclose(got, want, atol=1e-5)
 

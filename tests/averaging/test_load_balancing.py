@@ -23,7 +23,7 @@ def test_equal_peers_get_equal_shares() -> None:
 
 
 def test_a_peer_with_ten_times_the_bandwidth_and_no_compute_gets_most_of_the_vector() -> None:
-    fast = PeerCapacity(compute=0.0, upload=1000.0, download=1000.0, auxiliary=True)
+    fast = PeerCapacity(compute=0.0, upload=1000.0, download=1000.0, reduce_only=True)
     for batch in (None, 1e7):  # communication-bound, and compute-bound
         plan = solve([TRAINER, TRAINER, TRAINER, fast], vector_bytes=1e6, batch_size=batch)
         assert plan.shares[3] > 0.9
@@ -50,11 +50,11 @@ def test_heterogeneous_links_shift_work_to_the_fast() -> None:
 
 @pytest.mark.parametrize("unit", [2.5e6, 4e6])
 def test_when_slow_links_set_the_pace_the_work_goes_to_spare_capacity(unit: float) -> None:
-    """4:2:1:1 trainers and an auxiliary peer at 8: many plans are equally fast (the slow links
+    """4:2:1:1 trainers and a backbone at 8: many plans are equally fast (the slow links
     bind); the slow peers reduce nothing, the work goes where it uses the least link capacity (the
     fastest trainer and the helper tie there, and split it), whatever the member order."""
     links = [PeerCapacity(1.0, s * unit, s * unit) for s in (4, 2, 1, 1)]
-    helper = PeerCapacity(0.0, 8 * unit, 8 * unit, auxiliary=True)
+    helper = PeerCapacity(0.0, 8 * unit, 8 * unit, reduce_only=True)
     plan = solve([*links, helper], vector_bytes=8e6)
     assert plan.shares == pytest.approx([0.5, 0, 0, 0, 0.5])
     faster_helper = replace(helper, upload=16 * unit, download=16 * unit)
@@ -82,10 +82,10 @@ def test_the_solution_is_identical_in_another_process() -> None:
         PeerCapacity(1.0, 400.0, 350.0),
         PeerCapacity(2.0, 120.0, 200.0, client=True),
         PeerCapacity(0.5, 90.0, 100.0),
-        PeerCapacity(0.0, 800.0, 800.0, auxiliary=True),
+        PeerCapacity(0.0, 800.0, 800.0, reduce_only=True),
     ]
     here = solve(peers, vector_bytes=4e7, batch_size=4096.0)
-    fields = [[p.compute, p.upload, p.download, p.client, p.auxiliary] for p in peers]
+    fields = [[p.compute, p.upload, p.download, p.client, p.reduce_only] for p in peers]
     code = (
         "import json; from core.averaging.round.load_balancing import PeerCapacity, solve\n"
         f"peers = [PeerCapacity(*p) for p in {fields!r}]\n"

@@ -2,7 +2,7 @@
 verifies, what each member's weight counts for, and how chunks are cut and encoded.
 
 Groups are written as one letter per member: ``t`` a trainer (sends, reduces, receives), ``c`` a
-client (nobody can dial it), ``a`` an auxiliary member (no data of its own; it reduces).
+client (nobody can dial it), ``a`` an reduce-only member (no data of its own; it reduces).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 
 from core.averaging import AveragerConfig
+from core.averaging.config import VerificationConfig
 from core.averaging.messages import GroupSpec, MemberInfo
 from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.averaging.round.plan import RoundPlan, plan_round
-from core.averaging.verification import VerificationConfig
 from core.codecs import AUTO, BLOCKWISE8, FP16, NONE, TOPK, Codec
 from core.trust.identity import Identity
 
@@ -28,7 +28,7 @@ VERIFIED = replace(CONFIG, verification=VerificationConfig(enabled=True))
 def group_of(roles: str, **announced: float) -> GroupSpec:
     members = [
         MemberInfo(
-            Identity.generate().peer_id, [], client=r == "c", auxiliary=r == "a", **announced
+            Identity.generate().peer_id, [], client=r == "c", reduce_only=r == "a", **announced
         )
         for r in roles
     ]
@@ -51,7 +51,7 @@ def plans_for(
     [
         ("tttt", 1000, (250, 250, 250, 250)),
         ("tct", 1000, (500, 0, 500)),  # a client reduces nothing
-        ("tta", 999, (333, 333, 333)),  # an auxiliary member reduces its share
+        ("tta", 999, (333, 333, 333)),  # an reduce-only member reduces its share
         ("tcta", 900, (300, 0, 300, 300)),
         ("tt", 7, (4, 3)),  # whole values: the remainder goes to the first
         ("cc", 10, (5, 5)),  # nobody can be dialed: everyone reduces rather than no one
@@ -69,7 +69,12 @@ def test_parts_per_member(roles: str, total: int, parts: tuple[int, ...]) -> Non
     [
         ("ttt", {0, 1, 2}, {0, 1, 2}, {0, 1, 2}),
         ("tct", {0, 1, 2}, {0, 1, 2}, {0, 2}),  # a client sends and receives, reduces nothing
-        ("tta", {0, 1}, {0, 1}, {0, 1, 2}),  # an auxiliary member reduces, sends and takes nothing
+        (
+            "tta",
+            {0, 1},
+            {0, 1},
+            {0, 1, 2},
+        ),  # an reduce-only member reduces, sends and takes nothing
         ("acta", {1, 2}, {1, 2}, {0, 2, 3}),
     ],
 )
@@ -88,7 +93,7 @@ def test_who_sends_receives_and_reduces(
         ("tt", 0, 32.0, 32.0),
         ("tt", 1, 0.0, 0.0),  # a member without data (the backbone) still takes the averages
         ("tc", 1, 7, 7.0),
-        ("ta", 1, 32.0, 0.0),  # an auxiliary member's claim counts for nothing
+        ("ta", 1, 32.0, 0.0),  # an reduce-only member's claim counts for nothing
     ],
 )
 def test_a_members_weight(roles: str, index: int, claimed: float, weight: float) -> None:
@@ -113,7 +118,7 @@ def test_a_chunk_lands_when_some_weight_reached_its_reducer(weight: float, lands
     [
         ("ttt", VERIFIED, [(1, 2), (0, 2), (0, 1)]),
         ("tct", VERIFIED, [(2,), (0, 2), (0,)]),  # the client's part is empty: nothing to check
-        ("tta", VERIFIED, [(1, 2), (0, 2), ()]),  # the auxiliary member holds no seals to check
+        ("tta", VERIFIED, [(1, 2), (0, 2), ()]),  # the reduce-only member holds no seals to check
         ("ttt", CONFIG, [(), (), ()]),  # reducers not verified: nobody checks
     ],
 )

@@ -209,7 +209,26 @@ async def test_a_donor_sending_other_bytes_than_its_header_lists_is_caught_and_a
     liar_id = averagers[0].host.peer_id
     assert liar_id not in got.donors
     assert "is not the bytes its header lists" in got.refused.accused[liar_id]
-    assert got.digest == digest_of((await donors[1]._current()).header)
+    assert got.digest == digest_of(await donors[1].served_header())
+
+
+async def test_the_served_header_is_the_state_a_downloader_loads(
+    make_averagers: MakeAveragers,
+) -> None:
+    averagers = await make_averagers(3)
+    donors = [StateSharing(a.host, a.dht, "test") for a in averagers[:2]]
+    for donor in donors:
+        donor.serve(state)
+        assert await donor.announce(3)
+    served = await donors[0].served_header()
+    tensors = state()[2]
+    assert (served.version, served.metadata) == (3, {"epoch": 3})
+    assert served.shapes == [[12_345]]
+    assert served.total_bytes == tensors[0].nbytes
+    assert served.blocks == block_digests(tensors, served.block_bytes)
+    downloader = StateSharing(averagers[2].host, averagers[2].dht, "test")
+    got = await downloader.download(timeout=30)
+    assert got.digest == digest_of(served)
 
 
 async def test_a_tampered_state_offered_beside_honest_ones_is_never_loaded(

@@ -21,20 +21,20 @@ from core.averaging import (
 )
 from core.averaging.allreduce import AllReduce
 from core.averaging.bans import BanList
+from core.averaging.config import VerificationConfig
 from core.averaging.messages import InputRow, PartSeal, ReduceSummary
 from core.averaging.robust.aggregation import AggregationConfig
 from core.averaging.round import reducer as reducer_module
-from core.averaging.round.transfer import Transfer
-from core.averaging.verification import (
+from core.averaging.round.checks import (
     COMMITMENT_MISMATCH,
     REDUCER_EQUIVOCATION,
     REDUCER_MISMATCH,
     VERIFICATION_REFUSED,
     Check,
-    VerificationConfig,
     choose_checks,
     possible_checks,
 )
+from core.averaging.round.transfer import Transfer
 from core.averaging.verified import verified_round
 from core.averaging.verified.commitments import (
     ReducerLedger,
@@ -344,11 +344,11 @@ async def test_lossy_codecs_clients_and_auxiliaries(
     checks_run: list[tuple[PeerID, int]],
 ) -> None:
     """8-bit results are recomputed on decoded inputs; a client checks (and reduces nothing), an
-    auxiliary peer reduces and is checked (it takes no results, so it checks nothing)."""
+    backbone reduces and is checked (it takes no results, so it checks nothing)."""
     base = verifying(target_group_size=4, codec=UINT8)
     liar_config = replace(base, aggregation=AggregationConfig())
     lying_reducer(liar_config.aggregation)
-    configs = [base, liar_config, replace(base, client_mode=True), replace(base, auxiliary=True)]
+    configs = [base, liar_config, replace(base, client_mode=True), replace(base, reduce_only=True)]
     averagers = await make_averagers(4, configs=configs)
     liar, client, helper = (a.host.peer_id for a in averagers[1:])
     results = await one_round(averagers, "codecs", tensors_for(4))

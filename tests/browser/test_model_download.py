@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.page_browser import PROJECT, LiveCoordinator, chromium, chromium_missing
+from benchmarks.app.page_browser import PROJECT, LiveCoordinator, chromium, chromium_missing
 from core.training.publish.model import publish_model
 from core.trust.published_model import HeldOut, ModelIndex
 from tests.browser.test_project_page import policy_violations

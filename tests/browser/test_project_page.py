@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.page_browser import LiveCoordinator, chromium, chromium_missing
+from benchmarks.app.page_browser import LiveCoordinator, chromium, chromium_missing
 
 MISSING = chromium_missing()
 pytestmark = [pytest.mark.skipif(MISSING is not None, reason=f"no headless Chromium: {MISSING}")]

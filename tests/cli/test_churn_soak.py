@@ -1,6 +1,6 @@
 """The churn soak, two minutes of it: a backbone and up to three trainers as OS processes on loopback,
 trainers leaving (SIGTERM and SIGKILL) and joining at random, with 20 seconds in the middle when none
-runs. The soak itself judges the run (``benchmarks/churn.py``, whose ten-minute version is the
+runs. The soak itself judges the run (``benchmarks/swarm/churn.py``, whose ten-minute version is the
 benchmark): every step taken on 1.0-1.2x the target batch, the epochs one unbroken sequence across
 the gap, the loss going on where it stopped, no trainer waiting more than 30 s for the state, no
 honest trainer accused, and the backbone's memory flat."""
@@ -28,7 +28,8 @@ def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path, demo_da
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "churn.py"),
+            "-m",
+            "benchmarks.swarm.churn",
             "--minutes",
             "2",
             "--trainers",
@@ -49,6 +50,7 @@ def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path, demo_da
         timeout=840,
         env=os.environ | {"TMPDIR": str(tmp_path)},  # its work folder, checked for leftovers below
         check=False,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     soak = json.loads(out.read_text())["soak"]

@@ -11,7 +11,7 @@ import pytest
 
 from core.cli.peer import command as peer_cli
 from core.config.environment import PASSWORD_VARIABLE
-from core.training.metrics import EpochMetrics
+from core.training.credit.metrics import EpochMetrics
 from core.training.peer.project_peer import PeerSettings
 from core.trust.reports import EpochFigures
 from core.util.errors import ConfigError

@@ -19,7 +19,7 @@ DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo" / "project.tom
 KEY = Identity.from_seed(bytes(range(32)))
 
 
-def parse(*options: str, role: str = "aux") -> argparse.Namespace:
+def parse(*options: str, role: str = "backbone") -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     return parser.parse_args([role, "--manifest", str(DEMO), *options])

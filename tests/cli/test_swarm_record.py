@@ -66,7 +66,7 @@ async def test_the_swarm_writes_its_record_while_it_runs_and_removes_it_on_ctrl_
         assert record.manifest == DEMO_MANIFEST
         assert (record.initial_peers, record.data_base) == ((address,), base)
         assert (record.moderated, record.trainers) == (False, 0)
-        # the swarm process itself, then its auxiliary peer (a child of it)
+        # the swarm process itself, then its backbone (a child of it)
         assert record.pids[0].pid == proc.pid
         assert len(record.pids) == 2
         assert psutil.Process(record.pids[1].pid).ppid() == proc.pid
@@ -76,7 +76,7 @@ async def test_the_swarm_writes_its_record_while_it_runs_and_removes_it_on_ctrl_
         assert await asyncio.wait_for(proc.wait(), 60) == 0
         assert not path.exists()
         assert running_swarms(UserDirs.under(home)) == []
-        assert record.live_pids() == []  # its auxiliary peer stopped with it
+        assert record.live_pids() == []  # its backbone stopped with it
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -101,12 +101,12 @@ def test_swarm_shows_falling_loss_and_stops_every_process(tmp_path: Path, demo_d
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.05, losses
     assert all(int(parts[-1]) == 2 for parts in lines[1:]), stdout  # both peers alive
     assert stdout.rstrip().endswith("stopped")
-    assert (work / "aux" / "metrics.jsonl").exists()
+    assert (work / "backbone" / "metrics.jsonl").exists()
     # the backbone measured its replica on the held-out modules, and said so
     held_out = [line.split() for line in shown if line.startswith("held-out at epoch")]
     assert all(float(parts[5]) > 0 for parts in held_out), stdout
-    assert (work / "aux" / "evaluation.jsonl").read_text().count("\n") >= len(held_out)
-    assert list((work / "aux" / "checkpoints").glob("checkpoint-*.pt"))
+    assert (work / "backbone" / "evaluation.jsonl").read_text().count("\n") >= len(held_out)
+    assert list((work / "backbone" / "checkpoints").glob("checkpoint-*.pt"))
     assert leftover(str(work)) == []
     assert list((tmp_path / "home" / "run" / "swarms").iterdir()) == []  # its record went with it
 
@@ -127,7 +127,7 @@ def test_a_timed_swarm_stops_by_itself(tmp_path: Path, demo_data: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "0 trainer(s) and an auxiliary peer on loopback" in done.stdout
+    assert "0 trainer(s) and a backbone on loopback" in done.stdout
     assert done.stdout.rstrip().endswith("stopped")
     assert leftover(str(work)) == []
     assert list((tmp_path / "home" / "run" / "swarms").iterdir()) == []
@@ -194,8 +194,15 @@ async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
         common += ["--host", "127.0.0.1", "--port", "0"]
         common += ["--target-batch-size", "96"]
         aux = await spawn(
-            ["aux", *common, "--work-dir", str(tmp_path / "aux"), "--checkpoint-every", "0"],
-            tmp_path / "aux.log",
+            [
+                "backbone",
+                *common,
+                "--work-dir",
+                str(tmp_path / "backbone"),
+                "--checkpoint-every",
+                "0",
+            ],
+            tmp_path / "backbone.log",
         )
         processes.append(aux)
         ready = await aux.next_event(120)
@@ -240,7 +247,7 @@ async def test_a_trainer_killed_mid_epoch_costs_only_its_unshared_samples(
         finished = {e["epoch"]: e for e in trainers[0].events if e.get("event") == "epoch"}
         assert killed_at + 1 in finished  # the epoch the victim died in, finished without it
         later = stepped(killed_at + 1)[:2]
-        assert all(e["group_size"] <= 3 for e in later)  # two trainers and the auxiliary peer
+        assert all(e["group_size"] <= 3 for e in later)  # two trainers and the backbone
         assert all(e["samples"] > 0 for e in later)
         # stopped as asked, a trainer says what it computed, in how long, and what it sent
         first = trainers[0]

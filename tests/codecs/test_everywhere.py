@@ -19,6 +19,7 @@ from core.engine.join.resource_use import resource_use
 from core.project import ManifestError, parse_manifest
 from tests.averaging.conftest import NET, PATIENT
 from tests.codecs.float24 import FLOAT24
+from tests.codecs.thin import THIN
 from tests.conftest import MakeHost
 from tests.support.leaks import HANG_GUARD
 
@@ -30,6 +31,25 @@ def demo_text(codec: str) -> str:
     text = DEMO.read_text()
     assert text.count('codec = "fp16"') == 1
     return text.replace('codec = "fp16"', f'codec = "{codec}"')
+
+
+def test_a_sparse_codec_added_to_the_table_takes_the_manifests_settings() -> None:
+    """The manifest's ``density`` and ``bits`` belong to whichever codec takes settings, and the
+    bits it takes are the codec's to say: nothing compares a codec's name to decide."""
+    text = demo_text("thin").replace('codec = "thin"', 'codec = "thin"\ndensity = 0.03\nbits = 8')
+    with pytest.raises(ManifestError, match=r"averaging\.codec: must be one of"):
+        parse_manifest(text)
+    with using_codecs(CODECS.with_codec(THIN)):
+        manifest = parse_manifest(text)
+        assert manifest.averaging.sparse
+        codec = manifest.averaging.round_codec()
+        assert (codec.name, codec.sparse) == ("topk-0.03-8bit", True)
+        with pytest.raises(ManifestError, match=r"averaging\.bits: must be one of 4, 8, got 2"):
+            manifest.with_averaging(bits=2)
+        assert manifest.with_averaging(codec="topk", bits=2).averaging.bits == 2
+        with pytest.raises(ManifestError, match=r"applies to 'topk' or 'thin' only"):
+            manifest.with_averaging(codec="fp16")
+        assert not manifest.with_averaging(codec="fp16", density=0.01, bits=2).averaging.sparse
 
 
 def test_the_built_in_table_does_not_know_the_new_codec() -> None:

@@ -61,7 +61,7 @@ class Page:
     clock: FakeClock
     key: Identity
     token: str = ""
-    """The auxiliary peer's session (a moderator's)."""
+    """The backbone's session (a moderator's)."""
 
     def add_user(self, name: str, *, moderator: bool = False) -> None:
         self.service.store.add_user(name, PASSWORD, moderator=moderator, params=FAST_SCRYPT)

@@ -1,4 +1,4 @@
-"""Evidence reports from the auxiliary peer: signed accusations kept, forged and malformed ones
+"""Evidence reports from the backbone: signed accusations kept, forged and malformed ones
 refused without losing the rest, bounded per report and per reporter, listed by accused peer, and a
 ban of the accused's account revokes its peers."""
 

@@ -1,4 +1,4 @@
-"""Contribution reports from the auxiliary peer, and the leaderboard built from them."""
+"""Contribution reports from the backbone, and the leaderboard built from them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The figures of the auxiliary peer's epoch reports: hostile values are refused whole, old reports
+"""The figures of the backbone's epoch reports: hostile values are refused whole, old reports
 are still heard, an open project's coordinator takes a moderator's reports, and the peer side only
 sends values the coordinator takes."""
 
@@ -14,7 +14,7 @@ from core.coordinator.errors import StoreError
 from core.coordinator.page.curve import MOST_POINTS
 from core.coordinator.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.net import Identity
-from core.training.metrics import EpochMetrics
+from core.training.credit.metrics import EpochMetrics
 from core.trust.reports import MAX_LOSS, MAX_PEERS, EpochFigures
 from core.util.files.sqlite_file import SqliteFile
 from tests.coordinator.conftest import PASSWORD

@@ -160,7 +160,7 @@ async def test_projects_without_a_coordinator_have_no_accounts(engine: Running) 
 
 
 async def _contribute(coordinator: Coordinator, username: str, samples: int) -> None:
-    """What the auxiliary peer does after an epoch: report a peer's samples with its pass."""
+    """What the backbone does after an epoch: report a peer's samples with its pass."""
     key = Identity.generate()
     peer = key.peer_id
     async with CoordinatorClient(coordinator.url) as http:

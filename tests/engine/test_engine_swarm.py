@@ -1,6 +1,6 @@
 """An engine attached to a demo swarm, driven only through the control API.
 
-The swarm is an auxiliary peer (the backbone) in this process, with the demo's shards served over
+The swarm is a backbone (the backbone) in this process, with the demo's shards served over
 local HTTP; the engine's own peer is the only trainer. Pause stops the counting, resume continues it,
 the collaboration's completed epochs arrive as ``CollaborationEpoch`` events and in ``history()``,
 a snooze ends by itself, and the user touching the keyboard pauses training at the next scheduler
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 async def backbone(demo_data: Path, tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
-    """(auxiliary peer address, shard server URL)"""
+    """(backbone address, shard server URL)"""
     server = ShardServer(demo_data)
     base = await server.start()
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -47,7 +47,7 @@ async def backbone(demo_data: Path, tmp_path: Path) -> AsyncIterator[tuple[str, 
             ready.set_result(event.address)
 
     settings = PeerSettings(
-        load_manifest(DEMO_MANIFEST), work_dir=tmp_path / "aux", role="aux", data_base=base
+        load_manifest(DEMO_MANIFEST), work_dir=tmp_path / "aux", role="backbone", data_base=base
     )
     aux = ProjectPeer(settings, on_event)
     stop = asyncio.Event()
@@ -127,7 +127,7 @@ async def _drive(engine: Running, address: str, base: str, curve: list[Collabora
     await until(client, lambda s: s.progress.session_samples > during + 16)
 
     # the user returns: the first scheduler tick that sees the input pauses training (counted in
-    # ticks, not seconds: how long a pause takes is benchmarks/pause_latency.py's to measure)
+    # ticks, not seconds: how long a pause takes is benchmarks/gpu/pause_latency.py's to measure)
     ticks: list[tuple[float | None, str]] = []  # (idle seconds sampled, state before that tick)
     sense = engine.idle.idle_seconds
 

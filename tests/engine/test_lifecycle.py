@@ -18,7 +18,7 @@ from core.engine import Closing, Engine, EngineConfig, ShutdownIncomplete
 from core.engine.attached import AttachedProjects
 from core.engine.parts import EngineParts
 from core.scheduler import ConditionSampler, GpuSensor, ScriptedIdleSensor, SystemSensor
-from core.stats import Contribution, Ledger, LedgerError
+from core.stats import Ledger, LedgerError, WorkDone
 from core.util.errors import ConfigError
 from tests.account.memory_keyring import MemoryKeyring
 from tests.support.engine import fast_config
@@ -134,7 +134,7 @@ async def test_close_stops_every_part_and_reports_each_failure(
     config = fast_config(tmp_path / "home")
     sampler = SpySampler()
     engine = await _open(config, sampler)
-    engine.metering.count("barnraise-demo", Contribution(samples=12))  # not yet in the ledger
+    engine.metering.count("barnraise-demo", WorkDone(samples=12))  # not yet in the ledger
     engine.ledger.close()  # stands in for a disk that refuses the last write
     (config.dirs.config / ".engine.toml.part").mkdir()  # the settings cannot be written either
     with pytest.raises(ShutdownIncomplete) as raised:

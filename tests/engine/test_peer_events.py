@@ -29,7 +29,7 @@ from core.worker.events import (
 ROOT = Path(__file__).resolve().parents[2]
 
 EVENTS: list[PeerEvent] = [
-    PeerReady("/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWPeer", "aux"),
+    PeerReady("/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWPeer", "backbone"),
     PeerEpoch(12, 256, 3, True, "averaged 3 of 3 parts", 1.25),
     PeerMetrics(12, 4.5, 1024, 310.5, 3, 1_700_000_000.0, {"alice": 512, "bob": 512}),
     PeerMetrics(13, None, 1024, 300.0, 2, 1_700_000_004.0),
@@ -50,7 +50,7 @@ def test_the_json_lines_keep_their_names_and_fields() -> None:
     assert to_json(EVENTS[0]) == {
         "event": "ready",
         "address": "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWPeer",
-        "role": "aux",
+        "role": "backbone",
     }
     assert to_json(EVENTS[4]) == {"event": "failed", "message": "the data server does not answer"}
     assert to_json(EVENTS[6]) == {

@@ -37,7 +37,7 @@ DEMO = ROOT / "resources" / "demo" / "project.toml"
 DMOE_DEMO = ROOT / "resources" / "dmoe-demo" / "project.toml"
 LARGE = ROOT / "resources" / "albert-xxlarge" / "project.toml"
 LLAMA_DEMO = ROOT / "resources" / "llama-demo" / "project.toml"
-ROUND_BYTES = ROOT / "docs" / "benchmarks" / "lowcomm-round-bytes.json"
+ROUND_BYTES = ROOT / "docs" / "benchmarks" / "learning" / "lowcomm-round-bytes.json"
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ from core.models.albert import AlbertMLM
 from core.models.llama import LlamaCLM
 from core.project import load_manifest
 from core.training.checkpoints import CheckpointStore
+from core.training.credit.samples import SAMPLES_TOTAL
 from core.training.peer.recipe import build_model
-from core.training.samples import SAMPLES_TOTAL
 
 TEXTS = [
     "the quick brown fox jumps over the lazy dog",
@@ -203,7 +203,7 @@ def project(tmp_path: Path, tokenizer_file: Path) -> Project:
     manifest.write_text(manifest_text())
     shutil.copy(tokenizer_file, folder / "tokenizer.json")
     model = trained(manifest)
-    checkpoints = folder / "aux" / "checkpoints"
+    checkpoints = folder / "backbone" / "checkpoints"
     checkpoint = save(model, checkpoints)
     return Project(folder, manifest, checkpoints, checkpoint, model, load_tokenizer(tokenizer_file))
 
@@ -219,5 +219,5 @@ def llama_project(
     manifest.write_text(llama_manifest_text(tied=tied))
     shutil.copy(tokenizer_file, folder / "tokenizer.json")
     model = trained_llama(manifest)
-    checkpoint = save(model, folder / "aux" / "checkpoints")
+    checkpoint = save(model, folder / "backbone" / "checkpoints")
     return LlamaProject(folder, manifest, checkpoint, model, load_tokenizer(tokenizer_file), tied)

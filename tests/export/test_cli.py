@@ -17,7 +17,7 @@ def test_export_prints_the_folder_its_files_and_the_hash(
     project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "model"
-    # no --checkpoint: the newest of aux/checkpoints beside the manifest, as `project new` lays out
+    # no --checkpoint: the newest of backbone/checkpoints beside the manifest, as `project new` lays out
     assert main(["export", str(project.manifest), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
@@ -76,7 +76,7 @@ def test_the_card_reads_the_backbone_folder_beside_the_checkpoints(
     )
     write_lines(aux / "metrics.jsonl", [epoch_line(e, {"peer-a": 256}) for e in range(110)])
     out = tmp_path / "model"
-    # no --checkpoint: the newest of aux/checkpoints, and aux/ holds the backbone's logs
+    # no --checkpoint: the newest of backbone/checkpoints, and backbone/ holds the backbone's logs
     assert main(["export", str(project.manifest), "--out", str(out)]) == 0
     card = (out / "README.md").read_text()
     assert "checkpoint of epoch 110, after 28,160 samples in all" in card

@@ -45,7 +45,7 @@ def random_batches(manifest: Manifest, seed: int = 0) -> Iterator[dict[str, torc
 
 def local_step(trainer: Trainer, local: LocalWork) -> float:
     """One microbatch and one optimizer step, as a peer alone would take them."""
-    outcome = trainer._microbatch()
+    outcome = trainer.microbatch()
     assert isinstance(outcome, tuple), outcome
     size, loss = outcome
     local.accumulate(size)
@@ -99,7 +99,7 @@ def test_fp16_loss_scaling_skips_an_overflow_and_keeps_training() -> None:
     )  # fmt: skip
     assert trainer._scale is not None
     trainer._scale.value = 2.0**40  # certain to overflow fp16's gradients
-    assert trainer._microbatch() is None
+    assert trainer.microbatch() is None
     assert trainer.skipped == 1
     assert trainer._scale.value == 2.0**39
     assert all(p.grad is None for p in state.model.parameters())

@@ -2,7 +2,7 @@
 defended average no more than an honest claim would: reducers bound each claimed weight by the
 group's median claim, and CenteredClip gives a clipped sender no more than the median share.
 The same attack takes the plain, unbounded mean far off (the attack is real). Diloco: one round of
-four members; dedloc: thirty epochs of four trainers (``benchmarks.byzantine_runs``)."""
+four members; dedloc: thirty epochs of four trainers (``benchmarks.robust.byzantine_runs``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.byzantine_runs import WEIGHT_RATIO_LIMIT, Curve, Scenario, run_scenarios
-from benchmarks.byzantine_task import reference, within
+from benchmarks.robust.byzantine_runs import WEIGHT_RATIO_LIMIT, Curve, Scenario, run_scenarios
+from benchmarks.robust.byzantine_task import reference, within
 from core.averaging import AveragingResult
 from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.swarm.byzantine import Attack, Misbehaviour

@@ -1,5 +1,5 @@
 """Diloco credit follows what a member's updates show: four trainers and a backbone land rounds on
-loopback, one trainer lies about its work, and the backbone's contribution scores catch it (credit
+loopback, one trainer lies about its work, and the backbone's work scores catch it (credit
 nothing, accused, the checks logged), while the honest trainers keep their whole claims."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 
 from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.swarm.byzantine import Attack, Misbehaviour
+from core.training.credit.checks.checker import CheckRecord
+from core.training.credit.scores import WINDOW, WorkScores
 from core.training.diloco.backbone import DilocoBackbone
 from core.training.diloco.mode import MODE
-from core.training.work.checker import CheckRecord
-from core.training.work.contribution import WINDOW, ContributionScores
 from tests.training.diloco.conftest import MakeDPeer, end_rounds, make_dpeer, settle
 
 __all__ = ["make_dpeer"]  # the fixture, used by name
@@ -27,7 +27,7 @@ LATER = 1e12
 """A time when no claim waits any more."""
 
 
-def credit(scores: ContributionScores, peer: str, epoch: int, samples: int) -> int:
+def credit(scores: WorkScores, peer: str, epoch: int, samples: int) -> int:
     """What the scores credit of a claim asked now and once no claim waits."""
     scores.supported(peer, epoch, samples, now=0.0)
     found = scores.supported(peer, epoch, samples, now=LATER)
@@ -46,7 +46,7 @@ def credit(scores: ContributionScores, peer: str, epoch: int, samples: int) -> i
 async def test_a_liar_is_caught_by_what_its_updates_show(
     make_dpeer: MakeDPeer, strength: float, claim: float
 ) -> None:
-    aux = await make_dpeer(mode="aux", lr=0.5, momentum=0.0, aggregation=DEFENDED)
+    aux = await make_dpeer(role="backbone", lr=0.5, momentum=0.0, aggregation=DEFENDED)
     trainers = [await make_dpeer(lr=0.5, momentum=0.0, aggregation=DEFENDED) for _ in range(4)]
     peers = [aux, *trainers]
     await settle(peers)
@@ -60,8 +60,7 @@ async def test_a_liar_is_caught_by_what_its_updates_show(
         for seed, peer in enumerate(trainers):
             await peer.train(STEPS, seed=100 * number + seed)
         await end_rounds(peers)
-    while aux.optimizer.scored:
-        await backbone._score(*aux.optimizer.scored.popleft())
+    await backbone.close()  # its scores came with each round (``on_landed``)
 
     scores = backbone.scores
     name = str(liar.averager.host.peer_id)

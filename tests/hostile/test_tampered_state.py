@@ -30,7 +30,7 @@ async def test_a_newcomer_loads_the_vouched_state_and_accuses_the_forger(
     newcomer = await make_dpeer(lr=1.0, momentum=0.0)
     await settle([*peers, newcomer])
     if newcomer.optimizer.epoch < 1:
-        await newcomer.optimizer._catch_up()
+        await newcomer.optimizer.mending.catch_up()
     assert newcomer.optimizer.epoch == 1
     assert newcomer.anchor() == honest[0].anchor()
     # the newcomer signed evidence against the forger, and nobody else

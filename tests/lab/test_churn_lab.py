@@ -28,7 +28,7 @@ def test_a_newcomer_goes_on_where_the_last_volunteer_stopped(
 ) -> None:
     lab = make_lab("cone", "symmetric")
     aux = LabProcess(
-        lab, "pub", ["aux", *peer_args(project, tmp_path / "aux")], tmp_path / "aux.log"
+        lab, "pub", ["backbone", *peer_args(project, tmp_path / "aux")], tmp_path / "backbone.log"
     )
     backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]
     first = LabProcess(

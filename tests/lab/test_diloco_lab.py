@@ -1,6 +1,6 @@
 """A diloco project trains across a cone and a symmetric NAT, and outlives a volunteer's crash.
 
-The demo project in diloco mode with the sparse codec (``topk``): an auxiliary peer on the public
+The demo project in diloco mode with the sparse codec (``topk``): a backbone on the public
 host with default arguments, a volunteer's ``barnraise peer`` in each home with nothing but
 ``--initial-peers``. Asserted: the homes reach the backbone directly and each other only through
 the relay; two rounds in which all three average, sparse chunks sent, and both volunteers hold
@@ -107,8 +107,8 @@ def test_diloco_rounds_cross_a_cone_and_a_symmetric_nat(
     aux = LabProcess(
         lab,
         "pub",
-        ["aux", *peer_args(diloco_project, tmp_path / "aux", "--checkpoint-every", "0")],
-        tmp_path / "aux.log",
+        ["backbone", *peer_args(diloco_project, tmp_path / "aux", "--checkpoint-every", "0")],
+        tmp_path / "backbone.log",
     )
     backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]
     aux_id = backbone.rsplit("/", 1)[-1]
@@ -277,8 +277,8 @@ def test_diloco_rounds_of_several_groups_land_one_model_across_the_nats(
     aux = LabProcess(
         lab,
         "pub",
-        ["aux", *peer_args(grouped_project, tmp_path / "aux", "--checkpoint-every", "0")],
-        tmp_path / "aux.log",
+        ["backbone", *peer_args(grouped_project, tmp_path / "aux", "--checkpoint-every", "0")],
+        tmp_path / "backbone.log",
     )
     backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]
     aux_id = backbone.rsplit("/", 1)[-1]

@@ -1,5 +1,6 @@
-"""``benchmarks/lowcomm_lab.py`` still runs in the lab and writes both modes side by side: the fields,
-not their values (fifteen seconds of the demo model per mode on a shared machine prove nothing)."""
+"""``benchmarks/learning/lowcomm_lab.py`` still runs in the lab and writes both modes side by
+side: the fields, not their values (fifteen seconds of the demo model per mode on a shared machine
+prove nothing)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ def test_the_benchmark_writes_both_modes_and_leaves_no_namespace(
         pytest.skip(lab_support)
     out = tmp_path / "lowcomm_lab.json"
     argv = [
-        sys.executable, str(ROOT / "benchmarks" / "lowcomm_lab.py"), "--preset", "demo",
+        sys.executable, "-m", "benchmarks.learning.lowcomm_lab", "--preset", "demo",
         "--minutes", "0.25", "--round-seconds", "5", "--target-batch", "64",
         "--data", str(demo_data), "--json", str(out),
     ]  # fmt: skip
     with subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
     ) as proc:
         _, errors = proc.communicate(timeout=360)
     assert proc.returncode == 0, errors[-4000:]

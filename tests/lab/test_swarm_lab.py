@@ -1,7 +1,7 @@
 """Volunteers behind home routers, started as the README tells them, train with a public backbone.
 
 For each NAT pair the lab allows (cone/cone, cone/symmetric, symmetric/symmetric, fullcone/cone and
-two homes with the same LAN subnet): an auxiliary peer on the public host with default arguments,
+two homes with the same LAN subnet): a backbone on the public host with default arguments,
 a volunteer's ``barnraise peer`` in each home with nothing but ``--initial-peers``. Asserted: how
 every pair is connected (direct, punched or relayed, as the pair allows), an epoch in which both
 volunteers' samples count and averaging is complete, and a DHT record stored from one home and
@@ -106,8 +106,8 @@ def test_volunteers_behind_routers_train_with_the_backbone(  # noqa: PLR0917 - p
     aux = LabProcess(
         lab,
         "pub",
-        ["aux", *peer_args(project, tmp_path / "aux", "--checkpoint-every", "0")],
-        tmp_path / "aux.log",
+        ["backbone", *peer_args(project, tmp_path / "aux", "--checkpoint-every", "0")],
+        tmp_path / "backbone.log",
     )
     ready = aux.wait_for(lambda e: e.get("event") == "ready", 120)
     backbone = ready["address"]

@@ -17,8 +17,8 @@ from core.averaging.robust.aggregation import AggregationConfig
 from core.modes import ModeSpec, Traffic, TrafficInputs
 from core.modes.spec import AveragingKnobs, Problem, TrainingKnobs
 from core.project import Manifest
+from core.training.credit.metrics import EpochMetrics, MetricsAggregator
 from core.training.links import PeerLinks
-from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
 from core.training.participation import Participation, TakingPart
 from core.training.progress import CollaborationView, PeerProgress
@@ -47,6 +47,10 @@ def _describe(training: TrainingKnobs) -> str:
     return ", each volunteer alone (the solo mode)"
 
 
+def _epoch(training: TrainingKnobs) -> str:
+    return "one microbatch's step, taken by each volunteer alone"
+
+
 SOLO = ModeSpec(
     "solo",
     summary="each peer trains alone and exchanges nothing",
@@ -55,6 +59,7 @@ SOLO = ModeSpec(
     check=_check,
     traffic=_traffic,
     describe=_describe,
+    epoch=_epoch,
     clock_rounds=True,
 )
 

@@ -1,7 +1,8 @@
 """A training mode added to the table (and nowhere else) is found everywhere a mode is named,
 checked, costed, shown or built: the manifest and its rules, the command lines, the engine's
 estimate and dashboard, the app's round line, the project page, the coordinator's rollback command,
-the demo's Byzantine swarm, the averager's settings, and the peer that trains and the backbone.
+the demo's Byzantine swarm, the averager's settings, the exported model's card, and the peer that
+trains and the backbone.
 Each place that kept a list of its own, or compared the mode's name, would fail here."""
 
 from __future__ import annotations
@@ -105,6 +106,22 @@ def test_the_command_lines_offer_it_and_refuse_what_it_does_not_do(
     assert "invalid choice: 'solo'" in capsys.readouterr().err
 
 
+def test_the_exported_models_card_says_what_an_epoch_of_the_mode_is() -> None:
+    from core.export.card import CardFacts, model_card
+    from core.export.records import NotEvaluated
+
+    with using_modes(TABLE):
+        manifest = parse_manifest(demo_text('mode = "solo"'))
+        facts = CardFacts(
+            manifest, "AlbertForMaskedLM", "AutoModelForMaskedLM", "fill-mask", False, "albert",
+            "a small ALBERT", 1000, 100, 7, 4096, 3.5, NotEvaluated("not measured"), None, "demo",
+        )  # fmt: skip
+        card = model_card(facts)
+    assert "Each epoch is one microbatch's step, taken by each volunteer alone;" in card
+    assert "DiLoCo" not in card
+    assert "collaborative batch" not in card
+
+
 def test_the_averager_waits_as_the_mode_says() -> None:
     pytest.importorskip("torch")  # the peer's settings are torch code
     from core.training.peer.recipe import averager_config
@@ -147,7 +164,9 @@ async def test_a_peer_trains_and_a_backbone_reports_in_the_mode(
             manifest = parse_manifest(demo_text('mode = "solo"'), path=DEMO)
             async with contextlib.AsyncExitStack() as stack:
                 aux = ProjectPeer(
-                    PeerSettings(manifest, work_dir=tmp_path / "aux", role="aux", data_base=base),
+                    PeerSettings(
+                        manifest, work_dir=tmp_path / "backbone", role="backbone", data_base=base
+                    ),
                     backbone_event,
                 )
                 stack.push_async_callback(aux.close)

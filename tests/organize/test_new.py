@@ -24,7 +24,7 @@ from core.trust.identity import Identity
 from core.util.errors import ConfigError
 from tests.organize.conftest import DATA, PASSWORD, answers, make_project
 
-SERVICES = {"barnraise-dht.service", "barnraise-coordinator.service", "barnraise-aux.service"}
+SERVICES = {"barnraise-dht.service", "barnraise-coordinator.service", "barnraise-backbone.service"}
 
 
 def mode(path: Path) -> int:
@@ -57,10 +57,17 @@ def test_the_folder_holds_the_manifest_keys_database_and_services(tmp_path: Path
     services = {p.name for p in (folder / "services").iterdir() if p.suffix == ".service"}
     assert services == SERVICES
     assert (
-        (folder / "services" / "aux.env").read_text().endswith(f"BARNRAISE_PASSWORD='{PASSWORD}'\n")
+        (folder / "services" / "backbone.env")
+        .read_text()
+        .endswith(f"BARNRAISE_PASSWORD='{PASSWORD}'\n")
     )
     if os.name == "posix":
-        for private in ("project-key.pem", "dht-key.pem", "coordinator.db", "services/aux.env"):
+        for private in (
+            "project-key.pem",
+            "dht-key.pem",
+            "coordinator.db",
+            "services/backbone.env",
+        ):
             assert mode(folder / private) == 0o600, private
         assert mode(folder / "project.toml") == 0o644
     assert set(made.written) >= {"project.toml", "services/README.txt", "services/compose.yaml"}
@@ -74,7 +81,7 @@ def test_the_folder_holds_the_manifest_keys_database_and_services(tmp_path: Path
     assert [p.name for p in tmp_path.iterdir()] == ["proj"]  # no staging folder left
 
 
-def test_a_dmoe_project_hosts_experts_instead_of_an_auxiliary_peer(tmp_path: Path) -> None:
+def test_a_dmoe_project_hosts_experts_instead_of_a_backbone(tmp_path: Path) -> None:
     made = make_project(tmp_path / "moe", answers("moe", kind="dmoe", mode="open"))
     manifest = load_any_manifest(tmp_path / "moe" / "project.toml")
     assert isinstance(manifest, DmoeManifest)

@@ -38,7 +38,7 @@ def test_control_characters_are_refused() -> None:
 def test_the_env_file_holds_the_password_for_systemd_compose_and_sh(
     tmp_path: Path, password: str
 ) -> None:
-    path = tmp_path / "aux.env"
+    path = tmp_path / "backbone.env"
     path.write_text(env_file_text(password))
     assert env_file(path) == {"BARNRAISE_PASSWORD": password}
     said = subprocess.run(
@@ -67,7 +67,7 @@ def test_units_and_compose_run_the_same_commands_in_an_awkward_folder(tmp_path: 
         assert command[1:3] == ["--log-level", "info"]
         assert compose[program.name] == [*command[1:]]
         if program.logs_in:
-            assert systemd_path(service["EnvironmentFile"][0]) == str(services / "aux.env")
+            assert systemd_path(service["EnvironmentFile"][0]) == str(services / "backbone.env")
         else:
             assert "EnvironmentFile" not in service
     (coordinator,) = [p.args for p in made.programs if p.name == "coordinator"]
@@ -106,11 +106,11 @@ def test_compose_file_is_yaml_with_the_services(tmp_path: Path) -> None:
     made = make_project(tmp_path / "proj", answers(mode="moderated"))
     document = yaml.safe_load((tmp_path / "proj" / "services" / "compose.yaml").read_text())
     assert set(document["services"]) == {p.name for p in made.programs}
-    aux = document["services"]["aux"]
-    assert aux["network_mode"] == "host"  # merged from the anchor
-    assert aux["env_file"] == "aux.env"
-    assert aux["build"] == {"context": ".", "dockerfile": "Containerfile"}  # no keys sent
-    assert aux["volumes"] == ["..:/project"]
-    assert aux["depends_on"] == ["coordinator", "dht"]
+    backbone = document["services"]["backbone"]
+    assert backbone["network_mode"] == "host"  # merged from the anchor
+    assert backbone["env_file"] == "backbone.env"
+    assert backbone["build"] == {"context": ".", "dockerfile": "Containerfile"}  # no keys sent
+    assert backbone["volumes"] == ["..:/project"]
+    assert backbone["depends_on"] == ["coordinator", "dht"]
     assert document["services"]["dht"]["depends_on"] == ["coordinator"]  # it logs in first
     assert "depends_on" not in document["services"]["coordinator"]

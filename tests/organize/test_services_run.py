@@ -2,7 +2,7 @@
 environment (and the password file), on loopback with free ports instead of the public ones.
 
 The DHT node prints its address; the coordinator serves ``/info`` for the new project with its key
-and the DHT node as bootstrap peer; the auxiliary peer logs in to it as the organizer, joins the DHT
+and the DHT node as bootstrap peer; the backbone logs in to it as the organizer, joins the DHT
 node and says it is ready. Then SIGTERM stops each cleanly, as systemd would.
 
 A project made with the defaults (the demo's data, moderated) is served whole by its coordinator:
@@ -33,7 +33,7 @@ from tests.organize.conftest import answers, make_project
 from tests.organize.units import env_file, read_unit, systemd_path, systemd_words
 from tests.support.engine import Running
 
-STARTUP_TIMEOUT = 120.0  # seconds: the auxiliary peer loads torch and builds the model first
+STARTUP_TIMEOUT = 120.0  # seconds: the backbone loads torch and builds the model first
 
 
 class Service:
@@ -146,7 +146,7 @@ def test_the_generated_backbone_starts_from_its_unit_files(
     )
     services.append(aux)
     ready = json.loads(aux.line())  # logged in as the organizer, joined through the DHT node
-    assert (ready["event"], ready["role"]) == ("ready", "aux")
+    assert (ready["event"], ready["role"]) == ("ready", "backbone")
 
     for service in reversed(services):
         assert service.stop() == 0

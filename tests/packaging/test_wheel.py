@@ -148,7 +148,7 @@ def test_the_demo_swarm_runs_from_any_folder(installed: tuple[Path, Path], tmp_p
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}{logs}"
     manifest = site / "core" / "resources" / "demo" / "project.toml"
     assert f"barnraise ctl attach {manifest} " in done.stdout, done.stdout
-    assert "auxiliary peer on loopback" in done.stdout
+    assert "backbone on loopback" in done.stdout
     assert "decoy" not in done.stdout + done.stderr + logs
 
 

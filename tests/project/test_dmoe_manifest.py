@@ -93,8 +93,8 @@ def test_an_albert_only_reader_given_a_dmoe_manifest_says_what_it_is() -> None:
 
 @pytest.mark.parametrize(
     ("command", "says"),
-    # the coordinator reads either kind (project and access only); an auxiliary peer is ALBERT's
-    [("aux", "it has no auxiliary peers; its backbone hosts experts ('barnraise experts")],
+    # the coordinator reads either kind (project and access only); a backbone is ALBERT's
+    [("aux", "it has no backbone; its organizers host experts instead ('barnraise experts")],
 )
 def test_albert_only_commands_refuse_a_dmoe_manifest_with_a_clear_error(
     command: str, says: str, capsys: pytest.CaptureFixture[str]

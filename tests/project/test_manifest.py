@@ -352,7 +352,12 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
         "6 significant digits",
     ),
     ("bits", {"averaging.codec": "topk", "averaging.bits": 3}, "averaging.bits", "2, 4, 8, got 3"),
-    ("density without topk", {"averaging.density": 0.05}, "averaging.density", "codec 'topk' only"),
+    (
+        "density without topk",
+        {"averaging.density": 0.05},
+        "averaging.density",
+        "applies to 'topk' only (codec 'fp16' takes no settings)",
+    ),
     ("moshpit", {"averaging.moshpit": True}, "averaging.moshpit", "does not use Moshpit"),
     (
         "topk with outer momentum",
@@ -528,7 +533,7 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
         "averaging.weight_ratio_limit": 2.5,
     }
     manifest = load_manifest(write(tmp_path, render(edited(chosen))))
-    assert averager_config(manifest, "aux").aggregation == AggregationConfig(
+    assert averager_config(manifest, "backbone").aggregation == AggregationConfig(
         Method.MEAN, clip_tau=3.0, clip_iterations=5, norm_ratio_limit=20.5, weight_ratio_limit=2.5
     )
     # diloco's pseudo-gradients are screened by direction as well; dedloc's gradients are not
@@ -543,9 +548,9 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
         clip_finding_below=0.0,
         accuse_from=ACCUSE_FROM,
         weight_ratio_limit=4.0,
-        contributions=True,
+        alignments=True,
     )
-    assert not averager_config(default, "aux").aggregation.contributions
+    assert not averager_config(default, "backbone").aggregation.alignments
     # reducer verification: off unless the manifest asks for it
     assert not default.averaging.verify_reducers
     assert not averager_config(default, "trainer").verification.enabled
@@ -560,8 +565,6 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
 
 
 def test_diloco_with_the_sparse_codec_loads_and_builds_its_codec(tmp_path: Path) -> None:
-    from core.training.peer.recipe import project_codec
-
     edits = {"training.mode": "diloco", "training.outer_lr": 1.0, "training.outer_momentum": 0.0,
              "averaging.codec": "topk", "averaging.density": 0.03, "averaging.bits": 4,
              "training.residual_decay": 0.9}  # fmt: skip
@@ -572,7 +575,7 @@ def test_diloco_with_the_sparse_codec_loads_and_builds_its_codec(tmp_path: Path)
     # dedloc mode reads no outer step: topk goes with the default momentum there
     dedloc = {"averaging.codec": "topk"}
     assert load_manifest(write(tmp_path, render(edited(dedloc)))).training.outer_momentum == 0.9
-    codec = project_codec(manifest)
+    codec = manifest.averaging.round_codec()
     assert codec.name == "topk-0.03-4bit"
     assert codec.sparse
 

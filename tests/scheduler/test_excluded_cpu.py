@@ -55,7 +55,7 @@ def test_only_time_used_between_two_readings_of_a_process_counts() -> None:
     table.cpu = {swarm: 51.5, aux: 503.0, trainer: 41.0}
     assert excluded.sample() == pytest.approx(5.5)
 
-    # the auxiliary peer exits: it adds nothing more, and nothing goes negative
+    # the backbone exits: it adds nothing more, and nothing goes negative
     table.tree = {100: [102]}
     table.cpu = {swarm: 52.0, trainer: 41.0}
     assert excluded.sample() == pytest.approx(6.0)

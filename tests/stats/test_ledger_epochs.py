@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stats import EPOCHS_KEPT, Contribution, EpochRow, Ledger, LedgerError
+from core.stats import EPOCHS_KEPT, EpochRow, Ledger, LedgerError, WorkDone
 from core.stats.schema import _MIGRATIONS, APPLICATION_ID, SCHEMA_VERSION
 from core.util.files.sqlite_file import SqliteFile
 
@@ -31,7 +31,7 @@ def test_epochs_round_trip_oldest_first_per_project() -> None:
         assert ledger.epochs("a", limit=2) == [row(1, None), row(2, 7.5)]
         assert ledger.epochs("never") == []
         # the hours table is untouched by the curve
-        assert ledger.totals() == Contribution()
+        assert ledger.totals() == WorkDone()
 
 
 def test_a_restarted_collaboration_counting_from_zero_again_is_kept_in_arrival_order() -> None:
@@ -107,7 +107,7 @@ def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Pa
     conn.close()
 
     with Ledger(path) as ledger:
-        assert ledger.totals("p") == Contribution(samples=96, compute_seconds=2.5)
+        assert ledger.totals("p") == WorkDone(samples=96, compute_seconds=2.5)
         ledger.add_epoch("p", row(3, 6.0))
         assert ledger.epochs("p") == [row(3, 6.0)]
     check = sqlite3.connect(path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stats import Contribution, Ledger, LedgerError
+from core.stats import Ledger, LedgerError, WorkDone
 from core.stats.schema import SCHEMA_VERSION
 from core.util.errors import BarnraiseError
 
@@ -29,22 +29,22 @@ def test_ledger_error_is_a_barnraise_error() -> None:
 @pytest.mark.parametrize(
     "amounts",
     [
-        Contribution(samples=-1),
-        Contribution(compute_seconds=-0.5),
-        Contribution(compute_seconds=math.nan),
-        Contribution(compute_seconds=math.inf),
-        Contribution(epochs=-1),
-        Contribution(rounds=-3),
-        Contribution(bytes_sent=-1),
-        Contribution(bytes_received=-1),
-        Contribution(samples=2**63),
+        WorkDone(samples=-1),
+        WorkDone(compute_seconds=-0.5),
+        WorkDone(compute_seconds=math.nan),
+        WorkDone(compute_seconds=math.inf),
+        WorkDone(epochs=-1),
+        WorkDone(rounds=-3),
+        WorkDone(bytes_sent=-1),
+        WorkDone(bytes_received=-1),
+        WorkDone(samples=2**63),
     ],
 )
-def test_bad_amounts_are_refused_and_nothing_is_written(amounts: Contribution) -> None:
+def test_bad_amounts_are_refused_and_nothing_is_written(amounts: WorkDone) -> None:
     ledger = Ledger.in_memory()
     with pytest.raises(LedgerError):
         ledger.add("p", amounts, when=WHEN)
-    assert ledger.totals() == Contribution()
+    assert ledger.totals() == WorkDone()
     assert ledger.projects() == []
 
 
@@ -52,7 +52,7 @@ def test_bad_amounts_are_refused_and_nothing_is_written(amounts: Contribution) -
 def test_an_empty_project_name_is_refused(project: str) -> None:
     ledger = Ledger.in_memory()
     with pytest.raises(LedgerError, match="project"):
-        ledger.add(project, Contribution(samples=1), when=WHEN)
+        ledger.add(project, WorkDone(samples=1), when=WHEN)
     assert ledger.projects() == []
 
 
@@ -60,8 +60,8 @@ def test_an_empty_project_name_is_refused(project: str) -> None:
 def test_a_non_finite_time_is_refused(when: float) -> None:
     ledger = Ledger.in_memory()
     with pytest.raises(LedgerError):
-        ledger.add("p", Contribution(samples=1), when=when)
-    assert ledger.totals() == Contribution()
+        ledger.add("p", WorkDone(samples=1), when=when)
+    assert ledger.totals() == WorkDone()
 
 
 def test_add_many_is_all_or_nothing() -> None:
@@ -69,17 +69,17 @@ def test_add_many_is_all_or_nothing() -> None:
     with pytest.raises(LedgerError):
         ledger.add_many(
             [
-                ("p", Contribution(samples=1), WHEN),
-                ("q", Contribution(samples=-1), WHEN),
+                ("p", WorkDone(samples=1), WHEN),
+                ("q", WorkDone(samples=-1), WHEN),
             ]
         )
-    assert ledger.totals() == Contribution()
+    assert ledger.totals() == WorkDone()
 
 
 def test_a_transaction_failing_part_way_is_rolled_back(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
-        ledger.add("p", Contribution(samples=1), when=WHEN)
+        ledger.add("p", WorkDone(samples=1), when=WHEN)
         # A trigger makes the second row of the transaction fail after the first was written.
         other = sqlite3.connect(path)
         other.execute(
@@ -89,12 +89,10 @@ def test_a_transaction_failing_part_way_is_rolled_back(tmp_path: Path) -> None:
         other.commit()
         other.close()
         with pytest.raises(LedgerError, match=str(path)):
-            ledger.add_many(
-                [("p", Contribution(samples=1), WHEN), ("q", Contribution(samples=1), WHEN)]
-            )
-        assert ledger.totals() == Contribution(samples=1)
-        ledger.add("p", Contribution(samples=1), when=WHEN)  # still usable
-        assert ledger.totals() == Contribution(samples=2)
+            ledger.add_many([("p", WorkDone(samples=1), WHEN), ("q", WorkDone(samples=1), WHEN)])
+        assert ledger.totals() == WorkDone(samples=1)
+        ledger.add("p", WorkDone(samples=1), when=WHEN)  # still usable
+        assert ledger.totals() == WorkDone(samples=2)
 
 
 def test_bad_query_arguments_are_refused() -> None:
@@ -131,7 +129,7 @@ def test_a_damaged_ledger_is_refused_and_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
         for hour in range(50):
-            ledger.add("p", Contribution(samples=1), when=WHEN + hour * 3600)
+            ledger.add("p", WorkDone(samples=1), when=WHEN + hour * 3600)
     data = bytearray(path.read_bytes())
     page_size = int.from_bytes(data[16:18], "big")
     # Scribble over the table's root page (page 2), leaving the header intact.
@@ -159,7 +157,7 @@ def test_another_programs_database_is_refused_and_left_untouched(tmp_path: Path)
 def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
-        ledger.add("p", Contribution(samples=1), when=WHEN)
+        ledger.add("p", WorkDone(samples=1), when=WHEN)
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
@@ -181,7 +179,7 @@ def test_a_closed_ledger_refuses_work_and_closes_twice() -> None:
     ledger.close()
     ledger.close()
     with pytest.raises(LedgerError, match="closed"):
-        ledger.add("p", Contribution(samples=1), when=WHEN)
+        ledger.add("p", WorkDone(samples=1), when=WHEN)
     with pytest.raises(LedgerError, match="closed"):
         ledger.totals()
 
@@ -189,9 +187,9 @@ def test_a_closed_ledger_refuses_work_and_closes_twice() -> None:
 def test_reopening_keeps_rows_and_schema(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "ledger.sqlite"
     with Ledger(path) as ledger:
-        ledger.add("p", Contribution(samples=3), when=WHEN)
+        ledger.add("p", WorkDone(samples=3), when=WHEN)
     with Ledger(path) as ledger:
-        assert ledger.totals() == Contribution(samples=3)
+        assert ledger.totals() == WorkDone(samples=3)
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
@@ -201,14 +199,14 @@ def test_an_empty_file_becomes_a_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     path.touch()
     with Ledger(path) as ledger:
-        ledger.add("p", Contribution(samples=1), when=WHEN)
-        assert ledger.totals() == Contribution(samples=1)
+        ledger.add("p", WorkDone(samples=1), when=WHEN)
+        assert ledger.totals() == WorkDone(samples=1)
 
 
 def test_wal_mode_is_on(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     with Ledger(path) as ledger:
-        ledger.add("p", Contribution(samples=1), when=WHEN)
+        ledger.add("p", WorkDone(samples=1), when=WHEN)
         # The journal mode is stored in the file, so a second connection sees it.
         other = sqlite3.connect(path)
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stats import Contribution, EpochRow, HeldOutRow, Ledger, LedgerError
+from core.stats import EpochRow, HeldOutRow, Ledger, LedgerError, WorkDone
 from core.stats.schema import SCHEMA_VERSION
 from tests.support.old_ledger import WHEN, old_ledger
 
@@ -89,7 +89,7 @@ def test_a_version_2_ledger_gains_the_evaluations_and_keeps_its_rows(tmp_path: P
     conn.close()
 
     with Ledger(path) as ledger:
-        assert ledger.totals("p") == Contribution(samples=96, compute_seconds=2.5)
+        assert ledger.totals("p") == WorkDone(samples=96, compute_seconds=2.5)
         assert ledger.epochs("p") == [EpochRow(4, WHEN, 6.5, 512, 80.0, 3)]
         assert ledger.held_out("p") == []
         ledger.add_held_out("p", row(5))

@@ -21,13 +21,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys
 from pathlib import Path
-from core.stats import Contribution, Ledger
+from core.stats import WorkDone, Ledger
 
 ledger = Ledger(Path(sys.argv[1]))
 count = 0
 while True:
     project = "even" if count % 2 == 0 else "odd"
-    ledger.add(project, Contribution(samples=1), when=1_700_000_000.0 + count * 500.0)
+    ledger.add(project, WorkDone(samples=1), when=1_700_000_000.0 + count * 500.0)
     count += 1
     print(count, flush=True)
 """

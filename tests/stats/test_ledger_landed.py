@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stats import Contribution, EpochRow, HeldOutRow, LandedRow, Ledger, LedgerError
+from core.stats import EpochRow, HeldOutRow, LandedRow, Ledger, LedgerError, WorkDone
 from core.stats.schema import SCHEMA_VERSION
 from tests.support.old_ledger import WHEN, old_ledger
 
@@ -100,7 +100,7 @@ def test_a_version_3_ledger_gains_the_landed_epochs_and_keeps_its_rows(tmp_path:
     conn.close()
 
     with Ledger(path) as ledger:
-        assert ledger.totals("p") == Contribution(samples=96, compute_seconds=2.5)
+        assert ledger.totals("p") == WorkDone(samples=96, compute_seconds=2.5)
         assert ledger.epochs("p") == [EpochRow(4, WHEN, 6.5, 512, 80.0, 3)]
         assert ledger.held_out("p") == [HeldOutRow(4, WHEN, 7.0, 0.25, 64)]
         assert ledger.landed("p", ME) == []

@@ -2,7 +2,7 @@
 them the same attack wrecks it.
 
 The collaborations are real: four trainers with the collaborative optimizer and averager on
-loopback, the task of ``benchmarks/byzantine_task.py``, 30 epochs, two collaborations
+loopback, the task of ``benchmarks/robust/byzantine_task.py``, 30 epochs, two collaborations
 at a time in one event loop, once for the module (``curves``); each test reads its scenario's curve.
 
 "The clean run" is full-batch SGD over the four trainers' shards (``reference``): what an honest
@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.byzantine_runs import Curve, Scenario, run_scenarios
-from benchmarks.byzantine_task import data_gap, reference, within
+from benchmarks.robust.byzantine_runs import Curve, Scenario, run_scenarios
+from benchmarks.robust.byzantine_task import data_gap, reference, within
 from core.averaging.round.reducer import PartReducer
 from core.averaging.round.tensors import Span
 from core.codecs import NONE
@@ -152,7 +152,7 @@ def test_centered_clip_keeps_the_curve_within_5_percent_of_the_clean_run(
     assert len(curve.losses) == EPOCHS + 1
     # it misbehaved in every round it joined, and it joined rounds all along; how many depends on
     # the machine: on a loaded one the Byzantine trainer shares the loop with 39 other peers, misses
-    # rounds and catches up by download (14 of 30 in one CI run; benchmarks/byzantine_losses.py
+    # rounds and catches up by download (14 of 30 in one CI run; benchmarks/robust/byzantine_losses.py
     # reports the count)
     assert curve.attacks >= max(curve.rounds_with_byzantine) >= EPOCHS // 5, curve
     gap = within(curve.losses, clean)

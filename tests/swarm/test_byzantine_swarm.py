@@ -1,5 +1,5 @@
 """``barnraise swarm --byzantine K``: the flags reach the peers, the misbehaving peers are named,
-and the auxiliary peer's accusations are passed on with the swarm's names for the peers. No peer
+and the backbone's accusations are passed on with the swarm's names for the peers. No peer
 process runs here (a whole swarm takes minutes: ``barnraise swarm --peers 3 --byzantine 1`` by
 hand, figures in the README); the children are stand-ins that print what real ones print."""
 
@@ -101,14 +101,14 @@ async def test_the_last_trainers_attack_and_the_accusations_name_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     work = tmp_path / "work"
-    log = work / "logs" / "aux.log"
+    log = work / "logs" / "backbone.log"
     log.parent.mkdir(parents=True)
     aux, *peers = [str(Identity.generate().peer_id) for _ in range(4)]
     log.write_text(f"an earlier run's line: evidence: peer {peers[2]} accused\n")  # not this run's
     children: list[_Child] = []
 
     async def spawn(name: str, args: list[str], *_: Any, **__: Any) -> _Child:
-        peer, role = (aux, "aux") if name == "aux" else (peers[int(name[-1])], "trainer")
+        peer, role = (aux, "backbone") if name == "backbone" else (peers[int(name[-1])], "trainer")
         address = f"/ip4/127.0.0.1/tcp/{4000 + len(children)}/p2p/{peer}"
         child = _Child(name, args, [PeerReady(address, role)])
         children.append(child)
@@ -129,7 +129,7 @@ async def test_the_last_trainers_attack_and_the_accusations_name_them(
         assert not any("--verify-reducers" in c.args for c in children)
         await wait_until(lambda: bool(told.of("byzantine")))
         assert told.of("byzantine") == [("peer-2", peers[2], "nan")]
-        with log.open("a") as file:  # what the auxiliary peer logs, as it logs it
+        with log.open("a") as file:  # what the backbone logs, as it logs it
             for _ in range(3):
                 file.write(f"2026 WARNING core.training.dedloc.backbone: evidence: peer {peers[2]} "
                            "accused by 3 peer(s) (3 finding(s)); part 1 ... nonfinite\n")  # fmt: skip
@@ -157,7 +157,7 @@ async def test_a_swarm_with_a_lying_reducer_verifies_reducers_everywhere(
 
     async def spawn(name: str, args: list[str], *_: Any, **__: Any) -> _Child:
         peer = str(Identity.generate().peer_id)
-        role = "aux" if name == "aux" else "trainer"
+        role = "backbone" if name == "backbone" else "trainer"
         child = _Child(name, args, [PeerReady(f"/ip4/127.0.0.1/tcp/4000/p2p/{peer}", role)])
         children.append(child)
         return child
@@ -170,13 +170,13 @@ async def test_a_swarm_with_a_lying_reducer_verifies_reducers_everywhere(
         assert await swarm._start_peers(load_manifest(DEMO_MANIFEST), work, "http://x/") is not None
     finally:
         await swarm._close()
-    assert [c.name for c in children] == ["aux", "peer-0", "peer-1", "peer-2"]
-    assert all("--verify-reducers" in c.args for c in children)  # the auxiliary peer too
+    assert [c.name for c in children] == ["backbone", "peer-0", "peer-1", "peer-2"]
+    assert all("--verify-reducers" in c.args for c in children)  # the backbone too
     assert [c.name for c in children if "--attack" in c.args] == ["peer-2"]
 
 
 def test_accusations_are_read_from_a_growing_log_and_repeats_are_thinned(tmp_path: Path) -> None:
-    log = tmp_path / "aux.log"
+    log = tmp_path / "backbone.log"
     log.write_text("before\n")
     tail = LogTail.at_end(log)
     assert tail.new_lines() == []

@@ -1,6 +1,6 @@
 """LocalSwarmRun's edges without training: options are checked, a run told to stop while its data is
 written starts no peer and leaves nothing behind, and a moderated run's standings say whether the
-leaderboard credits every sample the auxiliary peer counted. (Whole runs: tests/cli.)"""
+leaderboard credits every sample the backbone counted. (Whole runs: tests/cli.)"""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ async def test_standings_say_whether_the_leaderboard_credits_every_counted_sampl
         nothing_yet = await standings(swarm)
         assert (nothing_yet.users, nothing_yet.samples, nothing_yet.epochs) == ([], 0, 0)
         assert nothing_yet.match
-        # an epoch whose 256 samples the auxiliary peer counted but credited to nobody
+        # an epoch whose 256 samples the backbone counted but credited to nobody
         swarm.service.store.contributions.record(0, time.time(), 256, [])
         uncredited = await standings(swarm)
         assert (uncredited.epochs, uncredited.counted, uncredited.samples) == (1, 256, 0)

@@ -16,8 +16,8 @@ from core.averaging import Averager, AveragerConfig
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, NetConfig
 from core.training.checkpoints import CheckpointStore
-from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
-from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
+from core.training.dedloc.backbone import DedlocBackbone, DedlocBackboneConfig
+from core.training.dedloc.optimizer import DedlocConfig, DedlocOptimizer
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
 from core.worker.bridge import TrainingBridge
@@ -39,7 +39,7 @@ AVERAGING = AveragerConfig(
 
 @dataclass
 class Peer:
-    optimizer: CollaborativeOptimizer
+    optimizer: DedlocOptimizer
     model: torch.nn.Module
     bridge: TrainingBridge
     dht: DHTNode
@@ -65,7 +65,7 @@ async def start_node(make_host: MakeHost, join: str | None) -> tuple[Host, DHTNo
 
 @dataclass
 class Aux:
-    peer: AuxiliaryPeer
+    peer: DedlocBackbone
     bridge: TrainingBridge
     dht: DHTNode
     averager: Averager
@@ -77,14 +77,14 @@ async def start_aux(
     *,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    config: AuxiliaryConfig,
+    config: DedlocBackboneConfig,
     checkpoints: CheckpointStore | None = None,
     prefix: str = "collab",
 ) -> Aux:
     host, dht = await start_node(make_host, first.address)
     averager = Averager(host, dht, prefix, replace(AVERAGING, compute=0.0))
     bridge = TrainingBridge()
-    aux = AuxiliaryPeer(
+    aux = DedlocBackbone(
         TrainingState(model, optimizer),
         PeerLinks.create(averager, bridge),
         config,
@@ -107,7 +107,7 @@ async def make_peer(make_host: MakeHost) -> AsyncIterator[MakePeer]:
     async def make(
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
-        config: CollaborativeConfig,
+        config: DedlocConfig,
         *,
         averaging: AveragerConfig = AVERAGING,
         prefix: str = "collab",
@@ -116,7 +116,7 @@ async def make_peer(make_host: MakeHost) -> AsyncIterator[MakePeer]:
         host, dht = await start_node(make_host, made[0].address if made else None)
         averager = Averager(host, dht, prefix, replace(averaging, compute=1.0))
         bridge = TrainingBridge()
-        collaborative = CollaborativeOptimizer(
+        collaborative = DedlocOptimizer(
             TrainingState(model, optimizer), PeerLinks.create(averager, bridge), config
         )
         peer = Peer(collaborative, model, bridge, dht, averager)

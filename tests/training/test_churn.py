@@ -20,8 +20,8 @@ from core.averaging.sharing.vouching import Vouching
 from core.data import ShardServer
 from core.net import Identity
 from core.training.checkpoints import CheckpointStore
-from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
-from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
+from core.training.dedloc.backbone import DedlocBackbone, DedlocBackboneConfig
+from core.training.dedloc.optimizer import DedlocConfig, DedlocOptimizer
 from core.training.links import PeerLinks
 from core.training.progress import PeerProgress
 from core.training.publish.checkpoint import fetch_published_checkpoint, publish_checkpoint
@@ -40,28 +40,24 @@ from tests.training.dedloc.test_collaborative import (
 TARGET = 128
 
 
-def trainer(
-    node: Node, config: CollaborativeConfig
-) -> tuple[CollaborativeOptimizer, torch.nn.Module]:
+def trainer(node: Node, config: DedlocConfig) -> tuple[DedlocOptimizer, torch.nn.Module]:
     model = fresh_model()
-    return CollaborativeOptimizer(
-        TrainingState(model, make_optimizer(model)), node.links, config
-    ), model
+    return DedlocOptimizer(TrainingState(model, make_optimizer(model)), node.links, config), model
 
 
 def backbone_peer(
-    node: Node, config: AuxiliaryConfig, checkpoints: CheckpointStore | None = None
-) -> tuple[AuxiliaryPeer, torch.nn.Module]:
-    """An auxiliary peer on ``node`` with a fresh replica, and the replica's model."""
+    node: Node, config: DedlocBackboneConfig, checkpoints: CheckpointStore | None = None
+) -> tuple[DedlocBackbone, torch.nn.Module]:
+    """A backbone on ``node`` with a fresh replica, and the replica's model."""
     model = fresh_model()
-    aux = AuxiliaryPeer(
+    aux = DedlocBackbone(
         TrainingState(model, make_optimizer(model)), node.links, config, checkpoints=checkpoints
     )
     return aux, model
 
 
 async def train(
-    optimizer: CollaborativeOptimizer, model: torch.nn.Module, node: Node, seed: int, until: int
+    optimizer: DedlocOptimizer, model: torch.nn.Module, node: Node, seed: int, until: int
 ) -> None:
     class Holder:  # what Recorder reads: the optimizer's epoch
         pass
@@ -77,11 +73,11 @@ def weights(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 async def test_the_backbone_keeps_the_state_when_every_trainer_left(nodes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    config = CollaborativeConfig(target_batch_size=TARGET, average_state_every=3)
+    config = DedlocConfig(target_batch_size=TARGET, average_state_every=3)
     backbone = await nodes(None, backbone=True)
     aux, aux_model = backbone_peer(
         backbone,
-        AuxiliaryConfig(target_batch_size=TARGET, average_state_every=3),
+        DedlocBackboneConfig(target_batch_size=TARGET, average_state_every=3),
         CheckpointStore(tmp_path / "checkpoints"),
     )
     stop = asyncio.Event()
@@ -112,8 +108,8 @@ async def test_the_backbone_keeps_the_state_when_every_trainer_left(nodes, tmp_p
             await node.close()
         me = str(backbone.averager.host.peer_id)
         records = await aux.board.fetch()
-        assert {r.peer for r in records if r.mode != "left"} == {me}, "withdrawn at once"
-        assert len([r for r in records if r.mode == "left"]) == 2
+        assert {r.peer for r in records if r.role != "left"} == {me}, "withdrawn at once"
+        assert len([r for r in records if r.role == "left"]) == 2
 
         # a newcomer starts from the initial weights, and continues from the backbone's epoch 5
         node = await nodes(backbone.address)
@@ -143,13 +139,13 @@ async def test_the_backbone_resumes_from_its_newest_checkpoint(nodes, tmp_path: 
     store.save(12, saved.state_dict(), make_optimizer(saved).state_dict(), {}, 1.0)
     store.path_for(13).write_bytes(b"not a checkpoint")
     backbone = await nodes(None, backbone=True)
-    aux, _ = backbone_peer(backbone, AuxiliaryConfig(target_batch_size=TARGET), store)
+    aux, _ = backbone_peer(backbone, DedlocBackboneConfig(target_batch_size=TARGET), store)
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop))
     try:
         await wait_until(lambda: aux.state.epoch == 12)
         node = await nodes(backbone.address)
-        optimizer, model = trainer(node, CollaborativeConfig(target_batch_size=TARGET))
+        optimizer, model = trainer(node, DedlocConfig(target_batch_size=TARGET))
         await poll_until(optimizer.board.fetch, lambda seen: any(r.epoch == 12 for r in seen))
         await asyncio.wait_for(optimizer.start(), timeout=60)
         assert optimizer.epoch == 12
@@ -169,11 +165,11 @@ async def test_a_newcomer_that_cannot_load_the_state_waits_without_spinning(
     # someone says the collaboration is at epoch 9, but nobody announces a state
     ghost = await nodes(first.address)
     await ghost.links.board.publish(
-        PeerProgress(str(ghost.averager.host.peer_id), 9, 0, 0.0, time.time(), "aux")
+        PeerProgress(str(ghost.averager.host.peer_id), 9, 0, 0.0, time.time(), "backbone")
     )
     keep = asyncio.create_task(keep_publishing(ghost))
     node = await nodes(first.address)
-    optimizer, _ = trainer(node, CollaborativeConfig(target_batch_size=TARGET, retry_cap=2.0))
+    optimizer, _ = trainer(node, DedlocConfig(target_batch_size=TARGET, retry_cap=2.0))
     asked = 0
     download = optimizer.links.sharing.download
 
@@ -213,7 +209,7 @@ async def keep_publishing(node: Node) -> None:
     while True:
         await asyncio.sleep(1.0)
         await node.links.board.publish(
-            PeerProgress(str(node.averager.host.peer_id), 9, 0, 0.0, time.time(), "aux")
+            PeerProgress(str(node.averager.host.peer_id), 9, 0, 0.0, time.time(), "backbone")
         )
 
 
@@ -264,7 +260,7 @@ async def test_a_round_short_of_the_target_does_not_step(nodes) -> None:  # type
 
     haunting = asyncio.create_task(haunt())
     node = await nodes(first.address)
-    config = CollaborativeConfig(target_batch_size=64, matchmaking_time=1.0)
+    config = DedlocConfig(target_batch_size=64, matchmaking_time=1.0)
     optimizer, model = trainer(node, config)
     reference = fresh_model()
     data = dataset()
@@ -310,9 +306,7 @@ async def test_a_round_short_of_the_target_does_not_step(nodes) -> None:  # type
 class Microbatches:
     """The dataset's 8-sample microbatches in order, each one's gradient handed to the optimizer."""
 
-    def __init__(
-        self, optimizer: CollaborativeOptimizer, model: torch.nn.Module, data: Any
-    ) -> None:
+    def __init__(self, optimizer: DedlocOptimizer, model: torch.nn.Module, data: Any) -> None:
         self.optimizer, self.model, self.data = optimizer, model, data
         self.used = 0
 
@@ -338,9 +332,7 @@ async def test_a_record_a_short_round_proved_empty_no_longer_makes_the_collabora
     me = str(ghost.averager.host.peer_id)
     await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))  # its last word
     node = await nodes(first.address)
-    optimizer, model = trainer(
-        node, CollaborativeConfig(target_batch_size=64, matchmaking_time=1.0)
-    )
+    optimizer, model = trainer(node, DedlocConfig(target_batch_size=64, matchmaking_time=1.0))
     data = dataset()
     try:
         await optimizer.start()
@@ -368,9 +360,7 @@ async def test_a_peer_in_a_round_still_reports_the_samples_it_brought(
     ghost = await nodes(first.address)
     me = str(ghost.averager.host.peer_id)
     node = await nodes(first.address)
-    optimizer, model = trainer(
-        node, CollaborativeConfig(target_batch_size=64, matchmaking_time=1.0)
-    )
+    optimizer, model = trainer(node, DedlocConfig(target_batch_size=64, matchmaking_time=1.0))
     entered, release = asyncio.Event(), asyncio.Event()
     real_round = PeerLinks.round
 
@@ -405,7 +395,7 @@ async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # 
     credited to nobody)."""
     backbone = await nodes(None, backbone=True)
     aux, aux_model = backbone_peer(
-        backbone, AuxiliaryConfig(target_batch_size=64, matchmaking_time=3.0)
+        backbone, DedlocBackboneConfig(target_batch_size=64, matchmaking_time=3.0)
     )
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.run(stop))
@@ -419,9 +409,7 @@ async def test_the_backbone_takes_no_step_from_a_short_round(nodes) -> None:  # 
 
     haunting = asyncio.create_task(haunt())
     node = await nodes(backbone.address)
-    optimizer, model = trainer(
-        node, CollaborativeConfig(target_batch_size=64, matchmaking_time=3.0)
-    )
+    optimizer, model = trainer(node, DedlocConfig(target_batch_size=64, matchmaking_time=3.0))
     data = dataset()
     try:
         await optimizer.start()
@@ -460,7 +448,9 @@ async def test_a_backbone_whose_round_forms_no_group_claims_no_new_epoch(
     record of it at the next one would make every trainer wait for a state that nobody has."""
     caplog.set_level(logging.INFO, logger="core.training.links")
     backbone = await nodes(None, backbone=True)
-    aux, _ = backbone_peer(backbone, AuxiliaryConfig(target_batch_size=64, matchmaking_time=1.0))
+    aux, _ = backbone_peer(
+        backbone, DedlocBackboneConfig(target_batch_size=64, matchmaking_time=1.0)
+    )
     ghost = await nodes(backbone.address)
     me = str(ghost.averager.host.peer_id)
     await ghost.links.board.publish(PeerProgress(me, 0, 100, 50.0, time.time()))
@@ -470,7 +460,9 @@ async def test_a_backbone_whose_round_forms_no_group_claims_no_new_epoch(
         await wait_until(lambda: "'grads.0' in time" in caplog.text)
         # the backbone decides right after its round gives up, without waiting on anything
         assert aux.epoch == 0
-        await poll_until(ghost.links.board.fetch, lambda seen: any(r.mode == "aux" for r in seen))
+        await poll_until(
+            ghost.links.board.fetch, lambda seen: any(r.role == "backbone" for r in seen)
+        )
         assert all(r.epoch == 0 for r in await ghost.links.board.fetch())
     finally:
         stop.set()
@@ -497,7 +489,7 @@ async def test_alone_a_newcomer_starts_from_the_verified_published_checkpoint(  
     try:
         for signer, expected in ((stranger, 0), (key, 20)):
             node = await nodes(None)
-            optimizer, model = trainer(node, CollaborativeConfig(target_batch_size=TARGET))
+            optimizer, model = trainer(node, DedlocConfig(target_batch_size=TARGET))
 
             async def fetch(
                 newer: int, signer: Identity = signer, folder: Path = tmp_path / f"dl-{expected}"

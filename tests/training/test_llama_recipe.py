@@ -21,7 +21,6 @@ from core.training.peer.recipe import (
     build_model,
     data_stream,
     mlm_loss,
-    project_codec,
     training_state,
 )
 from core.training.state import TrainingState
@@ -161,7 +160,7 @@ def test_diloco_rounds_train_it_and_keep_the_peers_anchors_identical() -> None:
                 outer_lr=t.outer_lr,
                 outer_momentum=t.outer_momentum,
                 overlap=t.overlap,
-                sparse=project_codec(manifest).sparse,
+                sparse=manifest.averaging.round_codec().sparse,
                 clip_norm=t.clip_norm or None,
             )
         )

@@ -154,18 +154,18 @@ async def test_the_backbones_record_carries_its_evaluation_after_its_pass(join: 
     backbone = await join("organizer", [alice.address])
     backbone.board.evaluated(HeldOut(4, 3.5, 0.4, 64))
     backbone.board.evaluated(HeldOut(3, 9.0, 0.1, 64))  # an older epoch's never replaces it
-    aux = PeerProgress(str(backbone.host.peer_id), 5, 0, 0.0, time.time(), "aux")
+    aux = PeerProgress(str(backbone.host.peer_id), 5, 0, 0.0, time.time(), "backbone")
     assert await backbone.board.publish(aux)
     seen = {r.peer: r for r in await alice.board.fetch()}[aux.peer]
-    assert (seen.username, seen.mode, seen.held_out) == (
+    assert (seen.username, seen.role, seen.held_out) == (
         "organizer",
-        "aux",
+        "backbone",
         HeldOut(4, 3.5, 0.4, 64),
     )
     # its record when it leaves carries none
     assert await backbone.board.withdraw(aux)
     seen = {r.peer: r for r in await alice.board.fetch()}[aux.peer]
-    assert (seen.mode, seen.held_out) == ("left", None)
+    assert (seen.role, seen.held_out) == ("left", None)
     # without the pass before it, every node that checks refuses the record
     key, subkey = f"{PROJECT}.progress", owner_marker(backbone.host.peer_id)
     bare = [*aux.to_wire(), None, HeldOut(4, 3.5, 0.4, 64).to_wire()]

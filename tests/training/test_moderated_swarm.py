@@ -1,6 +1,6 @@
-"""A moderated swarm end to end, in this process: a coordinator, an auxiliary peer logged in as the
+"""A moderated swarm end to end, in this process: a coordinator, a backbone logged in as the
 organizer, three trainers for two users. The leaderboard must credit each user exactly the samples
-of every epoch their peers stepped in, however the auxiliary peer's readings fell."""
+of every epoch their peers stepped in, however the backbone's readings fell."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.moderated import ORGANIZER, start_coordinator
-from core.training.metrics import EpochMetrics
+from core.training.credit.metrics import EpochMetrics
 from core.training.peer.project_peer import PeerSettings, ProjectPeer
 from core.trust.identity import Identity
 from core.worker.events import PeerEpoch, PeerEvent, PeerReady
@@ -79,7 +79,7 @@ async def test_the_leaderboard_matches_what_each_users_peers_processed(
 
             aux = ProjectPeer(
                 PeerSettings(
-                    manifest, work_dir=tmp_path / "aux", role="aux", data_base=base,
+                    manifest, work_dir=tmp_path / "aux", role="backbone", data_base=base,
                     identity=identity, access=aux_access.gate, on_metrics=on_metrics,
                 ),
                 aux_event,
@@ -111,7 +111,7 @@ async def test_the_leaderboard_matches_what_each_users_peers_processed(
                 stack.push_async_callback(peer.close)
                 trainers.append(asyncio.create_task(peer.run(asyncio.Event())))
             await asyncio.wait_for(asyncio.gather(*trainers), 240)
-            # the auxiliary peer reports an epoch a moment after it completes; the trainers' last
+            # the backbone reports an epoch a moment after it completes; the trainers' last
             # records (they left) list every epoch they landed
             last_epoch = UNTIL_EPOCH - 1
             with contextlib.suppress(TimeoutError):  # the assertions below show what differs

@@ -15,7 +15,7 @@ from core.optim.lamb import Lamb
 from core.optim.moments import MomentOptimizer
 from core.optim.offload import Offload
 from core.project import load_manifest
-from core.training.dedloc.optimizer import CollaborativeConfig
+from core.training.dedloc.optimizer import DedlocConfig
 from core.training.local import LocalWork
 from core.training.peer.recipe import build_model, build_optimizer
 from core.training.peer.residency import Residency
@@ -210,7 +210,7 @@ async def test_three_peers_with_8bit_offloaded_states_match_one_large_batch_run(
                      min_quantised=64)  # fmt: skip
 
     data = collab.dataset()
-    config = CollaborativeConfig(target_batch_size=collab.TARGET, average_state_every=5)
+    config = DedlocConfig(target_batch_size=collab.TARGET, average_state_every=5)
     peers = []
     for _ in range(3):
         model = collab.fresh_model()

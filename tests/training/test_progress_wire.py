@@ -1,6 +1,7 @@
 """The progress record's wire form with the backbone's held-out evaluation: round trips (with and
-without the unigram floor), only aux records carry one, values out of bounds make the record
-malformed, and what a reader of the form without evaluations makes of it (it drops the record)."""
+without the unigram floor), only the backbone's records carry one, values out of bounds make the
+record malformed, and what a reader of the form without evaluations makes of it (it drops the
+record). The backbone's role travels as "aux", the name older readers know."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from core.config.roles import BACKBONE
 from core.training.progress import MAX_HELD_OUT_LOSS, HeldOut, PeerProgress
 from core.util.errors import WireFormatError
 from core.worker.events import PeerEvaluation
@@ -18,14 +20,15 @@ HELD_OUT = HeldOut(12, 3.25, 0.41, 256)
 
 
 def aux(held_out: HeldOut | None = HELD_OUT, **changes: Any) -> PeerProgress:
-    record = PeerProgress("aux-peer", 13, 0, 0.0, 1_700_000_000.0, "aux", held_out=held_out)
+    record = PeerProgress("aux-peer", 13, 0, 0.0, 1_700_000_000.0, BACKBONE, held_out=held_out)
     return dataclasses.replace(record, **changes)
 
 
-def test_an_aux_record_round_trips_with_its_evaluation() -> None:
+def test_the_backbones_record_round_trips_with_its_evaluation() -> None:
     record = aux()
     wire = record.to_wire()
     assert len(wire) == 13
+    assert wire[4] == "aux"  # the backbone's role, as every release writes it
     assert wire[11] is None  # no pass in an open project: nil holds its place
     assert wire[12] == [12, 3.25, 0.41, 256]
     assert PeerProgress.from_wire("aux-peer", wire) == record
@@ -55,15 +58,21 @@ def test_a_record_without_an_evaluation_keeps_the_shorter_form() -> None:
     assert PeerProgress.from_wire("aux-peer", aux(None).to_wire()) == aux(None)
 
 
-def test_only_aux_records_carry_an_evaluation() -> None:
+def test_only_the_backbones_records_carry_an_evaluation() -> None:
     # a withdrawing backbone's record ("left") and a trainer's never send one
-    for mode in ("left", "trainer", "paused"):
-        assert len(aux(mode=mode).to_wire()) == 11
+    for role in ("left", "trainer", "paused"):
+        assert len(aux(role=role).to_wire()) == 11
     # and a reader ignores one that another kind of record carries
-    wire = [*aux(None, mode="trainer").to_wire(), None, HELD_OUT.to_wire()]
+    wire = [*aux(None, role="trainer").to_wire(), None, HELD_OUT.to_wire()]
     read = PeerProgress.from_wire("p", wire)
     assert read is not None
-    assert (read.mode, read.held_out) == ("trainer", None)
+    assert (read.role, read.held_out) == ("trainer", None)
+
+
+def test_a_role_no_release_writes_makes_the_record_malformed() -> None:
+    wire = aux(None).to_wire()
+    for unknown in ("backbone", "auxiliary", "", 3, None):
+        assert PeerProgress.from_wire("p", [*wire[:4], unknown, *wire[5:]]) is None
 
 
 @pytest.mark.parametrize(

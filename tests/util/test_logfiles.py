@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.training.metrics import METRICS_BACKUPS, EpochMetrics, MetricsLog
+from core.training.credit.metrics import METRICS_BACKUPS, EpochMetrics, MetricsLog
 from core.util.process.detached import start_detached
 from core.util.process.logfiles import (
     OUTPUT_MAX_BYTES,
@@ -105,7 +105,7 @@ def epoch(index: int) -> EpochMetrics:
 def test_metrics_rotate_between_whole_lines_and_read_back_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("core.training.metrics.METRICS_MAX_BYTES", 500)
+    monkeypatch.setattr("core.training.credit.metrics.METRICS_MAX_BYTES", 500)
     log = MetricsLog(tmp_path / "aux" / "metrics.jsonl")
     for index in range(40):
         log.write(epoch(index))

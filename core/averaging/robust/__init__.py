@@ -3,6 +3,6 @@
 - ``aggregation``     one chunk from its senders' chunks: screening, then the mean or CenteredClip.
 - ``screening``       the cheap checks before aggregating: NaN/infinity, norm far above the group's.
 - ``centered_clip``   CenteredClip from the medoid, iterated on the offsets' Gram matrix.
-- ``contribution``    how far each sender went along the others' mean (the raw material of diloco's
+- ``alignment``       how far each sender went along the others' mean (the raw material of diloco's
   scored credit).
 """

@@ -30,8 +30,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from core.averaging.robust.alignment import leave_one_out
 from core.averaging.robust.centered_clip import centered_clip
-from core.averaging.robust.contribution import leave_one_out
 from core.averaging.robust.screening import lower_median, screen
 from core.codecs.arrays import F32
 from core.util.errors import ConfigError
@@ -81,7 +81,7 @@ class AggregationConfig:
     spread_floor: float = 1e-3
     """The spread that sets τ is at least this times the reference norm: differences below it are
     rounding, not outliers."""
-    contributions: bool = False
+    alignments: bool = False
     """Also keep each sender's sums along the others' mean (``ChunkAggregate.along``), which
     diloco's backbone scores work by. They nearly double the arithmetic of a chunk (not its
     decoding or transfer), so only a mode that scores them asks: diloco, once a round."""
@@ -164,8 +164,8 @@ class ChunkAggregate:
     (``bounded_weights``). Not a finding: honest devices differ in speed."""
     along: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     """Included sender -> (<x, r>, ‖x‖², ‖r‖²), ``r`` the others' mean by the weights they
-    counted with (``contribution.leave_one_out``); empty with fewer than two included, or unless
-    ``AggregationConfig.contributions``."""
+    counted with (``alignment.leave_one_out``); empty with fewer than two included, or unless
+    ``AggregationConfig.alignments``."""
 
 
 def aggregate_chunk(
@@ -201,7 +201,7 @@ def aggregate_chunk(
         values = rows[0].copy()
     elif config.method is Method.MEAN:
         values = weighted_mean(rows, shares, workspace)
-        if config.contributions:
+        if config.alignments:
             along = leave_one_out(rows, shares, values)
     else:
         count, size = len(rows), rows[0].size
@@ -219,7 +219,7 @@ def aggregate_chunk(
             clipped = {
                 s: f for s, f in zip(kept, factors, strict=True) if f < config.clip_finding_below
             }
-        if config.contributions:
+        if config.alignments:
             along = leave_one_out(rows, [b * f for b, f in zip(shares, factors, strict=True)])
     return ChunkAggregate(
         values,

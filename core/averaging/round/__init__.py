@@ -14,4 +14,6 @@ feedback rides on what the transfer sends.
                       or that the checks screen out, and recording findings.
 - ``tensors``         TensorSet (in-place float32 views) and the chunk layout.
 - ``load_balancing``  the DeDLOC linear program and whole-element part sizes.
+- ``checks``          VerificationConfig, what verified reducers' findings are called, and which
+                      parts each member checks after a round (``core.averaging.verified``).
 """

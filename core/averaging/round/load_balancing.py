@@ -21,8 +21,8 @@ the same inputs with ``scipy.optimize.linprog(method="highs")``, which is determ
 shares the same way. Among optimal strategies it prefers, in order, the fastest communication and then
 the split that gives every peer able to help the same fraction of what it could reduce alone (see
 ``_Program.solve``), so equal peers get equal parts and spare capacity is used, not one peer loaded.
-Without a batch size (plain averaging) every non-auxiliary member contributes (``c_i = 1``) and the
-compute constraint is left out; auxiliary peers never contribute and need no result.
+Without a batch size (plain averaging) every non-reduce-only member contributes (``c_i = 1``) and the
+compute constraint is left out; reduce-only members never contribute and need no result.
 
 A group of 16 takes about 0.3 s to solve here, inside the event loop; ``PlanCache`` keeps recent plans,
 since a collaboration's members announce the same capacities round after round.
@@ -43,14 +43,14 @@ class PeerCapacity:
     """What one group member announced about itself."""
 
     compute: float
-    """Samples per second it can process (0 for auxiliary peers)."""
+    """Samples per second it can process (0 for reduce-only members)."""
     upload: float
     """Bytes per second it can send."""
     download: float
     """Bytes per second it can receive."""
     client: bool = False
     """It accepts no incoming connections (behind NAT): it sends and receives, reduces nothing."""
-    auxiliary: bool = False
+    reduce_only: bool = False
     """It has no gradients and needs no result: it only helps to reduce."""
 
 
@@ -113,7 +113,7 @@ class _Program:
         return self.g0 + i * self.n + j
 
     def receivers(self) -> list[int]:
-        return [j for j, p in enumerate(self.peers) if not p.auxiliary]
+        return [j for j, p in enumerate(self.peers) if not p.reduce_only]
 
     def able(self) -> list[int]:
         return [i for i, p in enumerate(self.peers) if not p.client]
@@ -166,9 +166,9 @@ class _Program:
                 # a peer that cannot be dialed receives no parts and returns none as a reducer
                 if i == j or peers[j].client:
                     limits[self.a(i, j)] = (0.0, 0.0)
-                if peers[i].client or peers[j].auxiliary:
+                if peers[i].client or peers[j].reduce_only:
                     limits[self.g(i, j)] = (0.0, 0.0)
-            if peers[i].auxiliary or (peers[i].compute <= 0 and self.batch is not None):
+            if peers[i].reduce_only or (peers[i].compute <= 0 and self.batch is not None):
                 limits[self.c0 + i] = (0.0, 0.0)
             elif self.batch is None:
                 limits[self.c0 + i] = (1.0, 1.0)  # plain averaging: every member with data sends it
@@ -221,7 +221,7 @@ class _Program:
            slowest links set the pace many plans tie, and this one sends the work where it costs the
            least, usually to one fast peer. (Spreading it over every peer with spare capacity is as
            fast in the program, but measured 4-11 % slower: each extra reducer adds its own
-           pipeline fill and drain on the slow links; ``benchmarks/load_balancing.py``);
+           pipeline fill and drain on the slow links; ``benchmarks/net/load_balancing.py``);
         4. for each peer able to reduce, the most it could reduce on its own (one solve each), then
            the split that gives each of them the same fraction of that, as large as possible
            (max-min): equal peers get equal shares whatever their order.

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 
 from core.averaging.config import AveragerConfig
 from core.averaging.messages import GroupSpec, MemberInfo
+from core.averaging.round.checks import possible_checks
 from core.averaging.round.columns import MAX_SLOTS
 from core.averaging.round.load_balancing import PeerCapacity, PlanCache, split
 from core.averaging.round.tensors import Span, layout, schema_hash
-from core.averaging.verification import possible_checks
 from core.codecs import Codec
 from core.codecs.chunks import encoded_size
 from core.trust.peer_id import PeerID
@@ -36,7 +36,7 @@ class RoundPlan:
     The rules that decide what the round's numbers count for live here, not in the transfer that
     moves them, so that changing one touches only the plan:
 
-    - ``weight_of``: what a sender's claimed weight counts for in the average (an auxiliary
+    - ``weight_of``: what a sender's claimed weight counts for in the average (a reduce-only
       member's counts for nothing). Bounding claimed weights, so that no member steers the
       average by what it claims, belongs there.
     - ``lands``: whether an averaged chunk replaces a member's own values, given the weight it was
@@ -61,15 +61,15 @@ class RoundPlan:
     size, and when reducers are verified the aggregation settings (verifiers recompute with their
     own settings: members that differ in them must not meet, or honest reducers would be accused)."""
     senders: frozenset[int]
-    """Members whose data a reducer waits for: all but auxiliary ones, which have none."""
+    """Members whose data a reducer waits for: all but reduce-only ones, which have none."""
     receivers: frozenset[int]
-    """Members that take the averages back: all but auxiliary ones. Each opens a stream to every
+    """Members that take the averages back: all but reduce-only ones. Each opens a stream to every
     other reducer, and sends its data on it when it has weight."""
     verified: bool
     """Senders commit to their chunks and reducers seal their parts (``core.averaging.verified``)."""
     verifiers: frozenset[int]
     """Members that check other parts' reducers after the round: the receivers, when verified (an
-    auxiliary member takes no results, so holds no seals to check)."""
+    reduce-only member takes no results, so holds no seals to check)."""
     slots: tuple[tuple[int, ...], ...] = ()
     """With slots (``plan_round``'s ``slots``): for each member, the slot of each of its chunks.
     The vector is cut into that many equal slots, the same in every group of a round, so that the
@@ -103,7 +103,7 @@ class RoundPlan:
     def weight_of(self, sender: int, claimed: float) -> float:
         """What ``sender``'s data counts for when it claims ``claimed`` (0: it contributes nothing).
         A claim that is not a finite positive number is the reducer's to refuse (``PartReducer``)."""
-        return 0.0 if self.group.members[sender].auxiliary else float(claimed)
+        return 0.0 if self.group.members[sender].reduce_only else float(claimed)
 
     def lands(self, weight: float) -> bool:
         """Whether a chunk averaged over ``weight`` replaces our values (0: no sender's data
@@ -166,7 +166,7 @@ def plan_round(
     if verified:
         settings = repr(config.aggregation).encode()
         schema = hashlib.sha256(schema + settings).digest()[: len(schema)]
-    takers = frozenset(i for i, m in enumerate(members) if not m.auxiliary)
+    takers = frozenset(i for i, m in enumerate(members) if not m.reduce_only)
     plan = RoundPlan(
         group=group,
         index=index,
@@ -229,5 +229,5 @@ def chunk_elements(
 
 def _capacity(member: MemberInfo) -> PeerCapacity:
     return PeerCapacity(
-        member.compute, member.upload, member.download, member.client, member.auxiliary
+        member.compute, member.upload, member.download, member.client, member.reduce_only
     )

@@ -165,7 +165,7 @@ class PartReducer:
         return self._current >= len(self._chunks)
 
     def contributes_nothing(self, sender: int) -> None:
-        """The sender has weight 0 (or is auxiliary): it only receives results."""
+        """The sender has weight 0 (or only reduces): it only receives results."""
         if sender in self.active:
             self.active.discard(sender)
             self._advance()

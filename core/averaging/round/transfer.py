@@ -28,7 +28,7 @@ import numpy as np
 from core.averaging.config import AveragerConfig
 from core.averaging.messages import REDUCE, ReduceRequest, ReduceSummary
 from core.averaging.result import AveragingResult
-from core.averaging.robust.contribution import Contribution
+from core.averaging.robust.alignment import Alignment
 from core.averaging.round.columns import Columns
 from core.averaging.round.hooks import RoundHooks
 from core.averaging.round.outgoing import Outgoing
@@ -135,8 +135,8 @@ class Transfer:
                     for sender, weight in self.reducer.capped.items()
                     if sender not in self.reducer.excluded
                 }
-                self.result.contributions = {
-                    plan.members[sender].peer: Contribution(
+                self.result.alignments = {
+                    plan.members[sender].peer: Alignment(
                         weight, *self.reducer.along.get(sender, (0.0, 0.0, 0.0))
                     )
                     for sender, weight in self.reducer.weights.items()

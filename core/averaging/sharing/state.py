@@ -9,7 +9,7 @@ version never change under a download.
 
 A downloader asks for a state newer than its own: the newest version first, and when every donor of
 that version fails (a trainer that left without withdrawing its announcement), the next newest, so
-that a live donor with an older state (an auxiliary peer) still serves, while one no newer than the
+that a live donor with an older state (a backbone) still serves, while one no newer than the
 downloader's own state is never used (nobody is rolled back). Announcements live ``STATE_TTL``
 seconds; donors renew them every ``ANNOUNCE_EVERY`` and withdraw them when they stop.
 
@@ -214,6 +214,11 @@ class StateSharing:
             self._key, [-1, []], time.time() + ttl, subkey=owner_marker(self._host.peer_id)
         )
 
+    async def served_header(self) -> StateHeader:
+        """The header this peer gives a downloader for its current state (the version, layout and
+        block digests it vouches for), made as a downloader's first request makes it."""
+        return (await self._current()).header
+
     async def _current(self) -> _Snapshot:
         if self._packed is not None:
             return await self._current_packed(*self._packed)
@@ -270,7 +275,7 @@ class StateSharing:
         return held
 
     async def _on_header(self, ctx: CallContext, request: Empty) -> StateHeader:
-        return (await self._current()).header
+        return await self.served_header()
 
     async def _on_range(self, ctx: CallContext, request: StateRequest, stream: Stream) -> Empty:
         snapshot = self._snapshot or await self._current()

@@ -1,6 +1,6 @@
 """Verified reducers: the verified round wrapped around a round's transfer, and what it relies on.
 
-Its settings, and which parts a member checks, are ``core.averaging.verification``.
+Its settings, and which parts a member checks, are ``core.averaging.round.checks``.
 
 - ``verified_round``  RoundVerification: the transfer's hooks (commit, seal, keep seals), then the
                       checks after the round, and serving our inputs to verifiers.

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from core.averaging.config import VerificationConfig
 from core.averaging.messages import (
     InputCommitment,
     PartSeal,
@@ -34,19 +35,18 @@ from core.averaging.messages import (
 )
 from core.averaging.result import Finding
 from core.averaging.robust.aggregation import AggregationConfig
+from core.averaging.round.checks import (
+    COMMITMENT_MISMATCH,
+    REDUCER_EQUIVOCATION,
+    REDUCER_MISMATCH,
+    choose_checks,
+    pick_chunks,
+)
 from core.averaging.round.hooks import RoundHooks
 from core.averaging.round.plan import RoundPlan
 from core.averaging.round.reducer import ChunkResult
 from core.averaging.round.tensors import Span
 from core.averaging.round.transfer import Transfer
-from core.averaging.verification import (
-    COMMITMENT_MISMATCH,
-    REDUCER_EQUIVOCATION,
-    REDUCER_MISMATCH,
-    VerificationConfig,
-    choose_checks,
-    pick_chunks,
-)
 from core.averaging.verified.commitments import (
     ReducerLedger,
     SenderLedger,

@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from core.averaging.config import VerificationConfig
 from core.averaging.messages import VERIFY, GroupSpec, InputRow, PartSeal, SealStamp, VerifyRequest
 from core.averaging.result import Finding
 from core.averaging.robust.aggregation import AggregationConfig, aggregate_chunk
-from core.averaging.round.tensors import Span
-from core.averaging.verification import (
+from core.averaging.round.checks import (
     COMMITMENT_MISMATCH,
     REDUCER_MISMATCH,
     VERIFICATION_REFUSED,
-    VerificationConfig,
 )
+from core.averaging.round.tensors import Span
 from core.averaging.verified.commitments import SenderLedger, digest, row_signed, values_digest
 from core.codecs import NONE, Codec
 from core.codecs.arrays import F32

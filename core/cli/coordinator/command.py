@@ -17,7 +17,7 @@ Manage: ``barnraise coordinator users add|ban|unban|list ... (--db PATH | --mani
 name without ``--password-stdin`` allowlists it: an invitation to sign up under that name.
 
 Evidence: ``barnraise coordinator reports (--db PATH | --manifest F) [--json]`` lists the peers that
-members accused (signed evidence the auxiliary peer reported), with their user, how many distinct
+members accused (signed evidence the backbone reported), with their user, how many distinct
 accounts accused them and of what; ``reports ban USER-OR-PEER [--reason R]`` bans the user (the
 account that proved the peer's key), whose peers are then refused within one refresh interval.
 

@@ -1,4 +1,4 @@
-"""The backbone's composition root: what ``barnraise aux`` adds to a peer's settings.
+"""The backbone's composition root: what ``barnraise backbone`` adds to a peer's settings.
 
 - Its checkpoints published (``--publish-checkpoints``, ``--project-key``): copied into a folder
   with an index signed by the project key and, beside each, the model exported for transformers
@@ -25,7 +25,7 @@ from core.trust.reports import evaluation_report
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
-    from core.account.reporter import ContributionReporter
+    from core.account.reporter import CoordinatorReporter
     from core.training.peer.project_peer import PeerSettings
     from core.training.publish.checkpoint import CheckpointPublishing
     from core.training.publish.model import HeldOutHistory
@@ -57,14 +57,14 @@ def backbone_settings(settings: PeerSettings, args: argparse.Namespace) -> PeerS
 def publishing_from_args(
     args: argparse.Namespace, manifest: Manifest
 ) -> CheckpointPublishing | None:
-    """How ``barnraise aux`` publishes its checkpoints, from ``--publish-checkpoints`` and
+    """How ``barnraise backbone`` publishes its checkpoints, from ``--publish-checkpoints`` and
     ``--project-key``; None when it does not.
 
     Raises ``ConfigError`` when one option comes without the other, when the folder is a file, or
     when the key is not the one the manifest names (``access.project_key``); ``IdentityError`` when
     the key file cannot be read.
     """
-    from core.coordinator.service import check_project_key  # noqa: PLC0415 - only for aux
+    from core.coordinator.service import check_project_key  # noqa: PLC0415 - only for the backbone
     from core.training.publish.checkpoint import CheckpointPublishing  # noqa: PLC0415 - loads aiohttp
 
     folder: Path | None = getattr(args, "publish_checkpoints", None)
@@ -94,7 +94,7 @@ def publishing_from_args(
 
 def held_out_history(work_dir: Path) -> HeldOutHistory:
     """The backbone's held-out evaluations, starting with those its log kept from earlier runs."""
-    from core.training.metrics import MetricsLog  # noqa: PLC0415 - torch only for this command
+    from core.training.credit.metrics import MetricsLog  # noqa: PLC0415 - torch only for this command
     from core.training.peer.roles import EVALUATION_LOG  # noqa: PLC0415
     from core.training.publish.model import HeldOutHistory  # noqa: PLC0415
 
@@ -133,7 +133,7 @@ def with_model_export(
     return dataclasses.replace(publishing, beside=export)
 
 
-def reporting_to(settings: PeerSettings, reporter: ContributionReporter) -> PeerSettings:
+def reporting_to(settings: PeerSettings, reporter: CoordinatorReporter) -> PeerSettings:
     """``settings`` whose epochs and held-out evaluations also go to the coordinator."""
     recorded = settings.on_evaluation
 

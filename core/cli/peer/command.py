@@ -1,17 +1,18 @@
-"""``barnraise peer`` and ``barnraise aux``: one peer of a project, as volunteers and organizers run it.
+"""``barnraise peer`` and ``barnraise backbone``: one peer of a project, as volunteers and organizers
+run it (``barnraise aux`` is the backbone's older name, still accepted).
 
-    barnraise peer --manifest project.toml --initial-peers /ip4/…/tcp/…/p2p/…
-    barnraise aux  --manifest project.toml --checkpoint-every 10
-    barnraise aux  --manifest project.toml --publish-checkpoints /srv/www/ckpt --project-key K.pem
+    barnraise peer     --manifest project.toml --initial-peers /ip4/…/tcp/…/p2p/…
+    barnraise backbone --manifest project.toml --checkpoint-every 10
+    barnraise backbone --manifest project.toml --publish-checkpoints /srv/www/ckpt --project-key K.pem
 
 In a moderated project the peer logs in to the coordinator first (``--username``; the password from
-``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its access pass fresh; an auxiliary peer
+``--password-stdin`` or ``$BARNRAISE_PASSWORD``) and keeps its access pass fresh; a backbone
 also reports each completed epoch's contributions there, for the leaderboard. An open project's
-auxiliary peer given ``--username`` (a moderator's account) logs in too and reports its epochs'
+backbone given ``--username`` (a moderator's account) logs in too and reports its epochs'
 figures (loss, speed, peers online), which the coordinator's project page shows. Either reports
 each held-out evaluation of its replica too (the manifest's ``[evaluation]``).
 
-With ``--publish-checkpoints`` an auxiliary peer also copies each checkpoint into a folder, with an
+With ``--publish-checkpoints`` a backbone also copies each checkpoint into a folder, with an
 ``index.json`` signed by the project key (``--project-key``), for a web server to serve at the
 manifest's ``network.checkpoint_url``. Beside each checkpoint it publishes the model for everyone:
 the checkpoint exported in the transformers format (``barnraise export``), packed into
@@ -19,7 +20,7 @@ the checkpoint exported in the transformers format (``barnraise export``), packe
 before its epoch; the coordinator's page offers it for download. A failed export is logged and
 changes nothing else.
 
-The peer prints one JSON line per event (ready with its address, each finished epoch; for ``aux``
+The peer prints one JSON line per event (ready with its address, each finished epoch; for the backbone,
 the collaboration's metrics per epoch; last ``stopped``, with its samples, compute and wall time
 since ready, and bytes sent) on stdout; logs go to stderr. SIGINT/SIGTERM (Ctrl-C) stop it
 cleanly after the current microbatch.
@@ -29,7 +30,7 @@ the manifest, larger than the RAM or the GPU's memory) is refused with the figur
 loads (``core.engine.join.memory_fit``).
 
 A ``dmoe`` manifest (a decentralized mixture of experts) makes ``barnraise peer`` one of its
-asynchronous trainers instead (``core.cli.peer.dmoe_trainer``); such a project has no auxiliary peers.
+asynchronous trainers instead (``core.cli.peer.dmoe_trainer``); such a project has no backbone.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from core.cli.access import (
 from core.cli.peer.backbone import backbone_settings, reporting_to
 from core.cli.signals import run_command, stop_on_signals
 from core.config.paths import UserDirs
-from core.config.ports import AUX_PORT, PEER_PORT, listen_on
+from core.config.ports import BACKBONE_PORT, PEER_PORT, listen_on
+from core.config.roles import BACKBONE, CLIENT, TRAINER
 from core.modes import active_modes
 from core.project import DmoeManifest, Manifest, load_any_manifest, load_manifest
 from core.trust.identity import Identity
@@ -68,12 +70,16 @@ log = logging.getLogger(__name__)
 
 
 def register(commands: Any) -> None:
-    for name, role_help in (
-        ("peer", "train with a project (a volunteer's peer)"),
-        ("aux", "help a project without training: averaging, metrics, checkpoints"),
+    for name, aliases, role_help in (
+        ("peer", [], "train with a project (a volunteer's peer)"),
+        (
+            BACKBONE,
+            ["aux"],
+            "keep a project's model without training: averaging, metrics, checkpoints, credit",
+        ),
     ):
         parser: argparse.ArgumentParser = commands.add_parser(
-            name, help=role_help, description=__doc__
+            name, aliases=aliases, help=role_help, description=__doc__
         )
         parser.add_argument("--manifest", type=Path, required=True, help="the project's TOML file")
         parser.add_argument(
@@ -89,8 +95,9 @@ def register(commands: Any) -> None:
             "--port",
             type=int,
             default=None,
-            help=f"port to listen on (default: the manifest's {name}_port, else "
-            f"{PEER_PORT if name == 'peer' else AUX_PORT}; another free one if taken; 0: any)",
+            help="port to listen on (default: the manifest's "
+            f"{'peer_port' if name == 'peer' else 'aux_port'}, else "
+            f"{PEER_PORT if name == 'peer' else BACKBONE_PORT}; another free one if taken; 0: any)",
         )
         parser.add_argument(
             "--data-base", default=None, help="URL or folder the manifest's relative data paths use"
@@ -125,7 +132,7 @@ def register(commands: Any) -> None:
         add_login_arguments(
             parser,
             "your account at the project's coordinator: a moderated project needs one; an "
-            "open project's auxiliary peer with a moderator's account reports its epochs there",
+            "open project's backbone with a moderator's account reports its epochs there",
         )
         if name == "peer":
             parser.add_argument(
@@ -174,30 +181,32 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         manifest = manifest.with_training(mode=args.mode)
     if args.round_seconds is not None:
         manifest = manifest.with_training(round_seconds=args.round_seconds)
-    default_port = manifest.network.aux_port if args.role == "aux" else manifest.network.peer_port
+    backbone = args.role == BACKBONE
+    default_port = manifest.network.aux_port if backbone else manifest.network.peer_port
     port = default_port if args.port is None else args.port
     work_dir = args.work_dir or UserDirs.default().cache / "projects" / manifest.project.name
-    aux = args.role == "aux"
     settings = PeerSettings(
         manifest,
         work_dir=work_dir,
-        role="aux" if aux else ("client" if args.client else "trainer"),
+        role=BACKBONE if backbone else (CLIENT if args.client else TRAINER),
         initial_peers=tuple(args.initial_peers or ()),
         listen=tuple(listen_on(args.host, port)),
         # a default port may be taken by another peer on this computer; a chosen one is an error
         port_fallback=args.port is None,
-        offer_relay=aux,  # the backbone relays for volunteers behind routers
+        offer_relay=backbone,  # the backbone relays for volunteers behind routers
         data_base=args.data_base,
         # without a seed of its own each peer picks one, so that no two walk the data alike
-        data_seed=0 if aux else (args.data_seed if args.data_seed is not None else _random_seed()),
-        device="cpu" if aux else args.device,
-        checkpoint_every=args.checkpoint_every if aux else 0,
-        keep_checkpoints=args.keep_checkpoints if aux else 3,
-        start_from=None if aux else args.from_checkpoint,
+        data_seed=0
+        if backbone
+        else (args.data_seed if args.data_seed is not None else _random_seed()),
+        device="cpu" if backbone else args.device,
+        checkpoint_every=args.checkpoint_every if backbone else 0,
+        keep_checkpoints=args.keep_checkpoints if backbone else 3,
+        start_from=None if backbone else args.from_checkpoint,
         until_epoch=args.until_epoch,
         misbehaviour=_misbehaviour(getattr(args, "attack", None)),
     )
-    return backbone_settings(settings, args) if aux else settings
+    return backbone_settings(settings, args) if backbone else settings
 
 
 def _misbehaviour(attack: str | None) -> Misbehaviour | None:
@@ -217,7 +226,7 @@ async def _run(args: argparse.Namespace) -> int:
     manifest = load_any_manifest(args.manifest)
     if isinstance(manifest, Manifest):
         # refused before torch and the model: one that cannot fit would fail only after minutes
-        # of allocation, with the computer's memory taken meanwhile (an aux peer holds it on the CPU)
+        # of allocation, with the computer's memory taken meanwhile (a backbone holds it on the CPU)
         device = args.device if args.role == "peer" else "cpu"
         # here, not at the top: the engine's join package loads the coordinator client
         from core.engine.join.memory_fit import check_fit  # noqa: PLC0415 - see above
@@ -237,7 +246,7 @@ async def _run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     if not settings.manifest.access.moderated:
-        if args.role == "aux" and args.username:
+        if args.role == BACKBONE and args.username:
             return await _serve_reporting(settings, args, stop)
         if args.username:
             log.warning(
@@ -247,7 +256,7 @@ async def _run(args: argparse.Namespace) -> int:
     identity = Identity.generate()
     password = read_password(args.password_stdin)
     async with moderated_access(
-        settings.manifest, identity, args.username, password, report=args.role == "aux"
+        settings.manifest, identity, args.username, password, report=args.role == BACKBONE
     ) as access:
         del password
         reporter = access.reporter
@@ -266,7 +275,7 @@ async def _run(args: argparse.Namespace) -> int:
 async def _serve_reporting(
     settings: PeerSettings, args: argparse.Namespace, stop: asyncio.Event
 ) -> int:
-    """An open project's auxiliary peer that reports its epochs to the coordinator."""
+    """An open project's backbone that reports its epochs to the coordinator."""
     password = read_password(args.password_stdin)
     async with reporting_access(settings.manifest, args.username, password) as reporter:
         del password

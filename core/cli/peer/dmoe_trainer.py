@@ -33,8 +33,8 @@ def settings_from_args(args: argparse.Namespace, manifest: DmoeManifest) -> MoET
 
     if args.role != "peer":
         raise ConfigError(
-            f"project {manifest.project.name} is a mixture of experts: it has no auxiliary peers; "
-            "its backbone hosts experts ('barnraise experts --manifest FILE')"
+            f"project {manifest.project.name} is a mixture of experts: it has no backbone; "
+            "its organizers host experts instead ('barnraise experts --manifest FILE')"
         )
     unused = [
         flag

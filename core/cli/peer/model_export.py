@@ -1,6 +1,6 @@
 """ModelExport: the model published beside each of the backbone's checkpoints.
 
-``barnraise aux --publish-checkpoints`` publishes, beside each checkpoint, the model for everyone:
+``barnraise backbone --publish-checkpoints`` publishes, beside each checkpoint, the model for everyone:
 the checkpoint exported in the transformers format (``core.export``), packed and signed
 (``core.training.publish.model``) with the newest held-out figures at or before its epoch. Its model
 card reads them, with the unigram floor and the contributors, from the backbone's logs in its work

@@ -3,16 +3,16 @@
     barnraise swarm --peers 3 --minutes 3
 
 Writes the demo corpus and trains its tokenizer (once, in the cache), serves the shards over a local
-HTTP server, starts an auxiliary/backbone peer and N trainer peers on loopback, each its own OS
+HTTP server, starts a backbone and N trainer peers on loopback, each its own OS
 process as if on its own machine, and prints one line per epoch (epoch, loss, samples/s, peers) from
-the auxiliary peer's metrics. Ctrl-C, or the end of ``--minutes``, stops every process cleanly.
+the backbone's metrics. Ctrl-C, or the end of ``--minutes``, stops every process cleanly.
 With ``--moderated`` it runs as a moderated project with a coordinator, accounts and access passes,
 and prints the leaderboard at the end.
 
 With ``--byzantine K`` the last K trainers misbehave on purpose (``--attack``: their gradients
 x1000 by default, or sign-flipped x10, noise, NaN; or, as reducers, a shifted aggregate, which
 turns reducer verification on for every peer), to show the defences: with the manifest's
-``[averaging] aggregation = "centered_clip"`` the loss still falls, and the auxiliary peer's
+``[averaging] aggregation = "centered_clip"`` the loss still falls, and the backbone's
 accusations, printed as they come, name the misbehaving peers.
 
 With ``--project dmoe`` (or a manifest of kind ``dmoe``) it runs a decentralized mixture of

@@ -26,7 +26,7 @@ class SwarmPrinter:
 
     def running(self, joining: Joining) -> None:
         _say(
-            f"{joining.trainers} trainer(s) and an auxiliary peer on loopback; "
+            f"{joining.trainers} trainer(s) and a backbone on loopback; "
             f"data at {joining.data_base}; logs in {joining.logs}"
         )
         # how an engine (``barnraise engine``) joins this swarm as one more trainer
@@ -59,7 +59,7 @@ class SwarmPrinter:
         _say(f"{name} ({peer}) misbehaves on purpose: --attack {attack}")
 
     def evidence(self, line: str) -> None:
-        _say(f"aux: {line}")
+        _say(f"backbone: {line}")
 
     def accused(self, lines: list[str]) -> None:
         _say("accused during this run:")
@@ -75,8 +75,8 @@ class SwarmPrinter:
             )
         verdict = "they match" if standings.match else "they DO NOT match"
         _say(
-            f"  total {standings.samples} samples over {standings.epochs} epochs; the auxiliary "
-            f"peer's metrics counted {standings.counted}: {verdict}"
+            f"  total {standings.samples} samples over {standings.epochs} epochs; the backbone's "
+            f"metrics counted {standings.counted}: {verdict}"
         )
 
 

@@ -48,8 +48,7 @@ def document(
     )
     footer = el(
         "footer",
-        "Served by the project's Barnraise coordinator. Figures come from the project's "
-        "auxiliary peers.",
+        "Served by the project's Barnraise coordinator. Figures come from the project's backbones.",
     )
     body = el("body", header, el("main", *content, class_=layout), footer, **data)
     return Markup("<!doctype html>\n" + el("html", head, body, lang="en") + "\n")

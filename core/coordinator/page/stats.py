@@ -64,7 +64,7 @@ class Stats:
     epoch: int | None
     """The newest epoch reported."""
     samples: int
-    """Every sample the auxiliary peer reported, credited to an account or not."""
+    """Every sample the backbone reported, credited to an account or not."""
     loss: float | None
     """The newest report's (None before any, or when it had none)."""
     samples_per_second: float

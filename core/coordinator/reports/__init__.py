@@ -2,9 +2,9 @@
 leaderboard, accusations, receipts for expert work, and the moderators' rollback orders. The
 reports' bodies and their bounds are ``core.trust.reports``, which the senders build with.
 
-- ``epoch_report``      which contributions of the auxiliary peer's epoch report count: each one's
+- ``epoch_report``      which contributions of the backbone's epoch report count: each one's
   pass and account.
-- ``evidence_report``     reading the auxiliary peer's evidence report: each accusation's signature,
+- ``evidence_report``     reading the backbone's evidence report: each accusation's signature,
   project, age, and the standing of the account that proved the reporter's key; a rate per account.
 - ``records``      passes handed out per user and peer key; contributions per epoch, totals, days.
 - ``figures``      the epoch figures a report may carry (loss, speed, live peers): one row per

@@ -1,4 +1,4 @@
-"""Deciding which contributions of the auxiliary peer's epoch report count.
+"""Deciding which contributions of the backbone's epoch report count.
 
 The report's body, its bounds and the reading of each entry are ``core.trust.reports``'s; an entry
 that does not read (malformed, or its pass bound to another peer's key) is refused with its reason
@@ -9,7 +9,7 @@ when the epoch ended (a pass that expired is forgiven for ``pass_lifetime`` seco
 may have worked under it), and names a user who exists, is not banned, and proved that they hold
 the peer's key (``peer_keys``). The user is the pass's, never the reporter's word: nobody can credit
 samples to someone else, nor, with a pass from before proofs of possession, to themselves for
-another's key. A report's figures (``figures``) are optional, so older auxiliary peers are still
+another's key. A report's figures (``figures``) are optional, so older backbones are still
 heard; a *late* report adds contributions to an epoch reported before, and carries no figures.
 """
 

@@ -1,4 +1,4 @@
-"""Reading the auxiliary peer's evidence report and deciding which accusations to keep.
+"""Reading the backbone's evidence report and deciding which accusations to keep.
 
 Each accusation is a signed ``Evidence`` record (``core.trust.evidence``). It is kept only if its
 reporter signed it, for this project, within ``MAX_AGE`` seconds (and not in the future), and if

@@ -1,8 +1,8 @@
-"""The collaboration's figures per epoch, as the auxiliary peer reports them: the project page's
+"""The collaboration's figures per epoch, as the backbone reports them: the project page's
 live numbers and its loss curve.
 
 An epoch report may carry ``loss``, ``samples_per_second`` and ``alive_peers``, each within its
-bound (``core.trust.reports.EpochFigures``). Auxiliary peers of older versions send none of them:
+bound (``core.trust.reports.EpochFigures``). Backbones of older versions send none of them:
 such a report stores no figures and is otherwise accepted as before.
 
 One row per epoch (``figures``, schema 5). A report sent again (a retry) changes nothing; the same

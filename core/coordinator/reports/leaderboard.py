@@ -2,7 +2,7 @@
 
 Ranking is by samples (descending), ties by the case-folded username, so every contributor has one
 distinct rank. Banned users are left out of ranks and lists; the collaboration's totals still count
-their samples, so that the totals reconcile with the epochs the auxiliary peer reported. A user's
+their samples, so that the totals reconcile with the epochs the backbone reported. A user's
 percentile is the share of ranked contributors at or below their rank (rank 1 of 4 is 100, rank 4
 of 4 is 25). History is per UTC day, oldest first, with days without contributions as zeros.
 

@@ -5,10 +5,10 @@ expires: enough to count a user's devices and to publish the peer keys of banned
 passes could still admit them. Both read only the keys the user proved (``peer_keys``): rows from
 before schema 2 may name keys their user never held, and must not get those revoked or counted.
 
-``Contributions`` stores each epoch the auxiliary peer reports and each peer's share in it;
+``Contributions`` stores each epoch the backbone reports and each peer's share in it;
 (epoch, peer) is the primary key, so a report sent twice counts once. The per-user totals and
 UTC-day rows the leaderboard reads are updated in the same transaction as the contribution they
-add, so they always agree with the contribution rows. A share the auxiliary peer withdraws (its
+add, so they always agree with the contribution rows. A share the backbone withdraws (its
 peer was caught faking work) keeps its row at zero samples: a withdrawal sent twice takes nothing
 more, and the epoch's report sent again cannot add the share back.
 """
@@ -216,7 +216,7 @@ class Contributions:
         return {user: (a, b, c, d) for user, (a, b, c, d) in found.items()}
 
     def epoch_totals(self) -> tuple[int, int]:
-        """How many epochs were reported, and the samples the auxiliary peer counted in them."""
+        """How many epochs were reported, and the samples the backbone counted in them."""
         count, samples = self._conn.execute(
             "SELECT count(*), COALESCE(sum(samples), 0) FROM epochs"
         ).fetchone()

@@ -11,7 +11,7 @@ Orders are numbered 1, 2, ... in one transaction with their signing (``issue``),
 issuing at once still get distinct numbers; peers apply each number once. Orders are never removed:
 the table is the project's record of what the moderators did, and when.
 
-What the coordinator can check is the epoch: it knows the epochs the auxiliary peer reported
+What the coordinator can check is the epoch: it knows the epochs the backbone reported
 (``epochs``), so a rollback to an epoch the collaboration never reached is refused. Whether the
 backbone still holds that checkpoint it cannot know (the checkpoints live on the backbone's disk):
 the command line checks a checkpoint folder when it is given one, and otherwise a peer that finds
@@ -103,6 +103,6 @@ class RollbackOrders:
         return [StoredOrder(*row) for row in rows]
 
     def newest_reported_epoch(self) -> int | None:
-        """The newest epoch the auxiliary peer reported (None: none reported, nothing known)."""
+        """The newest epoch the backbone reported (None: none reported, nothing known)."""
         row = self._conn.execute("SELECT max(epoch) FROM epochs").fetchone()
         return None if row[0] is None else int(row[0])

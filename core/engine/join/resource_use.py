@@ -26,7 +26,7 @@ manifest's numbers, rough by nature and said to be so in the notes.
   ``core.codecs``) and ``MIN_ROUND_SECONDS``. In dedloc mode that is an all-reduce of the
   gradients every epoch and of the state every ``training.average_state_every`` epochs; in
   diloco mode one exchange of the pseudo-gradient a round, however fast the device (within a few
-  per cent of the measured round, ``docs/benchmarks/lowcomm-round-bytes.json``). Neither counts
+  per cent of the measured round, ``docs/benchmarks/learning/lowcomm-round-bytes.json``). Neither counts
   the one download of the state when joining, nor the DHT's small records. An expert server's
   traffic is the trainers' calls, estimated at ``ASSUMED_SAMPLES_PER_EXPERT`` samples a second to
   each hosted expert (forward and backward, inputs and outputs of ``expert.hidden`` floats).
@@ -35,7 +35,6 @@ manifest's numbers, rough by nature and said to be so in the notes.
 from __future__ import annotations
 
 from core.api.schema import ResourceUse
-from core.codecs import TOPK, Codec, active_codecs
 from core.modes import TrafficInputs, active_modes
 from core.project import DmoeManifest, Manifest
 from core.project.kinds import AnyManifest
@@ -164,7 +163,7 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
                 samples_per_second=EFFECTIVE_FLOPS.get(device_kind, EFFECTIVE_FLOPS["cpu"])
                 / flops_per_sample,
                 peers=ASSUMED_PEERS,
-                codec=_round_codec(manifest),
+                codec=manifest.averaging.round_codec(),
                 min_round_seconds=MIN_ROUND_SECONDS,
             )
         )
@@ -180,18 +179,6 @@ def _collaborative_use(manifest: Manifest, device_kind: str, device_name: str) -
         + "; the training data is streamed, not stored",
     ]
     return ResourceUse(device_name, params, disk, int(traffic.bytes_per_hour), notes)
-
-
-def _round_codec(manifest: Manifest) -> Codec:
-    """The codec rounds travel in, as the peer builds it: ``topk`` at the manifest's density and
-    bits (``core.training.peer.recipe.project_codec``, which loads torch)."""
-    a = manifest.averaging
-    codec = active_codecs().parse(a.codec)
-    if codec is not TOPK:
-        return codec
-    from core.codecs.topk import top_k  # noqa: PLC0415 - numpy loads for a topk project only
-
-    return top_k(a.density, a.bits)
 
 
 def _dmoe_use(manifest: DmoeManifest, device_name: str) -> ResourceUse:

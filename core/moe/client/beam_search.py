@@ -123,7 +123,7 @@ class MoEBeamSearch:
         (``latest=True``). By default a lookup stops at the first copy, as Algorithm 1 does: it may
         meet a replica that lacks some servers' entries (their stores reached slightly different
         nearest nodes) and then miss a live expert, but whole reads cost 2.4x the time and 5x the
-        lookup requests on a 1,000-node DHT (``benchmarks/moe_beam.py --beam-reads``), and a prefix
+        lookup requests on a 1,000-node DHT (``benchmarks/moe/beam.py --beam-reads``), and a prefix
         whose server failed a call is read whole anyway (``doubt``)."""
         self.cache = SuffixCache(cache_ttl, cache_size, clock or SystemClock())
         self.lookups = 0  # get_many rounds sent to the DHT

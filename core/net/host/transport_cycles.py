@@ -4,7 +4,7 @@ asyncio's selector transports keep bound methods of themselves (``_read_ready_cb
 ``_write_ready``), reference cycles that outlive the connection. 3.12 clears them in ``close()`` but
 not in ``abort()``, and 3.11 never does. One connection's transport is a few objects, but a flood
 drops thousands a second, and garbage that waits for the collector's rare full pass grows the heap
-and leaves it fragmented after the flood (``benchmarks/flood.py``). ``forget_callbacks`` does what
+and leaves it fragmented after the flood (``benchmarks/net/flood.py``). ``forget_callbacks`` does what
 3.12's ``close()`` does, once the transport has told its protocol it is gone.
 """
 

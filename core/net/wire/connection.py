@@ -137,6 +137,13 @@ class Connection(asyncio.BufferedProtocol):
         return self._phase
 
     @property
+    def cipher(self) -> tuple[str, str, int] | None:
+        """The TLS cipher the connection runs on, as ``ssl`` names it (name, protocol version,
+        secret bits); None before its transport is attached, or where the transport has none."""
+        found = self._transport.get_extra_info("cipher") if self._transport is not None else None
+        return None if found is None else (str(found[0]), str(found[1]), int(found[2]))
+
+    @property
     def is_usable(self) -> bool:
         """True while new calls may be opened on this connection.
 

@@ -1,12 +1,12 @@
-"""AuxiliaryPeer: a backbone peer without gradients that keeps the collaboration alive (DeDLOC's
-auxiliary peers, hivemind's backbone).
+"""DedlocBackbone: the backbone of a dedloc project, a peer without gradients that keeps the
+collaboration alive (DeDLOC's auxiliary peers, hivemind's backbone peers).
 
 It follows the progress records; when the trainers reach the target batch it joins their gradient
 round with weight 0 (a member that sends nothing and receives the averages, not the averaging
-layer's ``auxiliary`` member, which receives nothing), so that its (usually fast, dialable) link
-reduces a share of the vector, and
-likewise their state rounds every ``average_state_every`` epochs (volunteers behind home routers
-average as clients, which reduce nothing: without a dialable peer they could not average state).
+layer's reduce-only member, which receives nothing), so that its (usually fast, dialable) link
+reduces a share of the vector, and likewise their state rounds every ``average_state_every``
+epochs (volunteers behind home routers average as clients, which reduce nothing: without a
+dialable peer they could not average state).
 
 It keeps a replica of the collaboration's state and serves it to newcomers, so that the model
 survives when every trainer has left: the averaged gradient a round gives it back is applied with
@@ -17,28 +17,22 @@ a downloader takes the newest state that answers, so an older replica never roll
 no trainer is left, its own progress record carries its replica's epoch, so that newcomers continue
 from there (the epoch number and the loss go on where they stopped).
 
-It aggregates everyone's progress into per-epoch metrics, and every ``checkpoint_every`` epochs it
-writes its replica as a checkpoint (never one whose loss is NaN) with the samples behind it
-(``core.training.samples``), and publishes it if asked. A rollback order of the moderators puts the
-replica on one of those checkpoints, one epoch past the newest it knows of, for the trainers to
-download (``rollback_replica``).
-
-It collects the members' signed evidence (``core.training.moderation.evidence``) at every new epoch and every
-``evidence_interval`` seconds, names each accused peer (and its user, from the progress records'
-passes) in its log, and hands the new accusations to ``on_evidence`` (the coordinator's reporter).
-Its own findings as a reducer are published like a trainer's.
+Its books are the ``Bookkeeping`` every backbone shares: each epoch's metrics and credit from
+everyone's records, a checkpoint every ``checkpoint_every`` epochs (never one whose loss is NaN)
+with the samples behind it, published if asked, and the members' evidence collected and passed on.
+With work checks (``core.training.credit.checks``) it spot-checks the trainers' microbatches, and
+credit waits for what the checks support. A rollback order of the moderators puts the replica on
+one of its checkpoints, one epoch past the newest it knows of, for the trainers to download
+(``rollback_replica``). Its own findings as a reducer are published like a trainer's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,25 +40,23 @@ import torch
 from core.averaging import AveragingResult
 from core.averaging.sharing.state import DownloadedState, StateDownloadError
 from core.codecs import NONE, Codec
+from core.config.roles import BACKBONE
+from core.training.bookkeeping import Bookkeeping, Publisher, Saving
 from core.training.checkpoints import CheckpointStore
+from core.training.credit.checks import CheckRecord, Standings, WorkChecker
+from core.training.credit.metrics import EpochMetrics
+from core.training.credit.samples import SamplesTally
 from core.training.dedloc.optimizer import MAX_SHORT_ROUNDS
 from core.training.errors import CheckpointError
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
-from core.training.metrics import EpochMetrics, MetricsAggregator
-from core.training.moderation.evidence import (
-    EvidenceCollector,
-    Reported,
-    pass_on,
-)
-from core.training.moderation.rollback import METADATA_KEY, applied_of, round_key
+from core.training.moderation.evidence import Reported
+from core.training.moderation.rollback import applied_of, round_key
 from core.training.participation import Participation
-from core.training.progress import KEEPALIVE, PeerProgress
+from core.training.progress import KEEPALIVE, LEFT, PeerProgress
 from core.training.rollback_replica import ReplicaRollback
-from core.training.samples import SAMPLES_TOTAL, SamplesTally
 from core.training.state import TrainingState
 from core.training.trainer import LossFn
-from core.training.work import CheckRecord, Standings, WorkChecker
 from core.trust.evidence import Evidence
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -72,22 +64,10 @@ from core.util.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
-METRICS_KEPT = 1000
-"""Completed epochs' metrics kept in memory (the metrics log on disk has them all)."""
-ACCUSATIONS_KEPT = 1000
-"""Accusations kept in memory (the coordinator keeps them all)."""
-USERS_KEPT = 10_000
-"""PeerID-to-username pairs remembered from progress records, to name accused peers."""
-FINAL_COLLECTION = 5.0
-"""Seconds a stopping auxiliary peer spends on a last collection of evidence."""
-
-Publisher = Callable[[Path, int, float | None], object]
-"""Called with a checkpoint's path, epoch and loss once it is written (on a worker thread)."""
-
 
 @dataclass(frozen=True)
 class WorkChecks:
-    """The backbone's spot checks of the trainers' work (``core.training.work``)."""
+    """The backbone's spot checks of the trainers' work (``core.training.credit.checks``)."""
 
     rate: float
     """The share of epochs checked at random, besides each peer's first."""
@@ -96,7 +76,7 @@ class WorkChecks:
 
 
 @dataclass(frozen=True)
-class AuxiliaryConfig:
+class DedlocBackboneConfig:
     target_batch_size: int
     matchmaking_time: float = 5.0
     poll_interval: float = 0.1
@@ -115,12 +95,12 @@ class AuxiliaryConfig:
     """The trainers' (the manifest's): they step after every round, short or not."""
 
 
-class AuxiliaryPeer:
-    def __init__(  # noqa: PLR0915 - one statement per part of the peer it sets up
+class DedlocBackbone:
+    def __init__(
         self,
         state: TrainingState,
         links: PeerLinks,
-        config: AuxiliaryConfig,
+        config: DedlocBackboneConfig,
         *,
         checkpoints: CheckpointStore | None = None,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
@@ -129,33 +109,41 @@ class AuxiliaryPeer:
         work_checks: WorkChecks | None = None,
     ) -> None:
         averager = links.averager
-        if averager.config.client_mode or averager.config.auxiliary:
-            # it must reduce, and receive the averages (``auxiliary`` members receive nothing)
-            raise ValueError("an auxiliary peer needs an averager that reduces and receives")
+        if averager.config.client_mode or averager.config.reduce_only:
+            # it must reduce, and receive the averages (reduce-only members receive nothing)
+            raise ValueError("the backbone needs an averager that reduces and receives")
         self.state = state
         """The replica of the collaboration's state (``state.epoch``: the epoch it is at)."""
         self.averager = averager
         self.links = links
         self.board = links.board
-        self._tasks = BackgroundTasks(f"auxiliary/{averager.host.peer_id.short()}")
+        self._tasks = BackgroundTasks(f"backbone/{averager.host.peer_id.short()}")
         self.part = Participation(
-            links, "aux", snapshot=state.snapshot(), retry_cap=config.retry_cap, tasks=self._tasks
+            links,
+            BACKBONE,
+            snapshot=state.snapshot(),
+            retry_cap=config.retry_cap,
+            tasks=self._tasks,
         )
         """Our offer of the replica and our downloads (the trainers' records are read here and
         handed to it)."""
         self.bridge = links.bridge
         self.config = config
-        self.checkpoints = checkpoints
-        self.on_metrics = on_metrics
-        self.publish = publish
-        self.on_evidence = on_evidence
         self.evidence = self.part.evidence
-        self.accusations: deque[Reported] = deque(maxlen=ACCUSATIONS_KEPT)
-        """The newest accusations collected (each once), for diagnostics and tests."""
-        self._collector = EvidenceCollector(self.evidence)
-        self._collecting: asyncio.Task[None] | None = None
-        self._collected: tuple[int, float] = (-1, 0.0)  # epoch and monotonic time of the last
-        self._users: dict[str, str] = {}
+        standings = None if work_checks is None else Standings(work_checks.rate)
+        self.books = Bookkeeping(
+            evidence=self.evidence,
+            bridge=self.bridge,
+            tasks=self._tasks,
+            checkpoints=checkpoints,
+            checkpoint_every=config.checkpoint_every,
+            on_metrics=on_metrics,
+            publish=publish,
+            on_evidence=on_evidence,
+            evidence_interval=config.evidence_interval,
+            support=None if standings is None else standings.supported,
+        )
+        """Metrics, credit, evidence and checkpoints (``core.training.bookkeeping``)."""
         self.local = LocalWork(state, config.clip_norm)
         self.epoch = 0
         """The collaboration's epoch as this peer sees it (what its progress record says)."""
@@ -165,16 +153,10 @@ class AuxiliaryPeer:
         self.state_rounds_joined = 0
         """State rounds averaged completely with every trainer that was expected."""
         self.downloads = 0  # states downloaded from trainers (after a missed round)
-        self.metrics: deque[EpochMetrics] = deque(maxlen=METRICS_KEPT)
-        self.samples = SamplesTally()
-        """The samples behind the replica's epochs, for its checkpoints."""
-        self._aggregator = MetricsAggregator()
         self._joined = -1
         self._short_rounds = 0
         """Short rounds in a row at the current epoch (the trainers count them alike)."""
         self._published_at = 0.0
-        self._checkpointing: asyncio.Task[None] | None = None
-        self._saved_epoch = -1
         self._downloading: asyncio.Task[DownloadedState] | None = None
         self._joining: asyncio.Task[None] | None = None
         self._resync = Retry("the backbone could not refresh its state", log, cap=config.retry_cap)
@@ -184,24 +166,38 @@ class AuxiliaryPeer:
         self._rollback_after = 0.0
         self._me = str(averager.host.peer_id)
         # with ``work_checks`` the trainers' work is spot-checked and credit waits for the
-        # checks (``core.training.work``); without, every claim is credited as made
-        self.checker = None if work_checks is None else self._checker(work_checks)
-
-    def _checker(self, checks: WorkChecks) -> WorkChecker:
-        standings = Standings(checks.rate)
-        self._aggregator.credit.judge = standings.supported
-        return WorkChecker(
-            self.state,
-            self.averager.host,
-            bridge=self.links.bridge,
-            loss=checks.loss,
-            standings=standings,
-            evidence=self.evidence,
-            tasks=self._tasks,
-            claimed=self._aggregator.credit.claimed,
-            user_of=self._users.get,
-            on_check=checks.on_check,
+        # checks (``core.training.credit.checks``); without, every claim is credited as made
+        self.checker = (
+            None
+            if work_checks is None or standings is None
+            else WorkChecker(
+                state,
+                averager.host,
+                bridge=self.bridge,
+                loss=work_checks.loss,
+                standings=standings,
+                evidence=self.evidence,
+                tasks=self._tasks,
+                claimed=self.books.aggregator.credit.claimed,
+                user_of=self.books.user_of,
+                on_check=work_checks.on_check,
+            )
         )
+
+    @property
+    def samples(self) -> SamplesTally:
+        """The samples behind the replica's epochs, for its checkpoints."""
+        return self.books.samples
+
+    @property
+    def metrics(self) -> Sequence[EpochMetrics]:
+        """The newest epochs reported."""
+        return self.books.metrics
+
+    @property
+    def accusations(self) -> Sequence[Reported]:
+        """The newest accusations collected (each once), for diagnostics and tests."""
+        return self.books.accusations
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -214,36 +210,33 @@ class AuxiliaryPeer:
                 try:
                     await self._tick(grads)
                 except BarnraiseError as exc:
-                    log.warning("auxiliary peer: %s", exc)
+                    log.warning("backbone: %s", exc)
                 await asyncio.sleep(self.config.poll_interval)
-            if self._checkpointing is not None:
-                await asyncio.gather(self._checkpointing, return_exceptions=True)
-            # the last epochs' accusations, which no later epoch would collect
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(FINAL_COLLECTION):
-                    await self._collect_evidence()
+            await self.books.close()
         finally:
             await self._tasks.close()
             await self.part.leave(self._record())
 
     async def _resume_from_checkpoint(self) -> None:
         """The replica starts from the newest checkpoint that loads (none: the initial weights)."""
-        if self.checkpoints is None:
+        store = self.books.checkpoints
+        if store is None:
+            self.books.resumed(None, self.state.epoch, self.state.rollback)
             return
-        for path in reversed(self.checkpoints.list()):
+        for path in reversed(store.list()):
             try:
                 checkpoint = await self.bridge.run(CheckpointStore.load, path)
                 await self.bridge.run(self.state.restore, checkpoint)
             except (CheckpointError, ValueError, RuntimeError, KeyError) as exc:
                 log.warning("checkpoint %s cannot be used: %s", path, exc)
                 continue
-            self._saved_epoch = checkpoint.epoch
             self.epoch = max(self.epoch, checkpoint.epoch)
-            self.samples.resume(checkpoint.metadata, checkpoint.epoch, self.state.rollback)
+            self.books.resumed(checkpoint, checkpoint.epoch, self.state.rollback)
             await self._replica_changed()
             log.info("the backbone resumes the collaboration from %s (epoch %d)", path.name,
                      checkpoint.epoch)  # fmt: skip
             return
+        self.books.resumed(None, self.state.epoch, self.state.rollback)
 
     # ---- one look at the collaboration -----------------------------------------------------------
 
@@ -252,8 +245,8 @@ class AuxiliaryPeer:
         self.part.records = records  # what a download asks of where the swarm is
         if self.checker is not None:
             standings = self.checker.standings
-            standings.seen({r.peer for r in records if r.mode != "left"}, time.time())
-            standings.left({r.peer for r in records if r.mode == "left"})
+            standings.seen({r.peer for r in records if r.role != LEFT}, time.time())
+            standings.left({r.peer for r in records if r.role == LEFT})
         view = self.board.view(records, self._record(), self.config.target_batch_size)
         trainers = [p for p in view.peers if p.training]
         # with trainers: their newest epoch; without: our replica's, the newest state there is, so
@@ -266,16 +259,13 @@ class AuxiliaryPeer:
         elif time.monotonic() - self._published_at > KEEPALIVE:
             await self._publish()
         now = time.time()
-        for metrics in self._aggregator.observe(view.reports, now):
-            await self._report(metrics)
-        for metrics in self._aggregator.late_credit(now):
-            await self._report(metrics)
+        for metrics in self.books.observe(view.reports, now):
+            if self.books.due(metrics.epoch + 1):
+                self.books.checkpoint_soon(metrics, self.saving)
         if self.checker is not None:
             for peer, vouched in self.checker.standings.withdrawals().items():
-                for metrics in self._aggregator.withdraw(peer, vouched, now):
-                    await self._report(metrics)
-        self._remember_users(view.reports)
-        self._collect_evidence_soon()
+                self.books.withdraw(peer, vouched, now)
+        self.books.collect_soon(self.epoch)
         joining = self._joining is not None and not self._joining.done()
         if view.ready and self._joined < view.epoch and view.trainers_at_epoch and not joining:
             # in the background: the records keep being read meanwhile, so that no epoch's totals
@@ -293,7 +283,7 @@ class AuxiliaryPeer:
         try:
             await self._step_with(epoch, trainers, grads)
         except BarnraiseError as exc:
-            log.warning("auxiliary peer, round %d: %s", epoch, exc)
+            log.warning("backbone, round %d: %s", epoch, exc)
 
     async def _step_with(self, epoch: int, trainers: int, grads: list[torch.Tensor]) -> None:
         expected = trainers + 1
@@ -311,14 +301,14 @@ class AuxiliaryPeer:
             return
         self.rounds_joined += 1
         if self._short(result):
-            # the trainers keep this average and go on with the epoch (``CollaborativeOptimizer.
+            # the trainers keep this average and go on with the epoch (``DedlocOptimizer.
             # _average_and_apply``): no step, and we join the epoch's next round with them
             self._short_rounds += 1
             self._joined = epoch - 1
             return
         self._short_rounds = 0
         weights = {str(peer): weight for peer, weight in result.weights.items()}
-        self._aggregator.witness(epoch, weights, time.time())
+        self.books.witness(epoch, weights, time.time())
         if self.checker is not None:
             self.checker.landed(epoch, [peer for peer, weight in weights.items() if weight > 0])
         self.epoch = epoch + 1
@@ -439,92 +429,24 @@ class AuxiliaryPeer:
         )
         if result is None:
             return None
-        log.debug("auxiliary round %s: %s", round_key, result.summary())
+        log.debug("backbone round %s: %s", round_key, result.summary())
         if result.findings:
             self._tasks.spawn(f"evidence-{round_key}", self.evidence.publish(result, round_key))
         return result
 
     def _record(self) -> PeerProgress:
-        return PeerProgress(self._me, self.epoch, 0, 0.0, time.time(), "aux")
+        return PeerProgress(self._me, self.epoch, 0, 0.0, time.time(), BACKBONE)
 
     async def _publish(self) -> None:
         self._published_at = time.monotonic()
         await self.board.publish(self._record())
 
-    # ---- evidence --------------------------------------------------------------------------------
-
-    def _remember_users(self, records: list[PeerProgress]) -> None:
-        if len(self._users) > USERS_KEPT:
-            self._users.clear()
-        self._users.update((r.peer, r.username) for r in records if r.username)
-
-    def _collect_evidence_soon(self) -> None:
-        """A collection in the background at a new epoch, or when the last is old."""
-        if self._collecting is not None and not self._collecting.done():
-            return
-        epoch, at = self._collected
-        now = time.monotonic()
-        if epoch == self.epoch and now - at < self.config.evidence_interval:
-            return
-        self._collected = (self.epoch, now)
-        self._collecting = self._tasks.spawn(f"evidence-{self.epoch}", self._collect_evidence())
-
-    async def _collect_evidence(self) -> None:
-        """Read the accusations published since the last collection; log and pass them on."""
-        fresh = await pass_on(self._collector, self._users, self.on_evidence)
-        self.accusations.extend(fresh)
-
-    # ---- metrics and checkpoints -----------------------------------------------------------------
-
-    async def _report(self, metrics: EpochMetrics) -> None:
-        self.samples.add(metrics)
-        if self.on_metrics is not None:
-            self.on_metrics(metrics)
-        if metrics.late or metrics.withdrawn:
-            return  # credit for an epoch already reported and checkpointed
-        self.metrics.append(metrics)
-        every = self.config.checkpoint_every
-        if self.checkpoints is not None and every and (metrics.epoch + 1) % every == 0:
-            if self._checkpointing is not None and not self._checkpointing.done():
-                log.warning("checkpoint after epoch %d skipped: the last one is still being written",
-                            metrics.epoch)  # fmt: skip
-                return
-            # in the background: metrics and averaging rounds must not wait for the disk
-            self._checkpointing = self._tasks.spawn(
-                f"checkpoint-{metrics.epoch + 1}", self._checkpoint(metrics)
-            )
-
-    async def _checkpoint(self, metrics: EpochMetrics) -> None:
-        """Save the replica (the store refuses a NaN loss), and publish it if asked."""
-        assert self.checkpoints is not None
-        store = self.checkpoints
-        loss = float("nan") if metrics.loss is None else metrics.loss
+    def saving(self) -> Saving:
+        """On the training thread: the replica as a checkpoint holds it."""
         state = self.state
-
-        def save() -> tuple[int, Path | None]:
-            epoch = state.epoch
-            if epoch <= self._saved_epoch:
-                return epoch, None  # the replica did not move since the last one
-            metadata = {
-                "epoch": epoch,
-                "samples": metrics.samples,
-                SAMPLES_TOTAL: self.samples.before(epoch, state.rollback),
-                METADATA_KEY: state.rollback,
-            }
-            path = store.save(
-                epoch, state.model.state_dict(), state.optimizer.state_dict(), metadata, loss
-            )
-            return epoch, path
-
-        epoch, path = await self.bridge.run(save)
-        if path is None:
-            return
-        self._saved_epoch = epoch
-        if self.publish is not None:
-            try:
-                await asyncio.to_thread(self.publish, path, epoch, metrics.loss)
-            except (BarnraiseError, OSError) as exc:
-                log.warning("publishing the checkpoint of epoch %d failed: %s", epoch, exc)
+        return Saving(
+            state.epoch, state.model.state_dict(), state.optimizer.state_dict(), state.rollback
+        )
 
 
 def _whole(result: AveragingResult) -> bool:

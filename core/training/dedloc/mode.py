@@ -1,14 +1,15 @@
-"""The ``dedloc`` mode's training code: a trainer's ``CollaborativeOptimizer`` and the backbone's
-``AuxiliaryPeer``, built from a project peer's parts (``core.training.mode``)."""
+"""The ``dedloc`` mode's training code: a trainer's ``DedlocOptimizer`` and the backbone's
+``DedlocBackbone``, built from a project peer's parts (``core.training.mode``)."""
 
 from __future__ import annotations
 
 import logging
 
 from core.averaging.robust.aggregation import AggregationConfig
+from core.config.roles import CLIENT, TRAINER
 from core.project import Manifest
-from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer, WorkChecks
-from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
+from core.training.dedloc.backbone import DedlocBackbone, DedlocBackboneConfig, WorkChecks
+from core.training.dedloc.optimizer import DedlocConfig, DedlocOptimizer
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
 from core.training.publish.checkpoint import published_fallback
 from core.training.rollback_replica import ReplicaRollback
@@ -30,17 +31,17 @@ class Dedloc:
         embedding row one batch touched), so no screening by direction."""
         return base
 
-    def trainer(self, parts: PeerParts) -> CollaborativeOptimizer:
+    def trainer(self, parts: PeerParts) -> DedlocOptimizer:
         """The collaborative optimizer, its fallback to the published checkpoint, the moderators'
         rollback orders and, in the demo only, a misbehaviour."""
         s, manifest, links = parts.settings, parts.manifest, parts.links
         t = manifest.training
-        optimizer = CollaborativeOptimizer(
+        optimizer = DedlocOptimizer(
             parts.state,
             links,
-            config=CollaborativeConfig(
+            config=DedlocConfig(
                 target_batch_size=t.target_batch_size,
-                mode="client" if s.role == "client" else "trainer",
+                role=CLIENT if s.role == CLIENT else TRAINER,
                 average_state_every=t.average_state_every,
                 delay_parameter_updates=t.delay_parameter_updates,
                 clip_norm=t.clip_norm or None,
@@ -62,15 +63,15 @@ class Dedloc:
         )
         return optimizer
 
-    def backbone(self, parts: BackboneParts) -> AuxiliaryPeer:
-        """The auxiliary peer: a replica stepped with the trainers, its checkpoints, the
+    def backbone(self, parts: BackboneParts) -> DedlocBackbone:
+        """The backbone: a replica stepped with the trainers, its checkpoints, the
         members' evidence, and the moderators' rollback orders applied to it."""
         s, manifest = parts.settings, parts.manifest
         t = manifest.training
-        aux = AuxiliaryPeer(
+        backbone = DedlocBackbone(
             parts.state,
             parts.links,
-            config=AuxiliaryConfig(
+            config=DedlocBackboneConfig(
                 target_batch_size=t.target_batch_size,
                 matchmaking_time=manifest.averaging.matchmaking_time,
                 checkpoint_every=s.checkpoint_every,
@@ -80,7 +81,7 @@ class Dedloc:
             ),
             checkpoints=parts.checkpoints,
             on_metrics=parts.report,
-            # it says where it published; a failure is the auxiliary peer's to report
+            # it says where it published; a failure is the backbone's to report
             publish=s.publishing.publish if s.publishing is not None else None,
             on_evidence=s.on_evidence,
             work_checks=(
@@ -89,14 +90,14 @@ class Dedloc:
                 else None
             ),
         )
-        aux.rollback = ReplicaRollback.following(
+        backbone.rollback = ReplicaRollback.following(
             s.access,
-            aux.local,
+            backbone.local,
             parts.links,
             checkpoints=parts.checkpoints,
             on_applied=lambda done: parts.on_event(done.event()),
         )
-        return aux
+        return backbone
 
 
 MODE = Dedloc()

@@ -1,4 +1,4 @@
-"""CollaborativeOptimizer: many peers train as if they were one large-batch run (DeDLOC).
+"""DedlocOptimizer: many peers train as if they were one large-batch run (DeDLOC).
 
 Each trainer calls ``await opt.step(batch_size, loss)`` after every backward pass. The optimizer adds
 the gradients (times the batch size) to its accumulators and tells the collaboration how far it is. When
@@ -36,7 +36,9 @@ import torch
 from core.averaging import AveragingResult
 from core.averaging.sharing.state import StateDownloadError
 from core.codecs import NONE, Codec
+from core.config.roles import BACKBONE, COMPUTING, TRAINER
 from core.training.checkpoints import CheckpointStore
+from core.training.credit.checks import Entry, Forgery, WorkLedger
 from core.training.dedloc.feedback import ErrorFeedback
 from core.training.dedloc.readiness import Own, estimate
 from core.training.errors import CheckpointError
@@ -47,7 +49,6 @@ from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, CollaborationView, PeerProgress
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
-from core.training.work import Entry, Forgery, WorkLedger
 from core.trust.rollback import RollbackOrder
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
@@ -62,11 +63,11 @@ REPORTS_KEPT = 1000
 
 
 @dataclass(frozen=True)
-class CollaborativeConfig:
+class DedlocConfig:
     target_batch_size: int
     """Samples per collaborative step (one epoch)."""
-    mode: str = "trainer"
-    """trainer, or client (no incoming connections); auxiliary peers use ``AuxiliaryPeer``."""
+    role: str = TRAINER
+    """trainer, or client (no incoming connections); the backbone is ``DedlocBackbone``."""
     average_state_every: int = 5
     delay_parameter_updates: bool = False
     clip_norm: float | None = None
@@ -87,18 +88,18 @@ class CollaborativeConfig:
     def __post_init__(self) -> None:
         if self.target_batch_size < 1:
             raise ValueError("target_batch_size must be at least 1")
-        if self.mode not in ("trainer", "client"):
-            raise ValueError("mode must be trainer or client")
+        if self.role not in COMPUTING:
+            raise ValueError("role must be trainer or client")
         if self.average_state_every < 0:
             raise ValueError("average_state_every must be 0 (never) or more")
 
 
-class CollaborativeOptimizer(TakingPart):
+class DedlocOptimizer(TakingPart):
     def __init__(
         self,
         state: TrainingState,
         links: PeerLinks,
-        config: CollaborativeConfig,
+        config: DedlocConfig,
     ) -> None:
         self.state = state
         self.averager = averager = links.averager
@@ -112,7 +113,7 @@ class CollaborativeOptimizer(TakingPart):
         self._tasks = BackgroundTasks(f"collaborative/{averager.host.peer_id.short()}")
         self.part = Participation(
             links,
-            config.mode,
+            config.role,
             snapshot=state.snapshot(),
             retry_cap=config.retry_cap,
             tasks=self._tasks,
@@ -452,7 +453,7 @@ class CollaborativeOptimizer(TakingPart):
         if self.tamper is not None:
             await self.bridge.run(self.tamper, grads)
         expected = len(view.trainers_at_epoch) + sum(
-            1 for p in view.peers if p.mode == "aux" and p.epoch == epoch
+            1 for p in view.peers if p.role == BACKBONE and p.epoch == epoch
         )
         totals, previous = (self._tally.loss_sum, self._tally.mini_steps), self.part.last
         self.part.last = (epoch, *totals, samples)
@@ -576,8 +577,8 @@ class CollaborativeOptimizer(TakingPart):
         trainers = len([p for p in self.view().peers if p.training])
         if trainers < 2:
             return  # nobody to average with: waiting for a group would only cost the timeout
-        # auxiliary peers join state rounds with weight 0 (they reduce for trainers in client mode)
-        expected = trainers + sum(1 for p in self.view().peers if p.mode == "aux")
+        # backbones join state rounds with weight 0 (they reduce for trainers in client mode)
+        expected = trainers + sum(1 for p in self.view().peers if p.role == BACKBONE)
         tensors = await self.bridge.run(self.local.state_copies)
         key = round_key("state", epoch, self.state.rollback)
         result = await self._average(tensors, 1.0, key, expected, codec=NONE)

@@ -5,7 +5,7 @@ trainer counts with the samples it reported plus its speed times the seconds sin
 records are a few tenths of a second old when read, and a fast peer adds many samples meanwhile). A
 peer whose last record is from the epoch before ours most likely stepped with us and has not reported
 yet: it counts at its speed since our epoch began. Records that say nothing about the work towards our
-epoch count for nothing: a paused peer, an auxiliary peer, one that left, one whose record has not
+epoch count for nothing: a paused peer, a backbone, one that left, one whose record has not
 been refreshed within ``RECORD_TTL`` (it vanished: a killed process or a lost link), and a late joiner
 still at an older epoch (it will download the state before it contributes).
 """

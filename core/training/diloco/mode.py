@@ -9,6 +9,7 @@ from pathlib import Path
 
 from core.averaging.robust.aggregation import AggregationConfig
 from core.averaging.robust.screening import ACCUSE_FROM, OPPOSED_FROM
+from core.config.roles import BACKBONE, CLIENT, TRAINER
 from core.project import Manifest
 from core.training.diloco.backbone import DilocoBackbone
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer, reads_every
@@ -41,19 +42,19 @@ class Diloco:
         12 rounds); the screens' findings name the attacks, the norm screen's from three times
         its limit (``ACCUSE_FROM``: an honest member's output layer sat at 10-12x the median in
         converged rounds). Reducers keep each sender's sums along the others' mean: the
-        backbone scores the members' work by them (``core.training.work.contribution``)."""
+        backbone scores the members' work by them (``core.training.credit.scores``)."""
         return replace(
             base,
             opposed_from=OPPOSED_FROM,
             clip_finding_below=0.0,
             accuse_from=ACCUSE_FROM,
-            contributions=True,
+            alignments=True,
         )
 
     def trainer(self, parts: PeerParts) -> DilocoOptimizer:
         """The diloco optimizer and, in the demo only, a misbehaviour."""
         s = parts.settings
-        role = "client" if s.role == "client" else "trainer"
+        role = CLIENT if s.role == CLIENT else TRAINER
         optimizer = self.optimizer(
             parts.manifest, parts.state, parts.links, role, unsent_file=s.work_dir / UNSENT_FILE
         )
@@ -65,7 +66,7 @@ class Diloco:
     def backbone(self, parts: BackboneParts) -> DilocoBackbone:
         s = parts.settings
         return DilocoBackbone(
-            self.optimizer(parts.manifest, parts.state, parts.links, "aux"),
+            self.optimizer(parts.manifest, parts.state, parts.links, BACKBONE),
             checkpoints=parts.checkpoints,
             checkpoint_every=s.checkpoint_every,
             on_metrics=parts.report,
@@ -83,7 +84,7 @@ class Diloco:
         unsent_file: Path | None = None,
     ) -> DilocoOptimizer:
         """The manifest's DiLoCo rounds around ``state`` (already on its training device), for a
-        trainer, a client or the backbone (``role`` aux); ``unsent_file``: where a trainer keeps
+        trainer, a client or the backbone; ``unsent_file``: where a trainer keeps
         its unsent work across a restart."""
         t, codec = manifest.training, links.averager.config.codec
         diloco = DilocoState(
@@ -97,7 +98,7 @@ class Diloco:
         )
         config = DilocoConfig(
             round_seconds=t.round_seconds,
-            mode=role,
+            role=role,
             matchmaking_time=self.matchmaking(manifest).most,
             refresh_interval=reads_every(t.round_seconds),
             unsent_file=unsent_file,

@@ -26,8 +26,10 @@ DiLoCo merges late learners by tokens); each report says how many rounds late it
 alone applies its own pseudo-gradient. A paused peer takes no part in exchanges; on resume it takes
 the newest anchor the same way, and its half-done round goes out at the next round's end.
 
-The backbone runs this class too (``mode="aux"``): it computes nothing, joins every round with
-weight 0, receives the average, takes the same outer step, and serves the outer state.
+The backbone runs this class too (``role="backbone"``): it computes nothing, joins every round
+with weight 0, receives the average, takes the same outer step, and serves the outer state; it
+observes each round it took part in through ``on_landed`` (its metrics and scores, ``backbone``).
+Catching up and repair, where a peer takes the outer state others hold, are ``mend``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import asyncio
 import logging
 import statistics
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,15 +47,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.averaging import AveragingResult, ColumnRequest, Contribution
-from core.averaging.sharing.state import PackedState, StateDownloadError
+from core.averaging import AveragingResult, ColumnRequest
+from core.averaging.sharing.state import PackedState
 from core.codecs import Codec
+from core.config.roles import BACKBONE, CLIENT, ROLES
 from core.modes.clock import RoundClock
 from core.training.diloco.groups import Groups, bucket_key, plan_groups
 from core.training.diloco.groups import Member as GroupMember
 from core.training.diloco.late import Carried
-from core.training.diloco.mend import Mending, mend_due
-from core.training.diloco.state import DIGEST_KEY, SCHEDULE_KEY, DilocoState
+from core.training.diloco.mend import Mending
+from core.training.diloco.state import DilocoState
 from core.training.diloco.unsent import UnsentFile, UnsentWork
 from core.training.links import PeerLinks
 from core.training.moderation.rollback import round_key
@@ -71,7 +74,6 @@ PUBLISH_EVERY = 2 * KEEPALIVE
 still leaves it alive. Each record is signed anew and every reader checks every record it
 reads (n squared checks in a swarm of n), for figures (samples, speed) that diloco needs only at
 a round's end, where it publishes anyway."""
-MODES = ("trainer", "client", "aux")
 LAST_CHANCE = 0.5
 """Seconds a member that reaches matchmaking after the round's window still looks for a group
 (a group closing just then may take it)."""
@@ -87,10 +89,20 @@ def reads_every(round_seconds: float) -> float:
 
 
 @dataclass(frozen=True)
+class Landing:
+    """A round this peer averaged with a group (``DilocoOptimizer.on_landed``)."""
+
+    epoch: int
+    result: AveragingResult
+    landed: bool
+    """The round moved this peer's outer parameters (else its work waits for a later one)."""
+
+
+@dataclass(frozen=True)
 class DilocoConfig:
     round_seconds: float
-    mode: str = "trainer"
-    """trainer, client (no incoming connections) or aux (the backbone: computes nothing)."""
+    role: str = "trainer"
+    """trainer, client (no incoming connections) or backbone (computes nothing)."""
     matchmaking_time: float = 5.0
     refresh_interval: float = 5.0
     """How often the others' progress is read between round ends (``reads_every`` for a round's
@@ -102,12 +114,18 @@ class DilocoConfig:
     unsent_every: float = 60.0
     """Seconds between two writes of the residual to ``unsent_file`` after a landing (a crash
     then loses at most the work since: the rounds' own, not what waits in the residual)."""
+    steps_per_round: float | None = None
+    """The collaboration's inner steps per round, where rounds are ended by their count rather
+    than the clock (``end_round`` called after so many steps: a benchmark's, a test's); None:
+    estimated from the trainers' speeds over ``round_seconds``."""
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
         if not self.round_seconds > 0:
             raise ValueError("round_seconds must be above 0")
+        if self.steps_per_round is not None and not self.steps_per_round > 0:
+            raise ValueError("steps_per_round must be above 0")
 
 
 class DilocoOptimizer(TakingPart):
@@ -138,7 +156,7 @@ class DilocoOptimizer(TakingPart):
         self.reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
         self._tasks = BackgroundTasks(f"diloco/{links.averager.host.peer_id.short()}")
         self.part = Participation(
-            links, config.mode, snapshot=None, retry_cap=config.retry_cap, tasks=self._tasks
+            links, config.role, snapshot=None, retry_cap=config.retry_cap, tasks=self._tasks
         )
         """Our records, our pause, our waits and our state offer (shared with dedloc)."""
         self.last_bytes_sent = 0
@@ -148,12 +166,21 @@ class DilocoOptimizer(TakingPart):
         self.exchange_seconds = 0.0
         """Time spent in exchanges, all of them (overlapped or not)."""
         self.rounds_missed = 0
-        self.repairs = 0
-        """Times this peer took the outer parameters most peers at its epoch held instead of
-        its own (a round it landed apart from them)."""
         self._peer = self.part.peer
         self._lock = asyncio.Lock()
         """Held for any torch work on the model: an inner step, a round's end, a landing."""
+        self._stopping = self._said_slow = False
+        self.mending = Mending(
+            state,
+            self.part,
+            self._lock,
+            state_timeout=config.state_timeout,
+            view=self.view,
+            refresh=self._refresh,
+            moved=self._announce,
+            stopping=lambda: self._stopping,
+        )
+        """Catching up with the collaboration, and repair (``mend``)."""
         self._tally = self.part.tally
         """Samples since the last round's end (their work is in the model, not yet sent)."""
         self._carried = Carried()
@@ -163,12 +190,10 @@ class DilocoOptimizer(TakingPart):
         path = config.unsent_file
         self.unsent = (
             UnsentFile(path, every=config.unsent_every, tasks=self._tasks)
-            if path is not None and config.mode != "aux"
+            if path is not None
             else None
         )
         """Where this trainer keeps its unsent work across a restart (None: nowhere)."""
-        self._held = (state.epoch, state.digest)
-        """(epoch, digest of the outer parameters) as of their last move, read together."""
         self.tamper: Callable[[list[torch.Tensor]], None] | None = None
         """Changes the pseudo-gradient before it goes out: only a peer that misbehaves on
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
@@ -176,16 +201,12 @@ class DilocoOptimizer(TakingPart):
         """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose."""
         self.evidence = self.part.evidence
         """Where what our rounds found against others is signed and published."""
-        self.witnessed: deque[tuple[int, dict[str, float]]] = deque(maxlen=64)
-        """The backbone's landed rounds and their senders' weights, until its metrics take them
-        (evidence of work for a member that is gone before its record says so)."""
-        # the backbone's rounds and what its part showed of each sender's work, until it scores
-        # them (``core.training.work.contribution``)
-        self.scored: deque[tuple[int, dict[str, Contribution]]] = deque(maxlen=64)
+        self.on_landed: Callable[[Landing], None] | None = None
+        """Told of every round this peer averaged with a group, landed or not (the backbone's
+        metrics and scores observe them)."""
         self._exchange: asyncio.Task[None] | None = None
-        self._mending = Mending()
-        self._pending_reports: list[PeerEpoch] = []
-        self._stopping = self._said_slow = False
+        self._pending_reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
+        """Landed rounds' reports until ``step`` hands them to the training loop."""
 
     @property
     def epoch(self) -> int:
@@ -205,17 +226,27 @@ class DilocoOptimizer(TakingPart):
     def exchanging(self) -> bool:
         return self._exchange is not None and not self._exchange.done()
 
+    @property
+    def repairs(self) -> int:
+        """Times this peer took the outer parameters most peers at its epoch held (``mend``)."""
+        return self.mending.repairs
+
+    async def settle(self) -> None:
+        """Wait for the exchange in flight, if any, to land (or to fail)."""
+        if self._exchange is not None:
+            await asyncio.gather(self._exchange, return_exceptions=True)
+
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Serve our outer state, report, catch up if the collaboration is ahead, start the
         round clock."""
-        self._moved()  # the backbone resumed from a checkpoint before this
+        self.mending.mark()  # the backbone resumed from a checkpoint before this
         await self.part.offer_packed(lambda: self.epoch, self._pack)
         await self._publish()
         await self._refresh()
-        if self.view().epoch > self.epoch:
-            await self._catch_up()
+        if self.mending.behind():
+            await self.mending.catch_up()
         await self._take_unsent()
         self._tasks.spawn("publish", self._publish_loop())
         self._tasks.spawn("rounds", self._round_loop())
@@ -230,15 +261,14 @@ class DilocoOptimizer(TakingPart):
             return
         await self._refresh()
         await self._publish()
-        if self.view().epoch > self.epoch:
-            await self._catch_up()
+        if self.mending.behind():
+            await self.mending.catch_up()
 
     def interrupt(self) -> None:
         self._stopping = True
 
     async def close(self) -> None:
-        if self._exchange is not None:
-            await asyncio.gather(self._exchange, return_exceptions=True)
+        await self.settle()
         if self.unsent is not None:
             await self.unsent.settle()
         await self._tasks.close()
@@ -277,7 +307,7 @@ class DilocoOptimizer(TakingPart):
         """One inner step with the gradients in ``.grad``; returns a landed round's report."""
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        if self.config.mode == "aux":
+        if self.config.role == BACKBONE:
             raise BarnraiseError("the backbone computes no inner steps")
         if not self.diloco.overlap and self._exchange is not None and not self._exchange.done():
             # without overlap the round lands on theta itself: an inner step taken meanwhile
@@ -289,7 +319,7 @@ class DilocoOptimizer(TakingPart):
             if stepped:
                 self._count(batch_size, loss)
         if self._pending_reports:
-            return self._pending_reports.pop(0)
+            return self._pending_reports.popleft()
         return None
 
     def view(self) -> CollaborationView:
@@ -319,18 +349,17 @@ class DilocoOptimizer(TakingPart):
         now = self._now()
         since = 0.0 if ended is None else now - ended
         until = asyncio.get_running_loop().time() + self.config.matchmaking_time - since
-        if self._exchange is not None:
-            await asyncio.gather(self._exchange, return_exceptions=True)  # one in flight at most
-        if self._mending.task is not None:
-            await asyncio.gather(self._mending.task, return_exceptions=True)
+        await self.settle()  # one exchange in flight at most
+        if self.mending.task is not None:
+            await asyncio.gather(self.mending.task, return_exceptions=True)
         began = self.epoch  # the anchor this round's work was computed on
         if self.unsent is not None:
             await self.unsent.void()  # the residual goes out now: a copy kept must not return
         await self._refresh()
-        if self.view().epoch > self.epoch:
-            await self._catch_up()  # others landed a round we missed: their anchor first
-        elif (held := self._majority()) is not None:
-            await self._repair(held)  # most peers at our epoch took another mean than ours
+        if self.mending.behind():
+            await self.mending.catch_up()  # others landed a round we missed: their anchor first
+        elif (held := self.mending.majority()) is not None:
+            await self.mending.repair(held)  # most peers at our epoch took another mean than ours
         async with self._lock:
             computed, loss_sum, mini_steps = self._tally.take()
             # a round that computed nothing keeps its residual whole (no new work to decay it by)
@@ -350,7 +379,7 @@ class DilocoOptimizer(TakingPart):
         )
         await self._publish()
         if not self.diloco.overlap:
-            await asyncio.gather(self._exchange, return_exceptions=True)
+            await self.settle()
 
     async def _run_exchange(self, delta: list[Any], samples: int, epoch: int, until: float) -> None:
         """Average ``delta`` with this round's group and land it; ``until``: the event loop's time
@@ -385,12 +414,12 @@ class DilocoOptimizer(TakingPart):
         if result is not None and result.findings:  # in the background: nobody waits for it
             key = round_key("diloco", epoch, self.state.rollback)
             self._tasks.spawn(f"evidence-{epoch}", self.evidence.publish(result, key))
-        if result is not None and result.contributions and self.config.mode == "aux":
-            self.scored.append((epoch, {str(p): c for p, c in result.contributions.items()}))
         per_round = self._steps_per_round(view)
         landed, summary, group = await self._outcome(
             result, delta, left, others=others, epoch=epoch, per_round=per_round
         )
+        if result is not None and self.on_landed is not None:
+            self.on_landed(Landing(epoch, result, landed))
         # most of our work landed (all of it alone): its samples are credited now, and what of it
         # the mean lacks goes out with a later round (without new samples)
         credits = landed and (
@@ -412,9 +441,6 @@ class DilocoOptimizer(TakingPart):
         credited, late = self._carried.land(epoch) if credits else (0, 0)
         if credited:
             self.landed.add(epoch, round(credited * self.claim))
-        if result is not None and self.config.mode == "aux":
-            weights = {str(peer): weight for peer, weight in result.weights.items()}
-            self.witnessed.append((epoch, weights))
         weight = result.group_weight if result is not None else float(samples)
         sent = result.bytes_sent if result is not None else 0
         anchor = await self.bridge.run(self.diloco.anchor_digest)
@@ -423,12 +449,10 @@ class DilocoOptimizer(TakingPart):
             late,
         )  # fmt: skip
         self.reports.append(report)
-        if self.config.mode != "aux":
-            self._pending_reports.append(report)
-            if self.unsent is not None:
-                self.unsent.keep_soon(self._copy_residual)
-        await self._publish()
-        await self.part.announce(self.epoch)
+        self._pending_reports.append(report)
+        if self.unsent is not None:
+            self.unsent.keep_soon(self._copy_residual)
+        await self._announce()
 
     async def _outcome(
         self,
@@ -457,7 +481,7 @@ class DilocoOptimizer(TakingPart):
                     return False, "no group formed", 0
                 await self.bridge.run(diloco.land_alone, delta, per_round)
                 self.state.epoch = epoch + 1
-                self._moved()
+                self.mending.mark()
                 return True, "no group: this peer's own pseudo-gradient", 1
             if result.averaged_elements == 0 or result.group_weight <= 0:
                 await self.bridge.run(diloco.missed, delta)
@@ -474,7 +498,7 @@ class DilocoOptimizer(TakingPart):
             missing = result.missing
             await self.bridge.run(lambda: diloco.land(delta, left, missing, per_round))
             self.state.epoch = epoch + 1
-            self._moved()
+            self.mending.mark()
             return True, result.summary(), len(result.members)
 
     def _groups(self, view: CollaborationView, epoch: int) -> Groups:
@@ -483,12 +507,12 @@ class DilocoOptimizer(TakingPart):
         mean must hold its own group's values only, so groups cannot average across)."""
         config = self.links.averager.config
         members = [
-            GroupMember(p.peer, p.mode != "client")
+            GroupMember(p.peer, p.role != CLIENT)
             for p in view.peers
-            if (p.training or p.mode == "aux") and epoch - 1 <= p.epoch <= epoch
+            if (p.training or p.role == BACKBONE) and epoch - 1 <= p.epoch <= epoch
         ]
         # a trainer nobody can dial averages as a client: it cannot lead, whatever its role
-        leads = self.config.mode != "client" and not config.client_mode
+        leads = self.config.role != CLIENT and not config.client_mode
         members.append(GroupMember(self._peer, leads))
         size = None if config.verification.enabled else config.target_group_size
         return plan_groups(members, epoch, size)
@@ -507,8 +531,10 @@ class DilocoOptimizer(TakingPart):
         )
 
     def _steps_per_round(self, view: CollaborationView) -> float:
-        """The collaboration's inner steps per round: the median of what the trainers' speeds
-        make of a round (this peer's own steps when no speed is known)."""
+        """The collaboration's inner steps per round: as configured, else the median of what the
+        trainers' speeds make of a round (this peer's own steps when no speed is known)."""
+        if self.config.steps_per_round is not None:
+            return self.config.steps_per_round
         speeds = [p.samples_per_second for p in view.peers if p.training]
         speeds = [speed for speed in speeds if speed > 0]
         if not speeds or self._batch <= 0:
@@ -521,110 +547,6 @@ class DilocoOptimizer(TakingPart):
         rollback = self.state.rollback
         async with self._lock:
             return await self.bridge.run(lambda: self.diloco.packed(rollback))
-
-    # ---- catching up -----------------------------------------------------------------------------
-
-    async def _catch_up(self) -> None:
-        """Take the newest outer state a peer gives (our work since our anchor kept on top);
-        retried with backoff while the collaboration is ahead and we are not stopping."""
-        while not self._stopping and not self.paused and self.view().epoch > self.epoch:
-            reason = await self._download()
-            if reason is None:
-                break
-            self.part.set_waiting(reason)
-            await asyncio.sleep(self.part.failed(reason))
-            await self._refresh()
-        self.part.set_waiting(None)
-
-    async def _download(self) -> str | None:
-        try:
-            got = await self.part.download(self.epoch, self.config.state_timeout, exact=True)
-        except (StateDownloadError, TimeoutError) as exc:
-            return (
-                f"no peer could give the state of epoch {self.view().epoch}: {exc or 'timed out'}"
-            )
-        if got.version <= self.epoch:
-            return None
-        if got.metadata.get("mode") != "diloco":
-            return "the peers' state is not a diloco state (do they run another mode?)"
-        schedule = got.metadata.get(SCHEDULE_KEY)
-        clock = float(schedule) if isinstance(schedule, int | float) else None
-        async with self._lock:
-            try:
-                await self.bridge.run(self.diloco.rebase, got.version, got.tensors, clock)
-            except ValueError as exc:
-                return f"the state peers give does not fit this model: {exc}"
-            self._moved()
-        log.info("took the outer state of epoch %d from %d peer(s)", got.version, len(got.donors))
-        await self._publish()
-        await self.part.announce(self.epoch)
-        return None
-
-    def _majority(self) -> str | None:
-        """The digest most peers at our epoch hold, when it is not ours (None otherwise).
-
-        Two groups whose columns never met (a split the matchmaking could not mend) land
-        different means: the members of the smaller side take the larger side's outer parameters
-        (a tie goes to the side the backbone is on, then to the smaller digest, so that everyone
-        picks the same side). What the smaller side's round did is lost; a log line says so."""
-        epoch, mine = self._held
-        if epoch != self.epoch or not mine:
-            return None
-        at = [p for p in self.view().peers if p.epoch == epoch and p.anchor]
-        counts = Counter(p.anchor for p in at)
-        if not counts:
-            return None
-        backed = {p.anchor for p in at if p.mode == "aux"}
-        best = max(counts, key=lambda d: (counts[d], d in backed, [-ord(c) for c in d]))
-        return None if best == mine else best
-
-    def _mend_now(self) -> str | None:
-        """The digest to take now, between round ends (``mend``), when most peers at our epoch
-        hold other outer parameters than ours; None: not now."""
-        idle = not (self.exchanging or self.paused or self._stopping or self._mending.busy)
-        due = mend_due(
-            until_end=self.rounds.until_end(self._now()),
-            round_seconds=self.config.round_seconds,
-            idle=idle,
-            fresh=self._mending.tried != self._held,
-        )
-        held = self._majority() if due else None
-        if held is not None:
-            self._mending.tried = self._held
-        return held
-
-    async def _repair(self, digest: str) -> None:
-        epoch = self.epoch
-        log.warning("this peer's outer parameters at epoch %d differ from those most peers at "
-                    "it hold: it takes theirs, and the round it landed apart is lost", epoch)  # fmt: skip
-
-        def theirs(metadata: dict[str, Any]) -> bool:
-            newer = isinstance(metadata.get("epoch"), int) and metadata["epoch"] > epoch
-            return newer or metadata.get(DIGEST_KEY) == digest
-
-        try:
-            got = await self.part.download(
-                epoch - 1, self.config.state_timeout, accept=theirs, exact=True
-            )
-        except (StateDownloadError, TimeoutError) as exc:
-            log.info("no peer gave the outer parameters most peers hold: %s", exc or "timed out")
-            return
-        if got.version < epoch or got.metadata.get("mode") != "diloco":
-            return
-        schedule = got.metadata.get(SCHEDULE_KEY)
-        clock = float(schedule) if isinstance(schedule, int | float) else None
-        async with self._lock:
-            try:
-                await self.bridge.run(self.diloco.rebase, got.version, got.tensors, clock)
-            except ValueError as exc:
-                log.warning("the outer parameters most peers hold do not fit this model: %s", exc)
-                return
-            # where our last round averaged nothing, the others' mean holds our data
-            await self.bridge.run(self.diloco.drop_missing)
-            self._moved()
-        self.repairs += 1
-        await self._publish()
-        await self.part.announce(self.epoch)
 
     # ---- progress records ------------------------------------------------------------------------
 
@@ -640,17 +562,18 @@ class DilocoOptimizer(TakingPart):
                         self.config.round_seconds)  # fmt: skip
 
     def _progress(self) -> PeerProgress:
-        epoch, digest = self._held
+        epoch, digest = self.mending.held
         return self.part.record(
             self.epoch, self._tally.samples, digest if epoch == self.epoch else ""
         )
 
-    def _moved(self) -> None:
-        """The outer parameters moved (a landing, a download): what our record says we hold."""
-        self._held = (self.epoch, self.diloco.digest)
-
     async def _publish(self) -> None:
         await self.part.publish(self._progress())
+
+    async def _announce(self) -> None:
+        """The outer parameters moved: our record and our state's announcement say so now."""
+        await self._publish()
+        await self.part.announce(self.epoch)
 
     async def _refresh(self) -> None:
         """Read the others' records, keeping for each peer the newest one seen: a read that
@@ -687,13 +610,21 @@ class DilocoOptimizer(TakingPart):
                 read_at = now
                 steps.append(self._refresh())
             await asyncio.gather(*steps)
-            if now >= due_read and (held := self._mend_now()) is not None:
-                self._mending.task = self._tasks.spawn(f"mend-{self.epoch}", self._repair(held))
+            if now < due_read:
+                continue
+            held = self.mending.due(
+                until_end=self.rounds.until_end(self._now()),
+                round_seconds=self.config.round_seconds,
+                idle=not (self.exchanging or self.paused or self._stopping),
+            )
+            if held is not None:
+                mending = self.mending
+                mending.task = self._tasks.spawn(f"mend-{self.epoch}", mending.repair(held))
 
     def keep_receipts(self, precision: str) -> None:
         """Diloco keeps no receipts: a microbatch's gradient is taken at parameters of this peer's
         own inner steps, which no checker holds; the backbone scores its rounds' updates instead
-        (``core.training.work.contribution``)."""
+        (``core.training.credit.scores``)."""
         return None
 
     def tryout_weights(self) -> dict[str, np.ndarray]:

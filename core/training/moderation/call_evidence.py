@@ -3,9 +3,9 @@
 An expert server refuses a call whose tensors are not finite (``core.moe.server.server``):
 answered as an invalid request, it spoils nothing. Such a call is also evidence against its caller,
 as a poisoned part is in an averaging round: the server signs an accusation and publishes it in its
-own evidence record (``EvidenceBoard``). A dmoe project has no auxiliary peer, so the backbone's
+own evidence record (``EvidenceBoard``). A dmoe project has no backbone, so the backbone's
 expert server collects everyone's records (``collect``) and hands them to the coordinator's
-reporter, as the auxiliary peer does in a collaborative project.
+reporter, as the backbone does in a collaborative project.
 
 One accusation per caller per window (``window`` seconds), however many calls it sent: the value
 counts the calls, the reason names the first. A flood of poisoned calls is then a few records a

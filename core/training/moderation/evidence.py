@@ -6,10 +6,10 @@ become signed ``Evidence`` (``core.trust.evidence``); a screen's finding only on
 and publishes them under ``<prefix>.evidence`` in one subkey that only it can write (the DHT's
 owned subkeys, as progress records do), living ``EVIDENCE_TTL`` seconds; in a moderated project the
 record carries the reporter's pass, and peers' DHTs refuse one whose pass does not admit its
-signer. Why the DHT and not a direct call to the auxiliary peer: every peer already reaches it,
-there may be several auxiliary peers or none for a while, and a record outlives its reporter.
+signer. Why the DHT and not a direct call to the backbone: every peer already reaches it,
+there may be several backbones or none for a while, and a record outlives its reporter.
 
-The auxiliary peer reads the key every epoch (``EvidenceCollector``): each item must be signed by
+The backbone reads the key every epoch (``EvidenceCollector``): each item must be signed by
 the subkey's owner for this project, and is passed on once (a record is republished unchanged
 until it expires). Bounds: ``KEPT`` items per reporter (a longer record is dropped whole), and at
 most ``MAX_COLLECTED`` new items per collection.
@@ -39,7 +39,7 @@ from core.util.errors import BarnraiseError
 log = logging.getLogger(__name__)
 
 EVIDENCE_TTL = 600.0
-"""Seconds a reporter's record lives: several epochs, so that an auxiliary peer that was busy or
+"""Seconds a reporter's record lives: several epochs, so that a backbone that was busy or
 restarting still reads it."""
 KEPT = 32
 """Items in one reporter's record (its newest): a flood from one member costs it its own older
@@ -52,7 +52,7 @@ REMEMBERED = 20_000
 
 @dataclass(frozen=True)
 class Reported:
-    """An accusation as the auxiliary peer read it, with the reporter's username when known."""
+    """An accusation as the backbone read it, with the reporter's username when known."""
 
     evidence: Evidence
     reporter_user: str | None = None
@@ -274,7 +274,7 @@ async def pass_on(
 
 
 def accusations(reported: Iterable[Reported], users: Mapping[str, str]) -> list[str]:
-    """One line per accused peer and round, for the auxiliary peer's log: who, as which user
+    """One line per accused peer and round, for the backbone's log: who, as which user
     (``users``: PeerID to username, from progress records; else the accused's own word is not
     taken), how many distinct reporters, and the first reporter's words."""
     grouped: dict[tuple[str, str], list[Reported]] = {}

@@ -1,7 +1,7 @@
-"""ProjectPeer: one peer of a project, built from its manifest (what ``barnraise peer`` and ``aux`` run).
+"""ProjectPeer: one peer of a project, built from its manifest (what ``barnraise peer`` and ``backbone`` run).
 
 It composes its parts and runs them in order: the network stack (``stack``: Host, presence, DHT
-node; roles follow reachability), the averager (trainer, client or auxiliary), the state from the
+node; roles follow reachability), the averager (trainer, client or backbone), the state from the
 project's recipe (``recipe``: the model with the project's seed, so every peer starts from the same
 weights, the optimizer and schedule, or a checkpoint to start from), then the work of its role
 (``roles``: train until stopped, or be the backbone). Events (``core.worker.events``: ready, epoch,
@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from core.averaging import Averager
+from core.config.roles import BACKBONE
 from core.net import Identity
 from core.net.reach.monitor import ReachabilityMonitor
 from core.training.links import PeerLinks
@@ -34,6 +35,7 @@ from core.training.peer.recipe import averager_config, build_model, load_checkpo
 from core.training.peer.residency import Residency
 from core.training.peer.roles import TrainerRole, run_backbone
 from core.training.peer.stack import NetworkStack, check_gate
+from core.training.progress import PAUSED
 from core.training.settings import Misbehaving, PeerSettings
 from core.training.trainer import Trainer
 from core.util.tasks import BackgroundTasks
@@ -101,7 +103,7 @@ class ProjectPeer:
         self.on_event(PeerReady(self.network_stack.address(), s.role))
         # after ``ready``, which owners read first (it carries the address to join)
         self._tasks.spawn("network-events", self.network_stack.report(self.on_event))
-        if s.role == "aux":
+        if s.role == BACKBONE:
             await run_backbone(s, state, links, on_event=self.on_event, stop=stop)
             return
         self._role = TrainerRole(
@@ -175,7 +177,7 @@ class ProjectPeer:
             out.update(
                 epoch=optimizer.epoch,
                 collaboration_epoch=view.epoch,
-                peers=len([p for p in view.peers if p.training or p.mode == "paused"]),
+                peers=len([p for p in view.peers if p.training or p.role == PAUSED]),
                 collaboration_samples_per_second=view.samples_per_second,
                 samples_per_second=0.0 if optimizer.paused else optimizer.speed,
             )

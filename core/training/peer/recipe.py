@@ -18,10 +18,9 @@ from typing import TypeAlias
 import torch
 
 from core.averaging import AveragerConfig
+from core.averaging.config import VerificationConfig
 from core.averaging.robust.aggregation import AggregationConfig, Method
-from core.averaging.verification import VerificationConfig
-from core.codecs import TOPK, Codec, active_codecs
-from core.codecs.topk import top_k
+from core.config.roles import BACKBONE, CLIENT
 from core.data import (
     DataSource,
     TextTokenizer,
@@ -205,13 +204,13 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         min_group_size=min(a.min_group_size, a.target_group_size),
         min_matchmaking_time=wait.least,
         max_matchmaking_time=wait.most,
-        codec=project_codec(manifest),
+        codec=manifest.averaging.round_codec(),
         allreduce_timeout=a.allreduce_timeout,
-        compute=0.0 if role == "aux" else 1.0,
-        client_mode=role == "client",
+        compute=0.0 if role == BACKBONE else 1.0,
+        client_mode=role == CLIENT,
         # the backbone joins with weight 0 but as a member that receives the averages: it steps
-        # its replica of the state with them (``AuxiliaryPeer``)
-        auxiliary=False,
+        # its replica of the state with them (``DedlocBackbone``)
+        reduce_only=False,
         aggregation=mode.aggregation(
             AggregationConfig(
                 method=Method(a.aggregation),
@@ -223,13 +222,6 @@ def averager_config(manifest: Manifest, role: str) -> AveragerConfig:
         ),
         verification=VerificationConfig(enabled=a.verify_reducers),
     )
-
-
-def project_codec(manifest: Manifest) -> Codec:
-    """The codec rounds travel in: the table's, or ``topk`` at the manifest's density and bits."""
-    a = manifest.averaging
-    codec = active_codecs().parse(a.codec)
-    return top_k(a.density, a.bits) if codec is TOPK else codec
 
 
 def training_state(model: torch.nn.Module, manifest: Manifest) -> TrainingState:

@@ -6,7 +6,7 @@ What either builds depends on the project's training mode, and is the mode's to 
 A trainer (or a client, which others cannot dial) places the state on its training device with
 the manifest's precision, fetches the tokenizer, streams its data, and trains through its mode's
 optimizer until stopped (``TrainerRole``); it follows the collaboration's curve (``curve``) from
-the progress records its optimizer fetches anyway. An auxiliary peer, the backbone
+the progress records its optimizer fetches anyway. A backbone, the backbone
 (``run_backbone``), runs its mode's backbone: a replica of the state kept and served, checkpoints
 written (and published); each completed epoch is logged and reported here, and the replica is
 measured on the project's held-out text (``core.training.evaluation``).
@@ -21,10 +21,11 @@ import logging
 from collections.abc import Callable
 
 from core.training.checkpoints import CheckpointStore
+from core.training.credit.checks.fingerprint import precision_name
+from core.training.credit.metrics import EpochMetrics, MetricsAggregator, MetricsLog
 from core.training.curve import follow_metrics, metrics_event
 from core.training.evaluation import HeldOutEvaluator
 from core.training.links import PeerLinks
-from core.training.metrics import EpochMetrics, MetricsAggregator, MetricsLog
 from core.training.mode import BackboneParts, ModeOptimizer, PeerParts, mode_of
 from core.training.peer.recipe import data_stream, fetch_tokenizer, mlm_loss
 from core.training.peer.residency import Residency
@@ -32,7 +33,6 @@ from core.training.progress import HeldOut
 from core.training.settings import PeerSettings
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
-from core.training.work.fingerprint import precision_name
 from core.util.tasks import BackgroundTasks
 from core.worker.control import TrainingControl
 from core.worker.device import training_device
@@ -124,7 +124,7 @@ async def run_backbone(
     on_event: Callable[[PeerEvent], None],
     stop: asyncio.Event,
 ) -> None:
-    """Be the auxiliary peer until ``stop``: a replica of the state kept and served, checkpoints
+    """Be the backbone until ``stop``: a replica of the state kept and served, checkpoints
     written (and published), each completed epoch logged to ``metrics.jsonl``, told as an event
     with the samples per user, and handed to ``settings.on_metrics``; with ``[evaluation]``, the
     replica measured on the held-out text every ``every`` epochs (``evaluation.jsonl``, a

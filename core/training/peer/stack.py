@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from core.averaging import Averager
+from core.config.roles import BACKBONE, CLIENT, TRAINER
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
 from core.net.connection_kinds import KINDS, peer_kinds
@@ -59,9 +60,9 @@ def dht_client(role: str, listen: Sequence[str]) -> bool:
     must reach through a relay would slow every lookup that passes it; the backbone serves the DHT.
     Inside one computer (loopback) every peer can serve.
     """
-    if role == "client":
+    if role == CLIENT:
         return True
-    if role == "aux":
+    if role == BACKBONE:
         return False
     hosts = [PeerAddress.parse(text).host or "" for text in listen]
     return not all((ip := parse_ip(host)) is not None and ip.is_loopback for host in hosts)
@@ -163,11 +164,11 @@ class NetworkStack:
         averager, presence = self._averager, self.presence
         if averager is None or presence is None:
             return
-        if self.role == "trainer":
+        if self.role == TRAINER:
             averager.set_client_mode(not presence.dialable)
-        elif self.role == "aux" and state is Reachability.PRIVATE:
+        elif self.role == BACKBONE and state is Reachability.PRIVATE:
             log.warning(
-                "this auxiliary peer cannot be dialed from the internet (%s): peers behind routers "
+                "this backbone cannot be dialed from the internet (%s): peers behind routers "
                 "will fail to send it their parts; open its port (%s) in the firewall",
                 state.value,
                 self.host.listening_port,

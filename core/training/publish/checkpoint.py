@@ -148,7 +148,7 @@ def sign_index(
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointPublishing:
-    """Where and as whom an auxiliary peer publishes its checkpoints."""
+    """Where and as whom a backbone publishes its checkpoints."""
 
     folder: Path
     project_key: Identity

@@ -189,7 +189,7 @@ async def test_a_pass_for_another_peer_cannot_be_set(project: Project) -> None:
 def test_a_pass_seen_before_is_not_verified_again(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the signature check is the expensive part of admitting a peer (benchmarks/access.py measures
+    # the signature check is the expensive part of admitting a peer (benchmarks/net/access.py measures
     # by how much); a pass already verified is only rechecked for expiry and revocation
     gate = project.gate(Identity.generate(), None)
     bob = Identity.generate()

@@ -2,7 +2,7 @@
 
 A flood drops thousands of connections a second. What only the cyclic collector can free piles up
 between its rare full passes, grows the heap, and scatters the long-lived objects allocated meanwhile
-so that the memory is never returned after the flood (``benchmarks/flood.py``). So each
+so that the memory is never returned after the flood (``benchmarks/net/flood.py``). So each
 way a stranger's connection can end is checked to free everything by reference counting alone.
 """
 

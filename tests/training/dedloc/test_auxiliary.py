@@ -1,4 +1,4 @@
-"""An auxiliary peer on real loopback connections: it reduces in the trainers' rounds, aggregates
+"""A backbone on real loopback connections: it reduces in the trainers' rounds, aggregates
 their metrics and writes checkpoints any peer can start from."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from core.training.checkpoints import CheckpointStore
-from core.training.dedloc.backbone import AuxiliaryConfig
-from core.training.dedloc.optimizer import CollaborativeConfig
-from core.training.metrics import EpochMetrics
-from core.training.samples import SAMPLES_TOTAL
+from core.training.credit.metrics import EpochMetrics
+from core.training.credit.samples import SAMPLES_TOTAL
+from core.training.dedloc.backbone import DedlocBackboneConfig
+from core.training.dedloc.optimizer import DedlocConfig
 from core.training.trainer import Trainer
 from tests.conftest import MakeHost
 from tests.support.leaks import poll_until, wait_until
@@ -31,11 +31,11 @@ from tests.training.dedloc.test_collaborative import (
 )
 
 
-async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
+async def test_backbone_reduces_aggregates_and_checkpoints(
     make_peer: MakePeer, make_host: MakeHost, tmp_path: Path
 ) -> None:
     data = dataset()
-    config = CollaborativeConfig(target_batch_size=256, average_state_every=0)
+    config = DedlocConfig(target_batch_size=256, average_state_every=0)
     peers = []
     for _ in range(2):
         model = fresh_model()
@@ -47,7 +47,7 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         make_host,
         model=aux_model,
         optimizer=make_optimizer(aux_model),
-        config=AuxiliaryConfig(target_batch_size=256, checkpoint_every=3),
+        config=DedlocBackboneConfig(target_batch_size=256, checkpoint_every=3),
         checkpoints=store,
     )
     stop = asyncio.Event()
@@ -63,7 +63,7 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         return compute
 
     try:
-        # the auxiliary peer announces itself before the first round
+        # the backbone announces itself before the first round
         me = str(aux.averager.host.peer_id)
         await poll_until(
             peers[0].optimizer.board.fetch, lambda seen: any(r.peer == me for r in seen)
@@ -83,7 +83,7 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         await aux_task
         await close_aux(aux)
 
-    # the auxiliary peer reduced in the trainers' rounds
+    # the backbone reduced in the trainers' rounds
     assert aux.peer.rounds_joined >= 4
     assert sum(r.group_size == 3 for r in peers[0].optimizer.reports) >= 4
     # per-epoch loss = sum of losses / sum of mini-steps over both trainers
@@ -109,13 +109,13 @@ async def test_auxiliary_peer_reduces_aggregates_and_checkpoints(
         torch.testing.assert_close(mine, theirs)
 
 
-async def test_auxiliary_peer_reduces_the_state_rounds_of_client_trainers(
+async def test_backbone_reduces_the_state_rounds_of_client_trainers(
     make_peer: MakePeer, make_host: MakeHost
 ) -> None:
-    """Volunteers behind home routers average as clients: the backbone's auxiliary peer is then the
+    """Volunteers behind home routers average as clients: the backbone's backbone is then the
     only one that can reduce, for their state rounds as for their gradient rounds."""
     data = dataset()
-    config = CollaborativeConfig(target_batch_size=128, average_state_every=2)
+    config = DedlocConfig(target_batch_size=128, average_state_every=2)
     clients = replace(AVERAGING, client_mode=True)
     peers = []
     for _ in range(2):
@@ -127,7 +127,7 @@ async def test_auxiliary_peer_reduces_the_state_rounds_of_client_trainers(
         make_host,
         model=aux_model,
         optimizer=make_optimizer(aux_model),
-        config=AuxiliaryConfig(target_batch_size=128, average_state_every=2),
+        config=DedlocBackboneConfig(target_batch_size=128, average_state_every=2),
     )
     stop = asyncio.Event()
     aux_task = asyncio.create_task(aux.peer.run(stop))
@@ -148,7 +148,7 @@ async def test_auxiliary_peer_reduces_the_state_rounds_of_client_trainers(
         await aux_task
         await close_aux(aux)
 
-    # state rounds at epochs 2 and 4, each with both clients and the auxiliary peer reducing
+    # state rounds at epochs 2 and 4, each with both clients and the backbone reducing
     assert aux.peer.state_rounds_joined >= 1
     for peer in peers:
         assert peer.optimizer.states_averaged, "two clients alone cannot average their state"
@@ -162,13 +162,13 @@ async def test_a_checkpoint_saved_behind_a_step_names_the_epoch_its_weights_belo
     # step: it must see the new epoch with the new weights, never the old number on them
     first_model = fresh_model()
     first = await make_peer(
-        first_model, make_optimizer(first_model), CollaborativeConfig(target_batch_size=256)
+        first_model, make_optimizer(first_model), DedlocConfig(target_batch_size=256)
     )
     model = fresh_model()
     store = CheckpointStore(tmp_path / "checkpoints", keep=2)
     aux = await start_aux(
         first, make_host, model=model, optimizer=make_optimizer(model),
-        config=AuxiliaryConfig(target_batch_size=256, checkpoint_every=1), checkpoints=store,
+        config=DedlocBackboneConfig(target_batch_size=256, checkpoint_every=1), checkpoints=store,
     )  # fmt: skip
     peer = aux.peer
     stepping, release = threading.Event(), threading.Event()
@@ -185,7 +185,9 @@ async def test_a_checkpoint_saved_behind_a_step_names_the_epoch_its_weights_belo
         step = asyncio.create_task(peer.bridge.run(peer._follow_step, grads, 1))
         assert await asyncio.to_thread(stepping.wait, 10)
         metrics = EpochMetrics(0, 1.0, 256, 100.0, 2, time.time())
-        saving = asyncio.create_task(peer._checkpoint(metrics))  # queued behind the step
+        saving = asyncio.create_task(
+            peer.books.checkpoint(metrics, peer.saving)
+        )  # queued behind the step
         await asyncio.sleep(0.05)
         release.set()
         await step
@@ -206,10 +208,10 @@ async def test_checkpoints_record_the_samples_behind_them(
 ) -> None:
     first_model = fresh_model()
     first = await make_peer(
-        first_model, make_optimizer(first_model), CollaborativeConfig(target_batch_size=256)
+        first_model, make_optimizer(first_model), DedlocConfig(target_batch_size=256)
     )
     store = CheckpointStore(tmp_path / "checkpoints", keep=5)
-    config = AuxiliaryConfig(target_batch_size=256, checkpoint_every=10)
+    config = DedlocBackboneConfig(target_batch_size=256, checkpoint_every=10)
 
     async def backbone_reporting(epochs: range, samples: int) -> None:
         """A backbone on ``store`` (resumed from its newest checkpoint) that is told of
@@ -224,9 +226,10 @@ async def test_checkpoints_record_the_samples_behind_them(
             await peer._resume_from_checkpoint()
             peer.state.epoch = epochs.stop  # as if it had stepped with the trainers
             for number in epochs:
-                await peer._report(EpochMetrics(number, 6.0, samples, 100.0, 3, time.time()))
-            assert peer._checkpointing is not None
-            await peer._checkpointing
+                metrics = EpochMetrics(number, 6.0, samples, 100.0, 3, time.time())
+                peer.books.report(metrics)
+            assert peer.books.due(epochs.stop)
+            await peer.books.checkpoint(metrics, peer.saving)
         finally:
             await close_aux(aux)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.codecs.topk import top_k
-from core.training.dedloc.optimizer import CollaborativeConfig
+from core.training.dedloc.optimizer import DedlocConfig
 from core.training.trainer import Trainer
 from tests.training.conftest import AVERAGING, MakePeer, Peer
 
@@ -74,7 +74,7 @@ class Recorder:
 
 async def test_three_peers_match_one_large_batch_run(make_peer: MakePeer) -> None:
     data = dataset()
-    config = CollaborativeConfig(target_batch_size=TARGET, average_state_every=5)
+    config = DedlocConfig(target_batch_size=TARGET, average_state_every=5)
     peers = []
     for _ in range(3):
         model = fresh_model()
@@ -133,7 +133,7 @@ async def test_delayed_updates_still_train_and_keep_replicas_equal(
     make_peer: MakePeer, delayed: bool
 ) -> None:
     data = dataset()
-    config = CollaborativeConfig(
+    config = DedlocConfig(
         target_batch_size=TARGET, average_state_every=4, delay_parameter_updates=delayed
     )
     peers = []
@@ -157,7 +157,7 @@ async def test_delayed_updates_still_train_and_keep_replicas_equal(
 
 async def test_a_late_joiner_loads_the_state_and_then_contributes(make_peer: MakePeer) -> None:
     data = dataset()
-    config = CollaborativeConfig(target_batch_size=128, average_state_every=0)
+    config = DedlocConfig(target_batch_size=128, average_state_every=0)
     first_model = fresh_model()
     first = await make_peer(first_model, make_optimizer(first_model), config)
     walk = Recorder(data, 1, first)
@@ -185,8 +185,8 @@ async def test_a_late_joiner_loads_the_state_and_then_contributes(make_peer: Mak
 
 async def test_a_client_mode_peer_trains_with_the_others(make_peer: MakePeer) -> None:
     data = dataset()
-    trainer_config = CollaborativeConfig(target_batch_size=128, average_state_every=2)
-    client_config = CollaborativeConfig(target_batch_size=128, average_state_every=2, mode="client")
+    trainer_config = DedlocConfig(target_batch_size=128, average_state_every=2)
+    client_config = DedlocConfig(target_batch_size=128, average_state_every=2, role="client")
     models = [fresh_model(), fresh_model()]
     peers = [
         await make_peer(models[0], make_optimizer(models[0]), trainer_config),
@@ -215,7 +215,7 @@ async def test_a_sparse_codec_keeps_what_it_left_out_and_the_replicas_stay_equal
     make_peer: MakePeer,
 ) -> None:
     data = dataset()
-    config = CollaborativeConfig(target_batch_size=128, average_state_every=0)
+    config = DedlocConfig(target_batch_size=128, average_state_every=0)
     sparse = replace(AVERAGING, codec=top_k(0.05, 2))
     peers = []
     for _ in range(2):

@@ -17,10 +17,10 @@ ME = Own(peer="me", epoch=7, samples=40, speed=10.0, epoch_started=NOW - 3.0)
 
 
 def record(
-    peer: str, epoch: int, samples: int, speed: float, age: float, *mode: str
+    peer: str, epoch: int, samples: int, speed: float, age: float, *role: str
 ) -> PeerProgress:
-    """A record ``age`` seconds old (a trainer's unless a mode is given)."""
-    return PeerProgress(peer, epoch, samples, speed, NOW - age, *(mode or ("trainer",)))
+    """A record ``age`` seconds old (a trainer's unless a role is given)."""
+    return PeerProgress(peer, epoch, samples, speed, NOW - age, *(role or ("trainer",)))
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def record(
         ([record("a", 8, 200, 5.0, 1.0)], 40.0),
         # paused, auxiliary, departed: nothing
         ([record("a", 7, 30, 5.0, 1.0, "paused")], 40.0),
-        ([record("a", 7, 30, 0.0, 1.0, "aux")], 40.0),
+        ([record("a", 7, 30, 0.0, 1.0, "backbone")], 40.0),
         ([record("a", 7, 30, 5.0, 1.0, "left")], 40.0),
         # stale: not refreshed within the TTL (killed, link lost), however many samples it had
         ([record("a", 7, 500, 50.0, RECORD_TTL + 0.5)], 40.0),
@@ -56,7 +56,7 @@ def record(
                 record("c", 7, 80, 8.0, RECORD_TTL + 5),
                 record("d", 7, 60, 8.0, 1.0, "paused"),
                 record("e", 3, 60, 8.0, 1.0),
-                record("f", 7, 0, 0.0, 0.1, "aux"),
+                record("f", 7, 0, 0.0, 0.1, "backbone"),
             ],
             40 + (30 + 5 * 2) + 4 * 3,
         ),

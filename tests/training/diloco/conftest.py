@@ -80,7 +80,7 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         *,
         overlap: bool = False,
         codec: Codec = NONE,
-        mode: str = "trainer",
+        role: str = "trainer",
         lr: float = 0.7,
         matchmaking: float = 10.0,
         round_seconds: float = NEVER,
@@ -92,11 +92,12 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         unsent_every: float = 60.0,
         clock: Callable[[], float] = time.time,
         swarm: str = "diloco",
+        steps_per_round: float | None = None,
     ) -> DPeer:
         """``swarm``: peers of another name form a swarm of their own (another DHT)."""
         first = next((p for p in made if p.swarm == swarm), None)
         host, dht = await start_node(make_host, first.address if first else None)
-        compute = 0.0 if mode == "aux" else 1.0
+        compute = 0.0 if role == "backbone" else 1.0
         config = replace(AVERAGING_PATIENT, compute=compute, target_group_size=group_size)
         if aggregation is not None:
             config = replace(config, aggregation=aggregation)
@@ -107,9 +108,10 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         diloco = DilocoState(state, outer_lr=lr, outer_momentum=momentum, overlap=overlap,
                              sparse=codec.sparse, clip_norm=None,
                              residual_decay=residual_decay)  # fmt: skip
-        config = DilocoConfig(round_seconds=round_seconds, mode=mode, matchmaking_time=matchmaking,
+        config = DilocoConfig(round_seconds=round_seconds, role=role, matchmaking_time=matchmaking,
                               refresh_interval=0.2, unsent_file=unsent_file,
-                              unsent_every=unsent_every)  # fmt: skip
+                              unsent_every=unsent_every,
+                              steps_per_round=steps_per_round)  # fmt: skip
         links = PeerLinks.create(averager, bridge)
         optimizer = DilocoOptimizer(diloco, links, config, codec=codec, clock=clock)
         peer = DPeer(optimizer, model, bridge, dht, averager, swarm)

@@ -135,7 +135,7 @@ async def test_a_peer_alone_applies_its_own_pseudo_gradient(make_dpeer: MakeDPee
 
 async def test_the_backbone_follows_the_rounds_with_weight_zero(make_dpeer: MakeDPeer) -> None:
     trainers = [await make_dpeer() for _ in range(2)]
-    backbone = await make_dpeer(mode="aux")
+    backbone = await make_dpeer(role="backbone")
     everyone = [*trainers, backbone]
     await settle(everyone)
     for i, peer in enumerate(trainers):
@@ -229,7 +229,7 @@ async def test_more_trainers_than_a_group_land_one_model(make_dpeer: MakeDPeer) 
     # groups of two: three trainers and the backbone make two groups, whose reducers average
     # each slot across them
     peers = [await make_dpeer(group_size=2) for _ in range(3)]
-    peers.append(await make_dpeer(group_size=2, mode="aux"))
+    peers.append(await make_dpeer(group_size=2, role="backbone"))
     await settle(peers)
     start = peers[0].anchor()
     for seed, peer in enumerate(peers[:3]):
@@ -259,7 +259,7 @@ async def test_trainers_nobody_can_dial_are_planned_as_clients_and_land_every_ro
     # one others can dial, with the backbone, in groups of two: a plan that took the two for
     # leaders pairs them in a third of the rounds, and such a group never forms
     peers = [await make_dpeer(group_size=2) for _ in range(3)]
-    peers.append(await make_dpeer(group_size=2, mode="aux"))
+    peers.append(await make_dpeer(group_size=2, role="backbone"))
     homes = peers[:2]
     for peer in homes:
         peer.averager.set_client_mode(True)
@@ -267,11 +267,16 @@ async def test_trainers_nobody_can_dial_are_planned_as_clients_and_land_every_ro
     await settle(peers)
     for _ in range(50):  # everyone has read the homes' records since they went client
         await asyncio.gather(*(p.optimizer._refresh() for p in peers))
-        if all(r.mode == "client" for r in _records_of(peers[2:], homes)):
+        if all(r.role == "client" for r in _records_of(peers[2:], homes)):
             break
         await asyncio.sleep(0.1)
-    assert [p.optimizer._progress().mode for p in peers] == ["client", "client", "trainer", "aux"]
-    assert {r.mode for r in _records_of(peers[2:], homes)} == {"client"}
+    assert [p.optimizer._progress().role for p in peers] == [
+        "client",
+        "client",
+        "trainer",
+        "backbone",
+    ]
+    assert {r.role for r in _records_of(peers[2:], homes)} == {"client"}
     names = {str(p.optimizer.part.peer): i for i, p in enumerate(peers)}
     for epoch in range(30):  # every member's plan: each group gathers at a member that can lead
         for peer in peers:
@@ -352,7 +357,7 @@ async def test_groups_that_landed_apart_end_on_the_larger_sides_model(
     make_dpeer: MakeDPeer,
 ) -> None:
     peers = [await make_dpeer(matchmaking=APART_MATCHMAKING) for _ in range(4)]
-    peers.append(await make_dpeer(matchmaking=APART_MATCHMAKING, mode="aux"))
+    peers.append(await make_dpeer(matchmaking=APART_MATCHMAKING, role="backbone"))
     await settle(peers)
     # two of them meet under another key, as a split no column could mend: two means land
     apart = peers[:2]
@@ -375,16 +380,16 @@ async def test_a_peer_apart_from_most_waits_for_the_rounds_second_half_to_take_t
     now = [1000 * seconds + 1.0]  # a second into a round of an hour
     peers = [
         await make_dpeer(
-            matchmaking=APART_MATCHMAKING, round_seconds=seconds, clock=lambda: now[0], mode=mode
+            matchmaking=APART_MATCHMAKING, round_seconds=seconds, clock=lambda: now[0], role=role
         )
-        for mode in ("trainer",) * 4 + ("aux",)
+        for role in ("trainer",) * 4 + ("backbone",)
     ]
     await settle(peers)
     apart = peers[:2]  # they meet under another key: two means land
     await land_apart(peers, apart)
     assert apart[0].anchor() == apart[1].anchor() != peers[2].anchor() == peers[4].anchor()
     await asyncio.sleep(1.5)  # several reads of the records: no repair in the first half
-    assert [p.optimizer._majority() for p in apart] == [peers[2].optimizer.diloco.digest] * 2
+    assert [p.optimizer.mending.majority() for p in apart] == [peers[2].optimizer.diloco.digest] * 2
     assert [p.optimizer.repairs for p in apart] == [0, 0]
     now[0] += seconds / 2  # the second half: the next read takes theirs
     await wait_for_repairs(apart)

@@ -5,10 +5,13 @@ it only within the current round, at most a round's worth."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from core.training.diloco.optimizer import DilocoConfig
 from core.training.diloco.state import SCHEDULE_KEY, DilocoState
 from core.training.state import TrainingState
+from tests.training.diloco.conftest import MakeDPeer, end_rounds
 
 
 def peer() -> tuple[DilocoState, torch.nn.Module]:
@@ -70,3 +73,17 @@ def test_the_clock_is_kept_in_checkpoints() -> None:
     again, _ = peer()
     again.restart(1, [np.zeros_like(a) for a in again.anchor], schedule=6.0)
     assert again.schedule_clock() == 6.0
+
+
+async def test_rounds_ended_by_their_count_take_the_steps_they_are_given(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """Where rounds end every so many steps (``steps_per_round``) the schedule moves by that many
+    at each landing, not by what the peer's speed makes of a round on the clock."""
+    counted = await make_dpeer(steps_per_round=7.0)
+    await counted.train(3, seed=0)
+    await end_rounds([counted])  # alone: it lands its own pseudo-gradient
+    assert counted.optimizer.epoch == 1
+    assert counted.optimizer.diloco.schedule == 7.0
+    with pytest.raises(ValueError, match="steps_per_round"):
+        DilocoConfig(round_seconds=10.0, steps_per_round=0.0)

@@ -1,5 +1,5 @@
 """Signed evidence: the record signs and checks, findings are published in the DHT, and the
-auxiliary peer collects them, names the accused, and reports them to the coordinator."""
+backbone collects them, names the accused, and reports them to the coordinator."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from core.account import AccountSession, CoordinatorClient
-from core.account.reporter import ContributionReporter
+from core.account.reporter import CoordinatorReporter
 from core.averaging import Averager, AveragingResult, Finding
 from core.dht import DHTConfig, DHTNode, HostTransport, owner_marker
 from core.net import Identity
-from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer
-from core.training.dedloc.optimizer import CollaborativeConfig
+from core.training.dedloc.backbone import DedlocBackbone, DedlocBackboneConfig
+from core.training.dedloc.optimizer import DedlocConfig
 from core.training.links import PeerLinks
 from core.training.moderation.evidence import (
     EvidenceBoard,
@@ -178,7 +178,7 @@ async def test_a_trainers_round_publishes_its_findings(
     make_peer: MakePeer, make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = torch.nn.Linear(2, 1)
-    config = CollaborativeConfig(target_batch_size=10, average_state_every=0)
+    config = DedlocConfig(target_batch_size=10, average_state_every=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     peer = await make_peer(model, optimizer, config, start=False)
     accused = Identity.generate().peer_id
@@ -200,7 +200,7 @@ async def test_a_trainers_round_publishes_its_findings(
     ]
 
 
-async def test_the_auxiliary_peer_collects_names_and_reports_evidence(
+async def test_the_backbone_collects_names_and_reports_evidence(
     make_host: MakeHost, tmp_path: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     running, http = await start(tmp_path)  # type: ignore[arg-type]
@@ -211,7 +211,7 @@ async def test_the_auxiliary_peer_collects_names_and_reports_evidence(
     averager = Averager(aux_host, aux_dht, PROJECT, replace(AVERAGING, compute=0.0))
     bridge = TrainingBridge()
     client = CoordinatorClient(coordinator.url)
-    reporter = ContributionReporter(AccountSession(client, None))
+    reporter = CoordinatorReporter(AccountSession(client, None))
     stop = asyncio.Event()
     task: asyncio.Task[None] | None = None
     try:
@@ -224,10 +224,10 @@ async def test_the_auxiliary_peer_collects_names_and_reports_evidence(
             assert (await running.client.request_pass(session, identity)).status == 200
         reporter.session.replace(await client.login("aux", PASSWORD))
         model = torch.nn.Linear(2, 1)
-        aux = AuxiliaryPeer(
+        aux = DedlocBackbone(
             TrainingState(model, torch.optim.SGD(model.parameters(), lr=0.1)),
             PeerLinks.create(averager, bridge),
-            AuxiliaryConfig(target_batch_size=10**6, evidence_interval=0.2),
+            DedlocBackboneConfig(target_batch_size=10**6, evidence_interval=0.2),
             on_evidence=reporter.submit_evidence,
         )
         caplog.set_level(logging.WARNING, logger="core.training.dedloc.backbone")

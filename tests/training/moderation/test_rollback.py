@@ -22,8 +22,8 @@ from core.engine.events import EventBus
 from core.engine.peer_events import PeerEvents
 from core.net import Identity
 from core.training.checkpoints import CheckpointStore
-from core.training.dedloc.backbone import AuxiliaryConfig
-from core.training.dedloc.optimizer import CollaborativeConfig
+from core.training.dedloc.backbone import DedlocBackboneConfig
+from core.training.dedloc.optimizer import DedlocConfig
 from core.training.errors import CheckpointError
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
@@ -240,7 +240,7 @@ async def test_every_replica_lands_on_the_checkpoint_and_epochs_go_on(
         return ReplicaRollback(reader, local, links, checkpoints=store, on_applied=record)
 
     data = dataset()
-    config = CollaborativeConfig(target_batch_size=128, average_state_every=0)
+    config = DedlocConfig(target_batch_size=128, average_state_every=0)
     peers = []
     for i in range(2):
         model = fresh_model()
@@ -255,7 +255,7 @@ async def test_every_replica_lands_on_the_checkpoint_and_epochs_go_on(
         make_host,
         model=aux_model,
         optimizer=make_optimizer(aux_model),
-        config=AuxiliaryConfig(target_batch_size=128, checkpoint_every=2),
+        config=DedlocBackboneConfig(target_batch_size=128, checkpoint_every=2),
         checkpoints=store,
     )
     aux.peer.rollback = follow("aux", aux.peer.local, aux.peer.links, store)

@@ -20,7 +20,7 @@ import core.export.kinds
 from core.cli.peer.backbone import with_model_export
 from core.data import train_tokenizer
 from core.project import load_manifest
-from core.training.metrics import MetricsLog
+from core.training.credit.metrics import MetricsLog
 from core.training.peer.roles import EVALUATION_LOG
 from core.training.publish.checkpoint import INDEX_NAME, CheckpointPublishing
 from core.training.publish.model import HeldOutHistory, publish_model

@@ -1,6 +1,6 @@
 """What one peer did for one project: the amounts the ledger adds up.
 
-``Contribution`` is a plain value (counts and seconds, all zero by default) that can be added to
+``WorkDone`` is a plain value (counts and seconds, all zero by default) that can be added to
 another. ``HourRow`` is one stored row: a project's total for one UTC hour. ``validate_amounts``
 is the single check, shared by the ledger and the meter, that an amount can be stored.
 """
@@ -18,7 +18,7 @@ _MAX_INT = 2**63 - 1
 
 
 @dataclass(frozen=True)
-class Contribution:
+class WorkDone:
     """Amounts of work and traffic; a delta to add or a total that was read."""
 
     samples: int = 0
@@ -39,8 +39,8 @@ class Contribution:
             and self.bytes_received == 0
         )
 
-    def __add__(self, other: Contribution) -> Contribution:
-        return Contribution(
+    def __add__(self, other: WorkDone) -> WorkDone:
+        return WorkDone(
             samples=self.samples + other.samples,
             compute_seconds=self.compute_seconds + other.compute_seconds,
             epochs=self.epochs + other.epochs,
@@ -56,10 +56,10 @@ class HourRow:
 
     project: str
     hour_start: int
-    amounts: Contribution
+    amounts: WorkDone
 
 
-def validate_amounts(amounts: Contribution) -> None:
+def validate_amounts(amounts: WorkDone) -> None:
     """Raise ``LedgerError`` unless every amount is a finite, non-negative number of its type."""
     counts = {
         "samples": amounts.samples,

@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from core.swarm.byzantine import FreeRider
-from core.training.work.fingerprint import (
+from core.training.credit.checks.fingerprint import (
     Fingerprinter,
     batch_digest,
     coordinates,
     pack_batch,
     unpack_batch,
 )
-from core.training.work.ledger import Recorder, WorkLedger
-from core.training.work.receipts import (
+from core.training.credit.checks.ledger import Recorder, WorkLedger
+from core.training.credit.checks.receipts import (
     FINGERPRINT_BYTES,
     MAX_BATCH_BYTES,
     EpochReceipts,

@@ -9,7 +9,7 @@ included), or when the trainers have gone past it without landing it.
 Each report also lists every peer's part of the epoch (its samples, an estimate of its compute time,
 and in moderated projects the pass naming its user): what the coordinator's leaderboard counts, so the
 leaderboard and these metrics add up to the same samples. The parts come from the records' landed
-epochs (``core.training.credit``): an epoch that no record names as its last finished one is still
+epochs (``book``): an epoch that no record names as its last finished one is still
 reported, and a part found after its epoch went out is reported late (``late_credit``). The report
 carries the epoch's loss, speed and alive peers too, for the coordinator's project page.
 """
@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.training.credit import CreditBook, Landed, Share
-from core.training.progress import PeerProgress
+from core.config.roles import BACKBONE
+from core.training.credit.book import CreditBook, Share, Support
+from core.training.progress import Landed, PeerProgress
 from core.trust.passes import AccessPass
 from core.trust.reports import Contribution, EpochFigures, EpochReport
 from core.util.process.logfiles import JSON_LINES_BACKUPS, read_json_lines, rotate_if_over
@@ -114,16 +115,19 @@ class _Totals:
 
 
 class MetricsAggregator:
-    def __init__(self, grace: float = 1.0, *, after_epoch: int = -1) -> None:
+    def __init__(
+        self, grace: float = 1.0, *, after_epoch: int = -1, support: Support | None = None
+    ) -> None:
         """``after_epoch``: epochs up to this one are never reported (a peer that joins late sets
         it, so that lagging peers' records of long-finished epochs, whose totals it can no longer
-        see complete, do not become points of its curve)."""
+        see complete, do not become points of its curve); ``support``: what the backbone's work
+        checks support of each share (``CreditBook``; None: every claim as made)."""
         self.grace = grace
         self._pending: dict[int, _Totals] = {}
         # a record's epoch -1 means "none finished yet": never an epoch to report, whatever the floor
         self._reported = max(-1, after_epoch)
-        self.credit = CreditBook()
-        """Which peers were credited for which epochs (``core.training.credit``)."""
+        self.credit = CreditBook(support)
+        """Which peers were credited for which epochs (``book``)."""
         self.late_shares = 0
         """Shares credited after their epoch's metrics went out."""
         self._first = True
@@ -135,7 +139,7 @@ class MetricsAggregator:
 
     def observe(self, records: list[PeerProgress], now: float) -> list[EpochMetrics]:
         """Take fresh records; return the epochs that are now complete, oldest first."""
-        ours = [r for r in records if r.mode != "aux"]
+        ours = [r for r in records if r.role != BACKBONE]
         if self._first and ours:
             # the epochs listed as landed before we came (a backbone restarted): their credit goes
             # out as late (the coordinator counts each once); they are no new points of the curve

@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 import math
 
+from core.training.credit.metrics import EpochMetrics, MetricsAggregator
 from core.training.curve import HeldOutFollower, follow_metrics, metrics_event
-from core.training.metrics import EpochMetrics, MetricsAggregator
 from core.training.progress import CollaborationView, HeldOut, PeerProgress
 from core.worker.events import PeerEvaluation, PeerEvent, PeerMetrics, to_json
 
@@ -76,8 +76,8 @@ def test_the_event_has_the_fields_the_engine_reads_and_no_infinite_loss() -> Non
     assert metrics_event(EpochMetrics(9, None, 512, 1.0, 3, 0.0)).loss is None
 
 
-def aux_record(peer: str, held_out: HeldOut | None, mode: str = "aux") -> PeerProgress:
-    return PeerProgress(peer, 9, 0, 0.0, 0.0, mode, held_out=held_out)
+def aux_record(peer: str, held_out: HeldOut | None, role: str = "backbone") -> PeerProgress:
+    return PeerProgress(peer, 9, 0, 0.0, 0.0, role, held_out=held_out)
 
 
 def test_each_evaluation_is_told_once_and_the_newest_epochs_is_followed() -> None:

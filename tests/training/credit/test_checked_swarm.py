@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from core.swarm.byzantine import Attack, FreeRider, Misbehaviour
-from core.training.dedloc.backbone import AuxiliaryConfig, AuxiliaryPeer, WorkChecks
-from core.training.dedloc.optimizer import CollaborativeConfig, CollaborativeOptimizer
-from core.training.metrics import EpochMetrics
+from core.training.credit.metrics import EpochMetrics
+from core.training.dedloc.backbone import DedlocBackbone, DedlocBackboneConfig, WorkChecks
+from core.training.dedloc.optimizer import DedlocConfig, DedlocOptimizer
 from core.training.state import TrainingState
 from core.training.trainer import Trainer
 from tests.support.leaks import wait_until
@@ -39,23 +39,21 @@ def loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor
     return torch.nn.functional.mse_loss(model(batch["inputs"]), batch["targets"])
 
 
-def trainer(node: Node) -> tuple[CollaborativeOptimizer, torch.nn.Module]:
+def trainer(node: Node) -> tuple[DedlocOptimizer, torch.nn.Module]:
     model = fresh_model()
-    config = CollaborativeConfig(target_batch_size=TARGET, keep_receipts=True)
-    return CollaborativeOptimizer(
-        TrainingState(model, make_optimizer(model)), node.links, config
-    ), model
+    config = DedlocConfig(target_batch_size=TARGET, keep_receipts=True)
+    return DedlocOptimizer(TrainingState(model, make_optimizer(model)), node.links, config), model
 
 
-async def checking_backbone(nodes) -> tuple[Node, AuxiliaryPeer, list[EpochMetrics]]:
-    """A backbone node and its auxiliary peer checking every epoch, with what it reports."""
+async def checking_backbone(nodes) -> tuple[Node, DedlocBackbone, list[EpochMetrics]]:
+    """A backbone node and its backbone checking every epoch, with what it reports."""
     backbone = await nodes(None, backbone=True)
     model = fresh_model()
     reported: list[EpochMetrics] = []
-    aux = AuxiliaryPeer(
+    aux = DedlocBackbone(
         TrainingState(model, make_optimizer(model)),
         backbone.links,
-        AuxiliaryConfig(target_batch_size=TARGET),
+        DedlocBackboneConfig(target_batch_size=TARGET),
         on_metrics=reported.append,
         work_checks=WorkChecks(1.0, loss),
     )

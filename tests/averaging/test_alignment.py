@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.averaging.robust.aggregation import AggregationConfig, Method, aggregate_chunk
-from core.averaging.robust.contribution import Contribution, leave_one_out
+from core.averaging.robust.alignment import Alignment, leave_one_out
 
 
 def exact(rows: list[np.ndarray], weights: list[float]) -> list[tuple[float, float, float]]:
@@ -54,9 +54,9 @@ def test_work_not_claims_sets_the_score() -> None:
     out = aggregate_chunk(
         dict(enumerate(rows)),
         dict(enumerate(claims)),
-        AggregationConfig(method=Method.CENTERED_CLIP, screen=False, contributions=True),
+        AggregationConfig(method=Method.CENTERED_CLIP, screen=False, alignments=True),
     )
-    sums = {s: Contribution(claims[s], *v) for s, v in out.along.items()}
+    sums = {s: Alignment(claims[s], *v) for s, v in out.along.items()}
     along = {s: c.along for s, c in sums.items()}
     per_sample = {s: c.projection / c.weight for s, c in sums.items()}
     assert per_sample[0] == pytest.approx(per_sample[1], rel=0.1)
@@ -71,7 +71,7 @@ def test_a_claim_raised_does_not_raise_the_score() -> None:
     """Leave one out: a sender's own weight in the aggregate adds nothing to its score."""
     rng = np.random.default_rng(1)
     rows = [rng.standard_normal(300).astype(np.float32) for _ in range(4)]
-    config = AggregationConfig(weight_ratio_limit=4.0, contributions=True)
+    config = AggregationConfig(weight_ratio_limit=4.0, alignments=True)
     low = aggregate_chunk(dict(enumerate(rows)), {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}, config)
     high = aggregate_chunk(dict(enumerate(rows)), {0: 1.0, 1: 1.0, 2: 1.0, 3: 100.0}, config)
     assert high.along[3][0] == pytest.approx(low.along[3][0], rel=1e-4)  # float32 sums
@@ -80,7 +80,7 @@ def test_a_claim_raised_does_not_raise_the_score() -> None:
 def test_screened_senders_have_no_sums() -> None:
     rows = {0: np.ones(64, np.float32), 1: np.ones(64, np.float32), 2: np.ones(64, np.float32)}
     rows[2] = rows[2] * 1000
-    out = aggregate_chunk(rows, {0: 1.0, 1: 1.0, 2: 1.0}, AggregationConfig(contributions=True))
+    out = aggregate_chunk(rows, {0: 1.0, 1: 1.0, 2: 1.0}, AggregationConfig(alignments=True))
     assert 2 in out.screened
     assert set(out.along) == {0, 1}
 
@@ -89,7 +89,7 @@ def test_only_a_mode_that_scores_pays_for_the_sums() -> None:
     rows = {i: np.full(64, i + 1.0, np.float32) for i in range(3)}
     weights = dict.fromkeys(rows, 1.0)
     assert aggregate_chunk(rows, weights, AggregationConfig()).along == {}
-    assert set(aggregate_chunk(rows, weights, AggregationConfig(contributions=True)).along) == {
+    assert set(aggregate_chunk(rows, weights, AggregationConfig(alignments=True)).along) == {
         0,
         1,
         2,
@@ -97,8 +97,8 @@ def test_only_a_mode_that_scores_pays_for_the_sums() -> None:
 
 
 def test_a_contribution_adds_up_over_chunks() -> None:
-    c = Contribution(10.0).plus(2.0, 4.0, 1.0).plus(1.0, 5.0, 3.0)
+    c = Alignment(10.0).plus(2.0, 4.0, 1.0).plus(1.0, 5.0, 3.0)
     assert (c.weight, c.along, c.norm2, c.reference2) == (10.0, 3.0, 9.0, 4.0)
     assert c.cosine == pytest.approx(3.0 / 6.0)
     assert c.projection == pytest.approx(3.0 / 2.0)
-    assert Contribution(1.0).cosine == Contribution(1.0).projection == 0.0
+    assert Alignment(1.0).cosine == Alignment(1.0).projection == 0.0

@@ -1,23 +1,19 @@
-"""Credit by record: every epoch (diloco: every round) whose work landed is credited exactly once,
-whatever the pace at which the backbone reads the records.
+"""CreditBook: each epoch (diloco: round) whose work landed credited exactly once, whatever the
+pace at which the backbone reads the records.
 
-A record used to carry the totals of its peer's last finished epoch only, so a peer that finished
-two epochs between two of the backbone's readings was credited one (the moderated swarm lost 32 of
-bob's 160 samples that way on a loaded machine). Now each record also carries ``Landed``: the
-samples of the last ``RECENT`` epochs whose work this peer saw land (the update applied, the round
-averaged). A reader that misses up to ``RECENT - 1`` records still finds every one of them.
+A record carries its peer's last landed epochs (``core.training.progress.landed``), so a reader that
+misses some records still finds every epoch. The book turns what records claim into one ``Share``
+per (peer, epoch) and never a second, and fills gaps from what averaging rounds showed: a member of
+an all-reduce sees the sample weight each sender claimed, which is evidence of work. That evidence
+is used only for a peer that is gone (no fresh record ``GONE_AFTER`` seconds after the round): a
+peer killed after its round but before its record said so still gets what the round used, while a
+live peer's own record stays the authority (a diloco member that did not land a round carries its
+samples to the next one and claims them there, so crediting the round too would count them twice).
 
-``CreditBook`` is the reader's side. It turns what records claim into one ``Share`` per
-(peer, epoch) and never a second, and fills gaps from what averaging rounds showed: a member of an
-all-reduce sees the sample weight each sender claimed, which is evidence of work. That evidence is
-used only for a peer that is gone (no fresh record ``GONE_AFTER`` seconds after the round): a peer
-killed after its round but before its record said so still gets what the round used, while a live
-peer's own record stays the authority (a diloco member that did not land a round carries its samples
-to the next one and claims them there, so crediting the round too would count them twice).
-
-Where the backbone checks work (``core.training.work``), its ``Standings`` judge each share
-before it is handed out (``CreditBook.judge``): a share waits while its peer's claims wait for a
-check, and goes out with what the checks support (nothing, for a peer caught faking work).
+Where the backbone checks work, what the checks support of a share (``Support``: dedloc's spot
+checks, ``checks.standing``; diloco's scores, ``scores``) is given to the book when it is built: a
+share waits while its peer's claims wait for a check, and goes out with what the checks support
+(nothing, for a peer caught faking work).
 
 A share of an epoch that the metrics already reported is *late*: it goes to the coordinator in a
 report of its own for that epoch, which adds it (the coordinator counts each (epoch, peer) once).
@@ -28,19 +24,12 @@ still remembers it, ``CREDITED_KEPT`` epochs; it stays credited, so it is never 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from core.training.progress.landed import MAX_SAMPLES, RECENT, Landed
 from core.trust.passes import AccessPass
-from core.util.errors import WireFormatError
 
-RECENT = 16
-"""Landed epochs a record carries: a reader may miss 15 of a peer's records in a row and still
-credit every epoch (records are read every second or so; epochs take tens of seconds or more)."""
-MAX_SAMPLES = 2**53
-"""The coordinator's bound on a sample count (JSON's exact integers)."""
 GONE_AFTER = 15.0
 """Seconds after a round before its witnessed weights may credit a member with no fresh record:
 more than a record's lifetime (10 s), so that a live peer's record is always read first."""
@@ -50,61 +39,9 @@ CREDITED_KEPT = 8 * RECENT
 """Epochs, below the newest seen, for which (peer, epoch) credits are remembered: a claim older
 than that can no longer arrive (records carry ``RECENT`` epochs)."""
 
-Judge = Callable[[str, int, int, float], "int | None"]
-"""(peer, epoch, samples claimed, now) -> samples to credit, or None while the share waits."""
-
-
-@dataclass(frozen=True, slots=True)
-class Landed:
-    """One epoch (diloco: round) whose work this peer saw land, and the samples it brought."""
-
-    epoch: int
-    samples: int
-
-    def to_wire(self) -> list[int]:
-        return [self.epoch, self.samples]
-
-
-def landed_to_wire(landed: Iterable[Landed]) -> list[list[int]]:
-    return [item.to_wire() for item in landed]
-
-
-def landed_from_wire(value: Any) -> tuple[Landed, ...]:
-    """Raise ``WireFormatError`` unless ``value`` is at most ``RECENT`` pairs [epoch, samples] of
-    whole numbers, epochs distinct, samples below ``MAX_SAMPLES``."""
-    if not isinstance(value, list) or len(value) > RECENT:
-        raise WireFormatError(f"landed epochs are a list of at most {RECENT}")
-    found: list[Landed] = []
-    for item in value:
-        if not isinstance(item, list) or len(item) != 2:
-            raise WireFormatError("a landed epoch is [epoch, samples]")
-        epoch, samples = item
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (epoch, samples)):
-            raise WireFormatError("a landed epoch counts with whole numbers")
-        if epoch < 0 or not 0 <= samples < MAX_SAMPLES:
-            raise WireFormatError("a landed epoch's numbers are out of range")
-        found.append(Landed(epoch, samples))
-    if len({item.epoch for item in found}) != len(found):
-        raise WireFormatError("an epoch is listed twice among the landed ones")
-    return tuple(found)
-
-
-class LandedLog:
-    """What a peer keeps of its own landed epochs, for its record: the last ``RECENT``."""
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[int, Landed] = OrderedDict()
-
-    def add(self, epoch: int, samples: int) -> None:
-        """The work of ``epoch`` landed with ``samples``. An epoch landed again (after a rollback
-        numbered epochs anew) replaces the old entry; readers credit it once anyway."""
-        self._items.pop(epoch, None)
-        self._items[epoch] = Landed(epoch, samples)
-        while len(self._items) > RECENT:
-            self._items.popitem(last=False)
-
-    def items(self) -> tuple[Landed, ...]:
-        return tuple(self._items.values())
+Support = Callable[[str, int, int, float], "int | None"]
+"""What the checks support of a claim: (peer, epoch, samples claimed, now) -> samples to credit,
+or None while the share waits for a check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +72,8 @@ class CreditBook:
     reported. Each (peer, epoch) leaves the book once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, support: Support | None = None) -> None:
+        """``support``: what the work checks support of a share (None: every claim as made)."""
         self._credited: dict[int, set[str]] = {}
         self._waiting: dict[int, dict[str, Share]] = {}
         self._witnessed: dict[tuple[str, int], _Witness] = {}
@@ -143,8 +81,7 @@ class CreditBook:
         self._claims: dict[tuple[str, int], int] = {}
         self._given: dict[tuple[str, int], Share] = {}
         self._newest = -1
-        self.judge: Judge | None = None
-        """What the work checks support of a share (None: every claim as made)."""
+        self._support = support
         self.withheld = 0
         """Samples claimed that the checks did not support."""
         self.witnessed_shares = 0
@@ -195,21 +132,22 @@ class CreditBook:
         return self._claims.get((peer, epoch))
 
     def take(self, epoch: int, now: float = 0.0) -> list[Share]:
-        """The shares of ``epoch`` the judge lets out now (all of them without one), with what it
-        supports; they count as credited from here on. The others keep waiting."""
+        """The shares of ``epoch`` the checks let out now (all of them where nothing is checked),
+        with what they support; they count as credited from here on. The others keep waiting."""
         waiting = self._waiting.pop(epoch, {})
         shares, settled, held = [], [], {}
         for peer, share in waiting.items():
-            judged = self.judge(peer, epoch, share.samples, now) if self.judge else share.samples
-            if judged is None:
+            support = self._support
+            backed = support(peer, epoch, share.samples, now) if support else share.samples
+            if backed is None:
                 held[peer] = share
                 continue
             settled.append(share)
-            self.withheld += share.samples - judged
-            if judged > 0:
-                given = dataclasses.replace(share, samples=judged)
+            self.withheld += share.samples - backed
+            if backed > 0:
+                given = dataclasses.replace(share, samples=backed)
                 shares.append(given)
-                if self.judge is not None:  # only checked work is ever withdrawn
+                if support is not None:  # only checked work is ever withdrawn
                     self._given[(peer, epoch)] = given
         if held:
             self._waiting[epoch] = held

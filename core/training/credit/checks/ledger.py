@@ -21,7 +21,7 @@ import torch
 from core.net.errors import InvalidRequestError, NotFoundError
 from core.net.host.host import Host
 from core.net.wire.rpc import CallContext
-from core.training.work.fingerprint import (
+from core.training.credit.checks.fingerprint import (
     Batch,
     Fingerprinter,
     batch_digest,
@@ -29,7 +29,7 @@ from core.training.work.fingerprint import (
     pack_batch,
     to_bytes,
 )
-from core.training.work.receipts import (
+from core.training.credit.checks.receipts import (
     MAX_RECEIPTS,
     WORK_BATCH,
     WORK_RECEIPTS,

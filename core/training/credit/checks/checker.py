@@ -34,11 +34,13 @@ import torch
 
 from core.net.errors import MalformedResponseError, NetError, NotFoundError
 from core.net.host.host import Host
-from core.training.moderation.evidence import EvidenceBoard
-from core.training.state import TrainingState
-from core.training.work.fingerprint import Fingerprinter, batch_digest, from_bytes, unpack_batch
-from core.training.work.judge import Mismatch, judge
-from core.training.work.receipts import (
+from core.training.credit.checks.fingerprint import (
+    Fingerprinter,
+    batch_digest,
+    from_bytes,
+    unpack_batch,
+)
+from core.training.credit.checks.receipts import (
     WORK_BATCH,
     WORK_RECEIPTS,
     BatchRequest,
@@ -46,7 +48,10 @@ from core.training.work.receipts import (
     ReceiptsRequest,
     WorkReceipt,
 )
-from core.training.work.standing import Standings
+from core.training.credit.checks.standing import Standings
+from core.training.credit.checks.tolerance import Mismatch, compare
+from core.training.moderation.evidence import EvidenceBoard
+from core.training.state import TrainingState
 from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError, WireFormatError
@@ -91,7 +96,7 @@ class CheckRecord:
     """Of which recomputing, on the backbone's training thread."""
     margin: float = 0.0
     """How close the recomputed microbatches came to failing, in units of the tolerance
-    (``judge.Judgement.margin``; above 1 fails)."""
+    (``tolerance.Comparison.margin``; above 1 fails)."""
     received: int = 0
     """Bytes of the member's replies (receipts and batches)."""
     reason: str = ""
@@ -324,11 +329,11 @@ class WorkChecker:
             loss, recomputed, spent = await self.bridge.run(self._recompute, params, batch)
             self.compute_seconds += spent
             tally.compute += spent
-            judged = judge(receipt, claimed, loss, recomputed, precision)
-            if judged.mismatch is None:
-                tally.margin = max(tally.margin, judged.margin)
+            compared = compare(receipt, claimed, loss, recomputed, precision)
+            if compared.mismatch is None:
+                tally.margin = max(tally.margin, compared.margin)
                 return None
-            first = first or judged.mismatch
+            first = first or compared.mismatch
         if not tried:
             raise NotFoundError(f"no parameters of epoch {receipt.params_epoch} to check against")
         return first

@@ -1,4 +1,6 @@
-"""Verified reducers: settings, and which parts each member checks after a round.
+"""The checks of verified reducers: what their findings are called, and which parts each member
+checks after a round (the checking itself is ``core.averaging.verified``; its settings,
+``VerificationConfig``, are the averager's, ``core.averaging.config``).
 
 A reducer can lie: return an aggregate its inputs do not give, or give different members different
 results. In the spirit of BTARD (Gorbunov et al. 2021, "Secure Distributed Training at Scale"), when
@@ -17,12 +19,11 @@ average over the group; a part whose reducer failed has no seal and is never che
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.util.errors import ConfigError
+from core.averaging.config import VerificationConfig
 
 REDUCER_MISMATCH = "reducer_mismatch"
 """A reducer's aggregate, or its account of its inputs, is not what its inputs give."""
@@ -34,42 +35,6 @@ VERIFICATION_REFUSED = "verification_refused"
 """A member did not hand over its inputs for verification (it refused, left or timed out)."""
 PROVEN = frozenset({REDUCER_MISMATCH, REDUCER_EQUIVOCATION, COMMITMENT_MISMATCH})
 """Findings the verifier checked itself against signed data: grounds for a local ban."""
-
-
-@dataclass(frozen=True)
-class VerificationConfig:
-    enabled: bool = False
-    """Commit, seal and verify in every round. Off by default: it keeps a copy of what this peer sent
-    for ``timeout`` seconds after the round (memory as large as the averaged tensors) and hashes
-    every chunk twice (docs/benchmarks.md has the figures). Every member of a group must agree."""
-    parts: float = 1.0
-    """How many parts the group checks per round, on average; n * (n - 1) or more (for n members):
-    every member checks every part it received."""
-    chunks: int = 1
-    """How many chunks of a checked part are recomputed (0: all). A verifier downloads each sender's
-    copy of those chunks, so checking a whole part costs it about as much as the round itself; one
-    chunk catches a reducer that lies in every chunk, a lie in one chunk of c is caught 1/c of the
-    time."""
-    timeout: float = 10.0
-    """How long a verifier waits for each member's inputs, and members keep theirs for verifiers
-    after the round."""
-    tolerance: float = 1e-5
-    """Allowed difference from the recomputed aggregate, relative to the chunk's largest value (plus
-    one step of a lossy codec): summation order and BLAS kernels differ between machines."""
-    ban_seconds: float = 3600.0
-    """How long this peer refuses to group with a member it caught lying."""
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.parts) and self.parts >= 0):
-            raise ConfigError(f"verification parts must be 0 or more, got {self.parts}")
-        if isinstance(self.chunks, bool) or self.chunks < 0:
-            raise ConfigError(f"verification chunks must be 0 (all) or more, got {self.chunks}")
-        if not (math.isfinite(self.timeout) and self.timeout > 0):
-            raise ConfigError(f"verification timeout must be positive, got {self.timeout}")
-        if not (math.isfinite(self.tolerance) and 0 <= self.tolerance < 1):
-            raise ConfigError(f"verification tolerance must be in [0, 1), got {self.tolerance}")
-        if not (math.isfinite(self.ban_seconds) and self.ban_seconds >= 0):
-            raise ConfigError(f"ban_seconds must be 0 or more, got {self.ban_seconds}")
 
 
 @dataclass(frozen=True)

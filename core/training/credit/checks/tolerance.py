@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.training.work.receipts import WorkReceipt
+from core.training.credit.checks.receipts import WorkReceipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +54,16 @@ def gradient_error(claimed: np.ndarray, recomputed: np.ndarray) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Judgement:
+class Comparison:
     margin: float
     """The larger of the loss's and the fingerprint's distance to the receipt, each in units of
     its tolerance: at most 1 passes (the benchmark reports how close honest peers come)."""
     mismatch: Mismatch | None
 
 
-def judge(
+def compare(
     receipt: WorkReceipt, claimed: np.ndarray, loss: float, recomputed: np.ndarray, precision: str
-) -> Judgement:
+) -> Comparison:
     """Whether ``loss`` and ``recomputed`` (the checker's) match the receipt within the tolerance
     of ``precision``, and by how much."""
     tol = TOLERANCES[precision]
@@ -76,9 +76,9 @@ def judge(
     margin = max(loss_off, grad_off)
     if not loss_off <= 1:
         reason = f"loss {receipt.loss:.6g} claimed, {loss:.6g} recomputed"
-        return Judgement(margin, Mismatch("work_loss", loss_off, reason))
+        return Comparison(margin, Mismatch("work_loss", loss_off, reason))
     if not grad_off <= 1:
         error = gradient_error(claimed, recomputed)
         reason = f"gradient fingerprint off by {error:.3g} of its norm"
-        return Judgement(margin, Mismatch("work_gradient", grad_off, reason))
-    return Judgement(margin, None)
+        return Comparison(margin, Mismatch("work_gradient", grad_off, reason))
+    return Comparison(margin, None)

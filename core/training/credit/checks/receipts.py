@@ -27,7 +27,7 @@ MAX_BATCH_BYTES = 64 * 2**20
 """A microbatch, inflated: token ids of a large batch of long sequences fit many times over."""
 MAX_BATCH_TENSORS = 16
 PRECISIONS = ("float32", "bfloat16", "float16")
-"""What the trainer computed in: the checker's tolerance depends on it (``judge``)."""
+"""What the trainer computed in: the checker's tolerance depends on it (``tolerance``)."""
 
 
 def _check(ok: bool, message: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.training.work.receipts import (
+from core.training.credit.checks.receipts import (
     FINGERPRINT_SIZE,
     MAX_BATCH_BYTES,
     MAX_BATCH_TENSORS,

@@ -1,11 +1,11 @@
-"""ContributionScores: what a diloco member's pseudo-gradients show of the samples it claims, as a
+"""WorkScores: what a diloco member's pseudo-gradients show of the samples it claims, as a
 pure rule of what the backbone's part of each round saw.
 
 No checker can recompute a diloco microbatch: its gradient is taken at parameters of the member's
 own inner steps, and fetching them would cost thousands of times what a sparse round sends. What
 the backbone does hold is every member's chunk of the part it reduces, each with the samples its
 sender claimed. How far a member's update went along the others' (``core.averaging.robust.
-contribution``: leave one out) grows with the inner steps it took, so per claimed sample it is about
+alignment``: leave one out) grows with the inner steps it took, so per claimed sample it is about
 the same for every honest member, and a claim ten times the work scores a tenth of the rest.
 
 - **A round's ratios.** Per sender: its score per claimed sample over the round's median of them.
@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from core.averaging import Contribution
+from core.averaging import Alignment
 
 SENDERS = 3
 MIN_COSINE = 0.5
@@ -71,7 +71,7 @@ class Scored:
     """Samples credited with no standing to judge them (waits over)."""
 
 
-class ContributionScores:
+class WorkScores:
     def __init__(self, hold: float, newcomer_hold: float) -> None:
         self.hold = hold
         self.newcomer_hold = newcomer_hold
@@ -91,11 +91,11 @@ class ContributionScores:
 
     # ---- what the rounds showed ------------------------------------------------------------------
 
-    def observe(self, epoch: int, contributions: Mapping[str, Contribution]) -> dict[str, float]:
+    def observe(self, epoch: int, alignments: Mapping[str, Alignment]) -> dict[str, float]:
         """The backbone's part of the round of ``epoch``: each sender's ratio (empty when the
         round proves nothing)."""
         self._newest = max(self._newest, epoch)
-        senders = {p: c for p, c in contributions.items() if c.weight > 0}
+        senders = {p: c for p, c in alignments.items() if c.weight > 0}
         if len(senders) < SENDERS:
             return {}
         cosine = statistics.median(c.cosine for c in senders.values())

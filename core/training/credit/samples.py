@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from core.training.metrics import EpochMetrics
+from core.training.credit.metrics import EpochMetrics
 
 SAMPLES_TOTAL = "samples_total"
 """In a checkpoint's metadata: the collaboration's samples over every epoch before it (or None)."""

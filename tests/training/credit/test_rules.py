@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.training.credit import CreditBook, Landed
-from core.training.metrics import MetricsAggregator
-from core.training.work.fingerprint import to_bytes
-from core.training.work.judge import judge
-from core.training.work.receipts import WorkReceipt
-from core.training.work.standing import GONE_AFTER, HOLD, UNREACHED_LIMIT, Standings
+from core.training.credit.book import CreditBook
+from core.training.credit.checks.fingerprint import to_bytes
+from core.training.credit.checks.receipts import WorkReceipt
+from core.training.credit.checks.standing import GONE_AFTER, HOLD, UNREACHED_LIMIT, Standings
+from core.training.credit.checks.tolerance import compare
+from core.training.credit.metrics import MetricsAggregator
+from core.training.progress import Landed
 
 RNG = np.random.default_rng(0)
 TRUE = RNG.normal(size=64) * 1e-2
@@ -40,19 +41,19 @@ def test_a_recomputation_matches_its_receipt_within_the_precisions_tolerance(
     precision: str, loss: float, fingerprint: np.ndarray, verdict: str | None
 ) -> None:
     claimed = receipt(loss, fingerprint.astype(np.float32))
-    judged = judge(
+    compared = compare(
         claimed, np.frombuffer(claimed.fingerprint, "<f4").astype(float), 2.0, TRUE, precision
     )
-    found = judged.mismatch
+    found = compared.mismatch
     assert (found.statistic if found else None) == verdict
-    assert (judged.margin > 1) == (found is not None)
+    assert (compared.margin > 1) == (found is not None)
     if found is not None:
         assert found.value > 1
 
 
 def test_untouched_parameters_match_when_both_sides_are_zero() -> None:
     zeros = np.zeros(64)
-    assert judge(receipt(1.0, zeros), zeros, 1.0, zeros, "float32").mismatch is None
+    assert compare(receipt(1.0, zeros), zeros, 1.0, zeros, "float32").mismatch is None
 
 
 def test_a_newcomer_is_checked_until_a_check_passes_then_at_random() -> None:
@@ -125,8 +126,7 @@ def test_no_checks_credit_every_claim_as_made() -> None:
 
 def test_the_credit_book_holds_a_share_until_a_check_and_releases_it_late() -> None:
     s = Standings(0.5)
-    book = CreditBook()
-    book.judge = s.supported
+    book = CreditBook(s.supported)
     s.seen({"a", "b"}, 100.0)
     book.claim("a", [Landed(0, 8)], None, 1.0)
     book.claim("b", [Landed(0, 16)], None, 1.0)
@@ -144,9 +144,8 @@ def test_the_credit_book_holds_a_share_until_a_check_and_releases_it_late() -> N
 
 def test_a_caught_peer_loses_the_credit_given_on_trust_since_its_last_passed_check() -> None:
     s = Standings(0.1)
-    aggregator = MetricsAggregator(grace=0.0)
+    aggregator = MetricsAggregator(grace=0.0, support=s.supported)
     book = aggregator.credit
-    book.judge = s.supported
     s.seen({"a", "b"}, 0.0)
     s.passed("a", 0)
     s.passed("b", 0)

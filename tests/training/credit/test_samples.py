@@ -3,8 +3,8 @@ from the checkpoint it resumed from, and no figure at all where one epoch of the
 
 from __future__ import annotations
 
-from core.training.metrics import EpochMetrics
-from core.training.samples import SAMPLES_TOTAL, SamplesTally, samples_total
+from core.training.credit.metrics import EpochMetrics
+from core.training.credit.samples import SAMPLES_TOTAL, SamplesTally, samples_total
 
 
 def epoch(number: int, samples: int = 256, **flags: bool) -> EpochMetrics:

@@ -6,7 +6,7 @@ steps share the others' direction, a member that computed nothing sent zeros, on
 update points away. So for each sender ``i`` the reducer takes the others' mean ``r_i`` (the round's
 effective weights, without ``i``) and keeps three sums over its part's chunks: ``<x_i, r_i>``,
 ``‖x_i‖²`` and ``‖r_i‖²``. Its projection on the others' direction, ``<x_i, r_i> / ‖r_i‖``, per
-sample it claimed, is what the backbone scores (``core.training.work.contribution``).
+sample it claimed, is what the backbone scores (``core.training.credit.scores``).
 
 Choices, and why:
 
@@ -32,7 +32,7 @@ from core.codecs.arrays import F32
 
 
 @dataclass(frozen=True, slots=True)
-class Contribution:
+class Alignment:
     """One sender's chunks as a reducer saw them (sums over the chunks of its part that went in)."""
 
     weight: float
@@ -44,8 +44,8 @@ class Contribution:
     reference2: float = 0.0
     """Σ ‖r_i‖²."""
 
-    def plus(self, along: float, norm2: float, reference2: float) -> Contribution:
-        return Contribution(
+    def plus(self, along: float, norm2: float, reference2: float) -> Alignment:
+        return Alignment(
             self.weight, self.along + along, self.norm2 + norm2, self.reference2 + reference2
         )
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from core.training.credit import GONE_AFTER, RECENT, CreditBook, Landed, LandedLog
-from core.training.metrics import EpochMetrics, MetricsAggregator
-from core.training.progress import HeldOut, PeerProgress
+from core.training.credit.book import GONE_AFTER, CreditBook
+from core.training.credit.metrics import EpochMetrics, MetricsAggregator
+from core.training.progress import RECENT, HeldOut, Landed, LandedLog, PeerProgress
 
 BATCH = 32
 
@@ -177,8 +177,10 @@ def test_the_landed_log_keeps_the_recent_epochs_and_one_entry_per_epoch() -> Non
     [
         record("a", [1, 2, 3]),
         record("a", []),
-        PeerProgress("a", 3, 0, 0.0, 0.0, "aux", landed=(), held_out=HeldOut(2, 3.5, 0.25, 64)),
-        PeerProgress("a", 3, 0, 0.0, 0.0, "aux", landed=()),
+        PeerProgress(
+            "a", 3, 0, 0.0, 0.0, "backbone", landed=(), held_out=HeldOut(2, 3.5, 0.25, 64)
+        ),
+        PeerProgress("a", 3, 0, 0.0, 0.0, "backbone", landed=()),
     ],
 )
 def test_landed_epochs_travel_in_the_record(progress: PeerProgress) -> None:

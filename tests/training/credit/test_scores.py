@@ -1,16 +1,16 @@
-"""ContributionScores: credit for what a diloco member's updates show, as a table of cases."""
+"""WorkScores: credit for what a diloco member's updates show, as a table of cases."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.averaging import Contribution
-from core.training.work.contribution import (
+from core.training.credit.scores import (
     ACCUSE_BELOW,
     FULL,
     MIN_COSINE,
     WINDOW,
-    ContributionScores,
+    WorkScores,
 )
 
 
@@ -46,7 +46,7 @@ def honest_round(liar: tuple[float, float] | None = None) -> dict[str, Contribut
     ],
 )
 def test_credit_is_what_the_updates_show(liar: tuple[float, float], credited_share: float) -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     for epoch in range(WINDOW):
         scores.observe(epoch, honest_round(liar))
     claim = int(liar[0])
@@ -60,7 +60,7 @@ def test_credit_is_what_the_updates_show(liar: tuple[float, float], credited_sha
 
 
 def test_one_bad_round_costs_an_honest_member_nothing() -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     for epoch in range(WINDOW):
         scores.observe(epoch, honest_round((100, 0.0) if epoch == 2 else None))
     assert scores.supported("x", 2, 100, now=0.0) == 100
@@ -68,7 +68,7 @@ def test_one_bad_round_costs_an_honest_member_nothing() -> None:
 
 
 def test_a_turncoat_loses_its_credit_within_the_window() -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     for epoch in range(10):
         scores.observe(epoch, honest_round((1000, 1.0) if epoch >= 5 else None))
     assert scores.supported("x", 4, 100, now=0.0) == 100
@@ -85,13 +85,13 @@ def test_a_turncoat_loses_its_credit_within_the_window() -> None:
     ],
 )
 def test_a_round_that_proves_nothing_scores_no_one(round_: dict[str, Contribution]) -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     assert scores.observe(0, round_) == {}
     assert scores.standing("a") is None
 
 
 def test_waiting_for_the_round_then_crediting() -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     # a newcomer's claim waits for its first scored round
     assert scores.supported("x", 0, 1000, now=100.0) is None
     scores.observe(0, honest_round((300, 1.0)))
@@ -106,7 +106,7 @@ def test_waiting_for_the_round_then_crediting() -> None:
 
 
 def test_a_member_never_scored_is_credited_after_the_newcomers_wait() -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     assert scores.supported("y", 3, 500, now=0.0) is None
     assert scores.supported("y", 3, 500, now=29.0) is None
     assert scores.supported("y", 3, 500, now=31.0) == 500
@@ -114,7 +114,7 @@ def test_a_member_never_scored_is_credited_after_the_newcomers_wait() -> None:
 
 
 def test_a_recovered_member_can_be_accused_again() -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     epoch = 0
     for liar in [(100, 0.0), (100, 1.0), (100, 0.0)]:
         for _ in range(WINDOW):
@@ -129,7 +129,7 @@ def test_a_recovered_member_can_be_accused_again() -> None:
 
 def test_a_round_that_proved_nothing_holds_no_newcomer() -> None:
     """Two trainers: no round can prove anything, and nobody's credit waits for one."""
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     scores.observe(0, {"a": sent(100, 1.0), "b": sent(100, 1.0)})
     assert scores.supported("a", 0, 100, now=0.0) == 100
     assert scores.of("a").unscored == 100
@@ -138,7 +138,7 @@ def test_a_round_that_proved_nothing_holds_no_newcomer() -> None:
 
 
 def test_a_newcomer_outside_a_proved_round_waits_for_its_own() -> None:
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     scores.observe(0, honest_round())
     assert scores.supported("new", 0, 100, now=0.0) is None  # the backbone's group was another
     scores.observe(1, honest_round() | {"new": sent(300, 1.0)})
@@ -147,7 +147,7 @@ def test_a_newcomer_outside_a_proved_round_waits_for_its_own() -> None:
 
 def test_a_round_at_rest_leaves_the_standing_to_the_rounds_that_proved_something() -> None:
     """Once the loss is flat a fast member's update overshoots; those rounds judge nobody."""
-    scores = ContributionScores(hold=10.0, newcomer_hold=30.0)
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     for epoch in range(WINDOW):
         scores.observe(epoch, honest_round())
     for epoch in range(WINDOW, 2 * WINDOW):

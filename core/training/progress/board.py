@@ -1,0 +1,206 @@
+"""ProgressBoard: publishing this peer's record and reading everyone's; CollaborationView, where
+the collaboration stands as far as this peer can tell.
+
+Records live ``RECORD_TTL`` seconds and live peers refresh theirs every ``KEEPALIVE`` seconds, so the
+record of a peer that vanished (killed, link lost) stops counting within seconds. Records of peers
+this one caught lying (``Averager.bans``) are left out of the view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from core.config.roles import BACKBONE
+from core.dht import DHTNode, owner_marker
+from core.dht.records import InvalidRecord, owner_of
+from core.dht.validation import RecordSchema, renewal_bound
+from core.net.host.gate import AccessGate
+from core.training.progress.record import LEFT, WIRE_FIELDS, HeldOut, PeerProgress
+from core.trust.passes import AccessDenied
+from core.trust.peer_id import PeerID
+from core.util.errors import WireFormatError
+from core.util.msgpack_codec import unpack
+
+RECORD_TTL = 10.0
+"""Seconds a progress record lives in the DHT (and counts) unless its peer refreshes it."""
+KEEPALIVE = 2.0
+"""Seconds between refreshes of an idle peer's record: several per ``RECORD_TTL``, so that one lost
+store does not make a live peer look gone."""
+
+
+def pass_carrying_schema(
+    name: str,
+    key: str,
+    access: AccessGate,
+    fields: int,
+    *,
+    max_ahead: float | None = None,
+    after_pass: int = 0,
+) -> RecordSchema:
+    """Records under ``key`` must be signed by their peer and be lists of ``fields`` values followed
+    by a pass that admits that peer, then at most ``after_pass`` more values (and expire at most
+    ``max_ahead`` seconds ahead)."""
+
+    def authorize(signer: PeerID | None, data: bytes) -> None:
+        if signer is None:
+            raise InvalidRecord(f"{name} records must be signed by their peer")
+        try:
+            value = unpack(data)
+        except WireFormatError as exc:
+            raise InvalidRecord(f"{name} record: {exc}") from None
+        shaped = isinstance(value, list) and 0 < len(value) - fields <= 1 + after_pass
+        presented = value[fields] if shaped else None
+        try:
+            access.admit(signer, presented)
+        except AccessDenied as exc:
+            raise InvalidRecord(f"{name} record of {signer}: {exc}") from None
+
+    return RecordSchema(name, key, subkeys="owned", authorize=authorize, max_ahead=max_ahead)
+
+
+@dataclass(frozen=True)
+class CollaborationView:
+    """Where the collaboration stands, as far as this peer can tell."""
+
+    epoch: int
+    """The newest epoch any fresh peer has reached."""
+    samples: int
+    """Samples accumulated towards ``epoch`` by the peers at it (reported, so a lower bound)."""
+    samples_per_second: float
+    """Summed speed of the trainers at ``epoch``."""
+    peers: list[PeerProgress]
+    """Every fresh record, this peer's own included (not those of peers that left)."""
+    target: int
+    departed: list[PeerProgress] = dataclasses.field(default_factory=list)
+    """Fresh records of peers that left: they count for nothing, but still carry the totals of
+    the last epoch they finished (for that epoch's metrics)."""
+
+    @property
+    def reports(self) -> list[PeerProgress]:
+        """What the metrics of finished epochs are built from: everyone's, the departed's too."""
+        return self.peers + self.departed
+
+    @property
+    def trainers_at_epoch(self) -> list[PeerProgress]:
+        return [p for p in self.peers if p.epoch == self.epoch and p.training]
+
+    @property
+    def ready(self) -> bool:
+        return self.samples >= self.target
+
+    def eta(self) -> float:
+        """Seconds until the target is reached at the current speed (inf when nobody trains)."""
+        missing = max(0, self.target - self.samples)
+        if missing == 0:
+            return 0.0
+        return missing / self.samples_per_second if self.samples_per_second > 0 else math.inf
+
+
+class ProgressBoard:
+    """Publishing our record and reading everyone's.
+
+    In a moderated project (``access`` given) every record carries its peer's pass, and this peer's
+    DHT refuses to keep or believe a progress record whose pass does not admit its signer.
+    """
+
+    def __init__(
+        self,
+        dht: DHTNode,
+        prefix: str,
+        *,
+        ttl: float = RECORD_TTL,
+        access: AccessGate | None = None,
+        ignored: Callable[[], Collection[str]] = frozenset,
+    ) -> None:
+        self._dht = dht
+        self._ignored = ignored
+        """PeerIDs whose records the view leaves out: the members this peer caught lying (their
+        samples never reach our rounds, and their epoch must not make us wait for their state)."""
+        self._key = f"{prefix}.progress"
+        self._ttl = ttl
+        self._me = str(dht.peer_id)
+        self._access = access
+        self._held_out: HeldOut | None = None
+        # a record is renewed every few seconds: one that claims a day would let a stranger's
+        # epoch stall the collaboration long after its last store
+        ahead = renewal_bound(ttl)
+        if access is not None:
+            schema = pass_carrying_schema(
+                "progress", self._key, access, WIRE_FIELDS, max_ahead=ahead, after_pass=3
+            )
+        else:
+            schema = RecordSchema("progress", self._key, subkeys="owned", max_ahead=ahead)
+        dht.rules.add_schema(schema)
+
+    def evaluated(self, held_out: HeldOut) -> None:
+        """The backbone measured its replica: every backbone record published from now on carries the
+        evaluation (an older epoch's never replaces a newer one's)."""
+        if self._held_out is None or held_out.epoch >= self._held_out.epoch:
+            self._held_out = held_out
+
+    async def publish(self, progress: PeerProgress) -> bool:
+        if progress.role == BACKBONE and progress.held_out is None and self._held_out is not None:
+            progress = dataclasses.replace(progress, held_out=self._held_out)
+        if self._access is not None:
+            if self._access.own_pass is None:
+                raise AccessDenied("no access pass yet: cannot report progress")
+            progress = dataclasses.replace(progress, access=self._access.own_pass)
+        expiration = progress.time + self._ttl
+        return await self._dht.store(
+            self._key, progress.to_wire(), expiration, subkey=owner_marker(self._dht.peer_id)
+        )
+
+    async def withdraw(self, last: PeerProgress) -> bool:
+        """Say that we left (a record newer than ``last``, which counts for nothing), so that nobody counts
+        on us until our record would have expired."""
+        when = max(time.time(), last.time + 0.001)  # a store keeps only the newer expiration
+        return await self.publish(
+            dataclasses.replace(last, role=LEFT, samples=0, samples_per_second=0.0, time=when)
+        )
+
+    async def fetch(self) -> list[PeerProgress]:
+        """Every record, those of peers that left (role ``left``) included, but not those of
+        ``ignored`` peers."""
+        found = await self._dht.get(self._key, latest=True)
+        if found is None or not isinstance(found.value, dict):
+            return []
+        records = []
+        ignored = self._ignored()
+        for subkey, entry in found.value.items():
+            try:
+                owner = owner_of(subkey)
+            except InvalidRecord:
+                continue
+            if owner is None or str(owner) in ignored:
+                continue
+            record = PeerProgress.from_wire(str(owner), entry.value)
+            if record is None:
+                continue
+            if self._access is not None:
+                # records stored before a ban or an expiry are still in the DHT: ask again
+                if record.access is None:
+                    continue
+                try:
+                    self._access.recheck(record.access)
+                except AccessDenied:
+                    continue
+            records.append(record)
+        return records
+
+    def view(
+        self, records: list[PeerProgress], mine: PeerProgress, target: int
+    ) -> CollaborationView:
+        """Combine fetched records with our own, fresher, one; records not refreshed within the
+        TTL (by the time of ``mine``) are left out."""
+        others = [r for r in records if r.peer != self._me and mine.time - r.time <= self._ttl]
+        peers = [r for r in others if r.role != LEFT] + [mine]
+        epoch = max(p.epoch for p in peers)
+        at_epoch = [p for p in peers if p.epoch == epoch and p.training]
+        samples = sum(p.samples for p in at_epoch)
+        speed = sum(p.samples_per_second for p in at_epoch)
+        departed = [r for r in others if r.role == LEFT]
+        return CollaborationView(epoch, samples, speed, peers, target, departed)
