@@ -4,11 +4,12 @@ a short Markdown summary.
     python3 packaging/dev.py gpu-check                      # on a machine with a CUDA GPU
     python3 packaging/dev.py gpu-check --device cpu         # the dry run: every path, tiny sizes
     python3 packaging/dev.py gpu-check --only trainer,memory --out DIR
-    python3 packaging/dev.py gpu-check --combine A.json B.json --out docs/benchmarks
+    python3 packaging/dev.py gpu-check --combine A.json B.json --out docs/benchmarks/gpu-check
 
 The checks (``--only`` takes their names): ``tests`` runs the tests marked ``cuda`` (they skip
-without a GPU); the others are the benchmarks under ``benchmarks/``, each against its own baseline
-in the same run, each in its own process with a time limit: ``trainer`` (the trainer against a
+without a GPU); the others are the benchmarks of ``benchmarks/gpu/`` (``python -m
+benchmarks.gpu.<name>`` from the repository root), each against its own baseline in the same run,
+each in its own process with a time limit: ``trainer`` (the trainer against a
 plain PyTorch loop), ``memory`` (bytes per parameter of 32-bit, 8-bit and offloaded states),
 ``pause`` (pause latency, memory given back, resume), ``precision`` (bf16 and fp16 against fp32),
 ``collab`` (two trainers sharing the GPU with a CPU backbone), ``experts`` (the expert host
@@ -19,7 +20,7 @@ an error: the summary says which.
 
 It runs the benchmarks with this interpreter if it has torch (a GPU machine's own PyTorch),
 otherwise with the project's ``.venv`` (``--python`` picks another). Only the standard library
-is used here. The results go to ``--out`` (by default ``docs/benchmarks`` on a GPU and
+is used here. The results go to ``--out`` (by default ``docs/benchmarks/gpu-check`` on a GPU and
 ``build/gpu-check`` for the dry run) as ``gpu-check-<gpu>-<date>.json``, ``.md`` and ``.log``.
 """
 
@@ -42,9 +43,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks"
 DEMO = ROOT / "resources" / "demo" / "project.toml"
-DEFAULT_OUT = ROOT / "docs" / "benchmarks"
+DEFAULT_OUT = ROOT / "docs" / "benchmarks" / "gpu-check"
 DRY_OUT = ROOT / "build" / "gpu-check"
 CUDA_MARK = "pytest.mark.cuda"
 
@@ -59,10 +59,13 @@ class Check:
     """Seconds on a GPU; the dry run has a fifth of it."""
 
 
-def _bench(script: str, full: list[str], dry: list[str]) -> Callable[[str, bool, Path], list[str]]:
+def _bench(name: str, full: list[str], dry: list[str]) -> Callable[[str, bool, Path], list[str]]:
+    """``python -m benchmarks.gpu.<name>``, run from the repository root."""
+
     def argv(device: str, dry_run: bool, json_path: Path) -> list[str]:
         return [
-            str(BENCH / script),
+            "-m",
+            f"benchmarks.gpu.{name}",
             "--device",
             device,
             *(dry if dry_run else full),
@@ -95,44 +98,44 @@ CHECKS = (
         "trainer",
         "the trainer against a plain PyTorch loop (demo, albert-large, albert-xxlarge 8-bit "
         "offloaded)",
-        _bench("trainer_throughput.py", ["--reference"], ["--dry-run"]),
+        _bench("trainer_throughput", ["--reference"], ["--dry-run"]),
         900,
     ),
     Check(
         "memory",
         "bytes per parameter: 32-bit, 8-bit, offloaded (albert-xxlarge)",
-        _bench("memory.py", [], ["--manifest", str(DEMO), "--steps", "2"]),
+        _bench("memory", [], ["--manifest", str(DEMO), "--steps", "2"]),
         900,
     ),
     Check(
         "pause",
         "pause latency, GPU memory given back, resume",
-        _bench("pause_latency.py", ["--trials", "20"], ["--trials", "2"]),
+        _bench("pause_latency", ["--trials", "20"], ["--trials", "2"]),
         600,
     ),
     Check(
         "precision",
         "bf16 and fp16 autocast against fp32 (loss after 60 steps)",
-        _bench("precision.py", ["--steps", "60"], ["--steps", "3", "--microbatch", "8"]),
+        _bench("precision", ["--steps", "60"], ["--steps", "3", "--microbatch", "8"]),
         600,
     ),
     Check(
         "collab",
         "two trainers sharing the GPU, a CPU backbone: the backbone's distance per epoch",
-        _bench("gpu_collab.py", [], ["--dry-run"]),
+        _bench("collab", [], ["--dry-run"]),
         900,
     ),
     Check(
         "experts",
         "the expert host on the device against a plain expert loop",
-        _bench("expert_gpu.py", [], ["--dry-run"]),
+        _bench("experts", [], ["--dry-run"]),
         600,
     ),
     Check(
         "diloco",
         "diloco's inner steps against a plain PyTorch loop (same parameters, speed), then one "
         "round's end and landing alone (host copies, host bytes per parameter)",
-        _bench("diloco_inner.py", [], ["--dry-run"]),
+        _bench("diloco_inner", [], ["--dry-run"]),
         600,
     ),
 )

@@ -1,5 +1,6 @@
-"""benchmarks/compare.py: the order of its runs, its table, its clean-up, and that each side really
-runs its own commit's code. Only shapes and signs of measured values are checked, never speeds."""
+"""``benchmarks.kit.compare``: the order of its runs, its table, its clean-up, which command runs
+each commit's benchmark, and that each side really runs its own commit's code. Only shapes and
+signs of measured values are checked, never speeds."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import compare
-from benchmarks.compare import BASE, HEAD, HIVEMIND
+from benchmarks.kit import compare
+from benchmarks.kit.compare import BASE, HEAD, HIVEMIND
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(300)
@@ -135,6 +136,20 @@ def test_the_allreduce_cpu_is_the_median_rounds_sum() -> None:
     assert compare.allreduce_cpu({}) is None
 
 
+def test_a_tree_runs_its_benchmark_as_a_module_or_as_its_flat_script(tmp_path: Path) -> None:
+    dht = next(b for b in compare.BENCHMARKS if b.name == "dht")
+    rooms, flat = tmp_path / "rooms", tmp_path / "flat"
+    (rooms / "benchmarks" / "net").mkdir(parents=True)
+    (rooms / "benchmarks" / "net" / "dht.py").touch()
+    (flat / "benchmarks").mkdir(parents=True)
+    (flat / "benchmarks" / "dht.py").touch()
+    assert compare.benchmark_argv(dht, rooms) == ["-m", "benchmarks.net.dht"]
+    assert compare.benchmark_argv(dht, flat) == [str(flat / "benchmarks" / "dht.py")]
+    # this checkout has every benchmark the comparison runs
+    for benchmark in compare.BENCHMARKS:
+        assert compare.benchmark_argv(benchmark, ROOT)[0] == "-m", benchmark.name
+
+
 def _fail_inside_worktrees(parent: Path, made: dict[str, Path]) -> None:
     with compare.worktrees({BASE: "HEAD", HEAD: "HEAD"}, parent=parent) as trees:
         made.update(trees)
@@ -173,7 +188,8 @@ def test_head_against_itself_runs_and_writes_its_json(tmp_path: Path) -> None:
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "compare.py"),
+            "-m",
+            "benchmarks.kit.compare",
             "HEAD",
             "HEAD",
             "--quick",
@@ -189,7 +205,7 @@ def test_head_against_itself_runs_and_writes_its_json(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
         timeout=240,
-        cwd=tmp_path,
+        cwd=ROOT,
     )
     report = json.loads(out.read_text())
     assert report["commits"][BASE]["sha"] == report["commits"][HEAD]["sha"]

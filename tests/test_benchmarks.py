@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.page_browser import chromium_missing
+from benchmarks.app.page_browser import chromium_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 # each script runs under its own subprocess timeout; the suite's default of 180 s would cut the
@@ -24,23 +24,25 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def run_benchmark(
-    script: str, *args: str, timeout: float, env: dict[str, str] | None = None
+    module: str, *args: str, timeout: float, env: dict[str, str] | None = None
 ) -> None:
-    """Run ``benchmarks/<script>`` with ``args`` in this interpreter; its output is kept for the
-    failure report, and a script that fails or overruns ``timeout`` fails the test."""
+    """Run ``python -m benchmarks.<module>`` with ``args`` from the repository root in this
+    interpreter, as the docs show; its output is kept for the failure report, and a benchmark that
+    fails or overruns ``timeout`` fails the test."""
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
         check=True,
         capture_output=True,
         timeout=timeout,
         env=env,
+        cwd=ROOT,
     )
 
 
 def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
     out = tmp_path / "transport.json"
     run_benchmark(
-        "transport.py",
+        "net.transport",
         "--json",
         str(out),
         "--mbytes",
@@ -63,7 +65,7 @@ def test_transport_benchmark_writes_its_json(tmp_path: Path) -> None:
 def test_dht_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
     out = tmp_path / "dht.json"
     run_benchmark(
-        "dht.py",
+        "net.dht",
         "--nodes",
         "4",
         "--ops",
@@ -88,7 +90,7 @@ def test_dht_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
 def test_allreduce_benchmark_writes_the_reference_fields(tmp_path: Path) -> None:
     out = tmp_path / "allreduce.json"
     run_benchmark(
-        "allreduce.py",
+        "net.allreduce",
         "--peers",
         "3",
         "--numel",
@@ -112,7 +114,7 @@ def test_allreduce_benchmark_writes_the_reference_fields(tmp_path: Path) -> None
 def test_robust_benchmark_writes_both_methods_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "robust.json"
     run_benchmark(
-        "robust.py",
+        "robust.aggregation",
         "--quick",
         "--verified",
         "--json",
@@ -136,7 +138,7 @@ def test_robust_benchmark_writes_both_methods_side_by_side(tmp_path: Path) -> No
 def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "load_balancing.json"
     run_benchmark(
-        "load_balancing.py",
+        "net.load_balancing",
         "--numel",
         "150000",
         "--rounds",
@@ -162,7 +164,7 @@ def test_load_balancing_benchmark_writes_its_fields(tmp_path: Path) -> None:
 def test_swarm_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> None:
     out = tmp_path / "swarm.json"
     run_benchmark(
-        "swarm.py",
+        "swarm.demo",
         "--peers",
         "1",
         "--seconds",
@@ -186,7 +188,7 @@ def test_swarm_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> N
 def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
     out = tmp_path / "precision.json"
     run_benchmark(
-        "precision.py",
+        "gpu.precision",
         "--device",
         "cpu",
         "--steps",
@@ -208,7 +210,7 @@ def test_precision_benchmark_runs_the_training_path(tmp_path: Path) -> None:
 def test_diloco_inner_benchmark_matches_the_plain_loop_and_lands_back(tmp_path: Path) -> None:
     out = tmp_path / "diloco.json"
     run_benchmark(
-        "diloco_inner.py", "--device", "cpu", "--dry-run", "--json", str(out), timeout=300
+        "gpu.diloco_inner", "--device", "cpu", "--dry-run", "--json", str(out), timeout=300
     )
     result = json.loads(out.read_text())
     (run,) = result["runs"]
@@ -249,7 +251,7 @@ def test_memory_benchmark_compares_the_four_optimizer_layouts(tmp_path: Path) ->
     # in one process: a child per configuration (the real run's isolation) costs 4 imports of torch
     tiny = ["--microbatch", "2", "--seq-len", "16", "--steps", "1", "--in-process"]
     run_benchmark(
-        "memory.py", "--device", "cpu", "--manifest", demo, *tiny, "--json", str(out), timeout=300
+        "gpu.memory", "--device", "cpu", "--manifest", demo, *tiny, "--json", str(out), timeout=300
     )
     result = json.loads(out.read_text())
     assert result["isolated"] is False
@@ -277,7 +279,7 @@ def test_memory_benchmark_compares_the_four_optimizer_layouts(tmp_path: Path) ->
 @pytest.mark.slow
 def test_pause_latency_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "pause.json"
-    run_benchmark("pause_latency.py", "--trials", "2", "--json", str(out), timeout=300)
+    run_benchmark("gpu.pause_latency", "--trials", "2", "--json", str(out), timeout=300)
     result = json.loads(out.read_text())
     latency = result["pause_latency_ms"]
     assert 0 < latency["p50"] <= latency["max"]
@@ -290,7 +292,7 @@ def test_pause_latency_benchmark_writes_its_fields(tmp_path: Path) -> None:
 def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path) -> None:
     out = tmp_path / "idle.json"
     run_benchmark(
-        "engine_idle.py",
+        "app.engine_idle",
         "--seconds",
         "2",
         "--json",
@@ -310,7 +312,7 @@ def test_engine_idle_benchmark_writes_its_fields(tmp_path: Path, demo_data: Path
 def test_access_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "access.json"
     run_benchmark(
-        "access.py", "--connections", "8", "--requests", "4", "--json", str(out), timeout=120
+        "net.access", "--connections", "8", "--requests", "4", "--json", str(out), timeout=120
     )
     result = json.loads(out.read_text())
     assert result["connections"] == 8
@@ -325,7 +327,7 @@ def test_screenshots_are_written_for_every_page(tmp_path: Path) -> None:
     out = tmp_path / "shots"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     run_benchmark(
-        "screenshots.py",
+        "app.screenshots",
         str(out),
         timeout=180,
         env=env,
@@ -358,7 +360,7 @@ def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"  # the app's single-instance socket lives in the temporary folder
     scratch.mkdir()
     run_benchmark(
-        "gui_startup.py",
+        "app.gui_startup",
         "--trials",
         "1",
         "--via",
@@ -382,7 +384,7 @@ def test_gui_startup_benchmark_writes_its_json(tmp_path: Path) -> None:
 def test_flood_benchmark_writes_its_fields(tmp_path: Path) -> None:
     out = tmp_path / "flood.json"
     args = ["--connections", "50", "--baseline", "1", "--flood", "2", "--after", "1"]
-    run_benchmark("flood.py", *args, "--json", str(out), timeout=120)
+    run_benchmark("net.flood", *args, "--json", str(out), timeout=120)
     result = json.loads(out.read_text())
     for name in ("no_flood", "one_address", "many_networks"):
         scenario = result[name]
@@ -398,7 +400,7 @@ def test_flood_benchmark_writes_its_storage_flood_fields(tmp_path: Path) -> None
     out = tmp_path / "flood.json"
     args = ["--scenarios", "store_one_address", "--store-flooders", "2"]
     args += ["--values-per-identity", "4", "--baseline", "1", "--flood", "2", "--after", "1"]
-    run_benchmark("flood.py", *args, "--json", str(out), timeout=120)
+    run_benchmark("net.flood", *args, "--json", str(out), timeout=120)
     scenario = json.loads(out.read_text())["store_one_address"]
     for phase in ("baseline", "flood", "after"):
         assert scenario[phase]["find"]["count"] > 0
@@ -415,7 +417,7 @@ def test_flood_benchmark_writes_its_storage_flood_fields(tmp_path: Path) -> None
 def test_moe_benchmark_writes_a_section_per_part(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
     run_benchmark(
-        "moe.py",
+        "moe.suite",
         "--quick",
         "--parts",
         "beam,server",
@@ -459,7 +461,7 @@ def test_moe_benchmark_writes_a_section_per_part(tmp_path: Path) -> None:
 def test_moe_experiments_write_their_curves_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "moe.json"
     run_benchmark(
-        "moe.py",
+        "moe.suite",
         "--quick",
         "--parts",
         "convergence,throughput",
@@ -525,7 +527,7 @@ def test_lowcomm_benchmark_writes_its_three_runs_and_round_bytes(
     goal the page quotes, the unigram floor beside each run's loss."""
     out = tmp_path / "lowcomm.json"
     run_benchmark(
-        "lowcomm.py",
+        "learning.lowcomm",
         "--peers", "2", "--samples", "64", "--target", "64", "--inner", "2",
         "--data", str(demo_data), "--round-bytes", "3000000", "--json", str(out),
         timeout=400,
@@ -553,7 +555,7 @@ def test_lowcomm_benchmark_writes_its_three_runs_and_round_bytes(
 
 def test_outcome_benchmark_compares_curves_at_equal_samples(tmp_path: Path) -> None:
     """The comparison and the plot, from an earlier run's curves (a real run trains four models for
-    many minutes: ``benchmarks/outcome.py``): each mode against its own goal, the reference's
+    many minutes: ``benchmarks/learning/outcome.py``): each mode against its own goal, the reference's
     distance to the floor, and whether each curve still falls at the compared point."""
     curves = {
         "single": [
@@ -579,7 +581,7 @@ def test_outcome_benchmark_compares_curves_at_equal_samples(tmp_path: Path) -> N
     earlier.write_text(json.dumps({"curves": curves, "settings": settings, "floor": 6.2}))
     out, png = tmp_path / "outcome.json", tmp_path / "outcome.png"
     run_benchmark(
-        "outcome.py", "--from-json", str(earlier), "--json", str(out), "--png", str(png),
+        "learning.outcome", "--from-json", str(earlier), "--json", str(out), "--png", str(png),
         timeout=120,
     )  # fmt: skip
     comparison = json.loads(out.read_text())["comparison"]
@@ -602,7 +604,7 @@ def test_outcome_benchmark_compares_curves_at_equal_samples(tmp_path: Path) -> N
 def test_swarm_scale_compares_runs_at_equal_samples_and_at_equal_rounds() -> None:
     """A run that lands three quarters of the samples a round with the same loss every round is
     ahead at equal samples and level at equal rounds; the landing figures count by round."""
-    from benchmarks import swarm_scale
+    from benchmarks.swarm import swarm_scale
     from core.codecs import FP16
 
     def swarm(curve: list[tuple[int, float, float]]) -> swarm_scale.Swarm:
@@ -645,7 +647,7 @@ def test_diloco_sweep_exchange_keeps_what_topk_left_out() -> None:
     an exact exchange lands the mean and leaves nothing."""
     import numpy as np
 
-    from benchmarks.diloco_sweep import exchange
+    from benchmarks.learning.diloco_sweep import exchange
     from core.codecs.topk import TopK
 
     rng = np.random.default_rng(0)

@@ -139,3 +139,13 @@ def test_the_cuda_tests_are_found_without_collecting_the_suite() -> None:
     assert "tests/gpu/test_cuda_paths.py" in found
     assert "tests/worker/test_precision.py" in found
     assert Path(__file__).relative_to(ROOT).as_posix() not in found
+
+
+def test_each_benchmark_check_runs_a_module_of_benchmarks_gpu(tmp_path: Path) -> None:
+    for check in gpu_check.CHECKS:
+        if check.name == "tests":
+            continue
+        flag, module, *_ = check.argv("cpu", True, tmp_path / f"{check.name}.json")
+        assert flag == "-m"
+        assert module.startswith("benchmarks.gpu."), module
+        assert (ROOT / Path(*module.split("."))).with_suffix(".py").is_file(), module

@@ -1,0 +1,10 @@
+"""Robust training's benchmarks; their figures are on ``docs/benchmarks/robust.md``.
+
+- ``aggregation``       the all-reduce with the plain mean, CenteredClip and verified reducers.
+- ``byzantine_losses``  loss curves of four trainers, one misbehaving, with and without defences.
+- ``byzantine_runs``    running those collaborations (the tests use it too).
+- ``byzantine_task``    their task: a seeded regression MLP, its shards and the reference run.
+- ``claims``            a trainer claiming 10x and 100x the samples it computed, in both modes.
+- ``work_checks``       the backbone's spot checks of trainers' work on the demo (a part of
+                        ``claims``).
+"""

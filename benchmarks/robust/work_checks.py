@@ -1,0 +1,305 @@
+"""Checked work on the demo: what the backbone's spot checks cost, how close honest peers come to
+failing them, and what a peer lying about its work is credited.
+
+    python -m benchmarks.robust.claims --only checks --json out.json
+
+Each run is the demo project in one process: its real model, tokenizer and shards (served on
+loopback), a backbone and four trainers (``ProjectPeer``), dedloc with the default defences. Runs:
+
+- ``honest_every_epoch``: every trainer's every epoch checked (``work_checks`` = 1, no budget),
+  until the honest checks number ``--honest-checks``: how many falsely fail (the goal: none), and
+  the closest an honest microbatch came to the tolerance (``margin``, 1 fails).
+- ``default_rate``: the manifest's default (``work_checks`` = 0.1, the 5 % budget): the backbone's
+  time spent recomputing over its run's time, and the bytes the checks took from each trainer over
+  all the bytes it sent (the goals: 5 % and 2 %), and whether honest credit is exact.
+- ``free_rider`` (computes nothing), ``free_rider_10`` (computes a tenth of what it counts),
+  ``claims_10x`` and ``claims_100x``: one trainer of four lies, at the default rate; its credit
+  over its claim and over what it computed, whether it was accused, and with what.
+- ``turncoat``: honest until epoch ``TURNS_AT`` (its first check passes, so it is trusted and
+  checked at random), then computes nothing: what it was credited on trust since its last passed
+  check is withdrawn when a check catches it (``credited`` is net of ``withdrawn``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.data import ShardServer
+from core.project import load_manifest
+from core.swarm.byzantine import Attack, Misbehaviour
+from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.training.credit.metrics import EpochMetrics
+from core.training.peer.project_peer import PeerSettings, ProjectPeer
+from core.training.peer.roles import CHECKS_LOG
+from core.trust.evidence import Evidence
+from core.worker.events import PeerEpoch, PeerEvent, PeerReady
+
+TRAINERS = 4
+TARGET = 128
+"""The demo's target batch halved: twice the epochs (and checks) in the same time."""
+SETTLE = 20.0
+"""Seconds after the trainers stop for the last checks and credit to come in."""
+TURNS_AT = 5
+"""The epoch from which the turncoat computes nothing."""
+TURNCOAT_EPOCHS = 150
+"""Epochs at most the turncoat's run lasts (it stops when a check catches it): at the default
+rate, within the checks' 5 % budget, a trusted trainer of this demo may go 80 epochs unchecked."""
+FREE_RIDER_BOUND = 0.10
+CREDIT_BOUND = 1.2
+COMPUTE_BUDGET = 0.05
+BYTES_BUDGET = 0.02
+
+
+def liars() -> dict[str, Misbehaviour]:
+    honest_gradients = (Attack.SCALE, 1.0)  # its gradients as computed: only its claims lie
+    return {
+        "free_rider": Misbehaviour(*honest_gradients, computes=0.0),
+        "free_rider_10": Misbehaviour(*honest_gradients, computes=0.1),
+        "claims_10x": Misbehaviour(*honest_gradients, claim=10.0),
+        "claims_100x": Misbehaviour(*honest_gradients, claim=100.0),
+        # honest until the checks trust it, then nothing: what it was credited on trust is
+        # withdrawn when a random check catches it
+        "turncoat": Misbehaviour(*honest_gradients, computes=0.0, rides_from=TURNS_AT),
+    }
+
+
+async def run_swarm(
+    data: Path,
+    work: Path,
+    *,
+    epochs: int,
+    rate: float,
+    liar: Misbehaviour | None = None,
+    stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
+    minutes: float = 30.0,
+) -> dict[str, Any]:
+    """One demo collaboration; what it credited, checked and sent."""
+    manifest = load_manifest(DEMO_MANIFEST).with_training(
+        target_batch_size=TARGET, work_checks=rate
+    )
+    server = ShardServer(data)
+    base = await server.start()
+    reported: list[EpochMetrics] = []
+    accused: list[Evidence] = []
+    counted: dict[int, int] = defaultdict(int)  # trainer -> samples it counted
+    computed: dict[int, int] = defaultdict(int)  # trainer -> samples it computed
+    claimed: dict[int, int] = defaultdict(int)  # trainer -> samples its records claim
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def aux_event(event: PeerEvent) -> None:
+        if isinstance(event, PeerReady) and not ready.done():
+            ready.set_result(event.address)
+
+    aux = ProjectPeer(
+        PeerSettings(manifest, work_dir=work / "backbone", role="backbone", data_base=base,
+                     on_metrics=reported.append, on_evidence=accused.extend),
+        aux_event,
+    )  # fmt: skip
+    started = time.monotonic()
+    aux_stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(aux_stop), name="bench/aux")
+    peers: list[ProjectPeer] = []
+    try:
+        address = await asyncio.wait_for(asyncio.shield(ready), 120)
+        for index in range(TRAINERS):
+            lying = liar if index == TRAINERS - 1 else None
+
+            def on_event(
+                event: PeerEvent, index: int = index, lying: Misbehaviour | None = lying
+            ) -> None:
+                if isinstance(event, PeerEpoch):
+                    counted[index] += event.samples
+                    claim = lying.claim if lying is not None else 1.0
+                    claimed[index] += round(event.samples * claim)
+                    rides = lying is not None and event.epoch >= lying.rides_from
+                    computes = lying.computes if rides and lying is not None else 1.0
+                    computed[index] += round(event.samples * computes)
+
+            peer = ProjectPeer(
+                PeerSettings(manifest, work_dir=work / f"peer-{index}", data_base=base,
+                             initial_peers=(address,), data_seed=index + 1,
+                             until_epoch=epochs, misbehaviour=lying),
+                on_event,
+            )  # fmt: skip
+            peers.append(peer)
+        runs = [asyncio.create_task(p.run(asyncio.Event())) for p in peers]
+        checks_log = work / "backbone" / CHECKS_LOG
+        while not all(r.done() for r in runs):
+            await asyncio.sleep(1.0)
+            if stop_when is not None and stop_when(_lines(checks_log)):
+                break
+            if time.monotonic() - started > minutes * 60:
+                break  # the run says how far it got
+        for task in runs:
+            task.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+        trained = time.monotonic() - started
+        await asyncio.sleep(SETTLE)
+        ids = [str(p.host.peer_id) for p in peers]
+        sent = [int(p.progress()["bytes_sent"]) for p in peers]
+    finally:
+        for peer in peers:
+            with contextlib.suppress(Exception):
+                await peer.close()
+        aux_stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(aux_task, 30)
+        await aux.close()
+        await server.close()
+    checks = _lines(work / "backbone" / CHECKS_LOG)
+    credited: dict[str, int] = defaultdict(int)  # net of what was withdrawn
+    withdrawn: dict[str, int] = defaultdict(int)
+    for metrics in reported:
+        for part in metrics.contributions:
+            credited[part.peer] += -part.samples if metrics.withdrawn else part.samples
+            if metrics.withdrawn:
+                withdrawn[part.peer] += part.samples
+    trainers = []
+    for index, peer in enumerate(ids):
+        mine = [c for c in checks if c["peer"] == peer]
+        trainers.append({
+            "liar": liar is not None and index == TRAINERS - 1,
+            "counted": counted[index],
+            "computed": computed[index],
+            "claimed": claimed[index],
+            "credited": credited.get(peer, 0),
+            "withdrawn": withdrawn.get(peer, 0),
+            "checks": len(mine),
+            "verdicts": sorted({c["verdict"] for c in mine}),
+            "check_bytes": sum(c["received"] for c in mine),
+            "bytes_sent": sent[index],
+            "accused_with": sorted({e.statistic for e in accused if str(e.accused) == peer}),
+        })  # fmt: skip
+    index_of = {peer: index for index, peer in enumerate(ids)}
+    findings = [
+        {
+            "accused": index_of.get(str(e.accused), -1),
+            "reporter": index_of.get(str(e.reporter), -1),
+            "round": e.round_key,
+            "part": e.part,
+            "chunk": e.chunk,
+            "statistic": e.statistic,
+            "value": e.value,
+        }
+        for e in accused
+    ]
+    return {
+        "epochs": max((m.epoch for m in reported), default=-1) + 1,
+        "findings": findings,
+        "seconds": round(trained, 1),
+        "checks": checks,
+        "trainers": trainers,
+        "recompute_seconds": round(sum(c["compute"] for c in checks), 3),
+    }
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def honest_summary(run: dict[str, Any]) -> dict[str, Any]:
+    checks = run["checks"]
+    passed = [c for c in checks if c["verdict"] == "passed"]
+    return {
+        "epochs": run["epochs"],
+        "checks": len(checks),
+        "microbatches_recomputed": sum(c["sampled"] for c in checks),
+        "false_accusations": sum(1 for c in checks if c["verdict"] == "caught"),
+        "unreached": sum(1 for c in checks if c["verdict"] == "unreached"),
+        "worst_margin": max((c["margin"] for c in passed), default=None),
+        "credit_exact": all(t["credited"] == t["claimed"] for t in run["trainers"]),
+    }
+
+
+def cost_summary(run: dict[str, Any]) -> dict[str, Any]:
+    trainers = run["trainers"]
+    byte_shares = [t["check_bytes"] / t["bytes_sent"] for t in trainers if t["bytes_sent"]]
+    return {
+        "epochs": run["epochs"],
+        "checks": len(run["checks"]),
+        "recompute_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
+        "check_bytes_share_of_trainer_bytes": max(byte_shares, default=0.0),
+        "false_accusations": sum(1 for c in run["checks"] if c["verdict"] == "caught"),
+        "credit_exact": all(t["credited"] == t["claimed"] for t in trainers),
+    }
+
+
+def liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
+    bad = next(t for t in run["trainers"] if t["liar"])
+    honest = [t for t in run["trainers"] if not t["liar"]]
+    computed = bad["computed"]
+    return {
+        "epochs": run["epochs"],
+        "claimed": bad["claimed"],
+        "computed": computed,
+        "credited": bad["credited"],
+        "withdrawn": bad["withdrawn"],
+        "credit_over_claim": bad["credited"] / bad["claimed"] if bad["claimed"] else 0.0,
+        "credit_over_computed": bad["credited"] / computed if computed else 0.0,
+        "verdicts": bad["verdicts"],
+        "accused_with": bad["accused_with"],
+        "honest_accused": any(t["accused_with"] for t in honest),
+        "honest_credit_exact": all(t["credited"] == t["claimed"] for t in honest),
+    }
+
+
+async def checks(honest_checks: int, epochs: int, liar_epochs: int = 20) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-checks-") as tmp:
+        root = Path(tmp)
+        data = root / "data"
+        prepare_demo_data(load_manifest(DEMO_MANIFEST), data)
+        out: dict[str, Any] = {}
+        enough = lambda lines: len(lines) >= honest_checks  # noqa: E731
+        run = await run_swarm(data, root / "honest", epochs=10_000, rate=1.0, stop_when=enough)
+        out["honest_every_epoch"] = honest_summary(run)
+        run = await run_swarm(data, root / "default", epochs=epochs, rate=0.1)
+        out["default_rate"] = cost_summary(run)
+        caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
+        for name, liar in liars().items():
+            if liar.rides_from:  # checked at random once trusted: until a check catches it
+                run = await run_swarm(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
+                                      liar=liar, stop_when=caught)  # fmt: skip
+            else:
+                run = await run_swarm(data, root / name, epochs=liar_epochs, rate=0.1, liar=liar)
+            out[name] = liar_summary(run, liar)
+        out["goals"] = check_goals(out)
+        return out
+
+
+def check_goals(out: dict[str, Any]) -> dict[str, bool]:
+    honest, cost = out["honest_every_epoch"], out["default_rate"]
+    riders = [out[k] for k in ("free_rider", "free_rider_10")]
+    inflaters = [out[k] for k in ("claims_10x", "claims_100x")]
+    return {
+        "no_false_accusation": honest["false_accusations"] == 0 and cost["false_accusations"] == 0,
+        "free_rider_credited_at_most_10_percent": all(
+            r["credit_over_claim"] <= FREE_RIDER_BOUND and r["accused_with"] for r in riders
+        ),
+        "inflated_claims_credited_at_most_1_2x": all(
+            r["credit_over_computed"] <= CREDIT_BOUND and r["accused_with"] for r in inflaters
+        ),
+        "checks_within_5_percent_of_backbone_time": (
+            cost["recompute_share_of_backbone_time"] <= COMPUTE_BUDGET
+        ),
+        "checks_within_2_percent_of_trainer_bytes": (
+            cost["check_bytes_share_of_trainer_bytes"] <= BYTES_BUDGET
+        ),
+        "turncoat_keeps_at_most_what_it_computed": (
+            out["turncoat"]["credit_over_computed"] <= CREDIT_BOUND
+            and bool(out["turncoat"]["accused_with"])
+        ),
+        "honest_credit_exact": honest["credit_exact"]
+        and cost["credit_exact"]
+        and all(out[k]["honest_credit_exact"] for k in liars()),
+        "nobody_honest_accused": not any(out[k]["honest_accused"] for k in liars()),
+    }
