@@ -6,10 +6,11 @@ the Hugging Face Hub.
 
 Without ``--checkpoint`` it takes the newest checkpoint of ``--checkpoints DIR``, by default the
 backbone's ``backbone/checkpoints`` beside the manifest (the folder ``barnraise project new``
-makes). It writes ``config.json``, ``model.safetensors``, the project's tokenizer
-(``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``) and a model card
-(``README.md``), into a folder that appears whole or not at all, never over one that holds anything
-unless ``--overwrite``.
+makes; ``aux/checkpoints`` in a project that an earlier release made). It writes
+``config.json``, ``model.safetensors``, the project's tokenizer (``tokenizer.json``,
+``tokenizer_config.json``, ``special_tokens_map.json``) and a model card (``README.md``), into
+a folder that appears whole or not at all, never over one that holds anything unless
+``--overwrite``.
 
 The card's held-out figures and contributors come from the backbone's work folder
 (``--backbone-dir``, by default the folder that holds the checkpoints' folder): its
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 
 CHECKPOINTS = Path("backbone") / "checkpoints"
 """The backbone's checkpoints in a project's folder (``core.organize.backbone``)."""
+EARLIER_CHECKPOINTS = Path("aux") / "checkpoints"
+"""Where projects made by releases that named the backbone ``aux`` keep them: their services still
+run with that folder, so it is looked in when the first is missing."""
 USAGE_ERROR = 2
 
 
@@ -77,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
 
     checkpoints = args.checkpoints
     if args.checkpoint is None and checkpoints is None:
-        checkpoints = args.manifest.expanduser().absolute().parent / CHECKPOINTS
+        project = args.manifest.expanduser().absolute().parent
+        checkpoints = project / CHECKPOINTS
+        if not checkpoints.exists() and (project / EARLIER_CHECKPOINTS).is_dir():
+            checkpoints = project / EARLIER_CHECKPOINTS
     # the backbone keeps its checkpoints in <work folder>/checkpoints, its logs in the work folder
     backbone_dir = args.backbone_dir
     if backbone_dir is None:

@@ -29,6 +29,20 @@ def test_export_prints_the_folder_its_files_and_the_hash(
         assert f"{path.stat().st_size:,} bytes" in printed
 
 
+def test_a_project_an_earlier_release_made_exports_from_its_aux_folder(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # such a project's services keep the backbone's checkpoints and logs in aux/
+    earlier = project.folder / "aux"
+    shutil.move(project.checkpoints.parent, earlier)
+    write_lines(earlier / "metrics.jsonl", [epoch_line(e, {"peer-a": 256}) for e in range(3)])
+    out = tmp_path / "model"
+    assert main(["export", str(project.manifest), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert str(earlier / "checkpoints" / project.checkpoint.name) in printed
+    assert f"contributors: 1 peer(s), from {earlier / 'metrics.jsonl'}" in printed
+
+
 def test_export_refuses_a_folder_that_holds_anything(
     project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
