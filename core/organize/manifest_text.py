@@ -105,7 +105,7 @@ KEY_NOTES = {
     "network.coordinator_url": "the project URL: accounts, passes, the page, the manifest",
     "network.checkpoint_url": "where the backbone's published checkpoints are served (or empty)",
     "network.peer_port": "the TCP port volunteers' peers listen on",
-    "network.aux_port": "the TCP port of backbones: open it in the backbone's firewall",
+    "network.aux_port": "the backbone's TCP port: open it in the backbone server's firewall",
     "access.mode": "open: anyone trains; moderated: accounts and passes, bans take effect",
     "access.project_key": "the PeerID of project-key.pem: it signs passes and checkpoints",
     "access.allow_signup": "true: volunteers create accounts; false: only ones you add",

@@ -497,7 +497,8 @@ class NetworkSection:
     peer_port: int = PEER_PORT
     """The TCP port volunteers' peers listen on (``core.config.ports``); 0: any free port."""
     aux_port: int = BACKBONE_PORT
-    """The TCP port backbones listen on: the one organizers open in the backbone's firewall."""
+    """The TCP port the backbone listens on (the key keeps its first name, which existing manifests
+    use): the one organizers open in its firewall."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
