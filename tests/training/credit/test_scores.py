@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.averaging import Contribution
+from core.averaging import Alignment
 from core.training.credit.scores import (
     ACCUSE_BELOW,
     FULL,
@@ -14,14 +14,14 @@ from core.training.credit.scores import (
 )
 
 
-def sent(weight: float, projection: float, cosine: float = 0.8) -> Contribution:
+def sent(weight: float, projection: float, cosine: float = 0.8) -> Alignment:
     """A sender's sums with this projection on the others' direction and this cosine."""
     reference2 = 1.0
     norm2 = (projection / cosine) ** 2 if cosine else 1.0
-    return Contribution(weight, projection, norm2, reference2)
+    return Alignment(weight, projection, norm2, reference2)
 
 
-def honest_round(liar: tuple[float, float] | None = None) -> dict[str, Contribution]:
+def honest_round(liar: tuple[float, float] | None = None) -> dict[str, Alignment]:
     """Three honest members of 100 samples (projections 0.9, 1.0, 1.1) and one ``(claim,
     projection)``, or a fourth honest one."""
     found = {"a": sent(100, 0.9), "b": sent(100, 1.0), "c": sent(100, 1.1)}
@@ -84,7 +84,7 @@ def test_a_turncoat_loses_its_credit_within_the_window() -> None:
         {p: sent(100, -1.0) for p in "abcd"},  # everyone away from everyone
     ],
 )
-def test_a_round_that_proves_nothing_scores_no_one(round_: dict[str, Contribution]) -> None:
+def test_a_round_that_proves_nothing_scores_no_one(round_: dict[str, Alignment]) -> None:
     scores = WorkScores(hold=10.0, newcomer_hold=30.0)
     assert scores.observe(0, round_) == {}
     assert scores.standing("a") is None
