@@ -61,13 +61,10 @@ async def several_groups(
     return tensors, feedback, list(results)
 
 
-async def test_every_group_lands_the_mean_of_everyone(make_averagers: MakeAveragers) -> None:
-    averagers = await make_averagers(5, TWO_GROUPS_OF_TWO)
-    inputs = [vectors(seed) for seed in range(5)]
-    weights = [1.0, 2.0, 3.0, 4.0, 5.0]
-    tensors, _, results = await several_groups(averagers, inputs, weights, NONE)
-    groups = {r.group_id for r in results}
-    assert len(groups) == 3, [len(r.members) for r in results]  # 2 + 2 + 1: more than one group
+def assert_everyone_holds_the_mean(
+    tensors: list[list[np.ndarray]], inputs: list[list[np.ndarray]], weights: list[float]
+) -> None:
+    """Every member holds the same bytes, and they are everyone's weighted mean."""
     for other in tensors[1:]:
         for mine, theirs in zip(tensors[0], other, strict=True):
             assert mine.tobytes() == theirs.tobytes()
@@ -75,6 +72,16 @@ async def test_every_group_lands_the_mean_of_everyone(make_averagers: MakeAverag
     for k in range(len(SIZES)):
         expected = sum(w * ins[k] for w, ins in zip(weights, inputs, strict=True)) / total
         np.testing.assert_allclose(tensors[0][k], expected, rtol=1e-5, atol=1e-6)
+
+
+async def test_every_group_lands_the_mean_of_everyone(make_averagers: MakeAveragers) -> None:
+    averagers = await make_averagers(5, TWO_GROUPS_OF_TWO)
+    inputs = [vectors(seed) for seed in range(5)]
+    weights = [1.0, 2.0, 3.0, 4.0, 5.0]
+    tensors, _, results = await several_groups(averagers, inputs, weights, NONE)
+    groups = {r.group_id for r in results}
+    assert len(groups) == 3, [len(r.members) for r in results]  # 2 + 2 + 1: more than one group
+    assert_everyone_holds_the_mean(tensors, inputs, weights)
     assert all(r.averaged_elements == r.total_elements for r in results)
     assert all(r.included_elements == r.total_elements for r in results)
     # what a member sent and received counts its columns too: at most a float32 vector out and
@@ -191,11 +198,5 @@ async def test_a_group_that_comes_late_still_meets_the_others_in_its_columns(
     assert sorted(len(r.members) for r in results) == [1, 2, 2, 2, 2]
     # every slot's column met all three groups, as each of its reducers saw it
     assert [r.column_groups for r in results if r.parts[r.index]] == [3] * 5
-    for other in tensors[1:]:
-        for mine, theirs in zip(tensors[0], other, strict=True):
-            assert mine.tobytes() == theirs.tobytes()
-    total = sum(weights)
-    for k in range(len(SIZES)):
-        expected = sum(w * ins[k] for w, ins in zip(weights, inputs, strict=True)) / total
-        np.testing.assert_allclose(tensors[0][k], expected, rtol=1e-5, atol=1e-6)
-    assert all(r.complete and r.group_weight == total for r in results)
+    assert_everyone_holds_the_mean(tensors, inputs, weights)
+    assert all(r.complete and r.group_weight == sum(weights) for r in results)
