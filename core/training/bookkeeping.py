@@ -115,12 +115,29 @@ class Bookkeeping:
 
     # ---- metrics and credit ----------------------------------------------------------------------
 
-    def resumed(self, checkpoint: Checkpoint | None, epoch: int, rollback: int) -> None:
-        """The replica starts at ``epoch``, from ``checkpoint`` (None: from no checkpoint), with
-        ``rollback`` as its last rollback order."""
+    async def resume(
+        self, restore: Callable[[Checkpoint], None], replica: Callable[[], tuple[int, int]]
+    ) -> Checkpoint | None:
+        """Put the replica on the newest checkpoint that loads (``restore``, on the training
+        thread, raises ``CheckpointError``, ``ValueError``, ``RuntimeError`` or ``KeyError`` for
+        one that does not fit; none loads: the replica stays as it is), and count on from it;
+        returns it. ``replica``: the replica's epoch and last rollback order, once restored."""
+        found = None
+        for path in reversed(self.checkpoints.list() if self.checkpoints is not None else []):
+            try:
+                checkpoint = await self.bridge.run(CheckpointStore.load, path)
+                await self.bridge.run(restore, checkpoint)
+            except (CheckpointError, ValueError, RuntimeError, KeyError) as exc:
+                log.warning("checkpoint %s cannot be used: %s", path, exc)
+                continue
+            log.info("the backbone resumes from %s (epoch %d)", path.name, checkpoint.epoch)
+            found = checkpoint
+            break
+        epoch, rollback = replica()
         self.saved = epoch
-        if checkpoint is not None:
-            self.samples.resume(checkpoint.metadata, checkpoint.epoch, rollback)
+        if found is not None:
+            self.samples.resume(found.metadata, found.epoch, rollback)
+        return found
 
     def witness(self, epoch: int, weights: Mapping[str, float], now: float) -> None:
         """A round of ``epoch`` averaged these senders' weights: evidence of work for a sender

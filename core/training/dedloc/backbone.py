@@ -47,7 +47,6 @@ from core.training.credit.checks import CheckRecord, Standings, WorkChecker
 from core.training.credit.metrics import EpochMetrics
 from core.training.credit.samples import SamplesTally
 from core.training.dedloc.optimizer import MAX_SHORT_ROUNDS
-from core.training.errors import CheckpointError
 from core.training.links import PeerLinks
 from core.training.local import LocalWork
 from core.training.moderation.evidence import Reported
@@ -219,24 +218,11 @@ class DedlocBackbone:
 
     async def _resume_from_checkpoint(self) -> None:
         """The replica starts from the newest checkpoint that loads (none: the initial weights)."""
-        store = self.books.checkpoints
-        if store is None:
-            self.books.resumed(None, self.state.epoch, self.state.rollback)
-            return
-        for path in reversed(store.list()):
-            try:
-                checkpoint = await self.bridge.run(CheckpointStore.load, path)
-                await self.bridge.run(self.state.restore, checkpoint)
-            except (CheckpointError, ValueError, RuntimeError, KeyError) as exc:
-                log.warning("checkpoint %s cannot be used: %s", path, exc)
-                continue
+        state = self.state
+        checkpoint = await self.books.resume(state.restore, lambda: (state.epoch, state.rollback))
+        if checkpoint is not None:
             self.epoch = max(self.epoch, checkpoint.epoch)
-            self.books.resumed(checkpoint, checkpoint.epoch, self.state.rollback)
             await self._replica_changed()
-            log.info("the backbone resumes the collaboration from %s (epoch %d)", path.name,
-                     checkpoint.epoch)  # fmt: skip
-            return
-        self.books.resumed(None, self.state.epoch, self.state.rollback)
 
     # ---- one look at the collaboration -----------------------------------------------------------
 

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import numpy as np
 import torch
@@ -42,7 +43,6 @@ from core.training.moderation.evidence import Reported
 from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
 from core.util.tasks import BackgroundTasks
-from core.worker.bridge import TrainingBridge
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,10 @@ class DilocoBackbone:
 
     async def run(self, stop: asyncio.Event) -> None:
         opt = self.optimizer
-        resumed = await resume_from_checkpoint(opt.diloco, opt.bridge, self.books.checkpoints)
-        self.books.resumed(resumed, opt.epoch, opt.diloco.state.rollback)
+        diloco = opt.diloco
+        await self.books.resume(
+            partial(restore, diloco), lambda: (diloco.epoch, diloco.state.rollback)
+        )
         await opt.start()
         try:
             while not stop.is_set():
@@ -168,32 +170,19 @@ class DilocoBackbone:
                 )
 
 
-async def resume_from_checkpoint(
-    diloco: DilocoState, bridge: TrainingBridge, store: CheckpointStore | None
-) -> Checkpoint | None:
-    """The newest diloco checkpoint that loads becomes the outer state (none: the initial one);
-    returns it."""
-    if store is None:
-        return None
-    for path in reversed(store.list()):
-        try:
-            checkpoint = await bridge.run(CheckpointStore.load, path)
-            if checkpoint.metadata.get("mode") != "diloco":
-                raise CheckpointError("not a diloco checkpoint")
-            momentum = checkpoint.optimizer.get("outer_momentum")
-            if not isinstance(momentum, list):
-                raise CheckpointError("it holds no outer momentum")
-            buffers = [_flat(m) for m in momentum]
-            kept = checkpoint.optimizer.get(SCHEDULE_KEY, 0.0)
-            schedule = float(kept) if isinstance(kept, int | float) else 0.0
-            await bridge.run(diloco.state.model.load_state_dict, checkpoint.model)
-            await bridge.run(diloco.restart, checkpoint.epoch, buffers, schedule)
-        except (CheckpointError, ValueError, RuntimeError, KeyError) as exc:
-            log.warning("checkpoint %s cannot be used: %s", path, exc)
-            continue
-        log.info("the backbone resumes from %s (epoch %d)", path.name, checkpoint.epoch)
-        return checkpoint
-    return None
+def restore(diloco: DilocoState, checkpoint: Checkpoint) -> None:
+    """On the training thread: a diloco checkpoint's model and outer momentum become the outer
+    state; ``CheckpointError`` for one that is not a diloco checkpoint."""
+    if checkpoint.metadata.get("mode") != "diloco":
+        raise CheckpointError("not a diloco checkpoint")
+    momentum = checkpoint.optimizer.get("outer_momentum")
+    if not isinstance(momentum, list):
+        raise CheckpointError("it holds no outer momentum")
+    buffers = [_flat(m) for m in momentum]
+    kept = checkpoint.optimizer.get(SCHEDULE_KEY, 0.0)
+    schedule = float(kept) if isinstance(kept, int | float) else 0.0
+    diloco.state.model.load_state_dict(checkpoint.model)
+    diloco.restart(checkpoint.epoch, buffers, schedule)
 
 
 def _flat(tensor: torch.Tensor) -> np.ndarray:
