@@ -43,6 +43,11 @@ class OuterNesterov:
         self._buffers = [np.zeros_like(p) for p in self.params] if momentum else None
 
     @property
+    def held(self) -> list[F32] | None:
+        """The momentum buffers themselves; None without momentum."""
+        return self._buffers
+
+    @property
     def buffers(self) -> list[F32]:
         """The momentum, one buffer per parameter (zeros, made for the asker, without momentum)."""
         if self._buffers is None:

@@ -44,6 +44,8 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 # peer allocate, wait or loop without end. Each field's docstring says its range.
 MAX_TEXT = 4096
 """Characters in a description, a path, a URL or an address."""
+MAX_BACKBONE_KEYS = 16
+"""Backbones a manifest may name (``access.backbone_keys``)."""
 MAX_WIDTH = 65536
 """Embedding, hidden and attention widths."""
 MAX_VOCAB = 2**20
@@ -535,6 +537,11 @@ class AccessSection:
     refresh_interval: float = 60.0
     """Seconds between peers' checks with the coordinator: a ban reaches every peer within this.
     Above 0, at most half of ``pass_lifetime``."""
+    backbone_keys: tuple[str, ...] = ()
+    """PeerIDs of the keys the project's backbones run with (``barnraise backbone --identity``):
+    what they publish confirms the collaboration's epoch and state (``core.training.progress
+    .confirmed``), as the project key's own would. Empty: only a backbone running with the project
+    key confirms, and in a project without one nothing does (its epoch is what most records say)."""
 
     def __post_init__(self) -> None:
         check = FieldCheck(self, self.KEY)
@@ -547,6 +554,14 @@ class AccessSection:
                 check.fail("project_key", f"must be the PeerID of an Ed25519 key: {exc}")
         elif self.mode == "moderated":
             check.fail("project_key", "a moderated project needs the project's public key")
+        check.at_most("backbone_keys", MAX_BACKBONE_KEYS)
+        for i, key in enumerate(self.backbone_keys):
+            if len(key) > 128:
+                check.fail(f"backbone_keys[{i}]", "must have at most 128 characters")
+            try:
+                PeerID.from_string(key)
+            except PeerIdError as exc:
+                check.fail(f"backbone_keys[{i}]", f"must be the PeerID of an Ed25519 key: {exc}")
         check.in_range("pass_lifetime", 10.0, MAX_PASS_LIFETIME)
         check.in_range("refresh_interval", 0.0, low_open=True)
         if self.refresh_interval > self.pass_lifetime / 2:
@@ -563,3 +578,10 @@ class AccessSection:
     @property
     def key(self) -> PeerID | None:
         return PeerID.from_string(self.project_key) if self.project_key else None
+
+    @property
+    def confirmers(self) -> frozenset[str]:
+        """The keys whose records confirm the collaboration's epoch and state: the project key
+        and the backbones' keys (as PeerID strings; empty: none named)."""
+        keys = {self.project_key} if self.project_key else set()
+        return frozenset(keys | set(self.backbone_keys))

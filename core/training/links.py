@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,15 +31,23 @@ class PeerLinks:
     """The training thread."""
 
     @classmethod
-    def create(cls, averager: Averager, bridge: TrainingBridge) -> PeerLinks:
+    def create(
+        cls, averager: Averager, bridge: TrainingBridge, confirmers: Collection[str] = frozenset()
+    ) -> PeerLinks:
         """Links under the averager's prefix (the project's name), on its Host and DHT node; in a
-        moderated project (the Host has an access gate) progress records carry passes."""
+        moderated project (the Host has an access gate) progress records carry passes.
+        ``confirmers``: the keys whose word confirms the collaboration's epoch and state
+        (``AccessSection.confirmers``)."""
         prefix = averager.prefix
         return cls(
             averager,
             StateSharing(averager.host, averager.dht, prefix, refuse=averager.bans.__contains__),
             ProgressBoard(
-                averager.dht, prefix, access=averager.host.access, ignored=averager.bans.names
+                averager.dht,
+                prefix,
+                access=averager.host.access,
+                ignored=averager.bans.names,
+                confirmers=confirmers,
             ),
             bridge,
         )

@@ -26,6 +26,7 @@ from core.config.roles import CLIENT, TRAINER
 from core.training.links import PeerLinks
 from core.training.moderation.evidence import EvidenceBoard
 from core.training.progress import LEFT, PAUSED, LandedLog, PeerProgress, StepTally
+from core.training.progress.confirmed import Confirmed
 from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 from core.util.retry import Retry
@@ -40,6 +41,9 @@ Finished = tuple[int, float, int, int]
 NONE_FINISHED: Finished = (-1, 0.0, 0, 0)
 STATE_MISMATCH = "state_mismatch"
 """The statistic of an accusation against a donor caught serving another state than it claims."""
+UNCONFIRMED_EPOCH = "unconfirmed_epoch"
+"""The statistic of an accusation against a peer whose records keep announcing epochs nothing
+confirms (``core.training.progress.confirmed.Strikes``)."""
 
 
 class Participation:
@@ -76,6 +80,7 @@ class Participation:
         """Where this peer signs and publishes what it found against others: its rounds' findings
         and donors caught serving another state than they claimed (one board: it holds every
         accusation the peer's record carries)."""
+        links.board.on_struck = self._struck
 
     # ---- paused or taking part -------------------------------------------------------------------
 
@@ -212,7 +217,13 @@ class Participation:
         mode's honest donors of an epoch hold the same bytes for the same anchor (diloco).
         ``StateDownloadError`` or ``TimeoutError`` when nobody can; donors caught serving another
         state than they claim are accused either way (signed evidence, published)."""
-        vouching = Vouching(settled=self._settled, exact=exact)
+        board = self.links.board
+        vouching = Vouching(
+            settled=self._settled,
+            exact=exact,
+            confirmed=self._confirmed if board.confirmers else None,
+            trusted=lambda donor: str(donor) in board.confirmers,
+        )
         try:
             got = await self.links.sharing.download(
                 newer_than=newer_than, timeout=timeout, accept=accept, vouching=vouching
@@ -222,6 +233,37 @@ class Participation:
             raise
         self._accuse(got.refused.accused)
         return got
+
+    def _confirmed(self, epoch: int) -> str | None:
+        """The digest confirmed for ``epoch``'s state ("": the epoch only), None: not confirmed
+        (as of the last read)."""
+        confirmed = self.links.board.confirmed(self.records)
+        if epoch != confirmed.epoch:
+            return None
+        return confirmed.digest
+
+    def _struck(self, record: PeerProgress, confirmed: Confirmed) -> None:
+        """A peer kept announcing an epoch nothing confirms: its records are left out from now
+        on, and the accusation is signed and published (evidence in a moderated project)."""
+        reason = (
+            f"its records kept announcing epoch {record.epoch} while epoch {confirmed.epoch} is "
+            "the confirmed one"
+        )
+        log.warning("peer %s: %s", record.peer, reason)
+        evidence = self.evidence.accuse(
+            PeerID.from_string(record.peer),
+            round_key="progress",
+            group=b"",
+            chunk=-1,
+            statistic=UNCONFIRMED_EPOCH,
+            value=float(record.epoch),
+            reason=reason,
+        )
+        if evidence is not None:
+            self._tasks.spawn(
+                f"evidence-progress-{record.peer[:8]}",
+                self.evidence.publish_signed([evidence], "progress"),
+            )
 
     def _settled(self, epoch: int) -> bool:
         """At least half of the others' fresh records (the last read) are at ``epoch`` or past

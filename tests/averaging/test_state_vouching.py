@@ -145,6 +145,55 @@ def test_in_an_exact_mode_a_donor_naming_the_same_anchor_with_other_bytes_is_acc
     assert choose(spec, Vouching(), 5).accused == {}  # not an exact mode: nobody
 
 
+def confirmed_as(table: dict[int, str]) -> Vouching:
+    """Vouching in a project whose states are anchored: ``table`` maps the confirmed version to
+    its confirmed digest ("": the epoch only)."""
+    return Vouching(exact=True, confirmed=table.get, trusted=lambda donor: donor == PEERS[3])
+
+
+@pytest.mark.parametrize(
+    ("spec", "table", "digest", "accused", "skipped"),
+    [
+        # one donor of the confirmed bytes is enough, against any number of one network
+        ([(0, "good", "n1", ""), (1, "bad", "n2", ""), (2, "bad", "n3", "")],
+         {3: "good"}, "good", set(), {1, 2}),
+        # naming the confirmed state and serving other bytes: accused
+        ([(0, "good", "n1", "good"), (1, "bad", "n1", "good")],
+         {3: "good"}, "good", {1}, set()),
+        # donors of two networks agreeing on unconfirmed bytes: nothing is loaded
+        ([(0, "other", "n1", "other"), (1, "other", "n2", "other")],
+         {3: "good"}, None, set(), {0, 1}),
+        # a version nothing confirms is not loaded, however vouched
+        ([(0, "good", "n1", ""), (1, "good", "n2", "")], {2: "good"}, None, set(), set()),
+        # the epoch confirmed without its bytes (dedloc): the usual rules, or a confirming key
+        ([(0, "a", "n1", ""), (1, "a", "n2", "")], {3: ""}, "a", set(), set()),
+        ([(0, "a", "n1", ""), (3, "b", "n1", "")], {3: ""}, "b", set(), {0}),
+        ([(0, "a", "n1", "")], {3: ""}, None, set(), set()),
+    ],
+)  # fmt: skip
+def test_where_states_are_confirmed_only_the_confirmed_one_is_loaded(
+    spec: list[tuple[int, str, str, str]],
+    table: dict[int, str],
+    digest: str | None,
+    accused: set[int],
+    skipped: set[int],
+) -> None:
+    offered = [Offer(PEERS[i], d, network, anchor=a) for i, d, network, a in spec]
+    verdict = choose(offered, confirmed_as(table), 3)
+    assert verdict.digest == digest
+    assert set(verdict.accused) == {PEERS[i] for i in accused}
+    assert set(verdict.skipped) == {PEERS[i] for i in skipped}
+    assert all(o.digest == digest for o in offered if o.donor in verdict.vouchers)
+
+
+def test_a_version_nothing_confirms_is_not_even_asked_for() -> None:
+    vouching = confirmed_as({5: "x"})
+    assert vouching.considers(5)
+    assert not vouching.considers(6)
+    assert not vouching.considers(4)
+    assert Vouching().considers(6)  # a project that anchors nothing
+
+
 def test_more_networks_win_over_fewer() -> None:
     spec = offers((0, "a", "n1"), (1, "a", "n2"), (2, "b", "n3"), (3, "b", "n4"), (4, "b", "n5"))
     assert choose(spec, Vouching(), 5).digest == "b"

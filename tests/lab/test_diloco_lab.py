@@ -92,7 +92,7 @@ def agreed_round(one: LabProcess, other: LabProcess, after: int) -> int:
     while True:
         mine = one.wait_for(partial(full_round, group_size=3, after=after), 8 * ROUND_SECONDS)
         theirs = epoch_of(other, mine["epoch"], 4 * ROUND_SECONDS)
-        assert re.fullmatch(r"[0-9a-f]{16}", mine["anchor"]), mine
+        assert re.fullmatch(r"[0-9a-f]{64}", mine["anchor"]), mine
         assert theirs["anchor"] == mine["anchor"], (mine, theirs)
         # a volunteer that joined just before a round's end may have had no sample in it yet
         if full_round(theirs, 3, after) and mine["samples"] > 0 and theirs["samples"] > 0:
@@ -257,7 +257,7 @@ def one_model(
         if len(agreed) >= count:
             for epoch in agreed[:count]:
                 for e in table[epoch].values():
-                    assert re.fullmatch(r"[0-9a-f]{16}", e["anchor"]), e
+                    assert re.fullmatch(r"[0-9a-f]{64}", e["anchor"]), e
                     assert e["averaged"], e
                     assert e["round_samples"] > 0, e
                     # several groups: none holds the whole swarm

@@ -20,6 +20,7 @@ from core.training.dedloc.backbone import DedlocBackbone, DedlocBackboneConfig
 from core.training.dedloc.optimizer import DedlocConfig, DedlocOptimizer
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
+from core.trust.identity import Identity
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 
@@ -53,9 +54,11 @@ class Peer:
 MakePeer = Callable[..., Awaitable[Peer]]
 
 
-async def start_node(make_host: MakeHost, join: str | None) -> tuple[Host, DHTNode]:
+async def start_node(
+    make_host: MakeHost, join: str | None, identity: Identity | None = None
+) -> tuple[Host, DHTNode]:
     """A started Host and DHT node, joined to ``join`` (the first peer's address) if given."""
-    host = await make_host(NET)
+    host = await make_host(NET, identity)
     dht = DHTNode(HostTransport(host), DHTConfig(rpc_timeout=2.0))
     await dht.start([join] if join else [])
     if join:

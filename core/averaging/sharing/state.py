@@ -345,7 +345,11 @@ class StateSharing:
                     f"(the newest announced is {donors[0][0]})"
                 )
             reasons = []
+            vouching = vouching or Vouching()
             for version in reversed(versions):
+                if not vouching.considers(version):
+                    reasons.append(f"epoch {version}: not confirmed")
+                    continue
                 candidates = [(peer, addresses) for v, peer, addresses in donors if v == version]
                 for peer, addresses in candidates[:MAX_ASKED]:
                     if addresses:
@@ -357,7 +361,7 @@ class StateSharing:
                         max_donors=max(1, max_donors),
                         range_bytes=range_bytes,
                         accept=accept,
-                        vouching=vouching or Vouching(),
+                        vouching=vouching,
                         refused=refused,
                     )
                 except StateDownloadError as exc:

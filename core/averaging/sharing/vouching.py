@@ -13,6 +13,14 @@ newcomer whatever that donor likes. So a state is loaded only when it is *vouche
   on one network: there is nobody else to ask, and nobody says otherwise. A lone donor announcing
   an epoch ahead of everyone is not vouched for this way.
 
+Where the collaboration's states are anchored (``Vouching.confirmed``: a project whose manifest
+names the keys that confirm its epochs, ``core.training.progress.confirmed``), neither rule is
+enough: the identities that make a version "settled" cost nothing, and a network's worth of them
+is cheap. There a version is loaded only when it is the confirmed one, and when its digest is
+confirmed too (diloco), only the donors offering exactly those bytes are used: one is enough,
+however many others offer something else. A donor of a confirming key vouches for its state by
+itself (``Vouching.trusted``).
+
 When donors of one version offer different states, the most vouched one wins (most networks, then
 most donors). The others are skipped, not accused: honest donors differ at times (a diloco member
 that landed a round apart from the others, a dedloc donor on other hardware whose optimizer rounded
@@ -76,10 +84,20 @@ class Vouching:
     all agree vouch for their state by themselves); None: never."""
     exact: bool = False
     """Honest donors of a version with the same ``Offer.anchor`` hold the same bytes."""
+    confirmed: Callable[[int], str | None] | None = None
+    """The digest confirmed for a version ("": the version is confirmed, its bytes are not;
+    None: it is not confirmed, and is not loaded); None: the project anchors nothing, and the
+    rules above decide alone."""
+    trusted: Callable[[PeerID], bool] | None = None
+    """Donors whose offer vouches for itself: the confirming keys'."""
 
     def __post_init__(self) -> None:
         if self.networks < 1:
             raise ValueError(f"networks must be at least 1, got {self.networks}")
+
+    def considers(self, version: int) -> bool:
+        """Whether a state of ``version`` may be loaded at all (before any donor is asked)."""
+        return self.confirmed is None or self.confirmed(version) is not None
 
 
 @dataclass
@@ -100,6 +118,11 @@ def choose(offers: Sequence[Offer], vouching: Vouching, version: int) -> Verdict
     """The state of ``version`` to load, from the donors' ``offers``."""
     if not offers:
         return Verdict(None, reason="no donor offered a state")
+    want = None if vouching.confirmed is None else vouching.confirmed(version)
+    if vouching.confirmed is not None and want is None:
+        return Verdict(None, reason=f"epoch {version} is not confirmed")
+    if want:
+        return _confirmed(offers, want, version)
     groups: dict[str, list[Offer]] = {}
     for offer in offers:
         groups.setdefault(offer.digest, []).append(offer)
@@ -109,6 +132,10 @@ def choose(offers: Sequence[Offer], vouching: Vouching, version: int) -> Verdict
 
     vouched = [d for d in groups if networks(d) >= vouching.networks]
     how = f"offered by donors of {vouching.networks} or more networks"
+    trusted = vouching.trusted
+    if not vouched and trusted is not None:
+        vouched = [d for d, group in groups.items() if any(trusted(o.donor) for o in group)]
+        how = "offered by a key that confirms the collaboration's states"
     settled = vouching.settled is not None and vouching.settled(version)
     if not vouched and len(groups) == 1 and settled:
         vouched, how = list(groups), "offered by every donor, at the epoch most peers are at"
@@ -140,4 +167,32 @@ def choose(offers: Sequence[Offer], vouching: Vouching, version: int) -> Verdict
                     f"its state of epoch {version} differs from the one {len(chosen)} donor(s) "
                     f"of {networks(best)} network(s) offer"
                 )
+    return verdict
+
+
+def _confirmed(offers: Sequence[Offer], want: str, version: int) -> Verdict:
+    """The confirmed state ``want`` of ``version``: its donors, however few; a donor that names
+    it (``Offer.anchor``) and offers other bytes is accused, the others are skipped."""
+    chosen = [o for o in offers if o.digest == want]
+    verdict = Verdict(
+        want if chosen else None,
+        [o.donor for o in chosen],
+        reason=(
+            "the state confirmed for this epoch"
+            if chosen
+            else f"none of {len(offers)} donor(s) of epoch {version} offers its confirmed state"
+        ),
+    )
+    for offer in offers:
+        if offer.digest == want:
+            continue
+        if offer.anchor == want:
+            verdict.accused[offer.donor] = (
+                f"its state of epoch {version} names the confirmed state {want[:16]} but its "
+                "bytes are another's"
+            )
+        else:
+            verdict.skipped[offer.donor] = (
+                f"its state of epoch {version} is not the one confirmed for that epoch"
+            )
     return verdict

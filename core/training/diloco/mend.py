@@ -91,23 +91,37 @@ class Mending:
     def behind(self) -> bool:
         return self._view().epoch > self.diloco.epoch
 
-    async def catch_up(self) -> None:
-        """Take the newest outer state a peer gives (our work since our anchor kept on top);
-        retried with backoff while the collaboration is ahead and we are not stopping."""
+    async def catch_up(self, limit: float | None = None) -> bool:
+        """Take the confirmed outer state (our work since our anchor kept on top); retried with
+        backoff while the collaboration is ahead and we are not stopping, for at most ``limit``
+        seconds (None: ``state_timeout``). Whether we caught up: when no donor gives the
+        confirmed state in time, the peer goes on taking part from the state it has (a round
+        end must not wait for a state nobody serves)."""
         part = self.part
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self._timeout if limit is None else limit)
+        caught = True
         while not self._stopping() and not part.paused and self.behind():
-            reason = await self._download()
+            left = deadline - loop.time()
+            if left <= 0:
+                caught = False
+                log.warning("gave up catching up with epoch %d for now: this peer goes on from "
+                            "its own state at epoch %d", self._view().epoch,
+                            self.diloco.epoch)  # fmt: skip
+                break
+            reason = await self._download(min(self._timeout, left))
             if reason is None:
                 break
             part.set_waiting(reason)
-            await asyncio.sleep(part.failed(reason))
+            await asyncio.sleep(min(part.failed(reason), max(0.0, deadline - loop.time())))
             await self._refresh()
         part.set_waiting(None)
+        return caught
 
-    async def _download(self) -> str | None:
+    async def _download(self, timeout: float) -> str | None:
         epoch = self.diloco.epoch
         try:
-            got = await self.part.download(epoch, self._timeout, exact=True)
+            got = await self.part.download(epoch, timeout, exact=True)
         except (StateDownloadError, TimeoutError) as exc:
             why = str(exc) or "timed out"
             return f"no peer could give the state of epoch {self._view().epoch}: {why}"
@@ -122,11 +136,17 @@ class Mending:
     # ---- repair ----------------------------------------------------------------------------------
 
     def majority(self) -> str | None:
-        """The digest most peers at our epoch hold, when it is not ours (None otherwise)."""
+        """The digest confirmed for our epoch, or in a project that confirms nothing the one
+        most peers at it hold, when it is not ours (None otherwise)."""
         epoch, mine = self.held
         if epoch != self.diloco.epoch or not mine:
             return None
-        at = [p for p in self._view().peers if p.epoch == epoch and p.anchor]
+        view = self._view()
+        if self.part.links.board.confirmers:
+            # records are free to write: only what is confirmed says which side is the right one
+            confirmed = view.confirmed.digest_at(epoch)
+            return confirmed if confirmed is not None and confirmed != mine else None
+        at = [p for p in view.peers if p.epoch == epoch and p.anchor]
         counts = Counter(p.anchor for p in at)
         if not counts:
             return None

@@ -62,6 +62,7 @@ from core.training.links import PeerLinks
 from core.training.moderation.rollback import round_key
 from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
+from core.training.progress.confirmed import members_of
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 from core.worker.events import PeerEpoch
@@ -443,7 +444,7 @@ class DilocoOptimizer(TakingPart):
             self.landed.add(epoch, round(credited * self.claim))
         weight = result.group_weight if result is not None else float(samples)
         sent = result.bytes_sent if result is not None else 0
-        anchor = await self.bridge.run(self.diloco.anchor_digest)
+        anchor = self.diloco.digest
         report = PeerEpoch(
             epoch, credited, group, result is not None, summary, seconds, weight, sent, anchor,
             late,
@@ -452,6 +453,11 @@ class DilocoOptimizer(TakingPart):
         self._pending_reports.append(report)
         if self.unsent is not None:
             self.unsent.keep_soon(self._copy_residual)
+        if result is not None and self.config.role == BACKBONE:
+            # what the backbone's confirmation lists: who may confirm while it is away
+            counted = {str(p): result.capped.get(p, w) for p, w in result.weights.items()}
+            self.board.members = members_of(counted)
+            self.board.rollback = self.state.rollback
         await self._announce()
 
     async def _outcome(

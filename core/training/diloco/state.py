@@ -31,7 +31,6 @@ does not warm up again.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.averaging.sharing.digest import block_digests
+from core.averaging.sharing.digest import BLOCK_BYTES, block_digests, state_digest
 from core.averaging.sharing.state import PackedState
 from core.optim.outer import F32, OuterNesterov
 from core.training.moderation.rollback import METADATA_KEY
@@ -334,13 +333,15 @@ class DilocoState:
         return [np.zeros_like(a) for a in self.anchor]
 
     def anchor_digest(self) -> str:
-        """A short digest of the outer parameters, from a fixed sample of about 4096 values per
-        tensor: anchors that diverged differ almost everywhere, so the sample finds them without
-        hashing gigabytes every round."""
-        digest = hashlib.blake2b(digest_size=8)
-        for a in self.anchor:
-            digest.update(np.ascontiguousarray(a[:: max(1, a.size // 4096)]).tobytes())
-        return digest.hexdigest()
+        """The digest of the outer state as this peer serves it (``packed``: the anchor, then the
+        momentum): ``digest.state_digest``, what a downloader computes from a donor's header. It
+        covers every byte, since it is what the backbone confirms and what a newcomer loads by:
+        a sample of the values would let a donor poison the rest. SHA-256 over 8 bytes a
+        parameter, once per move of the anchor (a landing, a download)."""
+        shapes = [list(a.shape) for a in self.anchor] * 2
+        momentum = self.outer.held or _zeros_as(self.anchor)
+        blocks = block_digests([*self.anchor, *momentum], BLOCK_BYTES)
+        return state_digest(shapes, ["<f4"] * len(shapes), BLOCK_BYTES, blocks)
 
     # ---- sharing and checkpoints -----------------------------------------------------------------
 
@@ -402,6 +403,19 @@ def _spans(arrays: Sequence[F32], ranges: Sequence[tuple[int, int]]) -> Iterator
             lo, hi = max(start, int(offsets[k])), min(end, int(offsets[k + 1]))
             if lo < hi:
                 yield k, slice(lo - int(offsets[k]), hi - int(offsets[k]))
+
+
+def _zeros_as(arrays: Sequence[F32]) -> list[F32]:
+    """As many float32 zeros as ``arrays`` hold, as views of one block (what a state without
+    momentum serves in its place, hashed without a second copy of the model)."""
+    zeros = np.zeros(min(max((a.size for a in arrays), default=0), 1 << 20), dtype=np.float32)
+    views = []
+    for a in arrays:
+        left = a.size
+        while left > 0:
+            views.append(zeros[: min(left, zeros.size)])
+            left -= zeros.size
+    return views
 
 
 def _host_copy(p: torch.Tensor) -> F32:

@@ -99,7 +99,7 @@ class ProjectPeer:
         self._residency = Residency(state, self._local_work)
         if s.start_from is not None:
             await self.bridge.run(load_checkpoint, state, s.start_from)
-        links = PeerLinks.create(averager, self.bridge)
+        links = PeerLinks.create(averager, self.bridge, manifest.access.confirmers)
         self.on_event(PeerReady(self.network_stack.address(), s.role))
         # after ``ready``, which owners read first (it carries the address to join)
         self._tasks.spawn("network-events", self.network_stack.report(self.on_event))

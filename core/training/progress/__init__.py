@@ -6,7 +6,11 @@ from them.
 - ``landed``   Landed: the epochs whose work a peer saw land, as its record lists them (what the
   credit book credits), and LandedLog, the peer's own side.
 - ``tally``    StepTally: a peer's work since its last report point.
-- ``board``    ProgressBoard (publish ours, read everyone's), CollaborationView.
+- ``confirmed`` Confirmation (what a confirming key signs: epoch, state digest, the round's
+  members), Confirmed and the rules that decide it (``confirm``, ``by_records``), Strikes (peers
+  that keep announcing what nothing confirms).
+- ``board``    ProgressBoard (publish ours, read everyone's and the newest confirmation),
+  CollaborationView.
 """
 
 from core.training.progress.board import (
@@ -16,6 +20,7 @@ from core.training.progress.board import (
     ProgressBoard,
     pass_carrying_schema,
 )
+from core.training.progress.confirmed import Confirmation, Confirmed
 from core.training.progress.landed import MAX_SAMPLES, RECENT, Landed, LandedLog
 from core.training.progress.record import (
     LEFT,
@@ -37,6 +42,8 @@ __all__ = [
     "RECORD_ROLES",
     "RECORD_TTL",
     "CollaborationView",
+    "Confirmation",
+    "Confirmed",
     "HeldOut",
     "Landed",
     "LandedLog",

@@ -3,15 +3,24 @@ the collaboration stands as far as this peer can tell.
 
 Records live ``RECORD_TTL`` seconds and live peers refresh theirs every ``KEEPALIVE`` seconds, so the
 record of a peer that vanished (killed, link lost) stops counting within seconds. Records of peers
-this one caught lying (``Averager.bans``) are left out of the view.
+this one caught lying (``Averager.bans``) are left out of the view, and so are those of peers that
+kept announcing epochs nothing confirms (``confirmed.Strikes``).
+
+The collaboration's epoch is the confirmed one (``confirmed``): a backbone running with a key the
+manifest names publishes a ``Confirmation`` under ``<prefix>.confirmed`` (a subkey only its key can
+sign; a node that knows the schema keeps no one else's), and every read fetches it beside the
+records. It lives ``CONFIRMATION_TTL``, so that a newcomer still finds it while the backbone is
+away.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from core.config.roles import BACKBONE
@@ -19,17 +28,32 @@ from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
 from core.dht.validation import RecordSchema, renewal_bound
 from core.net.host.gate import AccessGate
+from core.training.progress.confirmed import (
+    NOTHING,
+    Confirmation,
+    Confirmed,
+    Strikes,
+    by_records,
+    confirm,
+)
 from core.training.progress.record import LEFT, WIRE_FIELDS, HeldOut, PeerProgress
 from core.trust.passes import AccessDenied
 from core.trust.peer_id import PeerID
-from core.util.errors import WireFormatError
+from core.util.errors import BarnraiseError, WireFormatError
 from core.util.msgpack_codec import unpack
+
+log = logging.getLogger(__name__)
 
 RECORD_TTL = 10.0
 """Seconds a progress record lives in the DHT (and counts) unless its peer refreshes it."""
 KEEPALIVE = 2.0
 """Seconds between refreshes of an idle peer's record: several per ``RECORD_TTL``, so that one lost
 store does not make a live peer look gone."""
+CONFIRM_EVERY = 600.0
+"""Seconds after which a backbone stores its confirmation again though nothing changed."""
+CONFIRMATION_TTL = 23 * 3600.0
+"""Seconds a confirmation lives in the DHT after its last store (a node keeps nothing past a day):
+the collaboration's last confirmed state outlives a backbone's absence of hours."""
 
 
 def pass_carrying_schema(
@@ -78,6 +102,9 @@ class CollaborationView:
     departed: list[PeerProgress] = dataclasses.field(default_factory=list)
     """Fresh records of peers that left: they count for nothing, but still carry the totals of
     the last epoch they finished (for that epoch's metrics)."""
+    confirmed: Confirmed = NOTHING
+    """What is confirmed (``confirmed.confirm``): ``epoch`` is this, or this peer's own when it
+    is further."""
 
     @property
     def reports(self) -> list[PeerProgress]:
@@ -115,7 +142,10 @@ class ProgressBoard:
         ttl: float = RECORD_TTL,
         access: AccessGate | None = None,
         ignored: Callable[[], Collection[str]] = frozenset,
+        confirmers: Collection[str] = frozenset(),
     ) -> None:
+        """``confirmers``: the PeerIDs whose confirmations count (``AccessSection.confirmers``;
+        empty: the project names none, and its epoch is what most records say)."""
         self._dht = dht
         self._ignored = ignored
         """PeerIDs whose records the view leaves out: the members this peer caught lying (their
@@ -125,6 +155,22 @@ class ProgressBoard:
         self._me = str(dht.peer_id)
         self._access = access
         self._held_out: HeldOut | None = None
+        self.confirmers = frozenset(confirmers)
+        self.confirmation: Confirmation | None = None
+        """The newest confirmation a confirming key signed that this peer has read (or made)."""
+        self.strikes = Strikes()
+        self.on_struck: Callable[[PeerProgress, Confirmed], None] | None = None
+        """Told of each peer that lost its standing (its last record, what was confirmed)."""
+        self._confirmed_key = f"{prefix}.confirmed"
+        self.last_confirmed: Confirmed = NOTHING
+        """What the last view or read found confirmed."""
+        self.members: tuple[tuple[str, float], ...] = ()
+        """A confirming backbone: the members of the last round it landed, with the weights they
+        counted with (``confirmed.members_of``), which its confirmations list."""
+        self.rollback = 0
+        """A confirming backbone: the rollbacks its state went through."""
+        self._said: Confirmation | None = None
+        self._read = False
         # a record is renewed every few seconds: one that claims a day would let a stranger's
         # epoch stall the collaboration long after its last store
         ahead = renewal_bound(ttl)
@@ -135,6 +181,98 @@ class ProgressBoard:
         else:
             schema = RecordSchema("progress", self._key, subkeys="owned", max_ahead=ahead)
         dht.rules.add_schema(schema)
+        if self.confirmers:
+            dht.rules.add_schema(self._confirmation_schema())
+
+    @property
+    def confirms(self) -> bool:
+        """This peer's key is one whose confirmations count."""
+        return self._me in self.confirmers
+
+    def _confirmation_schema(self) -> RecordSchema:
+        confirmers = self.confirmers
+
+        def authorize(signer: PeerID | None, data: bytes) -> None:
+            if signer is None or str(signer) not in confirmers:
+                raise InvalidRecord("only a key the manifest names confirms the collaboration")
+
+        return RecordSchema(
+            "confirmation",
+            self._confirmed_key,
+            subkeys="owned",
+            authorize=authorize,
+            max_ahead=CONFIRMATION_TTL + renewal_bound(0.0),
+        )
+
+    def _take(self, confirmation: Confirmation) -> bool:
+        """Keep ``confirmation`` if it is newer than the one held; whether it was."""
+        held = self.confirmation
+        if held is not None and confirmation.order <= held.order:
+            return False
+        self.confirmation = confirmation
+        return True
+
+    async def _confirm_held(self, progress: PeerProgress) -> None:
+        if not self._read:
+            return  # nothing read yet: the collaboration may be confirmed far past our state
+        held = self.confirmation
+        rolled_back = held is not None and self.rollback > held.rollback
+        if progress.epoch < self.last_confirmed.epoch and not rolled_back:
+            return
+        # a backbone back from an absence lists who confirmed meanwhile until it lands a round
+        members = self.members or (held.members if held is not None else ())
+        confirmation = Confirmation(
+            progress.epoch, progress.anchor, progress.time, members, self.rollback
+        )
+        said = self._said
+        if (
+            said is not None
+            and progress.time - said.time < CONFIRM_EVERY
+            and dataclasses.replace(said, time=confirmation.time) == confirmation
+        ):
+            return
+        try:
+            await self.confirm(confirmation)
+        except BarnraiseError as exc:
+            log.debug("publishing the confirmation failed: %s", exc)
+            return
+        self._said = confirmation
+
+    async def confirm(self, confirmation: Confirmation) -> bool:
+        """Publish our confirmation (only a confirming key's counts; others' readers drop it)."""
+        if not self.confirms:
+            return False
+        self._take(confirmation)
+        return await self._dht.store(
+            self._confirmed_key,
+            confirmation.to_wire(),
+            time.time() + CONFIRMATION_TTL,
+            subkey=owner_marker(self._dht.peer_id),
+        )
+
+    async def _fetch_confirmation(self) -> None:
+        if not self.confirmers:
+            return
+        found = await self._dht.get(self._confirmed_key, latest=True)
+        if found is None or not isinstance(found.value, dict):
+            return
+        for subkey, entry in found.value.items():
+            try:
+                owner = owner_of(subkey)
+            except InvalidRecord:
+                continue
+            if owner is None or str(owner) not in self.confirmers:
+                continue
+            try:
+                self._take(Confirmation.from_wire(entry.value))
+            except WireFormatError:
+                continue
+
+    def confirmed(self, peers: Sequence[PeerProgress]) -> Confirmed:
+        """What ``peers``' fresh records and the newest confirmation confirm."""
+        found = by_records(peers) if not self.confirmers else confirm(self.confirmation, peers)
+        self.last_confirmed = found
+        return found
 
     def evaluated(self, held_out: HeldOut) -> None:
         """The backbone measured its replica: every backbone record published from now on carries the
@@ -143,6 +281,11 @@ class ProgressBoard:
             self._held_out = held_out
 
     async def publish(self, progress: PeerProgress) -> bool:
+        """Store our record; a backbone with a confirming key confirms what it holds with it,
+        unless the collaboration is confirmed further (a backbone back from an absence, until it
+        caught up)."""
+        if progress.role == BACKBONE and self.confirms:
+            await self._confirm_held(progress)
         if progress.role == BACKBONE and progress.held_out is None and self._held_out is not None:
             progress = dataclasses.replace(progress, held_out=self._held_out)
         if self._access is not None:
@@ -164,12 +307,16 @@ class ProgressBoard:
 
     async def fetch(self) -> list[PeerProgress]:
         """Every record, those of peers that left (role ``left``) included, but not those of
-        ``ignored`` peers."""
-        found = await self._dht.get(self._key, latest=True)
+        ``ignored`` peers nor of peers struck for announcing what nothing confirms; the newest
+        confirmation is read too."""
+        found, _ = await asyncio.gather(
+            self._dht.get(self._key, latest=True), self._fetch_confirmation()
+        )
+        self._read = True
         if found is None or not isinstance(found.value, dict):
             return []
         records = []
-        ignored = self._ignored()
+        ignored = {*self._ignored(), *self.strikes.struck}
         for subkey, entry in found.value.items():
             try:
                 owner = owner_of(subkey)
@@ -189,7 +336,20 @@ class ProgressBoard:
                 except AccessDenied:
                     continue
             records.append(record)
-        return records
+        return self._strike(records)
+
+    def _strike(self, records: list[PeerProgress]) -> list[PeerProgress]:
+        """Count this read's announcements beyond what is confirmed; the records of the peers
+        that keep their standing."""
+        if not self.confirmers:
+            return records
+        confirmed = self.confirmed(records)
+        others = (r for r in records if r.peer != self._me)
+        new = set(self.strikes.read(confirmed, others, time.time()))
+        for record in records:
+            if record.peer in new and self.on_struck is not None:
+                self.on_struck(record, confirmed)
+        return [r for r in records if r.peer not in self.strikes.struck]
 
     def view(
         self, records: list[PeerProgress], mine: PeerProgress, target: int
@@ -198,9 +358,12 @@ class ProgressBoard:
         TTL (by the time of ``mine``) are left out."""
         others = [r for r in records if r.peer != self._me and mine.time - r.time <= self._ttl]
         peers = [r for r in others if r.role != LEFT] + [mine]
-        epoch = max(p.epoch for p in peers)
+        confirmed = self.confirmed(peers)
+        # what nothing confirms moves nothing: a record from a fresh identity announcing a later
+        # epoch neither makes this peer download nor makes its round wait
+        epoch = max(mine.epoch, confirmed.epoch)
         at_epoch = [p for p in peers if p.epoch == epoch and p.training]
         samples = sum(p.samples for p in at_epoch)
         speed = sum(p.samples_per_second for p in at_epoch)
         departed = [r for r in others if r.role == LEFT]
-        return CollaborationView(epoch, samples, speed, peers, target, departed)
+        return CollaborationView(epoch, samples, speed, peers, target, departed, confirmed)

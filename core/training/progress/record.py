@@ -44,7 +44,7 @@ WIRE_FIELDS = 11
 """Fields of a progress record (epoch ... last_samples); the pass, the held-out evaluation and the
 landed epochs follow them (nil where a record has no pass or no evaluation)."""
 MAX_DIGEST = 64
-"""The longest anchor digest a record may carry (diloco's are 16 hexadecimal digits)."""
+"""The longest anchor digest a record may carry (diloco's, a SHA-256 in hexadecimal, have 64)."""
 MAX_HELD_OUT_LOSS = 1e3
 """The largest held-out loss (or floor) a record may carry (per token: far beyond a uniform guess
 over any vocabulary); a larger one, or one that is not finite, travels as unknown."""

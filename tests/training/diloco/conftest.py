@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
 from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
 from core.training.state import TrainingState
+from core.trust.identity import Identity
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.training.conftest import AVERAGING, start_node
@@ -43,6 +44,7 @@ class DPeer:
     dht: DHTNode
     averager: Averager
     swarm: str = "diloco"
+    stopped: bool = False
 
     @property
     def address(self) -> str:
@@ -61,6 +63,18 @@ class DPeer:
 
             await self.bridge.run(backward)
             await self.optimizer.step(4, 1.0)
+
+    async def stop(self) -> None:
+        """Stop this peer for good (its Host too), as a killed process would."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.optimizer.interrupt()
+        await self.optimizer.close()
+        await self.averager.close()
+        await self.bridge.aclose()
+        await self.dht.close()
+        await self.averager.host.close()
 
     def anchor(self) -> bytes:
         return b"".join(a.tobytes() for a in self.optimizer.diloco.anchor)
@@ -93,10 +107,15 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         clock: Callable[[], float] = time.time,
         swarm: str = "diloco",
         steps_per_round: float | None = None,
+        identity: Identity | None = None,
+        confirmers: Collection[str] = (),
+        start: bool = True,
     ) -> DPeer:
-        """``swarm``: peers of another name form a swarm of their own (another DHT)."""
-        first = next((p for p in made if p.swarm == swarm), None)
-        host, dht = await start_node(make_host, first.address if first else None)
+        """``swarm``: peers of another name form a swarm of their own (another DHT);
+        ``confirmers``: the keys whose word confirms the collaboration's epoch (a manifest's
+        ``access.confirmers``); ``start``: False leaves ``optimizer.start()`` to the test."""
+        first = next((p for p in made if p.swarm == swarm and not p.stopped), None)
+        host, dht = await start_node(make_host, first.address if first else None, identity)
         compute = 0.0 if role == "backbone" else 1.0
         config = replace(AVERAGING_PATIENT, compute=compute, target_group_size=group_size)
         if aggregation is not None:
@@ -112,15 +131,18 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
                               refresh_interval=0.2, unsent_file=unsent_file,
                               unsent_every=unsent_every,
                               steps_per_round=steps_per_round)  # fmt: skip
-        links = PeerLinks.create(averager, bridge)
+        links = PeerLinks.create(averager, bridge, frozenset(confirmers))
         optimizer = DilocoOptimizer(diloco, links, config, codec=codec, clock=clock)
         peer = DPeer(optimizer, model, bridge, dht, averager, swarm)
         made.append(peer)
-        await optimizer.start()
+        if start:
+            await optimizer.start()
         return peer
 
     yield make
     for peer in reversed(made):
+        if peer.stopped:
+            continue
         peer.optimizer.interrupt()
         await peer.optimizer.close()
         await peer.averager.close()

@@ -49,7 +49,7 @@ async def test_after_each_round_every_peer_holds_identical_parameters(
         assert peers[0].parameters() == peers[0].anchor()
         reports = [p.optimizer.reports[-1] for p in peers]
         assert len({r.anchor for r in reports}) == 1
-        assert len(reports[0].anchor) == 16
+        assert len(reports[0].anchor) == 64  # SHA-256 of the outer state, in hexadecimal
         assert all(r.bytes_sent > 0 for r in reports)
     assert peers[0].optimizer.reports[0].anchor != peers[0].optimizer.reports[1].anchor
     # the first round's outer step, computed here from the peers' parameters before it

@@ -1,0 +1,128 @@
+"""What counts as confirmed: the confirming key's word, a quorum of its last round's members by
+the weight it listed, and never what fresh identities' records say (``progress.confirmed``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.training.progress import LEFT, PeerProgress
+from core.training.progress.confirmed import (
+    MAX_MEMBERS,
+    NOTHING,
+    Confirmation,
+    Strikes,
+    by_records,
+    confirm,
+    member_tag,
+    members_of,
+)
+from core.util.errors import WireFormatError
+
+A, B, C, D, X, Y = "peer-a", "peer-b", "peer-c", "peer-d", "sybil-x", "sybil-y"
+LISTED = members_of({A: 100.0, B: 100.0, C: 100.0, D: 1.0})
+"""The round the backbone last confirmed: three members of weight 100, one of weight 1."""
+AT_5 = Confirmation(5, "d5", 1.0, LISTED)
+
+
+def record(peer: str, epoch: int, anchor: str = "", role: str = "trainer") -> PeerProgress:
+    return PeerProgress(peer, epoch, 10, 1.0, 2.0, role, anchor=anchor)
+
+
+@pytest.mark.parametrize(
+    ("records", "epoch", "digest", "by"),
+    [
+        ([], 5, "d5", "backbone"),
+        # fresh identities announcing anything confirm nothing, however many
+        ([record(f"sybil-{i}", 9, "evil") for i in range(50)], 5, "d5", "backbone"),
+        # members carrying more than half of the listed weight confirm the next epoch
+        ([record(A, 6, "d6"), record(B, 6, "d6")], 6, "d6", "members"),
+        # ... and the furthest such one
+        ([record(A, 8, "d8"), record(B, 8, "d8"), record(C, 7, "d7")], 8, "d8", "members"),
+        # exactly half is not more than half
+        ([record(A, 6, "d6"), record(B, 6, "other")], 5, "d5", "backbone"),
+        # a light member and identities do not make a quorum
+        ([record(A, 6, "d6"), record(D, 6, "d6"), record(X, 6, "d6")], 5, "d5", "backbone"),
+        # members that left count for nothing
+        ([record(A, 6, "d6"), record(B, 6, "d6", role=LEFT)], 5, "d5", "backbone"),
+        # older epochs never take a confirmation back
+        ([record(A, 3, "d3"), record(B, 3, "d3"), record(C, 3, "d3")], 5, "d5", "backbone"),
+    ],
+)
+def test_what_is_confirmed(records: list[PeerProgress], epoch: int, digest: str, by: str) -> None:
+    found = confirm(AT_5, records)
+    assert (found.epoch, found.digest, found.by) == (epoch, digest, by)
+    assert found.members == {member_tag(p) for p in (A, B, C, D)}
+    assert found.digest_at(epoch) == digest
+    assert found.digest_at(epoch + 1) is None
+
+
+def test_without_a_confirmation_nothing_is_confirmed() -> None:
+    assert confirm(None, [record(A, 4, "d4")]) == NOTHING
+    assert NOTHING.digest_at(-1) is None
+    # a confirmation that lists nobody: only its own word
+    assert confirm(Confirmation(2, "d2", 1.0), [record(A, 3, "d3")]).epoch == 2
+
+
+@pytest.mark.parametrize(
+    ("epochs", "confirmed"),
+    [([], -1), ([4], 4), ([5, 4], 5), ([5, 4, 4], 4), ([9, 5, 5, 4], 5), ([9, 9, 4, 4], 9)],
+)
+def test_a_project_without_a_confirming_key_follows_half_of_the_records(
+    epochs: list[int], confirmed: int
+) -> None:
+    records = [record(f"p{i}", e) for i, e in enumerate(epochs)]
+    records.append(record("gone", 99, role=LEFT))
+    found = by_records(records)
+    assert (found.epoch, found.by) == (confirmed, "records" if epochs else "nobody")
+
+
+def test_a_confirmation_travels_and_bad_ones_are_refused() -> None:
+    again = Confirmation.from_wire(AT_5.to_wire())
+    assert again == AT_5
+    assert again.order < Confirmation(6, "", 0.0).order < Confirmation(0, "", 0.0, rollback=1).order
+    tag = member_tag(A)
+    for bad in (
+        [5, "d5", 1.0, []],  # four values
+        [-1, "d5", 1.0, [], 0],
+        [5, "x" * 65, 1.0, [], 0],
+        [5, "d5", float("nan"), [], 0],
+        [5, "d5", 1.0, [[tag, -1.0]], 0],
+        [5, "d5", 1.0, [["short", 1.0]], 0],
+        [5, "d5", 1.0, [[tag, 1.0], [tag, 2.0]], 0],
+        [5, "d5", 1.0, [[tag, 1.0]] * (MAX_MEMBERS + 1), 0],
+        [True, "d5", 1.0, [], 0],
+    ):
+        with pytest.raises(WireFormatError):
+            Confirmation.from_wire(bad)
+
+
+def test_members_are_listed_heaviest_first_without_the_weightless() -> None:
+    listed = members_of({A: 3.0, B: 0.0, C: 7.0, D: float("inf")})
+    assert listed == ((member_tag(C), 7.0), (member_tag(A), 3.0))
+    many = members_of({f"p{i}": float(i + 1) for i in range(MAX_MEMBERS + 10)})
+    assert len(many) == MAX_MEMBERS
+    assert min(w for _, w in many) == 11.0
+
+
+def test_a_peer_ahead_of_the_confirmed_epoch_for_long_loses_its_standing() -> None:
+    strikes = Strikes(limit=3, grace=10.0)
+    confirmed = confirm(AT_5, [])
+    ahead = [record(X, 6), record(Y, 9), record(A, 7), record(B, 5)]
+    assert strikes.read(confirmed, ahead, now=0.0) == []
+    assert strikes.read(confirmed, ahead, now=5.0) == []
+    assert strikes.read(confirmed, ahead, now=9.0) == []  # three reads, but within the grace
+    # members run ahead while the backbone is away; peers at the confirmed epoch are fine
+    assert strikes.read(confirmed, ahead, now=10.0) == [X, Y]
+    assert strikes.read(confirmed, ahead, now=11.0) == []  # struck once
+    assert strikes.struck == {X, Y}
+
+
+def test_a_peer_that_falls_back_in_line_starts_over() -> None:
+    strikes = Strikes(limit=2, grace=0.0)
+    confirmed = confirm(AT_5, [])
+    assert strikes.read(confirmed, [record(X, 6)], now=0.0) == []
+    assert strikes.read(confirmed, [record(X, 5)], now=1.0) == []  # an honest landing, confirmed
+    assert strikes.read(confirmed, [record(X, 6)], now=2.0) == []
+    assert strikes.read(confirmed, [record(X, 6)], now=3.0) == [X]
+    # where nothing anchors the epoch, nobody is struck
+    assert Strikes(limit=1, grace=0.0).read(by_records([]), [record(Y, 50)], now=0.0) == []
