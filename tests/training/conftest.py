@@ -6,7 +6,7 @@ it would in its own engine; the model and optimizer come from the test.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 
 import pytest
@@ -83,13 +83,15 @@ async def start_aux(
     config: DedlocBackboneConfig,
     checkpoints: CheckpointStore | None = None,
     prefix: str = "collab",
+    identity: Identity | None = None,
+    confirmers: Collection[str] = (),
 ) -> Aux:
-    host, dht = await start_node(make_host, first.address)
+    host, dht = await start_node(make_host, first.address, identity)
     averager = Averager(host, dht, prefix, replace(AVERAGING, compute=0.0))
     bridge = TrainingBridge()
     aux = DedlocBackbone(
         TrainingState(model, optimizer),
-        PeerLinks.create(averager, bridge),
+        PeerLinks.create(averager, bridge, frozenset(confirmers)),
         config,
         checkpoints=checkpoints,
     )
@@ -115,13 +117,13 @@ async def make_peer(make_host: MakeHost) -> AsyncIterator[MakePeer]:
         averaging: AveragerConfig = AVERAGING,
         prefix: str = "collab",
         start: bool = True,
+        confirmers: Collection[str] = (),
     ) -> Peer:
         host, dht = await start_node(make_host, made[0].address if made else None)
         averager = Averager(host, dht, prefix, replace(averaging, compute=1.0))
         bridge = TrainingBridge()
-        collaborative = DedlocOptimizer(
-            TrainingState(model, optimizer), PeerLinks.create(averager, bridge), config
-        )
+        links = PeerLinks.create(averager, bridge, frozenset(confirmers))
+        collaborative = DedlocOptimizer(TrainingState(model, optimizer), links, config)
         peer = Peer(collaborative, model, bridge, dht, averager)
         made.append(peer)
         if start:

@@ -53,6 +53,7 @@ from core.training.moderation.evidence import Reported
 from core.training.moderation.rollback import applied_of, round_key
 from core.training.participation import Participation
 from core.training.progress import KEEPALIVE, LEFT, PeerProgress
+from core.training.progress.confirmed import by_records, members_of
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
 from core.training.trainer import LossFn
@@ -238,6 +239,11 @@ class DedlocBackbone:
         # with trainers: their newest epoch; without: our replica's, the newest state there is, so
         # that newcomers continue from it
         newest = max((p.epoch for p in trainers), default=None)
+        if self.board.confirmers and trainers:
+            # records cost nothing: follow the trainers only as far as the last round's members
+            # confirm (or, before any confirmation, as far as half of the records go)
+            found = view.confirmed if view.confirmed.by != "nobody" else by_records(trainers)
+            newest = found.epoch if found.epoch >= 0 else None
         epoch = max(self.epoch, newest) if newest is not None else self.state.epoch
         if epoch != self.epoch:
             self.epoch = epoch
@@ -295,6 +301,8 @@ class DedlocBackbone:
         self._short_rounds = 0
         weights = {str(peer): weight for peer, weight in result.weights.items()}
         self.books.witness(epoch, weights, time.time())
+        counted = {str(p): result.capped.get(p, w) for p, w in result.weights.items()}
+        self.board.members = members_of(counted)  # who confirms while the backbone is away
         if self.checker is not None:
             self.checker.landed(epoch, [peer for peer, weight in weights.items() if weight > 0])
         self.epoch = epoch + 1
