@@ -217,7 +217,13 @@ def _print_summary(created: NewProject, answers: Answers) -> None:
         f"  project.toml      the manifest ({manifest.access.mode}; every key with a note)\n"
         f"  project-key.pem   the project key {manifest.access.project_key}: private, keep a copy\n"
         f"  coordinator.db    accounts: {answers.organizer} (moderator)\n"
-        f"  dht-key.pem       the DHT node's key; services/: systemd units, Containerfile,\n"
+        + (
+            f"  backbone-key.pem  the backbone's key {manifest.access.backbone_keys[0]}: its word "
+            "confirms the model's state\n"
+            if manifest.access.backbone_keys
+            else ""
+        )
+        + f"  dht-key.pem       the DHT node's key; services/: systemd units, Containerfile,\n"
         f"                    compose.yaml, README.txt (the ports to open){data}\n"
         "\nNext (the README also says how to start them by hand or in containers):\n"
         f"  barnraise project check {shlex.quote(str(folder / 'project.toml'))}\n"

@@ -26,6 +26,9 @@ MANIFEST = "project.toml"
 DATABASE = "coordinator.db"
 PROJECT_KEY = "project-key.pem"
 DHT_KEY = "dht-key.pem"
+BACKBONE_KEY = "backbone-key.pem"
+"""The backbone's key, named in the manifest's ``access.backbone_keys``: its word confirms the
+collaboration's epoch and state."""
 BACKBONE_WORK = "backbone"
 """The backbone's folder: its metrics and checkpoints."""
 PUBLISHED = "published"
@@ -148,6 +151,8 @@ def programs(answers: Answers, aux_port: int) -> list[Program]:
                 str(aux_port),
                 "--work-dir",
                 BACKBONE_WORK,
+                "--identity",
+                BACKBONE_KEY,
                 "--checkpoint-every",
                 str(CHECKPOINT_EVERY),
                 "--publish-checkpoints",

@@ -108,6 +108,7 @@ KEY_NOTES = {
     "network.aux_port": "the backbone's TCP port: open it in the backbone server's firewall",
     "access.mode": "open: anyone trains; moderated: accounts and passes, bans take effect",
     "access.project_key": "the PeerID of project-key.pem: it signs passes and checkpoints",
+    "access.backbone_keys": "the PeerID of backbone-key.pem: its word confirms the model's state",
     "access.allow_signup": "true: volunteers create accounts; false: only ones you add",
     "access.pass_lifetime": "seconds an access pass stays valid (renewed at half its life)",
     "access.refresh_interval": "seconds between peers' checks: how fast a ban reaches them",

@@ -9,6 +9,8 @@ a staging folder that is moved into place only when all is written (``folder``),
   ``network.coordinator_url`` the public URL, ``network.initial_peers`` the backbone's DHT node
 - ``project-key.pem``   the project key (0600), as ``barnraise coordinator`` would make it
 - ``dht-key.pem``       the DHT node's key (0600): its address stays the one in the manifest
+- ``backbone-key.pem``  the backbone's key (0600), named in ``access.backbone_keys``: its word
+  confirms the collaboration's epoch and state (a collaborative project's only)
 - ``coordinator.db``    the coordinator's database with the organizer's moderator account, made as
   ``barnraise coordinator users add --moderator --password-stdin`` makes one
 - ``services/``         systemd units, the password file, a Containerfile, compose.yaml, README
@@ -37,6 +39,7 @@ from core.coordinator.errors import BadRequest
 from core.net.host.address import PeerAddress
 from core.organize.answers import MODERATED, Answers
 from core.organize.backbone import (
+    BACKBONE_KEY,
     DATA,
     DATABASE,
     DHT_KEY,
@@ -57,6 +60,7 @@ from core.project import (
     load_manifest,
     parse_any_manifest,
 )
+from core.project.dmoe import DMOE
 from core.project.sections import DEFAULT_KIND
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.trust.identity import Identity
@@ -98,8 +102,14 @@ def create_project(
     check_password(password)
     project_key = Identity.generate()
     dht_key = Identity.generate()
+    backbone_key = Identity.generate() if answers.kind != DMOE else None
     dht_address = str(PeerAddress.tcp(answers.public_host, DHT_PORT, dht_key.peer_id))
-    manifest = build_manifest(answers, str(project_key.peer_id), dht_address)
+    manifest = build_manifest(
+        answers,
+        str(project_key.peer_id),
+        dht_address,
+        backbone=None if backbone_key is None else str(backbone_key.peer_id),
+    )
     text = manifest_text(manifest, _header(answers))
     _check_reads_back(text, manifest, folder / MANIFEST)
     project_url = f"{answers.public_url}/#key={project_key.peer_id}"
@@ -125,7 +135,10 @@ def create_project(
     with stage as staging:
         _write(staging / MANIFEST, text.encode("utf-8"), private=False)
         written.append(MANIFEST)
-        for key, name in ((project_key, PROJECT_KEY), (dht_key, DHT_KEY)):
+        keys = [(project_key, PROJECT_KEY), (dht_key, DHT_KEY)]
+        if backbone_key is not None:
+            keys.append((backbone_key, BACKBONE_KEY))
+        for key, name in keys:
             key.save(staging / name)  # 0600, as every identity file
             written.append(name)
         _add_organizer(staging / DATABASE, answers.organizer, password, params)
@@ -142,8 +155,11 @@ def create_project(
     return NewProject(folder, manifest, project_url, written, backbone)
 
 
-def build_manifest(answers: Answers, project_key: str, dht_address: str) -> AnyManifest:
-    """The preset's manifest with the answers in it, validated by its sections."""
+def build_manifest(
+    answers: Answers, project_key: str, dht_address: str, *, backbone: str | None = None
+) -> AnyManifest:
+    """The preset's manifest with the answers in it, validated by its sections; ``backbone``:
+    the PeerID of the backbone's key, which confirms the collaboration's state."""
     base = answers.base
     project = dataclasses.replace(base.project, name=answers.name, description=answers.description)
     network = NetworkSection(
@@ -159,6 +175,7 @@ def build_manifest(answers: Answers, project_key: str, dht_address: str) -> AnyM
         project_key=project_key,
         # volunteers sign up from the app; an organizer who wants invitations only says false
         allow_signup=True,
+        backbone_keys=() if backbone is None else (backbone,),
     )
     changes: dict[str, object] = {"project": project, "network": network, "access": access}
     if isinstance(base, Manifest):

@@ -333,6 +333,8 @@ Files:
     {MANIFEST:<18} the manifest (commented); check it and its data: barnraise project check {MANIFEST}
     project-key.pem    the project key (private): signs passes, checkpoints and the manifest
     dht-key.pem        the DHT node's key: keeps its address the one in network.initial_peers
+    backbone-key.pem   the backbone's key (private), named in access.backbone_keys: its word
+                       confirms the model's epoch and state to every volunteer
     coordinator.db     accounts (yours is a moderator), passes, the leaderboard
     {ENV_FILE:<18} your password (private), for the backbone's logins to the coordinator
     {PUBLISHED + "/":<18} checkpoints signed by the project key: serve this folder over HTTPS and

@@ -58,7 +58,7 @@ async def start_coordinator(
             service.store.start_new_leaderboard()
         document["network"]["coordinator_url"] = service.url
         moderated = work / "moderated.toml"
-        await asyncio.to_thread(_write, moderated, document)
+        await asyncio.to_thread(write_manifest, moderated, document)
         passwords = {name: secrets.token_urlsafe(18) for name in (ORGANIZER, *VOLUNTEERS)}
         for name, password in passwords.items():
             service.store.add_user(name, password, moderator=name == ORGANIZER)
@@ -91,7 +91,8 @@ def _prepare(
     return key, document, database
 
 
-def _write(path: Path, document: dict[str, Any]) -> None:
+def write_manifest(path: Path, document: dict[str, Any]) -> None:
+    """Write a swarm's copy of its manifest, checked as its peers will read it."""
     # whole or not at all: an engine on this computer may be reading the previous run's copy
     partial = path.with_name(f".{path.name}.part")
     partial.write_text(toml_write.dumps(document), encoding="utf-8")
@@ -129,3 +130,17 @@ async def standings(swarm: ModeratedSwarm, *, limit: int = 10) -> Standings:
 
 def _manifest(document: dict[str, Any], path: Path) -> AnyManifest:
     return parse_any_manifest(toml_write.dumps(document), path=path)
+
+
+def name_backbone(manifest_path: Path, work: Path) -> tuple[Path, Path]:
+    """The swarm's copy of ``manifest_path`` naming its backbone's key in ``access.backbone_keys``
+    (so that the backbone's word confirms the collaboration's state), and that key's file (kept
+    across runs, as a project's is)."""
+    key_file = work / "backbone" / "backbone-key.pem"
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key = Identity.load_or_create(key_file)
+    document = tomllib.loads(manifest_path.read_text(encoding="utf-8"))
+    document.setdefault("access", {})["backbone_keys"] = [str(key.peer_id)]
+    anchored = work / f"{manifest_path.stem}.anchored.toml"
+    write_manifest(anchored, document)
+    return anchored, key_file

@@ -32,7 +32,14 @@ from core.project import Manifest, load_manifest
 from core.swarm.accused import Accusations, LogTail
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
-from core.swarm.moderated import ORGANIZER, ModeratedSwarm, Standings, standings, start_coordinator
+from core.swarm.moderated import (
+    ORGANIZER,
+    ModeratedSwarm,
+    Standings,
+    name_backbone,
+    standings,
+    start_coordinator,
+)
 from core.swarm.record import LocalSwarm, LocalSwarmError, new_record, remove_swarm, write_swarm
 from core.util.tasks import BackgroundTasks
 from core.worker.events import PeerEvaluation, PeerMetrics, PeerReady
@@ -184,10 +191,11 @@ class LocalSwarmRun:
         """The coordinator (when moderated), the peers and the record; the backbone, or None
         if it did not start."""
         options = self.options
-        manifest_path = options.manifest
+        # the backbone's key named in the swarm's manifest: its word confirms the model's state
+        manifest_path, backbone_key = await asyncio.to_thread(name_backbone, options.manifest, work)
         if options.moderated:
             self._moderated = await start_coordinator(
-                options.manifest, work, keep_accounts=options.keep_accounts
+                manifest_path, work, keep_accounts=options.keep_accounts
             )
             manifest_path = self._moderated.manifest_path
             self.output.coordinator(self._moderated.service.url, manifest_path)
@@ -203,6 +211,7 @@ class LocalSwarmRun:
         if options.round_seconds is not None:
             common += ["--round-seconds", str(options.round_seconds)]
         backbone_args = ["backbone", *common, "--work-dir", str(work / "backbone")]
+        backbone_args += ["--identity", str(backbone_key)]
         backbone_args += ["--checkpoint-every", str(options.checkpoint_every)]
         self._backbone_log = LogTail.at_end(work / "logs" / "backbone.log")  # this run's lines only
         backbone = await self._spawn("backbone", backbone_args, work, ORGANIZER)

@@ -24,6 +24,7 @@ from core.project import load_manifest
 from core.swarm import running_swarms
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.swarm.moderated import start_coordinator
+from core.trust.identity import Identity
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +64,12 @@ async def test_the_swarm_writes_its_record_while_it_runs_and_removes_it_on_ctrl_
         (record,) = running_swarms(UserDirs.under(home))
         started = [p.pid for p in record.pids]
         assert record.project == "barnraise-demo"
-        assert record.manifest == DEMO_MANIFEST
+        # the swarm's copy of the demo manifest, naming its backbone's key (which confirms)
+        assert record.manifest == work / "project.anchored.toml"
+        anchored = load_manifest(record.manifest)
+        assert anchored.project == load_manifest(DEMO_MANIFEST).project
+        key = Identity.load(work / "backbone" / "backbone-key.pem")
+        assert anchored.access.backbone_keys == (str(key.peer_id),)
         assert (record.initial_peers, record.data_base) == ((address,), base)
         assert (record.moderated, record.trainers) == (False, 0)
         # the swarm process itself, then its backbone (a child of it)

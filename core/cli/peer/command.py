@@ -159,6 +159,15 @@ def register(commands: Any) -> None:
                 "project key, for a web server to serve at the manifest's network.checkpoint_url",
             )
             parser.add_argument(
+                "--identity",
+                type=Path,
+                default=None,
+                metavar="PATH",
+                help="the backbone's key file (created if missing): name its PeerID in the "
+                "manifest's access.backbone_keys and its word confirms the collaboration's epoch "
+                "and state (default: a new key each start, which confirms nothing)",
+            )
+            parser.add_argument(
                 "--project-key",
                 type=Path,
                 default=None,
@@ -206,7 +215,28 @@ def _settings(args: argparse.Namespace) -> PeerSettings:
         until_epoch=args.until_epoch,
         misbehaviour=_misbehaviour(getattr(args, "attack", None)),
     )
-    return backbone_settings(settings, args) if backbone else settings
+    if backbone:
+        settings = dataclasses.replace(settings, identity=backbone_identity(args, manifest))
+        return backbone_settings(settings, args)
+    return settings
+
+
+def backbone_identity(args: argparse.Namespace, manifest: Manifest) -> Identity | None:
+    """The backbone's key from ``--identity`` (created if missing; None: a new one each start),
+    with a warning when the manifest does not name it: then nobody takes its word."""
+    path: Path | None = getattr(args, "identity", None)
+    if path is None:
+        if manifest.access.confirmers:
+            log.warning("the manifest names the keys that confirm the collaboration's state, and "
+                        "this backbone runs with a new one: start it with --identity KEY_FILE "
+                        "(one of access.backbone_keys)")  # fmt: skip
+        return None
+    identity = Identity.load_or_create(path)
+    if str(identity.peer_id) not in manifest.access.confirmers:
+        log.warning("the manifest does not name this backbone's key %s in access.backbone_keys: "
+                    "the peers will not take its word for the collaboration's state",
+                    identity.peer_id)  # fmt: skip
+    return identity
 
 
 def _misbehaviour(attack: str | None) -> Misbehaviour | None:
@@ -253,7 +283,7 @@ async def _run(args: argparse.Namespace) -> int:
                 "--username is not used: project %s is open", settings.manifest.project.name
             )
         return await _serve(settings, stop)
-    identity = Identity.generate()
+    identity = settings.identity or Identity.generate()
     password = read_password(args.password_stdin)
     async with moderated_access(
         settings.manifest, identity, args.username, password, report=args.role == BACKBONE
