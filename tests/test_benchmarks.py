@@ -674,3 +674,16 @@ def test_diloco_sweep_exchange_keeps_what_topk_left_out() -> None:
         np.testing.assert_array_equal(rest[dropped], flat[dropped])
         # where a value landed, only the codec's error stays: smaller than the value's whole size
         assert np.abs(rest[~dropped]).mean() < np.abs(flat[~dropped]).mean()
+
+
+def test_anchored_state_benchmark_writes_its_reference(tmp_path: Path) -> None:
+    out = tmp_path / "anchored.json"
+    run_benchmark(
+        "robust.anchored", "--only", "clean", "--rounds", "4", "--steps", "2",
+        "--json", str(out), timeout=300,
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["clean"]["rounds"] == 4
+    assert 0 <= result["clean"]["landed"] <= 4
+    assert result["clean"]["held_out"] > 0
+    assert result["floor_mean_predictor"] > 0

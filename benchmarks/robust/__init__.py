@@ -1,5 +1,8 @@
 """Robust training's benchmarks; their figures are on ``docs/benchmarks/robust.md``.
 
+- ``anchored``          a stranger with many identities against a diloco swarm whose state the
+                        backbone's key confirms: poisoned donors, records ahead, tiny-weight
+                        identities, the backbone away, newcomers' time to join.
 - ``aggregation``       the all-reduce with the plain mean, CenteredClip and verified reducers.
 - ``byzantine_losses``  loss curves of four trainers, one misbehaving, with and without defences.
 - ``byzantine_runs``    running those collaborations (the tests use it too).

@@ -27,6 +27,7 @@ import pytest
 
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
+from core.trust.identity import Identity
 from tests.lab.conftest import MakeLab
 from tests.lab.procs import Event, LabProcess, peer_args, wait_connected
 
@@ -61,13 +62,23 @@ def diloco_project(tmp_path_factory: pytest.TempPathFactory, demo_data: Path) ->
         flags=re.MULTILINE,
     )
     assert (trained, coded) == (1, 1), "the demo manifest's layout changed"
+    # the backbone's key named, as a project's folder and ``barnraise swarm`` name it: its word
+    # confirms the collaboration's epoch and state
+    key = Identity.load_or_create(root / "backbone-key.pem")
+    text += f'\n[access]\nbackbone_keys = ["{key.peer_id}"]\n'
     path = root / "project.toml"
     path.write_text(text)
     manifest = load_manifest(path)  # a refused combination fails here, naming its key
+    assert manifest.access.backbone_keys == (str(key.peer_id),)
     assert manifest.training.mode == "diloco"
     assert manifest.training.round_seconds == ROUND_SECONDS
     assert (manifest.averaging.codec, manifest.averaging.density) == ("topk", 0.05)
     return path
+
+
+def backbone_key(project: Path) -> Path:
+    """The key file of the backbone ``project`` names, beside it."""
+    return project.parent / "backbone-key.pem"
 
 
 def epoch_of(proc: LabProcess, epoch: int, timeout: float) -> Event:
@@ -107,7 +118,12 @@ def test_diloco_rounds_cross_a_cone_and_a_symmetric_nat(
     aux = LabProcess(
         lab,
         "pub",
-        ["backbone", *peer_args(diloco_project, tmp_path / "aux", "--checkpoint-every", "0")],
+        [
+            "backbone",
+            *peer_args(diloco_project, tmp_path / "aux", "--checkpoint-every", "0"),
+            "--identity",
+            str(backbone_key(diloco_project)),
+        ],
         tmp_path / "backbone.log",
     )
     backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]
@@ -178,6 +194,7 @@ def grouped_project(tmp_path_factory: pytest.TempPathFactory, diloco_project: Pa
     )
     text, least = re.subn(r"^min_group_size = .*$", "min_group_size = 1", text, flags=re.MULTILINE)
     assert (grouped, least) == (1, 1), "the demo manifest's layout changed"
+    (root / "backbone-key.pem").symlink_to(backbone_key(diloco_project))
     path = root / "project.toml"
     path.write_text(text)
     manifest = load_manifest(path)
@@ -277,7 +294,12 @@ def test_diloco_rounds_of_several_groups_land_one_model_across_the_nats(
     aux = LabProcess(
         lab,
         "pub",
-        ["backbone", *peer_args(grouped_project, tmp_path / "aux", "--checkpoint-every", "0")],
+        [
+            "backbone",
+            *peer_args(grouped_project, tmp_path / "aux", "--checkpoint-every", "0"),
+            "--identity",
+            str(backbone_key(grouped_project)),
+        ],
         tmp_path / "backbone.log",
     )
     backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]

@@ -108,21 +108,27 @@ def test_a_peer_ahead_of_the_confirmed_epoch_for_long_loses_its_standing() -> No
     strikes = Strikes(limit=3, grace=10.0)
     confirmed = confirm(AT_5, [])
     ahead = [record(X, 6), record(Y, 9), record(A, 7), record(B, 5)]
-    assert strikes.read(confirmed, ahead, now=0.0) == []
-    assert strikes.read(confirmed, ahead, now=5.0) == []
-    assert strikes.read(confirmed, ahead, now=9.0) == []  # three reads, but within the grace
+    assert strikes.read(confirmed, ahead, now=0.0, away=True) == []
+    assert strikes.read(confirmed, ahead, now=5.0, away=True) == []
+    assert strikes.read(confirmed, ahead, now=9.0, away=True) == []  # within the grace
     # members run ahead while the backbone is away; peers at the confirmed epoch are fine
-    assert strikes.read(confirmed, ahead, now=10.0) == [X, Y]
-    assert strikes.read(confirmed, ahead, now=11.0) == []  # struck once
+    assert strikes.read(confirmed, ahead, now=10.0, away=True) == [X, Y]
+    assert strikes.read(confirmed, ahead, now=11.0, away=True) == []  # struck once
     assert strikes.struck == {X, Y}
+    # with the backbone there, a member ahead of its word for that long is struck too
+    assert strikes.read(confirmed, ahead, now=12.0, away=False) == []
+    assert strikes.read(confirmed, ahead, now=13.0, away=False) == []
+    assert strikes.read(confirmed, ahead, now=30.0, away=False) == [A]
 
 
 def test_a_peer_that_falls_back_in_line_starts_over() -> None:
     strikes = Strikes(limit=2, grace=0.0)
     confirmed = confirm(AT_5, [])
-    assert strikes.read(confirmed, [record(X, 6)], now=0.0) == []
-    assert strikes.read(confirmed, [record(X, 5)], now=1.0) == []  # an honest landing, confirmed
-    assert strikes.read(confirmed, [record(X, 6)], now=2.0) == []
-    assert strikes.read(confirmed, [record(X, 6)], now=3.0) == [X]
+    assert strikes.read(confirmed, [record(X, 6)], now=0.0, away=False) == []
+    # an honest landing, confirmed
+    assert strikes.read(confirmed, [record(X, 5)], now=1.0, away=False) == []
+    assert strikes.read(confirmed, [record(X, 6)], now=2.0, away=False) == []
+    assert strikes.read(confirmed, [record(X, 6)], now=3.0, away=False) == [X]
     # where nothing anchors the epoch, nobody is struck
-    assert Strikes(limit=1, grace=0.0).read(by_records([]), [record(Y, 50)], now=0.0) == []
+    nothing = by_records([])
+    assert Strikes(limit=1, grace=0.0).read(nothing, [record(Y, 50)], now=0.0, away=True) == []

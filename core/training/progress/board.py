@@ -49,6 +49,9 @@ RECORD_TTL = 10.0
 KEEPALIVE = 2.0
 """Seconds between refreshes of an idle peer's record: several per ``RECORD_TTL``, so that one lost
 store does not make a live peer look gone."""
+CONFIRMATION_READS = 10
+"""While a confirming backbone's records are read, the stored confirmation is read with every
+this many reads of the records (for the members it lists)."""
 CONFIRM_EVERY = 600.0
 """Seconds after which a backbone stores its confirmation again though nothing changed."""
 CONFIRMATION_TTL = 23 * 3600.0
@@ -171,6 +174,7 @@ class ProgressBoard:
         """A confirming backbone: the rollbacks its state went through."""
         self._said: Confirmation | None = None
         self._read = False
+        self._reads = 0
         # a record is renewed every few seconds: one that claims a day would let a stranger's
         # epoch stall the collaboration long after its last store
         ahead = renewal_bound(ttl)
@@ -204,10 +208,15 @@ class ProgressBoard:
             max_ahead=CONFIRMATION_TTL + renewal_bound(0.0),
         )
 
-    def _take(self, confirmation: Confirmation) -> bool:
-        """Keep ``confirmation`` if it is newer than the one held; whether it was."""
+    def _take(self, confirmation: Confirmation, *, stored: bool = True) -> bool:
+        """Keep ``confirmation`` if it is newer than the one held (a ``stored`` one, read from
+        the confirmations' key, also when it is of the same epoch: it lists the members); whether
+        it was."""
         held = self.confirmation
-        if held is not None and confirmation.order <= held.order:
+        if held is not None and (
+            confirmation.order[:2] < held.order[:2]
+            or (confirmation.order <= held.order and not stored)
+        ):
             return False
         self.confirmation = confirmation
         return True
@@ -308,10 +317,14 @@ class ProgressBoard:
     async def fetch(self) -> list[PeerProgress]:
         """Every record, those of peers that left (role ``left``) included, but not those of
         ``ignored`` peers nor of peers struck for announcing what nothing confirms; the newest
-        confirmation is read too."""
-        found, _ = await asyncio.gather(
-            self._dht.get(self._key, latest=True), self._fetch_confirmation()
-        )
+        confirmation is read too, when the records do not carry it (``_from_backbone``)."""
+        self._reads += 1
+        if self.confirmers and self.confirmation is None:
+            found, _ = await asyncio.gather(
+                self._dht.get(self._key, latest=True), self._fetch_confirmation()
+            )
+        else:
+            found = await self._dht.get(self._key, latest=True)
         self._read = True
         if found is None or not isinstance(found.value, dict):
             return []
@@ -336,7 +349,32 @@ class ProgressBoard:
                 except AccessDenied:
                     continue
             records.append(record)
+        if self.confirmers and (
+            not self._from_backbone(records) or self._reads % CONFIRMATION_READS == 0
+        ):
+            await self._fetch_confirmation()
         return self._strike(records)
+
+    def _from_backbone(self, records: Sequence[PeerProgress]) -> bool:
+        """The fresh record of a confirming backbone confirms its epoch and digest as its stored
+        confirmation does (it is signed by the same key), listing the members the held one lists:
+        while the backbone is there, the stored one is read only every ``CONFIRMATION_READS``
+        reads (for its members). Whether there was such a record."""
+        held = self.confirmation
+        found = False
+        for record in records:
+            if record.peer not in self.confirmers or record.role != BACKBONE or held is None:
+                continue
+            found = True
+            # a later epoch only, named as the stored ones name theirs (a diloco backbone's record
+            # between a landing and its digest says nothing of the bytes)
+            if record.epoch > held.epoch and (record.anchor or not held.digest):
+                members, rollback = held.members, held.rollback
+                self._take(
+                    Confirmation(record.epoch, record.anchor, record.time, members, rollback),
+                    stored=False,
+                )
+        return found
 
     def _strike(self, records: list[PeerProgress]) -> list[PeerProgress]:
         """Count this read's announcements beyond what is confirmed; the records of the peers
@@ -344,8 +382,11 @@ class ProgressBoard:
         if not self.confirmers:
             return records
         confirmed = self.confirmed(records)
-        others = (r for r in records if r.peer != self._me)
-        new = set(self.strikes.read(confirmed, others, time.time()))
+        others = [r for r in records if r.peer != self._me]
+        away = not any(r.peer in self.confirmers and r.role == BACKBONE for r in others)
+        if self.confirms:
+            away = False  # we are the backbone
+        new = set(self.strikes.read(confirmed, others, time.time(), away=away))
         for record in records:
             if record.peer in new and self.on_struck is not None:
                 self.on_struck(record, confirmed)

@@ -174,8 +174,8 @@ class Strikes:
     """Peers that keep announcing epochs nothing confirms: one whose records stay ahead of the
     confirmed epoch for ``STRIKES`` reads in a row spanning ``GRACE`` seconds loses its standing
     (the owner leaves its records out and signs evidence). An honest peer is ahead only between
-    its landing and the backbone's (seconds), and a member of the last confirmed round is never
-    struck: while the backbone is away, members run ahead of its last word."""
+    its landing and the backbone's (seconds); while the backbone is away, the members of the last
+    confirmed round run ahead of its last word, and are not struck for it."""
 
     def __init__(self, limit: int = STRIKES, grace: float = GRACE) -> None:
         self.limit = limit
@@ -185,8 +185,11 @@ class Strikes:
         self.struck: set[str] = set()
         """Peers that lost their standing (for the life of this peer)."""
 
-    def read(self, confirmed: Confirmed, records: Iterable[PeerProgress], now: float) -> list[str]:
-        """Count one read at ``now``; the peers struck by it (new ones only)."""
+    def read(
+        self, confirmed: Confirmed, records: Iterable[PeerProgress], now: float, *, away: bool
+    ) -> list[str]:
+        """Count one read at ``now``; the peers struck by it (new ones only). ``away``: no fresh
+        record of a confirming backbone was read (then members may run ahead)."""
         if confirmed.by not in ("backbone", "members"):
             self._since = {}
             return []
@@ -195,7 +198,7 @@ class Strikes:
             for r in records
             if r.role != LEFT
             and r.epoch > confirmed.epoch
-            and member_tag(r.peer) not in confirmed.members
+            and not (away and member_tag(r.peer) in confirmed.members)
         }
         since = {}
         for peer in ahead:
