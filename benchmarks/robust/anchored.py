@@ -393,8 +393,9 @@ async def poison(rounds: int, steps: int, clean_loss: float) -> dict[str, Any]:
             "gap_to_clean": gap(loss, clean_loss),
             "accused_unconfirmed_epoch": sorted(ahead),
             "accused_state_mismatch": sorted(mismatch),
-            "identities_struck": sorted(
-                {str(n.peer_id) for n in nodes} & backbone.optimizer.board.strikes.struck
+            "identities_struck_by_an_honest_peer": sorted(
+                {str(n.peer_id) for n in nodes}
+                & set().union(*(p.optimizer.board.strikes.struck for p in honest))
             ),
             "goals": {
                 "nobody_loads_it": not any(d == poisoned for d in held)
