@@ -62,6 +62,7 @@ from core.codecs.topk import top_k
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.modes.clock import RoundClock
 from core.net import Host, Identity, NetConfig
+from core.net.host.address import PeerAddress
 from core.project import Manifest, load_manifest
 from core.swarm.byzantine import Attack, Misbehaviour
 from core.swarm.demo_data import DEMO_MANIFEST
@@ -228,9 +229,13 @@ async def start_member(
     model = fresh_model()
     state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=INNER_LR))
     # the mode's own wiring, around this task's model and state
-    optimizer = MODE.optimizer(
-        manifest(codec, round_seconds), state, PeerLinks.create(averager, bridge), role
-    )
+    # the backbone's key confirms the collaboration's state, as a project's manifest names it
+    # (``access.backbone_keys``): the swarm is joined through the backbone, whose key the join
+    # address names
+    joined = PeerAddress.parse(join).peer_id if join else None
+    confirmers = {str(host.peer_id)} if aux else ({str(joined)} if joined else set())
+    links = PeerLinks.create(averager, bridge, frozenset(confirmers))
+    optimizer = MODE.optimizer(manifest(codec, round_seconds), state, links, role)
     member = Member(name, optimizer, host, dht, averager, bridge, model, step_seconds)
     if attack is not None:
         optimizer.tamper = attack.gradient_attack()
