@@ -74,9 +74,7 @@ async def test_records_ahead_move_no_dedloc_trainer_and_newcomers_load_the_confi
 
         async def train(i: int) -> None:
             walk = Recorder(data, 10 + i, peers[i])
-            trainer = Trainer(
-                peers[i].model, peers[i].optimizer, peers[i].bridge, walk, mse
-            )
+            trainer = Trainer(peers[i].model, peers[i].optimizer, peers[i].bridge, walk, mse)
             await trainer.run(until_epoch=EPOCHS)
 
         await asyncio.wait_for(asyncio.gather(train(0), train(1)), timeout=120)
