@@ -18,6 +18,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,13 @@ def test_the_demo_swarm_runs_from_any_folder(installed: tuple[Path, Path], tmp_p
         for log in (tmp_path / "home").rglob("*.log")
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}{logs}"
-    manifest = site / "core" / "resources" / "demo" / "project.toml"
+    # the swarm's copy of the installed demo manifest, naming its backbone's key
+    manifest = tmp_path / "home" / "cache" / "swarm" / "barnraise-demo" / "project.anchored.toml"
     assert f"barnraise ctl attach {manifest} " in done.stdout, done.stdout
+    demo = tomllib.loads((site / "core" / "resources" / "demo" / "project.toml").read_text())
+    copy = tomllib.loads(manifest.read_text())
+    assert copy["project"] == demo["project"]
+    assert len(copy["access"]["backbone_keys"]) == 1
     assert "backbone on loopback" in done.stdout
     assert "decoy" not in done.stdout + done.stderr + logs
 
