@@ -687,3 +687,5 @@ def test_anchored_state_benchmark_writes_its_reference(tmp_path: Path) -> None:
     assert 0 <= result["clean"]["landed"] <= 4
     assert result["clean"]["held_out"] > 0
     assert result["floor_mean_predictor"] > 0
+    # what of the honest members' data the clean run left out: the baseline of the attacks' goals
+    assert set(result["clean"]["honest_values_left_out"]) == {"t0", "t1", "t2", "t3"}

@@ -44,7 +44,7 @@ from benchmarks.robust.byzantine_task import (
 from core.averaging import Averager, AveragerConfig, AveragingResult
 from core.averaging.allreduce import AllReduce
 from core.averaging.robust.aggregation import AggregationConfig, Method
-from core.averaging.robust.screening import lower_median
+from core.averaging.robust.medians import lower_median
 from core.dht import DHTConfig, DHTNode, HostTransport
 from core.net import Host, Identity, NetConfig
 from core.swarm.byzantine import Attack, GradientAttack, LyingReducer, Misbehaviour

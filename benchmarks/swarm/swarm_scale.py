@@ -55,7 +55,7 @@ import torch
 
 from benchmarks.kit.harness import ROOT, as_module
 from core.averaging import Averager, AveragerConfig, AveragingResult
-from core.averaging.robust.screening import lower_median
+from core.averaging.robust.medians import lower_median
 from core.codecs import FP16, Codec
 from core.codecs.chunks import encoded_size
 from core.codecs.topk import top_k

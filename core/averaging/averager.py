@@ -60,11 +60,17 @@ class PendingRound:
     """A group found for one round, waiting for this member to start its all-reduce."""
 
     def __init__(
-        self, averager: Averager, group: GroupSpec, columns: ColumnRequest | None = None
+        self,
+        averager: Averager,
+        group: GroupSpec,
+        columns: ColumnRequest | None = None,
+        column: bool = False,
     ) -> None:
+        """``column``: a column's round, whose senders are groups' reducers, not members."""
         self.group = group
         self._averager = averager
         self._columns = columns
+        self._column = column
         peers = [m.peer for m in group.members]
         self.index = peers.index(averager.host.peer_id)
         self._used = False
@@ -98,7 +104,7 @@ class PendingRound:
             self.index,
             TensorSet(tensors),
             weight=weight,
-            config=averager.config if codec is None else replace(averager.config, codec=codec),
+            config=averager.round_config(codec, column=self._column),
             plans=averager.plans,
             feedback=None if feedback is None else TensorSet(feedback),
             columns=averager.columns(self._columns, self.group),
@@ -139,6 +145,10 @@ class Averager:
         self.round_hook: Callable[[AllReduce], object] | None = None
         """Called with each round before it runs; only the demo's lying reducer sets it
         (``core.swarm.byzantine``), to show reducer verification at work."""
+        self.confirmed_claim: Callable[[], float | None] | None = None
+        """The typical claim of the collaboration's last confirmed round, read as each round
+        starts (``AggregationConfig.confirmed_claim``); set by a training mode that holds one
+        (diloco); None, or a call returning None: the round's claims alone."""
         self.matchmaker = Matchmaker(
             host,
             dht,
@@ -223,7 +233,7 @@ class Averager:
             round_key or "default", timeout, target_size, weight=weight, enough=enough,
             uncapped=uncapped, slots=slots, rank=rank,
         )  # fmt: skip
-        pending = PendingRound(self, group, columns)
+        pending = PendingRound(self, group, columns, column=uncapped)
         try:
             await self._connect_ahead(group)
         except BaseException:
@@ -275,6 +285,20 @@ class Averager:
             columns=columns, uncapped=uncapped, rank=rank,
         )  # fmt: skip
         return await pending.run(tensors, weight, codec=codec, feedback=feedback)
+
+    def round_config(self, codec: Codec | None, *, column: bool) -> AveragerConfig:
+        """The configuration one round runs with: ``codec`` for this round, and the typical claim
+        of the last confirmed round (``confirmed_claim``) bounding its medians. Not in a column's
+        round (its senders are groups, whose weights are a group's), nor in verified rounds: a
+        verifier recomputing a reducer's chunk must reach the same verdicts, and it may have read
+        another confirmation."""
+        config = self.config if codec is None else replace(self.config, codec=codec)
+        if self.confirmed_claim is None or column or config.verification.enabled:
+            return config
+        claim = self.confirmed_claim()
+        if claim is None or not (math.isfinite(claim) and claim > 0):
+            return config
+        return replace(config, aggregation=replace(config.aggregation, confirmed_claim=claim))
 
     def columns(self, request: ColumnRequest | None, group: GroupSpec) -> Columns | None:
         """How ``group``'s reducers meet the other groups' (None: its leader dealt no slots)."""

@@ -17,11 +17,11 @@ from core.averaging.robust.aggregation import (
     bounded_weights,
     weighted_mean,
 )
+from core.averaging.robust.medians import lower_median
 from core.averaging.robust.screening import (
     NORM_SIZE,
     OPPOSED_FROM,
     OPPOSED_SIZE,
-    lower_median,
     screen,
 )
 from core.averaging.round.reducer import PartReducer
@@ -165,21 +165,35 @@ BOUNDED = 4.0
 
 
 @pytest.mark.parametrize(
-    ("claims", "limit", "expected"),
+    ("claims", "limit", "confirmed", "expected"),
     [
-        ([1.0, 2.0, 3.0, 4.0], BOUNDED, [1.0, 2.0, 3.0, 4.0]),  # within the limit: as claimed
-        ([10.0, 10.0, 10.0, 1000.0], BOUNDED, [10.0, 10.0, 10.0, 40.0]),  # one claiming 100x
-        ([10.0, 10.0, 1000.0, 1000.0], BOUNDED, [10.0, 10.0, 40.0, 40.0]),  # half cannot lift it
-        ([10.0, 1000.0], BOUNDED, [10.0, 40.0]),  # a pair: the smaller sets the ceiling
-        ([10.0, 1000.0], math.inf, [10.0, 1000.0]),  # off
-        ([1000.0], BOUNDED, [1000.0]),  # alone: nothing to compare with, nobody to steer
-        ([3.0, 5.0, 100.0], 1.0, [3.0, 5.0, 5.0]),  # 1: nobody above the lower median
+        ([1.0, 2.0, 3.0, 4.0], BOUNDED, None, [1.0, 2.0, 3.0, 4.0]),  # within the limit: as claimed
+        ([10.0, 10.0, 10.0, 1000.0], BOUNDED, None, [10.0, 10.0, 10.0, 40.0]),  # one claiming 100x
+        ([10.0] * 3 + [1000.0] * 2, BOUNDED, None, [10.0] * 3 + [40.0] * 2),  # fewer than half
+        # half of the senders: from claims alone, the same numbers as honest members beside tiny
+        # identities (the next row), so the larger claims are typical; the last confirmed round's
+        # typical claim holds it
+        ([10.0, 10.0, 1000.0, 1000.0], BOUNDED, None, [10.0, 10.0, 1000.0, 1000.0]),
+        ([10.0, 10.0, 1000.0, 1000.0], BOUNDED, 10.0, [10.0, 10.0, 40.0, 40.0]),
+        ([1e-3, 1e-3, 10.0, 10.0], BOUNDED, None, [1e-3, 1e-3, 10.0, 10.0]),  # tiny: cannot pull it
+        ([1e-3] * 9 + [10.0] * 3, BOUNDED, None, [1e-3] * 9 + [4e-3] * 3),  # more: they do
+        (
+            [1e-3] * 9 + [10.0] * 3,
+            BOUNDED,
+            10.0,
+            [1e-3] * 9 + [10.0] * 3,
+        ),  # not past a confirmation
+        ([0.0, 0.0, 10.0, 20.0, 30.0], BOUNDED, None, [0.0, 0.0, 10.0, 20.0, 30.0]),  # zeros: none
+        ([10.0, 1000.0], BOUNDED, None, [10.0, 40.0]),  # a pair: the smaller sets the ceiling
+        ([10.0, 1000.0], math.inf, None, [10.0, 1000.0]),  # off
+        ([1000.0], BOUNDED, None, [1000.0]),  # alone: nothing to compare with, nobody to steer
+        ([3.0, 5.0, 100.0], 1.0, None, [3.0, 5.0, 5.0]),  # 1: nobody above the lower median
     ],
 )
-def test_claimed_weights_are_bounded_by_the_lower_median(
-    claims: list[float], limit: float, expected: list[float]
+def test_claimed_weights_are_bounded_by_the_typical_claim(
+    claims: list[float], limit: float, confirmed: float | None, expected: list[float]
 ) -> None:
-    assert bounded_weights(claims, limit) == expected
+    assert bounded_weights(claims, limit, confirmed) == pytest.approx(expected, rel=1e-12)
 
 
 def inflated_flip(claim: float, strength: float) -> tuple[dict[int, np.ndarray], dict[int, float]]:
@@ -233,6 +247,98 @@ def test_a_clipped_sender_pulls_with_no_more_than_the_median_share() -> None:
     claimed = aggregate_chunk(inputs, weights, unbounded)
     assert set(claimed.clipped) == {3}
     assert relative(claimed.values, honest_mean) < 1.05 * relative(fair.values, honest_mean)
+
+
+# ---- identities that cost nothing -----------------------------------------------------------------
+
+DILOCO = AggregationConfig(
+    Method.CENTERED_CLIP, weight_ratio_limit=BOUNDED, opposed_from=0.2, accuse_from=3.0
+)
+"""What a diloco swarm's reducer runs with at the manifest's defaults (``Mode.aggregation``)."""
+
+
+def crowd(kind: str, count: int = 4) -> tuple[dict[int, np.ndarray], dict[int, float]]:
+    """``count`` honest senders of 100 samples, and as many identities claiming a thousandth of
+    a sample each: sending small noise (a hundredth of an honest norm) or copies of sender 0."""
+    good = honest(count, seed=31)
+    rng = np.random.default_rng(32)
+    scale = 0.01 * float(np.linalg.norm(good[0])) / math.sqrt(SIZE)
+    fake = {
+        count + i: (
+            (scale * rng.standard_normal(SIZE)).astype(np.float32)
+            if kind == "noise"
+            else good[0].copy()
+        )
+        for i in range(count)
+    }
+    inputs = read_only({**good, **fake})
+    return inputs, {s: 100.0 if s < count else 0.1 for s in inputs}
+
+
+@pytest.mark.parametrize("kind", ["noise", "copies"])
+@pytest.mark.parametrize("config", [DILOCO, CC, MEAN], ids=["diloco", "centered_clip", "mean"])
+def test_as_many_tiny_identities_as_honest_senders_set_no_reference(
+    kind: str, config: AggregationConfig
+) -> None:
+    inputs, weights = crowd(kind)
+    honest_mean = np.mean([inputs[i] for i in range(4)], axis=0)
+    result = aggregate_chunk(inputs, weights, config)
+    assert not set(result.screened) & set(range(4))
+    assert not set(result.clipped) & set(range(4))
+    assert result.capped == {}  # the honest claims are not brought down to the identities'
+    assert relative(result.values, honest_mean) < 0.01
+    # the attack is real: counted one per sender (equal claims), the noise sets the reference
+    # and every honest chunk is screened out and accused
+    if kind == "noise" and config is DILOCO:
+        counted = aggregate_chunk(inputs, ones(inputs), config)
+        assert set(counted.screened) == set(range(4))
+        assert not counted.unattributed & set(range(4))
+
+
+def test_two_honest_senders_and_tiny_identities_are_still_a_pair() -> None:
+    # an embedding chunk one batch touched far more than the other: 20x apart is honest in a pair
+    good = honest(2, seed=33)
+    inputs = read_only({0: good[0], 1: good[1] * 20, 2: good[0] * 0.01, 3: good[0] * 0.01})
+    result = aggregate_chunk(inputs, {0: 100.0, 1: 100.0, 2: 0.1, 3: 0.1}, CC)
+    assert result.screened == {}
+    # counted, the identities make it a group of four whose median the larger chunk is far above
+    counted = aggregate_chunk(inputs, ones(inputs), CC)
+    assert 1 in counted.screened
+
+
+def test_half_of_the_senders_claiming_too_much_is_held_by_the_confirmed_claim() -> None:
+    good = honest(4, seed=34)
+    inputs = read_only({**good, 4: good[0] * 1000, 5: good[1] * 1000})
+    weights = {0: 100.0, 1: 100.0, 2: 100.0, 3: 100.0, 4: 1e5, 5: 1e5}
+    held = aggregate_chunk(inputs, weights, replace(CC, weight_ratio_limit=BOUNDED))
+    assert set(held.screened) == {4, 5}  # fewer than half: held by the claims alone
+    inputs = read_only({**good, 4: good[0] * 1000, 5: good[1] * 1000, 6: good[2] * 1000,
+                        7: good[3] * 1000})  # fmt: skip
+    weights = {**weights, 6: 1e5, 7: 1e5}
+    confirmed = replace(CC, weight_ratio_limit=BOUNDED, confirmed_claim=100.0)
+    result = aggregate_chunk(inputs, weights, confirmed)
+    assert set(result.screened) == {4, 5, 6, 7}
+    assert result.values is not None
+    np.testing.assert_allclose(result.values, np.mean(list(good.values()), axis=0), atol=1e-5)
+    # from the claims alone, half of the senders at a thousand times the claim are the typical
+    # ones (the same numbers as honest senders beside tiny identities): they set the reference,
+    # and their chunks pass
+    alone = aggregate_chunk(inputs, weights, replace(CC, weight_ratio_limit=BOUNDED))
+    assert alone.screened == {}
+    assert relative(alone.values, np.mean(list(good.values()), axis=0)) > 100
+
+
+def test_honest_claims_within_twice_of_each_other_count_as_before() -> None:
+    """Every sender then holds a whole vote: the medians are the counted ones, to the last bit."""
+    good = honest(5, seed=35)
+    inputs = read_only({**good, 5: good[0] * -3})
+    claims = {0: 100.0, 1: 120.0, 2: 70.0, 3: 180.0, 4: 100.0, 5: 100.0}
+    for config in (DILOCO, CC):
+        voted = aggregate_chunk(inputs, claims, config)
+        assert voted.values is not None
+        counted_votes = aggregate_chunk(inputs, claims, replace(config, confirmed_claim=100.0))
+        np.testing.assert_array_equal(voted.values, counted_votes.values)
+        assert voted.screened == counted_votes.screened
 
 
 # ---- screening ------------------------------------------------------------------------------------
@@ -509,6 +615,8 @@ def test_weighted_mean_scales_by_shares_so_huge_weights_cannot_overflow() -> Non
         ({"accuse_from": 0.5}, "accuse_from must be at least 1"),
         ({"opposed_from": 0.0}, r"opposed_from must be in \(0, 1\]"),
         ({"opposed_from": 1.5}, r"opposed_from must be in \(0, 1\]"),
+        ({"confirmed_claim": 0.0}, "confirmed_claim must be a positive number"),
+        ({"confirmed_claim": math.inf}, "confirmed_claim must be a positive number"),
     ],
 )
 def test_bad_settings_are_refused_with_the_reason(changes: dict[str, object], message: str) -> None:

@@ -207,3 +207,61 @@ def test_what_a_round_held_is_the_weight_of_most_of_its_values() -> None:
     assert held({464.0: 1000}) == 464.0  # a sender that never came: every chunk without it
     assert held({512.0: 600, 9999.0: 400}) == 512.0  # a reducer inflating its own minority part
     assert held({400.0: 500, 512.0: 500}) == 400.0  # no majority: the lower of the two
+
+
+@pytest.mark.parametrize("hooked", [True, False])
+async def test_half_of_a_group_claiming_too_much_is_held_by_the_confirmed_claim(
+    make_averagers: MakeAveragers, hooked: bool
+) -> None:
+    """Two honest members and two claiming 1000x their samples with their gradients x1000: every
+    reducer reads the last confirmed round's typical claim when the round starts
+    (``Averager.confirmed_claim``), and the inflated pair holds one vote each; without it, from
+    the claims alone, they are the typical senders and their chunks pass."""
+    config = replace(
+        PATIENT,
+        target_group_size=SIZE,
+        min_group_size=SIZE,
+        aggregation=AggregationConfig(Method.CENTERED_CLIP, weight_ratio_limit=4.0),
+    )
+    averagers = await make_averagers(SIZE, config)
+    if hooked:
+        for averager in averagers:
+            averager.confirmed_claim = lambda: 10.0
+    tensors = gradients(seed=5)
+    good = [tensors[0], tensors[1]]
+    expected = [np.mean([t[k] for t in good], axis=0) for k in range(len(SHAPES))]
+    for bad in (2, 3):
+        tensors[bad] = [t * 1000 for t in tensors[bad]]
+    claims = [10.0, 10.0, 10_000.0, 10_000.0]
+    results = await asyncio.gather(
+        *(
+            a.average(t, weight=w, round_key=f"confirmed-{hooked}", timeout=HANG_GUARD)
+            for a, t, w in zip(averagers, tensors, claims, strict=True)
+        )
+    )
+    inflated = {averagers[2].host.peer_id, averagers[3].host.peer_id}
+    if hooked:
+        for result in results:
+            assert set(result.excluded) == inflated, result.summary()
+        assert error(tensors[0], expected) < 1e-5
+    else:
+        assert all(result.excluded == {} for result in results)
+        assert error(tensors[0], expected) > 100
+
+
+async def test_a_verified_round_and_a_column_read_no_confirmed_claim(
+    make_averagers: MakeAveragers,
+) -> None:
+    """A verifier recomputing a reducer's chunk may hold another confirmation, and a column's
+    senders are groups: both run on the round's claims alone."""
+    [averager] = await make_averagers(1, PATIENT)
+    averager.confirmed_claim = lambda: 10.0
+    assert averager.round_config(None, column=False).aggregation.confirmed_claim == 10.0
+    assert averager.round_config(None, column=True).aggregation.confirmed_claim is None
+    averager.confirmed_claim = lambda: None
+    assert averager.round_config(None, column=False).aggregation.confirmed_claim is None
+    averager.confirmed_claim = lambda: 10.0
+    averager.config = replace(
+        averager.config, verification=replace(averager.config.verification, enabled=True)
+    )
+    assert averager.round_config(None, column=False).aggregation.confirmed_claim is None

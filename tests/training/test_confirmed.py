@@ -3,9 +3,12 @@ the weight it listed, and never what fresh identities' records say (``progress.c
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
-from core.training.progress import LEFT, PeerProgress
+from core.dht import DHTNode
+from core.training.progress import LEFT, PeerProgress, ProgressBoard
 from core.training.progress.confirmed import (
     MAX_MEMBERS,
     NOTHING,
@@ -132,3 +135,24 @@ def test_a_peer_that_falls_back_in_line_starts_over() -> None:
     # where nothing anchors the epoch, nobody is struck
     nothing = by_records([])
     assert Strikes(limit=1, grace=0.0).read(nothing, [record(Y, 50)], now=0.0, away=True) == []
+
+
+class _Node:
+    """What a progress board reads of its DHT node before any call (``confirmed_claim`` makes
+    none)."""
+
+    peer_id = "me"
+
+    class rules:  # the attribute a DHT node has
+        @staticmethod
+        def add_schema(schema: object) -> None:
+            del schema
+
+
+def test_the_confirmed_claim_is_the_typical_claim_of_the_listed_round() -> None:
+    board = ProgressBoard(cast(DHTNode, _Node()), "collab", confirmers={"backbone"})
+    assert board.confirmed_claim() is None  # nothing read: the round's claims alone
+    board.confirmation = Confirmation(5, "d5", 1.0, ())
+    assert board.confirmed_claim() is None  # a confirmation listing nobody bounds nothing
+    board.confirmation = AT_5
+    assert board.confirmed_claim() == 100.0  # three members of 100 and one of 1

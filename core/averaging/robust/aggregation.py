@@ -3,7 +3,10 @@
 Every chunk is screened first (``screening``): non-finite chunks and chunks whose norm is far above
 the group's are left out. The claimed sample weights of the rest are bounded (``bounded_weights``):
 none counts for more than ``weight_ratio_limit`` times the group's lower median weight, since a
-weight is only its sender's say-so. Then the chunks are aggregated by the configured method:
+weight is only its sender's say-so. In the medians all this takes over the senders, each counts by
+its vote (``medians``: whole for typical work or more, a share of one for less), so identities
+claiming next to nothing cannot set them by their number. Then the chunks are aggregated by the
+configured method:
 
 - ``mean``: the sample-weighted mean, as plain averaging has always done.
 - ``centered_clip``: CenteredClip (``centered_clip``): a sender far from the others pulls the
@@ -32,7 +35,8 @@ import numpy as np
 
 from core.averaging.robust.alignment import leave_one_out
 from core.averaging.robust.centered_clip import centered_clip
-from core.averaging.robust.screening import lower_median, screen
+from core.averaging.robust.medians import median_by, votes
+from core.averaging.robust.screening import screen
 from core.codecs.arrays import F32
 from core.util.errors import ConfigError
 
@@ -85,6 +89,11 @@ class AggregationConfig:
     """Also keep each sender's sums along the others' mean (``ChunkAggregate.along``), which
     diloco's backbone scores work by. They nearly double the arithmetic of a chunk (not its
     decoding or transfer), so only a mode that scores them asks: diloco, once a round."""
+    confirmed_claim: float | None = None
+    """The typical claim of the collaboration's last confirmed round (the members its backbone's
+    confirmation lists, by the weights they counted with), which holds this round's typical claim
+    between ``medians.TINY`` of it and it (``medians.typical_claim``): set per round by the
+    averager (``Averager.confirmed_claim``), never by a manifest. None: the round's claims alone."""
     screen: bool = True
     """False turns the checks off (NaN then reaches the aggregate): only for showing, in tests and
     benchmarks, what the checks prevent."""
@@ -121,6 +130,9 @@ class AggregationConfig:
             raise ConfigError(f"accuse_from must be at least 1, got {self.accuse_from}")
         if self.opposed_from is not None and not 0 < self.opposed_from <= 1:
             raise ConfigError(f"opposed_from must be in (0, 1], got {self.opposed_from}")
+        claim = self.confirmed_claim
+        if claim is not None and not (math.isfinite(claim) and claim > 0):
+            raise ConfigError(f"confirmed_claim must be a positive number, got {claim}")
         if not 0 <= self.spread_floor < 1:
             raise ConfigError(f"spread_floor must be in [0, 1), got {self.spread_floor}")
 
@@ -181,11 +193,16 @@ def aggregate_chunk(
     """
     _check(inputs, weights)
     workspace = workspace or Workspace()
-    checks = screen(inputs, config.norm_ratio_limit, config.opposed_from, config.accuse_from)
+    senders = sorted(inputs)
+    confirmed = config.confirmed_claim
+    held = dict(zip(senders, votes([float(weights[s]) for s in senders], confirmed), strict=True))
+    checks = screen(
+        inputs, config.norm_ratio_limit, config.opposed_from, config.accuse_from, votes=held
+    )
     if not config.screen:
         checks.screened = {}
         checks.unattributed = set()
-    kept = [s for s in sorted(inputs) if s not in checks.screened]
+    kept = [s for s in senders if s not in checks.screened]
     if not kept:
         return ChunkAggregate(
             None, 0.0, frozenset(), checks.screened, unattributed=frozenset(checks.unattributed)
@@ -193,7 +210,7 @@ def aggregate_chunk(
     rows = [inputs[s] for s in kept]
     claims = [float(weights[s]) for s in kept]
     total = math.fsum(claims)
-    shares = bounded_weights(claims, config.weight_ratio_limit)
+    shares = bounded_weights(claims, config.weight_ratio_limit, confirmed)
     capped = {s: b for s, w, b in zip(kept, claims, shares, strict=True) if b < w}
     clipped: dict[int, float] = {}
     along = None
@@ -214,6 +231,7 @@ def aggregate_chunk(
             spread_floor=config.spread_floor,
             reference=checks.reference,
             offsets=workspace.matrix("offsets", count, size),
+            votes=[held[s] for s in kept],
         )
         if count >= CLIP_FINDING_SENDERS:
             clipped = {
@@ -233,18 +251,24 @@ def aggregate_chunk(
     )
 
 
-def bounded_weights(claims: Sequence[float], ratio_limit: float) -> list[float]:
-    """Each claimed weight, at most ``ratio_limit`` times the lower median of all of them.
+def bounded_weights(
+    claims: Sequence[float], ratio_limit: float, confirmed: float | None = None
+) -> list[float]:
+    """Each claimed weight, at most ``ratio_limit`` times the lower median claim by the senders'
+    votes (``medians.votes``).
 
-    A claim is a number its sender chose. The lower median (``screening.lower_median``) is one a
-    minority cannot move, however much it claims, nor can half of the senders raise it; so a
-    sender claiming 100 times its samples counts for at most ``ratio_limit`` honest medians. Honest
-    weights within the limit of each other come out as claimed (the exact weighted mean), and a
-    fast device far above the others still counts for more, only less than it did.
+    A claim is a number its sender chose. That median is one a minority cannot move, however much
+    it claims, nor can half of the senders raise it, nor identities claiming next to nothing
+    lower it (counted per sender, as many of them as honest members brought it down to their
+    thousandth, and held a fifth of the mean); so a sender claiming 100 times its samples counts
+    for at most ``ratio_limit`` honest medians. Honest weights within the limit of each other come out as
+    claimed (the exact weighted mean), and a fast device far above the others still counts for
+    more, only less than it did. ``confirmed``: the last confirmed round's typical claim, which
+    bounds this one's (``AggregationConfig.confirmed_claim``).
     """
     if math.isinf(ratio_limit) or len(claims) < 2:
         return list(claims)
-    ceiling = ratio_limit * lower_median(claims)
+    ceiling = ratio_limit * median_by(claims, votes(claims, confirmed))
     return [min(w, ceiling) for w in claims]
 
 

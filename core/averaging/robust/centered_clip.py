@@ -12,19 +12,26 @@ Choices, and why:
   earlier aggregate to start from (parts move between reducers). Like the coordinate-wise median,
   the medoid cannot be taken by a minority far from the rest; unlike it, it needs no pass over the
   chunk to find (a sorting network for the median of four 1 MiB chunks cost as much as everything
-  else here together), only the n x n distances the iterations need anyway. The sum is unweighted:
-  weighted by claimed samples, one sender claiming enough would be the medoid wherever it sat.
+  else here together), only the n x n distances the iterations need anyway. The sum is weighted by
+  the senders' votes (``medians.votes``, at most one each), not by their claims: by claims, one
+  sender claiming enough would be the medoid wherever it sat; by votes, identities claiming next to
+  nothing (zeros, small noise, copies of one another) do not become the start by their number; nor
+  is such an identity the start itself (only a sender with at least half of the largest vote is):
+  small noise sits at the origin, central to honest updates that agree little.
 - **Weight buys influence only among agreeing senders.** A sender whose offset is clipped (farther
-  than τ from the point) pulls with at most the senders' lower median share, whatever weight it
-  claimed: against honest peers of similar weights its force is then what it would be had it
-  claimed as they did. (1/n would not do: a claim of 100 times leaves the others' shares tiny, so
-  an equal 1/n against them is still several honest peers' worth.) Senders within τ keep their
-  sample weights, so with honest peers (none clipped) the result is still the exact weighted mean.
-  The weights themselves are bounded before this (``aggregation.bounded_weights``), which is all the
-  plain mean has.
+  than τ from the point) pulls with at most the senders' lower median share, by their votes (tiny
+  shares cannot pull it down to theirs: three honest diloco members beside three identities
+  claiming a thousandth, the start clipped one of them, which then pulled with a quarter of its
+  share, and the result went 30 % off their mean), whatever weight it claimed: against honest peers
+  of similar weights its force is then what it would be had it claimed as they did. (1/n would
+  not do: a claim of 100 times leaves the others' shares tiny, so an equal 1/n against them is
+  still several honest peers' worth.) Senders within τ keep their sample weights, so with honest
+  peers (none clipped) the result is still the exact weighted mean. The weights themselves are
+  bounded before this (``aggregation.bounded_weights``), which is all the plain mean has.
 - **τ relative to the spread**: ``tau`` times the lower median of the other senders' distances from
-  the medoid. An absolute τ would need tuning per model, per layer and per phase of training
-  (gradients shrink by orders of magnitude). Honest senders sit at similar distances from each
+  the medoid, by their votes (copies of one sender do not shrink it to nothing). An absolute τ
+  would need tuning per model, per layer and per phase of training (gradients shrink by orders of
+  magnitude). Honest senders sit at similar distances from each
   other and about 1/√2 of that from their mean, so with τ at the median distance (the default,
   1.0) none of them is clipped at the fixed point and the result is exactly their weighted mean,
   while a sender x1000 pulls with one spread at most. With one such sender among four, the result
@@ -59,7 +66,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from core.averaging.robust.screening import lower_median
+from core.averaging.robust.medians import median_by
 from core.codecs.arrays import F32
 
 F64 = npt.NDArray[np.float64]
@@ -78,11 +85,13 @@ def centered_clip(
     spread_floor: float,
     reference: float,
     offsets: np.ndarray,
+    votes: Sequence[float] | None = None,
 ) -> tuple[F32, list[float]]:
     """The aggregate (a new array) and each row's clip factor in the last iteration.
 
     ``norms`` are the rows' L2 norms and ``reference`` the screening's reference norm; ``offsets``
-    (len(rows) x chunk, float32) is scratch memory the caller lends (``aggregation.Workspace``).
+    (len(rows) x chunk, float32) is scratch memory the caller lends (``aggregation.Workspace``);
+    ``votes``: each row's vote in the medians (``medians.votes``; None: a whole one each).
     """
     count = len(rows)
     shares = np.asarray(weights, dtype=np.float64) / math.fsum(weights)
@@ -95,16 +104,28 @@ def centered_clip(
         return rows[origin].copy(), [1.0] * count
     squares = np.diagonal(gram)
     apart = np.sqrt(np.maximum(squares[:, None] + squares[None, :] - 2.0 * gram, 0.0))
-    medoid = int(np.argmin(apart.sum(axis=1)))
+    held = [1.0] * count if votes is None or not any(v > 0 for v in votes) else list(votes)
+    if all(v == held[0] for v in held):
+        medoid = int(np.argmin(apart.sum(axis=1)))  # the plain sum, to the last bit
+    else:
+        # only a sender holding at least half of the largest vote may be the start: identities
+        # sending next to nothing sit at the origin, which is central to honest updates that
+        # agree little (three diloco members' updates: the start was a noise identity, and two
+        # honest members were clipped, 30 % off their mean)
+        sums = apart @ np.asarray(held, dtype=np.float64)
+        sums[np.asarray(held) < 0.5 * max(held)] = np.inf
+        medoid = int(np.argmin(sums))
     # the same offsets seen from the medoid: (D_i - D_m) . (D_j - D_m)
     gram = gram - gram[:, [medoid]] - gram[[medoid], :] + gram[medoid, medoid]
-    spread = [float(apart[medoid, i]) for i in range(count) if i != medoid and norms[i] > 0]
-    radius = tau * max(lower_median(spread) if spread else 0.0, spread_floor * reference)
+    others = [i for i in range(count) if i != medoid and norms[i] > 0]
+    spread = [float(apart[medoid, i]) for i in others]
+    apart_typically = median_by(spread, [held[i] for i in others]) if spread else 0.0
+    radius = tau * max(apart_typically, spread_floor * reference)
     coefficients = np.zeros(
         count, dtype=np.float64
     )  # the point is x_medoid + Σ a_j (x_j - x_medoid)
     factors = np.ones(count, dtype=np.float64)
-    equal = np.minimum(shares, lower_median([float(w) for w in shares]))
+    equal = np.minimum(shares, median_by([float(w) for w in weights], held) / math.fsum(weights))
     for _ in range(iterations):
         distances = _distances(gram, coefficients)
         far = distances > radius

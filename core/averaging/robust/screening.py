@@ -6,7 +6,11 @@ reference norm (a gradient x1000 moves a plain mean as far as its sender likes).
 
 The reference is a *lower median*: the ⌈k/2⌉-th smallest of the k norms. A minority of senders
 cannot move it, whatever they send; and unlike the usual median of an even count (the mean of the
-two middle values) it is not raised by half of the senders inflating their norms. In a pair, that
+two middle values) it is not raised by half of the senders inflating their norms. Each sender counts
+in it by its vote (``votes``, from ``medians.votes``): whole for a sender claiming typical work or
+more, a share of one for less, so identities claiming a thousandth of a sample cannot set it by
+their number; and a group is a pair when its votes are worth fewer than ``MAJORITY`` senders (two
+honest members and any number of such identities are still a pair). In a pair, that
 makes the reference the smaller norm. A pair has no majority to tell who is honest, and honest pairs
 differ by more than ten times in chunks that one batch touched far more than the other (an
 embedding's rows: a clean two-trainer run screened an honest chunk at 12.4x), so a pair's limit is
@@ -50,17 +54,19 @@ recomputing a reducer's chunk reaches the same verdicts.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.averaging.robust.medians import coordinate_median, median_by, voters
 from core.codecs.arrays import F32
 
 NONFINITE = "nonfinite"
 NORM_RATIO = "norm_ratio"
 MAJORITY = 3
-"""Senders with data (finite, non-zero chunks) for a majority; fewer get ``PAIR_FACTOR``."""
+"""Senders with data (finite, non-zero chunks) for a majority, counted by their votes (a group
+whose votes are worth less than ``MAJORITY - 1/2`` senders gets ``PAIR_FACTOR``)."""
 PAIR_FACTOR = 5.0
 """A pair's limit over the group's: no majority says which of two chunks is wrong."""
 OPPOSED = "opposed"
@@ -85,13 +91,6 @@ differs between honest senders by a few times at most. A smaller chunk is still 
 limit, without a finding."""
 
 
-def lower_median(values: Sequence[float]) -> float:
-    """The ⌈k/2⌉-th smallest of k values (the median for odd k, the lower middle for even k)."""
-    if not values:
-        raise ValueError("the median of no values is undefined")
-    return sorted(values)[(len(values) - 1) // 2]
-
-
 def l2_norm(values: F32) -> float:
     """The chunk's L2 norm, or NaN when a value is not finite.
 
@@ -112,7 +111,8 @@ class Screening:
     norms: dict[int, float] = field(default_factory=dict)
     """Every sender's chunk norm (NaN for a non-finite chunk)."""
     reference: float = 0.0
-    """The lower median of the finite, non-zero norms; 0 when there are none."""
+    """The lower median of the finite, non-zero norms, by their senders' votes; 0 when there are
+    none."""
     screened: dict[int, tuple[str, float, str]] = field(default_factory=dict)
     """Sender -> (statistic, value, reason) for each chunk that must not be aggregated."""
     unattributed: set[int] = field(default_factory=set)
@@ -125,11 +125,13 @@ def screen(
     norm_ratio_limit: float,
     opposed_from: float | None = None,
     accuse_from: float = 1.0,
+    votes: Mapping[int, float] | None = None,
 ) -> Screening:
     """Which senders' chunks to leave out, and why (see the module's docstring for the rules);
     ``opposed_from``: the share of the limit from which a chunk is screened by direction too
     (None: not at all); ``accuse_from``: the multiple of the limit from which a chunk left out
-    for its norm is a finding (below it: left out, unattributed)."""
+    for its norm is a finding (below it: left out, unattributed); ``votes``: each sender's vote
+    in the medians (``medians.votes``; None: a whole one each)."""
     result = Screening()
     for sender in sorted(inputs):
         values = inputs[sender]
@@ -142,11 +144,14 @@ def screen(
                 float(bad),
                 f"{bad} of its {values.size} values are NaN or infinite",
             )
-    sizes = [n for s, n in result.norms.items() if s not in result.screened and n > 0]
-    if not sizes:
+    counted = [s for s, n in result.norms.items() if s not in result.screened and n > 0]
+    if not counted:
         return result
-    result.reference = lower_median(sizes)
-    pair = len(sizes) < MAJORITY
+    held = [1.0 if votes is None else votes[s] for s in counted]
+    if not any(v > 0 for v in held):
+        held = [1.0] * len(counted)  # nobody's vote tells them apart: counted
+    result.reference = median_by([result.norms[s] for s in counted], held)
+    pair = voters(held) < MAJORITY - 0.5
     limit = norm_ratio_limit * (PAIR_FACTOR if pair else 1.0)
     for sender, norm in result.norms.items():
         if sender in result.screened:
@@ -163,7 +168,7 @@ def screen(
         if sender in result.screened or norm / result.reference <= limit * opposed_from:
             continue
         ratio = norm / result.reference
-        cosine = _cosine_to_others(inputs, sender, result)
+        cosine = _cosine_to_others(inputs, votes, sender, result)
         if cosine < 0.0:
             reason = (
                 f"its norm is {ratio:.3g}x the group's median and it points away from the "
@@ -198,17 +203,22 @@ def _norm_verdict(
     return reason, True
 
 
-def _cosine_to_others(inputs: Mapping[int, F32], sender: int, checks: Screening) -> float:
+def _cosine_to_others(
+    inputs: Mapping[int, F32], votes: Mapping[int, float] | None, sender: int, checks: Screening
+) -> float:
     """The cosine between ``sender``'s chunk and the coordinate-wise median of the other senders'
-    usable chunks (finite, not zero, not screened)."""
+    usable chunks (finite, not zero, not screened), by their votes."""
     others = [
-        inputs[s]
+        s
         for s in sorted(inputs)
         if s != sender and s not in checks.screened and checks.norms[s] > 0
     ]
     if not others:
         return 1.0
-    centre = np.median(np.stack(others), axis=0).astype(np.float32)
+    held = [1.0 if votes is None else votes[s] for s in others]
+    if not any(v > 0 for v in held):
+        held = [1.0] * len(others)  # nobody's vote tells them apart: counted
+    centre = coordinate_median([inputs[s] for s in others], held)
     scale = checks.norms[sender] * l2_norm(centre)
     if not scale > 0:
         return 1.0

@@ -9,8 +9,12 @@ alignment``: leave one out) grows with the inner steps it took, so per claimed s
 the same for every honest member, and a claim ten times the work scores a tenth of the rest.
 
 - **A round's ratios.** Per sender: its score per claimed sample over the round's median of them.
-  A round proves something only with ``SENDERS`` senders or more (a majority sets the median) whose
-  median cosine with the others' mean is at least ``MIN_COSINE``: while the model learns. Once its
+  Each sender counts in the medians by its vote (``core.averaging.robust.medians``: whole for
+  typical work or more, a share of one for less), so identities claiming a thousandth of a sample
+  and copying an honest update (a thousand times its score per sample) do not set the median that
+  every honest member is measured by. A round proves something only with senders worth
+  ``SENDERS`` votes or more (a majority sets the median) whose median cosine with the others' mean
+  is at least ``MIN_COSINE``: while the model learns. Once its
   loss is flat the updates are mostly noise, a fast member's overshoots, and its score says little
   of its work; such a round is left out, and credit follows the standing from rounds that proved
   something (a newcomer that has none is credited unscored).
@@ -39,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from core.averaging import Alignment
+from core.averaging.robust.medians import voters, votes, weighted_median
 
 SENDERS = 3
 MIN_COSINE = 0.5
@@ -91,21 +96,25 @@ class WorkScores:
 
     # ---- what the rounds showed ------------------------------------------------------------------
 
-    def observe(self, epoch: int, alignments: Mapping[str, Alignment]) -> dict[str, float]:
+    def observe(
+        self, epoch: int, alignments: Mapping[str, Alignment], confirmed: float | None = None
+    ) -> dict[str, float]:
         """The backbone's part of the round of ``epoch``: each sender's ratio (empty when the
-        round proves nothing)."""
+        round proves nothing); ``confirmed``: the last confirmed round's typical claim
+        (``medians.typical_claim``)."""
         self._newest = max(self._newest, epoch)
         senders = {p: c for p, c in alignments.items() if c.weight > 0}
-        if len(senders) < SENDERS:
+        held = votes([c.weight for c in senders.values()], confirmed)
+        if voters(held) < SENDERS - 0.5:
             return {}
-        cosine = statistics.median(c.cosine for c in senders.values())
+        cosine = weighted_median([c.cosine for c in senders.values()], held)
         self.cosines[epoch] = cosine
         while len(self.cosines) > KEPT:
             self.cosines.popitem(last=False)
         if cosine < MIN_COSINE:
             return {}
         per_sample = {p: c.projection / c.weight for p, c in senders.items()}
-        reference = statistics.median(per_sample.values())
+        reference = weighted_median(list(per_sample.values()), held)
         if reference <= 0:
             return {}
         ratios = {p: q / reference for p, q in per_sample.items()}

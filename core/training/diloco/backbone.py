@@ -141,7 +141,9 @@ class DilocoBackbone:
     def score(self, epoch: int, alignments: Mapping[str, Alignment]) -> None:
         """Score the round's senders; log each as a check, accuse those whose work is not there
         (the evidence signed now, published in the background)."""
-        ratios = self.scores.observe(epoch, alignments)
+        ratios = self.scores.observe(
+            epoch, alignments, self.optimizer.links.board.confirmed_claim()
+        )
         for peer, ratio in ratios.items():
             standing = self.scores.standing(peer, epoch) or 0.0
             claimed = int(alignments[peer].weight)

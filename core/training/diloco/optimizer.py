@@ -148,6 +148,9 @@ class DilocoOptimizer(TakingPart):
         self.diloco = state
         self.state = state.state
         self.links = links
+        # the last confirmed round's typical claim bounds each round's medians, so that no swarm of
+        # tiny identities drags them down nor half of the senders' inflated claims lift them
+        links.averager.confirmed_claim = links.board.confirmed_claim
         self.bridge = links.bridge
         self.board = links.board
         self.config = config

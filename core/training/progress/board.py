@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from core.averaging.robust.medians import typical_claim
 from core.config.roles import BACKBONE
 from core.dht import DHTNode, owner_marker
 from core.dht.records import InvalidRecord, owner_of
@@ -276,6 +277,16 @@ class ProgressBoard:
                 self._take(Confirmation.from_wire(entry.value))
             except WireFormatError:
                 continue
+
+    def confirmed_claim(self) -> float | None:
+        """The typical claim of the round the newest confirmation lists (``medians.typical_claim``
+        of the weights its members counted with): what bounds a round's medians where a swarm of
+        identities would move them (``Averager.confirmed_claim``). None: no confirmation lists
+        members yet (the round's claims alone decide)."""
+        held = self.confirmation
+        if held is None or not held.members:
+            return None
+        return typical_claim([weight for _, weight in held.members]) or None
 
     def confirmed(self, peers: Sequence[PeerProgress]) -> Confirmed:
         """What ``peers``' fresh records and the newest confirmation confirm."""

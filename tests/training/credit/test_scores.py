@@ -155,3 +155,41 @@ def test_a_round_at_rest_leaves_the_standing_to_the_rounds_that_proved_something
         assert scores.observe(epoch, flat) == {}
     assert scores.cosines[2 * WINDOW - 1] == pytest.approx(0.3)
     assert scores.supported("x", 2 * WINDOW - 1, 400, now=0.0) == 400
+
+
+@pytest.mark.parametrize("kind", ["copies", "nothing"])
+def test_tiny_identities_set_no_median_the_honest_are_scored_by(kind: str) -> None:
+    """As many identities as honest members, claiming a thousandth of a sample each: copying an
+    honest update (a thousand times its score per sample) or sending nothing. Counted one per
+    sender, the copies set the median per sample, and every honest member scored a thousandth."""
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    crowd = {f"s{i}": sent(0.1, 1.0 if kind == "copies" else 0.0) for i in range(4)}
+    for epoch in range(WINDOW):
+        ratios = scores.observe(epoch, {**honest_round(), **crowd})
+        assert 0.9 <= min(ratios[p] for p in "abcx") <= max(ratios[p] for p in "abcx") <= 1.2
+    for peer in "abcx":
+        assert scores.supported(peer, WINDOW - 1, 100, now=0.0) == 100
+    assert set(scores.accusations()) == (set() if kind == "copies" else set(crowd))
+
+
+def test_identities_alone_prove_nothing() -> None:
+    """Two honest members and tiny identities: not a majority of votes. As many as them from
+    the claims alone; any number past the last confirmed round's typical claim."""
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    pair = {"a": sent(100, 0.9), "b": sent(100, 1.0)}
+    assert scores.observe(0, {**pair, "s0": sent(0.1, 1.0), "s1": sent(0.1, 1.0)}) == {}
+    crowd = {f"s{i}": sent(0.1, 1.0) for i in range(10)}
+    assert scores.observe(1, {**pair, **crowd}, confirmed=100.0) == {}
+
+
+def test_half_of_the_senders_inflated_is_held_by_the_confirmed_claim() -> None:
+    """As many senders as honest ones claiming 100x and copying: by the last confirmed round's
+    typical claim they hold one vote each, the honest members' median holds, and they are caught."""
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    inflated = {f"i{i}": sent(10_000, 1.0) for i in range(4)}
+    for epoch in range(WINDOW):
+        ratios = scores.observe(epoch, {**honest_round(), **inflated}, confirmed=100.0)
+        # the inflated score per sample is a hundredth of the honest one: the median falls
+        # between the two halves, and every honest member stays above the full standing
+        assert min(ratios[p] for p in "abcx") >= FULL
+    assert set(scores.accusations()) == set(inflated)
