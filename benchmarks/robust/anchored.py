@@ -30,7 +30,8 @@ Scenarios, each a fresh swarm:
 - ``tiny``: as many members as honest ones, each claiming a thousandth of its samples, sending
   either copies of an honest member's update (the same data as trainer 0) or small noise (a
   hundredth of an honest update's norm, dragging a counted median of norms down). Goals: the loss
-  within 5 %, no honest member screened out or accused.
+  within 5 %, no honest member accused nor screened out of more values than in the clean run
+  (which leaves one honest overshoot out, by its direction, without accusing it).
 - ``inflated``: the other side of the same medians: members claiming 100 times their samples
   and sending their update x1000 (what a median of norms set by their claims would let through):
   three beside the four honest members from the start, and four joining after two confirmed
@@ -480,7 +481,9 @@ async def future(rounds: int, steps: int, clean_loss: float, kind: str) -> dict[
         await swarm.close()
 
 
-async def tiny(rounds: int, steps: int, clean_loss: float, kind: str) -> dict[str, Any]:
+async def tiny(rounds: int, steps: int, reference: dict[str, Any], kind: str) -> dict[str, Any]:
+    clean_loss = reference["held_out"]
+    baseline: dict[str, int] = reference["honest_values_left_out"]
     swarm, backbone, members = await swarm_of()
     sybils = []
     for i in range(TRAINERS):
@@ -522,7 +525,12 @@ async def tiny(rounds: int, steps: int, clean_loss: float, kind: str) -> dict[st
             "why_left_out": why,
             "goals": {
                 "loss_within_5_percent": gap(loss, clean_loss) <= 0.05,
-                "no_honest_screened_or_accused": not (named & honest) and not screened,
+                "no_honest_accused": not named & honest,
+                # screened out: no more than the clean run screens (an honest overshoot left
+                # out by its direction, unattributed), member by member
+                "honest_left_out_as_in_the_clean_run": all(
+                    values <= baseline.get(name, 0) for name, values in left_out.items()
+                ),
             },
         }
     finally:
@@ -728,7 +736,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         out["tiny"] = {}
         for kind in ("copies", "noise"):
             print(f"tiny: {kind}", flush=True)
-            out["tiny"][kind] = await tiny(rounds, steps, loss, kind)
+            out["tiny"][kind] = await tiny(rounds, steps, reference, kind)
     if "inflated" in only:
         out["inflated"] = {}
         for kind in INFLATED:

@@ -37,6 +37,7 @@ from core.averaging.messages import (
 )
 from core.averaging.registry import RoundRegistry
 from core.averaging.result import AveragingResult
+from core.averaging.robust.medians import typical_claim
 from core.averaging.round.checks import PROVEN
 from core.averaging.round.columns import ColumnRequest, Columns
 from core.averaging.round.load_balancing import PlanCache
@@ -104,7 +105,7 @@ class PendingRound:
             self.index,
             TensorSet(tensors),
             weight=weight,
-            config=averager.round_config(codec, column=self._column),
+            config=averager.round_config(codec, self.group, column=self._column),
             plans=averager.plans,
             feedback=None if feedback is None else TensorSet(feedback),
             columns=averager.columns(self._columns, self.group),
@@ -147,8 +148,8 @@ class Averager:
         (``core.swarm.byzantine``), to show reducer verification at work."""
         self.confirmed_claim: Callable[[], float | None] | None = None
         """The typical claim of the collaboration's last confirmed round, read as each round
-        starts (``AggregationConfig.confirmed_claim``); set by a training mode that holds one
-        (diloco); None, or a call returning None: the round's claims alone."""
+        starts (``round_config``); set by a training mode that holds one (diloco); None, or a call
+        returning None: the group's declared weights alone."""
         self.matchmaker = Matchmaker(
             host,
             dht,
@@ -286,19 +287,26 @@ class Averager:
         )  # fmt: skip
         return await pending.run(tensors, weight, codec=codec, feedback=feedback)
 
-    def round_config(self, codec: Codec | None, *, column: bool) -> AveragerConfig:
-        """The configuration one round runs with: ``codec`` for this round, and the typical claim
-        of the last confirmed round (``confirmed_claim``) bounding its medians. Not in a column's
-        round (its senders are groups, whose weights are a group's), nor in verified rounds: a
-        verifier recomputing a reducer's chunk must reach the same verdicts, and it may have read
-        another confirmation."""
+    def round_config(
+        self, codec: Codec | None, group: GroupSpec, *, column: bool = False
+    ) -> AveragerConfig:
+        """The configuration one round runs with: ``codec`` for this round, and the round's typical
+        claim (``AggregationConfig.typical_claim``): ``medians.typical_claim`` of the weights
+        ``group``'s members declared, held by the last confirmed round's (``confirmed_claim``).
+        Not in a column's round (its senders are groups, whose weights are a group's), nor in
+        verified rounds: a verifier recomputing a reducer's chunk must reach the same verdicts,
+        and it may have read another confirmation."""
         config = self.config if codec is None else replace(self.config, codec=codec)
-        if self.confirmed_claim is None or column or config.verification.enabled:
+        if column or config.verification.enabled:
             return config
-        claim = self.confirmed_claim()
-        if claim is None or not (math.isfinite(claim) and claim > 0):
+        confirmed = self.confirmed_claim() if self.confirmed_claim is not None else None
+        if confirmed is not None and not (math.isfinite(confirmed) and confirmed > 0):
+            confirmed = None
+        declared = [m.weight for m in group.members if math.isfinite(m.weight) and m.weight > 0]
+        if not declared and confirmed is None:
             return config
-        return replace(config, aggregation=replace(config.aggregation, confirmed_claim=claim))
+        claim = typical_claim(declared, confirmed)
+        return replace(config, aggregation=replace(config.aggregation, typical_claim=claim))
 
     def columns(self, request: ColumnRequest | None, group: GroupSpec) -> Columns | None:
         """How ``group``'s reducers meet the other groups' (None: its leader dealt no slots)."""

@@ -17,7 +17,7 @@ from core.averaging.robust.aggregation import (
     bounded_weights,
     weighted_mean,
 )
-from core.averaging.robust.medians import lower_median
+from core.averaging.robust.medians import lower_median, typical_claim
 from core.averaging.robust.screening import (
     NORM_SIZE,
     OPPOSED_FROM,
@@ -165,14 +165,14 @@ BOUNDED = 4.0
 
 
 @pytest.mark.parametrize(
-    ("claims", "limit", "confirmed", "expected"),
+    ("claims", "limit", "typical", "expected"),
     [
         ([1.0, 2.0, 3.0, 4.0], BOUNDED, None, [1.0, 2.0, 3.0, 4.0]),  # within the limit: as claimed
         ([10.0, 10.0, 10.0, 1000.0], BOUNDED, None, [10.0, 10.0, 10.0, 40.0]),  # one claiming 100x
         ([10.0] * 3 + [1000.0] * 2, BOUNDED, None, [10.0] * 3 + [40.0] * 2),  # fewer than half
         # half of the senders: from claims alone, the same numbers as honest members beside tiny
-        # identities (the next row), so the larger claims are typical; the last confirmed round's
-        # typical claim holds it
+        # identities (the next row), so the larger claims are typical; the round's typical claim,
+        # held by the last confirmed round's, says otherwise
         ([10.0, 10.0, 1000.0, 1000.0], BOUNDED, None, [10.0, 10.0, 1000.0, 1000.0]),
         ([10.0, 10.0, 1000.0, 1000.0], BOUNDED, 10.0, [10.0, 10.0, 40.0, 40.0]),
         ([1e-3, 1e-3, 10.0, 10.0], BOUNDED, None, [1e-3, 1e-3, 10.0, 10.0]),  # tiny: cannot pull it
@@ -190,10 +190,10 @@ BOUNDED = 4.0
         ([3.0, 5.0, 100.0], 1.0, None, [3.0, 5.0, 5.0]),  # 1: nobody above the lower median
     ],
 )
-def test_claimed_weights_are_bounded_by_the_typical_claim(
-    claims: list[float], limit: float, confirmed: float | None, expected: list[float]
+def test_claimed_weights_are_bounded_by_the_median_by_votes(
+    claims: list[float], limit: float, typical: float | None, expected: list[float]
 ) -> None:
-    assert bounded_weights(claims, limit, confirmed) == pytest.approx(expected, rel=1e-12)
+    assert bounded_weights(claims, limit, typical) == pytest.approx(expected, rel=1e-12)
 
 
 def inflated_flip(claim: float, strength: float) -> tuple[dict[int, np.ndarray], dict[int, float]]:
@@ -295,6 +295,24 @@ def test_as_many_tiny_identities_as_honest_senders_set_no_reference(
         assert not counted.unattributed & set(range(4))
 
 
+@pytest.mark.parametrize("kind", ["noise", "copies"])
+def test_an_honest_sender_late_for_a_chunk_leaves_it_to_the_rounds_typical_claim(kind: str) -> None:
+    """One of four honest members missing from a chunk leaves more identities than honest
+    senders in it: the chunk's claims alone would make theirs typical, the round's (what every
+    member declared when the group formed) does not."""
+    inputs, weights = crowd(kind)
+    late = read_only({s: v for s, v in inputs.items() if s != 3})
+    claims = {s: w for s, w in weights.items() if s != 3}
+    honest_mean = np.mean([inputs[i] for i in range(3)], axis=0)
+    declared = typical_claim(list(weights.values()))
+    result = aggregate_chunk(late, claims, replace(DILOCO, typical_claim=declared))
+    assert result.screened == {}
+    assert relative(result.values, honest_mean) < 0.01
+    if kind == "noise":  # the chunk's claims alone: the noise sets the reference
+        alone = aggregate_chunk(late, claims, DILOCO)
+        assert set(alone.screened) == {0, 1, 2}
+
+
 def test_two_honest_senders_and_tiny_identities_are_still_a_pair() -> None:
     # an embedding chunk one batch touched far more than the other: 20x apart is honest in a pair
     good = honest(2, seed=33)
@@ -315,7 +333,8 @@ def test_half_of_the_senders_claiming_too_much_is_held_by_the_confirmed_claim() 
     inputs = read_only({**good, 4: good[0] * 1000, 5: good[1] * 1000, 6: good[2] * 1000,
                         7: good[3] * 1000})  # fmt: skip
     weights = {**weights, 6: 1e5, 7: 1e5}
-    confirmed = replace(CC, weight_ratio_limit=BOUNDED, confirmed_claim=100.0)
+    # the round's typical claim, held by the last confirmed round's (``Averager.round_config``)
+    confirmed = replace(CC, weight_ratio_limit=BOUNDED, typical_claim=100.0)
     result = aggregate_chunk(inputs, weights, confirmed)
     assert set(result.screened) == {4, 5, 6, 7}
     assert result.values is not None
@@ -336,7 +355,7 @@ def test_honest_claims_within_twice_of_each_other_count_as_before() -> None:
     for config in (DILOCO, CC):
         voted = aggregate_chunk(inputs, claims, config)
         assert voted.values is not None
-        counted_votes = aggregate_chunk(inputs, claims, replace(config, confirmed_claim=100.0))
+        counted_votes = aggregate_chunk(inputs, claims, replace(config, typical_claim=100.0))
         np.testing.assert_array_equal(voted.values, counted_votes.values)
         assert voted.screened == counted_votes.screened
 
@@ -615,8 +634,8 @@ def test_weighted_mean_scales_by_shares_so_huge_weights_cannot_overflow() -> Non
         ({"accuse_from": 0.5}, "accuse_from must be at least 1"),
         ({"opposed_from": 0.0}, r"opposed_from must be in \(0, 1\]"),
         ({"opposed_from": 1.5}, r"opposed_from must be in \(0, 1\]"),
-        ({"confirmed_claim": 0.0}, "confirmed_claim must be a positive number"),
-        ({"confirmed_claim": math.inf}, "confirmed_claim must be a positive number"),
+        ({"typical_claim": 0.0}, "typical_claim must be a positive number"),
+        ({"typical_claim": math.inf}, "typical_claim must be a positive number"),
     ],
 )
 def test_bad_settings_are_refused_with_the_reason(changes: dict[str, object], message: str) -> None:

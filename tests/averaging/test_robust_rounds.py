@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from core.averaging import Averager, AveragingResult
+from core.averaging.messages import GroupSpec, MemberInfo
 from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.codecs import FP16, NONE
 from tests.averaging.conftest import PATIENT, MakeAveragers
@@ -249,19 +250,32 @@ async def test_half_of_a_group_claiming_too_much_is_held_by_the_confirmed_claim(
         assert error(tensors[0], expected) > 100
 
 
-async def test_a_verified_round_and_a_column_read_no_confirmed_claim(
+async def test_a_round_is_measured_against_what_its_members_declared(
     make_averagers: MakeAveragers,
 ) -> None:
-    """A verifier recomputing a reducer's chunk may hold another confirmation, and a column's
-    senders are groups: both run on the round's claims alone."""
+    """The round's typical claim: what the group's members declared, held by the last confirmed
+    round's. A verifier recomputing a reducer's chunk may hold another confirmation, and a
+    column's senders are groups: both measure each chunk by its own claims."""
     [averager] = await make_averagers(1, PATIENT)
+    declared = [1e-3] * 4 + [10.0] * 4
+    group = GroupSpec(
+        b"g", "k", [MemberInfo(averager.host.peer_id, [], weight=w) for w in [0.0, *declared]]
+    )
+
+    def typical(column: bool = False) -> float | None:
+        return averager.round_config(None, group, column=column).aggregation.typical_claim
+
+    assert typical() == 2.5  # the tiny claims pull it no further than a quarter of the others
+    assert typical(column=True) is None
     averager.confirmed_claim = lambda: 10.0
-    assert averager.round_config(None, column=False).aggregation.confirmed_claim == 10.0
-    assert averager.round_config(None, column=True).aggregation.confirmed_claim is None
+    assert typical() == 2.5  # within a quarter of the confirmed round's and it
+    averager.confirmed_claim = lambda: 40.0
+    assert typical() == 10.0  # no lower than a quarter of it
+    averager.confirmed_claim = lambda: 2.0
+    assert typical() == 2.0  # no higher than it
     averager.confirmed_claim = lambda: None
-    assert averager.round_config(None, column=False).aggregation.confirmed_claim is None
-    averager.confirmed_claim = lambda: 10.0
+    assert typical() == 2.5
     averager.config = replace(
         averager.config, verification=replace(averager.config.verification, enabled=True)
     )
-    assert averager.round_config(None, column=False).aggregation.confirmed_claim is None
+    assert typical() is None

@@ -89,11 +89,11 @@ class AggregationConfig:
     """Also keep each sender's sums along the others' mean (``ChunkAggregate.along``), which
     diloco's backbone scores work by. They nearly double the arithmetic of a chunk (not its
     decoding or transfer), so only a mode that scores them asks: diloco, once a round."""
-    confirmed_claim: float | None = None
-    """The typical claim of the collaboration's last confirmed round (the members its backbone's
-    confirmation lists, by the weights they counted with), which holds this round's typical claim
-    between ``medians.TINY`` of it and it (``medians.typical_claim``): set per round by the
-    averager (``Averager.confirmed_claim``), never by a manifest. None: the round's claims alone."""
+    typical_claim: float | None = None
+    """The round's typical claim, which every sender's vote in the medians is measured against
+    (``medians.votes``): ``medians.typical_claim`` of the weights the group's members declared,
+    held by the collaboration's last confirmed round's. Set per round by the averager
+    (``Averager.round_config``), never by a manifest; None: from each chunk's claims alone."""
     screen: bool = True
     """False turns the checks off (NaN then reaches the aggregate): only for showing, in tests and
     benchmarks, what the checks prevent."""
@@ -130,9 +130,9 @@ class AggregationConfig:
             raise ConfigError(f"accuse_from must be at least 1, got {self.accuse_from}")
         if self.opposed_from is not None and not 0 < self.opposed_from <= 1:
             raise ConfigError(f"opposed_from must be in (0, 1], got {self.opposed_from}")
-        claim = self.confirmed_claim
+        claim = self.typical_claim
         if claim is not None and not (math.isfinite(claim) and claim > 0):
-            raise ConfigError(f"confirmed_claim must be a positive number, got {claim}")
+            raise ConfigError(f"typical_claim must be a positive number, got {claim}")
         if not 0 <= self.spread_floor < 1:
             raise ConfigError(f"spread_floor must be in [0, 1), got {self.spread_floor}")
 
@@ -194,8 +194,8 @@ def aggregate_chunk(
     _check(inputs, weights)
     workspace = workspace or Workspace()
     senders = sorted(inputs)
-    confirmed = config.confirmed_claim
-    held = dict(zip(senders, votes([float(weights[s]) for s in senders], confirmed), strict=True))
+    typical = config.typical_claim
+    held = dict(zip(senders, votes([float(weights[s]) for s in senders], typical), strict=True))
     checks = screen(
         inputs, config.norm_ratio_limit, config.opposed_from, config.accuse_from, votes=held
     )
@@ -210,7 +210,7 @@ def aggregate_chunk(
     rows = [inputs[s] for s in kept]
     claims = [float(weights[s]) for s in kept]
     total = math.fsum(claims)
-    shares = bounded_weights(claims, config.weight_ratio_limit, confirmed)
+    shares = bounded_weights(claims, config.weight_ratio_limit, typical)
     capped = {s: b for s, w, b in zip(kept, claims, shares, strict=True) if b < w}
     clipped: dict[int, float] = {}
     along = None
@@ -252,7 +252,7 @@ def aggregate_chunk(
 
 
 def bounded_weights(
-    claims: Sequence[float], ratio_limit: float, confirmed: float | None = None
+    claims: Sequence[float], ratio_limit: float, typical: float | None = None
 ) -> list[float]:
     """Each claimed weight, at most ``ratio_limit`` times the lower median claim by the senders'
     votes (``medians.votes``).
@@ -263,12 +263,12 @@ def bounded_weights(
     thousandth, and held a fifth of the mean); so a sender claiming 100 times its samples counts
     for at most ``ratio_limit`` honest medians. Honest weights within the limit of each other come out as
     claimed (the exact weighted mean), and a fast device far above the others still counts for
-    more, only less than it did. ``confirmed``: the last confirmed round's typical claim, which
-    bounds this one's (``AggregationConfig.confirmed_claim``).
+    more, only less than it did. ``typical``: the round's typical claim, which the votes are
+    measured against (``AggregationConfig.typical_claim``; None: from ``claims``).
     """
     if math.isinf(ratio_limit) or len(claims) < 2:
         return list(claims)
-    ceiling = ratio_limit * median_by(claims, votes(claims, confirmed))
+    ceiling = ratio_limit * median_by(claims, votes(claims, typical))
     return [min(w, ceiling) for w in claims]
 
 

@@ -20,6 +20,11 @@ Choices, and why:
   nothing, as many as the others, pull the lower median down to their own size, not the upper
   one; inflated claims cannot raise either while they are fewer than the others. In a pair the
   upper median is the smaller claim: with two senders nobody can tell which claim is wrong.
+- **The round's, not the chunk's.** A reducer takes the typical claim from what every member of
+  the group declared when it formed (the same list on every member), not from the senders of one
+  chunk: an honest member late for a chunk would leave more identities than honest members in it
+  (in a demo swarm's first round, a reducer then screened three honest members out and accused
+  them). Where no group is known (a verifier, a column's round), the chunk's claims serve.
 - **Held by the last confirmed round** (``confirmed``). From claims alone, tiny identities around
   honest members and honest members around inflated claimers are the same numbers with the labels
   swapped: a round's claims hold against as many tiny identities as there are typical senders, and
@@ -83,16 +88,20 @@ def typical_claim(claims: Sequence[float], confirmed: float | None = None) -> fl
     return min(max(found, TINY * confirmed), confirmed)
 
 
-def votes(claims: Sequence[float], confirmed: float | None = None) -> list[float]:
+def votes(claims: Sequence[float], typical: float | None = None) -> list[float]:
     """Each sender's vote in the medians over the senders, in [0, 1]: whole from ``FULL_VOTE``
-    times the typical claim (``typical_claim``, held by ``confirmed``) up, its share of that below
-    (0 for a claim of 0). Whole for every sender when no claim is positive (nothing tells them
-    apart)."""
+    times the typical claim up, its share of that below (0 for a claim of 0). ``typical``: the
+    round's (``typical_claim`` of what the group's members declared, held by the last confirmed
+    round's); None: ``typical_claim(claims)``. Whole for every sender when no claim is positive
+    (nothing tells them apart)."""
     if not any(c > 0 for c in claims):
         _finite(claims)
         return [1.0] * len(claims)
-    typical = typical_claim(claims, confirmed)
-    if typical <= 0:
+    if typical is None:
+        typical = typical_claim(claims)
+    else:
+        _finite(claims)
+    if not typical > 0:
         return [1.0] * len(claims)
     return [min(1.0, c / (FULL_VOTE * typical)) for c in claims]
 

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from core.averaging import Alignment
-from core.averaging.robust.medians import voters, votes, weighted_median
+from core.averaging.robust.medians import typical_claim, voters, votes, weighted_median
 
 SENDERS = 3
 MIN_COSINE = 0.5
@@ -104,7 +104,8 @@ class WorkScores:
         (``medians.typical_claim``)."""
         self._newest = max(self._newest, epoch)
         senders = {p: c for p, c in alignments.items() if c.weight > 0}
-        held = votes([c.weight for c in senders.values()], confirmed)
+        claims = [c.weight for c in senders.values()]
+        held = votes(claims, typical_claim(claims, confirmed))
         if voters(held) < SENDERS - 0.5:
             return {}
         cosine = weighted_median([c.cosine for c in senders.values()], held)
