@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from core.averaging.robust import aggregation
 from core.averaging.robust.aggregation import (
     AggregationConfig,
     ChunkAggregate,
@@ -347,17 +348,25 @@ def test_half_of_the_senders_claiming_too_much_is_held_by_the_confirmed_claim() 
     assert relative(alone.values, np.mean(list(good.values()), axis=0)) > 100
 
 
-def test_honest_claims_within_twice_of_each_other_count_as_before() -> None:
-    """Every sender then holds a whole vote: the medians are the counted ones, to the last bit."""
+def test_honest_claims_within_twice_of_each_other_count_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every sender then holds a whole vote: the medians are the counted ones, to the last bit,
+    by the chunk's claims or by the round's typical claim."""
     good = honest(5, seed=35)
     inputs = read_only({**good, 5: good[0] * -3})
     claims = {0: 100.0, 1: 120.0, 2: 70.0, 3: 180.0, 4: 100.0, 5: 100.0}
-    for config in (DILOCO, CC):
-        voted = aggregate_chunk(inputs, claims, config)
-        assert voted.values is not None
-        counted_votes = aggregate_chunk(inputs, claims, replace(config, typical_claim=100.0))
-        np.testing.assert_array_equal(voted.values, counted_votes.values)
-        assert voted.screened == counted_votes.screened
+    configs = (DILOCO, CC, replace(DILOCO, typical_claim=100.0))
+    voted = [aggregate_chunk(inputs, claims, config) for config in configs]
+    # one per sender, whatever the claims, as the medians were counted before votes
+    monkeypatch.setattr(aggregation, "votes", lambda found, typical=None: [1.0] * len(found))
+    counted = [aggregate_chunk(inputs, claims, config) for config in configs]
+    for by_votes, by_count in zip(voted, counted, strict=True):
+        assert by_votes.values is not None
+        np.testing.assert_array_equal(by_votes.values, by_count.values)
+        assert by_votes.screened == by_count.screened
+        assert by_votes.capped == by_count.capped
+        assert by_votes.clipped == by_count.clipped
 
 
 # ---- screening ------------------------------------------------------------------------------------
