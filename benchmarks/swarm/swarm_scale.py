@@ -457,6 +457,11 @@ async def serve_crowd(codec_name: str, join: str, round_seconds: float) -> None:
             return
 
 
+ANSWER_BYTES = 1 << 26
+"""The longest answer line a crowd's process may write: its members' summaries at closing, which
+outgrew asyncio's default 64 KiB in a 12-round run of 64 trainers."""
+
+
 class Worker:
     """A worker process hosting a crowd, driven from here."""
 
@@ -470,7 +475,7 @@ class Worker:
         process = await asyncio.create_subprocess_exec(
             sys.executable, *as_module(__spec__), "--crowd", "fp16" if not codec.sparse else "topk", join,
             str(round_seconds), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            cwd=ROOT,
+            cwd=ROOT, limit=ANSWER_BYTES,
         )  # fmt: skip
         return cls(process)
 

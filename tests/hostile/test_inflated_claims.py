@@ -27,6 +27,10 @@ DEFENDED = AggregationConfig(method=Method.CENTERED_CLIP, weight_ratio_limit=LIM
 UNDEFENDED = AggregationConfig(method=Method.MEAN, screen=False)
 STEPS = 3
 BATCH = 4
+PATIENCE = 30.0
+"""Seconds a round's matchmaking waits for its planned members: the planned group closes as soon
+as all four joined, so this only guards against a hang (on a loaded machine a member reached its
+group more than the default 10 s late, and the round landed without it)."""
 
 
 def watch(peer: DPeer) -> list[AveragingResult]:
@@ -53,7 +57,9 @@ async def one_attacked_round(
     times its samples; how far the landed anchor is from the honest members' mean (relative to
     it), what the honest members' rounds said, and the attacker."""
     peers = [
-        await make_dpeer(lr=1.0, momentum=0.0, aggregation=aggregation, swarm=swarm)
+        await make_dpeer(
+            lr=1.0, momentum=0.0, aggregation=aggregation, swarm=swarm, matchmaking=PATIENCE
+        )
         for _ in range(4)
     ]
     await settle(peers)

@@ -20,6 +20,9 @@ __all__ = ["make_dpeer"]  # the fixture, used by name
 DEFENDED = MODE.aggregation(AggregationConfig(method=Method.CENTERED_CLIP, weight_ratio_limit=4.0))
 STEPS = 3
 TINY = 1e-3
+PATIENCE = 30.0
+"""Seconds a round's matchmaking waits for its planned members: the planned group closes as soon
+as all joined, so this only guards against a loaded machine's late member."""
 
 
 def watch(peer: DPeer) -> list[AveragingResult]:
@@ -40,10 +43,13 @@ async def one_round(
     """Three honest trainers and ``identities`` identities claiming ``claim`` of their samples;
     how far the landed anchor is from the honest members' mean update (relative to it), and what
     the honest members' rounds said."""
-    honest = [await make_dpeer(lr=1.0, momentum=0.0, aggregation=DEFENDED, swarm=swarm)
-              for _ in range(3)]  # fmt: skip
-    crowd = [await make_dpeer(lr=1.0, momentum=0.0, aggregation=DEFENDED, swarm=swarm)
-             for _ in range(identities)]  # fmt: skip
+    made = [
+        await make_dpeer(
+            lr=1.0, momentum=0.0, aggregation=DEFENDED, swarm=swarm, matchmaking=PATIENCE
+        )
+        for _ in range(3 + identities)
+    ]
+    honest, crowd = made[:3], made[3:]
     peers = [*honest, *crowd]
     await settle(peers)
     for identity in crowd:
