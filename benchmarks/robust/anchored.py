@@ -507,10 +507,8 @@ async def tiny(rounds: int, steps: int, reference: dict[str, Any], kind: str) ->
             await round_of(peers, steps)
             landed += backbone.optimizer.epoch > before
         loss = held_out(backbone)
-        await asyncio.sleep(1.0)  # evidence is published in the background
-        found = await backbone.optimizer.evidence.fetch()
+        named = await accused_by_anyone(backbone)
         honest = {p.id for p in members}
-        named = {str(r.evidence.accused) for r in found}
         screened = sorted(name for name, values in left_out.items() if values)
         return {
             "identities": len(sybils),
@@ -568,10 +566,8 @@ async def inflated(rounds: int, steps: int, reference: dict[str, Any], kind: str
             await round_of([backbone, *members, *attackers], steps)
             landed += backbone.optimizer.epoch > before
         loss = held_out(backbone)
-        await asyncio.sleep(1.0)  # evidence is published in the background
-        found = await backbone.optimizer.evidence.fetch()
+        named = await accused_by_anyone(backbone)
         honest = {p.id for p in members}
-        named = {str(r.evidence.accused) for r in found}
         screened = sorted(name for name, values in left_out.items() if values)
         result: dict[str, Any] = {
             "identities": count,
@@ -604,6 +600,14 @@ async def inflated(rounds: int, steps: int, reference: dict[str, Any], kind: str
         return result
     finally:
         await swarm.close()
+
+
+async def accused_by_anyone(backbone: Peer) -> set[str]:
+    """Everyone some evidence accuses, once what was found in the last round was published (in
+    the background)."""
+    await asyncio.sleep(1.0)
+    found = await backbone.optimizer.evidence.fetch()
+    return {str(r.evidence.accused) for r in found}
 
 
 def watch_left_out(

@@ -18,7 +18,14 @@ from core.averaging import AveragingResult
 from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.swarm.byzantine import Attack, Misbehaviour
 from tests.support.leaks import assert_no_leaks, open_fd_count
-from tests.training.diloco.conftest import DPeer, MakeDPeer, end_rounds, make_dpeer, settle
+from tests.training.diloco.conftest import (
+    DPeer,
+    MakeDPeer,
+    end_rounds,
+    make_dpeer,
+    settle,
+    watch,
+)
 
 __all__ = ["make_dpeer"]  # the fixture, used by name
 
@@ -31,19 +38,6 @@ PATIENCE = 30.0
 """Seconds a round's matchmaking waits for its planned members: the planned group closes as soon
 as all four joined, so this only guards against a hang (on a loaded machine a member reached its
 group more than the default 10 s late, and the round landed without it)."""
-
-
-def watch(peer: DPeer) -> list[AveragingResult]:
-    """Every round result the peer's averager observes, from now on."""
-    seen: list[AveragingResult] = []
-    observe = peer.averager.observe
-
-    def keep(result: AveragingResult) -> None:
-        seen.append(result)
-        observe(result)
-
-    peer.averager.observe = keep  # type: ignore[method-assign]
-    return seen
 
 
 async def one_attacked_round(

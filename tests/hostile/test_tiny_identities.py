@@ -13,7 +13,14 @@ from core.averaging import AveragingResult
 from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.swarm.byzantine import Attack, Misbehaviour
 from core.training.diloco.mode import MODE
-from tests.training.diloco.conftest import DPeer, MakeDPeer, end_rounds, make_dpeer, settle
+from tests.training.diloco.conftest import (
+    DPeer,
+    MakeDPeer,
+    end_rounds,
+    make_dpeer,
+    settle,
+    watch,
+)
 
 __all__ = ["make_dpeer"]  # the fixture, used by name
 
@@ -23,18 +30,6 @@ TINY = 1e-3
 PATIENCE = 30.0
 """Seconds a round's matchmaking waits for its planned members: the planned group closes as soon
 as all joined, so this only guards against a loaded machine's late member."""
-
-
-def watch(peer: DPeer) -> list[AveragingResult]:
-    seen: list[AveragingResult] = []
-    observe = peer.averager.observe
-
-    def keep(result: AveragingResult) -> None:
-        seen.append(result)
-        observe(result)
-
-    peer.averager.observe = keep  # type: ignore[method-assign]
-    return seen
 
 
 async def one_round(

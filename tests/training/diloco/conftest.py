@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.averaging import Averager
+from core.averaging import Averager, AveragingResult
 from core.averaging.robust.aggregation import AggregationConfig
 from core.codecs import NONE, Codec
 from core.dht import DHTNode
@@ -148,6 +148,19 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         await peer.averager.close()
         await peer.bridge.aclose()
         await peer.dht.close()
+
+
+def watch(peer: DPeer) -> list[AveragingResult]:
+    """Every round result the peer's averager observes, from now on."""
+    seen: list[AveragingResult] = []
+    observe = peer.averager.observe
+
+    def keep(result: AveragingResult) -> None:
+        seen.append(result)
+        observe(result)
+
+    peer.averager.observe = keep  # type: ignore[method-assign]
+    return seen
 
 
 async def settle(peers: list[DPeer]) -> None:
