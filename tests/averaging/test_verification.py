@@ -317,7 +317,16 @@ async def test_a_member_that_refuses_to_hand_over_its_inputs_is_reported(
 async def test_the_part_of_a_reducer_that_died_is_skipped(
     make_averagers: MakeAveragers, checks_run: list[tuple[PeerID, int]]
 ) -> None:
-    config = verifying(QUICK, target_group_size=4)
+    # The dead member is waited for sender_timeout; the survivors' parts must not time out under a
+    # loaded machine (QUICK's 0.6 s / 1.5 s left them unsealed there, so nothing was checked).
+    config = verifying(
+        QUICK,
+        target_group_size=4,
+        sender_timeout=2.0,
+        reducer_timeout=8.0,
+        request_timeout=5.0,
+        allreduce_timeout=HANG_GUARD,
+    )
     averagers = await make_averagers(4, config)
     pending = await asyncio.gather(*(a.prepare("dead", timeout=HANG_GUARD) for a in averagers))
     victim = averagers[3]
