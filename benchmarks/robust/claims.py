@@ -377,8 +377,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if args.only in (None, "state"):
         result["state"] = await tampered_state(args.newcomers)
     if args.only in (None, "checks"):
+        only = set(args.liars.split(",")) if args.liars else None
         result["checks"] = await work_checks.checks(
-            args.honest_checks, args.check_epochs, args.liar_epochs
+            args.honest_checks, args.check_epochs, args.liar_epochs, only
         )
     result["seconds"] = round(time.monotonic() - started)
     return result
@@ -392,11 +393,18 @@ def main() -> None:
     parser.add_argument("--honest-checks", type=int, default=1000)
     parser.add_argument("--check-epochs", type=int, default=100)
     parser.add_argument("--liar-epochs", type=int, default=20)
+    parser.add_argument(
+        "--liars",
+        help="with --only checks: these liars' runs alone, comma-separated (no honest runs): "
+        + ", ".join(work_checks.liars()),
+    )
     parser.add_argument("--newcomers", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.liars and (unknown := set(args.liars.split(",")) - set(work_checks.liars())):
+        parser.error(f"no such liar: {', '.join(sorted(unknown))}")
     torch.set_num_threads(1)
     emit(asyncio.run(main_async(args)), args.json)
 

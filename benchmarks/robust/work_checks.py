@@ -15,6 +15,8 @@ loopback), a backbone and four trainers (``ProjectPeer``), dedloc with the defau
 - ``free_rider`` (computes nothing), ``free_rider_10`` (computes a tenth of what it counts),
   ``claims_10x`` and ``claims_100x``: one trainer of four lies, at the default rate; its credit
   over its claim and over what it computed, whether it was accused, and with what.
+- ``refuser``: computes nothing and serves no receipts (the checks are answered "no such
+  method"): a refusal fails the check, so it is credited nothing and accused ``work_refused``.
 - ``turncoat``: honest until epoch ``TURNS_AT`` (its first check passes, so it is trusted and
   checked at random), then computes nothing: what it was credited on trust since its last passed
   check is withdrawn when a check catches it (``credited`` is net of ``withdrawn``).
@@ -68,6 +70,8 @@ def liars() -> dict[str, Misbehaviour]:
         # honest until the checks trust it, then nothing: what it was credited on trust is
         # withdrawn when a random check catches it
         "turncoat": Misbehaviour(*honest_gradients, computes=0.0, rides_from=TURNS_AT),
+        # computes nothing and answers the checks "no such method"
+        "refuser": Misbehaviour(*honest_gradients, computes=0.0, refuses=True),
     }
 
 
@@ -253,19 +257,25 @@ def liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
     }
 
 
-async def checks(honest_checks: int, epochs: int, liar_epochs: int = 20) -> dict[str, Any]:
+async def checks(
+    honest_checks: int, epochs: int, liar_epochs: int = 20, only: set[str] | None = None
+) -> dict[str, Any]:
+    """``only``: these liars' runs alone (no honest runs; the goals of what ran)."""
     with tempfile.TemporaryDirectory(prefix="bench-checks-") as tmp:
         root = Path(tmp)
         data = root / "data"
         prepare_demo_data(load_manifest(DEMO_MANIFEST), data)
         out: dict[str, Any] = {}
         enough = lambda lines: len(lines) >= honest_checks  # noqa: E731
-        run = await run_swarm(data, root / "honest", epochs=10_000, rate=1.0, stop_when=enough)
-        out["honest_every_epoch"] = honest_summary(run)
-        run = await run_swarm(data, root / "default", epochs=epochs, rate=0.1)
-        out["default_rate"] = cost_summary(run)
+        if only is None:
+            run = await run_swarm(data, root / "honest", epochs=10_000, rate=1.0, stop_when=enough)
+            out["honest_every_epoch"] = honest_summary(run)
+            run = await run_swarm(data, root / "default", epochs=epochs, rate=0.1)
+            out["default_rate"] = cost_summary(run)
         caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
         for name, liar in liars().items():
+            if only is not None and name not in only:
+                continue
             if liar.rides_from:  # checked at random once trusted: until a check catches it
                 run = await run_swarm(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
                                       liar=liar, stop_when=caught)  # fmt: skip
@@ -277,29 +287,40 @@ async def checks(honest_checks: int, epochs: int, liar_epochs: int = 20) -> dict
 
 
 def check_goals(out: dict[str, Any]) -> dict[str, bool]:
-    honest, cost = out["honest_every_epoch"], out["default_rate"]
-    riders = [out[k] for k in ("free_rider", "free_rider_10")]
-    inflaters = [out[k] for k in ("claims_10x", "claims_100x")]
-    return {
-        "no_false_accusation": honest["false_accusations"] == 0 and cost["false_accusations"] == 0,
-        "free_rider_credited_at_most_10_percent": all(
-            r["credit_over_claim"] <= FREE_RIDER_BOUND and r["accused_with"] for r in riders
-        ),
-        "inflated_claims_credited_at_most_1_2x": all(
-            r["credit_over_computed"] <= CREDIT_BOUND and r["accused_with"] for r in inflaters
-        ),
-        "checks_within_5_percent_of_backbone_time": (
+    """The goals of the runs in ``out`` (a run left out by ``--liars`` sets none)."""
+    goals: dict[str, bool] = {}
+    ran = [k for k in liars() if k in out]
+    honest, cost = out.get("honest_every_epoch"), out.get("default_rate")
+    if honest is not None and cost is not None:
+        goals["no_false_accusation"] = (
+            honest["false_accusations"] == 0 and cost["false_accusations"] == 0
+        )
+        goals["checks_within_5_percent_of_backbone_time"] = (
             cost["recompute_share_of_backbone_time"] <= COMPUTE_BUDGET
-        ),
-        "checks_within_2_percent_of_trainer_bytes": (
+        )
+        goals["checks_within_2_percent_of_trainer_bytes"] = (
             cost["check_bytes_share_of_trainer_bytes"] <= BYTES_BUDGET
-        ),
-        "turncoat_keeps_at_most_what_it_computed": (
-            out["turncoat"]["credit_over_computed"] <= CREDIT_BOUND
-            and bool(out["turncoat"]["accused_with"])
-        ),
-        "honest_credit_exact": honest["credit_exact"]
-        and cost["credit_exact"]
-        and all(out[k]["honest_credit_exact"] for k in liars()),
-        "nobody_honest_accused": not any(out[k]["honest_accused"] for k in liars()),
-    }
+        )
+    riders = [out[k] for k in ("free_rider", "free_rider_10") if k in out]
+    if riders:
+        goals["free_rider_credited_at_most_10_percent"] = all(
+            r["credit_over_claim"] <= FREE_RIDER_BOUND and r["accused_with"] for r in riders
+        )
+    inflaters = [out[k] for k in ("claims_10x", "claims_100x") if k in out]
+    if inflaters:
+        goals["inflated_claims_credited_at_most_1_2x"] = all(
+            r["credit_over_computed"] <= CREDIT_BOUND and r["accused_with"] for r in inflaters
+        )
+    if "refuser" in out:
+        goals["refuser_credited_nothing_and_accused"] = (
+            out["refuser"]["credited"] == 0 and "work_refused" in out["refuser"]["accused_with"]
+        )
+    if "turncoat" in out:
+        goals["turncoat_keeps_at_most_what_it_computed"] = out["turncoat"][
+            "credit_over_computed"
+        ] <= CREDIT_BOUND and bool(out["turncoat"]["accused_with"])
+    goals["honest_credit_exact"] = all(out[k]["honest_credit_exact"] for k in ran) and (
+        honest is None or cost is None or (honest["credit_exact"] and cost["credit_exact"])
+    )
+    goals["nobody_honest_accused"] = not any(out[k]["honest_accused"] for k in ran)
+    return goals

@@ -13,7 +13,9 @@ run. This module makes one peer bad in these ways, with the real code paths arou
 
 Any of them may also inflate its claims (``Misbehaviour.claim``): the samples it says it computed,
 as the weight it averages with and in the landed epochs its records credit, are that many times
-what it computed (a claimed weight is what a plain weighted mean and CenteredClip weigh by).
+what it computed (a claimed weight is what a plain weighted mean and CenteredClip weigh by). In
+dedloc it may also skip work it counts (``computes``, a ``FreeRider`` forging its receipts) and
+refuse the backbone's checks of it (``refuses``, a ``Refuser``).
 
 The gradient attacks are a ``GradientAttack`` the optimizer applies to what it sends before it
 goes to averaging: dedloc's mean gradient (``DedlocOptimizer.tamper``), diloco's
@@ -56,6 +58,7 @@ from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from core.averaging import Averager
+    from core.net.host.host import Host
     from core.training.settings import Tamperable
 
 
@@ -108,6 +111,8 @@ class Misbehaviour:
     rides_from: int = 0
     """The epoch from which it computes only ``computes`` of its work: before it, it computes it
     all and earns the checks' trust first."""
+    refuses: bool = False
+    """It serves no receipts: the backbone's checks are answered "no such method" (dedloc)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.rides_from, bool) or self.rides_from < 0:
@@ -135,6 +140,7 @@ class Misbehaviour:
             if self.computes < 1
             else ""
         )
+        refuses = ", refusing the work checks" if self.refuses else ""
         return (
             {
                 Attack.SCALE: f"its gradients x{f:g}",
@@ -145,16 +151,18 @@ class Misbehaviour:
             }[self.attack]
             + claims
             + rides
+            + refuses
         )
 
     def install(self, optimizer: Tamperable, averager: Averager) -> None:
         """Make a training peer misbehave: tamper with its gradients, or lie as a reducer; and
         inflate its claims, or forge the receipts of work it skips."""
         optimizer.claim = self.claim
-        if self.computes < 1:
+        if self.computes < 1 or self.refuses:
             if not isinstance(optimizer, Forgeable):
                 raise ConfigError("free riding is tried where work is checked: dedloc mode only")
-            optimizer.forge = FreeRider(self.computes, self.rides_from)
+            rider = FreeRider(self.computes, self.rides_from)
+            optimizer.forge = Refuser(rider, averager.host) if self.refuses else rider
         if self.attack.gradients:
             optimizer.tamper = self.gradient_attack()
         else:
@@ -184,6 +192,19 @@ class Forgeable(Protocol):
     """An optimizer whose work receipts a free rider can forge (``core.training.credit.checks``)."""
 
     forge: Forgery | None
+
+
+class Refuser:
+    """Takes back the receipts its ledger serves as soon as the ledger starts serving them: the
+    backbone's checks are answered "no such method". Records through ``inner``."""
+
+    def __init__(self, inner: Forgery, host: Host) -> None:
+        self.inner = inner
+        self.host = host
+
+    def __call__(self, ledger: WorkLedger) -> Recorder:
+        ledger.stop_serving(self.host)
+        return self.inner(ledger)
 
 
 class FreeRider:

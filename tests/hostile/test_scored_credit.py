@@ -79,3 +79,49 @@ async def test_a_liar_is_caught_by_what_its_updates_show(
     assert not any(scores.of(str(p.averager.host.peer_id)).accused for p in honest)
     assert {c.verdict for c in checks if c.peer == name} >= {"caught"}
     assert all(c.verdict == "passed" for c in checks if c.peer != name)
+
+
+async def test_records_above_the_rounds_weight_are_cut_to_it_and_accused(
+    make_dpeer: MakeDPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Honest work sent at a quarter of its weight (a score four times the others' per sample),
+    records claiming a thousand times the samples: credited at most the weight its rounds saw."""
+    aux = await make_dpeer(role="backbone", lr=0.5, momentum=0.0, aggregation=DEFENDED)
+    trainers = [await make_dpeer(lr=0.5, momentum=0.0, aggregation=DEFENDED) for _ in range(4)]
+    peers = [aux, *trainers]
+    await settle(peers)
+    *honest, liar = trainers
+    liar.optimizer.claim = 0.25
+    landed = liar.optimizer.landed
+    record = landed.add
+    monkeypatch.setattr(landed, "add", lambda epoch, samples: record(epoch, samples * 4000))
+    backbone = DilocoBackbone(aux.optimizer, checkpoints=None, checkpoint_every=0)
+    signed: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        backbone,
+        "_sign",
+        lambda peer, epoch, statistic, value, reason: signed.append((peer, statistic)),
+    )
+    for number in range(ROUNDS):
+        for seed, peer in enumerate(trainers):
+            await peer.train(STEPS, seed=100 * number + seed)
+        await end_rounds(peers)
+    await backbone.close()
+
+    scores = backbone.scores
+    name = str(liar.averager.host.peer_id)
+    credited = 0
+    items = liar.optimizer.landed.items()
+    for epoch, samples in ((i.epoch, i.samples) for i in items):
+        credited += credit(scores, name, epoch, samples)
+    computed = STEPS * BATCH * len(items)
+    assert sum(i.samples for i in items) == pytest.approx(1000 * computed)
+    assert 0 < credited <= 0.25 * computed + len(items)  # the weight its rounds saw
+    backbone.accuse_records()
+    assert signed == [(name, "record_overclaim")]
+    for peer in honest:
+        mine = str(peer.averager.host.peer_id)
+        for epoch, samples in ((i.epoch, i.samples) for i in peer.optimizer.landed.items()):
+            assert credit(scores, mine, epoch, samples) == samples
+    backbone.accuse_records()
+    assert signed == [(name, "record_overclaim")]  # once, and nobody honest

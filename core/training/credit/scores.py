@@ -28,6 +28,13 @@ the same for every honest member, and a claim ten times the work scores a tenth 
   its standing's noise around the tenth.
 - **Accused** when its standing is below ``ACCUSE_BELOW`` over ``WINDOW`` rounds or more. Once,
   until it recovers.
+- **Never more than the round saw.** A member's record says what it claims for an epoch; the
+  round it sent in says what weight it declared. An honest member's record is that weight (both
+  count the same samples). Credit is at most the weight the backbone's part saw for that epoch, and
+  for an epoch whose round the backbone did not see, the claim times the lowest share of its
+  claims the rounds it did see supported (``agreement``). A record above the weight by more than
+  ``RECORD_SLACK`` (and a sample) is a lie no rounding explains: the member is accused of it
+  (``record_accusations``).
 - **Waiting.** A share waits for the backbone's round of its epoch (``hold`` seconds at most), and
   a newcomer's for its first scored round (``newcomer_hold``) when the backbone's group was
   another; after that it is credited as claimed, unscored: a member never grouped with the
@@ -37,6 +44,7 @@ the same for every honest member, and a claim ten times the work scores a tenth 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -60,6 +68,9 @@ ACCUSE_BELOW = 0.2
 """Below this a standing is credited nothing, and after ``WINDOW`` rounds accused."""
 KEPT = 128
 """Ratios kept per member, by epoch."""
+RECORD_SLACK = 1.25
+"""A record claiming more than this times the weight its round saw (plus one sample) is accused:
+an honest record is the round's weight to the sample."""
 
 
 @dataclass(slots=True)
@@ -68,6 +79,13 @@ class Scored:
     """Epoch -> its ratio in that round (rounds that proved something only)."""
     waiting: dict[int, float] = field(default_factory=dict)
     """Epoch -> when its claim began to wait."""
+    weights: OrderedDict[int, float] = field(default_factory=OrderedDict)
+    """Epoch -> the weight it declared in that round, as the backbone's part saw it."""
+    agreement: float = 1.0
+    """The lowest share of a record the weight of its round supported (1: every record was)."""
+    overclaimed: tuple[int, int, float] | None = None
+    """(epoch, samples recorded, weight seen) of the first record found above its round's weight."""
+    overclaim_accused: bool = False
     accused: bool = False
     credited: int = 0
     withheld: int = 0
@@ -104,6 +122,11 @@ class WorkScores:
         (``medians.typical_claim``)."""
         self._newest = max(self._newest, epoch)
         senders = {p: c for p, c in alignments.items() if c.weight > 0}
+        for peer, sender in senders.items():
+            seen = self.of(peer).weights
+            seen[epoch] = sender.weight
+            while len(seen) > KEPT:
+                seen.popitem(last=False)
         claims = [c.weight for c in senders.values()]
         held = votes(claims, typical_claim(claims, confirmed))
         if voters(held) < SENDERS - 0.5:
@@ -153,12 +176,23 @@ class WorkScores:
                 s.accused = False
         return found
 
+    def record_accusations(self) -> dict[str, tuple[int, int, float]]:
+        """Members newly found recording more samples than their round's weight: (epoch, samples
+        recorded, weight seen). Once each."""
+        found = {}
+        for peer, s in self._peers.items():
+            if s.overclaimed is not None and not s.overclaim_accused:
+                s.overclaim_accused = True
+                found[peer] = s.overclaimed
+        return found
+
     # ---- credit ----------------------------------------------------------------------------------
 
     def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``, or None while it
         waits for the round's scores."""
         s = self.of(peer)
+        samples = self._bounded(s, epoch, samples)
         since = s.waiting.pop(epoch, now)
         standing = self.standing(peer, epoch)
         seen = epoch in s.ratios or epoch <= self._newest
@@ -173,6 +207,18 @@ class WorkScores:
         if standing is not None:
             return self._credit(s, samples, standing)
         return self._unscored(s, samples)
+
+    def _bounded(self, s: Scored, epoch: int, samples: int) -> int:
+        """The claim, cut to the weight its round saw, or for a round not seen to the share of its
+        claims that the rounds seen supported."""
+        weight = s.weights.get(epoch)
+        if weight is None:
+            return int(samples * s.agreement)
+        if samples > weight * RECORD_SLACK + 1 and s.overclaimed is None:
+            s.overclaimed = (epoch, samples, weight)
+        if samples > 0:
+            s.agreement = min(s.agreement, max(0.0, weight) / samples)
+        return min(samples, math.ceil(weight))
 
     def _unscored(self, s: Scored, samples: int) -> int:
         s.unscored += samples

@@ -103,6 +103,7 @@ class DilocoBackbone:
                 for metrics in self.books.observe(opt.view().reports, time.time()):
                     if self.books.due(opt.epoch):
                         self.books.checkpoint_soon(metrics, self.saving)
+                self.accuse_records()
                 self.books.collect_soon(opt.epoch)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), POLL_SECONDS)
@@ -155,21 +156,40 @@ class DilocoBackbone:
             )  # fmt: skip
             if self.on_check is not None:
                 self.on_check(record)
-        evidence = self.optimizer.evidence
-        for peer, standing in self.scores.accusations().items():
+        self.accuse(self.scores.accusations(), epoch)
+
+    def accuse_records(self) -> None:
+        """Accuse the members whose records claim more than the weight their round saw (found
+        while crediting their records)."""
+        for peer, (epoch, samples, weight) in self.scores.record_accusations().items():
+            reason = (
+                f"its record claims {samples} samples for epoch {epoch}, where it declared a "
+                f"weight of {weight:.0f} in the round"
+            )
+            self._sign(peer, epoch, "record_overclaim", samples / max(weight, 1e-9), reason)
+
+    def accuse(self, standings: Mapping[str, float], epoch: int) -> None:
+        """Accuse the members whose standing says their updates do not show their claims."""
+        for peer, standing in standings.items():
             reason = (
                 f"its updates show {standing:.2f} of the work per sample the others' show, over "
                 f"its last rounds: it claims samples it did not compute"
             )
-            log.warning("evidence: peer %s %s", peer, reason)
-            signed = evidence.accuse(
-                PeerID.from_string(peer), round_key=f"work.{epoch}", group=b"", chunk=-1,
-                statistic="work_score", value=standing, reason=reason,
-            )  # fmt: skip
-            if signed is not None:
-                self._tasks.spawn(
-                    f"scores-{epoch}", evidence.publish_signed([signed], f"scores of epoch {epoch}")
-                )
+            self._sign(peer, epoch, "work_score", standing, reason)
+
+    def _sign(self, peer: str, epoch: int, statistic: str, value: float, reason: str) -> None:
+        """Sign evidence against ``peer`` and publish it in the background."""
+        evidence = self.optimizer.evidence
+        log.warning("evidence: peer %s %s", peer, reason)
+        signed = evidence.accuse(
+            PeerID.from_string(peer), round_key=f"work.{epoch}", group=b"", chunk=-1,
+            statistic=statistic, value=value, reason=reason,
+        )  # fmt: skip
+        if signed is not None:
+            self._tasks.spawn(
+                f"{statistic}-{epoch}-{peer[:8]}",
+                evidence.publish_signed([signed], f"{statistic} of epoch {epoch}"),
+            )
 
 
 def restore(diloco: DilocoState, checkpoint: Checkpoint) -> None:

@@ -39,9 +39,9 @@ def loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor
     return torch.nn.functional.mse_loss(model(batch["inputs"]), batch["targets"])
 
 
-def trainer(node: Node) -> tuple[DedlocOptimizer, torch.nn.Module]:
+def trainer(node: Node, receipts: bool = True) -> tuple[DedlocOptimizer, torch.nn.Module]:
     model = fresh_model()
-    config = DedlocConfig(target_batch_size=TARGET, keep_receipts=True)
+    config = DedlocConfig(target_batch_size=TARGET, keep_receipts=receipts)
     return DedlocOptimizer(TrainingState(model, make_optimizer(model)), node.links, config), model
 
 
@@ -61,17 +61,20 @@ async def checking_backbone(nodes) -> tuple[Node, DedlocBackbone, list[EpochMetr
 
 
 @pytest.mark.parametrize(
-    ("attack", "statistic"),
+    ("attack", "statistic", "serves"),
     [
-        (Misbehaviour(Attack.SCALE, 1.0, computes=0.0), "work_gradient"),  # computes nothing
-        (Misbehaviour(Attack.SCALE, 1.0, computes=0.1), "work_gradient"),  # a tenth
-        (Misbehaviour(Attack.SCALE, 1.0, claim=10.0), "work_unbacked"),  # claims ten times more
+        (Misbehaviour(Attack.SCALE, 1.0, computes=0.0), "work_gradient", True),  # computes nothing
+        (Misbehaviour(Attack.SCALE, 1.0, computes=0.1), "work_gradient", True),  # a tenth
+        (Misbehaviour(Attack.SCALE, 1.0, claim=10.0), "work_unbacked", True),  # claims 10x more
+        # serves no receipts: the backbone's calls are answered "no such method"
+        (Misbehaviour(Attack.SCALE, 1.0, computes=0.0), "work_refused", False),
     ],
 )
 async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
     nodes,
     attack: Misbehaviour,
     statistic: str,
+    serves: bool,
 ) -> None:
     backbone, aux, reported = await checking_backbone(nodes)
     assert aux.checker is not None
@@ -79,7 +82,7 @@ async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
     aux_task = asyncio.create_task(aux.run(stop))
     try:
         members = [await nodes(backbone.address) for _ in range(3)]
-        peers = [trainer(node) for node in members]
+        peers = [trainer(node, receipts=serves or i < 2) for i, node in enumerate(members)]
         liar, _ = peers[2]
         attack.install(liar, members[2].averager)
         for optimizer, _ in peers:

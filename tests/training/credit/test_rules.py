@@ -6,10 +6,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.net.errors import (
+    DeadlineExceededError,
+    DialError,
+    InvalidRequestError,
+    PermissionDeniedError,
+    RemoteInternalError,
+    ResourceExhaustedError,
+    UnavailableError,
+    UnknownMethodError,
+)
 from core.training.credit.book import CreditBook
+from core.training.credit.checks.checker import refused
 from core.training.credit.checks.fingerprint import to_bytes
 from core.training.credit.checks.receipts import WorkReceipt
-from core.training.credit.checks.standing import GONE_AFTER, HOLD, UNREACHED_LIMIT, Standings
+from core.training.credit.checks.standing import GONE_AFTER, HOLD, Standings
 from core.training.credit.checks.tolerance import compare
 from core.training.credit.metrics import MetricsAggregator
 from core.training.progress import Landed
@@ -79,9 +90,10 @@ def test_a_newcomer_is_checked_until_a_check_passes_then_at_random() -> None:
         ([("passed", 5)], 9, GONE_AFTER + 1, 8),
         ([], 9, GONE_AFTER + 1, 8),  # a newcomer gone before a check: the benefit of the doubt
         ([("failed", 1)], 9, GONE_AFTER + 1, 0),  # one caught: nothing
-        ([("unreached", 4)] * (UNREACHED_LIMIT - 1), 3, 0.0, None),
-        ([("unreached", 4)] * UNREACHED_LIMIT, 3, 0.0, 8),  # cannot be reached: unchecked credit
-        ([("unreached", 4)] * UNREACHED_LIMIT, 5, 0.0, None),
+        ([("unreached", 4)], 3, 0.0, None),
+        ([("unreached", 4)] * 10, 3, 0.0, None),  # never reached while alive: held, not paid
+        ([("unreached", 4)] * 10, 3, GONE_AFTER + 1, 8),  # gone: the benefit of the doubt
+        ([("unreached", 4), ("passed", 5)], 3, 0.0, 8),  # a check passed at last: paid
     ],
 )
 def test_what_the_checks_support(
@@ -173,3 +185,33 @@ def test_a_caught_peer_loses_the_credit_given_on_trust_since_its_last_passed_che
     assert book.take(3, now=7.0) == []
     assert book.take(5, now=7.0) == []  # caught: nothing from now on
     assert book.withheld == 16
+
+
+def test_a_newcomer_that_cannot_be_reached_is_held_past_the_wait() -> None:
+    """HOLD pays a claim no check came for; a check that could not reach the peer holds it."""
+    s = Standings(0.1)
+    s.seen({"a"}, 100.0)
+    assert s.supported("a", 3, 8, now=100.0) is None
+    s.unreached("a", 3)
+    assert s.supported("a", 3, 8, now=101.0 + HOLD) is None
+    s.passed("a", 4)
+    assert s.supported("a", 3, 8, now=102.0 + HOLD) == 8
+
+
+@pytest.mark.parametrize(
+    ("error", "remote", "verdict"),
+    [
+        (UnknownMethodError, True, True),  # "no such method": it was reached, and refused
+        (InvalidRequestError, True, True),
+        (PermissionDeniedError, True, True),
+        (RemoteInternalError, True, True),
+        (UnavailableError, True, False),  # closing: asked again
+        (ResourceExhaustedError, True, False),  # busy: asked again
+        (DeadlineExceededError, False, False),  # a timeout
+        (DialError, False, False),  # a dial that failed
+        (UnknownMethodError, False, False),  # raised here, not by the member
+    ],
+)
+def test_what_counts_as_refusing_a_check(error: type, remote: bool, verdict: bool) -> None:
+    exc = error("x", remote=True) if remote else error("x")
+    assert refused(exc) == verdict

@@ -193,3 +193,44 @@ def test_half_of_the_senders_inflated_is_held_by_the_confirmed_claim() -> None:
         # between the two halves, and every honest member stays above the full standing
         assert min(ratios[p] for p in "abcx") >= FULL
     assert set(scores.accusations()) == set(inflated)
+
+
+@pytest.mark.parametrize(
+    ("weight", "recorded", "credited_at_most", "accused"),
+    [
+        (100, 100, 100, False),  # honest: the record is the round's weight
+        (100.4, 100, 100, False),  # a weight that is not whole: the record rounds it
+        (100, 120, 100, False),  # a little above: cut to the weight, no proof of a lie
+        (25, 100_000, 25, True),  # records x1000 with the round's weight x0.25
+        (100, 150, 100, True),  # records x1.5 beside an honest round
+    ],
+)
+def test_credit_is_never_more_than_the_weight_the_round_saw(
+    weight: float, recorded: int, credited_at_most: int, accused: bool
+) -> None:
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    # the member's work is honest for the weight it declares (a projection of weight/100)
+    for epoch in range(WINDOW):
+        scores.observe(epoch, honest_round((weight, weight / 100)))
+    credit = scores.supported("x", WINDOW - 1, recorded, now=0.0)
+    assert credit is not None
+    assert credit <= credited_at_most
+    assert credit >= credited_at_most * 0.9  # what the round saw is paid
+    found = scores.record_accusations()
+    assert ("x" in found) == accused
+    assert scores.record_accusations() == {}  # once
+    # a round the backbone saw without it: the claim times the share the rounds seen supported
+    scores.observe(WINDOW + 3, {"a": sent(100, 1.0), "b": sent(100, 1.0), "c": sent(100, 1.0)})
+    unseen = scores.supported("x", WINDOW + 3, recorded, now=100.0)
+    assert unseen is not None
+    assert unseen <= credited_at_most + 1
+
+
+def test_an_honest_record_is_paid_in_full_in_rounds_the_backbone_did_not_see() -> None:
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    for epoch in range(WINDOW):
+        scores.observe(epoch, honest_round())
+        assert scores.supported("x", epoch, 100, now=0.0) == 100
+    scores.observe(WINDOW + 3, {"a": sent(100, 1.0), "b": sent(100, 1.0), "c": sent(100, 1.0)})
+    assert scores.supported("x", WINDOW + 3, 100, now=100.0) == 100
+    assert scores.record_accusations() == {}

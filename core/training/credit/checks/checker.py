@@ -9,7 +9,10 @@ the receipt's epoch, which the backbone snapshotted before the round (its replic
 trainers, so it holds exactly what they computed at). A neighbouring epoch's parameters are tried
 too before anything is called a mismatch: with delayed updates a microbatch may straddle a step.
 A mismatch, a batch counted twice, or claimed samples no receipt backs is signed evidence against
-the member (``work_*``); a member that cannot be reached is asked again at its next epoch.
+the member (``work_*``). A member that answers a check with a refusal (no such method, a request
+it calls invalid, no permission, an error of its own) has failed it (``work_refused``): only a dial
+that fails, a timeout or an answer that it is busy or closing is "unreached", and that member is
+asked again at its next epoch, its claims held meanwhile (``Standings``).
 
 The recomputation runs on the backbone's training thread in float32, on a copy of the model.
 Random checks stop when recomputing has taken ``budget`` of the time since the backbone started;
@@ -32,7 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.net.errors import MalformedResponseError, NetError, NotFoundError
+from core.net.errors import (
+    InvalidRequestError,
+    MalformedResponseError,
+    NetError,
+    NotFoundError,
+    PermissionDeniedError,
+    RemoteInternalError,
+    RpcError,
+    UnknownMethodError,
+)
 from core.net.host.host import Host
 from core.training.credit.checks.fingerprint import (
     Fingerprinter,
@@ -115,6 +127,16 @@ class _Tally:
     compute: float = 0.0
     margin: float = 0.0
     received: int = 0
+
+
+REFUSALS = (UnknownMethodError, InvalidRequestError, PermissionDeniedError, RemoteInternalError)
+"""Answers a member that was reached gives instead of its work: each fails the check."""
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the member's own answer refusing a check (not a dial that failed, a
+    timeout, or a busy or closing peer)."""
+    return isinstance(exc, RpcError) and exc.remote and isinstance(exc, REFUSALS)
 
 
 class _Caught(Exception):
@@ -227,8 +249,13 @@ class WorkChecker:
             self.standings.failed(peer)
             await self._accuse(peer, epoch, caught)
         except (NetError, TimeoutError, BarnraiseError) as exc:
-            verdict, reason = "unreached", str(exc) or type(exc).__name__
-            self.standings.unreached(peer, epoch)
+            if refused(exc):
+                verdict, reason = "caught", f"refused the check: {exc}"
+                self.standings.failed(peer)
+                await self._accuse(peer, epoch, _Caught("work_refused", 0.0, reason))
+            else:
+                verdict, reason = "unreached", str(exc) or type(exc).__name__
+                self.standings.unreached(peer, epoch)
         seconds = time.monotonic() - started
         self.seconds += seconds
         self._recomputed += tally.compute > 0

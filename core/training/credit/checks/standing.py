@@ -12,10 +12,11 @@ accused, and what it was credited since the last check it passed is withdrawn
 A newcomer that goes away (its records stopped, or it said it left) before a check caught it is
 credited what it claimed: a volunteer whose computer went off must not lose an epoch to a check it
 could not answer, and a cheat that leaves within a check's second of each epoch gains an epoch
-per identity at most. One that could not be reached for a check is not caught; it is asked again
-at its next epoch, and after ``UNREACHED_LIMIT`` tries in a row its claims so far are credited
-unchecked (a volunteer behind a router the backbone cannot dial keeps its credit; the audit shows
-it unchecked).
+per identity at most. One that could not be reached for a check (a dial that failed, a timeout, a
+busy or closing peer) is not caught: it is asked again at its next epoch, and while no check of it
+has passed its claims are held, whatever ``HOLD`` says: an unchecked claim is not paid, or a
+member would refuse its checks by dropping the backbone's calls. (A member that answers with a
+refusal has failed the check: ``checker.refused``.)
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ GONE_AFTER = 30.0
 HOLD = 10.0
 """Seconds at most a newcomer's claim waits for a check: a check takes a second or two, and one the
 backbone cannot make (its replica behind the epoch) must not hold credit until the peer is gone."""
-UNREACHED_LIMIT = 3
-"""Checks in a row that could not reach a live peer before its claims are credited unchecked."""
 
 
 @dataclass(slots=True)
@@ -42,9 +41,8 @@ class Standing:
     checks: int = 0
     passed: int = 0
     unreached: int = 0
-    """Checks in a row that could not reach the peer."""
-    unchecked_through: int = -1
-    """Claims up to this epoch were credited without a check (the peer could not be reached)."""
+    """Checks in a row that could not reach the peer (a newcomer's claims wait while it is more
+    than zero)."""
     seen: float = 0.0
     """When its last fresh record was read."""
     waiting: dict[int, float] = field(default_factory=dict)
@@ -98,10 +96,8 @@ class Standings:
         s.caught = True
 
     def unreached(self, peer: str, epoch: int) -> None:
-        s = self.of(peer)
-        s.unreached += 1
-        if s.unreached >= UNREACHED_LIMIT:
-            s.unchecked_through = max(s.unchecked_through, epoch)
+        """A check of ``peer``'s ``epoch`` could not reach it: asked again at its next epoch."""
+        self.of(peer).unreached += 1
 
     # ---- credit ----------------------------------------------------------------------------------
 
@@ -125,9 +121,9 @@ class Standings:
         since = s.waiting.pop(epoch, now)
         if s.caught:
             return 0
-        if s.vouched >= 0 or epoch <= s.unchecked_through or now - s.seen > GONE_AFTER:
+        if s.vouched >= 0 or now - s.seen > GONE_AFTER:
             return samples
-        if now - since > HOLD:
-            return samples  # no check came in time
+        if now - since > HOLD and s.unreached == 0:
+            return samples  # no check came in time (the backbone could not make one)
         s.waiting[epoch] = since
         return None
