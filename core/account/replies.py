@@ -14,6 +14,7 @@ from typing import Any
 from core.account.errors import CoordinatorUnavailable
 from core.trust.passes import AccessPass, pass_from_text
 from core.trust.peer_id import PeerID
+from core.trust.reports import MAX_NOTE_CHARS as NOTE_CHARS
 from core.util.errors import BarnraiseError
 
 
@@ -164,6 +165,9 @@ class CreditedEpochs:
     """How many epochs the coordinator listed (it stops at its limit)."""
     newest_epoch: int | None
     """The newest epoch the coordinator has a report of, anyone's; None: none yet."""
+    notes: dict[int, tuple[int, str]] = field(default_factory=dict)
+    """Epoch -> (samples claimed, why less was credited), where the work checks cut or withdrew
+    the share (a coordinator before checked credit sends none)."""
 
 
 def credited_epochs(reply: Reply, peer: PeerID) -> CreditedEpochs:
@@ -176,6 +180,17 @@ def credited_epochs(reply: Reply, peer: PeerID) -> CreditedEpochs:
         if not (isinstance(item, list) and len(item) == 2):
             raise reply.malformed("'epochs' must hold [epoch, samples] pairs")
         epochs[_count(reply, item[0], "epochs")] = _count(reply, item[1], "epochs")
+    notes: dict[int, tuple[int, str]] = {}
+    raw_notes = reply.data.get("notes", [])
+    if not isinstance(raw_notes, list):
+        raise reply.malformed("'notes' must be a list")
+    for item in raw_notes:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[2], str)):
+            raise reply.malformed("'notes' must hold [epoch, claimed, note] triples")
+        notes[_count(reply, item[0], "notes")] = (
+            _count(reply, item[1], "notes"),
+            item[2][:NOTE_CHARS],
+        )
     newest = reply.data.get("newest_epoch")
     return CreditedEpochs(
         peer=peer,
@@ -183,6 +198,7 @@ def credited_epochs(reply: Reply, peer: PeerID) -> CreditedEpochs:
         epochs=epochs,
         listed=len(reply.data["epochs"]),
         newest_epoch=None if newest is None else _count(reply, newest, "newest_epoch"),
+        notes=notes,
     )
 
 

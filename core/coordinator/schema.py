@@ -55,6 +55,11 @@ owner's totals so far (the largest total credited; a newer receipt adds its exce
 Schema 9 (the unigram floor) adds ``evaluations.floor``: what a model that only counts tokens scores
 on the same held-out text, as the backbone reported it; null for rows before, and for a backbone
 that reports none.
+
+Schema 10 (checked credit) adds ``contributions.claimed`` and ``contributions.note``: where the
+backbone's work checks credited a peer less than its records claimed, what they claimed and why (a
+volunteer's check of its own credit shows it); null for a share credited as claimed and for rows
+before. A withdrawn share keeps its claim and says it was withdrawn.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from pathlib import Path
 from core.coordinator.errors import StoreError
 from core.util.files.sqlite_file import SqliteFile, transaction
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 APPLICATION_ID = 0x42524E43  # "BRNC": a Barnraise coordinator
 # A management command writing while the service commits waits this long for the lock.
 _BUSY_TIMEOUT_S = 5.0
@@ -258,6 +263,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX receipts_by_user ON receipts (user_key, first_received)",
     ),
     ("ALTER TABLE evaluations ADD COLUMN floor REAL",),
+    (
+        "ALTER TABLE contributions ADD COLUMN claimed INTEGER",
+        "ALTER TABLE contributions ADD COLUMN note TEXT",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

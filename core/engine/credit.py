@@ -10,7 +10,9 @@ differs why it most likely does:
 - newer than any epoch the coordinator has heard of: the backbone has not reported it yet;
 - recorded here, credited nothing: never reported for this key, or refused (a pass, a key);
 - both counted, differently: the samples differ;
-- credited, no record here: the rows of an older ledger, or another install sharing the key.
+- credited, no record here: the rows of an older ledger, or another install sharing the key;
+- credited less by the project's work checks (or withdrawn by them): the coordinator's note of
+  why, as the backbone wrote it (``CHECKED`` and the note).
 
 With no row kept yet there is nothing to compare: the answer says so, with the key's credit in all.
 """
@@ -39,7 +41,10 @@ NO_RECORD = (
     "credited, but this computer has no record of it (an older ledger, or another install with "
     "the same key)"
 )
+CHECKED = "credited less by the project's work checks"
+"""Begins the reason of an epoch the checks cut or withdrew; the backbone's note follows."""
 _SHORT = {
+    CHECKED: "cut by the work checks",
     NOT_REPORTED: "not reported yet",
     NOT_CREDITED: "not credited",
     DIFFERENT: "counted differently",
@@ -112,7 +117,11 @@ def compare(project: str, rows: list[LandedRow], credited: CreditedEpochs) -> Cr
     for epoch in sorted(epochs):
         mine, credit = local.get(epoch, 0), theirs.get(epoch, 0)
         if mine != credit:
-            reason = _reason(epoch, epoch in local, credit, credited.newest_epoch)
+            if (note := credited.notes.get(epoch)) is not None:
+                claimed, why = note
+                reason = f"{CHECKED} ({claimed:,} samples claimed): {why}"
+            else:
+                reason = _reason(epoch, epoch in local, credit, credited.newest_epoch)
             differences.append(CreditDifference(epoch, mine, credit, reason))
     compared = sorted(epochs)
     local_samples = sum(local.get(epoch, 0) for epoch in compared)
@@ -145,7 +154,7 @@ def _summary(samples: int, epochs: int, differences: list[CreditDifference]) -> 
     apart = sum(abs(d.local - d.credited) for d in differences)
     parts: list[str] = []
     for reason, short in _SHORT.items():
-        these = [d for d in differences if d.reason == reason]
+        these = [d for d in differences if d.reason.startswith(reason)]
         if these:
             gap = sum(abs(d.local - d.credited) for d in these)
             parts.append(f"{_plural(len(these))} {short} ({gap:,} samples)")

@@ -19,7 +19,7 @@ import asyncio
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -82,6 +82,12 @@ class ModeOptimizer(Protocol):
         """Keep (and serve) a receipt of each microbatch computed in ``precision`` for the
         backbone's work checks; what the training loop calls after each backward pass, or None
         where the mode's work is not checked."""
+        ...
+
+    def fresh(self, batch: Any) -> bool:
+        """On the training thread, before the forward pass: False for a batch this peer already
+        computed at the same parameters in the open epoch (its receipts would count it twice; the
+        training loop draws another), True where no receipts are kept."""
         ...
 
     def view(self) -> CollaborationView: ...

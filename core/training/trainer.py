@@ -28,6 +28,10 @@ from core.worker.precision import Precision
 
 log = logging.getLogger(__name__)
 
+REPEATS = 64
+"""Batches in a row a peer leaves because it computed them at these parameters already, before
+it computes one anyway: data with fewer distinct batches than an epoch takes must not stall it."""
+
 LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
 """Computes the mean loss of one batch (the forward pass)."""
 
@@ -83,9 +87,13 @@ class Trainer:
         batch_size_of: Callable[[Any], int] | None = None,
         control: TrainingControl | None = None,
         witness: Callable[[Any, float], None] | None = None,
+        fresh: Callable[[Any], bool] | None = None,
     ) -> None:
         """``witness``: told each microbatch and its loss on the training thread, while its
-        gradients are in ``.grad`` (the work receipts, ``core.training.credit.checks``)."""
+        gradients are in ``.grad`` (the work receipts, ``core.training.credit.checks``);
+        ``fresh``: asked before a batch's forward pass whether it is new at these parameters
+        (the mode's ``fresh``); a batch that is not is left for the next one, up to ``REPEATS``
+        in a row (a dataset smaller than an epoch must not stall the peer)."""
         self.model = model
         self.optimizer = optimizer
         self.bridge = bridge
@@ -98,8 +106,13 @@ class Trainer:
         )
         self.control = control
         self.witness = witness
+        self.fresh = fresh
         self.microbatches = 0
         self.skipped = 0
+        self.repeats = 0
+        """Batches left because they were computed at these parameters already."""
+        self._in_a_row = 0
+        self._warned = False
         self.interrupted = 0
         self.samples = 0
         """Samples whose gradients were accumulated (what the contribution ledger counts)."""
@@ -169,8 +182,21 @@ class Trainer:
     def _forward_backward(self) -> tuple[int, float] | str | None:
         try:
             batch = next(self.batches)
+            while self.fresh is not None and not self.fresh(batch) and self._in_a_row < REPEATS:
+                self.repeats += 1
+                self._in_a_row += 1
+                batch = next(self.batches)
         except StopIteration:  # it cannot cross into the loop's future, so it becomes a marker
             return "end"
+        if self._in_a_row >= REPEATS and not self._warned:
+            self._warned = True
+            log.warning(
+                "the data repeats within an epoch: %d batches in a row were computed at these "
+                "parameters already, and this one is computed again (a work check names a batch "
+                "counted twice)",
+                REPEATS,
+            )
+        self._in_a_row = 0
         device = self.precision.device if self.precision is not None else None
         if device is not None:
             batch = _to_device(batch, device)

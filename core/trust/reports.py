@@ -40,6 +40,8 @@ MAX_SECONDS = 30 * 86400.0
 """An evaluation takes minutes; a month is not one."""
 MAX_PEER_CHARS = 200
 SHOWN_CHARS = 100
+MAX_NOTE_CHARS = 200
+"""Of the reason a contribution was credited below its claim."""
 """Of the peer a refused contribution names, what the answer repeats."""
 FUTURE_SLACK = 3600.0
 """How far ahead of the coordinator's clock a reporting peer's may be."""
@@ -119,14 +121,23 @@ class Contribution:
     """Bound to ``peer``: the reader refuses a pass bound to another key."""
     samples: int
     compute_seconds: float
+    claimed: int | None = None
+    """What the peer's records claimed, where the backbone's work checks credited less (None:
+    credited as claimed)."""
+    note: str = ""
+    """Why the checks credited less, in a sentence (at most ``MAX_NOTE_CHARS``)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "peer": self.peer,
             "pass": pass_to_text(self.access),
             "samples": self.samples,
             "compute_seconds": round(self.compute_seconds, 3),
         }
+        if self.claimed is not None:
+            body["claimed"] = self.claimed
+            body["note"] = self.note[:MAX_NOTE_CHARS]
+        return body
 
     @classmethod
     def from_json(cls, entry: object) -> Contribution:
@@ -154,7 +165,24 @@ class Contribution:
             raise InvalidReport(f"a malformed access pass ({exc})") from None
         if access.peer != peer:
             raise AccessDenied(f"the pass of {access.username!r} belongs to another peer key")
-        return cls(raw_peer, access, samples, compute)
+        claimed, note = _cut(entry, samples)
+        return cls(raw_peer, access, samples, compute, claimed, note)
+
+
+def _cut(entry: dict[str, Any], samples: int) -> tuple[int | None, str]:
+    """A contribution's claim and the reason it was credited less (None and "" for one credited
+    as claimed); ``InvalidReport`` for a claim below the credit or a note that is no sentence."""
+    if "claimed" not in entry:
+        if "note" in entry:
+            raise InvalidReport("a note comes with the claim it explains")
+        return None, ""
+    claimed = _count(entry.get("claimed"), "claimed")
+    if claimed < samples:
+        raise InvalidReport("claimed must be at least the samples credited")
+    note = entry.get("note", "")
+    if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS or not note.isprintable():
+        raise InvalidReport(f"note must be a line of text of at most {MAX_NOTE_CHARS} characters")
+    return claimed, note
 
 
 @dataclass(frozen=True, slots=True)

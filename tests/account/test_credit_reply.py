@@ -22,6 +22,8 @@ def read(**changes: Any) -> CreditedEpochs:
 def test_a_well_formed_answer_is_read() -> None:
     assert read() == CreditedEpochs(PEER, 112, {3: 64, 4: 48}, 2, 4)
     assert read(epochs=[], newest_epoch=None) == CreditedEpochs(PEER, 112, {}, 0, None)
+    cut = read(notes=[[3, 100, "cut to the weight its round saw"]])
+    assert cut.notes == {3: (100, "cut to the weight its round saw")}
 
 
 @pytest.mark.parametrize(
@@ -35,6 +37,10 @@ def test_a_well_formed_answer_is_read() -> None:
         ({"epochs": [[3, "many"]]}, "epochs"),
         ({"epochs": "all"}, "epochs"),
         ({"newest_epoch": 1.5}, "newest_epoch"),
+        ({"notes": "cut"}, "notes"),
+        ({"notes": [[3, 100]]}, "triples"),
+        ({"notes": [[3, -1, "x"]]}, "notes"),
+        ({"notes": [[3, 100, 7]]}, "triples"),
     ],
 )
 def test_a_malformed_answer_says_what_is_wrong(changes: dict[str, Any], says: str) -> None:

@@ -32,6 +32,7 @@ async def test_own_key_shows_its_epochs_late_ones_included(coordinator: Running)
         "samples": 0,
         "epochs": [],
         "newest_epoch": None,
+        "notes": [],
     }
 
     await report(coordinator, 1, [entry(alice, alice_pass, 64), entry(bob, bob_pass, 32)])
@@ -50,6 +51,7 @@ async def test_own_key_shows_its_epochs_late_ones_included(coordinator: Running)
         "samples": 64 + 48 + 16,
         "epochs": [[1, 64], [2, 48], [3, 16]],
         "newest_epoch": 3,
+        "notes": [],
     }
     recent = (await coordinator.client.get(path(alice, 2), token=session)).body
     assert recent["epochs"] == [[2, 48], [3, 16]]
@@ -60,6 +62,39 @@ async def test_own_key_shows_its_epochs_late_ones_included(coordinator: Running)
     # the same over the store, with a small limit: the oldest from since come first
     credit = coordinator.service.store.peer_credit.of(str(alice.peer_id), 0, limit=2)
     assert credit.epochs == [(1, 64), (2, 48)]
+
+
+async def test_a_share_the_checks_cut_or_withdrew_says_what_was_claimed_and_why(
+    coordinator: Running,
+) -> None:
+    coordinator.add_user("aux", moderator=True)
+    coordinator.add_user("alice")
+    alice = Identity.generate()
+    alice_pass = await pass_for(coordinator, "alice", alice)
+    session = (await coordinator.client.login("alice"))["session"]
+    cut = entry(alice, alice_pass, 25) | {"claimed": 100, "note": "cut to the weight its round saw"}
+    await report(coordinator, 1, [cut])
+    await report(coordinator, 2, [entry(alice, alice_pass, 48)])
+    aux = (await coordinator.client.login("aux"))["session"]
+    withdrawal = {"epoch": 2, "time": coordinator.clock.time(), "samples": 48, "withdrawn": True,
+                  "contributions": [entry(alice, alice_pass, 48)]}  # fmt: skip
+    assert (await coordinator.client.post("/contributions", withdrawal, token=aux)).status == 200
+    mine = (await coordinator.client.get(path(alice, 0), token=session)).body
+    assert mine["epochs"] == [[1, 25], [2, 0]]
+    assert mine["notes"][0] == [1, 100, "cut to the weight its round saw"]
+    epoch, claimed, note = mine["notes"][1]
+    assert (epoch, claimed) == (2, 48)
+    assert note.startswith("withdrawn")
+    # a claim below the credit, or a note with no claim, is refused alone
+    bad = [
+        entry(alice, alice_pass, 25) | {"claimed": 10, "note": "x"},
+        entry(alice, alice_pass, 25) | {"note": "x"},
+        entry(alice, alice_pass, 25) | {"claimed": 30, "note": "x" * 201},
+        entry(alice, alice_pass, 25) | {"claimed": 30, "note": "a\nb"},
+    ]
+    for number, wrong in enumerate(bad, start=3):
+        answer = await report(coordinator, number, [wrong])
+        assert answer["rejected"], answer
 
 
 async def test_another_accounts_key_is_refused(coordinator: Running) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.account.replies import CreditedEpochs
 from core.api import CreditDifference
-from core.engine.credit import NOT_CREDITED, NOT_REPORTED, compare, since
+from core.engine.credit import CHECKED, NOT_CREDITED, NOT_REPORTED, compare, since
 from core.net import Identity
 from core.stats import LANDED_KEPT, LandedRow
 
@@ -58,3 +58,15 @@ def test_no_report_yet_and_no_credit_are_told_apart() -> None:
     never = compare("p", rows((0, 8)), credited({}, None))
     assert never.differences == [CreditDifference(0, 8, 0, NOT_REPORTED)]
     assert never.summary.endswith("Check again in a minute.")
+
+
+def test_an_epoch_the_checks_cut_says_why() -> None:
+    answer = credited({1: 8, 2: 2}, 2)
+    answer.notes[2] = (8, "cut to the weight its round carried (2 samples; the record claimed 8)")
+    check = compare("p", rows((1, 8), (2, 8)), answer)
+    [difference] = check.differences
+    assert (difference.epoch, difference.local, difference.credited) == (2, 8, 2)
+    assert difference.reason.startswith(CHECKED)
+    assert "8 samples claimed" in difference.reason
+    assert "the weight its round carried" in difference.reason
+    assert "1 epoch cut by the work checks (6 samples)" in check.summary

@@ -4,6 +4,8 @@ nothing, accused, the checks logged), while the honest trainers keep their whole
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from core.averaging.robust.aggregation import AggregationConfig, Method
@@ -12,6 +14,7 @@ from core.training.credit.checks.checker import CheckRecord
 from core.training.credit.scores import WINDOW, WorkScores
 from core.training.diloco.backbone import DilocoBackbone
 from core.training.diloco.mode import MODE
+from core.training.links import PeerLinks
 from tests.training.diloco.conftest import MakeDPeer, end_rounds, make_dpeer, settle
 
 __all__ = ["make_dpeer"]  # the fixture, used by name
@@ -81,20 +84,50 @@ async def test_a_liar_is_caught_by_what_its_updates_show(
     assert all(c.verdict == "passed" for c in checks if c.peer != name)
 
 
-async def test_records_above_the_rounds_weight_are_cut_to_it_and_accused(
-    make_dpeer: MakeDPeer, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("liars", "weight", "records", "copies"),
+    [
+        # honest work sent at a quarter of its weight (a score four times the others' per
+        # sample), records claiming a thousand times the samples
+        (1, 0.25, 1000.0, False),
+        # as many identities as honest members copy an honest member's update at a thousandth
+        # of its weight and record the whole samples: before votes and the records' bound they
+        # pulled the reference, and every honest member was credited nothing and accused
+        (3, 1e-3, 1.0, True),
+    ],
+)
+async def test_records_above_the_rounds_weight_are_cut_to_it_and_accused(  # noqa: PLR0917
+    make_dpeer: MakeDPeer,
+    monkeypatch: pytest.MonkeyPatch,
+    liars: int,
+    weight: float,
+    records: float,
+    copies: bool,
 ) -> None:
-    """Honest work sent at a quarter of its weight (a score four times the others' per sample),
-    records claiming a thousand times the samples: credited at most the weight its rounds saw."""
+    """Credited at most the weight its rounds saw, accused for the records, the honest whole."""
     aux = await make_dpeer(role="backbone", lr=0.5, momentum=0.0, aggregation=DEFENDED)
-    trainers = [await make_dpeer(lr=0.5, momentum=0.0, aggregation=DEFENDED) for _ in range(4)]
+    trainers = [
+        await make_dpeer(lr=0.5, momentum=0.0, aggregation=DEFENDED) for _ in range(3 + liars)
+    ]
     peers = [aux, *trainers]
     await settle(peers)
-    *honest, liar = trainers
-    liar.optimizer.claim = 0.25
-    landed = liar.optimizer.landed
-    record = landed.add
-    monkeypatch.setattr(landed, "add", lambda epoch, samples: record(epoch, samples * 4000))
+    honest, crowd = trainers[:3], trainers[3:]
+    lying = [liar.optimizer.links for liar in crowd]
+    send = PeerLinks.round
+
+    async def light(links: PeerLinks, *args: Any, **kwargs: Any) -> Any:
+        if any(links is mine for mine in lying):
+            kwargs["weight"] *= weight  # the round sees this share of its samples
+        return await send(links, *args, **kwargs)
+
+    monkeypatch.setattr(PeerLinks, "round", light)
+    for liar in crowd:
+        landed = liar.optimizer.landed
+
+        def inflated(epoch: int, samples: int, add=landed.add) -> None:
+            add(epoch, round(samples * records))  # its records claim this many times them
+
+        monkeypatch.setattr(landed, "add", inflated)
     backbone = DilocoBackbone(aux.optimizer, checkpoints=None, checkpoint_every=0)
     signed: list[tuple[str, str]] = []
     monkeypatch.setattr(
@@ -104,24 +137,26 @@ async def test_records_above_the_rounds_weight_are_cut_to_it_and_accused(
     )
     for number in range(ROUNDS):
         for seed, peer in enumerate(trainers):
-            await peer.train(STEPS, seed=100 * number + seed)
+            copied = copies and peer in crowd
+            await peer.train(STEPS, seed=100 * number + (0 if copied else seed))
         await end_rounds(peers)
     await backbone.close()
 
     scores = backbone.scores
-    name = str(liar.averager.host.peer_id)
-    credited = 0
-    items = liar.optimizer.landed.items()
-    for epoch, samples in ((i.epoch, i.samples) for i in items):
-        credited += credit(scores, name, epoch, samples)
-    computed = STEPS * BATCH * len(items)
-    assert sum(i.samples for i in items) == pytest.approx(1000 * computed)
-    assert 0 < credited <= 0.25 * computed + len(items)  # the weight its rounds saw
-    backbone.accuse_records()
-    assert signed == [(name, "record_overclaim")]
+    for liar in crowd:
+        name = str(liar.averager.host.peer_id)
+        items = liar.optimizer.landed.items()
+        credited = sum(credit(scores, name, i.epoch, i.samples) for i in items)
+        computed = STEPS * BATCH * len(items)
+        assert sum(i.samples for i in items) == pytest.approx(records * computed, rel=0.01)
+        assert credited <= weight * computed + len(items)  # the weight its rounds saw
     for peer in honest:
         mine = str(peer.averager.host.peer_id)
         for epoch, samples in ((i.epoch, i.samples) for i in peer.optimizer.landed.items()):
             assert credit(scores, mine, epoch, samples) == samples
+        assert not scores.of(mine).accused
     backbone.accuse_records()
-    assert signed == [(name, "record_overclaim")]  # once, and nobody honest
+    accused = sorted(str(p.averager.host.peer_id) for p in crowd)
+    assert sorted(signed) == [(name, "record_overclaim") for name in accused]
+    backbone.accuse_records()
+    assert len(signed) == liars  # once each, and nobody honest

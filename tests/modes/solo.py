@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from core.averaging.robust.aggregation import AggregationConfig
 from core.modes import ModeSpec, Traffic, TrafficInputs
@@ -85,6 +86,9 @@ class SoloOptimizer(TakingPart):
 
     def keep_receipts(self, precision: str) -> None:
         return None  # nobody checks a solo trainer's work
+
+    def fresh(self, batch: Any) -> bool:
+        return True  # no receipts: every batch is computed
 
     def tryout_weights(self) -> None:
         return None  # each step lands in the model itself

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from core.training.trainer import Trainer
+from core.training.trainer import REPEATS, Trainer
 from core.worker.precision import Precision
 
 
@@ -57,3 +57,29 @@ def test_only_fp16_has_a_loss_scale() -> None:
     assert linear_trainer([])[0].loss_scale is None
     assert linear_trainer([], Precision(cpu, torch.bfloat16))[0].loss_scale is None
     assert linear_trainer([], Precision(cpu, torch.float16))[0].loss_scale == 2.0**15
+
+
+def test_a_batch_computed_at_these_parameters_already_is_left_for_the_next() -> None:
+    a, b = torch.randn(5, 3), torch.randn(4, 3)
+    computed: list[torch.Tensor] = []
+    trainer, _ = linear_trainer([a, a, b, a])
+    trainer.fresh = lambda batch: not any(batch is seen for seen in computed)
+    for _ in range(2):
+        outcome = trainer.microbatch()
+        assert isinstance(outcome, tuple)
+        computed.append(a if outcome[0] == 5 else b)
+    assert [len(t) for t in computed] == [5, 4]  # the second a was left
+    assert trainer.repeats == 1
+    assert trainer.microbatch() == "end"  # the last a too: nothing new is left
+
+
+def test_data_that_only_repeats_is_computed_again_rather_than_stalling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    batch = torch.randn(5, 3)
+    trainer, _ = linear_trainer([batch] * (REPEATS + 2))
+    trainer.fresh = lambda _: False
+    outcome = trainer.microbatch()
+    assert isinstance(outcome, tuple)
+    assert trainer.repeats == REPEATS
+    assert "the data repeats within an epoch" in caplog.text

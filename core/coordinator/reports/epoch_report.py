@@ -82,4 +82,6 @@ class Judge:
         peer = str(access.peer)  # the reader checked it is the entry's peer
         if self.key_owner(peer) != owner.key:
             raise AccessDenied(f"the account {owner.name!r} never proved it holds this peer's key")
-        return Counted(peer, owner.key, entry.samples, entry.compute_seconds)
+        return Counted(
+            peer, owner.key, entry.samples, entry.compute_seconds, entry.claimed, entry.note
+        )

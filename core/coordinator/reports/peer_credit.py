@@ -8,7 +8,9 @@ another volunteer's device took part in.
 ``PeerCredit`` is the answer: the key's samples over every epoch, its epochs from ``since`` on (at
 most ``MAX_EPOCHS``, oldest first, so that a window starting at the engine's oldest kept epoch is
 covered from its start), and the newest epoch reported by anyone, which tells the engine whether an
-epoch it has but the coordinator lacks may simply not be reported yet.
+epoch it has but the coordinator lacks may simply not be reported yet. Where the backbone's work
+checks credited the key less than it claimed in one of those epochs, or took the credit back, the
+answer says what was claimed and why (``notes``).
 
 The contributions table is keyed (epoch, peer): the epochs from ``since`` are a range of that key.
 The total over every epoch reads each contribution row once (there is no index by peer).
@@ -40,6 +42,9 @@ class PeerCredit:
     """(epoch, samples) from ``since`` on, oldest first, at most ``MAX_EPOCHS``."""
     newest_epoch: int | None = None
     """The newest epoch the coordinator has a report of (any peer's); None: none yet."""
+    notes: list[tuple[int, int, str]] = field(default_factory=list)
+    """(epoch, samples claimed, why less was credited) for the listed epochs whose share the work
+    checks cut or withdrew."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +52,7 @@ class PeerCredit:
             "samples": self.samples,
             "epochs": [[epoch, samples] for epoch, samples in self.epochs],
             "newest_epoch": self.newest_epoch,
+            "notes": [[epoch, claimed, note] for epoch, claimed, note in self.notes],
         }
 
 
@@ -85,7 +91,7 @@ class PeerCredits:
             "SELECT COALESCE(sum(samples), 0) FROM contributions WHERE peer = ?", (peer,)
         ).fetchone()[0]
         rows = self._conn.execute(
-            "SELECT epoch, samples FROM contributions WHERE epoch >= ? AND peer = ? "
+            "SELECT epoch, samples, claimed, note FROM contributions WHERE epoch >= ? AND peer = ? "
             "ORDER BY epoch LIMIT ?",
             (since, peer, limit),
         ).fetchall()
@@ -93,6 +99,11 @@ class PeerCredits:
         return PeerCredit(
             peer=peer,
             samples=int(total),
-            epochs=[(int(epoch), int(samples)) for epoch, samples in rows],
+            epochs=[(int(epoch), int(samples)) for epoch, samples, _, _ in rows],
             newest_epoch=None if newest is None else int(newest),
+            notes=[
+                (int(epoch), int(claimed), str(note))
+                for epoch, _, claimed, note in rows
+                if claimed is not None and note is not None
+            ],
         )

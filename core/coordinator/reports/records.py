@@ -37,6 +37,10 @@ class Counted:
     user_key: str
     samples: int
     compute_seconds: float
+    claimed: int | None = None
+    """What its records claimed, where the work checks credited less (None: as claimed)."""
+    note: str = ""
+    """Why the checks credited less."""
 
 
 class Passes:
@@ -78,6 +82,12 @@ class Passes:
         return counts
 
 
+WITHDRAWN_NOTE = (
+    "withdrawn: a later work check caught this peer faking work, and what it was credited since "
+    "its last passed check was taken back"
+)
+
+
 class Contributions:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -107,9 +117,18 @@ class Contributions:
             for item in counted:
                 inserted = self._conn.execute(
                     "INSERT INTO contributions "
-                    "(epoch, peer, user_key, samples, compute_seconds, time) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (epoch, peer) DO NOTHING",
-                    (epoch, item.peer, item.user_key, item.samples, item.compute_seconds, time),
+                    "(epoch, peer, user_key, samples, compute_seconds, time, claimed, note) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (epoch, peer) DO NOTHING",
+                    (
+                        epoch,
+                        item.peer,
+                        item.user_key,
+                        item.samples,
+                        item.compute_seconds,
+                        time,
+                        item.claimed,
+                        item.note or None,
+                    ),
                 ).rowcount
                 if not inserted:
                     continue
@@ -152,9 +171,10 @@ class Contributions:
                     continue
                 user_key, samples, seconds, time = row
                 self._conn.execute(
-                    "UPDATE contributions SET samples = 0, compute_seconds = 0 "
+                    "UPDATE contributions SET samples = 0, compute_seconds = 0, "
+                    "claimed = COALESCE(claimed, samples), note = ? "
                     "WHERE epoch = ? AND peer = ?",
-                    (epoch, peer),
+                    (WITHDRAWN_NOTE, epoch, peer),
                 )
                 self._conn.execute(
                     "UPDATE totals SET samples = samples - ?, compute_seconds = compute_seconds - ? "

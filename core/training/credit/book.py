@@ -13,7 +13,9 @@ samples to the next one and claims them there, so crediting the round too would 
 Where the backbone checks work, what the checks support of a share (``Support``: dedloc's spot
 checks, ``checks.standing``; diloco's scores, ``scores``) is given to the book when it is built: a
 share waits while its peer's claims wait for a check, and goes out with what the checks support
-(nothing, for a peer caught faking work).
+(nothing, for a peer caught faking work). A share cut below its claim carries the claim and the
+checks' reason (``Support.why``), which the coordinator keeps and the volunteer's "check my credit"
+shows.
 
 A share of an epoch that the metrics already reported is *late*: it goes to the coordinator in a
 report of its own for that epoch, which adds it (the coordinator counts each (epoch, peer) once).
@@ -24,8 +26,9 @@ still remembers it, ``CREDITED_KEPT`` epochs; it stays credited, so it is never 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from core.training.progress.landed import MAX_SAMPLES, RECENT, Landed
 from core.trust.passes import AccessPass
@@ -39,9 +42,21 @@ CREDITED_KEPT = 8 * RECENT
 """Epochs, below the newest seen, for which (peer, epoch) credits are remembered: a claim older
 than that can no longer arrive (records carry ``RECENT`` epochs)."""
 
-Support = Callable[[str, int, int, float], "int | None"]
-"""What the checks support of a claim: (peer, epoch, samples claimed, now) -> samples to credit,
-or None while the share waits for a check."""
+MAX_NOTE = 200
+"""Characters at most of the reason a share was cut (``core.trust.reports`` bounds it too)."""
+
+
+class Support(Protocol):
+    """What the work checks support of the claims."""
+
+    def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
+        """Samples to credit of ``peer``'s claim of ``samples`` for ``epoch``, or None while the
+        share waits for a check."""
+        ...
+
+    def why(self, peer: str, epoch: int) -> str:
+        """In a sentence, why the last answer for (``peer``, ``epoch``) was below the claim."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +71,10 @@ class Share:
     """The peer's last reported speed (samples per second), for the compute-time estimate."""
     witnessed: bool = False
     """Taken from a round's weights, the peer being gone; else from the peer's own record."""
+    claimed: int | None = None
+    """What its records claimed, where the checks credited less (None: credited as claimed)."""
+    note: str = ""
+    """Why the checks credited less than the claim."""
 
 
 @dataclass(slots=True)
@@ -138,14 +157,22 @@ class CreditBook:
         shares, settled, held = [], [], {}
         for peer, share in waiting.items():
             support = self._support
-            backed = support(peer, epoch, share.samples, now) if support else share.samples
+            backed = (
+                support.supported(peer, epoch, share.samples, now) if support else share.samples
+            )
             if backed is None:
                 held[peer] = share
                 continue
             settled.append(share)
             self.withheld += share.samples - backed
             if backed > 0:
-                given = dataclasses.replace(share, samples=backed)
+                cut = support is not None and backed < share.samples
+                given = dataclasses.replace(
+                    share,
+                    samples=backed,
+                    claimed=share.samples if cut else None,
+                    note=support.why(peer, epoch)[:MAX_NOTE] if cut and support else "",
+                )
                 shares.append(given)
                 if support is not None:  # only checked work is ever withdrawn
                     self._given[(peer, epoch)] = given

@@ -41,6 +41,10 @@ class PeerContribution:
     """Estimated as samples over the peer's reported speed."""
     access: AccessPass | None = None
     """The peer's pass (moderated projects): which user the samples belong to."""
+    claimed: int | None = None
+    """What its records claimed, where the work checks credited less (None: as claimed)."""
+    note: str = ""
+    """Why the checks credited less."""
 
     @property
     def username(self) -> str | None:
@@ -92,7 +96,9 @@ class EpochMetrics:
                 self.epoch, self.time, self.loss, self.samples_per_second, self.alive_peers
             )
         contributions = tuple(
-            Contribution(part.peer, part.access, part.samples, part.compute_seconds)
+            Contribution(
+                part.peer, part.access, part.samples, part.compute_seconds, part.claimed, part.note
+            )
             for part in self.contributions
             if part.access is not None
         )
@@ -213,7 +219,9 @@ class MetricsAggregator:
 
 def _part(share: Share) -> PeerContribution:
     seconds = share.samples / share.speed if share.speed > 0 else 0.0
-    return PeerContribution(share.peer, share.samples, seconds, share.access)
+    return PeerContribution(
+        share.peer, share.samples, seconds, share.access, share.claimed, share.note
+    )
 
 
 METRICS_MAX_BYTES = 8_000_000

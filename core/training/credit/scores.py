@@ -86,6 +86,8 @@ class Scored:
     overclaimed: tuple[int, int, float] | None = None
     """(epoch, samples recorded, weight seen) of the first record found above its round's weight."""
     overclaim_accused: bool = False
+    notes: dict[int, str] = field(default_factory=dict)
+    """Epoch -> why its last credit was below the claim (until ``why`` reads it)."""
     accused: bool = False
     credited: int = 0
     withheld: int = 0
@@ -192,12 +194,13 @@ class WorkScores:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``, or None while it
         waits for the round's scores."""
         s = self.of(peer)
+        s.notes.pop(epoch, None)
         samples = self._bounded(s, epoch, samples)
         since = s.waiting.pop(epoch, now)
         standing = self.standing(peer, epoch)
         seen = epoch in s.ratios or epoch <= self._newest
         if standing is not None and seen:
-            return self._credit(s, samples, standing)
+            return self._credit(s, epoch, samples, standing)
         if standing is None and seen and epoch not in self._proved:
             return self._unscored(s, samples)  # no score is coming: the round proved nothing
         limit = self.hold if standing is not None else self.newcomer_hold
@@ -205,28 +208,50 @@ class WorkScores:
             s.waiting[epoch] = since
             return None
         if standing is not None:
-            return self._credit(s, samples, standing)
+            return self._credit(s, epoch, samples, standing)
         return self._unscored(s, samples)
+
+    def why(self, peer: str, epoch: int) -> str:
+        """Why the last credit of ``peer``'s claim for ``epoch`` was below it ("" if it was not)."""
+        return self.of(peer).notes.pop(epoch, "")
 
     def _bounded(self, s: Scored, epoch: int, samples: int) -> int:
         """The claim, cut to the weight its round saw, or for a round not seen to the share of its
         claims that the rounds seen supported."""
         weight = s.weights.get(epoch)
         if weight is None:
-            return int(samples * s.agreement)
+            bounded = int(samples * s.agreement)
+            if bounded < samples:
+                s.notes[epoch] = (
+                    f"cut to {s.agreement:.0%} of the claim: the rounds the backbone saw carried "
+                    f"that share of what this peer's records claimed"
+                )
+            return bounded
         if samples > weight * RECORD_SLACK + 1 and s.overclaimed is None:
             s.overclaimed = (epoch, samples, weight)
         if samples > 0:
             s.agreement = min(s.agreement, max(0.0, weight) / samples)
-        return min(samples, math.ceil(weight))
+        bounded = min(samples, math.floor(weight + 0.5))
+        if bounded < samples:
+            s.notes[epoch] = (
+                f"cut to the weight its round carried ({bounded} samples; the record claimed "
+                f"{samples})"
+            )
+        return bounded
 
     def _unscored(self, s: Scored, samples: int) -> int:
         s.unscored += samples
         s.credited += samples
         return samples
 
-    def _credit(self, s: Scored, samples: int, standing: float) -> int:
+    def _credit(self, s: Scored, epoch: int, samples: int, standing: float) -> int:
         credit = credited(samples, standing)
+        if credit < samples:
+            shown = (
+                f"its updates show {standing:.2f} of the work per sample that the round's median "
+                + ("shows: caught claiming work it did not do" if credit == 0 else "shows")
+            )
+            s.notes[epoch] = "; ".join(filter(None, (s.notes.get(epoch), shown)))
         s.credited += credit
         s.withheld += samples - credit
         return credit

@@ -141,7 +141,7 @@ class DedlocBackbone:
             publish=publish,
             on_evidence=on_evidence,
             evidence_interval=config.evidence_interval,
-            support=None if standings is None else standings.supported,
+            support=standings,
         )
         """Metrics, credit, evidence and checkpoints (``core.training.bookkeeping``)."""
         self.local = LocalWork(state, config.clip_norm)

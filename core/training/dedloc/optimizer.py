@@ -185,6 +185,11 @@ class DedlocOptimizer(TakingPart):
         ledger.serve(self.averager.host)
         return ledger.record if self.forge is None else self.forge(ledger)
 
+    def fresh(self, batch: Any) -> bool:
+        """False for a batch already among our open receipts at these parameters
+        (``WorkLedger.fresh``); True while none are kept."""
+        return self.work is None or self.work.fresh(batch)
+
     def tryout_weights(self) -> None:
         """The model's own: every collaborative step lands in it, so it holds ``epoch``'s."""
         return None

@@ -76,7 +76,7 @@ class DilocoBackbone:
             on_metrics=on_metrics,
             publish=publish,
             on_evidence=on_evidence,
-            support=self.scores.supported,
+            support=self.scores,
         )
         """Metrics, credit, evidence and checkpoints (``core.training.bookkeeping``)."""
         self.on_check = on_check

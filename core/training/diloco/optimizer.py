@@ -636,6 +636,10 @@ class DilocoOptimizer(TakingPart):
         (``core.training.credit.scores``)."""
         return None
 
+    def fresh(self, batch: Any) -> bool:
+        """Every batch is new: no receipts are kept."""
+        return True
+
     def tryout_weights(self) -> dict[str, np.ndarray]:
         """On the training thread: the outer parameters by name (the live anchor), what "Try the
         model" answers from. They are ``epoch``'s, where the model's own move with every inner

@@ -107,6 +107,7 @@ class TrainerRole:
             precision=precision,
             control=self.control,
             witness=optimizer.keep_receipts(precision_name(precision.dtype)),
+            fresh=optimizer.fresh,
         )
         try:
             await trainer.run(

@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
+from core.net import Identity
 from core.training.credit.book import GONE_AFTER, CreditBook
-from core.training.credit.metrics import EpochMetrics, MetricsAggregator
+from core.training.credit.metrics import EpochMetrics, MetricsAggregator, PeerContribution
 from core.training.progress import RECENT, HeldOut, Landed, LandedLog, PeerProgress
+from core.trust.passes import issue_pass
+from core.trust.reports import Contribution, EpochReport
 
 BATCH = 32
 
@@ -205,3 +208,17 @@ def test_malformed_landed_epochs_make_the_record_malformed(landed: Any) -> None:
     wire = record("a", [1]).to_wire()
     wire[-1] = landed
     assert PeerProgress.from_wire("a", wire) is None
+
+
+def test_a_cut_share_goes_to_the_coordinator_with_its_claim_and_why() -> None:
+    peer = Identity.generate()
+    access = issue_pass(Identity.generate(), "p", "alice", peer.peer_id, issued=0.0, lifetime=60)
+    cut = PeerContribution(str(peer.peer_id), 25, 1.0, access, 100, "cut to the weight it sent")
+    whole = PeerContribution(str(peer.peer_id), 100, 1.0, access)
+    for part, claimed, note in ((cut, 100, "cut to the weight it sent"), (whole, None, "")):
+        metrics = EpochMetrics(3, None, part.samples, 1.0, 1, 10.0, (part,))
+        body = metrics.contribution_report()
+        assert ("claimed" in body["contributions"][0]) == (claimed is not None)
+        [read] = EpochReport.from_json(body, now=20.0).contributions
+        assert isinstance(read, Contribution)
+        assert (read.samples, read.claimed, read.note) == (part.samples, claimed, note)

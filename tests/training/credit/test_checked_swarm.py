@@ -215,3 +215,53 @@ async def test_a_trainer_that_turns_free_rider_loses_the_credit_it_was_given_on_
     finally:
         stop.set()
         await aux_task
+
+
+def twice(seed: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Each batch twice in a row: data that repeats within an epoch."""
+    for batch in batches(seed):
+        yield batch
+        yield {name: t.clone() for name, t in batch.items()}
+
+
+async def test_honest_trainers_whose_data_repeats_are_not_accused(nodes) -> None:
+    backbone, aux, reported = await checking_backbone(nodes)
+    assert aux.checker is not None
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    try:
+        members = [await nodes(backbone.address) for _ in range(3)]
+        peers = [trainer(node) for node in members]
+        for optimizer, _ in peers:
+            await optimizer.start()
+        loops = [
+            Trainer(m, o, n.bridge, twice(10 + i), loss, witness=o.keep_receipts("float32"),
+                    fresh=o.fresh)
+            for i, ((o, m), n) in enumerate(zip(peers, members, strict=True))
+        ]  # fmt: skip
+        await asyncio.wait_for(
+            asyncio.gather(*(loop.run(until_epoch=EPOCHS) for loop in loops)), timeout=240
+        )
+        assert all(loop.repeats > 0 for loop in loops)  # every trainer met its data again
+        ids = [str(n.averager.host.peer_id) for n in members]
+        claimed = {
+            peer: {item.epoch: item.samples for item in o.landed.items()}
+            for peer, (o, _) in zip(ids, peers, strict=True)
+        }
+
+        def credited() -> dict[str, dict[int, int]]:
+            found: dict[str, dict[int, int]] = defaultdict(dict)
+            for metrics in reported:
+                for part in metrics.contributions:
+                    found[part.peer][metrics.epoch] = part.samples
+            return found
+
+        await wait_until(lambda: all(credited()[p] == claimed[p] for p in ids), 60)
+        verdicts = {r.verdict for r in aux.checker.records}
+        assert verdicts == {"passed"}, aux.checker.records
+        assert not aux.accusations
+        for optimizer, _ in peers:
+            await optimizer.close()
+    finally:
+        stop.set()
+        await aux_task

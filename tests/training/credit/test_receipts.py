@@ -172,3 +172,24 @@ def test_a_free_rider_forges_the_share_it_skips_and_a_turncoat_only_from_its_epo
     receipts = [entry.receipt for entry in ledger.cut()]
     assert [r.params_epoch for r in receipts[-5:]] == [2] * 5
     assert len({r.fingerprint for r in receipts[-6:]}) == 1  # copies of its last real one
+
+
+def test_a_batch_is_fresh_until_it_is_computed_at_the_same_parameters() -> None:
+    model = torch.nn.Linear(4, 1)
+    epoch = [0]
+    ledger = WorkLedger(list(model.parameters()), "float32", lambda: epoch[0])
+    batch = {"inputs": torch.randn(8, 4)}
+    other = {"inputs": torch.randn(8, 4)}
+    assert ledger.fresh(batch)
+    model(batch["inputs"]).square().mean().backward()
+    ledger.record(batch, 1.0)
+    assert not ledger.fresh(batch)
+    assert not ledger.fresh({"inputs": batch["inputs"].clone()})  # the same values
+    assert ledger.fresh(other)
+    epoch[0] = 1
+    assert ledger.fresh(batch)  # other parameters: another gradient
+    epoch[0] = 0
+    taken = ledger.cut()  # the epoch went to its round
+    assert ledger.fresh(batch)
+    ledger.restore(taken)  # the round was short: the epoch goes on
+    assert not ledger.fresh(batch)

@@ -138,7 +138,7 @@ def test_no_checks_credit_every_claim_as_made() -> None:
 
 def test_the_credit_book_holds_a_share_until_a_check_and_releases_it_late() -> None:
     s = Standings(0.5)
-    book = CreditBook(s.supported)
+    book = CreditBook(s)
     s.seen({"a", "b"}, 100.0)
     book.claim("a", [Landed(0, 8)], None, 1.0)
     book.claim("b", [Landed(0, 16)], None, 1.0)
@@ -156,7 +156,7 @@ def test_the_credit_book_holds_a_share_until_a_check_and_releases_it_late() -> N
 
 def test_a_caught_peer_loses_the_credit_given_on_trust_since_its_last_passed_check() -> None:
     s = Standings(0.1)
-    aggregator = MetricsAggregator(grace=0.0, support=s.supported)
+    aggregator = MetricsAggregator(grace=0.0, support=s)
     book = aggregator.credit
     s.seen({"a", "b"}, 0.0)
     s.passed("a", 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.averaging import Alignment
+from core.training.credit.metrics import MetricsAggregator
 from core.training.credit.scores import (
     ACCUSE_BELOW,
     FULL,
@@ -12,6 +13,7 @@ from core.training.credit.scores import (
     WINDOW,
     WorkScores,
 )
+from core.training.progress import Landed
 
 
 def sent(weight: float, projection: float, cosine: float = 0.8) -> Alignment:
@@ -234,3 +236,24 @@ def test_an_honest_record_is_paid_in_full_in_rounds_the_backbone_did_not_see() -
     scores.observe(WINDOW + 3, {"a": sent(100, 1.0), "b": sent(100, 1.0), "c": sent(100, 1.0)})
     assert scores.supported("x", WINDOW + 3, 100, now=100.0) == 100
     assert scores.record_accusations() == {}
+
+
+def test_a_share_cut_by_the_scores_carries_its_claim_and_why_to_the_report() -> None:
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    aggregator = MetricsAggregator(grace=0.0, support=scores)
+    access = None  # no pass needed to be credited (only to be reported)
+    for epoch in range(WINDOW):
+        scores.observe(epoch, honest_round((25, 0.25)))  # declares 25 in the round
+        aggregator.credit.claim("x", [Landed(epoch, 100)], access, 1.0)  # records claim 100
+        aggregator.credit.claim("a", [Landed(epoch, 100)], access, 1.0)
+        shares = {s.peer: s for s in aggregator.credit.take(epoch, now=0.0)}
+        assert (shares["x"].samples, shares["x"].claimed) == (25, 100)
+        assert "cut to the weight its round carried (25 samples" in shares["x"].note
+        assert (shares["a"].samples, shares["a"].claimed, shares["a"].note) == (100, None, "")
+    last = 2 * WINDOW
+    for epoch in range(WINDOW, last + 1):  # its whole weight, a third of the work shown
+        scores.observe(epoch, honest_round((100, 0.3)))
+    aggregator.credit.claim("x", [Landed(last, 100)], access, 1.0)
+    [share] = [s for s in aggregator.credit.take(last, now=0.0) if s.peer == "x"]
+    assert (share.samples, share.claimed) == (pytest.approx(30, abs=3), 100)
+    assert "its updates show 0.3" in share.note

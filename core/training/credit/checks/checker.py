@@ -309,8 +309,11 @@ class WorkChecker:
                 tally.claimed / max(1, receipts.samples),
                 f"claims {tally.claimed} samples, its receipts back {receipts.samples}",
             )
-        if len({r.digest for r in entries}) != len(entries):
-            raise _Caught("work_repeated", 0.0, "a batch is counted twice among the receipts")
+        if len({(r.digest, r.params_epoch) for r in entries}) != len(entries):
+            # an honest trainer computes a batch once at the same parameters (``WorkLedger.
+            # fresh``): the same gradient twice is one computation counted twice
+            reason = "a batch is counted twice at the same parameters among the receipts"
+            raise _Caught("work_repeated", 0.0, reason)
         for index in self._rng.sample(range(len(entries)), min(SAMPLED, len(entries))):
             receipt = entries[index]
             try:

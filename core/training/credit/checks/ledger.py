@@ -1,7 +1,8 @@
 """WorkLedger: a trainer's receipts for its recent epochs, and the calls a checker makes for them.
 
-On the training thread, after each backward pass (``record``): the receipt of the microbatch, and
-the batch kept on the host. On the loop, the optimizer files what it counted: ``cut`` takes the open
+On the training thread, before each forward pass, whether the batch is new at these parameters
+(``fresh``), and after each backward pass (``record``): the receipt of the microbatch, and the batch
+kept on the host. On the loop, the optimizer files what it counted: ``cut`` takes the open
 receipts when an epoch goes to its round, ``restore`` puts them back when the round was short and
 the epoch goes on, ``seal`` files them under the epoch that landed, and ``drop`` forgets them when
 the samples are dropped (a state downloaded). The last ``KEPT`` sealed epochs are served: their
@@ -96,6 +97,15 @@ class WorkLedger:
             params_epoch=self.params_epoch(),
         )
         self.file(receipt, host)
+
+    def fresh(self, batch: Any) -> bool:
+        """Whether ``batch`` is not among the open epoch's receipts at the parameters the next
+        gradient is computed at: the same batch at the same parameters gives the same gradient,
+        so a trainer computes it once (a small or repeating dataset meets it again)."""
+        host = {name: t.detach().to("cpu") for name, t in batch_tensors(batch).items()}
+        key = (batch_digest(host), self.params_epoch())
+        with self._lock:
+            return all((e.receipt.digest, e.receipt.params_epoch) != key for e in self._open)
 
     def file(self, receipt: WorkReceipt, batch: Batch) -> None:
         """Keep ``receipt`` for the batch (on the host) among the open epoch's."""

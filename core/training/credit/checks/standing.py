@@ -112,6 +112,10 @@ class Standings:
                 found[peer] = s.vouched
         return found
 
+    def why(self, peer: str, epoch: int) -> str:
+        """Why a claim of ``peer`` was credited less than claimed: only a caught peer's is."""
+        return "a work check caught this peer faking work" if self.of(peer).caught else ""
+
     def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``: a number of samples,
         or None while a newcomer waits for its first check."""
