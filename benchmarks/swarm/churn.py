@@ -18,11 +18,11 @@ when none is running. Recorded and checked (``checks``, each true or false):
 - ``nobody_accused``: every trainer is honest, so the backbone's log names no accusation (its
   ``evidence:`` lines, one per accused peer and round);
 - ``backbone_memory_flat``: the backbone's resident memory in the last quarter of the run is within
-  20% (and 40 MB) of the second quarter's. Its first held-out evaluation costs a step of about
-  130 MB once (the held-out text, its tokenizer, the evaluation thread's allocations), which lands
-  wherever that evaluation does: in the second quarter on a quiet machine, later beside busy loops.
-  So the quarters are taken of the samples after that evaluation, or before it when it came in the
-  second half of the run.
+  20% (and 40 MB) of the second quarter's. Two things cost a step once, each landing wherever it
+  does (early on a quiet machine, later beside busy loops): its first held-out evaluation (about
+  130-190 MB: the held-out text, its tokenizer, the evaluation thread's allocations) and its first
+  work check that recomputes a microbatch (about 80-150 MB: a copy of the model and its autograd
+  buffers). So the quarters are taken of the longest stretch of samples between those steps.
 
 Then (unless ``--no-baseline``) the same swarm runs as long without churn, for samples/s side by
 side; and (unless ``--no-newcomer``) the time from a newcomer's start to its first sample counted
@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import platform
 import random
@@ -56,6 +57,7 @@ from core.project import load_manifest
 from core.swarm.children import ChildProcess, spawn_command
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.training.credit.metrics import MetricsLog
+from core.training.peer.roles import CHECKS_LOG
 from core.worker.events import (
     PeerEpoch,
     PeerEvaluation,
@@ -99,6 +101,8 @@ class Swarm:
         self.evaluations: list[tuple[float, float]] = []
         """(started, ended) of the backbone's held-out evaluations, seconds into the run."""
         self.started = time.monotonic()
+        self.started_wall = time.time()
+        """The same moment by the wall clock, which the backbone's check records use."""
         self._readers: list[asyncio.Task[None]] = []
         self._count = 0
 
@@ -246,15 +250,32 @@ async def churn(
     return {"gap_started_at": round(started_at + gap_start, 1), "events": events}
 
 
+def one_time_steps(swarm: Swarm) -> list[tuple[float, float]]:
+    """(started, ended), seconds into the run, of what costs the backbone a step of memory once:
+    its first held-out evaluation and its first work check that recomputed a microbatch."""
+    steps = swarm.evaluations[:1]
+    log = swarm.work / "backbone" / CHECKS_LOG
+    recomputed = [r for r in MetricsLog(log).records() if r.get("compute", 0) > 0]
+    if recomputed:
+        first = min(recomputed, key=lambda r: float(r["time"]))
+        ended = float(first["time"]) - swarm.started_wall
+        steps.append((ended - float(first["seconds"]), ended))
+    return steps
+
+
 def settled_memory(swarm: Swarm) -> list[tuple[float, float]]:
-    """The memory samples on one side of the backbone's first held-out evaluation: after it, or
-    before it when fewer samples came after (its one-time step is not growth)."""
-    if not swarm.evaluations:
-        return swarm.memory
-    started, ended = swarm.evaluations[0]
-    before = [(at, mb) for at, mb in swarm.memory if at < started - 1]
-    after = [(at, mb) for at, mb in swarm.memory if at > ended + 2]
-    return after if len(after) >= len(before) else before
+    """The memory samples of the longest stretch between the backbone's one-time steps (before
+    the first, between two, or after the last; the later of two as long): a step taken once is
+    not growth."""
+    bounds = [-math.inf]
+    for started, ended in sorted(one_time_steps(swarm)):
+        bounds += [started - 1, ended + 2]
+    bounds.append(math.inf)
+    stretches = [
+        [(at, mb) for at, mb in swarm.memory if low < at < high]
+        for low, high in itertools.pairwise(bounds)
+    ][::2]
+    return max(reversed(stretches), key=len)
 
 
 def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], dict[str, Any]]:
@@ -332,6 +353,7 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
             "max": max(mb for _, mb in swarm.memory) if swarm.memory else None,
             "judged_from_s": round(settled_memory(swarm)[0][0], 1) if memory else None,
             "evaluations_s": [[round(a, 1), round(b, 1)] for a, b in swarm.evaluations],
+            "one_time_steps_s": [[round(a, 1), round(b, 1)] for a, b in one_time_steps(swarm)],
             # [seconds into the run, MB], to place a rise against the epochs' and evaluations' times
             "timeline": [[round(at, 1), round(mb, 1)] for at, mb in swarm.memory],
         },

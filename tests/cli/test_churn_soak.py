@@ -75,3 +75,33 @@ def test_the_collaboration_survives_two_minutes_of_churn(tmp_path: Path, demo_da
     assert soak["trainers_started"] >= 4, figures
     assert any(how == "gap" for _, how, _ in soak["churn"])
     assert leftover(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize(
+    ("check_at", "evaluation_at", "judged"),
+    [
+        (20.0, 50.0, (60.0, 138.0)),  # both early (a quiet machine): after the later
+        (45.0, 70.0, (80.0, 138.0)),  # both late (CI beside busy loops): still after the later
+        (None, 50.0, (60.0, 138.0)),  # no check recomputed anything: after the evaluation
+        (20.0, 120.0, (24.0, 118.0)),  # the evaluation near the end: between the two
+        (100.0, 110.0, (0.0, 96.0)),  # both near the end: before the first
+    ],
+)
+def test_the_memory_is_judged_apart_from_the_backbones_one_time_steps(
+    tmp_path: Path, check_at: float | None, evaluation_at: float, judged: tuple[float, float]
+) -> None:
+    """One sample every 2 s for 140 s; the check ends at ``check_at`` after 1.5 s, the evaluation
+    takes 7 s from ``evaluation_at``: the longest stretch clear of both is judged."""
+    from benchmarks.swarm.churn import Swarm, settled_memory
+    from core.training.credit.metrics import MetricsLog
+    from core.training.peer.roles import CHECKS_LOG
+
+    swarm = Swarm("", tmp_path, 256, tmp_path / "manifest.toml")
+    swarm.memory = [(float(at), 400.0) for at in range(0, 140, 2)]
+    swarm.evaluations = [(evaluation_at, evaluation_at + 7)]
+    if check_at is not None:
+        log = MetricsLog(tmp_path / "backbone" / CHECKS_LOG)
+        log.write_record({"time": swarm.started_wall + check_at, "seconds": 1.5, "compute": 0.4})
+        log.write_record({"time": swarm.started_wall + 5.0, "seconds": 0.5, "compute": 0.0})
+    kept = [at for at, _ in settled_memory(swarm)]
+    assert (kept[0], kept[-1]) == judged
