@@ -45,6 +45,15 @@ def trainer(node: Node, receipts: bool = True) -> tuple[DedlocOptimizer, torch.n
     return DedlocOptimizer(TrainingState(model, make_optimizer(model)), node.links, config), model
 
 
+def credited(reported: list[EpochMetrics]) -> dict[str, dict[int, int]]:
+    """Samples credited per peer and epoch in the backbone's reports."""
+    found: dict[str, dict[int, int]] = defaultdict(dict)
+    for metrics in reported:
+        for part in metrics.contributions:
+            found[part.peer][metrics.epoch] = part.samples
+    return found
+
+
 async def checking_backbone(nodes) -> tuple[Node, DedlocBackbone, list[EpochMetrics]]:
     """A backbone node and its backbone checking every epoch, with what it reports."""
     backbone = await nodes(None, backbone=True)
@@ -104,19 +113,14 @@ async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
             for peer, (o, _) in zip(ids, peers, strict=True)
         }
 
-        def credited() -> dict[str, dict[int, int]]:
-            found: dict[str, dict[int, int]] = defaultdict(dict)
-            for metrics in reported:
-                for part in metrics.contributions:
-                    found[part.peer][metrics.epoch] = part.samples
-            return found
-
         # every honest claim is credited once a check vouched for it
         try:
-            await wait_until(lambda: all(credited()[p] == claimed[p] for p in ids[:2]), 60)
+            await wait_until(lambda: all(credited(reported)[p] == claimed[p] for p in ids[:2]), 60)
         except TimeoutError:
             checks = "\n".join(map(str, aux.checker.records))
-            pytest.fail(f"claimed {claimed}, credited {dict(credited())}; checks:\n{checks}")
+            pytest.fail(
+                f"claimed {claimed}, credited {dict(credited(reported))}; checks:\n{checks}"
+            )
         records = aux.checker.records
         by_peer = {p: [r.verdict for r in records if r.peer == p] for p in ids}
         for honest in ids[:2]:
@@ -125,7 +129,7 @@ async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
         assert by_peer[ids[2]][0] == "caught"  # at its first epoch
         assert aux.checker.standings.of(ids[2]).caught
         assert sum(claimed[ids[2]].values()) > 0
-        assert credited().get(ids[2], {}) == {}  # nothing of what it claimed
+        assert credited(reported).get(ids[2], {}) == {}  # nothing of what it claimed
 
         # the accusation is signed and published, like a round's findings
         await wait_until(
@@ -249,14 +253,7 @@ async def test_honest_trainers_whose_data_repeats_are_not_accused(nodes) -> None
             for peer, (o, _) in zip(ids, peers, strict=True)
         }
 
-        def credited() -> dict[str, dict[int, int]]:
-            found: dict[str, dict[int, int]] = defaultdict(dict)
-            for metrics in reported:
-                for part in metrics.contributions:
-                    found[part.peer][metrics.epoch] = part.samples
-            return found
-
-        await wait_until(lambda: all(credited()[p] == claimed[p] for p in ids), 60)
+        await wait_until(lambda: all(credited(reported)[p] == claimed[p] for p in ids), 60)
         verdicts = {r.verdict for r in aux.checker.records}
         assert verdicts == {"passed"}, aux.checker.records
         assert not aux.accusations
