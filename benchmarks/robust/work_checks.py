@@ -96,6 +96,7 @@ async def run_swarm(
     counted: dict[int, int] = defaultdict(int)  # trainer -> samples it counted
     computed: dict[int, int] = defaultdict(int)  # trainer -> samples it computed
     claimed: dict[int, int] = defaultdict(int)  # trainer -> samples its records claim
+    claimed_in: dict[int, dict[int, int]] = defaultdict(dict)  # trainer -> epoch -> its claim
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     def aux_event(event: PeerEvent) -> None:
@@ -123,6 +124,7 @@ async def run_swarm(
                     counted[index] += event.samples
                     claim = lying.claim if lying is not None else 1.0
                     claimed[index] += round(event.samples * claim)
+                    claimed_in[index][event.epoch] = round(event.samples * claim)
                     rides = lying is not None and event.epoch >= lying.rides_from
                     computes = lying.computes if rides and lying is not None else 1.0
                     computed[index] += round(event.samples * computes)
@@ -161,20 +163,27 @@ async def run_swarm(
     checks = _lines(work / "backbone" / CHECKS_LOG)
     credited: dict[str, int] = defaultdict(int)  # net of what was withdrawn
     withdrawn: dict[str, int] = defaultdict(int)
+    credited_in: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for metrics in reported:
         for part in metrics.contributions:
-            credited[part.peer] += -part.samples if metrics.withdrawn else part.samples
+            samples = -part.samples if metrics.withdrawn else part.samples
+            credited[part.peer] += samples
+            credited_in[part.peer][metrics.epoch] += samples
             if metrics.withdrawn:
                 withdrawn[part.peer] += part.samples
+    settled = max((m.epoch for m in reported if not (m.late or m.withdrawn)), default=-1) - 1
     trainers = []
     for index, peer in enumerate(ids):
         mine = [c for c in checks if c["peer"] == peer]
+        differs = epochs_differing(claimed_in[index], credited_in[peer], settled)
         trainers.append({
             "liar": liar is not None and index == TRAINERS - 1,
             "counted": counted[index],
             "computed": computed[index],
             "claimed": claimed[index],
             "credited": credited.get(peer, 0),
+            "settled_epochs_differing": differs,
+            "unsettled_claimed": sum(v for e, v in claimed_in[index].items() if e > settled),
             "withdrawn": withdrawn.get(peer, 0),
             "checks": len(mine),
             "verdicts": sorted({c["verdict"] for c in mine}),
@@ -205,6 +214,22 @@ async def run_swarm(
     }
 
 
+def epochs_differing(
+    claimed: dict[int, int], credited: dict[int, int], settled: int
+) -> list[list[int]]:
+    """[epoch, claimed, credited] for each epoch up to ``settled`` whose credit is not its claim.
+
+    The run stops its trainers at once, so what they claimed in the last epochs may still wait
+    for the backbone's checks (longer where the backbone had fallen behind): only the epochs the
+    backbone had reported a later one of are judged exact; the rest is ``unsettled_claimed``."""
+    epochs = sorted(e for e in {*claimed, *credited} if e <= settled)
+    return [
+        [e, claimed.get(e, 0), credited.get(e, 0)]
+        for e in epochs
+        if claimed.get(e, 0) != credited.get(e, 0)
+    ]
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -220,8 +245,15 @@ def honest_summary(run: dict[str, Any]) -> dict[str, Any]:
         "microbatches_recomputed": sum(c["sampled"] for c in checks),
         "false_accusations": sum(1 for c in checks if c["verdict"] == "caught"),
         "unreached": sum(1 for c in checks if c["verdict"] == "unreached"),
+        "apart": sum(1 for c in checks if c["verdict"] == "apart"),
         "worst_margin": max((c["margin"] for c in passed), default=None),
-        "credit_exact": all(t["credited"] == t["claimed"] for t in run["trainers"]),
+        "credit_exact": all(not t["settled_epochs_differing"] for t in run["trainers"]),
+        "credit_differs": {
+            i: t["settled_epochs_differing"][:10]
+            for i, t in enumerate(run["trainers"])
+            if t["settled_epochs_differing"]
+        },
+        "unsettled_claimed": [t["unsettled_claimed"] for t in run["trainers"]],
     }
 
 

@@ -29,6 +29,8 @@ from core.coordinator.errors import BadRequest
 from core.coordinator.people.accounts import User
 from core.coordinator.people.names import Username
 
+VERDICTS = ("passed", "caught", "unreached", "apart")
+"""A check's verdicts (``core.training.credit.checks.checker.CheckRecord``)."""
 MAX_LISTED = 200
 """Differences kept in a report (the rest are counted)."""
 
@@ -55,6 +57,9 @@ class Checked:
     passed: int = 0
     caught: int = 0
     unreached: int = 0
+    apart: int = 0
+    """Checks that could not judge: the member computed at parameters the backbone's replica
+    did not hold (its claims held until a later check)."""
     samples: int = 0
     """Claimed samples of the epochs a check passed for."""
 
@@ -66,7 +71,7 @@ def checked_by_user(lines: Iterable[Mapping[str, Any]]) -> dict[str, Checked]:
     for number, line in enumerate(lines, 1):
         verdict, claimed = line.get("verdict"), line.get("claimed")
         name = line.get("user") or line.get("peer")
-        if verdict not in ("passed", "caught", "unreached") or not isinstance(name, str):
+        if verdict not in VERDICTS or not isinstance(name, str):
             raise BadRequest(
                 f"line {number} of the checks is not a check's: {json.dumps(line)[:80]}"
             )
@@ -78,6 +83,8 @@ def checked_by_user(lines: Iterable[Mapping[str, Any]]) -> dict[str, Checked]:
             tally.samples += claimed
         elif verdict == "caught":
             tally.caught += 1
+        elif verdict == "apart":
+            tally.apart += 1
         else:
             tally.unreached += 1
     return found

@@ -241,8 +241,9 @@ class FreeRider:
             host = {name: t.detach().to("cpu") for name, t in batch_tensors(batch).items()}
             samples = int(next(iter(host.values())).shape[0])
             fingerprint = last.fingerprint if last is not None else bytes(FINGERPRINT_BYTES)
+            # the parameters it holds, as the honest receipts say them: a check judges the forgery
             receipt = WorkReceipt(samples, batch_digest(host), float(loss), fingerprint,
-                                  ledger.params_epoch())  # fmt: skip
+                                  ledger.params_epoch(), ledger.parameters_now())  # fmt: skip
             ledger.file(receipt, host)
             self.forged += 1
 

@@ -204,22 +204,26 @@ def test_the_audit_shows_each_users_checked_share_from_the_checks_beside_the_met
         check("alice", "passed", 64),
         check("bob", "unreached", 0),
         check("bob", "caught", 16),
+        check("bob", "apart", 32),
     )
     code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db))
     assert code == 0, out
     assert re.search(r"alice\s+128\s+128\s+50%", out), out
     assert re.search(r"bob\s+32\s+32\s+0%", out), out
-    assert "bob: 1 check(s) caught faked work, 1 could not reach its peer" in out
+    assert (
+        "bob: 1 check(s) caught faked work, 1 could not reach its peer, 1 found it computing" in out
+    )
     code, out = audit(capsys, "--metrics", str(metrics), "--db", str(db), "--json")
     checked = json.loads(out)["checked"]
     assert checked["alice"] == {
         "passed": 1,
         "caught": 0,
         "unreached": 0,
+        "apart": 0,
         "samples": 64,
         "share": 0.5,
     }
-    assert checked["bob"]["caught"] == 1
+    assert checked["bob"]["caught"] == checked["bob"]["apart"] == 1
     # a file that is not a backbone's checks is refused, naming the line
     bad = write_metrics(tmp_path / "bad.jsonl", {"verdict": "maybe", "user": "alice"})
     code, out = audit(capsys, "--metrics", str(metrics), "--checks", str(bad), "--db", str(db))

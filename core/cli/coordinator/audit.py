@@ -141,9 +141,10 @@ def _print(result: Audit) -> None:
             shown = "-" if share is None or not result.checked else f"{share:.0%}"
             print(f"  {user:<24} {credited:>12} {recorded:>12} {shown:>8}{mark}")
     for user, found in sorted(result.checked.items()):
-        if found.caught or found.unreached:
+        if found.caught or found.unreached or found.apart:
             print(f"  {user}: {found.caught} check(s) caught faked work, {found.unreached} could "
-                  "not reach its peer")  # fmt: skip
+                  f"not reach its peer, {found.apart} found it computing at other parameters "
+                  "than the backbone held")  # fmt: skip
     for difference in result.differences:
         print(difference.text())
     if result.more_differences:

@@ -262,3 +262,75 @@ async def test_honest_trainers_whose_data_repeats_are_not_accused(nodes) -> None
     finally:
         stop.set()
         await aux_task
+
+
+async def test_a_trainer_whose_state_went_apart_is_not_accused(nodes) -> None:
+    """One honest trainer's parameters leave the others' at epoch 2 (as when a state round it
+    missed left it apart from the backbone's replica): its gradients are not judged at
+    parameters it did not compute at, nobody is accused, and once the next state round brings
+    everyone back in step its checks pass again and every claim is credited."""
+    backbone = await nodes(None, backbone=True)
+    model = fresh_model()
+    reported: list[EpochMetrics] = []
+    aux = DedlocBackbone(
+        TrainingState(model, make_optimizer(model)),
+        backbone.links,
+        DedlocBackboneConfig(target_batch_size=TARGET, average_state_every=4),
+        on_metrics=reported.append,
+        work_checks=WorkChecks(1.0, loss),
+    )
+    assert aux.checker is not None
+    stop = asyncio.Event()
+    aux_task = asyncio.create_task(aux.run(stop))
+    try:
+        members = [await nodes(backbone.address) for _ in range(3)]
+        peers = []
+        for node in members:
+            m = fresh_model()
+            config = DedlocConfig(
+                target_batch_size=TARGET, average_state_every=4, keep_receipts=True
+            )
+            peers.append(
+                (DedlocOptimizer(TrainingState(m, make_optimizer(m)), node.links, config), m)
+            )
+        apart, apart_model = peers[2]
+        pushed: list[int] = []
+
+        def pushed_apart(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            if apart.epoch == 2 and not pushed:  # on the training thread, between steps
+                pushed.append(apart.epoch)
+                with torch.no_grad():
+                    for p in apart_model.parameters():
+                        p.mul_(1.01)
+            return loss(model, batch)
+
+        for optimizer, _ in peers:
+            await optimizer.start()
+        await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    Trainer(m, o, n.bridge, batches(10 + i), pushed_apart if i == 2 else loss,
+                            witness=o.keep_receipts("float32")).run(until_epoch=8)
+                    for i, ((o, m), n) in enumerate(zip(peers, members, strict=True))
+                )
+            ),
+            timeout=240,
+        )  # fmt: skip
+        assert pushed
+        ids = [str(n.averager.host.peer_id) for n in members]
+        claimed = {
+            peer: {item.epoch: item.samples for item in o.landed.items()}
+            for peer, (o, _) in zip(ids, peers, strict=True)
+        }
+        await wait_until(lambda: all(credited(reported)[p] == claimed[p] for p in ids), 60)
+        records = aux.checker.records
+        verdicts = {p: {r.epoch: r.verdict for r in records if r.peer == p} for p in ids}
+        assert "apart" in verdicts[ids[2]].values(), verdicts
+        assert "caught" not in {v for found in verdicts.values() for v in found.values()}
+        assert verdicts[ids[2]][max(verdicts[ids[2]])] == "passed", verdicts  # back in step
+        assert not aux.accusations
+        for optimizer, _ in peers:
+            await optimizer.close()
+    finally:
+        stop.set()
+        await aux_task

@@ -14,6 +14,8 @@ from core.training.credit.checks.fingerprint import (
     batch_digest,
     coordinates,
     pack_batch,
+    parameters_at,
+    relative_distance,
     unpack_batch,
 )
 from core.training.credit.checks.ledger import Recorder, WorkLedger
@@ -40,7 +42,9 @@ def receipt(**changes: object) -> WorkReceipt:
 
 
 def test_a_receipt_survives_the_wire() -> None:
-    sent = EpochReceipts(4, "bfloat16", [receipt(), receipt(samples=3)])
+    sent = EpochReceipts(
+        4, "bfloat16", [receipt(), receipt(samples=3, parameters=bytes(FINGERPRINT_BYTES))]
+    )
     back = EpochReceipts.from_wire(sent.to_wire())
     assert back == sent
     assert back.samples == 11
@@ -55,12 +59,13 @@ def test_a_receipt_survives_the_wire() -> None:
         {"loss": float("nan")},
         {"loss": float("inf")},
         {"params_epoch": -1},
+        {"parameters": bytes(FINGERPRINT_BYTES + 4)},
     ],
 )
 def test_a_malformed_receipt_is_refused(changes: dict[str, object]) -> None:
     wire = receipt().to_wire()
     good = receipt()
-    names = ["samples", "digest", "loss", "fingerprint", "params_epoch"]
+    names = ["samples", "digest", "loss", "fingerprint", "params_epoch", "parameters"]
     for key, value in changes.items():
         wire[names.index(key)] = value
     with pytest.raises(WireFormatError):
@@ -193,3 +198,29 @@ def test_a_batch_is_fresh_until_it_is_computed_at_the_same_parameters() -> None:
     assert ledger.fresh(batch)
     ledger.restore(taken)  # the round was short: the epoch goes on
     assert not ledger.fresh(batch)
+
+
+def test_a_receipt_names_the_parameters_its_gradient_was_computed_at() -> None:
+    """The trainer reads its parameters where the checker reads its snapshot: the same values."""
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 2))
+    params = list(model.parameters())
+    trainer_side = Fingerprinter(params).read_parameters()
+    snapshot = [p.detach().clone() for p in params]
+    assert np.array_equal(trainer_side, parameters_at(snapshot))
+    with torch.no_grad():
+        params[0].mul_(1.01)
+    moved = Fingerprinter(params).read_parameters()
+    assert relative_distance(moved, parameters_at(snapshot)) > 1e-4
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "distance"),
+    [
+        ([1.0, 0.0], [1.0, 0.0], 0.0),
+        ([0.0, 0.0], [0.0, 0.0], 0.0),
+        ([1.0, 0.0], [0.0, 0.0], float("inf")),
+        ([3.0, 5.0], [0.0, 5.0], 3 / 5),
+    ],
+)
+def test_relative_distance(a: list[float], b: list[float], distance: float) -> None:
+    assert relative_distance(np.array(a), np.array(b)) == pytest.approx(distance)

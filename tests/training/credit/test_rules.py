@@ -20,7 +20,7 @@ from core.training.credit.book import CreditBook
 from core.training.credit.checks.checker import refused
 from core.training.credit.checks.fingerprint import to_bytes
 from core.training.credit.checks.receipts import WorkReceipt
-from core.training.credit.checks.standing import GONE_AFTER, HOLD, Standings
+from core.training.credit.checks.standing import GONE_AFTER, HOLD, UNJUDGED, Standings
 from core.training.credit.checks.tolerance import compare
 from core.training.credit.metrics import MetricsAggregator
 from core.training.progress import Landed
@@ -70,7 +70,7 @@ def test_untouched_parameters_match_when_both_sides_are_zero() -> None:
 def test_a_newcomer_is_checked_until_a_check_passes_then_at_random() -> None:
     s = Standings(0.1)
     assert s.due("a", draw=0.99)  # a newcomer: always
-    s.unreached("a", 0)
+    s.unjudged("a", 0)
     assert s.due("a", draw=0.99)  # still: nothing vouched for it yet
     s.passed("a", 1)
     assert not s.due("a", draw=0.99)
@@ -94,6 +94,11 @@ def test_a_newcomer_is_checked_until_a_check_passes_then_at_random() -> None:
         ([("unreached", 4)] * 10, 3, 0.0, None),  # never reached while alive: held, not paid
         ([("unreached", 4)] * 10, 3, GONE_AFTER + 1, 8),  # gone: the benefit of the doubt
         ([("unreached", 4), ("passed", 5)], 3, 0.0, 8),  # a check passed at last: paid
+        # trusted: paid on trust while its checks judge it, held once UNJUDGED in a row did not
+        ([("passed", 5)] + [("unreached", 6)] * (UNJUDGED - 1), 9, 0.0, 8),
+        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 9, 0.0, None),
+        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 9, GONE_AFTER + 1, None),  # nor gone
+        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED + [("passed", 7)], 9, 0.0, 8),
     ],
 )
 def test_what_the_checks_support(
@@ -108,7 +113,7 @@ def test_what_the_checks_support(
         elif kind == "failed":
             s.failed("a")
         else:
-            s.unreached("a", at)
+            s.unjudged("a", at)
     assert s.supported("a", epoch, 8, now) == credit
 
 
@@ -192,7 +197,7 @@ def test_a_newcomer_that_cannot_be_reached_is_held_past_the_wait() -> None:
     s = Standings(0.1)
     s.seen({"a"}, 100.0)
     assert s.supported("a", 3, 8, now=100.0) is None
-    s.unreached("a", 3)
+    s.unjudged("a", 3)
     assert s.supported("a", 3, 8, now=101.0 + HOLD) is None
     s.passed("a", 4)
     assert s.supported("a", 3, 8, now=102.0 + HOLD) == 8

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import math
 import random
 import time
 from collections import OrderedDict
@@ -50,6 +51,8 @@ from core.training.credit.checks.fingerprint import (
     Fingerprinter,
     batch_digest,
     from_bytes,
+    parameters_at,
+    relative_distance,
     unpack_batch,
 )
 from core.training.credit.checks.receipts import (
@@ -84,6 +87,13 @@ SEALED_WAIT = 10.0
 for its record to claim it."""
 BUDGET = 0.05
 """Random checks stop above this share of the backbone's time."""
+IN_STEP = 1e-4
+"""How far (relative L2, at the fingerprint's coordinates) the parameters a receipt says it was
+computed at may lie from the backbone's snapshot of that epoch for the gradient to be judged
+there. Replicas that step together differ by rounding (0 on one kind of machine, around 1e-7
+between devices), while one inner step of the demo's LAMB moves a parameter by about 1e-2 of
+itself: a trainer whose state went apart from the backbone's (a state round one of them missed)
+computed at other parameters, and its gradient says nothing of its honesty there."""
 
 LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
 
@@ -97,7 +107,8 @@ class CheckRecord:
     peer: str
     user: str | None
     verdict: str
-    """``passed``, ``caught`` or ``unreached``."""
+    """``passed``, ``caught``, ``unreached`` or ``apart`` (the member computed at parameters
+    the backbone's replica does not hold: nothing judged, its claims held)."""
     claimed: int
     backed: int
     """Samples the receipts account for."""
@@ -139,6 +150,10 @@ def refused(exc: BaseException) -> bool:
     return isinstance(exc, RpcError) and exc.remote and isinstance(exc, REFUSALS)
 
 
+class _Apart(Exception):
+    """The receipts' parameters are not the backbone's snapshot: the check cannot judge."""
+
+
 class _Caught(Exception):
     def __init__(self, statistic: str, value: float, reason: str, chunk: int = -1) -> None:
         super().__init__(reason)
@@ -177,6 +192,8 @@ class WorkChecker:
         self.budget = budget
         self._rng = rng or random.Random()
         self._snapshots: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
+        self._marks: dict[int, np.ndarray] = {}
+        """Each snapshot's values at the fingerprint's coordinates (``parameters_at``)."""
         self._copying: dict[int, asyncio.Task[None]] = {}
         self._model: torch.nn.Module | None = None
         self._fingerprint: Fingerprinter | None = None
@@ -214,11 +231,13 @@ class WorkChecker:
     def snapshot(self, epoch: int) -> None:
         """On the training thread: the replica's parameters now are those of ``epoch``."""
         self._snapshots.pop(epoch, None)
-        self._snapshots[epoch] = [
+        self._snapshots[epoch] = params = [
             p.detach().to("cpu", torch.float32).clone() for p in self.state.parameters
         ]
+        self._marks[epoch] = parameters_at(params)
         while len(self._snapshots) > SNAPSHOTS:
-            self._snapshots.popitem(last=False)
+            old, _ = self._snapshots.popitem(last=False)
+            self._marks.pop(old, None)
 
     def landed(self, epoch: int, members: list[str]) -> None:
         """The round of ``epoch`` landed with these senders: check those that are due."""
@@ -248,6 +267,11 @@ class WorkChecker:
             verdict, reason = "caught", caught.reason
             self.standings.failed(peer)
             await self._accuse(peer, epoch, caught)
+        except _Apart as apart:
+            # the backbone's replica or the member's state went apart (a state round one of them
+            # missed): its gradient is judged at another epoch, its claims held meanwhile
+            verdict, reason = "apart", str(apart)
+            self.standings.unjudged(peer, epoch)
         except (NetError, TimeoutError, BarnraiseError) as exc:
             if refused(exc):
                 verdict, reason = "caught", f"refused the check: {exc}"
@@ -255,7 +279,7 @@ class WorkChecker:
                 await self._accuse(peer, epoch, _Caught("work_refused", 0.0, reason))
             else:
                 verdict, reason = "unreached", str(exc) or type(exc).__name__
-                self.standings.unreached(peer, epoch)
+                self.standings.unjudged(peer, epoch)
         seconds = time.monotonic() - started
         self.seconds += seconds
         self._recomputed += tally.compute > 0
@@ -347,14 +371,21 @@ class WorkChecker:
         """None when the parameters of the receipt's epoch, or of a neighbouring one, give what it
         says; else the mismatch at the first epoch tried."""
         claimed = from_bytes(receipt.fingerprint)
+        at = from_bytes(receipt.parameters) if receipt.parameters else None
         first: Mismatch | None = None
         tried = False
+        nearest = math.inf
         for epoch in (receipt.params_epoch, receipt.params_epoch - 1, receipt.params_epoch + 1):
             if (copying := self._copying.get(epoch)) is not None:
                 await asyncio.shield(copying)
             params = self._snapshots.get(epoch)
             if params is None:
                 continue
+            if at is not None:
+                apart = relative_distance(at, self._marks[epoch])
+                nearest = min(nearest, apart)
+                if apart > IN_STEP:
+                    continue  # not the parameters it computed at: nothing to judge here
             tried = True
             loss, recomputed, spent = await self.bridge.run(self._recompute, params, batch)
             self.compute_seconds += spent
@@ -364,6 +395,11 @@ class WorkChecker:
                 tally.margin = max(tally.margin, compared.margin)
                 return None
             first = first or compared.mismatch
+        if not tried and math.isfinite(nearest):
+            raise _Apart(
+                f"its parameters of epoch {receipt.params_epoch} lie {nearest:.2g} from the "
+                f"backbone's (at most {IN_STEP:g} to judge)"
+            )
         if not tried:
             raise NotFoundError(f"no parameters of epoch {receipt.params_epoch} to check against")
         return first

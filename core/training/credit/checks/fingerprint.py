@@ -15,6 +15,7 @@ token ids compress several times over.
 from __future__ import annotations
 
 import hashlib
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -84,6 +85,31 @@ class Fingerprinter:
             grad = p.grad.detach().reshape(-1)
             parts.append(grad[flats.to(grad.device)].to(torch.float32))
         return torch.cat([part.cpu() for part in parts]).numpy()
+
+    def read_parameters(self) -> np.ndarray:
+        """The parameters' own values at the fingerprint's coordinates: which parameters a
+        gradient was computed at, as the checker's snapshot can be compared with
+        (``parameters_at``)."""
+        parts = []
+        for tensor, flats in self._where:
+            values = self._parameters[tensor].detach().reshape(-1)
+            parts.append(values[flats.to(values.device)].to(torch.float32))
+        return torch.cat([part.cpu() for part in parts]).numpy()
+
+
+def parameters_at(parameters: Sequence[torch.Tensor]) -> np.ndarray:
+    """``Fingerprinter.read_parameters`` of a list of tensors (a checker's snapshot)."""
+    picked = coordinates([tuple(p.shape) for p in parameters])
+    return np.array([float(parameters[t].reshape(-1)[i]) for t, i in picked], dtype=np.float32)
+
+
+def relative_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """``|a - b| / |b|`` (L2; 0 where both are zero, infinite where only ``b`` is)."""
+    scale = float(np.linalg.norm(b))
+    gap = float(np.linalg.norm(np.asarray(a, np.float64) - np.asarray(b, np.float64)))
+    if scale == 0:
+        return 0.0 if gap == 0 else math.inf
+    return gap / scale
 
 
 def precision_name(dtype: torch.dtype | None) -> str:

@@ -95,8 +95,13 @@ class WorkLedger:
             loss=float(loss),
             fingerprint=to_bytes(self._fingerprint.read()),
             params_epoch=self.params_epoch(),
+            parameters=self.parameters_now(),
         )
         self.file(receipt, host)
+
+    def parameters_now(self) -> bytes:
+        """The parameters' values at the fingerprint's coordinates, as a receipt says them."""
+        return to_bytes(self._fingerprint.read_parameters())
 
     def fresh(self, batch: Any) -> bool:
         """Whether ``batch`` is not among the open epoch's receipts at the parameters the next

@@ -45,9 +45,17 @@ class WorkReceipt(WireMessage):
     """The gradient at the fingerprint's coordinates, float32 little-endian."""
     params_epoch: int
     """The epoch of the parameters the gradient was computed at."""
+    parameters: bytes = b""
+    """Those parameters' values at the fingerprint's coordinates, float32 little-endian: what the
+    checker compares its snapshot of that epoch with before it judges the gradient (empty: not
+    said; the gradient is judged at the snapshot)."""
 
     def __post_init__(self) -> None:
         _check(0 < self.samples < MAX_SAMPLES, "a receipt counts 1 or more samples")
+        _check(
+            len(self.parameters) in (0, FINGERPRINT_BYTES),
+            "a receipt's parameters are 64 floats or none",
+        )
         _check(len(self.digest) == DIGEST_BYTES, "a receipt's digest is a SHA-256")
         _check(len(self.fingerprint) == FINGERPRINT_BYTES, "a receipt's fingerprint is 64 floats")
         _check(0 <= self.params_epoch < MAX_EPOCH, "a receipt's parameter epoch is out of range")

@@ -16,7 +16,15 @@ per identity at most. One that could not be reached for a check (a dial that fai
 busy or closing peer) is not caught: it is asked again at its next epoch, and while no check of it
 has passed its claims are held, whatever ``HOLD`` says: an unchecked claim is not paid, or a
 member would refuse its checks by dropping the backbone's calls. (A member that answers with a
-refusal has failed the check: ``checker.refused``.)
+refusal has failed the check: ``checker.refused``.) A check that finds the member computed at
+other parameters than the backbone's replica holds (``apart``: one of them missed a state round)
+judges nothing either, and counts as one that could not reach it.
+
+A trusted member is credited on trust only while its checks can judge it: after ``UNJUDGED``
+checks in a row that could not (unreached or apart), its claims are held until one passes, and
+not paid when it goes away. An honest trainer that went apart is back in step within a state
+round, and then passes; a member that keeps its checks from judging it would otherwise be paid on
+trust for ever.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from dataclasses import dataclass, field
 GONE_AFTER = 30.0
 """Seconds without a fresh record before a newcomer waiting for its first check counts as gone
 (records live 10 s)."""
+UNJUDGED = 3
+"""Checks in a row that could not judge a trusted member, after which its claims are held."""
 HOLD = 10.0
 """Seconds at most a newcomer's claim waits for a check: a check takes a second or two, and one the
 backbone cannot make (its replica behind the epoch) must not hold credit until the peer is gone."""
@@ -40,9 +50,9 @@ class Standing:
     """Its credit since ``vouched`` was withdrawn (once, when it was caught)."""
     checks: int = 0
     passed: int = 0
-    unreached: int = 0
-    """Checks in a row that could not reach the peer (a newcomer's claims wait while it is more
-    than zero)."""
+    unjudged: int = 0
+    """Checks in a row that could not judge the peer: unreached, or apart (a newcomer's claims
+    wait while it is more than zero, a trusted member's from ``UNJUDGED``)."""
     seen: float = 0.0
     """When its last fresh record was read."""
     waiting: dict[int, float] = field(default_factory=dict)
@@ -87,7 +97,7 @@ class Standings:
         s = self.of(peer)
         s.checks += 1
         s.passed += 1
-        s.unreached = 0
+        s.unjudged = 0
         s.vouched = max(s.vouched, epoch)
 
     def failed(self, peer: str) -> None:
@@ -95,9 +105,10 @@ class Standings:
         s.checks += 1
         s.caught = True
 
-    def unreached(self, peer: str, epoch: int) -> None:
-        """A check of ``peer``'s ``epoch`` could not reach it: asked again at its next epoch."""
-        self.of(peer).unreached += 1
+    def unjudged(self, peer: str, epoch: int) -> None:
+        """A check of ``peer``'s ``epoch`` could not judge it (unreached, or apart): asked again
+        at its next epoch."""
+        self.of(peer).unjudged += 1
 
     # ---- credit ----------------------------------------------------------------------------------
 
@@ -125,9 +136,11 @@ class Standings:
         since = s.waiting.pop(epoch, now)
         if s.caught:
             return 0
-        if s.vouched >= 0 or now - s.seen > GONE_AFTER:
-            return samples
-        if now - since > HOLD and s.unreached == 0:
+        if s.vouched >= 0 and s.unjudged < UNJUDGED:
+            return samples  # trusted, and its checks still judge it
+        if s.vouched < 0 and now - s.seen > GONE_AFTER:
+            return samples  # a newcomer gone before a check could catch it
+        if now - since > HOLD and s.unjudged == 0:
             return samples  # no check came in time (the backbone could not make one)
         s.waiting[epoch] = since
         return None
