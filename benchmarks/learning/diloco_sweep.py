@@ -15,7 +15,8 @@ equivalent), on the same seeds.
 A variant is ``name:key=value,key=value`` over ``workers``, ``inner`` (inner steps a round),
 ``outer_lr``, ``momentum``, ``inner_lr`` (the manifest's ``training.inner_lr``: 0 for the
 square-root rule), ``full`` (1: the inner steps at ``lr`` itself), ``total`` (the inner
-schedule's total steps), ``warmup``, and for the ``topk`` codec ``density`` (above 0: the
+schedule's total steps), ``warmup``, ``fresh`` (1: the inner moments from zero every round, as
+a round a checker replays starts), and for the ``topk`` codec ``density`` (above 0: the
 exchange goes through it), ``bits`` and ``decay`` (``residual_decay``); ``--variant`` may be given
 many times. With ``topk`` each replica's pseudo-gradient goes through the codec as a sender's chunk
 does, the mean of what arrived goes back as a reducer sends it (its largest values, 8-bit), and
@@ -50,7 +51,7 @@ DEFAULT_VARIANTS = (
 )
 KEYS = (
     "workers", "inner", "outer_lr", "momentum", "inner_lr", "full", "total", "warmup",
-    "density", "bits", "decay",
+    "density", "bits", "decay", "fresh",
 )  # fmt: skip
 FLOATS = ("outer_lr", "momentum", "inner_lr", "density", "decay")
 
@@ -73,6 +74,9 @@ class Variant:
     bits: int = 2
     decay: float = 0.95
     """``residual_decay``: what the residual keeps a round (with ``topk`` only)."""
+    fresh: int = 0
+    """1: the inner moments start from zero every round (``DilocoState.fresh_moments``: a round
+    a checker can replay)."""
 
     @classmethod
     def parse(cls, text: str) -> Variant:
@@ -162,7 +166,7 @@ def run(
         diloco = DilocoState(
             state, outer_lr=variant.outer_lr, outer_momentum=variant.momentum,
             overlap=False, sparse=variant.density > 0, clip_norm=clip,
-            residual_decay=variant.decay,
+            residual_decay=variant.decay, fresh_moments=bool(variant.fresh),
         )  # fmt: skip
         batches = data_stream(manifest, tokenizer, data_base=str(data), seed=k + 1)
         replicas.append((model, diloco, Trainer(model, None, None, batches, mlm_loss)))  # type: ignore[arg-type]

@@ -84,6 +84,24 @@ class TrainingState:
                     elif isinstance(value, int | float) and not isinstance(value, bool):
                         state[key] = type(value)(0)
 
+    def reset_optimizer_state(self) -> None:
+        """Every statistic back to what a fresh optimizer holds, in place: moments and step
+        counts zero (8-bit moments made anew, their zero is a code). What a diloco round that a
+        checker can replay starts from (``DilocoState.fresh_moments``)."""
+        if isinstance(self.optimizer, MomentOptimizer):
+            for p in self.parameters:
+                self.optimizer.state[p].clear()
+            self.optimizer.ensure_state(self.parameters)
+            return
+        with torch.no_grad():
+            for p in self.parameters:
+                state = self.optimizer.state.get(p)
+                for key, value in (state or {}).items():
+                    if isinstance(value, torch.Tensor):
+                        value.zero_()
+                    elif isinstance(value, int | float) and not isinstance(value, bool):
+                        state[key] = type(value)(0)  # type: ignore[index]
+
     def optimizer_tensors(self) -> list[torch.Tensor]:
         """The optimizer's per-parameter statistics as stored, in parameter order then key order
         (8-bit codes included)."""

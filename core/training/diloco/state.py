@@ -62,13 +62,18 @@ class DilocoState:
         sparse: bool,
         clip_norm: float | None,
         residual_decay: float = 1.0,
+        fresh_moments: bool = False,
     ) -> None:
         """``residual_decay``: how much of the residual each round keeps before it adds its own
-        work (1: all; applies with a sparse codec only, whose residual carries momentum)."""
+        work (1: all; applies with a sparse codec only, whose residual carries momentum);
+        ``fresh_moments``: the inner optimizer's statistics start from zero at every round's end,
+        so that without overlap a round is a function of what every peer holds (the anchor, the
+        schedule) and of its batches: a checker can replay it (``core.training.diloco.replay``)."""
         if not 0 < residual_decay <= 1:
             raise ValueError(f"residual_decay must be in (0, 1], got {residual_decay}")
         self.state = state
         self.overlap = overlap
+        self.fresh_moments = fresh_moments
         self.clip_norm = clip_norm
         self.sparse = sparse
         self.residual_decay = residual_decay if sparse else 1.0
@@ -153,6 +158,8 @@ class DilocoState:
             if self.overlap:
                 b[...] = theta
         self.last_round_steps, self.round_steps = self.round_steps, 0
+        if self.fresh_moments:
+            self.state.reset_optimizer_state()
         return delta
 
     def feedback(self) -> list[F32]:
@@ -275,6 +282,23 @@ class DilocoState:
         self.state.epoch = epoch
         if schedule is not None and math.isfinite(schedule) and schedule >= 0:
             self.schedule = schedule
+
+    def start_round_at(
+        self, anchor: Sequence[np.ndarray], schedule: float, per_round: float
+    ) -> None:
+        """A checker's replica: a round begins at ``anchor`` with this schedule (the inner
+        steps so far, and per round), fresh moments, nothing carried (``replay``)."""
+        with torch.no_grad():
+            for p, a, mine in zip(self.state.parameters, anchor, self.anchor, strict=True):
+                mine[...] = np.asarray(a, dtype=np.float32).reshape(mine.shape)
+                p.copy_(torch.from_numpy(mine).reshape(p.shape).to(p.device, p.dtype))
+        if self.overlap:
+            for b, a in zip(self.base, self.anchor, strict=True):
+                b[...] = a
+        self.residual = None
+        self.round_steps = 0
+        self.schedule, self.per_round = schedule, per_round
+        self.state.reset_optimizer_state()
 
     def restart(self, epoch: int, momentum: list[np.ndarray], schedule: float = 0.0) -> None:
         """Start over from the model's current parameters as the anchor (a checkpoint loaded
