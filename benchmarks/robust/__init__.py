@@ -7,6 +7,8 @@
 - ``byzantine_losses``  loss curves of four trainers, one misbehaving, with and without defences.
 - ``byzantine_runs``    running those collaborations (the tests use it too).
 - ``byzantine_task``    their task: a seeded regression MLP, its shards and the reference run.
+- ``diloco_replay``     a diloco round replayed by a checker: how far honest members (precisions,
+                        speeds) and each cheat land from their replay.
 - ``claims``            a trainer claiming 10x and 100x the samples it computed, in both modes.
 - ``work_checks``       the backbone's spot checks of trainers' work on the demo (a part of
                         ``claims``).
