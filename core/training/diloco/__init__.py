@@ -11,8 +11,8 @@
 - ``mend``       Mending: catching up with the collaboration, and repair (a peer that landed a
   round apart from most takes their outer parameters).
 - ``late``       Carried: the samples of work not landed yet, credited where it lands, and how late.
-- ``replay``     a member's round replayed by a checker (``replay``) and its work judged against it
-  (``judge``): the work check's computation.
+- ``checks``     checked rounds: a trainer's round receipts (``RoundLedger``), the backbone's
+  replays of them (``RoundChecker``), and how near honest work comes to its replay (``replay``).
 - ``backbone``   DilocoBackbone: the backbone's custody of the outer state, each round's members
   scored; its books are ``core.training.bookkeeping``.
 """

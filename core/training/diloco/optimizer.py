@@ -52,6 +52,7 @@ from core.averaging.sharing.state import PackedState
 from core.codecs import Codec
 from core.config.roles import BACKBONE, CLIENT, ROLES
 from core.modes.clock import RoundClock
+from core.training.diloco.checks import RoundLedger, Start
 from core.training.diloco.groups import Groups, bucket_key, plan_groups
 from core.training.diloco.groups import Member as GroupMember
 from core.training.diloco.late import Carried
@@ -115,6 +116,9 @@ class DilocoConfig:
     unsent_every: float = 60.0
     """Seconds between two writes of the residual to ``unsent_file`` after a landing (a crash
     then loses at most the work since: the rounds' own, not what waits in the residual)."""
+    keep_rounds: bool = False
+    """A trainer keeps receipts of its last rounds and serves them to checkers
+    (``checks.RoundLedger``; the state must then start every round afresh, without overlap)."""
     steps_per_round: float | None = None
     """The collaboration's inner steps per round, where rounds are ended by their count rather
     than the clock (``end_round`` called after so many steps: a benchmark's, a test's); None:
@@ -130,6 +134,8 @@ class DilocoConfig:
 
 
 class DilocoOptimizer(TakingPart):
+    rounds_kept: RoundLedger | None = None
+    """Our round receipts, once the training loop keeps them (``keep_receipts``)."""
     fallback: Callable[[int], Awaitable[Path | None]] | None = None
     """Unused by diloco (its checkpoints hold the outer state in another layout); kept for the
     roles' interface."""
@@ -276,6 +282,8 @@ class DilocoOptimizer(TakingPart):
         if self.unsent is not None:
             await self.unsent.settle()
         await self._tasks.close()
+        if self.rounds_kept is not None:
+            RoundLedger.stop_serving(self.links.averager.host)
         await self.part.leave(self._progress())
         if self.unsent is not None:
             async with self._lock:
@@ -319,7 +327,19 @@ class DilocoOptimizer(TakingPart):
             await asyncio.gather(self._exchange, return_exceptions=True)
             self._tally.last_step_at = None  # the wait is not this device's speed
         async with self._lock:
-            stepped = await self.bridge.run(self.diloco.inner_step)
+            kept = self.rounds_kept
+            if kept is not None and kept.stale:
+                # computed at the last round's parameters, as that round ended: no replay from
+                # this round's anchor gives its step, so it is left out (one microbatch a round)
+                await self.bridge.run(self.diloco.drop_gradients)
+                kept.discard()
+                stepped = False
+            else:
+                if kept is not None and not kept.started:
+                    kept.begin(self._round_start())
+                stepped = await self.bridge.run(self.diloco.inner_step)
+                if kept is not None:
+                    kept.stepped(stepped)
             if stepped:
                 self._count(batch_size, loss)
         if self._pending_reports:
@@ -370,6 +390,8 @@ class DilocoOptimizer(TakingPart):
             # beside the microbatch in flight: a slow device's round ends at the round's time,
             # and that microbatch's step (which waits for our lock) counts in the next round
             read = self.bridge.run_beside if self.diloco.on_cpu else self.bridge.run
+            if self.rounds_kept is not None:  # filed before its exchange: before any draw
+                await read(self._seal_round)
             delta = await read(lambda: self.diloco.end_round(decay=computed > 0))
             if self.tamper is not None:
                 await read(self.tamper, [torch.from_numpy(d) for d in delta])
@@ -630,14 +652,29 @@ class DilocoOptimizer(TakingPart):
                 mending = self.mending
                 mending.task = self._tasks.spawn(f"mend-{self.epoch}", mending.repair(held))
 
-    def keep_receipts(self, precision: str) -> None:
-        """Diloco keeps no receipts: a microbatch's gradient is taken at parameters of this peer's
-        own inner steps, which no checker holds; the backbone scores its rounds' updates instead
-        (``core.training.credit.scores``)."""
-        return None
+    def keep_receipts(self, precision: str) -> Callable[[Any, float], None] | None:
+        """Start keeping receipts of our rounds, computed in ``precision``, and serving them
+        (``checks.RoundLedger``); what the training loop calls after each backward pass (None:
+        this project replays no rounds, and its backbone scores their updates instead,
+        ``core.training.credit.scores``)."""
+        if not self.config.keep_rounds or self.config.role == BACKBONE:
+            return None
+        self.rounds_kept = ledger = RoundLedger(precision)
+        ledger.serve(self.links.averager.host)
+        return ledger.witness
+
+    def _round_start(self) -> Start:
+        d = self.diloco
+        return Start(self.epoch, d.digest, d.schedule, d.per_round, d.at_anchor)
+
+    def _seal_round(self) -> None:
+        """On the training thread, as the round ends: file its receipt with its work."""
+        assert self.rounds_kept is not None
+        self.rounds_kept.seal(self.diloco.round_work(), self.diloco.digest)
 
     def fresh(self, batch: Any) -> bool:
-        """Every batch is new: no receipts are kept."""
+        """Every batch is new: a replay takes each inner step's batch as it comes, and one met
+        twice in a round is two steps at different parameters."""
         return True
 
     def tryout_weights(self) -> dict[str, np.ndarray]:

@@ -68,7 +68,7 @@ class DilocoState:
         work (1: all; applies with a sparse codec only, whose residual carries momentum);
         ``fresh_moments``: the inner optimizer's statistics start from zero at every round's end,
         so that without overlap a round is a function of what every peer holds (the anchor, the
-        schedule) and of its batches: a checker can replay it (``core.training.diloco.replay``)."""
+        schedule) and of its batches: a checker can replay it (``core.training.diloco.checks``)."""
         if not 0 < residual_decay <= 1:
             raise ValueError(f"residual_decay must be in (0, 1], got {residual_decay}")
         self.state = state
@@ -91,6 +91,11 @@ class DilocoState:
         """Inner steps since this peer's last round end."""
         self.last_round_steps = 0
         """Inner steps of this peer's last ended round."""
+        self.at_anchor = fresh_moments and not overlap
+        """The round in progress began with ``theta`` at the anchor and the inner moments at
+        zero, and the anchor has not moved since: a checker can replay it from the anchor
+        (``checks.replay``). A round after one that found no group goes on from where that one
+        ended, and one whose anchor a download moved went on from another: neither can."""
         self.schedule = 0.0
         """The inner schedule's clock at the last landing: the collaboration's inner steps."""
         self.per_round = 0.0
@@ -138,6 +143,11 @@ class DilocoState:
             p.grad = None
         return stepped
 
+    def drop_gradients(self) -> None:
+        """Clear ``.grad`` without a step (a gradient the round must not take)."""
+        for p in self.state.parameters:
+            p.grad = None
+
     # ---- a round ---------------------------------------------------------------------------------
 
     def end_round(self, *, decay: bool = True) -> list[F32]:
@@ -158,9 +168,20 @@ class DilocoState:
             if self.overlap:
                 b[...] = theta
         self.last_round_steps, self.round_steps = self.round_steps, 0
+        self.at_anchor = False  # until the landing puts theta back at the anchor
         if self.fresh_moments:
             self.state.reset_optimizer_state()
         return delta
+
+    def round_work(self) -> F32:
+        """The round's work so far, ``base - theta``, flat and new (what a round receipt names;
+        nothing carried from earlier rounds)."""
+        return np.concatenate(
+            [
+                np.subtract(b, _host_copy(p)).reshape(-1)
+                for b, p in zip(self.base, self.state.parameters, strict=True)
+            ]
+        )
 
     def feedback(self) -> list[F32]:
         """Where the exchange writes what of ours its result lacks (the next residual): zeros."""
@@ -222,6 +243,7 @@ class DilocoState:
                 np.subtract(d, a, out=d)
                 np.add(d, _host_copy(p), out=d)
         self.residual = delta
+        self.at_anchor = False  # the next round goes on from this one's end
 
     def forget_residual(self) -> None:
         """Drop what has not landed (a peer that misbehaves on purpose keeps none of its attack)."""
@@ -269,6 +291,7 @@ class DilocoState:
             if theirs.dtype != np.float32:
                 raise ValueError(f"{theirs.dtype} values where float32 belongs")
         self.outer.load_buffers([np.asarray(a) for a in arrays[count:]])
+        self.at_anchor = self.at_anchor and self.round_steps == 0
         if not self.overlap:
             # base is the anchor itself: theta moves by as much as the anchor does
             self._shift_theta(
@@ -299,6 +322,7 @@ class DilocoState:
         self.round_steps = 0
         self.schedule, self.per_round = schedule, per_round
         self.state.reset_optimizer_state()
+        self.at_anchor = True
 
     def restart(self, epoch: int, momentum: list[np.ndarray], schedule: float = 0.0) -> None:
         """Start over from the model's current parameters as the anchor (a checkpoint loaded
@@ -313,6 +337,7 @@ class DilocoState:
         self.state.epoch = epoch
         self.schedule = schedule
         self.digest = self.anchor_digest()
+        self.at_anchor = False  # the inner moments are not known to be fresh
 
     def _advance_schedule(self, per_round: float | None) -> None:
         """A round landed in which the collaboration's trainers took ``per_round`` inner steps
@@ -346,6 +371,7 @@ class DilocoState:
         with torch.no_grad():
             for p, a in zip(self.state.parameters, self.anchor, strict=True):
                 p.copy_(torch.from_numpy(a).reshape(p.shape).to(p.device, p.dtype))
+        self.at_anchor = self.fresh_moments and self.round_steps == 0
 
     def _shift_theta(self, moved: Iterable[np.ndarray]) -> None:
         """``theta += moved``, one tensor at a time (no second copy of the model)."""

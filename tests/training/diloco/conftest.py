@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -45,6 +46,8 @@ class DPeer:
     averager: Averager
     swarm: str = "diloco"
     stopped: bool = False
+    witness: Callable[[Any, float], None] | None = None
+    """Told each microbatch after its backward pass (a peer that keeps round receipts)."""
 
     @property
     def address(self) -> str:
@@ -60,6 +63,8 @@ class DPeer:
             def backward(inputs: torch.Tensor = inputs, targets: torch.Tensor = targets) -> None:
                 loss = torch.nn.functional.mse_loss(self.model(inputs), targets)
                 loss.backward()  # type: ignore[no-untyped-call]
+                if self.witness is not None:
+                    self.witness({"x": inputs, "y": targets}, float(loss.detach()))
 
             await self.bridge.run(backward)
             await self.optimizer.step(4, 1.0)
@@ -110,10 +115,12 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         identity: Identity | None = None,
         confirmers: Collection[str] = (),
         start: bool = True,
+        keep_rounds: bool = False,
     ) -> DPeer:
         """``swarm``: peers of another name form a swarm of their own (another DHT);
         ``confirmers``: the keys whose word confirms the collaboration's epoch (a manifest's
-        ``access.confirmers``); ``start``: False leaves ``optimizer.start()`` to the test."""
+        ``access.confirmers``); ``start``: False leaves ``optimizer.start()`` to the test;
+        ``keep_rounds``: rounds start afresh and the peer keeps and serves their receipts."""
         first = next((p for p in made if p.swarm == swarm and not p.stopped), None)
         host, dht = await start_node(make_host, first.address if first else None, identity)
         compute = 0.0 if role == "backbone" else 1.0
@@ -126,15 +133,19 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
         diloco = DilocoState(state, outer_lr=lr, outer_momentum=momentum, overlap=overlap,
                              sparse=codec.sparse, clip_norm=None,
-                             residual_decay=residual_decay)  # fmt: skip
+                             residual_decay=residual_decay,
+                             fresh_moments=keep_rounds)  # fmt: skip
         config = DilocoConfig(round_seconds=round_seconds, role=role, matchmaking_time=matchmaking,
                               refresh_interval=0.2, unsent_file=unsent_file,
                               unsent_every=unsent_every,
-                              steps_per_round=steps_per_round)  # fmt: skip
+                              steps_per_round=steps_per_round,
+                              keep_rounds=keep_rounds)  # fmt: skip
         links = PeerLinks.create(averager, bridge, frozenset(confirmers))
         optimizer = DilocoOptimizer(diloco, links, config, codec=codec, clock=clock)
         peer = DPeer(optimizer, model, bridge, dht, averager, swarm)
         made.append(peer)
+        if keep_rounds:
+            peer.witness = optimizer.keep_receipts("float32")
         if start:
             await optimizer.start()
         return peer

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.optim.moments import MomentOptimizer
-from core.training.diloco.replay import LIMITS, RoundStart, judge, replay
+from core.training.diloco.checks.replay import LIMITS, RoundStart, judge, replay
 from core.training.diloco.state import DilocoState
 from core.training.state import TrainingState
 

@@ -1,0 +1,14 @@
+"""Checked rounds (diloco): a member files a receipt of each round it computes, the backbone
+replays a few, and credit follows what the replays support (``credit.checks.standing``).
+
+- ``replay``    a round replayed on a checker's replica, and how near a member's work must come.
+- ``receipts``  RoundReceipt (where the round began, each inner step's batch digest, the work's
+  block digests) and the calls that fetch it, a batch and a block of work; their bounds.
+- ``ledger``    RoundLedger: a trainer's receipts of its last rounds, served to checkers.
+- ``checker``   RoundChecker: the backbone's draws, replays and verdicts, and their evidence.
+"""
+
+from core.training.diloco.checks.checker import RoundChecker
+from core.training.diloco.checks.ledger import RoundLedger, Start
+
+__all__ = ["RoundChecker", "RoundLedger", "Start"]

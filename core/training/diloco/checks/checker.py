@@ -1,0 +1,357 @@
+"""RoundChecker: the backbone replays diloco members' rounds, and credit follows what the replays
+support (``core.training.credit.checks.standing``, the rule dedloc's checks follow too).
+
+When a round that began at epoch E lands, the backbone draws members to check
+(``Standings.due``: a newcomer always, a trusted member at random, within ``budget`` of its
+time). Nothing a member sent or filed tells it whether it will be drawn: its receipt was sealed
+before the round's exchange. For each drawn member the backbone asks the round's receipt
+(``receipts``), compares its samples with the weight the member sent the round with, fetches
+every batch (each must match its digest), replays the round on its own replica from the anchor
+of E (``replay``), then asks for ``SAMPLED_BLOCKS`` blocks of the member's work, chosen after the
+replay, each of which must match its digest in the receipt, and judges them against the replay
+at the member's precision (``replay.judge``).
+
+Verdicts, as the dedloc checks give them (``CheckRecord``): ``passed``; ``caught`` (the work is
+not its replay, a batch or a block is not what the receipt named, the weight sent is more than
+the receipt's samples, or the member refused the check: signed evidence, ``round_*`` or
+``work_refused``); ``unreached`` (a dial that failed, a timeout, a busy or closing member, no
+receipt filed for a round it did not send); ``apart`` (the round cannot be replayed: it did not
+start at the anchor the backbone holds for E, or the member says so, as a round that found no
+group and went on in the next does). The last two judge nothing and hold the member's claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.averaging.sharing.digest import block_digests
+from core.net.errors import MalformedResponseError, NetError, NotFoundError
+from core.net.host.host import Host
+from core.net.wire.rpc import Method, Req, Resp
+from core.training.credit.checks.checker import CheckRecord, refused
+from core.training.credit.checks.fingerprint import batch_digest, unpack_batch
+from core.training.credit.checks.standing import Standings
+from core.training.diloco.checks.receipts import (
+    ROUND_BATCH,
+    ROUND_RECEIPT,
+    ROUND_WORK,
+    WORK_BLOCK_BYTES,
+    BlockRequest,
+    RoundReceipt,
+    RoundRequest,
+    StepRequest,
+)
+from core.training.diloco.checks.replay import LossFn, RoundStart, judge, replay
+from core.training.diloco.state import DilocoState
+from core.training.moderation.evidence import EvidenceBoard
+from core.trust.peer_id import PeerID
+from core.util.errors import BarnraiseError, WireFormatError
+from core.util.msgpack_codec import pack
+from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
+
+log = logging.getLogger(__name__)
+
+SAMPLED_BLOCKS = 4
+"""Blocks of a member's work compared with the replay: each is a quarter-million parameters, and
+a cheat's work lies far from its replay in every part of the model (the replay benchmark's middle
+fifth: 54-69 %, honest 0-2 %)."""
+STARTS = 3
+"""Epochs whose anchors the backbone keeps to replay rounds from."""
+CALL_TIMEOUT = 10.0
+SEALED_WAIT = 5.0
+"""Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
+the exchange, so one that landed is filed)."""
+BUDGET = 0.05
+"""Random checks stop above this share of the backbone's time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """What the backbone held when a round began: where a replay starts."""
+
+    state: str
+    """The outer state's digest (``DilocoState.digest``)."""
+    arrays: list[np.ndarray]
+
+    @property
+    def size(self) -> int:
+        return sum(a.size for a in self.arrays)
+
+
+class _Caught(Exception):
+    def __init__(self, statistic: str, value: float, reason: str, chunk: int = -1) -> None:
+        super().__init__(reason)
+        self.statistic, self.value, self.reason, self.chunk = statistic, value, reason, chunk
+
+
+class _Apart(Exception):
+    """The round cannot be replayed from what the backbone holds."""
+
+
+@dataclass(slots=True)
+class _Tally:
+    claimed: int = 0
+    backed: int = 0
+    sampled: int = 0
+    compute: float = 0.0
+    margin: float = 0.0
+    received: int = 0
+
+
+class RoundChecker:
+    def __init__(
+        self,
+        replica: DilocoState,
+        host: Host,
+        *,
+        bridge: TrainingBridge,
+        loss: LossFn,
+        standings: Standings,
+        evidence: EvidenceBoard,
+        tasks: BackgroundTasks,
+        weight: Callable[[str, int], float | None],
+        user_of: Callable[[str], str | None] = lambda _: None,
+        on_check: Callable[[CheckRecord], None] | None = None,
+        budget: float = BUDGET,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``replica``: the checker's own, built like a member's (float32, no overlap, fresh
+        moments), never the backbone's outer state; ``host``: the backbone's, which calls the
+        members; ``weight(peer, epoch)``: the samples ``peer`` sent the round of ``epoch`` with,
+        as the backbone's part of it saw them (None: it did not see the member)."""
+        if replica.overlap or not replica.fresh_moments:
+            raise ValueError("a checker's replica replays rounds: no overlap, fresh moments")
+        self.replica = replica
+        self._host = host
+        self.bridge = bridge
+        self.loss = loss
+        self.standings = standings
+        self.evidence = evidence
+        self._tasks = tasks
+        self._weight = weight
+        self._user_of = user_of
+        self.on_check = on_check
+        self.budget = budget
+        self._rng = rng or random.Random()
+        self._anchors: OrderedDict[int, Anchor] = OrderedDict()
+        self._started = time.monotonic()
+        self._replaying = asyncio.Lock()
+        """One replay at a time: they share the replica."""
+        self.seconds = 0.0
+        self.compute_seconds = 0.0
+        """Of which replaying, on the training thread."""
+        self._replayed = 0
+        self.records: list[CheckRecord] = []
+        """The newest checks (for tests and the benchmark; the log keeps them all)."""
+
+    def _affordable(self) -> bool:
+        """Whether one more replay, costing what the replays so far cost on average, keeps them
+        within ``budget`` of the backbone's time."""
+        average = self.compute_seconds / self._replayed if self._replayed else 0.0
+        elapsed = max(1e-9, time.monotonic() - self._started)
+        return (self.compute_seconds + average) / elapsed <= self.budget
+
+    # ---- the backbone's side ---------------------------------------------------------------------
+
+    def began(self, epoch: int, state: str, anchor: list[np.ndarray]) -> None:
+        """A round begins at ``epoch`` from this anchor (copied: the backbone's moves on)."""
+        self._anchors.pop(epoch, None)
+        self._anchors[epoch] = Anchor(state, [np.array(a, np.float32, copy=True) for a in anchor])
+        while len(self._anchors) > STARTS:
+            self._anchors.popitem(last=False)
+
+    def landed(self, epoch: int, members: list[str]) -> None:
+        """The round that began at ``epoch`` landed with these senders: check those drawn."""
+        if epoch not in self._anchors:
+            return  # the backbone did not hold this round's anchor: nothing to replay from
+        for peer in members:
+            newcomer = self.standings.due(peer, 1.0)
+            affordable = self.standings.rate >= 1.0 or self._affordable()
+            drawn = affordable and self.standings.due(peer, self._rng.random())
+            if newcomer or drawn:
+                self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
+
+    # ---- one check -------------------------------------------------------------------------------
+
+    async def check(self, peer: str, epoch: int) -> CheckRecord:
+        """Check ``peer``'s round that began at ``epoch``, and record what was found."""
+        started = time.monotonic()
+        tally = _Tally()
+        verdict, reason = "passed", ""
+        try:
+            receipt = await self._receipt(peer, epoch, tally)
+            await self._verify(peer, epoch, receipt, tally)
+            self.standings.passed(peer, epoch)
+        except _Caught as caught:
+            verdict, reason = "caught", caught.reason
+            self.standings.failed(peer)
+            await self._accuse(peer, epoch, caught)
+        except _Apart as apart:
+            verdict, reason = "apart", str(apart)
+            self.standings.unjudged(peer, epoch)
+        except (NetError, TimeoutError, BarnraiseError) as exc:
+            if refused(exc):
+                verdict, reason = "caught", f"refused the check: {exc}"
+                self.standings.failed(peer)
+                await self._accuse(peer, epoch, _Caught("work_refused", 0.0, reason))
+            else:
+                verdict, reason = "unreached", str(exc) or type(exc).__name__
+                self.standings.unjudged(peer, epoch)
+        seconds = time.monotonic() - started
+        self.seconds += seconds
+        record = CheckRecord(
+            time.time(), epoch, peer, self._user_of(peer), verdict, tally.claimed, tally.backed,
+            tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
+            tally.received, reason,
+        )  # fmt: skip
+        self.records = [*self.records[-999:], record]
+        if verdict != "passed":
+            log.warning("round check of %s at epoch %d: %s (%s)", peer[:12], epoch, verdict, reason)
+        if self.on_check is not None:
+            self.on_check(record)
+        return record
+
+    async def _call(
+        self, peer: str, method: Method[Req, Resp], request: Req, tally: _Tally
+    ) -> Resp:
+        response = await self._host.call(
+            PeerID.from_string(peer), method, request, timeout=CALL_TIMEOUT
+        )
+        tally.received += len(pack(response.to_wire()))
+        return response
+
+    async def _receipt(self, peer: str, epoch: int, tally: _Tally) -> RoundReceipt:
+        deadline = time.monotonic() + SEALED_WAIT
+        while True:
+            try:
+                receipt = await self._call(peer, ROUND_RECEIPT, RoundRequest(epoch), tally)
+            except NotFoundError:
+                if time.monotonic() <= deadline:
+                    await asyncio.sleep(0.2)
+                    continue
+                if self._weight(peer, epoch) is None:
+                    raise  # it never sent this round: nothing to back
+                raise _Caught(
+                    "round_unbacked", 0.0, f"sent the round of epoch {epoch} and keeps no receipt"
+                ) from None
+            except MalformedResponseError as exc:
+                raise _Caught("round_malformed", 0.0, f"malformed receipt: {exc}") from None
+            if receipt.epoch != epoch:
+                reason = f"asked for the round of epoch {epoch}, answered with {receipt.epoch}'s"
+                raise _Caught("round_malformed", 0.0, reason)
+            return receipt
+
+    async def _verify(self, peer: str, epoch: int, receipt: RoundReceipt, tally: _Tally) -> None:
+        anchor = self._replayable(peer, epoch, receipt, tally)
+        batches = await self._batches(peer, epoch, receipt, tally)
+        start = RoundStart(anchor.arrays, receipt.schedule, receipt.per_round)
+        async with self._replaying:
+            began = time.perf_counter()
+            replayed = await self.bridge.run(replay, self.replica, start, batches, self.loss)
+            spent = time.perf_counter() - began
+        self.compute_seconds += spent
+        tally.compute += spent
+        self._replayed += 1
+        tally.sampled = len(batches)
+        theirs, ours = await self._blocks(peer, epoch, receipt, replayed, tally)
+        judged = judge(theirs, ours, receipt.precision)
+        tally.margin = judged.margin
+        if not judged.passed:
+            raise _Caught(
+                "round_replay",
+                judged.distance,
+                f"its work lies {judged.distance:.3g} from its replay (at most {judged.limit:g} "
+                f"in {receipt.precision})",
+            )
+
+    def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: _Tally) -> Anchor:
+        """The anchor to replay ``receipt`` from, once its claim and its start are in order."""
+        sent = self._weight(peer, epoch)
+        tally.claimed = round(sent) if sent is not None else 0
+        tally.backed = receipt.samples
+        if sent is not None and sent > receipt.samples + 0.5:
+            raise _Caught(
+                "round_unbacked",
+                sent / max(1, receipt.samples),
+                f"sent its round with {sent:g} samples, its receipt backs {receipt.samples}",
+            )
+        anchor = self._anchors.get(epoch)
+        if anchor is None:
+            raise NotFoundError(f"no anchor of epoch {epoch} is kept to replay from")
+        if not receipt.replayable:
+            raise _Apart("the member's round did not start at the anchor (it says so)")
+        if receipt.state != anchor.state:
+            raise _Apart(f"its round began from another outer state than epoch {epoch}'s")
+        blocks = -(-anchor.size * 4 // WORK_BLOCK_BYTES)
+        if len(receipt.work) != blocks:
+            reason = f"its work has {len(receipt.work)} blocks where the model's has {blocks}"
+            raise _Caught("round_malformed", 0.0, reason)
+        return anchor
+
+    async def _batches(
+        self, peer: str, epoch: int, receipt: RoundReceipt, tally: _Tally
+    ) -> list[dict[str, torch.Tensor]]:
+        """Every inner step's batch, each the one its receipt names."""
+        batches = []
+        for index, step in enumerate(receipt.steps):
+            try:
+                packed = await self._call(peer, ROUND_BATCH, StepRequest(epoch, index), tally)
+                batch = unpack_batch(packed)
+            except (WireFormatError, MalformedResponseError, NotFoundError) as exc:
+                raise _Caught("round_malformed", 0.0, f"inner step {index}: {exc}", index) from None
+            if batch_digest(batch) != step.digest:
+                reason = f"inner step {index}'s batch is not the one its receipt names"
+                raise _Caught("round_batch", 0.0, reason, index)
+            if int(next(iter(batch.values())).shape[0]) < step.samples:
+                reason = f"inner step {index}'s batch holds fewer samples than its receipt counts"
+                raise _Caught("round_unbacked", step.samples, reason, index)
+            batches.append(batch)
+        return batches
+
+    async def _blocks(
+        self, peer: str, epoch: int, receipt: RoundReceipt, replayed: np.ndarray, tally: _Tally
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``SAMPLED_BLOCKS`` blocks of the member's work, drawn now that the replay is done and
+        each the one its receipt names, beside the same blocks of the replay."""
+        count, size = len(receipt.work), replayed.size
+        picked = sorted(self._rng.sample(range(count), min(SAMPLED_BLOCKS, count)))
+        theirs, ours = [], []
+        for index in picked:
+            try:
+                block = await self._call(peer, ROUND_WORK, BlockRequest(epoch, index), tally)
+            except (MalformedResponseError, NotFoundError) as exc:
+                raise _Caught("round_malformed", 0.0, f"work block {index}: {exc}", index) from None
+            named = block_digests([np.frombuffer(block.data, np.uint8)], WORK_BLOCK_BYTES)
+            if named != [receipt.work[index]]:
+                reason = f"work block {index} is not what its receipt named"
+                raise _Caught("round_block", 0.0, reason, index)
+            at = index * WORK_BLOCK_BYTES // 4
+            values = np.frombuffer(block.data, "<f4")
+            if values.size != min(WORK_BLOCK_BYTES // 4, size - at):
+                raise _Caught("round_malformed", 0.0, f"work block {index} is cut short", index)
+            theirs.append(values)
+            ours.append(replayed[at : at + values.size])
+        return np.concatenate(theirs), np.concatenate(ours)
+
+    async def _accuse(self, peer: str, epoch: int, caught: _Caught) -> None:
+        evidence = self.evidence.accuse(
+            PeerID.from_string(peer),
+            round_key=f"round.{epoch}",
+            group=b"",
+            chunk=caught.chunk,
+            statistic=caught.statistic,
+            value=caught.value if np.isfinite(caught.value) else 1e30,
+            reason=caught.reason,
+        )
+        if evidence is not None:
+            await self.evidence.publish_signed([evidence], f"round check of epoch {epoch}")

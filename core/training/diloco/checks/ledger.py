@@ -1,0 +1,212 @@
+"""RoundLedger: a diloco trainer's receipts of its last rounds, and the calls a checker makes.
+
+On the training thread, after each backward pass, ``witness`` keeps the batch (on the host) as
+the one whose gradient is in ``.grad``. On the loop, under the optimizer's lock: ``stepped``
+files it under the open round once its inner step is taken (a step skipped for a non-finite
+gradient files nothing: the replay skips it too), ``begin`` says where the round started (before
+its first step), and ``seal`` files the round that ends, with its work, before its exchange (and so before any
+check of it is drawn). A gradient computed before the round it is stepped in began (the
+microbatch that was computing when the last round ended: its step waits for the landing) was
+taken at other parameters than any replay's: the optimizer leaves it out (``stale``,
+``discard``), and a round that took one anyway is filed as not replayable. The last
+``KEPT`` sealed rounds are served: the receipt whole, a batch by its step, the work by its block.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from core.averaging.sharing.digest import block_digests
+from core.net.errors import InvalidRequestError, NotFoundError
+from core.net.host.host import Host
+from core.net.wire.rpc import CallContext
+from core.training.credit.checks.fingerprint import Batch, batch_digest, batch_tensors, pack_batch
+from core.training.credit.checks.receipts import SampledBatch
+from core.training.diloco.checks.receipts import (
+    MAX_STEPS,
+    ROUND_BATCH,
+    ROUND_RECEIPT,
+    ROUND_WORK,
+    WORK_BLOCK_BYTES,
+    BlockRequest,
+    RoundReceipt,
+    RoundRequest,
+    StepEntry,
+    StepRequest,
+    WorkBlock,
+)
+from core.util.errors import WireFormatError
+
+log = logging.getLogger(__name__)
+
+KEPT = 3
+"""Sealed rounds served: a check is drawn when a round lands and replays a member's round, which
+takes the backbone about as long as the round took the member."""
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a round began, as the receipt says it."""
+
+    epoch: int
+    state: str
+    schedule: float
+    per_round: float
+    from_anchor: bool
+    """The round's first step was taken at the anchor, with fresh inner moments."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    batch: Batch
+    entry: StepEntry
+    round: int
+    """The round open when its gradient was computed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    receipt: RoundReceipt
+    batches: list[Batch]
+    work: bytes
+    """The round's work, float32 little-endian."""
+
+
+class RoundLedger:
+    """One trainer's round receipts (see the module's map)."""
+
+    def __init__(self, precision: str) -> None:
+        self.precision = precision
+        self._lock = threading.Lock()
+        self._pending: _Pending | None = None
+        self._round = 0
+        """Rounds sealed so far: the open round's number."""
+        self._start: Start | None = None
+        self._stale = False
+        self._steps: list[StepEntry] = []
+        self._batches: list[Batch] = []
+        self._sealed: OrderedDict[int, Sealed] = OrderedDict()
+        self.discarded = 0
+        """Microbatches left out because they were computed before their round began."""
+
+    # ---- the training thread ---------------------------------------------------------------------
+
+    def witness(self, batch: Any, loss: float) -> None:
+        """The microbatch whose gradients are in ``.grad`` now."""
+        host = {name: t.detach().to("cpu") for name, t in batch_tensors(batch).items()}
+        samples = int(next(iter(host.values())).shape[0])
+        with self._lock:
+            self._pending = _Pending(host, StepEntry(samples, batch_digest(host)), self._round)
+
+    # ---- the loop, under the optimizer's lock ----------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """The open round's start is known (its first step was taken or is being taken)."""
+        return self._start is not None
+
+    @property
+    def stale(self) -> bool:
+        """The witnessed microbatch was computed before the open round began (at the last
+        round's parameters): the optimizer leaves it out (``discard``)."""
+        pending = self._pending
+        return pending is not None and pending.round != self._round
+
+    def discard(self) -> None:
+        """The witnessed microbatch takes no step."""
+        with self._lock:
+            self._pending = None
+        self.discarded += 1
+
+    def begin(self, start: Start) -> None:
+        """The open round starts from ``start`` (told before its first inner step)."""
+        self._start = start
+
+    def stepped(self, taken: bool) -> None:
+        """The inner step of the witnessed microbatch was ``taken`` (else it was skipped)."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None or not taken:
+            return
+        if pending.round != self._round:
+            self._stale = True  # computed at the last round's parameters
+        if len(self._steps) < MAX_STEPS:
+            self._steps.append(pending.entry)
+            self._batches.append(pending.batch)
+        else:
+            self._stale = True  # a round longer than a receipt holds: nobody can replay it
+
+    def seal(self, work: np.ndarray, state: str) -> RoundReceipt | None:
+        """The open round ends with ``work`` (flat float32) while the outer state's digest is
+        ``state``: file its receipt (None when the round took no step or no start was given)."""
+        start, steps, batches = self._start, self._steps, self._batches
+        stale = self._stale
+        self._start, self._steps, self._batches, self._stale = None, [], [], False
+        with self._lock:
+            self._round += 1
+        if start is None or not steps:
+            return None
+        raw = np.ascontiguousarray(work, dtype="<f4").tobytes()
+        try:
+            receipt = RoundReceipt(
+                epoch=start.epoch,
+                state=start.state,
+                schedule=start.schedule,
+                per_round=start.per_round,
+                precision=self.precision,
+                replayable=start.from_anchor and not stale and state == start.state,
+                steps=steps,
+                work=block_digests([np.frombuffer(raw, np.uint8)], WORK_BLOCK_BYTES),
+            )
+        except WireFormatError as exc:  # the round goes on; only its check cannot
+            log.warning("the round of epoch %d has no receipt: %s", start.epoch, exc)
+            return None
+        self._sealed.pop(start.epoch, None)
+        self._sealed[start.epoch] = Sealed(receipt, batches, raw)
+        while len(self._sealed) > KEPT:
+            self._sealed.popitem(last=False)
+        return receipt
+
+    def sealed(self, epoch: int) -> Sealed | None:
+        return self._sealed.get(epoch)
+
+    # ---- serving checkers ------------------------------------------------------------------------
+
+    def serve(self, host: Host) -> None:
+        host.router.add(ROUND_RECEIPT, self._on_receipt)
+        host.router.add(ROUND_BATCH, self._on_batch)
+        host.router.add(ROUND_WORK, self._on_work)
+
+    @staticmethod
+    def stop_serving(host: Host) -> None:
+        for method in (ROUND_RECEIPT, ROUND_BATCH, ROUND_WORK):
+            host.router.remove(method.name)
+
+    async def _on_receipt(self, ctx: CallContext, request: RoundRequest) -> RoundReceipt:
+        return self._round_of(request.epoch).receipt
+
+    async def _on_batch(self, ctx: CallContext, request: StepRequest) -> SampledBatch:
+        batches = self._round_of(request.epoch).batches
+        if not 0 <= request.index < len(batches):
+            raise InvalidRequestError(f"round {request.epoch} has no inner step {request.index}")
+        return pack_batch(batches[request.index])
+
+    async def _on_work(self, ctx: CallContext, request: BlockRequest) -> WorkBlock:
+        sealed = self._round_of(request.epoch)
+        count = len(sealed.receipt.work)
+        if not 0 <= request.index < count:
+            raise InvalidRequestError(f"round {request.epoch}'s work has no block {request.index}")
+        at = request.index * WORK_BLOCK_BYTES
+        return WorkBlock(sealed.work[at : at + WORK_BLOCK_BYTES])
+
+    def _round_of(self, epoch: int) -> Sealed:
+        sealed = self._sealed.get(epoch)
+        if sealed is None:
+            raise NotFoundError(f"no receipt of the round from epoch {epoch} is kept here")
+        return sealed

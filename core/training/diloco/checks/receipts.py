@@ -1,0 +1,128 @@
+"""Round receipts: a diloco member's word for a round it computed, and the calls that check it.
+
+When a round ends, before anyone can know whether it will be checked, a member files the round's
+receipt (``RoundReceipt``): where the round began (the epoch and the digest of the outer state it
+started from, the inner schedule's clock), one entry per inner step (the samples and the SHA-256 of
+the batch), and the SHA-256 of each block of its work (``anchor - theta``, float32). A checker asks
+for the receipt (``ROUND_RECEIPT``), then the batches (``ROUND_BATCH``), replays the round on its
+own replica, and asks for a few blocks of the work (``ROUND_WORK``) to compare with its replay: a
+block must match its digest, so the member cannot shape its answer after seeing which blocks are
+asked for. Every field is bounded: a reply is a stranger's data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from core.net.wire.rpc import Method
+from core.training.credit.checks.receipts import (
+    DIGEST_BYTES,
+    MAX_EPOCH,
+    MAX_SAMPLES,
+    PRECISIONS,
+    SampledBatch,
+)
+from core.util.errors import WireFormatError
+from core.util.wire import WireMessage
+
+MAX_STEPS = 16384
+"""Inner steps in one round of one member: a fast GPU takes tens of times a slow CPU's."""
+MAX_BLOCKS = 65536
+WORK_BLOCK_BYTES = 1 << 20
+"""Bytes of work per block digest: 32 bytes of receipt per 262,144 parameters, and a checker
+fetches a block at a time."""
+STATE_DIGEST_CHARS = 64
+"""The outer state's digest, as ``DilocoState.digest`` writes it (hexadecimal SHA-256)."""
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise WireFormatError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class StepEntry(WireMessage):
+    """One inner step: the samples its batch held and the batch's SHA-256
+    (``credit.checks.fingerprint.batch_digest``)."""
+
+    samples: int
+    digest: bytes
+
+    def __post_init__(self) -> None:
+        _check(0 < self.samples < MAX_SAMPLES, "an inner step counts 1 or more samples")
+        _check(len(self.digest) == DIGEST_BYTES, "a step's digest is a SHA-256")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReceipt(WireMessage):
+    epoch: int
+    """The epoch of the anchor the round began at (its landing makes ``epoch + 1``)."""
+    state: str
+    """The digest of the outer state it began from (``DilocoState.digest``)."""
+    schedule: float
+    """The inner schedule's clock at its start (``DilocoState.schedule``)."""
+    per_round: float
+    precision: str
+    replayable: bool
+    """False when the round did not start at the anchor or the anchor moved during it (a round
+    that found no group goes on in the next; a download mid-round): nobody can replay it, and
+    its check judges nothing."""
+    steps: list[StepEntry]
+    work: list[bytes]
+    """SHA-256 of every ``WORK_BLOCK_BYTES`` of the round's work, float32 little-endian."""
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.epoch < MAX_EPOCH, "an epoch is out of range")
+        _check(len(self.state) == STATE_DIGEST_CHARS, "a state digest is 64 hexadecimal digits")
+        _check(
+            math.isfinite(self.schedule) and 0 <= self.schedule < MAX_EPOCH,
+            "a schedule's clock is out of range",
+        )
+        _check(
+            math.isfinite(self.per_round) and 0 <= self.per_round < MAX_EPOCH,
+            "a round's steps are out of range",
+        )
+        _check(self.precision in PRECISIONS, f"precision is one of {', '.join(PRECISIONS)}")
+        _check(len(self.steps) <= MAX_STEPS, f"a round has at most {MAX_STEPS} inner steps")
+        _check(0 < len(self.work) <= MAX_BLOCKS, f"a round's work has 1 to {MAX_BLOCKS} blocks")
+        _check(all(len(d) == DIGEST_BYTES for d in self.work), "a work block's digest is a SHA-256")
+
+    @property
+    def samples(self) -> int:
+        return sum(s.samples for s in self.steps)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRequest(WireMessage):
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequest(WireMessage):
+    epoch: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRequest(WireMessage):
+    epoch: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkBlock(WireMessage):
+    """``WORK_BLOCK_BYTES`` of the round's work (the last block may be shorter)."""
+
+    data: bytes
+
+    def __post_init__(self) -> None:
+        _check(
+            0 < len(self.data) <= WORK_BLOCK_BYTES and len(self.data) % 4 == 0,
+            f"a work block is 1 to {WORK_BLOCK_BYTES // 4} float32 values",
+        )
+
+
+ROUND_RECEIPT = Method("round.receipt", RoundRequest, RoundReceipt)
+ROUND_BATCH = Method("round.batch", StepRequest, SampledBatch)
+ROUND_WORK = Method("round.work", BlockRequest, WorkBlock)

@@ -1,0 +1,426 @@
+"""Checked diloco rounds: a member's receipt, batches and work travel over loopback to the
+backbone's checker, which replays the round. An honest round passes at any speed; each cheat a
+member who has read the checker could try is caught and named; a round nobody can replay, or a
+member the checker cannot reach, is judged neither way and its claims wait."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from core.dht import DHTNode
+from core.net import Host, Identity
+from core.training.credit.checks.standing import Standings
+from core.training.diloco.checks import RoundChecker, RoundLedger, Start
+from core.training.diloco.checks.receipts import RoundReceipt, StepEntry
+from core.training.diloco.state import DilocoState
+from core.training.moderation.evidence import EvidenceBoard
+from core.training.state import TrainingState
+from core.util.errors import WireFormatError
+from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
+from tests.conftest import MakeHost
+from tests.training.conftest import NET, start_node
+from tests.training.diloco.conftest import MakeDPeer, end_rounds, fresh_model, settle
+
+Batch = dict[str, torch.Tensor]
+STEPS = 8
+
+
+def replica() -> DilocoState:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    return DilocoState(state, outer_lr=0.7, outer_momentum=0.9, overlap=False, sparse=False,
+                       clip_norm=1.0, fresh_moments=True)  # fmt: skip
+
+
+def batches(count: int, seed: int = 1) -> list[Batch]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        {"x": torch.randn(32, 6, generator=g), "y": torch.randn(32, 2, generator=g)}
+        for _ in range(count)
+    ]
+
+
+def loss(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
+
+
+class Member:
+    """A member's state and round receipts, driven as ``DilocoOptimizer`` drives them."""
+
+    def __init__(self) -> None:
+        self.diloco = replica()
+        self.ledger = RoundLedger("float32")
+
+    def begin(self) -> None:
+        d = self.diloco
+        self.ledger.begin(Start(d.epoch, d.digest, d.schedule, d.per_round, d.at_anchor))
+
+    def step(self, batch: Batch, computed: Batch | None = None) -> None:
+        """An inner step whose receipt names ``batch``, computed on ``computed`` (default: it)."""
+        value = loss(self.diloco.state.model, computed if computed is not None else batch)
+        value.backward()  # type: ignore[no-untyped-call]
+        self.ledger.witness(batch, float(value.detach()))
+        self.ledger.stepped(self.diloco.inner_step())
+
+    def seal(self, work: np.ndarray | None = None) -> list[np.ndarray]:
+        """End the round: its receipt names ``work`` (default: what it computed)."""
+        d = self.diloco
+        self.ledger.seal(d.round_work() if work is None else work, d.digest)
+        return d.end_round(decay=False)
+
+    def round(self, data: list[Batch], take: int = 0) -> list[np.ndarray]:
+        self.begin()
+        for batch in data:
+            self.step(batch, {k: v[:take] for k, v in batch.items()} if take else None)
+        return self.seal()
+
+    def land(self, delta: list[np.ndarray]) -> None:
+        """Alone: its own work is the round's, and the epoch moves on (as the optimizer does)."""
+        self.diloco.land_alone(delta)
+        self.diloco.state.epoch += 1
+
+    def forge(self, epoch: int, **changes: object) -> None:
+        """Serve something else for the sealed round than what was filed (a cheat's answer)."""
+        sealed = self.ledger.sealed(epoch)
+        assert sealed is not None
+        self.ledger._sealed[epoch] = dataclasses.replace(sealed, **changes)  # type: ignore[arg-type]
+
+
+@dataclass
+class Rig:
+    checker: RoundChecker
+    standings: Standings
+    member_host: Host
+    backbone: Host
+    dht: DHTNode
+    weights: dict[tuple[str, int], float]
+
+    @property
+    def peer(self) -> str:
+        return str(self.member_host.peer_id)
+
+    def serve(self, member: Member) -> None:
+        member.ledger.serve(self.member_host)
+
+    def began(self, epoch: int = 0) -> None:
+        """The backbone's replica holds the anchor the members begin from (the same seed)."""
+        held = replica()
+        self.checker.began(epoch, held.digest, held.anchor)
+
+
+@pytest.fixture
+async def rig(make_host: MakeHost) -> AsyncIterator[Rig]:
+    backbone, dht = await start_node(make_host, None)
+    member_host = await make_host(NET)
+    backbone.add_addresses(member_host.peer_id, member_host.listen_addresses)
+    bridge = TrainingBridge()
+    tasks = BackgroundTasks("round-checks-test")
+    standings = Standings(1.0)
+    weights: dict[tuple[str, int], float] = {}
+    checker = RoundChecker(
+        replica(), backbone, bridge=bridge, loss=loss, standings=standings,
+        evidence=EvidenceBoard(dht, backbone.identity, "collab"), tasks=tasks,
+        weight=lambda peer, epoch: weights.get((peer, epoch)),
+    )  # fmt: skip
+    yield Rig(checker, standings, member_host, backbone, dht, weights)
+    await tasks.close()
+    await bridge.aclose()
+    await dht.close()
+
+
+async def honest_round(rig: Rig, steps: int = STEPS) -> Member:
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    member.round(batches(steps))
+    rig.weights[(rig.peer, 0)] = 32.0 * steps
+    return member
+
+
+@pytest.mark.parametrize("steps", [STEPS, 4 * STEPS])
+async def test_an_honest_round_passes_at_any_speed(rig: Rig, steps: int) -> None:
+    """A fast member takes four times the steps: the replay takes as many, and it passes
+    exactly (same machine, float32), its claim vouched for."""
+    await honest_round(rig, steps)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", "")
+    assert (record.claimed, record.backed, record.sampled) == (32 * steps, 32 * steps, steps)
+    assert record.margin == 0.0
+    assert record.received > 0
+    assert record.compute > 0
+    assert rig.standings.of(rig.peer).vouched == 0
+    assert rig.standings.supported(rig.peer, 0, 32 * steps, now=0.0) == 32 * steps
+
+
+def lazy(rig: Rig, member: Member) -> None:
+    member.round(batches(STEPS), take=2)  # a sixteenth of each batch
+
+
+def skips_half(rig: Rig, member: Member) -> None:
+    member.begin()
+    data = batches(STEPS)
+    for batch in data[: STEPS // 2]:
+        member.step(batch)
+    for batch in data[STEPS // 2 :]:  # named, never computed
+        member.ledger.witness(batch, 1.0)
+        member.ledger.stepped(True)
+    member.seal()
+
+
+def copies_a_partner(rig: Rig, member: Member) -> None:
+    partner = Member()
+    work = np.concatenate([w.reshape(-1) for w in partner.round(batches(STEPS, seed=9))])
+    member.begin()
+    for batch in batches(STEPS):  # its own batches named, none computed
+        member.ledger.witness(batch, 1.0)
+        member.ledger.stepped(True)
+    member.seal(work)
+
+
+def claims_twice(rig: Rig, member: Member) -> None:
+    member.round(batches(STEPS))
+    rig.weights[(rig.peer, 0)] = 2 * 32.0 * STEPS
+
+
+def serves_another_batch(rig: Rig, member: Member) -> None:
+    member.round(batches(STEPS))
+    sealed = member.ledger.sealed(0)
+    assert sealed is not None
+    member.forge(0, batches=[*sealed.batches[:-1], batches(1, seed=7)[0]])
+
+
+def serves_other_work(rig: Rig, member: Member) -> None:
+    """Files honest work's digests, then answers with a copy scaled down (its blocks' digests
+    no longer match)."""
+    member.round(batches(STEPS))
+    sealed = member.ledger.sealed(0)
+    assert sealed is not None
+    half = (np.frombuffer(sealed.work, "<f4") / 2).astype("<f4").tobytes()
+    member.forge(0, work=half)
+
+
+@pytest.mark.parametrize(
+    ("cheat", "named"),
+    [
+        (lazy, "from its replay"),
+        (skips_half, "from its replay"),
+        (copies_a_partner, "from its replay"),
+        (claims_twice, "its receipt backs"),
+        (serves_another_batch, "not the one its receipt names"),
+        (serves_other_work, "not what its receipt named"),
+    ],
+)
+async def test_each_cheat_is_caught_and_named(rig: Rig, cheat: object, named: str) -> None:
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    rig.weights[(rig.peer, 0)] = 32.0 * STEPS
+    cheat(rig, member)  # type: ignore[operator]
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "caught", record
+    assert named in record.reason
+    assert rig.standings.of(rig.peer).caught
+    assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 0
+
+
+async def test_a_member_that_refuses_the_check_fails_it(rig: Rig) -> None:
+    """Reached, it answers that it has no such method: caught, not unreached."""
+    rig.began()
+    rig.weights[(rig.peer, 0)] = 32.0 * STEPS
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "caught"
+    assert "refused the check" in record.reason
+    assert rig.standings.of(rig.peer).caught
+
+
+async def test_an_unreachable_member_is_not_judged_and_its_claims_wait(
+    rig: Rig, make_host: MakeHost
+) -> None:
+    gone = await make_host(NET, Identity.generate())
+    rig.backbone.add_addresses(gone.peer_id, gone.listen_addresses)
+    peer = str(gone.peer_id)
+    await gone.close()
+    rig.began()
+    rig.weights[(peer, 0)] = 32.0 * STEPS
+    record = await rig.checker.check(peer, 0)
+    assert record.verdict == "unreached"
+    standing = rig.standings.of(peer)
+    assert (standing.caught, standing.unjudged) == (False, 1)
+    rig.standings.seen({peer}, now=0.0)
+    assert rig.standings.supported(peer, 0, 32 * STEPS, now=1.0) is None
+
+
+async def test_a_round_nobody_can_replay_judges_nothing(rig: Rig) -> None:
+    """A round after one that found no group goes on from where that one ended: its receipt says
+    it cannot be replayed, and the check holds its claims without accusing anyone."""
+    member = Member()
+    rig.serve(member)
+    member.diloco.missed(member.round(batches(STEPS, seed=3)))
+    assert not member.diloco.at_anchor
+    member.ledger._sealed.clear()
+    rig.began()
+    member.round(batches(STEPS))
+    rig.weights[(rig.peer, 0)] = 32.0 * STEPS
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "apart", record
+    standing = rig.standings.of(rig.peer)
+    assert (standing.caught, standing.unjudged) == (False, 1)
+
+
+async def test_a_round_from_another_anchor_judges_nothing(rig: Rig) -> None:
+    member = Member()
+    rig.serve(member)
+    member.round(batches(STEPS))
+    held = replica()
+    held.land_alone([np.ones_like(a) for a in held.anchor])  # the backbone's anchor moved
+    rig.checker.began(0, held.digest, held.anchor)
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "apart"
+    assert "another outer state" in record.reason
+
+
+def test_a_gradient_taken_before_its_round_began_makes_the_round_unreplayable() -> None:
+    """The microbatch that was computing when the last round ended is stepped in the next one,
+    from the last round's parameters: no replay from the anchor can give its step."""
+    member = Member()
+    first = batches(STEPS)
+    member.begin()
+    for batch in first[:-1]:
+        member.step(batch)
+    value = loss(member.diloco.state.model, first[-1])  # computing as the round ends
+    value.backward()  # type: ignore[no-untyped-call]
+    member.ledger.witness(first[-1], float(value.detach()))
+    member.land(member.seal())  # its step waits for the landing
+    member.begin()
+    member.ledger.stepped(member.diloco.inner_step())  # and is taken in the next round
+    for batch in batches(STEPS, seed=2):
+        member.step(batch)
+    member.seal()
+    assert member.ledger.sealed(0) is not None
+    assert member.ledger.sealed(0).receipt.replayable  # type: ignore[union-attr]
+    assert not member.ledger.sealed(member.diloco.epoch).receipt.replayable  # type: ignore[union-attr]
+
+
+def test_skipped_steps_are_not_filed_and_old_rounds_are_forgotten() -> None:
+    member = Member()
+    for epoch in range(5):
+        data = batches(3, seed=epoch)
+        member.begin()
+        member.step(data[0])
+        member.ledger.witness(data[1], float("nan"))
+        member.ledger.stepped(False)  # a non-finite gradient: no step, no receipt entry
+        member.step(data[2])
+        member.land(member.seal())
+        assert member.diloco.epoch == epoch + 1
+    kept = [e for e in range(5) if member.ledger.sealed(e) is not None]
+    assert kept == [2, 3, 4]
+    sealed = member.ledger.sealed(4)
+    assert sealed is not None
+    assert len(sealed.receipt.steps) == 2
+    assert sealed.receipt.samples == 64
+
+
+def receipt(**changes: object) -> RoundReceipt:
+    fields: dict[str, object] = {
+        "epoch": 3, "state": "ab" * 32, "schedule": 24.0, "per_round": 8.0,
+        "precision": "float32", "replayable": True,
+        "steps": [StepEntry(32, bytes(32)), StepEntry(16, bytes(32))], "work": [bytes(32)],
+    }  # fmt: skip
+    fields.update(changes)
+    return RoundReceipt(**fields)  # type: ignore[arg-type]
+
+
+def test_a_round_receipt_survives_the_wire() -> None:
+    sent = receipt()
+    assert RoundReceipt.from_wire(sent.to_wire()) == sent
+    assert sent.samples == 48
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"epoch": -1},
+        {"state": "ab"},
+        {"schedule": float("nan")},
+        {"per_round": -1.0},
+        {"per_round": float("inf")},
+        {"precision": "float8"},
+        {"work": []},
+        {"work": [bytes(31)]},
+        {"steps": [StepEntry(32, bytes(32))] * 16385},
+    ],
+)
+def test_a_malformed_round_receipt_is_refused(changes: dict[str, object]) -> None:
+    wire = receipt().to_wire()
+    names = [f.name for f in dataclasses.fields(RoundReceipt)]
+    for key, value in changes.items():
+        wire[names.index(key)] = [s.to_wire() for s in value] if key == "steps" else value  # type: ignore[attr-defined]
+    with pytest.raises(WireFormatError):
+        RoundReceipt.from_wire(wire)
+
+
+async def test_trainers_rounds_are_checked_after_they_land(
+    make_dpeer: MakeDPeer, make_host: MakeHost
+) -> None:
+    """Two trainers keep round receipts as they train; once a round lands the backbone's
+    checker, on its own replica, replays each one's round and passes it. A microbatch that was
+    computing as a round ended is left out of the next (its gradient is the last round's), and
+    that round still replays."""
+    a = await make_dpeer(keep_rounds=True)
+    b = await make_dpeer(keep_rounds=True)
+    await settle([a, b])
+    host, dht = await start_node(make_host, a.address)
+    bridge, tasks = TrainingBridge(), BackgroundTasks("round-checks-swarm")
+    model = fresh_model()
+    state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    held = DilocoState(state, outer_lr=0.7, outer_momentum=0.9, overlap=False, sparse=False,
+                       clip_norm=None, fresh_moments=True)  # fmt: skip
+    standings = Standings(1.0)
+    steps = {0: 6, 1: 3, 2: 5}
+
+    def mse(m: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(m(batch["x"]), batch["y"])
+
+    checker = RoundChecker(
+        held, host, bridge=bridge, loss=mse, standings=standings,
+        evidence=EvidenceBoard(dht, host.identity, "diloco"), tasks=tasks,
+        weight=lambda peer, epoch: 4.0 * steps[epoch],
+    )  # fmt: skip
+    batch = {"x": torch.randn(4, 8), "y": torch.randn(4, 2)}
+
+    def straddles() -> None:
+        """A microbatch's backward pass, whose step the round's end will delay."""
+        value = mse(a.model, batch)
+        value.backward()  # type: ignore[no-untyped-call]
+        assert a.witness is not None
+        a.witness(batch, float(value.detach()))
+
+    try:
+        for epoch in range(3):
+            checker.began(epoch, a.optimizer.diloco.digest, a.optimizer.diloco.anchor)
+            if epoch == 2:
+                await a.optimizer.step(4, 1.0)  # the straddling microbatch's step
+                assert a.optimizer.rounds_kept is not None
+                assert a.optimizer.rounds_kept.discarded == 1
+            await a.train(steps[epoch], seed=2 * epoch + 1)
+            await b.train(steps[epoch], seed=2 * epoch + 2)
+            if epoch == 1:
+                await a.bridge.run(straddles)
+            await end_rounds([a, b])
+            assert a.optimizer.epoch == b.optimizer.epoch == epoch + 1
+            for peer in (a, b):
+                record = await checker.check(str(peer.averager.host.peer_id), epoch)
+                assert (record.verdict, record.margin) == ("passed", 0.0), record
+                assert record.sampled == steps[epoch]
+    finally:
+        await tasks.close()
+        await bridge.aclose()
+        await dht.close()
