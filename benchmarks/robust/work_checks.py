@@ -84,10 +84,12 @@ async def run_swarm(
     liar: Misbehaviour | None = None,
     stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
     minutes: float = 30.0,
+    training: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One demo collaboration; what it credited, checked and sent."""
+    """One demo collaboration; what it credited, checked and sent (``training``: more
+    ``[training]`` values, such as diloco's)."""
     manifest = load_manifest(DEMO_MANIFEST).with_training(
-        target_batch_size=TARGET, work_checks=rate
+        target_batch_size=TARGET, work_checks=rate, **(training or {})
     )
     server = ShardServer(data)
     base = await server.start()

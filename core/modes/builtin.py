@@ -71,7 +71,7 @@ DEDLOC = ModeSpec(
     epoch=_dedloc_epoch,
     follows_rollbacks=True,
     misbehaving_demo=True,
-    checks_work=True,
+    checks_work=lambda training: training.work_checks > 0,
 )
 
 
@@ -88,10 +88,11 @@ def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterato
             "with training.overlap"
         )
         yield "training.delay_parameter_updates", reason
-    if training.work_checks != WORK_CHECKS:
+    if training.work_checks != WORK_CHECKS and training.overlap:
         reason = (
-            "applies to dedloc mode only: no checker holds the parameters of a diloco member's "
-            "inner steps, so diloco's backbone scores every round's updates instead"
+            "needs training.overlap = false in diloco mode: the backbone replays a member's "
+            "round from the anchor, and a round that overlaps the exchange starts from the "
+            "member's own parameters, which no checker holds"
         )
         yield "training.work_checks", reason
     if averaging.sparse and training.outer_momentum != 0:
@@ -108,6 +109,11 @@ def _diloco_check(training: TrainingKnobs, averaging: AveragingKnobs) -> Iterato
             "an exact codec's residual holds only work that has not landed yet, never decayed"
         )
         yield "training.residual_decay", reason
+
+
+def _diloco_replays(training: TrainingKnobs) -> bool:
+    """diloco replays trainers' rounds where a round starts from the anchor: without overlap."""
+    return training.work_checks > 0 and not training.overlap
 
 
 def _diloco_traffic(inputs: TrafficInputs) -> Traffic:
@@ -168,6 +174,7 @@ DILOCO = ModeSpec(
     learning_rate=diloco_inner_lr,
     clock_rounds=True,
     misbehaving_demo=True,
+    checks_work=_diloco_replays,
 )
 
 MODES = ModeTable((DEDLOC, DILOCO))

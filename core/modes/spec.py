@@ -44,6 +44,8 @@ class TrainingKnobs(Protocol):
     def residual_decay(self) -> float: ...
     @property
     def work_checks(self) -> float: ...
+    @property
+    def overlap(self) -> bool: ...
 
 
 class AveragingKnobs(Protocol):
@@ -134,9 +136,9 @@ class ModeSpec:
     dashboard shows how far into the round it is and what the last exchange sent."""
     follows_rollbacks: bool = False
     """Its peers follow the moderators' rollback orders (a coordinator signs none otherwise)."""
-    checks_work: bool = False
-    """Its backbone spot-checks the trainers' microbatches (``training.work_checks``), which
-    needs a deterministic forward pass (no dropout)."""
+    checks_work: Callable[[TrainingKnobs], bool] = lambda training: False
+    """Whether its backbone checks the trainers' work by computing it again, with these values
+    (``training.work_checks``): that needs a deterministic forward pass (no dropout)."""
     misbehaving_demo: bool = False
     """The demo's Byzantine peers (``barnraise swarm --byzantine``) can attack its rounds."""
 

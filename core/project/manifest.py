@@ -96,11 +96,11 @@ class Manifest:
                 f"out (or at {DataSection.mask_prob}), got {self.data.mask_prob}",
             )
         mode = active_modes().parse(self.training.mode)  # the section checked the name
-        if mode.checks_work and self.model.dropout > 0 and self.training.work_checks > 0:
+        if mode.checks_work(self.training) and self.model.dropout > 0:
             raise ManifestError(
                 self.path,
                 "training.work_checks",
-                "work checks recompute trainers' microbatches and need a forward pass without "
+                "work checks compute trainers' work again and need a forward pass without "
                 f"dropout: set it to 0, or model.dropout to 0 (got {self.model.dropout})",
             )
         for key, reason in mode.check(self.training, self.averaging):

@@ -294,11 +294,13 @@ class TrainingSection:
     """Epochs between averaging of parameters and optimizer state, 1 to 10**9."""
     delay_parameter_updates: bool = False
     work_checks: float = WORK_CHECKS
-    """dedloc: the share of each trainer's epochs whose work the backbone spot-checks at random
-    (recomputing sampled microbatches), in [0, 1], within 5 % of the backbone's time (1: every
-    epoch, whatever it costs). A newcomer's credit waits until a check of it passes; a trainer
-    caught faking work is accused and credited nothing more. 0 checks nothing and credits claims
-    as made. Checks need a deterministic forward pass: refused with ``model.dropout`` above 0."""
+    """The share of each trainer's epochs (dedloc: recomputing sampled microbatches) or rounds
+    (diloco with ``overlap`` false: replaying the whole round) whose work the backbone checks at
+    random, in [0, 1], within 5 % of the backbone's time (1: every one, whatever it costs). A
+    newcomer's credit waits until a check of it passes; a trainer caught faking work is accused
+    and credited nothing more. 0 checks nothing (dedloc credits claims as made, diloco scores
+    the rounds' updates, as it does with ``overlap``, where another value is refused). Checks
+    need a deterministic forward pass: refused with ``model.dropout`` above 0."""
     seed: int = 0
     """0 to 2**63 - 1."""
     optimizer_states: str = "32bit"

@@ -143,6 +143,9 @@ class BackboneParts(PeerParts):
     """The loss of one batch, for a mode whose backbone recomputes trainers' work."""
     on_check: Callable[[CheckRecord], None] | None = None
     """Each work check the backbone makes (logged for the audit)."""
+    replica: Callable[[], TrainingState] | None = None
+    """A new training state built like a trainer's, for a mode whose backbone computes
+    trainers' work again on a model of its own."""
 
 
 @runtime_checkable

@@ -211,6 +211,14 @@ class WorkScores:
             return self._credit(s, epoch, samples, standing)
         return self._unscored(s, samples)
 
+    def bounded(self, peer: str, epoch: int, samples: int) -> int:
+        """``peer``'s claim of ``samples`` for ``epoch`` cut to the weight its round saw, and
+        nothing judged of its score (what credit is bounded by where another check judges the
+        work: replayed rounds, ``core.training.diloco.checks``)."""
+        s = self.of(peer)
+        s.notes.pop(epoch, None)
+        return self._bounded(s, epoch, samples)
+
     def why(self, peer: str, epoch: int) -> str:
         """Why the last credit of ``peer``'s claim for ``epoch`` was below it ("" if it was not)."""
         return self.of(peer).notes.pop(epoch, "")

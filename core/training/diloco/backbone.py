@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -33,13 +34,19 @@ from core.config.roles import BACKBONE
 from core.training.bookkeeping import Bookkeeping, Publisher, Saving
 from core.training.checkpoints import Checkpoint, CheckpointStore
 from core.training.credit.checks.checker import CheckRecord
+from core.training.credit.checks.standing import Standings
 from core.training.credit.metrics import EpochMetrics
 from core.training.credit.samples import SamplesTally
 from core.training.credit.scores import WorkScores, credited
+from core.training.diloco.checks import RoundChecker
+from core.training.diloco.checks.credit import RoundCredit
+from core.training.diloco.checks.replay import LossFn
 from core.training.diloco.optimizer import DilocoOptimizer, Landing
 from core.training.diloco.state import SCHEDULE_KEY, DilocoState
 from core.training.errors import CheckpointError
 from core.training.moderation.evidence import Reported
+from core.training.progress import LEFT
+from core.training.state import TrainingState
 from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
 from core.util.tasks import BackgroundTasks
@@ -47,6 +54,17 @@ from core.util.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class RoundChecks:
+    """The backbone's replays of the trainers' rounds (``core.training.diloco.checks``)."""
+
+    rate: float
+    """The share of a trusted member's rounds replayed at random, besides a newcomer's first."""
+    loss: LossFn
+    replica: Callable[[], TrainingState]
+    """A new training state built like a trainer's (its own model and inner optimizer)."""
 
 
 class DilocoBackbone:
@@ -60,13 +78,20 @@ class DilocoBackbone:
         publish: Publisher | None = None,
         on_evidence: Callable[[list[Evidence]], None] | None = None,
         on_check: Callable[[CheckRecord], None] | None = None,
+        round_checks: RoundChecks | None = None,
     ) -> None:
+        """``round_checks``: replay the trainers' rounds, and credit what the replays support
+        (None: score their updates)."""
         if optimizer.config.role != BACKBONE:
             raise ValueError("the backbone's optimizer runs in the backbone's role")
         self.optimizer = optimizer
         seconds = optimizer.config.round_seconds
         self.scores = WorkScores(hold=max(10.0, seconds), newcomer_hold=max(30.0, 4 * seconds))
         self._tasks = BackgroundTasks(f"diloco-backbone/{optimizer.part.peer[:8]}")
+        self.checker = (
+            None if round_checks is None else self._checker(round_checks, max(30.0, 4 * seconds))
+        )
+        """Replays of the trainers' rounds (None: their updates are scored instead)."""
         self.books = Bookkeeping(
             evidence=optimizer.evidence,
             bridge=optimizer.bridge,
@@ -76,11 +101,34 @@ class DilocoBackbone:
             on_metrics=on_metrics,
             publish=publish,
             on_evidence=on_evidence,
-            support=self.scores,
+            support=(
+                self.scores
+                if self.checker is None
+                else RoundCredit(self.scores, self.checker.standings)
+            ),
         )
         """Metrics, credit, evidence and checkpoints (``core.training.bookkeeping``)."""
         self.on_check = on_check
         optimizer.on_landed = self._landed
+        if self.checker is not None:
+            self.checker.on_check = on_check
+            self.checker.user_of = self.books.user_of
+
+    def _checker(self, checks: RoundChecks, hold: float) -> RoundChecker:
+        opt = self.optimizer
+        replica = DilocoState(
+            checks.replica(), outer_lr=1.0, outer_momentum=0.0, overlap=False, sparse=False,
+            clip_norm=opt.diloco.clip_norm, fresh_moments=True,
+        )  # fmt: skip
+        return RoundChecker(
+            replica,
+            opt.links.averager.host,
+            bridge=opt.bridge,
+            loss=checks.loss,
+            standings=Standings(checks.rate, hold=hold),
+            evidence=opt.evidence,
+            tasks=self._tasks,
+        )
 
     @property
     def samples(self) -> SamplesTally:
@@ -98,8 +146,11 @@ class DilocoBackbone:
             partial(restore, diloco), lambda: (diloco.epoch, diloco.state.rollback)
         )
         await opt.start()
+        if self.checker is not None:
+            await self._keep_anchor()
         try:
             while not stop.is_set():
+                self._follow_standings()
                 for metrics in self.books.observe(opt.view().reports, time.time()):
                     if self.books.due(opt.epoch):
                         self.books.checkpoint_soon(metrics, self.saving)
@@ -130,14 +181,46 @@ class DilocoBackbone:
 
     def _landed(self, landing: Landing) -> None:
         """A round the backbone took part in: its senders' weights witnessed once it landed, and
-        what the backbone's part showed of each sender scored."""
+        what the backbone's part showed of each sender scored, or with round checks, their
+        rounds drawn for replay."""
         result = landing.result
         if landing.landed:
             weights = {str(peer): weight for peer, weight in result.weights.items()}
             self.books.witness(landing.epoch, weights, time.time())
-        if result.alignments:
-            alignments = {str(p): c for p, c in result.alignments.items()}
-            self.score(landing.epoch, alignments)
+        alignments = {str(p): c for p, c in result.alignments.items()}
+        if self.checker is None:
+            if alignments:
+                self.score(landing.epoch, alignments)
+            return
+        if alignments:  # the weights each round carried: what credit is cut to
+            self.scores.observe(
+                landing.epoch, alignments, self.optimizer.links.board.confirmed_claim()
+            )
+        if landing.landed:
+            senders = {str(p): w for p, w in result.weights.items() if w > 0}
+            self.checker.landed(landing.epoch, senders)
+            self._tasks.spawn(f"anchor-{self.optimizer.epoch}", self._keep_anchor())
+
+    async def _keep_anchor(self) -> None:
+        """The anchor the next round starts from, copied on the training thread for its
+        replays."""
+        checker, diloco = self.checker, self.optimizer.diloco
+        assert checker is not None
+        await self.optimizer.bridge.run(
+            lambda: checker.began(diloco.epoch, diloco.digest, diloco.anchor)
+        )
+
+    def _follow_standings(self) -> None:
+        """Who is still here (a newcomer gone before its check is credited), and the credit of
+        the members the replays caught withdrawn."""
+        if self.checker is None:
+            return
+        standings, now = self.checker.standings, time.time()
+        records = self.optimizer.part.records
+        standings.seen({r.peer for r in records if r.role != LEFT}, now)
+        standings.left({r.peer for r in records if r.role == LEFT})
+        for peer, vouched in standings.withdrawals().items():
+            self.books.withdraw(peer, vouched, now)
 
     def score(self, epoch: int, alignments: Mapping[str, Alignment]) -> None:
         """Score the round's senders; log each as a check, accuse those whose work is not there

@@ -10,8 +10,9 @@ from pathlib import Path
 from core.averaging.robust.aggregation import AggregationConfig
 from core.averaging.robust.screening import ACCUSE_FROM, OPPOSED_FROM
 from core.config.roles import BACKBONE, CLIENT, TRAINER
+from core.modes import active_modes
 from core.project import Manifest
-from core.training.diloco.backbone import DilocoBackbone
+from core.training.diloco.backbone import DilocoBackbone, RoundChecks
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer, reads_every
 from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
@@ -64,7 +65,8 @@ class Diloco:
         return optimizer
 
     def backbone(self, parts: BackboneParts) -> DilocoBackbone:
-        s = parts.settings
+        s, t = parts.settings, parts.manifest.training
+        replays = replays_rounds(parts.manifest) and parts.loss is not None
         return DilocoBackbone(
             self.optimizer(parts.manifest, parts.state, parts.links, BACKBONE),
             checkpoints=parts.checkpoints,
@@ -73,6 +75,11 @@ class Diloco:
             publish=s.publishing.publish if s.publishing is not None else None,
             on_evidence=s.on_evidence,
             on_check=parts.on_check,
+            round_checks=(
+                RoundChecks(t.work_checks, parts.loss, parts.replica)
+                if replays and parts.loss is not None and parts.replica is not None
+                else None
+            ),
         )
 
     def optimizer(
@@ -87,6 +94,7 @@ class Diloco:
         trainer, a client or the backbone; ``unsent_file``: where a trainer keeps
         its unsent work across a restart."""
         t, codec = manifest.training, links.averager.config.codec
+        replays = replays_rounds(manifest)
         diloco = DilocoState(
             state,
             outer_lr=t.outer_lr,
@@ -95,6 +103,7 @@ class Diloco:
             sparse=codec.sparse,
             clip_norm=t.clip_norm or None,
             residual_decay=t.residual_decay,
+            fresh_moments=replays,
         )
         config = DilocoConfig(
             round_seconds=t.round_seconds,
@@ -102,8 +111,15 @@ class Diloco:
             matchmaking_time=self.matchmaking(manifest).most,
             refresh_interval=reads_every(t.round_seconds),
             unsent_file=unsent_file,
+            keep_rounds=replays,
         )
         return DilocoOptimizer(diloco, links, config)
+
+
+def replays_rounds(manifest: Manifest) -> bool:
+    """The backbone replays trainers' rounds (``training.work_checks`` above 0, without overlap):
+    trainers then start each round's inner moments afresh and keep round receipts."""
+    return active_modes().parse(manifest.training.mode).checks_work(manifest.training)
 
 
 MODE = Diloco()

@@ -283,7 +283,7 @@ class DilocoOptimizer(TakingPart):
             await self.unsent.settle()
         await self._tasks.close()
         if self.rounds_kept is not None:
-            RoundLedger.stop_serving(self.links.averager.host)
+            self.rounds_kept.leave()  # the host answers until it closes: a check then is not refused
         await self.part.leave(self._progress())
         if self.unsent is not None:
             async with self._lock:
@@ -328,15 +328,16 @@ class DilocoOptimizer(TakingPart):
             self._tally.last_step_at = None  # the wait is not this device's speed
         async with self._lock:
             kept = self.rounds_kept
+            if kept is not None and not kept.started:
+                kept.begin(self._round_start())
             if kept is not None and kept.stale:
-                # computed at the last round's parameters, as that round ended: no replay from
-                # this round's anchor gives its step, so it is left out (one microbatch a round)
+                # computed at other parameters than this round's (the last round's, as it
+                # ended): no replay from its anchor gives its step, so it is left out (about one
+                # microbatch a round)
                 await self.bridge.run(self.diloco.drop_gradients)
                 kept.discard()
                 stepped = False
             else:
-                if kept is not None and not kept.started:
-                    kept.begin(self._round_start())
                 stepped = await self.bridge.run(self.diloco.inner_step)
                 if kept is not None:
                     kept.stepped(stepped)
@@ -665,16 +666,21 @@ class DilocoOptimizer(TakingPart):
 
     def _round_start(self) -> Start:
         d = self.diloco
-        return Start(self.epoch, d.digest, d.schedule, d.per_round, d.at_anchor)
+        return Start(self.epoch, d.digest, d.schedule, d.per_round, d.at_anchor, d.moves)
 
     def _seal_round(self) -> None:
         """On the training thread, as the round ends: file its receipt with its work."""
         assert self.rounds_kept is not None
-        self.rounds_kept.seal(self.diloco.round_work(), self.diloco.digest)
+        d = self.diloco
+        self.rounds_kept.seal(d.round_work(), d.digest, self.epoch, self._carried.samples > 0)
 
     def fresh(self, batch: Any) -> bool:
         """Every batch is new: a replay takes each inner step's batch as it comes, and one met
-        twice in a round is two steps at different parameters."""
+        twice in a round is two steps at different parameters. Called on the training thread
+        before the batch's forward pass: the round receipts note which parameters it is
+        computed at (``RoundLedger.computing``)."""
+        if self.rounds_kept is not None:
+            self.rounds_kept.computing(self.diloco.moves)
         return True
 
     def tryout_weights(self) -> dict[str, np.ndarray]:

@@ -96,6 +96,10 @@ class DilocoState:
         zero, and the anchor has not moved since: a checker can replay it from the anchor
         (``checks.replay``). A round after one that found no group goes on from where that one
         ended, and one whose anchor a download moved went on from another: neither can."""
+        self.moves = 0
+        """Times ``theta`` was moved other than by an inner step (a landing, a download, a
+        replay's start): which parameters a gradient was computed at, as a round receipt tells
+        them apart (read from any thread)."""
         self.schedule = 0.0
         """The inner schedule's clock at the last landing: the collaboration's inner steps."""
         self.per_round = 0.0
@@ -292,6 +296,7 @@ class DilocoState:
                 raise ValueError(f"{theirs.dtype} values where float32 belongs")
         self.outer.load_buffers([np.asarray(a) for a in arrays[count:]])
         self.at_anchor = self.at_anchor and self.round_steps == 0
+        self.moves += 1
         if not self.overlap:
             # base is the anchor itself: theta moves by as much as the anchor does
             self._shift_theta(
@@ -323,6 +328,7 @@ class DilocoState:
         self.schedule, self.per_round = schedule, per_round
         self.state.reset_optimizer_state()
         self.at_anchor = True
+        self.moves += 1
 
     def restart(self, epoch: int, momentum: list[np.ndarray], schedule: float = 0.0) -> None:
         """Start over from the model's current parameters as the anchor (a checkpoint loaded
@@ -338,6 +344,7 @@ class DilocoState:
         self.schedule = schedule
         self.digest = self.anchor_digest()
         self.at_anchor = False  # the inner moments are not known to be fresh
+        self.moves += 1
 
     def _advance_schedule(self, per_round: float | None) -> None:
         """A round landed in which the collaboration's trainers took ``per_round`` inner steps
@@ -361,6 +368,7 @@ class DilocoState:
         """``theta += anchor - base``, then ``base = anchor``; without overlap, ``theta = anchor``
         exactly (no inner step happens between a round's end and its landing)."""
         self.digest = self.anchor_digest()
+        self.moves += 1
         if self.overlap:
             self._shift_theta(
                 np.subtract(a, b) for a, b in zip(self.anchor, self.base, strict=True)

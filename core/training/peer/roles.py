@@ -27,7 +27,13 @@ from core.training.curve import follow_metrics, metrics_event
 from core.training.evaluation import HeldOutEvaluator
 from core.training.links import PeerLinks
 from core.training.mode import BackboneParts, ModeOptimizer, PeerParts, mode_of
-from core.training.peer.recipe import data_stream, fetch_tokenizer, mlm_loss
+from core.training.peer.recipe import (
+    build_model,
+    data_stream,
+    fetch_tokenizer,
+    mlm_loss,
+    training_state,
+)
 from core.training.peer.residency import Residency
 from core.training.progress import HeldOut
 from core.training.settings import PeerSettings
@@ -190,6 +196,7 @@ async def run_backbone(
         report=report,
         loss=mlm_loss,
         on_check=lambda record: checks_log.write_record(record.to_json()),
+        replica=lambda: training_state(build_model(manifest), manifest),
     )
     try:
         await mode_of(manifest).backbone(parts).run(stop)

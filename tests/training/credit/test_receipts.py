@@ -224,3 +224,19 @@ def test_a_receipt_names_the_parameters_its_gradient_was_computed_at() -> None:
 )
 def test_relative_distance(a: list[float], b: list[float], distance: float) -> None:
     assert relative_distance(np.array(a), np.array(b)) == pytest.approx(distance)
+
+
+async def test_a_leaving_trainer_answers_that_it_is_leaving() -> None:
+    """Not "no such method" (a refusal, which fails the check) while its host still answers."""
+    from core.net.errors import UnavailableError
+
+    model = torch.nn.Linear(4, 1)
+    ledger = WorkLedger(list(model.parameters()), "float32", lambda: 0)
+    batch = {"inputs": torch.randn(8, 4)}
+    model(batch["inputs"]).square().mean().backward()
+    ledger.record(batch, 1.0)
+    ledger.seal(0, ledger.cut())
+    assert ledger._entries(0)
+    ledger.leave()
+    with pytest.raises(UnavailableError, match="leaving"):
+        ledger._entries(0)

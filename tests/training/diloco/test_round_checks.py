@@ -6,6 +6,7 @@ member the checker cannot reach, is judged neither way and its claims wait."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -61,10 +62,11 @@ class Member:
 
     def begin(self) -> None:
         d = self.diloco
-        self.ledger.begin(Start(d.epoch, d.digest, d.schedule, d.per_round, d.at_anchor))
+        self.ledger.begin(Start(d.epoch, d.digest, d.schedule, d.per_round, d.at_anchor, d.moves))
 
     def step(self, batch: Batch, computed: Batch | None = None) -> None:
         """An inner step whose receipt names ``batch``, computed on ``computed`` (default: it)."""
+        self.ledger.computing(self.diloco.moves)
         value = loss(self.diloco.state.model, computed if computed is not None else batch)
         value.backward()  # type: ignore[no-untyped-call]
         self.ledger.witness(batch, float(value.detach()))
@@ -73,7 +75,7 @@ class Member:
     def seal(self, work: np.ndarray | None = None) -> list[np.ndarray]:
         """End the round: its receipt names ``work`` (default: what it computed)."""
         d = self.diloco
-        self.ledger.seal(d.round_work() if work is None else work, d.digest)
+        self.ledger.seal(d.round_work() if work is None else work, d.digest, d.epoch)
         return d.end_round(decay=False)
 
     def round(self, data: list[Batch], take: int = 0) -> list[np.ndarray]:
@@ -101,7 +103,6 @@ class Rig:
     member_host: Host
     backbone: Host
     dht: DHTNode
-    weights: dict[tuple[str, int], float]
 
     @property
     def peer(self) -> str:
@@ -124,13 +125,11 @@ async def rig(make_host: MakeHost) -> AsyncIterator[Rig]:
     bridge = TrainingBridge()
     tasks = BackgroundTasks("round-checks-test")
     standings = Standings(1.0)
-    weights: dict[tuple[str, int], float] = {}
     checker = RoundChecker(
         replica(), backbone, bridge=bridge, loss=loss, standings=standings,
         evidence=EvidenceBoard(dht, backbone.identity, "collab"), tasks=tasks,
-        weight=lambda peer, epoch: weights.get((peer, epoch)),
     )  # fmt: skip
-    yield Rig(checker, standings, member_host, backbone, dht, weights)
+    yield Rig(checker, standings, member_host, backbone, dht)
     await tasks.close()
     await bridge.aclose()
     await dht.close()
@@ -141,7 +140,7 @@ async def honest_round(rig: Rig, steps: int = STEPS) -> Member:
     rig.serve(member)
     rig.began()
     member.round(batches(steps))
-    rig.weights[(rig.peer, 0)] = 32.0 * steps
+    rig.checker.sent(0, {rig.peer: 32.0 * steps})
     return member
 
 
@@ -187,7 +186,7 @@ def copies_a_partner(rig: Rig, member: Member) -> None:
 
 def claims_twice(rig: Rig, member: Member) -> None:
     member.round(batches(STEPS))
-    rig.weights[(rig.peer, 0)] = 2 * 32.0 * STEPS
+    rig.checker.sent(0, {rig.peer: 2 * 32.0 * STEPS})
 
 
 def serves_another_batch(rig: Rig, member: Member) -> None:
@@ -222,7 +221,7 @@ async def test_each_cheat_is_caught_and_named(rig: Rig, cheat: object, named: st
     member = Member()
     rig.serve(member)
     rig.began()
-    rig.weights[(rig.peer, 0)] = 32.0 * STEPS
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
     cheat(rig, member)  # type: ignore[operator]
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "caught", record
@@ -234,7 +233,7 @@ async def test_each_cheat_is_caught_and_named(rig: Rig, cheat: object, named: st
 async def test_a_member_that_refuses_the_check_fails_it(rig: Rig) -> None:
     """Reached, it answers that it has no such method: caught, not unreached."""
     rig.began()
-    rig.weights[(rig.peer, 0)] = 32.0 * STEPS
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "caught"
     assert "refused the check" in record.reason
@@ -249,7 +248,7 @@ async def test_an_unreachable_member_is_not_judged_and_its_claims_wait(
     peer = str(gone.peer_id)
     await gone.close()
     rig.began()
-    rig.weights[(peer, 0)] = 32.0 * STEPS
+    rig.checker.sent(0, {peer: 32.0 * STEPS})
     record = await rig.checker.check(peer, 0)
     assert record.verdict == "unreached"
     standing = rig.standings.of(peer)
@@ -268,7 +267,7 @@ async def test_a_round_nobody_can_replay_judges_nothing(rig: Rig) -> None:
     member.ledger._sealed.clear()
     rig.began()
     member.round(batches(STEPS))
-    rig.weights[(rig.peer, 0)] = 32.0 * STEPS
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "apart", record
     standing = rig.standings.of(rig.peer)
@@ -295,6 +294,7 @@ def test_a_gradient_taken_before_its_round_began_makes_the_round_unreplayable() 
     member.begin()
     for batch in first[:-1]:
         member.step(batch)
+    member.ledger.computing(member.diloco.moves)
     value = loss(member.diloco.state.model, first[-1])  # computing as the round ends
     value.backward()  # type: ignore[no-untyped-call]
     member.ledger.witness(first[-1], float(value.detach()))
@@ -392,12 +392,12 @@ async def test_trainers_rounds_are_checked_after_they_land(
     checker = RoundChecker(
         held, host, bridge=bridge, loss=mse, standings=standings,
         evidence=EvidenceBoard(dht, host.identity, "diloco"), tasks=tasks,
-        weight=lambda peer, epoch: 4.0 * steps[epoch],
     )  # fmt: skip
     batch = {"x": torch.randn(4, 8), "y": torch.randn(4, 2)}
 
     def straddles() -> None:
         """A microbatch's backward pass, whose step the round's end will delay."""
+        a.optimizer.fresh(batch)
         value = mse(a.model, batch)
         value.backward()  # type: ignore[no-untyped-call]
         assert a.witness is not None
@@ -416,6 +416,8 @@ async def test_trainers_rounds_are_checked_after_they_land(
                 await a.bridge.run(straddles)
             await end_rounds([a, b])
             assert a.optimizer.epoch == b.optimizer.epoch == epoch + 1
+            names = (str(a.averager.host.peer_id), str(b.averager.host.peer_id))
+            checker.sent(epoch, dict.fromkeys(names, 4.0 * steps[epoch]))
             for peer in (a, b):
                 record = await checker.check(str(peer.averager.host.peer_id), epoch)
                 assert (record.verdict, record.margin) == ("passed", 0.0), record
@@ -424,3 +426,84 @@ async def test_trainers_rounds_are_checked_after_they_land(
         await tasks.close()
         await bridge.aclose()
         await dht.close()
+
+
+async def test_a_trainer_that_is_leaving_is_not_accused_of_refusing(rig: Rig) -> None:
+    """A trainer stopping answers checks that it is leaving until its host closes: unreached,
+    where "no such method" would have failed the check of an honest volunteer going home."""
+    member = await honest_round(rig)
+    member.ledger.leave()
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "unreached", record
+    assert "leaving" in record.reason
+    assert not rig.standings.of(rig.peer).caught
+
+
+async def test_a_round_that_carries_earlier_work_is_judged_neither_way(rig: Rig) -> None:
+    """A round sent with the work of one that found no group (or of before a restart) carries
+    samples its own steps do not hold: its weight is above its receipt's, and that accuses
+    nobody; it cannot be replayed, and its claims wait."""
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    member.begin()
+    for batch in batches(STEPS):
+        member.step(batch)
+    d = member.diloco
+    member.ledger.seal(d.round_work(), d.digest, d.epoch, carries=True)
+    rig.checker.sent(0, {rig.peer: 2 * 32.0 * STEPS})
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "apart", record
+    assert not rig.standings.of(rig.peer).caught
+
+
+async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """A backbone with round checks draws every member of each landed round (newcomers always):
+    the honest trainer's round passes and its claim is credited as made; the trainer that sends
+    its round with twice the samples it computed is caught, accused, and credited nothing."""
+    import asyncio
+
+    from core.training.diloco.backbone import DilocoBackbone, RoundChecks
+    from tests.support.leaks import wait_until
+
+    backbone_peer = await make_dpeer(role="backbone", start=False)
+    honest = await make_dpeer(keep_rounds=True)
+    greedy = await make_dpeer(keep_rounds=True)
+    greedy.optimizer.claim = 2.0
+
+    def replica() -> TrainingState:
+        model = fresh_model()
+        return TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+
+    def mse(m: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(m(batch["x"]), batch["y"])
+
+    backbone = DilocoBackbone(
+        backbone_peer.optimizer, checkpoints=None, checkpoint_every=0,
+        round_checks=RoundChecks(1.0, mse, replica),
+    )  # fmt: skip
+    checker = backbone.checker
+    assert checker is not None
+    stop = asyncio.Event()
+    running = asyncio.create_task(backbone.run(stop), name="test/diloco-backbone")
+    try:
+        await wait_until(lambda: 0 in checker._anchors)  # started, its anchor kept
+        await settle([backbone_peer, honest, greedy])
+        await honest.train(6, seed=1)
+        await greedy.train(6, seed=2)
+        await end_rounds([backbone_peer, honest, greedy])
+        assert honest.optimizer.epoch == greedy.optimizer.epoch == 1
+        await wait_until(lambda: len(checker.records) == 2, timeout=60)
+        verdicts = {r.peer: (r.verdict, r.reason) for r in checker.records}
+        me, cheat = str(honest.averager.host.peer_id), str(greedy.averager.host.peer_id)
+        assert verdicts[me] == ("passed", "")
+        assert verdicts[cheat][0] == "caught"
+        assert "its receipt backs 24" in verdicts[cheat][1]
+        standings = checker.standings
+        assert standings.supported(me, 0, 24, now=time.time()) == 24
+        assert standings.supported(cheat, 0, 48, now=time.time()) == 0
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 30)

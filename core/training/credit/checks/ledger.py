@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from core.net.errors import InvalidRequestError, NotFoundError
+from core.net.errors import InvalidRequestError, NotFoundError, UnavailableError
 from core.net.host.host import Host
 from core.net.wire.rpc import CallContext
 from core.training.credit.checks.fingerprint import (
@@ -73,6 +73,9 @@ class WorkLedger:
         self._lock = threading.Lock()
         self._open: list[Entry] = []
         self._sealed: OrderedDict[int, list[Entry]] = OrderedDict()
+        self.leaving = False
+        """The trainer is stopping: a check is answered that it is going (it was not reached),
+        never "no such method" (which fails it) while its host still answers."""
 
     # ---- the training thread ---------------------------------------------------------------------
 
@@ -153,6 +156,10 @@ class WorkLedger:
         host.router.remove(WORK_RECEIPTS.name)
         host.router.remove(WORK_BATCH.name)
 
+    def leave(self) -> None:
+        """The trainer is stopping: checks from now on are told so (``leaving``)."""
+        self.leaving = True
+
     async def _on_receipts(self, ctx: CallContext, request: ReceiptsRequest) -> EpochReceipts:
         entries = self._entries(request.epoch)
         return EpochReceipts(request.epoch, self.precision, [e.receipt for e in entries])
@@ -164,6 +171,8 @@ class WorkLedger:
         return pack_batch(entries[request.index].batch)
 
     def _entries(self, epoch: int) -> list[Entry]:
+        if self.leaving:
+            raise UnavailableError("this trainer is leaving")
         entries = self._sealed.get(epoch)
         if entries is None:
             raise NotFoundError(f"no receipts of epoch {epoch} are kept here")

@@ -60,10 +60,15 @@ class Standing:
 
 
 class Standings:
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, hold: float = HOLD) -> None:
+        """``hold``: seconds at most a newcomer's claim waits for a check that is not coming
+        (``HOLD``; longer where a check takes longer: a replayed diloco round)."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError("the share of epochs checked is in [0, 1]")
+        if not hold >= 0:
+            raise ValueError("a hold is 0 seconds or more")
         self.rate = rate
+        self.hold = hold
         self._peers: dict[str, Standing] = {}
 
     def of(self, peer: str) -> Standing:
@@ -140,7 +145,7 @@ class Standings:
             return samples  # trusted, and its checks still judge it
         if s.vouched < 0 and now - s.seen > GONE_AFTER:
             return samples  # a newcomer gone before a check could catch it
-        if now - since > HOLD and s.unjudged == 0:
+        if now - since > self.hold and s.unjudged == 0:
             return samples  # no check came in time (the backbone could not make one)
         s.waiting[epoch] = since
         return None

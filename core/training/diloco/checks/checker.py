@@ -6,10 +6,12 @@ When a round that began at epoch E lands, the backbone draws members to check
 time). Nothing a member sent or filed tells it whether it will be drawn: its receipt was sealed
 before the round's exchange. For each drawn member the backbone asks the round's receipt
 (``receipts``), compares its samples with the weight the member sent the round with, fetches
-every batch (each must match its digest), replays the round on its own replica from the anchor
-of E (``replay``), then asks for ``SAMPLED_BLOCKS`` blocks of the member's work, chosen after the
-replay, each of which must match its digest in the receipt, and judges them against the replay
-at the member's precision (``replay.judge``).
+every batch (each must match its digest) and ``SAMPLED_BLOCKS`` blocks of the member's work
+drawn at random (each must match its digest in the receipt, which bound them before anything was
+drawn), all at once while the member keeps the round; then it replays the round on its own
+replica from the anchor of E (``replay``; one replay at a time) and judges the blocks against the
+replay at the member's precision (``replay.judge``). A member that no longer keeps what it was
+asked for judges nothing (unreached), as one that cannot be reached.
 
 Verdicts, as the dedloc checks give them (``CheckRecord``): ``passed``; ``caught`` (the work is
 not its replay, a batch or a block is not what the receipt named, the weight sent is more than
@@ -27,7 +29,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,7 +121,6 @@ class RoundChecker:
         standings: Standings,
         evidence: EvidenceBoard,
         tasks: BackgroundTasks,
-        weight: Callable[[str, int], float | None],
         user_of: Callable[[str], str | None] = lambda _: None,
         on_check: Callable[[CheckRecord], None] | None = None,
         budget: float = BUDGET,
@@ -127,8 +128,7 @@ class RoundChecker:
     ) -> None:
         """``replica``: the checker's own, built like a member's (float32, no overlap, fresh
         moments), never the backbone's outer state; ``host``: the backbone's, which calls the
-        members; ``weight(peer, epoch)``: the samples ``peer`` sent the round of ``epoch`` with,
-        as the backbone's part of it saw them (None: it did not see the member)."""
+        members."""
         if replica.overlap or not replica.fresh_moments:
             raise ValueError("a checker's replica replays rounds: no overlap, fresh moments")
         self.replica = replica
@@ -138,8 +138,9 @@ class RoundChecker:
         self.standings = standings
         self.evidence = evidence
         self._tasks = tasks
-        self._weight = weight
-        self._user_of = user_of
+        self._sent: OrderedDict[int, dict[str, float]] = OrderedDict()
+        """Each landed round's senders with the samples they sent it with."""
+        self.user_of = user_of
         self.on_check = on_check
         self.budget = budget
         self._rng = rng or random.Random()
@@ -170,11 +171,20 @@ class RoundChecker:
         while len(self._anchors) > STARTS:
             self._anchors.popitem(last=False)
 
-    def landed(self, epoch: int, members: list[str]) -> None:
-        """The round that began at ``epoch`` landed with these senders: check those drawn."""
+    def sent(self, epoch: int, weights: Mapping[str, float]) -> None:
+        """The round that began at ``epoch`` landed with these senders and weights."""
+        self._sent.pop(epoch, None)
+        self._sent[epoch] = dict(weights)
+        while len(self._sent) > STARTS:
+            self._sent.popitem(last=False)
+
+    def landed(self, epoch: int, weights: Mapping[str, float]) -> None:
+        """The round that began at ``epoch`` landed with these senders (and the samples each
+        sent it with): check those drawn."""
+        self.sent(epoch, weights)
         if epoch not in self._anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        for peer in members:
+        for peer in weights:
             newcomer = self.standings.due(peer, 1.0)
             affordable = self.standings.rate >= 1.0 or self._affordable()
             drawn = affordable and self.standings.due(peer, self._rng.random())
@@ -210,7 +220,7 @@ class RoundChecker:
         seconds = time.monotonic() - started
         self.seconds += seconds
         record = CheckRecord(
-            time.time(), epoch, peer, self._user_of(peer), verdict, tally.claimed, tally.backed,
+            time.time(), epoch, peer, self.user_of(peer), verdict, tally.claimed, tally.backed,
             tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
             tally.received, reason,
         )  # fmt: skip
@@ -251,9 +261,16 @@ class RoundChecker:
                 raise _Caught("round_malformed", 0.0, reason)
             return receipt
 
+    def _weight(self, peer: str, epoch: int) -> float | None:
+        return self._sent.get(epoch, {}).get(peer)
+
     async def _verify(self, peer: str, epoch: int, receipt: RoundReceipt, tally: _Tally) -> None:
         anchor = self._replayable(peer, epoch, receipt, tally)
+        # everything is fetched at once, while the member still keeps the round; the replay may
+        # wait behind others. The blocks were committed in the receipt: drawing them now shows
+        # the member nothing it could still change
         batches = await self._batches(peer, epoch, receipt, tally)
+        blocks = await self._blocks(peer, epoch, receipt, anchor.size, tally)
         start = RoundStart(anchor.arrays, receipt.schedule, receipt.per_round)
         async with self._replaying:
             began = time.perf_counter()
@@ -263,7 +280,8 @@ class RoundChecker:
         tally.compute += spent
         self._replayed += 1
         tally.sampled = len(batches)
-        theirs, ours = await self._blocks(peer, epoch, receipt, replayed, tally)
+        theirs = np.concatenate([values for _, values in blocks])
+        ours = np.concatenate([replayed[at : at + values.size] for at, values in blocks])
         judged = judge(theirs, ours, receipt.precision)
         tally.margin = judged.margin
         if not judged.passed:
@@ -279,6 +297,8 @@ class RoundChecker:
         sent = self._weight(peer, epoch)
         tally.claimed = round(sent) if sent is not None else 0
         tally.backed = receipt.samples
+        if not receipt.replayable:  # its weight may carry earlier rounds' samples too
+            raise _Apart("the member's round cannot be replayed from the anchor (it says so)")
         if sent is not None and sent > receipt.samples + 0.5:
             raise _Caught(
                 "round_unbacked",
@@ -288,8 +308,6 @@ class RoundChecker:
         anchor = self._anchors.get(epoch)
         if anchor is None:
             raise NotFoundError(f"no anchor of epoch {epoch} is kept to replay from")
-        if not receipt.replayable:
-            raise _Apart("the member's round did not start at the anchor (it says so)")
         if receipt.state != anchor.state:
             raise _Apart(f"its round began from another outer state than epoch {epoch}'s")
         blocks = -(-anchor.size * 4 // WORK_BLOCK_BYTES)
@@ -307,7 +325,7 @@ class RoundChecker:
             try:
                 packed = await self._call(peer, ROUND_BATCH, StepRequest(epoch, index), tally)
                 batch = unpack_batch(packed)
-            except (WireFormatError, MalformedResponseError, NotFoundError) as exc:
+            except (WireFormatError, MalformedResponseError) as exc:
                 raise _Caught("round_malformed", 0.0, f"inner step {index}: {exc}", index) from None
             if batch_digest(batch) != step.digest:
                 reason = f"inner step {index}'s batch is not the one its receipt names"
@@ -319,17 +337,17 @@ class RoundChecker:
         return batches
 
     async def _blocks(
-        self, peer: str, epoch: int, receipt: RoundReceipt, replayed: np.ndarray, tally: _Tally
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``SAMPLED_BLOCKS`` blocks of the member's work, drawn now that the replay is done and
-        each the one its receipt names, beside the same blocks of the replay."""
-        count, size = len(receipt.work), replayed.size
+        self, peer: str, epoch: int, receipt: RoundReceipt, size: int, tally: _Tally
+    ) -> list[tuple[int, np.ndarray]]:
+        """``SAMPLED_BLOCKS`` blocks of the member's work of ``size`` values, each the one its
+        receipt names, with where each starts."""
+        count = len(receipt.work)
         picked = sorted(self._rng.sample(range(count), min(SAMPLED_BLOCKS, count)))
-        theirs, ours = [], []
+        found = []
         for index in picked:
             try:
                 block = await self._call(peer, ROUND_WORK, BlockRequest(epoch, index), tally)
-            except (MalformedResponseError, NotFoundError) as exc:
+            except MalformedResponseError as exc:
                 raise _Caught("round_malformed", 0.0, f"work block {index}: {exc}", index) from None
             named = block_digests([np.frombuffer(block.data, np.uint8)], WORK_BLOCK_BYTES)
             if named != [receipt.work[index]]:
@@ -339,9 +357,8 @@ class RoundChecker:
             values = np.frombuffer(block.data, "<f4")
             if values.size != min(WORK_BLOCK_BYTES // 4, size - at):
                 raise _Caught("round_malformed", 0.0, f"work block {index} is cut short", index)
-            theirs.append(values)
-            ours.append(replayed[at : at + values.size])
-        return np.concatenate(theirs), np.concatenate(ours)
+            found.append((at, values))
+        return found
 
     async def _accuse(self, peer: str, epoch: int, caught: _Caught) -> None:
         evidence = self.evidence.accuse(

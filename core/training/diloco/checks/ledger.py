@@ -1,15 +1,18 @@
 """RoundLedger: a diloco trainer's receipts of its last rounds, and the calls a checker makes.
 
-On the training thread, after each backward pass, ``witness`` keeps the batch (on the host) as
-the one whose gradient is in ``.grad``. On the loop, under the optimizer's lock: ``stepped``
-files it under the open round once its inner step is taken (a step skipped for a non-finite
-gradient files nothing: the replay skips it too), ``begin`` says where the round started (before
-its first step), and ``seal`` files the round that ends, with its work, before its exchange (and so before any
-check of it is drawn). A gradient computed before the round it is stepped in began (the
-microbatch that was computing when the last round ended: its step waits for the landing) was
-taken at other parameters than any replay's: the optimizer leaves it out (``stale``,
-``discard``), and a round that took one anyway is filed as not replayable. The last
-``KEPT`` sealed rounds are served: the receipt whole, a batch by its step, the work by its block.
+On the training thread, before each forward pass, ``computing`` notes which parameters the
+microbatch is computed at (``DilocoState.moves``), and after its backward pass ``witness`` keeps
+the batch (on the host) as the one whose gradient is in ``.grad``. On the loop, under the
+optimizer's lock: ``begin`` says where the round started (before its first step), ``stepped``
+files the batch under the open round once its inner step is taken (a step skipped for a
+non-finite gradient files nothing: the replay skips it too), and ``seal`` files the round that
+ends, with its work, before its exchange (and so before any check of it is drawn). A gradient
+computed at other parameters than the round began at (a microbatch that was computing while the
+last round ended and landed: its step waits for the landing) is one no replay from the anchor
+gives: the optimizer leaves it out (``stale``, ``discard``), and a round that took one anyway is
+filed as not replayable. The last ``KEPT`` sealed rounds are served: the receipt whole, a batch
+by its step, the work by its block. A trainer that is stopping answers that it is
+(``leave``): a check then did not reach it, and it is not accused of refusing one.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from core.averaging.sharing.digest import block_digests
-from core.net.errors import InvalidRequestError, NotFoundError
+from core.net.errors import InvalidRequestError, NotFoundError, UnavailableError
 from core.net.host.host import Host
 from core.net.wire.rpc import CallContext
 from core.training.credit.checks.fingerprint import Batch, batch_digest, batch_tensors, pack_batch
@@ -60,14 +63,16 @@ class Start:
     per_round: float
     from_anchor: bool
     """The round's first step was taken at the anchor, with fresh inner moments."""
+    moves: int = -1
+    """Which parameters the round began at (``DilocoState.moves``; -1: not said)."""
 
 
 @dataclass(slots=True)
 class _Pending:
     batch: Batch
     entry: StepEntry
-    round: int
-    """The round open when its gradient was computed."""
+    moves: int
+    """Which parameters its gradient was computed at (``DilocoState.moves``; -1: not said)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +90,8 @@ class RoundLedger:
         self.precision = precision
         self._lock = threading.Lock()
         self._pending: _Pending | None = None
-        self._round = 0
-        """Rounds sealed so far: the open round's number."""
+        self._computing = -1
+        """Which parameters the microbatch computing now started at (``computing``)."""
         self._start: Start | None = None
         self._stale = False
         self._steps: list[StepEntry] = []
@@ -94,15 +99,21 @@ class RoundLedger:
         self._sealed: OrderedDict[int, Sealed] = OrderedDict()
         self.discarded = 0
         """Microbatches left out because they were computed before their round began."""
+        self.leaving = False
 
     # ---- the training thread ---------------------------------------------------------------------
+
+    def computing(self, moves: int) -> None:
+        """A microbatch's forward pass starts at the parameters ``moves`` names."""
+        self._computing = moves
 
     def witness(self, batch: Any, loss: float) -> None:
         """The microbatch whose gradients are in ``.grad`` now."""
         host = {name: t.detach().to("cpu") for name, t in batch_tensors(batch).items()}
         samples = int(next(iter(host.values())).shape[0])
+        entry = StepEntry(samples, batch_digest(host))
         with self._lock:
-            self._pending = _Pending(host, StepEntry(samples, batch_digest(host)), self._round)
+            self._pending = _Pending(host, entry, self._computing)
 
     # ---- the loop, under the optimizer's lock ----------------------------------------------------
 
@@ -115,8 +126,17 @@ class RoundLedger:
     def stale(self) -> bool:
         """The witnessed microbatch was computed before the open round began (at the last
         round's parameters): the optimizer leaves it out (``discard``)."""
-        pending = self._pending
-        return pending is not None and pending.round != self._round
+        return self._apart(self._pending)
+
+    def _apart(self, pending: _Pending | None) -> bool:
+        """``pending`` was computed at other parameters than the open round began at."""
+        start = self._start
+        return (
+            pending is not None
+            and start is not None
+            and min(pending.moves, start.moves) >= 0
+            and pending.moves != start.moves
+        )
 
     def discard(self) -> None:
         """The witnessed microbatch takes no step."""
@@ -134,41 +154,52 @@ class RoundLedger:
             pending, self._pending = self._pending, None
         if pending is None or not taken:
             return
-        if pending.round != self._round:
-            self._stale = True  # computed at the last round's parameters
+        if self._apart(pending):
+            self._stale = True  # computed at other parameters than the round began at
         if len(self._steps) < MAX_STEPS:
             self._steps.append(pending.entry)
             self._batches.append(pending.batch)
         else:
             self._stale = True  # a round longer than a receipt holds: nobody can replay it
 
-    def seal(self, work: np.ndarray, state: str) -> RoundReceipt | None:
+    def seal(
+        self, work: np.ndarray, state: str, epoch: int, carries: bool = False
+    ) -> RoundReceipt | None:
         """The open round ends with ``work`` (flat float32) while the outer state's digest is
-        ``state``: file its receipt (None when the round took no step or no start was given)."""
+        ``state``, and goes out with the round of ``epoch`` (``carries``: with work measured in
+        earlier rounds, which no replay of this one gives): file its receipt under ``epoch``
+        (None when the round took no step or no start was given)."""
         start, steps, batches = self._start, self._steps, self._batches
         stale = self._stale
         self._start, self._steps, self._batches, self._stale = None, [], [], False
-        with self._lock:
-            self._round += 1
         if start is None or not steps:
             return None
         raw = np.ascontiguousarray(work, dtype="<f4").tobytes()
+        why = (
+            "it did not start at the anchor with fresh moments" if not start.from_anchor
+            else "it took a step computed at other parameters" if stale
+            else "the anchor moved during it" if state != start.state or epoch != start.epoch
+            else "it carries work of earlier rounds" if carries
+            else ""
+        )  # fmt: skip
+        if why:
+            log.info("the round of epoch %d cannot be replayed: %s", epoch, why)
         try:
             receipt = RoundReceipt(
-                epoch=start.epoch,
+                epoch=epoch,
                 state=start.state,
                 schedule=start.schedule,
                 per_round=start.per_round,
                 precision=self.precision,
-                replayable=start.from_anchor and not stale and state == start.state,
+                replayable=not why,
                 steps=steps,
                 work=block_digests([np.frombuffer(raw, np.uint8)], WORK_BLOCK_BYTES),
             )
         except WireFormatError as exc:  # the round goes on; only its check cannot
-            log.warning("the round of epoch %d has no receipt: %s", start.epoch, exc)
+            log.warning("the round of epoch %d has no receipt: %s", epoch, exc)
             return None
-        self._sealed.pop(start.epoch, None)
-        self._sealed[start.epoch] = Sealed(receipt, batches, raw)
+        self._sealed.pop(epoch, None)
+        self._sealed[epoch] = Sealed(receipt, batches, raw)
         while len(self._sealed) > KEPT:
             self._sealed.popitem(last=False)
         return receipt
@@ -183,10 +214,10 @@ class RoundLedger:
         host.router.add(ROUND_BATCH, self._on_batch)
         host.router.add(ROUND_WORK, self._on_work)
 
-    @staticmethod
-    def stop_serving(host: Host) -> None:
-        for method in (ROUND_RECEIPT, ROUND_BATCH, ROUND_WORK):
-            host.router.remove(method.name)
+    def leave(self) -> None:
+        """The trainer is stopping: checks from now on are told so (``UnavailableError``), never
+        "no such method", which would fail them while its host still answers."""
+        self.leaving = True
 
     async def _on_receipt(self, ctx: CallContext, request: RoundRequest) -> RoundReceipt:
         return self._round_of(request.epoch).receipt
@@ -206,6 +237,8 @@ class RoundLedger:
         return WorkBlock(sealed.work[at : at + WORK_BLOCK_BYTES])
 
     def _round_of(self, epoch: int) -> Sealed:
+        if self.leaving:
+            raise UnavailableError("this trainer is leaving")
         sealed = self._sealed.get(epoch)
         if sealed is None:
             raise NotFoundError(f"no receipt of the round from epoch {epoch} is kept here")
