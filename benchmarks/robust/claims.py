@@ -3,6 +3,7 @@
     python -m benchmarks.robust.claims --json out.json            # both modes (about 30 minutes)
     python -m benchmarks.robust.claims --only dedloc --json out.json
     python -m benchmarks.robust.claims --only checks --json out.json   # work checks (about 20 minutes)
+    python -m benchmarks.robust.claims --only replays --json out.json  # diloco's replayed rounds
 
 The weight a member attaches to what it sends is its own word: the plain weighted mean and
 CenteredClip weigh by it, and its credit is what it says landed. One trainer of four flips its
@@ -25,6 +26,11 @@ screening, claims bounded at ``averaging.weight_ratio_limit`` = 4 times the medi
 ``checks``: the backbone's spot checks of the trainers' work on the demo (``work_checks``): false
 accusations in 1,000 honest checks, their cost, and what a free rider or an inflated claim is
 credited.
+
+``replays``: diloco with its rounds replayed (``overlap`` false, ``work_checks``), on the demo:
+every member's every round replayed in a swarm of four honest trainers (false accusations,
+credit, what the replays cost), and a member that sends its rounds with twice the samples it
+computed.
 
 ``state``: a backbone and three diloco trainers land two rounds, then one trainer serves a forged
 outer state (its anchor +1 everywhere, under the honest digest its metadata names) while newcomers
@@ -381,6 +387,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result["checks"] = await work_checks.checks(
             args.honest_checks, args.check_epochs, args.liar_epochs, only
         )
+    if args.only in (None, "replays"):
+        result["replays"] = await work_checks.diloco_checks(args.replay_rounds)
     result["seconds"] = round(time.monotonic() - started)
     return result
 
@@ -389,7 +397,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=("dedloc", "diloco", "state", "checks"))
+    parser.add_argument("--only", choices=("dedloc", "diloco", "state", "checks", "replays"))
     parser.add_argument("--honest-checks", type=int, default=1000)
     parser.add_argument("--check-epochs", type=int, default=100)
     parser.add_argument("--liar-epochs", type=int, default=20)
@@ -401,6 +409,9 @@ def main() -> None:
     parser.add_argument("--newcomers", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument(
+        "--replay-rounds", type=int, default=10, help="with --only replays: rounds of each run"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.liars and (unknown := set(args.liars.split(",")) - set(work_checks.liars())):

@@ -320,6 +320,45 @@ async def checks(
         return out
 
 
+DILOCO = {"mode": "diloco", "overlap": False, "round_seconds": 15.0}
+"""The demo in diloco with its rounds replayed: without overlap, rounds of 15 s."""
+
+
+async def diloco_checks(rounds: int) -> dict[str, Any]:
+    """diloco with replayed rounds, four trainers: every member's every round replayed
+    (``work_checks`` = 1) beside the same swarm with a member that sends its rounds with twice
+    the samples it computed (at the default rate: a newcomer's first round is always replayed)."""
+    with tempfile.TemporaryDirectory(prefix="bench-replays-") as tmp:
+        root = Path(tmp)
+        data = root / "data"
+        prepare_demo_data(load_manifest(DEMO_MANIFEST), data)
+        out: dict[str, Any] = {}
+        run = await run_swarm(data, root / "honest", epochs=rounds, rate=1.0, training=DILOCO)
+        out["diloco_every_round"] = honest_summary(run) | {
+            "replay_seconds": run["recompute_seconds"],
+            "run_seconds": run["seconds"],
+            "bytes_share_of_trainer_bytes": max(
+                (t["check_bytes"] / t["bytes_sent"] for t in run["trainers"] if t["bytes_sent"]),
+                default=0.0,
+            ),
+        }
+        greedy = Misbehaviour(Attack.SCALE, 1.0, claim=2.0)
+        run = await run_swarm(
+            data, root / "claims_2x", epochs=rounds, rate=0.1, liar=greedy, training=DILOCO
+        )
+        out["diloco_claims_2x"] = liar_summary(run, greedy)
+        honest = out["diloco_every_round"]
+        out["goals"] = {
+            "no_false_accusation": honest["false_accusations"] == 0
+            and not out["diloco_claims_2x"]["honest_accused"],
+            "honest_credit_exact": honest["credit_exact"],
+            "over_claimer_credited_at_most_1_2x": out["diloco_claims_2x"]["credit_over_computed"]
+            <= CREDIT_BOUND,
+            "over_claimer_accused": bool(out["diloco_claims_2x"]["accused_with"]),
+        }
+        return out
+
+
 def check_goals(out: dict[str, Any]) -> dict[str, bool]:
     """The goals of the runs in ``out`` (a run left out by ``--liars`` sets none)."""
     goals: dict[str, bool] = {}

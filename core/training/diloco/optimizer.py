@@ -321,31 +321,42 @@ class DilocoOptimizer(TakingPart):
             raise ValueError("batch_size must be at least 1")
         if self.config.role == BACKBONE:
             raise BarnraiseError("the backbone computes no inner steps")
-        if not self.diloco.overlap and self._exchange is not None and not self._exchange.done():
-            # without overlap the round lands on theta itself: an inner step taken meanwhile
-            # would be overwritten, so the device waits for the exchange
-            await asyncio.gather(self._exchange, return_exceptions=True)
-            self._tally.last_step_at = None  # the wait is not this device's speed
-        async with self._lock:
-            kept = self.rounds_kept
-            if kept is not None and not kept.started:
-                kept.begin(self._round_start())
-            if kept is not None and kept.stale:
-                # computed at other parameters than this round's (the last round's, as it
-                # ended): no replay from its anchor gives its step, so it is left out (about one
-                # microbatch a round)
-                await self.bridge.run(self.diloco.drop_gradients)
-                kept.discard()
-                stepped = False
-            else:
-                stepped = await self.bridge.run(self.diloco.inner_step)
-                if kept is not None:
-                    kept.stepped(stepped)
-            if stepped:
-                self._count(batch_size, loss)
+        while True:
+            if self._landing_ahead():
+                # without overlap the round lands on theta itself: an inner step taken meanwhile
+                # would be overwritten, so the device waits for the exchange
+                await self.settle()
+                self._tally.last_step_at = None  # the wait is not this device's speed
+            async with self._lock:
+                if self._landing_ahead():
+                    continue  # a round ended while this step waited for the lock: it lands first
+                await self._inner_step(batch_size, loss)
+                break
         if self._pending_reports:
             return self._pending_reports.popleft()
         return None
+
+    def _landing_ahead(self) -> bool:
+        """Without overlap, an exchange is in flight: its landing moves theta to the anchor."""
+        return not self.diloco.overlap and self.exchanging
+
+    async def _inner_step(self, batch_size: int, loss: float | None) -> None:
+        """Under the lock: the inner step, or the gradient left out (round receipts)."""
+        kept = self.rounds_kept
+        if kept is not None and not kept.started:
+            kept.begin(self._round_start())
+        if kept is not None and kept.stale:
+            # computed at other parameters than this round's (the last round's, as it ended): no
+            # replay from its anchor gives its step, so it is left out (about one microbatch a
+            # round)
+            await self.bridge.run(self.diloco.drop_gradients)
+            kept.discard()
+            return
+        stepped = await self.bridge.run(self.diloco.inner_step)
+        if kept is not None:
+            kept.stepped(stepped)
+        if stepped:
+            self._count(batch_size, loss)
 
     def view(self) -> CollaborationView:
         return self.board.view(self.part.records, self._progress(), 1)

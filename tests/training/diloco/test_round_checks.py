@@ -507,3 +507,32 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
     finally:
         stop.set()
         await asyncio.wait_for(running, 30)
+
+
+async def test_without_overlap_no_inner_step_is_taken_while_a_round_lands(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """A step that was waiting for the optimizer's lock while a round ended must wait for that
+    round's landing too: taken before it, the landing would overwrite it (work lost, and the
+    next round no longer starts at the anchor)."""
+    import asyncio
+
+    peer = await make_dpeer(keep_rounds=True)
+    opt = peer.optimizer
+    await opt._lock.acquire()  # as a round's end holds it
+    stepping = asyncio.create_task(opt.step(4, 1.0))
+    await asyncio.sleep(0.05)
+    landing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def exchange() -> None:
+        await landing
+
+    opt._exchange = asyncio.create_task(exchange())  # the round goes out, then releases the lock
+    opt._lock.release()
+    try:
+        await asyncio.sleep(0.2)
+        assert (opt.diloco.round_steps, stepping.done()) == (0, False)
+    finally:
+        landing.set_result(None)
+        await asyncio.wait_for(stepping, 10)
+    assert opt.diloco.round_steps == 1
