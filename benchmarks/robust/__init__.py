@@ -10,6 +10,6 @@
 - ``diloco_replay``     a diloco round replayed by a checker: how far honest members (precisions,
                         speeds) and each cheat land from their replay.
 - ``claims``            a trainer claiming 10x and 100x the samples it computed, in both modes.
-- ``work_checks``       the backbone's spot checks of trainers' work on the demo (a part of
-                        ``claims``).
+- ``work_checks``       the backbone's spot checks of trainers' work on the demo, and diloco's
+                        replayed rounds there (parts of ``claims``).
 """

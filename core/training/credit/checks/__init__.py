@@ -1,6 +1,8 @@
 """Checked work (dedloc): a trainer keeps a receipt of every microbatch, the backbone recomputes a
-few, and credit follows what the checks support. (Diloco's microbatches no checker can recompute:
-its backbone scores each round's updates instead, ``core.training.credit.scores``.)
+few, and credit follows what the checks support. (Diloco's single microbatches no checker can
+recompute: its rounds are replayed whole where they start at the anchor,
+``core.training.diloco.checks``, whose credit follows these ``Standings`` too, and scored otherwise,
+``core.training.credit.scores``.)
 
 - ``receipts``     WorkReceipt (samples, batch digest, loss, gradient fingerprint, parameter
   epoch), the calls that fetch an epoch's receipts and one batch, and their bounds.
