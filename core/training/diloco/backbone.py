@@ -50,6 +50,7 @@ from core.training.state import TrainingState
 from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
 from core.util.tasks import BackgroundTasks
+from core.worker.bridge import TrainingBridge
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class DilocoBackbone:
         seconds = optimizer.config.round_seconds
         self.scores = WorkScores(hold=max(10.0, seconds), newcomer_hold=max(30.0, 4 * seconds))
         self._tasks = BackgroundTasks(f"diloco-backbone/{optimizer.part.peer[:8]}")
+        # replays get a thread of their own: on the backbone's, a replay (a member's whole round)
+        # would hold up the landing of the round after it
+        self._replays = None if round_checks is None else TrainingBridge("round-replays")
         self.checker = (
             None if round_checks is None else self._checker(round_checks, max(30.0, 4 * seconds))
         )
@@ -120,10 +124,11 @@ class DilocoBackbone:
             checks.replica(), outer_lr=1.0, outer_momentum=0.0, overlap=False, sparse=False,
             clip_norm=opt.diloco.clip_norm, fresh_moments=True,
         )  # fmt: skip
+        assert self._replays is not None
         return RoundChecker(
             replica,
             opt.links.averager.host,
-            bridge=opt.bridge,
+            bridge=self._replays,
             loss=checks.loss,
             standings=Standings(checks.rate, hold=hold),
             evidence=opt.evidence,
@@ -167,6 +172,8 @@ class DilocoBackbone:
         """The books closed (``Bookkeeping.close``), the accusations being published awaited."""
         await self.books.close()
         await self._tasks.close()
+        if self._replays is not None:
+            await self._replays.aclose()
 
     def saving(self) -> Saving:
         """On the training thread: the outer state as a checkpoint holds it."""
