@@ -388,7 +388,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             args.honest_checks, args.check_epochs, args.liar_epochs, only
         )
     if args.only in (None, "replays"):
-        result["replays"] = await work_checks.diloco_checks(args.replay_rounds)
+        runs = set(args.replays.split(",")) if args.replays else None
+        result["replays"] = await work_checks.diloco_checks(args.replay_rounds, runs)
     result["seconds"] = round(time.monotonic() - started)
     return result
 
@@ -412,10 +413,17 @@ def main() -> None:
     parser.add_argument(
         "--replay-rounds", type=int, default=10, help="with --only replays: rounds of each run"
     )
+    parser.add_argument(
+        "--replays",
+        help="with --only replays: these runs alone, comma-separated: "
+        + ", ".join(work_checks.REPLAY_RUNS),
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.liars and (unknown := set(args.liars.split(",")) - set(work_checks.liars())):
         parser.error(f"no such liar: {', '.join(sorted(unknown))}")
+    if args.replays and (unknown := set(args.replays.split(",")) - set(work_checks.REPLAY_RUNS)):
+        parser.error(f"no such run: {', '.join(sorted(unknown))}")
     torch.set_num_threads(1)
     emit(asyncio.run(main_async(args)), args.json)
 
