@@ -28,29 +28,10 @@ from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.training.conftest import NET, start_node
 from tests.training.diloco.conftest import MakeDPeer, end_rounds, fresh_model, settle
+from tests.training.diloco.test_replay import batches, loss, replica
 
 Batch = dict[str, torch.Tensor]
 STEPS = 8
-
-
-def replica() -> DilocoState:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
-    state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
-    return DilocoState(state, outer_lr=0.7, outer_momentum=0.9, overlap=False, sparse=False,
-                       clip_norm=1.0, fresh_moments=True)  # fmt: skip
-
-
-def batches(count: int, seed: int = 1) -> list[Batch]:
-    g = torch.Generator().manual_seed(seed)
-    return [
-        {"x": torch.randn(32, 6, generator=g), "y": torch.randn(32, 2, generator=g)}
-        for _ in range(count)
-    ]
-
-
-def loss(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    return torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
 
 
 class Member:
