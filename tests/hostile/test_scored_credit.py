@@ -10,7 +10,7 @@ import pytest
 
 from core.averaging.robust.aggregation import AggregationConfig, Method
 from core.swarm.byzantine import Attack, Misbehaviour
-from core.training.credit.checks.checker import CheckRecord
+from core.training.credit.checks.verdict import CheckRecord
 from core.training.credit.scores import WINDOW, WorkScores
 from core.training.diloco.backbone import DilocoBackbone
 from core.training.diloco.mode import MODE

@@ -33,8 +33,8 @@ from core.averaging import Alignment
 from core.config.roles import BACKBONE
 from core.training.bookkeeping import Bookkeeping, Publisher, Saving
 from core.training.checkpoints import Checkpoint, CheckpointStore
-from core.training.credit.checks.checker import CheckRecord
 from core.training.credit.checks.standing import Standings
+from core.training.credit.checks.verdict import CheckRecord
 from core.training.credit.metrics import EpochMetrics
 from core.training.credit.samples import SamplesTally
 from core.training.credit.scores import WorkScores, credited
@@ -115,8 +115,8 @@ class DilocoBackbone:
         self.on_check = on_check
         optimizer.on_landed = self._landed
         if self.checker is not None:
-            self.checker.on_check = on_check
-            self.checker.user_of = self.books.user_of
+            self.checker.verdicts.on_check = on_check
+            self.checker.verdicts.user_of = self.books.user_of
 
     def _checker(self, checks: RoundChecks, hold: float) -> RoundChecker:
         opt = self.optimizer

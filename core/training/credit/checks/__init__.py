@@ -12,11 +12,14 @@ recompute: its rounds are replayed whole where they start at the anchor,
 - ``ledger``       WorkLedger: a trainer's receipts of its recent epochs, served to checkers.
 - ``standing``     Standings: which epochs to check, and what of each claim the checks support
   (a newcomer's credit waits for its first check).
-- ``checker``      WorkChecker: the backbone's spot checks, their evidence, their log lines.
+- ``verdict``      Verdicts: which members a landed round draws, and how what a check found (in
+  either mode) becomes a verdict, a standing, a record and signed evidence; CheckRecord.
+- ``checker``      WorkChecker: the backbone's spot checks of dedloc's microbatches.
 """
 
-from core.training.credit.checks.checker import CheckRecord, WorkChecker
+from core.training.credit.checks.checker import WorkChecker
 from core.training.credit.checks.ledger import Entry, Forgery, Recorder, WorkLedger
 from core.training.credit.checks.standing import Standings
+from core.training.credit.checks.verdict import CheckRecord
 
 __all__ = ["CheckRecord", "Entry", "Forgery", "Recorder", "Standings", "WorkChecker", "WorkLedger"]

@@ -30,22 +30,12 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from core.net.errors import (
-    InvalidRequestError,
-    MalformedResponseError,
-    NetError,
-    NotFoundError,
-    PermissionDeniedError,
-    RemoteInternalError,
-    RpcError,
-    UnknownMethodError,
-)
+from core.net.errors import MalformedResponseError, NotFoundError
 from core.net.host.host import Host
 from core.training.credit.checks.fingerprint import (
     Fingerprinter,
@@ -65,11 +55,11 @@ from core.training.credit.checks.receipts import (
 )
 from core.training.credit.checks.standing import Standings
 from core.training.credit.checks.tolerance import Mismatch, compare
+from core.training.credit.checks.verdict import BUDGET, Apart, Caught, CheckRecord, Tally, Verdicts
 from core.training.moderation.evidence import EvidenceBoard
 from core.training.state import TrainingState
-from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
-from core.util.errors import BarnraiseError, WireFormatError
+from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
@@ -85,8 +75,6 @@ CALL_TIMEOUT = 10.0
 SEALED_WAIT = 10.0
 """Seconds a checker waits for a member to file the receipts of the epoch that just landed, and
 for its record to claim it."""
-BUDGET = 0.05
-"""Random checks stop above this share of the backbone's time."""
 IN_STEP = 1e-4
 """How far (relative L2, at the fingerprint's coordinates) the parameters a receipt says it was
 computed at may lie from the backbone's snapshot of that epoch for the gradient to be judged
@@ -96,68 +84,6 @@ itself: a trainer whose state went apart from the backbone's (a state round one 
 computed at other parameters, and its gradient says nothing of its honesty there."""
 
 LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckRecord:
-    """One check, as the backbone's ``checks.jsonl`` keeps it (the audit reads it)."""
-
-    time: float
-    epoch: int
-    peer: str
-    user: str | None
-    verdict: str
-    """``passed``, ``caught``, ``unreached`` or ``apart`` (the member computed at parameters
-    the backbone's replica does not hold: nothing judged, its claims held)."""
-    claimed: int
-    backed: int
-    """Samples the receipts account for."""
-    sampled: int
-    seconds: float
-    """Wall time of the check (the calls wait on the network)."""
-    compute: float = 0.0
-    """Of which recomputing, on the backbone's training thread."""
-    margin: float = 0.0
-    """How close the recomputed microbatches came to failing, in units of the tolerance
-    (``tolerance.Comparison.margin``; above 1 fails)."""
-    received: int = 0
-    """Bytes of the member's replies (receipts and batches)."""
-    reason: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(slots=True)
-class _Tally:
-    """What one check found so far (for its record)."""
-
-    claimed: int = 0
-    backed: int = 0
-    sampled: int = 0
-    compute: float = 0.0
-    margin: float = 0.0
-    received: int = 0
-
-
-REFUSALS = (UnknownMethodError, InvalidRequestError, PermissionDeniedError, RemoteInternalError)
-"""Answers a member that was reached gives instead of its work: each fails the check."""
-
-
-def refused(exc: BaseException) -> bool:
-    """Whether ``exc`` is the member's own answer refusing a check (not a dial that failed, a
-    timeout, or a busy or closing peer)."""
-    return isinstance(exc, RpcError) and exc.remote and isinstance(exc, REFUSALS)
-
-
-class _Apart(Exception):
-    """The receipts' parameters are not the backbone's snapshot: the check cannot judge."""
-
-
-class _Caught(Exception):
-    def __init__(self, statistic: str, value: float, reason: str, chunk: int = -1) -> None:
-        super().__init__(reason)
-        self.statistic, self.value, self.reason, self.chunk = statistic, value, reason, chunk
 
 
 class WorkChecker:
@@ -184,36 +110,23 @@ class WorkChecker:
         self.bridge = bridge
         self.loss = loss
         self.standings = standings
-        self.evidence = evidence
         self._tasks = tasks
         self._claimed = claimed
-        self._user_of = user_of
-        self.on_check = on_check
-        self.budget = budget
-        self._rng = rng or random.Random()
+        self.verdicts = Verdicts(
+            "work", standings, evidence, user_of=user_of, on_check=on_check, budget=budget, rng=rng
+        )
+        self._rng = self.verdicts.rng
         self._snapshots: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
         self._marks: dict[int, np.ndarray] = {}
         """Each snapshot's values at the fingerprint's coordinates (``parameters_at``)."""
         self._copying: dict[int, asyncio.Task[None]] = {}
         self._model: torch.nn.Module | None = None
         self._fingerprint: Fingerprinter | None = None
-        self._started = time.monotonic()
-        self.seconds = 0.0
-        """Time spent checking (fetching and recomputing)."""
-        self.compute_seconds = 0.0
-        """Of which recomputing, on the training thread."""
-        self._recomputed = 0
-        """Checks that recomputed something."""
-        self.records: list[CheckRecord] = []
-        """The newest checks (for tests and the benchmark; the log keeps them all)."""
 
-    def _affordable(self) -> bool:
-        """Whether one more check, costing what the checks so far cost on average, keeps the
-        recomputing within ``budget`` of the backbone's time."""
-        done = self._recomputed
-        average = self.compute_seconds / done if done else 0.0
-        elapsed = max(1e-9, time.monotonic() - self._started)
-        return (self.compute_seconds + average) / elapsed <= self.budget
+    @property
+    def records(self) -> list[CheckRecord]:
+        """The newest checks (for tests and the benchmark; the log keeps them all)."""
+        return self.verdicts.records
 
     # ---- the backbone's side ---------------------------------------------------------------------
 
@@ -243,58 +156,21 @@ class WorkChecker:
         """The round of ``epoch`` landed with these senders: check those that are due."""
         if epoch not in self._snapshots and epoch not in self._copying:
             return  # the replica was not at this epoch: nothing to recompute against
-        for peer in members:
-            newcomer = self.standings.due(peer, 1.0)  # due whatever the draw: credit waits for it
-            affordable = self.standings.rate >= 1.0 or self._affordable()
-            drawn = affordable and self.standings.due(peer, self._rng.random())
-            if not (newcomer or drawn):
-                continue
+        for peer in self.verdicts.draw(members):
             self._tasks.spawn(f"check-{peer[:8]}-{epoch}", self._check(peer, epoch))
 
     # ---- one check -------------------------------------------------------------------------------
 
-    async def _check(self, peer: str, epoch: int) -> None:
-        started = time.monotonic()
-        tally = _Tally()
-        verdict, reason = "passed", ""
-        try:
+    async def _check(self, peer: str, epoch: int) -> CheckRecord:
+        async def body(tally: Tally) -> None:
             receipts = await self._receipts(peer, epoch, tally)
             tally.claimed = await self._claim(peer, epoch)
             tally.backed = receipts.samples
             await self._verify(peer, epoch, receipts, tally)
-            self.standings.passed(peer, epoch)
-        except _Caught as caught:
-            verdict, reason = "caught", caught.reason
-            self.standings.failed(peer)
-            await self._accuse(peer, epoch, caught)
-        except _Apart as apart:
-            # the backbone's replica or the member's state went apart (a state round one of them
-            # missed): its gradient is judged at another epoch, its claims held meanwhile
-            verdict, reason = "apart", str(apart)
-            self.standings.unjudged(peer, epoch)
-        except (NetError, TimeoutError, BarnraiseError) as exc:
-            if refused(exc):
-                verdict, reason = "caught", f"refused the check: {exc}"
-                self.standings.failed(peer)
-                await self._accuse(peer, epoch, _Caught("work_refused", 0.0, reason))
-            else:
-                verdict, reason = "unreached", str(exc) or type(exc).__name__
-                self.standings.unjudged(peer, epoch)
-        seconds = time.monotonic() - started
-        self.seconds += seconds
-        self._recomputed += tally.compute > 0
-        record = CheckRecord(
-            time.time(), epoch, peer, self._user_of(peer), verdict, tally.claimed, tally.backed,
-            tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
-            tally.received, reason,
-        )  # fmt: skip
-        self.records = [*self.records[-999:], record]
-        if verdict != "passed":
-            log.warning("work check of %s at epoch %d: %s (%s)", peer[:12], epoch, verdict, reason)
-        if self.on_check is not None:
-            self.on_check(record)
 
-    async def _receipts(self, peer: str, epoch: int, tally: _Tally) -> EpochReceipts:
+        return await self.verdicts.run(peer, epoch, body)
+
+    async def _receipts(self, peer: str, epoch: int, tally: Tally) -> EpochReceipts:
         """The member's receipts of ``epoch``, waiting a little for it to file them."""
         deadline = time.monotonic() + SEALED_WAIT
         while True:
@@ -311,11 +187,11 @@ class WorkChecker:
                     continue
                 if self._claimed(peer, epoch) is None:
                     raise  # it never claimed the epoch (its own round did not land it)
-                raise _Caught(
+                raise Caught(
                     "work_unbacked", 0.0, f"claims epoch {epoch} and keeps no receipts of it"
                 ) from None
             except MalformedResponseError as exc:
-                raise _Caught("work_malformed", 0.0, f"malformed receipts: {exc}") from None
+                raise Caught("work_malformed", 0.0, f"malformed receipts: {exc}") from None
 
     async def _claim(self, peer: str, epoch: int) -> int:
         deadline = time.monotonic() + SEALED_WAIT
@@ -325,10 +201,10 @@ class WorkChecker:
             await asyncio.sleep(0.2)
         return claimed
 
-    async def _verify(self, peer: str, epoch: int, receipts: EpochReceipts, tally: _Tally) -> None:
+    async def _verify(self, peer: str, epoch: int, receipts: EpochReceipts, tally: Tally) -> None:
         entries = receipts.receipts
         if tally.claimed > receipts.samples:
-            raise _Caught(
+            raise Caught(
                 "work_unbacked",
                 tally.claimed / max(1, receipts.samples),
                 f"claims {tally.claimed} samples, its receipts back {receipts.samples}",
@@ -337,7 +213,7 @@ class WorkChecker:
             # an honest trainer computes a batch once at the same parameters (``WorkLedger.
             # fresh``): the same gradient twice is one computation counted twice
             reason = "a batch is counted twice at the same parameters among the receipts"
-            raise _Caught("work_repeated", 0.0, reason)
+            raise Caught("work_repeated", 0.0, reason)
         for index in self._rng.sample(range(len(entries)), min(SAMPLED, len(entries))):
             receipt = entries[index]
             try:
@@ -348,25 +224,25 @@ class WorkChecker:
                 tally.received += len(pack(packed.to_wire()))
                 batch = unpack_batch(packed)
             except (WireFormatError, MalformedResponseError, NotFoundError) as exc:
-                raise _Caught("work_malformed", 0.0, f"microbatch {index}: {exc}", index) from None
+                raise Caught("work_malformed", 0.0, f"microbatch {index}: {exc}", index) from None
             if batch_digest(batch) != receipt.digest:
                 reason = f"microbatch {index} is not the batch its receipt names"
-                raise _Caught("work_batch", 0.0, reason, index)
+                raise Caught("work_batch", 0.0, reason, index)
             if int(next(iter(batch.values())).shape[0]) < receipt.samples:
                 reason = f"microbatch {index} holds fewer samples than its receipt counts"
-                raise _Caught("work_unbacked", receipt.samples, reason, index)
+                raise Caught("work_unbacked", receipt.samples, reason, index)
             mismatch = await self._recheck(receipt, batch, receipts.precision, tally)
             tally.sampled += 1
             if mismatch is not None:
                 reason = f"microbatch {index}: {mismatch.reason}"
-                raise _Caught(mismatch.statistic, mismatch.value, reason, index)
+                raise Caught(mismatch.statistic, mismatch.value, reason, index)
 
     async def _recheck(
         self,
         receipt: WorkReceipt,
         batch: dict[str, torch.Tensor],
         precision: str,
-        tally: _Tally,
+        tally: Tally,
     ) -> Mismatch | None:
         """None when the parameters of the receipt's epoch, or of a neighbouring one, give what it
         says; else the mismatch at the first epoch tried."""
@@ -388,7 +264,6 @@ class WorkChecker:
                     continue  # not the parameters it computed at: nothing to judge here
             tried = True
             loss, recomputed, spent = await self.bridge.run(self._recompute, params, batch)
-            self.compute_seconds += spent
             tally.compute += spent
             compared = compare(receipt, claimed, loss, recomputed, precision)
             if compared.mismatch is None:
@@ -396,7 +271,7 @@ class WorkChecker:
                 return None
             first = first or compared.mismatch
         if not tried and math.isfinite(nearest):
-            raise _Apart(
+            raise Apart(
                 f"its parameters of epoch {receipt.params_epoch} lie {nearest:.2g} from the "
                 f"backbone's (at most {IN_STEP:g} to judge)"
             )
@@ -428,16 +303,3 @@ class WorkChecker:
         found = fingerprint.read()
         model.zero_grad(set_to_none=True)
         return float(loss.detach()), found, time.perf_counter() - started
-
-    async def _accuse(self, peer: str, epoch: int, caught: _Caught) -> None:
-        evidence: Evidence | None = self.evidence.accuse(
-            PeerID.from_string(peer),
-            round_key=f"work.{epoch}",
-            group=b"",
-            chunk=caught.chunk,
-            statistic=caught.statistic,
-            value=caught.value if np.isfinite(caught.value) else 1e30,
-            reason=caught.reason,
-        )
-        if evidence is not None:
-            await self.evidence.publish_signed([evidence], f"work check of epoch {epoch}")

@@ -36,12 +36,12 @@ import numpy as np
 import torch
 
 from core.averaging.sharing.digest import block_digests
-from core.net.errors import MalformedResponseError, NetError, NotFoundError
+from core.net.errors import MalformedResponseError, NotFoundError
 from core.net.host.host import Host
 from core.net.wire.rpc import Method, Req, Resp
-from core.training.credit.checks.checker import CheckRecord, refused
 from core.training.credit.checks.fingerprint import batch_digest, unpack_batch
 from core.training.credit.checks.standing import Standings
+from core.training.credit.checks.verdict import BUDGET, Apart, Caught, CheckRecord, Tally, Verdicts
 from core.training.diloco.checks.receipts import (
     ROUND_BATCH,
     ROUND_RECEIPT,
@@ -56,7 +56,7 @@ from core.training.diloco.checks.replay import LossFn, RoundStart, judge, replay
 from core.training.diloco.state import DilocoState
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.peer_id import PeerID
-from core.util.errors import BarnraiseError, WireFormatError
+from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
@@ -73,8 +73,6 @@ CALL_TIMEOUT = 10.0
 SEALED_WAIT = 5.0
 """Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
 the exchange, so one that landed is filed)."""
-BUDGET = 0.05
-"""Random checks stop above this share of the backbone's time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,26 +86,6 @@ class Anchor:
     @property
     def size(self) -> int:
         return sum(a.size for a in self.arrays)
-
-
-class _Caught(Exception):
-    def __init__(self, statistic: str, value: float, reason: str, chunk: int = -1) -> None:
-        super().__init__(reason)
-        self.statistic, self.value, self.reason, self.chunk = statistic, value, reason, chunk
-
-
-class _Apart(Exception):
-    """The round cannot be replayed from what the backbone holds."""
-
-
-@dataclass(slots=True)
-class _Tally:
-    claimed: int = 0
-    backed: int = 0
-    sampled: int = 0
-    compute: float = 0.0
-    margin: float = 0.0
-    received: int = 0
 
 
 class RoundChecker:
@@ -136,31 +114,21 @@ class RoundChecker:
         self.bridge = bridge
         self.loss = loss
         self.standings = standings
-        self.evidence = evidence
         self._tasks = tasks
+        self.verdicts = Verdicts(
+            "round", standings, evidence, user_of=user_of, on_check=on_check, budget=budget, rng=rng
+        )
+        self._rng = self.verdicts.rng
         self._sent: OrderedDict[int, dict[str, float]] = OrderedDict()
         """Each landed round's senders with the samples they sent it with."""
-        self.user_of = user_of
-        self.on_check = on_check
-        self.budget = budget
-        self._rng = rng or random.Random()
         self._anchors: OrderedDict[int, Anchor] = OrderedDict()
-        self._started = time.monotonic()
         self._replaying = asyncio.Lock()
         """One replay at a time: they share the replica."""
-        self.seconds = 0.0
-        self.compute_seconds = 0.0
-        """Of which replaying, on the training thread."""
-        self._replayed = 0
-        self.records: list[CheckRecord] = []
-        """The newest checks (for tests and the benchmark; the log keeps them all)."""
 
-    def _affordable(self) -> bool:
-        """Whether one more replay, costing what the replays so far cost on average, keeps them
-        within ``budget`` of the backbone's time."""
-        average = self.compute_seconds / self._replayed if self._replayed else 0.0
-        elapsed = max(1e-9, time.monotonic() - self._started)
-        return (self.compute_seconds + average) / elapsed <= self.budget
+    @property
+    def records(self) -> list[CheckRecord]:
+        """The newest checks (for tests and the benchmark; the log keeps them all)."""
+        return self.verdicts.records
 
     # ---- the backbone's side ---------------------------------------------------------------------
 
@@ -184,63 +152,28 @@ class RoundChecker:
         self.sent(epoch, weights)
         if epoch not in self._anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        for peer in weights:
-            newcomer = self.standings.due(peer, 1.0)
-            affordable = self.standings.rate >= 1.0 or self._affordable()
-            drawn = affordable and self.standings.due(peer, self._rng.random())
-            if newcomer or drawn:
-                self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
+        for peer in self.verdicts.draw(weights):
+            self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
 
     # ---- one check -------------------------------------------------------------------------------
 
     async def check(self, peer: str, epoch: int) -> CheckRecord:
         """Check ``peer``'s round that began at ``epoch``, and record what was found."""
-        started = time.monotonic()
-        tally = _Tally()
-        verdict, reason = "passed", ""
-        try:
+
+        async def body(tally: Tally) -> None:
             receipt = await self._receipt(peer, epoch, tally)
             await self._verify(peer, epoch, receipt, tally)
-            self.standings.passed(peer, epoch)
-        except _Caught as caught:
-            verdict, reason = "caught", caught.reason
-            self.standings.failed(peer)
-            await self._accuse(peer, epoch, caught)
-        except _Apart as apart:
-            verdict, reason = "apart", str(apart)
-            self.standings.unjudged(peer, epoch)
-        except (NetError, TimeoutError, BarnraiseError) as exc:
-            if refused(exc):
-                verdict, reason = "caught", f"refused the check: {exc}"
-                self.standings.failed(peer)
-                await self._accuse(peer, epoch, _Caught("work_refused", 0.0, reason))
-            else:
-                verdict, reason = "unreached", str(exc) or type(exc).__name__
-                self.standings.unjudged(peer, epoch)
-        seconds = time.monotonic() - started
-        self.seconds += seconds
-        record = CheckRecord(
-            time.time(), epoch, peer, self.user_of(peer), verdict, tally.claimed, tally.backed,
-            tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
-            tally.received, reason,
-        )  # fmt: skip
-        self.records = [*self.records[-999:], record]
-        if verdict != "passed":
-            log.warning("round check of %s at epoch %d: %s (%s)", peer[:12], epoch, verdict, reason)
-        if self.on_check is not None:
-            self.on_check(record)
-        return record
 
-    async def _call(
-        self, peer: str, method: Method[Req, Resp], request: Req, tally: _Tally
-    ) -> Resp:
+        return await self.verdicts.run(peer, epoch, body)
+
+    async def _call(self, peer: str, method: Method[Req, Resp], request: Req, tally: Tally) -> Resp:
         response = await self._host.call(
             PeerID.from_string(peer), method, request, timeout=CALL_TIMEOUT
         )
         tally.received += len(pack(response.to_wire()))
         return response
 
-    async def _receipt(self, peer: str, epoch: int, tally: _Tally) -> RoundReceipt:
+    async def _receipt(self, peer: str, epoch: int, tally: Tally) -> RoundReceipt:
         deadline = time.monotonic() + SEALED_WAIT
         while True:
             try:
@@ -251,20 +184,20 @@ class RoundChecker:
                     continue
                 if self._weight(peer, epoch) is None:
                     raise  # it never sent this round: nothing to back
-                raise _Caught(
+                raise Caught(
                     "round_unbacked", 0.0, f"sent the round of epoch {epoch} and keeps no receipt"
                 ) from None
             except MalformedResponseError as exc:
-                raise _Caught("round_malformed", 0.0, f"malformed receipt: {exc}") from None
+                raise Caught("round_malformed", 0.0, f"malformed receipt: {exc}") from None
             if receipt.epoch != epoch:
                 reason = f"asked for the round of epoch {epoch}, answered with {receipt.epoch}'s"
-                raise _Caught("round_malformed", 0.0, reason)
+                raise Caught("round_malformed", 0.0, reason)
             return receipt
 
     def _weight(self, peer: str, epoch: int) -> float | None:
         return self._sent.get(epoch, {}).get(peer)
 
-    async def _verify(self, peer: str, epoch: int, receipt: RoundReceipt, tally: _Tally) -> None:
+    async def _verify(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> None:
         anchor = self._replayable(peer, epoch, receipt, tally)
         # everything is fetched at once, while the member still keeps the round; the replay may
         # wait behind others. The blocks were committed in the receipt: drawing them now shows
@@ -276,31 +209,29 @@ class RoundChecker:
             began = time.perf_counter()
             replayed = await self.bridge.run(replay, self.replica, start, batches, self.loss)
             spent = time.perf_counter() - began
-        self.compute_seconds += spent
         tally.compute += spent
-        self._replayed += 1
         tally.sampled = len(batches)
         theirs = np.concatenate([values for _, values in blocks])
         ours = np.concatenate([replayed[at : at + values.size] for at, values in blocks])
         judged = judge(theirs, ours, receipt.precision)
         tally.margin = judged.margin
         if not judged.passed:
-            raise _Caught(
+            raise Caught(
                 "round_replay",
                 judged.distance,
                 f"its work lies {judged.distance:.3g} from its replay (at most {judged.limit:g} "
                 f"in {receipt.precision})",
             )
 
-    def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: _Tally) -> Anchor:
+    def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> Anchor:
         """The anchor to replay ``receipt`` from, once its claim and its start are in order."""
         sent = self._weight(peer, epoch)
         tally.claimed = round(sent) if sent is not None else 0
         tally.backed = receipt.samples
         if not receipt.replayable:  # its weight may carry earlier rounds' samples too
-            raise _Apart("the member's round cannot be replayed from the anchor (it says so)")
+            raise Apart("the member's round cannot be replayed from the anchor (it says so)")
         if sent is not None and sent > receipt.samples + 0.5:
-            raise _Caught(
+            raise Caught(
                 "round_unbacked",
                 sent / max(1, receipt.samples),
                 f"sent its round with {sent:g} samples, its receipt backs {receipt.samples}",
@@ -309,15 +240,15 @@ class RoundChecker:
         if anchor is None:
             raise NotFoundError(f"no anchor of epoch {epoch} is kept to replay from")
         if receipt.state != anchor.state:
-            raise _Apart(f"its round began from another outer state than epoch {epoch}'s")
+            raise Apart(f"its round began from another outer state than epoch {epoch}'s")
         blocks = -(-anchor.size * 4 // WORK_BLOCK_BYTES)
         if len(receipt.work) != blocks:
             reason = f"its work has {len(receipt.work)} blocks where the model's has {blocks}"
-            raise _Caught("round_malformed", 0.0, reason)
+            raise Caught("round_malformed", 0.0, reason)
         return anchor
 
     async def _batches(
-        self, peer: str, epoch: int, receipt: RoundReceipt, tally: _Tally
+        self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
     ) -> list[dict[str, torch.Tensor]]:
         """Every inner step's batch, each the one its receipt names."""
         batches = []
@@ -326,18 +257,18 @@ class RoundChecker:
                 packed = await self._call(peer, ROUND_BATCH, StepRequest(epoch, index), tally)
                 batch = unpack_batch(packed)
             except (WireFormatError, MalformedResponseError) as exc:
-                raise _Caught("round_malformed", 0.0, f"inner step {index}: {exc}", index) from None
+                raise Caught("round_malformed", 0.0, f"inner step {index}: {exc}", index) from None
             if batch_digest(batch) != step.digest:
                 reason = f"inner step {index}'s batch is not the one its receipt names"
-                raise _Caught("round_batch", 0.0, reason, index)
+                raise Caught("round_batch", 0.0, reason, index)
             if int(next(iter(batch.values())).shape[0]) < step.samples:
                 reason = f"inner step {index}'s batch holds fewer samples than its receipt counts"
-                raise _Caught("round_unbacked", step.samples, reason, index)
+                raise Caught("round_unbacked", step.samples, reason, index)
             batches.append(batch)
         return batches
 
     async def _blocks(
-        self, peer: str, epoch: int, receipt: RoundReceipt, size: int, tally: _Tally
+        self, peer: str, epoch: int, receipt: RoundReceipt, size: int, tally: Tally
     ) -> list[tuple[int, np.ndarray]]:
         """``SAMPLED_BLOCKS`` blocks of the member's work of ``size`` values, each the one its
         receipt names, with where each starts."""
@@ -348,27 +279,14 @@ class RoundChecker:
             try:
                 block = await self._call(peer, ROUND_WORK, BlockRequest(epoch, index), tally)
             except MalformedResponseError as exc:
-                raise _Caught("round_malformed", 0.0, f"work block {index}: {exc}", index) from None
+                raise Caught("round_malformed", 0.0, f"work block {index}: {exc}", index) from None
             named = block_digests([np.frombuffer(block.data, np.uint8)], WORK_BLOCK_BYTES)
             if named != [receipt.work[index]]:
                 reason = f"work block {index} is not what its receipt named"
-                raise _Caught("round_block", 0.0, reason, index)
+                raise Caught("round_block", 0.0, reason, index)
             at = index * WORK_BLOCK_BYTES // 4
             values = np.frombuffer(block.data, "<f4")
             if values.size != min(WORK_BLOCK_BYTES // 4, size - at):
-                raise _Caught("round_malformed", 0.0, f"work block {index} is cut short", index)
+                raise Caught("round_malformed", 0.0, f"work block {index} is cut short", index)
             found.append((at, values))
         return found
-
-    async def _accuse(self, peer: str, epoch: int, caught: _Caught) -> None:
-        evidence = self.evidence.accuse(
-            PeerID.from_string(peer),
-            round_key=f"round.{epoch}",
-            group=b"",
-            chunk=caught.chunk,
-            statistic=caught.statistic,
-            value=caught.value if np.isfinite(caught.value) else 1e30,
-            reason=caught.reason,
-        )
-        if evidence is not None:
-            await self.evidence.publish_signed([evidence], f"round check of epoch {epoch}")

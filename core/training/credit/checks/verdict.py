@@ -1,0 +1,237 @@
+"""Verdicts: what both modes' checkers share around the work they check in their own way.
+
+A landed round draws the members to check (``Verdicts.draw``): a newcomer whatever the draw, since
+its credit waits for a check, unless a check of it is still under way (a replayed round can take
+longer than the next round: drawing it again would only queue a second replay that vouches for
+nothing more); any other member at the project's rate while the checks stay within ``budget`` of
+the backbone's time. A check's body (the mode's: dedloc recomputes microbatches, diloco replays a
+round) fills a ``Tally`` and raises what it found; ``Verdicts.run`` turns that into the verdict,
+the member's standing, the record the audit reads, and signed evidence when it caught the member:
+
+- nothing raised: ``passed``;
+- ``Caught``, or the member's own refusal of a call (``refused``): ``caught``, with evidence;
+- ``Apart``: ``apart`` (the work was done at parameters the checker does not hold);
+- a dial that failed, a timeout, a busy or closing member: ``unreached``.
+
+The last two judge nothing: the member is asked again at its next round, its claims held meanwhile
+(``standing.Standings``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from core.net.errors import (
+    InvalidRequestError,
+    NetError,
+    PermissionDeniedError,
+    RemoteInternalError,
+    RpcError,
+    UnknownMethodError,
+)
+from core.training.credit.checks.standing import Standings
+from core.training.moderation.evidence import EvidenceBoard
+from core.trust.peer_id import PeerID
+from core.util.errors import BarnraiseError
+
+log = logging.getLogger(__name__)
+
+BUDGET = 0.05
+"""Random checks stop above this share of the backbone's time."""
+KEPT_RECORDS = 1000
+"""The newest records kept in memory (the log keeps them all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """One check, as the backbone's ``checks.jsonl`` keeps it (the audit reads it)."""
+
+    time: float
+    epoch: int
+    peer: str
+    user: str | None
+    verdict: str
+    """``passed``, ``caught``, ``unreached`` or ``apart`` (the member computed at parameters
+    the backbone's replica does not hold: nothing judged, its claims held)."""
+    claimed: int
+    backed: int
+    """Samples the receipts account for."""
+    sampled: int
+    seconds: float
+    """Wall time of the check (the calls wait on the network)."""
+    compute: float = 0.0
+    """Of which recomputing, on the backbone's training thread."""
+    margin: float = 0.0
+    """How close the recomputed work came to failing, in units of the tolerance (above 1
+    fails)."""
+    received: int = 0
+    """Bytes of the member's replies (receipts, batches, work)."""
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one check found so far (for its record)."""
+
+    claimed: int = 0
+    backed: int = 0
+    sampled: int = 0
+    compute: float = 0.0
+    """Seconds spent recomputing, on the training thread."""
+    margin: float = 0.0
+    received: int = 0
+
+
+class Caught(Exception):
+    """The check caught the member: ``statistic`` names the evidence, ``chunk`` where it lies."""
+
+    def __init__(self, statistic: str, value: float, reason: str, chunk: int = -1) -> None:
+        super().__init__(reason)
+        self.statistic, self.value, self.reason, self.chunk = statistic, value, reason, chunk
+
+
+class Apart(Exception):
+    """The member's work was done at parameters the checker does not hold: nothing to judge."""
+
+
+REFUSALS = (UnknownMethodError, InvalidRequestError, PermissionDeniedError, RemoteInternalError)
+"""Answers a member that was reached gives instead of its work: each fails the check."""
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the member's own answer refusing a check (not a dial that failed, a
+    timeout, or a busy or closing peer)."""
+    return isinstance(exc, RpcError) and exc.remote and isinstance(exc, REFUSALS)
+
+
+Body = Callable[[Tally], Awaitable[None]]
+"""One check's own work: fills the tally, raises ``Caught`` or ``Apart`` (or a network error)."""
+
+
+class Verdicts:
+    def __init__(
+        self,
+        kind: str,
+        standings: Standings,
+        evidence: EvidenceBoard,
+        *,
+        user_of: Callable[[str], str | None] = lambda _: None,
+        on_check: Callable[[CheckRecord], None] | None = None,
+        budget: float = BUDGET,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``kind``: what is checked (``work``, ``round``), in log lines and evidence keys."""
+        self.kind = kind
+        self.standings = standings
+        self.evidence = evidence
+        self.user_of = user_of
+        self.on_check = on_check
+        self.budget = budget
+        self.rng = rng or random.Random()
+        self._started = time.monotonic()
+        self._checking: dict[str, int] = {}
+        """Members with checks under way, and how many."""
+        self.seconds = 0.0
+        """Time spent checking (fetching and recomputing)."""
+        self.compute_seconds = 0.0
+        """Of which recomputing, on the training thread."""
+        self._recomputed = 0
+        """Checks that recomputed something."""
+        self.records: list[CheckRecord] = []
+        """The newest checks (for tests and the benchmark; the log keeps them all)."""
+
+    def affordable(self) -> bool:
+        """Whether one more check, costing what the checks so far cost on average, keeps the
+        recomputing within ``budget`` of the backbone's time."""
+        done = self._recomputed
+        average = self.compute_seconds / done if done else 0.0
+        elapsed = max(1e-9, time.monotonic() - self._started)
+        return (self.compute_seconds + average) / elapsed <= self.budget
+
+    def checking(self, peer: str) -> bool:
+        """Whether a check of ``peer`` is under way."""
+        return peer in self._checking
+
+    def draw(self, members: Iterable[str]) -> list[str]:
+        """The members of a round that just landed to check (see the module's map)."""
+        drawn = []
+        for peer in members:
+            if self.standings.due(peer, 1.0) and not self.checking(peer):
+                drawn.append(peer)  # a newcomer (due whatever the draw), or every check is asked
+                continue
+            draw = self.rng.random()
+            if not self.standings.due(peer, draw):
+                continue  # caught, or not drawn
+            affordable = self.standings.rate >= 1.0 or self.affordable()
+            if affordable and draw < self.standings.rate:
+                drawn.append(peer)  # at random, as a trusted member (a newcomer too while its
+                # first check runs)
+        return drawn
+
+    async def run(self, peer: str, epoch: int, body: Body) -> CheckRecord:
+        """Check ``peer``'s round of ``epoch`` with ``body``, and record what it found."""
+        started = time.monotonic()
+        tally = Tally()
+        verdict, reason = "passed", ""
+        self._checking[peer] = self._checking.get(peer, 0) + 1
+        try:
+            await body(tally)
+            self.standings.passed(peer, epoch)
+        except Caught as caught:
+            verdict, reason = "caught", caught.reason
+            self.standings.failed(peer)
+            await self._accuse(peer, epoch, caught)
+        except Apart as apart:
+            verdict, reason = "apart", str(apart)
+            self.standings.unjudged(peer, epoch)
+        except (NetError, TimeoutError, BarnraiseError) as exc:
+            if refused(exc):
+                verdict, reason = "caught", f"refused the check: {exc}"
+                self.standings.failed(peer)
+                await self._accuse(peer, epoch, Caught("work_refused", 0.0, reason))
+            else:
+                verdict, reason = "unreached", str(exc) or type(exc).__name__
+                self.standings.unjudged(peer, epoch)
+        finally:
+            left = self._checking.pop(peer) - 1
+            if left:
+                self._checking[peer] = left
+        seconds = time.monotonic() - started
+        self.seconds += seconds
+        self.compute_seconds += tally.compute
+        self._recomputed += tally.compute > 0
+        record = CheckRecord(
+            time.time(), epoch, peer, self.user_of(peer), verdict, tally.claimed, tally.backed,
+            tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
+            tally.received, reason,
+        )  # fmt: skip
+        self.records = [*self.records[1 - KEPT_RECORDS :], record]
+        if verdict != "passed":
+            log.warning("%s check of %s at epoch %d: %s (%s)", self.kind, peer[:12], epoch,
+                        verdict, reason)  # fmt: skip
+        if self.on_check is not None:
+            self.on_check(record)
+        return record
+
+    async def _accuse(self, peer: str, epoch: int, caught: Caught) -> None:
+        evidence = self.evidence.accuse(
+            PeerID.from_string(peer),
+            round_key=f"{self.kind}.{epoch}",
+            group=b"",
+            chunk=caught.chunk,
+            statistic=caught.statistic,
+            value=caught.value if np.isfinite(caught.value) else 1e30,
+            reason=caught.reason,
+        )
+        if evidence is not None:
+            await self.evidence.publish_signed([evidence], f"{self.kind} check of epoch {epoch}")
