@@ -14,11 +14,19 @@ import numpy as np
 import pytest
 import torch
 
+from core.averaging.sharing.digest import block_digests
 from core.dht import DHTNode
 from core.net import Host, Identity
 from core.training.credit.checks.standing import Standings
 from core.training.diloco.checks import RoundChecker, RoundLedger, Start
-from core.training.diloco.checks.receipts import RoundReceipt, StepEntry
+from core.training.diloco.checks.receipts import (
+    MAX_BLOCK_BYTES,
+    MIN_BLOCK_BYTES,
+    RoundReceipt,
+    StepEntry,
+    WorkBlock,
+    work_block_bytes,
+)
 from core.training.diloco.state import DilocoState
 from core.training.moderation.evidence import EvidenceBoard
 from core.training.state import TrainingState
@@ -307,6 +315,38 @@ def test_skipped_steps_are_not_filed_and_old_rounds_are_forgotten() -> None:
     assert sealed is not None
     assert len(sealed.receipt.steps) == 2
     assert sealed.receipt.samples == 64
+
+
+@pytest.mark.parametrize(
+    ("values", "block"),
+    [
+        (1, MIN_BLOCK_BYTES),
+        (1_262_720, MIN_BLOCK_BYTES),  # the demo's model: 78 blocks, a check fetches 5 % of it
+        (70_000_000, 2 * MIN_BLOCK_BYTES),  # 68,360 bytes per block, rounded up: 2,137 blocks
+        (1_000_000_000, 15 * MIN_BLOCK_BYTES),  # 4,069 blocks
+        (10_000_000_000, MAX_BLOCK_BYTES),  # past 4,096 blocks of the largest: 9,537 blocks
+    ],
+)
+def test_the_work_is_cut_into_blocks_by_the_models_size(values: int, block: int) -> None:
+    assert work_block_bytes(values) == block
+    assert -(-4 * values // block) <= max(4096, -(-4 * values // MAX_BLOCK_BYTES))
+
+
+def test_a_receipt_names_every_block_of_a_larger_models_work() -> None:
+    member = Member()
+    member.begin()
+    for batch in batches(STEPS):
+        member.step(batch)
+    work = np.random.default_rng(0).normal(size=40_000).astype(np.float32)  # 2 blocks and a bit
+    sent = member.ledger.seal(work, member.diloco.digest, member.diloco.epoch)
+    assert sent is not None
+    raw = work.astype("<f4").tobytes()
+    blocks = [raw[at : at + MIN_BLOCK_BYTES] for at in range(0, len(raw), MIN_BLOCK_BYTES)]
+    assert [len(b) // 4 for b in blocks] == [16384, 16384, 7232]
+    assert sent.work == [block_digests([np.frombuffer(b, np.uint8)], MIN_BLOCK_BYTES)[0]
+                         for b in blocks]  # fmt: skip
+    with pytest.raises(WireFormatError, match="float32 values"):
+        WorkBlock(bytes(MAX_BLOCK_BYTES + 4))
 
 
 def receipt(**changes: object) -> RoundReceipt:

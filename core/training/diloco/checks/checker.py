@@ -46,11 +46,11 @@ from core.training.diloco.checks.receipts import (
     ROUND_BATCH,
     ROUND_RECEIPT,
     ROUND_WORK,
-    WORK_BLOCK_BYTES,
     BlockRequest,
     RoundReceipt,
     RoundRequest,
     StepRequest,
+    work_block_bytes,
 )
 from core.training.diloco.checks.replay import LossFn, RoundStart, judge, replay
 from core.training.diloco.state import DilocoState
@@ -64,9 +64,10 @@ from core.worker.bridge import TrainingBridge
 log = logging.getLogger(__name__)
 
 SAMPLED_BLOCKS = 4
-"""Blocks of a member's work compared with the replay: each is a quarter-million parameters, and
-a cheat's work lies far from its replay in every part of the model (the replay benchmark's middle
-fifth: 54-69 %, honest 0-2 %)."""
+"""Blocks of a member's work compared with the replay (``work_block_bytes``: 16,384 parameters
+each in the demo's model, a million in a billion-parameter one): a cheat's work lies far from its
+replay in every part of the model, since skipping samples or steps changes every coordinate they
+touch."""
 STARTS = 3
 """Epochs whose anchors the backbone keeps to replay rounds from."""
 CALL_TIMEOUT = 10.0
@@ -241,7 +242,7 @@ class RoundChecker:
             raise NotFoundError(f"no anchor of epoch {epoch} is kept to replay from")
         if receipt.state != anchor.state:
             raise Apart(f"its round began from another outer state than epoch {epoch}'s")
-        blocks = -(-anchor.size * 4 // WORK_BLOCK_BYTES)
+        blocks = -(-anchor.size * 4 // work_block_bytes(anchor.size))
         if len(receipt.work) != blocks:
             reason = f"its work has {len(receipt.work)} blocks where the model's has {blocks}"
             raise Caught("round_malformed", 0.0, reason)
@@ -272,7 +273,7 @@ class RoundChecker:
     ) -> list[tuple[int, np.ndarray]]:
         """``SAMPLED_BLOCKS`` blocks of the member's work of ``size`` values, each the one its
         receipt names, with where each starts."""
-        count = len(receipt.work)
+        count, block_bytes = len(receipt.work), work_block_bytes(size)
         picked = sorted(self._rng.sample(range(count), min(SAMPLED_BLOCKS, count)))
         found = []
         for index in picked:
@@ -280,13 +281,13 @@ class RoundChecker:
                 block = await self._call(peer, ROUND_WORK, BlockRequest(epoch, index), tally)
             except MalformedResponseError as exc:
                 raise Caught("round_malformed", 0.0, f"work block {index}: {exc}", index) from None
-            named = block_digests([np.frombuffer(block.data, np.uint8)], WORK_BLOCK_BYTES)
+            named = block_digests([np.frombuffer(block.data, np.uint8)], block_bytes)
             if named != [receipt.work[index]]:
                 reason = f"work block {index} is not what its receipt named"
                 raise Caught("round_block", 0.0, reason, index)
-            at = index * WORK_BLOCK_BYTES // 4
+            at = index * block_bytes // 4
             values = np.frombuffer(block.data, "<f4")
-            if values.size != min(WORK_BLOCK_BYTES // 4, size - at):
+            if values.size != min(block_bytes // 4, size - at):
                 raise Caught("round_malformed", 0.0, f"work block {index} is cut short", index)
             found.append((at, values))
         return found

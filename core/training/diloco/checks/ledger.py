@@ -36,13 +36,13 @@ from core.training.diloco.checks.receipts import (
     ROUND_BATCH,
     ROUND_RECEIPT,
     ROUND_WORK,
-    WORK_BLOCK_BYTES,
     BlockRequest,
     RoundReceipt,
     RoundRequest,
     StepEntry,
     StepRequest,
     WorkBlock,
+    work_block_bytes,
 )
 from core.util.errors import WireFormatError
 
@@ -193,7 +193,7 @@ class RoundLedger:
                 precision=self.precision,
                 replayable=not why,
                 steps=steps,
-                work=block_digests([np.frombuffer(raw, np.uint8)], WORK_BLOCK_BYTES),
+                work=block_digests([np.frombuffer(raw, np.uint8)], work_block_bytes(work.size)),
             )
         except WireFormatError as exc:  # the round goes on; only its check cannot
             log.warning("the round of epoch %d has no receipt: %s", epoch, exc)
@@ -233,8 +233,9 @@ class RoundLedger:
         count = len(sealed.receipt.work)
         if not 0 <= request.index < count:
             raise InvalidRequestError(f"round {request.epoch}'s work has no block {request.index}")
-        at = request.index * WORK_BLOCK_BYTES
-        return WorkBlock(sealed.work[at : at + WORK_BLOCK_BYTES])
+        block = work_block_bytes(len(sealed.work) // 4)
+        at = request.index * block
+        return WorkBlock(sealed.work[at : at + block])
 
     def _round_of(self, epoch: int) -> Sealed:
         if self.leaving:

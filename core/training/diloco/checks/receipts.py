@@ -29,9 +29,24 @@ from core.util.wire import WireMessage
 MAX_STEPS = 16384
 """Inner steps in one round of one member: a fast GPU takes tens of times a slow CPU's."""
 MAX_BLOCKS = 65536
-WORK_BLOCK_BYTES = 1 << 20
-"""Bytes of work per block digest: 32 bytes of receipt per 262,144 parameters, and a checker
-fetches a block at a time."""
+BLOCKS = 4096
+"""Blocks a round's work is cut into, up to the largest block: a receipt of 128 KiB at most
+below 4 billion parameters, and a check fetches a small part of the model (what it costs a member's
+bytes grows with the block)."""
+MIN_BLOCK_BYTES = 64 << 10
+"""The smallest block: 16,384 parameters, enough that rounding never decides a verdict."""
+MAX_BLOCK_BYTES = 4 << 20
+"""The largest block: half a frame (``NetConfig.max_frame_bytes``)."""
+
+
+def work_block_bytes(values: int) -> int:
+    """Bytes of work per block digest for a model of ``values`` parameters (float32): ``BLOCKS``
+    blocks, a multiple of ``MIN_BLOCK_BYTES`` each, within the smallest and largest block."""
+    wanted = -(-4 * max(1, values) // BLOCKS)
+    rounded = -(-wanted // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+    return min(MAX_BLOCK_BYTES, rounded)
+
+
 STATE_DIGEST_CHARS = 64
 """The outer state's digest, as ``DilocoState.digest`` writes it (hexadecimal SHA-256)."""
 
@@ -70,7 +85,7 @@ class RoundReceipt(WireMessage):
     its check judges nothing."""
     steps: list[StepEntry]
     work: list[bytes]
-    """SHA-256 of every ``WORK_BLOCK_BYTES`` of the round's work, float32 little-endian."""
+    """SHA-256 of every ``work_block_bytes`` of the round's work, float32 little-endian."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.epoch < MAX_EPOCH, "an epoch is out of range")
@@ -112,14 +127,14 @@ class BlockRequest(WireMessage):
 
 @dataclass(frozen=True, slots=True)
 class WorkBlock(WireMessage):
-    """``WORK_BLOCK_BYTES`` of the round's work (the last block may be shorter)."""
+    """``work_block_bytes`` of the round's work (the last block may be shorter)."""
 
     data: bytes
 
     def __post_init__(self) -> None:
         _check(
-            0 < len(self.data) <= WORK_BLOCK_BYTES and len(self.data) % 4 == 0,
-            f"a work block is 1 to {WORK_BLOCK_BYTES // 4} float32 values",
+            0 < len(self.data) <= MAX_BLOCK_BYTES and len(self.data) % 4 == 0,
+            f"a work block is 1 to {MAX_BLOCK_BYTES // 4} float32 values",
         )
 
 
