@@ -17,11 +17,11 @@ from core.net.errors import (
     UnknownMethodError,
 )
 from core.training.credit.book import CreditBook
-from core.training.credit.checks.verdict import refused
 from core.training.credit.checks.fingerprint import to_bytes
 from core.training.credit.checks.receipts import WorkReceipt
 from core.training.credit.checks.standing import GONE_AFTER, HOLD, UNJUDGED, Standings
 from core.training.credit.checks.tolerance import compare
+from core.training.credit.checks.verdict import refused
 from core.training.credit.metrics import MetricsAggregator
 from core.training.progress import Landed
 
