@@ -1,7 +1,7 @@
 """WorkChecker: the backbone spot-checks the microbatches trainers claim, and holds credit until
 a check supports it (``standing``).
 
-When a gradient round of epoch E lands, the backbone picks members to check (``Standings.due``).
+When a gradient round of epoch E lands, the backbone picks members to check (``verdict.Verdicts.draw``).
 For each it asks the member's receipts of E (``receipts``), compares their samples with what the
 member's record claims, and recomputes ``SAMPLED`` microbatches chosen after the receipts are in:
 the batch (whose digest must match), the loss and the gradient's fingerprint, at the parameters of
@@ -109,7 +109,6 @@ class WorkChecker:
         self._host = host
         self.bridge = bridge
         self.loss = loss
-        self.standings = standings
         self._tasks = tasks
         self._claimed = claimed
         self.verdicts = Verdicts(
@@ -122,6 +121,10 @@ class WorkChecker:
         self._copying: dict[int, asyncio.Task[None]] = {}
         self._model: torch.nn.Module | None = None
         self._fingerprint: Fingerprinter | None = None
+
+    @property
+    def standings(self) -> Standings:
+        return self.verdicts.standings
 
     @property
     def records(self) -> list[CheckRecord]:

@@ -2,16 +2,16 @@
 support (``core.training.credit.checks.standing``, the rule dedloc's checks follow too).
 
 When a round that began at epoch E lands, the backbone draws members to check
-(``Standings.due``: a newcomer always, a trusted member at random, within ``budget`` of its
-time). Nothing a member sent or filed tells it whether it will be drawn: its receipt was sealed
-before the round's exchange. For each drawn member the backbone asks the round's receipt
-(``receipts``), compares its samples with the weight the member sent the round with, fetches
-every batch (each must match its digest) and ``SAMPLED_BLOCKS`` blocks of the member's work
-drawn at random (each must match its digest in the receipt, which bound them before anything was
-drawn), all at once while the member keeps the round; then it replays the round on its own
-replica from the anchor of E (``replay``; one replay at a time) and judges the blocks against the
-replay at the member's precision (``replay.judge``). A member that no longer keeps what it was
-asked for judges nothing (unreached), as one that cannot be reached.
+(``verdict.Verdicts.draw``: a newcomer unless a check of it is under way, a trusted member at
+random, within ``budget`` of its time). Nothing a member sent or filed tells it whether it will
+be drawn: its receipt was sealed before the round's exchange. For each drawn member the backbone
+asks the round's receipt (``receipts``), compares its samples with the weight the member sent the
+round with, fetches every batch (each must match its digest) and ``SAMPLED_BLOCKS`` blocks of
+the member's work drawn at random (each must match its digest in the receipt, which bound them
+before anything was drawn), all at once while the member keeps the round; then it replays the
+round on its own replica from the anchor of E (``replay``; one replay at a time) and judges the
+blocks against the replay at the member's precision (``replay.judge``). A member that no longer
+keeps what it was asked for judges nothing (unreached), as one that cannot be reached.
 
 Verdicts, as the dedloc checks give them (``CheckRecord``): ``passed``; ``caught`` (the work is
 not its replay, a batch or a block is not what the receipt named, the weight sent is more than
@@ -114,7 +114,6 @@ class RoundChecker:
         self._host = host
         self.bridge = bridge
         self.loss = loss
-        self.standings = standings
         self._tasks = tasks
         self.verdicts = Verdicts(
             "round", standings, evidence, user_of=user_of, on_check=on_check, budget=budget, rng=rng
@@ -125,6 +124,10 @@ class RoundChecker:
         self._anchors: OrderedDict[int, Anchor] = OrderedDict()
         self._replaying = asyncio.Lock()
         """One replay at a time: they share the replica."""
+
+    @property
+    def standings(self) -> Standings:
+        return self.verdicts.standings
 
     @property
     def records(self) -> list[CheckRecord]:
