@@ -121,10 +121,12 @@ async def test_records_above_the_rounds_weight_are_cut_to_it_and_accused(  # noq
         return await send(links, *args, **kwargs)
 
     monkeypatch.setattr(PeerLinks, "round", light)
+    landed_samples: dict[int, int] = {}  # liar -> the samples its landed rounds carried
     for liar in crowd:
         landed = liar.optimizer.landed
 
-        def inflated(epoch: int, samples: int, add=landed.add) -> None:
+        def inflated(epoch: int, samples: int, add=landed.add, key: int = id(liar)) -> None:
+            landed_samples[key] = landed_samples.get(key, 0) + samples
             add(epoch, round(samples * records))  # its records claim this many times them
 
         monkeypatch.setattr(landed, "add", inflated)
@@ -147,7 +149,9 @@ async def test_records_above_the_rounds_weight_are_cut_to_it_and_accused(  # noq
         name = str(liar.averager.host.peer_id)
         items = liar.optimizer.landed.items()
         credited = sum(credit(scores, name, i.epoch, i.samples) for i in items)
-        computed = STEPS * BATCH * len(items)
+        # what its landed rounds carried (a round that found no group goes out with the next)
+        computed = landed_samples[id(liar)]
+        assert computed == STEPS * BATCH * ROUNDS or len(items) < ROUNDS
         assert sum(i.samples for i in items) == pytest.approx(records * computed, rel=0.01)
         assert credited <= weight * computed + len(items)  # the weight its rounds saw
     for peer in honest:
