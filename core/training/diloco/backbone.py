@@ -45,7 +45,6 @@ from core.training.diloco.optimizer import DilocoOptimizer, Landing
 from core.training.diloco.state import SCHEDULE_KEY, DilocoState
 from core.training.errors import CheckpointError
 from core.training.moderation.evidence import Reported
-from core.training.progress import LEFT
 from core.training.state import TrainingState
 from core.trust.evidence import Evidence
 from core.trust.peer_id import PeerID
@@ -92,9 +91,7 @@ class DilocoBackbone:
         # replays get a thread of their own: on the backbone's, a replay (a member's whole round)
         # would hold up the landing of the round after it
         self._replays = None if round_checks is None else TrainingBridge("round-replays")
-        self.checker = (
-            None if round_checks is None else self._checker(round_checks, max(30.0, 4 * seconds))
-        )
+        self.checker = None if round_checks is None else self._checker(round_checks)
         """Replays of the trainers' rounds (None: their updates are scored instead)."""
         self.books = Bookkeeping(
             evidence=optimizer.evidence,
@@ -118,7 +115,7 @@ class DilocoBackbone:
             self.checker.verdicts.on_check = on_check
             self.checker.verdicts.user_of = self.books.user_of
 
-    def _checker(self, checks: RoundChecks, hold: float) -> RoundChecker:
+    def _checker(self, checks: RoundChecks) -> RoundChecker:
         opt = self.optimizer
         replica = DilocoState(
             checks.replica(), outer_lr=1.0, outer_momentum=0.0, overlap=False, sparse=False,
@@ -130,7 +127,9 @@ class DilocoBackbone:
             opt.links.averager.host,
             bridge=self._replays,
             loss=checks.loss,
-            standings=Standings(checks.rate, hold=hold),
+            # it replays only its own group's members: a newcomer it is not grouped with waits
+            # for a round that does, and is never paid unchecked (``Standings``)
+            standings=Standings(checks.rate, hold=None),
             evidence=opt.evidence,
             tasks=self._tasks,
         )
@@ -218,15 +217,12 @@ class DilocoBackbone:
         )
 
     def _follow_standings(self) -> None:
-        """Who is still here (a newcomer gone before its check is credited), and the credit of
-        the members the replays caught withdrawn."""
+        """The credit of the members the replays caught withdrawn. (Who is still here does not
+        matter: a newcomer's claims wait for a passed replay, gone or not.)"""
         if self.checker is None:
             return
-        standings, now = self.checker.standings, time.time()
-        records = self.optimizer.part.records
-        standings.seen({r.peer for r in records if r.role != LEFT}, now)
-        standings.left({r.peer for r in records if r.role == LEFT})
-        for peer, vouched in standings.withdrawals().items():
+        now = time.time()
+        for peer, vouched in self.checker.standings.withdrawals().items():
             self.books.withdraw(peer, vouched, now)
 
     def score(self, epoch: int, alignments: Mapping[str, Alignment]) -> None:

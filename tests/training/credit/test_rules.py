@@ -204,6 +204,60 @@ def test_a_newcomer_that_cannot_be_reached_is_held_past_the_wait() -> None:
 
 
 @pytest.mark.parametrize(
+    ("events", "seen_ago", "waited", "credit"),
+    [
+        ([], 0.0, 0.0, None),  # a newcomer never checked, alive: waits
+        ([], 0.0, 1e6, None),  # however long no check comes: never paid unchecked
+        ([], GONE_AFTER + 1, 1e6, None),  # gone before a check: still held, not paid
+        ([("unreached", 4)] * 10, GONE_AFTER + 1, 1e6, None),
+        ([("passed", 5)], GONE_AFTER + 1, 1e6, 8),  # back and checked: its held claims paid
+        ([("failed", 5)], 0.0, 0.0, 0),
+        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 0.0, 0.0, None),  # as with a hold
+    ],
+)
+def test_without_a_hold_a_newcomer_is_paid_only_once_a_check_of_it_passes(
+    events: list[tuple[str, int]], seen_ago: float, waited: float, credit: int | None
+) -> None:
+    """diloco's rule: the backbone checks only the members grouped with it, so a claim no check
+    came for is held, alive or gone, where dedloc's ``HOLD`` pays it."""
+    s = Standings(0.1, hold=None)
+    start, now = 1000.0, 1000.0 + waited
+    s.seen({"a"}, now - seen_ago)
+    assert s.supported("a", 3, 8, start) is None  # the wait begins
+    for kind, at in events:
+        if kind == "passed":
+            s.passed("a", at)
+        elif kind == "failed":
+            s.failed("a")
+        else:
+            s.unjudged("a", at)
+    assert s.supported("a", 3, 8, now) == credit
+    s.left({"a"})
+    assert s.supported("a", 3, 8, now + 1.0) == credit  # leaving changes nothing
+
+
+def test_a_held_newcomer_that_comes_back_and_passes_is_paid_by_the_credit_book() -> None:
+    s = Standings(0.1, hold=None)
+    book = CreditBook(s)
+    s.seen({"a"}, 100.0)
+    book.claim("a", [Landed(0, 8), Landed(1, 8)], None, 1.0)
+    s.left({"a"})
+    assert book.late(1, now=100.0 + HOLD + GONE_AFTER + 1) == {}  # gone, unchecked: held
+    assert book.withheld == 0  # held, not cut
+    s.passed("a", 7)  # back under the same identity, and its round replayed
+    late = book.late(1, now=1000.0)
+    assert {e: [(x.peer, x.samples) for x in v] for e, v in late.items()} == {
+        0: [("a", 8)],
+        1: [("a", 8)],
+    }
+
+
+def test_a_hold_is_none_or_not_negative() -> None:
+    with pytest.raises(ValueError, match="hold"):
+        Standings(0.1, hold=-1.0)
+
+
+@pytest.mark.parametrize(
     ("error", "remote", "verdict"),
     [
         (UnknownMethodError, True, True),  # "no such method": it was reached, and refused

@@ -1,21 +1,29 @@
 """Standings: what the checks support of each peer's claims, as a pure rule of what was seen.
 
-A newcomer's claims wait until a check of it passes (``HOLD`` seconds at most: a check the backbone
-cannot make must not hold them), as BOINC holds a new host's credit until a result of it is
-validated. From then on its claims are credited as made while it stays in good
+A newcomer's claims wait until a check of it passes, as BOINC holds a new host's credit until a
+result of it is validated. How long they wait for a check that does not come is the mode's
+``hold``: a few seconds where the backbone can check any member at any epoch (dedloc: a check it
+cannot make, its replica behind the epoch, must not hold credit until the peer is gone); for ever
+where it checks only the members its round happens to group it with (diloco, ``hold`` None: a
+newcomer never grouped with the backbone, or gone first, is never paid unchecked, since fresh
+identities are free). From then on its claims are credited as made while it stays in good
 standing, and its epochs are checked at random (``rate``): BOINC's adaptive replication, which
 checks trusted hosts less. A check that fails, or finds claimed samples that no receipt backs,
 catches the peer: nothing of it is credited from then on, its waiting claims included, and it is
 accused, and what it was credited since the last check it passed is withdrawn
 (``withdrawals``: the backbone takes it back from its credit book and tells the coordinator).
 
-A newcomer that goes away (its records stopped, or it said it left) before a check caught it is
-credited what it claimed: a volunteer whose computer went off must not lose an epoch to a check it
-could not answer, and a cheat that leaves within a check's second of each epoch gains an epoch
-per identity at most. One that could not be reached for a check (a dial that failed, a timeout, a
-busy or closing peer) is not caught: it is asked again at its next epoch, and while no check of it
-has passed its claims are held, whatever ``HOLD`` says: an unchecked claim is not paid, or a
-member would refuse its checks by dropping the backbone's calls. (A member that answers with a
+With a ``hold``, a newcomer that goes away (its records stopped, or it said it left) before a
+check caught it is credited what it claimed: a volunteer whose computer went off must not lose an
+epoch to a check it could not answer, and a cheat that leaves within a check's second of each
+epoch gains an epoch per identity at most. Without one, its claims keep waiting: they are paid if
+it comes back under the same identity and a check of it passes, until the credit book drops them
+(``book.CREDITED_KEPT`` epochs).
+
+A newcomer that could not be reached for a check (a dial that failed, a timeout, a busy or closing
+peer) is not caught: it is asked again at its next epoch, and while no check of it has passed its
+claims are held, whatever the hold: an unchecked claim is not paid, or a member would refuse its
+checks by dropping the backbone's calls. (A member that answers with a
 refusal has failed the check: ``checker.refused``.) A check that finds the member computed at
 other parameters than the backbone's replica holds (``apart``: one of them missed a state round)
 judges nothing either, and counts as one that could not reach it.
@@ -60,13 +68,14 @@ class Standing:
 
 
 class Standings:
-    def __init__(self, rate: float, hold: float = HOLD) -> None:
-        """``hold``: seconds at most a newcomer's claim waits for a check that is not coming
-        (``HOLD``; longer where a check takes longer: a replayed diloco round)."""
+    def __init__(self, rate: float, hold: float | None = HOLD) -> None:
+        """``hold``: seconds at most a newcomer's claim waits for a check that is not coming, after
+        which it is paid, as is the claim of a newcomer gone before its check (``HOLD``); None: a
+        newcomer's claims are paid only once a check of it passes."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError("the share of epochs checked is in [0, 1]")
-        if not hold >= 0:
-            raise ValueError("a hold is 0 seconds or more")
+        if hold is not None and not hold >= 0:
+            raise ValueError("a hold is 0 seconds or more, or None (until a check passes)")
         self.rate = rate
         self.hold = hold
         self._peers: dict[str, Standing] = {}
@@ -143,9 +152,10 @@ class Standings:
             return 0
         if s.vouched >= 0 and s.unjudged < UNJUDGED:
             return samples  # trusted, and its checks still judge it
-        if s.vouched < 0 and now - s.seen > GONE_AFTER:
-            return samples  # a newcomer gone before a check could catch it
-        if now - since > self.hold and s.unjudged == 0:
-            return samples  # no check came in time (the backbone could not make one)
+        if self.hold is not None:
+            if s.vouched < 0 and now - s.seen > GONE_AFTER:
+                return samples  # a newcomer gone before a check could catch it
+            if now - since > self.hold and s.unjudged == 0:
+                return samples  # no check came in time (the backbone could not make one)
         s.waiting[epoch] = since
         return None
