@@ -525,6 +525,10 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
         standings = checker.standings
         assert standings.supported(me, 0, 24, now=time.time()) == 24
         assert standings.supported(cheat, 0, 48, now=time.time()) == 0
+        # a member no replay judged (of another group) is held however long, gone or not
+        standings.left({"stranger"})
+        assert standings.supported("stranger", 0, 24, now=time.time()) is None
+        assert standings.supported("stranger", 0, 24, now=time.time() + 1e6) is None
     finally:
         stop.set()
         await asyncio.wait_for(running, 30)
