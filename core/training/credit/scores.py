@@ -34,7 +34,9 @@ the same for every honest member, and a claim ten times the work scores a tenth 
   for an epoch whose round the backbone did not see, the claim times the lowest share of its
   claims the rounds it did see supported (``agreement``). A record above the weight by more than
   ``RECORD_SLACK`` (and a sample) is a lie no rounding explains: the member is accused of it
-  (``record_accusations``).
+  (``record_accusations``). Where the backbone replays rounds, a member of another group's round
+  is bound the same way by what its receipt backs (``backed``: the samples of a round it could
+  replay, none when it kept no receipt of it).
 - **Waiting.** A share waits for the backbone's round of its epoch (``hold`` seconds at most), and
   a newcomer's for its first scored round (``newcomer_hold``) when the backbone's group was
   another; after that it is credited as claimed, unscored: a member never grouped with the
@@ -83,6 +85,8 @@ class Scored:
     """Epoch -> the weight it declared in that round, as the backbone's part saw it."""
     agreement: float = 1.0
     """The lowest share of a record the weight of its round supported (1: every record was)."""
+    receipted: set[int] = field(default_factory=set)
+    """Epochs of ``weights`` that its receipts said, not the backbone's part (``backed``)."""
     overclaimed: tuple[int, int, float] | None = None
     """(epoch, samples recorded, weight seen) of the first record found above its round's weight."""
     overclaim_accused: bool = False
@@ -125,10 +129,13 @@ class WorkScores:
         self._newest = max(self._newest, epoch)
         senders = {p: c for p, c in alignments.items() if c.weight > 0}
         for peer, sender in senders.items():
-            seen = self.of(peer).weights
+            scored = self.of(peer)
+            seen = scored.weights
             seen[epoch] = sender.weight
+            scored.receipted.discard(epoch)
             while len(seen) > KEPT:
-                seen.popitem(last=False)
+                old, _ = seen.popitem(last=False)
+                scored.receipted.discard(old)
         claims = [c.weight for c in senders.values()]
         held = votes(claims, typical_claim(claims, confirmed))
         if voters(held) < SENDERS - 0.5:
@@ -153,6 +160,24 @@ class WorkScores:
             while len(kept) > KEPT:
                 kept.popitem(last=False)
         return ratios
+
+    def backed(self, peer: str, epoch: int, samples: int) -> None:
+        """What ``peer``'s round of ``epoch`` carried by its receipt, where the backbone's part
+        did not see the round (a member of another group): ``samples`` of a round the backbone
+        could replay, 0 when the member kept no receipt of it. Its records are then bound by it
+        as by a weight seen. What the backbone's part saw stays the authority."""
+        s = self.of(peer)
+        if epoch in s.weights and epoch not in s.receipted:
+            return
+        s.weights[epoch] = float(samples)
+        s.receipted.add(epoch)
+        while len(s.weights) > KEPT:
+            old, _ = s.weights.popitem(last=False)
+            s.receipted.discard(old)
+
+    def receipted(self, peer: str, epoch: int) -> bool:
+        """Whether the weight bounding ``peer``'s ``epoch`` is what its receipt said."""
+        return epoch in self.of(peer).receipted
 
     def standing(self, peer: str, epoch: int | None = None) -> float | None:
         """The median of ``peer``'s last ``WINDOW`` ratios up to ``epoch``; for an epoch before

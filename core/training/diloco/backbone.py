@@ -114,6 +114,7 @@ class DilocoBackbone:
         if self.checker is not None:
             self.checker.verdicts.on_check = on_check
             self.checker.verdicts.user_of = self.books.user_of
+            self.checker.on_backed = self.scores.backed
 
     def _checker(self, checks: RoundChecks) -> RoundChecker:
         opt = self.optimizer
@@ -127,8 +128,8 @@ class DilocoBackbone:
             opt.links.averager.host,
             bridge=self._replays,
             loss=checks.loss,
-            # it replays only its own group's members: a newcomer it is not grouped with waits
-            # for a round that does, and is never paid unchecked (``Standings``)
+            # a newcomer whose rounds it cannot replay (a group that met no other lands apart)
+            # waits for one it can, and is never paid unchecked (``Standings``)
             standings=Standings(checks.rate, hold=None),
             evidence=opt.evidence,
             tasks=self._tasks,
@@ -204,7 +205,9 @@ class DilocoBackbone:
             )
         if landing.landed:
             senders = {str(p): w for p, w in result.weights.items() if w > 0}
-            self.checker.landed(landing.epoch, senders)
+            me = str(self.optimizer.part.peer)
+            others = sorted(landing.members - set(senders) - {me})
+            self.checker.landed(landing.epoch, senders, others)
             self._tasks.spawn(f"anchor-{self.optimizer.epoch}", self._keep_anchor())
 
     async def _keep_anchor(self) -> None:
@@ -248,10 +251,13 @@ class DilocoBackbone:
         """Accuse the members whose records claim more than the weight their round saw (found
         while crediting their records)."""
         for peer, (epoch, samples, weight) in self.scores.record_accusations().items():
-            reason = (
-                f"its record claims {samples} samples for epoch {epoch}, where it declared a "
-                f"weight of {weight:.0f} in the round"
-            )
+            if not self.scores.receipted(peer, epoch):
+                seen = f"it declared a weight of {weight:.0f} in the round"
+            elif weight > 0:
+                seen = f"its receipt of that round backs {weight:.0f}"
+            else:
+                seen = "it kept no receipt of that round when the backbone asked"
+            reason = f"its record claims {samples} samples for epoch {epoch}, where {seen}"
             self._sign(peer, epoch, "record_overclaim", samples / max(weight, 1e-9), reason)
 
     def accuse(self, standings: Mapping[str, float], epoch: int) -> None:

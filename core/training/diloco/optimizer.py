@@ -98,6 +98,8 @@ class Landing:
     result: AveragingResult
     landed: bool
     """The round moved this peer's outer parameters (else its work waits for a later one)."""
+    members: frozenset[str] = frozenset()
+    """Everyone the round's plan dealt into its groups, this peer and the other groups too."""
 
 
 @dataclass(frozen=True)
@@ -457,7 +459,7 @@ class DilocoOptimizer(TakingPart):
             result, delta, left, others=others, epoch=epoch, per_round=per_round
         )
         if result is not None and self.on_landed is not None:
-            self.on_landed(Landing(epoch, result, landed))
+            self.on_landed(Landing(epoch, result, landed, frozenset(groups.of)))
         # most of our work landed (all of it alone): its samples are credited now, and what of it
         # the mean lacks goes out with a later round (without new samples)
         credits = landed and (

@@ -257,3 +257,34 @@ def test_a_share_cut_by_the_scores_carries_its_claim_and_why_to_the_report() -> 
     [share] = [s for s in aggregator.credit.take(last, now=0.0) if s.peer == "x"]
     assert (share.samples, share.claimed) == (pytest.approx(30, abs=3), 100)
     assert "its updates show 0.3" in share.note
+
+
+@pytest.mark.parametrize(
+    ("receipt", "recorded", "credit", "accused"),
+    [
+        (3200, 3200, 3200, False),  # an honest member of another group: its record, whole
+        (3200, 6400, 3200, True),  # twice what its receipt backs: cut, and accused
+        (0, 3200, 0, True),  # claims a round it kept no receipt of
+        (0, 0, 0, False),  # kept none and claims none: it did not send that round
+    ],
+)
+def test_a_receipt_bounds_the_claim_of_a_round_the_backbone_did_not_see(
+    receipt: int, recorded: int, credit: int, accused: bool
+) -> None:
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    scores.backed("x", 4, receipt)
+    assert scores.receipted("x", 4)
+    assert scores.bounded("x", 4, recorded) == credit
+    assert ("x" in scores.record_accusations()) == accused
+
+
+def test_what_the_backbones_part_saw_stays_the_authority_over_a_receipt() -> None:
+    scores = WorkScores(hold=10.0, newcomer_hold=30.0)
+    scores.observe(4, {"x": sent(100, 1.0), "a": sent(100, 1.0), "b": sent(100, 1.0)})
+    scores.backed("x", 4, 1000)
+    assert not scores.receipted("x", 4)
+    assert scores.bounded("x", 4, 1000) == 100
+    scores.backed("y", 5, 100)  # a receipt first, then the part saw the round
+    scores.observe(5, {"y": sent(80, 1.0), "a": sent(100, 1.0), "b": sent(100, 1.0)})
+    assert not scores.receipted("y", 5)
+    assert scores.bounded("y", 5, 100) == 80

@@ -219,6 +219,52 @@ async def test_each_cheat_is_caught_and_named(rig: Rig, cheat: object, named: st
     assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 0
 
 
+async def test_a_member_of_another_group_is_replayed_and_its_receipt_bounds_its_claim(
+    rig: Rig,
+) -> None:
+    """The backbone saw no weight of it: it is drawn as any member, replayed from the same
+    anchor, and what its receipt backs is what its records may claim."""
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    member.round(batches(STEPS))
+    backed: list[tuple[str, int, int]] = []
+    rig.checker.on_backed = lambda *found: backed.append(found)
+    rig.checker.landed(0, {}, others=[rig.peer])  # not a sender of the backbone's group
+    await wait_for_records(rig, 1)
+    (record,) = rig.checker.records
+    assert (record.verdict, record.reason) == ("passed", "")
+    assert (record.claimed, record.backed) == (32 * STEPS, 32 * STEPS)
+    assert backed == [(rig.peer, 0, 32 * STEPS)]
+
+
+async def test_a_member_of_another_group_with_no_receipt_backs_no_claim_of_the_round(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It may not have sent the round (not judged), but a claim of it is bound at 0; one of
+    the backbone's group that sent the round and keeps no receipt is caught at once."""
+    import core.training.diloco.checks.checker as checker_module
+
+    monkeypatch.setattr(checker_module, "LATE_WAIT", 0.5)
+    rig.serve(Member())  # serves receipts, of no round
+    rig.began()
+    backed: list[tuple[str, int, int]] = []
+    rig.checker.on_backed = lambda *found: backed.append(found)
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "unreached", record
+    assert backed == [(rig.peer, 0, 0)]
+    assert not rig.standings.of(rig.peer).caught
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
+    assert (await rig.checker.check(rig.peer, 0)).verdict == "caught"
+    assert backed == [(rig.peer, 0, 0)]  # what it sent is the authority there
+
+
+async def wait_for_records(rig: Rig, count: int) -> None:
+    from tests.support.leaks import wait_until
+
+    await wait_until(lambda: len(rig.checker.records) >= count, timeout=60)
+
+
 async def test_a_member_that_refuses_the_check_fails_it(rig: Rig) -> None:
     """Reached, it answers that it has no such method: caught, not unreached."""
     rig.began()
@@ -529,6 +575,78 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
         standings.left({"stranger"})
         assert standings.supported("stranger", 0, 24, now=time.time()) is None
         assert standings.supported("stranger", 0, 24, now=time.time() + 1e6) is None
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 30)
+
+
+async def test_the_backbone_replays_the_members_of_every_group(
+    make_dpeer: MakeDPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups of two: the backbone's group holds one trainer, the other group two, and the
+    columns land one mean, so the backbone replays all three from its anchor. A member claiming
+    twice its samples is caught in the backbone's group (its weight is more than its receipt),
+    and in another its records are cut to its receipt and accused."""
+    import asyncio
+
+    from core.training.diloco.backbone import DilocoBackbone, RoundChecks
+    from tests.support.leaks import wait_until
+
+    backbone_peer = await make_dpeer(role="backbone", start=False, group_size=2)
+    honest = [await make_dpeer(keep_rounds=True, group_size=2) for _ in range(2)]
+    greedy = await make_dpeer(keep_rounds=True, group_size=2)
+    greedy.optimizer.claim = 2.0
+    trainers = [*honest, greedy]
+
+    def replica() -> TrainingState:
+        model = fresh_model()
+        return TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+
+    def mse(m: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(m(batch["x"]), batch["y"])
+
+    backbone = DilocoBackbone(
+        backbone_peer.optimizer, checkpoints=None, checkpoint_every=0,
+        round_checks=RoundChecks(1.0, mse, replica),
+    )  # fmt: skip
+    checker = backbone.checker
+    assert checker is not None
+    stop = asyncio.Event()
+    running = asyncio.create_task(backbone.run(stop), name="test/diloco-backbone")
+    try:
+        await wait_until(lambda: 0 in checker._anchors)
+        await settle([backbone_peer, *trainers])
+        for seed, peer in enumerate(trainers):
+            await peer.train(6, seed=seed + 1)
+        await end_rounds([backbone_peer, *trainers])
+        assert [p.optimizer.epoch for p in trainers] == [1, 1, 1]
+        assert {p.optimizer.reports[-1].group_size for p in trainers} != {4}, "one group"
+        await wait_until(lambda: len(checker.records) == 3, timeout=90)
+        verdicts = {r.peer: (r.verdict, r.reason) for r in checker.records}
+        for peer in honest:
+            assert verdicts[str(peer.averager.host.peer_id)] == ("passed", "")
+        cheat = str(greedy.averager.host.peer_id)
+        with_backbone = backbone_peer.optimizer.reports[-1].group_size
+        scores = backbone.scores
+        if cheat in checker._sent[0]:  # grouped with the backbone: its weight betrays it
+            assert verdicts[cheat][0] == "caught", (verdicts, with_backbone)
+        else:  # its work is honest; its records claim twice what its receipt backs
+            assert verdicts[cheat] == ("passed", "")
+            assert scores.receipted(cheat, 0)
+            assert scores.bounded(cheat, 0, 48) == 24
+            signed: list[tuple[str, str, str]] = []
+
+            def sign(peer: str, epoch: int, what: str, value: float, why: str) -> None:
+                signed.append((peer, what, why))
+
+            monkeypatch.setattr(backbone, "_sign", sign)
+            backbone.accuse_records()
+            why = (
+                "its record claims 48 samples for epoch 0, where its receipt of that round backs 24"
+            )
+            assert signed == [(cheat, "record_overclaim", why)]
+        others = [str(p.averager.host.peer_id) for p in trainers]
+        assert sum(scores.receipted(p, 0) for p in others) >= 1  # another group was replayed
     finally:
         stop.set()
         await asyncio.wait_for(running, 30)

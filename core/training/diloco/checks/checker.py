@@ -1,16 +1,21 @@
 """RoundChecker: the backbone replays diloco members' rounds, and credit follows what the replays
 support (``core.training.credit.checks.standing``, the rule dedloc's checks follow too).
 
-When a round that began at epoch E lands, the backbone draws members to check
-(``verdict.Verdicts.draw``: a newcomer unless a check of it is under way, a trusted member at
-random, within ``budget`` of its time). Nothing a member sent or filed tells it whether it will
-be drawn: its receipt was sealed before the round's exchange. For each drawn member the backbone
-asks the round's receipt (``receipts``), compares its samples with the weight the member sent the
-round with, fetches every batch (each must match its digest) and ``SAMPLED_BLOCKS`` blocks of
-the member's work drawn at random (each must match its digest in the receipt, which bound them
-before anything was drawn), all at once while the member keeps the round; then it replays the
-round on its own replica from the anchor of E (``replay``; one replay at a time) and judges the
-blocks against the replay at the member's precision (``replay.judge``). A member that no longer
+When a round that began at epoch E lands, the backbone draws members to check among everyone
+the round's plan dealt into its groups, its own and the others (``verdict.Verdicts.draw``: a
+newcomer unless a check of it is under way, a trusted member at random, within ``budget`` of its
+time). The groups' columns land one mean, so every member of the round began it at the anchor the
+backbone holds, whichever group it averaged in (a group that met no other lands apart, and its
+members' next rounds are judged neither way). Nothing a member sent or filed tells it whether it
+will be drawn: its receipt was sealed before the round's exchange. For each drawn member the
+backbone asks the round's receipt (``receipts``), compares its samples with the weight the member
+sent the round with (of another group, whose weight it did not see: the receipt's samples bound
+the member's records instead, ``on_backed``, and a receipt not kept bounds them at 0), fetches
+every batch (each must match its digest) and ``SAMPLED_BLOCKS`` blocks of the member's work drawn
+at random (each must match its digest in the receipt, which bound them before anything was
+drawn), all at once while the member keeps the round; then it replays the round on its own
+replica from the anchor of E (``replay``; one replay at a time) and judges the blocks against the
+replay at the member's precision (``replay.judge``). A member that no longer
 keeps what it was asked for judges nothing (unreached), as one that cannot be reached.
 
 Verdicts, as the dedloc checks give them (``CheckRecord``): ``passed``; ``caught`` (the work is
@@ -29,7 +34,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +79,9 @@ CALL_TIMEOUT = 10.0
 SEALED_WAIT = 5.0
 """Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
 the exchange, so one that landed is filed)."""
+LATE_WAIT = 30.0
+"""Seconds it waits for the receipt of a member of another group, whose exchange it did not see:
+that group may have sealed and sent later (a slow member, a loaded machine)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +110,14 @@ class RoundChecker:
         tasks: BackgroundTasks,
         user_of: Callable[[str], str | None] = lambda _: None,
         on_check: Callable[[CheckRecord], None] | None = None,
+        on_backed: Callable[[str, int, int], None] = lambda *_: None,
         budget: float = BUDGET,
         rng: random.Random | None = None,
     ) -> None:
         """``replica``: the checker's own, built like a member's (float32, no overlap, fresh
         moments), never the backbone's outer state; ``host``: the backbone's, which calls the
-        members."""
+        members; ``on_backed``: told (member, epoch, samples) what the receipt of a round the
+        backbone did not take part in backs (0: none was kept), which bounds its claim."""
         if replica.overlap or not replica.fresh_moments:
             raise ValueError("a checker's replica replays rounds: no overlap, fresh moments")
         self.replica = replica
@@ -119,6 +129,7 @@ class RoundChecker:
             "round", standings, evidence, user_of=user_of, on_check=on_check, budget=budget, rng=rng
         )
         self._rng = self.verdicts.rng
+        self.on_backed = on_backed
         self._sent: OrderedDict[int, dict[str, float]] = OrderedDict()
         """Each landed round's senders with the samples they sent it with."""
         self._anchors: OrderedDict[int, Anchor] = OrderedDict()
@@ -150,13 +161,15 @@ class RoundChecker:
         while len(self._sent) > STARTS:
             self._sent.popitem(last=False)
 
-    def landed(self, epoch: int, weights: Mapping[str, float]) -> None:
-        """The round that began at ``epoch`` landed with these senders (and the samples each
-        sent it with): check those drawn."""
+    def landed(self, epoch: int, weights: Mapping[str, float], others: Iterable[str] = ()) -> None:
+        """The round that began at ``epoch`` landed with these senders of the backbone's group
+        (and the samples each sent it with), and ``others`` in the round's other groups: check
+        those drawn."""
         self.sent(epoch, weights)
         if epoch not in self._anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        for peer in self.verdicts.draw(weights):
+        members = [*weights, *(p for p in others if p not in weights)]
+        for peer in self.verdicts.draw(members):
             self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
 
     # ---- one check -------------------------------------------------------------------------------
@@ -178,16 +191,20 @@ class RoundChecker:
         return response
 
     async def _receipt(self, peer: str, epoch: int, tally: Tally) -> RoundReceipt:
-        deadline = time.monotonic() + SEALED_WAIT
+        seen = self._weight(peer, epoch) is not None
+        deadline = time.monotonic() + (SEALED_WAIT if seen else LATE_WAIT)
         while True:
             try:
                 receipt = await self._call(peer, ROUND_RECEIPT, RoundRequest(epoch), tally)
             except NotFoundError:
                 if time.monotonic() <= deadline:
-                    await asyncio.sleep(0.2)
+                    await asyncio.sleep(0.2 if seen else 1.0)
                     continue
-                if self._weight(peer, epoch) is None:
-                    raise  # it never sent this round: nothing to back
+                if not seen:
+                    # of another group: it may not have sent this round (its work then goes
+                    # out in a later one, claimed there); a claim of this round is unbacked
+                    self.on_backed(peer, epoch, 0)
+                    raise
                 raise Caught(
                     "round_unbacked", 0.0, f"sent the round of epoch {epoch} and keeps no receipt"
                 ) from None
@@ -230,10 +247,14 @@ class RoundChecker:
     def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> Anchor:
         """The anchor to replay ``receipt`` from, once its claim and its start are in order."""
         sent = self._weight(peer, epoch)
-        tally.claimed = round(sent) if sent is not None else 0
+        # a member of another group: the backbone saw no weight, and its records are bound by
+        # its receipt (``on_backed``)
+        tally.claimed = round(sent) if sent is not None else receipt.samples
         tally.backed = receipt.samples
         if not receipt.replayable:  # its weight may carry earlier rounds' samples too
             raise Apart("the member's round cannot be replayed from the anchor (it says so)")
+        if sent is None:  # of another group: what its receipt backs bounds its claim
+            self.on_backed(peer, epoch, receipt.samples)
         if sent is not None and sent > receipt.samples + 0.5:
             raise Caught(
                 "round_unbacked",
