@@ -29,8 +29,10 @@ credited.
 
 ``replays``: diloco with its rounds replayed (``overlap`` false, ``work_checks``), on the demo:
 every member's every round replayed in a swarm of four honest trainers (false accusations,
-credit, what the replays cost), and a member that sends its rounds with twice the samples it
-computed.
+credit, what the replays cost), a member that sends its rounds with twice the samples it
+computed, and (``groups``) six trainers in three groups, one of them a fresh identity claiming
+twice its samples for three rounds and then gone: what each honest member and the fresh identity
+are credited where the backbone replays only its own group's members.
 
 ``state``: a backbone and three diloco trainers land two rounds, then one trainer serves a forged
 outer state (its anchor +1 everywhere, under the honest digest its metadata names) while newcomers

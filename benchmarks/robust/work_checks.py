@@ -29,7 +29,7 @@ import contextlib
 import json
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ TURNCOAT_EPOCHS = 150
 rate, within the checks' 5 % budget, a trusted trainer of this demo may go 80 epochs unchecked."""
 FREE_RIDER_BOUND = 0.10
 CREDIT_BOUND = 1.2
+HONEST_BOUND = 0.9
 COMPUTE_BUDGET = 0.05
 BYTES_BUDGET = 0.02
 
@@ -85,12 +86,19 @@ async def run_swarm(
     stop_when: Callable[[list[dict[str, Any]]], bool] | None = None,
     minutes: float = 30.0,
     training: dict[str, Any] | None = None,
+    averaging: dict[str, Any] | None = None,
+    trainers: int = TRAINERS,
+    liar_leaves_at: int | None = None,
 ) -> dict[str, Any]:
-    """One demo collaboration; what it credited, checked and sent (``training``: more
-    ``[training]`` values, such as diloco's)."""
+    """One demo collaboration; what it credited, checked and sent (``training``, ``averaging``:
+    more values of those sections, such as diloco's; the liar is the last of ``trainers``, and
+    stops at ``liar_leaves_at`` where given: a fresh identity used for a few rounds)."""
     manifest = load_manifest(DEMO_MANIFEST).with_training(
         target_batch_size=TARGET, work_checks=rate, **(training or {})
     )
+    if averaging:
+        manifest = manifest.with_averaging(**averaging)
+    liar_index = trainers - 1
     server = ShardServer(data)
     base = await server.start()
     reported: list[EpochMetrics] = []
@@ -116,8 +124,8 @@ async def run_swarm(
     peers: list[ProjectPeer] = []
     try:
         address = await asyncio.wait_for(asyncio.shield(ready), 120)
-        for index in range(TRAINERS):
-            lying = liar if index == TRAINERS - 1 else None
+        for index in range(trainers):
+            lying = liar if index == liar_index else None
 
             def on_event(
                 event: PeerEvent, index: int = index, lying: Misbehaviour | None = lying
@@ -134,7 +142,8 @@ async def run_swarm(
             peer = ProjectPeer(
                 PeerSettings(manifest, work_dir=work / f"peer-{index}", data_base=base,
                              initial_peers=(address,), data_seed=index + 1,
-                             until_epoch=epochs, misbehaviour=lying),
+                             until_epoch=epochs if lying is None or liar_leaves_at is None
+                             else liar_leaves_at, misbehaviour=lying),
                 on_event,
             )  # fmt: skip
             peers.append(peer)
@@ -174,12 +183,12 @@ async def run_swarm(
             if metrics.withdrawn:
                 withdrawn[part.peer] += part.samples
     settled = max((m.epoch for m in reported if not (m.late or m.withdrawn)), default=-1) - 1
-    trainers = []
+    rows = []
     for index, peer in enumerate(ids):
         mine = [c for c in checks if c["peer"] == peer]
         differs = epochs_differing(claimed_in[index], credited_in[peer], settled)
-        trainers.append({
-            "liar": liar is not None and index == TRAINERS - 1,
+        rows.append({
+            "liar": liar is not None and index == liar_index,
             "counted": counted[index],
             "computed": computed[index],
             "claimed": claimed[index],
@@ -211,7 +220,7 @@ async def run_swarm(
         "findings": findings,
         "seconds": round(trained, 1),
         "checks": checks,
-        "trainers": trainers,
+        "trainers": rows,
         "recompute_seconds": round(sum(c["compute"] for c in checks), 3),
     }
 
@@ -324,7 +333,13 @@ DILOCO = {"mode": "diloco", "overlap": False, "round_seconds": 15.0}
 """The demo in diloco with its rounds replayed: without overlap, rounds of 15 s."""
 
 
-REPLAY_RUNS = ("every_round", "claims_2x", "default_rate")
+REPLAY_RUNS = ("every_round", "claims_2x", "default_rate", "groups")
+GROUPS = {"target_group_size": 3}
+"""Groups of three: six trainers and the backbone form three groups a round."""
+GROUPED_TRAINERS = 6
+SYBIL_ROUNDS = 3
+"""Rounds a fresh identity claims twice its samples for before it goes: too few to be sure of
+being grouped with the backbone, the only checker."""
 
 
 async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, Any]:
@@ -374,8 +389,54 @@ async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, 
             goals["replays_within_2_percent_of_trainer_bytes"] = (
                 cost["check_bytes_share_of_trainer_bytes"] <= BYTES_BUDGET
             )
+        if "groups" in wanted:
+            sybil = Misbehaviour(Attack.SCALE, 1.0, claim=2.0)
+            run = await run_swarm(
+                data, root / "groups", epochs=rounds, rate=0.1, liar=sybil, training=DILOCO,
+                averaging=GROUPS, trainers=GROUPED_TRAINERS, liar_leaves_at=SYBIL_ROUNDS,
+            )  # fmt: skip
+            out["diloco_groups"] = grouped = groups_summary(run, sybil)
+            goals["sybil_credited_at_most_1_2x"] = grouped["sybil"]["credit_over_computed"] <= (
+                CREDIT_BOUND
+            )
+            goals["honest_credited_at_least_0_9x_in_groups"] = all(
+                t["credit_over_computed"] >= HONEST_BOUND for t in grouped["honest"]
+            )
+            goals["nobody_honest_accused_in_groups"] = grouped["false_accusations"] == 0
         out["goals"] = goals
         return out
+
+
+def groups_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
+    """Per trainer of a swarm of several groups: what it computed, claimed and was credited, how
+    often it was replayed; the liar (a fresh identity that leaves) apart."""
+
+    def trainer(t: dict[str, Any]) -> dict[str, Any]:
+        computed = t["computed"]
+        return {
+            "computed": computed,
+            "claimed": t["claimed"],
+            "credited": t["credited"],
+            "credit_over_computed": t["credited"] / computed if computed else 0.0,
+            "withdrawn": t["withdrawn"],
+            "replays": t["checks"],
+            "verdicts": t["verdicts"],
+            "accused_with": t["accused_with"],
+        }
+
+    honest = [trainer(t) for t in run["trainers"] if not t["liar"]]
+    sybil = next(trainer(t) for t in run["trainers"] if t["liar"])
+    return {
+        "epochs": run["epochs"],
+        "groups_of": GROUPS["target_group_size"],
+        "trainers": len(run["trainers"]),
+        "replays": [[c["epoch"], c["verdict"], c["compute"]] for c in run["checks"]],
+        "false_accusations": sum(1 for t in honest if t["accused_with"]),
+        "verdicts": dict(Counter(c["verdict"] for c in run["checks"])),
+        "honest": honest,
+        "sybil": sybil | {"leaves_at": SYBIL_ROUNDS, "claim": liar.claim},
+        "recompute_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
+    }
 
 
 def check_goals(out: dict[str, Any]) -> dict[str, bool]:
