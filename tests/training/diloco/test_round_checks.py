@@ -265,6 +265,24 @@ async def wait_for_records(rig: Rig, count: int) -> None:
     await wait_until(lambda: len(rig.checker.records) >= count, timeout=60)
 
 
+@pytest.mark.parametrize("cheat", [lazy, skips_half, copies_a_partner])
+async def test_a_cheat_in_another_group_than_the_backbones_is_caught_alike(
+    rig: Rig, cheat: object
+) -> None:
+    """A member that works only in the rounds it shares with the backbone (which group it is in
+    is public) gains nothing by it: the others are replayed alike."""
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    cheat(rig, member)  # type: ignore[operator]
+    rig.checker.landed(0, {}, others=[rig.peer])
+    await wait_for_records(rig, 1)
+    (record,) = rig.checker.records
+    assert record.verdict == "caught", record
+    assert "from its replay" in record.reason
+    assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 0
+
+
 async def test_a_member_that_refuses_the_check_fails_it(rig: Rig) -> None:
     """Reached, it answers that it has no such method: caught, not unreached."""
     rig.began()
