@@ -248,9 +248,14 @@ class DilocoBackbone:
         self.accuse(self.scores.accusations(), epoch)
 
     def accuse_records(self) -> None:
-        """Accuse the members whose records claim more than the weight their round saw (found
-        while crediting their records)."""
+        """Accuse the members whose records claim more than the weight their round saw, or their
+        receipt backs (found while crediting their records). Where rounds are replayed, that
+        catches the member as a failed replay does: nothing credited from then on, and what it
+        was paid on trust since its last passed replay withdrawn (its weight may lie as its
+        records do, in the rounds it shares with the backbone)."""
         for peer, (epoch, samples, weight) in self.scores.record_accusations().items():
+            if self.checker is not None:
+                self.checker.standings.failed(peer)
             if not self.scores.receipted(peer, epoch):
                 seen = f"it declared a weight of {weight:.0f} in the round"
             elif weight > 0:

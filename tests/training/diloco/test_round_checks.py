@@ -663,6 +663,8 @@ async def test_the_backbone_replays_the_members_of_every_group(
                 "its record claims 48 samples for epoch 0, where its receipt of that round backs 24"
             )
             assert signed == [(cheat, "record_overclaim", why)]
+            assert checker.standings.of(cheat).caught  # nothing more paid, the trusted withdrawn
+            assert checker.standings.supported(cheat, 1, 48, now=time.time()) == 0
         others = [str(p.averager.host.peer_id) for p in trainers]
         assert sum(scores.receipted(p, 0) for p in others) >= 1  # another group was replayed
     finally:
