@@ -2,11 +2,11 @@
 
 A newcomer's claims wait until a check of it passes, as BOINC holds a new host's credit until a
 result of it is validated. How long they wait for a check that does not come is the mode's
-``hold``: a few seconds where the backbone can check any member at any epoch (dedloc: a check it
-cannot make, its replica behind the epoch, must not hold credit until the peer is gone); for ever
-where it checks only the members its round happens to group it with (diloco, ``hold`` None: a
-newcomer never grouped with the backbone, or gone first, is never paid unchecked, since fresh
-identities are free). From then on its claims are credited as made while it stays in good
+``hold``: a few seconds where a check takes a second or two (dedloc: a check the backbone cannot
+make, its replica behind the epoch, must not hold credit until the peer is gone); for ever where
+a check takes a round, and rounds may judge nothing for a while (diloco, ``hold`` None: a newcomer
+whose first rounds cannot be replayed, or that is gone first, is never paid unchecked, since
+fresh identities are free). From then on its claims are credited as made while it stays in good
 standing, and its epochs are checked at random (``rate``): BOINC's adaptive replication, which
 checks trusted hosts less. A check that fails, or finds claimed samples that no receipt backs,
 catches the peer: nothing of it is credited from then on, its waiting claims included, and it is
