@@ -119,3 +119,35 @@ def wait_connected(proc: LabProcess, peer: str, kinds: set[str], timeout: float)
         timeout,
     )
     return str(event["connections"][peer])
+
+
+def backbone_and_homes(
+    lab: NatLab, project: Path, work: Path, *backbone_args: str
+) -> tuple[LabProcess, dict[str, LabProcess], dict[str, str]]:
+    """A backbone on the public host and a volunteer in each home (h1, h2), started with default
+    arguments, each home connected directly to the backbone: the backbone, the homes, and each
+    home's peer id. ``backbone_args``: more of the backbone's arguments."""
+    aux = LabProcess(
+        lab,
+        "pub",
+        ["backbone", *peer_args(project, work / "aux", "--checkpoint-every", "0"), *backbone_args],
+        work / "backbone.log",
+    )
+    backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]
+    homes = {
+        home: LabProcess(
+            lab,
+            home,
+            ["peer", *peer_args(project, work / home, "--initial-peers", backbone)],
+            work / f"{home}.log",
+        )
+        for home in ("h1", "h2")
+    }
+    ids = {
+        home: proc.wait_for(lambda e: e.get("event") == "ready", 120)["address"].rsplit("/", 1)[-1]
+        for home, proc in homes.items()
+    }
+    aux_id = backbone.rsplit("/", 1)[-1]
+    for proc in homes.values():
+        assert wait_connected(proc, aux_id, {"direct"}, 120) == "direct"
+    return aux, homes, ids

@@ -29,7 +29,7 @@ from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from core.trust.identity import Identity
 from tests.lab.conftest import MakeLab
-from tests.lab.procs import Event, LabProcess, peer_args, wait_connected
+from tests.lab.procs import Event, LabProcess, backbone_and_homes, peer_args, wait_connected
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -115,35 +115,10 @@ def test_diloco_rounds_cross_a_cone_and_a_symmetric_nat(
     make_lab: MakeLab, diloco_project: Path, tmp_path: Path
 ) -> None:
     lab = make_lab("cone", "symmetric")
-    aux = LabProcess(
-        lab,
-        "pub",
-        [
-            "backbone",
-            *peer_args(diloco_project, tmp_path / "aux", "--checkpoint-every", "0"),
-            "--identity",
-            str(backbone_key(diloco_project)),
-        ],
-        tmp_path / "backbone.log",
+    aux, homes, ids = backbone_and_homes(
+        lab, diloco_project, tmp_path, "--identity", str(backbone_key(diloco_project))
     )
-    backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]
-    aux_id = backbone.rsplit("/", 1)[-1]
-    homes = {
-        home: LabProcess(
-            lab,
-            home,
-            ["peer", *peer_args(diloco_project, tmp_path / home, "--initial-peers", backbone)],
-            tmp_path / f"{home}.log",
-        )
-        for home in ("h1", "h2")
-    }
-    ids = {
-        home: proc.wait_for(lambda e: e.get("event") == "ready", 120)["address"].rsplit("/", 1)[-1]
-        for home, proc in homes.items()
-    }
     h1, h2 = homes["h1"], homes["h2"]
-    for proc in homes.values():
-        assert wait_connected(proc, aux_id, {"direct"}, 120) == "direct"
     # a symmetric NAT cannot be punched: the rounds' traffic between the homes goes by the relay
     assert wait_connected(h1, ids["h2"], {"direct", "punched", "relayed"}, 180) == "relayed"
 

@@ -19,7 +19,7 @@ import pytest
 from core.project import load_manifest
 from core.swarm.demo_data import DEMO_MANIFEST
 from tests.lab.conftest import MakeLab
-from tests.lab.procs import LabProcess, peer_args, wait_connected
+from tests.lab.procs import backbone_and_homes
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -58,29 +58,8 @@ def test_the_backbone_replays_rounds_of_volunteers_behind_nats(
     make_lab: MakeLab, replayed_project: Path, tmp_path: Path
 ) -> None:
     lab = make_lab("cone", "symmetric")
-    aux = LabProcess(
-        lab,
-        "pub",
-        ["backbone", *peer_args(replayed_project, tmp_path / "aux", "--checkpoint-every", "0")],
-        tmp_path / "backbone.log",
-    )
-    backbone = aux.wait_for(lambda e: e.get("event") == "ready", 120)["address"]
-    aux_id = backbone.rsplit("/", 1)[-1]
-    homes = {
-        home: LabProcess(
-            lab,
-            home,
-            ["peer", *peer_args(replayed_project, tmp_path / home, "--initial-peers", backbone)],
-            tmp_path / f"{home}.log",
-        )
-        for home in ("h1", "h2")
-    }
-    ids = {
-        proc.wait_for(lambda e: e.get("event") == "ready", 120)["address"].rsplit("/", 1)[-1]
-        for proc in homes.values()
-    }
-    for proc in homes.values():
-        assert wait_connected(proc, aux_id, {"direct"}, 120) == "direct"
+    _, _, named = backbone_and_homes(lab, replayed_project, tmp_path)
+    ids = set(named.values())
 
     log = tmp_path / "aux" / "checks.jsonl"
     deadline = time.monotonic() + 12 * ROUND_SECONDS

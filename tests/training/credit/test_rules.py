@@ -79,6 +79,17 @@ def test_a_newcomer_is_checked_until_a_check_passes_then_at_random() -> None:
     assert not s.due("a", draw=0.0)  # caught: nothing more to check
 
 
+def judge(s: Standings, events: list[tuple[str, int]]) -> None:
+    """What checks of peer ``a`` found, in order: passed or unjudged at an epoch, or failed."""
+    for kind, at in events:
+        if kind == "passed":
+            s.passed("a", at)
+        elif kind == "failed":
+            s.failed("a")
+        else:
+            s.unjudged("a", at)
+
+
 @pytest.mark.parametrize(
     ("events", "epoch", "seen_ago", "credit"),
     [
@@ -107,13 +118,7 @@ def test_what_the_checks_support(
     s = Standings(0.1)
     now = 1000.0
     s.seen({"a"}, now - seen_ago)
-    for kind, at in events:
-        if kind == "passed":
-            s.passed("a", at)
-        elif kind == "failed":
-            s.failed("a")
-        else:
-            s.unjudged("a", at)
+    judge(s, events)
     assert s.supported("a", epoch, 8, now) == credit
 
 
@@ -218,19 +223,13 @@ def test_a_newcomer_that_cannot_be_reached_is_held_past_the_wait() -> None:
 def test_without_a_hold_a_newcomer_is_paid_only_once_a_check_of_it_passes(
     events: list[tuple[str, int]], seen_ago: float, waited: float, credit: int | None
 ) -> None:
-    """diloco's rule: the backbone checks only the members grouped with it, so a claim no check
-    came for is held, alive or gone, where dedloc's ``HOLD`` pays it."""
+    """diloco's rule: a replay may judge nothing for rounds, so a claim no check came for is
+    held, alive or gone, where dedloc's ``HOLD`` pays it."""
     s = Standings(0.1, hold=None)
     start, now = 1000.0, 1000.0 + waited
     s.seen({"a"}, now - seen_ago)
     assert s.supported("a", 3, 8, start) is None  # the wait begins
-    for kind, at in events:
-        if kind == "passed":
-            s.passed("a", at)
-        elif kind == "failed":
-            s.failed("a")
-        else:
-            s.unjudged("a", at)
+    judge(s, events)
     assert s.supported("a", 3, 8, now) == credit
     s.left({"a"})
     assert s.supported("a", 3, 8, now + 1.0) == credit  # leaving changes nothing

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from core.averaging.sharing.digest import block_digests
 from core.dht import DHTNode
 from core.net import Host, Identity
 from core.training.credit.checks.standing import Standings
+from core.training.diloco.backbone import DilocoBackbone, RoundChecks
 from core.training.diloco.checks import RoundChecker, RoundLedger, Start
 from core.training.diloco.checks.receipts import (
     MAX_BLOCK_BYTES,
@@ -35,7 +37,7 @@ from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.training.conftest import NET, start_node
-from tests.training.diloco.conftest import MakeDPeer, end_rounds, fresh_model, settle
+from tests.training.diloco.conftest import DPeer, MakeDPeer, end_rounds, fresh_model, settle
 from tests.training.diloco.test_replay import batches, loss, replica
 
 Batch = dict[str, torch.Tensor]
@@ -542,23 +544,15 @@ async def test_a_round_that_carries_earlier_work_is_judged_neither_way(rig: Rig)
     assert not rig.standings.of(rig.peer).caught
 
 
-async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
-    make_dpeer: MakeDPeer,
-) -> None:
-    """A backbone with round checks draws every member of each landed round (newcomers always):
-    the honest trainer's round passes and its claim is credited as made; the trainer that sends
-    its round with twice the samples it computed is caught, accused, and credited nothing."""
+@asynccontextmanager
+async def replaying_backbone(peer: DPeer) -> AsyncIterator[tuple[DilocoBackbone, RoundChecker]]:
+    """``peer``'s optimizer run as a backbone that replays every member's every round (the test
+    model, its MSE loss), once it holds the anchor of epoch 0; stopped on the way out."""
     import asyncio
 
-    from core.training.diloco.backbone import DilocoBackbone, RoundChecks
     from tests.support.leaks import wait_until
 
-    backbone_peer = await make_dpeer(role="backbone", start=False)
-    honest = await make_dpeer(keep_rounds=True)
-    greedy = await make_dpeer(keep_rounds=True)
-    greedy.optimizer.claim = 2.0
-
-    def replica() -> TrainingState:
+    def training_state() -> TrainingState:
         model = fresh_model()
         return TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
 
@@ -566,8 +560,8 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
         return torch.nn.functional.mse_loss(m(batch["x"]), batch["y"])
 
     backbone = DilocoBackbone(
-        backbone_peer.optimizer, checkpoints=None, checkpoint_every=0,
-        round_checks=RoundChecks(1.0, mse, replica),
+        peer.optimizer, checkpoints=None, checkpoint_every=0,
+        round_checks=RoundChecks(1.0, mse, training_state),
     )  # fmt: skip
     checker = backbone.checker
     assert checker is not None
@@ -575,6 +569,26 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
     running = asyncio.create_task(backbone.run(stop), name="test/diloco-backbone")
     try:
         await wait_until(lambda: 0 in checker._anchors)  # started, its anchor kept
+        yield backbone, checker
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 30)
+
+
+async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """A backbone with round checks draws every member of each landed round (newcomers always):
+    the honest trainer's round passes and its claim is credited as made; the trainer that sends
+    its round with twice the samples it computed is caught, accused, and credited nothing."""
+    from tests.support.leaks import wait_until
+
+    backbone_peer = await make_dpeer(role="backbone", start=False)
+    honest = await make_dpeer(keep_rounds=True)
+    greedy = await make_dpeer(keep_rounds=True)
+    greedy.optimizer.claim = 2.0
+
+    async with replaying_backbone(backbone_peer) as (_, checker):
         await settle([backbone_peer, honest, greedy])
         await honest.train(6, seed=1)
         await greedy.train(6, seed=2)
@@ -589,13 +603,10 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
         standings = checker.standings
         assert standings.supported(me, 0, 24, now=time.time()) == 24
         assert standings.supported(cheat, 0, 48, now=time.time()) == 0
-        # a member no replay judged (of another group) is held however long, gone or not
+        # a member no replay judged yet is held however long, gone or not
         standings.left({"stranger"})
         assert standings.supported("stranger", 0, 24, now=time.time()) is None
         assert standings.supported("stranger", 0, 24, now=time.time() + 1e6) is None
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 30)
 
 
 async def test_the_backbone_replays_the_members_of_every_group(
@@ -605,9 +616,6 @@ async def test_the_backbone_replays_the_members_of_every_group(
     columns land one mean, so the backbone replays all three from its anchor. A member claiming
     twice its samples is caught in the backbone's group (its weight is more than its receipt),
     and in another its records are cut to its receipt and accused."""
-    import asyncio
-
-    from core.training.diloco.backbone import DilocoBackbone, RoundChecks
     from tests.support.leaks import wait_until
 
     backbone_peer = await make_dpeer(role="backbone", start=False, group_size=2)
@@ -616,23 +624,7 @@ async def test_the_backbone_replays_the_members_of_every_group(
     greedy.optimizer.claim = 2.0
     trainers = [*honest, greedy]
 
-    def replica() -> TrainingState:
-        model = fresh_model()
-        return TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
-
-    def mse(m: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        return torch.nn.functional.mse_loss(m(batch["x"]), batch["y"])
-
-    backbone = DilocoBackbone(
-        backbone_peer.optimizer, checkpoints=None, checkpoint_every=0,
-        round_checks=RoundChecks(1.0, mse, replica),
-    )  # fmt: skip
-    checker = backbone.checker
-    assert checker is not None
-    stop = asyncio.Event()
-    running = asyncio.create_task(backbone.run(stop), name="test/diloco-backbone")
-    try:
-        await wait_until(lambda: 0 in checker._anchors)
+    async with replaying_backbone(backbone_peer) as (backbone, checker):
         await settle([backbone_peer, *trainers])
         for seed, peer in enumerate(trainers):
             await peer.train(6, seed=seed + 1)
@@ -667,9 +659,6 @@ async def test_the_backbone_replays_the_members_of_every_group(
             assert checker.standings.supported(cheat, 1, 48, now=time.time()) == 0
         others = [str(p.averager.host.peer_id) for p in trainers]
         assert sum(scores.receipted(p, 0) for p in others) >= 1  # another group was replayed
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 30)
 
 
 async def test_without_overlap_no_inner_step_is_taken_while_a_round_lands(
