@@ -338,8 +338,8 @@ GROUPS = {"target_group_size": 3}
 """Groups of three: six trainers and the backbone form three groups a round."""
 GROUPED_TRAINERS = 6
 SYBIL_ROUNDS = 3
-"""Rounds a fresh identity claims twice its samples for before it goes: too few to be sure of
-being grouped with the backbone, the only checker."""
+"""Rounds a fresh identity claims twice its samples for before it goes: a throwaway identity's
+few, in whichever groups the rounds put it."""
 
 
 async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, Any]:
