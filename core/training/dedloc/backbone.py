@@ -52,7 +52,7 @@ from core.training.local import LocalWork
 from core.training.moderation.evidence import Reported
 from core.training.moderation.rollback import applied_of, round_key
 from core.training.participation import Participation
-from core.training.progress import KEEPALIVE, LEFT, PeerProgress
+from core.training.progress import KEEPALIVE, PeerProgress
 from core.training.progress.confirmed import by_records, members_of
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
@@ -230,10 +230,6 @@ class DedlocBackbone:
     async def _tick(self, grads: list[torch.Tensor]) -> None:
         records = await self.board.fetch()
         self.part.records = records  # what a download asks of where the swarm is
-        if self.checker is not None:
-            standings = self.checker.standings
-            standings.seen({r.peer for r in records if r.role != LEFT}, time.time())
-            standings.left({r.peer for r in records if r.role == LEFT})
         view = self.board.view(records, self._record(), self.config.target_batch_size)
         trainers = [p for p in view.peers if p.training]
         # with trainers: their newest epoch; without: our replica's, the newest state there is, so

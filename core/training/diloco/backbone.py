@@ -130,7 +130,7 @@ class DilocoBackbone:
             loss=checks.loss,
             # a newcomer whose rounds it cannot replay (a group that met no other lands apart)
             # waits for one it can, and is never paid unchecked (``Standings``)
-            standings=Standings(checks.rate, hold=None),
+            standings=Standings(checks.rate),
             evidence=opt.evidence,
             tasks=self._tasks,
         )

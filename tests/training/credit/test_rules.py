@@ -19,7 +19,7 @@ from core.net.errors import (
 from core.training.credit.book import CreditBook
 from core.training.credit.checks.fingerprint import to_bytes
 from core.training.credit.checks.receipts import WorkReceipt
-from core.training.credit.checks.standing import GONE_AFTER, HOLD, UNJUDGED, Standings
+from core.training.credit.checks.standing import UNJUDGED, Standings
 from core.training.credit.checks.tolerance import compare
 from core.training.credit.checks.verdict import refused
 from core.training.credit.metrics import MetricsAggregator
@@ -91,54 +91,31 @@ def judge(s: Standings, events: list[tuple[str, int]]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("events", "epoch", "seen_ago", "credit"),
+    ("events", "epoch", "credit"),
     [
-        ([], 3, 0.0, None),  # a newcomer never checked, alive: waits
-        ([("passed", 5)], 3, 0.0, 8),
-        ([("passed", 5)], 9, 0.0, 8),  # in good standing: as claimed
-        ([("passed", 5), ("failed", 7)], 3, 0.0, 0),  # caught: nothing from now on
-        ([("failed", 1)], 9, 0.0, 0),
-        ([("passed", 5)], 9, GONE_AFTER + 1, 8),
-        ([], 9, GONE_AFTER + 1, 8),  # a newcomer gone before a check: the benefit of the doubt
-        ([("failed", 1)], 9, GONE_AFTER + 1, 0),  # one caught: nothing
-        ([("unreached", 4)], 3, 0.0, None),
-        ([("unreached", 4)] * 10, 3, 0.0, None),  # never reached while alive: held, not paid
-        ([("unreached", 4)] * 10, 3, GONE_AFTER + 1, 8),  # gone: the benefit of the doubt
-        ([("unreached", 4), ("passed", 5)], 3, 0.0, 8),  # a check passed at last: paid
+        ([], 3, None),  # a newcomer never checked: waits
+        ([("passed", 5)], 3, 8),
+        ([("passed", 5)], 9, 8),  # in good standing: as claimed
+        ([("passed", 5), ("failed", 7)], 3, 0),  # caught: nothing from now on
+        ([("failed", 1)], 9, 0),
+        ([("unreached", 4)], 3, None),
+        ([("unreached", 4)] * 10, 3, None),  # never reached: held, not paid
+        ([("unreached", 4), ("passed", 5)], 3, 8),  # a check passed at last: paid
         # trusted: paid on trust while its checks judge it, held once UNJUDGED in a row did not
-        ([("passed", 5)] + [("unreached", 6)] * (UNJUDGED - 1), 9, 0.0, 8),
-        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 9, 0.0, None),
-        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 9, GONE_AFTER + 1, None),  # nor gone
-        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED + [("passed", 7)], 9, 0.0, 8),
+        ([("passed", 5)] + [("unreached", 6)] * (UNJUDGED - 1), 9, 8),
+        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 9, None),
+        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED + [("passed", 7)], 9, 8),
     ],
 )
+@pytest.mark.parametrize("waited", [0.0, 1e6])
 def test_what_the_checks_support(
-    events: list[tuple[str, int]], epoch: int, seen_ago: float, credit: int | None
+    events: list[tuple[str, int]], epoch: int, credit: int | None, waited: float
 ) -> None:
+    """However long a claim has waited: a wait pays nothing (a fresh identity is free)."""
     s = Standings(0.1)
-    now = 1000.0
-    s.seen({"a"}, now - seen_ago)
+    assert s.supported("a", epoch, 8, 1000.0) is None  # a newcomer: the wait begins
     judge(s, events)
-    assert s.supported("a", epoch, 8, now) == credit
-
-
-def test_a_peer_that_left_is_gone_at_once() -> None:
-    s = Standings(0.1)
-    s.seen({"a", "b"}, 100.0)
-    s.left({"a"})
-    assert s.supported("a", 5, 8, now=101.0) == 8  # left before its first check
-    assert s.supported("b", 5, 8, now=101.0) is None
-
-
-def test_a_newcomers_claim_waits_for_a_check_a_few_seconds_at_most() -> None:
-    s = Standings(0.1)
-    s.seen({"a", "b"}, 100.0)
-    assert s.supported("a", 3, 8, now=100.0) is None
-    assert s.supported("a", 3, 8, now=100.0 + HOLD) is None
-    assert s.supported("a", 3, 8, now=101.0 + HOLD) == 8  # no check came: as claimed
-    assert s.supported("b", 3, 8, now=100.0) is None
-    s.failed("b")
-    assert s.supported("b", 3, 8, now=101.0 + HOLD) == 0  # caught in time: nothing
+    assert s.supported("a", epoch, 8, 1000.0 + waited) == credit
 
 
 def test_no_checks_credit_every_claim_as_made() -> None:
@@ -149,7 +126,6 @@ def test_no_checks_credit_every_claim_as_made() -> None:
 def test_the_credit_book_holds_a_share_until_a_check_and_releases_it_late() -> None:
     s = Standings(0.5)
     book = CreditBook(s)
-    s.seen({"a", "b"}, 100.0)
     book.claim("a", [Landed(0, 8)], None, 1.0)
     book.claim("b", [Landed(0, 16)], None, 1.0)
     assert book.claimed("a", 0) == 8
@@ -168,7 +144,6 @@ def test_a_caught_peer_loses_the_credit_given_on_trust_since_its_last_passed_che
     s = Standings(0.1)
     aggregator = MetricsAggregator(grace=0.0, support=s)
     book = aggregator.credit
-    s.seen({"a", "b"}, 0.0)
     s.passed("a", 0)
     s.passed("b", 0)
     for epoch in range(5):  # both vouched for at epoch 0, then credited as claimed
@@ -197,51 +172,12 @@ def test_a_caught_peer_loses_the_credit_given_on_trust_since_its_last_passed_che
     assert book.withheld == 16
 
 
-def test_a_newcomer_that_cannot_be_reached_is_held_past_the_wait() -> None:
-    """HOLD pays a claim no check came for; a check that could not reach the peer holds it."""
-    s = Standings(0.1)
-    s.seen({"a"}, 100.0)
-    assert s.supported("a", 3, 8, now=100.0) is None
-    s.unjudged("a", 3)
-    assert s.supported("a", 3, 8, now=101.0 + HOLD) is None
-    s.passed("a", 4)
-    assert s.supported("a", 3, 8, now=102.0 + HOLD) == 8
-
-
-@pytest.mark.parametrize(
-    ("events", "seen_ago", "waited", "credit"),
-    [
-        ([], 0.0, 0.0, None),  # a newcomer never checked, alive: waits
-        ([], 0.0, 1e6, None),  # however long no check comes: never paid unchecked
-        ([], GONE_AFTER + 1, 1e6, None),  # gone before a check: still held, not paid
-        ([("unreached", 4)] * 10, GONE_AFTER + 1, 1e6, None),
-        ([("passed", 5)], GONE_AFTER + 1, 1e6, 8),  # back and checked: its held claims paid
-        ([("failed", 5)], 0.0, 0.0, 0),
-        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 0.0, 0.0, None),  # as with a hold
-    ],
-)
-def test_without_a_hold_a_newcomer_is_paid_only_once_a_check_of_it_passes(
-    events: list[tuple[str, int]], seen_ago: float, waited: float, credit: int | None
-) -> None:
-    """diloco's rule: a replay may judge nothing for rounds, so a claim no check came for is
-    held, alive or gone, where dedloc's ``HOLD`` pays it."""
-    s = Standings(0.1, hold=None)
-    start, now = 1000.0, 1000.0 + waited
-    s.seen({"a"}, now - seen_ago)
-    assert s.supported("a", 3, 8, start) is None  # the wait begins
-    judge(s, events)
-    assert s.supported("a", 3, 8, now) == credit
-    s.left({"a"})
-    assert s.supported("a", 3, 8, now + 1.0) == credit  # leaving changes nothing
-
-
 def test_a_held_newcomer_that_comes_back_and_passes_is_paid_by_the_credit_book() -> None:
-    s = Standings(0.1, hold=None)
+    s = Standings(0.1)
     book = CreditBook(s)
-    s.seen({"a"}, 100.0)
     book.claim("a", [Landed(0, 8), Landed(1, 8)], None, 1.0)
-    s.left({"a"})
-    assert book.late(1, now=100.0 + HOLD + GONE_AFTER + 1) == {}  # gone, unchecked: held
+    assert book.take(1, now=100.0) == []
+    assert book.late(1, now=1e6) == {}  # gone a long time, unchecked: held
     assert book.withheld == 0  # held, not cut
     s.passed("a", 7)  # back under the same identity, and its round replayed
     late = book.late(1, now=1000.0)
@@ -249,11 +185,6 @@ def test_a_held_newcomer_that_comes_back_and_passes_is_paid_by_the_credit_book()
         0: [("a", 8)],
         1: [("a", 8)],
     }
-
-
-def test_a_hold_is_none_or_not_negative() -> None:
-    with pytest.raises(ValueError, match="hold"):
-        Standings(0.1, hold=-1.0)
 
 
 @pytest.mark.parametrize(

@@ -308,7 +308,6 @@ async def test_an_unreachable_member_is_not_judged_and_its_claims_wait(
     assert record.verdict == "unreached"
     standing = rig.standings.of(peer)
     assert (standing.caught, standing.unjudged) == (False, 1)
-    rig.standings.seen({peer}, now=0.0)
     assert rig.standings.supported(peer, 0, 32 * STEPS, now=1.0) is None
 
 
@@ -603,8 +602,7 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
         standings = checker.standings
         assert standings.supported(me, 0, 24, now=time.time()) == 24
         assert standings.supported(cheat, 0, 48, now=time.time()) == 0
-        # a member no replay judged yet is held however long, gone or not
-        standings.left({"stranger"})
+        # a member no replay judged yet is held however long
         assert standings.supported("stranger", 0, 24, now=time.time()) is None
         assert standings.supported("stranger", 0, 24, now=time.time() + 1e6) is None
 

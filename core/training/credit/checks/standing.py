@@ -1,52 +1,38 @@
 """Standings: what the checks support of each peer's claims, as a pure rule of what was seen.
 
 A newcomer's claims wait until a check of it passes, as BOINC holds a new host's credit until a
-result of it is validated. How long they wait for a check that does not come is the mode's
-``hold``: a few seconds where a check takes a second or two (dedloc: a check the backbone cannot
-make, its replica behind the epoch, must not hold credit until the peer is gone); for ever where
-a check takes a round, and rounds may judge nothing for a while (diloco, ``hold`` None: a newcomer
-whose first rounds cannot be replayed, or that is gone first, is never paid unchecked, since
-fresh identities are free). From then on its claims are credited as made while it stays in good
-standing, and its epochs are checked at random (``rate``): BOINC's adaptive replication, which
-checks trusted hosts less. A check that fails, or finds claimed samples that no receipt backs,
-catches the peer: nothing of it is credited from then on, its waiting claims included, and it is
-accused, and what it was credited since the last check it passed is withdrawn
-(``withdrawals``: the backbone takes it back from its credit book and tells the coordinator).
-
-With a ``hold``, a newcomer that goes away (its records stopped, or it said it left) before a
-check caught it is credited what it claimed: a volunteer whose computer went off must not lose an
-epoch to a check it could not answer, and a cheat that leaves within a check's second of each
-epoch gains an epoch per identity at most. Without one, its claims keep waiting: they are paid if
-it comes back under the same identity and a check of it passes, until the credit book drops them
-(``book.CREDITED_KEPT`` epochs).
+result of it is validated. They wait however long that takes, and whether or not the newcomer is
+still there: fresh identities are free, so a claim paid after a wait, or when its maker went away
+before a check, is an epoch's credit for nothing per identity. An honest newcomer's first check
+comes at its first epoch (dedloc: within seconds) or its first replayable round (diloco); one
+whose computer goes off before that keeps its claims, paid if it comes back under the same
+identity and a check of it passes, until the credit book drops them (``book.CREDITED_KEPT``
+epochs). From then on its claims are credited as made while it stays in good standing, and its
+epochs are checked at random (``rate``): BOINC's adaptive replication, which checks trusted hosts
+less. A check that fails, or finds claimed samples that no receipt backs, catches the peer: nothing
+of it is credited from then on, its waiting claims included, and it is accused, and what it was
+credited since the last check it passed is withdrawn (``withdrawals``: the backbone takes it back
+from its credit book and tells the coordinator).
 
 A newcomer that could not be reached for a check (a dial that failed, a timeout, a busy or closing
-peer) is not caught: it is asked again at its next epoch, and while no check of it has passed its
-claims are held, whatever the hold: an unchecked claim is not paid, or a member would refuse its
-checks by dropping the backbone's calls. (A member that answers with a
-refusal has failed the check: ``checker.refused``.) A check that finds the member computed at
-other parameters than the backbone's replica holds (``apart``: one of them missed a state round)
-judges nothing either, and counts as one that could not reach it.
+peer) is not caught: it is asked again at its next epoch, and its claims stay held. A member that
+answers with a refusal has failed the check (``checker.refused``), or a member would refuse its
+checks to be paid unchecked. A check that finds the member computed at other parameters than the
+backbone's replica holds (``apart``: one of them missed a state round) judges nothing either, and
+counts as one that could not reach it.
 
 A trusted member is credited on trust only while its checks can judge it: after ``UNJUDGED``
-checks in a row that could not (unreached or apart), its claims are held until one passes, and
-not paid when it goes away. An honest trainer that went apart is back in step within a state
-round, and then passes; a member that keeps its checks from judging it would otherwise be paid on
-trust for ever.
+checks in a row that could not (unreached or apart), its claims are held until one passes. An
+honest trainer that went apart is back in step within a state round, and then passes; a member
+that keeps its checks from judging it would otherwise be paid on trust for ever.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-GONE_AFTER = 30.0
-"""Seconds without a fresh record before a newcomer waiting for its first check counts as gone
-(records live 10 s)."""
 UNJUDGED = 3
 """Checks in a row that could not judge a trusted member, after which its claims are held."""
-HOLD = 10.0
-"""Seconds at most a newcomer's claim waits for a check: a check takes a second or two, and one the
-backbone cannot make (its replica behind the epoch) must not hold credit until the peer is gone."""
 
 
 @dataclass(slots=True)
@@ -60,24 +46,14 @@ class Standing:
     passed: int = 0
     unjudged: int = 0
     """Checks in a row that could not judge the peer: unreached, or apart (a newcomer's claims
-    wait while it is more than zero, a trusted member's from ``UNJUDGED``)."""
-    seen: float = 0.0
-    """When its last fresh record was read."""
-    waiting: dict[int, float] = field(default_factory=dict)
-    """A newcomer's claims waiting for a check: epoch, and when the wait began."""
+    wait until one passes, a trusted member's from ``UNJUDGED``)."""
 
 
 class Standings:
-    def __init__(self, rate: float, hold: float | None = HOLD) -> None:
-        """``hold``: seconds at most a newcomer's claim waits for a check that is not coming, after
-        which it is paid, as is the claim of a newcomer gone before its check (``HOLD``); None: a
-        newcomer's claims are paid only once a check of it passes."""
+    def __init__(self, rate: float) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError("the share of epochs checked is in [0, 1]")
-        if hold is not None and not hold >= 0:
-            raise ValueError("a hold is 0 seconds or more, or None (until a check passes)")
         self.rate = rate
-        self.hold = hold
         self._peers: dict[str, Standing] = {}
 
     def of(self, peer: str) -> Standing:
@@ -85,16 +61,6 @@ class Standings:
 
     def peers(self) -> dict[str, Standing]:
         return dict(self._peers)
-
-    def seen(self, peers: set[str], now: float) -> None:
-        """These peers have fresh records now."""
-        for peer in peers:
-            self.of(peer).seen = now
-
-    def left(self, peers: set[str]) -> None:
-        """These peers said they left (a clean stop): gone from now on, without the wait."""
-        for peer in peers:
-            self.of(peer).seen = -GONE_AFTER
 
     # ---- what to check ---------------------------------------------------------------------------
 
@@ -143,19 +109,13 @@ class Standings:
 
     def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``: a number of samples,
-        or None while a newcomer waits for its first check."""
+        or None while it waits for a check to pass (``now`` is not needed: no claim is paid for
+        having waited)."""
         if self.rate == 0.0:
             return samples
         s = self.of(peer)
-        since = s.waiting.pop(epoch, now)
         if s.caught:
             return 0
         if s.vouched >= 0 and s.unjudged < UNJUDGED:
             return samples  # trusted, and its checks still judge it
-        if self.hold is not None:
-            if s.vouched < 0 and now - s.seen > GONE_AFTER:
-                return samples  # a newcomer gone before a check could catch it
-            if now - since > self.hold and s.unjudged == 0:
-                return samples  # no check came in time (the backbone could not make one)
-        s.waiting[epoch] = since
         return None
