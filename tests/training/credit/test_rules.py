@@ -80,12 +80,14 @@ def test_a_newcomer_is_checked_until_a_check_passes_then_at_random() -> None:
 
 
 def judge(s: Standings, events: list[tuple[str, int]]) -> None:
-    """What checks of peer ``a`` found, in order: passed or unjudged at an epoch, or failed."""
+    """What checks of peer ``a`` found, in order, at an epoch: passed, failed, unreached, apart."""
     for kind, at in events:
         if kind == "passed":
             s.passed("a", at)
         elif kind == "failed":
             s.failed("a")
+        elif kind == "unreached":
+            s.unreached("a", at)
         else:
             s.unjudged("a", at)
 
@@ -100,11 +102,16 @@ def judge(s: Standings, events: list[tuple[str, int]]) -> None:
         ([("failed", 1)], 9, 0),
         ([("unreached", 4)], 3, None),
         ([("unreached", 4)] * 10, 3, None),  # never reached: held, not paid
-        ([("unreached", 4), ("passed", 5)], 3, 8),  # a check passed at last: paid
+        ([("unreached", 4), ("passed", 4)], 3, 8),  # the same check, made again, passed: paid
+        # another epoch's pass does not answer it: a member that hides from the checks of the
+        # epochs it faked and passes the others is not paid for them
+        ([("unreached", 4), ("passed", 5)], 3, None),
+        ([("passed", 2), ("unreached", 4), ("passed", 5)], 9, None),
+        ([("passed", 2), ("unreached", 4), ("passed", 5), ("passed", 4)], 9, 8),
         # trusted: paid on trust while its checks judge it, held once UNJUDGED in a row did not
-        ([("passed", 5)] + [("unreached", 6)] * (UNJUDGED - 1), 9, 8),
-        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED, 9, None),
-        ([("passed", 5)] + [("unreached", 6)] * UNJUDGED + [("passed", 7)], 9, 8),
+        ([("passed", 5)] + [("apart", 6)] * (UNJUDGED - 1), 9, 8),
+        ([("passed", 5)] + [("apart", 6)] * UNJUDGED, 9, None),
+        ([("passed", 5)] + [("apart", 6)] * UNJUDGED + [("passed", 7)], 9, 8),
     ],
 )
 @pytest.mark.parametrize("waited", [0.0, 1e6])
@@ -116,6 +123,37 @@ def test_what_the_checks_support(
     assert s.supported("a", epoch, 8, 1000.0) is None  # a newcomer: the wait begins
     judge(s, events)
     assert s.supported("a", epoch, 8, 1000.0 + waited) == credit
+
+
+def test_an_open_check_that_expires_takes_back_what_trust_paid_and_pays_nothing_up_to_now() -> None:
+    s = Standings(0.1)
+    judge(s, [("passed", 5), ("unreached", 8), ("unreached", 9)])
+    assert s.open_checks() == [("a", 8), ("a", 9)]
+    s.expired("a", 7, newest=10)  # not open: nothing happens
+    assert s.withdrawals() == {}
+    s.expired("a", 8, newest=10)
+    assert s.withdrawals() == {"a": 5}  # paid on trust after epoch 5: taken back
+    assert s.withdrawals() == {}
+    assert s.open_checks() == []  # the withdrawal covers epoch 9's too
+    # checked up to 5 (a claim of it still waiting is paid), nothing after it up to 10
+    assert [s.supported("a", e, 8, 0.0) for e in (5, 6, 9, 10, 11)] == [None, 0, 0, 0, None]
+    assert "could not reach it" in s.why("a", 9)
+    assert s.why("a", 11) == ""
+    s.passed("a", 12)  # starts over as a newcomer: paid from its next passed check
+    assert [s.supported("a", e, 8, 0.0) for e in (5, 9, 11)] == [8, 0, 8]
+    assert not s.of("a").caught  # nobody accused it
+    judge(s, [("unreached", 13)])
+    s.expired("a", 13, newest=15)
+    assert s.withdrawals() == {"a": 12}  # each time
+
+
+def test_a_caught_peer_has_no_open_check_and_is_withdrawn_once() -> None:
+    s = Standings(0.1)
+    judge(s, [("passed", 1), ("unreached", 3), ("failed", 4)])
+    assert s.open_checks() == []
+    assert s.withdrawals() == {"a": 1}
+    s.failed("a")
+    assert s.withdrawals() == {}
 
 
 def test_no_checks_credit_every_claim_as_made() -> None:

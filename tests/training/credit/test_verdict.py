@@ -11,7 +11,7 @@ import pytest
 
 from core.net.errors import DialError, NetError, UnavailableError, UnknownMethodError
 from core.training.credit.checks.standing import Standings
-from core.training.credit.checks.verdict import Apart, Caught, Tally, Verdicts
+from core.training.credit.checks.verdict import Apart, Caught, Tally, Unclaimed, Verdicts
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.identity import Identity
 
@@ -59,6 +59,7 @@ async def nothing(tally: Tally) -> None:
         (DialError("no route"), "unreached", None, False, False),
         (TimeoutError(), "unreached", None, False, False),
         (UnavailableError("leaving"), "unreached", None, False, False),
+        (Unclaimed("keeps nothing of it, claims nothing"), "unreached", None, False, False),
         ("refusal", "caught", "work_refused", False, True),
     ],
 )
@@ -84,6 +85,9 @@ async def test_what_a_check_found_becomes_its_verdict(
     assert found.records == [record]
     assert (standing.vouched == 7, standing.caught) == (trusted, caught)
     assert standing.unjudged == (verdict in ("apart", "unreached"))
+    # a check that could not reach the member is made again; one with nothing to judge is not
+    opened = verdict == "unreached" and not isinstance(raised, Unclaimed)
+    assert standing.open == ({7} if opened else set())
     assert board.accused == ([(PEER, "round.7", statistic)] if statistic else [])
     assert board.published == (1 if statistic else 0)
     assert found.compute_seconds == 1.5
@@ -124,3 +128,39 @@ async def test_random_checks_stop_at_the_budget_but_a_newcomers_does_not() -> No
     assert found.draw([PEER, OTHER]) == [OTHER]
     found.standings.rate = 1.0  # a project that asks for every check gets every check
     assert found.draw([PEER, OTHER]) == [PEER, OTHER]
+
+
+async def test_a_check_that_could_not_reach_its_member_is_made_again_then_expires() -> None:
+    """``again`` at each landing: the open check of epoch 3 is made again while the checker can
+    still make it; when it no longer can, it expires and what trust paid is withdrawn."""
+    found, _ = verdicts()
+    await found.run(PEER, 1, nothing)  # trusted from epoch 1
+
+    async def unreachable(tally: Tally) -> None:
+        raise TimeoutError
+
+    await found.run(PEER, 3, unreachable)
+    await found.run(OTHER, 3, unreachable)
+    kept = {3, 4, 5}
+    assert found.again(kept.__contains__, 4) == [(PEER, 3), (OTHER, 3)]
+    assert (await found.run(OTHER, 3, nothing)).verdict == "passed"  # answered this time
+    await found.run(PEER, 3, unreachable)  # not this time
+    release = asyncio.Event()
+
+    async def slow(tally: Tally) -> None:
+        await release.wait()
+
+    running = asyncio.create_task(found.run(PEER, 5, slow))
+    await asyncio.sleep(0)
+    kept = {4, 5, 6}
+    # not while another check of it is under way: it may answer that one
+    assert found.again(kept.__contains__, 6) == []
+    release.set()
+    await running
+    assert found.standings.of(PEER).open == {3}
+    assert found.again(kept.__contains__, 6) == []  # epoch 3 can no longer be checked
+    standing = found.standings.of(PEER)
+    assert (standing.open, standing.vouched, standing.voided) == (set(), -1, [(5, 6)])
+    assert found.standings.withdrawals() == {PEER: 5}
+    assert found.standings.of(OTHER).open == set()
+    assert found.again(kept.__contains__, 7) == []

@@ -311,6 +311,40 @@ async def test_an_unreachable_member_is_not_judged_and_its_claims_wait(
     assert rig.standings.supported(peer, 0, 32 * STEPS, now=1.0) is None
 
 
+@pytest.mark.parametrize("answers", [True, False])
+async def test_a_replay_that_could_not_reach_its_member_is_made_again_then_expires(
+    rig: Rig, answers: bool
+) -> None:
+    """A member that answers "closing" (as one that hides from the replay of a round it faked
+    would, or one whose computer went off) keeps the check open: made again when the next round
+    lands, its claims held meanwhile; once the backbone no longer keeps the round's anchor, the
+    check expires and the round is not paid. Nobody is accused."""
+    from tests.support.leaks import wait_until
+
+    member = await honest_round(rig)
+    member.ledger.leaving = True
+    assert (await rig.checker.check(rig.peer, 0)).verdict == "unreached"
+    assert rig.standings.open_checks() == [(rig.peer, 0)]
+    assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) is None
+    member.ledger.leaving = not answers
+    rig.checker.landed(1, {})  # the next round landed: the open check is made again
+    await wait_until(lambda: len(rig.checker.records) == 2, timeout=60)
+    again = rig.checker.records[-1]
+    assert (again.epoch, again.verdict) == (0, "passed" if answers else "unreached")
+    if answers:
+        assert rig.standings.open_checks() == []
+        assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 32 * STEPS
+        return
+    for epoch in (1, 2, 3):
+        rig.began(epoch)  # three rounds later the anchor of epoch 0 is no longer kept
+    rig.checker.landed(3, {})
+    assert rig.standings.open_checks() == []
+    assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 0
+    assert "could not reach it" in rig.standings.why(rig.peer, 0)
+    assert not rig.standings.of(rig.peer).caught
+    assert len(rig.checker.records) == 2  # expired, not made a third time
+
+
 async def test_a_round_nobody_can_replay_judges_nothing(rig: Rig) -> None:
     """A round after one that found no group goes on from where that one ended: its receipt says
     it cannot be replayed, and the check holds its claims without accusing anyone."""

@@ -11,8 +11,9 @@ too before anything is called a mismatch: with delayed updates a microbatch may 
 A mismatch, a batch counted twice, or claimed samples no receipt backs is signed evidence against
 the member (``work_*``). A member that answers a check with a refusal (no such method, a request
 it calls invalid, no permission, an error of its own) has failed it (``work_refused``): only a dial
-that fails, a timeout or an answer that it is busy or closing is "unreached", and that member is
-asked again at its next epoch, its claims held meanwhile (``Standings``).
+that fails, a timeout or an answer that it is busy or closing is "unreached": the same epoch is
+checked again at the next landings while the backbone keeps its parameters (``SNAPSHOTS``), the
+member's claims held meanwhile, and then the check expires (``Standings.expired``).
 
 The recomputation runs on the backbone's training thread in float32, on a copy of the model.
 Random checks stop when recomputing has taken ``budget`` of the time since the backbone started;
@@ -55,7 +56,15 @@ from core.training.credit.checks.receipts import (
 )
 from core.training.credit.checks.standing import Standings
 from core.training.credit.checks.tolerance import Mismatch, compare
-from core.training.credit.checks.verdict import BUDGET, Apart, Caught, CheckRecord, Tally, Verdicts
+from core.training.credit.checks.verdict import (
+    BUDGET,
+    Apart,
+    Caught,
+    CheckRecord,
+    Tally,
+    Unclaimed,
+    Verdicts,
+)
 from core.training.moderation.evidence import EvidenceBoard
 from core.training.state import TrainingState
 from core.trust.peer_id import PeerID
@@ -156,11 +165,18 @@ class WorkChecker:
             self._marks.pop(old, None)
 
     def landed(self, epoch: int, members: list[str]) -> None:
-        """The round of ``epoch`` landed with these senders: check those that are due."""
-        if epoch not in self._snapshots and epoch not in self._copying:
+        """The round of ``epoch`` landed with these senders: check those that are due, and ask
+        again those whose check could not reach them (``Verdicts.again``)."""
+        for peer, before in self.verdicts.again(self._checkable, epoch):
+            self._tasks.spawn(f"check-{peer[:8]}-{before}", self._check(peer, before))
+        if not self._checkable(epoch):
             return  # the replica was not at this epoch: nothing to recompute against
         for peer in self.verdicts.draw(members):
             self._tasks.spawn(f"check-{peer[:8]}-{epoch}", self._check(peer, epoch))
+
+    def _checkable(self, epoch: int) -> bool:
+        """Whether the parameters of ``epoch`` are kept (or being copied) to check against."""
+        return epoch in self._snapshots or epoch in self._copying
 
     # ---- one check -------------------------------------------------------------------------------
 
@@ -189,7 +205,8 @@ class WorkChecker:
                     await asyncio.sleep(0.2)
                     continue
                 if self._claimed(peer, epoch) is None:
-                    raise  # it never claimed the epoch (its own round did not land it)
+                    # it never claimed the epoch (its own round did not land it)
+                    raise Unclaimed(f"keeps no receipts of epoch {epoch} and claims none") from None
                 raise Caught(
                     "work_unbacked", 0.0, f"claims epoch {epoch} and keeps no receipts of it"
                 ) from None

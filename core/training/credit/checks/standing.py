@@ -14,22 +14,31 @@ of it is credited from then on, its waiting claims included, and it is accused, 
 credited since the last check it passed is withdrawn (``withdrawals``: the backbone takes it back
 from its credit book and tells the coordinator).
 
-A newcomer that could not be reached for a check (a dial that failed, a timeout, a busy or closing
-peer) is not caught: it is asked again at its next epoch, and its claims stay held. A member that
-answers with a refusal has failed the check (``checker.refused``), or a member would refuse its
-checks to be paid unchecked. A check that finds the member computed at other parameters than the
-backbone's replica holds (``apart``: one of them missed a state round) judges nothing either, and
-counts as one that could not reach it.
+A check that could not reach the peer (a dial that failed, a timeout, a busy or closing peer)
+judges nothing, so it is not over: its epoch stays *open* and is asked again at the next landings
+(``open_checks``), and while a check of the peer is open none of its claims is paid, trusted or
+not. A member that answers with a refusal has failed the check (``checker.refused``). A member
+that knows which of its epochs is checked (it is asked) and hides from the checks of those it
+faked would otherwise be paid for them on trust, or at its next passed check. When the checker can
+no longer make an open check (its parameters or the member's work are no longer kept: a few
+epochs), it *expires* (``expired``): the peer's credit since its last passed check is withdrawn,
+as a caught peer's is but without accusing it, its claims up to the newest epoch are not paid,
+and it starts over as a newcomer. An honest peer loses that only where it stopped answering for
+that long: gone (its computer went off, or it left, within the seconds of a drawn check) or
+unreachable throughout.
 
-A trusted member is credited on trust only while its checks can judge it: after ``UNJUDGED``
-checks in a row that could not (unreached or apart), its claims are held until one passes. An
-honest trainer that went apart is back in step within a state round, and then passes; a member
-that keeps its checks from judging it would otherwise be paid on trust for ever.
+A check that finds the member computed at other parameters than the backbone's replica holds
+(``apart``: one of them missed a state round) judges nothing either, but is not asked again
+(the parameters will not meet). A trusted member is credited on trust only while its checks can
+judge it: after ``UNJUDGED`` checks in a row that could not (unreached or apart), its claims are
+held until one passes. An honest trainer that went apart is back in step within a state round,
+and then passes; a member that keeps its checks from judging it would otherwise be paid on trust
+for ever.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 UNJUDGED = 3
 """Checks in a row that could not judge a trusted member, after which its claims are held."""
@@ -41,12 +50,20 @@ class Standing:
     """The newest epoch a passed check covers (claims up to it are credited)."""
     caught: bool = False
     withdrawn: bool = False
-    """Its credit since ``vouched`` was withdrawn (once, when it was caught)."""
+    """Credit it was given on trust was withdrawn (it was caught, or an open check expired)."""
     checks: int = 0
     passed: int = 0
     unjudged: int = 0
     """Checks in a row that could not judge the peer: unreached, or apart (a newcomer's claims
     wait until one passes, a trusted member's from ``UNJUDGED``)."""
+    open: set[int] = field(default_factory=set)
+    """Epochs whose check could not reach the peer: asked again; its claims wait meanwhile."""
+    voided: list[tuple[int, int]] = field(default_factory=list)
+    """Epochs whose claims are not paid, each range ``(after, upto]``: from its last passed check
+    to the landing at which an open check of it expired."""
+
+    def void(self, epoch: int) -> bool:
+        return any(after < epoch <= upto for after, upto in self.voided)
 
 
 class Standings:
@@ -55,6 +72,7 @@ class Standings:
             raise ValueError("the share of epochs checked is in [0, 1]")
         self.rate = rate
         self._peers: dict[str, Standing] = {}
+        self._withdrawals: dict[str, int] = {}
 
     def of(self, peer: str) -> Standing:
         return self._peers.setdefault(peer, Standing())
@@ -79,33 +97,71 @@ class Standings:
         s.passed += 1
         s.unjudged = 0
         s.vouched = max(s.vouched, epoch)
+        s.open.discard(epoch)
 
     def failed(self, peer: str) -> None:
         s = self.of(peer)
         s.checks += 1
-        s.caught = True
+        if not s.caught:
+            s.caught = True
+            self._withdraw(peer, s.vouched)
 
     def unjudged(self, peer: str, epoch: int) -> None:
-        """A check of ``peer``'s ``epoch`` could not judge it (unreached, or apart): asked again
-        at its next epoch."""
+        """A check of ``peer``'s ``epoch`` could not judge it (apart): the next is drawn as
+        usual."""
         self.of(peer).unjudged += 1
+
+    def unreached(self, peer: str, epoch: int) -> None:
+        """A check of ``peer``'s ``epoch`` could not reach it: asked again (``open_checks``)."""
+        s = self.of(peer)
+        s.unjudged += 1
+        if not s.caught:
+            s.open.add(epoch)
+
+    def open_checks(self) -> list[tuple[str, int]]:
+        """The checks to ask again, oldest first: (peer, epoch)."""
+        found = [(p, e) for p, s in self._peers.items() if not s.caught for e in s.open]
+        return sorted(found, key=lambda item: item[1])
+
+    def expired(self, peer: str, epoch: int, newest: int) -> None:
+        """The open check of ``peer``'s ``epoch`` can no longer be made (``newest``: the newest
+        epoch landed): what it was credited on trust since its last passed check is withdrawn,
+        its claims after that check up to ``newest`` are not paid, and it starts over as a
+        newcomer."""
+        s = self.of(peer)
+        if epoch not in s.open:
+            return
+        s.open.clear()  # the withdrawal covers every epoch the others were opened for
+        s.voided.append((s.vouched, newest))
+        if s.vouched >= 0:
+            self._withdraw(peer, s.vouched)
+        s.vouched = -1
+
+    def _withdraw(self, peer: str, after: int) -> None:
+        s = self.of(peer)
+        s.withdrawn = True
+        self._withdrawals[peer] = min(after, self._withdrawals.get(peer, after))
 
     # ---- credit ----------------------------------------------------------------------------------
 
     def withdrawals(self) -> dict[str, int]:
-        """The peers caught since the last call, each with the newest epoch a passed check covers
-        (-1: none did): their credit for the epochs after it was given on trust, and is taken
-        back. Each caught peer is named once."""
-        found = {}
-        for peer, s in self._peers.items():
-            if s.caught and not s.withdrawn:
-                s.withdrawn = True
-                found[peer] = s.vouched
+        """The peers whose credit given on trust is taken back since the last call, each with the
+        newest epoch a passed check covered (-1: none did): their credit for the epochs after it
+        is withdrawn. A caught peer is named once; one whose open check expired, each time."""
+        found, self._withdrawals = self._withdrawals, {}
         return found
 
     def why(self, peer: str, epoch: int) -> str:
-        """Why a claim of ``peer`` was credited less than claimed: only a caught peer's is."""
-        return "a work check caught this peer faking work" if self.of(peer).caught else ""
+        """Why a claim of ``peer`` was credited less than claimed."""
+        s = self.of(peer)
+        if s.caught:
+            return "a work check caught this peer faking work"
+        if s.void(epoch):
+            return (
+                "a work check of this peer could not reach it while it kept that work: "
+                "its credit since its last passed check is not paid"
+            )
+        return ""
 
     def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``: a number of samples,
@@ -114,8 +170,10 @@ class Standings:
         if self.rate == 0.0:
             return samples
         s = self.of(peer)
-        if s.caught:
+        if s.caught or s.void(epoch):
             return 0
+        if s.open:
+            return None  # a check it has not answered yet
         if s.vouched >= 0 and s.unjudged < UNJUDGED:
             return samples  # trusted, and its checks still judge it
         return None

@@ -11,10 +11,12 @@ the member's standing, the record the audit reads, and signed evidence when it c
 - nothing raised: ``passed``;
 - ``Caught``, or the member's own refusal of a call (``refused``): ``caught``, with evidence;
 - ``Apart``: ``apart`` (the work was done at parameters the checker does not hold);
-- a dial that failed, a timeout, a busy or closing member: ``unreached``.
+- a dial that failed, a timeout, a busy or closing member: ``unreached``; so is a member that keeps
+  nothing of the round and claims nothing of it (``Unclaimed``).
 
-The last two judge nothing: the member is asked again at its next round, its claims held meanwhile
-(``standing.Standings``).
+The last two judge nothing, and the member's claims are held. A check that could not reach its
+member is made again at the next landings while the checker can still make it (``again``), and
+then expires, withdrawing what the member was paid on trust (``standing.Standings``).
 """
 
 from __future__ import annotations
@@ -104,6 +106,11 @@ class Apart(Exception):
     """The member's work was done at parameters the checker does not hold: nothing to judge."""
 
 
+class Unclaimed(Exception):
+    """The member keeps nothing of the epoch and claims nothing of it (it did not send there):
+    nothing to judge, and nothing to ask again."""
+
+
 REFUSALS = (UnknownMethodError, InvalidRequestError, PermissionDeniedError, RemoteInternalError)
 """Answers a member that was reached gives instead of its work: each fails the check."""
 
@@ -178,6 +185,24 @@ class Verdicts:
                 # first check runs)
         return drawn
 
+    def again(self, checkable: Callable[[int], bool], newest: int) -> list[tuple[str, int]]:
+        """The open checks (they could not reach their member) to make again now that ``newest``
+        landed: those the checker can still make (``checkable(epoch)``: it keeps what to check
+        that epoch against), one per member and none of a member being checked; the others
+        expire (``Standings.expired``)."""
+        found: list[tuple[str, int]] = []
+        for peer, epoch in self.standings.open_checks():
+            if self.checking(peer) or any(p == peer for p, _ in found):
+                continue
+            if checkable(epoch):
+                found.append((peer, epoch))
+                continue
+            log.warning("%s check of %s at epoch %d could not reach it while it kept its work: "
+                        "its credit since its last passed check withdrawn", self.kind, peer[:12],
+                        epoch)  # fmt: skip
+            self.standings.expired(peer, epoch, newest)
+        return found
+
     async def run(self, peer: str, epoch: int, body: Body) -> CheckRecord:
         """Check ``peer``'s round of ``epoch`` with ``body``, and record what it found."""
         started = time.monotonic()
@@ -194,6 +219,9 @@ class Verdicts:
         except Apart as apart:
             verdict, reason = "apart", str(apart)
             self.standings.unjudged(peer, epoch)
+        except Unclaimed as unclaimed:
+            verdict, reason = "unreached", str(unclaimed)
+            self.standings.unjudged(peer, epoch)
         except (NetError, TimeoutError, BarnraiseError) as exc:
             if refused(exc):
                 verdict, reason = "caught", f"refused the check: {exc}"
@@ -201,7 +229,7 @@ class Verdicts:
                 await self._accuse(peer, epoch, Caught("work_refused", 0.0, reason))
             else:
                 verdict, reason = "unreached", str(exc) or type(exc).__name__
-                self.standings.unjudged(peer, epoch)
+                self.standings.unreached(peer, epoch)
         finally:
             left = self._checking.pop(peer) - 1
             if left:

@@ -24,7 +24,10 @@ the receipt's samples, or the member refused the check: signed evidence, ``round
 ``work_refused``); ``unreached`` (a dial that failed, a timeout, a busy or closing member, no
 receipt filed for a round it did not send); ``apart`` (the round cannot be replayed: it did not
 start at the anchor the backbone holds for E, or the member says so, as a round that found no
-group and went on in the next does). The last two judge nothing and hold the member's claims.
+group and went on in the next does). The last two judge nothing and hold the member's claims. A
+replay that could not reach its member is made again at the next landings while the backbone
+keeps the round's anchor (``STARTS``), and then expires, withdrawing what the member was paid on
+trust since its last passed replay (``Verdicts.again``).
 """
 
 from __future__ import annotations
@@ -46,7 +49,15 @@ from core.net.host.host import Host
 from core.net.wire.rpc import Method, Req, Resp
 from core.training.credit.checks.fingerprint import batch_digest, unpack_batch
 from core.training.credit.checks.standing import Standings
-from core.training.credit.checks.verdict import BUDGET, Apart, Caught, CheckRecord, Tally, Verdicts
+from core.training.credit.checks.verdict import (
+    BUDGET,
+    Apart,
+    Caught,
+    CheckRecord,
+    Tally,
+    Unclaimed,
+    Verdicts,
+)
 from core.training.diloco.checks.receipts import (
     ROUND_BATCH,
     ROUND_RECEIPT,
@@ -166,6 +177,8 @@ class RoundChecker:
         (and the samples each sent it with), and ``others`` in the round's other groups: check
         those drawn."""
         self.sent(epoch, weights)
+        for peer, before in self.verdicts.again(self._anchors.__contains__, epoch):
+            self._tasks.spawn(f"round-check-{peer[:8]}-{before}", self.check(peer, before))
         if epoch not in self._anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
         members = [*weights, *(p for p in others if p not in weights)]
@@ -204,7 +217,7 @@ class RoundChecker:
                     # of another group: it may not have sent this round (its work then goes
                     # out in a later one, claimed there); a claim of this round is unbacked
                     self.on_backed(peer, epoch, 0)
-                    raise
+                    raise Unclaimed(f"keeps no receipt of the round of epoch {epoch}") from None
                 raise Caught(
                     "round_unbacked", 0.0, f"sent the round of epoch {epoch} and keeps no receipt"
                 ) from None
