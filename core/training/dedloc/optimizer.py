@@ -239,6 +239,7 @@ class DedlocOptimizer(TakingPart):
             await asyncio.gather(self._pending_update, return_exceptions=True)
         await self._tasks.close()
         if self.work is not None:
+            await self.work.linger.settle()  # a check of the last epoch may be on its way
             self.work.leave()  # the host answers until it closes: a check then is not refused
         await self.part.leave(self._progress())
 

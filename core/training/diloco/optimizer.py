@@ -285,6 +285,7 @@ class DilocoOptimizer(TakingPart):
             await self.unsent.settle()
         await self._tasks.close()
         if self.rounds_kept is not None:
+            await self.rounds_kept.linger.settle()  # a replay's calls may be on their way
             self.rounds_kept.leave()  # the host answers until it closes: a check then is not refused
         await self.part.leave(self._progress())
         if self.unsent is not None:

@@ -10,8 +10,11 @@ recompute: its rounds are replayed whole where they start at the anchor,
   the wire.
 - ``tolerance``    whether a recomputed microbatch matches its receipt: tolerances per precision.
 - ``ledger``       WorkLedger: a trainer's receipts of its recent epochs, served to checkers.
+- ``linger``       Linger: a stopping trainer answers the checks of its last rounds a few seconds
+  more (both modes' ledgers).
 - ``standing``     Standings: which epochs to check, and what of each claim the checks support
-  (a newcomer's credit waits for its first check).
+  (a newcomer's credit waits for its first check; a check that could not reach its member is
+  made again, then expires).
 - ``verdict``      Verdicts: which members a landed round draws, and how what a check found (in
   either mode) becomes a verdict, a standing, a record and signed evidence; CheckRecord.
 - ``checker``      WorkChecker: the backbone's spot checks of dedloc's microbatches.

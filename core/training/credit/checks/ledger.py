@@ -30,6 +30,7 @@ from core.training.credit.checks.fingerprint import (
     pack_batch,
     to_bytes,
 )
+from core.training.credit.checks.linger import Linger
 from core.training.credit.checks.receipts import (
     MAX_RECEIPTS,
     WORK_BATCH,
@@ -74,6 +75,8 @@ class WorkLedger:
         self._open: list[Entry] = []
         self._sealed: OrderedDict[int, list[Entry]] = OrderedDict()
         self.leaving = False
+        self.linger = Linger()
+        """Since the last epoch sealed or check call (a stopping trainer waits on it)."""
         """The trainer is stopping: a check is answered that it is going (it was not reached),
         never "no such method" (which fails it) while its host still answers."""
 
@@ -135,6 +138,7 @@ class WorkLedger:
     def seal(self, epoch: int, entries: list[Entry]) -> None:
         self._sealed.pop(epoch, None)
         self._sealed[epoch] = entries
+        self.linger.touch()
         while len(self._sealed) > KEPT:
             self._sealed.popitem(last=False)
 
@@ -171,6 +175,7 @@ class WorkLedger:
         return pack_batch(entries[request.index].batch)
 
     def _entries(self, epoch: int) -> list[Entry]:
+        self.linger.touch()
         if self.leaving:
             raise UnavailableError("this trainer is leaving")
         entries = self._sealed.get(epoch)

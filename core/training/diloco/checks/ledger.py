@@ -30,6 +30,7 @@ from core.net.errors import InvalidRequestError, NotFoundError, UnavailableError
 from core.net.host.host import Host
 from core.net.wire.rpc import CallContext
 from core.training.credit.checks.fingerprint import Batch, batch_digest, batch_tensors, pack_batch
+from core.training.credit.checks.linger import Linger
 from core.training.credit.checks.receipts import SampledBatch
 from core.training.diloco.checks.receipts import (
     MAX_STEPS,
@@ -100,6 +101,8 @@ class RoundLedger:
         self.discarded = 0
         """Microbatches left out because they were computed before their round began."""
         self.leaving = False
+        self.linger = Linger()
+        """Since the last round sealed or check call (a stopping trainer waits on it)."""
 
     # ---- the training thread ---------------------------------------------------------------------
 
@@ -200,6 +203,7 @@ class RoundLedger:
             return None
         self._sealed.pop(epoch, None)
         self._sealed[epoch] = Sealed(receipt, batches, raw)
+        self.linger.touch()
         while len(self._sealed) > KEPT:
             self._sealed.popitem(last=False)
         return receipt
@@ -238,6 +242,7 @@ class RoundLedger:
         return WorkBlock(sealed.work[at : at + block])
 
     def _round_of(self, epoch: int) -> Sealed:
+        self.linger.touch()
         if self.leaving:
             raise UnavailableError("this trainer is leaving")
         sealed = self._sealed.get(epoch)
