@@ -20,6 +20,9 @@ loopback), a backbone and four trainers (``ProjectPeer``), dedloc with the defau
 - ``turncoat``: honest until epoch ``TURNS_AT`` (its first check passes, so it is trusted and
   checked at random), then computes nothing: what it was credited on trust since its last passed
   check is withdrawn when a check catches it (``credited`` is net of ``withdrawn``).
+- ``hider``: the turncoat, answering "busy" to every check of an epoch it faked (as one that
+  drops the calls would time out): the check stays open, is made again, and expires withdrawing
+  what trust paid it; it is accused of nothing (an unreachable honest member looks the same).
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ def liars() -> dict[str, Misbehaviour]:
         "turncoat": Misbehaviour(*honest_gradients, computes=0.0, rides_from=TURNS_AT),
         # computes nothing and answers the checks "no such method"
         "refuser": Misbehaviour(*honest_gradients, computes=0.0, refuses=True),
+        # the turncoat, hiding from the checks of the epochs it faked
+        "hider": Misbehaviour(*honest_gradients, computes=0.0, rides_from=TURNS_AT, hides=True),
     }
 
 
@@ -316,12 +321,21 @@ async def checks(
             run = await run_swarm(data, root / "default", epochs=epochs, rate=0.1)
             out["default_rate"] = cost_summary(run)
         caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
+        # a check made three times unreached: the next landing expires it
+        expired = lambda lines: (
+            max(  # noqa: E731
+                Counter(c["epoch"] for c in lines if c["verdict"] == "unreached").values(),
+                default=0,
+            )
+            >= 3
+        )
         for name, liar in liars().items():
             if only is not None and name not in only:
                 continue
             if liar.rides_from:  # checked at random once trusted: until a check catches it
+                # (or, hiding, until a check of it expired)
                 run = await run_swarm(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
-                                      liar=liar, stop_when=caught)  # fmt: skip
+                                      liar=liar, stop_when=expired if liar.hides else caught)  # fmt: skip
             else:
                 run = await run_swarm(data, root / name, epochs=liar_epochs, rate=0.1, liar=liar)
             out[name] = liar_summary(run, liar)
@@ -472,6 +486,11 @@ def check_goals(out: dict[str, Any]) -> dict[str, bool]:
         goals["turncoat_keeps_at_most_what_it_computed"] = out["turncoat"][
             "credit_over_computed"
         ] <= CREDIT_BOUND and bool(out["turncoat"]["accused_with"])
+    if "hider" in out:
+        goals["hider_keeps_at_most_what_it_computed"] = (
+            out["hider"]["credit_over_computed"] <= CREDIT_BOUND
+            and not out["hider"]["accused_with"]
+        )
     goals["honest_credit_exact"] = all(out[k]["honest_credit_exact"] for k in ran) and (
         honest is None or cost is None or (honest["credit_exact"] and cost["credit_exact"])
     )

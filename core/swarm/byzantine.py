@@ -15,7 +15,8 @@ Any of them may also inflate its claims (``Misbehaviour.claim``): the samples it
 as the weight it averages with and in the landed epochs its records credit, are that many times
 what it computed (a claimed weight is what a plain weighted mean and CenteredClip weigh by). In
 dedloc it may also skip work it counts (``computes``, a ``FreeRider`` forging its receipts) and
-refuse the backbone's checks of it (``refuses``, a ``Refuser``).
+refuse the backbone's checks of it (``refuses``, a ``Refuser``) or hide from the checks of the
+epochs it faked (``hides``, a ``Hider``: it answers them "busy").
 
 The gradient attacks are a ``GradientAttack`` the optimizer applies to what it sends before it
 goes to averaging: dedloc's mean gradient (``DedlocOptimizer.tamper``), diloco's
@@ -51,14 +52,21 @@ from core.averaging.sharing.state import PackedProvider, PackedState, StateShari
 from core.codecs import NONE
 from core.codecs.arrays import F32
 from core.codecs.chunks import decode, encode
+from core.net.errors import UnavailableError
 from core.training.credit.checks import Forgery, Recorder, WorkLedger
 from core.training.credit.checks.fingerprint import batch_digest, batch_tensors
-from core.training.credit.checks.receipts import FINGERPRINT_BYTES, WorkReceipt
+from core.training.credit.checks.receipts import (
+    FINGERPRINT_BYTES,
+    WORK_RECEIPTS,
+    ReceiptsRequest,
+    WorkReceipt,
+)
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from core.averaging import Averager
     from core.net.host.host import Host
+    from core.net.wire.rpc import CallContext
     from core.training.settings import Tamperable
 
 
@@ -113,6 +121,9 @@ class Misbehaviour:
     all and earns the checks' trust first."""
     refuses: bool = False
     """It serves no receipts: the backbone's checks are answered "no such method" (dedloc)."""
+    hides: bool = False
+    """It answers "busy" to every check of an epoch from ``rides_from`` on, and serves the
+    others (dedloc): the checks of the epochs it faked cannot judge it."""
 
     def __post_init__(self) -> None:
         if isinstance(self.rides_from, bool) or self.rides_from < 0:
@@ -140,7 +151,13 @@ class Misbehaviour:
             if self.computes < 1
             else ""
         )
-        refuses = ", refusing the work checks" if self.refuses else ""
+        refuses = (
+            ", refusing the work checks"
+            if self.refuses
+            else ", hiding from the checks of the epochs it faked"
+            if self.hides
+            else ""
+        )
         return (
             {
                 Attack.SCALE: f"its gradients x{f:g}",
@@ -158,11 +175,15 @@ class Misbehaviour:
         """Make a training peer misbehave: tamper with its gradients, or lie as a reducer; and
         inflate its claims, or forge the receipts of work it skips."""
         optimizer.claim = self.claim
-        if self.computes < 1 or self.refuses:
+        if self.computes < 1 or self.refuses or self.hides:
             if not isinstance(optimizer, Forgeable):
                 raise ConfigError("free riding is tried where work is checked: dedloc mode only")
-            rider = FreeRider(self.computes, self.rides_from)
-            optimizer.forge = Refuser(rider, averager.host) if self.refuses else rider
+            rider: Forgery = FreeRider(self.computes, self.rides_from)
+            if self.refuses:
+                rider = Refuser(rider, averager.host)
+            elif self.hides:
+                rider = Hider(rider, averager.host, self.rides_from)
+            optimizer.forge = rider
         if self.attack.gradients:
             optimizer.tamper = self.gradient_attack()
         else:
@@ -204,6 +225,32 @@ class Refuser:
 
     def __call__(self, ledger: WorkLedger) -> Recorder:
         ledger.stop_serving(self.host)
+        return self.inner(ledger)
+
+
+class Hider:
+    """Answers "busy" to the backbone's checks of its epochs from ``from_epoch`` on, as a member
+    that drops those calls would time out, and serves the others' receipts honestly: it passes
+    the checks of its honest epochs, and hides from those of the epochs it faked. Records
+    through ``inner``."""
+
+    def __init__(self, inner: Forgery, host: Host, from_epoch: int) -> None:
+        self.inner = inner
+        self.host = host
+        self.from_epoch = from_epoch
+
+    def __call__(self, ledger: WorkLedger) -> Recorder:
+        serving = self.host.router.get(WORK_RECEIPTS.name)
+        if serving is not None and serving.unary is not None:
+            answer = serving.unary
+
+            async def hiding(ctx: CallContext, raw: Any) -> Any:
+                if ReceiptsRequest.from_wire(raw).epoch >= self.from_epoch:
+                    raise UnavailableError("busy")
+                return await answer(ctx, raw)
+
+            self.host.router.remove(WORK_RECEIPTS.name)
+            self.host.router.add_raw(WORK_RECEIPTS.name, hiding)
         return self.inner(ledger)
 
 

@@ -122,6 +122,8 @@ def test_attacks_are_named_and_misuse_is_refused() -> None:
         Misbehaviour(Attack.SCALE, computes=0.0, rides_from=-1)
     turncoat = Misbehaviour(Attack.SCALE, 1.0, computes=0.0, rides_from=5)
     assert turncoat.describe().endswith("computing 0% of the microbatches it counts from epoch 5")
+    hider = Misbehaviour(Attack.SCALE, 1.0, computes=0.0, rides_from=5, hides=True)
+    assert hider.describe().endswith("from epoch 5, hiding from the checks of the epochs it faked")
     assert Misbehaviour(Attack.LYING_REDUCER).lie_in(_Round(None)) is None  # reduces nothing
 
 
