@@ -321,21 +321,14 @@ async def checks(
             run = await run_swarm(data, root / "default", epochs=epochs, rate=0.1)
             out["default_rate"] = cost_summary(run)
         caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
-        # a check made three times unreached: the next landing expires it
-        expired = lambda lines: (
-            max(  # noqa: E731
-                Counter(c["epoch"] for c in lines if c["verdict"] == "unreached").values(),
-                default=0,
-            )
-            >= 3
-        )
         for name, liar in liars().items():
             if only is not None and name not in only:
                 continue
             if liar.rides_from:  # checked at random once trusted: until a check catches it
                 # (or, hiding, until a check of it expired)
+                stop = _expired if liar.hides else caught
                 run = await run_swarm(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
-                                      liar=liar, stop_when=expired if liar.hides else caught)  # fmt: skip
+                                      liar=liar, stop_when=stop)  # fmt: skip
             else:
                 run = await run_swarm(data, root / name, epochs=liar_epochs, rate=0.1, liar=liar)
             out[name] = liar_summary(run, liar)
@@ -453,6 +446,14 @@ def groups_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
     }
 
 
+def _expired(lines: list[dict[str, Any]]) -> bool:
+    """Whether a check was made three times unreached, and checks went on four epochs past it:
+    the backbone no longer keeps that epoch's parameters, so the check expired at a landing."""
+    tries = Counter(c["epoch"] for c in lines if c["verdict"] == "unreached")
+    newest = max((c["epoch"] for c in lines), default=-1)
+    return any(n >= 3 and newest >= epoch + 4 for epoch, n in tries.items())
+
+
 def check_goals(out: dict[str, Any]) -> dict[str, bool]:
     """The goals of the runs in ``out`` (a run left out by ``--liars`` sets none)."""
     goals: dict[str, bool] = {}
@@ -487,10 +488,10 @@ def check_goals(out: dict[str, Any]) -> dict[str, bool]:
             "credit_over_computed"
         ] <= CREDIT_BOUND and bool(out["turncoat"]["accused_with"])
     if "hider" in out:
-        goals["hider_keeps_at_most_what_it_computed"] = (
-            out["hider"]["credit_over_computed"] <= CREDIT_BOUND
-            and not out["hider"]["accused_with"]
-        )
+        # the checks accuse it of nothing (reducers may, of the zeros it sends)
+        goals["hider_keeps_at_most_what_it_computed"] = out["hider"][
+            "credit_over_computed"
+        ] <= CREDIT_BOUND and not any(a.startswith("work_") for a in out["hider"]["accused_with"])
     goals["honest_credit_exact"] = all(out[k]["honest_credit_exact"] for k in ran) and (
         honest is None or cost is None or (honest["credit_exact"] and cost["credit_exact"])
     )

@@ -155,8 +155,10 @@ async def run_backbone(
         if s.on_metrics is not None:
             s.on_metrics(metrics)
         if metrics.withdrawn:
-            log.warning("epoch %d: %d samples of credit withdrawn from %s (caught faking work)",
-                        metrics.epoch, metrics.samples, ", ".join(sorted(metrics.by_user())))  # fmt: skip
+            why = "; ".join(sorted({p.note for p in metrics.contributions if p.note}))
+            log.warning("epoch %d: %d samples of credit withdrawn from %s (%s)", metrics.epoch,
+                        metrics.samples, ", ".join(sorted(metrics.by_user())),
+                        why or "taken back")  # fmt: skip
             return
         if metrics.late:
             log.info("epoch %d: %d more samples credited (%s), read after the epoch was reported",

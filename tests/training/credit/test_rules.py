@@ -147,6 +147,30 @@ def test_an_open_check_that_expires_takes_back_what_trust_paid_and_pays_nothing_
     assert s.withdrawals() == {"a": 12}  # each time
 
 
+def test_what_an_expired_check_takes_back_says_why_and_is_not_paid_again() -> None:
+    s = Standings(0.1)
+    aggregator = MetricsAggregator(grace=0.0, support=s)
+    book = aggregator.credit
+    s.passed("a", 0)
+    for epoch in range(1, 4):  # paid on trust
+        book.claim("a", [Landed(epoch, 8)], None, 1.0)
+        assert [x.peer for x in book.take(epoch, now=1.0)] == ["a"]
+    s.unreached("a", 3)
+    book.claim("a", [Landed(4, 8)], None, 1.0)
+    assert book.take(4, now=1.0) == []  # a check of it is open: held
+    s.expired("a", 3, newest=4)
+    (peer, after), *rest = s.withdrawals().items()
+    assert (peer, after, rest) == ("a", 0, [])
+    taken = aggregator.withdraw(peer, after, now=2.0)
+    assert [m.epoch for m in taken] == [1, 2, 3]
+    assert all("could not reach it" in m.contributions[0].note for m in taken)
+    assert book.late(4, now=3.0) == {}  # not paid, and not paid later
+    assert book.withheld == 8
+    s.passed("a", 6)
+    book.claim("a", [Landed(2, 8), Landed(4, 8), Landed(5, 8)], None, 1.0)
+    assert [(x.epoch, x.samples) for v in book.late(5, now=4.0).values() for x in v] == [(5, 8)]
+
+
 def test_a_caught_peer_has_no_open_check_and_is_withdrawn_once() -> None:
     s = Standings(0.1)
     judge(s, [("passed", 1), ("unreached", 3), ("failed", 4)])
