@@ -420,8 +420,9 @@ class CoordinatorService:
         return answer({"accepted": len(verdicts.counted), "rejected": verdicts.rejected})
 
     def _withdraw(self, report: EpochReport) -> web.Response:
-        """Credit the backbone takes back (a peer caught faking work): whichever account the
-        stored rows credited, whatever its standing or its pass's now."""
+        """Credit the backbone takes back (a peer caught faking work, or one a check could not reach
+        while it kept the work): whichever account the stored rows credited, whatever its
+        standing or its pass's now."""
         peers = [part.peer for part in report.contributions if isinstance(part, Contribution)]
         refused = [
             {"peer": part.peer, "reason": part.reason}
@@ -431,7 +432,7 @@ class CoordinatorService:
         taken = self.store.contributions.withdraw(report.epoch, peers)
         if taken:
             self._page.changed()
-        log.warning("epoch %d: %d samples of %d peer(s) withdrawn (work checks caught them)",
+        log.warning("epoch %d: %d samples of %d peer(s) withdrawn by the work checks",
                     report.epoch, taken, len(peers))  # fmt: skip
         return answer({"accepted": 0, "withdrawn": taken, "rejected": refused})
 

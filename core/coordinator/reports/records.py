@@ -83,8 +83,9 @@ class Passes:
 
 
 WITHDRAWN_NOTE = (
-    "withdrawn: a later work check caught this peer faking work, and what it was credited since "
-    "its last passed check was taken back"
+    "withdrawn: what this peer was credited on trust since its last passed work check was taken "
+    "back, because a later check caught it faking work or could not reach it while it kept that "
+    "work"
 )
 
 
