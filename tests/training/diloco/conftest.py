@@ -176,7 +176,11 @@ def watch(peer: DPeer) -> list[AveragingResult]:
 
 
 async def settle(peers: list[DPeer]) -> None:
-    """Everyone has read everyone's progress record (who to expect in a round)."""
+    """Everyone has read everyone's progress record (who to expect in a round), each just
+    published: a record ages out of a view after ``RECORD_TTL``, and a busy machine can hold the
+    whole test's loop (every peer's publishing) that long, after which the peers plan a round
+    from views that miss each other."""
+    await asyncio.gather(*(p.optimizer._publish() for p in peers))
     for _ in range(100):
         await asyncio.gather(*(p.optimizer._refresh() for p in peers))
         if all(len(p.optimizer.view().peers) == len(peers) for p in peers):
