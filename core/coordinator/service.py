@@ -423,17 +423,19 @@ class CoordinatorService:
         """Credit the backbone takes back (a peer caught faking work, or one a check could not reach
         while it kept the work): whichever account the stored rows credited, whatever its
         standing or its pass's now."""
-        peers = [part.peer for part in report.contributions if isinstance(part, Contribution)]
+        reasons = {
+            part.peer: part.note for part in report.contributions if isinstance(part, Contribution)
+        }
         refused = [
             {"peer": part.peer, "reason": part.reason}
             for part in report.contributions
             if isinstance(part, Refused)
         ]
-        taken = self.store.contributions.withdraw(report.epoch, peers)
+        taken = self.store.contributions.withdraw(report.epoch, reasons)
         if taken:
             self._page.changed()
         log.warning("epoch %d: %d samples of %d peer(s) withdrawn by the work checks",
-                    report.epoch, taken, len(peers))  # fmt: skip
+                    report.epoch, taken, len(reasons))  # fmt: skip
         return answer({"accepted": 0, "withdrawn": taken, "rejected": refused})
 
     async def _evaluations(self, request: web.Request) -> web.Response:

@@ -99,9 +99,9 @@ def test_credit_withdrawn_at_both_ends_audits_clean_and_keeps_the_three_copies_a
 ) -> None:
     # bob was caught faking work: the backbone took back his epoch 1, the coordinator too
     with CoordinatorStore(db) as store:
-        assert store.contributions.withdraw(1, ["peer-bob"]) == 32
-        assert store.contributions.withdraw(1, ["peer-bob"]) == 0  # sent again: nothing more
-        assert store.contributions.withdraw(7, ["peer-bob"]) == 0  # nothing to take
+        assert store.contributions.withdraw(1, {"peer-bob": ""}) == 32
+        assert store.contributions.withdraw(1, {"peer-bob": ""}) == 0  # sent again: nothing more
+        assert store.contributions.withdraw(7, {"peer-bob": ""}) == 0  # nothing to take
         credit(store, 1, bob=32)  # the epoch's report sent again cannot give it back
         sums = store.contributions.sums_by_user()
         assert sums[Username.parse("bob").key] == (0, 0, 0, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from core.coordinator.reports.records import WITHDRAWN_NOTE
 from core.net import Identity
 from tests.coordinator.conftest import Running
 from tests.coordinator.test_leaderboard_api import entry, pass_for, report
@@ -75,16 +76,25 @@ async def test_a_share_the_checks_cut_or_withdrew_says_what_was_claimed_and_why(
     cut = entry(alice, alice_pass, 25) | {"claimed": 100, "note": "cut to the weight its round saw"}
     await report(coordinator, 1, [cut])
     await report(coordinator, 2, [entry(alice, alice_pass, 48)])
+    await report(coordinator, 3, [entry(alice, alice_pass, 40)])
     aux = (await coordinator.client.login("aux"))["session"]
-    withdrawal = {"epoch": 2, "time": coordinator.clock.time(), "samples": 48, "withdrawn": True,
-                  "contributions": [entry(alice, alice_pass, 48)]}  # fmt: skip
-    assert (await coordinator.client.post("/contributions", withdrawal, token=aux)).status == 200
+    # the backbone says why it takes a share back, though the share was credited as claimed;
+    # a withdrawal that gives no reason (an older backbone) gets the general note
+    unreached = "a work check of this peer could not reach it while it kept that work"
+    reasoned = entry(alice, alice_pass, 48) | {"note": unreached}
+    for epoch, part in ((2, reasoned), (3, entry(alice, alice_pass, 40))):
+        withdrawal = {"epoch": epoch, "time": coordinator.clock.time(), "samples": part["samples"],
+                      "withdrawn": True, "contributions": [part]}  # fmt: skip
+        answer = await coordinator.client.post("/contributions", withdrawal, token=aux)
+        assert answer.status == 200, answer
+        assert not answer.body["rejected"], answer
     mine = (await coordinator.client.get(path(alice, 0), token=session)).body
-    assert mine["epochs"] == [[1, 25], [2, 0]]
-    assert mine["notes"][0] == [1, 100, "cut to the weight its round saw"]
-    epoch, claimed, note = mine["notes"][1]
-    assert (epoch, claimed) == (2, 48)
-    assert note.startswith("withdrawn")
+    assert mine["epochs"] == [[1, 25], [2, 0], [3, 0]]
+    assert mine["notes"] == [
+        [1, 100, "cut to the weight its round saw"],
+        [2, 48, f"withdrawn: {unreached}"],
+        [3, 40, WITHDRAWN_NOTE],
+    ]
     # a claim below the credit, or a note with no claim, is refused alone
     bad = [
         entry(alice, alice_pass, 25) | {"claimed": 10, "note": "x"},
@@ -92,7 +102,7 @@ async def test_a_share_the_checks_cut_or_withdrew_says_what_was_claimed_and_why(
         entry(alice, alice_pass, 25) | {"claimed": 30, "note": "x" * 201},
         entry(alice, alice_pass, 25) | {"claimed": 30, "note": "a\nb"},
     ]
-    for number, wrong in enumerate(bad, start=3):
+    for number, wrong in enumerate(bad, start=4):
         answer = await report(coordinator, number, [wrong])
         assert answer["rejected"], answer
 

@@ -16,7 +16,7 @@ more, and the epoch's report sent again cannot add the share back.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from core.coordinator.schema import transaction
@@ -87,6 +87,12 @@ WITHDRAWN_NOTE = (
     "back, because a later check caught it faking work or could not reach it while it kept that "
     "work"
 )
+"""The note of a withdrawn share whose report gave no reason (a backbone of an older release)."""
+
+
+def withdrawn_note(reason: str) -> str:
+    """The note a withdrawn share keeps: the backbone's reason, else the general one."""
+    return f"withdrawn: {reason}" if reason else WITHDRAWN_NOTE
 
 
 class Contributions:
@@ -157,12 +163,13 @@ class Contributions:
                 )
         return added
 
-    def withdraw(self, epoch: int, peers: Iterable[str]) -> int:
-        """Zero these peers' contributions to ``epoch`` and take their samples and compute time
-        off the totals, the days they were added to and the epoch; returns the samples taken."""
+    def withdraw(self, epoch: int, reasons: Mapping[str, str]) -> int:
+        """Zero these peers' contributions to ``epoch`` (``reasons``: each peer's, in words, or
+        "") and take their samples and compute time off the totals, the days they were added to
+        and the epoch; returns the samples taken."""
         taken = 0
         with transaction(self._conn):
-            for peer in set(peers):
+            for peer, reason in reasons.items():
                 row = self._conn.execute(
                     "SELECT user_key, samples, compute_seconds, time FROM contributions "
                     "WHERE epoch = ? AND peer = ?",
@@ -175,7 +182,7 @@ class Contributions:
                     "UPDATE contributions SET samples = 0, compute_seconds = 0, "
                     "claimed = COALESCE(claimed, samples), note = ? "
                     "WHERE epoch = ? AND peer = ?",
-                    (WITHDRAWN_NOTE, epoch, peer),
+                    (withdrawn_note(reason), epoch, peer),
                 )
                 self._conn.execute(
                     "UPDATE totals SET samples = samples - ?, compute_seconds = compute_seconds - ? "

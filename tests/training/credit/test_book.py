@@ -13,7 +13,7 @@ from core.training.credit.book import GONE_AFTER, CreditBook
 from core.training.credit.metrics import EpochMetrics, MetricsAggregator, PeerContribution
 from core.training.progress import RECENT, HeldOut, Landed, LandedLog, PeerProgress
 from core.trust.passes import issue_pass
-from core.trust.reports import Contribution, EpochReport
+from core.trust.reports import Contribution, EpochReport, Refused
 
 BATCH = 32
 
@@ -222,3 +222,20 @@ def test_a_cut_share_goes_to_the_coordinator_with_its_claim_and_why() -> None:
         [read] = EpochReport.from_json(body, now=20.0).contributions
         assert isinstance(read, Contribution)
         assert (read.samples, read.claimed, read.note) == (part.samples, claimed, note)
+
+
+def test_a_withdrawn_share_goes_to_the_coordinator_with_why_though_it_was_paid_as_claimed() -> None:
+    peer = Identity.generate()
+    access = issue_pass(Identity.generate(), "p", "alice", peer.peer_id, issued=0.0, lifetime=60)
+    why = "a work check caught this peer faking work"
+    part = PeerContribution(str(peer.peer_id), 64, 1.0, access, None, why)
+    body = EpochMetrics(3, None, 64, 0.0, 0, 10.0, (part,), withdrawn=True).contribution_report()
+    assert "claimed" not in body["contributions"][0]
+    [read] = EpochReport.from_json(body, now=20.0).contributions
+    assert isinstance(read, Contribution)
+    assert (read.samples, read.claimed, read.note) == (64, None, why)
+    # outside a withdrawal a note still comes only with the claim it explains
+    del body["withdrawn"]
+    [refused] = EpochReport.from_json(body, now=20.0).contributions
+    assert isinstance(refused, Refused)
+    assert "claim it explains" in refused.reason
