@@ -5,10 +5,12 @@ nothing; the honest trainers pass every check and are credited exactly what they
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -54,19 +56,34 @@ def credited(reported: list[EpochMetrics]) -> dict[str, dict[int, int]]:
     return found
 
 
-async def checking_backbone(nodes) -> tuple[Node, DedlocBackbone, list[EpochMetrics]]:
-    """A backbone node and its backbone checking every epoch, with what it reports."""
+async def checking_backbone(
+    nodes, **config: Any
+) -> tuple[Node, DedlocBackbone, list[EpochMetrics]]:
+    """A backbone node and its backbone checking every epoch, with what it reports (``config``:
+    more of its ``DedlocBackboneConfig``)."""
     backbone = await nodes(None, backbone=True)
     model = fresh_model()
     reported: list[EpochMetrics] = []
     aux = DedlocBackbone(
         TrainingState(model, make_optimizer(model)),
         backbone.links,
-        DedlocBackboneConfig(target_batch_size=TARGET),
+        DedlocBackboneConfig(target_batch_size=TARGET, **config),
         on_metrics=reported.append,
         work_checks=WorkChecks(1.0, loss),
     )
     return backbone, aux, reported
+
+
+@contextlib.asynccontextmanager
+async def running(aux: DedlocBackbone) -> AsyncIterator[None]:
+    """The backbone's loop for the length of the block; stopped, and waited for, at its end."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(aux.run(stop), name="test/backbone")
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
 
 
 @pytest.mark.parametrize(
@@ -87,9 +104,7 @@ async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
 ) -> None:
     backbone, aux, reported = await checking_backbone(nodes)
     assert aux.checker is not None
-    stop = asyncio.Event()
-    aux_task = asyncio.create_task(aux.run(stop))
-    try:
+    async with running(aux):
         members = [await nodes(backbone.address) for _ in range(3)]
         peers = [trainer(node, receipts=serves or i < 2) for i, node in enumerate(members)]
         liar, _ = peers[2]
@@ -139,9 +154,6 @@ async def test_a_peer_lying_about_its_work_is_caught_and_credited_nothing(
         assert accused == {ids[2]}
         for optimizer, _ in peers:
             await optimizer.close()
-    finally:
-        stop.set()
-        await aux_task
 
 
 async def test_a_trainer_that_turns_free_rider_loses_the_credit_it_was_given_on_trust(
@@ -152,9 +164,7 @@ async def test_a_trainer_that_turns_free_rider_loses_the_credit_it_was_given_on_
     backbone, aux, reported = await checking_backbone(nodes)
     assert aux.checker is not None
     standings = aux.checker.standings
-    stop = asyncio.Event()
-    aux_task = asyncio.create_task(aux.run(stop))
-    try:
+    async with running(aux):
         members = [await nodes(backbone.address) for _ in range(3)]
         peers = [trainer(node) for node in members]
         for optimizer, _ in peers:
@@ -216,9 +226,6 @@ async def test_a_trainer_that_turns_free_rider_loses_the_credit_it_was_given_on_
         )
         for optimizer, _ in peers:
             await optimizer.close()
-    finally:
-        stop.set()
-        await aux_task
 
 
 async def test_a_trainer_that_hides_from_the_checks_of_the_epochs_it_faked_is_paid_nothing_for_them(
@@ -233,9 +240,7 @@ async def test_a_trainer_that_hides_from_the_checks_of_the_epochs_it_faked_is_pa
     backbone, aux, reported = await checking_backbone(nodes)
     assert aux.checker is not None
     standings = aux.checker.standings
-    stop = asyncio.Event()
-    aux_task = asyncio.create_task(aux.run(stop))
-    try:
+    async with running(aux):
         members = [await nodes(backbone.address) for _ in range(3)]
         peers = [trainer(node) for node in members]
         hider = Misbehaviour(Attack.SCALE, 1.0, computes=0.0, rides_from=fakes_from, hides=True)
@@ -275,9 +280,6 @@ async def test_a_trainer_that_hides_from_the_checks_of_the_epochs_it_faked_is_pa
             assert {r.verdict for r in records if r.peer == honest} == {"passed"}
         for optimizer, _ in peers:
             await optimizer.close()
-    finally:
-        stop.set()
-        await aux_task
 
 
 def twice(seed: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -290,9 +292,7 @@ def twice(seed: int) -> Iterator[dict[str, torch.Tensor]]:
 async def test_honest_trainers_whose_data_repeats_are_not_accused(nodes) -> None:
     backbone, aux, reported = await checking_backbone(nodes)
     assert aux.checker is not None
-    stop = asyncio.Event()
-    aux_task = asyncio.create_task(aux.run(stop))
-    try:
+    async with running(aux):
         members = [await nodes(backbone.address) for _ in range(3)]
         peers = [trainer(node) for node in members]
         for optimizer, _ in peers:
@@ -318,9 +318,6 @@ async def test_honest_trainers_whose_data_repeats_are_not_accused(nodes) -> None
         assert not aux.accusations
         for optimizer, _ in peers:
             await optimizer.close()
-    finally:
-        stop.set()
-        await aux_task
 
 
 async def test_a_trainer_whose_state_went_apart_is_not_accused(nodes) -> None:
@@ -328,20 +325,9 @@ async def test_a_trainer_whose_state_went_apart_is_not_accused(nodes) -> None:
     missed left it apart from the backbone's replica): its gradients are not judged at
     parameters it did not compute at, nobody is accused, and once the next state round brings
     everyone back in step its checks pass again and every claim is credited."""
-    backbone = await nodes(None, backbone=True)
-    model = fresh_model()
-    reported: list[EpochMetrics] = []
-    aux = DedlocBackbone(
-        TrainingState(model, make_optimizer(model)),
-        backbone.links,
-        DedlocBackboneConfig(target_batch_size=TARGET, average_state_every=4),
-        on_metrics=reported.append,
-        work_checks=WorkChecks(1.0, loss),
-    )
+    backbone, aux, reported = await checking_backbone(nodes, average_state_every=4)
     assert aux.checker is not None
-    stop = asyncio.Event()
-    aux_task = asyncio.create_task(aux.run(stop))
-    try:
+    async with running(aux):
         members = [await nodes(backbone.address) for _ in range(3)]
         peers = []
         for node in members:
@@ -390,6 +376,3 @@ async def test_a_trainer_whose_state_went_apart_is_not_accused(nodes) -> None:
         assert not aux.accusations
         for optimizer, _ in peers:
             await optimizer.close()
-    finally:
-        stop.set()
-        await aux_task
