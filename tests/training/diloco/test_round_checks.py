@@ -35,6 +35,7 @@ from core.training.state import TrainingState
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
+from core.worker.precision import Precision
 from tests.conftest import MakeHost
 from tests.training.conftest import NET, start_node
 from tests.training.diloco.conftest import DPeer, MakeDPeer, end_rounds, fresh_model, settle
@@ -47,9 +48,12 @@ STEPS = 8
 class Member:
     """A member's state and round receipts, driven as ``DilocoOptimizer`` drives them."""
 
-    def __init__(self) -> None:
+    def __init__(self, precision: str = "float32") -> None:
+        """``precision``: what its forward passes autocast to, as a trainer's do."""
         self.diloco = replica()
-        self.ledger = RoundLedger("float32")
+        self.ledger = RoundLedger(precision)
+        half = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(precision)
+        self.forward = Precision(torch.device("cpu"), half)
 
     def begin(self) -> None:
         d = self.diloco
@@ -58,8 +62,9 @@ class Member:
     def step(self, batch: Batch, computed: Batch | None = None) -> None:
         """An inner step whose receipt names ``batch``, computed on ``computed`` (default: it)."""
         self.ledger.computing(self.diloco.moves)
-        value = loss(self.diloco.state.model, computed if computed is not None else batch)
-        value.backward()  # type: ignore[no-untyped-call]
+        with self.forward.autocast():
+            value = loss(self.diloco.state.model, computed if computed is not None else batch)
+        value.float().backward()  # type: ignore[no-untyped-call]
         self.ledger.witness(batch, float(value.detach()))
         self.ledger.stepped(self.diloco.inner_step())
 
@@ -148,6 +153,29 @@ async def test_an_honest_round_passes_at_any_speed(rig: Rig, steps: int) -> None
     assert record.compute > 0
     assert rig.standings.of(rig.peer).vouched == 0
     assert rig.standings.supported(rig.peer, 0, 32 * steps, now=0.0) == 32 * steps
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+@pytest.mark.parametrize("take", [0, 2])
+async def test_a_round_computed_in_half_precision_is_judged_at_its_limit(
+    rig: Rig, precision: str, take: int
+) -> None:
+    """A member whose device computes in bfloat16 or float16 (autocast, here on the CPU), replayed
+    in float32 by the backbone: its honest round passes well inside its precision's limit, and
+    computing on a sixteenth of each batch in that precision is caught as in float32."""
+    member = Member(precision)
+    rig.serve(member)
+    rig.began()
+    member.round(batches(STEPS), take=take)
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
+    record = await rig.checker.check(rig.peer, 0)
+    if take:
+        assert record.verdict == "caught", record
+        assert "from its replay" in record.reason
+        assert record.margin > 2, record
+    else:
+        assert (record.verdict, record.reason) == ("passed", ""), record
+        assert 0 < record.margin < 0.2, record  # rounding, a fifth of the limit at most
 
 
 def lazy(rig: Rig, member: Member) -> None:
