@@ -178,6 +178,20 @@ async def test_a_round_computed_in_half_precision_is_judged_at_its_limit(
         assert 0 < record.margin < 0.2, record  # rounding, a fifth of the limit at most
 
 
+async def test_a_round_whose_data_repeats_passes(rig: Rig) -> None:
+    """A dataset small enough to repeat within a round: the member meets each batch twice, its
+    receipt names each twice, and the replay takes each twice too."""
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    data = batches(STEPS // 2)
+    member.round(data + [{name: t.clone() for name, t in batch.items()} for batch in data])
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason, record.margin) == ("passed", "", 0.0), record
+    assert (record.claimed, record.sampled) == (32 * STEPS, STEPS)
+
+
 def lazy(rig: Rig, member: Member) -> None:
     member.round(batches(STEPS), take=2)  # a sixteenth of each batch
 
