@@ -3,6 +3,8 @@
 - ``anchored``          a stranger with many identities against a diloco swarm whose state the
                         backbone's key confirms: poisoned donors, records ahead, tiny-weight
                         identities, the backbone away, newcomers' time to join.
+- ``at_rest``           whether dedloc's work check still tells zeros, a reused gradient and one
+                        loss from honest work once the demo's loss is flat.
 - ``aggregation``       the all-reduce with the plain mean, CenteredClip and verified reducers.
 - ``byzantine_losses``  loss curves of four trainers, one misbehaving, with and without defences.
 - ``byzantine_runs``    running those collaborations (the tests use it too).
