@@ -125,8 +125,7 @@ class Contribution:
     """What the peer's records claimed, where the backbone's work checks credited less (None:
     credited as claimed)."""
     note: str = ""
-    """Why the checks credited less, or (in a withdrawal) why the credit is taken back: a
-    sentence of at most ``MAX_NOTE_CHARS``."""
+    """Why the checks credited less, in a sentence (at most ``MAX_NOTE_CHARS``)."""
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -137,15 +136,13 @@ class Contribution:
         }
         if self.claimed is not None:
             body["claimed"] = self.claimed
-        if self.claimed is not None or self.note:
             body["note"] = self.note[:MAX_NOTE_CHARS]
         return body
 
     @classmethod
-    def from_json(cls, entry: object, *, withdrawn: bool = False) -> Contribution:
-        """The contribution ``entry`` writes (``withdrawn``: in a withdrawal, where a note may
-        say why without a claim); ``InvalidReport`` for one that is malformed, ``AccessDenied``
-        for a pass bound to another peer's key."""
+    def from_json(cls, entry: object) -> Contribution:
+        """The contribution ``entry`` writes; ``InvalidReport`` for one that is malformed,
+        ``AccessDenied`` for a pass bound to another peer's key."""
         if not isinstance(entry, dict):
             raise InvalidReport("a contribution must be an object")
         raw_peer = entry.get("peer")
@@ -168,21 +165,20 @@ class Contribution:
             raise InvalidReport(f"a malformed access pass ({exc})") from None
         if access.peer != peer:
             raise AccessDenied(f"the pass of {access.username!r} belongs to another peer key")
-        claimed, note = _cut(entry, samples, withdrawn)
+        claimed, note = _cut(entry, samples)
         return cls(raw_peer, access, samples, compute, claimed, note)
 
 
-def _cut(entry: dict[str, Any], samples: int, withdrawn: bool) -> tuple[int | None, str]:
+def _cut(entry: dict[str, Any], samples: int) -> tuple[int | None, str]:
     """A contribution's claim and the reason it was credited less (None and "" for one credited
-    as claimed; in a withdrawal, the reason it is taken back may come without a claim);
-    ``InvalidReport`` for a claim below the credit or a note that is no sentence."""
-    claimed = None
-    if "claimed" in entry:
-        claimed = _count(entry.get("claimed"), "claimed")
-        if claimed < samples:
-            raise InvalidReport("claimed must be at least the samples credited")
-    elif "note" in entry and not withdrawn:
-        raise InvalidReport("a note comes with the claim it explains")
+    as claimed); ``InvalidReport`` for a claim below the credit or a note that is no sentence."""
+    if "claimed" not in entry:
+        if "note" in entry:
+            raise InvalidReport("a note comes with the claim it explains")
+        return None, ""
+    claimed = _count(entry.get("claimed"), "claimed")
+    if claimed < samples:
+        raise InvalidReport("claimed must be at least the samples credited")
     note = entry.get("note", "")
     if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS or not note.isprintable():
         raise InvalidReport(f"note must be a line of text of at most {MAX_NOTE_CHARS} characters")
@@ -263,13 +259,13 @@ class EpochReport:
         if late and withdrawn:
             raise InvalidReport("a report adds late credit or withdraws credit, not both")
         figures = None if late or withdrawn else EpochFigures.from_json(body, epoch, when)
-        contributions = tuple(_contribution(entry, withdrawn) for entry in entries)
+        contributions = tuple(_contribution(entry) for entry in entries)
         return cls(epoch, when, samples, contributions, figures, late=late, withdrawn=withdrawn)
 
 
-def _contribution(entry: object, withdrawn: bool) -> Contribution | Refused:
+def _contribution(entry: object) -> Contribution | Refused:
     try:
-        return Contribution.from_json(entry, withdrawn=withdrawn)
+        return Contribution.from_json(entry)
     except BarnraiseError as exc:
         return Refused.of(entry, exc)
 

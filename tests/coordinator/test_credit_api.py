@@ -78,10 +78,11 @@ async def test_a_share_the_checks_cut_or_withdrew_says_what_was_claimed_and_why(
     await report(coordinator, 2, [entry(alice, alice_pass, 48)])
     await report(coordinator, 3, [entry(alice, alice_pass, 40)])
     aux = (await coordinator.client.login("aux"))["session"]
-    # the backbone says why it takes a share back, though the share was credited as claimed;
-    # a withdrawal that gives no reason (an older backbone) gets the general note
+    # the backbone says why it takes a share back (with what was claimed: a share paid as
+    # claimed claimed its samples); a withdrawal that gives no reason (an older backbone) gets
+    # the general note
     unreached = "a work check of this peer could not reach it while it kept that work"
-    reasoned = entry(alice, alice_pass, 48) | {"note": unreached}
+    reasoned = entry(alice, alice_pass, 48) | {"claimed": 48, "note": unreached}
     for epoch, part in ((2, reasoned), (3, entry(alice, alice_pass, 40))):
         withdrawal = {"epoch": epoch, "time": coordinator.clock.time(), "samples": part["samples"],
                       "withdrawn": True, "contributions": [part]}  # fmt: skip

@@ -183,16 +183,21 @@ class CreditBook:
 
     def withdraw(self, peer: str, after: int) -> dict[int, Share]:
         """Take back what ``peer`` was handed out for epochs after ``after`` (those the book still
-        remembers): per epoch, the share that was credited, its note saying why it is taken back
+        remembers): per epoch, the share that was credited, with what was claimed (a share paid
+        as claimed claimed its samples) and its note saying why it is taken back
         (``Support.why``). They stay credited: no claim of them is handed out again."""
         found = {
             epoch: self._given.pop((who, epoch))
             for who, epoch in sorted(self._given)
             if who == peer and epoch > after
         }
-        if self._support is not None:
-            why = self._support.why
-            found = {e: dataclasses.replace(s, note=why(peer, e)) for e, s in found.items()}
+        why = self._support.why if self._support is not None else (lambda _peer, _epoch: "")
+        found = {
+            e: dataclasses.replace(
+                s, claimed=s.samples if s.claimed is None else s.claimed, note=why(peer, e)
+            )
+            for e, s in found.items()
+        }
         self.withdrawn += sum(share.samples for share in found.values())
         return found
 

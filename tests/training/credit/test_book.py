@@ -10,10 +10,11 @@ import pytest
 
 from core.net import Identity
 from core.training.credit.book import GONE_AFTER, CreditBook
+from core.training.credit.checks.standing import Standings
 from core.training.credit.metrics import EpochMetrics, MetricsAggregator, PeerContribution
 from core.training.progress import RECENT, HeldOut, Landed, LandedLog, PeerProgress
 from core.trust.passes import issue_pass
-from core.trust.reports import Contribution, EpochReport, Refused
+from core.trust.reports import Contribution, EpochReport
 
 BATCH = 32
 
@@ -225,17 +226,24 @@ def test_a_cut_share_goes_to_the_coordinator_with_its_claim_and_why() -> None:
 
 
 def test_a_withdrawn_share_goes_to_the_coordinator_with_why_though_it_was_paid_as_claimed() -> None:
+    """What was claimed travels with the reason, as for a cut share: a coordinator of any
+    release reads the entry (one that refuses a note without a claim too)."""
     peer = Identity.generate()
     access = issue_pass(Identity.generate(), "p", "alice", peer.peer_id, issued=0.0, lifetime=60)
+    standings = Standings(1.0)
+    book = MetricsAggregator(grace=0.0, support=standings).credit
+    standings.passed(str(peer.peer_id), 0)
+    book.claim(str(peer.peer_id), [Landed(1, 64)], access, 1.0)
+    [paid] = book.take(1, now=1.0)
+    assert (paid.samples, paid.claimed, paid.note) == (64, None, "")
+    standings.failed(str(peer.peer_id))
+    [(after, share)] = [(a, s) for p, a in standings.withdrawals().items()
+                        for s in book.withdraw(p, a).values()]  # fmt: skip
+    assert after == 0
     why = "a work check caught this peer faking work"
-    part = PeerContribution(str(peer.peer_id), 64, 1.0, access, None, why)
-    body = EpochMetrics(3, None, 64, 0.0, 0, 10.0, (part,), withdrawn=True).contribution_report()
-    assert "claimed" not in body["contributions"][0]
+    assert (share.samples, share.claimed, share.note) == (64, 64, why)
+    part = PeerContribution(share.peer, 64, 1.0, access, share.claimed, share.note)
+    body = EpochMetrics(1, None, 64, 0.0, 0, 10.0, (part,), withdrawn=True).contribution_report()
     [read] = EpochReport.from_json(body, now=20.0).contributions
     assert isinstance(read, Contribution)
-    assert (read.samples, read.claimed, read.note) == (64, None, why)
-    # outside a withdrawal a note still comes only with the claim it explains
-    del body["withdrawn"]
-    [refused] = EpochReport.from_json(body, now=20.0).contributions
-    assert isinstance(refused, Refused)
-    assert "claim it explains" in refused.reason
+    assert (read.samples, read.claimed, read.note) == (64, 64, why)
