@@ -8,7 +8,9 @@ coordinator's answer for the same key from the oldest of them on, and says for e
 differs why it most likely does:
 
 - newer than any epoch the coordinator has heard of: the backbone has not reported it yet;
-- recorded here, credited nothing: never reported for this key, or refused (a pass, a key);
+- recorded here, credited nothing: never reported for this key, or refused (a pass, a key); in a
+  project that checks its volunteers' work, perhaps held too, until a check of this computer's
+  work passes (the backbone tells nobody what it holds, so this is said as a possibility);
 - both counted, differently: the samples differ;
 - credited, no record here: the rows of an older ledger, or another install sharing the key;
 - credited less by the project's work checks (or withdrawn by them): the coordinator's note of
@@ -36,6 +38,11 @@ NOT_CREDITED = (
     "not credited: the backbone never reported it for this peer, or the coordinator refused it "
     "(pass or key)"
 )
+HELD = (
+    "not credited yet: this project pays work once a check of this computer's work has passed "
+    "(its first check, or one that could not reach it), so it may still come; or the backbone "
+    "never reported it, or the coordinator refused it (pass or key)"
+)
 DIFFERENT = "the samples differ"
 NO_RECORD = (
     "credited, but this computer has no record of it (an older ledger, or another install with "
@@ -47,6 +54,7 @@ _SHORT = {
     CHECKED: "cut by the work checks",
     NOT_REPORTED: "not reported yet",
     NOT_CREDITED: "not credited",
+    HELD: "not credited yet",
     DIFFERENT: "counted differently",
     NO_RECORD: "credited without a record here",
 }
@@ -89,8 +97,11 @@ def since(rows: list[LandedRow]) -> int:
     return min((row.epoch for row in rows), default=0)
 
 
-def compare(project: str, rows: list[LandedRow], credited: CreditedEpochs) -> CreditCheck:
-    """This computer's rows beside the coordinator's ``credited`` (asked from ``since(rows)``)."""
+def compare(
+    project: str, rows: list[LandedRow], credited: CreditedEpochs, *, checked: bool = False
+) -> CreditCheck:
+    """This computer's rows beside the coordinator's ``credited`` (asked from ``since(rows)``);
+    ``checked``: the project checks its volunteers' work (its ``work_checks`` above 0)."""
     peer = str(credited.peer)
     if not rows:
         return CreditCheck(
@@ -121,7 +132,7 @@ def compare(project: str, rows: list[LandedRow], credited: CreditedEpochs) -> Cr
                 claimed, why = note
                 reason = f"{CHECKED} ({claimed:,} samples claimed): {why}"
             else:
-                reason = _reason(epoch, epoch in local, credit, credited.newest_epoch)
+                reason = _reason(epoch, epoch in local, credit, credited.newest_epoch, checked)
             differences.append(CreditDifference(epoch, mine, credit, reason))
     compared = sorted(epochs)
     local_samples = sum(local.get(epoch, 0) for epoch in compared)
@@ -140,12 +151,14 @@ def compare(project: str, rows: list[LandedRow], credited: CreditedEpochs) -> Cr
     )
 
 
-def _reason(epoch: int, recorded: bool, credit: int, newest: int | None) -> str:
+def _reason(epoch: int, recorded: bool, credit: int, newest: int | None, checked: bool) -> str:
     if not recorded:
         return NO_RECORD
     if newest is None or epoch > newest:
         return NOT_REPORTED
-    return NOT_CREDITED if credit == 0 else DIFFERENT
+    if credit:
+        return DIFFERENT
+    return HELD if checked else NOT_CREDITED
 
 
 def _summary(samples: int, epochs: int, differences: list[CreditDifference]) -> str:

@@ -377,7 +377,9 @@ class Engine:
             raise NoCoordinator("no project is attached: attach one first (barnraise ctl attach)")
         rows = self._landed.rows(project)
         credited = await self._account.credit_mine(self._landed.peer, since(rows))
-        return compare(project, rows, credited)
+        manifest = self.runner.manifest if self.runner is not None else None
+        checked = isinstance(manifest, Manifest) and manifest.training.work_checks > 0
+        return compare(project, rows, credited, checked=checked)
 
     def projects(self) -> list[ProjectInfo]:
         return self._attached.infos()

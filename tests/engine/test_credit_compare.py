@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.account.replies import CreditedEpochs
 from core.api import CreditDifference
-from core.engine.credit import CHECKED, NOT_CREDITED, NOT_REPORTED, compare, since
+from core.engine.credit import CHECKED, HELD, NOT_CREDITED, NOT_REPORTED, compare, since
 from core.net import Identity
 from core.stats import LANDED_KEPT, LandedRow
 
@@ -58,6 +58,22 @@ def test_no_report_yet_and_no_credit_are_told_apart() -> None:
     never = compare("p", rows((0, 8)), credited({}, None))
     assert never.differences == [CreditDifference(0, 8, 0, NOT_REPORTED)]
     assert never.summary.endswith("Check again in a minute.")
+
+
+def test_in_a_project_that_checks_work_an_uncredited_epoch_may_be_held() -> None:
+    """The backbone holds a claim until a check of its peer passes (a newcomer's first, one that
+    could not reach it) and tells nobody: where the project checks work, "not credited" says
+    that it may still come, beside the other causes."""
+    answer = credited({1: 8}, 2)
+    check = compare("p", rows((1, 8), (2, 8), (3, 8)), answer, checked=True)
+    assert check.differences == [
+        CreditDifference(2, 8, 0, HELD),
+        CreditDifference(3, 8, 0, NOT_REPORTED),
+    ]
+    assert "1 epoch not credited yet (8 samples)" in check.summary
+    assert "may still come" in HELD
+    unchecked = compare("p", rows((1, 8), (2, 8)), answer)
+    assert unchecked.differences == [CreditDifference(2, 8, 0, NOT_CREDITED)]
 
 
 def test_an_epoch_the_checks_cut_says_why() -> None:
