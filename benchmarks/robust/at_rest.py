@@ -7,8 +7,9 @@ A check recomputes a sampled microbatch and compares its loss and its gradient's
 with the receipt (``core.training.credit.checks.tolerance``). Each tolerance has an absolute part
 (for parameters a batch leaves untouched), so a check could go blind if honest fingerprints
 shrank toward it once the loss stops falling. This measures the demo's model fresh and at each
-checkpoint (default: those the README's main command leaves, whose held-out loss is flat from
-epoch 80 to 150), on ``--batches`` microbatches of the demo's data:
+checkpoint (default: the two newest the README's main command left; each run of it resumes the
+demo where the last stopped, and its held-out loss was flat from epoch 80 on), on ``--batches``
+microbatches of the demo's data:
 
 - the fingerprint's size (root mean square) beside the size under which a fingerprint of zeros
   passes, for each precision a receipt may name (``zeros_pass_below``): a member that computes
@@ -40,7 +41,8 @@ from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 
 README_CHECKPOINTS = Path.home() / ".cache/barnraise/swarm/barnraise-demo/backbone/checkpoints"
 """Where ``python3 packaging/dev.py run`` keeps the backbone's checkpoints."""
-AT_REST = ("checkpoint-00000100.pt", "checkpoint-00000150.pt")
+NEWEST = 2
+"""Checkpoints measured by default: the newest of the README's run."""
 
 
 def measure(manifest: Manifest, data: Path, checkpoint: Path | None, count: int) -> dict[str, Any]:
@@ -107,13 +109,16 @@ def main() -> None:
         parser.error("--batches must be 2 or more (pairs of batches are compared)")
     checkpoints = args.checkpoint
     if checkpoints is None:
-        checkpoints = [README_CHECKPOINTS / name for name in AT_REST]
+        found = sorted(README_CHECKPOINTS.glob("checkpoint-*.pt"))
+        if not found:
+            parser.error(
+                f"no checkpoint in {README_CHECKPOINTS}: run `python3 packaging/dev.py run` "
+                "first (each run resumes the last), or name checkpoints with --checkpoint"
+            )
+        checkpoints = found[-NEWEST:]
     missing = [str(path) for path in checkpoints if not path.is_file()]
     if missing:
-        parser.error(
-            f"no checkpoint at {', '.join(missing)}: run `python3 packaging/dev.py run` first, "
-            "or name checkpoints with --checkpoint"
-        )
+        parser.error(f"no checkpoint at {', '.join(missing)}")
     manifest = load_manifest(DEMO_MANIFEST)
     data = args.data or Path(os.environ.get("BARNRAISE_DEMO_DATA", "/tmp/barnraise-demo-data"))
     prepare_demo_data(manifest, data)
