@@ -61,7 +61,8 @@ class RoundChecks:
     """The backbone's replays of the trainers' rounds (``core.training.diloco.checks``)."""
 
     rate: float
-    """The share of a trusted member's rounds replayed at random, besides a newcomer's first."""
+    """The share of a trusted member's rounds replayed at random, besides a newcomer's first (within
+    a share of the backbone's time of its own, ``verdict.NEWCOMER_BUDGET``)."""
     loss: LossFn
     replica: Callable[[], TrainingState]
     """A new training state built like a trainer's (its own model and inner optimizer)."""

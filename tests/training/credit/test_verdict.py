@@ -10,8 +10,17 @@ from typing import Any, cast
 import pytest
 
 from core.net.errors import DialError, NetError, UnavailableError, UnknownMethodError
+from core.training.credit.checks.budget import BURST
 from core.training.credit.checks.standing import Standings
-from core.training.credit.checks.verdict import Apart, Caught, Tally, Unclaimed, Verdicts
+from core.training.credit.checks.verdict import (
+    BUDGET,
+    NEWCOMER_BUDGET,
+    Apart,
+    Caught,
+    Tally,
+    Unclaimed,
+    Verdicts,
+)
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.identity import Identity
 
@@ -96,7 +105,7 @@ async def test_what_a_check_found_becomes_its_verdict(
 
 async def test_a_newcomer_is_drawn_whatever_the_draw_but_not_again_while_its_check_runs() -> None:
     found, _ = verdicts(rate=1e-9)  # a trusted member is as good as never drawn
-    assert found.draw([PEER, OTHER]) == [PEER, OTHER]
+    assert found.draw([PEER]) == [PEER]
     release = asyncio.Event()
 
     async def slow(tally: Tally) -> None:
@@ -107,10 +116,10 @@ async def test_a_newcomer_is_drawn_whatever_the_draw_but_not_again_while_its_che
     assert found.checking(PEER)
     # the next round lands while the replay of PEER's first round is under way: drawing it again
     # would queue a second replay that vouches for nothing more
-    assert found.draw([PEER, OTHER]) == [OTHER]
+    assert found.draw([PEER]) == []
     release.set()
     assert (await running).verdict == "passed"
-    assert found.draw([PEER, OTHER]) == [OTHER]  # trusted now: at the rate
+    assert found.draw([PEER, OTHER]) == [OTHER]  # PEER trusted now: at the rate
     release.clear()
     stuck = asyncio.create_task(found.run(OTHER, 1, slow))
     await asyncio.sleep(0)
@@ -122,12 +131,85 @@ async def test_a_newcomer_is_drawn_whatever_the_draw_but_not_again_while_its_che
 
 
 async def test_random_checks_stop_at_the_budget_but_a_newcomers_does_not() -> None:
-    found, _ = verdicts(rate=0.999999)
-    found.budget = 0.0
+    found = Verdicts("round", Standings(0.999999), cast(EvidenceBoard, Board()),
+                     rng=random.Random(0), budget=0.0)  # fmt: skip
     await found.run(PEER, 0, nothing)  # trusted now, and the checks took their time
     assert found.draw([PEER, OTHER]) == [OTHER]
     found.standings.rate = 1.0  # a project that asks for every check gets every check
-    assert found.draw([PEER, OTHER]) == [PEER, OTHER]
+    assert found.draw([PEER, OTHER]) == [OTHER, PEER]  # newcomers first
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def flood(found: Verdicts, clock: Clock, honest: list[str], landings: int) -> dict[str, int]:
+    """A landing every 15 s, each bringing five fresh identities beside the honest members; each
+    drawn check recomputes for 10 s of the checker's time, one after the other (``Verdicts``
+    keeps no clock of its own). Returns the landing at which each honest member was first
+    checked."""
+    first: dict[str, int] = {}
+
+    async def replay(tally: Tally) -> None:
+        tally.compute = 10.0
+        clock.now += 10.0
+
+    for landing in range(landings):
+        landed_at = clock.now
+        fresh = [f"sybil-{landing}-{k}" for k in range(5)]
+        for peer in found.draw([*honest, *fresh]):
+            first.setdefault(peer, landing)
+            await found.run(peer, landing, replay)
+        clock.now = max(clock.now, landed_at + 15.0)
+    return {peer: first[peer] for peer in honest if peer in first}
+
+
+@pytest.mark.parametrize("quiet_hours", [0, 24])
+async def test_fresh_identities_take_at_most_the_newcomers_share_of_the_checker(
+    quiet_hours: int,
+) -> None:
+    """A stream of fresh identities, each a newcomer whose first check the backbone pays for:
+    they take half its time at most (and the burst a quiet spell saved, whether a day or none),
+    and the honest newcomers, first seen, are checked first."""
+    clock = Clock()
+    found = Verdicts("round", Standings(0.1), cast(EvidenceBoard, Board()),
+                     rng=random.Random(0), clock=clock)  # fmt: skip
+    honest = ["honest-a", "honest-b", "honest-c"]
+    for peer in honest:
+        found.standings.of(peer)  # heard of before the flood
+    clock.now = quiet_hours * 3600.0  # a day with nothing checked, or none
+    first = await flood(found, clock, honest, landings=240)  # an hour of landings
+    hour = clock.now - quiet_hours * 3600.0
+    # the newcomers' checks half the time (and what a quiet spell saved), the random checks of
+    # the trusted 5 % beside them
+    shares = NEWCOMER_BUDGET + BUDGET
+    assert found.compute_seconds <= shares * (hour + BURST) + 20.0
+    newcomers = 10.0 * sum(1 for r in found.records if r.peer.startswith("sybil"))
+    assert newcomers >= NEWCOMER_BUDGET * hour - 20.0  # and no less: nothing starves them
+    assert [r.peer for r in found.records[:3]] == honest
+    assert first["honest-a"] == 0  # one at a time until a check's cost is known
+    assert max(first.values()) <= 1
+    # the other newcomers wait, their claims held
+    assert len(found.records) < 5 * 240 / 4
+    unbounded = Verdicts("round", Standings(0.1), cast(EvidenceBoard, Board()),
+                         rng=random.Random(0), clock=clock, newcomer_budget=float("inf"))  # fmt: skip
+    began = clock.now
+    await flood(unbounded, clock, honest, landings=20)
+    assert unbounded.compute_seconds / (clock.now - began) > 0.9
+
+
+async def test_a_flood_of_newcomers_leaves_the_random_checks_their_budget() -> None:
+    clock = Clock()
+    found = Verdicts("round", Standings(0.999999), cast(EvidenceBoard, Board()),
+                     rng=random.Random(0), clock=clock)  # fmt: skip
+    await flood(found, clock, [PEER], landings=240)  # PEER trusted after its first landing
+    trusted = [r for r in found.records if r.peer == PEER][1:]
+    share = 10.0 * len(trusted) / clock.now
+    assert BUDGET / 2 <= share <= BUDGET + BUDGET * BURST / clock.now
 
 
 async def test_a_check_that_could_not_reach_its_member_is_made_again_then_expires() -> None:

@@ -16,9 +16,10 @@ checked again at the next landings while the backbone keeps its parameters (``SN
 member's claims held meanwhile, and then the check expires (``Standings.expired``).
 
 The recomputation runs on the backbone's training thread in float32, on a copy of the model.
-Random checks stop when recomputing has taken ``budget`` of the time since the backbone started;
-a newcomer's, which its credit waits for, are made anyway, and so is every check of a project
-that asks for all of them (``work_checks`` = 1).
+Random checks wait while recomputing them would take more than ``budget`` of the backbone's time;
+a newcomer's, which its credit waits for, have a share of their own (``verdict.NEWCOMER_BUDGET``,
+so that fresh identities cannot keep the backbone checking), and a project that asks for every
+check (``work_checks`` = 1) gets every one (``verdict.Verdicts.draw``).
 """
 
 from __future__ import annotations

@@ -4,15 +4,16 @@ A newcomer's claims wait until a check of it passes, as BOINC holds a new host's
 result of it is validated. They wait however long that takes, and whether or not the newcomer is
 still there: fresh identities are free, so a claim paid after a wait, or when its maker went away
 before a check, is an epoch's credit for nothing per identity. An honest newcomer's first check
-comes at its first epoch (dedloc: within seconds) or its first replayable round (diloco); one
-whose computer goes off before that keeps its claims, paid if it comes back under the same
-identity and a check of it passes, until the credit book drops them (``book.CREDITED_KEPT``
-epochs). From then on its claims are credited as made while it stays in good standing, and its
-epochs are checked at random (``rate``): BOINC's adaptive replication, which checks trusted hosts
-less. A check that fails, or finds claimed samples that no receipt backs, catches the peer: nothing
-of it is credited from then on, its waiting claims included, and it is accused, and what it was
-credited since the last check it passed is withdrawn (``withdrawals``: the backbone takes it back
-from its credit book and tells the coordinator).
+comes at its first epoch (dedloc: within seconds) or its first replayable round (diloco), or at a
+later one, in the order the newcomers came, while others' first checks take the checker's share
+for newcomers (``verdict.NEWCOMER_BUDGET``); one whose computer goes off before that keeps its
+claims, paid if it comes back under the same identity and a check of it passes, until the credit
+book drops them (``book.CREDITED_KEPT`` epochs). From then on its claims are credited as made
+while it stays in good standing, and its epochs are checked at random (``rate``): BOINC's adaptive
+replication, which checks trusted hosts less. A check that fails, or finds claimed samples that no
+receipt backs, catches the peer: nothing of it is credited from then on, its waiting claims
+included, and it is accused, and what it was credited since the last check it passed is withdrawn
+(``withdrawals``: the backbone takes it back from its credit book and tells the coordinator).
 
 A check that could not reach the peer (a dial that failed, a timeout, a busy or closing peer)
 judges nothing, so it is not over: its epoch stays *open* and is asked again at the next landings
@@ -56,6 +57,9 @@ class Standing:
     unjudged: int = 0
     """Checks in a row that could not judge the peer: unreached, or apart (a newcomer's claims
     wait until one passes, a trusted member's from ``UNJUDGED``)."""
+    seen: int = 0
+    """When the checker first heard of the peer, in order (the newcomers first seen are checked
+    first when not all can be)."""
     open: set[int] = field(default_factory=set)
     """Epochs whose check could not reach the peer: asked again; its claims wait meanwhile."""
     voided: list[tuple[int, int]] = field(default_factory=list)
@@ -72,10 +76,19 @@ class Standings:
             raise ValueError("the share of epochs checked is in [0, 1]")
         self.rate = rate
         self._peers: dict[str, Standing] = {}
+        self._heard = 0
         self._withdrawals: dict[str, int] = {}
 
     def of(self, peer: str) -> Standing:
-        return self._peers.setdefault(peer, Standing())
+        found = self._peers.get(peer)
+        if found is None:
+            self._heard += 1
+            found = self._peers[peer] = Standing(seen=self._heard)
+        return found
+
+    def seen(self, peer: str) -> int:
+        """When the checker first heard of ``peer``, in order."""
+        return self.of(peer).seen
 
     def peers(self) -> dict[str, Standing]:
         return dict(self._peers)

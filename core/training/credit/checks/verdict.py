@@ -3,8 +3,14 @@
 A landed round draws the members to check (``Verdicts.draw``): a newcomer whatever the draw, since
 its credit waits for a check, unless a check of it is still under way (a replayed round can take
 longer than the next round: drawing it again would only queue a second replay that vouches for
-nothing more); any other member at the project's rate while the checks stay within ``budget`` of
-the backbone's time. A check's body (the mode's: dedloc recomputes microbatches, diloco replays a
+nothing more) or the newcomers' checks would take more than ``newcomer_budget`` of the backbone's
+time; any other member at the project's rate while its checks stay within ``budget`` of it (each
+budget counts the checks drawn under it, ``budget.Budget``: a quiet spell saves little for a
+burst). Identities are free, and the backbone pays for every newcomer's first check (a diloco
+replay costs a whole round): without a bound, a stream of fresh identities would keep the backbone
+checking and queue their checks without end. Over the bound, newcomers wait for a later landing,
+the one first seen first, their claims held; an honest newcomer in ordinary churn is checked at
+its first landing. A check's body (the mode's: dedloc recomputes microbatches, diloco replays a
 round) fills a ``Tally`` and raises what it found; ``Verdicts.run`` turns that into the verdict,
 the member's standing, the record the audit reads, and signed evidence when it caught the member:
 
@@ -38,6 +44,7 @@ from core.net.errors import (
     RpcError,
     UnknownMethodError,
 )
+from core.training.credit.checks.budget import Budget
 from core.training.credit.checks.standing import Standings
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.peer_id import PeerID
@@ -47,6 +54,9 @@ log = logging.getLogger(__name__)
 
 BUDGET = 0.05
 """Random checks stop above this share of the backbone's time."""
+NEWCOMER_BUDGET = 0.5
+"""Newcomers' first checks wait above this share of the backbone's time: fresh identities can
+take at most half of it."""
 KEPT_RECORDS = 1000
 """The newest records kept in memory (the log keeps them all)."""
 
@@ -135,17 +145,20 @@ class Verdicts:
         user_of: Callable[[str], str | None] = lambda _: None,
         on_check: Callable[[CheckRecord], None] | None = None,
         budget: float = BUDGET,
+        newcomer_budget: float = NEWCOMER_BUDGET,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``kind``: what is checked (``work``, ``round``), in log lines and evidence keys."""
+        """``kind``: what is checked (``work``, ``round``), in log lines and evidence keys;
+        ``clock``: the backbone's time, which the budgets are shares of."""
         self.kind = kind
         self.standings = standings
         self.evidence = evidence
         self.user_of = user_of
         self.on_check = on_check
-        self.budget = budget
+        self.budget = Budget(budget, clock)
+        self.newcomer_budget = Budget(newcomer_budget, clock)
         self.rng = rng or random.Random()
-        self._started = time.monotonic()
         self._checking: dict[str, int] = {}
         """Members with checks under way, and how many."""
         self.seconds = 0.0
@@ -157,32 +170,41 @@ class Verdicts:
         self.records: list[CheckRecord] = []
         """The newest checks (for tests and the benchmark; the log keeps them all)."""
 
-    def affordable(self) -> bool:
-        """Whether one more check, costing what the checks so far cost on average, keeps the
-        recomputing within ``budget`` of the backbone's time."""
+    def affordable(self, budget: Budget | None = None, drawn: int = 0) -> bool:
+        """Whether one more check fits ``budget`` (the random checks' unless given), counting its
+        checks under way and the ``drawn`` ones not started yet at what the checks done cost on
+        average. While no check has recomputed anything, what one costs is unknown: one at a
+        time."""
+        chosen = budget or self.budget
         done = self._recomputed
-        average = self.compute_seconds / done if done else 0.0
-        elapsed = max(1e-9, time.monotonic() - self._started)
-        return (self.compute_seconds + average) / elapsed <= self.budget
+        if not done:
+            return not self._checking and not drawn
+        return chosen.allows((chosen.under_way + drawn) * self.compute_seconds / done)
 
     def checking(self, peer: str) -> bool:
         """Whether a check of ``peer`` is under way."""
         return peer in self._checking
 
     def draw(self, members: Iterable[str]) -> list[str]:
-        """The members of a round that just landed to check (see the module's map)."""
-        drawn = []
+        """The members of a round that just landed to check (see the module's map): newcomers
+        first, the one first seen first, then trusted members drawn at random."""
+        newcomers, trusted = [], []
         for peer in members:
             if self.standings.due(peer, 1.0) and not self.checking(peer):
-                drawn.append(peer)  # a newcomer (due whatever the draw), or every check is asked
+                newcomers.append(peer)  # due whatever the draw
                 continue
             draw = self.rng.random()
-            if not self.standings.due(peer, draw):
-                continue  # caught, or not drawn
-            affordable = self.standings.rate >= 1.0 or self.affordable()
-            if affordable and draw < self.standings.rate:
-                drawn.append(peer)  # at random, as a trusted member (a newcomer too while its
-                # first check runs)
+            # at random, as a trusted member (a newcomer too while its first check runs)
+            if self.standings.due(peer, draw) and draw < self.standings.rate:
+                trusted.append(peer)
+        every = self.standings.rate >= 1.0  # every check asked, whatever it costs
+        drawn: list[str] = []
+        for peer in sorted(newcomers, key=self.standings.seen):
+            if every or self.affordable(self.newcomer_budget, len(drawn)):
+                drawn.append(peer)
+        for peer in trusted:
+            if every or self.affordable(self.budget, len(drawn)):
+                drawn.append(peer)
         return drawn
 
     def again(self, checkable: Callable[[int], bool], newest: int) -> list[tuple[str, int]]:
@@ -206,9 +228,13 @@ class Verdicts:
     async def run(self, peer: str, epoch: int, body: Body) -> CheckRecord:
         """Check ``peer``'s round of ``epoch`` with ``body``, and record what it found."""
         started = time.monotonic()
+        # a newcomer's check is paid from the newcomers' budget, so that a stream of fresh
+        # identities leaves the trusted members' random checks theirs
+        budget = self.newcomer_budget if self.standings.of(peer).vouched < 0 else self.budget
         tally = Tally()
         verdict, reason = "passed", ""
         self._checking[peer] = self._checking.get(peer, 0) + 1
+        budget.under_way += 1
         try:
             await body(tally)
             self.standings.passed(peer, epoch)
@@ -231,6 +257,7 @@ class Verdicts:
                 verdict, reason = "unreached", str(exc) or type(exc).__name__
                 self.standings.unreached(peer, epoch)
         finally:
+            budget.under_way -= 1
             left = self._checking.pop(peer) - 1
             if left:
                 self._checking[peer] = left
@@ -238,6 +265,7 @@ class Verdicts:
         self.seconds += seconds
         self.compute_seconds += tally.compute
         self._recomputed += tally.compute > 0
+        budget.spend(tally.compute)
         record = CheckRecord(
             time.time(), epoch, peer, self.user_of(peer), verdict, tally.claimed, tally.backed,
             tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
