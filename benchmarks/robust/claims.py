@@ -32,7 +32,9 @@ every member's every round replayed in a swarm of four honest trainers (false ac
 credit, what the replays cost), a member that sends its rounds with twice the samples it
 computed, and (``groups``) six trainers in three groups, one of them a fresh identity claiming
 twice its samples for three rounds and then gone: what each honest member and the fresh identity
-are credited where the backbone replays only its own group's members.
+are credited where the backbone replays only its own group's members; and (``mixed``) three
+honest trainers of 12, 4 and 1 times the slowest's speed with every round replayed, beside the
+same swarm at diloco's defaults (``mixed_scored``: overlap, credit scored from the updates).
 
 ``state``: a backbone and three diloco trainers land two rounds, then one trainer serves a forged
 outer state (its anchor +1 everywhere, under the honest digest its metadata names) while newcomers

@@ -33,7 +33,7 @@ import json
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +94,12 @@ async def run_swarm(
     averaging: dict[str, Any] | None = None,
     trainers: int = TRAINERS,
     liar_leaves_at: int | None = None,
+    duties: Sequence[float] = (),
 ) -> dict[str, Any]:
     """One demo collaboration; what it credited, checked and sent (``training``, ``averaging``:
     more values of those sections, such as diloco's; the liar is the last of ``trainers``, and
-    stops at ``liar_leaves_at`` where given: a fresh identity used for a few rounds)."""
+    stops at ``liar_leaves_at`` where given: a fresh identity used for a few rounds; ``duties``:
+    the share of the time each trainer computes, the volunteer's throttle, 1 where not given)."""
     manifest = load_manifest(DEMO_MANIFEST).with_training(
         target_batch_size=TARGET, work_checks=rate, **(training or {})
     )
@@ -151,6 +153,7 @@ async def run_swarm(
                              else liar_leaves_at, misbehaviour=lying),
                 on_event,
             )  # fmt: skip
+            peer.control.set_duty((*duties, *[1.0] * trainers)[index])
             peers.append(peer)
         runs = [asyncio.create_task(p.run(asyncio.Event())) for p in peers]
         checks_log = work / "backbone" / CHECKS_LOG
@@ -167,6 +170,7 @@ async def run_swarm(
         await asyncio.sleep(SETTLE)
         ids = [str(p.host.peer_id) for p in peers]
         sent = [int(p.progress()["bytes_sent"]) for p in peers]
+        computed_all = [int(p.progress()["samples"]) for p in peers]
     finally:
         for peer in peers:
             with contextlib.suppress(Exception):
@@ -205,6 +209,7 @@ async def run_swarm(
             "verdicts": sorted({c["verdict"] for c in mine}),
             "check_bytes": sum(c["received"] for c in mine),
             "bytes_sent": sent[index],
+            "trained": computed_all[index],
             "accused_with": sorted({e.statistic for e in accused if str(e.accused) == peer}),
         })  # fmt: skip
     index_of = {peer: index for index, peer in enumerate(ids)}
@@ -340,7 +345,13 @@ DILOCO = {"mode": "diloco", "overlap": False, "round_seconds": 15.0}
 """The demo in diloco with its rounds replayed: without overlap, rounds of 15 s."""
 
 
-REPLAY_RUNS = ("every_round", "claims_2x", "default_rate", "groups")
+REPLAY_RUNS = ("every_round", "claims_2x", "default_rate", "groups", "mixed", "mixed_scored")
+DUTIES = (1.0, 1 / 3, 1 / 12)
+"""Honest trainers of three speeds (the throttle a volunteer sets): 12, 4 and 1 times the slowest's
+inner steps a round, as a fast GPU beside slower devices."""
+SCORED = {"mode": "diloco", "round_seconds": 15.0}
+"""The demo in diloco at the defaults a project gets (``overlap`` true): credit scored from the
+rounds' updates, no replays."""
 GROUPS = {"target_group_size": 3}
 """Groups of three: six trainers and the backbone form three groups a round."""
 GROUPED_TRAINERS = 6
@@ -410,8 +421,50 @@ async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, 
                 t["credit_over_computed"] >= HONEST_BOUND for t in grouped["honest"]
             )
             goals["nobody_honest_accused_in_groups"] = grouped["false_accusations"] == 0
+        for name, training, rate in (("mixed", DILOCO, 1.0), ("mixed_scored", SCORED, 0.1)):
+            if name not in wanted:
+                continue
+            run = await run_swarm(
+                data, root / name, epochs=rounds, rate=rate, training=training,
+                trainers=len(DUTIES), duties=DUTIES,
+            )  # fmt: skip
+            out[f"diloco_{name}"] = mixed = mixed_summary(run)
+            goals[f"{name}_honest_credited_0_9_to_1_1x"] = all(
+                HONEST_BOUND <= t["credit_over_computed"] <= 2 - HONEST_BOUND
+                for t in mixed["trainers"]
+            )
+            goals[f"{name}_nobody_accused"] = not any(t["accused_with"] for t in mixed["trainers"])
         out["goals"] = goals
         return out
+
+
+def mixed_summary(run: dict[str, Any]) -> dict[str, Any]:
+    """Per honest trainer of a swarm of mixed speeds: its throttle, the samples it computed
+    (``trained``: all of them, the round the run stopped in too; ``landed``: those of the rounds
+    it saw land) and was credited, how often it was replayed, and whether anyone accused it."""
+    return {
+        "epochs": run["epochs"],
+        "replays": len(run["checks"]),
+        "verdicts": dict(Counter(c["verdict"] for c in run["checks"])),
+        "worst_margin": max((c["margin"] for c in run["checks"] if c["verdict"] == "passed"),
+                            default=None),
+        "replay_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
+        "trainers": [
+            {
+                "duty": round(duty, 3),
+                "trained": t["trained"],
+                "landed": t["computed"],
+                "credited": t["credited"],
+                "credit_over_computed": t["credited"] / t["trained"] if t["trained"] else 0.0,
+                "unsettled_claimed": t["unsettled_claimed"],
+                "settled_epochs_differing": t["settled_epochs_differing"],
+                "replays": t["checks"],
+                "verdicts": t["verdicts"],
+                "accused_with": t["accused_with"],
+            }
+            for duty, t in zip(DUTIES, run["trainers"], strict=True)
+        ],
+    }  # fmt: skip
 
 
 def groups_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
