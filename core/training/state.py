@@ -20,6 +20,7 @@ import torch
 
 from core.optim.moments import DENSE_KEYS, MomentOptimizer, is_absmax
 from core.training.checkpoints import Checkpoint
+from core.training.errors import CheckpointError
 from core.training.moderation.rollback import METADATA_KEY, applied_of
 
 
@@ -174,9 +175,24 @@ class TrainingState:
         return self.epoch, {"epoch": self.epoch, METADATA_KEY: self.rollback}, arrays
 
     def restore(self, checkpoint: Checkpoint) -> None:
-        """Take model, optimizer and epoch from a checkpoint (errors of torch if it does not fit)."""
-        self.model.load_state_dict(checkpoint.model)
-        self.optimizer.load_state_dict(checkpoint.optimizer)
+        """Take model, optimizer and epoch from a checkpoint; ``CheckpointError`` saying why for
+        one that does not fit. A diloco checkpoint's model is its outer parameters, and its
+        optimizer's statistics are the inner optimizer's (``inner``), beside the outer state,
+        which only diloco's backbone restores (a trainer takes the swarm's when it joins)."""
+        optimizer = checkpoint.optimizer
+        inner = optimizer.get("inner")
+        if "param_groups" not in optimizer and isinstance(inner, dict):
+            optimizer = inner
+        try:
+            self.model.load_state_dict(checkpoint.model)
+        except RuntimeError as exc:
+            raise CheckpointError(f"its model is not this project's: {exc}") from None
+        try:
+            self.optimizer.load_state_dict(optimizer)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(
+                f"its optimizer's statistics do not fit this project's optimizer ({exc!r})"
+            ) from None
         self.epoch = checkpoint.epoch
         self.rollback = applied_of(checkpoint.metadata)
         self.set_learning_rate()

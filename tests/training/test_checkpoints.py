@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -264,3 +266,45 @@ def test_a_fresh_peer_resumes_from_a_checkpoint_exactly(tmp_path: Path) -> None:
     pairs = list(zip(original[0].parameters(), resumed[0].parameters(), strict=True))
     assert all(torch.equal(a, b) for a, b in pairs)
     assert resumed[1].param_groups[0]["lr"] == original[1].param_groups[0]["lr"]
+
+
+def test_a_trainer_starts_from_a_diloco_checkpoint_and_a_foreign_one_is_refused_by_path(
+    tmp_path: Path,
+) -> None:
+    """A diloco checkpoint holds the outer parameters as its model and the inner optimizer beside
+    the outer state: a trainer takes both (the swarm's outer state when it joins). One of another
+    model is refused, saying which file and why."""
+    from core.project import load_manifest
+    from core.swarm.demo_data import DEMO_MANIFEST
+    from core.training.diloco.state import DilocoState
+    from core.training.peer.recipe import build_model, load_checkpoint, training_state
+
+    manifest = load_manifest(DEMO_MANIFEST).with_training(mode="diloco")
+    torch.manual_seed(0)
+    written = training_state(build_model(manifest), manifest)
+    diloco = DilocoState(written, outer_lr=0.7, outer_momentum=0.9, overlap=False, sparse=False,
+                         clip_norm=1.0)  # fmt: skip
+    for p in written.parameters:
+        p.grad = torch.full_like(p, 0.01)
+    diloco.inner_step()  # inner moments that are not zero
+    store = CheckpointStore(tmp_path / "diloco")
+    path = store.save(7, diloco.model_state(), diloco.outer_state(), {"mode": "diloco"}, None)
+    assert path is not None
+
+    torch.manual_seed(1)  # other initial weights: only the checkpoint can make them agree
+    started = training_state(build_model(manifest), manifest)
+    load_checkpoint(started, path)
+    assert started.epoch == 7
+    for anchor, p in zip(diloco.anchor, started.parameters, strict=True):
+        assert np.array_equal(anchor, p.detach().numpy().reshape(anchor.shape))
+    inner = written.optimizer.state_dict()["state"]
+    taken = started.optimizer.state_dict()["state"]
+    assert inner
+    assert inner.keys() == taken.keys()
+    for key, moments in inner.items():
+        assert all(torch.equal(v, taken[key][k]) for k, v in moments.items())
+
+    other = dataclasses.replace(manifest, model=dataclasses.replace(manifest.model, hidden_size=64))
+    foreign = training_state(build_model(other), other)
+    with pytest.raises(CheckpointError, match=f"cannot start from {path}: its model is not"):
+        load_checkpoint(foreign, path)

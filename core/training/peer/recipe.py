@@ -38,6 +38,7 @@ from core.optim.schedule import albert_lr_lambda
 from core.project import Manifest
 from core.project.sections import ALBERT_MLM, LLAMA_CLM
 from core.training.checkpoints import CheckpointStore
+from core.training.errors import CheckpointError
 from core.training.mode import mode_of
 from core.training.state import TrainingState
 from core.util.errors import ConfigError
@@ -234,5 +235,10 @@ def training_state(model: torch.nn.Module, manifest: Manifest) -> TrainingState:
 
 
 def load_checkpoint(state: TrainingState, path: Path) -> None:
-    """Put the checkpoint at ``path`` into ``state`` (on the training thread)."""
-    state.restore(CheckpointStore.load(path))
+    """Put the checkpoint at ``path`` into ``state`` (on the training thread); ``CheckpointError``
+    naming it when it cannot be read or does not fit."""
+    checkpoint = CheckpointStore.load(path)
+    try:
+        state.restore(checkpoint)
+    except CheckpointError as exc:
+        raise CheckpointError(f"cannot start from {path}: {exc}") from None
