@@ -389,11 +389,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if args.only in (None, "checks"):
         only = set(args.liars.split(",")) if args.liars else None
         result["checks"] = await work_checks.checks(
-            args.honest_checks, args.check_epochs, args.liar_epochs, only
+            args.honest_checks, args.check_epochs, args.liar_epochs, only, args.start_from
         )
     if args.only in (None, "replays"):
         runs = set(args.replays.split(",")) if args.replays else None
-        result["replays"] = await work_checks.diloco_checks(args.replay_rounds, runs)
+        result["replays"] = await work_checks.diloco_checks(
+            args.replay_rounds, runs, args.start_from
+        )
     result["seconds"] = round(time.monotonic() - started)
     return result
 
@@ -422,8 +424,18 @@ def main() -> None:
         help="with --only replays: these runs alone, comma-separated: "
         + ", ".join(work_checks.REPLAY_RUNS),
     )
+    parser.add_argument(
+        "--from",
+        dest="start_from",
+        type=Path,
+        help="with --only checks or replays: a checkpoint every peer starts from (a model at "
+        "rest: the README's run keeps its own in ~/.cache/barnraise/swarm/barnraise-demo/"
+        "backbone/checkpoints)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.start_from is not None and not args.start_from.is_file():
+        parser.error(f"no checkpoint at {args.start_from}")
     if args.liars and (unknown := set(args.liars.split(",")) - set(work_checks.liars())):
         parser.error(f"no such liar: {', '.join(sorted(unknown))}")
     if args.replays and (unknown := set(args.replays.split(",")) - set(work_checks.REPLAY_RUNS)):

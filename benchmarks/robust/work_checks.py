@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import tempfile
 import time
@@ -41,6 +42,7 @@ from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.byzantine import Attack, Misbehaviour
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
+from core.training.checkpoints import CheckpointStore
 from core.training.credit.metrics import EpochMetrics
 from core.training.peer.project_peer import PeerSettings, ProjectPeer
 from core.training.peer.roles import CHECKS_LOG
@@ -95,17 +97,21 @@ async def run_swarm(
     trainers: int = TRAINERS,
     liar_leaves_at: int | None = None,
     duties: Sequence[float] = (),
+    start_from: Path | None = None,
 ) -> dict[str, Any]:
     """One demo collaboration; what it credited, checked and sent (``training``, ``averaging``:
     more values of those sections, such as diloco's; the liar is the last of ``trainers``, and
     stops at ``liar_leaves_at`` where given: a fresh identity used for a few rounds; ``duties``:
-    the share of the time each trainer computes, the volunteer's throttle, 1 where not given)."""
+    the share of the time each trainer computes, the volunteer's throttle, 1 where not given;
+    ``start_from``: a checkpoint every peer starts from, the backbone too)."""
     manifest = load_manifest(DEMO_MANIFEST).with_training(
         target_batch_size=TARGET, work_checks=rate, **(training or {})
     )
     if averaging:
         manifest = manifest.with_averaging(**averaging)
     liar_index = trainers - 1
+    # the epochs count from the checkpoint's (a liar that rides from an epoch counts from 0)
+    first = CheckpointStore.load(start_from).epoch if start_from is not None else 0
     server = ShardServer(data)
     base = await server.start()
     reported: list[EpochMetrics] = []
@@ -122,7 +128,8 @@ async def run_swarm(
 
     aux = ProjectPeer(
         PeerSettings(manifest, work_dir=work / "backbone", role="backbone", data_base=base,
-                     on_metrics=reported.append, on_evidence=accused.extend),
+                     on_metrics=reported.append, on_evidence=accused.extend,
+                     start_from=start_from),
         aux_event,
     )  # fmt: skip
     started = time.monotonic()
@@ -130,7 +137,7 @@ async def run_swarm(
     aux_task = asyncio.create_task(aux.run(aux_stop), name="bench/aux")
     peers: list[ProjectPeer] = []
     try:
-        address = await asyncio.wait_for(asyncio.shield(ready), 120)
+        address = await _address(ready, aux_task)
         for index in range(trainers):
             lying = liar if index == liar_index else None
 
@@ -149,8 +156,9 @@ async def run_swarm(
             peer = ProjectPeer(
                 PeerSettings(manifest, work_dir=work / f"peer-{index}", data_base=base,
                              initial_peers=(address,), data_seed=index + 1,
-                             until_epoch=epochs if lying is None or liar_leaves_at is None
-                             else liar_leaves_at, misbehaviour=lying),
+                             until_epoch=first + (epochs if lying is None or liar_leaves_at is None
+                                                  else liar_leaves_at),
+                             misbehaviour=lying, start_from=start_from),
                 on_event,
             )  # fmt: skip
             peer.control.set_duty((*duties, *[1.0] * trainers)[index])
@@ -226,13 +234,23 @@ async def run_swarm(
         for e in accused
     ]
     return {
-        "epochs": max((m.epoch for m in reported), default=-1) + 1,
+        "epochs": max((m.epoch for m in reported), default=-1) + 1 - first,
         "findings": findings,
         "seconds": round(trained, 1),
         "checks": checks,
         "trainers": rows,
         "recompute_seconds": round(sum(c["compute"] for c in checks), 3),
     }
+
+
+async def _address(ready: asyncio.Future[str], backbone: asyncio.Task[None]) -> str:
+    """The backbone's address once it is ready; its own error if it failed before."""
+    await asyncio.wait((ready, backbone), timeout=120, return_when=asyncio.FIRST_COMPLETED)
+    if backbone.done():
+        backbone.result()  # the backbone's own error, not a wait that timed out
+    if not ready.done():
+        raise TimeoutError("the backbone was not ready within 120 s")
+    return ready.result()
 
 
 def epochs_differing(
@@ -311,9 +329,15 @@ def liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
 
 
 async def checks(
-    honest_checks: int, epochs: int, liar_epochs: int = 20, only: set[str] | None = None
+    honest_checks: int,
+    epochs: int,
+    liar_epochs: int = 20,
+    only: set[str] | None = None,
+    start_from: Path | None = None,
 ) -> dict[str, Any]:
-    """``only``: these liars' runs alone (no honest runs; the goals of what ran)."""
+    """``only``: these liars' runs alone (no honest runs; the goals of what ran);
+    ``start_from``: a checkpoint every run starts from (a model at rest)."""
+    launch = functools.partial(run_swarm, start_from=start_from)
     with tempfile.TemporaryDirectory(prefix="bench-checks-") as tmp:
         root = Path(tmp)
         data = root / "data"
@@ -321,9 +345,9 @@ async def checks(
         out: dict[str, Any] = {}
         enough = lambda lines: len(lines) >= honest_checks  # noqa: E731
         if only is None:
-            run = await run_swarm(data, root / "honest", epochs=10_000, rate=1.0, stop_when=enough)
+            run = await launch(data, root / "honest", epochs=10_000, rate=1.0, stop_when=enough)
             out["honest_every_epoch"] = honest_summary(run)
-            run = await run_swarm(data, root / "default", epochs=epochs, rate=0.1)
+            run = await launch(data, root / "default", epochs=epochs, rate=0.1)
             out["default_rate"] = cost_summary(run)
         caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
         for name, liar in liars().items():
@@ -332,10 +356,10 @@ async def checks(
             if liar.rides_from:  # checked at random once trusted: until a check catches it
                 # (or, hiding, until a check of it expired)
                 stop = _expired if liar.hides else caught
-                run = await run_swarm(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
+                run = await launch(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
                                       liar=liar, stop_when=stop)  # fmt: skip
             else:
-                run = await run_swarm(data, root / name, epochs=liar_epochs, rate=0.1, liar=liar)
+                run = await launch(data, root / name, epochs=liar_epochs, rate=0.1, liar=liar)
             out[name] = liar_summary(run, liar)
         out["goals"] = check_goals(out)
         return out
@@ -360,12 +384,15 @@ SYBIL_ROUNDS = 3
 few, in whichever groups the rounds put it."""
 
 
-async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, Any]:
+async def diloco_checks(
+    rounds: int, only: set[str] | None = None, start_from: Path | None = None
+) -> dict[str, Any]:
     """diloco with replayed rounds, four trainers: every member's every round replayed
     (``work_checks`` = 1); the same swarm with a member that sends its rounds with twice the
     samples it computed (at the default rate: a newcomer's first round is always replayed); and
     honest members at the default rate, what the replays cost there (``only``: these runs of
-    ``REPLAY_RUNS``, and their goals)."""
+    ``REPLAY_RUNS``, and their goals; ``start_from``: a checkpoint every run starts from)."""
+    launch = functools.partial(run_swarm, start_from=start_from)
     wanted = set(REPLAY_RUNS) if only is None else only
     with tempfile.TemporaryDirectory(prefix="bench-replays-") as tmp:
         root = Path(tmp)
@@ -374,7 +401,7 @@ async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, 
         out: dict[str, Any] = {}
         goals: dict[str, bool] = {}
         if "every_round" in wanted:
-            run = await run_swarm(data, root / "honest", epochs=rounds, rate=1.0, training=DILOCO)
+            run = await launch(data, root / "honest", epochs=rounds, rate=1.0, training=DILOCO)
             out["diloco_every_round"] = honest = honest_summary(run) | {
                 "replay_seconds": run["recompute_seconds"],
                 "run_seconds": run["seconds"],
@@ -386,7 +413,7 @@ async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, 
             goals["honest_credit_exact"] = honest["credit_exact"]
         if "claims_2x" in wanted:
             greedy = Misbehaviour(Attack.SCALE, 1.0, claim=2.0)
-            run = await run_swarm(
+            run = await launch(
                 data, root / "claims_2x", epochs=rounds, rate=0.1, liar=greedy, training=DILOCO
             )
             out["diloco_claims_2x"] = liar = liar_summary(run, greedy)
@@ -396,7 +423,7 @@ async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, 
             goals["over_claimer_accused"] = bool(liar["accused_with"])
             goals["nobody_honest_accused"] = not liar["honest_accused"]
         if "default_rate" in wanted:
-            run = await run_swarm(data, root / "default", epochs=rounds, rate=0.1, training=DILOCO)
+            run = await launch(data, root / "default", epochs=rounds, rate=0.1, training=DILOCO)
             out["diloco_default_rate"] = cost = cost_summary(run) | {
                 "replays": [[c["epoch"], c["verdict"], c["compute"]] for c in run["checks"]],
             }
@@ -409,7 +436,7 @@ async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, 
             )
         if "groups" in wanted:
             sybil = Misbehaviour(Attack.SCALE, 1.0, claim=2.0)
-            run = await run_swarm(
+            run = await launch(
                 data, root / "groups", epochs=rounds, rate=0.1, liar=sybil, training=DILOCO,
                 averaging=GROUPS, trainers=GROUPED_TRAINERS, liar_leaves_at=SYBIL_ROUNDS,
             )  # fmt: skip
@@ -424,7 +451,7 @@ async def diloco_checks(rounds: int, only: set[str] | None = None) -> dict[str, 
         for name, training, rate in (("mixed", DILOCO, 1.0), ("mixed_scored", SCORED, 0.1)):
             if name not in wanted:
                 continue
-            run = await run_swarm(
+            run = await launch(
                 data, root / name, epochs=rounds, rate=rate, training=training,
                 trainers=len(DUTIES), duties=DUTIES,
             )  # fmt: skip
