@@ -199,12 +199,13 @@ class Verdicts:
                 trusted.append(peer)
         every = self.standings.rate >= 1.0  # every check asked, whatever it costs
         drawn: list[str] = []
-        for peer in sorted(newcomers, key=self.standings.seen):
-            if every or self.affordable(self.newcomer_budget, len(drawn)):
-                drawn.append(peer)
-        for peer in trusted:
-            if every or self.affordable(self.budget, len(drawn)):
-                drawn.append(peer)
+        for budget, due in ((self.newcomer_budget, sorted(newcomers, key=self.standings.seen)),
+                            (self.budget, trusted)):  # fmt: skip
+            picked = 0  # drawn under this budget, not started yet
+            for peer in due:
+                if every or self.affordable(budget, picked):
+                    drawn.append(peer)
+                    picked += 1
         return drawn
 
     def again(self, checkable: Callable[[int], bool], newest: int) -> list[tuple[str, int]]:
