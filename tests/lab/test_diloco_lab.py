@@ -231,21 +231,22 @@ def one_model(
     """The first ``count`` rounds after epoch ``after`` that every one of ``trainers`` landed,
     all with the same outer parameters, in groups smaller than the swarm. Fails at once when more
     than ``apart`` rounds left trainers that landed them with different outer parameters; with
-    ``assembling``, not counting the rounds up to the first one that everyone landed (while the
-    swarm assembles, a newcomer's first rounds may meet a different part of it)."""
+    ``assembling``, not counting the rounds up to the first one that everyone landed alike (while
+    the swarm assembles, its members' first rounds may meet different parts of it, a round that
+    everyone landed too, and ``mend`` brings them together; it must within ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
         for name, proc in trainers.items():
             assert proc.proc.poll() is None, f"{name} ended\n{proc.tail()}"
         table = landings(trainers, after)
         full = [epoch for epoch, row in sorted(table.items()) if set(row) == set(trainers)]
-        counted = [e for e in table if not assembling or (full and e > full[0])]
+        agreed = [epoch for epoch in full if not split(table[epoch])]
+        counted = [e for e in table if not assembling or (agreed and e > agreed[0])]
         apart_epochs = sorted(e for e in counted if split(table[e]))
         assert len(apart_epochs) <= apart, (
             f"trainers landed the rounds of epochs {apart_epochs} with different outer parameters"
             f"\n{show(table, trainers)}"
         )
-        agreed = [epoch for epoch in full if not split(table[epoch])]
         if len(agreed) >= count:
             for epoch in agreed[:count]:
                 for e in table[epoch].values():

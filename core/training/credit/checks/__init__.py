@@ -15,6 +15,8 @@ recompute: its rounds are replayed whole where they start at the anchor,
 - ``standing``     Standings: which epochs to check, and what of each claim the checks support
   (a newcomer's credit waits for its first check; a check that could not reach its member is
   made again, then expires).
+- ``budget``       Budget: a share of the checker's time, as a bucket the checks empty (the
+  random checks' 5 %, the newcomers' half).
 - ``verdict``      Verdicts: which members a landed round draws, and how what a check found (in
   either mode) becomes a verdict, a standing, a record and signed evidence; CheckRecord.
 - ``checker``      WorkChecker: the backbone's spot checks of dedloc's microbatches.
