@@ -28,13 +28,17 @@ class TokenBucket:
         *,
         burst_seconds: float = 0.05,
         clock: Clock = SYSTEM_CLOCK,
+        full: bool = False,
     ) -> None:
+        """``full``: start with the whole burst in the bucket (else empty)."""
         self._clock = clock
         self._burst_seconds = burst_seconds
         self._rate: float | None = None
         self._tokens = 0.0
         self._stamp = clock.monotonic()
         self.set_rate(rate)
+        if full:
+            self._tokens = self._capacity()
 
     @property
     def rate(self) -> float | None:
@@ -58,7 +62,13 @@ class TokenBucket:
             self._tokens = min(self._capacity(), self._tokens + (now - self._stamp) * self._rate)
         self._stamp = now
 
-    def take(self, size: int) -> float:
+    @property
+    def tokens(self) -> float:
+        """What the bucket holds now (below 0: its debt; 0 when unlimited)."""
+        self._refill()
+        return self._tokens
+
+    def take(self, size: float) -> float:
         """Take ``size`` bytes now; returns how many seconds to wait before the next use (0 if none)."""
         if self._rate is None:
             return 0.0

@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.training.credit.checks.budget import BURST, Budget
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from core.util.clock import FakeClock
 
 
 @pytest.mark.parametrize(
@@ -30,29 +23,29 @@ class Clock:
 def test_what_a_budget_allows(
     share: float, idle: float, spent: float, ahead: float, *, allows: bool, level: float
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(monotonic_start=100.0)
     budget = Budget(share, clock)
-    clock.now += idle
+    clock.advance(idle)
     budget.spend(spent)
     assert budget.allows(ahead) is allows
     assert budget.level() == pytest.approx(level)
 
 
 def test_it_fills_at_its_share_of_the_clock() -> None:
-    clock = Clock()
+    clock = FakeClock(monotonic_start=100.0)
     budget = Budget(0.5, clock)
     budget.spend(0.5 * BURST + 30.0)  # 30 s owed
-    clock.now += 59.0
+    clock.advance(59.0)
     assert not budget.allows()  # 29.5 s refilled: still owed
-    clock.now += 2.0
+    clock.advance(2.0)
     assert budget.allows()
     assert budget.level() == pytest.approx(0.5)
 
 
 def test_no_bound_allows_everything_and_a_negative_share_is_refused() -> None:
-    budget = Budget(float("inf"), Clock())
+    budget = Budget(float("inf"), FakeClock())
     budget.spend(1e9)
     assert budget.allows(1e9)
     for share in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="share of the time"):
-            Budget(share, Clock())
+            Budget(share, FakeClock())

@@ -140,10 +140,15 @@ async def test_random_checks_stop_at_the_budget_but_a_newcomers_does_not() -> No
 
 
 class Clock:
+    """A ``core.util.clock.Clock`` that the flood sets to a time, not only moves."""
+
     def __init__(self) -> None:
         self.now = 0.0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
         return self.now
 
 

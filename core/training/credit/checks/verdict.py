@@ -48,6 +48,7 @@ from core.training.credit.checks.budget import Budget
 from core.training.credit.checks.standing import Standings
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.peer_id import PeerID
+from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import BarnraiseError
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class Verdicts:
         budget: float = BUDGET,
         newcomer_budget: float = NEWCOMER_BUDGET,
         rng: random.Random | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``kind``: what is checked (``work``, ``round``), in log lines and evidence keys;
         ``clock``: the backbone's time, which the budgets are shares of."""

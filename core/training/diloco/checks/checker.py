@@ -7,8 +7,8 @@ newcomer unless a check of it is under way, within half of its time, the one fir
 trusted member at random, within ``budget`` of it). The groups' columns land one mean, so every
 member of the round began it at the anchor the backbone holds, whichever group it averaged in (a
 group that met no other lands apart, and its members' next rounds are judged neither way).
-Nothing a member sent or filed tells it whether it
-will be drawn: its receipt was sealed before the round's exchange. For each drawn member the
+Nothing a member sent or filed tells it whether it will be drawn: its receipt was sealed before
+the round's exchange. For each drawn member the
 backbone asks the round's receipt (``receipts``), compares its samples with the weight the member
 sent the round with (of another group, whose weight it did not see: the receipt's samples bound
 the member's records instead, ``on_backed``, and a receipt not kept bounds them at 0), fetches
