@@ -49,9 +49,12 @@ MAX_NOTE = 200
 class Support(Protocol):
     """What the work checks support of the claims."""
 
-    def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
+    def supported(
+        self, peer: str, epoch: int, samples: int, now: float, began: str | None = None
+    ) -> int | None:
         """Samples to credit of ``peer``'s claim of ``samples`` for ``epoch``, or None while the
-        share waits for a check."""
+        share waits for a check (``began``: where the claim says its round began,
+        ``Landed.began``; only replayed diloco rounds use it)."""
         ...
 
     def why(self, peer: str, epoch: int) -> str:
@@ -75,6 +78,8 @@ class Share:
     """What its records claimed, where the checks credited less (None: credited as claimed)."""
     note: str = ""
     """Why the checks credited less than the claim."""
+    began: str | None = None
+    """Where its record says its round began (``Landed.began``)."""
 
 
 @dataclass(slots=True)
@@ -122,7 +127,7 @@ class CreditBook:
             self._claims[(peer, item.epoch)] = item.samples
             waiting = self._waiting.setdefault(item.epoch, {})
             # a record newer than the one that first listed the epoch says the same or corrects it
-            waiting[peer] = Share(peer, item.epoch, item.samples, access, speed)
+            waiting[peer] = Share(peer, item.epoch, item.samples, access, speed, began=item.began)
 
     def witness(self, epoch: int, weights: Mapping[str, float], now: float) -> None:
         """A round of ``epoch`` averaged these senders' weights (their samples)."""
@@ -158,7 +163,9 @@ class CreditBook:
         for peer, share in waiting.items():
             support = self._support
             backed = (
-                support.supported(peer, epoch, share.samples, now) if support else share.samples
+                support.supported(peer, epoch, share.samples, now, share.began)
+                if support
+                else share.samples
             )
             if backed is None:
                 held[peer] = share

@@ -215,9 +215,11 @@ class WorkScores:
 
     # ---- credit ----------------------------------------------------------------------------------
 
-    def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
+    def supported(
+        self, peer: str, epoch: int, samples: int, now: float, began: str | None = None
+    ) -> int | None:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``, or None while it
-        waits for the round's scores."""
+        waits for the round's scores (``began`` is not used: a score needs no replay)."""
         s = self.of(peer)
         s.notes.pop(epoch, None)
         samples = self._bounded(s, epoch, samples)

@@ -94,6 +94,12 @@ class DilocoBackbone:
         self._replays = None if round_checks is None else TrainingBridge("round-replays")
         self.checker = None if round_checks is None else self._checker(round_checks)
         """Replays of the trainers' rounds (None: their updates are scored instead)."""
+        self.round_credit = (
+            None
+            if self.checker is None
+            else RoundCredit(self.scores, self.checker.standings, self.checker.state_at)
+        )
+        """What the replays support of the claims (None: the scores say)."""
         self.books = Bookkeeping(
             evidence=optimizer.evidence,
             bridge=optimizer.bridge,
@@ -103,19 +109,16 @@ class DilocoBackbone:
             on_metrics=on_metrics,
             publish=publish,
             on_evidence=on_evidence,
-            support=(
-                self.scores
-                if self.checker is None
-                else RoundCredit(self.scores, self.checker.standings)
-            ),
+            support=self.scores if self.round_credit is None else self.round_credit,
         )
         """Metrics, credit, evidence and checkpoints (``core.training.bookkeeping``)."""
         self.on_check = on_check
         optimizer.on_landed = self._landed
-        if self.checker is not None:
+        if self.checker is not None and self.round_credit is not None:
             self.checker.verdicts.on_check = on_check
             self.checker.verdicts.user_of = self.books.user_of
             self.checker.on_backed = self.scores.backed
+            self.checker.on_unreplayable = self.round_credit.unreplayable
 
     def _checker(self, checks: RoundChecks) -> RoundChecker:
         opt = self.optimizer
@@ -253,7 +256,8 @@ class DilocoBackbone:
         receipt backs (found while crediting their records). Where rounds are replayed, that
         catches the member as a failed replay does: nothing credited from then on, and what it
         was paid on trust since its last passed replay withdrawn (its weight may lie as its
-        records do, in the rounds it shares with the backbone)."""
+        records do, in the rounds it shares with the backbone). Likewise those whose records
+        labelled a round replayable that their receipt said was not (``RoundCredit``)."""
         for peer, (epoch, samples, weight) in self.scores.record_accusations().items():
             if self.checker is not None:
                 self.checker.standings.failed(peer)
@@ -265,6 +269,15 @@ class DilocoBackbone:
                 seen = "it kept no receipt of that round when the backbone asked"
             reason = f"its record claims {samples} samples for epoch {epoch}, where {seen}"
             self._sign(peer, epoch, "record_overclaim", samples / max(weight, 1e-9), reason)
+        if self.round_credit is None or self.checker is None:
+            return
+        for peer, epoch in self.round_credit.mislabeled().items():
+            self.checker.standings.failed(peer)
+            reason = (
+                f"its records said its round of epoch {epoch} began at the backbone's anchor and "
+                f"could be replayed, and its receipt of that round said it could not"
+            )
+            self._sign(peer, epoch, "round_mislabeled", 1.0, reason)
 
     def accuse(self, standings: Mapping[str, float], epoch: int) -> None:
         """Accuse the members whose standing says their updates do not show their claims."""

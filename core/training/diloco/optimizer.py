@@ -481,7 +481,7 @@ class DilocoOptimizer(TakingPart):
             return
         credited, late = self._carried.land(epoch) if credits else (0, 0)
         if credited:
-            self.landed.add(epoch, round(credited * self.claim))
+            self.landed.add(epoch, round(credited * self.claim), self._began(epoch))
         weight = result.group_weight if result is not None else float(samples)
         sent = result.bytes_sent if result is not None else 0
         anchor = self.diloco.digest
@@ -681,6 +681,14 @@ class DilocoOptimizer(TakingPart):
     def _round_start(self) -> Start:
         d = self.diloco
         return Start(self.epoch, d.digest, d.schedule, d.per_round, d.at_anchor, d.moves)
+
+    def _began(self, epoch: int) -> str | None:
+        """Where the round of ``epoch`` began, for the records, if a checker can replay it (what
+        its receipt says: a record that said otherwise would be caught)."""
+        sealed = None if self.rounds_kept is None else self.rounds_kept.sealed(epoch)
+        if sealed is None or not sealed.receipt.replayable:
+            return None
+        return sealed.receipt.state
 
     def _seal_round(self) -> None:
         """On the training thread, as the round ends: file its receipt with its work."""

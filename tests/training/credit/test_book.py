@@ -176,6 +176,35 @@ def test_the_landed_log_keeps_the_recent_epochs_and_one_entry_per_epoch() -> Non
     assert len(log.items()) == RECENT
 
 
+def test_where_a_replayable_round_began_travels_in_the_record_and_reaches_the_support() -> None:
+    log = LandedLog()
+    log.add(1, 32, "0123456789abcdef" * 4)  # a whole digest is cut to what records carry
+    log.add(2, 32)  # a round no replay can judge
+    with pytest.raises(ValueError, match="digest"):
+        log.add(3, 32, "not a digest")
+    wire = record("a", [1]).to_wire()
+    wire[-1] = [item.to_wire() for item in log.items()]
+    read = PeerProgress.from_wire("a", wire)
+    assert read is not None
+    assert read.landed == (Landed(1, 32, "0123456789abcdef"), Landed(2, 32))
+    seen: list[tuple[int, str | None]] = []
+
+    class Support:
+        def supported(
+            self, peer: str, epoch: int, samples: int, now: float, began: str | None = None
+        ) -> int | None:
+            seen.append((epoch, began))
+            return samples
+
+        def why(self, peer: str, epoch: int) -> str:
+            return ""
+
+    book = CreditBook(Support())
+    book.claim("a", read.landed, None, 1.0)
+    assert [s.samples for e in (1, 2) for s in book.take(e)] == [32, 32]
+    assert seen == [(1, "0123456789abcdef"), (2, None)]
+
+
 @pytest.mark.parametrize(
     "progress",
     [
@@ -203,6 +232,10 @@ def test_landed_epochs_travel_in_the_record(progress: PeerProgress) -> None:
         [[1.0, 32]],
         [[True, 32]],
         [[e, 1] for e in range(RECENT + 1)],
+        [[1, 32, "abc"]],  # where a round began: 16 hexadecimal characters
+        [[1, 32, "0123456789ABCDEF"]],
+        [[1, 32, 5]],
+        [[1, 32, "0" * 16, 1]],
     ],
 )
 def test_malformed_landed_epochs_make_the_record_malformed(landed: Any) -> None:

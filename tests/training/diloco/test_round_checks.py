@@ -398,10 +398,13 @@ async def test_a_round_nobody_can_replay_judges_nothing(rig: Rig) -> None:
     rig.began()
     member.round(batches(STEPS))
     rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
+    told: list[tuple[str, int]] = []
+    rig.checker.on_unreplayable = lambda peer, epoch: told.append((peer, epoch))
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "apart", record
     standing = rig.standings.of(rig.peer)
     assert (standing.caught, standing.unjudged) == (False, 1)
+    assert told == [(rig.peer, 0)]  # its claim of the round is paid from its allowance
 
 
 async def test_a_round_from_another_anchor_judges_nothing(rig: Rig) -> None:
@@ -411,9 +414,13 @@ async def test_a_round_from_another_anchor_judges_nothing(rig: Rig) -> None:
     held = replica()
     held.land_alone([np.ones_like(a) for a in held.anchor])  # the backbone's anchor moved
     rig.checker.began(0, held.digest, held.anchor)
+    told: list[tuple[str, int]] = []
+    rig.checker.on_unreplayable = lambda peer, epoch: told.append((peer, epoch))
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "apart"
     assert "another outer state" in record.reason
+    assert told == [(rig.peer, 0)]
+    assert rig.checker.state_at(0) == held.digest
 
 
 def test_a_gradient_taken_before_its_round_began_makes_the_round_unreplayable() -> None:
@@ -663,7 +670,7 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
     greedy = await make_dpeer(keep_rounds=True)
     greedy.optimizer.claim = 2.0
 
-    async with replaying_backbone(backbone_peer) as (_, checker):
+    async with replaying_backbone(backbone_peer) as (backbone, checker):
         await settle([backbone_peer, honest, greedy])
         await honest.train(6, seed=1)
         await greedy.train(6, seed=2)
@@ -678,6 +685,27 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
         standings = checker.standings
         assert standings.supported(me, 0, 24, now=time.time()) == 24
         assert standings.supported(cheat, 0, 48, now=time.time()) == 0
+        # the honest trainer's record says its round began at the backbone's anchor: paid as
+        # a replayable round
+        [entry] = [item for item in honest.optimizer.landed.items() if item.epoch == 0]
+        anchor = checker.state_at(0)
+        assert entry.began is not None
+        assert anchor is not None
+        assert anchor.startswith(entry.began)
+        assert backbone.round_credit is not None
+        assert backbone.round_credit.supported(me, 0, 24, time.time(), entry.began) == 24
+        # had a check then found its receipt saying the round could not be replayed, its
+        # records and its receipt would disagree: it is accused and nothing more is paid
+        signed: list[tuple[str, str]] = []
+
+        def sign(peer: str, epoch: int, statistic: str, value: float, reason: str) -> None:
+            signed.append((peer, statistic))
+
+        backbone._sign = sign  # type: ignore[method-assign]
+        backbone.round_credit.unreplayable(me, 0)
+        backbone.accuse_records()
+        assert signed == [(me, "round_mislabeled")]
+        assert standings.of(me).caught
         # a member no replay judged yet is held however long
         assert standings.supported("stranger", 0, 24, now=time.time()) is None
         assert standings.supported("stranger", 0, 24, now=time.time() + 1e6) is None

@@ -176,10 +176,12 @@ class Standings:
             )
         return ""
 
-    def supported(self, peer: str, epoch: int, samples: int, now: float) -> int | None:
+    def supported(
+        self, peer: str, epoch: int, samples: int, now: float, began: str | None = None
+    ) -> int | None:
         """What to credit of ``peer``'s claim of ``samples`` for ``epoch``: a number of samples,
         or None while it waits for a check to pass (``now`` is not needed: no claim is paid for
-        having waited)."""
+        having waited; ``began`` is diloco's, ``core.training.diloco.checks.credit``)."""
         if self.rate == 0.0:
             return samples
         s = self.of(peer)

@@ -48,6 +48,7 @@ from core.averaging.sharing.digest import block_digests
 from core.net.errors import MalformedResponseError, NotFoundError
 from core.net.host.host import Host
 from core.net.wire.rpc import Method, Req, Resp
+from core.training.credit.book import CREDITED_KEPT
 from core.training.credit.checks.fingerprint import batch_digest, unpack_batch
 from core.training.credit.checks.standing import Standings
 from core.training.credit.checks.verdict import (
@@ -87,6 +88,8 @@ replay in every part of the model, since skipping samples or steps changes every
 touch."""
 STARTS = 3
 """Epochs whose anchors the backbone keeps to replay rounds from."""
+STATES = CREDITED_KEPT
+"""Epochs whose outer state's digest it keeps: what records claim a round began from."""
 CALL_TIMEOUT = 10.0
 SEALED_WAIT = 5.0
 """Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
@@ -123,13 +126,16 @@ class RoundChecker:
         user_of: Callable[[str], str | None] = lambda _: None,
         on_check: Callable[[CheckRecord], None] | None = None,
         on_backed: Callable[[str, int, int], None] = lambda *_: None,
+        on_unreplayable: Callable[[str, int], None] = lambda *_: None,
         budget: float = BUDGET,
         rng: random.Random | None = None,
     ) -> None:
         """``replica``: the checker's own, built like a member's (float32, no overlap, fresh
         moments), never the backbone's outer state; ``host``: the backbone's, which calls the
         members; ``on_backed``: told (member, epoch, samples) what the receipt of a round the
-        backbone did not take part in backs (0: none was kept), which bounds its claim."""
+        backbone did not take part in backs (0: none was kept), which bounds its claim;
+        ``on_unreplayable``: told (member, epoch) of a round found not replayable from the anchor
+        the backbone holds (``credit.RoundCredit.unreplayable``)."""
         if replica.overlap or not replica.fresh_moments:
             raise ValueError("a checker's replica replays rounds: no overlap, fresh moments")
         self.replica = replica
@@ -142,9 +148,12 @@ class RoundChecker:
         )
         self._rng = self.verdicts.rng
         self.on_backed = on_backed
+        self.on_unreplayable = on_unreplayable
         self._sent: OrderedDict[int, dict[str, float]] = OrderedDict()
         """Each landed round's senders with the samples they sent it with."""
         self._anchors: OrderedDict[int, Anchor] = OrderedDict()
+        self._states: OrderedDict[int, str] = OrderedDict()
+        """The outer state's digest at each epoch's start, kept as long as claims of it come."""
         self._replaying = asyncio.Lock()
         """One replay at a time: they share the replica."""
 
@@ -165,6 +174,14 @@ class RoundChecker:
         self._anchors[epoch] = Anchor(state, [np.array(a, np.float32, copy=True) for a in anchor])
         while len(self._anchors) > STARTS:
             self._anchors.popitem(last=False)
+        self._states.pop(epoch, None)
+        self._states[epoch] = state
+        while len(self._states) > STATES:
+            self._states.popitem(last=False)
+
+    def state_at(self, epoch: int) -> str | None:
+        """The outer state's digest when the round of ``epoch`` began here (None: not held)."""
+        return self._states.get(epoch)
 
     def sent(self, epoch: int, weights: Mapping[str, float]) -> None:
         """The round that began at ``epoch`` landed with these senders and weights."""
@@ -266,6 +283,7 @@ class RoundChecker:
         tally.claimed = round(sent) if sent is not None else receipt.samples
         tally.backed = receipt.samples
         if not receipt.replayable:  # its weight may carry earlier rounds' samples too
+            self.on_unreplayable(peer, epoch)
             raise Apart("the member's round cannot be replayed from the anchor (it says so)")
         if sent is None:  # of another group: what its receipt backs bounds its claim
             self.on_backed(peer, epoch, receipt.samples)
@@ -279,6 +297,7 @@ class RoundChecker:
         if anchor is None:
             raise NotFoundError(f"no anchor of epoch {epoch} is kept to replay from")
         if receipt.state != anchor.state:
+            self.on_unreplayable(peer, epoch)
             raise Apart(f"its round began from another outer state than epoch {epoch}'s")
         blocks = -(-anchor.size * 4 // work_block_bytes(anchor.size))
         if len(receipt.work) != blocks:
