@@ -6,7 +6,9 @@ replays a few, and credit follows what the replays support (``credit.checks.stan
   block digests) and the calls that fetch it, a batch and a block of work; their bounds.
 - ``ledger``    RoundLedger: a trainer's receipts of its last rounds, served to checkers.
 - ``checker``   RoundChecker: the backbone's draws, replays and verdicts, and their evidence.
-- ``credit``    RoundCredit: a claim cut to its round's weight, then what the replays support.
+- ``credit``    RoundCredit: a claim cut to its round's weight, then what the replays support,
+  then, for a round no replay can judge, the allowance.
+- ``allowance`` Allowance: what rounds no replay can judge may be paid, a share of those one can.
 """
 
 from core.training.diloco.checks.checker import RoundChecker
