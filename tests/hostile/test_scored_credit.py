@@ -132,9 +132,16 @@ async def test_records_above_the_rounds_weight_are_cut_to_it_and_accused(  # noq
     for liar in crowd:
         landed = liar.optimizer.landed
 
-        def inflated(epoch: int, samples: int, add=landed.add, key: int = id(liar)) -> None:
+        def inflated(
+            epoch: int,
+            samples: int,
+            began: str | None = None,
+            *,
+            add=landed.add,
+            key: int = id(liar),
+        ) -> None:
             landed_samples[key] = landed_samples.get(key, 0) + samples
-            add(epoch, round(samples * records))  # its records claim this many times them
+            add(epoch, round(samples * records), began)  # its records claim this many times them
 
         monkeypatch.setattr(landed, "add", inflated)
     backbone = DilocoBackbone(aux.optimizer, checkpoints=None, checkpoint_every=0)
