@@ -694,7 +694,8 @@ class DilocoOptimizer(TakingPart):
         """On the training thread, as the round ends: file its receipt with its work."""
         assert self.rounds_kept is not None
         d = self.diloco
-        self.rounds_kept.seal(d.round_work(), d.digest, self.epoch, self._carried.samples > 0)
+        carried = self._carried
+        self.rounds_kept.seal(d.round_work(), d.digest, self.epoch, carried.samples, carried.since)
 
     def fresh(self, batch: Any) -> bool:
         """Every batch is new: a replay takes each inner step's batch as it comes, and one met

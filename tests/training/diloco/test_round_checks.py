@@ -608,22 +608,60 @@ async def test_a_trainer_that_is_leaving_is_not_accused_of_refusing(rig: Rig) ->
     assert not rig.standings.of(rig.peer).caught
 
 
-async def test_a_round_that_carries_earlier_work_is_judged_neither_way(rig: Rig) -> None:
-    """A round sent with the work of one that found no group (or of before a restart) carries
-    samples its own steps do not hold: its weight is above its receipt's, and that accuses
-    nobody; it cannot be replayed, and its claims wait."""
-    member = Member()
+def carrying_round(rig: Rig, member: Member, since: int | None = 0) -> None:
+    """Round 0 honest and landed (as one that landed less than half of its work: its samples
+    carried), then round 1 sent with them, carried ``since`` that epoch."""
     rig.serve(member)
     rig.began()
+    delta = member.round(batches(STEPS, seed=3))
+    member.land(delta)
+    d = member.diloco
+    rig.checker.began(1, d.digest, d.anchor)
     member.begin()
     for batch in batches(STEPS):
         member.step(batch)
-    d = member.diloco
-    member.ledger.seal(d.round_work(), d.digest, d.epoch, carries=True)
-    rig.checker.sent(0, {rig.peer: 2 * 32.0 * STEPS})
-    record = await rig.checker.check(rig.peer, 0)
+    member.ledger.seal(d.round_work(), d.digest, d.epoch, 32 * STEPS, since)
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
+    rig.checker.sent(1, {rig.peer: 2 * 32.0 * STEPS})
+
+
+async def test_a_round_that_carries_the_round_befores_samples_is_replayed_with_it(
+    rig: Rig,
+) -> None:
+    """The round before landed less than half of its work, so its samples go out with this one:
+    its weight is its own samples and those, and the check replays both rounds."""
+    member = Member()
+    carrying_round(rig, member)
+    sealed = member.ledger.sealed(1)
+    assert sealed is not None
+    assert (sealed.receipt.replayable, sealed.receipt.carried) == (True, 32 * STEPS)
+    record = await rig.checker.check(rig.peer, 1)
+    assert record.verdict == "passed", record
+    assert record.sampled == 2 * STEPS  # both rounds' steps replayed
+    assert (record.claimed, record.backed) == (2 * 32 * STEPS, 2 * 32 * STEPS)
+
+
+async def test_a_round_carrying_older_work_is_judged_neither_way(rig: Rig) -> None:
+    """Samples carried from further back (rounds that found no group, before a restart) have no
+    receipt just before it: the round cannot be replayed, its weight above its receipt accuses
+    nobody, and its claim is paid from the allowance."""
+    member = Member()
+    carrying_round(rig, member, since=None)
+    record = await rig.checker.check(rig.peer, 1)
     assert record.verdict == "apart", record
     assert not rig.standings.of(rig.peer).caught
+
+
+async def test_samples_carried_beyond_the_round_befores_receipt_are_caught(rig: Rig) -> None:
+    member = Member()
+    carrying_round(rig, member)
+    sealed = member.ledger.sealed(1)
+    assert sealed is not None
+    member.forge(1, receipt=dataclasses.replace(sealed.receipt, carried=3 * 32 * STEPS))
+    rig.checker.sent(1, {rig.peer: 4 * 32.0 * STEPS})
+    record = await rig.checker.check(rig.peer, 1)
+    assert record.verdict == "caught", record
+    assert "whose receipt backs 256" in record.reason
 
 
 @asynccontextmanager

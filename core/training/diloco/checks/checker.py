@@ -16,7 +16,9 @@ every batch (each must match its digest) and ``SAMPLED_BLOCKS`` blocks of the me
 at random (each must match its digest in the receipt, which bound them before anything was
 drawn), all at once while the member keeps the round; then it replays the round on its own
 replica from the anchor of E (``replay``; one replay at a time) and judges the blocks against the
-replay at the member's precision (``replay.judge``). A member that no longer
+replay at the member's precision (``replay.judge``). A round that carries the samples of the
+round before (which landed less than half of its work) is checked with that round: its receipt
+must count them, and it is replayed too. A member that no longer
 keeps what it was asked for judges nothing (unreached), as one that cannot be reached.
 
 Verdicts, as the dedloc checks give them (``CheckRecord``): ``passed``; ``caught`` (the work is
@@ -250,6 +252,30 @@ class RoundChecker:
         return self._sent.get(epoch, {}).get(peer)
 
     async def _verify(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> None:
+        await self._verify_round(peer, epoch, receipt, tally)
+        if receipt.carried:
+            await self._verify_carried(peer, epoch, receipt, tally)
+
+    async def _verify_carried(
+        self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
+    ) -> None:
+        """The samples ``receipt`` carries from the round before, backed by that round's receipt
+        and its replay (a member could otherwise send and claim samples it never computed as
+        carried)."""
+        before = await self._receipt(peer, epoch - 1, tally)
+        if before.carried or before.samples < receipt.carried:
+            reason = (
+                f"its round of epoch {epoch} carries {receipt.carried} samples of the round "
+                f"before, whose receipt backs {before.samples - before.carried}"
+            )
+            raise Caught("round_unbacked", receipt.carried / max(1, before.samples), reason)
+        claimed = tally.claimed
+        await self._verify_round(peer, epoch - 1, before, tally)
+        tally.claimed, tally.backed = claimed, receipt.samples + receipt.carried
+
+    async def _verify_round(
+        self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
+    ) -> None:
         anchor = self._replayable(peer, epoch, receipt, tally)
         # everything is fetched at once, while the member still keeps the round; the replay may
         # wait behind others. The blocks were committed in the receipt: drawing them now shows
@@ -262,11 +288,11 @@ class RoundChecker:
             replayed = await self.bridge.run(replay, self.replica, start, batches, self.loss)
             spent = time.perf_counter() - began
         tally.compute += spent
-        tally.sampled = len(batches)
+        tally.sampled += len(batches)
         theirs = np.concatenate([values for _, values in blocks])
         ours = np.concatenate([replayed[at : at + values.size] for at, values in blocks])
         judged = judge(theirs, ours, receipt.precision)
-        tally.margin = judged.margin
+        tally.margin = max(tally.margin, judged.margin)
         if not judged.passed:
             raise Caught(
                 "round_replay",
@@ -280,18 +306,19 @@ class RoundChecker:
         sent = self._weight(peer, epoch)
         # a member of another group: the backbone saw no weight, and its records are bound by
         # its receipt (``on_backed``)
-        tally.claimed = round(sent) if sent is not None else receipt.samples
-        tally.backed = receipt.samples
+        backed = receipt.samples + receipt.carried  # what it carries is checked after
+        tally.claimed = round(sent) if sent is not None else backed
+        tally.backed = backed
         if not receipt.replayable:  # its weight may carry earlier rounds' samples too
             self.on_unreplayable(peer, epoch)
             raise Apart("the member's round cannot be replayed from the anchor (it says so)")
         if sent is None:  # of another group: what its receipt backs bounds its claim
-            self.on_backed(peer, epoch, receipt.samples)
-        if sent is not None and sent > receipt.samples + 0.5:
+            self.on_backed(peer, epoch, backed)
+        if sent is not None and sent > backed + 0.5:
             raise Caught(
                 "round_unbacked",
-                sent / max(1, receipt.samples),
-                f"sent its round with {sent:g} samples, its receipt backs {receipt.samples}",
+                sent / max(1, backed),
+                f"sent its round with {sent:g} samples, its receipt backs {backed}",
             )
         anchor = self._anchors.get(epoch)
         if anchor is None:

@@ -166,12 +166,19 @@ class RoundLedger:
             self._stale = True  # a round longer than a receipt holds: nobody can replay it
 
     def seal(
-        self, work: np.ndarray, state: str, epoch: int, carries: bool = False
+        self,
+        work: np.ndarray,
+        state: str,
+        epoch: int,
+        carried: int = 0,
+        since: int | None = None,
     ) -> RoundReceipt | None:
         """The open round ends with ``work`` (flat float32) while the outer state's digest is
-        ``state``, and goes out with the round of ``epoch`` (``carries``: with work measured in
-        earlier rounds, which no replay of this one gives): file its receipt under ``epoch``
-        (None when the round took no step or no start was given)."""
+        ``state``, and goes out with the round of ``epoch`` (``carried``: with samples of work
+        measured in earlier rounds, the oldest at ``since``): file its receipt under ``epoch``
+        (None when the round took no step or no start was given). Samples carried from the round
+        just before, whose own receipt is kept and replayable, leave this one replayable: a
+        checker replays both (``backs``); any others make it unreplayable."""
         start, steps, batches = self._start, self._steps, self._batches
         stale = self._stale
         self._start, self._steps, self._batches, self._stale = None, [], [], False
@@ -182,7 +189,7 @@ class RoundLedger:
             "it did not start at the anchor with fresh moments" if not start.from_anchor
             else "it took a step computed at other parameters" if stale
             else "the anchor moved during it" if state != start.state or epoch != start.epoch
-            else "it carries work of earlier rounds" if carries
+            else "it carries work of earlier rounds" if not self.backs(epoch, carried, since)
             else ""
         )  # fmt: skip
         if why:
@@ -197,6 +204,7 @@ class RoundLedger:
                 replayable=not why,
                 steps=steps,
                 work=block_digests([np.frombuffer(raw, np.uint8)], work_block_bytes(work.size)),
+                carried=carried,
             )
         except WireFormatError as exc:  # the round goes on; only its check cannot
             log.warning("the round of epoch %d has no receipt: %s", epoch, exc)
@@ -207,6 +215,21 @@ class RoundLedger:
         while len(self._sealed) > KEPT:
             self._sealed.popitem(last=False)
         return receipt
+
+    def backs(self, epoch: int, carried: int, since: int | None) -> bool:
+        """Whether the receipt of the round just before ``epoch``'s backs ``carried`` samples
+        computed from ``since`` on: all of them from that round, which began at the anchor,
+        carried nothing itself, and counted at least as many."""
+        if carried == 0:
+            return True
+        before = self._sealed.get(epoch - 1)
+        return (
+            since == epoch - 1
+            and before is not None
+            and before.receipt.replayable
+            and before.receipt.carried == 0
+            and before.receipt.samples >= carried
+        )
 
     def sealed(self, epoch: int) -> Sealed | None:
         return self._sealed.get(epoch)

@@ -86,6 +86,10 @@ class RoundReceipt(WireMessage):
     steps: list[StepEntry]
     work: list[bytes]
     """SHA-256 of every ``work_block_bytes`` of the round's work, float32 little-endian."""
+    carried: int = 0
+    """Samples of earlier rounds' work that go out with this round (not in its steps). In a
+    replayable round, all of them were computed in the round just before, whose own receipt
+    counts them (that round landed less than half of its work)."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.epoch < MAX_EPOCH, "an epoch is out of range")
@@ -102,6 +106,7 @@ class RoundReceipt(WireMessage):
         _check(len(self.steps) <= MAX_STEPS, f"a round has at most {MAX_STEPS} inner steps")
         _check(0 < len(self.work) <= MAX_BLOCKS, f"a round's work has 1 to {MAX_BLOCKS} blocks")
         _check(all(len(d) == DIGEST_BYTES for d in self.work), "a work block's digest is a SHA-256")
+        _check(0 <= self.carried < MAX_SAMPLES, "carried samples are out of range")
 
     @property
     def samples(self) -> int:
