@@ -652,6 +652,35 @@ async def test_a_round_carrying_older_work_is_judged_neither_way(rig: Rig) -> No
     assert not rig.standings.of(rig.peer).caught
 
 
+async def test_samples_carried_from_a_round_no_replay_judges_are_caught(rig: Rig) -> None:
+    """A member that files the round before as begun elsewhere (so that its check would judge
+    nothing) and carries its samples into an honest round: an honest ledger never carries them
+    so (the two anchors follow one another), so the check catches it."""
+    member = Member()
+    carrying_round(rig, member)
+    before = member.ledger.sealed(0)
+    assert before is not None
+    member.forge(0, receipt=dataclasses.replace(before.receipt, state="0" * 64))
+    record = await rig.checker.check(rig.peer, 1)
+    assert record.verdict == "caught", record
+    assert "no replay judges" in record.reason
+
+
+def test_a_round_after_a_download_does_not_carry_the_round_befores_samples_replayably() -> None:
+    """The anchor moved between the two rounds other than by the landing: a checker may hold
+    one of the two anchors and not the other, so the round is filed as not replayable."""
+    member = Member()
+    member.land(member.round(batches(STEPS, seed=3)))
+    d = member.diloco
+    d.moves += 1  # a download after the landing
+    member.begin()
+    for batch in batches(STEPS):
+        member.step(batch)
+    receipt = member.ledger.seal(d.round_work(), d.digest, d.epoch, 32 * STEPS, 0)
+    assert receipt is not None
+    assert not receipt.replayable
+
+
 async def test_samples_carried_beyond_the_round_befores_receipt_are_caught(rig: Rig) -> None:
     member = Member()
     carrying_round(rig, member)

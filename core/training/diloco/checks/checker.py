@@ -270,7 +270,18 @@ class RoundChecker:
             )
             raise Caught("round_unbacked", receipt.carried / max(1, before.samples), reason)
         claimed = tally.claimed
-        await self._verify_round(peer, epoch - 1, before, tally)
+        try:
+            await self._verify_round(peer, epoch - 1, before, tally)
+        except Apart as apart:
+            # an honest member files a round as carrying samples only of the round just before,
+            # begun at the anchor that led to this one's (``RoundLedger.backs``): this one began
+            # at the backbone's anchor, so that one did too
+            reason = (
+                f"its round of epoch {epoch} carries samples of a round no replay judges: {apart}"
+            )
+            raise Caught(
+                "round_unbacked", receipt.carried / max(1, before.samples), reason
+            ) from None
         tally.claimed, tally.backed = claimed, receipt.samples + receipt.carried
 
     async def _verify_round(

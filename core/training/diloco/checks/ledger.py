@@ -82,6 +82,8 @@ class Sealed:
     batches: list[Batch]
     work: bytes
     """The round's work, float32 little-endian."""
+    moves: int = -1
+    """``DilocoState.moves`` when the round began (-1: not known)."""
 
 
 class RoundLedger:
@@ -189,7 +191,7 @@ class RoundLedger:
             "it did not start at the anchor with fresh moments" if not start.from_anchor
             else "it took a step computed at other parameters" if stale
             else "the anchor moved during it" if state != start.state or epoch != start.epoch
-            else "it carries work of earlier rounds" if not self.backs(epoch, carried, since)
+            else "it carries work of earlier rounds" if not self.backs(start, epoch, carried, since)
             else ""
         )  # fmt: skip
         if why:
@@ -210,16 +212,18 @@ class RoundLedger:
             log.warning("the round of epoch %d has no receipt: %s", epoch, exc)
             return None
         self._sealed.pop(epoch, None)
-        self._sealed[epoch] = Sealed(receipt, batches, raw)
+        self._sealed[epoch] = Sealed(receipt, batches, raw, start.moves)
         self.linger.touch()
         while len(self._sealed) > KEPT:
             self._sealed.popitem(last=False)
         return receipt
 
-    def backs(self, epoch: int, carried: int, since: int | None) -> bool:
+    def backs(self, start: Start, epoch: int, carried: int, since: int | None) -> bool:
         """Whether the receipt of the round just before ``epoch``'s backs ``carried`` samples
         computed from ``since`` on: all of them from that round, which began at the anchor,
-        carried nothing itself, and counted at least as many."""
+        carried nothing itself, counted at least as many, and whose landing is the only move
+        between its start and ``start`` (no download: the two anchors follow one another, as the
+        backbone's do, so a check finds both or neither)."""
         if carried == 0:
             return True
         before = self._sealed.get(epoch - 1)
@@ -229,6 +233,8 @@ class RoundLedger:
             and before.receipt.replayable
             and before.receipt.carried == 0
             and before.receipt.samples >= carried
+            and before.moves >= 0
+            and start.moves == before.moves + 1
         )
 
     def sealed(self, epoch: int) -> Sealed | None:
