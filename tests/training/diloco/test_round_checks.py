@@ -652,6 +652,19 @@ async def test_a_round_carrying_older_work_is_judged_neither_way(rig: Rig) -> No
     assert not rig.standings.of(rig.peer).caught
 
 
+async def test_samples_carried_from_an_anchor_the_backbone_no_longer_keeps_judge_nothing(
+    rig: Rig,
+) -> None:
+    """Not the member's doing: judged neither way (an open check would hold its claims until it
+    expired, withdrawing what it was paid)."""
+    member = Member()
+    carrying_round(rig, member)
+    del rig.checker._anchors[0]
+    record = await rig.checker.check(rig.peer, 1)
+    assert record.verdict == "apart", record
+    assert not rig.standings.of(rig.peer).open
+
+
 async def test_samples_carried_from_a_round_no_replay_judges_are_caught(rig: Rig) -> None:
     """A member that files the round before as begun elsewhere (so that its check would judge
     nothing) and carries its samples into an honest round: an honest ledger never carries them

@@ -252,9 +252,9 @@ class RoundChecker:
         return self._sent.get(epoch, {}).get(peer)
 
     async def _verify(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> None:
-        await self._verify_round(peer, epoch, receipt, tally)
-        if receipt.carried:
+        if receipt.carried:  # the older anchor first: the backbone keeps its last few
             await self._verify_carried(peer, epoch, receipt, tally)
+        await self._verify_round(peer, epoch, receipt, tally)
 
     async def _verify_carried(
         self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
@@ -262,6 +262,10 @@ class RoundChecker:
         """The samples ``receipt`` carries from the round before, backed by that round's receipt
         and its replay (a member could otherwise send and claim samples it never computed as
         carried)."""
+        if epoch - 1 not in self._anchors:
+            # not the member's doing (the backbone joined or caught up since): judged neither way,
+            # where an open check would hold its claims until it expired
+            raise Apart(f"no anchor of epoch {epoch - 1} is kept to replay what it carries from")
         before = await self._receipt(peer, epoch - 1, tally)
         if before.carried or before.samples < receipt.carried:
             reason = (
@@ -269,7 +273,6 @@ class RoundChecker:
                 f"before, whose receipt backs {before.samples - before.carried}"
             )
             raise Caught("round_unbacked", receipt.carried / max(1, before.samples), reason)
-        claimed = tally.claimed
         try:
             await self._verify_round(peer, epoch - 1, before, tally)
         except Apart as apart:
@@ -282,7 +285,6 @@ class RoundChecker:
             raise Caught(
                 "round_unbacked", receipt.carried / max(1, before.samples), reason
             ) from None
-        tally.claimed, tally.backed = claimed, receipt.samples + receipt.carried
 
     async def _verify_round(
         self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
