@@ -96,6 +96,8 @@ class DilocoState:
         zero, and the anchor has not moved since: a checker can replay it from the anchor
         (``checks.replay``). A round after one that found no group goes on from where that one
         ended, and one whose anchor a download moved went on from another: neither can."""
+        self._idle_at_anchor = False
+        """The last round ended where it began, at the anchor, without a step."""
         self.moves = 0
         """Times ``theta`` was moved other than by an inner step (a landing, a download, a
         replay's start): which parameters a gradient was computed at, as a round receipt tells
@@ -172,6 +174,10 @@ class DilocoState:
             if self.overlap:
                 b[...] = theta
         self.last_round_steps, self.round_steps = self.round_steps, 0
+        # a round that took no step from the anchor leaves theta there: one that finds no group
+        # leaves the next round at the anchor still (as when a swarm forms: the first rounds end
+        # before a newcomer's first microbatch)
+        self._idle_at_anchor = self.at_anchor and self.last_round_steps == 0
         self.at_anchor = False  # until the landing puts theta back at the anchor
         if self.fresh_moments:
             self.state.reset_optimizer_state()
@@ -247,7 +253,7 @@ class DilocoState:
                 np.subtract(d, a, out=d)
                 np.add(d, _host_copy(p), out=d)
         self.residual = delta
-        self.at_anchor = False  # the next round goes on from this one's end
+        self.at_anchor = self._idle_at_anchor  # else the next round goes on from this one's end
 
     def forget_residual(self) -> None:
         """Drop what has not landed (a peer that misbehaves on purpose keeps none of its attack)."""

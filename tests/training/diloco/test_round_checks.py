@@ -407,6 +407,23 @@ async def test_a_round_nobody_can_replay_judges_nothing(rig: Rig) -> None:
     assert told == [(rig.peer, 0)]  # its claim of the round is paid from its allowance
 
 
+def test_a_round_after_one_that_found_no_group_and_took_no_step_is_replayable() -> None:
+    """As a swarm forms, a newcomer's first rounds may end before its first microbatch and find
+    no group: theta is still the anchor, and its next round can be replayed."""
+    member = Member()
+    d = member.diloco
+    member.begin()
+    d.missed(d.end_round(decay=False))
+    assert d.at_anchor
+    receipt = member.ledger.seal(d.round_work(), d.digest, d.epoch)
+    assert receipt is None  # no step: nothing filed
+    member.begin()
+    for batch in batches(STEPS):
+        member.step(batch)
+    d.missed(d.end_round(decay=False))  # with steps: the next round goes on from its end
+    assert not d.at_anchor
+
+
 async def test_a_round_from_another_anchor_judges_nothing(rig: Rig) -> None:
     member = Member()
     rig.serve(member)
