@@ -262,11 +262,11 @@ class RoundChecker:
         """The samples ``receipt`` carries from the round before, backed by that round's receipt
         and its replay (a member could otherwise send and claim samples it never computed as
         carried)."""
-        if epoch - 1 not in self._anchors:
-            # not the member's doing (the backbone joined or caught up since): judged neither way,
-            # where an open check would hold its claims until it expired
-            raise Apart(f"no anchor of epoch {epoch - 1} is kept to replay what it carries from")
         before = await self._receipt(peer, epoch - 1, tally)
+        if epoch - 1 not in self._anchors:  # looked up after the wait, with no wait after it
+            # not the member's doing (the backbone joined, caught up, or landed rounds since):
+            # judged neither way, where an open check would hold its claims until it expired
+            raise Apart(f"no anchor of epoch {epoch - 1} is kept to replay what it carries from")
         if before.carried or before.samples < receipt.carried:
             reason = (
                 f"its round of epoch {epoch} carries {receipt.carried} samples of the round "
@@ -319,7 +319,7 @@ class RoundChecker:
         sent = self._weight(peer, epoch)
         # a member of another group: the backbone saw no weight, and its records are bound by
         # its receipt (``on_backed``)
-        backed = receipt.samples + receipt.carried  # what it carries is checked after
+        backed = receipt.samples + receipt.carried  # what it carries: with the round before
         tally.claimed = round(sent) if sent is not None else backed
         tally.backed = backed
         if not receipt.replayable:  # its weight may carry earlier rounds' samples too
