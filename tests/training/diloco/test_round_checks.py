@@ -5,6 +5,7 @@ member the checker cannot reach, is judged neither way and its claims wait."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
@@ -301,6 +302,35 @@ async def test_a_member_of_another_group_with_no_receipt_backs_no_claim_of_the_r
     rig.checker.sent(0, {rig.peer: 32.0 * STEPS})
     assert (await rig.checker.check(rig.peer, 0)).verdict == "caught"
     assert backed == [(rig.peer, 0, 0)]  # what it sent is the authority there
+
+
+async def test_a_receipt_that_comes_after_its_anchor_was_dropped_judges_nothing(
+    rig: Rig,
+) -> None:
+    """A slow member of another group seals its round after the backbone landed the next three:
+    its anchor is no longer kept. Not the member's doing: judged neither way, with no open check
+    (which would expire and withdraw its pay) and no word that the round was unreplayable (its
+    records rightly said it was)."""
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    member.begin()
+    for batch in batches(STEPS):
+        member.step(batch)
+    told: list[tuple[str, int]] = []
+    rig.checker.on_unreplayable = lambda peer, epoch: told.append((peer, epoch))
+    check = asyncio.create_task(rig.checker.check(rig.peer, 0))
+    await asyncio.sleep(0.3)  # asked, and told it is not sealed yet
+    for epoch in (1, 2, 3):
+        rig.began(epoch)
+    assert 0 not in rig.checker._anchors
+    member.seal()
+    record = await check
+    assert record.verdict == "apart", record
+    assert "still kept" in record.reason
+    standing = rig.standings.of(rig.peer)
+    assert (standing.caught, standing.open, standing.unjudged) == (False, set(), 1)
+    assert told == []
 
 
 async def wait_for_records(rig: Rig, count: int) -> None:

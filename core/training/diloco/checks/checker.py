@@ -335,7 +335,10 @@ class RoundChecker:
             )
         anchor = self._anchors.get(epoch)
         if anchor is None:
-            raise NotFoundError(f"no anchor of epoch {epoch} is kept to replay from")
+            # the backbone landed rounds while the receipt came (a slow member of another group):
+            # not the member's doing, judged neither way, where an open check would expire and
+            # withdraw what it was paid; nor a round the member said was unreplayable
+            raise Apart(f"no anchor of epoch {epoch} was still kept when its receipt came")
         if receipt.state != anchor.state:
             self.on_unreplayable(peer, epoch)
             raise Apart(f"its round began from another outer state than epoch {epoch}'s")
