@@ -124,11 +124,25 @@ def poison(diloco: DilocoState, *, epoch: int, keep_name: bool) -> None:
         diloco.digest = diloco.anchor_digest()
 
 
-async def until(check: Callable[[], bool], seconds: float = 20.0) -> None:
+async def until(
+    check: Callable[[], bool], seconds: float = 20.0, said: Callable[[], str] = lambda: ""
+) -> None:
     deadline = time.monotonic() + seconds
     while not check():
-        assert time.monotonic() < deadline, "never happened"
+        assert time.monotonic() < deadline, f"never happened {said()}"
         await asyncio.sleep(0.1)
+
+
+def strikes_of(peer: DPeer, bad: set[str]) -> str:
+    """What ``peer`` counted against the ``bad`` peers it has not struck (a failure's story)."""
+    board = peer.optimizer.board
+    left = bad - board.strikes.struck
+    return (
+        f"not struck: {sorted(left)}; counting: {board.strikes._since}; "
+        f"banned: {sorted(left & set(peer.averager.bans.names()))}; "
+        f"confirmed: {board.last_confirmed}; records: "
+        f"{[(r.peer, r.epoch) for r in peer.optimizer.part.records]}"
+    )
 
 
 async def accusations(peer: DPeer, statistic: str) -> set[str]:
@@ -181,8 +195,13 @@ async def test_a_lone_donor_ahead_with_fresh_identities_hands_its_state_to_nobod
     assert all(p.optimizer.view().epoch == epoch + 5 for p in honest)
     bad = {str(attacker.averager.host.peer_id), *sybils.names}
     for peer in trainers:
-        await until(lambda peer=peer: bad <= peer.optimizer.board.strikes.struck)
-    await until(lambda: bad <= aux.optimizer.board.strikes.struck)
+        await until(
+            lambda peer=peer: bad <= peer.optimizer.board.strikes.struck,
+            said=lambda peer=peer: strikes_of(peer, bad),
+        )
+    await until(
+        lambda: bad <= aux.optimizer.board.strikes.struck, said=lambda: strikes_of(aux, bad)
+    )
     accused: set[str] = set()
     for _ in range(100):
         accused = await accusations(aux, UNCONFIRMED_EPOCH)

@@ -11,6 +11,7 @@ from core.dht import DHTNode
 from core.training.progress import LEFT, PeerProgress, ProgressBoard
 from core.training.progress.confirmed import (
     MAX_MEMBERS,
+    MISSED,
     NOTHING,
     Confirmation,
     Strikes,
@@ -132,6 +133,16 @@ def test_a_peer_that_falls_back_in_line_starts_over() -> None:
     assert strikes.read(confirmed, [record(X, 5)], now=1.0, away=False) == []
     assert strikes.read(confirmed, [record(X, 6)], now=2.0, away=False) == []
     assert strikes.read(confirmed, [record(X, 6)], now=3.0, away=False) == [X]
+    # a read that misses a record (a lookup that timed out) neither counts nor breaks the run
+    assert strikes.read(confirmed, [record(Y, 6)], now=4.0, away=False) == []
+    assert strikes.read(confirmed, [], now=5.0, away=False) == []
+    assert strikes.read(confirmed, [record(X, 5)], now=6.0, away=False) == []
+    assert strikes.read(confirmed, [record(Y, 6)], now=7.0, away=False) == [Y]
+    # ...for a while: a peer whose records stopped coming has left
+    assert strikes.read(confirmed, [record(C, 6)], now=8.0, away=False) == []
+    assert strikes.read(confirmed, [], now=8.0 + MISSED + 1.0, away=False) == []
+    assert strikes.read(confirmed, [record(C, 6)], now=10.0 + MISSED, away=False) == []
+    assert strikes.read(confirmed, [record(C, 6)], now=11.0 + MISSED, away=False) == [C]
     # where nothing anchors the epoch, nobody is struck
     nothing = by_records([])
     assert Strikes(limit=1, grace=0.0).read(nothing, [record(Y, 50)], now=0.0, away=True) == []

@@ -46,6 +46,9 @@ standing..."""
 GRACE = 30.0
 """...spanning at least this many seconds: an honest peer is one epoch ahead from its landing
 until the backbone's (or the members') confirmation of it, seconds later."""
+MISSED = 60.0
+"""Seconds a peer's count is kept while no read finds its record (a lookup that timed out under
+load returns fewer records than there are); after that it is taken to have left."""
 
 
 def member_tag(peer: str) -> str:
@@ -175,13 +178,15 @@ class Strikes:
     confirmed epoch for ``STRIKES`` reads in a row spanning ``GRACE`` seconds loses its standing
     (the owner leaves its records out and signs evidence). An honest peer is ahead only between
     its landing and the backbone's (seconds); while the backbone is away, the members of the last
-    confirmed round run ahead of its last word, and are not struck for it."""
+    confirmed round run ahead of its last word, and are not struck for it. A read that finds no
+    record of a peer neither counts nor breaks its run: only a record of it that is not ahead
+    does."""
 
     def __init__(self, limit: int = STRIKES, grace: float = GRACE) -> None:
         self.limit = limit
         self.grace = grace
-        self._since: dict[str, tuple[float, int]] = {}
-        """Peer -> (when it was first seen ahead, reads in a row since)."""
+        self._since: dict[str, tuple[float, int, float]] = {}
+        """Peer -> (when it was first seen ahead, reads in a row since, when last seen ahead)."""
         self.struck: set[str] = set()
         """Peers that lost their standing (for the life of this peer)."""
 
@@ -200,16 +205,22 @@ class Strikes:
             and r.epoch > confirmed.epoch
             and not (away and member_tag(r.peer) in confirmed.members)
         }
-        since = {}
+        read = {r.peer for r in records}
+        since = {
+            peer: counted
+            for peer, counted in self._since.items()
+            if peer not in read and now - counted[2] <= MISSED
+        }
         for peer in ahead:
-            first, reads = self._since.get(peer, (now, 0))
-            since[peer] = (first, reads + 1)
+            first, reads, _ = self._since.get(peer, (now, 0, now))
+            since[peer] = (first, reads + 1, now)
         self._since = since
         new = [
             p
-            for p, (first, reads) in since.items()
-            if reads >= self.limit and now - first >= self.grace and p not in self.struck
-        ]
+            for p, (first, reads, _) in since.items()
+            if p in ahead and reads >= self.limit and now - first >= self.grace
+            and p not in self.struck
+        ]  # fmt: skip
         self.struck.update(new)
         return sorted(new)
 
