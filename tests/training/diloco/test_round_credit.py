@@ -11,7 +11,7 @@ import pytest
 from core.training.credit.book import CreditBook
 from core.training.credit.checks.standing import Standings
 from core.training.credit.scores import WorkScores
-from core.training.diloco.checks.allowance import SHARE, Allowance
+from core.training.diloco.checks.allowance import RECENT, SHARE, Allowance
 from core.training.diloco.checks.credit import RoundCredit
 from core.training.progress.landed import BEGAN_CHARS, Landed
 
@@ -53,6 +53,26 @@ def test_what_the_allowance_pays(
 def test_an_allowance_is_a_share() -> None:
     with pytest.raises(ValueError, match="share in"):
         Allowance(1.5)
+    with pytest.raises(ValueError, match="at least 1 round"):
+        Allowance(recent=0)
+
+
+def test_an_allowance_holds_the_share_of_the_recent_rounds_only() -> None:
+    """A member honest for a thousand rounds that then fakes a streak labelled unreplayable is
+    paid for an eighth of its last ``RECENT`` rounds, not of all thousand; its later honest
+    rounds make room again, an eighth of each."""
+    allowance = Allowance()
+    for _ in range(1000):
+        allowance.judged("m", ROUND)
+    assert allowance.left("m") == pytest.approx(SHARE * RECENT * ROUND)
+    paid = 0
+    while allowance.take("m", ROUND):
+        paid += 1
+    assert paid == int(SHARE * RECENT) == 8
+    for _ in range(8):
+        allowance.judged("m", ROUND)
+    assert allowance.take("m", ROUND)
+    assert not allowance.take("m", ROUND)
 
 
 def credit(states: dict[int, str] | None = None) -> tuple[RoundCredit, Standings]:

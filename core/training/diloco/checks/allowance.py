@@ -11,34 +11,50 @@ paid for rounds a replay could judge. An honest member's unreplayable rounds (on
 twenty judged nothing in the swarms measured) fit in it; a member that labels every round it
 fakes so gains at most ``SHARE`` of what it computed. A claim over the allowance waits, whole,
 until the member's later rounds make room (or the credit book drops it with its old epochs).
+
+What a member has not spent does not pile up for ever: the allowance holds at most ``SHARE`` of
+its last ``RECENT`` replayable rounds. Otherwise a member honest for a thousand rounds could then
+fake a hundred and twenty-five in a row, each labelled unreplayable, and be paid for all of them.
+An honest member whose network drops ``RECENT / 8`` rounds in a row is still paid for them at once.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 SHARE = 0.125
 """What the rounds no replay can judge may be paid, as a share of the rounds one can."""
+RECENT = 64
+"""Replayable rounds whose share the allowance may hold at most, the last ones paid."""
 
 
 class Allowance:
-    def __init__(self, share: float = SHARE) -> None:
+    def __init__(self, share: float = SHARE, recent: int = RECENT) -> None:
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"the allowance is a share in [0, 1], got {share}")
+        if recent < 1:
+            raise ValueError(f"the allowance holds the share of at least 1 round, got {recent}")
         self.share = share
-        self._judged: dict[str, int] = {}
-        self._paid: dict[str, int] = {}
+        self.recent = recent
+        self._rounds: dict[str, deque[int]] = {}
+        """Per member: the samples paid for each of its last ``recent`` replayable rounds."""
+        self._left: dict[str, float] = {}
 
     def judged(self, peer: str, samples: int) -> None:
         """``peer`` was paid ``samples`` for a round a replay could judge."""
-        self._judged[peer] = self._judged.get(peer, 0) + samples
+        rounds = self._rounds.setdefault(peer, deque(maxlen=self.recent))
+        rounds.append(samples)
+        cap = self.share * sum(rounds)
+        self._left[peer] = min(cap, self._left.get(peer, 0.0) + self.share * samples)
 
     def take(self, peer: str, samples: int) -> bool:
         """Pay ``samples`` for a round no replay can judge, if the allowance holds them whole."""
-        paid = self._paid.get(peer, 0) + samples
-        if paid > self.share * self._judged.get(peer, 0):
+        left = self._left.get(peer, 0.0)
+        if samples > left:
             return False
-        self._paid[peer] = paid
+        self._left[peer] = left - samples
         return True
 
     def left(self, peer: str) -> float:
         """Samples the allowance still holds for ``peer``."""
-        return self.share * self._judged.get(peer, 0) - self._paid.get(peer, 0)
+        return self._left.get(peer, 0.0)
