@@ -119,6 +119,9 @@ class DilocoBackbone:
             self.checker.verdicts.user_of = self.books.user_of
             self.checker.on_backed = self.scores.backed
             self.checker.on_unreplayable = self.round_credit.unreplayable
+            # a backbone that missed a landing and downloaded the state holds the anchor its
+            # members' next round begins at: kept, that round is replayed and paid as one
+            optimizer.on_taken = self._anchor_taken
 
     def _checker(self, checks: RoundChecks) -> RoundChecker:
         opt = self.optimizer
@@ -213,6 +216,9 @@ class DilocoBackbone:
             others = sorted(landing.members - set(senders) - {me})
             self.checker.landed(landing.epoch, senders, others)
             self._tasks.spawn(f"anchor-{self.optimizer.epoch}", self._keep_anchor())
+
+    def _anchor_taken(self) -> None:
+        self._tasks.spawn(f"anchor-taken-{self.optimizer.epoch}", self._keep_anchor())
 
     async def _keep_anchor(self) -> None:
         """The anchor the next round starts from, copied on the training thread for its

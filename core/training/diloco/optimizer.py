@@ -189,7 +189,7 @@ class DilocoOptimizer(TakingPart):
             state_timeout=config.state_timeout,
             view=self.view,
             refresh=self._refresh,
-            moved=self._announce,
+            moved=self._taken,
             stopping=lambda: self._stopping,
         )
         """Catching up with the collaboration, and repair (``mend``)."""
@@ -216,6 +216,9 @@ class DilocoOptimizer(TakingPart):
         self.on_landed: Callable[[Landing], None] | None = None
         """Told of every round this peer averaged with a group, landed or not (the backbone's
         metrics and scores observe them)."""
+        self.on_taken: Callable[[], None] | None = None
+        """Told when the outer parameters moved by a download (a catch-up or a repair), once our
+        record says so (a backbone with round checks keeps the anchor it took)."""
         self._exchange: asyncio.Task[None] | None = None
         self._pending_reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
         """Landed rounds' reports until ``step`` hands them to the training loop."""
@@ -620,6 +623,11 @@ class DilocoOptimizer(TakingPart):
         """The outer parameters moved: our record and our state's announcement say so now."""
         await self._publish()
         await self.part.announce(self.epoch)
+
+    async def _taken(self) -> None:
+        await self._announce()
+        if self.on_taken is not None:
+            self.on_taken()
 
     async def _refresh(self) -> None:
         """Read the others' records, keeping for each peer the newest one seen: a read that

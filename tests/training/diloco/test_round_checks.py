@@ -838,6 +838,36 @@ async def test_the_backbone_replays_the_rounds_and_credit_follows_them(
         assert standings.supported("stranger", 0, 24, now=time.time() + 1e6) is None
 
 
+async def test_a_backbone_that_missed_a_landing_replays_from_the_anchor_it_downloads(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """The trainers land a round without the backbone; it catches up by downloading their state,
+    keeps that anchor, and replays their next round from it (without it, that round's claims
+    would all wait for the allowance, and none would be replayed)."""
+    from tests.support.leaks import wait_until
+
+    backbone_peer = await make_dpeer(role="backbone", start=False)
+    trainers = [await make_dpeer(keep_rounds=True) for _ in range(2)]
+    async with replaying_backbone(backbone_peer) as (_, checker):
+        await settle([backbone_peer, *trainers])
+        for seed, trainer in enumerate(trainers):
+            await trainer.train(6, seed=seed)
+        await end_rounds(trainers)  # the backbone misses this landing
+        assert [t.optimizer.epoch for t in trainers] == [1, 1]
+        assert backbone_peer.optimizer.epoch == 0
+        assert checker.state_at(1) is None
+        await backbone_peer.optimizer._refresh()
+        assert await backbone_peer.optimizer.mending.catch_up()
+        await wait_until(lambda: checker.state_at(1) is not None, timeout=30)
+        assert checker.state_at(1) == trainers[0].optimizer.diloco.digest
+        for seed, trainer in enumerate(trainers):
+            await trainer.train(6, seed=10 + seed)
+        await end_rounds([backbone_peer, *trainers])
+        assert [t.optimizer.epoch for t in trainers] == [2, 2]
+        await wait_until(lambda: len(checker.records) == 2, timeout=60)
+        assert [(r.epoch, r.verdict) for r in checker.records] == [(1, "passed")] * 2
+
+
 async def test_the_backbone_replays_the_members_of_every_group(
     make_dpeer: MakeDPeer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
