@@ -271,7 +271,15 @@ class Host:
         loop = asyncio.get_running_loop()
         start = loop.time()
         conn = await self._connect_within(target, timeout)
-        return await conn.call(method, request, timeout=max(1e-3, timeout - (loop.time() - start)))
+        try:
+            return await conn.call(
+                method, request, timeout=max(1e-3, timeout - (loop.time() - start))
+            )
+        except DeadlineExceededError:
+            # the connection knew only what dialing left of it: name the caller's deadline
+            raise DeadlineExceededError(
+                f"{method} on {conn.describe()} did not finish within {timeout:.3g} s"
+            ) from None
 
     @asynccontextmanager
     async def open_stream(

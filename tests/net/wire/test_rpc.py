@@ -96,6 +96,29 @@ async def test_deadline_fails_the_caller_and_cancels_the_handler(make_host: Make
     await asyncio.wait_for(handler_cancelled.wait(), HANG_GUARD)
 
 
+async def test_a_deadline_missed_after_a_slow_dial_names_the_callers_deadline(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dialing takes part of the deadline (a busy machine, a far peer): the call gets what is
+    left, and the error still names the deadline the caller set."""
+    server, client = await make_host(), await make_host()
+    await client.connect(server.addresses[0])
+
+    async def never(ctx: CallContext, request: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    server.router.add_raw("test.never", never)
+    connect = client.connect
+
+    async def slow_connect(target: Any) -> Any:
+        await asyncio.sleep(0.1)
+        return await connect(target)
+
+    monkeypatch.setattr(client, "connect", slow_connect)
+    with pytest.raises(DeadlineExceededError, match=r"did not finish within 0\.3 s"):
+        await client.call_raw(server.peer_id, "test.never", None, timeout=0.3)
+
+
 async def test_cancelling_the_caller_cancels_the_remote_handler(make_host: MakeHost) -> None:
     server, client = await make_host(), await make_host()
     started, cancelled = asyncio.Event(), asyncio.Event()
