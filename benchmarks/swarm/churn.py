@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,8 @@ class Trainer:
     waiting_since: float | None = None
     first_epoch_after: float | None = None
     how_stopped: str | None = None
+    stopped_at: float | None = None
+    """When it was told to stop (seconds into the run)."""
 
 
 class Swarm:
@@ -191,6 +194,7 @@ class Swarm:
 
     async def stop_trainer(self, trainer: Trainer, how: str) -> None:
         trainer.how_stopped = how
+        trainer.stopped_at = self.now()
         if how == "SIGKILL":
             with contextlib.suppress(ProcessLookupError):
                 trainer.child.proc.send_signal(signal.SIGKILL)
@@ -296,9 +300,9 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
     )
     rollbacks = []
     for t in swarm.trainers:
-        before = [epoch for at, epoch in reported if at < t.started]
-        if t.epochs and before and t.epochs[0].epoch <= max(before):
-            rollbacks.append((t.name, t.epochs[0].epoch, max(before)))
+        earlier = [epoch for at, epoch in reported if at < t.started]
+        if t.epochs and earlier and t.epochs[0].epoch <= max(earlier):
+            rollbacks.append((t.name, t.epochs[0].epoch, max(earlier)))
     # epochs nobody reported: a trainer stopped or killed between its step and its report leaves
     # none (the collaboration stepped: epochs only ever grow by a step); reported, not judged
     finished = sorted({e for _, e in reported} | {m.epoch for _, m in swarm.metrics})
@@ -333,6 +337,8 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
         "epochs": [finished[0], finished[-1]] if finished else None,
         "epochs_unreported": missing,
         "credit": credit,
+        # what checks that found their trainer killed held (``held_by_a_check_it_missed``)
+        "credit_held_by_missed_checks": sum(c["held"] for c in credit.values()),
         "credited_from_rounds": sum(1 for line in _metrics_lines(swarm) if line.get("late")),
         "accusations": accusations[:20],
         "rollbacks": rollbacks,
@@ -380,24 +386,84 @@ def _metrics_lines(swarm: Swarm) -> list[dict[str, Any]]:
 
 def credit_by_trainer(swarm: Swarm) -> dict[str, dict[str, Any]]:
     """Per trainer: the samples of the epochs it printed as stepped in, and what the backbone's
-    metrics credited its peer (late credit included). Exact for a trainer that stopped on
-    SIGTERM or ran to the end; a SIGKILLed one may have landed an epoch it never printed, which the
-    backbone still credits (from its records or its round's weights): up to one epoch over."""
-    credited: dict[str, int] = {}
+    metrics credited its peer (late credit added, withdrawn credit taken off). Exact for a trainer
+    that stopped on SIGTERM or ran to the end. A SIGKILLed one may have landed an epoch it never
+    printed, which the backbone still credits (from its records or its round's weights): up to one
+    epoch over. It may also be credited less by what a check drawn of its work held because the
+    check found it gone (``held``, ``held_by_a_check_it_missed``): that is the rule, reported and
+    not counted inexact. An inexact trainer's entry says why, epoch by epoch."""
+    credited: dict[str, dict[int, int]] = {}
     for line in _metrics_lines(swarm):
+        sign = -1 if line.get("withdrawn") else 1
         for peer, samples in (line.get("contributions") or {}).items():
-            credited[peer] = credited.get(peer, 0) + int(samples)
-    found = {}
+            by_epoch = credited.setdefault(peer, {})
+            epoch = int(line.get("epoch", -1))
+            by_epoch[epoch] = by_epoch.get(epoch, 0) + sign * int(samples)
+    checks = MetricsLog(swarm.work / "backbone" / CHECKS_LOG).records()
+    found: dict[str, dict[str, Any]] = {}
     for t in swarm.trainers:
         if t.peer is None:
             continue
         processed = sum(e.samples for e in t.epochs)
-        got = credited.get(t.peer, 0)
+        mine = credited.get(t.peer, {})
+        got = sum(mine.values())
         largest = max((e.samples for e in t.epochs), default=0)
         unseen = t.how_stopped == "SIGKILL" and 0 < got - processed <= max(largest, swarm.target)
-        found[t.name] = {"stepped": processed, "credited": got, "how_stopped": t.how_stopped,
-                         "exact": got == processed or unseen}  # fmt: skip
+        held = held_by_a_check_it_missed(
+            swarm, t, mine, [r for r in checks if r.get("peer") == t.peer]
+        )
+        exact = got == processed or unseen or (held > 0 and got == processed - held)
+        found[t.name] = {"stepped": processed, "credited": got, "held": held,
+                         "how_stopped": t.how_stopped, "exact": exact}  # fmt: skip
+        if not exact:
+            found[t.name]["why"] = _credit_story(swarm, t, mine)
     return found
+
+
+def held_by_a_check_it_missed(
+    swarm: Swarm, trainer: Trainer, credited: Mapping[int, int], checks: list[dict[str, Any]]
+) -> int:
+    """Samples of a SIGKILLed trainer's epochs left unpaid because a check drawn of its work came
+    after it was killed: a check that cannot reach its peer holds the peer's claims since the last
+    check it passed, and voids them when it expires (``core.training.credit.checks.standing``),
+    since a cheat could hide from the checks of its faked epochs the same way. What a volunteer
+    whose computer goes off in the seconds of a drawn check loses. 0 unless every epoch credited
+    short comes after the last check of the trainer that passed, and a check of an epoch it stepped
+    found it unreachable once it was killed (``checks``: the backbone's records of its checks)."""
+    if trainer.how_stopped != "SIGKILL" or trainer.stopped_at is None:
+        return 0
+    stepped = {e.epoch: e.samples for e in trainer.epochs}
+    short = {e: n - credited.get(e, 0) for e, n in stepped.items() if credited.get(e, 0) < n}
+    passed = max((int(r["epoch"]) for r in checks if r["verdict"] == "passed"), default=-1)
+    missed = any(
+        r["verdict"] == "unreached"
+        and r["epoch"] in stepped
+        and r["time"] - swarm.started_wall >= trainer.stopped_at
+        for r in checks
+    )
+    if not short or not missed or min(short) <= passed:
+        return 0
+    return sum(short.values())
+
+
+def _credit_story(swarm: Swarm, trainer: Trainer, credited: dict[int, int]) -> dict[str, Any]:
+    """What the backbone saw of ``trainer``'s credit: for a failure read in CI."""
+    assert trainer.peer is not None
+    checks = [
+        [round(r["time"] - swarm.started_wall, 1), r["epoch"], r["verdict"], r["reason"][:120]]
+        for r in MetricsLog(swarm.work / "backbone" / CHECKS_LOG).records()
+        if r.get("peer") == trainer.peer
+    ]
+    log = swarm.work / "backbone.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    short = trainer.peer[:12]
+    return {
+        "stepped_by_epoch": {e.epoch: e.samples for e in trainer.epochs},
+        "stepped_at_s": [round(at, 1) for at in trainer.epoch_at],
+        "credited_by_epoch": dict(sorted(credited.items())),
+        "checks": checks,
+        "backbone_log": [line.strip()[-200:] for line in text.splitlines() if short in line][-12:],
+    }
 
 
 def samples_per_second(swarm: Swarm, since: float) -> float:

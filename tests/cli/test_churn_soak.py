@@ -105,3 +105,48 @@ def test_the_memory_is_judged_apart_from_the_backbones_one_time_steps(
         log.write_record({"time": swarm.started_wall + 5.0, "seconds": 0.5, "compute": 0.0})
     kept = [at for at, _ in settled_memory(swarm)]
     assert (kept[0], kept[-1]) == judged
+
+
+@pytest.mark.parametrize(
+    ("how", "credited", "checks", "held"),
+    [
+        # the last epoch's check found it killed, the one before passed: that epoch is held
+        ("SIGKILL", {3: 256}, [(3, "passed", 104.0), (4, "unreached", 111.0)], 256),
+        # a newcomer killed before its first check passed: both epochs held
+        ("SIGKILL", {}, [(3, "unreached", 111.0)], 512),
+        # the check failed to reach it before it was killed: not the rule, inexact
+        ("SIGKILL", {3: 256}, [(3, "passed", 104.0), (4, "unreached", 108.0)], 0),
+        # an epoch short at or before the last passed check: not the rule
+        ("SIGKILL", {4: 256}, [(4, "passed", 112.0), (4, "unreached", 111.0)], 0),
+        # no check of it came after the kill: nothing explains the shortfall
+        ("SIGKILL", {3: 256}, [(3, "passed", 104.0)], 0),
+        # a check of an epoch it never stepped
+        ("SIGKILL", {3: 256}, [(3, "passed", 104.0), (7, "unreached", 111.0)], 0),
+        # stopped on SIGTERM, it lingers to answer its checks: nothing is held by this rule
+        ("SIGTERM", {3: 256}, [(3, "passed", 104.0), (4, "unreached", 111.0)], 0),
+        # paid in full: nothing held
+        ("SIGKILL", {3: 256, 4: 256}, [(3, "passed", 104.0), (4, "unreached", 111.0)], 0),
+    ],
+)
+def test_credit_held_by_a_check_that_found_its_trainer_killed_is_told_apart(
+    tmp_path: Path,
+    how: str,
+    credited: dict[int, int],
+    checks: list[tuple[int, str, float]],
+    held: int,
+) -> None:
+    """A trainer that stepped epochs 3 and 4 (256 samples each) and was stopped at 109.7 s."""
+    from typing import Any, cast
+
+    from benchmarks.swarm.churn import Swarm, Trainer, held_by_a_check_it_missed
+    from core.worker.events import PeerEpoch
+
+    swarm = Swarm("", tmp_path, 256, tmp_path / "manifest.toml")
+    trainer = Trainer("p6", cast(Any, None), 85.0, peer="12D3KooWp6", how_stopped=how)
+    trainer.epochs = [PeerEpoch(e, 256, 1, True, "", 1.0, 256.0) for e in (3, 4)]
+    trainer.stopped_at = 109.7
+    records = [
+        {"time": swarm.started_wall + at, "epoch": epoch, "peer": "12D3KooWp6", "verdict": verdict}
+        for epoch, verdict, at in checks
+    ]
+    assert held_by_a_check_it_missed(swarm, trainer, credited, records) == held
