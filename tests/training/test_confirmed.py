@@ -7,6 +7,7 @@ from typing import cast
 
 import pytest
 
+from core.config.roles import BACKBONE
 from core.dht import DHTNode
 from core.training.progress import LEFT, PeerProgress, ProgressBoard
 from core.training.progress.confirmed import (
@@ -78,6 +79,34 @@ def test_a_project_without_a_confirming_key_follows_half_of_the_records(
     records.append(record("gone", 99, role=LEFT))
     found = by_records(records)
     assert (found.epoch, found.by) == (confirmed, "records" if epochs else "nobody")
+
+
+def moved(peer: str, epoch: int, role: str = "trainer") -> PeerProgress:
+    """A record of a peer whose state the collaboration moved (it finished an epoch)."""
+    return PeerProgress(peer, epoch, 10, 1.0, 2.0, role, last_epoch=epoch - 1)
+
+
+@pytest.mark.parametrize(
+    ("records", "confirmed"),
+    [
+        # a lone backbone after a spell with no trainer, and two newcomers at their initial
+        # weights started together: the backbone's epoch, not the newcomers'
+        ([record("bb", 7, role=BACKBONE), record("n1", 0), record("n2", 0)], 7),
+        # so with trainers that finished an epoch there
+        ([moved("t1", 7), record("n1", 0), record("n2", 0), record("n3", 0)], 7),
+        # among the peers whose state moved, half of them still decide
+        ([moved("t1", 9), moved("t2", 5), moved("t3", 5), record("n1", 0)], 5),
+        ([record("bb", 7, role=BACKBONE), moved("t1", 8), moved("t2", 8), record("n1", 0)], 8),
+        # nobody has moved yet (a new collaboration): everyone counts
+        ([record("n1", 0), record("n2", 0), record("n3", 2)], 0),
+        # a backbone that left counts no more than any record of a peer that left
+        ([record("bb", 7, role=LEFT), record("n1", 0), record("n2", 0)], 0),
+    ],
+)
+def test_newcomers_at_their_initial_weights_do_not_outvote_those_whose_state_moved(
+    records: list[PeerProgress], confirmed: int
+) -> None:
+    assert by_records(records).epoch == confirmed
 
 
 def test_a_confirmation_travels_and_bad_ones_are_refused() -> None:

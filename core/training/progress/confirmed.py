@@ -19,7 +19,8 @@ is never taken back. Records announcing epochs beyond what is confirmed move not
 ignores them); ``Strikes`` counts a peer that keeps announcing them.
 
 A project that names no confirming key has no root to anchor on: its epoch is the highest that at
-least half of the fresh records reach (``by_records``), as strong as the count of identities.
+least half of the fresh records of peers whose state moved reach (``by_records``), as strong as
+the count of identities.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.config.roles import BACKBONE
 from core.training.progress.record import LEFT, MAX_DIGEST, PeerProgress
 from core.util.errors import WireFormatError
 
@@ -166,8 +168,15 @@ def confirm(latest: Confirmation | None, records: Iterable[PeerProgress]) -> Con
 
 def by_records(records: Sequence[PeerProgress]) -> Confirmed:
     """A project without a confirming key: the highest epoch at least half of the fresh records
-    (of peers still taking part) are at or past."""
-    epochs = sorted((r.epoch for r in records if r.role != LEFT), reverse=True)
+    (of peers still taking part) are at or past. Only records of peers whose state the
+    collaboration moved count while there are any: a backbone's, or a trainer's that finished an
+    epoch. A newcomer at its initial weights knows nothing of where the collaboration stands:
+    two that start together beside a lone backbone (after a spell with no trainer) would otherwise
+    outvote it and train from scratch. (Any stranger can write either kind of record: without a
+    confirming key this rule is as strong as the count of identities, as before.)"""
+    taking_part = [r for r in records if r.role != LEFT]
+    moved = [r for r in taking_part if r.role == BACKBONE or r.last_epoch >= 0]
+    epochs = sorted((r.epoch for r in moved or taking_part), reverse=True)
     if not epochs:
         return NOTHING
     return Confirmed(epochs[(len(epochs) - 1) // 2], by="records")
