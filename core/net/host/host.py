@@ -271,15 +271,9 @@ class Host:
         loop = asyncio.get_running_loop()
         start = loop.time()
         conn = await self._connect_within(target, timeout)
-        try:
-            return await conn.call(
-                method, request, timeout=max(1e-3, timeout - (loop.time() - start))
-            )
-        except DeadlineExceededError:
-            # the connection knew only what dialing left of it: name the caller's deadline
-            raise DeadlineExceededError(
-                f"{method} on {conn.describe()} did not finish within {timeout:.3g} s"
-            ) from None
+        # the connection gets what dialing left of the deadline, and names the caller's
+        remaining = max(1e-3, timeout - (loop.time() - start))
+        return await conn.call(method, request, timeout=remaining, deadline=timeout)
 
     @asynccontextmanager
     async def open_stream(
@@ -296,7 +290,9 @@ class Host:
         start = loop.time()
         conn = await self._connect_within(target, timeout)
         remaining = max(1e-3, timeout - (loop.time() - start))
-        stream = conn.open_stream(method.name, request.to_wire(), timeout=remaining)
+        stream = conn.open_stream(
+            method.name, request.to_wire(), timeout=remaining, deadline=timeout
+        )
         try:
             yield StreamCall(stream, method)
         finally:

@@ -95,28 +95,41 @@ class OutgoingCalls:
         return call_id
 
     def _register(
-        self, call_id: int, method: str, timeout: float, stream: CallStream | None
+        self,
+        call_id: int,
+        method: str,
+        timeout: float,
+        stream: CallStream | None,
+        deadline: float | None,
     ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future = stream.result_future if stream is not None else loop.create_future()
-        timer = loop.call_later(timeout, self._on_deadline, call_id, timeout)
+        named = timeout if deadline is None else deadline
+        timer = loop.call_later(timeout, self._on_deadline, call_id, named)
         self._calls[call_id] = _Outgoing(method, future, stream, timer)
         self.link.calls_changed()
         return future
 
-    async def call(self, method: str, request: Any, timeout: float) -> Any:
+    async def call(
+        self, method: str, request: Any, timeout: float, deadline: float | None = None
+    ) -> Any:
+        """``deadline``: the caller's whole deadline, which the error names when ``timeout``
+        passes (what dialing left of it is ``timeout``); None: ``timeout``."""
         call_id = self._open(method, request, timeout, streaming=False)
-        future = self._register(call_id, method, timeout, None)
+        future = self._register(call_id, method, timeout, None, deadline)
         try:
             return await future
         except asyncio.CancelledError:
             self.abandon(call_id, CallCancelledError("cancelled by the caller"))
             raise
 
-    def open_stream(self, method: str, request: Any, timeout: float) -> CallStream:
+    def open_stream(
+        self, method: str, request: Any, timeout: float, deadline: float | None = None
+    ) -> CallStream:
+        """As ``call``, streaming."""
         call_id = self._open(method, request, timeout, streaming=True)
         stream = CallStream(self, call_id, send_window=self.link.peer_window)
-        self._register(call_id, method, timeout, stream)
+        self._register(call_id, method, timeout, stream, deadline)
         return stream
 
     def on_reply(self, frame: Frame) -> None:

@@ -204,13 +204,30 @@ class Connection(asyncio.BufferedProtocol):
 
     # ---- calls ------------------------------------------------------------------------------------
 
-    async def call(self, method: str, request: Any, *, timeout: float | None = None) -> Any:
-        """Call ``method`` on the peer with a msgpack-able request; return its raw response."""
-        return await self.outgoing.call(method, request, timeout or self.config.call_timeout)
+    async def call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+    ) -> Any:
+        """Call ``method`` on the peer with a msgpack-able request; return its raw response
+        (``deadline``: the caller's, named when ``timeout`` passes; ``calls_out``)."""
+        timeout = timeout or self.config.call_timeout
+        return await self.outgoing.call(method, request, timeout, deadline)
 
-    def open_stream(self, method: str, request: Any, *, timeout: float | None = None) -> CallStream:
+    def open_stream(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+    ) -> CallStream:
         """Open a streaming call; the returned stream also gives the final ``result()``."""
-        return self.outgoing.open_stream(method, request, timeout or self.config.call_timeout)
+        timeout = timeout or self.config.call_timeout
+        return self.outgoing.open_stream(method, request, timeout, deadline)
 
     async def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time to the peer in seconds."""

@@ -11,7 +11,7 @@ import torch
 
 from core.net import CallContext, EndOfStream, NetConfig, Stream, StreamMethod
 from core.net.config import MiB
-from core.net.errors import StreamClosedError
+from core.net.errors import DeadlineExceededError, StreamClosedError
 from core.net.wire.stream import StreamUsageError
 from core.util.wire import WireMessage
 from tests.conftest import MakeHost
@@ -226,3 +226,28 @@ async def test_unary_and_stream_methods_are_not_confused(make_host: MakeHost) ->
     conn = await client.connect(server.addresses[0])
     with pytest.raises(InvalidRequestError, match="is a unary method"):
         await conn.open_stream("test.unary", None).result()
+
+
+async def test_a_stream_whose_deadline_passes_after_a_slow_dial_names_the_callers_deadline(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a unary call (``test_rpc``): dialing takes part of the deadline, the stream gets what is
+    left, and the error names the deadline the caller set."""
+    server, client = await make_host(), await make_host()
+    await client.connect(server.addresses[0])
+
+    async def never(ctx: CallContext, request: Upload, stream: Stream) -> Received:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    server.router.add_stream(UPLOAD, never)
+    connect = client.connect
+
+    async def slow_connect(target: Any) -> Any:
+        await asyncio.sleep(0.1)
+        return await connect(target)
+
+    monkeypatch.setattr(client, "connect", slow_connect)
+    async with client.open_stream(server.peer_id, UPLOAD, Upload(1), timeout=0.3) as call:
+        with pytest.raises(DeadlineExceededError, match=r"did not finish within 0\.3 s"):
+            await call.result()
