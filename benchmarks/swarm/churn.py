@@ -409,14 +409,13 @@ def credit_by_trainer(swarm: Swarm) -> dict[str, dict[str, Any]]:
         got = sum(mine.values())
         largest = max((e.samples for e in t.epochs), default=0)
         unseen = t.how_stopped == "SIGKILL" and 0 < got - processed <= max(largest, swarm.target)
-        held = held_by_a_check_it_missed(
-            swarm, t, mine, [r for r in checks if r.get("peer") == t.peer]
-        )
+        theirs = [r for r in checks if r.get("peer") == t.peer]
+        held = held_by_a_check_it_missed(swarm, t, mine, theirs)
         exact = got == processed or unseen or (held > 0 and got == processed - held)
         found[t.name] = {"stepped": processed, "credited": got, "held": held,
                          "how_stopped": t.how_stopped, "exact": exact}  # fmt: skip
         if not exact:
-            found[t.name]["why"] = _credit_story(swarm, t, mine)
+            found[t.name]["why"] = _credit_story(swarm, t, mine, theirs)
     return found
 
 
@@ -446,14 +445,12 @@ def held_by_a_check_it_missed(
     return sum(short.values())
 
 
-def _credit_story(swarm: Swarm, trainer: Trainer, credited: dict[int, int]) -> dict[str, Any]:
-    """What the backbone saw of ``trainer``'s credit: for a failure read in CI."""
+def _credit_story(
+    swarm: Swarm, trainer: Trainer, credited: dict[int, int], checks: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What the backbone saw of ``trainer``'s credit (``checks``: its check records): for a
+    failure read in CI."""
     assert trainer.peer is not None
-    checks = [
-        [round(r["time"] - swarm.started_wall, 1), r["epoch"], r["verdict"], r["reason"][:120]]
-        for r in MetricsLog(swarm.work / "backbone" / CHECKS_LOG).records()
-        if r.get("peer") == trainer.peer
-    ]
     log = swarm.work / "backbone.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     short = trainer.peer[:12]
@@ -461,7 +458,10 @@ def _credit_story(swarm: Swarm, trainer: Trainer, credited: dict[int, int]) -> d
         "stepped_by_epoch": {e.epoch: e.samples for e in trainer.epochs},
         "stepped_at_s": [round(at, 1) for at in trainer.epoch_at],
         "credited_by_epoch": dict(sorted(credited.items())),
-        "checks": checks,
+        "checks": [
+            [round(r["time"] - swarm.started_wall, 1), r["epoch"], r["verdict"], r["reason"][:120]]
+            for r in checks
+        ],
         "backbone_log": [line.strip()[-200:] for line in text.splitlines() if short in line][-12:],
     }
 
