@@ -117,8 +117,8 @@ class Diloco:
 
 
 def replays_rounds(manifest: Manifest) -> bool:
-    """The backbone replays trainers' rounds (``training.work_checks`` above 0, without overlap):
-    trainers then start each round's inner moments afresh and keep round receipts."""
+    """The backbone replays trainers' rounds (``training.work_checks`` above 0): trainers then
+    start each round at the anchor with fresh inner moments and keep round receipts."""
     return active_modes().parse(manifest.training.mode).checks_work(manifest.training)
 
 

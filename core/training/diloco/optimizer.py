@@ -120,7 +120,8 @@ class DilocoConfig:
     then loses at most the work since: the rounds' own, not what waits in the residual)."""
     keep_rounds: bool = False
     """A trainer keeps receipts of its last rounds and serves them to checkers
-    (``checks.RoundLedger``; the state must then start every round afresh, without overlap)."""
+    (``checks.RoundLedger``; the state must then start every round afresh:
+    ``DilocoState(fresh_moments=True)``)."""
     steps_per_round: float | None = None
     """The collaboration's inner steps per round, where rounds are ended by their count rather
     than the clock (``end_round`` called after so many steps: a benchmark's, a test's); None:
@@ -411,6 +412,9 @@ class DilocoOptimizer(TakingPart):
             if self.rounds_kept is not None:  # filed before its exchange: before any draw
                 await read(self._seal_round)
             delta = await read(lambda: self.diloco.end_round(decay=computed > 0))
+            if self.diloco.anchored:  # the next round starts where every peer stands
+                await self.bridge.run(self.diloco.restart_at_anchor)
+                self._moved()
             if self.tamper is not None:
                 await read(self.tamper, [torch.from_numpy(d) for d in delta])
             if computed:
@@ -530,6 +534,7 @@ class DilocoOptimizer(TakingPart):
                     return False, "no group formed", 0
                 await self.bridge.run(diloco.land_alone, delta, per_round)
                 self.state.epoch = epoch + 1
+                self._moved()
                 self.mending.mark()
                 return True, "no group: this peer's own pseudo-gradient", 1
             if result.averaged_elements == 0 or result.group_weight <= 0:
@@ -547,6 +552,7 @@ class DilocoOptimizer(TakingPart):
             missing = result.missing
             await self.bridge.run(lambda: diloco.land(delta, left, missing, per_round))
             self.state.epoch = epoch + 1
+            self._moved()
             self.mending.mark()
             return True, result.summary(), len(result.members)
 
@@ -689,6 +695,12 @@ class DilocoOptimizer(TakingPart):
     def _round_start(self) -> Start:
         d = self.diloco
         return Start(self.epoch, d.digest, d.schedule, d.per_round, d.at_anchor, d.moves)
+
+    def _moved(self) -> None:
+        """Under the lock: the parameters moved as a replay moves them too (a landing; with
+        overlap, a round's start at the anchor): the receipts note where."""
+        if self.rounds_kept is not None:
+            self.rounds_kept.moved(self._round_start())
 
     def _began(self, epoch: int) -> str | None:
         """Where the round of ``epoch`` began, for the records, if a checker can replay it (what

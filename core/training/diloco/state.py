@@ -5,8 +5,8 @@ Float32 vectors the size of the model live in host memory, each 4 bytes a parame
 
 - ``anchor``: the outer parameters, where every peer of the last round stands;
 - the outer momentum (none without momentum, ``topk``'s rule);
-- with ``overlap``, ``base``: the model as it was when the last round ended, from which the work
-  done since is measured (without overlap ``base`` is ``anchor`` itself);
+- with ``overlap``, ``base``: where the work done since the last round's end is measured from
+  (without overlap ``base`` is ``anchor`` itself);
 - two working buffers, used in turn: the round's pseudo-gradient, which the exchange averages in
   place, and the buffer the exchange writes what of ours its result lacks into. After a landing
   the second is the residual (work not landed yet: what a sparse codec or the mean left out, a
@@ -21,6 +21,14 @@ codec, whose residual stands in for the outer momentum, as SparseLoCo's error fe
 the round's average lands, the outer step moves the anchor, and ``theta`` moves by as much as the
 anchor did past ``base``: without overlap that puts every peer on the identical anchor; with
 overlap the inner steps taken meanwhile stay on top.
+
+Rounds a checker replays (``fresh_moments``) start where every peer stands. Without overlap that
+is the anchor after the landing. With overlap (``anchored``) a round starts at the anchor as it
+is when the last round ends, with fresh moments: the member's own round stays out of ``theta``
+(it went out in the pseudo-gradient), and when that round lands, mid-way through this one,
+``theta`` moves by as much as the anchor did, as always. The round is then a function of two
+anchors every peer holds, the step at which the landing came, and its batches
+(``checks.replay``). The price: the steps before the landing are computed one round behind.
 
 The inner learning-rate schedule follows the collaboration, not this peer: its clock is the
 collaboration's inner steps per round, added up over the rounds that landed (``schedule``, handed
@@ -76,6 +84,8 @@ class DilocoState:
         self.fresh_moments = fresh_moments
         self.clip_norm = clip_norm
         self.sparse = sparse
+        self.anchored = overlap and fresh_moments
+        """With overlap, each round starts at the anchor (see the module's map)."""
         self.residual_decay = residual_decay if sparse else 1.0
         self.anchor: list[F32] = [_host_copy(p) for p in state.parameters]
         self.outer = OuterNesterov(self.anchor, lr=outer_lr, momentum=outer_momentum)
@@ -91,11 +101,12 @@ class DilocoState:
         """Inner steps since this peer's last round end."""
         self.last_round_steps = 0
         """Inner steps of this peer's last ended round."""
-        self.at_anchor = fresh_moments and not overlap
+        self.at_anchor = fresh_moments
         """The round in progress began with ``theta`` at the anchor and the inner moments at
-        zero, and the anchor has not moved since: a checker can replay it from the anchor
-        (``checks.replay``). A round after one that found no group goes on from where that one
-        ended, and one whose anchor a download moved went on from another: neither can."""
+        zero, and the anchor has moved since only by a landing (with overlap): a checker can
+        replay it (``checks.replay``). Without overlap, a round after one that found no group
+        goes on from where that one ended, and one whose anchor a download moved went on from
+        another: neither can."""
         self._idle_at_anchor = False
         """The last round ended where it began, at the anchor, without a step."""
         self.moves = 0
@@ -178,10 +189,41 @@ class DilocoState:
         # leaves the next round at the anchor still (as when a swarm forms: the first rounds end
         # before a newcomer's first microbatch)
         self._idle_at_anchor = self.at_anchor and self.last_round_steps == 0
-        self.at_anchor = False  # until the landing puts theta back at the anchor
+        self.at_anchor = False  # until the landing (or ``restart_at_anchor``) puts theta there
         if self.fresh_moments:
             self.state.reset_optimizer_state()
         return delta
+
+    def restart_at_anchor(self) -> None:
+        """With ``anchored``, after ``end_round``: the next round starts at the anchor (its
+        moments are fresh already). On the training thread: a microbatch computing meanwhile
+        would see its parameters change under it (it is left out: computed at other ones)."""
+        with torch.no_grad():
+            for p, a, b in zip(self.state.parameters, self.anchor, self.base, strict=True):
+                p.copy_(torch.from_numpy(a).reshape(p.shape).to(p.device, p.dtype))
+                b[...] = a
+        self.moves += 1
+        self.at_anchor = True
+
+    def arrive_at(self, anchor: Sequence[np.ndarray], schedule: float, per_round: float) -> None:
+        """A checker's replica, mid-round: the last round lands as the member's did, the anchor
+        becomes ``anchor`` and ``theta`` moves by as much, the schedule jumps to its new clock
+        (``replay``)."""
+        arrived = [
+            np.asarray(a, dtype=np.float32).reshape(mine.shape)
+            for a, mine in zip(anchor, self.anchor, strict=True)
+        ]
+        # as the member's landing moves theta: by the new anchor less the old, in float32
+        self._shift_theta(
+            np.subtract(a, mine) for a, mine in zip(arrived, self.anchor, strict=True)
+        )
+        for mine, a in zip(self.anchor, arrived, strict=True):
+            mine[...] = a
+        if self.overlap:
+            for b, a in zip(self.base, self.anchor, strict=True):
+                b[...] = a
+        self.schedule, self.per_round = schedule, per_round
+        self.moves += 1
 
     def round_work(self) -> F32:
         """The round's work so far, ``base - theta``, flat and new (what a round receipt names;
@@ -253,7 +295,8 @@ class DilocoState:
                 np.subtract(d, a, out=d)
                 np.add(d, _host_copy(p), out=d)
         self.residual = delta
-        self.at_anchor = self._idle_at_anchor  # else the next round goes on from this one's end
+        if not self.anchored:  # anchored: the round in progress began at the anchor, unmoved
+            self.at_anchor = self._idle_at_anchor  # else it goes on from this one's end
 
     def forget_residual(self) -> None:
         """Drop what has not landed (a peer that misbehaves on purpose keeps none of its attack)."""

@@ -4,23 +4,25 @@ on the same machine, and work on part of each batch, or on half the steps, lands
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from core.optim.moments import MomentOptimizer
-from core.training.diloco.checks.replay import LIMITS, RoundStart, judge, replay
+from core.training.diloco.checks.replay import LIMITS, Arrival, RoundStart, judge, replay
 from core.training.diloco.state import DilocoState
 from core.training.state import TrainingState
 
 Batch = dict[str, torch.Tensor]
 
 
-def replica(fresh: bool = True) -> DilocoState:
+def replica(fresh: bool = True, overlap: bool = False) -> DilocoState:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
     state = TrainingState(model, torch.optim.AdamW(model.parameters(), lr=0.01))
-    return DilocoState(state, outer_lr=0.7, outer_momentum=0.9, overlap=False, sparse=False,
+    return DilocoState(state, outer_lr=0.7, outer_momentum=0.9, overlap=overlap, sparse=False,
                        clip_norm=1.0, fresh_moments=fresh)  # fmt: skip
 
 
@@ -74,6 +76,52 @@ def test_a_round_replays_exactly_when_its_moments_start_fresh(fresh: bool) -> No
         assert distance == 0.0
     else:
         assert distance > 0.01
+
+
+def steps(member: DilocoState, data: list[Batch]) -> None:
+    for batch in data:
+        loss(member.state.model, batch).backward()  # type: ignore[no-untyped-call]
+        member.inner_step()
+
+
+@pytest.mark.parametrize("after", [0, 3, 8])
+@pytest.mark.parametrize("fresh", [True, False])
+def test_an_overlapped_round_replays_exactly_across_its_landing(after: int, fresh: bool) -> None:
+    """With overlap and fresh moments a round starts at the anchor, and the round before lands
+    after ``after`` of its 8 steps (0: before the first, 8: at its end): a replay from the two
+    anchors, told when the landing came, gives the member's work to the bit. Without fresh
+    moments (overlap as it was) the round starts from the member's own parameters, which no
+    checker holds, and the same replay lands far from it."""
+    member, checker = replica(fresh, overlap=True), replica()
+    assert member.anchored is fresh
+    for seed in (5, 6):  # two rounds that moved the anchor, the schedule and the moments
+        steps(member, batches(4, seed))
+        land(member, np.concatenate([d.reshape(-1) for d in member.end_round(decay=False)]))
+        if fresh:
+            member.restart_at_anchor()
+    steps(member, batches(4, 7))
+    before = np.concatenate([d.reshape(-1) for d in member.end_round(decay=False)])
+    if fresh:
+        member.restart_at_anchor()
+    start = start_of(member)
+    data = batches(8)
+    steps(member, data[:after])
+    land(member, before)  # the round before lands mid-way through this one
+    arrived = Arrival(after, [a.copy() for a in member.anchor], member.schedule, member.per_round)
+    steps(member, data[after:])
+    work = np.concatenate([d.reshape(-1) for d in member.end_round(decay=False)])
+    replayed = replay(checker, RoundStart(start.anchor, start.schedule, start.per_round, arrived),
+                      data, loss)  # fmt: skip
+    if fresh:
+        np.testing.assert_array_equal(work, replayed)
+    else:
+        assert judge(work, replayed, "float32").margin > 3
+    if after not in (0, len(data)):  # the landing told at another step: another computation
+        elsewhere = replay(
+            replica(), dataclasses.replace(start, arrival=dataclasses.replace(arrived, after=0)),
+            data, loss,
+        )  # fmt: skip
+        assert judge(work, elsewhere, "float32").distance > 1e-4
 
 
 @pytest.mark.parametrize(

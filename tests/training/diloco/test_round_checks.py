@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,9 +20,11 @@ import torch
 from core.averaging.sharing.digest import block_digests
 from core.dht import DHTNode
 from core.net import Host, Identity
+from core.training.credit.checks.fingerprint import batch_digest, batch_tensors
 from core.training.credit.checks.standing import Standings
 from core.training.diloco.backbone import DilocoBackbone, RoundChecks
 from core.training.diloco.checks import RoundChecker, RoundLedger, Start
+from core.training.diloco.checks.checker import STARTS
 from core.training.diloco.checks.receipts import (
     MAX_BLOCK_BYTES,
     MIN_BLOCK_BYTES,
@@ -49,16 +52,19 @@ STEPS = 8
 class Member:
     """A member's state and round receipts, driven as ``DilocoOptimizer`` drives them."""
 
-    def __init__(self, precision: str = "float32") -> None:
+    def __init__(self, precision: str = "float32", overlap: bool = False) -> None:
         """``precision``: what its forward passes autocast to, as a trainer's do."""
-        self.diloco = replica()
+        self.diloco = replica(overlap=overlap)
         self.ledger = RoundLedger(precision)
         half = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(precision)
         self.forward = Precision(torch.device("cpu"), half)
 
-    def begin(self) -> None:
+    def start(self) -> Start:
         d = self.diloco
-        self.ledger.begin(Start(d.epoch, d.digest, d.schedule, d.per_round, d.at_anchor, d.moves))
+        return Start(d.epoch, d.digest, d.schedule, d.per_round, d.at_anchor, d.moves)
+
+    def begin(self) -> None:
+        self.ledger.begin(self.start())
 
     def step(self, batch: Batch, computed: Batch | None = None) -> None:
         """An inner step whose receipt names ``batch``, computed on ``computed`` (default: it)."""
@@ -75,6 +81,21 @@ class Member:
         self.ledger.seal(d.round_work() if work is None else work, d.digest, d.epoch)
         return d.end_round(decay=False)
 
+    def end(self) -> list[np.ndarray]:
+        """End the round as an overlapped one ends (``seal``, then the next round starts at the
+        anchor): its pseudo-gradient, to land later with ``land``."""
+        delta = self.seal()
+        self.diloco.restart_at_anchor()
+        self.ledger.moved(self.start())
+        return delta
+
+    def round_until_end(self, data: list[Batch]) -> list[np.ndarray]:
+        """An overlapped round on ``data`` (``end``)."""
+        self.begin()
+        for batch in data:
+            self.step(batch)
+        return self.end()
+
     def round(self, data: list[Batch], take: int = 0) -> list[np.ndarray]:
         self.begin()
         for batch in data:
@@ -85,6 +106,7 @@ class Member:
         """Alone: its own work is the round's, and the epoch moves on (as the optimizer does)."""
         self.diloco.land_alone(delta)
         self.diloco.state.epoch += 1
+        self.ledger.moved(self.start())
 
     def forge(self, epoch: int, **changes: object) -> None:
         """Serve something else for the sealed round than what was filed (a cheat's answer)."""
@@ -321,7 +343,7 @@ async def test_a_receipt_that_comes_after_its_anchor_was_dropped_judges_nothing(
     rig.checker.on_unreplayable = lambda peer, epoch: told.append((peer, epoch))
     check = asyncio.create_task(rig.checker.check(rig.peer, 0))
     await asyncio.sleep(0.3)  # asked, and told it is not sealed yet
-    for epoch in (1, 2, 3):
+    for epoch in range(1, STARTS + 1):
         rig.began(epoch)
     assert 0 not in rig.checker._anchors
     member.seal()
@@ -407,9 +429,9 @@ async def test_a_replay_that_could_not_reach_its_member_is_made_again_then_expir
         assert rig.standings.open_checks() == []
         assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 32 * STEPS
         return
-    for epoch in (1, 2, 3):
-        rig.began(epoch)  # three rounds later the anchor of epoch 0 is no longer kept
-    rig.checker.landed(3, {})
+    for epoch in range(1, STARTS + 1):
+        rig.began(epoch)  # STARTS rounds later the anchor of epoch 0 is no longer kept
+    rig.checker.landed(STARTS, {})
     assert rig.standings.open_checks() == []
     assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 0
     assert "could not reach it" in rig.standings.why(rig.peer, 0)
@@ -491,6 +513,114 @@ def test_a_gradient_taken_before_its_round_began_makes_the_round_unreplayable() 
     assert member.ledger.sealed(0) is not None
     assert member.ledger.sealed(0).receipt.replayable  # type: ignore[union-attr]
     assert not member.ledger.sealed(member.diloco.epoch).receipt.replayable  # type: ignore[union-attr]
+
+
+async def overlapped_rounds(rig: Rig, after: int, take: int = 0) -> Member:
+    """An overlapped member's first round, then its second, during which the first lands after
+    ``after`` of its steps (``take``: computed on that many samples of each batch, 0: all); the
+    backbone holds both anchors and saw the second round's weight."""
+    member = Member(overlap=True)
+    rig.serve(member)
+    rig.began(0)
+    first = member.round_until_end(batches(STEPS, seed=3))
+    member.begin()
+    data = batches(STEPS)
+    part = [{k: v[:take] for k, v in b.items()} if take else b for b in data]
+    for batch, computed in zip(data[:after], part[:after], strict=True):
+        member.step(batch, computed)
+    member.land(first)
+    d = member.diloco
+    rig.checker.began(1, d.digest, d.anchor)
+    for batch, computed in zip(data[after:], part[after:], strict=True):
+        member.step(batch, computed)
+    member.end()
+    rig.checker.sent(1, {rig.peer: 32.0 * STEPS})
+    return member
+
+
+@pytest.mark.parametrize("after", [1, STEPS // 2, STEPS])
+async def test_an_overlapped_round_is_replayed_across_the_landing_of_the_round_before(
+    rig: Rig, after: int
+) -> None:
+    """With overlap the round before lands mid-way through a round: the receipt says after which
+    step, and the backbone replays the round from the two anchors it holds."""
+    member = await overlapped_rounds(rig, after)
+    sealed = member.ledger.sealed(1)
+    assert sealed is not None
+    receipt = sealed.receipt
+    assert receipt.replayable
+    assert receipt.opening is not None
+    assert receipt.opening.steps == after
+    assert receipt.opening.state == rig.checker._anchors[0].state
+    assert receipt.state == rig.checker._anchors[1].state
+    record = await rig.checker.check(rig.peer, 1)
+    assert record.verdict == "passed", record
+    assert record.sampled == STEPS
+
+
+async def test_a_lazy_overlapped_round_is_caught(rig: Rig) -> None:
+    await overlapped_rounds(rig, STEPS // 2, take=8)
+    record = await rig.checker.check(rig.peer, 1)
+    assert record.verdict == "caught", record
+    assert "from its replay" in record.reason
+
+
+async def test_an_overlapped_round_that_began_at_another_state_judges_nothing(rig: Rig) -> None:
+    """The backbone's anchor before the landing is not the one the round began at (it holds
+    another, or none): judged neither way, and only the first is the member's word against
+    the backbone's (its claim then waits for the allowance)."""
+    member = await overlapped_rounds(rig, STEPS // 2)
+    told: list[tuple[str, int]] = []
+    rig.checker.on_unreplayable = lambda peer, epoch: told.append((peer, epoch))
+    sealed = member.ledger.sealed(1)
+    assert sealed is not None
+    assert sealed.receipt.opening is not None
+    opening = dataclasses.replace(sealed.receipt.opening, state="0" * 64)
+    member.forge(1, receipt=dataclasses.replace(sealed.receipt, opening=opening))
+    record = await rig.checker.check(rig.peer, 1)
+    assert (record.verdict, told) == ("apart", [(rig.peer, 1)]), record
+    del rig.checker._anchors[0]
+    member.forge(1, receipt=sealed.receipt)
+    record = await rig.checker.check(rig.peer, 1)
+    assert (record.verdict, told) == ("apart", [(rig.peer, 1)]), record
+    assert "no anchor of epoch 0" in record.reason
+
+
+def test_a_microbatch_computed_before_the_landing_is_left_out_and_a_download_ends_replays() -> None:
+    """With overlap: a microbatch that was computing when the round before landed is stale (no
+    replay computes it at those parameters) and left out; one after a move nobody told of (a
+    download) is taken, and the round is filed as not replayable."""
+    member = Member(overlap=True)
+    first = member.round_until_end(batches(STEPS, seed=3))
+    member.begin()
+    data = batches(3)
+    member.step(data[0])
+    member.ledger.computing(member.diloco.moves)
+    value = loss(member.diloco.state.model, data[1])  # computing as the landing comes
+    value.backward()  # type: ignore[no-untyped-call]
+    member.ledger.witness(data[1], float(value.detach()))
+    member.land(first)
+    assert member.ledger.stale
+    member.diloco.drop_gradients()
+    member.ledger.discard()
+    member.step(data[2])
+    member.end()
+    sealed = member.ledger.sealed(1)
+    assert sealed is not None
+    assert sealed.receipt.replayable
+    assert [s.digest for s in sealed.receipt.steps] == [
+        batch_digest(batch_tensors(b)) for b in (data[0], data[2])
+    ]
+    member.begin()
+    member.step(data[0])
+    member.diloco.moves += 1  # a download mid-round
+    member.step(data[1])
+    assert not member.ledger.stale
+    member.step(data[2])
+    member.end()
+    again = member.ledger.sealed(1)
+    assert again is not None
+    assert (len(again.receipt.steps), again.receipt.replayable) == (3, False)
 
 
 def test_skipped_steps_are_not_filed_and_old_rounds_are_forgotten() -> None:
@@ -918,6 +1048,61 @@ async def test_the_backbone_replays_the_members_of_every_group(
             assert checker.standings.supported(cheat, 1, 48, now=time.time()) == 0
         others = [str(p.averager.host.peer_id) for p in trainers]
         assert sum(scores.receipted(p, 0) for p in others) >= 1  # another group was replayed
+
+
+async def test_overlapped_rounds_are_replayed_and_credit_follows_them(
+    make_dpeer: MakeDPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trainers with overlap (the default) and round checks: each round starts at the anchor,
+    the round before lands after three of its steps, and the backbone replays every round from
+    the two anchors; the trainer sending twice its samples is caught, the honest one passes."""
+    from tests.support.leaks import wait_until
+
+    backbone_peer = await make_dpeer(role="backbone", start=False, overlap=True)
+    honest = await make_dpeer(keep_rounds=True, overlap=True)
+    greedy = await make_dpeer(keep_rounds=True, overlap=True)
+    greedy.optimizer.claim = 2.0
+    trainers = [honest, greedy]
+    gate = asyncio.Event()
+    for peer in trainers:
+        outcome = peer.optimizer._outcome
+
+        async def held(*args: Any, outcome: Any = outcome, **kwargs: Any) -> Any:
+            await gate.wait()  # the landing waits until the next round took its first steps
+            return await outcome(*args, **kwargs)
+
+        monkeypatch.setattr(peer.optimizer, "_outcome", held)
+
+    async with replaying_backbone(backbone_peer) as (_, checker):
+        await settle([backbone_peer, *trainers])
+        for seed, peer in enumerate(trainers):
+            await peer.train(6, seed=seed)
+        await asyncio.gather(*(p.optimizer.end_round() for p in [backbone_peer, *trainers]))
+        for seed, peer in enumerate(trainers):
+            await peer.train(3, seed=10 + seed)  # at the anchor of epoch 0, the round still out
+        gate.set()
+        await asyncio.gather(*(p.optimizer._exchange for p in trainers if p.optimizer._exchange))
+        assert [p.optimizer.epoch for p in trainers] == [1, 1]
+        for seed, peer in enumerate(trainers):
+            await peer.train(3, seed=20 + seed)
+        await end_rounds([backbone_peer, *trainers])
+        assert [p.optimizer.epoch for p in trainers] == [2, 2]
+        for peer in trainers:
+            kept = peer.optimizer.rounds_kept
+            assert kept is not None
+            sealed = kept.sealed(1)
+            assert sealed is not None
+            assert sealed.receipt.replayable
+            assert sealed.receipt.opening is not None
+            assert sealed.receipt.opening.steps == 3
+        # the cheat, caught in its first round, is not drawn again
+        await wait_until(lambda: len(checker.records) == 3, timeout=90)
+        verdicts = {(r.peer, r.epoch): (r.verdict, r.reason) for r in checker.records}
+        me, cheat = str(honest.averager.host.peer_id), str(greedy.averager.host.peer_id)
+        assert verdicts[(me, 0)] == verdicts[(me, 1)] == ("passed", ""), verdicts
+        assert verdicts[(cheat, 0)][0] == "caught", verdicts
+        assert checker.standings.supported(me, 1, 24, now=time.time()) == 24
+        assert checker.standings.supported(cheat, 1, 48, now=time.time()) == 0
 
 
 async def test_without_overlap_no_inner_step_is_taken_while_a_round_lands(

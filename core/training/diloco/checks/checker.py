@@ -72,7 +72,7 @@ from core.training.diloco.checks.receipts import (
     StepRequest,
     work_block_bytes,
 )
-from core.training.diloco.checks.replay import LossFn, RoundStart, judge, replay
+from core.training.diloco.checks.replay import Arrival, LossFn, RoundStart, judge, replay
 from core.training.diloco.state import DilocoState
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.peer_id import PeerID
@@ -88,8 +88,10 @@ SAMPLED_BLOCKS = 4
 each in the demo's model, a million in a billion-parameter one): a cheat's work lies far from its
 replay in every part of the model, since skipping samples or steps changes every coordinate they
 touch."""
-STARTS = 3
-"""Epochs whose anchors the backbone keeps to replay rounds from."""
+STARTS = 4
+"""Epochs whose anchors the backbone keeps to replay rounds from: with overlap a round began at
+the anchor before the one it lands from, and one that carries the round before's samples needs
+that round's two too."""
 STATES = CREDITED_KEPT
 """Epochs whose outer state's digest it keeps: what records claim a round began from."""
 CALL_TIMEOUT = 10.0
@@ -263,10 +265,12 @@ class RoundChecker:
         and its replay (a member could otherwise send and claim samples it never computed as
         carried)."""
         before = await self._receipt(peer, epoch - 1, tally)
-        if epoch - 1 not in self._anchors:  # looked up after the wait, with no wait after it
+        # looked up after the wait, with no wait after it
+        needed = epoch - 1 if before.opening is None else epoch - 2
+        if any(e not in self._anchors for e in range(needed, epoch)):
             # not the member's doing (the backbone joined, caught up, or landed rounds since):
             # judged neither way, where an open check would hold its claims until it expired
-            raise Apart(f"no anchor of epoch {epoch - 1} is kept to replay what it carries from")
+            raise Apart(f"no anchor of epoch {needed} is kept to replay what it carries from")
         if before.carried or before.samples < receipt.carried:
             reason = (
                 f"its round of epoch {epoch} carries {receipt.carried} samples of the round "
@@ -295,7 +299,7 @@ class RoundChecker:
         # the member nothing it could still change
         batches = await self._batches(peer, epoch, receipt, tally)
         blocks = await self._blocks(peer, epoch, receipt, anchor.size, tally)
-        start = RoundStart(anchor.arrays, receipt.schedule, receipt.per_round)
+        start = self._start(peer, epoch, receipt, anchor)
         async with self._replaying:
             began = time.perf_counter()
             replayed = await self.bridge.run(replay, self.replica, start, batches, self.loss)
@@ -313,6 +317,22 @@ class RoundChecker:
                 f"its work lies {judged.distance:.3g} from its replay (at most {judged.limit:g} "
                 f"in {receipt.precision})",
             )
+
+    def _start(self, peer: str, epoch: int, receipt: RoundReceipt, anchor: Anchor) -> RoundStart:
+        """Where the replay of ``receipt`` starts: at ``anchor``, or with an opening (overlap),
+        at the anchor before it, which the landing of the round before replaced mid-round."""
+        opening = receipt.opening
+        if opening is None:
+            return RoundStart(anchor.arrays, receipt.schedule, receipt.per_round)
+        before = self._anchors.get(epoch - 1)
+        if before is None:
+            # not the member's doing (the backbone joined or caught up at ``epoch``)
+            raise Apart(f"no anchor of epoch {epoch - 1} is kept, where the round began")
+        if opening.state != before.state:
+            self.on_unreplayable(peer, epoch)
+            raise Apart(f"its round began from another outer state than epoch {epoch - 1}'s")
+        arrival = Arrival(opening.steps, anchor.arrays, receipt.schedule, receipt.per_round)
+        return RoundStart(before.arrays, opening.schedule, opening.per_round, arrival)
 
     def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> Anchor:
         """The anchor to replay ``receipt`` from, once its claim and its start are in order."""

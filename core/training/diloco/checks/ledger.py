@@ -5,14 +5,17 @@ microbatch is computed at (``DilocoState.moves``), and after its backward pass `
 the batch (on the host) as the one whose gradient is in ``.grad``. On the loop, under the
 optimizer's lock: ``begin`` says where the round started (before its first step), ``stepped``
 files the batch under the open round once its inner step is taken (a step skipped for a
-non-finite gradient files nothing: the replay skips it too), and ``seal`` files the round that
-ends, with its work, before its exchange (and so before any check of it is drawn). A gradient
-computed at other parameters than the round began at (a microbatch that was computing while the
-last round ended and landed: its step waits for the landing) is one no replay from the anchor
-gives: the optimizer leaves it out (``stale``, ``discard``), and a round that took one anyway is
-filed as not replayable. The last ``KEPT`` sealed rounds are served: the receipt whole, a batch
-by its step, the work by its block. A trainer that is stopping answers that it is
-(``leave``): a check then did not reach it, and it is not accused of refusing one.
+non-finite gradient files nothing: the replay skips it too), ``moved`` notes the parameters'
+moves a replay makes too (the round before landing; with overlap, the round's start at the
+anchor), and ``seal`` files the round that ends, with its work, before its exchange (and so
+before any check of it is drawn). With overlap, the landing of the round before comes mid-round:
+the receipt says after which step (``RoundOpening``). A gradient computed at parameters that were
+left before its step (a microbatch that was computing while a round ended or landed) is one no
+replay gives: the optimizer leaves it out (``stale``, ``discard``). A move nobody told the ledger
+of (a download) makes the round unreplayable, and its steps go on. The last ``KEPT`` sealed rounds
+are served: the receipt whole, a batch by its step, the work by its block. A trainer that is
+stopping answers that it is (``leave``): a check then did not reach it, and it is not accused of
+refusing one.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from core.training.diloco.checks.receipts import (
     ROUND_RECEIPT,
     ROUND_WORK,
     BlockRequest,
+    RoundOpening,
     RoundReceipt,
     RoundRequest,
     StepEntry,
@@ -84,6 +88,8 @@ class Sealed:
     """The round's work, float32 little-endian."""
     moves: int = -1
     """``DilocoState.moves`` when the round began (-1: not known)."""
+    ended: int = -1
+    """``DilocoState.moves`` of the round's last steps (-1: not known)."""
 
 
 class RoundLedger:
@@ -96,6 +102,14 @@ class RoundLedger:
         self._computing = -1
         """Which parameters the microbatch computing now started at (``computing``)."""
         self._start: Start | None = None
+        self._landing: tuple[int, Start] | None = None
+        """With overlap: the last round landed after this many of the open round's steps, here."""
+        self._segment = -1
+        """Which parameters the open round's steps are computed at now (``DilocoState.moves``)."""
+        self._told = 0
+        """Moves the ledger was told of since the last round sealed (``moved``)."""
+        self._told_first = 0
+        """Of those, the ones before the open round's first step."""
         self._stale = False
         self._steps: list[StepEntry] = []
         self._batches: list[Batch] = []
@@ -129,18 +143,15 @@ class RoundLedger:
 
     @property
     def stale(self) -> bool:
-        """The witnessed microbatch was computed before the open round began (at the last
-        round's parameters): the optimizer leaves it out (``discard``)."""
-        return self._apart(self._pending)
-
-    def _apart(self, pending: _Pending | None) -> bool:
-        """``pending`` was computed at other parameters than the open round began at."""
-        start = self._start
+        """The witnessed microbatch was computed at parameters the open round has left (the
+        last round's, as it ended, or the anchor's before a landing): the optimizer leaves it
+        out (``discard``)."""
+        pending = self._pending
         return (
             pending is not None
-            and start is not None
-            and min(pending.moves, start.moves) >= 0
-            and pending.moves != start.moves
+            and self._start is not None
+            and min(pending.moves, self._segment) >= 0
+            and pending.moves < self._segment
         )
 
     def discard(self) -> None:
@@ -152,6 +163,19 @@ class RoundLedger:
     def begin(self, start: Start) -> None:
         """The open round starts from ``start`` (told before its first inner step)."""
         self._start = start
+        self._segment = start.moves
+        self._told_first = self._told
+
+    def moved(self, to: Start) -> None:
+        """The parameters moved as a replay moves them too: the last round landed (``to``: where
+        that put the open round), or with overlap, the next round starts at the anchor."""
+        self._told += 1
+        if self._start is None:
+            return  # the round's first step is yet to come: it begins from here
+        if self._landing is not None:
+            self._stale = True  # a second landing mid-round: a receipt tells of one
+        self._landing = (len(self._steps), to)
+        self._segment = to.moves
 
     def stepped(self, taken: bool) -> None:
         """The inner step of the witnessed microbatch was ``taken`` (else it was skipped)."""
@@ -159,8 +183,11 @@ class RoundLedger:
             pending, self._pending = self._pending, None
         if pending is None or not taken:
             return
-        if self._apart(pending):
-            self._stale = True  # computed at other parameters than the round began at
+        if min(pending.moves, self._segment) >= 0 and pending.moves != self._segment:
+            # computed at parameters the round has left (a step the optimizer took anyway), or
+            # after a move nobody told of (a download): no replay gives it; the round goes on
+            self._stale = True
+            self._segment = max(self._segment, pending.moves)
         if len(self._steps) < MAX_STEPS:
             self._steps.append(pending.entry)
             self._batches.append(pending.batch)
@@ -182,48 +209,60 @@ class RoundLedger:
         just before, whose own receipt is kept and replayable, leave this one replayable: a
         checker replays both (``backs``); any others make it unreplayable."""
         start, steps, batches = self._start, self._steps, self._batches
-        stale = self._stale
+        stale, landing, ended, told = self._stale, self._landing, self._segment, self._told_first
         self._start, self._steps, self._batches, self._stale = None, [], [], False
+        self._landing, self._segment, self._told, self._told_first = None, -1, 0, 0
         if start is None or not steps:
             return None
         raw = np.ascontiguousarray(work, dtype="<f4").tobytes()
+        last = start if landing is None else landing[1]
         why = (
             "it did not start at the anchor with fresh moments" if not start.from_anchor
             else "it took a step computed at other parameters" if stale
-            else "the anchor moved during it" if state != start.state or epoch != start.epoch
-            else "it carries work of earlier rounds" if not self.backs(start, epoch, carried, since)
+            else "the anchor moved during it" if state != last.state or epoch != last.epoch
+            else "a landing moved it by more than an epoch" if last.epoch - start.epoch > 1
+            else "it carries work of earlier rounds"
+            if not self.backs(start, epoch, carried, since, told)
             else ""
         )  # fmt: skip
         if why:
             log.info("the round of epoch %d cannot be replayed: %s", epoch, why)
+        opening = (
+            None
+            if landing is None
+            else RoundOpening(landing[0], start.state, start.schedule, start.per_round)
+        )
         try:
             receipt = RoundReceipt(
                 epoch=epoch,
-                state=start.state,
-                schedule=start.schedule,
-                per_round=start.per_round,
+                state=last.state,
+                schedule=last.schedule,
+                per_round=last.per_round,
                 precision=self.precision,
                 replayable=not why,
                 steps=steps,
                 work=block_digests([np.frombuffer(raw, np.uint8)], work_block_bytes(work.size)),
                 carried=carried,
+                opening=opening,
             )
         except WireFormatError as exc:  # the round goes on; only its check cannot
             log.warning("the round of epoch %d has no receipt: %s", epoch, exc)
             return None
         self._sealed.pop(epoch, None)
-        self._sealed[epoch] = Sealed(receipt, batches, raw, start.moves)
+        self._sealed[epoch] = Sealed(receipt, batches, raw, start.moves, ended)
         self.linger.touch()
         while len(self._sealed) > KEPT:
             self._sealed.popitem(last=False)
         return receipt
 
-    def backs(self, start: Start, epoch: int, carried: int, since: int | None) -> bool:
+    def backs(
+        self, start: Start, epoch: int, carried: int, since: int | None, told: int = 1
+    ) -> bool:
         """Whether the receipt of the round just before ``epoch``'s backs ``carried`` samples
         computed from ``since`` on: all of them from that round, which began at the anchor,
-        carried nothing itself, counted at least as many, and whose landing is the only move
-        between its start and ``start`` (no download: the two anchors follow one another, as the
-        backbone's do, so a check finds both or neither)."""
+        carried nothing itself, counted at least as many, and after whose last step the only
+        moves up to ``start`` were the ``told`` ones (``moved``; no download: the anchors follow
+        one another, as the backbone's do, so a check finds all or none)."""
         if carried == 0:
             return True
         before = self._sealed.get(epoch - 1)
@@ -233,8 +272,8 @@ class RoundLedger:
             and before.receipt.replayable
             and before.receipt.carried == 0
             and before.receipt.samples >= carried
-            and before.moves >= 0
-            and start.moves == before.moves + 1
+            and before.ended >= 0
+            and start.moves == before.ended + told
         )
 
     def sealed(self, epoch: int) -> Sealed | None:

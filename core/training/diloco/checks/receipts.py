@@ -2,7 +2,8 @@
 
 When a round ends, before anyone can know whether it will be checked, a member files the round's
 receipt (``RoundReceipt``): where the round began (the epoch and the digest of the outer state it
-started from, the inner schedule's clock), one entry per inner step (the samples and the SHA-256 of
+started from, the inner schedule's clock; with overlap, how many steps it took before the
+round before landed, and where those began), one entry per inner step (the samples and the SHA-256 of
 the batch), and the SHA-256 of each block of its work (``anchor - theta``, float32). A checker asks
 for the receipt (``ROUND_RECEIPT``), then the batches (``ROUND_BATCH``), replays the round on its
 own replica, and asks for a few blocks of the work (``ROUND_WORK``) to compare with its replay: a
@@ -70,13 +71,38 @@ class StepEntry(WireMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class RoundOpening(WireMessage):
+    """With overlap: the steps a round took before the last round landed (at the anchor of the
+    epoch before the receipt's, with that epoch's schedule); the rest follow the landing."""
+
+    steps: int
+    state: str
+    """The digest of the outer state those steps began from (``DilocoState.digest``)."""
+    schedule: float
+    per_round: float
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.steps <= MAX_STEPS, "an opening's steps are out of range")
+        _check(len(self.state) == STATE_DIGEST_CHARS, "a state digest is 64 hexadecimal digits")
+        _check(
+            math.isfinite(self.schedule) and 0 <= self.schedule < MAX_EPOCH,
+            "a schedule's clock is out of range",
+        )
+        _check(
+            math.isfinite(self.per_round) and 0 <= self.per_round < MAX_EPOCH,
+            "a round's steps are out of range",
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RoundReceipt(WireMessage):
     epoch: int
-    """The epoch of the anchor the round began at (its landing makes ``epoch + 1``)."""
+    """The epoch of the anchor the round's work is measured from (its landing makes
+    ``epoch + 1``): where it began, or with an ``opening``, where the landing mid-round put it."""
     state: str
-    """The digest of the outer state it began from (``DilocoState.digest``)."""
+    """The digest of that outer state (``DilocoState.digest``)."""
     schedule: float
-    """The inner schedule's clock at its start (``DilocoState.schedule``)."""
+    """The inner schedule's clock then (``DilocoState.schedule``)."""
     per_round: float
     precision: str
     replayable: bool
@@ -90,6 +116,9 @@ class RoundReceipt(WireMessage):
     """Samples of earlier rounds' work that go out with this round (not in its steps). In a
     replayable round, all of them were computed in the round just before, whose own receipt
     counts them (that round landed less than half of its work)."""
+    opening: RoundOpening | None = None
+    """With overlap: the steps taken before the round of ``epoch - 1`` landed, and where they
+    began (None: the round began at ``state``)."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.epoch < MAX_EPOCH, "an epoch is out of range")
@@ -107,6 +136,10 @@ class RoundReceipt(WireMessage):
         _check(0 < len(self.work) <= MAX_BLOCKS, f"a round's work has 1 to {MAX_BLOCKS} blocks")
         _check(all(len(d) == DIGEST_BYTES for d in self.work), "a work block's digest is a SHA-256")
         _check(0 <= self.carried < MAX_SAMPLES, "carried samples are out of range")
+        _check(
+            self.opening is None or (self.epoch > 0 and self.opening.steps <= len(self.steps)),
+            "an opening is of a round after the first, within its steps",
+        )
 
     @property
     def samples(self) -> int:

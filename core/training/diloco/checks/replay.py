@@ -2,11 +2,12 @@
 must come to it.
 
 A round is replayable when it starts from what every peer holds: the anchor, the inner schedule's
-clock, inner moments at zero (``DilocoState(fresh_moments=True)``) and no overlap (with overlap a
-round starts from the member's own parameters). Then the member's work of the round, ``anchor -
-theta`` before any residual is added, is a function of its batches alone, one inner step each.
-``replay`` computes it on a checker's own replica; ``judge`` compares what the member says it
-computed with it.
+clock, inner moments at zero (``DilocoState(fresh_moments=True)``). With overlap it starts at the
+anchor of the round before's end, and that round's landing moves it mid-way to the next anchor,
+with its new clock (``Arrival``): what every peer holds too, and the step it came after. Then the
+member's work of the round, ``anchor - theta`` before any residual is added, is a function of its
+batches alone, one inner step each. ``replay`` computes it on a checker's own replica; ``judge``
+compares what the member says it computed with it.
 
 How near honest work lands (``python -m benchmarks.robust.diloco_replay``, the demo's model, a
 round of 32 inner steps on the CPU): float32 on the same machine exactly (0), 4 and 12 times the
@@ -46,6 +47,19 @@ class RoundStart:
     """The inner schedule's clock at the round's start (``DilocoState.schedule``)."""
     per_round: float
     """The collaboration's inner steps per round then (``DilocoState.per_round``)."""
+    arrival: Arrival | None = None
+    """With overlap: where the landing of the round before moved the round to, and when."""
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """The landing of the round before, mid-way through a round (overlap)."""
+
+    after: int
+    """Inner steps taken before it (all of them: it came at the round's end)."""
+    anchor: Sequence[np.ndarray]
+    schedule: float
+    per_round: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +84,16 @@ def replay(checker: DilocoState, start: RoundStart, batches: Iterable[Any], loss
     checker.start_round_at(start.anchor, start.schedule, start.per_round)
     model = checker.state.model
     model.train()
+    arrival = start.arrival
+    taken = 0
     for batch in batches:
+        if arrival is not None and taken == arrival.after:
+            checker.arrive_at(arrival.anchor, arrival.schedule, arrival.per_round)
         loss(model, batch).backward()  # type: ignore[no-untyped-call]
         checker.inner_step()
+        taken += 1
+    if arrival is not None and taken <= arrival.after:
+        checker.arrive_at(arrival.anchor, arrival.schedule, arrival.per_round)
     work = checker.end_round(decay=False)
     return np.concatenate([w.reshape(-1) for w in work]).astype(np.float32)
 
