@@ -16,7 +16,9 @@ A variant is ``name:key=value,key=value`` over ``workers``, ``inner`` (inner ste
 ``outer_lr``, ``momentum``, ``inner_lr`` (the manifest's ``training.inner_lr``: 0 for the
 square-root rule), ``full`` (1: the inner steps at ``lr`` itself), ``total`` (the inner
 schedule's total steps), ``warmup``, ``fresh`` (1: the inner moments from zero every round, as
-a round a checker replays starts), and for the ``topk`` codec ``density`` (above 0: the
+a round a checker replays starts), ``overlap`` (1: a round's exchange lands ``lag`` inner steps
+into the next round, as a peer's overlapped exchange does; with ``fresh`` each round starts at
+the anchor, as with round checks), and for the ``topk`` codec ``density`` (above 0: the
 exchange goes through it), ``bits`` and ``decay`` (``residual_decay``); ``--variant`` may be given
 many times. With ``topk`` each replica's pseudo-gradient goes through the codec as a sender's chunk
 does, the mean of what arrived goes back as a reducer sends it (its largest values, 8-bit), and
@@ -51,7 +53,7 @@ DEFAULT_VARIANTS = (
 )
 KEYS = (
     "workers", "inner", "outer_lr", "momentum", "inner_lr", "full", "total", "warmup",
-    "density", "bits", "decay", "fresh",
+    "density", "bits", "decay", "fresh", "overlap", "lag",
 )  # fmt: skip
 FLOATS = ("outer_lr", "momentum", "inner_lr", "density", "decay")
 
@@ -77,6 +79,12 @@ class Variant:
     fresh: int = 0
     """1: the inner moments start from zero every round (``DilocoState.fresh_moments``: a round
     a checker can replay)."""
+    overlap: int = 0
+    """1: each round's mean lands ``lag`` inner steps into the next round (``DilocoState``'s
+    overlap; with ``fresh``, the next round starts at the anchor: ``anchored``)."""
+    lag: int = 0
+    """With ``overlap``: the inner steps a round takes before the last round's mean lands (the
+    exchange's time over a step's)."""
 
     @classmethod
     def parse(cls, text: str) -> Variant:
@@ -165,28 +173,50 @@ def run(
         state = training_state(model, manifest)
         diloco = DilocoState(
             state, outer_lr=variant.outer_lr, outer_momentum=variant.momentum,
-            overlap=False, sparse=variant.density > 0, clip_norm=clip,
+            overlap=bool(variant.overlap), sparse=variant.density > 0, clip_norm=clip,
             residual_decay=variant.decay, fresh_moments=bool(variant.fresh),
         )  # fmt: skip
         batches = data_stream(manifest, tokenizer, data_base=str(data), seed=k + 1)
         replicas.append((model, diloco, Trainer(model, None, None, batches, mlm_loss)))  # type: ignore[arg-type]
+    evaluated = build_model(manifest)  # the anchor, measured apart from a replica's own steps
     points: list[dict[str, float]] = []
     done = next_measure = 0
     started = time.monotonic()
-    while done < samples:
-        deltas = []
-        for _, diloco, trainer in replicas:
-            for _ in range(variant.inner):
-                outcome = trainer.microbatch()
-                if isinstance(outcome, tuple):
-                    diloco.inner_step()
-                    done += outcome[0]
-            deltas.append(diloco.end_round())
-        mean, lefts = exchange(deltas, variant.density, variant.bits)
+    lag = min(variant.lag, variant.inner) if variant.overlap else 0
+    out: tuple[list[np.ndarray], list[list[np.ndarray]]] | None = None
+
+    def inner(diloco: DilocoState, trainer: Trainer, count: int) -> int:
+        taken = 0
+        for _ in range(count):
+            outcome = trainer.microbatch()
+            if isinstance(outcome, tuple):
+                diloco.inner_step()
+                taken += outcome[0]
+        return taken
+
+    def land(landing: tuple[list[np.ndarray], list[list[np.ndarray]]]) -> None:
+        mean, lefts = landing
         for (_, diloco, _), left in zip(replicas, lefts, strict=True):
             diloco.land([m.copy() for m in mean], left, [], per_round=variant.inner)
+
+    while done < samples:
+        deltas = []
+        for k, (_, diloco, trainer) in enumerate(replicas):
+            done += inner(diloco, trainer, lag)
+            if out is not None:  # the last round lands here, ``lag`` steps in (overlap)
+                mean, lefts = out
+                diloco.land([m.copy() for m in mean], lefts[k], [], per_round=variant.inner)
+            done += inner(diloco, trainer, variant.inner - lag)
+            deltas.append(diloco.end_round())
+            if diloco.anchored:
+                diloco.restart_at_anchor()
+        out = exchange(deltas, variant.density, variant.bits)
+        if not variant.overlap:
+            land(out)
+            out = None
         if done >= next_measure:
-            model = replicas[0][0]
+            model = evaluated
+            model.load_state_dict(replicas[0][1].model_state())
             with torch.no_grad():
                 measured = measure(model, held.batches, causal=held.causal)
             points.append({"samples": done, "loss": measured.loss or float("nan"),

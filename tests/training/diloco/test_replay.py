@@ -84,14 +84,17 @@ def steps(member: DilocoState, data: list[Batch]) -> None:
         member.inner_step()
 
 
-@pytest.mark.parametrize("after", [0, 3, 8])
+@pytest.mark.parametrize(("after", "straddle"), [(0, False), (3, False), (8, False), (3, True)])
 @pytest.mark.parametrize("fresh", [True, False])
-def test_an_overlapped_round_replays_exactly_across_its_landing(after: int, fresh: bool) -> None:
+def test_an_overlapped_round_replays_exactly_across_its_landing(
+    after: int, straddle: bool, fresh: bool
+) -> None:
     """With overlap and fresh moments a round starts at the anchor, and the round before lands
-    after ``after`` of its 8 steps (0: before the first, 8: at its end): a replay from the two
-    anchors, told when the landing came, gives the member's work to the bit. Without fresh
-    moments (overlap as it was) the round starts from the member's own parameters, which no
-    checker holds, and the same replay lands far from it."""
+    after ``after`` of its 8 steps (0: before the first, 8: at its end; ``straddle``: while the
+    next step's gradient was computed): a replay from the two anchors, told when the landing
+    came, gives the member's work to the bit. Without fresh moments (overlap as it was) the
+    round starts from the member's own parameters, which no checker holds, and the same replay
+    lands far from it."""
     member, checker = replica(fresh, overlap=True), replica()
     assert member.anchored is fresh
     for seed in (5, 6):  # two rounds that moved the anchor, the schedule and the moments
@@ -106,9 +109,15 @@ def test_an_overlapped_round_replays_exactly_across_its_landing(after: int, fres
     start = start_of(member)
     data = batches(8)
     steps(member, data[:after])
+    if straddle:
+        loss(member.state.model, data[after]).backward()  # type: ignore[no-untyped-call]
     land(member, before)  # the round before lands mid-way through this one
-    arrived = Arrival(after, [a.copy() for a in member.anchor], member.schedule, member.per_round)
-    steps(member, data[after:])
+    arrived = Arrival(
+        after, [a.copy() for a in member.anchor], member.schedule, member.per_round, straddle
+    )
+    if straddle:
+        member.inner_step()
+    steps(member, data[after + straddle :])
     work = np.concatenate([d.reshape(-1) for d in member.end_round(decay=False)])
     replayed = replay(checker, RoundStart(start.anchor, start.schedule, start.per_round, arrived),
                       data, loss)  # fmt: skip

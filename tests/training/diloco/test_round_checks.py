@@ -20,7 +20,6 @@ import torch
 from core.averaging.sharing.digest import block_digests
 from core.dht import DHTNode
 from core.net import Host, Identity
-from core.training.credit.checks.fingerprint import batch_digest, batch_tensors
 from core.training.credit.checks.standing import Standings
 from core.training.diloco.backbone import DilocoBackbone, RoundChecks
 from core.training.diloco.checks import RoundChecker, RoundLedger, Start
@@ -66,13 +65,18 @@ class Member:
     def begin(self) -> None:
         self.ledger.begin(self.start())
 
-    def step(self, batch: Batch, computed: Batch | None = None) -> None:
-        """An inner step whose receipt names ``batch``, computed on ``computed`` (default: it)."""
+    def compute(self, batch: Batch, computed: Batch | None = None) -> None:
+        """A microbatch's gradient, its receipt naming ``batch``, computed on ``computed``
+        (default: it)."""
         self.ledger.computing(self.diloco.moves)
         with self.forward.autocast():
             value = loss(self.diloco.state.model, computed if computed is not None else batch)
         value.float().backward()  # type: ignore[no-untyped-call]
         self.ledger.witness(batch, float(value.detach()))
+
+    def step(self, batch: Batch, computed: Batch | None = None) -> None:
+        """An inner step on ``compute``'s gradient."""
+        self.compute(batch, computed)
         self.ledger.stepped(self.diloco.inner_step())
 
     def seal(self, work: np.ndarray | None = None) -> list[np.ndarray]:
@@ -515,10 +519,11 @@ def test_a_gradient_taken_before_its_round_began_makes_the_round_unreplayable() 
     assert not member.ledger.sealed(member.diloco.epoch).receipt.replayable  # type: ignore[union-attr]
 
 
-async def overlapped_rounds(rig: Rig, after: int, take: int = 0) -> Member:
+async def overlapped_rounds(rig: Rig, after: int, take: int = 0, straddle: bool = False) -> Member:
     """An overlapped member's first round, then its second, during which the first lands after
-    ``after`` of its steps (``take``: computed on that many samples of each batch, 0: all); the
-    backbone holds both anchors and saw the second round's weight."""
+    ``after`` of its steps (``take``: computed on that many samples of each batch, 0: all;
+    ``straddle``: the next step's gradient computed before the landing); the backbone holds
+    both anchors and saw the second round's weight."""
     member = Member(overlap=True)
     rig.serve(member)
     rig.began(0)
@@ -528,29 +533,40 @@ async def overlapped_rounds(rig: Rig, after: int, take: int = 0) -> Member:
     part = [{k: v[:take] for k, v in b.items()} if take else b for b in data]
     for batch, computed in zip(data[:after], part[:after], strict=True):
         member.step(batch, computed)
-    member.land(first)
+    rest = list(zip(data[after:], part[after:], strict=True))
+    if straddle:
+        batch, computed = rest.pop(0)
+        member.compute(batch, computed)
+        member.land(first)
+        assert not member.ledger.stale
+        member.ledger.stepped(member.diloco.inner_step())
+    else:
+        member.land(first)
     d = member.diloco
     rig.checker.began(1, d.digest, d.anchor)
-    for batch, computed in zip(data[after:], part[after:], strict=True):
+    for batch, computed in rest:
         member.step(batch, computed)
     member.end()
     rig.checker.sent(1, {rig.peer: 32.0 * STEPS})
     return member
 
 
-@pytest.mark.parametrize("after", [1, STEPS // 2, STEPS])
+@pytest.mark.parametrize(
+    ("after", "straddle"), [(1, False), (STEPS // 2, False), (STEPS, False), (STEPS // 2, True)]
+)
 async def test_an_overlapped_round_is_replayed_across_the_landing_of_the_round_before(
-    rig: Rig, after: int
+    rig: Rig, after: int, straddle: bool
 ) -> None:
     """With overlap the round before lands mid-way through a round: the receipt says after which
-    step, and the backbone replays the round from the two anchors it holds."""
-    member = await overlapped_rounds(rig, after)
+    step (and whether the next step's gradient was computed before it, as the microbatch in
+    flight then is), and the backbone replays the round from the two anchors it holds."""
+    member = await overlapped_rounds(rig, after, straddle=straddle)
     sealed = member.ledger.sealed(1)
     assert sealed is not None
     receipt = sealed.receipt
     assert receipt.replayable
     assert receipt.opening is not None
-    assert receipt.opening.steps == after
+    assert (receipt.opening.steps, receipt.opening.straddles) == (after, straddle)
     assert receipt.opening.state == rig.checker._anchors[0].state
     assert receipt.state == rig.checker._anchors[1].state
     record = await rig.checker.check(rig.peer, 1)
@@ -586,41 +602,26 @@ async def test_an_overlapped_round_that_began_at_another_state_judges_nothing(ri
     assert "no anchor of epoch 0" in record.reason
 
 
-def test_a_microbatch_computed_before_the_landing_is_left_out_and_a_download_ends_replays() -> None:
-    """With overlap: a microbatch that was computing when the round before landed is stale (no
-    replay computes it at those parameters) and left out; one after a move nobody told of (a
-    download) is taken, and the round is filed as not replayable."""
+def test_a_download_mid_round_ends_its_replays_and_its_steps_go_on() -> None:
+    """With overlap: a step after a move nobody told of (a download) is taken, and the round is
+    filed as not replayable; a microbatch computed before the round began (at the last round's
+    end) is left out, as without overlap."""
     member = Member(overlap=True)
-    first = member.round_until_end(batches(STEPS, seed=3))
-    member.begin()
+    member.round_until_end(batches(STEPS, seed=3))
     data = batches(3)
-    member.step(data[0])
-    member.ledger.computing(member.diloco.moves)
-    value = loss(member.diloco.state.model, data[1])  # computing as the landing comes
-    value.backward()  # type: ignore[no-untyped-call]
-    member.ledger.witness(data[1], float(value.detach()))
-    member.land(first)
-    assert member.ledger.stale
-    member.diloco.drop_gradients()
-    member.ledger.discard()
-    member.step(data[2])
-    member.end()
-    sealed = member.ledger.sealed(1)
-    assert sealed is not None
-    assert sealed.receipt.replayable
-    assert [s.digest for s in sealed.receipt.steps] == [
-        batch_digest(batch_tensors(b)) for b in (data[0], data[2])
-    ]
     member.begin()
     member.step(data[0])
     member.diloco.moves += 1  # a download mid-round
-    member.step(data[1])
+    member.compute(data[1])
     assert not member.ledger.stale
-    member.step(data[2])
+    member.ledger.stepped(member.diloco.inner_step())
+    member.compute(data[2])  # computing as the round ends
     member.end()
-    again = member.ledger.sealed(1)
-    assert again is not None
-    assert (len(again.receipt.steps), again.receipt.replayable) == (3, False)
+    member.begin()
+    assert member.ledger.stale
+    sealed = member.ledger.sealed(0)
+    assert sealed is not None
+    assert (len(sealed.receipt.steps), sealed.receipt.replayable) == (2, False)
 
 
 def test_skipped_steps_are_not_filed_and_old_rounds_are_forgotten() -> None:

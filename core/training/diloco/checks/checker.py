@@ -331,7 +331,9 @@ class RoundChecker:
         if opening.state != before.state:
             self.on_unreplayable(peer, epoch)
             raise Apart(f"its round began from another outer state than epoch {epoch - 1}'s")
-        arrival = Arrival(opening.steps, anchor.arrays, receipt.schedule, receipt.per_round)
+        arrival = Arrival(
+            opening.steps, anchor.arrays, receipt.schedule, receipt.per_round, opening.straddles
+        )
         return RoundStart(before.arrays, opening.schedule, opening.per_round, arrival)
 
     def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> Anchor:

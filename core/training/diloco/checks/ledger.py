@@ -80,6 +80,18 @@ class _Pending:
     """Which parameters its gradient was computed at (``DilocoState.moves``; -1: not said)."""
 
 
+@dataclass(slots=True)
+class _Landing:
+    after: int
+    """Steps the open round took before the last round landed."""
+    to: Start
+    """Where the landing put the round."""
+    left: int
+    """``DilocoState.moves`` before the landing."""
+    straddles: bool = False
+    """The first step after it was computed before it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sealed:
     receipt: RoundReceipt
@@ -102,8 +114,8 @@ class RoundLedger:
         self._computing = -1
         """Which parameters the microbatch computing now started at (``computing``)."""
         self._start: Start | None = None
-        self._landing: tuple[int, Start] | None = None
-        """With overlap: the last round landed after this many of the open round's steps, here."""
+        self._landing: _Landing | None = None
+        """With overlap: where the last round landed in the open round."""
         self._segment = -1
         """Which parameters the open round's steps are computed at now (``DilocoState.moves``)."""
         self._told = 0
@@ -152,6 +164,20 @@ class RoundLedger:
             and self._start is not None
             and min(pending.moves, self._segment) >= 0
             and pending.moves < self._segment
+            and not self._straddles(pending)
+        )
+
+    def _straddles(self, pending: _Pending) -> bool:
+        """``pending`` was computed just before the landing and is the first step after it: a
+        replay computes its gradient before the landing moves the parameters, as the member did,
+        and steps after (``RoundOpening.straddles``)."""
+        landing = self._landing
+        return (
+            landing is not None
+            and not landing.straddles
+            and landing.after == len(self._steps)
+            and pending.moves == landing.left
+            and self._segment == landing.to.moves
         )
 
     def discard(self) -> None:
@@ -174,7 +200,7 @@ class RoundLedger:
             return  # the round's first step is yet to come: it begins from here
         if self._landing is not None:
             self._stale = True  # a second landing mid-round: a receipt tells of one
-        self._landing = (len(self._steps), to)
+        self._landing = _Landing(len(self._steps), to, self._segment)
         self._segment = to.moves
 
     def stepped(self, taken: bool) -> None:
@@ -183,7 +209,10 @@ class RoundLedger:
             pending, self._pending = self._pending, None
         if pending is None or not taken:
             return
-        if min(pending.moves, self._segment) >= 0 and pending.moves != self._segment:
+        if self._straddles(pending):
+            assert self._landing is not None
+            self._landing.straddles = True
+        elif min(pending.moves, self._segment) >= 0 and pending.moves != self._segment:
             # computed at parameters the round has left (a step the optimizer took anyway), or
             # after a move nobody told of (a download): no replay gives it; the round goes on
             self._stale = True
@@ -215,7 +244,7 @@ class RoundLedger:
         if start is None or not steps:
             return None
         raw = np.ascontiguousarray(work, dtype="<f4").tobytes()
-        last = start if landing is None else landing[1]
+        last = start if landing is None else landing.to
         why = (
             "it did not start at the anchor with fresh moments" if not start.from_anchor
             else "it took a step computed at other parameters" if stale
@@ -230,7 +259,9 @@ class RoundLedger:
         opening = (
             None
             if landing is None
-            else RoundOpening(landing[0], start.state, start.schedule, start.per_round)
+            else RoundOpening(
+                landing.after, start.state, start.schedule, start.per_round, landing.straddles
+            )
         )
         try:
             receipt = RoundReceipt(

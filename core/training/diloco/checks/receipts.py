@@ -80,6 +80,9 @@ class RoundOpening(WireMessage):
     """The digest of the outer state those steps began from (``DilocoState.digest``)."""
     schedule: float
     per_round: float
+    straddles: bool = False
+    """The first step after the landing was computed before it (at the parameters it left):
+    its gradient comes before the landing's move, its step after."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.steps <= MAX_STEPS, "an opening's steps are out of range")
@@ -137,7 +140,8 @@ class RoundReceipt(WireMessage):
         _check(all(len(d) == DIGEST_BYTES for d in self.work), "a work block's digest is a SHA-256")
         _check(0 <= self.carried < MAX_SAMPLES, "carried samples are out of range")
         _check(
-            self.opening is None or (self.epoch > 0 and self.opening.steps <= len(self.steps)),
+            self.opening is None
+            or (self.epoch > 0 and self.opening.steps + self.opening.straddles <= len(self.steps)),
             "an opening is of a round after the first, within its steps",
         )
 

@@ -4,7 +4,8 @@ must come to it.
 A round is replayable when it starts from what every peer holds: the anchor, the inner schedule's
 clock, inner moments at zero (``DilocoState(fresh_moments=True)``). With overlap it starts at the
 anchor of the round before's end, and that round's landing moves it mid-way to the next anchor,
-with its new clock (``Arrival``): what every peer holds too, and the step it came after. Then the
+with its new clock (``Arrival``): what every peer holds too, and the step it came after (the
+microbatch computing meanwhile keeps its gradient and steps after the move). Then the
 member's work of the round, ``anchor - theta`` before any residual is added, is a function of its
 batches alone, one inner step each. ``replay`` computes it on a checker's own replica; ``judge``
 compares what the member says it computed with it.
@@ -60,6 +61,8 @@ class Arrival:
     anchor: Sequence[np.ndarray]
     schedule: float
     per_round: float
+    straddles: bool = False
+    """The next step's gradient was computed before it (``RoundOpening.straddles``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +90,12 @@ def replay(checker: DilocoState, start: RoundStart, batches: Iterable[Any], loss
     arrival = start.arrival
     taken = 0
     for batch in batches:
-        if arrival is not None and taken == arrival.after:
+        here = arrival is not None and taken == arrival.after
+        if here and arrival is not None and not arrival.straddles:
             checker.arrive_at(arrival.anchor, arrival.schedule, arrival.per_round)
         loss(model, batch).backward()  # type: ignore[no-untyped-call]
+        if here and arrival is not None and arrival.straddles:
+            checker.arrive_at(arrival.anchor, arrival.schedule, arrival.per_round)
         checker.inner_step()
         taken += 1
     if arrival is not None and taken <= arrival.after:
