@@ -12,7 +12,9 @@ round's inner steps compute, and its outer step lands one round late, on top of 
 meanwhile (``DilocoState.land``). We took this over Streaming DiLoCo's staggered fragments
 because it needs one exchange per round and no schedule of fragments, and its cost is what
 Streaming DiLoCo's overlap also pays: the outer step uses a pseudo-gradient one round old. Only
-when one exchange takes longer than a round does the next round's end wait for it.
+when one exchange takes longer than a round does the next round's end wait for it. Where rounds
+are checked (``keep_rounds``), each round starts at the anchor (``DilocoState.anchored``), and
+the receipts note where the round before landed in it (``checks.RoundLedger.moved``).
 
 A round lands with whoever made it: every member whose group averaged takes the mean where it
 was averaged, and what of its own the mean lacks (a range whose reducer failed, data the reducer
