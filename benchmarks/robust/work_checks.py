@@ -325,6 +325,13 @@ def liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
         "accused_with": bad["accused_with"],
         "honest_accused": any(t["accused_with"] for t in honest),
         "honest_credit_exact": all(t["credited"] == t["claimed"] for t in honest),
+        "honest_credit": [
+            {
+                k: t.get(k)
+                for k in ("claimed", "credited", "settled_epochs_differing", "unsettled_claimed")
+            }
+            for t in honest
+        ],
     }
 
 

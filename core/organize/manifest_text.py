@@ -76,7 +76,7 @@ KEY_NOTES = {
     "training.precision": "auto: bf16/fp16 where the device has it, fp32 on CPUs",
     "training.average_state_every": "steps between averaging parameters and optimizer states",
     "training.delay_parameter_updates": "true: apply each step while the next one computes",
-    "training.work_checks": "dedloc: share of epochs whose work the backbone recomputes (0.1)",
+    "training.work_checks": "share of epochs (dedloc) or rounds (diloco) the backbone checks (0.1)",
     "training.seed": "the model's initialization: every peer starts from the same weights",
     "training.optimizer_states": "8bit: ~2 bytes per parameter of states instead of 8",
     "training.offload_optimizer": "true: optimizer states in host memory (small GPUs)",
