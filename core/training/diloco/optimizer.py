@@ -717,7 +717,10 @@ class DilocoOptimizer(TakingPart):
         assert self.rounds_kept is not None
         d = self.diloco
         carried = self._carried
-        self.rounds_kept.seal(d.round_work(), d.digest, self.epoch, carried.samples, carried.since)
+        self.rounds_kept.seal(
+            d.round_work(), d.digest, self.epoch, carried.samples, carried.since,
+            now=self._round_start(),
+        )  # fmt: skip
 
     def fresh(self, batch: Any) -> bool:
         """Every batch is new: a replay takes each inner step's batch as it comes, and one met

@@ -857,6 +857,30 @@ async def test_samples_carried_from_a_round_no_replay_judges_are_caught(rig: Rig
     assert "no replay judges" in record.reason
 
 
+async def test_a_round_of_a_restarts_unsent_work_alone_is_filed_and_judged_neither_way(
+    rig: Rig,
+) -> None:
+    """A trainer that restarts sends its unsent work with its first round, which may end before
+    its first step: the round goes out with that weight, so it is filed (not replayable, no
+    step), and the check judges it neither way where "keeps no receipt" accused an honest
+    restart."""
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    d = member.diloco
+    receipt = member.ledger.seal(d.round_work(), d.digest, d.epoch, 352, 0, now=member.start())
+    assert receipt is not None
+    assert (receipt.steps, receipt.carried, receipt.replayable) == ([], 352, False)
+    assert member.ledger.seal(d.round_work(), d.digest, d.epoch, now=member.start()) is None
+    rig.checker.sent(0, {rig.peer: 352.0})
+    told: list[tuple[str, int]] = []
+    rig.checker.on_unreplayable = lambda peer, epoch: told.append((peer, epoch))
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "apart", record
+    assert told == [(rig.peer, 0)]  # paid from its allowance
+    assert not rig.standings.of(rig.peer).caught
+
+
 def test_a_round_after_a_download_does_not_carry_the_round_befores_samples_replayably() -> None:
     """The anchor moved between the two rounds other than by the landing: a checker may hold
     one of the two anchors and not the other, so the round is filed as not replayable."""

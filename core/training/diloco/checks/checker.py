@@ -254,7 +254,7 @@ class RoundChecker:
         return self._sent.get(epoch, {}).get(peer)
 
     async def _verify(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> None:
-        if receipt.carried:  # the older anchor first: the backbone keeps its last few
+        if receipt.carried and receipt.replayable:  # the older anchor first: it keeps a few
             await self._verify_carried(peer, epoch, receipt, tally)
         await self._verify_round(peer, epoch, receipt, tally)
 

@@ -230,23 +230,32 @@ class RoundLedger:
         epoch: int,
         carried: int = 0,
         since: int | None = None,
+        *,
+        now: Start | None = None,
     ) -> RoundReceipt | None:
         """The open round ends with ``work`` (flat float32) while the outer state's digest is
         ``state``, and goes out with the round of ``epoch`` (``carried``: with samples of work
         measured in earlier rounds, the oldest at ``since``): file its receipt under ``epoch``
-        (None when the round took no step or no start was given). Samples carried from the round
-        just before, whose own receipt is kept and replayable, leave this one replayable: a
-        checker replays both (``backs``); any others make it unreplayable."""
+        (None when the round took no step and carries nothing, or no start was given; ``now``:
+        where the parameters stand, the start of a round that took no step). Samples carried from
+        the round just before, whose own receipt is kept and replayable, leave this one
+        replayable: a checker replays both (``backs``); any others make it unreplayable, as does
+        a round of carried samples alone (a restart's unsent work going out before the first
+        step): it is filed all the same, since the round is sent with their weight, and a sent
+        round with no receipt is a forged one."""
         start, steps, batches = self._start, self._steps, self._batches
         stale, landing, ended, told = self._stale, self._landing, self._segment, self._told_first
         self._start, self._steps, self._batches, self._stale = None, [], [], False
         self._landing, self._segment, self._told, self._told_first = None, -1, 0, 0
-        if start is None or not steps:
+        if start is None and not steps and carried:
+            start = now
+        if start is None or not (steps or carried):
             return None
         raw = np.ascontiguousarray(work, dtype="<f4").tobytes()
         last = start if landing is None else landing.to
         why = (
-            "it did not start at the anchor with fresh moments" if not start.from_anchor
+            "it took no step, only work of earlier rounds" if not steps
+            else "it did not start at the anchor with fresh moments" if not start.from_anchor
             else "it took a step computed at other parameters" if stale
             else "the anchor moved during it" if state != last.state or epoch != last.epoch
             else "a landing moved it by more than an epoch" if last.epoch - start.epoch > 1
