@@ -24,6 +24,7 @@ from core.training.credit.checks.standing import Standings
 from core.training.diloco.backbone import DilocoBackbone, RoundChecks
 from core.training.diloco.checks import RoundChecker, RoundLedger, Start
 from core.training.diloco.checks.checker import STARTS
+from core.training.diloco.checks.ledger import KEPT
 from core.training.diloco.checks.receipts import (
     MAX_BLOCK_BYTES,
     MIN_BLOCK_BYTES,
@@ -441,6 +442,26 @@ async def test_a_replay_that_could_not_reach_its_member_is_made_again_then_expir
     assert "could not reach it" in rig.standings.why(rig.peer, 0)
     assert not rig.standings.of(rig.peer).caught
     assert len(rig.checker.records) == 2  # expired, not made a third time
+
+
+async def test_an_open_check_expires_once_its_member_keeps_no_receipt_of_the_round(
+    rig: Rig,
+) -> None:
+    """A member keeps receipts of its last ``KEPT`` rounds; made again after that, a check
+    would find none and accuse an honest member of sending a round it kept no receipt of. It
+    expires instead, though the backbone still holds the round's anchors (``STARTS``)."""
+    await honest_round(rig)
+    for epoch in range(1, KEPT + 1):
+        rig.began(epoch)
+    assert sorted(rig.checker._anchors) == list(range(KEPT + 1))
+    standings = rig.standings
+    standings.unreached(rig.peer, 0)  # its check of epoch 0 could not reach it
+    assert standings.open_checks() == [(rig.peer, 0)]
+    rig.checker.landed(KEPT, {})
+    assert standings.open_checks() == []
+    assert "could not reach it" in standings.why(rig.peer, 0)
+    assert not standings.of(rig.peer).caught
+    assert rig.checker.records == []  # not made again
 
 
 async def test_a_round_nobody_can_replay_judges_nothing(rig: Rig) -> None:

@@ -62,6 +62,7 @@ from core.training.credit.checks.verdict import (
     Unclaimed,
     Verdicts,
 )
+from core.training.diloco.checks.ledger import KEPT
 from core.training.diloco.checks.receipts import (
     ROUND_BATCH,
     ROUND_RECEIPT,
@@ -88,10 +89,10 @@ SAMPLED_BLOCKS = 4
 each in the demo's model, a million in a billion-parameter one): a cheat's work lies far from its
 replay in every part of the model, since skipping samples or steps changes every coordinate they
 touch."""
-STARTS = 4
-"""Epochs whose anchors the backbone keeps to replay rounds from: with overlap a round began at
-the anchor before the one it lands from, and one that carries the round before's samples needs
-that round's two too."""
+STARTS = KEPT + 1
+"""Epochs whose anchors the backbone keeps to replay rounds from: those of the rounds a member
+keeps receipts of, and with overlap the one before (a round began at the anchor before the one
+its work is measured from)."""
 STATES = CREDITED_KEPT
 """Epochs whose outer state's digest it keeps: what records claim a round began from."""
 CALL_TIMEOUT = 10.0
@@ -199,13 +200,20 @@ class RoundChecker:
         (and the samples each sent it with), and ``others`` in the round's other groups: check
         those drawn."""
         self.sent(epoch, weights)
-        for peer, before in self.verdicts.again(self._anchors.__contains__, epoch):
+        for peer, before in self.verdicts.again(lambda e: self._retries(e, epoch), epoch):
             self._tasks.spawn(f"round-check-{peer[:8]}-{before}", self.check(peer, before))
         if epoch not in self._anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
         members = [*weights, *(p for p in others if p not in weights)]
         for peer in self.verdicts.draw(members):
             self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
+
+    def _retries(self, before: int, newest: int) -> bool:
+        """Whether a check of the round of ``before`` that could not reach its member can be made
+        again as ``newest`` lands: the backbone keeps its anchor, and the member still keeps its
+        receipt (its last ``KEPT``: past them, an honest member would answer that it keeps none,
+        and be accused of a round it sent)."""
+        return before in self._anchors and newest - before < KEPT
 
     # ---- one check -------------------------------------------------------------------------------
 
