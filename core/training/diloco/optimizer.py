@@ -414,19 +414,22 @@ class DilocoOptimizer(TakingPart):
             if self.rounds_kept is not None:  # filed before its exchange: before any draw
                 await read(self._seal_round)
             delta = await read(lambda: self.diloco.end_round(decay=computed > 0))
-            if self.diloco.anchored:  # the next round starts where every peer stands
-                await self.bridge.run(self.diloco.restart_at_anchor)
-                self._moved()
             if self.tamper is not None:
                 await read(self.tamper, [torch.from_numpy(d) for d in delta])
             if computed:
                 self._carried.add(computed, began)
             samples = self._carried.samples
-        epoch = self.epoch
-        self.part.last = (epoch, loss_sum, mini_steps, samples)
-        self._exchange = self._tasks.spawn(
-            f"exchange-{epoch}", self._run_exchange(delta, samples, epoch, until), awaited=True
-        )
+            epoch = self.epoch
+            self.part.last = (epoch, loss_sum, mini_steps, samples)
+            self._exchange = self._tasks.spawn(
+                f"exchange-{epoch}", self._run_exchange(delta, samples, epoch, until), awaited=True
+            )
+            if self.diloco.anchored:
+                # the next round starts where every peer stands; on the training thread, behind
+                # the microbatch in flight, so only once the exchange is on its way: a slow device
+                # waiting for it first would reach matchmaking late and miss its group
+                await self.bridge.run(self.diloco.restart_at_anchor)
+                self._moved()
         await self._publish()
         if not self.diloco.overlap:
             await self.settle()
