@@ -57,6 +57,17 @@ def _check(ok: bool, message: str) -> None:
         raise WireFormatError(message)
 
 
+def _check_start(state: str, schedule: float, per_round: float) -> None:
+    """Where a round's steps began: the outer state's digest and the schedule's clock."""
+    _check(len(state) == STATE_DIGEST_CHARS, "a state digest is 64 hexadecimal digits")
+    _check(
+        math.isfinite(schedule) and 0 <= schedule < MAX_EPOCH, "a schedule's clock is out of range"
+    )
+    _check(
+        math.isfinite(per_round) and 0 <= per_round < MAX_EPOCH, "a round's steps are out of range"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class StepEntry(WireMessage):
     """One inner step: the samples its batch held and the batch's SHA-256
@@ -86,15 +97,7 @@ class RoundOpening(WireMessage):
 
     def __post_init__(self) -> None:
         _check(0 <= self.steps <= MAX_STEPS, "an opening's steps are out of range")
-        _check(len(self.state) == STATE_DIGEST_CHARS, "a state digest is 64 hexadecimal digits")
-        _check(
-            math.isfinite(self.schedule) and 0 <= self.schedule < MAX_EPOCH,
-            "a schedule's clock is out of range",
-        )
-        _check(
-            math.isfinite(self.per_round) and 0 <= self.per_round < MAX_EPOCH,
-            "a round's steps are out of range",
-        )
+        _check_start(self.state, self.schedule, self.per_round)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +128,7 @@ class RoundReceipt(WireMessage):
 
     def __post_init__(self) -> None:
         _check(0 <= self.epoch < MAX_EPOCH, "an epoch is out of range")
-        _check(len(self.state) == STATE_DIGEST_CHARS, "a state digest is 64 hexadecimal digits")
-        _check(
-            math.isfinite(self.schedule) and 0 <= self.schedule < MAX_EPOCH,
-            "a schedule's clock is out of range",
-        )
-        _check(
-            math.isfinite(self.per_round) and 0 <= self.per_round < MAX_EPOCH,
-            "a round's steps are out of range",
-        )
+        _check_start(self.state, self.schedule, self.per_round)
         _check(self.precision in PRECISIONS, f"precision is one of {', '.join(PRECISIONS)}")
         _check(len(self.steps) <= MAX_STEPS, f"a round has at most {MAX_STEPS} inner steps")
         _check(0 < len(self.work) <= MAX_BLOCKS, f"a round's work has 1 to {MAX_BLOCKS} blocks")
