@@ -2,6 +2,8 @@
 Learning@home's ``core.moe``): where the torch work runs and how the event loop reaches it.
 
 - ``bridge``       TrainingBridge: the one place where the training thread meets the event loop.
+- ``gate``         Gate: background torch work (a backbone's replays) waits while the loop does
+  what must not be slowed (its own round's exchange). Torch-free.
 - ``control``      TrainingControl: carries the scheduler's run / throttle / pause to the loop.
 - ``device``       the torch device a trainer computes on ("auto": CUDA, else MPS, else CPU) and why.
 - ``accelerator``  the same choice made without torch (NVIDIA driver, Apple silicon, the installed

@@ -69,6 +69,7 @@ from core.training.progress.confirmed import members_of
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 from core.worker.events import PeerEpoch
+from core.worker.gate import Gate
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ a round's end, where it publishes anyway."""
 LAST_CHANCE = 0.5
 """Seconds a member that reaches matchmaking after the round's window still looks for a group
 (a group closing just then may take it)."""
+GATE_LEAD = 1.0
+"""Seconds before a round's end that the exchange gate is held (``DilocoOptimizer.gate``): the
+unit of background work in flight then (a replay's inner step) ends before matchmaking opens."""
 
 
 def reads_every(round_seconds: float) -> float:
@@ -174,13 +178,13 @@ class DilocoOptimizer(TakingPart):
             links, config.role, snapshot=None, retry_cap=config.retry_cap, tasks=self._tasks
         )
         """Our records, our pause, our waits and our state offer (shared with dedloc)."""
-        self.last_bytes_sent = 0
-        """Chunk bytes this peer sent in its last exchange (the dashboard's figure)."""
-        self.last_bytes_received = 0
+        self.last_bytes_sent = self.last_bytes_received = 0
+        """Chunk bytes this peer sent and received in its last exchange (the dashboard's
+        figures)."""
         self.bytes_sent = self.bytes_received = 0
-        self.exchange_seconds = 0.0
-        """Time spent in exchanges, all of them (overlapped or not)."""
-        self.rounds_missed = 0
+        self.exchange_seconds, self.rounds_missed = 0.0, 0
+        """Time spent in exchanges, all of them (overlapped or not), and the rounds whose
+        exchange did not land."""
         self._peer = self.part.peer
         self._lock = asyncio.Lock()
         """Held for any torch work on the model: an inner step, a round's end, a landing."""
@@ -223,6 +227,10 @@ class DilocoOptimizer(TakingPart):
         """Told when the outer parameters moved by a download (a catch-up or a repair), once our
         record says so (a backbone with round checks keeps the anchor it took)."""
         self._exchange: asyncio.Task[None] | None = None
+        self.gate = Gate()
+        """Held from just before each round's end until its exchange lands or fails: background
+        torch work in this process that would slow the exchange waits at it (a backbone's
+        replays of its members' rounds)."""
         self._pending_reports: deque[PeerEpoch] = deque(maxlen=REPORTS_KEPT)
         """Landed rounds' reports until ``step`` hands them to the training loop."""
 
@@ -376,13 +384,15 @@ class DilocoOptimizer(TakingPart):
         while not self._stopping:
             now = self._now()
             ends = now + self.rounds.until_end(now)
-            await asyncio.sleep(ends - now)
-            if self.paused:
-                continue  # a paused peer keeps its work for after the pause
-            try:
-                await self.end_round(ended=ends)
-            except BarnraiseError as exc:
-                log.warning("diloco round at epoch %d: %s", self.epoch, exc)
+            await asyncio.sleep(max(0.0, ends - GATE_LEAD - now))
+            with self.gate.held():  # the exchange holds it too, from its start to its landing
+                await asyncio.sleep(max(0.0, ends - self._now()))
+                if self.paused:
+                    continue  # a paused peer keeps its work for after the pause
+                try:
+                    await self.end_round(ended=ends)
+                except BarnraiseError as exc:
+                    log.warning("diloco round at epoch %d: %s", self.epoch, exc)
 
     async def end_round(self, ended: float | None = None) -> None:
         """End the round now: the pseudo-gradient goes out (in the background with overlap).
@@ -437,6 +447,12 @@ class DilocoOptimizer(TakingPart):
     async def _run_exchange(self, delta: list[Any], samples: int, epoch: int, until: float) -> None:
         """Average ``delta`` with this round's group and land it; ``until``: the event loop's time
         when the round's matchmaking window closes (its columns' a window later)."""
+        with self.gate.held():
+            await self._exchange_and_land(delta, samples, epoch, until)
+
+    async def _exchange_and_land(
+        self, delta: list[Any], samples: int, epoch: int, until: float
+    ) -> None:
         started = time.monotonic()
         view = self.view()
         others = [p for p in view.peers if p.peer != self._peer and p.training]

@@ -39,6 +39,7 @@ from core.training.state import TrainingState
 from core.util.errors import WireFormatError
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
+from core.worker.gate import Gate
 from core.worker.precision import Precision
 from tests.conftest import MakeHost
 from tests.training.conftest import NET, start_node
@@ -181,6 +182,34 @@ async def test_an_honest_round_passes_at_any_speed(rig: Rig, steps: int) -> None
     assert record.compute > 0
     assert rig.standings.of(rig.peer).vouched == 0
     assert rig.standings.supported(rig.peer, 0, 32 * steps, now=0.0) == 32 * steps
+
+
+async def test_a_replay_gives_way_to_the_backbones_own_round(rig: Rig) -> None:
+    """While the backbone's round is exchanged (its gate held), a replay waits before its next
+    inner step; it goes on once the gate opens, passes, and the wait is not counted in what the
+    check cost."""
+    gate = Gate()
+    passes: list[float] = []
+
+    def give_way() -> float:
+        passes.append(time.monotonic())
+        return gate.wait(60.0)
+
+    rig.checker.give_way = give_way
+    await honest_round(rig)
+    with gate.held():
+        check = asyncio.create_task(rig.checker.check(rig.peer, 0))
+        for _ in range(600):  # the batches and blocks come over loopback first
+            if passes or check.done():
+                break
+            await asyncio.sleep(0.05)
+        assert len(passes) == 1, passes  # at the first inner step
+        await asyncio.sleep(2.0)
+        assert len(passes) == 1  # still waiting there
+    record = await asyncio.wait_for(check, 60.0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert len(passes) == STEPS
+    assert 0 < record.compute < 1.0  # the two seconds at the gate left out
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])

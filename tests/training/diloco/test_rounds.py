@@ -5,6 +5,7 @@ mid-round, a paused peer, a missed exchange."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from core.codecs.topk import top_k
+from core.training.diloco.optimizer import GATE_LEAD
 from core.training.diloco.unsent import UnsentWork
 from core.training.progress import PeerProgress
 from tests.training.diloco.conftest import (
@@ -98,6 +100,44 @@ async def test_with_overlap_the_round_lands_later_and_keeps_the_work_done_meanwh
     assert peers[0].anchor() == peers[1].anchor()
     # the inner steps after the round's end stay: theta is not the anchor
     assert peers[0].parameters() != peers[0].anchor()
+
+
+async def test_the_gate_is_held_while_a_round_is_exchanged(make_dpeer: MakeDPeer) -> None:
+    """Background work beside a peer (a backbone's replays) waits at ``optimizer.gate``: held
+    through each exchange, landing included, and open once it landed."""
+    peers = [await make_dpeer() for _ in range(2)]
+    await settle(peers)
+    held: list[bool] = []
+    for peer in peers:
+        gate = peer.optimizer.gate
+        peer.optimizer.on_landed = lambda _, gate=gate: held.append(not gate.is_open)
+        await peer.train(2, seed=0)
+    assert all(p.optimizer.gate.is_open for p in peers)
+    await end_rounds(peers)
+    assert held == [True, True]
+    assert [p.optimizer.epoch for p in peers] == [1, 1]
+    assert all(p.optimizer.gate.is_open for p in peers)
+
+
+async def test_the_round_clock_holds_the_gate_from_just_before_each_rounds_end(
+    make_dpeer: MakeDPeer,
+) -> None:
+    """The round loop holds the gate ``GATE_LEAD`` seconds before the round's end, so that the
+    work in flight beside it ends before matchmaking opens; the gate is open again mid-round."""
+    seconds = 3.0
+    peer = await make_dpeer(round_seconds=seconds, matchmaking=0.5)
+    samples: list[tuple[float, bool]] = []
+    await asyncio.sleep(0.1)  # the round loop's first pass
+    deadline = time.time() + 2.5 * seconds
+    while time.time() < deadline:
+        samples.append((time.time() % seconds, peer.optimizer.gate.is_open))
+        await asyncio.sleep(0.02)
+    lead = [
+        is_open for phase, is_open in samples if seconds - GATE_LEAD + 0.1 < phase < seconds - 0.1
+    ]
+    assert lead, samples
+    assert not any(lead), samples
+    assert any(is_open for phase, is_open in samples if phase < seconds - GATE_LEAD - 0.1), samples
 
 
 async def test_a_newcomer_takes_the_outer_state_and_joins_the_next_round(

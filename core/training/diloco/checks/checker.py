@@ -16,7 +16,9 @@ every batch (each must match its digest) and ``SAMPLED_BLOCKS`` blocks of the me
 at random (each must match its digest in the receipt, which bound them before anything was
 drawn), all at once while the member keeps the round; then it replays the round on its own
 replica from the anchor of E (``replay``; one replay at a time) and judges the blocks against the
-replay at the member's precision (``replay.judge``). A round that carries the samples of the
+replay at the member's precision (``replay.judge``). The replay runs on a thread of its own
+and gives way to the backbone's own round: it waits before each inner step while the backbone's
+exchange is under way (``give_way``, ``DilocoOptimizer.gate``). A round that carries the samples of the
 round before (which landed less than half of its work) is checked with that round: its receipt
 must count them, and it is replayed too. A member that no longer
 keeps what it was asked for judges nothing (unreached), as one that cannot be reached.
@@ -132,6 +134,7 @@ class RoundChecker:
         on_check: Callable[[CheckRecord], None] | None = None,
         on_backed: Callable[[str, int, int], None] = lambda *_: None,
         on_unreplayable: Callable[[str, int], None] = lambda *_: None,
+        give_way: Callable[[], float] = lambda: 0.0,
         budget: float = BUDGET,
         rng: random.Random | None = None,
     ) -> None:
@@ -140,7 +143,9 @@ class RoundChecker:
         members; ``on_backed``: told (member, epoch, samples) what the receipt of a round the
         backbone did not take part in backs (0: none was kept), which bounds its claim;
         ``on_unreplayable``: told (member, epoch) of a round found not replayable from the anchor
-        the backbone holds (``credit.RoundCredit.unreplayable``)."""
+        the backbone holds (``credit.RoundCredit.unreplayable``); ``give_way``: called on the
+        replay's thread before each inner step, it waits while the backbone's own round is
+        exchanged (``DilocoOptimizer.gate``) and says for how many seconds."""
         if replica.overlap or not replica.fresh_moments:
             raise ValueError("a checker's replica replays rounds: no overlap, fresh moments")
         self.replica = replica
@@ -154,6 +159,7 @@ class RoundChecker:
         self._rng = self.verdicts.rng
         self.on_backed = on_backed
         self.on_unreplayable = on_unreplayable
+        self.give_way = give_way
         self._sent: OrderedDict[int, dict[str, float]] = OrderedDict()
         """Each landed round's senders with the samples they sent it with."""
         self._anchors: OrderedDict[int, Anchor] = OrderedDict()
@@ -308,10 +314,18 @@ class RoundChecker:
         batches = await self._batches(peer, epoch, receipt, tally)
         blocks = await self._blocks(peer, epoch, receipt, anchor.size, tally)
         start = self._start(peer, epoch, receipt, anchor)
+        waited = 0.0
+
+        def give_way() -> None:  # on the replay's thread: the time it waits is not its cost
+            nonlocal waited
+            waited += self.give_way()
+
         async with self._replaying:
             began = time.perf_counter()
-            replayed = await self.bridge.run(replay, self.replica, start, batches, self.loss)
-            spent = time.perf_counter() - began
+            replayed = await self.bridge.run(
+                replay, self.replica, start, batches, self.loss, give_way
+            )
+            spent = time.perf_counter() - began - waited
         tally.compute += spent
         tally.sampled += len(batches)
         theirs = np.concatenate([values for _, values in blocks])

@@ -81,15 +81,23 @@ class Judged:
         return self.distance / self.limit
 
 
-def replay(checker: DilocoState, start: RoundStart, batches: Iterable[Any], loss: LossFn) -> F32:
+def replay(
+    checker: DilocoState,
+    start: RoundStart,
+    batches: Iterable[Any],
+    loss: LossFn,
+    give_way: Callable[[], object] = lambda: None,
+) -> F32:
     """On the training thread of the checker's own replica (built like a member's, float32):
-    the work of a round that began at ``start`` and took one inner step per batch, flat."""
+    the work of a round that began at ``start`` and took one inner step per batch, flat.
+    ``give_way`` is called before each inner step, and may wait (``core.worker.gate``)."""
     checker.start_round_at(start.anchor, start.schedule, start.per_round)
     model = checker.state.model
     model.train()
     arrival = start.arrival
     taken = 0
     for batch in batches:
+        give_way()
         here = arrival is not None and taken == arrival.after
         if here and arrival is not None and not arrival.straddles:
             checker.arrive_at(arrival.anchor, arrival.schedule, arrival.per_round)
