@@ -27,14 +27,14 @@ screening, claims bounded at ``averaging.weight_ratio_limit`` = 4 times the medi
 accusations in 1,000 honest checks, their cost, and what a free rider or an inflated claim is
 credited.
 
-``replays``: diloco with its rounds replayed (``overlap`` false, ``work_checks``), on the demo:
+``replays``: diloco with its rounds replayed (its defaults: overlap, ``work_checks``), on the demo:
 every member's every round replayed in a swarm of four honest trainers (false accusations,
 credit, what the replays cost), a member that sends its rounds with twice the samples it
 computed, and (``groups``) six trainers in three groups, one of them a fresh identity claiming
 twice its samples for three rounds and then gone: what each honest member and the fresh identity
 are credited where the backbone replays only its own group's members; and (``mixed``) three
 honest trainers of 12, 4 and 1 times the slowest's speed with every round replayed, beside the
-same swarm at diloco's defaults (``mixed_scored``: overlap, credit scored from the updates).
+same swarm with credit scored from the updates (``mixed_scored``: ``work_checks`` 0).
 
 ``state``: a backbone and three diloco trainers land two rounds, then one trainer serves a forged
 outer state (its anchor +1 everywhere, under the honest digest its metadata names) while newcomers

@@ -372,8 +372,9 @@ async def checks(
         return out
 
 
-DILOCO = {"mode": "diloco", "overlap": False, "round_seconds": 15.0}
-"""The demo in diloco with its rounds replayed: without overlap, rounds of 15 s."""
+DILOCO = {"mode": "diloco", "round_seconds": 15.0}
+"""The demo in diloco with its rounds replayed, at the defaults a project gets (overlap, the
+round checks' share at the rate given), rounds of 15 s."""
 
 
 REPLAY_RUNS = ("every_round", "claims_2x", "default_rate", "groups", "mixed", "mixed_scored")
@@ -381,8 +382,8 @@ DUTIES = (1.0, 1 / 3, 1 / 12)
 """Honest trainers of three speeds (the throttle a volunteer sets): 12, 4 and 1 times the slowest's
 inner steps a round, as a fast GPU beside slower devices."""
 SCORED = {"mode": "diloco", "round_seconds": 15.0}
-"""The demo in diloco at the defaults a project gets (``overlap`` true): credit scored from the
-rounds' updates, no replays."""
+"""The demo in diloco with its rounds scored from their updates (``work_checks`` 0, the rate the
+run gives it), no replays."""
 GROUPS = {"target_group_size": 3}
 """Groups of three: six trainers and the backbone form three groups a round."""
 GROUPED_TRAINERS = 6
@@ -455,7 +456,7 @@ async def diloco_checks(
                 t["credit_over_computed"] >= HONEST_BOUND for t in grouped["honest"]
             )
             goals["nobody_honest_accused_in_groups"] = grouped["false_accusations"] == 0
-        for name, training, rate in (("mixed", DILOCO, 1.0), ("mixed_scored", SCORED, 0.1)):
+        for name, training, rate in (("mixed", DILOCO, 1.0), ("mixed_scored", SCORED, 0.0)):
             if name not in wanted:
                 continue
             run = await launch(

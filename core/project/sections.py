@@ -295,12 +295,13 @@ class TrainingSection:
     delay_parameter_updates: bool = False
     work_checks: float = WORK_CHECKS
     """The share of each trainer's epochs (dedloc: recomputing sampled microbatches) or rounds
-    (diloco with ``overlap`` false: replaying the whole round) whose work the backbone checks at
-    random, in [0, 1], within 5 % of the backbone's time (1: every one, whatever it costs). A
-    newcomer's credit waits until a check of it passes; a trainer caught faking work is accused
-    and credited nothing more. 0 checks nothing (dedloc credits claims as made, diloco scores
-    the rounds' updates, as it does with ``overlap``, where another value is refused). Checks
-    need a deterministic forward pass: refused with ``model.dropout`` above 0."""
+    (diloco: replaying the whole round) whose work the backbone checks at random, in [0, 1],
+    within 5 % of the backbone's time (1: every one, whatever it costs). A newcomer's credit
+    waits until a check of it passes; a trainer caught faking work is accused and credited
+    nothing more. In diloco every round then starts at the anchor with fresh inner moments,
+    which costs some convergence (``docs/design/robust.md``). 0 checks nothing (dedloc credits
+    claims as made, diloco scores the rounds' updates). Checks need a deterministic forward
+    pass: refused with ``model.dropout`` above 0."""
     seed: int = 0
     """0 to 2**63 - 1."""
     optimizer_states: str = "32bit"
@@ -331,8 +332,8 @@ class TrainingSection:
     best)."""
     overlap: bool = True
     """diloco: the exchange of a round runs while the next round computes, and its outer step
-    lands one round late on top of the work done meanwhile; false waits for it at each round's
-    end (every peer then starts each round from identical parameters)."""
+    lands mid-way through that round, on top of the work done meanwhile; false waits for it at
+    each round's end. With ``work_checks`` every round starts at the anchor either way."""
     residual_decay: float = RESIDUAL_DECAY
     """diloco with a sparse codec (``topk``): the share of its error-feedback residual a peer
     keeps at each round's end before adding the round's work, in (0, 1] (SparseLoCo's 0.95). The

@@ -136,7 +136,8 @@ def test_diloco_rounds_cross_a_cone_and_a_symmetric_nat(
     assert after["epoch"] == first["epoch"] + 1, (first, after)
     assert after["samples"] > 0
     # the backbone was the other member: its metrics of those rounds count h1's samples alone,
-    # once the backbone's credit supports them (with round checks, a late report may pay them)
+    # once a replay of h1's rounds supports them (the round checks, on by default, may pay them
+    # in a late report)
     metrics = aux.wait_for(
         lambda e: (
             e.get("event") == "metrics"

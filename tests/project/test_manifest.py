@@ -375,12 +375,6 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     ("work checks > 1", {"training.work_checks": 1.5}, "training.work_checks", "got 1.5"),
     (
-        "work checks in diloco with overlap",
-        {"training.mode": "diloco", "training.work_checks": 0.5},
-        "training.work_checks",
-        "needs training.overlap = false",
-    ),
-    (
         "work checks with dropout",
         {"model.dropout": 0.1},
         "training.work_checks",
@@ -388,7 +382,7 @@ BROKEN: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     (
         "replayed diloco rounds with dropout",
-        {"training.mode": "diloco", "training.overlap": False, "model.dropout": 0.1},
+        {"training.mode": "diloco", "model.dropout": 0.1},
         "training.work_checks",
         "forward pass without dropout",
     ),
@@ -602,21 +596,20 @@ def test_diloco_groups_wait_for_members_a_microbatch_late(tmp_path: Path) -> Non
     assert averager_config(short, "trainer").max_matchmaking_time == wait  # never below it
 
 
-def test_diloco_replays_rounds_only_without_overlap(tmp_path: Path) -> None:
-    """Without overlap diloco's rounds are replayed at the default share; with overlap (the
-    default) they cannot be, and the same default checks nothing and takes dropout."""
+@pytest.mark.parametrize("overlap", [True, False])
+def test_diloco_replays_rounds_at_the_default_share_with_or_without_overlap(
+    tmp_path: Path, overlap: bool
+) -> None:
+    """diloco's rounds are replayed at the default share whether they overlap the exchange or
+    not (an overlapped round starts at the anchor too); 0 checks nothing and takes dropout."""
     from core.modes import active_modes
 
     spec = active_modes().parse("diloco")
-    still = load_manifest(write(tmp_path, render(edited({"training.mode": "diloco",
-                                                           "training.overlap": False}))))  # fmt: skip
-    assert spec.checks_work(still.training)
-    overlapping = edited({"training.mode": "diloco", "model.dropout": 0.1})
-    manifest = load_manifest(write(tmp_path, render(overlapping)))
-    assert not spec.checks_work(manifest.training)
-    off = edited(
-        {"training.mode": "diloco", "training.overlap": False, "training.work_checks": 0.0}
-    )
+    mode = {"training.mode": "diloco", "training.overlap": overlap}
+    checked = load_manifest(write(tmp_path, render(edited(mode))))
+    assert checked.training.work_checks == 0.1
+    assert spec.checks_work(checked.training)
+    off = edited({**mode, "training.work_checks": 0.0, "model.dropout": 0.1})
     assert not spec.checks_work(load_manifest(write(tmp_path, render(off))).training)
 
 

@@ -117,10 +117,8 @@ class Diloco:
 
 
 def replays_rounds(manifest: Manifest) -> bool:
-    """The backbone replays trainers' rounds (``training.work_checks`` above 0, without overlap):
-    trainers then start each round at the anchor with fresh inner moments and keep round
-    receipts. Overlapped rounds can be replayed too (``DilocoState.anchored``), but are not yet
-    by default: see ``docs/design/robust.md``."""
+    """The backbone replays trainers' rounds (``training.work_checks`` above 0): trainers then
+    start each round at the anchor with fresh inner moments and keep round receipts."""
     return active_modes().parse(manifest.training.mode).checks_work(manifest.training)
 
 
