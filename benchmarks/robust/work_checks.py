@@ -504,12 +504,16 @@ def mixed_summary(run: dict[str, Any]) -> dict[str, Any]:
 
 def groups_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
     """Per trainer of a swarm of several groups: what it computed, claimed and was credited, how
-    often it was replayed; the liar (a fresh identity that leaves) apart."""
+    often it was replayed; the liar (a fresh identity that leaves) apart. An honest trainer's
+    credit is set against all it computed (``trained``: the round the run stopped in too, whose
+    overlapped exchange may land after its loop stopped reporting; ``landed``: those of the rounds
+    its loop saw land); the liar's against what its reported rounds computed (it may skip work)."""
 
-    def trainer(t: dict[str, Any]) -> dict[str, Any]:
-        computed = t["computed"]
+    def trainer(t: dict[str, Any], honest: bool = True) -> dict[str, Any]:
+        computed = t["trained"] if honest else t["computed"]
         return {
             "computed": computed,
+            "landed": t["computed"],
             "claimed": t["claimed"],
             "credited": t["credited"],
             "credit_over_computed": t["credited"] / computed if computed else 0.0,
@@ -520,7 +524,7 @@ def groups_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
         }
 
     honest = [trainer(t) for t in run["trainers"] if not t["liar"]]
-    sybil = next(trainer(t) for t in run["trainers"] if t["liar"])
+    sybil = next(trainer(t, honest=False) for t in run["trainers"] if t["liar"])
     return {
         "epochs": run["epochs"],
         "groups_of": GROUPS["target_group_size"],
