@@ -2,10 +2,10 @@
 
 A thread that computes for long stretches (a backbone replaying a member's round) slows the loop of
 its own process: the two share the interpreter's lock and the process's share of the cores, and a
-loop that waits milliseconds for each callback turns a one-second exchange into ten, or a missed
-group. The loop holds the gate while it does what must not be slowed (its own round's exchange);
-the thread passes the gate between its units of work and waits while the gate is held. Holds nest:
-the gate opens when the last one ends. Torch-free.
+loop that waits for each of its many small callbacks can miss its group's matchmaking. The loop
+holds the gate while it does what must not be slowed (its own round's exchange); the thread
+passes the gate between its units of work and waits while the gate is held. Holds nest: the gate
+opens when the last one ends. Torch-free.
 """
 
 from __future__ import annotations

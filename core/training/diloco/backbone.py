@@ -140,8 +140,8 @@ class DilocoBackbone:
             standings=Standings(checks.rate),
             evidence=opt.evidence,
             tasks=self._tasks,
-            # the backbone's own round first: a replay slows its exchange tenfold, or makes it
-            # miss its group (the NAT lab, five trainers in three groups); a round at most
+            # the backbone's own round first: a replay running at a round's end made it miss its
+            # group (the NAT lab, five trainers in three groups); a round at most
             give_way=partial(opt.gate.wait, opt.config.round_seconds),
         )
 

@@ -18,10 +18,10 @@ drawn), all at once while the member keeps the round; then it replays the round 
 replica from the anchor of E (``replay``; one replay at a time) and judges the blocks against the
 replay at the member's precision (``replay.judge``). The replay runs on a thread of its own
 and gives way to the backbone's own round: it waits before each inner step while the backbone's
-exchange is under way (``give_way``, ``DilocoOptimizer.gate``). A round that carries the samples of the
-round before (which landed less than half of its work) is checked with that round: its receipt
-must count them, and it is replayed too. A member that no longer
-keeps what it was asked for judges nothing (unreached), as one that cannot be reached.
+exchange is under way (``give_way``, ``DilocoOptimizer.gate``). A round that carries the
+samples of the round before (which landed less than half of its work) is checked with that
+round: its receipt must count them, and it is replayed too. A member that no longer keeps what
+it was asked for judges nothing (unreached), as one that cannot be reached.
 
 Verdicts, as the dedloc checks give them (``CheckRecord``): ``passed``; ``caught`` (the work is
 not its replay, a batch or a block is not what the receipt named, the weight sent is more than
