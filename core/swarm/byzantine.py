@@ -13,10 +13,13 @@ run. This module makes one peer bad in these ways, with the real code paths arou
 
 Any of them may also inflate its claims (``Misbehaviour.claim``): the samples it says it computed,
 as the weight it averages with and in the landed epochs its records credit, are that many times
-what it computed (a claimed weight is what a plain weighted mean and CenteredClip weigh by). In
-dedloc it may also skip work it counts (``computes``, a ``FreeRider`` forging its receipts) and
-refuse the backbone's checks of it (``refuses``, a ``Refuser``) or hide from the checks of the
-epochs it faked (``hides``, a ``Hider``: it answers them "busy").
+what it computed (a claimed weight is what a plain weighted mean and CenteredClip weigh by). It
+may also skip work it counts (``computes``: in dedloc a ``FreeRider`` forging its receipts, in
+diloco a ``StepRider`` dropping the gradients of inner steps it still counts and files) and
+refuse the backbone's checks of it (``refuses``: a ``Refuser``, a ``RoundRefuser``); in dedloc
+hide from the checks of the epochs it faked (``hides``, a ``Hider``: it answers them "busy"); in
+diloco send the model's last public move instead of its own work (``copies``, a ``Copier``: what
+every member received, so a copy that costs nothing to make).
 
 The gradient attacks are a ``GradientAttack`` the optimizer applies to what it sends before it
 goes to averaging: dedloc's mean gradient (``DedlocOptimizer.tamper``), diloco's
@@ -61,12 +64,16 @@ from core.training.credit.checks.receipts import (
     ReceiptsRequest,
     WorkReceipt,
 )
+from core.training.diloco.checks.receipts import ROUND_BATCH, ROUND_RECEIPT, ROUND_WORK
 from core.util.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from core.averaging import Averager
     from core.net.host.host import Host
     from core.net.wire.rpc import CallContext
+    from core.training.diloco.state import DilocoState
     from core.training.settings import Tamperable
 
 
@@ -124,12 +131,18 @@ class Misbehaviour:
     hides: bool = False
     """It answers "busy" to every check of an epoch from ``rides_from`` on, and serves the
     others (dedloc): the checks of the epochs it faked cannot judge it."""
+    copies: bool = False
+    """From ``rides_from`` on it sends the model's last public move (the anchor's step over the
+    last round, over the outer learning rate) as its pseudo-gradient, whatever it computed
+    (diloco)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.rides_from, bool) or self.rides_from < 0:
             raise ConfigError(f"free riding starts at an epoch, 0 or later, not {self.rides_from}")
         if self.strength is not None and not math.isfinite(self.strength):
             raise ConfigError(f"an attack's strength must be a finite number, not {self.strength}")
+        if self.copies and not self.attack.gradients:
+            raise ConfigError("a lying reducer sends honest data: it copies nothing")
         if not 0.0 <= self.computes <= 1.0:
             raise ConfigError(f"a peer computes a share in [0, 1] of its work, not {self.computes}")
         if not (math.isfinite(self.claim) and self.claim >= 1):
@@ -151,6 +164,12 @@ class Misbehaviour:
             if self.computes < 1
             else ""
         )
+        copies = (
+            ", sending the model's last move as its work"
+            + (f" from epoch {self.rides_from}" if self.rides_from else "")
+            if self.copies
+            else ""
+        )
         refuses = (
             ", refusing the work checks"
             if self.refuses
@@ -168,6 +187,7 @@ class Misbehaviour:
             }[self.attack]
             + claims
             + rides
+            + copies
             + refuses
         )
 
@@ -175,17 +195,30 @@ class Misbehaviour:
         """Make a training peer misbehave: tamper with its gradients, or lie as a reducer; and
         inflate its claims, or forge the receipts of work it skips."""
         optimizer.claim = self.claim
-        if self.computes < 1 or self.refuses or self.hides:
+        if isinstance(optimizer, Ridable):
+            if self.hides:
+                raise ConfigError("hiding from the checks of faked epochs is tried in dedloc only")
+            if self.computes < 1 or self.refuses:
+                steps = StepRider(self.computes, self.rides_from)
+                optimizer.rides = steps if not self.refuses else RoundRefuser(steps, averager.host)
+        elif self.computes < 1 or self.refuses or self.hides:
             if not isinstance(optimizer, Forgeable):
-                raise ConfigError("free riding is tried where work is checked: dedloc mode only")
+                raise ConfigError("free riding is tried where work is checked: dedloc or diloco")
             rider: Forgery = FreeRider(self.computes, self.rides_from)
             if self.refuses:
                 rider = Refuser(rider, averager.host)
             elif self.hides:
                 rider = Hider(rider, averager.host, self.rides_from)
             optimizer.forge = rider
+        if self.copies and not isinstance(optimizer, Ridable):
+            raise ConfigError("copying the model's last move is tried in diloco only")
         if self.attack.gradients:
-            optimizer.tamper = self.gradient_attack()
+            attack = self.gradient_attack()
+            optimizer.tamper = (
+                Copier(cast("Ridable", optimizer), attack, self.rides_from)
+                if self.copies
+                else attack
+            )
         else:
             averager.round_hook = self.lie_in
 
@@ -213,6 +246,94 @@ class Forgeable(Protocol):
     """An optimizer whose work receipts a free rider can forge (``core.training.credit.checks``)."""
 
     forge: Forgery | None
+
+
+@runtime_checkable
+class Ridable(Protocol):
+    """An optimizer whose inner steps a free rider may leave uncomputed while it counts them,
+    and whose anchor it may copy from (diloco, ``DilocoOptimizer.rides``)."""
+
+    rides: Callable[[int], bool] | None
+
+    @property
+    def diloco(self) -> DilocoState: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+
+class StepRider:
+    """Of the inner steps it counts from epoch ``from_epoch`` on, computes the share ``computes``
+    (spread evenly) and drops the gradients of the others (``DilocoOptimizer.rides``): their
+    samples are counted, sent as the round's weight and filed in its receipt with their batches,
+    as a free rider's would be; only its work lacks them."""
+
+    def __init__(self, computes: float, from_epoch: int = 0) -> None:
+        self.computes = computes
+        self.from_epoch = from_epoch
+        self._counted = 0
+        self.dropped = 0
+        """Steps whose gradient it dropped (the tests check that it really ran)."""
+
+    def __call__(self, epoch: int) -> bool:
+        if epoch < self.from_epoch:
+            return False
+        whole = math.floor((self._counted + 1) * self.computes)
+        real = whole > math.floor(self._counted * self.computes)
+        self._counted += 1
+        self.dropped += not real
+        return not real
+
+
+class RoundRefuser:
+    """Takes back the round receipts its trainer serves at its first inner step (after the
+    trainer started serving them): a checker's calls are answered "no such method". Rides as
+    ``inner`` says."""
+
+    def __init__(self, inner: Callable[[int], bool], host: Host) -> None:
+        self.inner = inner
+        self.host = host
+        self._done = False
+
+    def __call__(self, epoch: int) -> bool:
+        if not self._done:
+            self._done = True
+            for name in (ROUND_RECEIPT.name, ROUND_BATCH.name, ROUND_WORK.name):
+                self.host.router.remove(name)
+        return self.inner(epoch)
+
+
+class Copier:
+    """From epoch ``from_epoch`` on, replaces the pseudo-gradient it sends with the model's last
+    public move: the anchor's step since the last round it sent, over the outer learning rate
+    (what every member received; zeros before it saw one move). Before that epoch, ``honest``
+    (the gradient attack it was given) applies. Called on the training thread, as the
+    optimizer's ``tamper``, under the optimizer's lock: the anchor holds still."""
+
+    def __init__(self, optimizer: Ridable, honest: GradientAttack, from_epoch: int = 0) -> None:
+        self.optimizer = optimizer
+        self.honest = honest
+        self.from_epoch = from_epoch
+        self._last: list[np.ndarray] | None = None
+        self.copied = 0
+        """Rounds it sent a copy in (the tests check that it really ran)."""
+
+    def __call__(self, delta: list[torch.Tensor]) -> None:
+        d = self.optimizer.diloco
+        anchor = [a.copy() for a in d.anchor]
+        last, self._last = self._last, anchor
+        if self.optimizer.epoch < self.from_epoch:
+            self.honest(delta)
+            return
+        self.copied += 1
+        scale = 1.0 / float(d.outer.lr)
+        with torch.no_grad():
+            for i, out in enumerate(delta):
+                if last is None:
+                    out.zero_()
+                else:
+                    move = torch.from_numpy(last[i] - anchor[i]).reshape(out.shape)
+                    out.copy_(move.mul_(scale))
 
 
 class Refuser:

@@ -166,8 +166,7 @@ class DilocoOptimizer(TakingPart):
         # the last confirmed round's typical claim bounds each round's medians, so that no swarm of
         # tiny identities drags them down nor half of the senders' inflated claims lift them
         links.averager.confirmed_claim = links.board.confirmed_claim
-        self.bridge = links.bridge
-        self.board = links.board
+        self.bridge, self.board = links.bridge, links.board
         self.config = config
         self.codec = codec if codec is not None else links.averager.config.codec
         self.rounds = RoundClock(config.round_seconds)
@@ -218,6 +217,9 @@ class DilocoOptimizer(TakingPart):
         purpose has one (``core.swarm.byzantine``: the demo, the tests, the benchmark)."""
         self.claim = 1.0
         """Samples claimed per sample computed: above 1 only in a peer misbehaving on purpose."""
+        # only a free rider on purpose has one (core.swarm.byzantine); asked before each inner
+        # step with the epoch of its parameters, True drops the step's gradient and counts it
+        self.rides: Callable[[int], bool] | None = None
         self.evidence = self.part.evidence
         """Where what our rounds found against others is signed and published."""
         self.on_landed: Callable[[Landing], None] | None = None
@@ -369,6 +371,8 @@ class DilocoOptimizer(TakingPart):
             await self.bridge.run(self.diloco.drop_gradients)
             kept.discard()
             return
+        if self.rides is not None and self.rides(self.epoch):
+            await self.bridge.run(self.diloco.drop_gradients)  # a step of nothing, counted
         stepped = await self.bridge.run(self.diloco.inner_step)
         if kept is not None:
             kept.stepped(stepped)
