@@ -34,7 +34,11 @@ computed, and (``groups``) six trainers in three groups, one of them a fresh ide
 twice its samples for three rounds and then gone: what each honest member and the fresh identity
 are credited where the backbone replays only its own group's members; and (``mixed``) three
 honest trainers of 12, 4 and 1 times the slowest's speed with every round replayed, beside the
-same swarm with credit scored from the updates (``mixed_scored``: ``work_checks`` 0).
+same swarm with credit scored from the updates (``mixed_scored``: ``work_checks`` 0); and free
+riders at the default rate beside three honest trainers (``half_steps``: half the inner steps it
+counts, from its first round; ``copier``: trusted after its first replay, then nothing computed
+and the model's last move sent as its work, until a replay catches it; ``round_refuser``: nothing
+computed, its round receipts taken back).
 
 ``state``: a backbone and three diloco trainers land two rounds, then one trainer serves a forged
 outer state (its anchor +1 everywhere, under the honest digest its metadata names) while newcomers

@@ -377,7 +377,10 @@ DILOCO = {"mode": "diloco", "round_seconds": 15.0}
 round checks' share at the rate given), rounds of 15 s."""
 
 
-REPLAY_RUNS = ("every_round", "claims_2x", "default_rate", "groups", "mixed", "mixed_scored")
+REPLAY_RUNS = (
+    "every_round", "claims_2x", "default_rate", "groups", "mixed", "mixed_scored",
+    "half_steps", "copier", "round_refuser",
+)  # fmt: skip
 DUTIES = (1.0, 1 / 3, 1 / 12)
 """Honest trainers of three speeds (the throttle a volunteer sets): 12, 4 and 1 times the slowest's
 inner steps a round, as a fast GPU beside slower devices."""
@@ -390,6 +393,24 @@ GROUPED_TRAINERS = 6
 SYBIL_ROUNDS = 3
 """Rounds a fresh identity claims twice its samples for before it goes: a throwaway identity's
 few, in whichever groups the rounds put it."""
+COPIER_ROUNDS = 40
+"""Rounds at most the copier's run lasts (it stops when a replay catches it): trusted after its
+first replay, it is replayed at random within the 5 % budget."""
+
+
+def diloco_liars() -> dict[str, Misbehaviour]:
+    """The free riders of the replayed rounds, each the last of four trainers at the default
+    rate: its pseudo-gradient as computed, its claims its counted samples."""
+    honest_gradients = (Attack.SCALE, 1.0)
+    return {
+        # half the inner steps it counts, from its first round (a newcomer: always replayed)
+        "half_steps": Misbehaviour(*honest_gradients, computes=0.5),
+        # honest until its first replay trusts it, then nothing computed and the model's last
+        # move sent as its work: paid on trust until a random replay withdraws it
+        "copier": Misbehaviour(*honest_gradients, computes=0.0, rides_from=TURNS_AT, copies=True),
+        # nothing computed, its round receipts taken back: "no such method"
+        "round_refuser": Misbehaviour(*honest_gradients, computes=0.0, refuses=True),
+    }
 
 
 async def diloco_checks(
@@ -398,8 +419,9 @@ async def diloco_checks(
     """diloco with replayed rounds, four trainers: every member's every round replayed
     (``work_checks`` = 1); the same swarm with a member that sends its rounds with twice the
     samples it computed (at the default rate: a newcomer's first round is always replayed); and
-    honest members at the default rate, what the replays cost there (``only``: these runs of
-    ``REPLAY_RUNS``, and their goals; ``start_from``: a checkpoint every run starts from)."""
+    honest members at the default rate, what the replays cost there; the free riders of
+    ``diloco_liars`` (``only``: these runs of ``REPLAY_RUNS``, and their goals; ``start_from``: a
+    checkpoint every run starts from)."""
     launch = functools.partial(run_swarm, start_from=start_from)
     wanted = set(REPLAY_RUNS) if only is None else only
     with tempfile.TemporaryDirectory(prefix="bench-replays-") as tmp:
@@ -456,6 +478,22 @@ async def diloco_checks(
                 t["credit_over_computed"] >= HONEST_BOUND for t in grouped["honest"]
             )
             goals["nobody_honest_accused_in_groups"] = grouped["false_accusations"] == 0
+        caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
+        for name, liar in diloco_liars().items():
+            if name not in wanted:
+                continue
+            run = await launch(
+                data, root / name, epochs=COPIER_ROUNDS if liar.rides_from else rounds,
+                rate=0.1, liar=liar, training=DILOCO,
+                stop_when=caught if liar.rides_from else None,
+            )  # fmt: skip
+            out[f"diloco_{name}"] = found = replay_liar_summary(run, liar)
+            goals[f"{name}_credited_at_most_1_2x"] = found["credit_over_computed"] <= CREDIT_BOUND
+            goals[f"{name}_accused"] = bool(found["accused_with"])
+            goals[f"{name}_nobody_honest_accused"] = not found["honest_accused"]
+            goals[f"{name}_honest_credited_at_least_0_9x"] = all(
+                t["credit_over_computed"] >= HONEST_BOUND for t in found["honest"]
+            )
         for name, training, rate in (("mixed", DILOCO, 1.0), ("mixed_scored", SCORED, 0.0)):
             if name not in wanted:
                 continue
@@ -471,6 +509,33 @@ async def diloco_checks(
             goals[f"{name}_nobody_accused"] = not any(t["accused_with"] for t in mixed["trainers"])
         out["goals"] = goals
         return out
+
+
+def replay_liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
+    """A free rider of the replayed rounds beside three honest trainers: what it claimed,
+    computed and was credited (net of what was withdrawn), in which round a replay caught it and
+    how; each honest trainer's credit over all it computed (``trained``: an overlapped round
+    landing after its loop stopped reporting is credited, and counted)."""
+    bad = next(t for t in run["trainers"] if t["liar"])
+    mine = [c for c in run["checks"] if c["verdict"] == "caught"]
+    return liar_summary(run, liar) | {
+        "rides_from": liar.rides_from,
+        "caught_at": min((c["epoch"] for c in mine), default=None),
+        "replays": [[c["epoch"], c["verdict"], c["compute"]] for c in run["checks"]],
+        "liar_replays": bad["checks"],
+        "recompute_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
+        "honest": [
+            {
+                "trained": t["trained"],
+                "credited": t["credited"],
+                "credit_over_computed": t["credited"] / t["trained"] if t["trained"] else 0.0,
+                "replays": t["checks"],
+                "accused_with": t["accused_with"],
+            }
+            for t in run["trainers"]
+            if not t["liar"]
+        ],
+    }
 
 
 def mixed_summary(run: dict[str, Any]) -> dict[str, Any]:

@@ -127,3 +127,44 @@ def test_a_step_rider_drops_the_share_it_does_not_compute_from_its_epoch() -> No
     assert rider.dropped == 6
     nothing = StepRider(0.0)
     assert all(nothing(0) for _ in range(5))
+
+
+def test_a_copier_sends_the_models_last_move_over_the_outer_learning_rate() -> None:
+    """What every member received: the anchor's step since the copier's last round, over the
+    outer learning rate (zeros where it did not move); its gradient attack before its epoch."""
+    import numpy as np
+    import torch
+
+    class Outer:
+        lr = np.float32(0.5)
+
+    class State:
+        def __init__(self) -> None:
+            self.anchor = [np.zeros(3, np.float32), np.zeros((2, 2), np.float32)]
+            self.outer = Outer()
+
+    class Optimizer:
+        def __init__(self) -> None:
+            self.rides = None
+            self.diloco = State()
+            self.epoch = 0
+
+    optimizer = Optimizer()
+    doubles = Misbehaviour(Attack.SCALE, 2.0).gradient_attack()
+    copier = Copier(optimizer, doubles, from_epoch=1)  # type: ignore[arg-type]
+    anchor = optimizer.diloco.anchor
+
+    def sent() -> list[torch.Tensor]:
+        delta = [torch.ones(3), torch.ones(2, 2)]
+        copier(delta)
+        return delta
+
+    assert all(torch.equal(d, torch.full_like(d, 2.0)) for d in sent())  # honest, x2, at epoch 0
+    optimizer.epoch = 1
+    anchor[0] -= 0.25  # the model moved by one landing
+    anchor[1] += 1.0
+    first, second = sent()
+    assert torch.allclose(first, torch.full((3,), 0.5))  # (before - after) / lr
+    assert torch.allclose(second, torch.full((2, 2), -2.0))
+    assert [torch.count_nonzero(d).item() for d in sent()] == [0, 0]  # it did not move since
+    assert copier.copied == 2
