@@ -1,5 +1,5 @@
-"""What counts as confirmed: the confirming key's word, a quorum of its last round's members by
-the weight it listed, and never what fresh identities' records say (``progress.confirmed``)."""
+"""What counts as confirmed: the confirming key's word, a quorum of the members of its last rounds
+by the weight it listed, and never what fresh identities' records say (``progress.confirmed``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from core.training.progress.confirmed import (
     MISSED,
     NOTHING,
     Confirmation,
+    Listing,
     Strikes,
     by_records,
     confirm,
@@ -135,6 +136,62 @@ def test_members_are_listed_heaviest_first_without_the_weightless() -> None:
     many = members_of({f"p{i}": float(i + 1) for i in range(MAX_MEMBERS + 10)})
     assert len(many) == MAX_MEMBERS
     assert min(w for _, w in many) == 11.0
+
+
+def tags(*weighted: tuple[str, float]) -> set[tuple[str, float]]:
+    return {(member_tag(peer), weight) for peer, weight in weighted}
+
+
+@pytest.mark.parametrize(
+    ("rounds", "present", "listed"),
+    [
+        # one round: its members
+        ([(0, {A: 10.0, B: 10.0})], {A, B}, tags((A, 10.0), (B, 10.0))),
+        # the groups change: the members of the last rounds, each at its newest weight
+        (
+            [(0, {A: 10.0, B: 10.0}), (1, {C: 8.0}), (2, {A: 6.0})],
+            {A, B, C},
+            tags((A, 6.0), (B, 10.0), (C, 8.0)),
+        ),
+        # a member of no round of the last LISTED_ROUNDS (here 3) is dropped
+        (
+            [(0, {A: 10.0}), (1, {B: 10.0}), (2, {C: 10.0}), (3, {D: 10.0})],
+            {A, B, C, D},
+            tags((B, 10.0), (C, 10.0), (D, 10.0)),
+        ),
+        # one whose record is gone (it left) is dropped; the round's own senders are kept
+        ([(0, {A: 10.0, B: 10.0}), (1, {C: 10.0})], {A}, tags((A, 10.0), (C, 10.0))),
+        # the weightless and the non-finite are not members
+        ([(0, {A: 0.0, B: float("nan"), C: 5.0})], {A, B, C}, tags((C, 5.0))),
+        # after a rollback (a lower epoch lands), what was seen past it is of another history
+        ([(4, {A: 10.0}), (5, {B: 10.0}), (2, {C: 10.0})], {A, B, C}, tags((C, 10.0))),
+    ],
+)
+def test_a_confirmation_lists_the_members_of_the_backbones_last_rounds(
+    rounds: list[tuple[int, dict[str, float]]], present: set[str], listed: set[tuple[str, float]]
+) -> None:
+    listing = Listing(rounds=3)
+    found: tuple[tuple[str, float], ...] = ()
+    for epoch, weights in rounds:
+        found = listing.landed(epoch, weights, present)
+    assert set(found) == listed
+    with pytest.raises(ValueError, match="at least one round"):
+        Listing(rounds=0)
+
+
+def test_a_round_the_backbones_group_missed_is_confirmed_by_the_other_groups() -> None:
+    """Groups of two: the backbone's group changes every round. Its last round (epoch 5) held
+    A alone; the round of epoch 6 failed for the backbone and A, and B, C and D landed it. Listed
+    from its last round only, nobody confirms epoch 6 (the backbone would not know it is behind,
+    and would strike the three as they stay ahead); listed from its last rounds, they do."""
+    listing = Listing()
+    for epoch, weights in ((3, {B: 10.0, C: 10.0}), (4, {D: 10.0}), (5, {A: 10.0})):
+        listed = listing.landed(epoch, weights, {A, B, C, D})
+    ahead = [record(A, 6, "d6"), record(B, 7, "d7"), record(C, 7, "d7"), record(D, 7, "d7")]
+    one_round = confirm(Confirmation(6, "d6", 1.0, members_of({A: 10.0})), ahead)
+    assert (one_round.epoch, one_round.by) == (6, "backbone")
+    found = confirm(Confirmation(6, "d6", 1.0, listed), ahead)
+    assert (found.epoch, found.digest, found.by) == (7, "d7", "members")
 
 
 def test_a_peer_ahead_of_the_confirmed_epoch_for_long_loses_its_standing() -> None:

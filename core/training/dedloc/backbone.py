@@ -52,8 +52,8 @@ from core.training.local import LocalWork
 from core.training.moderation.evidence import Reported
 from core.training.moderation.rollback import applied_of, round_key
 from core.training.participation import Participation
-from core.training.progress import KEEPALIVE, PeerProgress
-from core.training.progress.confirmed import by_records, members_of
+from core.training.progress import KEEPALIVE, LEFT, PeerProgress
+from core.training.progress.confirmed import by_records
 from core.training.rollback_replica import ReplicaRollback
 from core.training.state import TrainingState
 from core.training.trainer import LossFn
@@ -298,7 +298,9 @@ class DedlocBackbone:
         weights = {str(peer): weight for peer, weight in result.weights.items()}
         self.books.witness(epoch, weights, time.time())
         counted = {str(p): result.capped.get(p, w) for p, w in result.weights.items()}
-        self.board.members = members_of(counted)  # who confirms while the backbone is away
+        # who confirms while the backbone is away, or a round other groups landed without it
+        present = {r.peer for r in self.part.records if r.role != LEFT}
+        self.board.landed_with(epoch, counted, present)
         if self.checker is not None:
             self.checker.landed(epoch, [peer for peer, weight in weights.items() if weight > 0])
         self.epoch = epoch + 1

@@ -65,7 +65,6 @@ from core.training.links import PeerLinks
 from core.training.moderation.rollback import round_key
 from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
-from core.training.progress.confirmed import members_of
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 from core.worker.events import PeerEpoch
@@ -526,9 +525,10 @@ class DilocoOptimizer(TakingPart):
         if self.unsent is not None:
             self.unsent.keep_soon(self._copy_residual)
         if result is not None and self.config.role == BACKBONE:
-            # what the backbone's confirmation lists: who may confirm while it is away
+            # what the backbone's confirmation lists: who may confirm while it is away, or a
+            # round the other groups landed without it
             counted = {str(p): result.capped.get(p, w) for p, w in result.weights.items()}
-            self.board.members = members_of(counted)
+            self.board.landed_with(epoch, counted, {p.peer for p in self.view().peers})
             self.board.rollback = self.state.rollback
         await self._announce()
 

@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from core.averaging.robust.medians import typical_claim
@@ -33,6 +33,7 @@ from core.training.progress.confirmed import (
     NOTHING,
     Confirmation,
     Confirmed,
+    Listing,
     Strikes,
     by_records,
     confirm,
@@ -169,8 +170,9 @@ class ProgressBoard:
         self.last_confirmed: Confirmed = NOTHING
         """What the last view or read found confirmed."""
         self.members: tuple[tuple[str, float], ...] = ()
-        """A confirming backbone: the members of the last round it landed, with the weights they
-        counted with (``confirmed.members_of``), which its confirmations list."""
+        """A confirming backbone: the members of the last rounds it landed, with the weights they
+        counted with (``landed_with``), which its confirmations list."""
+        self._listing = Listing()
         self.rollback = 0
         """A confirming backbone: the rollbacks its state went through."""
         self._said: Confirmation | None = None
@@ -188,6 +190,14 @@ class ProgressBoard:
         dht.rules.add_schema(schema)
         if self.confirmers:
             dht.rules.add_schema(self._confirmation_schema())
+
+    def landed_with(
+        self, epoch: int, weights: Mapping[str, float], present: Collection[str]
+    ) -> None:
+        """A confirming backbone landed the round of ``epoch``, its senders counting with
+        ``weights``; ``present``: the peers whose fresh records it read. Its confirmations list
+        the members of its last rounds from now on (``confirmed.Listing``)."""
+        self.members = self._listing.landed(epoch, weights, present)
 
     @property
     def confirms(self) -> bool:

@@ -6,13 +6,13 @@ nor what most records say. An epoch counts once it is **confirmed**:
 
 - **by a confirming key**: the project key, or a backbone key the manifest names
   (``access.backbone_keys``). The backbone publishes a ``Confirmation`` under a key only it can
-  sign (its epoch, the digest of its state there, and the members of the round that landed it
-  with the weights they counted with). Every volunteer pinned the manifest when joining, so
-  every peer knows whose word this is.
-- **by the last confirmed round's members**, while the backbone is away: an epoch and digest
-  held, in fresh records, by members carrying more than ``QUORUM`` of the weight the newest
-  confirmation lists. New identities are not members, and a member counts by the weight the
-  round bounded, so identities that cost nothing buy no say.
+  sign (its epoch, the digest of its state there, and the members of its last landed rounds
+  with the weights they counted with, ``Listing``). Every volunteer pinned the manifest when
+  joining, so every peer knows whose word this is.
+- **by the listed members**, while the backbone is away or was left behind: an epoch and
+  digest held, in fresh records, by members carrying more than ``QUORUM`` of the weight the
+  newest confirmation lists. New identities are not members, and a member counts by the weight
+  a round bounded, so identities that cost nothing buy no say.
 
 A confirmation only grows: one of a later epoch (or of a later rollback) replaces it, an older one
 is never taken back. Records announcing epochs beyond what is confirmed move nothing (``confirm``
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,11 @@ from core.util.errors import WireFormatError
 QUORUM = 0.5
 """Share of the listed members' weight above which the members confirm an epoch by themselves."""
 MAX_MEMBERS = 256
-"""Members a confirmation lists: the heaviest ones, when a round had more."""
+"""Members a confirmation lists: the heaviest ones, when its rounds had more."""
+LISTED_ROUNDS = 8
+"""Landed rounds whose members a backbone's confirmation lists (``Listing``): with groups of a
+third of a round's members, a member shares none of eight rounds with the backbone about one
+time in twenty."""
 TAG_BYTES = 8
 """A member is listed by a tag of its PeerID (a 64-bit hash: finding another key with the same
 tag takes about 2^64 key generations)."""
@@ -71,7 +75,8 @@ class Confirmation:
     differ in their bytes (dedloc): then it confirms the epoch only."""
     time: float
     members: tuple[tuple[str, float], ...] = ()
-    """(``member_tag``, weight) of each member that landed the round with a weight."""
+    """(``member_tag``, weight) of each member that landed the backbone's last rounds with a
+    weight (``Listing``)."""
     rollback: int = 0
 
     @property
@@ -117,6 +122,42 @@ def members_of(weights: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
         ((w, p) for p, w in weights.items() if w > 0 and math.isfinite(w)), reverse=True
     )
     return tuple((member_tag(p), float(w)) for w, p in positive[:MAX_MEMBERS])
+
+
+class Listing:
+    """Who a backbone's confirmation lists: the members of its last ``rounds`` landed rounds that
+    are still there, each with the weight its newest round counted (``members_of``).
+
+    In a round of several groups the backbone counts the weights of its own group only, and the
+    groups change from round to round. Listed from one round, a round that the backbone's group
+    missed while the others landed it would be confirmed by nobody: the listed members missed it
+    too, so the backbone would not know it is behind, and would strike the trainers that are
+    ahead of it. Over a few rounds the listing holds the other groups' members as well, and
+    their quorum confirms the round the backbone missed."""
+
+    def __init__(self, rounds: int = LISTED_ROUNDS) -> None:
+        if rounds < 1:
+            raise ValueError(f"a listing covers at least one round, not {rounds}")
+        self.rounds = rounds
+        self._seen: dict[str, tuple[int, float]] = {}
+        """Peer -> (the epoch of the newest landed round it counted in, its weight there)."""
+
+    def landed(
+        self, epoch: int, weights: Mapping[str, float], present: Collection[str]
+    ) -> tuple[tuple[str, float], ...]:
+        """The round of ``epoch`` landed with ``weights`` (what each sender counted with);
+        ``present``: the peers whose fresh records say they are still here. The members to list
+        now."""
+        for peer, weight in weights.items():
+            if weight > 0 and math.isfinite(weight):
+                self._seen[peer] = (epoch, float(weight))
+        self._seen = {
+            peer: (at, weight)
+            for peer, (at, weight) in self._seen.items()
+            # a rollback lands lower epochs again: what was seen past it is of another history
+            if epoch - self.rounds < at <= epoch and (peer in present or peer in weights)
+        }
+        return members_of({peer: weight for peer, (_, weight) in self._seen.items()})
 
 
 @dataclass(frozen=True)
