@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import tempfile
@@ -110,8 +111,9 @@ async def run_swarm(
     if averaging:
         manifest = manifest.with_averaging(**averaging)
     liar_index = trainers - 1
-    # the epochs count from the checkpoint's (a liar that rides from an epoch counts from 0)
+    # the epochs count from the checkpoint's, a liar's first faked epoch too
     first = CheckpointStore.load(start_from).epoch if start_from is not None else 0
+    liar = counted_from(liar, first)
     server = ShardServer(data)
     base = await server.start()
     reported: list[EpochMetrics] = []
@@ -243,6 +245,13 @@ async def run_swarm(
     }
 
 
+def counted_from(liar: Misbehaviour | None, first: int) -> Misbehaviour | None:
+    """``liar`` with the epoch it starts faking at counted from ``first`` (a checkpoint's)."""
+    if liar is None or not liar.rides_from:
+        return liar
+    return dataclasses.replace(liar, rides_from=first + liar.rides_from)
+
+
 async def _address(ready: asyncio.Future[str], backbone: asyncio.Task[None]) -> str:
     """The backbone's address once it is ready; its own error if it failed before."""
     await asyncio.wait((ready, backbone), timeout=120, return_when=asyncio.FIRST_COMPLETED)
@@ -297,14 +306,24 @@ def honest_summary(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def cost_summary(run: dict[str, Any]) -> dict[str, Any]:
+    """What the checks of an honest run cost, and every accusation in it: a check that caught
+    someone, and any signed evidence (a screen's finding that repeated, a reducer's lie), each
+    against an honest peer."""
     trainers = run["trainers"]
     byte_shares = [t["check_bytes"] / t["bytes_sent"] for t in trainers if t["bytes_sent"]]
+    evidence = Counter(
+        (f"trainer {f['accused']}" if f["accused"] >= 0 else "not a trainer", f["statistic"])
+        for f in run["findings"]
+    )
     return {
         "epochs": run["epochs"],
         "checks": len(run["checks"]),
         "recompute_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
         "check_bytes_share_of_trainer_bytes": max(byte_shares, default=0.0),
-        "false_accusations": sum(1 for c in run["checks"] if c["verdict"] == "caught"),
+        "false_accusations": sum(1 for c in run["checks"] if c["verdict"] == "caught")
+        + sum(evidence.values()),
+        "evidence": [[who, statistic, n] for (who, statistic), n in sorted(evidence.items())],
+        "evidence_rounds": sorted({f["round"] for f in run["findings"]}),
         "credit_exact": all(t["credited"] == t["claimed"] for t in trainers),
     }
 
