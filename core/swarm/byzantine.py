@@ -122,12 +122,13 @@ class Misbehaviour:
     claim: float = 1.0
     """Samples it claims per sample it computed (``Tamperable.claim``); 1: honest claims."""
     computes: float = 1.0
-    """The share of the microbatches it counts that it computes (``FreeRider``); 1: all."""
+    """The share of the microbatches (dedloc, ``FreeRider``) or inner steps (diloco,
+    ``StepRider``) it counts that it computes; 1: all."""
     rides_from: int = 0
     """The epoch from which it computes only ``computes`` of its work: before it, it computes it
     all and earns the checks' trust first."""
     refuses: bool = False
-    """It serves no receipts: the backbone's checks are answered "no such method" (dedloc)."""
+    """It serves no receipts: the backbone's checks are answered "no such method"."""
     hides: bool = False
     """It answers "busy" to every check of an epoch from ``rides_from`` on, and serves the
     others (dedloc): the checks of the epochs it faked cannot judge it."""
@@ -192,8 +193,9 @@ class Misbehaviour:
         )
 
     def install(self, optimizer: Tamperable, averager: Averager) -> None:
-        """Make a training peer misbehave: tamper with its gradients, or lie as a reducer; and
-        inflate its claims, or forge the receipts of work it skips."""
+        """Make a training peer misbehave: tamper with its gradients (or, in diloco, send a
+        copy), or lie as a reducer; and inflate its claims, skip work it counts (forging its
+        receipts in dedloc, filing steps it did not take in diloco) or refuse the checks."""
         optimizer.claim = self.claim
         if isinstance(optimizer, Ridable):
             if self.hides:
