@@ -375,13 +375,12 @@ async def checks(
             out["honest_every_epoch"] = honest_summary(run)
             run = await launch(data, root / "default", epochs=epochs, rate=0.1)
             out["default_rate"] = cost_summary(run)
-        caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
         for name, liar in liars().items():
             if only is not None and name not in only:
                 continue
             if liar.rides_from:  # checked at random once trusted: until a check catches it
                 # (or, hiding, until a check of it expired)
-                stop = _expired if liar.hides else caught
+                stop = _expired if liar.hides else _caught
                 run = await launch(data, root / name, epochs=TURNCOAT_EPOCHS, rate=0.1,
                                       liar=liar, stop_when=stop)  # fmt: skip
             else:
@@ -497,14 +496,13 @@ async def diloco_checks(
                 t["credit_over_computed"] >= HONEST_BOUND for t in grouped["honest"]
             )
             goals["nobody_honest_accused_in_groups"] = grouped["false_accusations"] == 0
-        caught = lambda lines: any(c["verdict"] == "caught" for c in lines)  # noqa: E731
         for name, liar in diloco_liars().items():
             if name not in wanted:
                 continue
             run = await launch(
                 data, root / name, epochs=COPIER_ROUNDS if liar.rides_from else rounds,
                 rate=0.1, liar=liar, training=DILOCO,
-                stop_when=caught if liar.rides_from else None,
+                stop_when=_caught if liar.rides_from else None,
             )  # fmt: skip
             out[f"diloco_{name}"] = found = replay_liar_summary(run, liar)
             goals[f"{name}_credited_at_most_1_2x"] = found["credit_over_computed"] <= CREDIT_BOUND
@@ -620,6 +618,11 @@ def groups_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
         "sybil": sybil | {"leaves_at": SYBIL_ROUNDS, "claim": liar.claim},
         "recompute_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
     }
+
+
+def _caught(lines: list[dict[str, Any]]) -> bool:
+    """Whether a check caught someone."""
+    return any(c["verdict"] == "caught" for c in lines)
 
 
 def _expired(lines: list[dict[str, Any]]) -> bool:

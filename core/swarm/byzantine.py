@@ -250,6 +250,12 @@ class Forgeable(Protocol):
     forge: Forgery | None
 
 
+def computed(counted: int, share: float) -> bool:
+    """Whether a free rider computing ``share`` of its work computes the piece after the
+    ``counted`` before it: the computed ones spread evenly, ``share`` of any run of them."""
+    return math.floor((counted + 1) * share) > math.floor(counted * share)
+
+
 @runtime_checkable
 class Ridable(Protocol):
     """An optimizer whose inner steps a free rider may leave uncomputed while it counts them,
@@ -280,8 +286,7 @@ class StepRider:
     def __call__(self, epoch: int) -> bool:
         if epoch < self.from_epoch:
             return False
-        whole = math.floor((self._counted + 1) * self.computes)
-        real = whole > math.floor(self._counted * self.computes)
+        real = computed(self._counted, self.computes)
         self._counted += 1
         self.dropped += not real
         return not real
@@ -399,8 +404,7 @@ class FreeRider:
             if ledger.params_epoch() < self.from_epoch:
                 real = True
             else:
-                whole = math.floor((counted + 1) * self.computes)
-                real = whole > math.floor(counted * self.computes)
+                real = computed(counted, self.computes)
                 counted += 1
             if real:
                 ledger.record(batch, loss)
