@@ -16,7 +16,10 @@ import pytest
 from core.averaging import Averager, AveragingResult
 from core.averaging.messages import GroupSpec, MemberInfo
 from core.averaging.robust.aggregation import AggregationConfig, Method
-from core.codecs import FP16, NONE
+from core.averaging.round.transfer import _trailer
+from core.codecs import FP16, NONE, Codec
+from core.codecs.chunks import decode, encode
+from core.net.errors import InvalidRequestError
 from tests.averaging.conftest import PATIENT, MakeAveragers
 from tests.support.leaks import HANG_GUARD
 
@@ -194,6 +197,70 @@ async def test_a_chunk_screened_out_does_not_lower_what_the_round_held(
         assert averagers[BAD].host.peer_id in result.excluded, result.summary()
         assert result.group_weight == pytest.approx(SIZE - 1)
         assert result.held_weight == pytest.approx(SIZE)
+
+
+@pytest.mark.parametrize("codec", [NONE, FP16])
+@pytest.mark.parametrize("rows", ["theirs", "ours"])
+async def test_what_the_screens_left_out_is_not_sent_again(
+    make_averagers: MakeAveragers, codec: Codec, rows: str
+) -> None:
+    """Error feedback keeps what a round did not hold of a member's values for the next round,
+    but not a chunk the screens left out: sent again (with the next round's work added) it would
+    be screened again, larger each round, until the screens' repeats accuse an honest member. Here
+    the rare rows of one member's batch are 1000x the others' in round one, in a chunk another
+    member reduces (``theirs``: it went out in the codec) or in one of its own part (``ours``); in
+    round two every member sends new work plus what its feedback kept, and nobody is left out."""
+    averagers = await make_group(make_averagers, AggregationConfig(Method.CENTERED_CLIP))
+    bad = averagers[BAD].host.peer_id
+    tensor, rare = (0, slice(0, 500)) if rows == "theirs" else (1, slice(None))
+    feedback = [[np.zeros(s, np.float32) for s in SHAPES] for _ in averagers]
+    for key, seed in (("first", 5), ("second", 6)):
+        tensors = [
+            [t + f for t, f in zip(ts, fb, strict=True)]
+            for ts, fb in zip(gradients(seed), feedback, strict=True)
+        ]
+        if key == "first":
+            tensors[BAD][tensor][rare] *= 1000
+            sent = tensors[BAD][tensor][rare].copy()
+        results = await asyncio.gather(
+            *(
+                a.average(
+                    t,
+                    weight=1.0,
+                    round_key=f"screened-{codec}-{rows}-{key}",
+                    timeout=HANG_GUARD,
+                    codec=codec,
+                    feedback=f,
+                )
+                for a, t, f in zip(averagers, tensors, feedback, strict=True)
+            )
+        )
+        if key == "first":
+            for result in results:
+                assert set(result.excluded) == {bad}, result.summary()
+            # of the screened rows, only what the codec did not send waits (nothing in float32,
+            # nor of our own part, which its reducer takes uncoded)
+            left = feedback[BAD][tensor][rare]
+            if codec is NONE or rows == "ours":
+                assert not left.any()
+            else:
+                np.testing.assert_array_equal(
+                    left, sent - decode(codec, encode(codec, sent), sent.size)
+                )
+                assert np.abs(left).max() < 1e-2 * np.abs(sent).max()
+        else:
+            for result in results:
+                assert result.complete, result.summary()
+                assert result.findings == []
+
+
+def test_a_chunk_trailer_says_whether_the_screens_left_us_out() -> None:
+    assert _trailer([2, 3.0, True, False], 2) == (3.0, True, False)
+    assert _trailer([2, 3.0, False, True], 2) == (3.0, False, True)
+    assert _trailer([2, 3, False], 2) == (3.0, False, False)  # a reducer that does not say
+    for wrong in ([2, 3.0, True, True], [2, 3.0, False, 1], [1, 3.0, False, False], [2, 3.0]):
+        with pytest.raises(InvalidRequestError):
+            _trailer(wrong, 2)
 
 
 def test_what_a_round_held_is_the_weight_of_most_of_its_values() -> None:

@@ -4,9 +4,13 @@ Error feedback rides on ``Outgoing``, so the transfer never knows of it. Each ch
 lossy codec (our own input to our own part too, when it is sparse) puts ``values - decode(encode(values))``
 in the matching range of the caller's buffers, which the caller adds to what it averages next time.
 When the chunk's mean lands, what it does not hold of ours goes back in whole: every value, when the
-reducer left our data out (we were late, or screened out); the values at the positions the mean
+reducer left our data out because it came late (or not at all); the values at the positions the mean
 dropped, when a sparse mean keeps only its largest values (``core.codecs.topk.MEAN_FAN_IN``). So a
 value we sent either reached the result or waits in the buffers for a later round, never both.
+A chunk the reducer's screens left out (its norm far above the group's) is the exception: what we
+sent of it is dropped, and only what the codec kept back waits. Sent again it would be screened
+again, a little larger each round (the new work adds to it while the others' shrink as the loss
+flattens), until the screens' repeats sign evidence against an honest member.
 A chunk that did not land keeps our own values in the tensor, and its range here says only what the
 codec dropped: the caller knows from ``AveragingResult.missing`` which ranges those are.
 """
@@ -48,8 +52,10 @@ class FeedbackOutgoing(Outgoing):
     def settles(self) -> bool:
         return True
 
-    def landing(self, span: Span, mean: F32, included: bool) -> None:
+    def landing(self, span: Span, mean: F32, included: bool, screened: bool) -> None:
         values, left = self.tensors.view(span), self.feedback.view(span)
+        if screened:
+            return  # the buffers hold what the codec kept back of the chunk, and nothing else
         if not included:
             left[:] = values
             return

@@ -38,9 +38,9 @@ class Outgoing:
         then decodes a coded mean apart first, rather than straight into the tensor)."""
         return False
 
-    def landing(self, span: Span, mean: F32, included: bool) -> None:
+    def landing(self, span: Span, mean: F32, included: bool, screened: bool) -> None:
         """A chunk's ``mean`` is about to replace our values (still in the tensor); ``included``:
-        whether our data is in it."""
+        whether our data is in it; ``screened``: whether the reducer's screens left it out."""
 
 
 def coded(span: Span) -> bool:

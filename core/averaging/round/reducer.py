@@ -23,7 +23,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,9 @@ class ChunkResult:
     inputs: frozenset[int] = frozenset()
     """Every sender whose chunk went into ``aggregate_chunk`` (the included and the screened): what
     a verifier recomputes the chunk from (``verifier``)."""
+    screened: frozenset[int] = frozenset()
+    """The senders whose data the screens left out (each receiver is told whether it was one:
+    what it sent of the chunk is then dropped, not sent again, ``feedback``)."""
 
 
 @dataclass
@@ -327,14 +330,15 @@ class PartReducer:
         if outcome.values is None or outcome.weight <= 0:
             self._done(chunk, ChunkResult(0.0, b"", None, frozenset()))
             return
-        inputs_used = outcome.included | frozenset(outcome.screened)
+        screened = frozenset(outcome.screened)
+        inputs_used = outcome.included | screened
+        mean = ChunkResult(
+            outcome.weight, b"", outcome.values, outcome.included, inputs_used, screened
+        )
         if self._columns is not None:
-            mean = ChunkResult(outcome.weight, b"", outcome.values, outcome.included, inputs_used)
             self._done(chunk, mean)
             return
-        chunk.done.set_result(
-            _encoded(chunk.span, outcome.values, outcome.weight, outcome.included, inputs_used)
-        )
+        chunk.done.set_result(_encoded(chunk.span, mean))
 
     def _done(self, chunk: _Chunk, mean: ChunkResult) -> None:
         """The group's ``mean`` of ``chunk`` (raw: nothing encoded yet with columns)."""
@@ -373,7 +377,7 @@ class PartReducer:
             # a chunk of the group averaged over nothing: its zeros would drag the column's
             # mean down, so the group's own means stand for this slot
             return [
-                _encoded(c.span, m.values, m.weight, m.included, m.inputs)
+                _encoded(c.span, m)
                 if m.values is not None and m.weight > 0
                 else ChunkResult(0.0, b"", None, frozenset())
                 for c, m in zip(chunks, means, strict=True)
@@ -397,7 +401,8 @@ class PartReducer:
                 finals.append(ChunkResult(0.0, b"", None, frozenset()))
                 continue
             included = mean.included if fate.ours else frozenset()
-            finals.append(_encoded(chunk.span, array, column.weight, included, mean.inputs))
+            landed = replace(mean, values=array, weight=column.weight, included=included)
+            finals.append(_encoded(chunk.span, landed))
         return finals
 
     def _record(self, sender: int, index: int, statistic: str, value: float, reason: str) -> None:
@@ -441,12 +446,12 @@ class PartReducer:
         self._advance()
 
 
-def _encoded(
-    span: Span, values: F32, weight: float, included: frozenset[int], inputs: frozenset[int]
-) -> ChunkResult:
-    """A mean as it goes back: encoded once, and decoded for the reducer itself so that it takes
-    the same values as every receiver even when the codec is lossy."""
+def _encoded(span: Span, mean: ChunkResult) -> ChunkResult:
+    """A ``mean`` as it goes back (its values raw, no data yet): encoded once, and decoded for the
+    reducer itself so that it takes the same values as every receiver even when the codec is
+    lossy."""
+    assert mean.values is not None
     codec = span.returned
-    data = encode(codec, values)
-    kept = values if codec is NONE else decode(codec, data, span.count)
-    return ChunkResult(weight, data, kept, included, inputs)
+    data = encode(codec, mean.values)
+    kept = mean.values if codec is NONE else decode(codec, data, span.count)
+    return replace(mean, data=data, values=kept)

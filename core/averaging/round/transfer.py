@@ -194,7 +194,8 @@ class Transfer:
             self.hooks.reduced(i, outcome)
             included = plan.index in outcome.included
             if outcome.values is not None and plan.lands(outcome.weight):
-                self.outgoing.landing(span, outcome.values, included)
+                screened = plan.index in outcome.screened
+                self.outgoing.landing(span, outcome.values, included, screened)
             self._apply(span, outcome.weight, outcome.values, included)
             reducer.taken(i)
 
@@ -305,8 +306,8 @@ class Transfer:
             self.result.bytes_sent += len(data)
 
     async def _receive_chunk(self, stream: Stream, index: int, span: Span) -> tuple[float, bool]:
-        """An averaged chunk: data, then ``[index, weight, whether our data is in it]``; no data and
-        weight 0 if the chunk was not averaged. The data goes into the tensor if the plan lets the
+        """An averaged chunk: data, then its trailer (``_trailer``); no data and weight 0 if the
+        chunk was not averaged. The data goes into the tensor if the plan lets the
         chunk land.
 
         Uncompressed data is copied into the tensor from the array it landed in, lent from
@@ -327,7 +328,7 @@ class Transfer:
             got_data, trailer = await stream.recv_data_or_message(buffer)
             if got_data:
                 trailer = await stream.recv_message()
-        weight, included = _trailer(trailer, index)
+        weight, included, screened = _trailer(trailer, index)
         if got_data != (weight > 0):
             raise InvalidRequestError("a chunk's data and its weight disagree")
         if not got_data:
@@ -335,20 +336,20 @@ class Transfer:
         self.result.bytes_received += encoded_size(codec, span.count)
         if data is not None:
             if self.plan.lands(weight):
-                self._land(span, np.frombuffer(data, dtype=np.float32), included)
+                self._land(span, np.frombuffer(data, dtype=np.float32), included, screened)
             landed = _taken_back(self._lent.get(stream, deque()), data)
             if landed is not None:
                 self._results.give([landed])
         elif self.plan.lands(weight):
             if self.outgoing.settles:
-                self._land(span, decode(codec, buffer, span.count), included)
+                self._land(span, decode(codec, buffer, span.count), included, screened)
             else:
                 decode(codec, buffer, span.count, out=view)
         return weight, included
 
-    def _land(self, span: Span, mean: F32, included: bool) -> None:
+    def _land(self, span: Span, mean: F32, included: bool, screened: bool) -> None:
         """A chunk's mean replaces our values, once what it lacks of ours is kept aside."""
-        self.outgoing.landing(span, mean, included)
+        self.outgoing.landing(span, mean, included, screened)
         self.tensors.view(span)[:] = mean
 
     def _apply(self, span: Span, weight: float, values: np.ndarray | None, included: bool) -> None:
@@ -413,7 +414,9 @@ class Transfer:
                 if outcome.weight > 0:
                     await stream.send_data(outcome.data)
                     self.result.bytes_sent += len(outcome.data)
-                await stream.send([i, outcome.weight, sender in outcome.included])
+                await stream.send(
+                    [i, outcome.weight, sender in outcome.included, sender in outcome.screened]
+                )
                 reducer.taken(i)
         return ReduceSummary(len(spans), dict(reducer.excluded), await self.hooks.seal())
 
@@ -448,17 +451,21 @@ class Transfer:
             stream.lend_buffers(None)
 
 
-def _trailer(trailer: object, index: int) -> tuple[float, bool]:
-    """A chunk's trailer, ``[index, weight, whether our data is in it]``, checked."""
+def _trailer(trailer: object, index: int) -> tuple[float, bool, bool]:
+    """A chunk's trailer, ``[index, weight, whether our data is in it, whether the screens left
+    it out]``, checked (a reducer that does not say the last is read as not screening)."""
     if not (
         isinstance(trailer, list)
-        and len(trailer) == 3
+        and len(trailer) in (3, 4)
         and trailer[0] == index
         and isinstance(trailer[1], (int, float))
-        and isinstance(trailer[2], bool)
+        and all(isinstance(flag, bool) for flag in trailer[2:])
     ):
         raise InvalidRequestError(f"unexpected chunk trailer {trailer!r}")
-    return float(trailer[1]), trailer[2]
+    screened = len(trailer) == 4 and trailer[3]
+    if screened and trailer[2]:
+        raise InvalidRequestError(f"a chunk trailer both includes and screens us: {trailer!r}")
+    return float(trailer[1]), trailer[2], screened
 
 
 def _lender(
