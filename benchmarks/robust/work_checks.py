@@ -398,6 +398,7 @@ round checks' share at the rate given), rounds of 15 s."""
 REPLAY_RUNS = (
     "every_round", "claims_2x", "default_rate", "groups", "mixed", "mixed_scored",
     "half_steps", "copier", "round_refuser",
+    "groups_half_steps", "groups_copier", "groups_round_refuser",
 )  # fmt: skip
 DUTIES = (1.0, 1 / 3, 1 / 12)
 """Honest trainers of three speeds (the throttle a volunteer sets): 12, 4 and 1 times the slowest's
@@ -438,8 +439,9 @@ async def diloco_checks(
     (``work_checks`` = 1); the same swarm with a member that sends its rounds with twice the
     samples it computed (at the default rate: a newcomer's first round is always replayed); and
     honest members at the default rate, what the replays cost there; the free riders of
-    ``diloco_liars`` (``only``: these runs of ``REPLAY_RUNS``, and their goals; ``start_from``: a
-    checkpoint every run starts from)."""
+    ``diloco_liars``, the last of four trainers or (``groups_``) of six in groups of three
+    (``only``: these runs of ``REPLAY_RUNS``, and their goals; ``start_from``: a checkpoint every
+    run starts from)."""
     launch = functools.partial(run_swarm, start_from=start_from)
     wanted = set(REPLAY_RUNS) if only is None else only
     with tempfile.TemporaryDirectory(prefix="bench-replays-") as tmp:
@@ -496,13 +498,18 @@ async def diloco_checks(
                 t["credit_over_computed"] >= HONEST_BOUND for t in grouped["honest"]
             )
             goals["nobody_honest_accused_in_groups"] = grouped["false_accusations"] == 0
-        for name, liar in diloco_liars().items():
+        riders: list[tuple[str, Misbehaviour, dict[str, Any]]] = [
+            (name, liar, {}) for name, liar in diloco_liars().items()
+        ]
+        grouped = {"averaging": GROUPS, "trainers": GROUPED_TRAINERS}
+        riders += [(f"groups_{name}", liar, grouped) for name, liar in diloco_liars().items()]
+        for name, liar, swarm in riders:
             if name not in wanted:
                 continue
             run = await launch(
                 data, root / name, epochs=COPIER_ROUNDS if liar.rides_from else rounds,
                 rate=0.1, liar=liar, training=DILOCO,
-                stop_when=_caught if liar.rides_from else None,
+                stop_when=_caught if liar.rides_from else None, **swarm,
             )  # fmt: skip
             out[f"diloco_{name}"] = found = replay_liar_summary(run, liar)
             goals[f"{name}_credited_at_most_1_2x"] = found["credit_over_computed"] <= CREDIT_BOUND
