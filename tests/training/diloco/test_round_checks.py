@@ -379,11 +379,11 @@ async def test_a_receipt_that_comes_after_its_anchor_was_dropped_judges_nothing(
     await asyncio.sleep(0.3)  # asked, and told it is not sealed yet
     for epoch in range(1, STARTS + 1):
         rig.began(epoch)
-    assert 0 not in rig.checker._anchors
+    assert 0 not in rig.checker.anchors
     member.seal()
     record = await check
     assert record.verdict == "apart", record
-    assert "still kept" in record.reason
+    assert "no anchor of epoch 0 is kept" in record.reason
     standing = rig.standings.of(rig.peer)
     assert (standing.caught, standing.open, standing.unjudged) == (False, set(), 1)
     assert told == []
@@ -482,7 +482,7 @@ async def test_an_open_check_expires_once_its_member_keeps_no_receipt_of_the_rou
     await honest_round(rig)
     for epoch in range(1, KEPT + 1):
         rig.began(epoch)
-    assert sorted(rig.checker._anchors) == list(range(KEPT + 1))
+    assert rig.checker.anchors.epochs() == list(range(KEPT + 1))
     standings = rig.standings
     standings.unreached(rig.peer, 0)  # its check of epoch 0 could not reach it
     assert standings.open_checks() == [(rig.peer, 0)]
@@ -617,8 +617,8 @@ async def test_an_overlapped_round_is_replayed_across_the_landing_of_the_round_b
     assert receipt.replayable
     assert receipt.opening is not None
     assert (receipt.opening.steps, receipt.opening.straddles) == (after, straddle)
-    assert receipt.opening.state == rig.checker._anchors[0].state
-    assert receipt.state == rig.checker._anchors[1].state
+    assert receipt.opening.state == rig.checker.anchors.get(0).state
+    assert receipt.state == rig.checker.anchors.get(1).state
     record = await rig.checker.check(rig.peer, 1)
     assert record.verdict == "passed", record
     assert record.sampled == STEPS
@@ -645,7 +645,7 @@ async def test_an_overlapped_round_that_began_at_another_state_judges_nothing(ri
     member.forge(1, receipt=dataclasses.replace(sealed.receipt, opening=opening))
     record = await rig.checker.check(rig.peer, 1)
     assert (record.verdict, told) == ("apart", [(rig.peer, 1)]), record
-    del rig.checker._anchors[0]
+    rig.checker.anchors.forget(0)
     member.forge(1, receipt=sealed.receipt)
     record = await rig.checker.check(rig.peer, 1)
     assert (record.verdict, told) == ("apart", [(rig.peer, 1)]), record
@@ -887,7 +887,7 @@ async def test_samples_carried_from_an_anchor_the_backbone_no_longer_keeps_judge
     expired, withdrawing what it was paid)."""
     member = Member()
     carrying_round(rig, member)
-    del rig.checker._anchors[0]
+    rig.checker.anchors.forget(0)
     record = await rig.checker.check(rig.peer, 1)
     assert record.verdict == "apart", record
     assert not rig.standings.of(rig.peer).open
@@ -982,7 +982,7 @@ async def replaying_backbone(peer: DPeer) -> AsyncIterator[tuple[DilocoBackbone,
     stop = asyncio.Event()
     running = asyncio.create_task(backbone.run(stop), name="test/diloco-backbone")
     try:
-        await wait_until(lambda: 0 in checker._anchors)  # started, its anchor kept
+        await wait_until(lambda: 0 in checker.anchors)  # started, its anchor kept
         yield backbone, checker
     finally:
         stop.set()

@@ -186,9 +186,11 @@ class Verdicts:
         """Whether a check of ``peer`` is under way."""
         return peer in self._checking
 
-    def draw(self, members: Iterable[str]) -> list[str]:
+    def draw(self, members: Iterable[str], helpers: int = 0) -> list[str]:
         """The members of a round that just landed to check (see the module's map): newcomers
-        first, the one first seen first, then trusted members drawn at random."""
+        first, the one first seen first, then trusted members drawn at random; ``helpers``:
+        checks others can make for the checker now (``diloco.checks.replayer``), drawn first and
+        beyond the budgets, which count the checker's own time."""
         newcomers, trusted = [], []
         for peer in members:
             if self.standings.due(peer, 1.0) and not self.checking(peer):
@@ -204,7 +206,10 @@ class Verdicts:
                             (self.budget, trusted)):  # fmt: skip
             picked = 0  # drawn under this budget, not started yet
             for peer in due:
-                if every or self.affordable(budget, picked):
+                if helpers > 0:
+                    drawn.append(peer)
+                    helpers -= 1
+                elif every or self.affordable(budget, picked):
                     drawn.append(peer)
                     picked += 1
         return drawn
@@ -280,6 +285,14 @@ class Verdicts:
         if self.on_check is not None:
             self.on_check(record)
         return record
+
+    async def convict(self, peer: str, epoch: int, caught: Caught) -> None:
+        """``peer`` was caught outside a check of its own work (a replayer that answered what
+        no replay gives): its standing fails, and the evidence is signed."""
+        log.warning("%s check at epoch %d caught %s: %s", self.kind, epoch, peer[:12],
+                    caught.reason)  # fmt: skip
+        self.standings.failed(peer)
+        await self._accuse(peer, epoch, caught)
 
     async def _accuse(self, peer: str, epoch: int, caught: Caught) -> None:
         evidence = self.evidence.accuse(

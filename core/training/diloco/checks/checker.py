@@ -43,17 +43,16 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from core.averaging.sharing.digest import block_digests
-from core.net.errors import MalformedResponseError, NotFoundError
+from core.net.errors import MalformedResponseError, NetError, NotFoundError
 from core.net.host.host import Host
 from core.net.wire.rpc import Method, Req, Resp
 from core.training.credit.book import CREDITED_KEPT
-from core.training.credit.checks.fingerprint import batch_digest, unpack_batch
+from core.training.credit.checks.budget import Budget
+from core.training.credit.checks.receipts import SampledBatch
 from core.training.credit.checks.standing import Standings
 from core.training.credit.checks.verdict import (
     BUDGET,
@@ -64,22 +63,27 @@ from core.training.credit.checks.verdict import (
     Unclaimed,
     Verdicts,
 )
+from core.training.diloco.checks.anchors import Anchors, Elsewhere, Unheld
+from core.training.diloco.checks.fetch import Batch, round_batches
 from core.training.diloco.checks.ledger import KEPT
 from core.training.diloco.checks.receipts import (
+    MAX_BLOCK_BYTES,
     ROUND_BATCH,
     ROUND_RECEIPT,
+    ROUND_REPLAY,
     ROUND_WORK,
     BlockRequest,
+    ReplayRequest,
     RoundReceipt,
     RoundRequest,
     StepRequest,
     work_block_bytes,
 )
-from core.training.diloco.checks.replay import Arrival, LossFn, RoundStart, judge, replay
+from core.training.diloco.checks.replay import LossFn, RoundStart, judge, replay
 from core.training.diloco.state import DilocoState
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.peer_id import PeerID
-from core.util.errors import WireFormatError
+from core.util.errors import BarnraiseError
 from core.util.msgpack_codec import pack
 from core.util.tasks import BackgroundTasks
 from core.worker.bridge import TrainingBridge
@@ -98,25 +102,24 @@ its work is measured from)."""
 STATES = CREDITED_KEPT
 """Epochs whose outer state's digest it keeps: what records claim a round began from."""
 CALL_TIMEOUT = 10.0
+AUDITED = 0.1
+"""The share of the rounds a trainer replayed for the backbone that the backbone replays too: a
+replayer that passes its partner's faked round is caught in one of ten."""
+REPLAYER_LIMIT = 0.25
+"""How far a replayer's values may lie from the backbone's replay of the same round before it is
+caught: five times the float32 limit (another device's rounding), four times under a cheat."""
+REPLAYER_SHARE = 0.05
+"""A trainer's share of time in replays for the backbone (``replayer.SHARE``)."""
+REPLAY_TIMEOUT = 600.0
+"""Seconds the backbone waits for a trainer's replay (a round of a fast member on a slower one)."""
+REST_SECONDS = 300.0
+"""Seconds a trainer that did not replay, or not well, is not asked again."""
 SEALED_WAIT = 5.0
 """Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
 the exchange, so one that landed is filed)."""
 LATE_WAIT = 30.0
 """Seconds it waits for the receipt of a member of another group, whose exchange it did not see:
 that group may have sealed and sent later (a slow member, a loaded machine)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Anchor:
-    """What the backbone held when a round began: where a replay starts."""
-
-    state: str
-    """The outer state's digest (``DilocoState.digest``)."""
-    arrays: list[np.ndarray]
-
-    @property
-    def size(self) -> int:
-        return sum(a.size for a in self.arrays)
 
 
 class RoundChecker:
@@ -162,11 +165,21 @@ class RoundChecker:
         self.give_way = give_way
         self._sent: OrderedDict[int, dict[str, float]] = OrderedDict()
         """Each landed round's senders with the samples they sent it with."""
-        self._anchors: OrderedDict[int, Anchor] = OrderedDict()
+        self.anchors = Anchors(STARTS)
         self._states: OrderedDict[int, str] = OrderedDict()
         """The outer state's digest at each epoch's start, kept as long as claims of it come."""
         self._replaying = asyncio.Lock()
         """One replay at a time: they share the replica."""
+        self._members: OrderedDict[int, set[str]] = OrderedDict()
+        """Each landed round's members, in every group."""
+        self._helping: set[str] = set()
+        """Trainers replaying a round for the backbone now."""
+        self._resting: dict[str, float] = {}
+        """Trainers not asked again before this time (they did not replay, or not well)."""
+        self._shares: dict[str, Budget] = {}
+        """Each trainer's share of replays, as the backbone counts their time."""
+        self.helped = 0
+        """Rounds trainers replayed for the backbone."""
 
     @property
     def standings(self) -> Standings:
@@ -181,10 +194,7 @@ class RoundChecker:
 
     def began(self, epoch: int, state: str, anchor: list[np.ndarray]) -> None:
         """A round begins at ``epoch`` from this anchor (copied: the backbone's moves on)."""
-        self._anchors.pop(epoch, None)
-        self._anchors[epoch] = Anchor(state, [np.array(a, np.float32, copy=True) for a in anchor])
-        while len(self._anchors) > STARTS:
-            self._anchors.popitem(last=False)
+        self.anchors.began(epoch, state, anchor)
         self._states.pop(epoch, None)
         self._states[epoch] = state
         while len(self._states) > STATES:
@@ -201,17 +211,25 @@ class RoundChecker:
         while len(self._sent) > STARTS:
             self._sent.popitem(last=False)
 
+    def met(self, epoch: int, members: Iterable[str]) -> None:
+        """The round that began at ``epoch`` landed with these members, in every group."""
+        self._members.pop(epoch, None)
+        self._members[epoch] = set(members)
+        while len(self._members) > STARTS:
+            self._members.popitem(last=False)
+
     def landed(self, epoch: int, weights: Mapping[str, float], others: Iterable[str] = ()) -> None:
         """The round that began at ``epoch`` landed with these senders of the backbone's group
         (and the samples each sent it with), and ``others`` in the round's other groups: check
         those drawn."""
         self.sent(epoch, weights)
+        members = [*weights, *(p for p in others if p not in weights)]
+        self.met(epoch, members)
         for peer, before in self.verdicts.again(lambda e: self._retries(e, epoch), epoch):
             self._tasks.spawn(f"round-check-{peer[:8]}-{before}", self.check(peer, before))
-        if epoch not in self._anchors:
+        if epoch not in self.anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        members = [*weights, *(p for p in others if p not in weights)]
-        for peer in self.verdicts.draw(members):
+        for peer in self.verdicts.draw(members, helpers=len(self.helpers())):
             self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
 
     def _retries(self, before: int, newest: int) -> bool:
@@ -219,7 +237,7 @@ class RoundChecker:
         again as ``newest`` lands: the backbone keeps its anchor, and the member still keeps its
         receipt (its last ``KEPT``: past them, an honest member would answer that it keeps none,
         and be accused of a round it sent)."""
-        return before in self._anchors and newest - before < KEPT
+        return before in self.anchors and newest - before < KEPT
 
     # ---- one check -------------------------------------------------------------------------------
 
@@ -281,7 +299,7 @@ class RoundChecker:
         before = await self._receipt(peer, epoch - 1, tally)
         # looked up after the wait, with no wait after it
         needed = epoch - 1 if before.opening is None else epoch - 2
-        if any(e not in self._anchors for e in range(needed, epoch)):
+        if any(e not in self.anchors for e in range(needed, epoch)):
             # not the member's doing (the backbone joined, caught up, or landed rounds since):
             # judged neither way, where an open check would hold its claims until it expired
             raise Apart(f"no anchor of epoch {needed} is kept to replay what it carries from")
@@ -307,13 +325,21 @@ class RoundChecker:
     async def _verify_round(
         self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
     ) -> None:
-        anchor = self._replayable(peer, epoch, receipt, tally)
-        # everything is fetched at once, while the member still keeps the round; the replay may
-        # wait behind others. The blocks were committed in the receipt: drawing them now shows
-        # the member nothing it could still change
+        start = self._replayable(peer, epoch, receipt, tally)
+        # the blocks were committed in the receipt: drawing them now shows the member nothing it
+        # could still change
+        blocks = await self._blocks(peer, epoch, receipt, start.size, tally)
+        theirs = np.concatenate([values for _, values in blocks])
+        helped = await self._helped(peer, epoch, receipt, blocks, start.size)
+        if helped is not None:
+            judged = judge(theirs, helped[1], receipt.precision)
+            if judged.passed and self._rng.random() >= AUDITED:
+                tally.margin = max(tally.margin, judged.margin)
+                tally.sampled += len(receipt.steps)
+                return
+        # replayed here: no replayer could, the replayer's disagreed with the member's work
+        # (which it never judges alone), or drawn to audit it
         batches = await self._batches(peer, epoch, receipt, tally)
-        blocks = await self._blocks(peer, epoch, receipt, anchor.size, tally)
-        start = self._start(peer, epoch, receipt, anchor)
         waited = 0.0
 
         def give_way() -> None:  # on the replay's thread: the time it waits is not its cost
@@ -328,8 +354,9 @@ class RoundChecker:
             spent = time.perf_counter() - began - waited
         tally.compute += spent
         tally.sampled += len(batches)
-        theirs = np.concatenate([values for _, values in blocks])
         ours = np.concatenate([replayed[at : at + values.size] for at, values in blocks])
+        if helped is not None:
+            await self._audit(helped[0], epoch, helped[1], ours)
         judged = judge(theirs, ours, receipt.precision)
         tally.margin = max(tally.margin, judged.margin)
         if not judged.passed:
@@ -340,26 +367,93 @@ class RoundChecker:
                 f"in {receipt.precision})",
             )
 
-    def _start(self, peer: str, epoch: int, receipt: RoundReceipt, anchor: Anchor) -> RoundStart:
-        """Where the replay of ``receipt`` starts: at ``anchor``, or with an opening (overlap),
-        at the anchor before it, which the landing of the round before replaced mid-round."""
-        opening = receipt.opening
-        if opening is None:
-            return RoundStart(anchor.arrays, receipt.schedule, receipt.per_round)
-        before = self._anchors.get(epoch - 1)
-        if before is None:
-            # not the member's doing (the backbone joined or caught up at ``epoch``)
-            raise Apart(f"no anchor of epoch {epoch - 1} is kept, where the round began")
-        if opening.state != before.state:
-            self.on_unreplayable(peer, epoch)
-            raise Apart(f"its round began from another outer state than epoch {epoch - 1}'s")
-        arrival = Arrival(
-            opening.steps, anchor.arrays, receipt.schedule, receipt.per_round, opening.straddles
-        )
-        return RoundStart(before.arrays, opening.schedule, opening.per_round, arrival)
+    # ---- replays by trainers ---------------------------------------------------------------------
 
-    def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> Anchor:
-        """The anchor to replay ``receipt`` from, once its claim and its start are in order."""
+    def helpers(self, member: str | None = None) -> list[str]:
+        """The trainers that could replay a round for the backbone now: members of the newest
+        landed round whose own rounds passed their replays (and nothing caught them), other than
+        ``member``, with no replay for the backbone under way and within their share of replays
+        as the backbone counts it."""
+        if not self._members:
+            return []
+        newest = self._members[next(reversed(self._members))]
+        now = time.monotonic()
+        found = []
+        for peer in sorted(newest):
+            standing = self.standings.of(peer)
+            if peer == member or standing.caught or standing.vouched < 0:
+                continue
+            if peer in self._helping or self._resting.get(peer, 0.0) > now:
+                continue
+            if not self._shares.setdefault(peer, Budget(REPLAYER_SHARE)).allows():
+                continue
+            found.append(peer)
+        return found
+
+    async def _helped(
+        self,
+        peer: str,
+        epoch: int,
+        receipt: RoundReceipt,
+        blocks: list[tuple[int, np.ndarray]],
+        size: int,
+    ) -> tuple[str, np.ndarray] | None:
+        """A trainer's replay of the blocks drawn (which trainer, and its values), or None: no
+        trainer could replay the round now, or the one asked did not."""
+        if len(blocks) * work_block_bytes(size) > MAX_BLOCK_BYTES:
+            return None  # a model of over a billion parameters: not in one answer
+        helpers = self.helpers(peer)
+        if not helpers:
+            return None
+        helper = self._rng.choice(helpers)
+        block_bytes = work_block_bytes(size)
+        asked = [at * 4 // block_bytes for at, _ in blocks]
+        request = ReplayRequest(peer, receipt, asked)
+        self._helping.add(helper)
+        began = time.monotonic()
+        try:
+            answer = await self._host.call(
+                PeerID.from_string(helper), ROUND_REPLAY, request, timeout=REPLAY_TIMEOUT
+            )
+        except (NetError, TimeoutError, BarnraiseError) as exc:
+            # busy, past its share, no anchor of the round, an older trainer, gone: asked again
+            # after a rest; the round is replayed here
+            log.info("%s did not replay %s's round of epoch %d: %s", helper[:12], peer[:12],
+                     epoch, exc)  # fmt: skip
+            self._resting[helper] = time.monotonic() + REST_SECONDS
+            return None
+        finally:
+            self._helping.discard(helper)
+            # its wall time bounds its compute: the backbone's count of its share
+            self._shares.setdefault(helper, Budget(REPLAYER_SHARE)).spend(time.monotonic() - began)
+        values = [np.frombuffer(b, "<f4") for b in answer.blocks]
+        if len(values) != len(blocks) or any(
+            v.size != ours.size for v, (_, ours) in zip(values, blocks, strict=False)
+        ):
+            self._resting[helper] = time.monotonic() + REST_SECONDS
+            return None
+        self.helped += 1
+        return helper, np.concatenate(values)
+
+    async def _audit(self, helper: str, epoch: int, theirs: np.ndarray, ours: np.ndarray) -> None:
+        """The backbone replayed a round a trainer replayed too: a replayer whose values lie far
+        beyond what another device's rounding gives is caught (it answered what no replay of the
+        round gives), one a little off is not asked for a while."""
+        judged = judge(theirs, ours, "float32")
+        if judged.passed:
+            return
+        self._resting[helper] = time.monotonic() + REST_SECONDS
+        if judged.distance > REPLAYER_LIMIT:
+            reason = (
+                f"its replay of a round of epoch {epoch} lies {judged.distance:.3g} from the "
+                f"backbone's (at most {REPLAYER_LIMIT:g})"
+            )
+            await self.verdicts.convict(
+                helper, epoch, Caught("replay_false", judged.distance, reason)
+            )
+
+    def _replayable(self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally) -> RoundStart:
+        """Where to replay ``receipt`` from, once its claim and its start are in order."""
         sent = self._weight(peer, epoch)
         # a member of another group: the backbone saw no weight, and its records are bound by
         # its receipt (``on_backed``)
@@ -377,40 +471,32 @@ class RoundChecker:
                 sent / max(1, backed),
                 f"sent its round with {sent:g} samples, its receipt backs {backed}",
             )
-        anchor = self._anchors.get(epoch)
-        if anchor is None:
-            # the backbone landed rounds while the receipt came (a slow member of another group):
-            # not the member's doing, judged neither way, where an open check would expire and
-            # withdraw what it was paid; nor a round the member said was unreplayable
-            raise Apart(f"no anchor of epoch {epoch} was still kept when its receipt came")
-        if receipt.state != anchor.state:
+        try:
+            start = self.anchors.start(receipt)
+        except Unheld as unheld:
+            # the backbone landed rounds while the receipt came (a slow member of another group),
+            # or joined or caught up since the round began: not the member's doing, judged
+            # neither way, where an open check would expire and withdraw what it was paid; nor a
+            # round the member said was unreplayable
+            raise Apart(str(unheld)) from None
+        except Elsewhere as elsewhere:
             self.on_unreplayable(peer, epoch)
-            raise Apart(f"its round began from another outer state than epoch {epoch}'s")
-        blocks = -(-anchor.size * 4 // work_block_bytes(anchor.size))
+            raise Apart(str(elsewhere)) from None
+        blocks = -(-start.size * 4 // work_block_bytes(start.size))
         if len(receipt.work) != blocks:
             reason = f"its work has {len(receipt.work)} blocks where the model's has {blocks}"
             raise Caught("round_malformed", 0.0, reason)
-        return anchor
+        return start
 
     async def _batches(
         self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
-    ) -> list[dict[str, torch.Tensor]]:
+    ) -> list[Batch]:
         """Every inner step's batch, each the one its receipt names."""
-        batches = []
-        for index, step in enumerate(receipt.steps):
-            try:
-                packed = await self._call(peer, ROUND_BATCH, StepRequest(epoch, index), tally)
-                batch = unpack_batch(packed)
-            except (WireFormatError, MalformedResponseError) as exc:
-                raise Caught("round_malformed", 0.0, f"inner step {index}: {exc}", index) from None
-            if batch_digest(batch) != step.digest:
-                reason = f"inner step {index}'s batch is not the one its receipt names"
-                raise Caught("round_batch", 0.0, reason, index)
-            if int(next(iter(batch.values())).shape[0]) < step.samples:
-                reason = f"inner step {index}'s batch holds fewer samples than its receipt counts"
-                raise Caught("round_unbacked", step.samples, reason, index)
-            batches.append(batch)
-        return batches
+
+        async def ask(request: StepRequest) -> SampledBatch:
+            return await self._call(peer, ROUND_BATCH, request, tally)
+
+        return await round_batches(ask, receipt)
 
     async def _blocks(
         self, peer: str, epoch: int, receipt: RoundReceipt, size: int, tally: Tally

@@ -8,7 +8,9 @@ the batch), and the SHA-256 of each block of its work (``anchor - theta``, float
 for the receipt (``ROUND_RECEIPT``), then the batches (``ROUND_BATCH``), replays the round on its
 own replica, and asks for a few blocks of the work (``ROUND_WORK``) to compare with its replay: a
 block must match its digest, so the member cannot shape its answer after seeing which blocks are
-asked for. Every field is bounded: a reply is a stranger's data.
+asked for. The backbone may instead ask a trainer it trusts to replay the round
+(``ROUND_REPLAY``, ``replayer``): it fetches the batches from the member itself and answers the
+blocks of its replay. Every field is bounded: a reply is a stranger's data.
 """
 
 from __future__ import annotations
@@ -175,6 +177,54 @@ class WorkBlock(WireMessage):
         )
 
 
+MAX_ASKED_BLOCKS = 64
+"""Blocks of a replay one call answers at most (and at most ``MAX_BLOCK_BYTES`` of them)."""
+MAX_PEER_CHARS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest(WireMessage):
+    """The backbone asks a trainer to replay a member's round (``replayer``)."""
+
+    member: str
+    """The member's peer id, whom the replayer asks for the round's batches."""
+    receipt: RoundReceipt
+    """The round's receipt, as the backbone fetched it from the member and checked its claims."""
+    blocks: list[int]
+    """The blocks of the work to answer, the ones the backbone drew."""
+
+    def __post_init__(self) -> None:
+        _check(0 < len(self.member) <= MAX_PEER_CHARS, "a member is named by its peer id")
+        _check(
+            0 < len(self.blocks) <= MAX_ASKED_BLOCKS,
+            f"a replay answers 1 to {MAX_ASKED_BLOCKS} blocks",
+        )
+        _check(
+            all(0 <= b < len(self.receipt.work) for b in self.blocks),
+            "a block asked for is not one of the round's work",
+        )
+        _check(len(set(self.blocks)) == len(self.blocks), "a block is asked for twice")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedBlocks(WireMessage):
+    """The replay's values of the blocks asked for, in their order, float32 little-endian."""
+
+    blocks: list[bytes]
+
+    def __post_init__(self) -> None:
+        _check(len(self.blocks) <= MAX_ASKED_BLOCKS, "too many blocks")
+        _check(
+            all(len(b) > 0 and len(b) % 4 == 0 for b in self.blocks),
+            "a replayed block is 1 or more float32 values",
+        )
+        _check(
+            sum(len(b) for b in self.blocks) <= MAX_BLOCK_BYTES,
+            f"a replay answers at most {MAX_BLOCK_BYTES} bytes",
+        )
+
+
 ROUND_RECEIPT = Method("round.receipt", RoundRequest, RoundReceipt)
 ROUND_BATCH = Method("round.batch", StepRequest, SampledBatch)
 ROUND_WORK = Method("round.work", BlockRequest, WorkBlock)
+ROUND_REPLAY = Method("round.replay", ReplayRequest, ReplayedBlocks)

@@ -51,6 +51,11 @@ class RoundStart:
     arrival: Arrival | None = None
     """With overlap: where the landing of the round before moved the round to, and when."""
 
+    @property
+    def size(self) -> int:
+        """The model's values."""
+        return sum(a.size for a in self.anchor)
+
 
 @dataclass(frozen=True, slots=True)
 class Arrival:

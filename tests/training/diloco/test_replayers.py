@@ -1,0 +1,243 @@
+"""Rounds replayed by a trainer the backbone trusts (``RoundReplayer``), over loopback: the backbone
+asks it, compares its blocks with the member's itself, and replays the round itself only where
+the two disagree, where it audits one, or where no trainer could replay it. A replayer never
+judges alone: its word cannot frame an honest member, and one that answers what no replay gives
+is caught."""
+
+# ruff: noqa: F811 (the tests take the rig fixture they import by its name)
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from core.net import Host
+from core.net.errors import PermissionDeniedError
+from core.training.diloco.checks import checker as checker_module
+from core.training.diloco.checks.receipts import (
+    ROUND_RECEIPT,
+    ROUND_REPLAY,
+    ReplayedBlocks,
+    ReplayRequest,
+    RoundRequest,
+)
+from core.training.diloco.checks.replayer import RoundReplayer
+from core.worker.bridge import TrainingBridge
+from tests.conftest import MakeHost
+from tests.training.conftest import NET
+from tests.training.diloco.test_replay import batches, loss, replica
+from tests.training.diloco.test_round_checks import (  # noqa: F401 (the fixture)
+    STEPS,
+    Member,
+    Rig,
+    lazy,
+    rig,
+)
+
+
+@dataclass
+class Helper:
+    replayer: RoundReplayer
+    host: Host
+
+    @property
+    def peer(self) -> str:
+        return str(self.host.peer_id)
+
+
+@pytest.fixture
+async def helper(rig: Rig, make_host: MakeHost) -> AsyncIterator[Helper]:
+    """A trainer whose own round passed its replay, present in the round, keeping its anchors."""
+    host = await make_host(NET)
+    rig.backbone.add_addresses(host.peer_id, host.listen_addresses)
+    host.add_addresses(rig.member_host.peer_id, rig.member_host.listen_addresses)
+    bridge = TrainingBridge()
+    replayer = RoundReplayer(
+        replica(), host, bridge=bridge, loss=loss, asks=lambda p: p == rig.backbone.peer_id
+    )
+    replayer.serve()
+    held = replica()
+    replayer.began(0, held.digest, held.anchor)
+    rig.checker.standings.passed(str(host.peer_id), 0)
+    yield Helper(replayer, host)
+    await bridge.aclose()
+
+
+async def a_round(rig: Rig, helper: Helper, cheat: object = None) -> Member:
+    member = Member()
+    rig.serve(member)
+    rig.began()
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS, helper.peer: 32.0 * STEPS})
+    rig.checker.met(0, [rig.peer, helper.peer])
+    if cheat is None:
+        member.round(batches(STEPS))
+    else:
+        cheat(rig, member)  # type: ignore[operator]
+    return member
+
+
+def never_audited(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checker_module, "AUDITED", 0.0)
+
+
+async def test_an_honest_round_replayed_by_a_trainer_passes_at_no_compute_of_the_backbones(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never_audited(monkeypatch)
+    await a_round(rig, helper)
+    assert rig.checker.helpers(rig.peer) == [helper.peer]
+    assert rig.checker.helpers(helper.peer) == []  # not its own round; the member is a newcomer
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute == 0.0  # nothing replayed here
+    assert record.sampled == STEPS
+    assert (helper.replayer.replayed, rig.checker.helped) == (1, 1)
+    assert helper.replayer.seconds > 0
+    assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 32 * STEPS
+
+
+async def test_a_cheat_a_trainer_replayed_is_caught_on_the_backbones_own_replay(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer's replay and the member's work disagree: the backbone replays the round
+    itself, agrees with the trainer, and catches the member; the trainer stays trusted."""
+    never_audited(monkeypatch)
+    await a_round(rig, helper, lazy)
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "caught", record
+    assert "from its replay" in record.reason
+    assert record.compute > 0
+    assert helper.replayer.replayed == 1
+    assert not rig.standings.of(helper.peer).caught
+    assert rig.checker.helpers(rig.peer) == [helper.peer]
+
+
+class Lies:
+    """What a dishonest replayer answers in place of its replay."""
+
+    @staticmethod
+    def noise(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
+        rng = np.random.default_rng(3)
+        return ReplayedBlocks(
+            [rng.standard_normal(len(b) // 4).astype("<f4").tobytes() for b in honest.blocks]
+        )
+
+    @staticmethod
+    def scaled(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
+        return ReplayedBlocks(
+            [(np.frombuffer(b, "<f4") * 0.5).astype("<f4").tobytes() for b in honest.blocks]
+        )
+
+
+def lying(helper: Helper, lie: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    honest = helper.replayer._replay
+
+    async def replay(request: ReplayRequest) -> ReplayedBlocks:
+        return lie(request, await honest(request))  # type: ignore[operator, no-any-return]
+
+    monkeypatch.setattr(helper.replayer, "_replay", replay)
+
+
+@pytest.mark.parametrize("lie", [Lies.noise, Lies.scaled])
+async def test_a_replayer_that_frames_an_honest_member_is_caught_and_the_member_passes(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch, lie: object
+) -> None:
+    never_audited(monkeypatch)
+    lying(helper, lie, monkeypatch)
+    await a_round(rig, helper)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute > 0
+    assert rig.standings.of(helper.peer).caught
+    found = await rig.checker.verdicts.evidence.fetch()
+    assert [(r.evidence.accused, r.evidence.statistic) for r in found] == [
+        (helper.host.peer_id, "replay_false")
+    ]
+    assert rig.checker.helpers(rig.peer) == []  # never asked again
+
+
+async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A colluding replayer answers the member's own work as its replay: the cheat passes
+    unless the backbone audits the round, drawn after the answer came; audited, both are
+    caught."""
+    member: Member | None = None
+
+    def echo(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
+        assert member is not None
+        sealed = member.ledger.sealed(0)
+        assert sealed is not None
+        work = np.frombuffer(sealed.work, "<f4")
+        size = len(honest.blocks[0]) // 4
+        return ReplayedBlocks([work[i * size : (i + 1) * size].tobytes() for i in request.blocks])
+
+    lying(helper, echo, monkeypatch)
+    monkeypatch.setattr(checker_module, "AUDITED", 1.0)
+    member = await a_round(rig, helper, lazy)
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "caught", record
+    assert rig.standings.of(helper.peer).caught
+
+
+async def test_unaudited_the_colluding_replayers_pass_goes_through(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same collusion, not audited: what the audit share is for (the price of the trust the
+    backbone lends its replayers)."""
+    member: Member | None = None
+
+    def echo(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
+        assert member is not None
+        sealed = member.ledger.sealed(0)
+        assert sealed is not None
+        return ReplayedBlocks([sealed.work[: len(honest.blocks[0])]])
+
+    lying(helper, echo, monkeypatch)
+    never_audited(monkeypatch)
+    member = await a_round(rig, helper, lazy)
+    record = await rig.checker.check(rig.peer, 0)
+    assert record.verdict == "passed", record
+
+
+async def test_a_round_the_trainer_cannot_replay_is_replayed_by_the_backbone(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer keeps no anchor of the round's epoch: it says so, the backbone replays the
+    round itself, and does not ask that trainer again for a while."""
+    never_audited(monkeypatch)
+    helper.replayer.anchors.forget(0)
+    await a_round(rig, helper)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute > 0
+    assert (helper.replayer.replayed, rig.checker.helped) == (0, 0)
+    assert rig.checker.helpers(rig.peer) == []
+    assert not rig.standings.of(helper.peer).caught
+
+
+async def test_only_the_backbone_may_ask_for_a_replay(rig: Rig, helper: Helper) -> None:
+    await a_round(rig, helper)
+    rig.member_host.add_addresses(helper.host.peer_id, helper.host.listen_addresses)
+    receipt = await rig.backbone.call(rig.member_host.peer_id, ROUND_RECEIPT, RoundRequest(0))
+    with pytest.raises(PermissionDeniedError):
+        await rig.member_host.call(
+            helper.host.peer_id, ROUND_REPLAY, ReplayRequest(rig.peer, receipt, [0])
+        )
+    assert helper.replayer.replayed == 0
+
+
+def test_the_backbone_draws_beyond_its_budget_only_as_many_as_trainers_can_replay() -> None:
+    from core.training.credit.checks.standing import Standings
+    from core.training.credit.checks.verdict import Verdicts
+
+    verdicts = Verdicts("round", Standings(0.1), None, budget=0.0, newcomer_budget=0.0,  # type: ignore[arg-type]
+                        rng=random.Random(0))  # fmt: skip
+    verdicts._checking["someone"] = 1  # a check under way: nothing else is affordable
+    members = [f"peer-{i}" for i in range(5)]
+    assert verdicts.draw(members) == []
+    assert verdicts.draw(members, helpers=2) == members[:2]
