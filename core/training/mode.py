@@ -127,25 +127,26 @@ class PeerParts:
     """The model and its optimizer, on the training device (the backbone's: on the CPU)."""
     links: PeerLinks
     on_event: Callable[[PeerEvent], None]
+    loss: LossFn | None = None
+    """The loss of one batch, for a mode whose peers compute others' work again (the backbone's
+    checks; a trainer replaying rounds for it)."""
+    replica: Callable[[], TrainingState] | None = None
+    """A new training state built like a trainer's, for a mode whose peers compute others' work
+    again on a model of their own."""
 
     @property
     def manifest(self) -> Manifest:
         return self.settings.manifest
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BackboneParts(PeerParts):
     checkpoints: CheckpointStore | None
     """Where the backbone keeps its checkpoints (None: it writes none)."""
     report: Callable[[EpochMetrics], None]
     """Each completed epoch's metrics (logged, told, reported, evaluated)."""
-    loss: LossFn | None = None
-    """The loss of one batch, for a mode whose backbone recomputes trainers' work."""
     on_check: Callable[[CheckRecord], None] | None = None
     """Each work check the backbone makes (logged for the audit)."""
-    replica: Callable[[], TrainingState] | None = None
-    """A new training state built like a trainer's, for a mode whose backbone computes
-    trainers' work again on a model of its own."""
 
 
 @runtime_checkable

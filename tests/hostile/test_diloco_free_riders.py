@@ -4,8 +4,8 @@ honest one and a backbone that replays every round. Each cheat that skips work (
 all of them while sending the model's last move as its own, all of them while refusing the
 checks) is caught at the first round it fakes, named in signed evidence, and credited nothing
 from then on; a member honest in its first round and riding from the second is caught in the
-second. The honest member passes every replay, is credited what it claimed, and is accused by
-nobody."""
+second, whose round the honest trainer (trusted by then) replays for the backbone first. The
+honest member passes every replay, is credited what it claimed, and is accused by nobody."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ async def test_a_diloco_free_rider_is_caught_at_its_first_faked_round(
     make_dpeer: MakeDPeer, misbehaviour: Misbehaviour, reason: str, statistic: str
 ) -> None:
     backbone_peer = await make_dpeer(role="backbone", start=False, overlap=True)
-    honest = await make_dpeer(keep_rounds=True, overlap=True)
+    honest = await make_dpeer(keep_rounds=True, overlap=True, replays=True)
     cheat = await make_dpeer(keep_rounds=True, overlap=True, start=False)
     misbehaviour.install(cheat.optimizer, cheat.averager)
     await cheat.optimizer.start()
@@ -75,6 +75,11 @@ async def test_a_diloco_free_rider_is_caught_at_its_first_faked_round(
             assert honest.optimizer.epoch == cheat.optimizer.epoch == epoch + 1
             await wait_until(lambda n=2 * (epoch + 1): len(checker.records) == n, timeout=90)
         assert rode(cheat), "the attack never ran"
+        if faked:  # trusted by then, the honest trainer replayed the cheat's round first
+            replayer = honest.optimizer.replayer
+            assert replayer is not None
+            assert replayer.replayed >= 1, checker.records
+            assert checker.helped >= 1
 
         verdicts = {(r.peer, r.epoch): (r.verdict, r.reason) for r in checker.records}
         for epoch in range(faked + 1):

@@ -40,7 +40,7 @@ from core.training.credit.samples import SamplesTally
 from core.training.credit.scores import WorkScores, credited
 from core.training.diloco.checks import RoundChecker
 from core.training.diloco.checks.credit import RoundCredit
-from core.training.diloco.checks.replay import LossFn
+from core.training.diloco.checks.replay import LossFn, replica_of
 from core.training.diloco.optimizer import DilocoOptimizer, Landing
 from core.training.diloco.state import SCHEDULE_KEY, DilocoState
 from core.training.errors import CheckpointError
@@ -125,13 +125,9 @@ class DilocoBackbone:
 
     def _checker(self, checks: RoundChecks) -> RoundChecker:
         opt = self.optimizer
-        replica = DilocoState(
-            checks.replica(), outer_lr=1.0, outer_momentum=0.0, overlap=False, sparse=False,
-            clip_norm=opt.diloco.clip_norm, fresh_moments=True,
-        )  # fmt: skip
         assert self._replays is not None
         return RoundChecker(
-            replica,
+            replica_of(checks.replica(), opt.diloco.clip_norm),
             opt.links.averager.host,
             bridge=self._replays,
             loss=checks.loss,

@@ -13,11 +13,14 @@ from core.config.roles import BACKBONE, CLIENT, TRAINER
 from core.modes import active_modes
 from core.project import Manifest
 from core.training.diloco.backbone import DilocoBackbone, RoundChecks
+from core.training.diloco.checks.replay import replica_of
+from core.training.diloco.checks.replayer import RoundReplayer
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer, reads_every
 from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
 from core.training.mode import BackboneParts, Matchmaking, PeerParts
 from core.training.state import TrainingState
+from core.worker.bridge import TrainingBridge
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +62,24 @@ class Diloco:
         optimizer = self.optimizer(
             parts.manifest, parts.state, parts.links, role, unsent_file=s.work_dir / UNSENT_FILE
         )
+        if role == TRAINER and replays_rounds(parts.manifest) and parts.loss and parts.replica:
+            optimizer.replay_for_backbone(self.replayer(optimizer, parts))
         if s.misbehaviour is not None:
             log.warning("this peer misbehaves on purpose: %s", s.misbehaviour.describe())
             s.misbehaviour.install(optimizer, parts.links.averager)
         return optimizer
+
+    def replayer(self, optimizer: DilocoOptimizer, parts: PeerParts) -> RoundReplayer:
+        """A trainer's replays of members' rounds for the backbone (``checks.replayer``), on a
+        replica of its own on the CPU."""
+        assert parts.replica is not None
+        assert parts.loss is not None
+        return RoundReplayer(
+            replica_of(parts.replica(), optimizer.diloco.clip_norm),
+            parts.links.averager.host,
+            bridge=TrainingBridge("round-replays"),
+            loss=parts.loss,
+        )
 
     def backbone(self, parts: BackboneParts) -> DilocoBackbone:
         s, t = parts.settings, parts.manifest.training

@@ -43,6 +43,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from core.codecs import Codec
 from core.config.roles import BACKBONE, CLIENT, ROLES
 from core.modes.clock import RoundClock
 from core.training.diloco.checks import RoundLedger, Start
+from core.training.diloco.checks.replayer import RoundReplayer
 from core.training.diloco.groups import Groups, bucket_key, plan_groups
 from core.training.diloco.groups import Member as GroupMember
 from core.training.diloco.late import Carried
@@ -65,6 +67,7 @@ from core.training.links import PeerLinks
 from core.training.moderation.rollback import round_key
 from core.training.participation import Participation, TakingPart
 from core.training.progress import KEEPALIVE, RECORD_TTL, CollaborationView, PeerProgress
+from core.trust.peer_id import PeerID
 from core.util.errors import BarnraiseError
 from core.util.tasks import BackgroundTasks
 from core.worker.events import PeerEpoch
@@ -184,8 +187,8 @@ class DilocoOptimizer(TakingPart):
         """Time spent in exchanges, all of them (overlapped or not), and the rounds whose
         exchange did not land."""
         self._peer = self.part.peer
+        # held for any torch work on the model: an inner step, a round's end, a landing
         self._lock = asyncio.Lock()
-        """Held for any torch work on the model: an inner step, a round's end, a landing."""
         self._stopping = self._said_slow = False
         self.mending = Mending(
             state,
@@ -227,6 +230,8 @@ class DilocoOptimizer(TakingPart):
         self.on_taken: Callable[[], None] | None = None
         """Told when the outer parameters moved by a download (a catch-up or a repair), once our
         record says so (a backbone with round checks keeps the anchor it took)."""
+        # replays members' rounds when the backbone asks (``replay_for_backbone``)
+        self.replayer: RoundReplayer | None = None
         self._exchange: asyncio.Task[None] | None = None
         self.gate = Gate()
         """Held from just before each round's end until its exchange lands or fails: background
@@ -299,6 +304,8 @@ class DilocoOptimizer(TakingPart):
         if self.unsent is not None:
             await self.unsent.settle()
         await self._tasks.close()
+        if self.replayer is not None:
+            await self.replayer.bridge.aclose()
         if self.rounds_kept is not None:
             await self.rounds_kept.linger.settle()  # a replay's calls may be on their way
             self.rounds_kept.leave()  # the host answers until it closes: a check then is not refused
@@ -656,6 +663,7 @@ class DilocoOptimizer(TakingPart):
         await self.part.announce(self.epoch)
 
     async def _taken(self) -> None:
+        self._keep_anchor()
         await self._announce()
         if self.on_taken is not None:
             self.on_taken()
@@ -723,9 +731,42 @@ class DilocoOptimizer(TakingPart):
 
     def _moved(self) -> None:
         """Under the lock: the parameters moved as a replay moves them too (a landing; with
-        overlap, a round's start at the anchor): the receipts note where."""
+        overlap, a round's start at the anchor): the receipts note where, and a replayer keeps
+        the anchor."""
         if self.rounds_kept is not None:
             self.rounds_kept.moved(self._round_start())
+        self._keep_anchor()
+
+    def replay_for_backbone(self, replayer: RoundReplayer) -> None:
+        """Replay members' rounds when the backbone asks (``checks.replayer``), from the anchors
+        this trainer's own rounds begin at."""
+        if self.config.role == BACKBONE:
+            raise ValueError("the backbone replays rounds itself")
+        self.replayer = replayer
+        replayer.give_way = partial(self.gate.wait, self.config.round_seconds)
+        replayer.asks = self._is_backbone
+        replayer.serve()
+        self._keep_anchor()
+
+    def _is_backbone(self, peer: PeerID) -> bool:
+        """Whether ``peer``'s record says it is the backbone."""
+        name = str(peer)
+        return any(p.peer == name and p.role == BACKBONE for p in self.view().reports)
+
+    def _keep_anchor(self) -> None:
+        replayer, diloco = self.replayer, self.diloco
+        if replayer is None:
+            return
+        epoch, digest = self.epoch, diloco.digest
+        kept = replayer.anchors.get(epoch)
+        if kept is not None and kept.state == digest:
+            return  # a round's start at the anchor it kept already (overlap)
+        # read on the training thread, where the anchor moves: the epoch, digest and arrays of
+        # one anchor (a replay from a mixed one would make an honest replayer look a liar)
+        self._tasks.spawn(
+            f"replay-anchor-{epoch}",
+            self.bridge.run(lambda: replayer.began(diloco.epoch, diloco.digest, diloco.anchor)),
+        )
 
     def _began(self, epoch: int) -> str | None:
         """Where the round of ``epoch`` began, for the records, if a checker can replay it (what

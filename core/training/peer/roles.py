@@ -93,7 +93,10 @@ class TrainerRole:
         await bridge.run(self.state.model.to, precision.device)
         tokenizer = await bridge.run(fetch_tokenizer, manifest, s.data_base, s.work_dir)
         batches = data_stream(manifest, tokenizer, data_base=s.data_base, seed=s.data_seed)
-        parts = PeerParts(s, self.state, self.links, self.on_event)
+        parts = PeerParts(
+            s, self.state, self.links, self.on_event, loss=mlm_loss,
+            replica=lambda: training_state(build_model(manifest), manifest),
+        )  # fmt: skip
         self.optimizer = optimizer = mode_of(manifest).trainer(parts)
         optimizer.on_waiting = lambda reason: self.on_event(PeerWaiting(reason))
         self._tasks.spawn("interrupt-on-stop", _interrupt_on(stop, optimizer))

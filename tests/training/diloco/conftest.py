@@ -17,6 +17,8 @@ from core.averaging import Averager, AveragingResult
 from core.averaging.robust.aggregation import AggregationConfig
 from core.codecs import NONE, Codec
 from core.dht import DHTNode
+from core.training.diloco.checks.replay import replica_of
+from core.training.diloco.checks.replayer import RoundReplayer
 from core.training.diloco.optimizer import DilocoConfig, DilocoOptimizer
 from core.training.diloco.state import DilocoState
 from core.training.links import PeerLinks
@@ -30,6 +32,11 @@ NEVER = 10**9
 """A round length the clock never reaches in a test: the test ends rounds itself."""
 AVERAGING_PATIENT = replace(AVERAGING, max_matchmaking_time=20.0, reducer_timeout=20.0,
                             sender_timeout=10.0, allreduce_timeout=60.0)  # fmt: skip
+
+
+def mse(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The test model's loss of one batch (``DPeer.train``'s)."""
+    return torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
 
 
 def fresh_model() -> torch.nn.Module:
@@ -117,11 +124,13 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         confirmers: Collection[str] = (),
         start: bool = True,
         keep_rounds: bool = False,
+        replays: bool = False,
     ) -> DPeer:
         """``swarm``: peers of another name form a swarm of their own (another DHT);
         ``confirmers``: the keys whose word confirms the collaboration's epoch (a manifest's
         ``access.confirmers``); ``start``: False leaves ``optimizer.start()`` to the test;
-        ``keep_rounds``: rounds start afresh and the peer keeps and serves their receipts."""
+        ``keep_rounds``: rounds start afresh and the peer keeps and serves their receipts;
+        ``replays``: it replays members' rounds when the backbone asks (``RoundReplayer``)."""
         first = next((p for p in made if p.swarm == swarm and not p.stopped), None)
         host, dht = await start_node(make_host, first.address if first else None, identity)
         compute = 0.0 if role == "backbone" else 1.0
@@ -147,6 +156,15 @@ async def make_dpeer(make_host: MakeHost) -> AsyncIterator[MakeDPeer]:
         made.append(peer)
         if keep_rounds:
             peer.witness = optimizer.keep_receipts("float32")
+        if replays:
+            replica = fresh_model()
+            inner = torch.optim.AdamW(replica.parameters(), lr=0.01)
+            optimizer.replay_for_backbone(
+                RoundReplayer(
+                    replica_of(TrainingState(replica, inner), None), host,
+                    bridge=TrainingBridge("round-replays"), loss=mse,
+                )
+            )  # fmt: skip
         if start:
             await optimizer.start()
         return peer

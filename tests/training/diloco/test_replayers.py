@@ -56,9 +56,8 @@ async def helper(rig: Rig, make_host: MakeHost) -> AsyncIterator[Helper]:
     rig.backbone.add_addresses(host.peer_id, host.listen_addresses)
     host.add_addresses(rig.member_host.peer_id, rig.member_host.listen_addresses)
     bridge = TrainingBridge()
-    replayer = RoundReplayer(
-        replica(), host, bridge=bridge, loss=loss, asks=lambda p: p == rig.backbone.peer_id
-    )
+    replayer = RoundReplayer(replica(), host, bridge=bridge, loss=loss)
+    replayer.asks = lambda p: p == rig.backbone.peer_id
     replayer.serve()
     held = replica()
     replayer.began(0, held.digest, held.anchor)
@@ -240,4 +239,22 @@ def test_the_backbone_draws_beyond_its_budget_only_as_many_as_trainers_can_repla
     verdicts._checking["someone"] = 1  # a check under way: nothing else is affordable
     members = [f"peer-{i}" for i in range(5)]
     assert verdicts.draw(members) == []
+    assert verdicts.draw(members, helpers=0) == []  # others check, but none can now
     assert verdicts.draw(members, helpers=2) == members[:2]
+
+
+async def test_a_trainer_that_replays_nothing_is_not_asked_again_and_the_backbone_checks_alone(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trusted trainer of an older version answers "no such method": the backbone replays the
+    round itself and counts that trainer out of its replayers for good, so its draws go back to
+    its own budgets (``Verdicts.draw`` without helpers)."""
+    never_audited(monkeypatch)
+    helper.host.router.remove(ROUND_REPLAY.name)
+    await a_round(rig, helper)
+    assert rig.checker.replayers() == [helper.peer]
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute > 0
+    assert rig.checker.replayers() == [rig.peer]  # the member, trusted now; not the other
+    assert not rig.standings.of(helper.peer).caught

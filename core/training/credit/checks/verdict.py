@@ -186,11 +186,13 @@ class Verdicts:
         """Whether a check of ``peer`` is under way."""
         return peer in self._checking
 
-    def draw(self, members: Iterable[str], helpers: int = 0) -> list[str]:
+    def draw(self, members: Iterable[str], helpers: int | None = None) -> list[str]:
         """The members of a round that just landed to check (see the module's map): newcomers
-        first, the one first seen first, then trusted members drawn at random; ``helpers``:
-        checks others can make for the checker now (``diloco.checks.replayer``), drawn first and
-        beyond the budgets, which count the checker's own time."""
+        first, the one first seen first, then trusted members drawn at random. ``helpers``:
+        where others can make checks for the checker (``diloco.checks.replayer``), how many they
+        can make now: that many are drawn, and none for the checker's own time (its budgets),
+        which then goes to the checks others disagreed on or it audits; the rest wait for a
+        later landing (None: nobody else checks)."""
         newcomers, trusted = [], []
         for peer in members:
             if self.standings.due(peer, 1.0) and not self.checking(peer):
@@ -206,12 +208,12 @@ class Verdicts:
                             (self.budget, trusted)):  # fmt: skip
             picked = 0  # drawn under this budget, not started yet
             for peer in due:
-                if helpers > 0:
-                    drawn.append(peer)
-                    helpers -= 1
-                elif every or self.affordable(budget, picked):
+                if every or (helpers is None and self.affordable(budget, picked)):
                     drawn.append(peer)
                     picked += 1
+                elif helpers:
+                    drawn.append(peer)
+                    helpers -= 1
         return drawn
 
     def again(self, checkable: Callable[[int], bool], newest: int) -> list[tuple[str, int]]:

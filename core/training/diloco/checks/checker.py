@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from core.averaging.sharing.digest import block_digests
-from core.net.errors import MalformedResponseError, NetError, NotFoundError
+from core.net.errors import MalformedResponseError, NetError, NotFoundError, UnknownMethodError
 from core.net.host.host import Host
 from core.net.wire.rpc import Method, Req, Resp
 from core.training.credit.book import CREDITED_KEPT
@@ -176,6 +176,8 @@ class RoundChecker:
         """Trainers replaying a round for the backbone now."""
         self._resting: dict[str, float] = {}
         """Trainers not asked again before this time (they did not replay, or not well)."""
+        self._unable: set[str] = set()
+        """Trainers that answered they replay nothing."""
         self._shares: dict[str, Budget] = {}
         """Each trainer's share of replays, as the backbone counts their time."""
         self.helped = 0
@@ -229,7 +231,8 @@ class RoundChecker:
             self._tasks.spawn(f"round-check-{peer[:8]}-{before}", self.check(peer, before))
         if epoch not in self.anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        for peer in self.verdicts.draw(members, helpers=len(self.helpers())):
+        helpers = len(self.helpers()) if self.replayers() else None
+        for peer in self.verdicts.draw(members, helpers=helpers):
             self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
 
     def _retries(self, before: int, newest: int) -> bool:
@@ -369,21 +372,28 @@ class RoundChecker:
 
     # ---- replays by trainers ---------------------------------------------------------------------
 
-    def helpers(self, member: str | None = None) -> list[str]:
-        """The trainers that could replay a round for the backbone now: members of the newest
-        landed round whose own rounds passed their replays (and nothing caught them), other than
-        ``member``, with no replay for the backbone under way and within their share of replays
-        as the backbone counts it."""
+    def replayers(self) -> list[str]:
+        """The trainers that replay rounds for the backbone, busy or not: members of the newest
+        landed round whose own rounds passed their replays (and nothing caught them), but those
+        that answered they replay nothing."""
         if not self._members:
             return []
         newest = self._members[next(reversed(self._members))]
+        found = []
+        for peer in sorted(newest - self._unable):
+            standing = self.standings.of(peer)
+            if not standing.caught and standing.vouched >= 0:
+                found.append(peer)
+        return found
+
+    def helpers(self, member: str | None = None) -> list[str]:
+        """The replayers that could replay a round for the backbone now (``replayers``): other
+        than ``member``, with no replay for the backbone under way, and within their share of
+        replays as the backbone counts it."""
         now = time.monotonic()
         found = []
-        for peer in sorted(newest):
-            standing = self.standings.of(peer)
-            if peer == member or standing.caught or standing.vouched < 0:
-                continue
-            if peer in self._helping or self._resting.get(peer, 0.0) > now:
+        for peer in self.replayers():
+            if peer == member or peer in self._helping or self._resting.get(peer, 0.0) > now:
                 continue
             if not self._shares.setdefault(peer, Budget(REPLAYER_SHARE)).allows():
                 continue
@@ -416,10 +426,12 @@ class RoundChecker:
                 PeerID.from_string(helper), ROUND_REPLAY, request, timeout=REPLAY_TIMEOUT
             )
         except (NetError, TimeoutError, BarnraiseError) as exc:
-            # busy, past its share, no anchor of the round, an older trainer, gone: asked again
-            # after a rest; the round is replayed here
+            # busy, past its share, no anchor of the round, gone: asked again after a rest; one
+            # that replays nothing (no such method) never again. The round is replayed here
             log.info("%s did not replay %s's round of epoch %d: %s", helper[:12], peer[:12],
                      epoch, exc)  # fmt: skip
+            if isinstance(exc, UnknownMethodError):
+                self._unable.add(helper)
             self._resting[helper] = time.monotonic() + REST_SECONDS
             return None
         finally:

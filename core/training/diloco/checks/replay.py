@@ -30,6 +30,7 @@ import torch
 
 from core.optim.outer import F32
 from core.training.diloco.state import DilocoState
+from core.training.state import TrainingState
 
 LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
 
@@ -84,6 +85,15 @@ class Judged:
     def margin(self) -> float:
         """The distance in units of the limit (above 1 fails)."""
         return self.distance / self.limit
+
+
+def replica_of(state: TrainingState, clip_norm: float | None) -> DilocoState:
+    """A checker's replica around a training state built like a member's: float32, no overlap,
+    fresh moments, no outer step of its own (it only replays inner steps), the members' clip."""
+    return DilocoState(
+        state, outer_lr=1.0, outer_momentum=0.0, overlap=False, sparse=False,
+        clip_norm=clip_norm, fresh_moments=True,
+    )  # fmt: skip
 
 
 def replay(

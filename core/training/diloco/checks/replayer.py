@@ -75,23 +75,23 @@ class RoundReplayer:
         *,
         bridge: TrainingBridge,
         loss: LossFn,
-        asks: Callable[[PeerID], bool],
-        give_way: Callable[[], float] = lambda: 0.0,
         share: float = SHARE,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``replica``: the replayer's own, built like a member's (float32, no overlap, fresh
-        moments); ``asks``: whether a caller is the backbone, the one that may ask; ``give_way``:
-        called before each inner step of a replay, waits while this trainer's own round is
-        exchanged and says for how many seconds."""
+        moments). Its trainer says who may ask and what to give way to (``asks``,
+        ``give_way``: ``DilocoOptimizer.replay_for_backbone``)."""
         if replica.overlap or not replica.fresh_moments:
             raise ValueError("a replayer's replica replays rounds: no overlap, fresh moments")
         self.replica = replica
         self._host = host
         self.bridge = bridge
         self.loss = loss
-        self.asks = asks
-        self.give_way = give_way
+        self.asks: Callable[[PeerID], bool] = lambda _: False
+        """Whether a caller is the backbone, the one peer that may ask (nobody until told)."""
+        self.give_way: Callable[[], float] = lambda: 0.0
+        """Called before each inner step of a replay: waits while the trainer's own round is
+        exchanged, and says for how many seconds."""
         self.budget = Budget(share, clock)
         self.anchors = Anchors(KEPT_ANCHORS)
         self.replayed = 0
