@@ -749,8 +749,13 @@ class DilocoOptimizer(TakingPart):
         self._keep_anchor()
 
     def _is_backbone(self, peer: PeerID) -> bool:
-        """Whether ``peer``'s record says it is the backbone."""
+        """Whether ``peer``'s record says it is the backbone, and in a project whose manifest
+        names the keys that confirm its epoch, it holds one of them (anyone can publish a record
+        that says "backbone")."""
         name = str(peer)
+        confirmers = self.board.confirmers
+        if confirmers and name not in confirmers:
+            return False
         return any(p.peer == name and p.role == BACKBONE for p in self.view().reports)
 
     def _keep_anchor(self) -> None:

@@ -5,7 +5,11 @@ replays a few, and credit follows what the replays support (``credit.checks.stan
 - ``receipts``  RoundReceipt (where the round began, each inner step's batch digest, the work's
   block digests) and the calls that fetch it, a batch and a block of work; their bounds.
 - ``ledger``    RoundLedger: a trainer's receipts of its last rounds, served to checkers.
-- ``checker``   RoundChecker: the backbone's draws, replays and verdicts, and their evidence.
+- ``checker``   RoundChecker: the backbone's draws, replays and verdicts, and their evidence;
+  the rounds it hands to trainers to replay, its audits of them.
+- ``replayer``  RoundReplayer: a trusted trainer replays a member's round when the backbone asks.
+- ``anchors``   Anchors: the outer states a replayer keeps by epoch, where a round's replay starts.
+- ``fetch``     the member's batches of a round, each the one its receipt names.
 - ``credit``    RoundCredit: a claim cut to its round's weight, then what the replays support,
   then, for a round no replay can judge, the allowance.
 - ``allowance`` Allowance: what rounds no replay can judge may be paid, a share of those one can.
