@@ -79,7 +79,7 @@ async def test_a_diloco_free_rider_is_caught_at_its_first_faked_round(
             replayer = honest.optimizer.replayer
             assert replayer is not None
             assert replayer.replayed >= 1, checker.records
-            assert checker.helped >= 1
+            assert checker.helpers.helped >= 1
 
         verdicts = {(r.peer, r.epoch): (r.verdict, r.reason) for r in checker.records}
         for epoch in range(faked + 1):

@@ -71,7 +71,7 @@ async def a_round(rig: Rig, helper: Helper, cheat: object = None) -> Member:
     rig.serve(member)
     rig.began()
     rig.checker.sent(0, {rig.peer: 32.0 * STEPS, helper.peer: 32.0 * STEPS})
-    rig.checker.met(0, [rig.peer, helper.peer])
+    rig.checker.helpers.met(0, [rig.peer, helper.peer])
     if cheat is None:
         member.round(batches(STEPS))
     else:
@@ -88,13 +88,15 @@ async def test_an_honest_round_replayed_by_a_trainer_passes_at_no_compute_of_the
 ) -> None:
     never_audited(monkeypatch)
     await a_round(rig, helper)
-    assert rig.checker.helpers(rig.peer) == [helper.peer]
-    assert rig.checker.helpers(helper.peer) == []  # not its own round; the member is a newcomer
+    assert rig.checker.helpers.idle(rig.peer) == [helper.peer]
+    assert (
+        rig.checker.helpers.idle(helper.peer) == []
+    )  # not its own round; the member is a newcomer
     record = await rig.checker.check(rig.peer, 0)
     assert (record.verdict, record.reason) == ("passed", ""), record
     assert record.compute == 0.0  # nothing replayed here
     assert record.sampled == STEPS
-    assert (helper.replayer.replayed, rig.checker.helped) == (1, 1)
+    assert (helper.replayer.replayed, rig.checker.helpers.helped) == (1, 1)
     assert helper.replayer.seconds > 0
     assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 32 * STEPS
 
@@ -112,7 +114,7 @@ async def test_a_cheat_a_trainer_replayed_is_caught_on_the_backbones_own_replay(
     assert record.compute > 0
     assert helper.replayer.replayed == 1
     assert not rig.standings.of(helper.peer).caught
-    assert rig.checker.helpers(rig.peer) == [helper.peer]
+    assert rig.checker.helpers.idle(rig.peer) == [helper.peer]
 
 
 class Lies:
@@ -156,7 +158,7 @@ async def test_a_replayer_that_frames_an_honest_member_is_caught_and_the_member_
     assert [(r.evidence.accused, r.evidence.statistic) for r in found] == [
         (helper.host.peer_id, "replay_false")
     ]
-    assert rig.checker.helpers(rig.peer) == []  # never asked again
+    assert rig.checker.helpers.idle(rig.peer) == []  # never asked again
 
 
 async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
@@ -214,8 +216,8 @@ async def test_a_round_the_trainer_cannot_replay_is_replayed_by_the_backbone(
     record = await rig.checker.check(rig.peer, 0)
     assert (record.verdict, record.reason) == ("passed", ""), record
     assert record.compute > 0
-    assert (helper.replayer.replayed, rig.checker.helped) == (0, 0)
-    assert rig.checker.helpers(rig.peer) == []
+    assert (helper.replayer.replayed, rig.checker.helpers.helped) == (0, 0)
+    assert rig.checker.helpers.idle(rig.peer) == []
     assert not rig.standings.of(helper.peer).caught
 
 
@@ -252,9 +254,9 @@ async def test_a_trainer_that_replays_nothing_is_not_asked_again_and_the_backbon
     never_audited(monkeypatch)
     helper.host.router.remove(ROUND_REPLAY.name)
     await a_round(rig, helper)
-    assert rig.checker.replayers() == [helper.peer]
+    assert rig.checker.helpers.known() == [helper.peer]
     record = await rig.checker.check(rig.peer, 0)
     assert (record.verdict, record.reason) == ("passed", ""), record
     assert record.compute > 0
-    assert rig.checker.replayers() == [rig.peer]  # the member, trusted now; not the other
+    assert rig.checker.helpers.known() == [rig.peer]  # the member, trusted now; not the other
     assert not rig.standings.of(helper.peer).caught

@@ -24,7 +24,7 @@ round: its receipt must count them, and it is replayed too. A member that no lon
 it was asked for judges nothing (unreached), as one that cannot be reached.
 
 Where trainers replay rounds for it (``replayer``), the backbone hands each drawn round to one it
-trusts, other than the member, idle and within its share of replays (``helpers``): the trainer
+trusts, other than the member, idle and within its share of replays (``Helpers``): the trainer
 fetches the batches and replays; the backbone fetches the member's blocks and judges them against
 the trainer's replay itself. It replays the round itself where the two disagree (a cheat, or a
 replayer that lies: one whose replay lies over ``REPLAYER_LIMIT`` from the backbone's is caught,
@@ -61,7 +61,6 @@ from core.net.errors import MalformedResponseError, NetError, NotFoundError, Unk
 from core.net.host.host import Host
 from core.net.wire.rpc import Method, Req, Resp
 from core.training.credit.book import CREDITED_KEPT
-from core.training.credit.checks.budget import Budget
 from core.training.credit.checks.receipts import SampledBatch
 from core.training.credit.checks.standing import Standings
 from core.training.credit.checks.verdict import (
@@ -75,6 +74,7 @@ from core.training.credit.checks.verdict import (
 )
 from core.training.diloco.checks.anchors import Anchors, Elsewhere, Unheld
 from core.training.diloco.checks.fetch import Batch, round_batches
+from core.training.diloco.checks.helpers import Helpers
 from core.training.diloco.checks.ledger import KEPT
 from core.training.diloco.checks.receipts import (
     MAX_BLOCK_BYTES,
@@ -118,12 +118,8 @@ replayer that passes its partner's faked round is caught in one of ten."""
 REPLAYER_LIMIT = 0.25
 """How far a replayer's values may lie from the backbone's replay of the same round before it is
 caught: five times the float32 limit (another device's rounding), four times under a cheat."""
-REPLAYER_SHARE = 0.05
-"""A trainer's share of time in replays for the backbone (``replayer.SHARE``)."""
 REPLAY_TIMEOUT = 600.0
 """Seconds the backbone waits for a trainer's replay (a round of a fast member on a slower one)."""
-REST_SECONDS = 300.0
-"""Seconds a trainer that did not replay, or not well, is not asked again."""
 SEALED_WAIT = 5.0
 """Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
 the exchange, so one that landed is filed)."""
@@ -180,18 +176,8 @@ class RoundChecker:
         """The outer state's digest at each epoch's start, kept as long as claims of it come."""
         self._replaying = asyncio.Lock()
         """One replay at a time: they share the replica."""
-        self._members: OrderedDict[int, set[str]] = OrderedDict()
-        """Each landed round's members, in every group."""
-        self._helping: set[str] = set()
-        """Trainers replaying a round for the backbone now."""
-        self._resting: dict[str, float] = {}
-        """Trainers not asked again before this time (they did not replay, or not well)."""
-        self._unable: set[str] = set()
-        """Trainers that answered they replay nothing."""
-        self._shares: dict[str, Budget] = {}
-        """Each trainer's share of replays, as the backbone counts their time."""
-        self.helped = 0
-        """Rounds trainers replayed for the backbone."""
+        self.helpers = Helpers(standings, STARTS)
+        """The trainers that replay rounds for the backbone (``replayer``)."""
 
     @property
     def standings(self) -> Standings:
@@ -223,25 +209,18 @@ class RoundChecker:
         while len(self._sent) > STARTS:
             self._sent.popitem(last=False)
 
-    def met(self, epoch: int, members: Iterable[str]) -> None:
-        """The round that began at ``epoch`` landed with these members, in every group."""
-        self._members.pop(epoch, None)
-        self._members[epoch] = set(members)
-        while len(self._members) > STARTS:
-            self._members.popitem(last=False)
-
     def landed(self, epoch: int, weights: Mapping[str, float], others: Iterable[str] = ()) -> None:
         """The round that began at ``epoch`` landed with these senders of the backbone's group
         (and the samples each sent it with), and ``others`` in the round's other groups: check
         those drawn."""
         self.sent(epoch, weights)
         members = [*weights, *(p for p in others if p not in weights)]
-        self.met(epoch, members)
+        self.helpers.met(epoch, members)
         for peer, before in self.verdicts.again(lambda e: self._retries(e, epoch), epoch):
             self._tasks.spawn(f"round-check-{peer[:8]}-{before}", self.check(peer, before))
         if epoch not in self.anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        helpers = len(self.helpers()) if self.replayers() else None
+        helpers = len(self.helpers.idle()) if self.helpers.known() else None
         for peer in self.verdicts.draw(members, helpers=helpers):
             self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
 
@@ -382,34 +361,6 @@ class RoundChecker:
 
     # ---- replays by trainers ---------------------------------------------------------------------
 
-    def replayers(self) -> list[str]:
-        """The trainers that replay rounds for the backbone, busy or not: members of the newest
-        landed round whose own rounds passed their replays (and nothing caught them), but those
-        that answered they replay nothing."""
-        if not self._members:
-            return []
-        newest = self._members[next(reversed(self._members))]
-        found = []
-        for peer in sorted(newest - self._unable):
-            standing = self.standings.of(peer)
-            if not standing.caught and standing.vouched >= 0:
-                found.append(peer)
-        return found
-
-    def helpers(self, member: str | None = None) -> list[str]:
-        """The replayers that could replay a round for the backbone now (``replayers``): other
-        than ``member``, with no replay for the backbone under way, and within their share of
-        replays as the backbone counts it."""
-        now = time.monotonic()
-        found = []
-        for peer in self.replayers():
-            if peer == member or peer in self._helping or self._resting.get(peer, 0.0) > now:
-                continue
-            if not self._shares.setdefault(peer, Budget(REPLAYER_SHARE)).allows():
-                continue
-            found.append(peer)
-        return found
-
     async def _helped(
         self,
         peer: str,
@@ -422,18 +373,22 @@ class RoundChecker:
         trainer could replay the round now, or the one asked did not."""
         if len(blocks) * work_block_bytes(size) > MAX_BLOCK_BYTES:
             return None  # a model of over a billion parameters: not in one answer
-        helpers = self.helpers(peer)
+        helpers = self.helpers.idle(peer)
         if not helpers:
             return None
         helper = self._rng.choice(helpers)
         block_bytes = work_block_bytes(size)
         asked = [at * 4 // block_bytes for at, _ in blocks]
         request = ReplayRequest(peer, receipt, asked)
-        self._helping.add(helper)
-        began = time.monotonic()
+        self.helpers.asked(helper)
+        began, replayed = time.monotonic(), False
         try:
             answer = await self._host.call(
                 PeerID.from_string(helper), ROUND_REPLAY, request, timeout=REPLAY_TIMEOUT
+            )
+            values = [np.frombuffer(b, "<f4") for b in answer.blocks]
+            replayed = len(values) == len(blocks) and all(
+                v.size == ours.size for v, (_, ours) in zip(values, blocks, strict=True)
             )
         except (NetError, TimeoutError, BarnraiseError) as exc:
             # busy, past its share, no anchor of the round, gone: asked again after a rest; one
@@ -441,20 +396,12 @@ class RoundChecker:
             log.info("%s did not replay %s's round of epoch %d: %s", helper[:12], peer[:12],
                      epoch, exc)  # fmt: skip
             if isinstance(exc, UnknownMethodError):
-                self._unable.add(helper)
-            self._resting[helper] = time.monotonic() + REST_SECONDS
-            return None
+                self.helpers.unable(helper)
         finally:
-            self._helping.discard(helper)
-            # its wall time bounds its compute: the backbone's count of its share
-            self._shares.setdefault(helper, Budget(REPLAYER_SHARE)).spend(time.monotonic() - began)
-        values = [np.frombuffer(b, "<f4") for b in answer.blocks]
-        if len(values) != len(blocks) or any(
-            v.size != ours.size for v, (_, ours) in zip(values, blocks, strict=False)
-        ):
-            self._resting[helper] = time.monotonic() + REST_SECONDS
+            self.helpers.answered(helper, time.monotonic() - began, replayed)
+        if not replayed:
+            self.helpers.rest(helper)
             return None
-        self.helped += 1
         return helper, np.concatenate(values)
 
     async def _audit(self, helper: str, epoch: int, theirs: np.ndarray, ours: np.ndarray) -> None:
@@ -464,7 +411,7 @@ class RoundChecker:
         judged = judge(theirs, ours, "float32")
         if judged.passed:
             return
-        self._resting[helper] = time.monotonic() + REST_SECONDS
+        self.helpers.rest(helper)
         if judged.distance > REPLAYER_LIMIT:
             reason = (
                 f"its replay of a round of epoch {epoch} lies {judged.distance:.3g} from the "
