@@ -95,6 +95,7 @@ async def test_an_honest_round_replayed_by_a_trainer_passes_at_no_compute_of_the
     record = await rig.checker.check(rig.peer, 0)
     assert (record.verdict, record.reason) == ("passed", ""), record
     assert record.compute == 0.0  # nothing replayed here
+    assert record.replayer == helper.peer
     assert record.sampled == STEPS
     assert (helper.replayer.replayed, rig.checker.helpers.helped) == (1, 1)
     assert helper.replayer.seconds > 0
@@ -154,6 +155,9 @@ async def test_a_replayer_that_frames_an_honest_member_is_caught_and_the_member_
     assert (record.verdict, record.reason) == ("passed", ""), record
     assert record.compute > 0
     assert rig.standings.of(helper.peer).caught
+    convicted = [r for r in rig.checker.records if r.peer == helper.peer]
+    assert [(r.verdict, r.claimed) for r in convicted] == [("caught", 0)]  # what the audit reads
+    assert "from the backbone's" in convicted[0].reason
     found = await rig.checker.verdicts.evidence.fetch()
     assert [(r.evidence.accused, r.evidence.statistic) for r in found] == [
         (helper.host.peer_id, "replay_false")

@@ -87,6 +87,8 @@ class CheckRecord:
     received: int = 0
     """Bytes of the member's replies (receipts, batches, work)."""
     reason: str = ""
+    replayer: str = ""
+    """The trainer that replayed the member's work for the checker, where one did."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +105,7 @@ class Tally:
     """Seconds spent recomputing, on the training thread."""
     margin: float = 0.0
     received: int = 0
+    replayer: str = ""
 
 
 class Caught(Exception):
@@ -278,7 +281,7 @@ class Verdicts:
         record = CheckRecord(
             time.time(), epoch, peer, self.user_of(peer), verdict, tally.claimed, tally.backed,
             tally.sampled, round(seconds, 4), round(tally.compute, 4), round(tally.margin, 4),
-            tally.received, reason,
+            tally.received, reason, tally.replayer,
         )  # fmt: skip
         self.records = [*self.records[1 - KEPT_RECORDS :], record]
         if verdict != "passed":
@@ -294,6 +297,13 @@ class Verdicts:
         log.warning("%s check at epoch %d caught %s: %s", self.kind, epoch, peer[:12],
                     caught.reason)  # fmt: skip
         self.standings.failed(peer)
+        record = CheckRecord(
+            time.time(), epoch, peer, self.user_of(peer), "caught", 0, 0, 0, 0.0,
+            reason=caught.reason,
+        )  # fmt: skip
+        self.records = [*self.records[1 - KEPT_RECORDS :], record]
+        if self.on_check is not None:
+            self.on_check(record)
         await self._accuse(peer, epoch, caught)
 
     async def _accuse(self, peer: str, epoch: int, caught: Caught) -> None:

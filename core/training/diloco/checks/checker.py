@@ -328,6 +328,7 @@ class RoundChecker:
             if judged.passed and self._rng.random() >= AUDITED:
                 tally.margin = max(tally.margin, judged.margin)
                 tally.sampled += len(receipt.steps)
+                tally.replayer = helped[0]
                 return
         # replayed here: no replayer could, the replayer's disagreed with the member's work
         # (which it never judges alone), or drawn to audit it
