@@ -180,6 +180,10 @@ async def run_swarm(
         await asyncio.sleep(SETTLE)
         ids = [str(p.host.peer_id) for p in peers]
         sent = [int(p.progress()["bytes_sent"]) for p in peers]
+        received = [int(p.host.traffic.received) for p in peers]
+        # what each trainer sent and received replaying others' rounds for the backbone
+        replayers = [getattr(p.optimizer, "replayer", None) for p in peers]
+        replayed = [(r.sent, r.received) if r is not None else (0, 0) for r in replayers]
         computed_all = [int(p.progress()["samples"]) for p in peers]
     finally:
         for peer in peers:
@@ -217,8 +221,12 @@ async def run_swarm(
             "withdrawn": withdrawn.get(peer, 0),
             "checks": len(mine),
             "verdicts": sorted({c["verdict"] for c in mine}),
+            # its replies to checks of its rounds, to the backbone and to trainers replaying them
             "check_bytes": sum(c["received"] for c in mine),
+            "replay_bytes_sent": replayed[index][0],
+            "replay_bytes_received": replayed[index][1],
             "bytes_sent": sent[index],
+            "bytes_received": received[index],
             "trained": computed_all[index],
             "accused_with": sorted({e.statistic for e in accused if str(e.accused) == peer}),
         })  # fmt: skip
@@ -310,7 +318,17 @@ def cost_summary(run: dict[str, Any]) -> dict[str, Any]:
     someone, and any signed evidence (a screen's finding that repeated, a reducer's lie), each
     against an honest peer."""
     trainers = run["trainers"]
-    byte_shares = [t["check_bytes"] / t["bytes_sent"] for t in trainers if t["bytes_sent"]]
+    # what a trainer sends for the checks (its replies, the blocks it replays for the backbone)
+    # over all it sends, and what it receives replaying (the members' batches) over all it
+    # receives: the larger of the two for each trainer
+    byte_shares = [
+        max(
+            (t["check_bytes"] + t.get("replay_bytes_sent", 0)) / t["bytes_sent"],
+            t.get("replay_bytes_received", 0) / max(1, t.get("bytes_received", 0)),
+        )
+        for t in trainers
+        if t["bytes_sent"]
+    ]
     evidence = Counter(
         (f"trainer {f['accused']}" if f["accused"] >= 0 else "not a trainer", f["statistic"])
         for f in run["findings"]

@@ -99,6 +99,8 @@ async def test_an_honest_round_replayed_by_a_trainer_passes_at_no_compute_of_the
     assert record.sampled == STEPS
     assert (helper.replayer.replayed, rig.checker.helpers.helped) == (1, 1)
     assert helper.replayer.seconds > 0
+    # the batches went to the replayer, the blocks back
+    assert helper.replayer.received > helper.replayer.sent > 0
     assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 32 * STEPS
 
 
@@ -183,6 +185,7 @@ async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
 
     lying(helper, echo, monkeypatch)
     monkeypatch.setattr(checker_module, "AUDITED", 1.0)
+    monkeypatch.setattr(rig.checker.verdicts, "affordable", lambda *_: True)  # within budget
     member = await a_round(rig, helper, lazy)
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "caught", record
@@ -264,3 +267,15 @@ async def test_a_trainer_that_replays_nothing_is_not_asked_again_and_the_backbon
     assert record.compute > 0
     assert rig.checker.helpers.known() == [rig.peer]  # the member, trusted now; not the other
     assert not rig.standings.of(helper.peer).caught
+
+
+async def test_an_audit_waits_for_the_backbones_budget(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An audit is the backbone's own replay: drawn, it is made only while the budget for
+    random checks allows, so audits cannot grow with the swarm's replays."""
+    monkeypatch.setattr(checker_module, "AUDITED", 1.0)
+    monkeypatch.setattr(rig.checker.verdicts, "affordable", lambda *_: False)
+    await a_round(rig, helper)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.compute, record.replayer) == ("passed", 0.0, helper.peer)

@@ -113,8 +113,9 @@ STATES = CREDITED_KEPT
 """Epochs whose outer state's digest it keeps: what records claim a round began from."""
 CALL_TIMEOUT = 10.0
 AUDITED = 0.1
-"""The share of the rounds a trainer replayed for the backbone that the backbone replays too: a
-replayer that passes its partner's faked round is caught in one of ten."""
+"""The share of the rounds a trainer replayed for the backbone that the backbone replays too,
+while its budget for random checks allows: a replayer that passes its partner's faked round is
+caught in one of ten at most."""
 REPLAYER_LIMIT = 0.25
 """How far a replayer's values may lie from the backbone's replay of the same round before it is
 caught: five times the float32 limit (another device's rounding), four times under a cheat."""
@@ -322,10 +323,12 @@ class RoundChecker:
         # could still change
         blocks = await self._blocks(peer, epoch, receipt, start.size, tally)
         theirs = np.concatenate([values for _, values in blocks])
-        helped = await self._helped(peer, epoch, receipt, blocks, start.size)
+        helped = await self._helped(peer, receipt, blocks, start.size, tally)
         if helped is not None:
             judged = judge(theirs, helped[1], receipt.precision)
-            if judged.passed and self._rng.random() >= AUDITED:
+            # an audit is the backbone's own replay: within its budget for random checks
+            audited = self._rng.random() < AUDITED and self.verdicts.affordable()
+            if judged.passed and not audited:
                 tally.margin = max(tally.margin, judged.margin)
                 tally.sampled += len(receipt.steps)
                 tally.replayer = helped[0]
@@ -365,10 +368,10 @@ class RoundChecker:
     async def _helped(
         self,
         peer: str,
-        epoch: int,
         receipt: RoundReceipt,
         blocks: list[tuple[int, np.ndarray]],
         size: int,
+        tally: Tally,
     ) -> tuple[str, np.ndarray] | None:
         """A trainer's replay of the blocks drawn (which trainer, and its values), or None: no
         trainer could replay the round now, or the one asked did not."""
@@ -387,6 +390,7 @@ class RoundChecker:
             answer = await self._host.call(
                 PeerID.from_string(helper), ROUND_REPLAY, request, timeout=REPLAY_TIMEOUT
             )
+            tally.received += answer.fetched  # what the member served the replayer
             values = [np.frombuffer(b, "<f4") for b in answer.blocks]
             replayed = len(values) == len(blocks) and all(
                 v.size == ours.size for v, (_, ours) in zip(values, blocks, strict=True)
@@ -395,7 +399,7 @@ class RoundChecker:
             # busy, past its share, no anchor of the round, gone: asked again after a rest; one
             # that replays nothing (no such method) never again. The round is replayed here
             log.info("%s did not replay %s's round of epoch %d: %s", helper[:12], peer[:12],
-                     epoch, exc)  # fmt: skip
+                     receipt.epoch, exc)  # fmt: skip
             if isinstance(exc, UnknownMethodError):
                 self.helpers.unable(helper)
         finally:

@@ -211,9 +211,12 @@ class ReplayedBlocks(WireMessage):
     """The replay's values of the blocks asked for, in their order, float32 little-endian."""
 
     blocks: list[bytes]
+    fetched: int = 0
+    """Bytes of the member's batches the replayer received (what the check cost the member)."""
 
     def __post_init__(self) -> None:
         _check(len(self.blocks) <= MAX_ASKED_BLOCKS, "too many blocks")
+        _check(0 <= self.fetched < 1 << 48, "fetched bytes are out of range")
         _check(
             all(len(b) > 0 and len(b) % 4 == 0 for b in self.blocks),
             "a replayed block is 1 or more float32 values",

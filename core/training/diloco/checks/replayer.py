@@ -55,6 +55,7 @@ from core.training.diloco.state import DilocoState
 from core.trust.peer_id import PeerID
 from core.util.clock import SYSTEM_CLOCK, Clock
 from core.util.errors import WireFormatError
+from core.util.msgpack_codec import pack
 from core.worker.bridge import TrainingBridge
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,10 @@ class RoundReplayer:
         """Rounds replayed for the backbone."""
         self.seconds = 0.0
         """Seconds of compute they took."""
+        self.received = 0
+        """Bytes received for them: the backbone's requests and the members' batches."""
+        self.sent = 0
+        """Bytes sent for them: the replayed blocks."""
         self._replaying = asyncio.Lock()
 
     def serve(self) -> None:
@@ -133,8 +138,13 @@ class RoundReplayer:
         except (ValueError, WireFormatError) as exc:
             raise InvalidRequestError(f"the member is not a peer id: {exc}") from None
 
+        fetched = 0
+
         async def ask(step: StepRequest) -> SampledBatch:
-            return await self._host.call(member, ROUND_BATCH, step, timeout=CALL_TIMEOUT)
+            nonlocal fetched
+            batch = await self._host.call(member, ROUND_BATCH, step, timeout=CALL_TIMEOUT)
+            fetched += len(pack(batch.to_wire()))
+            return batch
 
         try:
             batches = await round_batches(ask, receipt)
@@ -158,4 +168,7 @@ class RoundReplayer:
         for index in request.blocks:
             at = index * block_bytes // 4
             values.append(replayed[at : at + block_bytes // 4].astype("<f4").tobytes())
-        return ReplayedBlocks(values)
+        answer = ReplayedBlocks(values, fetched)
+        self.received += fetched + len(pack(request.to_wire()))
+        self.sent += len(pack(answer.to_wire()))
+        return answer
