@@ -49,3 +49,13 @@ def test_no_bound_allows_everything_and_a_negative_share_is_refused() -> None:
     for share in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="share of the time"):
             Budget(share, FakeClock())
+
+
+def test_one_that_starts_empty_allows_a_check_once_its_share_has_filled_for_it() -> None:
+    clock = FakeClock(monotonic_start=100.0)
+    budget = Budget(0.025, clock, full=False)
+    assert budget.level() == pytest.approx(0.0)
+    clock.advance(400.0)
+    assert not budget.allows(14.0)  # 10 s filled, a 14 s replay waits
+    clock.advance(200.0)
+    assert budget.allows(14.0)

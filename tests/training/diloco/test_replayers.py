@@ -185,7 +185,7 @@ async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
 
     lying(helper, echo, monkeypatch)
     monkeypatch.setattr(checker_module, "AUDITED", 1.0)
-    monkeypatch.setattr(rig.checker.verdicts, "affordable", lambda *_: True)  # within budget
+    monkeypatch.setattr(rig.checker.audits, "allows", lambda *_: True)  # within its budget
     member = await a_round(rig, helper, lazy)
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "caught", record
@@ -272,10 +272,11 @@ async def test_a_trainer_that_replays_nothing_is_not_asked_again_and_the_backbon
 async def test_an_audit_waits_for_the_backbones_budget(
     rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An audit is the backbone's own replay: drawn, it is made only while the budget for
-    random checks allows, so audits cannot grow with the swarm's replays."""
+    """An audit is the backbone's own replay: drawn, it is made only while its budget allows
+    (a share of the backbone's time, from empty), so audits cannot grow with the swarm's
+    replays."""
     monkeypatch.setattr(checker_module, "AUDITED", 1.0)
-    monkeypatch.setattr(rig.checker.verdicts, "affordable", lambda *_: False)
+    monkeypatch.setattr(rig.checker.audits, "allows", lambda *_: False)  # spent
     await a_round(rig, helper)
     record = await rig.checker.check(rig.peer, 0)
     assert (record.verdict, record.compute, record.replayer) == ("passed", 0.0, helper.peer)

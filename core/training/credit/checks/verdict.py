@@ -180,10 +180,13 @@ class Verdicts:
         average. While no check has recomputed anything, what one costs is unknown: one at a
         time."""
         chosen = budget or self.budget
-        done = self._recomputed
-        if not done:
+        if not self._recomputed:
             return not self._checking and not drawn
-        return chosen.allows((chosen.under_way + drawn) * self.compute_seconds / done)
+        return chosen.allows((chosen.under_way + drawn) * self.cost())
+
+    def cost(self) -> float:
+        """What a check that recomputed took on average (0 before any did)."""
+        return self.compute_seconds / self._recomputed if self._recomputed else 0.0
 
     def checking(self, peer: str) -> bool:
         """Whether a check of ``peer`` is under way."""

@@ -61,6 +61,7 @@ from core.net.errors import MalformedResponseError, NetError, NotFoundError, Unk
 from core.net.host.host import Host
 from core.net.wire.rpc import Method, Req, Resp
 from core.training.credit.book import CREDITED_KEPT
+from core.training.credit.checks.budget import Budget
 from core.training.credit.checks.receipts import SampledBatch
 from core.training.credit.checks.standing import Standings
 from core.training.credit.checks.verdict import (
@@ -114,8 +115,13 @@ STATES = CREDITED_KEPT
 CALL_TIMEOUT = 10.0
 AUDITED = 0.1
 """The share of the rounds a trainer replayed for the backbone that the backbone replays too,
-while its budget for random checks allows: a replayer that passes its partner's faked round is
-caught in one of ten at most."""
+while its audit budget allows: a replayer that passes its partner's faked round is caught in one
+of ten at most."""
+AUDIT_BUDGET = 0.025
+"""The audits' share of the backbone's time, from an empty bucket, an audit waiting until it has
+filled for what a replay takes on average: half of its 5 % for checks
+(``verdict.BUDGET``), the rest for the first newcomers' replays, before any trainer is trusted,
+and the rounds trainers disagree on."""
 REPLAYER_LIMIT = 0.25
 """How far a replayer's values may lie from the backbone's replay of the same round before it is
 caught: five times the float32 limit (another device's rounding), four times under a cheat."""
@@ -177,6 +183,8 @@ class RoundChecker:
         """The outer state's digest at each epoch's start, kept as long as claims of it come."""
         self._replaying = asyncio.Lock()
         """One replay at a time: they share the replica."""
+        self.audits = Budget(AUDIT_BUDGET, full=False)
+        """What the backbone's audits of its replayers may take of its time."""
         self.helpers = Helpers(standings, STARTS)
         """The trainers that replay rounds for the backbone (``replayer``)."""
 
@@ -324,10 +332,12 @@ class RoundChecker:
         blocks = await self._blocks(peer, epoch, receipt, start.size, tally)
         theirs = np.concatenate([values for _, values in blocks])
         helped = await self._helped(peer, receipt, blocks, start.size, tally)
+        audited = False
         if helped is not None:
             judged = judge(theirs, helped[1], receipt.precision)
-            # an audit is the backbone's own replay: within its budget for random checks
-            audited = self._rng.random() < AUDITED and self.verdicts.affordable()
+            # an audit is the backbone's own replay: within a budget of its own, so that audits
+            # do not grow with the swarm's replays
+            audited = self._rng.random() < AUDITED and self.audits.allows(self.verdicts.cost())
             if judged.passed and not audited:
                 tally.margin = max(tally.margin, judged.margin)
                 tally.sampled += len(receipt.steps)
@@ -351,6 +361,8 @@ class RoundChecker:
         tally.compute += spent
         tally.sampled += len(batches)
         ours = np.concatenate([replayed[at : at + values.size] for at, values in blocks])
+        if audited:
+            self.audits.spend(spent)
         if helped is not None:
             await self._audit(helped[0], epoch, helped[1], ours)
         judged = judge(theirs, ours, receipt.precision)
