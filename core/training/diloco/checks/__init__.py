@@ -8,6 +8,7 @@ replays a few, and credit follows what the replays support (``credit.checks.stan
 - ``checker``   RoundChecker: the backbone's draws, replays and verdicts, and their evidence;
   the rounds it hands to trainers to replay, its audits of them.
 - ``replayer``  RoundReplayer: a trusted trainer replays a member's round when the backbone asks.
+- ``helpers``   Helpers: the trainers the backbone may hand a round to, their rests and shares.
 - ``anchors``   Anchors: the outer states a replayer keeps by epoch, where a round's replay starts.
 - ``fetch``     the member's batches of a round, each the one its receipt names.
 - ``credit``    RoundCredit: a claim cut to its round's weight, then what the replays support,
