@@ -4,7 +4,7 @@ the two disagree, where it audits one, or where no trainer could replay it. A re
 judges alone: its word cannot frame an honest member, and one that answers what no replay gives
 is caught."""
 
-# ruff: noqa: F811 (the tests take the rig fixture they import by its name)
+# ruff: noqa: F811 (the tests take the fixtures they import by their names)
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from core.training.diloco.checks.replayer import RoundReplayer
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.training.conftest import NET
+from tests.training.diloco.conftest import MakeDPeer, settle
 from tests.training.diloco.test_replay import batches, loss, replica
 from tests.training.diloco.test_round_checks import (  # noqa: F401 (the fixture)
     STEPS,
@@ -280,3 +281,17 @@ async def test_an_audit_waits_for_the_backbones_budget(
     await a_round(rig, helper)
     record = await rig.checker.check(rig.peer, 0)
     assert (record.verdict, record.compute, record.replayer) == ("passed", 0.0, helper.peer)
+
+
+@pytest.mark.parametrize("named", [True, False])
+async def test_in_a_moderated_project_only_the_named_backbone_may_ask(
+    make_dpeer: MakeDPeer, named: bool
+) -> None:
+    """Anyone can publish a record that says "backbone": where the manifest names the keys that
+    confirm the epoch, a trainer's replayer answers only a backbone holding one of them."""
+    backbone = await make_dpeer(role="backbone")
+    key = str(backbone.averager.host.peer_id) if named else "12D3KooWsomebodyelse"
+    trainer = await make_dpeer(keep_rounds=True, replays=True, confirmers=[key])
+    await settle([backbone, trainer])
+    assert trainer.optimizer._is_backbone(backbone.averager.host.peer_id) is named
+    assert not trainer.optimizer._is_backbone(trainer.averager.host.peer_id)
