@@ -18,14 +18,17 @@ import pytest
 from core.net import Host
 from core.net.errors import PermissionDeniedError
 from core.training.diloco.checks import checker as checker_module
+from core.training.diloco.checks import sketch as sketch_module
 from core.training.diloco.checks.receipts import (
     ROUND_RECEIPT,
     ROUND_REPLAY,
-    ReplayedBlocks,
+    ReplayedSketch,
     ReplayRequest,
     RoundRequest,
+    work_block_bytes,
 )
 from core.training.diloco.checks.replayer import RoundReplayer
+from core.training.diloco.checks.sketch import WIDTH, sketch
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.training.conftest import NET
@@ -100,8 +103,10 @@ async def test_an_honest_round_replayed_by_a_trainer_passes_at_no_compute_of_the
     assert record.sampled == STEPS
     assert (helper.replayer.replayed, rig.checker.helpers.helped) == (1, 1)
     assert helper.replayer.seconds > 0
-    # the batches went to the replayer, the blocks back
-    assert helper.replayer.received > helper.replayer.sent > 0
+    # the batches went to the replayer, a sketch of its blocks back (no more than WIDTH values,
+    # whatever the model)
+    assert helper.replayer.received > 0
+    assert 0 < helper.replayer.sent < 4 * WIDTH + 1024
     assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 32 * STEPS
 
 
@@ -125,23 +130,30 @@ class Lies:
     """What a dishonest replayer answers in place of its replay."""
 
     @staticmethod
-    def noise(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
+    def noise(request: ReplayRequest, honest: ReplayedSketch) -> ReplayedSketch:
         rng = np.random.default_rng(3)
-        return ReplayedBlocks(
-            [rng.standard_normal(len(b) // 4).astype("<f4").tobytes() for b in honest.blocks]
-        )
+        return ReplayedSketch(rng.standard_normal(len(honest.sketch) // 4).astype("<f4").tobytes())
 
     @staticmethod
-    def scaled(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
-        return ReplayedBlocks(
-            [(np.frombuffer(b, "<f4") * 0.5).astype("<f4").tobytes() for b in honest.blocks]
-        )
+    def scaled(request: ReplayRequest, honest: ReplayedSketch) -> ReplayedSketch:
+        return ReplayedSketch((np.frombuffer(honest.sketch, "<f4") * 0.5).astype("<f4").tobytes())
+
+
+def its_own_work(member: Member, request: ReplayRequest, key: int | None = None) -> ReplayedSketch:
+    """The member's own work of the blocks asked for, sketched (under the key asked for unless
+    told another): what a replayer colluding with the member answers."""
+    sealed = member.ledger.sealed(0)
+    assert sealed is not None
+    work = np.frombuffer(sealed.work, "<f4")
+    per_block = work_block_bytes(work.size) // 4
+    drawn = np.concatenate([work[i * per_block : (i + 1) * per_block] for i in request.blocks])
+    return ReplayedSketch(sketch(drawn, request.key if key is None else key).tobytes())
 
 
 def lying(helper: Helper, lie: object, monkeypatch: pytest.MonkeyPatch) -> None:
     honest = helper.replayer._replay
 
-    async def replay(request: ReplayRequest) -> ReplayedBlocks:
+    async def replay(request: ReplayRequest) -> ReplayedSketch:
         return lie(request, await honest(request))  # type: ignore[operator, no-any-return]
 
     monkeypatch.setattr(helper.replayer, "_replay", replay)
@@ -168,6 +180,30 @@ async def test_a_replayer_that_frames_an_honest_member_is_caught_and_the_member_
     assert rig.checker.helpers.idle(rig.peer) == []  # never asked again
 
 
+async def test_a_replay_sketched_under_another_key_frames_nobody(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replayer answers the right values (the honest member's work is its replay) under a key
+    of its own: the sketches disagree, the backbone replays the round itself, the member passes
+    and the replayer is caught. (The rig's model is small: its blocks are sketched in 64 buckets
+    here, as a real model's in ``WIDTH``.)"""
+    monkeypatch.setattr(sketch_module, "WIDTH", 64)
+    member: Member | None = None
+
+    def own_key(request: ReplayRequest, honest: ReplayedSketch) -> ReplayedSketch:
+        assert member is not None
+        assert its_own_work(member, request).sketch == honest.sketch  # float32: the same
+        return its_own_work(member, request, key=request.key ^ 1)
+
+    never_audited(monkeypatch)
+    lying(helper, own_key, monkeypatch)
+    member = await a_round(rig, helper)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute > 0
+    assert rig.standings.of(helper.peer).caught
+
+
 async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
     rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,13 +212,9 @@ async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
     caught."""
     member: Member | None = None
 
-    def echo(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
+    def echo(request: ReplayRequest, honest: ReplayedSketch) -> ReplayedSketch:
         assert member is not None
-        sealed = member.ledger.sealed(0)
-        assert sealed is not None
-        work = np.frombuffer(sealed.work, "<f4")
-        size = len(honest.blocks[0]) // 4
-        return ReplayedBlocks([work[i * size : (i + 1) * size].tobytes() for i in request.blocks])
+        return its_own_work(member, request)
 
     lying(helper, echo, monkeypatch)
     monkeypatch.setattr(checker_module, "AUDITED", 1.0)
@@ -200,17 +232,31 @@ async def test_unaudited_the_colluding_replayers_pass_goes_through(
     backbone lends its replayers)."""
     member: Member | None = None
 
-    def echo(request: ReplayRequest, honest: ReplayedBlocks) -> ReplayedBlocks:
+    def echo(request: ReplayRequest, honest: ReplayedSketch) -> ReplayedSketch:
         assert member is not None
-        sealed = member.ledger.sealed(0)
-        assert sealed is not None
-        return ReplayedBlocks([sealed.work[: len(honest.blocks[0])]])
+        return its_own_work(member, request)
 
     lying(helper, echo, monkeypatch)
     never_audited(monkeypatch)
     member = await a_round(rig, helper, lazy)
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "passed", record
+
+
+async def test_a_sketch_of_another_size_is_no_replay(
+    rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replayer answers one number short: not judged (no verdict rests on a sketch of other
+    values), the backbone replays the round itself and rests that trainer."""
+    never_audited(monkeypatch)
+    lying(helper, lambda _, honest: ReplayedSketch(honest.sketch[:-4]), monkeypatch)
+    await a_round(rig, helper)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute > 0
+    assert not record.replayer
+    assert rig.checker.helpers.idle(rig.peer) == []
+    assert not rig.standings.of(helper.peer).caught
 
 
 async def test_a_round_the_trainer_cannot_replay_is_replayed_by_the_backbone(
@@ -235,7 +281,7 @@ async def test_only_the_backbone_may_ask_for_a_replay(rig: Rig, helper: Helper) 
     receipt = await rig.backbone.call(rig.member_host.peer_id, ROUND_RECEIPT, RoundRequest(0))
     with pytest.raises(PermissionDeniedError):
         await rig.member_host.call(
-            helper.host.peer_id, ROUND_REPLAY, ReplayRequest(rig.peer, receipt, [0])
+            helper.host.peer_id, ROUND_REPLAY, ReplayRequest(rig.peer, receipt, [0], 1)
         )
     assert helper.replayer.replayed == 0
 

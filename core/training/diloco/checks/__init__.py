@@ -11,6 +11,7 @@ replays a few, and credit follows what the replays support (``credit.checks.stan
 - ``helpers``   Helpers: the trainers the backbone may hand a round to, their rests and shares.
 - ``anchors``   Anchors: the outer states a replayer keeps by epoch, where a round's replay starts.
 - ``fetch``     the member's batches of a round, each the one its receipt names.
+- ``sketch``    what a replayer answers of the blocks drawn: a count sketch under a drawn key.
 - ``credit``    RoundCredit: a claim cut to its round's weight, then what the replays support,
   then, for a round no replay can judge, the allowance.
 - ``allowance`` Allowance: what rounds no replay can judge may be paid, a share of those one can.

@@ -25,8 +25,9 @@ it was asked for judges nothing (unreached), as one that cannot be reached.
 
 Where trainers replay rounds for it (``replayer``), the backbone hands each drawn round to one it
 trusts, other than the member, idle and within its share of replays (``Helpers``): the trainer
-fetches the batches and replays; the backbone fetches the member's blocks and judges them against
-the trainer's replay itself. It replays the round itself where the two disagree (a cheat, or a
+fetches the batches, replays, and answers a sketch of the blocks drawn (``sketch``, under a key
+drawn for that replay); the backbone fetches the member's blocks and judges their sketch against
+the trainer's itself. It replays the round itself where the two disagree (a cheat, or a
 replayer that lies: one whose replay lies over ``REPLAYER_LIMIT`` from the backbone's is caught,
 ``replay_false``), where no trainer could replay it, and, drawn after the trainer answered, one
 round in ten it handed out (``AUDITED``: a replayer that passes its partner's fake is caught
@@ -78,7 +79,6 @@ from core.training.diloco.checks.fetch import Batch, round_batches
 from core.training.diloco.checks.helpers import Helpers
 from core.training.diloco.checks.ledger import KEPT
 from core.training.diloco.checks.receipts import (
-    MAX_BLOCK_BYTES,
     ROUND_BATCH,
     ROUND_RECEIPT,
     ROUND_REPLAY,
@@ -91,6 +91,8 @@ from core.training.diloco.checks.receipts import (
     work_block_bytes,
 )
 from core.training.diloco.checks.replay import LossFn, RoundStart, judge, replay
+from core.training.diloco.checks.sketch import size as sketch_size
+from core.training.diloco.checks.sketch import sketch
 from core.training.diloco.state import DilocoState
 from core.training.moderation.evidence import EvidenceBoard
 from core.trust.peer_id import PeerID
@@ -102,10 +104,10 @@ from core.worker.bridge import TrainingBridge
 log = logging.getLogger(__name__)
 
 SAMPLED_BLOCKS = 4
-"""Blocks of a member's work compared with the replay (``work_block_bytes``: 16,384 parameters
-each in the demo's model, a million in a billion-parameter one): a cheat's work lies far from its
-replay in every part of the model, since skipping samples or steps changes every coordinate they
-touch."""
+"""Blocks of a member's work compared with the replay (``work_block_bytes``: 4,096 parameters
+each in the demo's model, a quarter of a million in a billion-parameter one): a cheat's work lies
+far from its replay in every part of the model, since skipping samples or steps changes every
+coordinate they touch."""
 STARTS = KEPT + 1
 """Epochs whose anchors the backbone keeps to replay rounds from: those of the rounds a member
 keeps receipts of, and with overlap the one before (a round began at the anchor before the one
@@ -334,14 +336,15 @@ class RoundChecker:
         helped = await self._helped(peer, receipt, blocks, start.size, tally)
         audited = False
         if helped is not None:
-            judged = judge(theirs, helped[1], receipt.precision)
+            helper, key, its_sketch = helped
+            judged = judge(sketch(theirs, key), its_sketch, receipt.precision)
             # an audit is the backbone's own replay: within a budget of its own, so that audits
             # do not grow with the swarm's replays
             audited = self._rng.random() < AUDITED and self.audits.allows(self.verdicts.cost())
             if judged.passed and not audited:
                 tally.margin = max(tally.margin, judged.margin)
                 tally.sampled += len(receipt.steps)
-                tally.replayer = helped[0]
+                tally.replayer = helper
                 return
         # replayed here: no replayer could, the replayer's disagreed with the member's work
         # (which it never judges alone), or drawn to audit it
@@ -364,7 +367,7 @@ class RoundChecker:
         if audited:
             self.audits.spend(spent)
         if helped is not None:
-            await self._audit(helped[0], epoch, helped[1], ours)
+            await self._audit(helper, epoch, its_sketch, sketch(ours, key))
         judged = judge(theirs, ours, receipt.precision)
         tally.margin = max(tally.margin, judged.margin)
         if not judged.passed:
@@ -384,29 +387,28 @@ class RoundChecker:
         blocks: list[tuple[int, np.ndarray]],
         size: int,
         tally: Tally,
-    ) -> tuple[str, np.ndarray] | None:
-        """A trainer's replay of the blocks drawn (which trainer, and its values), or None: no
-        trainer could replay the round now, or the one asked did not."""
-        if len(blocks) * work_block_bytes(size) > MAX_BLOCK_BYTES:
-            return None  # a model of over a billion parameters: not in one answer
+    ) -> tuple[str, int, np.ndarray] | None:
+        """A trainer's replay of the blocks drawn: which trainer, the key drawn for it, and the
+        sketch of its values under that key; or None: no trainer could replay the round now, or
+        the one asked did not."""
         helpers = self.helpers.idle(peer)
         if not helpers:
             return None
         helper = self._rng.choice(helpers)
         block_bytes = work_block_bytes(size)
         asked = [at * 4 // block_bytes for at, _ in blocks]
-        request = ReplayRequest(peer, receipt, asked)
+        key = self._rng.getrandbits(64)
+        request = ReplayRequest(peer, receipt, asked, key)
         self.helpers.asked(helper)
-        began, replayed = time.monotonic(), False
+        began, replayed = time.monotonic(), None
         try:
             answer = await self._host.call(
                 PeerID.from_string(helper), ROUND_REPLAY, request, timeout=REPLAY_TIMEOUT
             )
             tally.received += answer.fetched  # what the member served the replayer
-            values = [np.frombuffer(b, "<f4") for b in answer.blocks]
-            replayed = len(values) == len(blocks) and all(
-                v.size == ours.size for v, (_, ours) in zip(values, blocks, strict=True)
-            )
+            values = np.frombuffer(answer.sketch, "<f4")
+            if values.size == sketch_size(sum(v.size for _, v in blocks)):
+                replayed = values
         except (NetError, TimeoutError, BarnraiseError) as exc:
             # busy, past its share, no anchor of the round, gone: asked again after a rest; one
             # that replays nothing (no such method) never again. The round is replayed here
@@ -415,16 +417,17 @@ class RoundChecker:
             if isinstance(exc, UnknownMethodError):
                 self.helpers.unable(helper)
         finally:
-            self.helpers.answered(helper, time.monotonic() - began, replayed)
-        if not replayed:
+            self.helpers.answered(helper, time.monotonic() - began, replayed is not None)
+        if replayed is None:
             self.helpers.rest(helper)
             return None
-        return helper, np.concatenate(values)
+        return helper, key, replayed
 
     async def _audit(self, helper: str, epoch: int, theirs: np.ndarray, ours: np.ndarray) -> None:
-        """The backbone replayed a round a trainer replayed too: a replayer whose values lie far
-        beyond what another device's rounding gives is caught (it answered what no replay of the
-        round gives), one a little off is not asked for a while."""
+        """The backbone replayed a round a trainer replayed too (both sketched under the key the
+        trainer was given): a replayer whose values lie far beyond what another device's rounding
+        gives is caught (it answered what no replay of the round gives), one a little off is not
+        asked for a while."""
         judged = judge(theirs, ours, "float32")
         if judged.passed:
             return

@@ -9,8 +9,9 @@ for the receipt (``ROUND_RECEIPT``), then the batches (``ROUND_BATCH``), replays
 own replica, and asks for a few blocks of the work (``ROUND_WORK``) to compare with its replay: a
 block must match its digest, so the member cannot shape its answer after seeing which blocks are
 asked for. The backbone may instead ask a trainer it trusts to replay the round
-(``ROUND_REPLAY``, ``replayer``): it fetches the batches from the member itself and answers the
-blocks of its replay. Every field is bounded: a reply is a stranger's data.
+(``ROUND_REPLAY``, ``replayer``): it fetches the batches from the member itself and answers a
+sketch of the blocks of its replay (``sketch``). Every field is bounded: a reply is a stranger's
+data.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from core.training.credit.checks.receipts import (
     PRECISIONS,
     SampledBatch,
 )
+from core.training.diloco.checks.sketch import MAX_KEY, WIDTH
 from core.util.errors import WireFormatError
 from core.util.wire import WireMessage
 
@@ -36,8 +38,10 @@ BLOCKS = 4096
 """Blocks a round's work is cut into, up to the largest block: a receipt of 128 KiB at most
 below 4 billion parameters, and a check fetches a small part of the model (what it costs a member's
 bytes grows with the block)."""
-MIN_BLOCK_BYTES = 64 << 10
-"""The smallest block: 16,384 parameters, enough that rounding never decides a verdict."""
+MIN_BLOCK_BYTES = 16 << 10
+"""The smallest block: 4,096 parameters (a check compares 16,384 values, ``SAMPLED_BLOCKS``),
+enough that rounding never decides a verdict; the demo's model in 309 blocks, a check fetching
+64 KiB of its 5 MB."""
 MAX_BLOCK_BYTES = 4 << 20
 """The largest block: half a frame (``NetConfig.max_frame_bytes``)."""
 
@@ -178,7 +182,7 @@ class WorkBlock(WireMessage):
 
 
 MAX_ASKED_BLOCKS = 64
-"""Blocks of a replay one call answers at most (and at most ``MAX_BLOCK_BYTES`` of them)."""
+"""Blocks of a replay one call sketches at most."""
 MAX_PEER_CHARS = 128
 
 
@@ -191,43 +195,45 @@ class ReplayRequest(WireMessage):
     receipt: RoundReceipt
     """The round's receipt, as the backbone fetched it from the member and checked its claims."""
     blocks: list[int]
-    """The blocks of the work to answer, the ones the backbone drew."""
+    """The blocks of the work to sketch, the ones the backbone drew, in this order."""
+    key: int
+    """The sketch's key (``sketch``), drawn for this replay."""
 
     def __post_init__(self) -> None:
         _check(0 < len(self.member) <= MAX_PEER_CHARS, "a member is named by its peer id")
         _check(
             0 < len(self.blocks) <= MAX_ASKED_BLOCKS,
-            f"a replay answers 1 to {MAX_ASKED_BLOCKS} blocks",
+            f"a replay sketches 1 to {MAX_ASKED_BLOCKS} blocks",
         )
         _check(
             all(0 <= b < len(self.receipt.work) for b in self.blocks),
             "a block asked for is not one of the round's work",
         )
         _check(len(set(self.blocks)) == len(self.blocks), "a block is asked for twice")
+        _check(
+            isinstance(self.key, int) and 0 <= self.key <= MAX_KEY,
+            "a sketch's key is an unsigned 64-bit integer",
+        )
 
 
 @dataclass(frozen=True, slots=True)
-class ReplayedBlocks(WireMessage):
-    """The replay's values of the blocks asked for, in their order, float32 little-endian."""
+class ReplayedSketch(WireMessage):
+    """The sketch of the replay's values of the blocks asked for, under the key asked for:
+    float32 values, little-endian (``sketch.size`` of them)."""
 
-    blocks: list[bytes]
+    sketch: bytes
     fetched: int = 0
     """Bytes of the member's batches the replayer received (what the check cost the member)."""
 
     def __post_init__(self) -> None:
-        _check(len(self.blocks) <= MAX_ASKED_BLOCKS, "too many blocks")
         _check(0 <= self.fetched < 1 << 48, "fetched bytes are out of range")
         _check(
-            all(len(b) > 0 and len(b) % 4 == 0 for b in self.blocks),
-            "a replayed block is 1 or more float32 values",
-        )
-        _check(
-            sum(len(b) for b in self.blocks) <= MAX_BLOCK_BYTES,
-            f"a replay answers at most {MAX_BLOCK_BYTES} bytes",
+            0 < len(self.sketch) <= 4 * WIDTH and len(self.sketch) % 4 == 0,
+            f"a replay's sketch is 1 to {WIDTH} float32 values",
         )
 
 
 ROUND_RECEIPT = Method("round.receipt", RoundRequest, RoundReceipt)
 ROUND_BATCH = Method("round.batch", StepRequest, SampledBatch)
 ROUND_WORK = Method("round.work", BlockRequest, WorkBlock)
-ROUND_REPLAY = Method("round.replay", ReplayRequest, ReplayedBlocks)
+ROUND_REPLAY = Method("round.replay", ReplayRequest, ReplayedSketch)

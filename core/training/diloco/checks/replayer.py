@@ -8,8 +8,9 @@ fetched it from the member and checked its claims) and the blocks of the work it
 replays the round from the anchors it kept as its own rounds began (``Anchors``: every member of
 a round began it at the same anchor), on the member's batches, which it fetches from the member
 itself (each the one the receipt names), on a replica of its own (float32, fresh moments, as the
-backbone's), and answers the values of those blocks. The backbone compares them with the
-member's blocks itself (``checker.RoundChecker``): a replayer computes, it never judges.
+backbone's), and answers a sketch of those blocks of its replay under the key the backbone drew
+(``sketch``). The backbone compares it with the same sketch of the member's blocks itself
+(``checker.RoundChecker``): a replayer computes, it never judges.
 
 A replay takes the trainer's compute from its own rounds: it gives way to the trainer's own
 exchange (``give_way``), runs one at a time, and stops being offered once the replays took
@@ -42,15 +43,15 @@ from core.training.credit.checks.verdict import Caught
 from core.training.diloco.checks.anchors import Anchors, Elsewhere, Unheld
 from core.training.diloco.checks.fetch import round_batches
 from core.training.diloco.checks.receipts import (
-    MAX_BLOCK_BYTES,
     ROUND_BATCH,
     ROUND_REPLAY,
-    ReplayedBlocks,
+    ReplayedSketch,
     ReplayRequest,
     StepRequest,
     work_block_bytes,
 )
 from core.training.diloco.checks.replay import LossFn, replay
+from core.training.diloco.checks.sketch import sketch
 from core.training.diloco.state import DilocoState
 from core.trust.peer_id import PeerID
 from core.util.clock import SYSTEM_CLOCK, Clock
@@ -102,7 +103,7 @@ class RoundReplayer:
         self.received = 0
         """Bytes received for them: the backbone's requests and the members' batches."""
         self.sent = 0
-        """Bytes sent for them: the replayed blocks."""
+        """Bytes sent for them: the sketches of the replayed blocks."""
         self._replaying = asyncio.Lock()
 
     def serve(self) -> None:
@@ -112,7 +113,7 @@ class RoundReplayer:
         """A round begins at ``epoch`` from this anchor (copied: the trainer's moves on)."""
         self.anchors.began(epoch, state, anchor)
 
-    async def _on_replay(self, ctx: CallContext, request: ReplayRequest) -> ReplayedBlocks:
+    async def _on_replay(self, ctx: CallContext, request: ReplayRequest) -> ReplayedSketch:
         if not self.asks(ctx.peer):
             raise PermissionDeniedError("only the backbone asks for replays")
         if self._replaying.locked() or not self.budget.allows():
@@ -120,7 +121,7 @@ class RoundReplayer:
         async with self._replaying:
             return await self._replay(request)
 
-    async def _replay(self, request: ReplayRequest) -> ReplayedBlocks:
+    async def _replay(self, request: ReplayRequest) -> ReplayedSketch:
         receipt = request.receipt
         try:
             start = self.anchors.start(receipt)
@@ -131,8 +132,6 @@ class RoundReplayer:
         size, block_bytes = start.size, work_block_bytes(start.size)
         if -(-size * 4 // block_bytes) != len(receipt.work):
             raise InvalidRequestError("the receipt's work is not cut as this model's")
-        if len(request.blocks) * block_bytes > MAX_BLOCK_BYTES:
-            raise InvalidRequestError(f"a replay answers at most {MAX_BLOCK_BYTES} bytes")
         try:
             member = PeerID.from_string(request.member)
         except (ValueError, WireFormatError) as exc:
@@ -164,11 +163,10 @@ class RoundReplayer:
         self.seconds += spent
         log.info("replayed %s's round of epoch %d for the backbone in %.1f s",
                  request.member[:12], receipt.epoch, spent)  # fmt: skip
-        values = []
-        for index in request.blocks:
-            at = index * block_bytes // 4
-            values.append(replayed[at : at + block_bytes // 4].astype("<f4").tobytes())
-        answer = ReplayedBlocks(values, fetched)
+        per_block = block_bytes // 4
+        drawn = [replayed[i * per_block : (i + 1) * per_block] for i in request.blocks]
+        answer = ReplayedSketch(sketch(np.concatenate(drawn), request.key).astype("<f4").tobytes(),
+                                fetched)  # fmt: skip
         self.received += fetched + len(pack(request.to_wire()))
         self.sent += len(pack(answer.to_wire()))
         return answer
