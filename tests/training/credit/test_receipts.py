@@ -116,6 +116,36 @@ def test_a_batch_comes_back_whole_and_compressed() -> None:
     assert all(torch.equal(back[k], sent[k]) for k in sent)
 
 
+@pytest.mark.parametrize(
+    ("low", "high", "travels"),
+    [
+        (-100, 120, "int8"),  # labels of a tiny vocabulary
+        (-100, 4095, "int16"),  # the demo's labels
+        (0, 50_000, "int32"),  # a GPT-2 vocabulary
+        (0, 1 << 40, "int64"),  # nothing narrower holds it
+    ],
+)
+def test_integers_travel_in_the_narrowest_signed_integers_that_hold_them(
+    low: int, high: int, travels: str
+) -> None:
+    sent = {"ids": torch.tensor([[low, high], [0, 1]]), "mask": torch.ones(2, 2, dtype=torch.int32)}
+    packed = SampledBatch.from_wire(pack_batch(sent).to_wire())
+    assert packed.dtypes == ["int64", "int32"]
+    assert packed.stored == [travels, "int8"]
+    back = unpack_batch(packed)
+    assert {k: v.dtype for k, v in back.items()} == {"ids": torch.int64, "mask": torch.int32}
+    assert batch_digest(back) == batch_digest(sent)  # the receipt's digest is of the batch itself
+
+
+def test_a_batch_of_an_older_peer_travels_in_its_own_dtypes() -> None:
+    """No stored dtypes: every tensor's bytes in its own dtype (as peers packed them before)."""
+    sent = batch()
+    raw = b"".join(sent[n].numpy().tobytes() for n in sorted(sent))
+    older = SampledBatch(sorted(sent), ["int64"] * 3, [[4, 32]] * 3, zlib.compress(raw))
+    back = unpack_batch(SampledBatch.from_wire(older.to_wire()[:4]))
+    assert batch_digest(back) == batch_digest(sent)
+
+
 def test_a_digest_changes_with_any_token() -> None:
     one = batch()
     other = {k: v.clone() for k, v in one.items()}
@@ -140,6 +170,24 @@ def test_a_digest_changes_with_any_token() -> None:
             "at most",
         ),
         (SampledBatch(["x"], ["uint8"], [[4]], zlib.compress(bytes(2**20))), "do not match"),
+        # stored dtypes: narrower signed integers of a signed integer tensor, nothing else
+        (SampledBatch(["x"], ["int32"], [[2]], zlib.compress(bytes(8)), ["int64"]), "travel"),
+        (SampledBatch(["x"], ["float32"], [[2]], zlib.compress(bytes(4)), ["int16"]), "travel"),
+        (SampledBatch(["x"], ["int64"], [[2]], zlib.compress(bytes(8)), ["float32"]), "travel"),
+        (SampledBatch(["x"], ["uint8"], [[2]], zlib.compress(bytes(2)), ["int8"]), "travel"),
+        (
+            SampledBatch(["x"], ["int64"], [[2]], zlib.compress(bytes(4)), ["int16", "int8"]),
+            "as many",
+        ),
+        (
+            SampledBatch(["x"], ["int64"], [[4]], zlib.compress(bytes(16)), ["int16"]),
+            "do not match",
+        ),
+        # the bound is on the batch as it unpacks, not as it travels
+        (
+            SampledBatch(["x"], ["int64"], [[MAX_BATCH_BYTES // 8 + 1]], b"", ["int8"]),
+            "at most",
+        ),
     ],
 )
 def test_a_bad_batch_is_refused(packed: SampledBatch, match: str) -> None:
