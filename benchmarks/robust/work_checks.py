@@ -338,18 +338,28 @@ def cost_summary(run: dict[str, Any]) -> dict[str, Any]:
         "checks": len(run["checks"]),
         "recompute_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
         "check_bytes_share_of_trainer_bytes": max(byte_shares, default=0.0),
-        # each trainer's: its replies to checks, what it sent and received replaying for the
-        # backbone, all it sent, all it received
+        # each trainer's: its rounds checked, its replies to those checks, what it sent and
+        # received replaying for the backbone, all it sent, all it received
         "trainer_bytes": [
-            [t["check_bytes"], t.get("replay_bytes_sent", 0), t.get("replay_bytes_received", 0),
-             t["bytes_sent"], t.get("bytes_received", 0)]
+            [
+                t["checks"],
+                t["check_bytes"],
+                t.get("replay_bytes_sent", 0),
+                t.get("replay_bytes_received", 0),
+                t["bytes_sent"],
+                t.get("bytes_received", 0),
+            ]
             for t in trainers
-        ],  # fmt: skip
+        ],
         "false_accusations": sum(1 for c in run["checks"] if c["verdict"] == "caught")
         + sum(evidence.values()),
         "evidence": [[who, statistic, n] for (who, statistic), n in sorted(evidence.items())],
         "evidence_rounds": sorted({f["round"] for f in run["findings"]}),
         "credit_exact": all(t["credited"] == t["claimed"] for t in trainers),
+        # where it is not: each trainer's claimed, credited, and claimed in epochs not settled
+        "claimed_credited_unsettled": [
+            [t["claimed"], t["credited"], t["unsettled_claimed"]] for t in trainers
+        ],
     }
 
 
