@@ -510,7 +510,10 @@ async def diloco_checks(
         if "default_rate" in wanted:
             run = await launch(data, root / "default", epochs=rounds, rate=0.1, training=DILOCO)
             out["diloco_default_rate"] = cost = cost_summary(run) | {
-                "replays": [[c["epoch"], c["verdict"], c["compute"]] for c in run["checks"]],
+                "replays": [
+                    [c["epoch"], c["verdict"], c["compute"], bool(c.get("replayer"))]
+                    for c in run["checks"]
+                ],
             }
             goals["no_false_accusation_default_rate"] = cost["false_accusations"] == 0
             goals["replays_within_5_percent_of_backbone_time"] = (
@@ -580,7 +583,9 @@ def replay_liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, An
     return liar_summary(run, liar) | {
         "rides_from": liar.rides_from,
         "caught_at": min((c["epoch"] for c in mine), default=None),
-        "replays": [[c["epoch"], c["verdict"], c["compute"]] for c in run["checks"]],
+        "replays": [
+            [c["epoch"], c["verdict"], c["compute"], bool(c.get("replayer"))] for c in run["checks"]
+        ],
         "liar_replays": bad["checks"],
         "recompute_share_of_backbone_time": run["recompute_seconds"] / run["seconds"],
         "honest": [
@@ -653,7 +658,9 @@ def groups_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
         "epochs": run["epochs"],
         "groups_of": GROUPS["target_group_size"],
         "trainers": len(run["trainers"]),
-        "replays": [[c["epoch"], c["verdict"], c["compute"]] for c in run["checks"]],
+        "replays": [
+            [c["epoch"], c["verdict"], c["compute"], bool(c.get("replayer"))] for c in run["checks"]
+        ],
         "false_accusations": sum(1 for t in honest if t["accused_with"]),
         "verdicts": dict(Counter(c["verdict"] for c in run["checks"])),
         "honest": honest,

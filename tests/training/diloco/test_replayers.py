@@ -121,6 +121,7 @@ async def test_a_cheat_a_trainer_replayed_is_caught_on_the_backbones_own_replay(
     assert record.verdict == "caught", record
     assert "from its replay" in record.reason
     assert record.compute > 0
+    assert record.replayer == helper.peer  # replayed by both: the record says so
     assert helper.replayer.replayed == 1
     assert not rig.standings.of(helper.peer).caught
     assert rig.checker.helpers.idle(rig.peer) == [helper.peer]
@@ -222,6 +223,7 @@ async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
     member = await a_round(rig, helper, lazy)
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "caught", record
+    assert (record.replayer, record.compute > 0) == (helper.peer, True)  # an audit
     assert rig.standings.of(helper.peer).caught
 
 

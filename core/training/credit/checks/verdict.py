@@ -88,7 +88,8 @@ class CheckRecord:
     """Bytes of the member's replies (receipts, batches, work)."""
     reason: str = ""
     replayer: str = ""
-    """The trainer that replayed the member's work for the checker, where one did."""
+    """The trainer that replayed the member's work for the checker, where one did (with
+    ``compute`` above 0 the checker replayed it too: an audit, or the two disagreed)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

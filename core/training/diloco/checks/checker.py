@@ -337,6 +337,7 @@ class RoundChecker:
         audited = False
         if helped is not None:
             helper, key, its_sketch = helped
+            tally.replayer = helper
             judged = judge(sketch(theirs, key), its_sketch, receipt.precision)
             # an audit is the backbone's own replay: within a budget of its own, so that audits
             # do not grow with the swarm's replays
@@ -344,7 +345,6 @@ class RoundChecker:
             if judged.passed and not audited:
                 tally.margin = max(tally.margin, judged.margin)
                 tally.sampled += len(receipt.steps)
-                tally.replayer = helper
                 return
         # replayed here: no replayer could, the replayer's disagreed with the member's work
         # (which it never judges alone), or drawn to audit it
