@@ -39,12 +39,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from core.data import ShardServer
 from core.project import load_manifest
 from core.swarm.byzantine import Attack, Misbehaviour
 from core.swarm.demo_data import DEMO_MANIFEST, prepare_demo_data
 from core.training.checkpoints import CheckpointStore
 from core.training.credit.metrics import EpochMetrics
+from core.training.diloco.checks.receipts import ReplayedSketch, ReplayRequest, work_block_bytes
+from core.training.diloco.checks.replayer import RoundReplayer
+from core.training.diloco.checks.sketch import sketch
 from core.training.peer.project_peer import PeerSettings, ProjectPeer
 from core.training.peer.roles import CHECKS_LOG
 from core.trust.evidence import Evidence
@@ -99,12 +104,15 @@ async def run_swarm(
     liar_leaves_at: int | None = None,
     duties: Sequence[float] = (),
     start_from: Path | None = None,
+    colluders: int = 0,
 ) -> dict[str, Any]:
     """One demo collaboration; what it credited, checked and sent (``training``, ``averaging``:
     more values of those sections, such as diloco's; the liar is the last of ``trainers``, and
     stops at ``liar_leaves_at`` where given: a fresh identity used for a few rounds; ``duties``:
     the share of the time each trainer computes, the volunteer's throttle, 1 where not given;
-    ``start_from``: a checkpoint every peer starts from, the backbone too)."""
+    ``start_from``: a checkpoint every peer starts from, the backbone too; ``colluders``: the
+    trainers before the liar that train honestly and, asked to replay the liar's rounds, pass
+    them: ``collude``)."""
     manifest = load_manifest(DEMO_MANIFEST).with_training(
         target_batch_size=TARGET, work_checks=rate, **(training or {})
     )
@@ -166,6 +174,13 @@ async def run_swarm(
             peer.control.set_duty((*duties, *[1.0] * trainers)[index])
             peers.append(peer)
         runs = [asyncio.create_task(p.run(asyncio.Event())) for p in peers]
+        passes: Counter[int] = Counter()  # colluder -> its partner's rounds it passed
+        runs += [
+            asyncio.create_task(
+                collude(peers[i], peers[liar_index], passes, i), name=f"bench/colluder-{i}"
+            )
+            for i in range(liar_index - colluders, liar_index)
+        ]
         checks_log = work / "backbone" / CHECKS_LOG
         while not all(r.done() for r in runs):
             await asyncio.sleep(1.0)
@@ -212,6 +227,8 @@ async def run_swarm(
         differs = epochs_differing(claimed_in[index], credited_in[peer], settled)
         rows.append({
             "liar": liar is not None and index == liar_index,
+            "colluder": liar_index - colluders <= index < liar_index,
+            "passed_for_partner": passes[index],
             "counted": counted[index],
             "computed": computed[index],
             "claimed": claimed[index],
@@ -251,6 +268,34 @@ async def run_swarm(
         "trainers": rows,
         "recompute_seconds": round(sum(c["compute"] for c in checks), 3),
     }
+
+
+async def collude(
+    peer: ProjectPeer, partner: ProjectPeer, passes: Counter[int], index: int
+) -> None:
+    """Once ``peer`` replays for the backbone: asked to replay a round of ``partner``, it answers
+    the sketch of the partner's own work (read from the partner's ledger: the two are one
+    attacker) under the key asked for, so the partner's round passes unless the backbone audits
+    it; any other member's round it replays honestly, to stay trusted."""
+    while True:  # the replayer comes with the optimizer, once the peer has joined
+        replayer: RoundReplayer | None = getattr(peer.optimizer, "replayer", None)
+        if replayer is not None:
+            break
+        await asyncio.sleep(0.5)
+    honest = replayer._replay
+
+    async def replay(request: ReplayRequest) -> ReplayedSketch:
+        kept = getattr(partner.optimizer, "rounds_kept", None)
+        sealed = kept.sealed(request.receipt.epoch) if kept is not None else None
+        if request.member != str(partner.host.peer_id) or sealed is None:
+            return await honest(request)
+        work = np.frombuffer(sealed.work, "<f4")
+        per_block = work_block_bytes(work.size) // 4
+        drawn = [work[i * per_block : (i + 1) * per_block] for i in request.blocks]
+        passes[index] += 1
+        return ReplayedSketch(sketch(np.concatenate(drawn), request.key).tobytes())
+
+    replayer._replay = replay  # type: ignore[method-assign]  # the attacker's own code
 
 
 def counted_from(liar: Misbehaviour | None, first: int) -> Misbehaviour | None:
@@ -365,7 +410,7 @@ def cost_summary(run: dict[str, Any]) -> dict[str, Any]:
 
 def liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, Any]:
     bad = next(t for t in run["trainers"] if t["liar"])
-    honest = [t for t in run["trainers"] if not t["liar"]]
+    honest = [t for t in run["trainers"] if not (t["liar"] or t["colluder"])]
     computed = bad["computed"]
     return {
         "epochs": run["epochs"],
@@ -433,7 +478,7 @@ round checks' share at the rate given), rounds of 15 s."""
 REPLAY_RUNS = (
     "every_round", "claims_2x", "default_rate", "groups", "mixed", "mixed_scored",
     "half_steps", "copier", "round_refuser",
-    "groups_half_steps", "groups_copier", "groups_round_refuser",
+    "groups_half_steps", "groups_copier", "groups_round_refuser", "groups_copier_colluders",
 )  # fmt: skip
 DUTIES = (1.0, 1 / 3, 1 / 12)
 """Honest trainers of three speeds (the throttle a volunteer sets): 12, 4 and 1 times the slowest's
@@ -539,8 +584,11 @@ async def diloco_checks(
         riders: list[tuple[str, Misbehaviour, dict[str, Any]]] = [
             (name, liar, {}) for name, liar in diloco_liars().items()
         ]
-        grouped = {"averaging": GROUPS, "trainers": GROUPED_TRAINERS}
-        riders += [(f"groups_{name}", liar, grouped) for name, liar in diloco_liars().items()]
+        in_groups = {"averaging": GROUPS, "trainers": GROUPED_TRAINERS}
+        riders += [(f"groups_{name}", liar, in_groups) for name, liar in diloco_liars().items()]
+        riders.append(
+            ("groups_copier_colluders", diloco_liars()["copier"], in_groups | {"colluders": 2})
+        )
         for name, liar, swarm in riders:
             if name not in wanted:
                 continue
@@ -597,7 +645,18 @@ def replay_liar_summary(run: dict[str, Any], liar: Misbehaviour) -> dict[str, An
                 "accused_with": t["accused_with"],
             }
             for t in run["trainers"]
-            if not t["liar"]
+            if not (t["liar"] or t["colluder"])
+        ],
+        # trainers that pass the liar's rounds they are asked to replay (``collude``)
+        "colluders": [
+            {
+                "credited": t["credited"],
+                "trained": t["trained"],
+                "passed_for_partner": t["passed_for_partner"],
+                "accused_with": t["accused_with"],
+            }
+            for t in run["trainers"]
+            if t["colluder"]
         ],
     }
 
