@@ -159,6 +159,8 @@ def screen(
         ratio = norm / result.reference
         if ratio > limit:
             reason, accused = _norm_verdict(ratio, limit, pair, inputs[sender].size, accuse_from)
+            # the sizes themselves tell a chunk grown large from a median grown small
+            reason += f" [its norm {norm:.4g}, the median {result.reference:.4g}]"
             if not accused:
                 result.unattributed.add(sender)
             result.screened[sender] = (NORM_RATIO, ratio, reason)
