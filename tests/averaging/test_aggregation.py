@@ -20,6 +20,7 @@ from core.averaging.robust.aggregation import (
 )
 from core.averaging.robust.medians import lower_median, typical_claim
 from core.averaging.robust.screening import (
+    NEVER,
     NORM_SIZE,
     OPPOSED_FROM,
     OPPOSED_SIZE,
@@ -488,6 +489,20 @@ def test_a_mode_may_accuse_only_far_above_the_limit(factor: float, accused: bool
     if not accused:
         assert "not accused below 30x" in checks.screened[3][2]
     assert screen(inputs, 10.0).unattributed == set()  # by default every one is a finding
+
+
+@pytest.mark.parametrize("factor", [11.0, 31.0, 14_080.0])
+def test_a_mode_that_never_accuses_by_norm_leaves_out_all_the_same(factor: float) -> None:
+    """diloco's: an honest trainer's chunk measured 14,080x the median near the end of the inner
+    schedule; left out, no finding, and its reason says its norms."""
+    rng = np.random.default_rng(11)
+    rows = [rng.standard_normal(1024).astype(np.float32) for _ in range(4)]
+    rows[3] = rows[3] * np.float32(factor)
+    checks = screen(read_only(dict(enumerate(rows))), 10.0, accuse_from=NEVER)
+    assert set(checks.screened) == {3}
+    assert checks.unattributed == {3}
+    assert "accuses nobody" in checks.screened[3][2]
+    assert "[its norm" in checks.screened[3][2]
 
 
 def test_a_pair_screens_only_what_no_honest_pair_shows() -> None:

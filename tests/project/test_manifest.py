@@ -515,7 +515,7 @@ def test_the_package_does_not_import_torch() -> None:
 def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: Path) -> None:
     pytest.importorskip("torch")  # core.training builds the averager's settings
     from core.averaging.robust.aggregation import AggregationConfig, Method
-    from core.averaging.robust.screening import ACCUSE_FROM, OPPOSED_FROM
+    from core.averaging.robust.screening import NEVER, OPPOSED_FROM
     from core.training.peer.recipe import averager_config
 
     default = parse_manifest(render(base()))
@@ -546,7 +546,7 @@ def test_robust_aggregation_is_on_by_default_and_reaches_the_averager(tmp_path: 
         Method.CENTERED_CLIP,
         opposed_from=OPPOSED_FROM,
         clip_finding_below=0.0,
-        accuse_from=ACCUSE_FROM,
+        accuse_from=NEVER,
         weight_ratio_limit=4.0,
         alignments=True,
     )

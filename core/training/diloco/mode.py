@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.averaging.robust.aggregation import AggregationConfig
-from core.averaging.robust.screening import ACCUSE_FROM, OPPOSED_FROM
+from core.averaging.robust.screening import NEVER, OPPOSED_FROM
 from core.config.roles import BACKBONE, CLIENT, TRAINER
 from core.modes import active_modes
 from core.project import Manifest
@@ -43,15 +43,15 @@ class Diloco:
         far one lies from the others grows with its sender's inner steps, so CenteredClip's clip
         factor says how fast a member is as much as whether it lies: it bounds the pull but makes
         no finding (a clean swarm of 64 with speeds spread 4x drew 13 against honest members in
-        12 rounds); the screens' findings name the attacks, the norm screen's from three times
-        its limit (``ACCUSE_FROM``: an honest member's output layer sat at 10-12x the median in
-        converged rounds). Reducers keep each sender's sums along the others' mean: the
-        backbone scores the members' work by them (``core.training.credit.scores``)."""
+        12 rounds); the norm screen leaves out without a finding too (``NEVER``: honest members'
+        norms differ by thousands of times near the end of the inner schedule; the replays name
+        the cheats). Reducers keep each sender's sums along the others' mean: the backbone scores
+        the members' work by them (``core.training.credit.scores``)."""
         return replace(
             base,
             opposed_from=OPPOSED_FROM,
             clip_finding_below=0.0,
-            accuse_from=ACCUSE_FROM,
+            accuse_from=NEVER,
             alignments=True,
         )
 
