@@ -40,9 +40,9 @@ def sketch(values: npt.ArrayLike, key: int, width: int | None = None) -> npt.NDA
         raise ValueError(f"a sketch's key is an unsigned 64-bit integer, not {key}")
     if width < 1:
         raise ValueError(f"a sketch has 1 or more buckets, not {width}")
-    flat = np.asarray(values, np.float64).ravel()
-    if flat.size <= width:
+    if np.size(values) <= width:
         return np.asarray(values, np.float32).ravel()
+    flat = np.asarray(values, np.float64).ravel()
     # positions offset by the key, then mixed: uint64 arithmetic wraps, as splitmix64 wants
     offset = np.uint64((key * _GOLDEN) % (1 << 64))
     z = np.arange(flat.size, dtype=np.uint64) + offset
