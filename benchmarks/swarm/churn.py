@@ -337,7 +337,8 @@ def verdicts(swarm: Swarm, gap_at: float, gap: float) -> tuple[dict[str, bool], 
         "epochs": [finished[0], finished[-1]] if finished else None,
         "epochs_unreported": missing,
         "credit": credit,
-        # what checks that found their trainer killed held (``held_by_a_check_it_missed``)
+        # what checks that found their trainer killed held (``held_by_a_check_it_missed``), and
+        # what newcomers that left before their first check wait for (``waits_for_a_first_check``)
         "credit_held_by_missed_checks": sum(c["held"] for c in credit.values()),
         "credited_from_rounds": sum(1 for line in _metrics_lines(swarm) if line.get("late")),
         "accusations": accusations[:20],
@@ -390,8 +391,10 @@ def credit_by_trainer(swarm: Swarm) -> dict[str, dict[str, Any]]:
     that stopped on SIGTERM or ran to the end. A SIGKILLed one may have landed an epoch it never
     printed, which the backbone still credits (from its records or its round's weights): up to one
     epoch over. It may also be credited less by what a check drawn of its work held because the
-    check found it gone (``held``, ``held_by_a_check_it_missed``): that is the rule, reported and
-    not counted inexact. An inexact trainer's entry says why, epoch by epoch."""
+    check found it gone (``held``, ``held_by_a_check_it_missed``), and a newcomer that left before
+    any check of it could be made is credited nothing yet (``waits_for_a_first_check``): that is
+    the rule, reported and not counted inexact. An inexact trainer's entry says why, epoch by
+    epoch."""
     credited: dict[str, dict[int, int]] = {}
     for line in _metrics_lines(swarm):
         sign = -1 if line.get("withdrawn") else 1
@@ -410,7 +413,9 @@ def credit_by_trainer(swarm: Swarm) -> dict[str, dict[str, Any]]:
         largest = max((e.samples for e in t.epochs), default=0)
         unseen = t.how_stopped == "SIGKILL" and 0 < got - processed <= max(largest, swarm.target)
         theirs = [r for r in checks if r.get("peer") == t.peer]
-        held = held_by_a_check_it_missed(swarm, t, mine, theirs)
+        held = held_by_a_check_it_missed(swarm, t, mine, theirs) or waits_for_a_first_check(
+            swarm, t, mine, theirs
+        )
         exact = got == processed or unseen or (held > 0 and got == processed - held)
         found[t.name] = {"stepped": processed, "credited": got, "held": held,
                          "how_stopped": t.how_stopped, "exact": exact}  # fmt: skip
@@ -445,6 +450,37 @@ def held_by_a_check_it_missed(
     return sum(short.values())
 
 
+def waits_for_a_first_check(
+    swarm: Swarm, trainer: Trainer, credited: Mapping[int, int], checks: list[dict[str, Any]]
+) -> int:
+    """Samples of a newcomer that left before any check of it could be made: its claims wait for
+    a first check that passes (``core.training.credit.checks.standing``), paid if it comes back
+    under the same identity. 0 unless it stopped, was credited nothing, no check of it passed,
+    and the backbone said why none was made of it (it missed the newcomer's rounds, or the
+    newcomers' checks were over their share of its time)."""
+    if trainer.stopped_at is None or trainer.peer is None or sum(credited.values()) != 0:
+        return 0
+    if any(r["verdict"] == "passed" for r in checks):
+        return 0
+    log = swarm.work / "backbone.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    short = trainer.peer[:12]
+    said = [
+        line for line in text.splitlines()
+        if f"newcomer {short} waits" in line
+        or (short in line and "not checked" in line)
+        or "no group formed" in line
+    ]  # fmt: skip
+    unexplained = [
+        e.epoch
+        for e in trainer.epochs
+        if not any(f"newcomer {short} waits" in line for line in said)
+        and not any(f"epoch {e.epoch} not checked" in line for line in said)
+        and not any(f"round {e.epoch}: no group formed" in line for line in said)
+    ]
+    return 0 if unexplained else sum(e.samples for e in trainer.epochs)
+
+
 def _credit_story(
     swarm: Swarm, trainer: Trainer, credited: dict[int, int], checks: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -454,6 +490,8 @@ def _credit_story(
     log = swarm.work / "backbone.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     short = trainer.peer[:12]
+    # the backbone's lines of the rounds it stepped in too (a round it missed names nobody)
+    rounds = tuple(f"round {e.epoch}:" for e in trainer.epochs)
     return {
         "stepped_by_epoch": {e.epoch: e.samples for e in trainer.epochs},
         "stepped_at_s": [round(at, 1) for at in trainer.epoch_at],
@@ -462,7 +500,12 @@ def _credit_story(
             [round(r["time"] - swarm.started_wall, 1), r["epoch"], r["verdict"], r["reason"][:120]]
             for r in checks
         ],
-        "backbone_log": [line.strip()[-200:] for line in text.splitlines() if short in line][-12:],
+        # its lines, less the presence's redials of a peer that left (they crowd out the rest)
+        "backbone_log": [
+            line.strip()[-200:]
+            for line in text.splitlines()
+            if (short in line or any(r in line for r in rounds)) and "core.net.presence" not in line
+        ][-12:],
     }
 
 

@@ -282,6 +282,11 @@ class DedlocBackbone:
             self.checker.snapshot_soon(epoch)  # what the trainers computed this epoch's batches at
         result = await self._join(key, grads, expected, None, enough=self.config.target_batch_size)
         if result is None:
+            log.info(
+                "backbone, round %d: no group formed with it; its members are not checked "
+                "at this epoch",
+                epoch,
+            )
             # no group: whether the trainers stepped without us, only their records can tell
             # (``_tick`` follows their epoch); a record of ours at the next epoch would make every
             # trainer wait for a state that nobody has when they did not step

@@ -251,3 +251,16 @@ async def test_a_check_that_could_not_reach_its_member_is_made_again_then_expire
     assert found.standings.withdrawals() == {PEER: 5}
     assert found.standings.of(OTHER).open == set()
     assert found.again(kept.__contains__, 7) == []
+
+
+async def test_a_newcomer_over_the_newcomers_share_waits_and_the_log_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its credit waits for a later landing, which a newcomer that leaves may never see: the
+    backbone's log names it (the churn soak reads that line to tell the rule from a loss)."""
+    found = Verdicts("work", Standings(0.1), cast(EvidenceBoard, Board()),
+                     rng=random.Random(0), newcomer_budget=0.0)  # fmt: skip
+    await found.run(PEER, 0, nothing)  # a check's cost is known, and the newcomers' share spent
+    with caplog.at_level("INFO", logger="core.training.credit.checks.verdict"):
+        assert found.draw([OTHER]) == []
+    assert f"newcomer {OTHER[:12]} waits" in caplog.text

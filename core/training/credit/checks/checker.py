@@ -171,7 +171,11 @@ class WorkChecker:
         for peer, before in self.verdicts.again(self._checkable, epoch):
             self._tasks.spawn(f"check-{peer[:8]}-{before}", self._check(peer, before))
         if not self._checkable(epoch):
-            return  # the replica was not at this epoch: nothing to recompute against
+            # the replica was not at this epoch: nothing to recompute against; a newcomer's first
+            # check waits for its next round
+            log.info("work checks: epoch %d not checked, the replica was not at it (members %s)",
+                     epoch, ", ".join(peer[:12] for peer in members))  # fmt: skip
+            return
         for peer in self.verdicts.draw(members):
             self._tasks.spawn(f"check-{peer[:8]}-{epoch}", self._check(peer, epoch))
 

@@ -221,6 +221,14 @@ class Verdicts:
                 elif helpers:
                     drawn.append(peer)
                     helpers -= 1
+                elif budget is self.newcomer_budget:
+                    # its credit waits for a later landing: said, since it may leave before one
+                    log.info(
+                        "%s check of newcomer %s waits for a later landing: the newcomers' "
+                        "checks are over their share of the time",
+                        self.kind,
+                        peer[:12],
+                    )
         return drawn
 
     def again(self, checkable: Callable[[int], bool], newest: int) -> list[tuple[str, int]]:
