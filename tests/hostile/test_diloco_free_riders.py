@@ -4,8 +4,9 @@ honest one and a backbone that replays every round. Each cheat that skips work (
 all of them while sending the model's last move as its own, all of them while refusing the
 checks) is caught at the first round it fakes, named in signed evidence, and credited nothing
 from then on; a member honest in its first round and riding from the second is caught in the
-second, whose round the honest trainer (trusted by then) replays for the backbone first. The
-honest member passes every replay, is credited what it claimed, and is accused by nobody."""
+second, whose round the two honest trainers (trusted by then: as many as the backbone hands a
+round to) replay for the backbone first. The honest members pass every replay, are credited
+what they claimed, and are accused by nobody."""
 
 from __future__ import annotations
 
@@ -60,30 +61,35 @@ async def test_a_diloco_free_rider_is_caught_at_its_first_faked_round(
 ) -> None:
     backbone_peer = await make_dpeer(role="backbone", start=False, overlap=True)
     honest = await make_dpeer(keep_rounds=True, overlap=True, replays=True)
+    other = await make_dpeer(keep_rounds=True, overlap=True, replays=True)
     cheat = await make_dpeer(keep_rounds=True, overlap=True, start=False)
     misbehaviour.install(cheat.optimizer, cheat.averager)
     await cheat.optimizer.start()
     faked = misbehaviour.rides_from
     me, them = str(honest.averager.host.peer_id), str(cheat.averager.host.peer_id)
+    us = [me, str(other.averager.host.peer_id)]
+    peers = [backbone_peer, honest, other, cheat]
 
     async with replaying_backbone(backbone_peer) as (_, checker):
         for epoch in range(faked + 1):
-            await settle([backbone_peer, honest, cheat])
+            await settle(peers)
             await honest.train(STEPS, seed=10 * epoch + 1)
+            await other.train(STEPS, seed=10 * epoch + 3)
             await cheat.train(STEPS, seed=10 * epoch + 2)
-            await end_rounds([backbone_peer, honest, cheat])
+            await end_rounds(peers)
             assert honest.optimizer.epoch == cheat.optimizer.epoch == epoch + 1
-            await wait_until(lambda n=2 * (epoch + 1): len(checker.records) == n, timeout=90)
+            await wait_until(lambda n=3 * (epoch + 1): len(checker.records) == n, timeout=90)
         assert rode(cheat), "the attack never ran"
-        if faked:  # trusted by then, the honest trainer replayed the cheat's round first
-            replayer = honest.optimizer.replayer
-            assert replayer is not None
-            assert replayer.replayed >= 1, checker.records
-            assert checker.helpers.helped >= 1
+        if faked:  # trusted by then, the honest trainers replayed the cheat's round first
+            for replayer in (honest.optimizer.replayer, other.optimizer.replayer):
+                assert replayer is not None
+                assert replayer.replayed >= 1, checker.records
+            assert checker.helpers.helped >= 2
 
         verdicts = {(r.peer, r.epoch): (r.verdict, r.reason) for r in checker.records}
         for epoch in range(faked + 1):
-            assert verdicts[(me, epoch)] == ("passed", ""), verdicts
+            for peer in us:
+                assert verdicts[(peer, epoch)] == ("passed", ""), verdicts
         for epoch in range(faked):
             assert verdicts[(them, epoch)] == ("passed", ""), verdicts  # trusted first
         verdict, why = verdicts[(them, faked)]
@@ -91,7 +97,8 @@ async def test_a_diloco_free_rider_is_caught_at_its_first_faked_round(
         assert reason in why
 
         standings = checker.standings
-        assert standings.supported(me, faked, SAMPLES, now=time.time()) == SAMPLES
+        for peer in us:
+            assert standings.supported(peer, faked, SAMPLES, now=time.time()) == SAMPLES
         assert standings.of(them).caught
         assert standings.supported(them, faked, SAMPLES, now=time.time()) == 0
         assert standings.supported(them, faked + 1, SAMPLES, now=time.time()) == 0
@@ -103,7 +110,7 @@ async def test_a_diloco_free_rider_is_caught_at_its_first_faked_round(
 
         reported = await backbone_peer.optimizer.evidence.fetch()
         assert (them, statistic) in accused()
-        assert not any(peer == me for peer, _ in accused())
+        assert not any(peer in us for peer, _ in accused())
 
 
 def test_hiding_and_copying_are_tried_where_they_apply() -> None:

@@ -8,6 +8,7 @@ is caught."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -53,8 +54,7 @@ class Helper:
         return str(self.host.peer_id)
 
 
-@pytest.fixture
-async def helper(rig: Rig, make_host: MakeHost) -> AsyncIterator[Helper]:
+async def trusted_helper(rig: Rig, make_host: MakeHost) -> AsyncIterator[Helper]:
     """A trainer whose own round passed its replay, present in the round, keeping its anchors."""
     host = await make_host(NET)
     rig.backbone.add_addresses(host.peer_id, host.listen_addresses)
@@ -70,12 +70,33 @@ async def helper(rig: Rig, make_host: MakeHost) -> AsyncIterator[Helper]:
     await bridge.aclose()
 
 
-async def a_round(rig: Rig, helper: Helper, cheat: object = None) -> Member:
+@pytest.fixture
+async def helper(
+    rig: Rig, make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Helper]:
+    """The one trainer that replays a round (what one replay involves; the quorum the
+    backbone asks for by default is tested with ``two``)."""
+    monkeypatch.setattr(checker_module, "REPLAYERS", 1)
+    async for found in trusted_helper(rig, make_host):
+        yield found
+
+
+@pytest.fixture
+async def two(rig: Rig, make_host: MakeHost) -> AsyncIterator[tuple[Helper, Helper]]:
+    """Two trusted trainers, as many as the backbone hands each round to by default."""
+    first, second = trusted_helper(rig, make_host), trusted_helper(rig, make_host)
+    yield await anext(first), await anext(second)
+    for made in (first, second):
+        with contextlib.suppress(StopAsyncIteration):
+            await anext(made)
+
+
+async def a_round(rig: Rig, *helpers: Helper, cheat: object = None) -> Member:
     member = Member()
     rig.serve(member)
     rig.began()
-    rig.checker.sent(0, {rig.peer: 32.0 * STEPS, helper.peer: 32.0 * STEPS})
-    rig.checker.helpers.met(0, [rig.peer, helper.peer])
+    rig.checker.sent(0, {rig.peer: 32.0 * STEPS} | {h.peer: 32.0 * STEPS for h in helpers})
+    rig.checker.helpers.met(0, [rig.peer, *(h.peer for h in helpers)])
     if cheat is None:
         member.round(batches(STEPS))
     else:
@@ -116,7 +137,7 @@ async def test_a_cheat_a_trainer_replayed_is_caught_on_the_backbones_own_replay(
     """The trainer's replay and the member's work disagree: the backbone replays the round
     itself, agrees with the trainer, and catches the member; the trainer stays trusted."""
     never_audited(monkeypatch)
-    await a_round(rig, helper, lazy)
+    await a_round(rig, helper, cheat=lazy)
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "caught", record
     assert "from its replay" in record.reason
@@ -220,18 +241,18 @@ async def test_a_replayer_that_passes_its_partners_cheat_is_caught_when_audited(
     lying(helper, echo, monkeypatch)
     monkeypatch.setattr(checker_module, "AUDITED", 1.0)
     monkeypatch.setattr(rig.checker.audits, "allows", lambda *_: True)  # within its budget
-    member = await a_round(rig, helper, lazy)
+    member = await a_round(rig, helper, cheat=lazy)
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "caught", record
     assert (record.replayer, record.compute > 0) == (helper.peer, True)  # an audit
     assert rig.standings.of(helper.peer).caught
 
 
-async def test_unaudited_the_colluding_replayers_pass_goes_through(
+async def test_unaudited_a_lone_colluding_replayers_pass_goes_through(
     rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same collusion, not audited: what the audit share is for (the price of the trust the
-    backbone lends its replayers)."""
+    """The same collusion, not audited, where one replayer is asked: what the audits and the
+    quorum of replayers are for (the price of the trust the backbone lends its replayers)."""
     member: Member | None = None
 
     def echo(request: ReplayRequest, honest: ReplayedSketch) -> ReplayedSketch:
@@ -240,9 +261,71 @@ async def test_unaudited_the_colluding_replayers_pass_goes_through(
 
     lying(helper, echo, monkeypatch)
     never_audited(monkeypatch)
-    member = await a_round(rig, helper, lazy)
+    member = await a_round(rig, helper, cheat=lazy)
     record = await rig.checker.check(rig.peer, 0)
     assert record.verdict == "passed", record
+
+
+async def test_two_honest_replayers_pass_an_honest_round_at_no_compute_of_the_backbones(
+    rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never_audited(monkeypatch)
+    await a_round(rig, *two)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason, record.compute) == ("passed", "", 0.0), record
+    assert sorted(record.replayer.split(",")) == sorted(h.peer for h in two)
+    assert [h.replayer.replayed for h in two] == [1, 1]
+    assert rig.checker.helpers.helped == 2
+    assert rig.standings.supported(rig.peer, 0, 32 * STEPS, now=0.0) == 32 * STEPS
+
+
+@pytest.mark.parametrize("partners", [1, 2])
+async def test_a_cheats_partner_among_the_replayers_passes_it_only_where_every_one_is(
+    rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch, partners: int
+) -> None:
+    """The cheat's partners answer the cheat's own work as their replay. Beside an honest
+    replayer they disagree: the backbone replays the round itself, unaudited, and catches the
+    member and its partner, not the honest replayer. Where both replayers drawn are partners
+    the fake passes (unaudited): with c partners among n trusted trainers, about (c/n)^2 of
+    the rounds handed out."""
+    member: Member | None = None
+
+    def echo(request: ReplayRequest, honest: ReplayedSketch) -> ReplayedSketch:
+        assert member is not None
+        return its_own_work(member, request)
+
+    for partner in two[:partners]:
+        lying(partner, echo, monkeypatch)
+    never_audited(monkeypatch)
+    member = await a_round(rig, *two, cheat=lazy)
+    record = await rig.checker.check(rig.peer, 0)
+    if partners == 2:
+        assert (record.verdict, record.compute) == ("passed", 0.0), record
+        return
+    assert record.verdict == "caught", record
+    assert "from its replay" in record.reason
+    assert record.compute > 0
+    assert rig.standings.of(two[0].peer).caught
+    assert not rig.standings.of(two[1].peer).caught
+    found = await rig.checker.verdicts.evidence.fetch()
+    assert sorted((str(r.evidence.accused), r.evidence.statistic) for r in found) == sorted(
+        [(rig.peer, "round_replay"), (two[0].peer, "replay_false")]
+    )
+
+
+async def test_with_fewer_trainers_idle_than_a_replay_takes_the_backbone_replays_alone(
+    rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One of the two trainers is busy replaying another round: no trainer's word alone
+    vouches for a member, so the backbone replays the round itself and asks nobody."""
+    never_audited(monkeypatch)
+    await a_round(rig, *two)
+    rig.checker.helpers.asked(two[1].peer)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute > 0
+    assert not record.replayer
+    assert [h.replayer.replayed for h in two] == [0, 0]
 
 
 async def test_a_sketch_of_another_size_is_no_replay(

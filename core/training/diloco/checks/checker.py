@@ -124,6 +124,11 @@ AUDIT_BUDGET = 0.025
 filled for what a replay takes on average: half of its 5 % for checks
 (``verdict.BUDGET``), the rest for the first newcomers' replays, before any trainer is trusted,
 and the rounds trainers disagree on."""
+REPLAYERS = 2
+"""Trainers that replay each round handed out, all of them agreeing with the member's work for
+it to pass: a cheat's partner among the replayers passes its fake only where every other drawn
+replayer is a partner too (with c colluders among n trusted trainers, about (c/n)^2 of the
+rounds handed out, against c/n with one), whatever the backbone's audit budget allows."""
 REPLAYER_LIMIT = 0.25
 """How far a replayer's values may lie from the backbone's replay of the same round before it is
 caught: five times the float32 limit (another device's rounding), four times under a cheat."""
@@ -231,7 +236,9 @@ class RoundChecker:
             self._tasks.spawn(f"round-check-{peer[:8]}-{before}", self.check(peer, before))
         if epoch not in self.anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        helpers = len(self.helpers.idle()) if self.helpers.known() else None
+        # with fewer trusted trainers than a replay takes, the backbone checks on its own budgets
+        enough = len(self.helpers.known()) >= REPLAYERS
+        helpers = len(self.helpers.idle()) // REPLAYERS if enough else None
         for peer in self.verdicts.draw(members, helpers=helpers):
             self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
 
@@ -336,18 +343,20 @@ class RoundChecker:
         helped = await self._helped(peer, receipt, blocks, start.size, tally)
         audited = False
         if helped is not None:
-            helper, key, its_sketch = helped
-            tally.replayer = helper
-            judged = judge(sketch(theirs, key), its_sketch, receipt.precision)
+            key, sketches = helped
+            tally.replayer = ",".join(helper for helper, _ in sketches)
+            mine = sketch(theirs, key)
+            compared = [judge(mine, its_sketch, receipt.precision) for _, its_sketch in sketches]
             # an audit is the backbone's own replay: within a budget of its own, so that audits
             # do not grow with the swarm's replays
             audited = self._rng.random() < AUDITED and self.audits.allows(self.verdicts.cost())
-            if judged.passed and not audited:
-                tally.margin = max(tally.margin, judged.margin)
+            agreed = len(sketches) == REPLAYERS and all(c.passed for c in compared)
+            if agreed and not audited:
+                tally.margin = max(tally.margin, *(c.margin for c in compared))
                 tally.sampled += len(receipt.steps)
                 return
-        # replayed here: no replayer could, the replayer's disagreed with the member's work
-        # (which it never judges alone), or drawn to audit it
+        # replayed here: no replayers could, one did not answer, one disagreed with the member's
+        # work (which no replayer judges alone), or drawn to audit them
         batches = await self._batches(peer, epoch, receipt, tally)
         waited = 0.0
 
@@ -367,7 +376,8 @@ class RoundChecker:
         if audited:
             self.audits.spend(spent)
         if helped is not None:
-            await self._audit(helper, epoch, its_sketch, sketch(ours, key))
+            for helper, its_sketch in sketches:
+                await self._audit(helper, epoch, its_sketch, sketch(ours, key))
         judged = judge(theirs, ours, receipt.precision)
         tally.margin = max(tally.margin, judged.margin)
         if not judged.passed:
@@ -387,18 +397,32 @@ class RoundChecker:
         blocks: list[tuple[int, np.ndarray]],
         size: int,
         tally: Tally,
-    ) -> tuple[str, int, np.ndarray] | None:
-        """A trainer's replay of the blocks drawn: which trainer, the key drawn for it, and the
-        sketch of its values under that key; or None: no trainer could replay the round now, or
-        the one asked did not."""
-        helpers = self.helpers.idle(peer)
-        if not helpers:
+    ) -> tuple[int, list[tuple[str, np.ndarray]]] | None:
+        """``REPLAYERS`` trainers' replays of the blocks drawn, asked at once under one key: the
+        key, and each trainer that answered with the sketch of its values under it; or None:
+        fewer trainers than that could replay the round now."""
+        idle = self.helpers.idle(peer)
+        if len(idle) < REPLAYERS:
             return None
-        helper = self._rng.choice(helpers)
+        chosen = self._rng.sample(idle, REPLAYERS)
         block_bytes = work_block_bytes(size)
         asked = [at * 4 // block_bytes for at, _ in blocks]
         key = self._rng.getrandbits(64)
         request = ReplayRequest(peer, receipt, asked, key)
+        values = sum(v.size for _, v in blocks)
+        answers = await asyncio.gather(
+            *(self._replayed_by(helper, request, values, tally) for helper in chosen)
+        )
+        return key, [
+            (h, found) for h, found in zip(chosen, answers, strict=True) if found is not None
+        ]
+
+    async def _replayed_by(
+        self, helper: str, request: ReplayRequest, values: int, tally: Tally
+    ) -> np.ndarray | None:
+        """``helper``'s sketch of its replay of the ``values`` asked for in ``request``; None: it
+        did not replay the round (asked again after a rest), or answered a sketch of another
+        size."""
         self.helpers.asked(helper)
         began, replayed = time.monotonic(), None
         try:
@@ -406,22 +430,21 @@ class RoundChecker:
                 PeerID.from_string(helper), ROUND_REPLAY, request, timeout=REPLAY_TIMEOUT
             )
             tally.received += answer.fetched  # what the member served the replayer
-            values = np.frombuffer(answer.sketch, "<f4")
-            if values.size == sketch_size(sum(v.size for _, v in blocks)):
-                replayed = values
+            found = np.frombuffer(answer.sketch, "<f4")
+            if found.size == sketch_size(values):
+                replayed = found
         except (NetError, TimeoutError, BarnraiseError) as exc:
             # busy, past its share, no anchor of the round, gone: asked again after a rest; one
             # that replays nothing (no such method) never again. The round is replayed here
-            log.info("%s did not replay %s's round of epoch %d: %s", helper[:12], peer[:12],
-                     receipt.epoch, exc)  # fmt: skip
+            log.info("%s did not replay %s's round of epoch %d: %s", helper[:12],
+                     request.member[:12], request.receipt.epoch, exc)  # fmt: skip
             if isinstance(exc, UnknownMethodError):
                 self.helpers.unable(helper)
         finally:
             self.helpers.answered(helper, time.monotonic() - began, replayed is not None)
         if replayed is None:
             self.helpers.rest(helper)
-            return None
-        return helper, key, replayed
+        return replayed
 
     async def _audit(self, helper: str, epoch: int, theirs: np.ndarray, ours: np.ndarray) -> None:
         """The backbone replayed a round a trainer replayed too (both sketched under the key the
