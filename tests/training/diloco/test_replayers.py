@@ -384,6 +384,25 @@ def test_the_backbone_draws_beyond_its_budget_only_as_many_as_trainers_can_repla
     assert verdicts.draw(members, helpers=2) == members[:2]
 
 
+async def test_newcomers_no_trainer_can_replay_now_take_the_backbones_newcomer_share() -> None:
+    """Trainers replay rounds, but none is free: a newcomer's first check is the backbone's own
+    within the newcomers' share (its credit waits for it), a trusted member's waits for a
+    trainer."""
+    from core.training.credit.checks.standing import Standings
+    from core.training.credit.checks.verdict import Tally, Verdicts
+
+    verdicts = Verdicts("round", Standings(0.999999), None, budget=0.0,  # type: ignore[arg-type]
+                        rng=random.Random(0))  # fmt: skip
+
+    async def costs(tally: Tally) -> None:
+        tally.compute = 0.01
+
+    await verdicts.run("trusted", 0, costs)  # trusted now, and what a check costs is known
+    assert verdicts.draw(["trusted", "newcomer"], helpers=0) == ["newcomer"]
+    assert verdicts.draw(["trusted", "newcomer"], helpers=1) == ["newcomer"]  # newcomers first
+    assert verdicts.draw(["trusted", "newcomer"], helpers=2) == ["newcomer", "trusted"]
+
+
 async def test_a_trainer_that_replays_nothing_is_not_asked_again_and_the_backbone_checks_alone(
     rig: Rig, helper: Helper, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,16 +23,17 @@ samples of the round before (which landed less than half of its work) is checked
 round: its receipt must count them, and it is replayed too. A member that no longer keeps what
 it was asked for judges nothing (unreached), as one that cannot be reached.
 
-Where trainers replay rounds for it (``replayer``), the backbone hands each drawn round to one it
-trusts, other than the member, idle and within its share of replays (``Helpers``): the trainer
-fetches the batches, replays, and answers a sketch of the blocks drawn (``sketch``, under a key
-drawn for that replay); the backbone fetches the member's blocks and judges their sketch against
-the trainer's itself. It replays the round itself where the two disagree (a cheat, or a
-replayer that lies: one whose replay lies over ``REPLAYER_LIMIT`` from the backbone's is caught,
-``replay_false``), where no trainer could replay it, and, drawn after the trainer answered, one
-round in ten it handed out (``AUDITED``: a replayer that passes its partner's fake is caught
-there). With replayers, the backbone draws as many rounds as they can replay now, and its own
-time goes to those replays only.
+Where trainers replay rounds for it (``replayer``), the backbone hands each drawn round to
+``REPLAYERS`` (two) it trusts at once, other than the member, idle and within their shares of
+replays (``Helpers``): each fetches the batches, replays, and answers a sketch of the blocks
+drawn (``sketch``, under a key drawn for that replay); the backbone fetches the member's blocks
+and judges their sketch against each trainer's itself. The round passes only where both agree
+with the member. The backbone replays it itself where one disagrees or did not answer (a cheat,
+or a replayer that lies: one whose replay lies over ``REPLAYER_LIMIT`` from the backbone's is
+caught, ``replay_false``), where no two trainers could replay it, and, drawn after the answers
+came, one round in ten it handed out (``AUDITED``: replayers that pass their partner's fake
+together are caught there). With two replayers or more, the backbone draws as many rounds as
+they can replay now, and its own time goes to those replays only.
 
 Verdicts, as the dedloc checks give them (``CheckRecord``): ``passed``; ``caught`` (the work is
 not its replay, a batch or a block is not what the receipt named, the weight sent is more than
