@@ -17,19 +17,26 @@ import numpy as np
 import pytest
 
 from core.net import Host
-from core.net.errors import PermissionDeniedError
+from core.net.errors import InvalidRequestError, PermissionDeniedError
+from core.net.wire.rpc import CallContext
+from core.training.credit.checks.receipts import SampledBatch
 from core.training.diloco.checks import checker as checker_module
 from core.training.diloco.checks import sketch as sketch_module
 from core.training.diloco.checks.receipts import (
+    ROUND_BATCH,
     ROUND_RECEIPT,
+    ROUND_RELAY,
     ROUND_REPLAY,
+    RelayRequest,
     ReplayedSketch,
     ReplayRequest,
     RoundRequest,
+    StepRequest,
     work_block_bytes,
 )
 from core.training.diloco.checks.replayer import RoundReplayer
 from core.training.diloco.checks.sketch import WIDTH, sketch
+from core.trust.peer_id import PeerID
 from core.worker.bridge import TrainingBridge
 from tests.conftest import MakeHost
 from tests.training.conftest import NET
@@ -58,7 +65,7 @@ async def trusted_helper(rig: Rig, make_host: MakeHost) -> AsyncIterator[Helper]
     """A trainer whose own round passed its replay, present in the round, keeping its anchors."""
     host = await make_host(NET)
     rig.backbone.add_addresses(host.peer_id, host.listen_addresses)
-    host.add_addresses(rig.member_host.peer_id, rig.member_host.listen_addresses)
+    host.add_addresses(rig.backbone.peer_id, rig.backbone.listen_addresses)
     bridge = TrainingBridge()
     replayer = RoundReplayer(replica(), host, bridge=bridge, loss=loss)
     replayer.asks = lambda p: p == rig.backbone.peer_id
@@ -175,8 +182,8 @@ def its_own_work(member: Member, request: ReplayRequest, key: int | None = None)
 def lying(helper: Helper, lie: object, monkeypatch: pytest.MonkeyPatch) -> None:
     honest = helper.replayer._replay
 
-    async def replay(request: ReplayRequest) -> ReplayedSketch:
-        return lie(request, await honest(request))  # type: ignore[operator, no-any-return]
+    async def replay(request: ReplayRequest, backbone: PeerID) -> ReplayedSketch:
+        return lie(request, await honest(request, backbone))  # type: ignore[operator, no-any-return]
 
     monkeypatch.setattr(helper.replayer, "_replay", replay)
 
@@ -269,9 +276,20 @@ async def test_unaudited_a_lone_colluding_replayers_pass_goes_through(
 async def test_two_honest_replayers_pass_an_honest_round_at_no_compute_of_the_backbones(
     rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Both replay it on the batches the backbone relays: the member serves each batch once."""
     never_audited(monkeypatch)
-    await a_round(rig, *two)
+    member = await a_round(rig, *two)
+    served: list[int] = []
+    on_batch = member.ledger._on_batch
+
+    async def counted(ctx: CallContext, request: StepRequest) -> SampledBatch:
+        served.append(request.index)
+        return await on_batch(ctx, request)
+
+    rig.member_host.router.remove(ROUND_BATCH.name)
+    rig.member_host.router.add(ROUND_BATCH, counted)
     record = await rig.checker.check(rig.peer, 0)
+    assert served == list(range(STEPS))
     assert (record.verdict, record.reason, record.compute) == ("passed", "", 0.0), record
     assert sorted(record.replayer.split(",")) == sorted(h.peer for h in two)
     assert [h.replayer.replayed for h in two] == [1, 1]
@@ -358,6 +376,34 @@ async def test_a_round_the_trainer_cannot_replay_is_replayed_by_the_backbone(
     assert (helper.replayer.replayed, rig.checker.helpers.helped) == (0, 0)
     assert rig.checker.helpers.idle(rig.peer) == []
     assert not rig.standings.of(helper.peer).caught
+
+
+async def test_only_a_trainer_asked_to_replay_a_round_is_relayed_its_batches(
+    rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member's batches go to the trainers asked to replay its round while they replay it,
+    and to nobody else: not another trainer, not after the replays answered."""
+    never_audited(monkeypatch)
+    await a_round(rig, *two)
+    asked: list[ReplayRequest] = []
+    honest = two[0].replayer._replay
+
+    async def replay(request: ReplayRequest, backbone: PeerID) -> ReplayedSketch:
+        asked.append(request)
+        stranger = RelayRequest(request.member, request.receipt.epoch, 0)
+        with pytest.raises(PermissionDeniedError):  # the member asks for its own round's
+            await rig.member_host.call(rig.backbone.peer_id, ROUND_RELAY, stranger)
+        with pytest.raises(InvalidRequestError):
+            await two[0].host.call(backbone, ROUND_RELAY, RelayRequest(request.member, 0, STEPS))
+        return await honest(request, backbone)
+
+    monkeypatch.setattr(two[0].replayer, "_replay", replay)
+    rig.member_host.add_addresses(rig.backbone.peer_id, rig.backbone.listen_addresses)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.compute) == ("passed", 0.0), record
+    assert len(asked) == 1
+    with pytest.raises(PermissionDeniedError):  # the replays answered: nothing relayed now
+        await two[0].host.call(rig.backbone.peer_id, ROUND_RELAY, RelayRequest(rig.peer, 0, 0))
 
 
 async def test_only_the_backbone_may_ask_for_a_replay(rig: Rig, helper: Helper) -> None:

@@ -25,9 +25,11 @@ it was asked for judges nothing (unreached), as one that cannot be reached.
 
 Where trainers replay rounds for it (``replayer``), the backbone hands each drawn round to
 ``REPLAYERS`` (two) it trusts at once, other than the member, idle and within their shares of
-replays (``Helpers``): each fetches the batches, replays, and answers a sketch of the blocks
-drawn (``sketch``, under a key drawn for that replay); the backbone fetches the member's blocks
-and judges their sketch against each trainer's itself. The round passes only where both agree
+replays (``Helpers``). The backbone fetches the round's batches from the member once and relays
+them to both (``ROUND_RELAY``, served only to the trainers asked to replay that round: a member
+serves a check's batches once, however many replay it); each replays and answers a sketch of the
+blocks drawn (``sketch``, under a key drawn for that replay); the backbone fetches the member's
+blocks and judges their sketch against each trainer's itself. The round passes only where both agree
 with the member. The backbone replays it itself where one disagrees or did not answer (a cheat,
 or a replayer that lies: one whose replay lies over ``REPLAYER_LIMIT`` from the backbone's is
 caught, ``replay_false``), where no two trainers could replay it, and, drawn after the answers
@@ -55,13 +57,21 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from core.averaging.sharing.digest import block_digests
-from core.net.errors import MalformedResponseError, NetError, NotFoundError, UnknownMethodError
+from core.net.errors import (
+    InvalidRequestError,
+    MalformedResponseError,
+    NetError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnknownMethodError,
+)
 from core.net.host.host import Host
-from core.net.wire.rpc import Method, Req, Resp
+from core.net.wire.rpc import CallContext, Method, Req, Resp
 from core.training.credit.book import CREDITED_KEPT
 from core.training.credit.checks.budget import Budget
 from core.training.credit.checks.receipts import SampledBatch
@@ -82,9 +92,11 @@ from core.training.diloco.checks.ledger import KEPT
 from core.training.diloco.checks.receipts import (
     ROUND_BATCH,
     ROUND_RECEIPT,
+    ROUND_RELAY,
     ROUND_REPLAY,
     ROUND_WORK,
     BlockRequest,
+    RelayRequest,
     ReplayRequest,
     RoundReceipt,
     RoundRequest,
@@ -143,6 +155,14 @@ LATE_WAIT = 30.0
 that group may have sealed and sent later (a slow member, a loaded machine)."""
 
 
+@dataclass(slots=True)
+class _Relay:
+    batches: list[SampledBatch]
+    """As the member sent them, in the order of its inner steps."""
+    asked: set[str]
+    """The trainers asked to replay the round: the only ones served them."""
+
+
 class RoundChecker:
     def __init__(
         self,
@@ -195,6 +215,10 @@ class RoundChecker:
         """What the backbone's audits of its replayers may take of its time."""
         self.helpers = Helpers(standings, STARTS)
         """The trainers that replay rounds for the backbone (``replayer``)."""
+        self._relays: dict[tuple[str, int], _Relay] = {}
+        """The batches of the rounds trainers replay now, by (member, epoch)."""
+        # on the backbone's host from the start: a replayer asked has them to fetch
+        host.router.add(ROUND_RELAY, self._on_relay)
 
     @property
     def standings(self) -> Standings:
@@ -341,7 +365,12 @@ class RoundChecker:
         # could still change
         blocks = await self._blocks(peer, epoch, receipt, start.size, tally)
         theirs = np.concatenate([values for _, values in blocks])
-        helped = await self._helped(peer, receipt, blocks, start.size, tally)
+        batches, helped = None, None
+        if len(self.helpers.idle(peer)) >= REPLAYERS:
+            # fetched once from the member (and checked against the receipt) for every replayer
+            fetched: list[SampledBatch] = []
+            batches = await self._batches(peer, epoch, receipt, tally, fetched)
+            helped = await self._helped(peer, receipt, blocks, start.size, fetched)
         audited = False
         if helped is not None:
             key, sketches = helped
@@ -358,7 +387,8 @@ class RoundChecker:
                 return
         # replayed here: no replayers could, one did not answer, one disagreed with the member's
         # work (which no replayer judges alone), or drawn to audit them
-        batches = await self._batches(peer, epoch, receipt, tally)
+        if batches is None:
+            batches = await self._batches(peer, epoch, receipt, tally)
         waited = 0.0
 
         def give_way() -> None:  # on the replay's thread: the time it waits is not its cost
@@ -397,11 +427,12 @@ class RoundChecker:
         receipt: RoundReceipt,
         blocks: list[tuple[int, np.ndarray]],
         size: int,
-        tally: Tally,
+        batches: list[SampledBatch],
     ) -> tuple[int, list[tuple[str, np.ndarray]]] | None:
-        """``REPLAYERS`` trainers' replays of the blocks drawn, asked at once under one key: the
-        key, and each trainer that answered with the sketch of its values under it; or None:
-        fewer trainers than that could replay the round now."""
+        """``REPLAYERS`` trainers' replays of the blocks drawn, asked at once under one key, the
+        round's ``batches`` relayed to them: the key, and each trainer that answered with the
+        sketch of its values under it; or None: fewer trainers than that could replay the round
+        now."""
         idle = self.helpers.idle(peer)
         if len(idle) < REPLAYERS:
             return None
@@ -411,15 +442,20 @@ class RoundChecker:
         key = self._rng.getrandbits(64)
         request = ReplayRequest(peer, receipt, asked, key)
         values = sum(v.size for _, v in blocks)
-        answers = await asyncio.gather(
-            *(self._replayed_by(helper, request, values, tally) for helper in chosen)
-        )
+        relay = self._relays[(peer, receipt.epoch)] = _Relay(batches, set(chosen))
+        try:
+            answers = await asyncio.gather(
+                *(self._replayed_by(helper, request, values) for helper in chosen)
+            )
+        finally:
+            if self._relays.get((peer, receipt.epoch)) is relay:
+                del self._relays[(peer, receipt.epoch)]
         return key, [
             (h, found) for h, found in zip(chosen, answers, strict=True) if found is not None
         ]
 
     async def _replayed_by(
-        self, helper: str, request: ReplayRequest, values: int, tally: Tally
+        self, helper: str, request: ReplayRequest, values: int
     ) -> np.ndarray | None:
         """``helper``'s sketch of its replay of the ``values`` asked for in ``request``; None: it
         did not replay the round (asked again after a rest), or answered a sketch of another
@@ -430,7 +466,6 @@ class RoundChecker:
             answer = await self._host.call(
                 PeerID.from_string(helper), ROUND_REPLAY, request, timeout=REPLAY_TIMEOUT
             )
-            tally.received += answer.fetched  # what the member served the replayer
             found = np.frombuffer(answer.sketch, "<f4")
             if found.size == sketch_size(values):
                 replayed = found
@@ -446,6 +481,14 @@ class RoundChecker:
         if replayed is None:
             self.helpers.rest(helper)
         return replayed
+
+    async def _on_relay(self, ctx: CallContext, request: RelayRequest) -> SampledBatch:
+        relay = self._relays.get((request.member, request.epoch))
+        if relay is None or str(ctx.peer) not in relay.asked:
+            raise PermissionDeniedError("only a trainer asked to replay the round gets its batches")
+        if not 0 <= request.index < len(relay.batches):
+            raise InvalidRequestError(f"the round has no inner step {request.index}")
+        return relay.batches[request.index]
 
     async def _audit(self, helper: str, epoch: int, theirs: np.ndarray, ours: np.ndarray) -> None:
         """The backbone replayed a round a trainer replayed too (both sketched under the key the
@@ -502,12 +545,21 @@ class RoundChecker:
         return start
 
     async def _batches(
-        self, peer: str, epoch: int, receipt: RoundReceipt, tally: Tally
+        self,
+        peer: str,
+        epoch: int,
+        receipt: RoundReceipt,
+        tally: Tally,
+        fetched: list[SampledBatch] | None = None,
     ) -> list[Batch]:
-        """Every inner step's batch, each the one its receipt names."""
+        """Every inner step's batch, each the one its receipt names (``fetched``: told each as
+        the member sent it, to relay it)."""
 
         async def ask(request: StepRequest) -> SampledBatch:
-            return await self._call(peer, ROUND_BATCH, request, tally)
+            batch = await self._call(peer, ROUND_BATCH, request, tally)
+            if fetched is not None:
+                fetched.append(batch)
+            return batch
 
         return await round_batches(ask, receipt)
 

@@ -8,10 +8,10 @@ the batch), and the SHA-256 of each block of its work (``anchor - theta``, float
 for the receipt (``ROUND_RECEIPT``), then the batches (``ROUND_BATCH``), replays the round on its
 own replica, and asks for a few blocks of the work (``ROUND_WORK``) to compare with its replay: a
 block must match its digest, so the member cannot shape its answer after seeing which blocks are
-asked for. The backbone may instead ask a trainer it trusts to replay the round
-(``ROUND_REPLAY``, ``replayer``): it fetches the batches from the member itself and answers a
-sketch of the blocks of its replay (``sketch``). Every field is bounded: a reply is a stranger's
-data.
+asked for. The backbone may instead ask trainers it trusts to replay the round (``ROUND_REPLAY``,
+``replayer``): it fetches the batches from the member once and relays them to each
+(``ROUND_RELAY``), and each answers a sketch of the blocks of its replay (``sketch``). Every field
+is bounded: a reply is a stranger's data.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ class ReplayRequest(WireMessage):
     """The backbone asks a trainer to replay a member's round (``replayer``)."""
 
     member: str
-    """The member's peer id, whom the replayer asks for the round's batches."""
+    """The member's peer id: whose round's batches the replayer asks the backbone for."""
     receipt: RoundReceipt
     """The round's receipt, as the backbone fetched it from the member and checked its claims."""
     blocks: list[int]
@@ -217,13 +217,26 @@ class ReplayRequest(WireMessage):
 
 
 @dataclass(frozen=True, slots=True)
+class RelayRequest(WireMessage):
+    """A replayer asks the backbone for one inner step's batch of the round it was asked to
+    replay: the backbone fetched the round's batches from the member once, for every replayer."""
+
+    member: str
+    epoch: int
+    index: int
+
+    def __post_init__(self) -> None:
+        _check(0 < len(self.member) <= MAX_PEER_CHARS, "a member is named by its peer id")
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayedSketch(WireMessage):
     """The sketch of the replay's values of the blocks asked for, under the key asked for:
     float32 values, little-endian (``sketch.size`` of them)."""
 
     sketch: bytes
     fetched: int = 0
-    """Bytes of the member's batches the replayer received (what the check cost the member)."""
+    """Bytes of the round's batches the replayer received."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.fetched < 1 << 48, "fetched bytes are out of range")
@@ -237,3 +250,4 @@ ROUND_RECEIPT = Method("round.receipt", RoundRequest, RoundReceipt)
 ROUND_BATCH = Method("round.batch", StepRequest, SampledBatch)
 ROUND_WORK = Method("round.work", BlockRequest, WorkBlock)
 ROUND_REPLAY = Method("round.replay", ReplayRequest, ReplayedSketch)
+ROUND_RELAY = Method("round.relay", RelayRequest, SampledBatch)

@@ -6,8 +6,9 @@ once waits for their first. A trainer the backbone trusts (its own rounds passed
 can replay for it: the backbone sends ``ROUND_REPLAY`` with the member, the round's receipt (it
 fetched it from the member and checked its claims) and the blocks of the work it drew; the trainer
 replays the round from the anchors it kept as its own rounds began (``Anchors``: every member of
-a round began it at the same anchor), on the member's batches, which it fetches from the member
-itself (each the one the receipt names), on a replica of its own (float32, fresh moments, as the
+a round began it at the same anchor), on the member's batches, which the backbone relays
+(``ROUND_RELAY``: it fetched them from the member once for every replayer; each must still be the
+one the receipt names), on a replica of its own (float32, fresh moments, as the
 backbone's), and answers a sketch of those blocks of its replay under the key the backbone drew
 (``sketch``). The backbone compares it with the same sketch of the member's blocks itself
 (``checker.RoundChecker``): a replayer computes, it never judges.
@@ -16,8 +17,9 @@ A replay takes the trainer's compute from its own rounds: it gives way to the tr
 exchange (``give_way``), runs one at a time, and stops being offered once the replays took
 ``SHARE`` of the trainer's time (``budget.Budget``), answering "busy" (``UnavailableError``) until
 the share has filled again. Only the backbone asks (``asks``); a round this trainer cannot replay
-(no anchor of its epoch kept, or another outer state) or whose member does not hand over its
-batches is answered "not found" or "invalid": the backbone then checks the round itself.
+(no anchor of its epoch kept, or another outer state) or whose batches do not come as the
+receipt names them is answered "not found" or "invalid": the backbone then checks the round
+itself.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ from core.training.credit.checks.verdict import Caught
 from core.training.diloco.checks.anchors import Anchors, Elsewhere, Unheld
 from core.training.diloco.checks.fetch import round_batches
 from core.training.diloco.checks.receipts import (
-    ROUND_BATCH,
+    ROUND_RELAY,
     ROUND_REPLAY,
+    RelayRequest,
     ReplayedSketch,
     ReplayRequest,
     StepRequest,
@@ -55,7 +58,6 @@ from core.training.diloco.checks.sketch import sketch
 from core.training.diloco.state import DilocoState
 from core.trust.peer_id import PeerID
 from core.util.clock import SYSTEM_CLOCK, Clock
-from core.util.errors import WireFormatError
 from core.util.msgpack_codec import pack
 from core.worker.bridge import TrainingBridge
 
@@ -101,7 +103,7 @@ class RoundReplayer:
         self.seconds = 0.0
         """Seconds of compute they took."""
         self.received = 0
-        """Bytes received for them: the backbone's requests and the members' batches."""
+        """Bytes received for them: the backbone's requests and the rounds' batches it relays."""
         self.sent = 0
         """Bytes sent for them: the sketches of the replayed blocks."""
         self._replaying = asyncio.Lock()
@@ -119,9 +121,9 @@ class RoundReplayer:
         if self._replaying.locked() or not self.budget.allows():
             raise UnavailableError("busy: replaying, or past its share of replays")
         async with self._replaying:
-            return await self._replay(request)
+            return await self._replay(request, ctx.peer)
 
-    async def _replay(self, request: ReplayRequest) -> ReplayedSketch:
+    async def _replay(self, request: ReplayRequest, backbone: PeerID) -> ReplayedSketch:
         receipt = request.receipt
         try:
             start = self.anchors.start(receipt)
@@ -132,23 +134,19 @@ class RoundReplayer:
         size, block_bytes = start.size, work_block_bytes(start.size)
         if -(-size * 4 // block_bytes) != len(receipt.work):
             raise InvalidRequestError("the receipt's work is not cut as this model's")
-        try:
-            member = PeerID.from_string(request.member)
-        except (ValueError, WireFormatError) as exc:
-            raise InvalidRequestError(f"the member is not a peer id: {exc}") from None
-
         fetched = 0
 
         async def ask(step: StepRequest) -> SampledBatch:
             nonlocal fetched
-            batch = await self._host.call(member, ROUND_BATCH, step, timeout=CALL_TIMEOUT)
+            relayed = RelayRequest(request.member, step.epoch, step.index)
+            batch = await self._host.call(backbone, ROUND_RELAY, relayed, timeout=CALL_TIMEOUT)
             fetched += len(pack(batch.to_wire()))
             return batch
 
         try:
             batches = await round_batches(ask, receipt)
         except Caught as caught:
-            raise InvalidRequestError(f"the member's batches: {caught.reason}") from None
+            raise InvalidRequestError(f"the round's batches: {caught.reason}") from None
         waited = 0.0
 
         def give_way() -> None:  # on the replay's thread: the time it waits is not its cost
