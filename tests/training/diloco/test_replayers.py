@@ -430,10 +430,10 @@ def test_the_backbone_draws_beyond_its_budget_only_as_many_as_trainers_can_repla
     assert verdicts.draw(members, helpers=2) == members[:2]
 
 
-async def test_newcomers_no_trainer_can_replay_now_take_the_backbones_newcomer_share() -> None:
-    """Trainers replay rounds, but none is free: a newcomer's first check is the backbone's own
-    within the newcomers' share (its credit waits for it), a trusted member's waits for a
-    trainer."""
+async def test_with_trainers_replaying_a_newcomer_waits_for_one_free_not_the_backbone() -> None:
+    """Trainers replay rounds, but none is free: a newcomer's first check waits for a later
+    landing rather than taking the backbone's time (which goes to disagreements and audits),
+    its credit held meanwhile; newcomers first when some are free."""
     from core.training.credit.checks.standing import Standings
     from core.training.credit.checks.verdict import Tally, Verdicts
 
@@ -444,8 +444,9 @@ async def test_newcomers_no_trainer_can_replay_now_take_the_backbones_newcomer_s
         tally.compute = 0.01
 
     await verdicts.run("trusted", 0, costs)  # trusted now, and what a check costs is known
-    assert verdicts.draw(["trusted", "newcomer"], helpers=0) == ["newcomer"]
-    assert verdicts.draw(["trusted", "newcomer"], helpers=1) == ["newcomer"]  # newcomers first
+    assert verdicts.draw(["trusted", "newcomer"]) == ["newcomer"]  # the newcomers' share allows
+    assert verdicts.draw(["trusted", "newcomer"], helpers=0) == []
+    assert verdicts.draw(["trusted", "newcomer"], helpers=1) == ["newcomer"]
     assert verdicts.draw(["trusted", "newcomer"], helpers=2) == ["newcomer", "trusted"]
 
 

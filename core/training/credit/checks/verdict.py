@@ -197,10 +197,9 @@ class Verdicts:
         """The members of a round that just landed to check (see the module's map): newcomers
         first, the one first seen first, then trusted members drawn at random. ``helpers``:
         where others can make checks for the checker (``diloco.checks.replayer``), how many they
-        can make now: that many are drawn, newcomers first, and beyond them only newcomers,
-        within the newcomers' share of the checker's own time; its random checks' budget then
-        goes to the checks others disagreed on or it audits, and the rest wait for a later
-        landing (None: nobody else checks)."""
+        can make now: that many are drawn, and none for the checker's own time (its budgets),
+        which then goes to the checks others disagreed on or it audits; the rest wait for a
+        later landing (None: nobody else checks)."""
         newcomers, trusted = [], []
         for peer in members:
             if self.standings.due(peer, 1.0) and not self.checking(peer):
@@ -215,7 +214,6 @@ class Verdicts:
         for budget, due in ((self.newcomer_budget, sorted(newcomers, key=self.standings.seen)),
                             (self.budget, trusted)):  # fmt: skip
             picked = 0  # drawn under this budget, not started yet
-            newcomers_due = budget is self.newcomer_budget
             for peer in due:
                 if every or (helpers is None and self.affordable(budget, picked)):
                     drawn.append(peer)
@@ -223,16 +221,11 @@ class Verdicts:
                 elif helpers:
                     drawn.append(peer)
                     helpers -= 1
-                elif newcomers_due and self.affordable(budget, picked):
-                    # no other can check it now: a newcomer's first check is the checker's own,
-                    # within the newcomers' share, rather than its credit waiting for one
-                    drawn.append(peer)
-                    picked += 1
-                elif newcomers_due:
+                elif budget is self.newcomer_budget:
                     # its credit waits for a later landing: said, since it may leave before one
                     log.info(
-                        "%s check of newcomer %s waits for a later landing: the newcomers' "
-                        "checks are over their share of the time",
+                        "%s check of newcomer %s waits for a later landing: no trainer is free "
+                        "to check it, or the newcomers' checks are over their share of the time",
                         self.kind,
                         peer[:12],
                     )
