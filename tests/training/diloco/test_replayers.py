@@ -8,6 +8,7 @@ is caught."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator
@@ -334,9 +335,11 @@ async def test_a_cheats_partner_among_the_replayers_passes_it_only_where_every_o
 async def test_with_fewer_trainers_idle_than_a_replay_takes_the_backbone_replays_alone(
     rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One of the two trainers is busy replaying another round: no trainer's word alone
-    vouches for a member, so the backbone replays the round itself and asks nobody."""
+    """One of the two trainers is busy replaying another round and stays so: no trainer's word
+    alone vouches for a member, so after a wait the backbone replays the round itself and asks
+    nobody."""
     never_audited(monkeypatch)
+    monkeypatch.setattr(checker_module, "FREE_WAIT", 0.3)
     await a_round(rig, *two)
     rig.checker.helpers.asked(two[1].peer)
     record = await rig.checker.check(rig.peer, 0)
@@ -344,6 +347,51 @@ async def test_with_fewer_trainers_idle_than_a_replay_takes_the_backbone_replays
     assert record.compute > 0
     assert not record.replayer
     assert [h.replayer.replayed for h in two] == [0, 0]
+
+
+async def test_a_round_waits_for_a_busy_trainer_to_be_free_rather_than_take_the_backbone(
+    rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never_audited(monkeypatch)
+    await a_round(rig, *two)
+    rig.checker.helpers.asked(two[1].peer)  # its replay of another round ends in half a second
+    asyncio.get_running_loop().call_later(
+        0.5, rig.checker.helpers.answered, two[1].peer, 0.0, False
+    )
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.compute) == ("passed", 0.0), record
+    assert [h.replayer.replayed for h in two] == [1, 1]
+
+
+def test_until_two_trainers_are_trusted_the_backbone_replays_one_round_at_a_time(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a landing lets the draw hand out beyond the backbone's budgets: nothing while no
+    trainer replays (its budgets decide); one round at a time while fewer than two are trusted
+    (a swarm's first newcomers, replayed by the backbone); then what the free trainers can
+    replay, two to a round."""
+    rig.began()
+    asked: list[int | None] = []
+
+    def draw(members: list[str], helpers: int | None = None) -> list[str]:
+        asked.append(helpers)
+        return []
+
+    monkeypatch.setattr(rig.checker.verdicts, "draw", draw)
+    members = [f"trainer-{i}" for i in range(3)]
+    weights = dict.fromkeys(members, 32.0)
+    rig.checker.landed(0, weights)
+    rig.standings.passed(members[0], 0)
+    rig.checker.landed(0, weights)
+    rig.checker.verdicts._checking["someone"] = 1  # the backbone's replay of one under way
+    rig.checker.landed(0, weights)
+    del rig.checker.verdicts._checking["someone"]
+    rig.standings.passed(members[1], 0)
+    rig.checker.landed(0, weights)
+    rig.standings.passed(members[2], 0)
+    rig.checker.helpers.asked(members[2])
+    rig.checker.landed(0, weights)
+    assert asked == [None, 1, 0, 1, 1]
 
 
 async def test_a_sketch_of_another_size_is_no_replay(

@@ -189,6 +189,10 @@ class Verdicts:
         """What a check that recomputed took on average (0 before any did)."""
         return self.compute_seconds / self._recomputed if self._recomputed else 0.0
 
+    def under_way(self) -> int:
+        """Checks under way."""
+        return sum(self._checking.values())
+
     def checking(self, peer: str) -> bool:
         """Whether a check of ``peer`` is under way."""
         return peer in self._checking

@@ -147,6 +147,9 @@ REPLAYER_LIMIT = 0.25
 caught: five times the float32 limit (another device's rounding), four times under a cheat."""
 REPLAY_TIMEOUT = 600.0
 """Seconds the backbone waits for a trainer's replay (a round of a fast member on a slower one)."""
+FREE_WAIT = 60.0
+"""Seconds a drawn round waits for two trainers to be free to replay it (a demo round's replay
+takes 10 to 20 s) before the backbone replays it itself."""
 SEALED_WAIT = 5.0
 """Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
 the exchange, so one that landed is filed)."""
@@ -261,9 +264,15 @@ class RoundChecker:
             self._tasks.spawn(f"round-check-{peer[:8]}-{before}", self.check(peer, before))
         if epoch not in self.anchors:
             return  # the backbone did not hold this round's anchor: nothing to replay from
-        # with fewer trusted trainers than a replay takes, the backbone checks on its own budgets
-        enough = len(self.helpers.known()) >= REPLAYERS
-        helpers = len(self.helpers.idle()) // REPLAYERS if enough else None
+        known = len(self.helpers.known())
+        helpers: int | None = None  # nobody trusted to replay yet: the backbone's own budgets
+        if known >= REPLAYERS:
+            helpers = len(self.helpers.idle()) // REPLAYERS
+        elif known:
+            # too few trusted trainers to replay a round in two: the backbone replays one round
+            # at a time until there are enough (each first check passed may make one more),
+            # not the burst of newcomers a swarm starts with
+            helpers = 0 if self.verdicts.under_way() else 1
         for peer in self.verdicts.draw(members, helpers=helpers):
             self._tasks.spawn(f"round-check-{peer[:8]}-{epoch}", self.check(peer, epoch))
 
@@ -366,7 +375,7 @@ class RoundChecker:
         blocks = await self._blocks(peer, epoch, receipt, start.size, tally)
         theirs = np.concatenate([values for _, values in blocks])
         batches, helped = None, None
-        if len(self.helpers.idle(peer)) >= REPLAYERS:
+        if await self._replayers_free(peer):
             # fetched once from the member (and checked against the receipt) for every replayer
             fetched: list[SampledBatch] = []
             batches = await self._batches(peer, epoch, receipt, tally, fetched)
@@ -420,6 +429,18 @@ class RoundChecker:
             )
 
     # ---- replays by trainers ---------------------------------------------------------------------
+
+    async def _replayers_free(self, peer: str) -> bool:
+        """Whether ``REPLAYERS`` trainers are free to replay ``peer``'s round, waiting up to
+        ``FREE_WAIT`` for busy ones to finish theirs: the backbone replays a round itself only
+        where that many are not to be had."""
+        deadline = time.monotonic() + FREE_WAIT
+        while len(self.helpers.idle(peer)) < REPLAYERS:
+            others = [helper for helper in self.helpers.known() if helper != peer]
+            if len(others) < REPLAYERS or time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(1.0, FREE_WAIT))
+        return True
 
     async def _helped(
         self,
