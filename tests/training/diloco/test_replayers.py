@@ -349,6 +349,22 @@ async def test_with_fewer_trainers_idle_than_a_replay_takes_the_backbone_replays
     assert [h.replayer.replayed for h in two] == [0, 0]
 
 
+async def test_a_member_that_drops_its_round_while_replayers_are_awaited_is_still_judged(
+    rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An honest member keeps its last rounds only: one that moves on while the check waits for
+    free replayers is not "unreached" (which would expire and withdraw its credit), since the
+    backbone took the round's batches before waiting."""
+    never_audited(monkeypatch)
+    monkeypatch.setattr(checker_module, "FREE_WAIT", 0.5)
+    member = await a_round(rig, *two)
+    rig.checker.helpers.asked(two[1].peer)  # busy throughout
+    asyncio.get_running_loop().call_later(0.2, member.ledger._sealed.pop, 0)
+    record = await rig.checker.check(rig.peer, 0)
+    assert (record.verdict, record.reason) == ("passed", ""), record
+    assert record.compute > 0
+
+
 async def test_a_round_waits_for_a_busy_trainer_to_be_free_rather_than_take_the_backbone(
     rig: Rig, two: tuple[Helper, Helper], monkeypatch: pytest.MonkeyPatch
 ) -> None:

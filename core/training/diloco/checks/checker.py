@@ -147,9 +147,10 @@ REPLAYER_LIMIT = 0.25
 caught: five times the float32 limit (another device's rounding), four times under a cheat."""
 REPLAY_TIMEOUT = 600.0
 """Seconds the backbone waits for a trainer's replay (a round of a fast member on a slower one)."""
-FREE_WAIT = 60.0
+FREE_WAIT = 20.0
 """Seconds a drawn round waits for two trainers to be free to replay it (a demo round's replay
-takes 10 to 20 s) before the backbone replays it itself."""
+takes 10 to 20 s) before the backbone replays it itself: well within the rounds a replayer keeps
+the anchors of (``replayer.KEPT_ANCHORS``)."""
 SEALED_WAIT = 5.0
 """Seconds a checker waits for a receipt the member has not filed yet (it seals its round before
 the exchange, so one that landed is filed)."""
@@ -374,11 +375,12 @@ class RoundChecker:
         # could still change
         blocks = await self._blocks(peer, epoch, receipt, start.size, tally)
         theirs = np.concatenate([values for _, values in blocks])
-        batches, helped = None, None
+        # the batches at once, whoever replays (the member may drop the round while replayers
+        # are awaited), checked against the receipt and fetched once for every replayer
+        fetched: list[SampledBatch] = []
+        batches = await self._batches(peer, epoch, receipt, tally, fetched)
+        helped = None
         if await self._replayers_free(peer):
-            # fetched once from the member (and checked against the receipt) for every replayer
-            fetched: list[SampledBatch] = []
-            batches = await self._batches(peer, epoch, receipt, tally, fetched)
             helped = await self._helped(peer, receipt, blocks, start.size, fetched)
         audited = False
         if helped is not None:
@@ -396,8 +398,6 @@ class RoundChecker:
                 return
         # replayed here: no replayers could, one did not answer, one disagreed with the member's
         # work (which no replayer judges alone), or drawn to audit them
-        if batches is None:
-            batches = await self._batches(peer, epoch, receipt, tally)
         waited = 0.0
 
         def give_way() -> None:  # on the replay's thread: the time it waits is not its cost
