@@ -465,19 +465,17 @@ def waits_for_a_first_check(
     log = swarm.work / "backbone.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     short = trainer.peer[:12]
-    said = [
-        line for line in text.splitlines()
-        if f"newcomer {short} waits" in line
-        or (short in line and "not checked" in line)
-        or "no group formed" in line
-    ]  # fmt: skip
-    unexplained = [
-        e.epoch
-        for e in trainer.epochs
-        if not any(f"newcomer {short} waits" in line for line in said)
-        and not any(f"epoch {e.epoch} not checked" in line for line in said)
-        and not any(f"round {e.epoch}: no group formed" in line for line in said)
-    ]
+    lines = text.splitlines()
+    waited = any(f"newcomer {short} waits" in line for line in lines)
+
+    def explained(epoch: int) -> bool:
+        return waited or any(
+            (short in line and f"epoch {epoch} not checked" in line)
+            or f"round {epoch}: no group formed" in line
+            for line in lines
+        )
+
+    unexplained = [e.epoch for e in trainer.epochs if not explained(e.epoch)]
     return 0 if unexplained else sum(e.samples for e in trainer.epochs)
 
 
